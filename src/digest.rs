@@ -1,0 +1,166 @@
+//! `sha256:<64 lowercase hex>` digests: strict parsing, streaming hashing, comparison.
+//!
+//! A digest proves the bytes are the indexed artifact, nothing more. It is always computed on
+//! the exact bytes received, before any parsing or decompression.
+
+use std::fmt;
+use std::io::{self, Read};
+use std::str::FromStr;
+
+use sha2::{Digest as _, Sha256};
+
+/// A parsed SHA-256 digest. Cannot hold an invalid value.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Sha256Digest([u8; 32]);
+
+/// Why a digest string was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DigestParseError {
+    #[error("digest must start with `sha256:` (got {0:?})")]
+    MissingPrefix(String),
+    #[error("digest must have exactly 64 hex characters after `sha256:` (got {0})")]
+    WrongLength(usize),
+    #[error("digest must be lowercase hex (0-9, a-f); found {0:?}")]
+    NotLowercaseHex(char),
+}
+
+impl Sha256Digest {
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Hash everything `reader` yields; returns the digest and the byte count.
+    pub fn of_reader(mut reader: impl Read) -> io::Result<(Self, u64)> {
+        let mut hasher = Hasher::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            hasher.update(&buf[..n]);
+        }
+        Ok(hasher.finish())
+    }
+
+    pub fn of_bytes(bytes: &[u8]) -> Self {
+        Self(Sha256::digest(bytes).into())
+    }
+
+    /// Lowercase hex without prefix.
+    pub fn hex(&self) -> String {
+        hex::encode(self.0)
+    }
+}
+
+impl FromStr for Sha256Digest {
+    type Err = DigestParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let Some(hex_part) = s.strip_prefix("sha256:") else {
+            let shown: String = s.chars().take(16).collect();
+            return Err(DigestParseError::MissingPrefix(shown));
+        };
+        if let Some(bad) = hex_part.chars().find(|c| !matches!(c, '0'..='9' | 'a'..='f')) {
+            return Err(DigestParseError::NotLowercaseHex(bad));
+        }
+        if hex_part.len() != 64 {
+            return Err(DigestParseError::WrongLength(hex_part.len()));
+        }
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(hex_part, &mut out)
+            .map_err(|_| DigestParseError::WrongLength(hex_part.len()))?;
+        Ok(Self(out))
+    }
+}
+
+impl fmt::Display for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", self.hex())
+    }
+}
+
+impl fmt::Debug for Sha256Digest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl serde::Serialize for Sha256Digest {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Sha256Digest {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Incremental SHA-256 (uses the CPU's SHA extensions when present, via `sha2`).
+#[derive(Clone, Default)]
+pub struct Hasher {
+    inner: Sha256,
+    len: u64,
+}
+
+impl Hasher {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.inner.update(bytes);
+        self.len += bytes.len() as u64;
+    }
+
+    pub fn finish(self) -> (Sha256Digest, u64) {
+        (Sha256Digest(self.inner.finalize().into()), self.len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EMPTY: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    #[test]
+    fn parses_and_round_trips() {
+        let d: Sha256Digest = EMPTY.parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.to_string(), EMPTY);
+        assert_eq!(Sha256Digest::of_bytes(b""), d);
+    }
+
+    #[test]
+    fn refuses_sloppy_spellings() {
+        let upper = EMPTY.replace("e3b0", "E3B0");
+        assert_eq!(upper.parse::<Sha256Digest>(), Err(DigestParseError::NotLowercaseHex('E')));
+        assert!(matches!(
+            EMPTY.trim_start_matches("sha256:").parse::<Sha256Digest>(),
+            Err(DigestParseError::MissingPrefix(_))
+        ));
+        assert_eq!(
+            EMPTY[..EMPTY.len() - 1].parse::<Sha256Digest>(),
+            Err(DigestParseError::WrongLength(63))
+        );
+        assert_eq!(format!("{EMPTY}0").parse::<Sha256Digest>(), Err(DigestParseError::WrongLength(65)));
+        assert!(matches!(
+            EMPTY.replace("sha256:", "SHA256:").parse::<Sha256Digest>(),
+            Err(DigestParseError::MissingPrefix(_))
+        ));
+        assert!(matches!(
+            format!("{EMPTY} ").parse::<Sha256Digest>(),
+            Err(DigestParseError::NotLowercaseHex(' '))
+        ));
+    }
+}

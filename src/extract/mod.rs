@@ -1,0 +1,199 @@
+//! The extraction engine: verified artifact bytes in, a staged tree plus an inventory out, or a
+//! rejection with a reason, and never anything in between.
+//!
+//! It is written to run inside the confined child unchanged: its only inputs are a readable
+//! file (read with positioned reads, never mapped), a directory fd to create entries beneath,
+//! and a [`Request`]. It never opens a path by name outside that directory and never spawns.
+//! On rejection everything it created is removed before it returns.
+
+pub mod detect;
+pub mod inventory;
+pub mod path;
+pub mod policy;
+pub mod writer;
+
+mod input;
+mod sink;
+mod tar;
+mod zip;
+
+use std::fs::File;
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::os::unix::fs::FileExt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::{Hasher, Sha256Digest};
+use crate::reason::{Reason, ReasonCode, Verdict};
+pub use detect::{ArtifactType, Format};
+use inventory::{ArtifactFacts, Outcome, Totals};
+use policy::Limits;
+
+/// What to extract and under which rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub artifact_type: ArtifactType,
+    /// Media type hint (e.g. an HTTP Content-Type), preferred over the file name.
+    pub media_type: Option<String>,
+    /// File name or URL path hint; its extension is used when the media type is absent/generic.
+    pub file_name: Option<String>,
+    /// When present, the artifact's SHA-256 must equal it (`digest_mismatch` otherwise).
+    pub expected_digest: Option<Sha256Digest>,
+    pub limits: Limits,
+}
+
+/// A failure that is not a verdict about the artifact: the engine could not do its job.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error("cannot read the artifact: {0}")]
+    Artifact(#[source] io::Error),
+    #[error("cannot write to the staging directory: {0}")]
+    Staging(#[source] io::Error),
+    #[error("cannot clear the staging directory after a rejection: {0}")]
+    Cleanup(#[source] io::Error),
+}
+
+/// Why processing stopped early.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    Reject(Reason),
+    Fault(EngineError),
+}
+
+impl From<Reason> for Stop {
+    fn from(r: Reason) -> Self {
+        Stop::Reject(r)
+    }
+}
+
+/// Extract `artifact` beneath `staging` according to `req`.
+///
+/// Returns `Ok` with an accepted or rejected [`Outcome`]; `Err` only for operational faults
+/// (after which the caller must discard the staging directory).
+pub fn extract(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Result<Outcome, EngineError> {
+    let size = artifact.metadata().map_err(EngineError::Artifact)?.len();
+    let mut facts = ArtifactFacts { digest: None, format: None, size };
+    let totals = Totals { bytes_in: size, ..Totals::default() };
+    let rejected = |facts: ArtifactFacts, totals: Totals, reason: Reason| Outcome {
+        verdict: Verdict::Rejected,
+        reason: Some(reason),
+        artifact: facts,
+        entries: Vec::new(),
+        totals,
+    };
+
+    if size > req.limits.max_artifact_bytes {
+        let reason = Reason::new(ReasonCode::ArtifactSize, "artifact is larger than the limit")
+            .limit(req.limits.max_artifact_bytes, size);
+        return Ok(rejected(facts, totals, reason));
+    }
+
+    // 1. Digest over the exact bytes, before any parsing.
+    let digest = hash_all(artifact, size).map_err(EngineError::Artifact)?;
+    facts.digest = Some(digest);
+    if let Some(expected) = req.expected_digest {
+        if expected != digest {
+            let reason = Reason::new(
+                ReasonCode::DigestMismatch,
+                format!("expected {expected}, the bytes received hash to {digest}"),
+            );
+            return Ok(rejected(facts, totals, reason));
+        }
+    }
+
+    // 2. Format from the magic bytes, hints cross-checked.
+    let mut head = [0u8; 512];
+    let head_len = read_head(artifact, &mut head).map_err(EngineError::Artifact)?;
+    let format = match detect::decide(
+        req.artifact_type,
+        &head[..head_len],
+        req.media_type.as_deref(),
+        req.file_name.as_deref(),
+    ) {
+        Ok(f) => f,
+        Err(reason) => return Ok(rejected(facts, totals, reason)),
+    };
+    facts.format = Some(format.as_str().to_owned());
+
+    // 3. Stream entries through the policy into the staging directory.
+    let counter = input::Counter::default();
+    let mut sink = sink::Sink::new(&req.limits, staging, size, counter.clone());
+    let result = run_format(format, artifact, size, &counter, &mut sink).and_then(|()| sink.finish(format));
+    match result {
+        Ok(()) => {
+            let (entries, totals) = sink.into_inventory(size);
+            Ok(Outcome { verdict: Verdict::Accepted, reason: None, artifact: facts, entries, totals })
+        }
+        Err(stop) => {
+            let totals = sink.partial_totals(size);
+            // Nothing of a rejected artifact may survive.
+            sink.clear().map_err(EngineError::Cleanup)?;
+            match stop {
+                Stop::Reject(reason) => Ok(rejected(facts, totals, reason)),
+                Stop::Fault(err) => Err(err),
+            }
+        }
+    }
+}
+
+fn run_format(
+    format: Format,
+    artifact: &File,
+    size: u64,
+    counter: &input::Counter,
+    sink: &mut sink::Sink<'_>,
+) -> Result<(), Stop> {
+    let reader = input::ArtifactReader::new(artifact, size, counter.clone());
+    match format {
+        Format::SkillMd => {
+            let mut r = io::BufReader::with_capacity(64 * 1024, reader);
+            sink.add(sink::RawEntry::file(b"SKILL.md", 0o644), &mut r)
+        }
+        Format::Zip => zip::read(reader, sink),
+        Format::Tar => tar::read(io::BufReader::with_capacity(64 * 1024, reader), sink),
+        Format::TarGz => {
+            let buffered = io::BufReader::with_capacity(64 * 1024, reader);
+            let decoder = flate2::bufread::MultiGzDecoder::new(buffered);
+            tar::read_decoded(decoder, sink, counter)
+        }
+        Format::TarZst => {
+            let buffered = io::BufReader::with_capacity(64 * 1024, reader);
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(buffered).map_err(|e| Stop::Fault(EngineError::Artifact(e)))?;
+            // Bound decoder memory: a frame asking for a larger window is refused, not honoured.
+            decoder
+                .window_log_max(sink.limits().zstd_window_log_max)
+                .map_err(|e| Stop::Fault(EngineError::Artifact(e)))?;
+            tar::read_decoded(decoder, sink, counter)
+        }
+    }
+}
+
+fn hash_all(file: &File, size: u64) -> io::Result<Sha256Digest> {
+    let mut hasher = Hasher::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut off = 0u64;
+    while off < size {
+        let want = usize::try_from((size - off).min(buf.len() as u64)).unwrap_or(buf.len());
+        let n = file.read_at(&mut buf[..want], off)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "artifact shrank while being read"));
+        }
+        hasher.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(hasher.finish().0)
+}
+
+fn read_head(file: &File, head: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < head.len() {
+        let n = file.read_at(&mut head[filled..], filled as u64)?;
+        if n == 0 {
+            break;
+        }
+        filled += n;
+    }
+    Ok(filled)
+}

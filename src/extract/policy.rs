@@ -1,0 +1,223 @@
+//! `Limits`: every extraction limit, with its default, defined in exactly one place.
+//!
+//! A `Limits` value is built once at the boundary (defaults, then a limits file, then flags)
+//! and is immutable afterwards. Limits can be tightened per request but never loosened beyond
+//! what the operator configured (see [`Limits::is_within`]).
+
+use serde::{Deserialize, Serialize};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// What to do with hard-link entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HardlinkPolicy {
+    /// Reject the artifact (`hardlink`).
+    #[default]
+    Reject,
+    /// A hard link to a regular file extracted earlier in the same archive becomes an
+    /// independent copy; any other hard link is still rejected.
+    CopyInternal,
+}
+
+/// Extraction limits. Field names are the keys of the limits file (TOML or JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Largest artifact accepted, in bytes, before any decoding (`artifact_size`).
+    pub max_artifact_bytes: u64,
+    /// Most entries: archive headers read, and nodes created (`entry_count`).
+    pub max_entries: u64,
+    /// Most bytes produced in total (`expanded_size`).
+    pub max_expanded_bytes: u64,
+    /// Most bytes produced for one file (`file_size`).
+    pub max_file_bytes: u64,
+    /// Largest bytes-out : bytes-consumed ratio (`ratio`) ...
+    pub max_ratio: u64,
+    /// ... enforced once this many bytes have been produced.
+    pub ratio_threshold_bytes: u64,
+    /// Most path components (`path_depth`).
+    pub max_path_depth: u64,
+    /// Longest entry name in bytes (`path_length`).
+    pub max_path_bytes: u64,
+    /// Longest single path component in bytes (`path_length`).
+    pub max_component_bytes: u64,
+    /// Largest zstd window accepted, as log2 bytes (bounds decoder memory).
+    pub zstd_window_log_max: u32,
+    /// Whether relative symlinks that stay inside the package are kept (else `link_escape`).
+    pub allow_symlinks: bool,
+    /// Hard-link entries: reject, or copy internal ones.
+    pub hardlinks: HardlinkPolicy,
+    /// Whether an archive must have `SKILL.md` at its root (`missing_skill_md`).
+    pub require_skill_md: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_artifact_bytes: 256 * MIB,
+            max_entries: 10_000,
+            max_expanded_bytes: 256 * MIB,
+            max_file_bytes: 64 * MIB,
+            max_ratio: 200,
+            ratio_threshold_bytes: MIB,
+            max_path_depth: 32,
+            max_path_bytes: 1024,
+            max_component_bytes: 255,
+            zstd_window_log_max: 24,
+            allow_symlinks: true,
+            hardlinks: HardlinkPolicy::Reject,
+            require_skill_md: true,
+        }
+    }
+}
+
+/// A limits file or override that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimitsError {
+    #[error("cannot read limits file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("limits file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("limits file {path}: unknown extension (use .toml or .json)")]
+    UnknownFormat { path: String },
+    #[error("limit `{field}` = {value} is out of range ({rule})")]
+    OutOfRange { field: &'static str, value: u64, rule: &'static str },
+}
+
+impl Limits {
+    /// Parse a limits file: `.toml` or `.json`, keys as the field names, unknown keys refused.
+    /// Keys not present keep their defaults.
+    pub fn from_file(path: &std::path::Path) -> Result<Self, LimitsError> {
+        let shown = path.display().to_string();
+        // Bounded read: a limits file is tiny; refuse anything that is not.
+        let meta = std::fs::metadata(path).map_err(|source| LimitsError::Read { path: shown.clone(), source })?;
+        if meta.len() > 64 * KIB {
+            return Err(LimitsError::Parse { path: shown, message: "larger than 64 KiB".into() });
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| LimitsError::Read { path: shown.clone(), source })?;
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let limits: Limits = match ext {
+            "toml" => toml::from_str(&text).map_err(|e| LimitsError::Parse { path: shown.clone(), message: e.to_string() })?,
+            "json" => serde_json::from_str(&text).map_err(|e| LimitsError::Parse { path: shown.clone(), message: e.to_string() })?,
+            _ => return Err(LimitsError::UnknownFormat { path: shown }),
+        };
+        limits.validate()?;
+        Ok(limits)
+    }
+
+    /// Reject values that would make the engine meaningless or unsafe.
+    pub fn validate(&self) -> Result<(), LimitsError> {
+        let positive: [(&'static str, u64); 8] = [
+            ("max_artifact_bytes", self.max_artifact_bytes),
+            ("max_entries", self.max_entries),
+            ("max_expanded_bytes", self.max_expanded_bytes),
+            ("max_file_bytes", self.max_file_bytes),
+            ("max_ratio", self.max_ratio),
+            ("max_path_depth", self.max_path_depth),
+            ("max_path_bytes", self.max_path_bytes),
+            ("max_component_bytes", self.max_component_bytes),
+        ];
+        for (field, value) in positive {
+            if value == 0 {
+                return Err(LimitsError::OutOfRange { field, value, rule: "must be at least 1" });
+            }
+        }
+        if self.max_component_bytes > 255 {
+            return Err(LimitsError::OutOfRange {
+                field: "max_component_bytes",
+                value: self.max_component_bytes,
+                rule: "at most 255, the Linux NAME_MAX",
+            });
+        }
+        if self.max_path_bytes > 4095 {
+            return Err(LimitsError::OutOfRange {
+                field: "max_path_bytes",
+                value: self.max_path_bytes,
+                rule: "at most 4095, below the Linux PATH_MAX",
+            });
+        }
+        if !(10..=31).contains(&self.zstd_window_log_max) {
+            return Err(LimitsError::OutOfRange {
+                field: "zstd_window_log_max",
+                value: u64::from(self.zstd_window_log_max),
+                rule: "between 10 and 31",
+            });
+        }
+        Ok(())
+    }
+
+    /// True when every limit in `self` is at least as strict as in `outer`. A request may
+    /// tighten the server's limits, never loosen them.
+    pub fn is_within(&self, outer: &Limits) -> Result<(), &'static str> {
+        let pairs: [(&'static str, u64, u64); 10] = [
+            ("max_artifact_bytes", self.max_artifact_bytes, outer.max_artifact_bytes),
+            ("max_entries", self.max_entries, outer.max_entries),
+            ("max_expanded_bytes", self.max_expanded_bytes, outer.max_expanded_bytes),
+            ("max_file_bytes", self.max_file_bytes, outer.max_file_bytes),
+            ("max_ratio", self.max_ratio, outer.max_ratio),
+            ("max_path_depth", self.max_path_depth, outer.max_path_depth),
+            ("max_path_bytes", self.max_path_bytes, outer.max_path_bytes),
+            ("max_component_bytes", self.max_component_bytes, outer.max_component_bytes),
+            ("zstd_window_log_max", u64::from(self.zstd_window_log_max), u64::from(outer.zstd_window_log_max)),
+            // A larger threshold postpones the ratio check, so it is looser.
+            ("ratio_threshold_bytes", self.ratio_threshold_bytes, outer.ratio_threshold_bytes),
+        ];
+        for (field, inner, outer) in pairs {
+            if inner > outer {
+                return Err(field);
+            }
+        }
+        if self.allow_symlinks && !outer.allow_symlinks {
+            return Err("allow_symlinks");
+        }
+        if self.hardlinks == HardlinkPolicy::CopyInternal && outer.hardlinks == HardlinkPolicy::Reject {
+            return Err("hardlinks");
+        }
+        if !self.require_skill_md && outer.require_skill_md {
+            return Err("require_skill_md");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_match_the_design() {
+        let l = Limits::default();
+        assert_eq!(l.max_entries, 10_000);
+        assert_eq!(l.max_expanded_bytes, 256 * 1024 * 1024);
+        assert_eq!(l.max_file_bytes, 64 * 1024 * 1024);
+        assert_eq!((l.max_ratio, l.ratio_threshold_bytes), (200, 1024 * 1024));
+        assert_eq!((l.max_path_depth, l.max_path_bytes, l.max_component_bytes), (32, 1024, 255));
+        assert!(l.validate().is_ok());
+    }
+
+    #[test]
+    fn partial_files_keep_defaults_and_unknown_keys_fail() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let toml_path = dir.path().join("l.toml");
+        std::fs::write(&toml_path, "max_entries = 5\n").unwrap_or_else(|e| panic!("{e}"));
+        let l = Limits::from_file(&toml_path).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(l.max_entries, 5);
+        assert_eq!(l.max_file_bytes, Limits::default().max_file_bytes);
+
+        let json_path = dir.path().join("l.json");
+        std::fs::write(&json_path, r#"{"max_entrys": 5}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(Limits::from_file(&json_path), Err(LimitsError::Parse { .. })));
+    }
+
+    #[test]
+    fn tighter_is_within_looser_is_not() {
+        let outer = Limits::default();
+        let tighter = Limits { max_entries: 10, ..Limits::default() };
+        assert!(tighter.is_within(&outer).is_ok());
+        let looser = Limits { max_file_bytes: outer.max_file_bytes + 1, ..Limits::default() };
+        assert_eq!(looser.is_within(&outer), Err("max_file_bytes"));
+    }
+}

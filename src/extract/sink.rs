@@ -1,0 +1,576 @@
+//! The policy core: every entry from every reader passes through [`Sink::add`].
+//!
+//! Readers only decode; the sink decides. It validates names, keeps the tree of what exists
+//! (to catch duplicates, file/directory clashes, case and Unicode twins, and writes through
+//! symlinks), enforces the count, size and ratio limits on bytes actually produced, writes
+//! through [`Writer`], hashes while writing, and resolves symlinks once the tree is complete.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::os::fd::BorrowedFd;
+
+use nix::errno::Errno;
+
+use super::input::Counter;
+use super::inventory::{self, Entry, Flag, Kind, Totals};
+use super::path::{fold_key, nfc_key, Parsed, SafeRelPath};
+use super::policy::{HardlinkPolicy, Limits};
+use super::writer::Writer;
+use super::{EngineError, Format, Stop};
+use crate::digest::{Hasher, Sha256Digest};
+use crate::reason::{display_name, Reason, ReasonCode};
+
+/// Symlink hops followed when resolving a target, as Linux's `MAXSYMLINKS`.
+const MAX_SYMLINK_HOPS: u32 = 40;
+
+/// What an archive header says an entry is.
+pub(crate) enum RawKind {
+    File,
+    Dir,
+    Symlink(Vec<u8>),
+    HardLink(Vec<u8>),
+    /// Device, FIFO or socket: never created.
+    Special(&'static str),
+}
+
+pub(crate) struct RawEntry<'n> {
+    pub name: &'n [u8],
+    pub kind: RawKind,
+    /// Permission bits as the archive states them (only the low 12 bits are looked at).
+    pub mode: u32,
+    /// Uncompressed size the header claims, checked against what is produced (zip).
+    pub declared_size: Option<u64>,
+}
+
+impl<'n> RawEntry<'n> {
+    pub(crate) fn file(name: &'n [u8], mode: u32) -> Self {
+        Self { name, kind: RawKind::File, mode, declared_size: None }
+    }
+}
+
+struct Node {
+    kind: Kind,
+    explicit: bool,
+    size: u64,
+    mode: u32,
+    sha256: Option<Sha256Digest>,
+    target: Option<String>,
+    flags: Vec<Flag>,
+}
+
+/// An error carrying a verdict through `io::Read` implementations (decoder guards).
+#[derive(Debug)]
+pub(crate) struct ReasonError(pub Reason);
+
+impl std::fmt::Display for ReasonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.0.code, self.0.detail)
+    }
+}
+
+impl std::error::Error for ReasonError {}
+
+pub(crate) fn reason_io(reason: Reason) -> io::Error {
+    io::Error::other(ReasonError(reason))
+}
+
+/// Turn a decoding error into a verdict. Errors raised by our own guards carry their reason;
+/// library errors are classified by kind and message (checksums -> `crc_mismatch`).
+pub(crate) fn classify(err: &io::Error, entry: Option<&[u8]>) -> Reason {
+    let mut messages = vec![err.to_string()];
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = err.get_ref().map(|e| e as &(dyn std::error::Error + 'static));
+    let mut depth = 0;
+    while let Some(e) = cur {
+        if let Some(ReasonError(r)) = e.downcast_ref::<ReasonError>() {
+            return r.clone();
+        }
+        if let Some(inner) = e.downcast_ref::<io::Error>() {
+            if let Some(ReasonError(r)) = inner.get_ref().and_then(|x| x.downcast_ref::<ReasonError>()) {
+                return r.clone();
+            }
+        }
+        messages.push(e.to_string());
+        cur = e.source();
+        depth += 1;
+        if depth > 16 {
+            break;
+        }
+    }
+    let text = messages.join(": ");
+    let lower = text.to_ascii_lowercase();
+    let code = if lower.contains("checksum") || lower.contains("crc") {
+        ReasonCode::CrcMismatch
+    } else if lower.contains("too much memory") || lower.contains("window") {
+        ReasonCode::ResourceLimit
+    } else {
+        ReasonCode::Corrupt
+    };
+    let detail = if err.kind() == io::ErrorKind::UnexpectedEof {
+        format!("truncated: {}", display_name(text.as_bytes()))
+    } else {
+        display_name(text.as_bytes())
+    };
+    let reason = Reason::new(code, detail);
+    match entry {
+        Some(name) => reason.entry(display_name(name)),
+        None => reason,
+    }
+}
+
+pub(crate) struct Sink<'a> {
+    limits: &'a Limits,
+    writer: Writer<'a>,
+    nodes: HashMap<String, Node>,
+    nfc: HashMap<String, String>,
+    fold: HashMap<String, String>,
+    raw_count: u64,
+    bytes_out: u64,
+    consumed: Counter,
+    buf: Vec<u8>,
+}
+
+fn write_failed(err: io::Error, path: &str) -> Stop {
+    match err.raw_os_error().map(Errno::from_raw) {
+        // Our walk never follows symlinks: hitting one, or a non-directory, means an entry tried
+        // to go through something that is not a directory we made.
+        Some(Errno::ELOOP) | Some(Errno::ENOTDIR) => Stop::Reject(
+            Reason::new(ReasonCode::LinkTraversal, "a parent of this entry is not a directory we created").entry(path),
+        ),
+        Some(Errno::EEXIST) => Stop::Reject(Reason::new(ReasonCode::DuplicatePath, "the path already exists").entry(path)),
+        Some(Errno::EFBIG) => Stop::Reject(
+            Reason::new(ReasonCode::ResourceLimit, "the file-size resource limit was reached").entry(path),
+        ),
+        _ => Stop::Fault(EngineError::Staging(err)),
+    }
+}
+
+impl<'a> Sink<'a> {
+    pub(crate) fn new(limits: &'a Limits, staging: BorrowedFd<'a>, _artifact_size: u64, consumed: Counter) -> Self {
+        Self {
+            limits,
+            writer: Writer::new(staging),
+            nodes: HashMap::new(),
+            nfc: HashMap::new(),
+            fold: HashMap::new(),
+            raw_count: 0,
+            bytes_out: 0,
+            consumed,
+            buf: vec![0u8; 64 * 1024],
+        }
+    }
+
+    pub(crate) fn limits(&self) -> &Limits {
+        self.limits
+    }
+
+    /// Count one archive header (including ones that create nothing, e.g. `./`).
+    pub(crate) fn count_header(&mut self) -> Result<(), Stop> {
+        self.raw_count += 1;
+        if self.raw_count > self.limits.max_entries {
+            return Err(Reason::new(ReasonCode::EntryCount, "too many entries in the archive")
+                .limit(self.limits.max_entries, self.raw_count)
+                .into());
+        }
+        Ok(())
+    }
+
+    /// The bytes-out : bytes-consumed rule, checked against a given produced count.
+    pub(crate) fn check_ratio(limits: &Limits, produced: u64, consumed: u64) -> Result<(), Reason> {
+        if produced > limits.ratio_threshold_bytes && produced > limits.max_ratio.saturating_mul(consumed) {
+            let observed = produced / consumed.max(1);
+            return Err(Reason::new(
+                ReasonCode::Ratio,
+                format!("{produced} bytes produced from {consumed} bytes of input"),
+            )
+            .limit(limits.max_ratio, observed));
+        }
+        Ok(())
+    }
+
+    fn check_node_count(&self) -> Result<(), Stop> {
+        let nodes = self.nodes.len() as u64 + 1;
+        if nodes > self.limits.max_entries {
+            return Err(Reason::new(ReasonCode::EntryCount, "too many files and directories")
+                .limit(self.limits.max_entries, nodes)
+                .into());
+        }
+        Ok(())
+    }
+
+    /// Refuse a new path whose Unicode or case-folded spelling is already taken.
+    fn check_twins(&self, path: &str) -> Result<(String, String), Stop> {
+        let nfc = nfc_key(path);
+        if let Some(other) = self.nfc.get(&nfc) {
+            return Err(Reason::new(
+                ReasonCode::UnicodeCollision,
+                format!("same name as {:?} after Unicode normalisation", display_name(other.as_bytes())),
+            )
+            .entry(path)
+            .into());
+        }
+        let fold = fold_key(path);
+        if let Some(other) = self.fold.get(&fold) {
+            return Err(Reason::new(
+                ReasonCode::CaseCollision,
+                format!("same name as {:?} on a case-insensitive filesystem", display_name(other.as_bytes())),
+            )
+            .entry(path)
+            .into());
+        }
+        Ok((nfc, fold))
+    }
+
+    fn insert(&mut self, path: String, keys: (String, String), node: Node) {
+        self.nfc.insert(keys.0, path.clone());
+        self.fold.insert(keys.1, path.clone());
+        self.nodes.insert(path, node);
+    }
+
+    /// Make sure every parent of `path` is a directory, creating missing ones (implicitly).
+    fn ensure_parents(&mut self, path: &SafeRelPath) -> Result<(), Stop> {
+        let Some(parent) = path.parent() else { return Ok(()) };
+        let mut end = 0;
+        let parent = parent.to_owned();
+        loop {
+            end = parent[end..].find('/').map_or(parent.len(), |i| end + i);
+            let prefix = &parent[..end];
+            match self.nodes.get(prefix).map(|n| n.kind) {
+                Some(Kind::Dir) => {}
+                Some(Kind::File) => {
+                    return Err(Reason::new(ReasonCode::DuplicatePath, format!("{prefix:?} is a file, not a directory"))
+                        .entry(path.as_str())
+                        .into());
+                }
+                Some(Kind::Symlink) => {
+                    return Err(Reason::new(ReasonCode::LinkTraversal, format!("{prefix:?} is a symlink"))
+                        .entry(path.as_str())
+                        .into());
+                }
+                None => {
+                    let keys = self.check_twins(prefix)?;
+                    self.check_node_count()?;
+                    self.writer.mkdir(prefix).map_err(|e| write_failed(e, prefix))?;
+                    let node = Node {
+                        kind: Kind::Dir,
+                        explicit: false,
+                        size: 0,
+                        mode: 0o755,
+                        sha256: None,
+                        target: None,
+                        flags: Vec::new(),
+                    };
+                    self.insert(prefix.to_owned(), keys, node);
+                }
+            }
+            if end == parent.len() {
+                return Ok(());
+            }
+            end += 1;
+        }
+    }
+
+    /// Admit one archive entry; `data` yields its content (files) and is otherwise unused.
+    pub(crate) fn add(&mut self, raw: RawEntry<'_>, data: &mut dyn Read) -> Result<(), Stop> {
+        self.count_header()?;
+        let path = match SafeRelPath::parse(raw.name, self.limits)? {
+            Parsed::Path(p) => p,
+            Parsed::Root => {
+                return match raw.kind {
+                    // `./` in a tarball is the root itself: nothing to create.
+                    RawKind::Dir => Ok(()),
+                    _ => Err(Reason::new(ReasonCode::InvalidName, "entry has an empty name")
+                        .entry(display_name(raw.name))
+                        .into()),
+                };
+            }
+        };
+        if let RawKind::Special(what) = raw.kind {
+            return Err(Reason::new(ReasonCode::DeviceEntry, format!("{what} entries are never extracted"))
+                .entry(path.as_str())
+                .into());
+        }
+        self.ensure_parents(&path)?;
+        let is_dir = matches!(raw.kind, RawKind::Dir);
+        let keys = match self.nodes.get_mut(path.as_str()) {
+            Some(node) if is_dir && node.kind == Kind::Dir && !node.explicit => {
+                // An explicit directory entry after its implicit creation: fine, once.
+                node.explicit = true;
+                if raw.mode & 0o7022 != 0 {
+                    node.flags.push(Flag::ModeSanitised);
+                }
+                return Ok(());
+            }
+            Some(node) => {
+                let what = match node.kind {
+                    Kind::Dir => "a directory",
+                    Kind::File => "a file",
+                    Kind::Symlink => "a symlink",
+                };
+                return Err(Reason::new(ReasonCode::DuplicatePath, format!("the archive already created {what} here"))
+                    .entry(path.as_str())
+                    .into());
+            }
+            None => self.check_twins(path.as_str())?,
+        };
+        self.check_node_count()?;
+        let sanitised = raw.mode & 0o7022 != 0;
+        let node = match raw.kind {
+            RawKind::Dir => {
+                self.writer.mkdir(path.as_str()).map_err(|e| write_failed(e, path.as_str()))?;
+                let flags = if sanitised { vec![Flag::ModeSanitised] } else { Vec::new() };
+                Node { kind: Kind::Dir, explicit: true, size: 0, mode: 0o755, sha256: None, target: None, flags }
+            }
+            RawKind::File => self.write_file(&path, raw.mode, raw.declared_size, data)?,
+            RawKind::Symlink(target) => self.make_symlink(&path, &target)?,
+            RawKind::HardLink(target) => self.copy_hardlink(&path, raw.mode, &target)?,
+            RawKind::Special(what) => {
+                return Err(Reason::new(ReasonCode::DeviceEntry, format!("{what} entries are never extracted"))
+                    .entry(path.as_str())
+                    .into());
+            }
+        };
+        self.insert(path.as_str().to_owned(), keys, node);
+        Ok(())
+    }
+
+    fn write_file(&mut self, path: &SafeRelPath, mode: u32, declared: Option<u64>, data: &mut dyn Read) -> Result<Node, Stop> {
+        let p = path.as_str();
+        let mut file = self.writer.create_file(p).map_err(|e| write_failed(e, p))?;
+        let mut hasher = Hasher::new();
+        let mut head: Vec<u8> = Vec::new();
+        let mut written: u64 = 0;
+        loop {
+            let n = match data.read(&mut self.buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(classify(&e, Some(p.as_bytes())).into()),
+            };
+            written += n as u64;
+            self.bytes_out += n as u64;
+            // Limits are checked on bytes produced, before they reach the disk.
+            if written > self.limits.max_file_bytes {
+                return Err(Reason::new(ReasonCode::FileSize, "file is larger than the limit")
+                    .entry(p)
+                    .limit(self.limits.max_file_bytes, written)
+                    .into());
+            }
+            if self.bytes_out > self.limits.max_expanded_bytes {
+                return Err(Reason::new(ReasonCode::ExpandedSize, "the archive expands to more than the limit")
+                    .entry(p)
+                    .limit(self.limits.max_expanded_bytes, self.bytes_out)
+                    .into());
+            }
+            Self::check_ratio(self.limits, self.bytes_out, self.consumed.get()).map_err(|r| r.entry(p))?;
+            let chunk = &self.buf[..n];
+            if head.len() < 512 {
+                let take = (512 - head.len()).min(n);
+                head.extend_from_slice(&chunk[..take]);
+            }
+            hasher.update(chunk);
+            file.write_all(chunk).map_err(|e| write_failed(e, p))?;
+        }
+        if let Some(declared) = declared {
+            if declared != written {
+                return Err(Reason::new(
+                    ReasonCode::Corrupt,
+                    format!("header declares {declared} bytes, the data holds {written}"),
+                )
+                .entry(p)
+                .into());
+            }
+        }
+        let executable = mode & 0o111 != 0;
+        Writer::finish_file(&file, executable).map_err(|e| write_failed(e, p))?;
+        let (digest, _) = hasher.finish();
+        let flags = inventory::file_flags(p, &head, executable, mode & 0o7022 != 0);
+        Ok(Node {
+            kind: Kind::File,
+            explicit: true,
+            size: written,
+            mode: if executable { 0o755 } else { 0o644 },
+            sha256: Some(digest),
+            target: None,
+            flags,
+        })
+    }
+
+    fn make_symlink(&mut self, path: &SafeRelPath, target: &[u8]) -> Result<Node, Stop> {
+        let p = path.as_str();
+        let reject = |detail: &str| -> Stop { Reason::new(ReasonCode::LinkEscape, detail).entry(p).into() };
+        if !self.limits.allow_symlinks {
+            return Err(reject("symlinks are not allowed by policy"));
+        }
+        let Ok(t) = std::str::from_utf8(target) else {
+            return Err(Reason::new(ReasonCode::InvalidName, "symlink target is not valid UTF-8").entry(p).into());
+        };
+        if t.is_empty() || t.chars().any(|c| c.is_control()) || t.contains('\\') {
+            return Err(Reason::new(ReasonCode::InvalidName, "symlink target is empty or has control characters or backslashes")
+                .entry(p)
+                .into());
+        }
+        if t.len() as u64 > self.limits.max_path_bytes {
+            return Err(Reason::new(ReasonCode::PathLength, "symlink target is too long")
+                .entry(p)
+                .limit(self.limits.max_path_bytes, t.len() as u64)
+                .into());
+        }
+        if t.starts_with('/') {
+            return Err(reject("symlink target is absolute"));
+        }
+        // Whether it stays inside and points at something is decided once the tree is complete.
+        self.writer.symlink(p, t).map_err(|e| write_failed(e, p))?;
+        Ok(Node {
+            kind: Kind::Symlink,
+            explicit: true,
+            size: t.len() as u64,
+            mode: 0o777,
+            sha256: None,
+            target: Some(t.to_owned()),
+            flags: Vec::new(),
+        })
+    }
+
+    fn copy_hardlink(&mut self, path: &SafeRelPath, mode: u32, target: &[u8]) -> Result<Node, Stop> {
+        let p = path.as_str();
+        let refuse = |detail: &str| -> Stop { Reason::new(ReasonCode::Hardlink, detail).entry(p).into() };
+        if self.limits.hardlinks == HardlinkPolicy::Reject {
+            return Err(refuse("hard links are not allowed by policy"));
+        }
+        let source = match SafeRelPath::parse(target, self.limits) {
+            Ok(Parsed::Path(s)) => s,
+            _ => return Err(refuse("hard link target is not a valid name inside the archive")),
+        };
+        let is_file = self.nodes.get(source.as_str()).is_some_and(|n| n.kind == Kind::File);
+        if !is_file {
+            return Err(refuse("hard link target is not a regular file extracted earlier"));
+        }
+        let mut src = self.writer.open_for_copy(source.as_str()).map_err(|e| write_failed(e, source.as_str()))?;
+        // The copy counts as produced bytes: link farms cannot multiply output for free.
+        self.write_file(path, mode, None, &mut src)
+    }
+
+    /// Checks that need the complete tree: symlink targets, and `SKILL.md` at the root.
+    pub(crate) fn finish(&mut self, format: Format) -> Result<(), Stop> {
+        let mut links: Vec<(&String, &Node)> = self.nodes.iter().filter(|(_, n)| n.kind == Kind::Symlink).collect();
+        links.sort_by(|a, b| a.0.cmp(b.0));
+        for (path, node) in links {
+            let target = node.target.as_deref().unwrap_or("");
+            self.resolve(path, target).map_err(|detail| {
+                Stop::Reject(Reason::new(ReasonCode::LinkEscape, detail).entry(path.as_str()))
+            })?;
+        }
+        if format != Format::SkillMd && self.limits.require_skill_md {
+            match self.nodes.get("SKILL.md").map(|n| n.kind) {
+                Some(Kind::File) => {}
+                Some(Kind::Dir) | Some(Kind::Symlink) => {
+                    return Err(Reason::new(ReasonCode::MissingSkillMd, "SKILL.md at the root is not a regular file").into());
+                }
+                None => {
+                    let hint = if self.nodes.keys().any(|k| k.ends_with("/SKILL.md")) {
+                        " (one exists in a subdirectory; the package root must hold it)"
+                    } else {
+                        ""
+                    };
+                    return Err(Reason::new(ReasonCode::MissingSkillMd, format!("no SKILL.md at the archive root{hint}")).into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Resolve a symlink the way the kernel would, but over the package's own tree: every
+    /// component must exist in the package and no step may leave the root.
+    fn resolve<'s>(&'s self, link_path: &'s str, target: &str) -> Result<(), String> {
+        let mut stack: Vec<&str> = link_path.split('/').collect();
+        stack.pop();
+        let mut pending: Vec<String> = target.split('/').rev().map(str::to_owned).collect();
+        let mut hops = 0u32;
+        while let Some(comp) = pending.pop() {
+            match comp.as_str() {
+                "" | "." => continue,
+                ".." => {
+                    if stack.pop().is_none() {
+                        return Err(format!("symlink target {target:?} leaves the package root"));
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let mut probe = stack.join("/");
+            if !probe.is_empty() {
+                probe.push('/');
+            }
+            probe.push_str(&comp);
+            let Some((key, node)) = self.nodes.get_key_value(probe.as_str()) else {
+                return Err(format!("symlink target {target:?} points at nothing in the package"));
+            };
+            match node.kind {
+                Kind::Dir => stack = key.split('/').collect(),
+                Kind::File => {
+                    if pending.iter().any(|c| !c.is_empty() && c != ".") {
+                        return Err(format!("symlink target {target:?} goes through a regular file"));
+                    }
+                    stack = key.split('/').collect();
+                }
+                Kind::Symlink => {
+                    hops += 1;
+                    if hops > MAX_SYMLINK_HOPS {
+                        return Err(format!("symlink target {target:?} loops"));
+                    }
+                    let inner = node.target.as_deref().unwrap_or("");
+                    if inner.starts_with('/') {
+                        return Err(format!("symlink target {target:?} leads to an absolute symlink"));
+                    }
+                    stack = key.split('/').collect();
+                    stack.pop();
+                    pending.extend(inner.split('/').rev().map(str::to_owned));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn totals(&self, bytes_in: u64) -> Totals {
+        let count = |k: Kind| self.nodes.values().filter(|n| n.kind == k).count() as u64;
+        Totals {
+            entries: self.nodes.len() as u64,
+            files: count(Kind::File),
+            dirs: count(Kind::Dir),
+            symlinks: count(Kind::Symlink),
+            bytes_in,
+            bytes_out: self.bytes_out,
+            ratio: inventory::ratio(self.bytes_out, bytes_in),
+        }
+    }
+
+    /// Totals at the moment processing stopped (reported with a rejection).
+    pub(crate) fn partial_totals(&self, bytes_in: u64) -> Totals {
+        Totals { entries: 0, files: 0, dirs: 0, symlinks: 0, ..self.totals(bytes_in) }
+    }
+
+    pub(crate) fn clear(&mut self) -> io::Result<()> {
+        self.writer.clear()
+    }
+
+    /// The sorted inventory and totals of an accepted extraction.
+    pub(crate) fn into_inventory(self, bytes_in: u64) -> (Vec<Entry>, Totals) {
+        let totals = self.totals(bytes_in);
+        let mut entries: Vec<Entry> = self
+            .nodes
+            .into_iter()
+            .map(|(path, n)| Entry {
+                path,
+                kind: n.kind,
+                size: n.size,
+                mode: format!("{:04o}", n.mode),
+                sha256: n.sha256,
+                link_target: n.target,
+                flags: n.flags,
+            })
+            .collect();
+        entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        (entries, totals)
+    }
+}
+

@@ -1,0 +1,212 @@
+//! Tar reader for plain, gzip- and zstd-compressed tarballs.
+//!
+//! Entries are read in the crate's raw mode so that GNU long names and PAX records are
+//! handled here with hard bounds (the crate would read them whole into memory). A guard
+//! between decoder and parser counts every decoded byte, headers and padding included, so a
+//! bomb hidden in metadata, in skipped data or after the end marker is refused as early as
+//! one hidden in file contents. Data after the end-of-archive marker must be zero padding.
+
+use std::io::{self, Cursor, Read};
+
+use super::detect::is_tar_header;
+use super::input::Counter;
+use super::sink::{classify, reason_io, RawEntry, RawKind, Sink};
+use super::policy::Limits;
+use super::Stop;
+use crate::reason::{display_name, Reason, ReasonCode};
+
+/// Largest PAX extended header we read (paths are at most 4 KiB; this leaves room for the
+/// harmless records real tools add).
+const MAX_PAX_BYTES: u64 = 64 * 1024;
+
+/// Enforces the ratio rule and an absolute cap on decoded bytes, whatever they are used for.
+struct DecodeGuard<R> {
+    inner: R,
+    decoded: u64,
+    cap: u64,
+    counter: Counter,
+    limits: Limits,
+}
+
+impl<R: Read> Read for DecodeGuard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.decoded += n as u64;
+        if self.decoded > self.cap {
+            return Err(reason_io(
+                Reason::new(ReasonCode::ExpandedSize, "the compressed stream expands past the limit")
+                    .limit(self.limits.max_expanded_bytes, self.decoded),
+            ));
+        }
+        Sink::check_ratio(&self.limits, self.decoded, self.counter.get()).map_err(reason_io)?;
+        Ok(n)
+    }
+}
+
+/// A compressed tarball: check the decoded bytes really are tar, then read it under a guard.
+pub(crate) fn read_decoded<R: Read>(decoder: R, sink: &mut Sink<'_>, counter: &Counter) -> Result<(), Stop> {
+    let limits = sink.limits().clone();
+    // Headers and padding are overhead on top of file bytes: allow 1.5 KiB per entry for them.
+    let cap = limits
+        .max_expanded_bytes
+        .saturating_add(limits.max_entries.saturating_mul(1536))
+        .saturating_add(1024 * 1024);
+    let mut guard = DecodeGuard { inner: decoder, decoded: 0, cap, counter: counter.clone(), limits };
+    let mut head = vec![0u8; 512];
+    let mut filled = 0;
+    while filled < head.len() {
+        match guard.read(&mut head[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(classify(&e, None).into()),
+        }
+    }
+    if filled == 0 {
+        return Err(Reason::new(ReasonCode::Corrupt, "the compressed stream is empty").into());
+    }
+    if !is_tar_header(&head[..filled]) && head[..filled].iter().any(|b| *b != 0) {
+        return Err(Reason::new(ReasonCode::UnsupportedFormat, "the compressed stream does not hold a tar archive").into());
+    }
+    head.truncate(filled);
+    read(Cursor::new(head).chain(guard), sink)
+}
+
+/// Parse PAX records we act on: `path`, `linkpath`, `size`. Other keys are ignored.
+struct Pax {
+    path: Option<Vec<u8>>,
+    linkpath: Option<Vec<u8>>,
+    size: Option<u64>,
+}
+
+fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
+    let mut pax = Pax { path: None, linkpath: None, size: None };
+    for ext in tar::PaxExtensions::new(data) {
+        let ext = ext.map_err(|e| Reason::new(ReasonCode::Corrupt, format!("malformed PAX record: {e}")))?;
+        match ext.key_bytes() {
+            b"path" => pax.path = Some(ext.value_bytes().to_vec()),
+            b"linkpath" => pax.linkpath = Some(ext.value_bytes().to_vec()),
+            b"size" => {
+                let v = std::str::from_utf8(ext.value_bytes())
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .ok_or_else(|| Reason::new(ReasonCode::Corrupt, "PAX size is not a number"))?;
+                pax.size = Some(v);
+            }
+            _ => {}
+        }
+    }
+    Ok(pax)
+}
+
+fn read_bounded(r: &mut dyn Read, max: u64, what: &str) -> Result<Vec<u8>, Stop> {
+    let mut out = Vec::new();
+    r.take(max + 1).read_to_end(&mut out).map_err(|e| Stop::Reject(classify(&e, None)))?;
+    if out.len() as u64 > max {
+        return Err(Reason::new(ReasonCode::PathLength, format!("{what} is longer than the limit"))
+            .limit(max, out.len() as u64)
+            .into());
+    }
+    while out.last() == Some(&0) {
+        out.pop();
+    }
+    Ok(out)
+}
+
+fn tar_error(e: &io::Error) -> Stop {
+    let r = classify(e, None);
+    // A tar header checksum is structural damage, not a data CRC.
+    if r.code == ReasonCode::CrcMismatch && r.detail.contains("header checksum") {
+        return Reason::new(ReasonCode::Corrupt, r.detail).into();
+    }
+    r.into()
+}
+
+/// Read a (decoded) tar stream entry by entry into the sink.
+pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> {
+    let limits = sink.limits().clone();
+    let mut archive = tar::Archive::new(reader);
+    {
+        let entries = archive.entries().map_err(|e| tar_error(&e))?.raw(true);
+        let mut long_name: Option<Vec<u8>> = None;
+        let mut long_link: Option<Vec<u8>> = None;
+        let mut pax: Option<Pax> = None;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| tar_error(&e))?;
+            let ty = entry.header().entry_type();
+            if ty.is_gnu_longname() || ty.is_gnu_longlink() || ty.is_pax_local_extensions() || ty.is_pax_global_extensions() {
+                sink.count_header()?;
+                if ty.is_gnu_longname() {
+                    long_name = Some(read_bounded(&mut entry, limits.max_path_bytes, "GNU long name")?);
+                } else if ty.is_gnu_longlink() {
+                    long_link = Some(read_bounded(&mut entry, limits.max_path_bytes, "GNU long link")?);
+                } else if ty.is_pax_local_extensions() {
+                    let data = read_bounded(&mut entry, MAX_PAX_BYTES, "PAX header")?;
+                    pax = Some(parse_pax(&data)?);
+                }
+                // Global PAX headers carry nothing we honour; their data is skipped (and counted).
+                continue;
+            }
+            let pax_now = pax.take();
+            let (pax_path, pax_link, pax_size) = match pax_now {
+                Some(p) => (p.path, p.linkpath, p.size),
+                None => (None, None, None),
+            };
+            let name = pax_path.or_else(|| long_name.take()).unwrap_or_else(|| entry.path_bytes().into_owned());
+            long_name = None;
+            let link = pax_link.or_else(|| long_link.take()).or_else(|| entry.link_name_bytes().map(|c| c.into_owned()));
+            long_link = None;
+            if let Some(size) = pax_size {
+                if size != entry.size() {
+                    return Err(Reason::new(ReasonCode::HeaderMismatch, "PAX size disagrees with the header size")
+                        .entry(display_name(&name))
+                        .into());
+                }
+            }
+            let mode = entry.header().mode().unwrap_or(0o644);
+            let link_or_empty = || link.clone().unwrap_or_default();
+            let kind = match ty {
+                tar::EntryType::Regular | tar::EntryType::Continuous => RawKind::File,
+                tar::EntryType::Directory => RawKind::Dir,
+                tar::EntryType::Symlink => RawKind::Symlink(link_or_empty()),
+                tar::EntryType::Link => RawKind::HardLink(link_or_empty()),
+                tar::EntryType::Char => RawKind::Special("character device"),
+                tar::EntryType::Block => RawKind::Special("block device"),
+                tar::EntryType::Fifo => RawKind::Special("FIFO"),
+                tar::EntryType::GNUSparse => {
+                    return Err(Reason::new(ReasonCode::UnsupportedMethod, "GNU sparse files are not accepted")
+                        .entry(display_name(&name))
+                        .into());
+                }
+                other => {
+                    return Err(Reason::new(
+                        ReasonCode::UnsupportedMethod,
+                        format!("tar entry type {:?} is not accepted", char::from(other.as_byte())),
+                    )
+                    .entry(display_name(&name))
+                    .into());
+                }
+            };
+            sink.add(RawEntry { name: &name, kind, mode, declared_size: None }, &mut entry)?;
+        }
+        if long_name.is_some() || long_link.is_some() || pax.is_some() {
+            return Err(Reason::new(ReasonCode::Corrupt, "archive ends with an extended header that describes nothing").into());
+        }
+    }
+    // Whatever follows the end marker must be zero padding; draining it also makes the
+    // decoder verify the gzip/zstd trailer checksum.
+    let mut rest = archive.into_inner();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match rest.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(tar_error(&e)),
+        };
+        if buf[..n].iter().any(|b| *b != 0) {
+            return Err(Reason::new(ReasonCode::Corrupt, "data after the end-of-archive marker").into());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! The only code that creates files: everything beneath one directory fd, no symlink followed.
+//!
+//! Every parent directory is reached by a component-wise `openat(O_NOFOLLOW | O_DIRECTORY)`
+//! walk from the staging fd, and every leaf is created with `O_CREAT | O_EXCL | O_NOFOLLOW`
+//! (or `mkdirat` / `symlinkat`, which never follow the final component). We deliberately do not
+//! use `openat2(RESOLVE_BENEATH)`: its flags sit behind a pointer seccomp cannot inspect, while
+//! `openat`'s flags can be pinned by the filter (SANDBOX.md trap 2). A planted symlink in a
+//! parent position therefore fails with `ELOOP`/`ENOTDIR` instead of being followed.
+//! No chown, no timestamps, no xattrs: only names, bytes and sanitised modes.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fchmod, mkdirat, Mode};
+use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
+
+/// Creates entries beneath a root directory fd, caching the open chain of the last directory.
+pub struct Writer<'a> {
+    root: BorrowedFd<'a>,
+    /// Open directories from the root down to the last parent used: (component, fd).
+    chain: Vec<(String, OwnedFd)>,
+}
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+fn split(path: &str) -> (Option<&str>, &str) {
+    match path.rfind('/') {
+        Some(i) => (Some(&path[..i]), &path[i + 1..]),
+        None => (None, path),
+    }
+}
+
+impl<'a> Writer<'a> {
+    pub fn new(root: BorrowedFd<'a>) -> Self {
+        Self { root, chain: Vec::new() }
+    }
+
+    /// The fd of directory `parent` (relative, normalised), opened without following symlinks.
+    fn parent_fd(&mut self, parent: Option<&str>) -> io::Result<BorrowedFd<'_>> {
+        let wanted: Vec<&str> = parent.map(|p| p.split('/').collect()).unwrap_or_default();
+        let common = self
+            .chain
+            .iter()
+            .zip(wanted.iter())
+            .take_while(|((have, _), want)| have == *want)
+            .count();
+        self.chain.truncate(common);
+        for comp in &wanted[common..] {
+            let fd = {
+                let base = self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd());
+                openat(base, *comp, dir_flags(), Mode::empty())?
+            };
+            self.chain.push(((*comp).to_owned(), fd));
+        }
+        Ok(self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd()))
+    }
+
+    /// Create directory `path` with mode 0755. Fails if anything exists there.
+    pub fn mkdir(&mut self, path: &str) -> io::Result<()> {
+        let (parent, name) = split(path);
+        let dir = self.parent_fd(parent)?;
+        mkdirat(dir, name, Mode::from_bits_truncate(0o755))?;
+        Ok(())
+    }
+
+    /// Create regular file `path` (must not exist) for writing; mode set by [`Self::finish_file`].
+    pub fn create_file(&mut self, path: &str) -> io::Result<File> {
+        let (parent, name) = split(path);
+        let dir = self.parent_fd(parent)?;
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o600))?;
+        Ok(File::from(fd))
+    }
+
+    /// Set the final, sanitised mode (0644 or 0755) on a file we created; independent of umask.
+    pub fn finish_file(file: &File, executable: bool) -> io::Result<()> {
+        let mode = if executable { 0o755 } else { 0o644 };
+        fchmod(file.as_fd(), Mode::from_bits_truncate(mode))?;
+        Ok(())
+    }
+
+    /// Open a regular file we created earlier, for reading (hard-link copies).
+    pub fn open_for_copy(&mut self, path: &str) -> io::Result<File> {
+        let (parent, name) = split(path);
+        let dir = self.parent_fd(parent)?;
+        let fd = openat(dir, name, OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())?;
+        Ok(File::from(fd))
+    }
+
+    /// Create symlink `path` -> `target`. `symlinkat` never follows the new name.
+    pub fn symlink(&mut self, path: &str, target: &str) -> io::Result<()> {
+        let (parent, name) = split(path);
+        let dir = self.parent_fd(parent)?;
+        symlinkat(target, dir, name)?;
+        Ok(())
+    }
+
+    /// Remove everything beneath the root (not the root itself). Used on every rejection.
+    pub fn clear(&mut self) -> io::Result<()> {
+        self.chain.clear();
+        clear_beneath(self.root, 0)
+    }
+}
+
+/// Remove every entry beneath `dir`, recursing without following symlinks.
+pub fn clear_beneath(dir: BorrowedFd<'_>, depth: u32) -> io::Result<()> {
+    // Deeper than anything the policy lets us create: something else is going on.
+    if depth > 4096 {
+        return Err(io::Error::other("directory tree too deep to clear"));
+    }
+    let names = {
+        let fd = openat(dir, ".", dir_flags(), Mode::empty())?;
+        let mut d = nix::dir::Dir::from_fd(fd)?;
+        let mut names = Vec::new();
+        for ent in d.iter() {
+            let ent = ent?;
+            let name = ent.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            names.push((ent.file_name().to_owned(), ent.file_type()));
+        }
+        names
+    };
+    for (name, ty) in names {
+        let is_dir = match ty {
+            Some(nix::dir::Type::Directory) => true,
+            Some(_) => false,
+            None => match unlinkat(dir, name.as_c_str(), UnlinkatFlags::NoRemoveDir) {
+                Ok(()) => continue,
+                Err(Errno::EISDIR) => true,
+                Err(e) => return Err(e.into()),
+            },
+        };
+        if is_dir {
+            let sub = openat(dir, name.as_c_str(), dir_flags(), Mode::empty())?;
+            clear_beneath(sub.as_fd(), depth + 1)?;
+            unlinkat(dir, name.as_c_str(), UnlinkatFlags::RemoveDir)?;
+        } else {
+            unlinkat(dir, name.as_c_str(), UnlinkatFlags::NoRemoveDir)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn root() -> (tempfile::TempDir, OwnedFd) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        (dir, OwnedFd::from(fd))
+    }
+
+    #[test]
+    fn creates_beneath_and_refuses_planted_symlinks() {
+        let (dir, fd) = root();
+        let outside = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let mut w = Writer::new(fd.as_fd());
+        w.mkdir("a").unwrap_or_else(|e| panic!("{e}"));
+        let mut f = w.create_file("a/x").unwrap_or_else(|e| panic!("{e}"));
+        f.write_all(b"hi").unwrap_or_else(|e| panic!("{e}"));
+        Writer::finish_file(&f, false).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read(dir.path().join("a/x")).unwrap_or_default(), b"hi");
+
+        // A symlink planted by someone else must not be followed as a parent.
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("evil")).unwrap_or_else(|e| panic!("{e}"));
+        let err = w.create_file("evil/owned").err().map(|e| e.raw_os_error());
+        assert!(matches!(err, Some(Some(libc_eloop)) if libc_eloop == Errno::ELOOP as i32 || libc_eloop == Errno::ENOTDIR as i32));
+        // ... nor as a leaf.
+        let err = w.create_file("evil").err().map(|e| e.raw_os_error());
+        assert_eq!(err, Some(Some(Errno::EEXIST as i32)));
+        assert_eq!(std::fs::read_dir(outside.path()).map(|d| d.count()).unwrap_or(99), 0);
+
+        w.clear().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(99), 0);
+        assert!(outside.path().exists());
+    }
+}

@@ -1,0 +1,131 @@
+//! Zip reader: central directory via the `zip` crate, checked before a byte is inflated.
+//!
+//! Before any entry is extracted the whole archive is vetted: duplicate central-directory
+//! names, entries whose bytes overlap (a known bomb construction), and local headers that
+//! disagree with the central directory or are missing from it (the two views a zip offers,
+//! which different tools trust differently). Only stored and deflated entries are read; the
+//! crate checks each entry's CRC when its data ends, and the sink checks the produced size.
+
+use std::io::{self, Read};
+
+use zip::result::ZipError;
+use zip::CompressionMethod;
+
+use super::input::ArtifactReader;
+use super::sink::{classify, RawEntry, RawKind, Sink};
+use super::Stop;
+use crate::reason::{display_name, Reason, ReasonCode};
+
+const S_IFMT: u32 = 0o170000;
+
+fn zip_error(err: ZipError, entry: Option<&[u8]>) -> Stop {
+    let with_entry = |r: Reason| match entry {
+        Some(n) => r.entry(display_name(n)),
+        None => r,
+    };
+    let reason = match err {
+        ZipError::Io(e) => classify(&e, entry),
+        ZipError::UnsupportedArchive(msg) => {
+            let lower = msg.to_ascii_lowercase();
+            let code = if lower.contains("password") || lower.contains("encrypt") {
+                ReasonCode::Encrypted
+            } else if lower.contains("compression") || lower.contains("method") {
+                ReasonCode::UnsupportedMethod
+            } else {
+                ReasonCode::Corrupt
+            };
+            with_entry(Reason::new(code, msg.to_string()))
+        }
+        ZipError::InvalidArchive(msg) => with_entry(Reason::new(ReasonCode::Corrupt, msg.to_string())),
+        other => with_entry(Reason::new(ReasonCode::Corrupt, other.to_string())),
+    };
+    Stop::Reject(reason)
+}
+
+pub(crate) fn read(input: ArtifactReader<'_>, sink: &mut Sink<'_>) -> Result<(), Stop> {
+    let reader = io::BufReader::with_capacity(64 * 1024, input);
+    let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_error(e, None))?;
+    let limits = sink.limits().clone();
+    if archive.len() as u64 > limits.max_entries {
+        return Err(Reason::new(ReasonCode::EntryCount, "too many entries in the central directory")
+            .limit(limits.max_entries, archive.len() as u64)
+            .into());
+    }
+    if archive.has_duplicate_names() {
+        return Err(Reason::new(ReasonCode::DuplicatePath, "the central directory lists the same name twice").into());
+    }
+    if archive.has_overlapping_entries().map_err(|e| zip_error(e, None))? {
+        return Err(Reason::new(
+            ReasonCode::OverlappingEntries,
+            "two entries share bytes of the archive (overlapping-file bomb construction)",
+        )
+        .into());
+    }
+    if let Err(e) = archive.validate_header_consistency() {
+        return Err(match e {
+            ZipError::InvalidArchive(msg) => {
+                Reason::new(ReasonCode::HeaderMismatch, format!("local and central headers disagree: {msg}")).into()
+            }
+            other => zip_error(other, None),
+        });
+    }
+    for i in 0..archive.len() {
+        let (name, kind_bits, mode, size, method, encrypted) = {
+            let meta = archive.by_index_data(i).map_err(|e| zip_error(e, None))?;
+            let unix = meta.unix_mode();
+            (
+                meta.name_raw().to_vec(),
+                unix.map(|m| m & S_IFMT),
+                unix.map(|m| m & 0o7777),
+                meta.size(),
+                meta.compression(),
+                meta.encrypted(),
+            )
+        };
+        let shown = display_name(&name);
+        if encrypted {
+            return Err(Reason::new(ReasonCode::Encrypted, "entry is encrypted").entry(shown).into());
+        }
+        if !matches!(method, CompressionMethod::Stored | CompressionMethod::Deflated) {
+            return Err(Reason::new(ReasonCode::UnsupportedMethod, format!("compression method {method:?} is not accepted"))
+                .entry(shown)
+                .into());
+        }
+        let mut file = archive.by_index(i).map_err(|e| zip_error(e, Some(&name)))?;
+        let trailing_slash = name.ends_with(b"/");
+        let kind = match kind_bits {
+            Some(0o120000) => {
+                // A zip symlink stores its target as the entry's data.
+                let mut target = Vec::new();
+                (&mut file)
+                    .take(limits.max_path_bytes + 1)
+                    .read_to_end(&mut target)
+                    .map_err(|e| Stop::Reject(classify(&e, Some(&name))))?;
+                RawKind::Symlink(target)
+            }
+            Some(0o020000) => RawKind::Special("character device"),
+            Some(0o060000) => RawKind::Special("block device"),
+            Some(0o010000) => RawKind::Special("FIFO"),
+            Some(0o140000) => RawKind::Special("socket"),
+            Some(0o040000) => RawKind::Dir,
+            Some(0o100000) | Some(0) | None if trailing_slash => {
+                if size != 0 {
+                    return Err(Reason::new(ReasonCode::Corrupt, "directory entry carries data").entry(shown).into());
+                }
+                RawKind::Dir
+            }
+            Some(0o100000) | Some(0) | None => RawKind::File,
+            Some(other) => RawKind::Special(if other == 0o160000 { "whiteout" } else { "unknown-type" }),
+        };
+        let is_file = matches!(kind, RawKind::File);
+        let default_mode = if matches!(kind, RawKind::Dir) { 0o755 } else { 0o644 };
+        let raw = RawEntry {
+            name: &name,
+            kind,
+            mode: mode.unwrap_or(default_mode),
+            declared_size: if is_file { Some(size) } else { None },
+        };
+        sink.add(raw, &mut file)?;
+    }
+    Ok(())
+}

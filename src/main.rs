@@ -1,0 +1,314 @@
+//! The `skillbox` command line: parse arguments, call the library, print, exit.
+//!
+//! Exit codes are a contract: 0 accepted, 3 rejected, 1 operational error, 2 usage error.
+
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use skillbox::digest::Sha256Digest;
+use skillbox::extract::inventory::Outcome;
+use skillbox::extract::policy::Limits;
+use skillbox::extract::{ArtifactType, Request};
+use skillbox::reason::Verdict;
+
+const EXIT_ACCEPTED: u8 = 0;
+const EXIT_OPERATIONAL: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+const EXIT_REJECTED: u8 = 3;
+
+/// Sandboxed intake of Agent Skills artifacts: verify the digest, extract under a strict
+/// policy, and report an inventory or a rejection with a reason.
+#[derive(Parser, Debug)]
+#[command(name = "skillbox", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Verify and extract one artifact (a zip, tar, tar.gz or tar.zst archive, or a SKILL.md).
+    ///
+    /// Exit status: 0 accepted, 3 rejected (the reason is printed), 1 operational error,
+    /// 2 usage error. On rejection nothing is left on disk.
+    Extract(ExtractArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TypeArg {
+    /// A single SKILL.md file, staged byte for byte.
+    SkillMd,
+    /// A zip, tar, tar.gz or tar.zst archive with SKILL.md at its root.
+    Archive,
+}
+
+#[derive(Args, Debug)]
+struct ExtractArgs {
+    /// The artifact file. Its extension is a format hint when no media type is given.
+    artifact: PathBuf,
+    /// Expected digest, `sha256:<64 lowercase hex>`; a mismatch rejects (`digest_mismatch`).
+    #[arg(long)]
+    digest: Option<String>,
+    /// Declared artifact type [default: skill-md for a `.md` file, else archive].
+    #[arg(long = "type", value_enum)]
+    artifact_type: Option<TypeArg>,
+    /// Media type hint (e.g. the HTTP Content-Type); must agree with the bytes.
+    #[arg(long)]
+    media_type: Option<String>,
+    /// Directory to stage into; must not exist yet (it is created). Without it a temporary
+    /// directory is used and removed afterwards.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Limits file (.toml or .json; keys as in the README). Flags below override it.
+    #[arg(long)]
+    limits: Option<PathBuf>,
+    /// Print one JSON object (verdict, reason, artifact, entries, totals).
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    overrides: LimitOverrides,
+}
+
+/// Per-limit overrides. Sizes accept K, M, G suffixes (powers of 1024).
+#[derive(Args, Debug, Default)]
+struct LimitOverrides {
+    /// Largest artifact in bytes [default: 256M].
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    max_artifact_bytes: Option<u64>,
+    /// Most entries [default: 10000].
+    #[arg(long, value_name = "N")]
+    max_entries: Option<u64>,
+    /// Most bytes produced in total [default: 256M].
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    max_expanded_bytes: Option<u64>,
+    /// Most bytes produced for one file [default: 64M].
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    max_file_bytes: Option<u64>,
+    /// Largest expansion ratio once past the threshold [default: 200].
+    #[arg(long, value_name = "N")]
+    max_ratio: Option<u64>,
+    /// Bytes produced before the ratio rule applies [default: 1M].
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    ratio_threshold_bytes: Option<u64>,
+    /// Most path components [default: 32].
+    #[arg(long, value_name = "N")]
+    max_path_depth: Option<u64>,
+    /// Longest entry name in bytes [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_path_bytes: Option<u64>,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        None => (t, 1u64),
+        Some((i, _)) => {
+            let mult = match t[i..].to_ascii_lowercase().as_str() {
+                "k" | "kib" | "kb" => 1 << 10,
+                "m" | "mib" | "mb" => 1 << 20,
+                "g" | "gib" | "gb" => 1 << 30,
+                other => return Err(format!("unknown size suffix {other:?} (use K, M or G)")),
+            };
+            (&t[..i], mult)
+        }
+    };
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
+    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// An error with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+fn usage(message: impl Into<String>) -> Failure {
+    Failure { code: EXIT_USAGE, message: message.into() }
+}
+
+fn operational(message: impl Into<String>) -> Failure {
+    Failure { code: EXIT_OPERATIONAL, message: message.into() }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Extract(args) => cmd_extract(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("skillbox: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn build_limits(args: &ExtractArgs) -> Result<Limits, Failure> {
+    let mut limits = match &args.limits {
+        Some(path) => Limits::from_file(path).map_err(|e| usage(e.to_string()))?,
+        None => Limits::default(),
+    };
+    let o = &args.overrides;
+    let set = |slot: &mut u64, v: Option<u64>| {
+        if let Some(v) = v {
+            *slot = v;
+        }
+    };
+    set(&mut limits.max_artifact_bytes, o.max_artifact_bytes);
+    set(&mut limits.max_entries, o.max_entries);
+    set(&mut limits.max_expanded_bytes, o.max_expanded_bytes);
+    set(&mut limits.max_file_bytes, o.max_file_bytes);
+    set(&mut limits.max_ratio, o.max_ratio);
+    set(&mut limits.ratio_threshold_bytes, o.ratio_threshold_bytes);
+    set(&mut limits.max_path_depth, o.max_path_depth);
+    set(&mut limits.max_path_bytes, o.max_path_bytes);
+    limits.validate().map_err(|e| usage(e.to_string()))?;
+    Ok(limits)
+}
+
+/// Where the staged tree goes: the caller's `--out`, or a temporary directory we remove.
+enum Staging {
+    Kept(PathBuf),
+    Temporary(tempfile::TempDir),
+}
+
+impl Staging {
+    fn path(&self) -> &Path {
+        match self {
+            Staging::Kept(p) => p,
+            Staging::Temporary(t) => t.path(),
+        }
+    }
+}
+
+fn cmd_extract(args: ExtractArgs) -> Result<u8, Failure> {
+    let expected_digest = match &args.digest {
+        Some(d) => Some(d.parse::<Sha256Digest>().map_err(|e| usage(format!("--digest: {e}")))?),
+        None => None,
+    };
+    let limits = build_limits(&args)?;
+    let file_name = args.artifact.file_name().map(|n| n.to_string_lossy().into_owned());
+    let artifact_type = match args.artifact_type {
+        Some(TypeArg::SkillMd) => ArtifactType::SkillMd,
+        Some(TypeArg::Archive) => ArtifactType::Archive,
+        None if file_name.as_deref().is_some_and(|n| n.to_ascii_lowercase().ends_with(".md")) => ArtifactType::SkillMd,
+        None => ArtifactType::Archive,
+    };
+    let artifact = File::open(&args.artifact)
+        .map_err(|e| operational(format!("cannot open {}: {e}", args.artifact.display())))?;
+    if !artifact.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        return Err(usage(format!("{} is not a regular file", args.artifact.display())));
+    }
+    let staging = match &args.out {
+        Some(out) => {
+            // Never extract into something that already exists (an earlier install, a link).
+            std::fs::create_dir(out).map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => usage(format!("--out {} already exists; give a new path", out.display())),
+                _ => operational(format!("cannot create {}: {e}", out.display())),
+            })?;
+            Staging::Kept(out.clone())
+        }
+        None => Staging::Temporary(
+            tempfile::Builder::new()
+                .prefix("skillbox-")
+                .tempdir()
+                .map_err(|e| operational(format!("cannot create a temporary directory: {e}")))?,
+        ),
+    };
+    let req = Request { artifact_type, media_type: args.media_type.clone(), file_name, expected_digest, limits };
+    let dir = File::open(staging.path())
+        .map_err(|e| operational(format!("cannot open {}: {e}", staging.path().display())));
+    let outcome = dir.and_then(|dir| run_engine(&artifact, dir.as_fd(), &req));
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(f) => {
+            discard(&staging);
+            return Err(f);
+        }
+    };
+    if outcome.verdict == Verdict::Rejected {
+        discard(&staging);
+    }
+    print_outcome(&outcome, &staging, args.json)?;
+    Ok(match outcome.verdict {
+        Verdict::Accepted => EXIT_ACCEPTED,
+        Verdict::Rejected => EXIT_REJECTED,
+    })
+}
+
+/// Run the extraction engine on the artifact into the staging directory.
+fn run_engine(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Result<Outcome, Failure> {
+    skillbox::extract::extract(artifact, staging, req).map_err(|e| operational(e.to_string()))
+}
+
+/// Remove a staging directory and everything in it (after a rejection or a fault).
+fn discard(staging: &Staging) {
+    let path = staging.path();
+    if let Ok(dir) = File::open(path) {
+        // Beneath the fd, never following a symlink: the tree may hold hostile links.
+        let _ = skillbox::extract::writer::clear_beneath(dir.as_fd(), 0);
+    }
+    let _ = std::fs::remove_dir(path);
+}
+
+fn print_outcome(outcome: &Outcome, staging: &Staging, json: bool) -> Result<(), Failure> {
+    if json {
+        let text = serde_json::to_string_pretty(outcome).map_err(|e| operational(e.to_string()))?;
+        println!("{text}");
+        return Ok(());
+    }
+    let a = &outcome.artifact;
+    let digest = a.digest.map(|d| d.to_string()).unwrap_or_else(|| "-".into());
+    let format = a.format.as_deref().unwrap_or("-");
+    match (&outcome.verdict, &outcome.reason) {
+        (Verdict::Accepted, _) => {
+            let t = &outcome.totals;
+            println!("accepted  {format}  {digest}");
+            println!(
+                "  {} entries ({} files, {} dirs, {} symlinks), {} bytes in, {} bytes out, ratio {:.2}",
+                t.entries, t.files, t.dirs, t.symlinks, t.bytes_in, t.bytes_out, t.ratio
+            );
+            let flagged: Vec<String> = outcome
+                .entries
+                .iter()
+                .filter(|e| !e.flags.is_empty())
+                .map(|e| {
+                    let flags: Vec<String> = e
+                        .flags
+                        .iter()
+                        .map(|f| serde_json::to_value(f).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
+                        .collect();
+                    format!("    {}  [{}]", e.path, flags.join(", "))
+                })
+                .collect();
+            if !flagged.is_empty() {
+                println!("  flagged:");
+                for line in flagged {
+                    println!("{line}");
+                }
+            }
+            match staging {
+                Staging::Kept(p) => println!("  staged at {}", p.display()),
+                Staging::Temporary(_) => println!("  (staged in a temporary directory, now removed; use --out DIR to keep it)"),
+            }
+        }
+        (Verdict::Rejected, reason) => {
+            println!("rejected  {format}  {digest}");
+            if let Some(r) = reason {
+                println!("  reason: {}: {}", r.code, r.detail);
+                if let Some(entry) = &r.entry {
+                    println!("  entry:  {entry}");
+                }
+                if let (Some(limit), Some(observed)) = (r.limit, r.observed) {
+                    println!("  limit:  {limit} (observed {observed})");
+                }
+            }
+        }
+    }
+    Ok(())
+}
