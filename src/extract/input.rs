@@ -1,11 +1,14 @@
 //! Reading the artifact: positioned reads with a count of bytes consumed.
 //!
 //! The count feeds the expansion-ratio rule (bytes produced per byte consumed), so a bomb is
-//! stopped after a few megabytes of output, long before its headers' claims matter.
+//! stopped after a few megabytes of output, long before its headers' claims matter. It is
+//! taken above the read buffer ([`Counted`]), so it counts what decoders actually consumed, not
+//! what a buffer prefetched or re-read after a seek (which would let an archive with many
+//! entries earn "credit" against the ratio rule).
 
 use std::cell::Cell;
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
 
@@ -18,7 +21,7 @@ impl Counter {
         self.0.get()
     }
 
-    fn add(&self, n: u64) {
+    pub(crate) fn add(&self, n: u64) {
         self.0.set(self.0.get().saturating_add(n));
     }
 }
@@ -28,12 +31,11 @@ pub(crate) struct ArtifactReader<'f> {
     file: &'f File,
     pos: u64,
     size: u64,
-    counter: Counter,
 }
 
 impl<'f> ArtifactReader<'f> {
-    pub(crate) fn new(file: &'f File, size: u64, counter: Counter) -> Self {
-        Self { file, pos: 0, size, counter }
+    pub(crate) fn new(file: &'f File, size: u64) -> Self {
+        Self { file, pos: 0, size }
     }
 }
 
@@ -45,7 +47,6 @@ impl Read for ArtifactReader<'_> {
         let want = usize::try_from((self.size - self.pos).min(buf.len() as u64)).unwrap_or(buf.len());
         let n = self.file.read_at(&mut buf[..want], self.pos)?;
         self.pos += n as u64;
-        self.counter.add(n as u64);
         Ok(n)
     }
 }
@@ -64,5 +65,43 @@ impl Seek for ArtifactReader<'_> {
             }
             None => Err(io::Error::new(io::ErrorKind::InvalidInput, "seek before start of artifact")),
         }
+    }
+}
+
+/// Counts bytes taken from a buffered reader by its consumer (`read`, or `consume` for
+/// decoders that use the `BufRead` interface); seeks pass through uncounted.
+pub(crate) struct Counted<R> {
+    inner: R,
+    counter: Counter,
+}
+
+impl<R> Counted<R> {
+    pub(crate) fn new(inner: R, counter: Counter) -> Self {
+        Self { inner, counter }
+    }
+}
+
+impl<R: Read> Read for Counted<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.counter.add(n as u64);
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Counted<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.counter.add(amt as u64);
+        self.inner.consume(amt);
+    }
+}
+
+impl<R: Seek> Seek for Counted<R> {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        self.inner.seek(pos)
     }
 }

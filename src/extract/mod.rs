@@ -145,21 +145,20 @@ fn run_format(
     counter: &input::Counter,
     sink: &mut sink::Sink<'_>,
 ) -> Result<(), Stop> {
-    let reader = input::ArtifactReader::new(artifact, size, counter.clone());
+    let raw = input::ArtifactReader::new(artifact, size);
+    let buffered = input::Counted::new(io::BufReader::with_capacity(64 * 1024, raw), counter.clone());
     match format {
         Format::SkillMd => {
-            let mut r = io::BufReader::with_capacity(64 * 1024, reader);
+            let mut r = buffered;
             sink.add(sink::RawEntry::file(b"SKILL.md", 0o644), &mut r)
         }
-        Format::Zip => zip::read(reader, sink),
-        Format::Tar => tar::read(io::BufReader::with_capacity(64 * 1024, reader), sink),
+        Format::Zip => zip::read(buffered, sink),
+        Format::Tar => tar::read(buffered, sink),
         Format::TarGz => {
-            let buffered = io::BufReader::with_capacity(64 * 1024, reader);
             let decoder = flate2::bufread::MultiGzDecoder::new(buffered);
             tar::read_decoded(decoder, sink, counter)
         }
         Format::TarZst => {
-            let buffered = io::BufReader::with_capacity(64 * 1024, reader);
             let mut decoder = zstd::stream::read::Decoder::with_buffer(buffered).map_err(|e| Stop::Fault(EngineError::Artifact(e)))?;
             // Bound decoder memory: a frame asking for a larger window is refused, not honoured.
             decoder

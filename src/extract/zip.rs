@@ -11,7 +11,7 @@ use std::io::{self, Read};
 use zip::result::ZipError;
 use zip::CompressionMethod;
 
-use super::input::ArtifactReader;
+use super::input::{ArtifactReader, Counted};
 use super::sink::{classify, RawEntry, RawKind, Sink};
 use super::Stop;
 use crate::reason::{display_name, Reason, ReasonCode};
@@ -42,8 +42,7 @@ fn zip_error(err: ZipError, entry: Option<&[u8]>) -> Stop {
     Stop::Reject(reason)
 }
 
-pub(crate) fn read(input: ArtifactReader<'_>, sink: &mut Sink<'_>) -> Result<(), Stop> {
-    let reader = io::BufReader::with_capacity(64 * 1024, input);
+pub(crate) fn read(reader: Counted<io::BufReader<ArtifactReader<'_>>>, sink: &mut Sink<'_>) -> Result<(), Stop> {
     let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_error(e, None))?;
     let limits = sink.limits().clone();
     if archive.len() as u64 > limits.max_entries {
