@@ -9,3 +9,4 @@
 pub mod digest;
 pub mod extract;
 pub mod reason;
+pub mod skill;

@@ -220,7 +220,12 @@ fn cmd_extract(args: ExtractArgs) -> Result<u8, Failure> {
                 .map_err(|e| operational(format!("cannot create a temporary directory: {e}")))?,
         ),
     };
-    let req = Request { artifact_type, media_type: args.media_type.clone(), file_name, expected_digest, limits };
+    let req = Request {
+        media_type: args.media_type.clone(),
+        file_name,
+        expected_digest,
+        ..Request::new(artifact_type, limits)
+    };
     let dir = File::open(staging.path())
         .map_err(|e| operational(format!("cannot open {}: {e}", staging.path().display())));
     let outcome = dir.and_then(|dir| run_engine(&artifact, dir.as_fd(), &req));

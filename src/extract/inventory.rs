@@ -81,6 +81,16 @@ pub struct Outcome {
     pub artifact: ArtifactFacts,
     pub entries: Vec<Entry>,
     pub totals: Totals,
+    /// The review report of an accepted package (what it asks to do); absent when rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<crate::skill::review::Review>,
+}
+
+impl Outcome {
+    /// A rejection: no entries survive, only the facts and totals at the moment of stopping.
+    pub fn rejected(artifact: ArtifactFacts, totals: Totals, reason: Reason) -> Self {
+        Self { verdict: Verdict::Rejected, reason: Some(reason), artifact, entries: Vec::new(), totals, review: None }
+    }
 }
 
 const SCRIPT_EXTENSIONS: &[&str] = &[

@@ -41,6 +41,27 @@ pub struct Request {
     /// When present, the artifact's SHA-256 must equal it (`digest_mismatch` otherwise).
     pub expected_digest: Option<Sha256Digest>,
     pub limits: Limits,
+    /// Skill name as the discovery index lists it (compared with SKILL.md by the review).
+    #[serde(default)]
+    pub skill_name: Option<String>,
+    /// Description as the discovery index lists it (compared with SKILL.md by the review).
+    #[serde(default)]
+    pub index_description: Option<String>,
+}
+
+impl Request {
+    /// A request with no hints, no expected digest and no index facts.
+    pub fn new(artifact_type: ArtifactType, limits: Limits) -> Self {
+        Self {
+            artifact_type,
+            media_type: None,
+            file_name: None,
+            expected_digest: None,
+            limits,
+            skill_name: None,
+            index_description: None,
+        }
+    }
 }
 
 /// A failure that is not a verdict about the artifact: the engine could not do its job.
@@ -76,13 +97,7 @@ pub fn extract(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Resul
     let size = artifact.metadata().map_err(EngineError::Artifact)?.len();
     let mut facts = ArtifactFacts { digest: None, format: None, size };
     let totals = Totals { bytes_in: size, ..Totals::default() };
-    let rejected = |facts: ArtifactFacts, totals: Totals, reason: Reason| Outcome {
-        verdict: Verdict::Rejected,
-        reason: Some(reason),
-        artifact: facts,
-        entries: Vec::new(),
-        totals,
-    };
+    let rejected = Outcome::rejected;
 
     if size > req.limits.max_artifact_bytes {
         let reason = Reason::new(ReasonCode::ArtifactSize, "artifact is larger than the limit")
@@ -124,7 +139,7 @@ pub fn extract(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Resul
     match result {
         Ok(()) => {
             let (entries, totals) = sink.into_inventory(size);
-            Ok(Outcome { verdict: Verdict::Accepted, reason: None, artifact: facts, entries, totals })
+            Ok(Outcome { verdict: Verdict::Accepted, reason: None, artifact: facts, entries, totals, review: None })
         }
         Err(stop) => {
             let totals = sink.partial_totals(size);
