@@ -42,11 +42,13 @@ pub enum ReasonCode {
     ResourceLimit,
     SandboxViolation,
     SandboxUnavailable,
+    /// SKILL.md frontmatter missing, unparsable, over its bounds, or without name/description.
+    InvalidSkillMd,
 }
 
 impl ReasonCode {
     /// Every code, in declaration order (for docs, tests and the gRPC mapping).
-    pub const ALL: [ReasonCode; 31] = [
+    pub const ALL: [ReasonCode; 32] = [
         Self::PathTraversal,
         Self::AbsolutePath,
         Self::InvalidName,
@@ -78,6 +80,7 @@ impl ReasonCode {
         Self::ResourceLimit,
         Self::SandboxViolation,
         Self::SandboxUnavailable,
+        Self::InvalidSkillMd,
     ];
 
     /// The wire spelling, e.g. `path_traversal`.
@@ -114,6 +117,7 @@ impl ReasonCode {
             Self::ResourceLimit => "resource_limit",
             Self::SandboxViolation => "sandbox_violation",
             Self::SandboxUnavailable => "sandbox_unavailable",
+            Self::InvalidSkillMd => "invalid_skill_md",
         }
     }
 }
