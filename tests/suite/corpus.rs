@@ -332,15 +332,11 @@ fn check_tree(case: &Case, artifact: &[u8], out: &Path, answer: &Value) -> Vec<S
             bad.push(format!("{path}: inventory size {}, on disk {}", e["size"], node.size));
         }
         match kind {
-            "file" => {
-                if strip_sha(&e["sha256"]) != node.sha256 {
-                    bad.push(format!("{path}: inventory sha256 {}, on disk {:?}", e["sha256"], node.sha256));
-                }
+            "file" if strip_sha(&e["sha256"]) != node.sha256 => {
+                bad.push(format!("{path}: inventory sha256 {}, on disk {:?}", e["sha256"], node.sha256));
             }
-            "symlink" => {
-                if e["link_target"].as_str().map(str::to_owned) != node.link_target {
-                    bad.push(format!("{path}: inventory link_target {}, on disk {:?}", e["link_target"], node.link_target));
-                }
+            "symlink" if e["link_target"].as_str().map(str::to_owned) != node.link_target => {
+                bad.push(format!("{path}: inventory link_target {}, on disk {:?}", e["link_target"], node.link_target));
             }
             _ => {}
         }
