@@ -9,4 +9,7 @@
 pub mod digest;
 pub mod extract;
 pub mod reason;
+pub mod replay;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod skill;

@@ -36,6 +36,12 @@ enum Command {
     /// Exit status: 0 accepted, 3 rejected (the reason is printed), 1 operational error,
     /// 2 usage error. On rejection nothing is left on disk.
     Extract(ExtractArgs),
+    /// Replay a corpus: run every artifact in DIR through `extract` and compare each verdict
+    /// and reason with DIR/manifest.json (format in the README).
+    ///
+    /// Exit status: 0 every case matched, 1 a case failed, was unexpected or could not run,
+    /// 2 usage error or a missing or malformed manifest.
+    Replay(skillbox::replay::ReplayArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -138,6 +144,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Extract(args) => cmd_extract(args),
+        Command::Replay(args) => Ok(skillbox::replay::main(args)),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,2 +1,4 @@
 mod cli;
 mod corpus;
+mod replay;
+mod fuzz_seeds;

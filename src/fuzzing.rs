@@ -1,0 +1,496 @@
+//! Property checks shared by the fuzz targets (`fuzz/`) and the stable seed-replay test.
+//!
+//! Each `pub fn` here takes one fuzz input and panics when a property the design promises does
+//! not hold; a fuzz target is a one-line call, and `tests/suite/fuzz_seeds.rs` replays the
+//! committed seeds through the very same functions on stable Rust. Only public engine APIs are
+//! used: the archive checks run the whole engine on the input and hold its answer against the
+//! tree it left on disk. Not a stable API (hidden from the docs); never used by the binary.
+//!
+//! Archive inputs start with one configuration byte (see [`Config`]) so the fuzzer also
+//! explores tight limits and every policy switch; the rest is the artifact.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::extract::inventory::{Entry, Flag, Kind, Outcome};
+use crate::extract::path::{Parsed, SafeRelPath, fold_key, nfc_key};
+use crate::extract::policy::{HardlinkPolicy, Limits};
+use crate::extract::{ArtifactType, Request};
+use crate::reason::{ReasonCode, Verdict};
+use crate::replay::verify_tree;
+
+/// What the first byte of an archive input selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config(pub u8);
+
+/// How the tar target wraps the rest of its input before handing it to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wrap {
+    /// As is (the engine detects tar, gzip or zstd from the bytes).
+    Raw,
+    /// Gzip-compressed here, so mutations of the tar stream reach the gzip path.
+    Gzip,
+    /// Zstd-compressed here, likewise for the zstd path.
+    Zstd,
+}
+
+impl Config {
+    /// Bit 0: tight limits (a dozen entries, KiB-sized files, shallow short paths).
+    pub const TIGHT: u8 = 1;
+    /// Bit 1: do not require a root SKILL.md (lets arbitrary trees be accepted).
+    pub const NO_SKILL_MD: u8 = 2;
+    /// Bit 2: hard links to earlier files become copies.
+    pub const COPY_HARDLINKS: u8 = 4;
+    /// Bit 3: symlinks refused.
+    pub const NO_SYMLINKS: u8 = 8;
+
+    pub fn limits(self) -> Limits {
+        let mut l = Limits::default();
+        if self.0 & Self::TIGHT != 0 {
+            l.max_entries = 12;
+            l.max_expanded_bytes = 64 * 1024;
+            l.max_file_bytes = 16 * 1024;
+            l.max_ratio = 20;
+            l.ratio_threshold_bytes = 4 * 1024;
+            l.max_path_depth = 4;
+            l.max_path_bytes = 48;
+            l.max_component_bytes = 16;
+            l.zstd_window_log_max = 16;
+        }
+        l.require_skill_md = self.0 & Self::NO_SKILL_MD == 0;
+        if self.0 & Self::COPY_HARDLINKS != 0 {
+            l.hardlinks = HardlinkPolicy::CopyInternal;
+        }
+        l.allow_symlinks = self.0 & Self::NO_SYMLINKS == 0;
+        l
+    }
+
+    /// Bits 4-5 (tar target only): 1 gzip, 2 zstd, else raw.
+    pub fn wrap(self) -> Wrap {
+        match (self.0 >> 4) & 3 {
+            1 => Wrap::Gzip,
+            2 => Wrap::Zstd,
+            _ => Wrap::Raw,
+        }
+    }
+}
+
+/// A scratch directory reused across inputs: one artifact file and fresh staging directories.
+struct Workspace {
+    dir: tempfile::TempDir,
+    artifact: File,
+    runs: u64,
+}
+
+thread_local! {
+    static WORKSPACE: RefCell<Option<Workspace>> = const { RefCell::new(None) };
+}
+
+fn fail(what: impl std::fmt::Display) -> ! {
+    panic!("fuzz property violated: {what}")
+}
+
+fn with_workspace<T>(f: impl FnOnce(&mut Workspace) -> T) -> T {
+    WORKSPACE.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            let dir = tempfile::Builder::new()
+                .prefix("skillbox-fuzz-")
+                .tempdir()
+                .unwrap_or_else(|e| fail(format!("no scratch dir: {e}")));
+            let artifact = fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(dir.path().join("artifact"))
+                .unwrap_or_else(|e| fail(format!("no artifact file: {e}")));
+            *slot = Some(Workspace { dir, artifact, runs: 0 });
+        }
+        match slot.as_mut() {
+            Some(ws) => f(ws),
+            None => fail("workspace vanished"),
+        }
+    })
+}
+
+/// Run the engine on `bytes` under `limits` in a fresh staging directory and check every
+/// property of its answer. Returns the accepted inventory (for round trips), if any.
+fn extract_checked(bytes: &[u8], limits: &Limits) -> Option<Vec<Entry>> {
+    with_workspace(|ws| {
+        ws.artifact.set_len(0).unwrap_or_else(|e| fail(e));
+        ws.artifact.write_all_at(bytes, 0).unwrap_or_else(|e| fail(e));
+        ws.runs += 1;
+        let staging = ws.dir.path().join(format!("staging-{}", ws.runs));
+        fs::create_dir(&staging).unwrap_or_else(|e| fail(e));
+        let dir = File::open(&staging).unwrap_or_else(|e| fail(e));
+        let req = Request::new(ArtifactType::Archive, limits.clone());
+        let outcome = match crate::extract::extract(&ws.artifact, dir.as_fd(), &req) {
+            Ok(o) => o,
+            Err(e) => fail(format!("engine fault instead of a verdict: {e}")),
+        };
+        let accepted = check_outcome(&outcome, &staging, limits, bytes.len() as u64);
+        // Nothing beside the artifact and this staging directory may exist in the workspace.
+        let mut names: Vec<String> = fs::read_dir(ws.dir.path())
+            .unwrap_or_else(|e| fail(e))
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        let mut want = vec!["artifact".to_owned(), format!("staging-{}", ws.runs)];
+        want.sort();
+        if names != want {
+            fail(format!("written outside the staging directory: {names:?}"));
+        }
+        let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
+        drop(dir);
+        fs::remove_dir(&staging).unwrap_or_else(|e| fail(format!("cannot remove staging: {e}")));
+        accepted
+    })
+}
+
+/// The properties of one answer; returns the inventory when accepted.
+fn check_outcome(o: &Outcome, staging: &Path, limits: &Limits, bytes_in: u64) -> Option<Vec<Entry>> {
+    match o.verdict {
+        Verdict::Rejected => {
+            let Some(reason) = &o.reason else { fail("rejected without a reason") };
+            if !o.entries.is_empty() {
+                fail(format!("rejected ({}) but lists {} entries", reason.code, o.entries.len()));
+            }
+            let left: Vec<_> = fs::read_dir(staging).unwrap_or_else(|e| fail(e)).filter_map(Result::ok).collect();
+            if !left.is_empty() {
+                fail(format!("rejected ({}: {}) but left {} nodes in staging", reason.code, reason.detail, left.len()));
+            }
+            if let Some(entry) = &reason.entry {
+                if entry.chars().any(char::is_control) {
+                    fail(format!("reason entry {entry:?} carries a raw control character"));
+                }
+            }
+            None
+        }
+        Verdict::Accepted => {
+            if let Some(r) = &o.reason {
+                fail(format!("accepted with a reason: {r:?}"));
+            }
+            check_inventory(&o.entries, limits);
+            check_totals(o, bytes_in, limits);
+            if let Err(diffs) = verify_tree(staging, &o.entries) {
+                fail(format!("staged tree differs from the inventory: {diffs:?}"));
+            }
+            check_links_on_disk(staging, &o.entries);
+            Some(o.entries.clone())
+        }
+    }
+}
+
+/// Every accepted entry satisfies every policy bound.
+fn check_inventory(entries: &[Entry], limits: &Limits) {
+    let mut kinds: BTreeMap<&str, Kind> = BTreeMap::new();
+    let mut nfc = BTreeSet::new();
+    let mut fold = BTreeSet::new();
+    let mut expanded: u64 = 0;
+    if entries.len() as u64 > limits.max_entries {
+        fail(format!("{} entries accepted, limit {}", entries.len(), limits.max_entries));
+    }
+    for pair in entries.windows(2) {
+        if pair[0].path.as_bytes() >= pair[1].path.as_bytes() {
+            fail(format!("inventory not strictly sorted at {:?}, {:?}", pair[0].path, pair[1].path));
+        }
+    }
+    for e in entries {
+        match SafeRelPath::parse(e.path.as_bytes(), limits) {
+            Ok(Parsed::Path(p)) if p.as_str() == e.path => {}
+            other => fail(format!("accepted path {:?} does not re-parse to itself: {other:?}", e.path)),
+        }
+        check_normal_form(&e.path);
+        if !nfc.insert(nfc_key(&e.path)) {
+            fail(format!("{:?} has a Unicode-normalisation twin in the inventory", e.path));
+        }
+        if !fold.insert(fold_key(&e.path)) {
+            fail(format!("{:?} has a case-fold twin in the inventory", e.path));
+        }
+        if let Some((parent, _)) = e.path.rsplit_once('/') {
+            if kinds.get(parent) != Some(&Kind::Dir) {
+                fail(format!("{:?} is listed before or without its parent directory", e.path));
+            }
+        }
+        kinds.insert(&e.path, e.kind);
+        let executable = e.flags.contains(&Flag::Executable);
+        match e.kind {
+            Kind::File => {
+                if e.size > limits.max_file_bytes {
+                    fail(format!("{:?}: {} bytes accepted, limit {}", e.path, e.size, limits.max_file_bytes));
+                }
+                expanded += e.size;
+                let want = if executable { "0755" } else { "0644" };
+                if e.mode != want || e.sha256.is_none() || e.link_target.is_some() {
+                    fail(format!("file {:?} has mode {} (executable flag {executable}), sha256 {:?}", e.path, e.mode, e.sha256));
+                }
+                if e.flags.contains(&Flag::SkillMd) != (e.path == "SKILL.md") {
+                    fail(format!("skill_md flag wrong on {:?}", e.path));
+                }
+            }
+            Kind::Dir => {
+                if e.mode != "0755" || e.size != 0 || e.sha256.is_some() || e.link_target.is_some() || executable {
+                    fail(format!("directory {:?} is {e:?}", e.path));
+                }
+            }
+            Kind::Symlink => {
+                if !limits.allow_symlinks {
+                    fail(format!("symlink {:?} accepted although symlinks are refused", e.path));
+                }
+                let Some(t) = e.link_target.as_deref() else { fail(format!("symlink {:?} without a target", e.path)) };
+                if t.is_empty() || t.starts_with('/') || t.contains('\\') || t.chars().any(char::is_control) {
+                    fail(format!("symlink {:?} has target {t:?}", e.path));
+                }
+                if t.len() as u64 > limits.max_path_bytes || e.size != t.len() as u64 {
+                    fail(format!("symlink {:?} target {t:?} length {}", e.path, e.size));
+                }
+            }
+        }
+    }
+    if expanded > limits.max_expanded_bytes {
+        fail(format!("{expanded} bytes accepted, limit {}", limits.max_expanded_bytes));
+    }
+    if limits.require_skill_md && kinds.get("SKILL.md") != Some(&Kind::File) {
+        fail("accepted without a regular SKILL.md at the root");
+    }
+}
+
+fn check_totals(o: &Outcome, bytes_in: u64, limits: &Limits) {
+    let t = &o.totals;
+    let count = |k: Kind| o.entries.iter().filter(|e| e.kind == k).count() as u64;
+    let out: u64 = o.entries.iter().filter(|e| e.kind == Kind::File).map(|e| e.size).sum();
+    if t.entries != o.entries.len() as u64
+        || t.files != count(Kind::File)
+        || t.dirs != count(Kind::Dir)
+        || t.symlinks != count(Kind::Symlink)
+        || t.bytes_in != bytes_in
+        || t.bytes_out != out
+    {
+        fail(format!("totals {t:?} do not add up ({} entries, {out} bytes out, {bytes_in} in)", o.entries.len()));
+    }
+    if out > limits.ratio_threshold_bytes && out > limits.max_ratio.saturating_mul(bytes_in) {
+        fail(format!("{out} bytes out of {bytes_in} in passes the ratio limit {}", limits.max_ratio));
+    }
+}
+
+/// Every kept symlink resolves, on disk, to an existing node inside the staging directory.
+fn check_links_on_disk(staging: &Path, entries: &[Entry]) {
+    let root = staging.canonicalize().unwrap_or_else(|e| fail(e));
+    for e in entries.iter().filter(|e| e.kind == Kind::Symlink) {
+        match staging.join(&e.path).canonicalize() {
+            Ok(p) if p.starts_with(&root) => {}
+            Ok(p) => fail(format!("symlink {:?} resolves outside the staging directory, to {}", e.path, p.display())),
+            Err(err) => fail(format!("symlink {:?} -> {:?} does not resolve: {err}", e.path, e.link_target)),
+        }
+    }
+}
+
+/// A normalised path: non-empty components, no `.`/`..`, no `//`, no leading or trailing `/`,
+/// no control characters or backslashes.
+fn check_normal_form(p: &str) {
+    let bad = p.is_empty()
+        || p.starts_with('/')
+        || p.ends_with('/')
+        || p.contains("//")
+        || p.contains('\\')
+        || p.chars().any(char::is_control)
+        || p.split('/').any(|c| c.is_empty() || c == "." || c == "..");
+    if bad {
+        fail(format!("{p:?} is not in normal form"));
+    }
+}
+
+/// Build a plain tar of an accepted inventory from the staged tree (contents from disk).
+fn tar_of(staging: &Path, entries: &[Entry]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for e in entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_mtime(0);
+        h.set_mode(u32::from_str_radix(&e.mode, 8).unwrap_or(0o644));
+        let r = match e.kind {
+            Kind::Dir => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_size(0);
+                b.append_data(&mut h, &e.path, io::empty())
+            }
+            Kind::File => {
+                let data = fs::read(staging.join(&e.path)).unwrap_or_else(|err| fail(err));
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_size(data.len() as u64);
+                b.append_data(&mut h, &e.path, data.as_slice())
+            }
+            Kind::Symlink => {
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_size(0);
+                b.append_link(&mut h, &e.path, e.link_target.as_deref().unwrap_or(""))
+            }
+        };
+        r.unwrap_or_else(|err| fail(format!("cannot re-pack {:?}: {err}", e.path)));
+    }
+    b.into_inner().unwrap_or_else(|err| fail(err))
+}
+
+/// Extract, and when accepted re-pack the staged tree as a plain tar and extract that: the
+/// inventory must come back identical (up to `mode_sanitised`, which a clean re-pack drops).
+fn archive_round_trip(bytes: &[u8], limits: &Limits) {
+    // Keep the staged tree of the first run for the re-pack: extract again into a kept dir.
+    let Some(first) = extract_checked(bytes, limits) else { return };
+    let repacked = with_workspace(|ws| {
+        let keep = ws.dir.path().join("repack-source");
+        fs::create_dir(&keep).unwrap_or_else(|e| fail(e));
+        let dir = File::open(&keep).unwrap_or_else(|e| fail(e));
+        let req = Request::new(ArtifactType::Archive, limits.clone());
+        let o = crate::extract::extract(&ws.artifact, dir.as_fd(), &req).unwrap_or_else(|e| fail(e));
+        if o.entries != first {
+            fail("the same artifact gave two different inventories");
+        }
+        let tar = tar_of(&keep, &o.entries);
+        let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
+        drop(dir);
+        fs::remove_dir(&keep).unwrap_or_else(|e| fail(e));
+        tar
+    });
+    let relaxed = Limits { max_artifact_bytes: Limits::default().max_artifact_bytes.max(repacked.len() as u64), ..limits.clone() };
+    let Some(second) = extract_checked(&repacked, &relaxed) else {
+        fail("the re-packed tar of an accepted tree was rejected");
+    };
+    let strip = |v: &[Entry]| -> Vec<Entry> {
+        v.iter()
+            .cloned()
+            .map(|mut e| {
+                e.flags.retain(|f| *f != Flag::ModeSanitised);
+                e
+            })
+            .collect()
+    };
+    if strip(&first) != strip(&second) {
+        fail("the re-packed tar extracts to a different inventory");
+    }
+}
+
+/// Fuzz target `zip`: the zip reader through the whole engine.
+pub fn zip(data: &[u8]) {
+    let Some((&cfg, body)) = data.split_first() else { return };
+    archive_round_trip(body, &Config(cfg).limits());
+}
+
+/// Fuzz target `tar`: the tar family (plain, gzip, zstd) through the whole engine.
+pub fn tar(data: &[u8]) {
+    let Some((&cfg, body)) = data.split_first() else { return };
+    let cfg = Config(cfg);
+    let bytes = match cfg.wrap() {
+        Wrap::Raw => body.to_vec(),
+        Wrap::Gzip => {
+            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            enc.write_all(body).and_then(|()| enc.finish()).unwrap_or_else(|e| fail(e))
+        }
+        Wrap::Zstd => zstd::encode_all(body, 1).unwrap_or_else(|e| fail(e)),
+    };
+    archive_round_trip(&bytes, &cfg.limits());
+}
+
+/// What the path rules (DESIGN.md) say about a name, independently of `path.rs`: the
+/// normalised path (`None` for the root) or every rule the name breaks.
+fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonCode>> {
+    let Ok(name) = std::str::from_utf8(raw) else { return Err(BTreeSet::from([ReasonCode::InvalidName])) };
+    let mut broken = BTreeSet::new();
+    if name.chars().any(char::is_control) || name.contains('\\') {
+        broken.insert(ReasonCode::InvalidName);
+    }
+    let b = name.as_bytes();
+    if name.starts_with('/') || (b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':') {
+        broken.insert(ReasonCode::AbsolutePath);
+    }
+    if raw.len() as u64 > l.max_path_bytes {
+        broken.insert(ReasonCode::PathLength);
+    }
+    let comps: Vec<&str> = name.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    if comps.contains(&"..") {
+        broken.insert(ReasonCode::PathTraversal);
+    }
+    if comps.iter().any(|c| c.len() as u64 > l.max_component_bytes) {
+        broken.insert(ReasonCode::PathLength);
+    }
+    if comps.len() as u64 > l.max_path_depth {
+        broken.insert(ReasonCode::PathDepth);
+    }
+    if !broken.is_empty() {
+        return Err(broken);
+    }
+    Ok(if comps.is_empty() { None } else { Some(comps.join("/")) })
+}
+
+/// Fuzz target `path`: validation against an independent model, idempotence, normal form,
+/// and the collision keys. Input: a config byte (bit 0: tight limits), then a name, and
+/// optionally `0xFF` and a second name for the collision-key properties.
+pub fn path(data: &[u8]) {
+    let Some((&cfg, rest)) = data.split_first() else { return };
+    let limits = Config(cfg & Config::TIGHT).limits();
+    let (a, b) = match rest.iter().position(|&x| x == 0xff) {
+        Some(i) => (&rest[..i], Some(&rest[i + 1..])),
+        None => (rest, None),
+    };
+    let got = SafeRelPath::parse(a, &limits);
+    match (&got, path_model(a, &limits)) {
+        (Ok(Parsed::Path(p)), Ok(Some(m))) if p.as_str() == m => {
+            check_normal_form(p.as_str());
+            if p.as_str().len() > a.len() {
+                fail(format!("normalising {a:?} made it longer"));
+            }
+            match SafeRelPath::parse(p.as_str().as_bytes(), &limits) {
+                Ok(Parsed::Path(q)) if q == *p => {}
+                other => fail(format!("parse is not idempotent on {p:?}: {other:?}")),
+            }
+            if p.components().count() as u64 > limits.max_path_depth {
+                fail(format!("{p:?} is deeper than the limit"));
+            }
+        }
+        (Ok(Parsed::Root), Ok(None)) => {}
+        (Err(r), Err(broken)) if broken.contains(&r.code) => {
+            if r.entry.as_deref().is_none_or(|e| e.chars().any(char::is_control)) {
+                fail(format!("rejection of {a:?} names no printable entry: {r:?}"));
+            }
+        }
+        (got, model) => fail(format!("parse({a:?}) = {got:?}, the rules say {model:?}")),
+    }
+    let Ok(sa) = std::str::from_utf8(a) else { return };
+    check_keys(sa);
+    if let Some(sb) = b.and_then(|b| std::str::from_utf8(b).ok()) {
+        check_keys(sb);
+        if nfc_key(sa) == nfc_key(sb) && fold_key(sa) != fold_key(sb) {
+            fail(format!("{sa:?} and {sb:?} are Unicode twins but not case-fold twins"));
+        }
+    }
+}
+
+fn check_keys(s: &str) {
+    let n = nfc_key(s);
+    let f = fold_key(s);
+    if nfc_key(&n) != n {
+        fail(format!("nfc_key is not idempotent on {s:?}"));
+    }
+    if fold_key(&f) != f {
+        fail(format!("fold_key is not idempotent on {s:?}"));
+    }
+    if fold_key(&n) != f {
+        fail(format!("{s:?} and its NFC form fold differently"));
+    }
+    // Twins that differ only in ASCII case collide on every case-insensitive filesystem.
+    if fold_key(&s.to_ascii_uppercase()) != fold_key(&s.to_ascii_lowercase()) {
+        fail(format!("ASCII case variants of {s:?} fold differently"));
+    }
+    if n.contains('/') != s.contains('/') || f.split('/').count() != s.split('/').count() {
+        fail(format!("a collision key of {s:?} changes its components"));
+    }
+}
+
+/// The directory of committed seeds for a target (`fuzz/corpus/<target>` in the repository).
+pub fn seed_dir(manifest_dir: &Path, target: &str) -> PathBuf {
+    manifest_dir.join("fuzz").join("corpus").join(target)
+}

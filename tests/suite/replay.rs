@@ -1,0 +1,392 @@
+//! `skillbox replay`: a correct manifest passes; a deliberately wrong one fails with a readable
+//! diff, a JSON report and valid JUnit; unexpected files, missing files and malformed manifests
+//! are reported, never skipped; stray writes outside the staging directory are caught.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+const SKILL: &[u8] = b"---\nname: demo\ndescription: A demo skill\n---\nUse it.\n";
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skillbox")
+}
+
+fn replay(args: &[&str]) -> Output {
+    Command::new(bin()).arg("replay").args(args).output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn tar_bytes(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, data) in entries {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        if let Some(u) = h.as_ustar_mut() {
+            u.name[..name.len()].copy_from_slice(name);
+        }
+        h.set_cksum();
+        b.append(&h, *data).unwrap_or_else(|e| panic!("{e}"));
+    }
+    b.into_inner().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn write(dir: &Path, rel: &str, bytes: &[u8]) {
+    let p = dir.join(rel);
+    if let Some(parent) = p.parent() {
+        std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+    }
+    std::fs::write(p, bytes).unwrap_or_else(|e| panic!("{e}"));
+}
+
+fn case(name: &str, file: &str, kind: &str, limits: Value, verdict: &str, reason: Value) -> Value {
+    json!({"name": name, "file": file, "type": kind, "media_type": null, "limits": limits, "digest": null,
+           "expect": {"verdict": verdict, "reason": reason}, "description": format!("test case {name}")})
+}
+
+/// A small corpus: an accepted tar, a traversal, a SKILL.md, and a limit case.
+fn corpus(dir: &Path) -> Vec<Value> {
+    write(dir, "benign/ok.tar", &tar_bytes(&[(b"SKILL.md", SKILL), (b"docs/a.md", b"a")]));
+    write(dir, "hostile/slip.tar", &tar_bytes(&[(b"SKILL.md", SKILL), (b"../../escape", b"x")]));
+    write(dir, "benign/SKILL.md", SKILL);
+    write(dir, "hostile/many.tar", &tar_bytes(&[(b"SKILL.md", SKILL), (b"a", b"a"), (b"b", b"b")]));
+    write(dir, "README.md", b"not a case\n");
+    write(dir, "CHECKSUMS", b"not a case either\n");
+    vec![
+        case("ok", "benign/ok.tar", "archive", Value::Null, "accepted", Value::Null),
+        case("slip", "hostile/slip.tar", "archive", Value::Null, "rejected", json!("path_traversal")),
+        case("skill_md", "benign/SKILL.md", "skill-md", Value::Null, "accepted", Value::Null),
+        case("many", "hostile/many.tar", "archive", json!({"max_entries": 2}), "rejected", json!("entry_count")),
+    ]
+}
+
+fn manifest(dir: &Path, cases: &[Value]) {
+    let m = json!({"version": 1, "cases": cases});
+    write(dir, "manifest.json", m.to_string().as_bytes());
+}
+
+#[test]
+fn a_correct_manifest_passes_with_json_and_junit() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tmp.path().join("c");
+    let cases = corpus(&dir);
+    manifest(&dir, &cases);
+    let junit = tmp.path().join("junit.xml");
+    let o = replay(&[dir.to_str().unwrap_or(""), "--json", "--jobs", "3", "--junit", junit.to_str().unwrap_or("")]);
+    assert_eq!(o.status.code(), Some(0), "stdout: {}\nstderr: {}", text(&o.stdout), text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stdout)));
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["summary"]["total"], 4);
+    assert_eq!(v["summary"]["passed"], 4);
+    let slip = v["cases"].as_array().and_then(|a| a.iter().find(|c| c["name"] == "slip")).cloned().unwrap_or_default();
+    assert_eq!(slip["status"], "pass");
+    assert_eq!(slip["got"]["reason"], "path_traversal");
+    let xml = std::fs::read_to_string(&junit).unwrap_or_default();
+    let root = xml::parse(&xml).unwrap_or_else(|e| panic!("invalid JUnit ({e}):\n{xml}"));
+    let suite = &root.children[0];
+    assert_eq!((root.name.as_str(), suite.name.as_str()), ("testsuites", "testsuite"));
+    assert_eq!(suite.attrs["tests"], "4");
+    assert_eq!(suite.attrs["failures"], "0");
+    assert_eq!(suite.children.len(), 4);
+    python_parses(&junit);
+    // Human output by default: one summary line, no case blocks.
+    let o = replay(&[dir.to_str().unwrap_or("")]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(text(&o.stdout).contains("4 cases: 4 passed, 0 failed, 0 unexpected, 0 errors"), "{}", text(&o.stdout));
+}
+
+#[test]
+fn a_wrong_manifest_fails_with_a_readable_diff_and_valid_junit() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tmp.path().join("c");
+    let mut cases = corpus(&dir);
+    // Wrong on purpose: the traversal "accepted", the limit case with the wrong reason, and
+    // a case whose file does not exist. A file with a hostile name has no entry at all.
+    cases[1] = case("slip", "hostile/slip.tar", "archive", Value::Null, "accepted", Value::Null);
+    cases[3] = case("many <&\"'>", "hostile/many.tar", "archive", json!({"max_entries": 2}), "rejected", json!("ratio"));
+    cases.push(case("gone", "hostile/gone.zip", "archive", Value::Null, "rejected", json!("corrupt")));
+    manifest(&dir, &cases);
+    write(&dir, "extra/new\u{1b}[31m.tar", &tar_bytes(&[(b"/etc/evil", b"x")]));
+    let junit = tmp.path().join("junit.xml");
+    let o = replay(&[dir.to_str().unwrap_or(""), "--junit", junit.to_str().unwrap_or("")]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "stdout: {out}\nstderr: {}", text(&o.stderr));
+    // The diff names the case, what was expected, what came back, and why.
+    let block = |name: &str| -> String {
+        let start = out.find(&format!("  {name}  ")).unwrap_or_else(|| panic!("no block for {name}:\n{out}"));
+        out[start..].lines().take(5).collect::<Vec<_>>().join("\n")
+    };
+    let slip = block("slip");
+    assert!(out.contains("FAIL        slip  [hostile/slip.tar]"), "{out}");
+    assert!(slip.contains("expected  accepted"), "{slip}");
+    assert!(slip.contains("got       rejected (path_traversal)"), "{slip}");
+    assert!(slip.contains("detail    name contains a `..` component [entry: ../../escape]"), "{slip}");
+    let many = block("many <&\"'>");
+    assert!(many.contains("expected  rejected (ratio)") && many.contains("got       rejected (entry_count)"), "{many}");
+    assert!(out.contains("ERROR       gone  [hostile/gone.zip]"), "{out}");
+    assert!(out.contains("UNEXPECTED  extra/new\\u{1b}[31m.tar"), "control characters must be escaped: {out}");
+    assert!(out.contains("got       rejected (absolute_path)"), "{out}");
+    assert!(out.contains("6 cases: 2 passed, 2 failed, 1 unexpected, 1 errors"), "{out}");
+
+    let xml = std::fs::read_to_string(&junit).unwrap_or_default();
+    let root = xml::parse(&xml).unwrap_or_else(|e| panic!("invalid JUnit ({e}):\n{xml}"));
+    let suite = &root.children[0];
+    assert_eq!(suite.attrs["tests"], "6");
+    assert_eq!(suite.attrs["failures"], "3");
+    assert_eq!(suite.attrs["errors"], "1");
+    let by_name: BTreeMap<&str, &xml::Element> = suite.children.iter().map(|c| (c.attrs["name"].as_str(), c)).collect();
+    let failure = &by_name["slip"].children[0];
+    assert_eq!(failure.name, "failure");
+    assert_eq!(failure.attrs["message"], "expected accepted, got rejected (path_traversal)");
+    assert!(failure.text.contains("entry: ../../escape"), "{}", failure.text);
+    assert!(by_name.contains_key("many <&\"'>"), "escaped name must round-trip: {:?}", by_name.keys());
+    assert_eq!(by_name["gone"].children[0].name, "error");
+    python_parses(&junit);
+
+    // --json carries the same verdicts.
+    let o = replay(&[dir.to_str().unwrap_or(""), "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["summary"], json!({"total": 6, "passed": 2, "failed": 2, "unexpected": 1, "errors": 1, "seconds": v["summary"]["seconds"]}));
+}
+
+#[test]
+fn missing_or_malformed_manifests_are_clear_usage_errors() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tmp.path().join("c");
+    corpus(&dir);
+    let o = replay(&[dir.to_str().unwrap_or("")]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("no manifest"), "{}", text(&o.stderr));
+    let bad: [(&str, &str); 6] = [
+        ("{not json", "malformed manifest"),
+        (r#"{"version": 2, "cases": []}"#, "version 2"),
+        (r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "expect": {"verdict": "rejected", "reason": "nope"}}]}"#, "unknown variant `nope`"),
+        (r#"{"version": 1, "cases": [{"name": "a", "file": "../a", "type": "archive", "expect": {"verdict": "rejected", "reason": null}}]}"#, "without `..`"),
+        (r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "expect": {"verdict": "accepted", "reason": "corrupt"}}]}"#, "cannot name a reason"),
+        (r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "limits": {"max_entrys": 1}, "expect": {"verdict": "accepted", "reason": null}}]}"#, "max_entrys"),
+    ];
+    for (manifest, needle) in bad {
+        write(&dir, "manifest.json", manifest.as_bytes());
+        let o = replay(&[dir.to_str().unwrap_or("")]);
+        assert_eq!(o.status.code(), Some(2), "{manifest}: {}", text(&o.stderr));
+        let err = text(&o.stderr);
+        assert!(err.contains("manifest.json") && err.contains(needle), "{manifest}: {err}");
+    }
+}
+
+#[test]
+fn nested_suites_are_replayed_under_their_directory() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tmp.path().join("c");
+    let cases = corpus(&dir);
+    manifest(&dir, &cases);
+    let sub = dir.join("fuzz");
+    write(&sub, "crash-1.tar", &tar_bytes(&[(b"a\x00b", b"x")]));
+    manifest(&sub, &[case("crash-1", "crash-1.tar", "archive", Value::Null, "rejected", json!("missing_skill_md"))]);
+    let o = replay(&[dir.to_str().unwrap_or(""), "--json"]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let nested = v["cases"].as_array().and_then(|a| a.iter().find(|c| c["name"] == "fuzz/crash-1")).cloned();
+    assert!(nested.is_some(), "{v}");
+    assert_eq!(v["summary"]["total"], 5, "{v}");
+}
+
+#[test]
+fn writes_outside_the_staging_directory_are_caught() {
+    // A stand-in for `skillbox extract` that answers "accepted" but drops a file in its
+    // working directory: replay must report it even though the verdict matches.
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let dir = tmp.path().join("c");
+    write(&dir, "a.tar", &tar_bytes(&[(b"SKILL.md", SKILL)]));
+    write(&dir, "b.tar", &tar_bytes(&[(b"SKILL.md", SKILL)]));
+    manifest(&dir, &[
+        case("a", "a.tar", "archive", Value::Null, "accepted", Value::Null),
+        case("b", "b.tar", "archive", Value::Null, "rejected", Value::Null),
+    ]);
+    let fake = tmp.path().join("fake-skillbox");
+    let answer = r#"{"verdict":"accepted","reason":null,"artifact":{"digest":null,"format":"tar","size":1},"entries":[],"totals":{"entries":0,"files":0,"dirs":0,"symlinks":0,"bytes_in":1,"bytes_out":0,"ratio":0.0}}"#;
+    let script = format!(
+        "#!/bin/sh\n# args: extract FILE --json --out DIR ...\nout=\"$5\"\nmkdir \"$out\" && echo x > \"$out/unlisted\"\necho stray > ./stray\necho '{answer}'\nexit 0\n"
+    );
+    std::fs::write(&fake, script).unwrap_or_else(|e| panic!("{e}"));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
+    let opts = skillbox::replay::Options { jobs: 2, timeout: Duration::from_secs(30), exe: fake, extract_args: Vec::new() };
+    let report = skillbox::replay::run(&dir, &opts).unwrap_or_else(|e| panic!("{e}"));
+    let a = &report.cases[0];
+    assert_eq!(a.status, skillbox::replay::Status::Fail, "{a:?}");
+    assert!(a.problems.iter().any(|p| p.contains("outside the staging directory: stray")), "{:?}", a.problems);
+    assert!(a.problems.iter().any(|p| p.contains("\"unlisted\" is on disk but not listed")), "{:?}", a.problems);
+    assert_eq!(report.cases[1].status, skillbox::replay::Status::Fail);
+    assert!(!report.all_passed());
+}
+
+#[test]
+fn the_project_fuzz_regressions_replay_green() {
+    let dir: PathBuf = [env!("CARGO_MANIFEST_DIR"), "corpus", "fuzz"].iter().collect();
+    if !dir.join("manifest.json").exists() {
+        return;
+    }
+    let o = replay(&[dir.to_str().unwrap_or("")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+}
+
+/// Parse with python3's xml.etree when python3 is installed (a second, independent parser).
+fn python_parses(path: &Path) {
+    let Ok(o) = Command::new("python3")
+        .args(["-c", "import sys, xml.etree.ElementTree as E; r = E.parse(sys.argv[1]).getroot(); print(r.tag)"])
+        .arg(path)
+        .output()
+    else {
+        return;
+    };
+    assert!(o.status.success(), "python3 cannot parse the JUnit: {}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), "testsuites");
+}
+
+/// A strict little XML 1.0 well-formedness parser (elements, attributes, text, entities), so
+/// the JUnit check does not depend on anything being installed.
+mod xml {
+    use std::collections::BTreeMap;
+
+    #[derive(Debug, Default)]
+    pub struct Element {
+        pub name: String,
+        pub attrs: BTreeMap<String, String>,
+        pub children: Vec<Element>,
+        pub text: String,
+    }
+
+    fn valid_char(c: char) -> bool {
+        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..='\u{10ffff}')
+    }
+
+    fn unescape(s: &str) -> Result<String, String> {
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(i) = rest.find('&') {
+            out.push_str(&rest[..i]);
+            let end = rest[i..].find(';').ok_or("unterminated entity")? + i;
+            let ent = &rest[i + 1..end];
+            let c = match ent {
+                "amp" => '&',
+                "lt" => '<',
+                "gt" => '>',
+                "quot" => '"',
+                "apos" => '\'',
+                _ if ent.starts_with("#x") => u32::from_str_radix(&ent[2..], 16).ok().and_then(char::from_u32).ok_or("bad char ref")?,
+                _ if ent.starts_with('#') => ent[1..].parse::<u32>().ok().and_then(char::from_u32).ok_or("bad char ref")?,
+                _ => return Err(format!("unknown entity &{ent};")),
+            };
+            if !valid_char(c) {
+                return Err(format!("reference to a forbidden character {:?}", c as u32));
+            }
+            out.push(c);
+            rest = &rest[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
+    }
+
+    fn is_name(s: &str) -> bool {
+        !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+    }
+
+    pub fn parse(doc: &str) -> Result<Element, String> {
+        if let Some(c) = doc.chars().find(|c| !valid_char(*c)) {
+            return Err(format!("forbidden character U+{:04X}", c as u32));
+        }
+        let mut s = doc.trim_start();
+        if s.starts_with("<?xml") {
+            s = &s[s.find("?>").ok_or("unterminated declaration")? + 2..];
+        }
+        let mut stack: Vec<Element> = Vec::new();
+        let mut root: Option<Element> = None;
+        loop {
+            let lt = match s.find('<') {
+                Some(i) => i,
+                None => {
+                    if !s.trim().is_empty() {
+                        return Err("text after the root".into());
+                    }
+                    break;
+                }
+            };
+            let txt = &s[..lt];
+            match stack.last_mut() {
+                Some(top) => top.text.push_str(&unescape(txt)?),
+                None if !txt.trim().is_empty() => return Err("text outside the root".into()),
+                None => {}
+            }
+            s = &s[lt..];
+            let gt = s.find('>').ok_or("unterminated tag")?;
+            let tag = &s[1..gt];
+            s = &s[gt + 1..];
+            if let Some(name) = tag.strip_prefix('/') {
+                let el = stack.pop().ok_or("close without open")?;
+                if el.name != name.trim() {
+                    return Err(format!("</{name}> closes <{}>", el.name));
+                }
+                match stack.last_mut() {
+                    Some(parent) => parent.children.push(el),
+                    None if root.is_none() => root = Some(el),
+                    None => return Err("two roots".into()),
+                }
+                continue;
+            }
+            let (body, empty) = match tag.strip_suffix('/') {
+                Some(b) => (b, true),
+                None => (tag, false),
+            };
+            let name_end = body.find(char::is_whitespace).unwrap_or(body.len());
+            let mut el = Element { name: body[..name_end].to_owned(), ..Element::default() };
+            if !is_name(&el.name) {
+                return Err(format!("bad element name {:?}", el.name));
+            }
+            let mut a = body[name_end..].trim_start();
+            while !a.is_empty() {
+                let eq = a.find('=').ok_or("attribute without value")?;
+                let key = a[..eq].trim();
+                if !is_name(key) {
+                    return Err(format!("bad attribute name {key:?}"));
+                }
+                let v = a[eq + 1..].trim_start();
+                let quote = v.chars().next().filter(|q| *q == '"' || *q == '\'').ok_or("unquoted attribute")?;
+                let close = v[1..].find(quote).ok_or("unterminated attribute")? + 1;
+                let raw = &v[1..close];
+                if raw.contains('<') {
+                    return Err("`<` in an attribute".into());
+                }
+                if el.attrs.insert(key.to_owned(), unescape(raw)?).is_some() {
+                    return Err(format!("duplicate attribute {key}"));
+                }
+                a = v[close + 1..].trim_start();
+            }
+            if root.is_some() {
+                return Err("element after the root".into());
+            }
+            if empty {
+                match stack.last_mut() {
+                    Some(parent) => parent.children.push(el),
+                    None => root = Some(el),
+                }
+            } else {
+                stack.push(el);
+            }
+        }
+        if !stack.is_empty() {
+            return Err("unclosed element".into());
+        }
+        root.ok_or_else(|| "no root element".into())
+    }
+}
