@@ -36,6 +36,13 @@ enum Command {
     /// Exit status: 0 accepted, 3 rejected (the reason is printed), 1 operational error,
     /// 2 usage error. On rejection nothing is left on disk.
     Extract(ExtractArgs),
+    /// Compare two saved `extract --json` answers of a skill: what changed, and whether its
+    /// capabilities grew (new or changed scripts or executables, new hosts, tools, credential
+    /// touches, downloads or risky commands). Grown capabilities are listed first.
+    ///
+    /// Exit status: 0 unchanged (same digest), 4 content_only, 5 needs_review, 1 operational
+    /// error (a file cannot be read), 2 usage error (not an accepted answer with a review).
+    Diff(DiffArgs),
     /// Replay a corpus: run every artifact in DIR through `extract` and compare each verdict
     /// and reason with DIR/manifest.json (format in the README).
     ///
@@ -144,6 +151,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Extract(args) => cmd_extract(args),
+        Command::Diff(args) => cmd_diff(&args),
         Command::Replay(args) => Ok(skillbox::replay::main(args)),
     };
     match result {
@@ -323,4 +331,49 @@ fn print_outcome(outcome: &Outcome, staging: &Staging, json: bool) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Arguments of `skillbox diff` (issue 5).
+#[derive(Args, Debug)]
+struct DiffArgs {
+    /// The older version's saved answer (`skillbox extract --json` output).
+    old: PathBuf,
+    /// The newer version's saved answer.
+    new: PathBuf,
+    /// Print one JSON object (change, digests, grown, dropped, files, frontmatter_changed).
+    #[arg(long)]
+    json: bool,
+}
+
+const EXIT_DIFF_CONTENT_ONLY: u8 = 4;
+const EXIT_DIFF_NEEDS_REVIEW: u8 = 5;
+/// A saved answer is at most a few MiB (10,000 entries plus a bounded review).
+const MAX_ANSWER_BYTES: u64 = 64 * 1024 * 1024;
+
+fn cmd_diff(args: &DiffArgs) -> Result<u8, Failure> {
+    use std::io::Read as _;
+    use skillbox::skill::diff::{self, Change};
+    let load = |p: &Path| -> Result<Outcome, Failure> {
+        let file = File::open(p).map_err(|e| operational(format!("cannot open {}: {e}", p.display())))?;
+        let mut text = Vec::new();
+        file.take(MAX_ANSWER_BYTES + 1)
+            .read_to_end(&mut text)
+            .map_err(|e| operational(format!("cannot read {}: {e}", p.display())))?;
+        if text.len() as u64 > MAX_ANSWER_BYTES {
+            return Err(usage(format!("{} is larger than {MAX_ANSWER_BYTES} bytes", p.display())));
+        }
+        serde_json::from_slice(&text).map_err(|e| usage(format!("{} is not a skillbox answer: {e}", p.display())))
+    };
+    let (old, new) = (load(&args.old)?, load(&args.new)?);
+    let d = diff::diff(&old, &new).map_err(|e| usage(e.to_string()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&d).map_err(|e| operational(e.to_string()))?);
+    } else {
+        print!("{}", diff::render(&d));
+    }
+    Ok(match d.change {
+        Change::Unchanged => EXIT_ACCEPTED,
+        Change::ContentOnly => EXIT_DIFF_CONTENT_ONLY,
+        Change::NeedsReview => EXIT_DIFF_NEEDS_REVIEW,
+    })
 }

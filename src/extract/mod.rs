@@ -139,7 +139,20 @@ pub fn extract(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Resul
     match result {
         Ok(()) => {
             let (entries, totals) = sink.into_inventory(size);
-            Ok(Outcome { verdict: Verdict::Accepted, reason: None, artifact: facts, entries, totals, review: None })
+            // 4. Review the staged tree (issue 5): reads beneath `staging` only, bounded. An invalid
+            // SKILL.md rejects, and then nothing of the tree may survive either.
+            match crate::skill::review::review(staging, &entries, req) {
+                Ok(review) => {
+                    Ok(Outcome { verdict: Verdict::Accepted, reason: None, artifact: facts, entries, totals, review: Some(review) })
+                }
+                Err(err) => {
+                    writer::clear_beneath(staging, 0).map_err(EngineError::Cleanup)?;
+                    match err {
+                        crate::skill::review::ReviewError::Invalid(reason) => Ok(rejected(facts, totals, reason)),
+                        crate::skill::review::ReviewError::Io { source, .. } => Err(EngineError::Staging(source)),
+                    }
+                }
+            }
         }
         Err(stop) => {
             let totals = sink.partial_totals(size);

@@ -1,22 +1,654 @@
 //! The review report: what an accepted package's bytes ask to do.
+//!
+//! [`review`] runs after extraction, over the staged tree, inside the confined child. It reads
+//! files only through [`StagedReader`] (beneath the staging fd, `O_NOFOLLOW`, bounded), checks
+//! SKILL.md's frontmatter, and scans every text file line by line. It never executes, resolves
+//! or fetches anything it finds, and it never grants: the report informs a reviewer or a policy.
+//!
+//! Everything is bounded and says so: bytes read per file and in total, findings in total and
+//! per subject within a file, excerpt length. When a bound cut the review short,
+//! [`Coverage::complete`] is false and the counters say what was left out.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::os::fd::BorrowedFd;
 
 use serde::{Deserialize, Serialize};
 
-/// One observation about the package (a script, a URL, a credential path, ...).
+use super::frontmatter::{self, Frontmatter, FrontmatterLimits};
+use super::scan::{self, Hit, HitKind, Scanner};
+use super::staged::StagedReader;
+use crate::digest::Sha256Digest;
+use crate::extract::inventory::{Entry, Flag, Kind};
+use crate::extract::Request;
+use crate::reason::Reason;
+
+/// Bounds on one review. The defaults keep the worst report well under 1 MiB of JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReviewLimits {
+    /// Bytes read from one file; the rest is not scanned (the file is listed as truncated).
+    pub max_file_bytes: usize,
+    /// Bytes read over the whole package; later files are not scanned (counted as unread).
+    pub max_total_bytes: u64,
+    /// Findings kept in the report; later ones are counted, not kept.
+    pub max_findings: usize,
+    /// Findings kept for one (kind, subject) within one file.
+    pub max_per_subject: usize,
+    /// Distinct subjects kept per capability list.
+    pub max_subjects: usize,
+    /// Characters of an excerpt.
+    pub excerpt_chars: usize,
+    pub frontmatter: FrontmatterLimits,
+}
+
+impl Default for ReviewLimits {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: 1024 * 1024,
+            max_total_bytes: 64 * 1024 * 1024,
+            max_findings: 1000,
+            max_per_subject: 5,
+            max_subjects: 1024,
+            excerpt_chars: 160,
+            frontmatter: FrontmatterLimits::default(),
+        }
+    }
+}
+
+/// Stable vocabulary of finding kinds (snake_case on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FindingKind {
+    /// A frontmatter value breaks an Agent Skills rule (name format, lengths, types).
+    SkillMdRule,
+    /// A top-level frontmatter key the specification does not define.
+    UnknownKey,
+    /// SKILL.md `name` differs from the index entry's name.
+    NameMismatch,
+    /// SKILL.md `description` differs from the index entry's description.
+    DescriptionMismatch,
+    /// One tool named in `allowed-tools`.
+    RequestedTool,
+    /// A script: under `scripts/`, by shebang, by executable bit or by extension.
+    Script,
+    /// A URL or host name.
+    ExternalReference,
+    /// A download or install: `curl`, `wget`, `git clone`, `pip install`, `npm install`, ...
+    Download,
+    /// A credential path (`~/.ssh`, `~/.aws`, `.env`, ...) or secret-named variable.
+    CredentialTouch,
+    /// `curl | sh`, `sudo`, `rm -rf`, `chmod 777`, `eval` of downloaded text.
+    RiskyCommand,
+    /// A SKILL.md link to a file the package does not contain.
+    BrokenLink,
+    /// A SKILL.md link that leaves the package (absolute, `..` past the root, `file:`).
+    LinkOutside,
+    /// A native binary (ELF, Mach-O, PE, wasm) anywhere, or an executable that is not text.
+    BinaryExecutable,
+}
+
+impl FindingKind {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SkillMdRule => "skill_md_rule",
+            Self::UnknownKey => "unknown_key",
+            Self::NameMismatch => "name_mismatch",
+            Self::DescriptionMismatch => "description_mismatch",
+            Self::RequestedTool => "requested_tool",
+            Self::Script => "script",
+            Self::ExternalReference => "external_reference",
+            Self::Download => "download",
+            Self::CredentialTouch => "credential_touch",
+            Self::RiskyCommand => "risky_command",
+            Self::BrokenLink => "broken_link",
+            Self::LinkOutside => "link_outside",
+            Self::BinaryExecutable => "binary_executable",
+        }
+    }
+}
+
+impl std::fmt::Display for FindingKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One observation about the package.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
-    /// Stable snake_case kind, e.g. `external_reference`, `risky_command`.
-    pub kind: String,
+    pub kind: FindingKind,
     /// Package-relative file the finding is in.
     pub file: String,
     /// 1-based line, when the finding is in text.
     pub line: Option<u64>,
     /// Short excerpt, control characters escaped, bounded length.
     pub excerpt: String,
+    /// What was found, normalised (a host, a command, a credential, a key, a tool).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+}
+
+/// Informational flags comparing SKILL.md with the index entry. They never grant anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReviewFlag {
+    NameMismatch,
+    DescriptionMismatch,
+}
+
+/// Why a file counts as a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScriptSignal {
+    ScriptsDir,
+    Shebang,
+    ExecutableBit,
+    Extension,
+}
+
+/// One script of the package.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Script {
+    pub path: String,
+    /// `sh`, `python3`, `node`, ... from the shebang, else from the extension; `native:elf`
+    /// for binaries; null when neither says.
+    pub interpreter: Option<String>,
+    pub size: u64,
+    pub sha256: Option<Sha256Digest>,
+    pub executable: bool,
+    pub detected_by: Vec<ScriptSignal>,
+}
+
+/// Distinct subjects, sorted: what the package would reach for if an agent followed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Capabilities {
+    pub hosts: Vec<String>,
+    pub downloads: Vec<String>,
+    pub credentials: Vec<String>,
+    pub risky_commands: Vec<String>,
+    /// Paths of files staged executable or holding a native binary.
+    pub executables: Vec<String>,
+}
+
+/// How much of the package the review actually looked at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Coverage {
+    /// False when any bound below cut the review short.
+    pub complete: bool,
+    pub files_scanned: u64,
+    pub bytes_scanned: u64,
+    /// Files of which only the first `max_file_bytes` were scanned (at most 100 listed).
+    pub truncated_files: Vec<String>,
+    /// Files not read at all because `max_total_bytes` was reached.
+    pub unread_files: u64,
+    /// Files not scanned as text (binary content).
+    pub binary_files: u64,
+    /// Findings beyond `max_findings` or `max_per_subject`, counted but not kept.
+    pub findings_dropped: u64,
+    pub max_file_bytes: u64,
+    pub max_total_bytes: u64,
+    pub max_findings: u64,
 }
 
 /// The report attached to every accepted answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Review {
+    /// The checked frontmatter; null only when the policy allowed a package without SKILL.md.
+    pub frontmatter: Option<Frontmatter>,
+    pub flags: Vec<ReviewFlag>,
+    /// `allowed-tools`, as requested.
+    pub tools: Vec<String>,
+    pub scripts: Vec<Script>,
+    pub capabilities: Capabilities,
     pub findings: Vec<Finding>,
+    pub coverage: Coverage,
+}
+
+/// Why a review could not produce a report.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReviewError {
+    /// SKILL.md is not a valid skill description (`invalid_skill_md`): the package is rejected.
+    #[error("{}: {}", .0.code, .0.detail)]
+    Invalid(Reason),
+    /// A staged file could not be read back.
+    #[error("cannot read staged {path}: {source}")]
+    Io { path: String, source: io::Error },
+}
+
+/// Review the tree staged beneath `staging` whose inventory is `entries`, with default limits.
+pub fn review(staging: BorrowedFd<'_>, entries: &[Entry], req: &Request) -> Result<Review, ReviewError> {
+    review_with(staging, entries, req, &ReviewLimits::default())
+}
+
+/// [`review`] with explicit limits.
+pub fn review_with(staging: BorrowedFd<'_>, entries: &[Entry], req: &Request, limits: &ReviewLimits) -> Result<Review, ReviewError> {
+    let mut r = Reviewer::new(limits, entries);
+    let mut reader = StagedReader::new(staging);
+    let mut buf = Vec::new();
+
+    // SKILL.md first: its frontmatter decides whether there is a skill at all.
+    let skill = entries.iter().find(|e| e.path == "SKILL.md" && e.kind == Kind::File);
+    if let Some(e) = skill {
+        // Always read, and at least far enough for the whole frontmatter bound.
+        let cap = limits.max_file_bytes.max(limits.frontmatter.max_bytes.saturating_add(16));
+        r.read(&mut reader, e, cap, &mut buf)?;
+        let parsed = frontmatter::parse(&buf, &limits.frontmatter).map_err(ReviewError::Invalid)?;
+        r.frontmatter(parsed, req);
+        r.text(e, &buf, true);
+    }
+    for e in entries.iter().filter(|e| e.kind == Kind::File && e.path != "SKILL.md") {
+        if r.total_read >= limits.max_total_bytes {
+            r.out.coverage.unread_files += 1;
+            r.classify(e, None);
+            continue;
+        }
+        let left = usize::try_from(limits.max_total_bytes.saturating_sub(r.total_read)).unwrap_or(usize::MAX);
+        r.read(&mut reader, e, limits.max_file_bytes.min(left), &mut buf)?;
+        let binary = r.classify(e, Some(&buf));
+        if binary {
+            r.out.coverage.binary_files += 1;
+        } else {
+            r.text(e, &buf, false);
+        }
+    }
+    Ok(r.finish())
+}
+
+struct Reviewer<'a> {
+    limits: &'a ReviewLimits,
+    out: Review,
+    /// Every path in the inventory (files, directories, symlinks), for link checks.
+    paths: BTreeSet<&'a str>,
+    total_read: u64,
+    caps: BTreeMap<HitKind, BTreeSet<String>>,
+    executables: BTreeSet<String>,
+    scanner: Scanner,
+}
+
+impl<'a> Reviewer<'a> {
+    fn new(limits: &'a ReviewLimits, entries: &'a [Entry]) -> Self {
+        let mut out = Review::default();
+        out.coverage.max_file_bytes = limits.max_file_bytes as u64;
+        out.coverage.max_total_bytes = limits.max_total_bytes;
+        out.coverage.max_findings = limits.max_findings as u64;
+        Self {
+            limits,
+            out,
+            paths: entries.iter().map(|e| e.path.as_str()).collect(),
+            total_read: 0,
+            caps: BTreeMap::new(),
+            executables: BTreeSet::new(),
+            scanner: Scanner::default(),
+        }
+    }
+
+    fn read(&mut self, reader: &mut StagedReader<'_>, e: &Entry, cap: usize, buf: &mut Vec<u8>) -> Result<(), ReviewError> {
+        reader
+            .read_capped(&e.path, cap, buf)
+            .map_err(|source| ReviewError::Io { path: crate::reason::display_name(e.path.as_bytes()), source })?;
+        self.total_read += buf.len() as u64;
+        self.out.coverage.bytes_scanned += buf.len() as u64;
+        self.out.coverage.files_scanned += 1;
+        if (buf.len() as u64) < e.size && self.out.coverage.truncated_files.len() < 100 {
+            self.out.coverage.truncated_files.push(e.path.clone());
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, f: Finding) {
+        if self.out.findings.len() >= self.limits.max_findings {
+            self.out.coverage.findings_dropped += 1;
+        } else {
+            self.out.findings.push(f);
+        }
+    }
+
+    fn excerpt(&self, s: &str) -> String {
+        escape_bounded(s.trim(), self.limits.excerpt_chars)
+    }
+
+    fn frontmatter(&mut self, parsed: frontmatter::Parsed, req: &Request) {
+        let fm = parsed.frontmatter;
+        let line_of = |k: &str| parsed.key_lines.get(k).copied();
+        for issue in parsed.issues {
+            let kind = if issue.unknown_key { FindingKind::UnknownKey } else { FindingKind::SkillMdRule };
+            let excerpt = self.excerpt(&issue.message);
+            self.push(Finding { kind, file: "SKILL.md".into(), line: Some(issue.line), excerpt, subject: Some(issue.key) });
+        }
+        if let Some(index_name) = &req.skill_name {
+            if *index_name != fm.name {
+                self.out.flags.push(ReviewFlag::NameMismatch);
+                let excerpt = self.excerpt(&format!("index: {index_name:?}, SKILL.md: {:?}", fm.name));
+                self.push(Finding { kind: FindingKind::NameMismatch, file: "SKILL.md".into(), line: line_of("name"), excerpt, subject: None });
+            }
+        }
+        if let Some(index_desc) = &req.index_description {
+            let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+            if norm(index_desc) != norm(&fm.description) {
+                self.out.flags.push(ReviewFlag::DescriptionMismatch);
+                let excerpt = self.excerpt(&format!("index: {index_desc:?}, SKILL.md: {:?}", fm.description));
+                let line = line_of("description");
+                self.push(Finding { kind: FindingKind::DescriptionMismatch, file: "SKILL.md".into(), line, excerpt, subject: None });
+            }
+        }
+        for tool in &fm.allowed_tools {
+            let excerpt = self.excerpt(tool);
+            let line = line_of("allowed-tools");
+            self.push(Finding { kind: FindingKind::RequestedTool, file: "SKILL.md".into(), line, excerpt, subject: Some(tool.clone()) });
+        }
+        self.out.tools = fm.allowed_tools.clone();
+        self.out.frontmatter = Some(fm);
+    }
+
+    /// Scripts, executables and binaries. `head` is the file's content as read (None: unread).
+    /// Returns whether the content is binary (not to be scanned as text).
+    fn classify(&mut self, e: &Entry, head: Option<&[u8]>) -> bool {
+        let executable = e.flags.contains(&Flag::Executable);
+        let ext_interp = extension(&e.path).and_then(interpreter_for_extension);
+        let shebang = head.and_then(|h| h.strip_prefix(b"#!")).map(shebang_interpreter);
+        let native = head.and_then(native_kind);
+        let binary = head.is_some_and(|h| native.is_some() || is_binary(h));
+
+        let mut signals = Vec::new();
+        if e.path.starts_with("scripts/") {
+            signals.push(ScriptSignal::ScriptsDir);
+        }
+        if shebang.is_some() {
+            signals.push(ScriptSignal::Shebang);
+        }
+        if executable {
+            signals.push(ScriptSignal::ExecutableBit);
+        }
+        if ext_interp.is_some() || (head.is_none() && e.flags.contains(&Flag::Script)) {
+            signals.push(ScriptSignal::Extension);
+        }
+        if executable || native.is_some() {
+            if self.executables.len() < self.limits.max_subjects {
+                self.executables.insert(e.path.clone());
+            }
+        }
+        if native.is_some() || (binary && !signals.is_empty()) {
+            let what = native.map_or("non-text content", |k| k.1);
+            let excerpt = format!("{what}, {} bytes{}", e.size, if executable { ", executable" } else { "" });
+            let subject = native.map_or("non-text", |k| k.0);
+            self.push(Finding { kind: FindingKind::BinaryExecutable, file: e.path.clone(), line: None, excerpt, subject: Some(subject.into()) });
+        }
+        if !signals.is_empty() && !e.flags.contains(&Flag::NestedArchive) {
+            let interpreter = match (&shebang, native, ext_interp) {
+                (Some(Some(s)), _, _) => Some(s.clone()),
+                (_, Some(k), _) => Some(format!("native:{}", k.0)),
+                (_, _, Some(i)) => Some(i.to_owned()),
+                _ => None,
+            };
+            let excerpt = match head.and_then(|h| h.strip_prefix(b"#!")) {
+                Some(rest) => {
+                    let line = rest.split(|&b| b == b'\n').next().unwrap_or(rest);
+                    self.excerpt(&format!("#!{}", String::from_utf8_lossy(line)))
+                }
+                None => format!("{}, {} bytes", interpreter.as_deref().unwrap_or("unknown interpreter"), e.size),
+            };
+            self.push(Finding {
+                kind: FindingKind::Script,
+                file: e.path.clone(),
+                line: head.is_some_and(|h| h.starts_with(b"#!")).then_some(1),
+                excerpt,
+                subject: interpreter.clone(),
+            });
+            self.out.scripts.push(Script {
+                path: e.path.clone(),
+                interpreter,
+                size: e.size,
+                sha256: e.sha256,
+                executable,
+                detected_by: signals,
+            });
+        }
+        binary
+    }
+
+    /// Scan a text file line by line; for SKILL.md also check its links.
+    fn text(&mut self, e: &Entry, content: &[u8], skill_md: bool) {
+        let mut hits: Vec<Hit> = Vec::new();
+        let mut links = Vec::new();
+        let mut per_subject: HashMap<(FindingKind, String), usize> = HashMap::new();
+        let mut lineno = 0u64;
+        let mut scanner = std::mem::take(&mut self.scanner);
+        for line in content.split(|&b| b == b'\n') {
+            lineno += 1;
+            scanner.line(line, &mut hits);
+            let mut found: Vec<(FindingKind, usize, String)> = hits
+                .drain(..)
+                .map(|h| {
+                    let kind = match h.kind {
+                        HitKind::ExternalReference => FindingKind::ExternalReference,
+                        HitKind::Download => FindingKind::Download,
+                        HitKind::CredentialTouch => FindingKind::CredentialTouch,
+                        HitKind::RiskyCommand => FindingKind::RiskyCommand,
+                    };
+                    let set = self.caps.entry(h.kind).or_default();
+                    if set.len() < self.limits.max_subjects {
+                        set.insert(h.subject.clone());
+                    }
+                    (kind, h.col, h.subject)
+                })
+                .collect();
+            if skill_md && memchr::memchr(b']', line).is_some() {
+                scan::link_targets(line, &mut links);
+                for (col, target) in links.drain(..) {
+                    if let Some((kind, subject)) = self.check_link(&target) {
+                        found.push((kind, col, subject));
+                    }
+                }
+            }
+            found.dedup();
+            for (kind, col, subject) in found {
+                let n = per_subject.entry((kind, subject.clone())).or_insert(0);
+                *n += 1;
+                if *n > self.limits.max_per_subject {
+                    self.out.coverage.findings_dropped += 1;
+                    continue;
+                }
+                let excerpt = excerpt_at(line, col, self.limits.excerpt_chars);
+                self.push(Finding { kind, file: e.path.clone(), line: Some(lineno), excerpt, subject: Some(subject) });
+            }
+        }
+        self.scanner = scanner;
+    }
+
+    /// A SKILL.md link target that is missing from the package or leaves it.
+    fn check_link(&self, raw: &[u8]) -> Option<(FindingKind, String)> {
+        let target = String::from_utf8_lossy(raw);
+        let target = target.split(['#', '?']).next().unwrap_or("");
+        if target.is_empty() {
+            return None;
+        }
+        let subject = crate::reason::display_name(target.as_bytes());
+        if let Some(colon) = target.find(':') {
+            let scheme = &target[..colon];
+            let is_scheme = !scheme.is_empty()
+                && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'));
+            if is_scheme && !target[..colon].contains('/') {
+                return scheme.eq_ignore_ascii_case("file").then_some((FindingKind::LinkOutside, subject));
+            }
+        }
+        let decoded = percent_decode(target);
+        if decoded.starts_with('/') || decoded.starts_with('~') || decoded.starts_with('\\') {
+            return Some((FindingKind::LinkOutside, subject));
+        }
+        let mut parts: Vec<&str> = Vec::new();
+        for comp in decoded.split('/') {
+            match comp {
+                "" | "." => {}
+                ".." => {
+                    if parts.pop().is_none() {
+                        return Some((FindingKind::LinkOutside, subject));
+                    }
+                }
+                c => parts.push(c),
+            }
+        }
+        if parts.is_empty() {
+            return None;
+        }
+        let path = parts.join("/");
+        (!self.paths.contains(path.as_str())).then_some((FindingKind::BrokenLink, subject))
+    }
+
+    fn finish(mut self) -> Review {
+        let take = |caps: &mut BTreeMap<HitKind, BTreeSet<String>>, k| caps.remove(&k).map(|s| s.into_iter().collect()).unwrap_or_default();
+        self.out.capabilities = Capabilities {
+            hosts: take(&mut self.caps, HitKind::ExternalReference),
+            downloads: take(&mut self.caps, HitKind::Download),
+            credentials: take(&mut self.caps, HitKind::CredentialTouch),
+            risky_commands: take(&mut self.caps, HitKind::RiskyCommand),
+            executables: self.executables.into_iter().collect(),
+        };
+        let c = &mut self.out.coverage;
+        c.complete = c.truncated_files.is_empty() && c.unread_files == 0 && c.findings_dropped == 0;
+        self.out
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    if !s.contains('%') {
+        return s.to_owned();
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            let hex = |c: u8| (c as char).to_digit(16);
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn extension(path: &str) -> Option<String> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let (stem, ext) = name.rsplit_once('.')?;
+    (!stem.is_empty()).then(|| ext.to_ascii_lowercase())
+}
+
+fn interpreter_for_extension(ext: String) -> Option<&'static str> {
+    Some(match ext.as_str() {
+        "sh" => "sh",
+        "bash" => "bash",
+        "zsh" => "zsh",
+        "fish" => "fish",
+        "ksh" => "ksh",
+        "py" | "pyw" => "python",
+        "rb" => "ruby",
+        "pl" | "pm" => "perl",
+        "php" => "php",
+        "js" | "mjs" | "cjs" => "node",
+        "ts" => "typescript",
+        "lua" => "lua",
+        "ps1" | "psm1" => "powershell",
+        "bat" | "cmd" => "cmd",
+        "vbs" => "vbscript",
+        "applescript" => "osascript",
+        "r" => "Rscript",
+        "tcl" => "tclsh",
+        "awk" => "awk",
+        _ => return None,
+    })
+}
+
+/// The interpreter a shebang line names: `#!/usr/bin/env -S python3 -u` -> `python3`.
+fn shebang_interpreter(rest: &[u8]) -> Option<String> {
+    let line = rest.split(|&b| b == b'\n').next().unwrap_or(rest);
+    let line = String::from_utf8_lossy(&line[..line.len().min(256)]).into_owned();
+    let mut words = line.split_whitespace();
+    let prog = words.next()?;
+    let mut name = prog.rsplit('/').next().unwrap_or(prog);
+    if name == "env" {
+        name = words.find(|w| !w.starts_with('-') && !w.contains('='))?;
+        name = name.rsplit('/').next().unwrap_or(name);
+    }
+    (!name.is_empty()).then(|| escape_bounded(name, 64))
+}
+
+/// Magic numbers of native executables: (subject, description).
+fn native_kind(h: &[u8]) -> Option<(&'static str, &'static str)> {
+    let m = h.get(..4)?;
+    Some(match m {
+        b"\x7fELF" => ("elf", "ELF binary"),
+        [0xfe, 0xed, 0xfa, 0xce | 0xcf] | [0xce | 0xcf, 0xfa, 0xed, 0xfe] => ("mach-o", "Mach-O binary"),
+        [0xca, 0xfe, 0xba, 0xbe] => ("mach-o", "Mach-O universal binary or Java class"),
+        b"\0asm" => ("wasm", "WebAssembly module"),
+        [b'M', b'Z', _, _] => ("pe", "PE/DOS executable"),
+        _ => return None,
+    })
+}
+
+/// Binary when the first 8 KiB hold a NUL byte (as git and grep decide).
+fn is_binary(h: &[u8]) -> bool {
+    memchr::memchr(0, &h[..h.len().min(8192)]).is_some()
+}
+
+/// Escape control characters and cut at `max` characters (an ellipsis marks the cut).
+pub fn escape_bounded(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max * 2));
+    for (n, ch) in s.chars().enumerate() {
+        if n >= max {
+            out.push('…');
+            break;
+        }
+        if ch.is_control() || matches!(ch, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+            out.extend(ch.escape_default());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// An excerpt of `line` around byte `col`, bounded and escaped.
+fn excerpt_at(line: &[u8], col: usize, max: usize) -> String {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let mut start = if line.len() <= max { 0 } else { col.saturating_sub(40).min(line.len()) };
+    while start < line.len() && (line[start] & 0xC0) == 0x80 {
+        start += 1;
+    }
+    let end = line.len().min(start + max * 4);
+    let text = String::from_utf8_lossy(&line[start..end]);
+    let body = escape_bounded(text.trim(), max);
+    if start > 0 { format!("…{body}") } else { body }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excerpts_are_bounded_and_escaped() {
+        assert_eq!(escape_bounded("a\x1b[31mb\u{202e}", 100), "a\\u{1b}[31mb\\u{202e}");
+        let long = format!("{}curl https://x.example.com{}", "a ".repeat(200), " b".repeat(200));
+        let e = excerpt_at(long.as_bytes(), 400, 60);
+        assert!(e.starts_with('…') && e.contains("curl") && e.chars().count() <= 62, "{e}");
+    }
+
+    #[test]
+    fn shebangs() {
+        assert_eq!(shebang_interpreter(b"/usr/bin/env -S python3 -u\n"), Some("python3".into()));
+        assert_eq!(shebang_interpreter(b"/bin/bash -e\nrest"), Some("bash".into()));
+        assert_eq!(shebang_interpreter(b"\n"), None);
+    }
+
+    #[test]
+    fn percent() {
+        assert_eq!(percent_decode("a%20b%2"), "a b%2");
+        assert_eq!(percent_decode("%2e%2e/x"), "../x");
+    }
 }

@@ -71,13 +71,18 @@ fn load_manifest() -> Manifest {
     ok(serde_json::from_str(&text), "corpus/manifest.json does not have the documented shape")
 }
 
-/// Every regular file under `dir`, as `/`-separated paths relative to `dir`.
+/// Every regular file under `dir`, as `/`-separated paths relative to `dir`. A subdirectory with
+/// its own `manifest.json` is a nested suite (e.g. `review/`, `diff/`, issue 5) with its own
+/// generator and test, and is skipped.
 fn files_under(dir: &Path) -> BTreeSet<String> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<String>) {
         for entry in ok(std::fs::read_dir(dir), dir.display()) {
             let entry = ok(entry, dir.display());
             let path = entry.path();
             if ok(entry.file_type(), path.display()).is_dir() {
+                if path.join("manifest.json").is_file() {
+                    continue;
+                }
                 walk(root, &path, out);
             } else {
                 let rel = ok(path.strip_prefix(root), path.display());

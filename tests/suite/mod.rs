@@ -2,3 +2,5 @@ mod cli;
 mod corpus;
 mod replay;
 mod fuzz_seeds;
+mod review;
+mod diff;

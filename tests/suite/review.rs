@@ -1,0 +1,186 @@
+//! The review report: `corpus/review/` replayed through `skillbox extract --json` (verdict,
+//! reason and the kinds of findings in the `review` key), plus what the corpus cannot express
+//! through the CLI: index-fact mismatches, nothing left behind by an `invalid_skill_md`
+//! rejection, excerpts escaped, and the bounds saying when they cut the review short.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use skillbox::extract::policy::Limits;
+use skillbox::extract::{extract, ArtifactType, Request};
+use skillbox::reason::Verdict;
+use skillbox::skill::review::{review_with, FindingKind, ReviewFlag, ReviewLimits};
+
+fn corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/review")
+}
+
+fn extract_json(file: &Path, kind: &str, out: Option<&Path>) -> (Option<i32>, Value) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    cmd.arg("extract").arg(file).args(["--type", kind, "--json"]);
+    if let Some(o) = out {
+        cmd.arg("--out").arg(o);
+    }
+    let o = cmd.output().unwrap_or_else(|e| panic!("spawn: {e}"));
+    let v = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{}: not JSON ({e}): {}", file.display(), String::from_utf8_lossy(&o.stderr)));
+    (o.status.code(), v)
+}
+
+#[test]
+fn corpus_review_cases_match_the_manifest() {
+    let text = std::fs::read(corpus().join("manifest.json")).unwrap_or_else(|e| panic!("manifest: {e}"));
+    let manifest: Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("manifest: {e}"));
+    let cases = manifest["cases"].as_array().cloned().unwrap_or_default();
+    assert!(cases.len() >= 40, "only {} cases", cases.len());
+    let mut failures = Vec::new();
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    for (i, c) in cases.iter().enumerate() {
+        let name = c["name"].as_str().unwrap_or("?");
+        let file = corpus().join(c["file"].as_str().unwrap_or(""));
+        let out = tmp.path().join(format!("out{i}"));
+        let (code, v) = extract_json(&file, c["type"].as_str().unwrap_or("archive"), Some(&out));
+        let want_verdict = c["expect"]["verdict"].as_str().unwrap_or("");
+        if v["verdict"] != want_verdict {
+            failures.push(format!("{name}: verdict {} (reason {}), want {want_verdict}", v["verdict"], v["reason"]));
+            continue;
+        }
+        if want_verdict == "rejected" {
+            if v["reason"]["code"] != c["expect"]["reason"] {
+                failures.push(format!("{name}: reason {}, want {}", v["reason"], c["expect"]["reason"]));
+            }
+            if code != Some(3) || out.exists() || v.get("review").is_some() {
+                failures.push(format!("{name}: rejected but exit {code:?}, staging left: {}, review present", out.exists()));
+            }
+            continue;
+        }
+        let got: BTreeSet<String> = v["review"]["findings"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|f| f["kind"].as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        let want: BTreeSet<String> =
+            c["findings"].as_array().map(|a| a.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+        if got != want {
+            failures.push(format!("{name}: findings {got:?}, want {want:?}\n{:#}", v["review"]["findings"]));
+        }
+        if v["review"]["coverage"]["complete"] != true {
+            failures.push(format!("{name}: coverage incomplete"));
+        }
+        for f in v["review"]["findings"].as_array().into_iter().flatten() {
+            let e = f["excerpt"].as_str().unwrap_or("");
+            if e.chars().any(char::is_control) || e.chars().count() > 161 {
+                failures.push(format!("{name}: excerpt not escaped or too long: {e:?}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+}
+
+#[test]
+fn report_shape_for_a_script_with_a_host() {
+    let (code, v) = extract_json(&corpus().join("pkg_curl_pipe_sh.tar"), "archive", None);
+    assert_eq!(code, Some(0));
+    let r = &v["review"];
+    assert_eq!(r["frontmatter"]["name"], "pdf-tools");
+    assert_eq!(r["scripts"][0]["path"], "scripts/install.sh");
+    assert_eq!(r["scripts"][0]["interpreter"], "bash");
+    assert_eq!(r["scripts"][0]["executable"], true);
+    assert_eq!(r["capabilities"]["hosts"], serde_json::json!(["get.example.com"]));
+    assert_eq!(r["capabilities"]["risky_commands"], serde_json::json!(["download piped to a shell"]));
+    let risky = r["findings"].as_array().and_then(|a| a.iter().find(|f| f["kind"] == "risky_command")).cloned().unwrap_or_default();
+    assert_eq!(risky["file"], "scripts/install.sh");
+    assert_eq!(risky["line"], 2);
+    assert!(risky["excerpt"].as_str().unwrap_or("").contains("| bash"));
+}
+
+#[test]
+fn control_characters_are_escaped_in_excerpts() {
+    let (_, v) = extract_json(&corpus().join("pkg_control_chars.tar"), "archive", None);
+    let f = &v["review"]["findings"][0];
+    let e = f["excerpt"].as_str().unwrap_or("");
+    assert!(e.contains("\\u{1b}[2J"), "{e}");
+    assert!(!e.contains('\u{1b}'));
+}
+
+fn run_engine(path: &Path, kind: ArtifactType, req_edit: impl FnOnce(&mut Request)) -> (tempfile::TempDir, skillbox::extract::inventory::Outcome) {
+    let art = File::open(path).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let mut req = Request::new(kind, Limits::default());
+    req_edit(&mut req);
+    let o = extract(&art, fd.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
+    (dir, o)
+}
+
+#[test]
+fn index_facts_raise_mismatch_flags() {
+    let desc = "Extract text and tables from PDF files. Use when the user asks about PDFs.";
+    let (_d, o) = run_engine(&corpus().join("fm_minimal.md"), ArtifactType::SkillMd, |r| {
+        r.skill_name = Some("pdf-tools".into());
+        r.index_description = Some(format!("  {}", desc.replace(". ", ".\n")));
+    });
+    let r = o.review.unwrap_or_default();
+    assert!(r.flags.is_empty(), "whitespace differences are not a mismatch: {:?}", r.findings);
+
+    let (_d, o) = run_engine(&corpus().join("fm_minimal.md"), ArtifactType::SkillMd, |r| {
+        r.skill_name = Some("pdf-tool".into());
+        r.index_description = Some("Something else entirely".into());
+    });
+    assert_eq!(o.verdict, Verdict::Accepted, "flags inform, they never reject");
+    let r = o.review.unwrap_or_default();
+    assert_eq!(r.flags, [ReviewFlag::NameMismatch, ReviewFlag::DescriptionMismatch]);
+    let kinds: Vec<FindingKind> = r.findings.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FindingKind::NameMismatch, FindingKind::DescriptionMismatch]);
+    assert_eq!(r.findings[0].line, Some(2));
+}
+
+#[test]
+fn invalid_skill_md_leaves_nothing_staged() {
+    let (dir, o) = run_engine(&corpus().join("fm_anchor_bomb.md"), ArtifactType::SkillMd, |_| {});
+    assert_eq!(o.verdict, Verdict::Rejected);
+    assert_eq!(o.reason.map(|r| r.code.as_str()), Some("invalid_skill_md"));
+    assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(99), 0);
+}
+
+#[test]
+fn bounds_are_reported_when_they_cut() {
+    let (dir, o) = run_engine(&corpus().join("pkg_curl_pipe_sh.tar"), ArtifactType::Archive, |_| {});
+    let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let req = Request::new(ArtifactType::Archive, Limits::default());
+    let tight = ReviewLimits { max_file_bytes: 16, ..ReviewLimits::default() };
+    let r = review_with(fd.as_fd(), &o.entries, &req, &tight).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!r.coverage.complete);
+    assert!(r.coverage.truncated_files.contains(&"scripts/install.sh".to_owned()));
+    assert!(r.frontmatter.is_some(), "SKILL.md is read at least as far as the frontmatter bound");
+
+    let few = ReviewLimits { max_findings: 2, ..ReviewLimits::default() };
+    let r = review_with(fd.as_fd(), &o.entries, &req, &few).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!r.coverage.complete);
+    assert_eq!(r.findings.len(), 2);
+    assert!(r.coverage.findings_dropped > 0);
+    assert!(r.capabilities.hosts.contains(&"get.example.com".to_owned()), "capabilities do not depend on the findings cap");
+
+    let none = ReviewLimits { max_total_bytes: 0, ..ReviewLimits::default() };
+    let r = review_with(fd.as_fd(), &o.entries, &req, &none).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!r.coverage.complete);
+    assert!(r.coverage.unread_files > 0);
+    assert_eq!(r.scripts.len(), 1, "scripts are still listed from the inventory when unread");
+}
+
+#[test]
+fn review_never_follows_a_planted_symlink() {
+    let (dir, o) = run_engine(&corpus().join("pkg_clean.tar"), ArtifactType::Archive, |_| {});
+    // Swap a staged file for a symlink to a host file: the review must fail, not read it.
+    let victim = dir.path().join("references/guide.md");
+    std::fs::remove_file(&victim).unwrap_or_else(|e| panic!("{e}"));
+    std::os::unix::fs::symlink("/etc/hostname", &victim).unwrap_or_else(|e| panic!("{e}"));
+    let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let req = Request::new(ArtifactType::Archive, Limits::default());
+    let err = skillbox::skill::review::review(fd.as_fd(), &o.entries, &req).err();
+    assert!(matches!(err, Some(skillbox::skill::review::ReviewError::Io { .. })), "{err:?}");
+}
