@@ -282,7 +282,9 @@ cd corpus && sha256sum -c CHECKSUMS           # verify the committed files by ha
 - `benign/`  artifacts that must be accepted (each format, CRLF SKILL.md, internal symlinks,
   NFC names, nested archives, sanitised modes, every limit exactly at its boundary).
 - `hostile/` artifacts that must be rejected, one fault each, named `<format>_<attack>`.
-- `manifest.json` the cases (below). `CHECKSUMS` sha256 of every file here (sha256sum format).
+- `manifest.json` the cases (below). `CHECKSUMS` sha256 of every file above (sha256sum format).
+- Other sub-directories (`review/`, `diff/`) belong to other suites and carry their own
+  manifests; the generator never touches them.
 
 ## manifest.json
 
