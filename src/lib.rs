@@ -13,3 +13,14 @@ pub mod replay;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod skill;
+pub mod broker;
+pub mod client;
+
+/// The gRPC contract (`proto/skillbox/v1/skillbox.proto`), generated at build time.
+pub mod proto {
+    #![allow(clippy::all, clippy::pedantic, missing_docs)]
+    tonic::include_proto!("skillbox.v1");
+
+    /// The encoded descriptor set of the contract, served by gRPC reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("skillbox_v1_descriptor");
+}

@@ -49,6 +49,12 @@ enum Command {
     /// Exit status: 0 every case matched, 1 a case failed, was unexpected or could not run,
     /// 2 usage error or a missing or malformed manifest.
     Replay(skillbox::replay::ReplayArgs),
+    /// Run the gRPC broker: installers stream artifacts in, each is extracted by a confined
+    /// child into a fresh staging directory. Listens on a Unix socket unless --tcp is given;
+    /// every flag can be set by the SKILLBOX_* variable its help names.
+    ///
+    /// Exit status: 0 after a graceful shutdown (SIGTERM), 1 a fault, 2 a bad setting.
+    Serve(skillbox::broker::ServeArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -82,6 +88,10 @@ struct ExtractArgs {
     /// Print one JSON object (verdict, reason, artifact, entries, totals).
     #[arg(long)]
     json: bool,
+    /// Send the artifact to a running broker instead (`unix:///path/to.sock`, `unix:` for the
+    /// default socket, `http://127.0.0.1:PORT`); same output and exit codes.
+    #[arg(long, value_name = "URI", conflicts_with = "out")]
+    server: Option<String>,
     #[command(flatten)]
     overrides: LimitOverrides,
 }
@@ -153,6 +163,7 @@ fn main() -> ExitCode {
         Command::Extract(args) => cmd_extract(args),
         Command::Diff(args) => cmd_diff(&args),
         Command::Replay(args) => Ok(skillbox::replay::main(args)),
+        Command::Serve(args) => return skillbox::broker::main(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -190,6 +201,8 @@ fn build_limits(args: &ExtractArgs) -> Result<Limits, Failure> {
 enum Staging {
     Kept(PathBuf),
     Temporary(tempfile::TempDir),
+    /// Staged by the broker (`--server`) and released after the answer.
+    Remote,
 }
 
 impl Staging {
@@ -197,6 +210,7 @@ impl Staging {
         match self {
             Staging::Kept(p) => p,
             Staging::Temporary(t) => t.path(),
+            Staging::Remote => Path::new(""),
         }
     }
 }
@@ -218,6 +232,10 @@ fn cmd_extract(args: ExtractArgs) -> Result<u8, Failure> {
         .map_err(|e| operational(format!("cannot open {}: {e}", args.artifact.display())))?;
     if !artifact.metadata().map(|m| m.is_file()).unwrap_or(false) {
         return Err(usage(format!("{} is not a regular file", args.artifact.display())));
+    }
+    if let Some(server) = &args.server {
+        let req = Request { media_type: args.media_type.clone(), file_name, expected_digest, ..Request::new(artifact_type, limits) };
+        return extract_remote(server, &args, &req);
     }
     let staging = match &args.out {
         Some(out) => {
@@ -255,6 +273,17 @@ fn cmd_extract(args: ExtractArgs) -> Result<u8, Failure> {
         discard(&staging);
     }
     print_outcome(&outcome, &staging, args.json)?;
+    Ok(match outcome.verdict {
+        Verdict::Accepted => EXIT_ACCEPTED,
+        Verdict::Rejected => EXIT_REJECTED,
+    })
+}
+
+/// `--server`: the broker extracts and keeps nothing (the staged tree is released).
+fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<u8, Failure> {
+    let outcome = skillbox::client::extract_blocking(server, &args.artifact, req)
+        .map_err(|e| if e.is_invalid_argument() { usage(e.to_string()) } else { operational(e.to_string()) })?;
+    print_outcome(&outcome, &Staging::Remote, args.json)?;
     Ok(match outcome.verdict {
         Verdict::Accepted => EXIT_ACCEPTED,
         Verdict::Rejected => EXIT_REJECTED,
@@ -315,6 +344,7 @@ fn print_outcome(outcome: &Outcome, staging: &Staging, json: bool) -> Result<(),
             match staging {
                 Staging::Kept(p) => println!("  staged at {}", p.display()),
                 Staging::Temporary(_) => println!("  (staged in a temporary directory, now removed; use --out DIR to keep it)"),
+                Staging::Remote => println!("  (staged by the broker, now released)"),
             }
         }
         (Verdict::Rejected, reason) => {

@@ -4,3 +4,4 @@ mod replay;
 mod fuzz_seeds;
 mod review;
 mod diff;
+mod grpc;

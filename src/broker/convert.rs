@@ -1,0 +1,483 @@
+//! Between the crate's own types and the wire types of `proto/skillbox/v1`: the header becomes a
+//! checked [`Request`], an [`Outcome`] becomes an `ExtractResponse`, and back again for the
+//! client.
+//!
+//! Every match over our enums is exhaustive and every struct is destructured without `..`, so a
+//! new reason code, flag or limit does not compile until it has a wire form.
+
+use crate::digest::Sha256Digest;
+use crate::extract::detect::ArtifactType;
+use crate::extract::inventory::{ArtifactFacts, Entry, Flag, Kind, Outcome, Totals};
+use crate::extract::policy::{HardlinkPolicy, Limits, LimitsError};
+use crate::extract::Request;
+use crate::proto as pb;
+use crate::reason::{Reason, ReasonCode, Verdict};
+
+use super::error::RequestError;
+
+/// Bounds on the free-text header fields (bytes).
+pub const MAX_MEDIA_TYPE: usize = 256;
+pub const MAX_FILE_NAME: usize = 1024;
+pub const MAX_URL: usize = 8192;
+pub const MAX_SKILL_NAME: usize = 256;
+pub const MAX_INDEX_DESCRIPTION: usize = 4096;
+pub const MAX_CALLER_LABEL: usize = 128;
+
+/// A header that passed every check.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub request: Request,
+    pub caller_label: Option<String>,
+}
+
+/// Check the header against the server's limits and build the engine's request.
+pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Checked, RequestError> {
+    let pb::ExtractHeader {
+        expected_digest,
+        declared_type,
+        media_type,
+        file_name,
+        url,
+        limits,
+        skill_name,
+        index_description,
+        caller_label,
+    } = h;
+    let expected_digest = match expected_digest {
+        Some(d) => Some(
+            d.parse::<Sha256Digest>().map_err(|e| RequestError::invalid("header.expected_digest", e.to_string()))?,
+        ),
+        None => None,
+    };
+    let artifact_type = match pb::ArtifactType::try_from(declared_type) {
+        Ok(pb::ArtifactType::SkillMd) => ArtifactType::SkillMd,
+        Ok(pb::ArtifactType::Archive) => ArtifactType::Archive,
+        Ok(pb::ArtifactType::Unspecified) | Err(_) => {
+            return Err(RequestError::invalid("header.declared_type", "must be ARTIFACT_TYPE_SKILL_MD or ARTIFACT_TYPE_ARCHIVE"));
+        }
+    };
+    let media_type = text_field("header.media_type", media_type, MAX_MEDIA_TYPE)?;
+    let file_name = text_field("header.file_name", file_name, MAX_FILE_NAME)?;
+    let url = text_field("header.url", url, MAX_URL)?;
+    let skill_name = text_field("header.skill_name", skill_name, MAX_SKILL_NAME)?;
+    let index_description = bounded_field("header.index_description", index_description, MAX_INDEX_DESCRIPTION)?;
+    let caller_label = text_field("header.caller_label", caller_label, MAX_CALLER_LABEL)?;
+    let limits = match limits {
+        Some(l) => merge_limits(&l, server)?,
+        None => server.clone(),
+    };
+    let mut request = Request::new(artifact_type, limits);
+    request.expected_digest = expected_digest;
+    request.media_type = media_type;
+    request.file_name = file_name.or_else(|| url.as_deref().and_then(url_file_name));
+    request.skill_name = skill_name;
+    request.index_description = index_description;
+    Ok(Checked { request, caller_label })
+}
+
+/// A short, printable, single-line field.
+fn text_field(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, RequestError> {
+    let v = bounded_field(field, v, max)?;
+    if let Some(s) = &v {
+        if s.chars().any(char::is_control) {
+            return Err(RequestError::invalid(field, "must not contain control characters"));
+        }
+    }
+    Ok(v)
+}
+
+fn bounded_field(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, RequestError> {
+    match v {
+        Some(s) if s.len() > max => Err(RequestError::invalid(field, format!("longer than {max} bytes"))),
+        other => Ok(other),
+    }
+}
+
+/// The last path segment of a URL (no query or fragment), as a file name hint.
+pub fn url_file_name(url: &str) -> Option<String> {
+    let no_fragment = url.split('#').next().unwrap_or("");
+    let path = no_fragment.split('?').next().unwrap_or("");
+    let path = match path.find("://") {
+        Some(i) => {
+            let rest = &path[i + 3..];
+            rest.find('/').map_or("", |j| &rest[j..])
+        }
+        None => path,
+    };
+    let last = path.rsplit('/').next().unwrap_or("");
+    (!last.is_empty()).then(|| last.to_owned())
+}
+
+/// Overlay the fields the request sets on the server's limits; each must be at least as strict.
+pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, RequestError> {
+    let pb::Limits {
+        max_artifact_bytes,
+        max_entries,
+        max_expanded_bytes,
+        max_file_bytes,
+        max_ratio,
+        ratio_threshold_bytes,
+        max_path_depth,
+        max_path_bytes,
+        max_component_bytes,
+        zstd_window_log_max,
+        allow_symlinks,
+        hardlinks,
+        require_skill_md,
+    } = p.clone();
+    let mut l = server.clone();
+    let set = |slot: &mut u64, v: Option<u64>| {
+        if let Some(v) = v {
+            *slot = v;
+        }
+    };
+    set(&mut l.max_artifact_bytes, max_artifact_bytes);
+    set(&mut l.max_entries, max_entries);
+    set(&mut l.max_expanded_bytes, max_expanded_bytes);
+    set(&mut l.max_file_bytes, max_file_bytes);
+    set(&mut l.max_ratio, max_ratio);
+    set(&mut l.ratio_threshold_bytes, ratio_threshold_bytes);
+    set(&mut l.max_path_depth, max_path_depth);
+    set(&mut l.max_path_bytes, max_path_bytes);
+    set(&mut l.max_component_bytes, max_component_bytes);
+    if let Some(v) = zstd_window_log_max {
+        l.zstd_window_log_max = v;
+    }
+    if let Some(v) = allow_symlinks {
+        l.allow_symlinks = v;
+    }
+    if let Some(v) = hardlinks {
+        l.hardlinks = match pb::HardlinkPolicy::try_from(v) {
+            Ok(pb::HardlinkPolicy::Reject) => HardlinkPolicy::Reject,
+            Ok(pb::HardlinkPolicy::CopyInternal) => HardlinkPolicy::CopyInternal,
+            Ok(pb::HardlinkPolicy::Unspecified) | Err(_) => {
+                return Err(RequestError::invalid("header.limits.hardlinks", "must be REJECT or COPY_INTERNAL"));
+            }
+        };
+    }
+    if let Some(v) = require_skill_md {
+        l.require_skill_md = v;
+    }
+    l.validate().map_err(|e| match e {
+        LimitsError::OutOfRange { field, .. } => RequestError::invalid(format!("header.limits.{field}"), e.to_string()),
+        other => RequestError::invalid("header.limits", other.to_string()),
+    })?;
+    l.is_within(server).map_err(|field| {
+        RequestError::invalid(format!("header.limits.{field}"), "looser than the server's limit (see ServerInfo); a request may only tighten limits")
+    })?;
+    Ok(l)
+}
+
+/// Every limit, for ServerInfo.
+pub fn limits_to_proto(l: &Limits) -> pb::Limits {
+    let Limits {
+        max_artifact_bytes,
+        max_entries,
+        max_expanded_bytes,
+        max_file_bytes,
+        max_ratio,
+        ratio_threshold_bytes,
+        max_path_depth,
+        max_path_bytes,
+        max_component_bytes,
+        zstd_window_log_max,
+        allow_symlinks,
+        hardlinks,
+        require_skill_md,
+    } = *l;
+    pb::Limits {
+        max_artifact_bytes: Some(max_artifact_bytes),
+        max_entries: Some(max_entries),
+        max_expanded_bytes: Some(max_expanded_bytes),
+        max_file_bytes: Some(max_file_bytes),
+        max_ratio: Some(max_ratio),
+        ratio_threshold_bytes: Some(ratio_threshold_bytes),
+        max_path_depth: Some(max_path_depth),
+        max_path_bytes: Some(max_path_bytes),
+        max_component_bytes: Some(max_component_bytes),
+        zstd_window_log_max: Some(zstd_window_log_max),
+        allow_symlinks: Some(allow_symlinks),
+        hardlinks: Some(match hardlinks {
+            HardlinkPolicy::Reject => pb::HardlinkPolicy::Reject,
+            HardlinkPolicy::CopyInternal => pb::HardlinkPolicy::CopyInternal,
+        } as i32),
+        require_skill_md: Some(require_skill_md),
+    }
+}
+
+/// The reason-code mapping; a new code fails to compile here until it has a wire number.
+pub fn reason_code_to_proto(c: ReasonCode) -> pb::ReasonCode {
+    use pb::ReasonCode as P;
+    match c {
+        ReasonCode::PathTraversal => P::PathTraversal,
+        ReasonCode::AbsolutePath => P::AbsolutePath,
+        ReasonCode::InvalidName => P::InvalidName,
+        ReasonCode::LinkEscape => P::LinkEscape,
+        ReasonCode::LinkTraversal => P::LinkTraversal,
+        ReasonCode::Hardlink => P::Hardlink,
+        ReasonCode::DeviceEntry => P::DeviceEntry,
+        ReasonCode::DuplicatePath => P::DuplicatePath,
+        ReasonCode::CaseCollision => P::CaseCollision,
+        ReasonCode::UnicodeCollision => P::UnicodeCollision,
+        ReasonCode::EntryCount => P::EntryCount,
+        ReasonCode::ExpandedSize => P::ExpandedSize,
+        ReasonCode::Ratio => P::Ratio,
+        ReasonCode::FileSize => P::FileSize,
+        ReasonCode::PathDepth => P::PathDepth,
+        ReasonCode::PathLength => P::PathLength,
+        ReasonCode::Encrypted => P::Encrypted,
+        ReasonCode::UnsupportedMethod => P::UnsupportedMethod,
+        ReasonCode::Corrupt => P::Corrupt,
+        ReasonCode::CrcMismatch => P::CrcMismatch,
+        ReasonCode::HeaderMismatch => P::HeaderMismatch,
+        ReasonCode::OverlappingEntries => P::OverlappingEntries,
+        ReasonCode::MissingSkillMd => P::MissingSkillMd,
+        ReasonCode::FormatMismatch => P::FormatMismatch,
+        ReasonCode::UnsupportedFormat => P::UnsupportedFormat,
+        ReasonCode::DigestMismatch => P::DigestMismatch,
+        ReasonCode::ArtifactSize => P::ArtifactSize,
+        ReasonCode::Timeout => P::Timeout,
+        ReasonCode::ResourceLimit => P::ResourceLimit,
+        ReasonCode::SandboxViolation => P::SandboxViolation,
+        ReasonCode::SandboxUnavailable => P::SandboxUnavailable,
+        ReasonCode::InvalidSkillMd => P::InvalidSkillMd,
+    }
+}
+
+/// The inverse of [`reason_code_to_proto`]; `None` for UNSPECIFIED.
+pub fn reason_code_from_proto(c: pb::ReasonCode) -> Option<ReasonCode> {
+    ReasonCode::ALL.into_iter().find(|&code| reason_code_to_proto(code) == c)
+}
+
+fn flag_to_proto(f: Flag) -> pb::EntryFlag {
+    match f {
+        Flag::Executable => pb::EntryFlag::Executable,
+        Flag::Script => pb::EntryFlag::Script,
+        Flag::NestedArchive => pb::EntryFlag::NestedArchive,
+        Flag::SkillMd => pb::EntryFlag::SkillMd,
+        Flag::ModeSanitised => pb::EntryFlag::ModeSanitised,
+    }
+}
+
+fn flag_from_proto(f: pb::EntryFlag) -> Option<Flag> {
+    match f {
+        pb::EntryFlag::Executable => Some(Flag::Executable),
+        pb::EntryFlag::Script => Some(Flag::Script),
+        pb::EntryFlag::NestedArchive => Some(Flag::NestedArchive),
+        pb::EntryFlag::SkillMd => Some(Flag::SkillMd),
+        pb::EntryFlag::ModeSanitised => Some(Flag::ModeSanitised),
+        pb::EntryFlag::Unspecified => None,
+    }
+}
+
+pub fn reason_to_proto(r: &Reason) -> pb::Reason {
+    let Reason { code, entry, detail, limit, observed } = r;
+    pb::Reason {
+        code: reason_code_to_proto(*code) as i32,
+        entry: entry.clone(),
+        detail: detail.clone(),
+        limit: *limit,
+        observed: *observed,
+        code_name: code.as_str().to_owned(),
+    }
+}
+
+/// The answer for `outcome`; `staged` is (id, path) for an accepted, kept directory.
+pub fn outcome_to_proto(o: &Outcome, staged: Option<(&str, &str)>) -> pb::ExtractResponse {
+    let Outcome { verdict, reason, artifact, entries, totals, review } = o;
+    let ArtifactFacts { digest, format, size } = artifact;
+    let Totals { entries: n_entries, files, dirs, symlinks, bytes_in, bytes_out, ratio } = totals;
+    let (staging_id, staging_path) = staged.map(|(i, p)| (i.to_owned(), p.to_owned())).unwrap_or_default();
+    pb::ExtractResponse {
+        verdict: match verdict {
+            Verdict::Accepted => pb::Verdict::Accepted,
+            Verdict::Rejected => pb::Verdict::Rejected,
+        } as i32,
+        reason: reason.as_ref().map(reason_to_proto),
+        artifact: Some(pb::ArtifactFacts { digest: digest.map(|d| d.to_string()), format: format.clone(), size: *size }),
+        entries: entries.iter().map(entry_to_proto).collect(),
+        totals: Some(pb::Totals {
+            entries: *n_entries,
+            files: *files,
+            dirs: *dirs,
+            symlinks: *symlinks,
+            bytes_in: *bytes_in,
+            bytes_out: *bytes_out,
+            ratio: *ratio,
+        }),
+        staging_path,
+        staging_id,
+        review_json: review.as_ref().and_then(|r| serde_json::to_string(r).ok()).unwrap_or_default(),
+    }
+}
+
+fn entry_to_proto(e: &Entry) -> pb::Entry {
+    let Entry { path, kind, size, mode, sha256, link_target, flags } = e;
+    pb::Entry {
+        path: path.clone(),
+        kind: match kind {
+            Kind::File => pb::EntryKind::File,
+            Kind::Dir => pb::EntryKind::Dir,
+            Kind::Symlink => pb::EntryKind::Symlink,
+        } as i32,
+        size: *size,
+        mode: u32::from_str_radix(mode, 8).unwrap_or(0),
+        sha256: sha256.map(|d| d.to_string()),
+        link_target: link_target.clone(),
+        flags: flags.iter().map(|&f| flag_to_proto(f) as i32).collect(),
+    }
+}
+
+/// A response the client cannot turn back into an [`Outcome`].
+#[derive(Debug, thiserror::Error)]
+#[error("malformed answer from the server: {0}")]
+pub struct MalformedAnswer(pub String);
+
+fn bad(s: impl Into<String>) -> MalformedAnswer {
+    MalformedAnswer(s.into())
+}
+
+/// The client side: the same [`Outcome`] the local engine would have printed.
+pub fn outcome_from_proto(r: &pb::ExtractResponse) -> Result<Outcome, MalformedAnswer> {
+    let verdict = match pb::Verdict::try_from(r.verdict) {
+        Ok(pb::Verdict::Accepted) => Verdict::Accepted,
+        Ok(pb::Verdict::Rejected) => Verdict::Rejected,
+        Ok(pb::Verdict::Unspecified) | Err(_) => return Err(bad(format!("verdict {}", r.verdict))),
+    };
+    let reason = match &r.reason {
+        None => None,
+        Some(p) => {
+            let code = match pb::ReasonCode::try_from(p.code).ok().and_then(reason_code_from_proto) {
+                Some(c) => c,
+                // A code newer than this client: fall back on its stable spelling.
+                None => serde_json::from_value(serde_json::Value::String(p.code_name.clone()))
+                    .map_err(|_| bad(format!("unknown reason code {} ({:?})", p.code, p.code_name)))?,
+            };
+            Some(Reason { code, entry: p.entry.clone(), detail: p.detail.clone(), limit: p.limit, observed: p.observed })
+        }
+    };
+    let a = r.artifact.clone().unwrap_or_default();
+    let digest = match a.digest {
+        Some(d) => Some(d.parse::<Sha256Digest>().map_err(|e| bad(format!("artifact digest: {e}")))?),
+        None => None,
+    };
+    let t = r.totals.clone().unwrap_or_default();
+    let mut entries = Vec::with_capacity(r.entries.len());
+    for e in &r.entries {
+        let kind = match pb::EntryKind::try_from(e.kind) {
+            Ok(pb::EntryKind::File) => Kind::File,
+            Ok(pb::EntryKind::Dir) => Kind::Dir,
+            Ok(pb::EntryKind::Symlink) => Kind::Symlink,
+            Ok(pb::EntryKind::Unspecified) | Err(_) => return Err(bad(format!("entry kind {}", e.kind))),
+        };
+        let sha256 = match &e.sha256 {
+            Some(d) => Some(d.parse::<Sha256Digest>().map_err(|err| bad(format!("entry digest: {err}")))?),
+            None => None,
+        };
+        let flags = e
+            .flags
+            .iter()
+            .filter_map(|&f| pb::EntryFlag::try_from(f).ok().and_then(flag_from_proto))
+            .collect();
+        entries.push(Entry {
+            path: e.path.clone(),
+            kind,
+            size: e.size,
+            mode: format!("{:04o}", e.mode),
+            sha256,
+            link_target: e.link_target.clone(),
+            flags,
+        });
+    }
+    let review = if r.review_json.is_empty() {
+        None
+    } else {
+        Some(serde_json::from_str(&r.review_json).map_err(|e| bad(format!("review: {e}")))?)
+    };
+    Ok(Outcome {
+        verdict,
+        reason,
+        artifact: ArtifactFacts { digest, format: a.format, size: a.size },
+        entries,
+        totals: Totals {
+            entries: t.entries,
+            files: t.files,
+            dirs: t.dirs,
+            symlinks: t.symlinks,
+            bytes_in: t.bytes_in,
+            bytes_out: t.bytes_out,
+            ratio: t.ratio,
+        },
+        review,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_code_has_its_wire_name_and_round_trips() {
+        for code in ReasonCode::ALL {
+            let p = reason_code_to_proto(code);
+            assert_eq!(p.as_str_name(), format!("REASON_CODE_{}", code.as_str().to_ascii_uppercase()));
+            assert_eq!(reason_code_from_proto(p), Some(code));
+        }
+        assert_eq!(reason_code_from_proto(pb::ReasonCode::Unspecified), None);
+    }
+
+    fn header() -> pb::ExtractHeader {
+        pb::ExtractHeader { declared_type: pb::ArtifactType::Archive as i32, ..Default::default() }
+    }
+
+    fn field_of(e: RequestError) -> String {
+        match e {
+            RequestError::InvalidArgument { field, .. } => field,
+            other => panic!("not an invalid argument: {other}"),
+        }
+    }
+
+    #[test]
+    fn header_checks_name_the_field() {
+        let server = Limits::default();
+        let mut h = header();
+        h.expected_digest = Some("sha256:ABC".into());
+        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.expected_digest");
+
+        let h = pb::ExtractHeader::default();
+        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.declared_type");
+
+        let mut h = header();
+        h.limits = Some(pb::Limits { max_entries: Some(server.max_entries + 1), ..Default::default() });
+        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.limits.max_entries");
+
+        let mut h = header();
+        h.limits = Some(pb::Limits { max_entries: Some(0), ..Default::default() });
+        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.limits.max_entries");
+
+        let mut h = header();
+        h.caller_label = Some("a\nb".into());
+        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.caller_label");
+    }
+
+    #[test]
+    fn tighter_limits_and_url_hints_apply() {
+        let server = Limits::default();
+        let mut h = header();
+        h.limits = Some(pb::Limits { max_entries: Some(5), allow_symlinks: Some(false), ..Default::default() });
+        h.url = Some("https://example.com/skills/pdf-1.2.tar.gz?sig=abc#frag".into());
+        let c = request_from_header(h, &server).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.request.limits.max_entries, 5);
+        assert!(!c.request.limits.allow_symlinks);
+        assert_eq!(c.request.file_name.as_deref(), Some("pdf-1.2.tar.gz"));
+        assert_eq!(url_file_name("https://example.com"), None);
+        assert_eq!(url_file_name("https://example.com/dir/"), None);
+    }
+
+    #[test]
+    fn limits_round_trip_through_server_info() {
+        let l = Limits { max_entries: 7, hardlinks: HardlinkPolicy::CopyInternal, ..Limits::default() };
+        let merged = merge_limits(&limits_to_proto(&l), &l).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(merged, l);
+    }
+}

@@ -1,0 +1,99 @@
+//! Why a request failed without a verdict, and the one place such a failure becomes a gRPC
+//! [`Status`].
+//!
+//! A hostile artifact is never an error here: it is an OK answer with a rejection. These are
+//! malformed requests, overload, deadlines, hang-ups and faults of the server itself. Messages
+//! never quote artifact bytes; field names and bounds only.
+
+use tonic::{Code, Status};
+use tonic_types::{ErrorDetails, StatusExt as _};
+
+/// A request that ended without a verdict.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The request is malformed; `field` names what was wrong (`header`, `header.limits.max_entries`).
+    #[error("{field}: {description}")]
+    InvalidArgument { field: String, description: String },
+    /// An admission bound was reached; nothing was queued.
+    #[error("server at capacity: {what}")]
+    Overloaded { what: &'static str },
+    /// The caller's deadline passed; the child (if any) was killed.
+    #[error("deadline exceeded {during}")]
+    DeadlineExceeded { during: &'static str },
+    /// The caller went away (hang-up or cancellation) before the answer.
+    #[error("cancelled by the client: {0}")]
+    Cancelled(String),
+    /// `Release` of an id the server does not hold.
+    #[error("no staging directory {0} (never accepted, already released or expired)")]
+    NotFound(String),
+    /// The server is draining after SIGTERM.
+    #[error("server is shutting down")]
+    ShuttingDown,
+    /// A fault of the server or of the sandbox machinery.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl RequestError {
+    pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
+        Self::InvalidArgument { field: field.into(), description: description.into() }
+    }
+
+    /// The gRPC code, also used as the metrics label.
+    pub fn code(&self) -> Code {
+        match self {
+            Self::InvalidArgument { .. } => Code::InvalidArgument,
+            Self::Overloaded { .. } => Code::ResourceExhausted,
+            Self::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+            Self::Cancelled(_) => Code::Cancelled,
+            Self::NotFound(_) => Code::NotFound,
+            Self::ShuttingDown => Code::Unavailable,
+            Self::Internal(_) => Code::Internal,
+        }
+    }
+}
+
+impl From<RequestError> for Status {
+    fn from(e: RequestError) -> Self {
+        let code = e.code();
+        let message = e.to_string();
+        match e {
+            RequestError::InvalidArgument { field, description } => {
+                let details = ErrorDetails::with_bad_request_violation(field, description);
+                Status::with_error_details(code, message, details)
+            }
+            RequestError::Overloaded { what } => {
+                // A hint for well-behaved clients; the bound itself is in ServerInfo.
+                let mut details = ErrorDetails::with_retry_info(Some(std::time::Duration::from_millis(100)));
+                details.add_quota_failure_violation("skillbox", what);
+                Status::with_error_details(code, message, details)
+            }
+            RequestError::DeadlineExceeded { .. }
+            | RequestError::Cancelled(_)
+            | RequestError::NotFound(_)
+            | RequestError::ShuttingDown
+            | RequestError::Internal(_) => Status::new(code, message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_argument_names_the_field() {
+        let status = Status::from(RequestError::invalid("header.expected_digest", "must start with `sha256:`"));
+        assert_eq!(status.code(), Code::InvalidArgument);
+        let details = status.get_error_details();
+        let bad = details.bad_request().unwrap_or_else(|| panic!("no BadRequest detail"));
+        assert_eq!(bad.field_violations[0].field, "header.expected_digest");
+    }
+
+    #[test]
+    fn overload_is_resource_exhausted() {
+        let status = Status::from(RequestError::Overloaded { what: "queued requests" });
+        assert_eq!(status.code(), Code::ResourceExhausted);
+    }
+}

@@ -1,0 +1,206 @@
+//! One extraction, from the first artifact byte to the outcome: the only place the broker hands
+//! bytes to something that parses them.
+//!
+//! The upload is fed chunk by chunk through a bounded channel into a blocking reader on a
+//! worker thread, which copies it into the sealed memfd the child will read; the artifact is
+//! held once. The reader returns end-of-file only when the async side says the upload is
+//! complete, its digest matched and a child permit is held, so a bad upload never spawns
+//! anything, and nothing runs beyond the child bound.
+//!
+//! A [`KillSwitch`] covers the child from spawn to reap: when the caller hangs up or its
+//! deadline passes, the child is killed through its pidfd, never by a pid that could have been
+//! recycled. The staging guard travels with the job and is dropped (removing the directory)
+//! after the child is gone, unless the async side takes the accepted tree.
+
+use std::fs::File;
+use std::io::{self, Read, Write as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::memfd::{memfd_create, MFdFlags};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::staging::StagingGuard;
+use crate::extract::inventory::Outcome;
+use crate::extract::Request;
+
+/// What the async side sends the blocking reader.
+pub enum Feed {
+    Chunk(Vec<u8>),
+    /// The upload is complete and may be processed.
+    End,
+}
+
+/// A blocking `Read` over the feed. A closed channel without [`Feed::End`] is an error, so an
+/// abandoned upload (hang-up, oversize, digest mismatch, deadline) never reaches a child.
+struct FeedReader {
+    rx: mpsc::Receiver<Feed>,
+    cur: Vec<u8>,
+    pos: usize,
+    ended: bool,
+}
+
+impl Read for FeedReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            if self.pos < self.cur.len() {
+                let n = buf.len().min(self.cur.len() - self.pos);
+                buf[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
+                self.pos += n;
+                return Ok(n);
+            }
+            if self.ended {
+                return Ok(0);
+            }
+            match self.rx.blocking_recv() {
+                Some(Feed::Chunk(c)) => {
+                    self.cur = c;
+                    self.pos = 0;
+                }
+                Some(Feed::End) => self.ended = true,
+                None => return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "upload abandoned")),
+            }
+        }
+    }
+}
+
+/// Kills the job's child, if it has one, exactly once and only that process.
+#[derive(Clone, Default)]
+pub struct KillSwitch(Arc<Mutex<KillState>>);
+
+#[derive(Default)]
+struct KillState {
+    tripped: bool,
+    pidfd: Option<OwnedFd>,
+}
+
+impl KillSwitch {
+    /// Called with the child's pid right after spawn, before it can have been reaped, so the
+    /// pidfd names exactly our child.
+    fn arm(&self, pid: u32) {
+        let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let pidfd = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+        if s.tripped {
+            if let Some(fd) = &pidfd {
+                let _ = rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL);
+            }
+        }
+        s.pidfd = pidfd;
+    }
+
+    /// Kill the child (now, or as soon as it is spawned). True when a child was signalled.
+    pub fn trip(&self) -> bool {
+        let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        s.tripped = true;
+        match &s.pidfd {
+            Some(fd) => rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The child was reaped: forget its pidfd.
+    fn disarm(&self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).pidfd = None;
+    }
+}
+
+/// A failure to run the job (never a verdict about the artifact).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobFault {
+    /// The upload was abandoned before it was complete; no child ran.
+    #[error("upload abandoned")]
+    Abandoned,
+    #[error("{0}")]
+    Sandbox(String),
+}
+
+/// How the job ended; the staging guard is handed back with an outcome.
+pub struct JobEnd {
+    pub result: Result<Outcome, JobFault>,
+    pub staging: StagingGuard,
+}
+
+/// Runs extractions. Confinement state is reported by ServerInfo.
+pub struct Runner {
+    #[allow(dead_code, reason = "used once the confined child is wired in")]
+    timeout: Duration,
+}
+
+/// What ServerInfo says about confinement.
+#[derive(Debug, Clone, Default)]
+pub struct Confinement {
+    pub landlock_abi: i32,
+    pub landlock: String,
+    pub seccomp: bool,
+    pub confined: bool,
+}
+
+impl Runner {
+    pub fn new(timeout: Duration, _allow_unconfined: bool) -> Result<Self, String> {
+        Ok(Self { timeout })
+    }
+
+    pub fn confinement(&self) -> Confinement {
+        Confinement { landlock_abi: 0, landlock: "not_enforced".into(), seccomp: false, confined: false }
+    }
+
+    /// The blocking part: artifact bytes from `artifact`, extracted beneath `staging`.
+    /// `on_spawn` receives the child's pid.
+    fn run_blocking(
+        &self,
+        artifact: impl Read,
+        staging: &Path,
+        req: &Request,
+        _on_spawn: impl FnOnce(u32),
+    ) -> Result<Outcome, JobFault> {
+        // INTERIM: until the confined child (src/sandbox) is committed, the engine runs here.
+        let sealed = seal_into_memfd(artifact, req.limits.max_artifact_bytes.saturating_add(1)).map_err(|e| {
+            if e.kind() == io::ErrorKind::ConnectionAborted { JobFault::Abandoned } else { JobFault::Sandbox(e.to_string()) }
+        })?;
+        let dir = File::open(staging).map_err(|e| JobFault::Sandbox(format!("staging: {e}")))?;
+        crate::extract::extract(&sealed, dir.as_fd(), req).map_err(|e| JobFault::Sandbox(e.to_string()))
+    }
+}
+
+fn seal_into_memfd(mut src: impl Read, max_bytes: u64) -> io::Result<File> {
+    let fd = memfd_create("skillbox-artifact", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
+    let mut file = File::from(fd);
+    io::copy(&mut (&mut src).take(max_bytes), &mut file)?;
+    file.flush()?;
+    let seals = SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL;
+    fcntl(file.as_fd(), FcntlArg::F_ADD_SEALS(seals))?;
+    Ok(file)
+}
+
+/// A job in progress: feed it, then await it.
+pub struct Job {
+    pub feed: mpsc::Sender<Feed>,
+    pub kill: KillSwitch,
+    pub handle: JoinHandle<JobEnd>,
+}
+
+/// Chunks buffered between the upload and the worker (backpressure beyond this).
+const FEED_DEPTH: usize = 4;
+
+/// Start the worker for one request; it waits for the upload.
+pub fn start(runner: Arc<Runner>, req: Request, staging: StagingGuard) -> Job {
+    let (tx, rx) = mpsc::channel(FEED_DEPTH);
+    let kill = KillSwitch::default();
+    let k = kill.clone();
+    let handle = tokio::task::spawn_blocking(move || {
+        let reader = FeedReader { rx, cur: Vec::new(), pos: 0, ended: false };
+        let path = staging.path();
+        let result = runner.run_blocking(reader, &path, &req, |pid| k.arm(pid));
+        k.disarm();
+        JobEnd { result, staging }
+    });
+    Job { feed: tx, kill, handle }
+}

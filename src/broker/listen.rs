@@ -1,0 +1,139 @@
+//! Where the broker listens, and who may talk to it.
+//!
+//! The Unix socket is created with a restrictive umask and then given its mode (0660 by
+//! default), so it is never briefly more open than configured. An existing path is replaced
+//! only when it is a socket nobody answers on; anything else (a live server, a regular file, a
+//! symlink) is refused, never deleted. Each accepted connection's peer uid (SO_PEERCRED) is
+//! checked against the allow-list before a single HTTP/2 byte is parsed; others are closed.
+//!
+//! TCP is opt-in; a non-loopback address was refused without TLS in [`super::config`].
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::{Stream, StreamExt as _};
+
+use super::metrics::Metrics;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListenError {
+    #[error("{path} is in use by a running server")]
+    InUse { path: String },
+    #[error("{path} exists and is not a socket; refusing to replace it")]
+    NotASocket { path: String },
+    #[error("{path}: {source}")]
+    Io { path: String, source: io::Error },
+}
+
+/// A bound Unix socket; remembers the inode it created so it removes only its own.
+pub struct UnixSocket {
+    pub listener: UnixListener,
+    pub path: PathBuf,
+    /// (device, inode) of the socket we created.
+    pub ino: (u64, u64),
+}
+
+/// Remove the socket at `path` if it is still the one we created (`ino`).
+pub fn unlink_if_ours(path: &Path, ino: (u64, u64)) {
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if (m.dev(), m.ino()) == ino {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Bind `path` with permission bits `mode`.
+pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
+    let shown = path.display().to_string();
+    let io_err = |source| ListenError::Io { path: shown.clone(), source };
+    if let Some(parent) = path.parent() {
+        if !parent.exists() {
+            std::fs::create_dir_all(parent).map_err(io_err)?;
+            // Reachable by the socket's group; the socket's own mode and the uid check guard it.
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).map_err(io_err)?;
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {
+            Ok(_) => return Err(ListenError::InUse { path: shown }),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                std::fs::remove_file(path).map_err(io_err)?;
+            }
+            Err(e) => return Err(io_err(e)),
+        },
+        Ok(_) => return Err(ListenError::NotASocket { path: shown }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(e)),
+    }
+    // umask is process-wide; this runs at start-up, before anything else creates files.
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound.map_err(io_err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_err)?;
+    let m = std::fs::symlink_metadata(path).map_err(io_err)?;
+    Ok(UnixSocket { listener, path: path.to_owned(), ino: (m.dev(), m.ino()) })
+}
+
+/// Accepted Unix connections whose peer uid is allowed; the others are closed unread.
+pub fn unix_incoming(
+    listener: UnixListener,
+    allow: Arc<[u32]>,
+    metrics: Arc<Metrics>,
+) -> impl Stream<Item = io::Result<UnixStream>> {
+    UnixListenerStream::new(listener).filter_map(move |conn| match conn {
+        Err(e) => Some(Err(e)),
+        Ok(stream) => match stream.peer_cred() {
+            Ok(cred) if allow.contains(&cred.uid()) => Some(Ok(stream)),
+            Ok(cred) => {
+                metrics.peer_refused();
+                tracing::warn!(peer_uid = cred.uid(), peer_pid = cred.pid(), "connection refused: peer uid not allowed");
+                None
+            }
+            Err(e) => {
+                metrics.peer_refused();
+                tracing::warn!(error = %e, "connection refused: no peer credentials");
+                None
+            }
+        },
+    })
+}
+
+/// Accepted TCP connections (TLS, when configured, is applied by the server).
+pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = io::Result<tokio::net::TcpStream>> {
+    TcpListenerStream::new(listener).map(|conn| {
+        let stream = conn?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn stale_sockets_are_replaced_live_ones_and_files_are_not() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("s.sock");
+        let first = bind_unix(&path, 0o660).unwrap_or_else(|e| panic!("{e}"));
+        let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+        assert_eq!(mode, 0o660);
+        assert!(matches!(bind_unix(&path, 0o660), Err(ListenError::InUse { .. })));
+        drop(first.listener);
+        // The path is still there, but nobody listens: stale, replaced.
+        let second = bind_unix(&path, 0o600).unwrap_or_else(|e| panic!("{e}"));
+        unlink_if_ours(&second.path, second.ino);
+        assert!(!path.exists());
+
+        let file = tmp.path().join("f.sock");
+        std::fs::write(&file, b"not a socket").unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(bind_unix(&file, 0o660), Err(ListenError::NotASocket { .. })));
+        assert!(file.exists());
+    }
+}

@@ -1,0 +1,284 @@
+//! The gRPC broker behind `skillbox serve`: installers stream an artifact in, a confined child
+//! extracts it into a fresh staging directory, the verdict and inventory go back.
+//!
+//! The broker never parses artifact bytes: it receives, hashes, counts and seals them, and
+//! every extraction runs through [`job`], the one place bytes are handed on. It never queues
+//! without bound ([`admission`]), never reuses or leaks a staging directory ([`staging`]), and
+//! listens on a Unix socket checked by peer uid unless TCP is asked for ([`listen`]).
+//! Errors become gRPC statuses in exactly one place ([`error`]).
+
+mod admission;
+pub mod config;
+pub mod convert;
+mod error;
+mod job;
+mod listen;
+mod metrics;
+mod service;
+mod staging;
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+pub use config::{Config, ConfigError, LogFormat, ServeArgs};
+pub use error::RequestError;
+pub use staging::is_staging_id;
+
+use crate::proto as pb;
+use service::{SkillboxService, State};
+
+/// Largest answer the server sends (an inventory of 10,000 long names fits well within it).
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Why the server could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Listen(#[from] listen::ListenError),
+    #[error(transparent)]
+    Staging(#[from] staging::StagingError),
+    #[error("sandbox: {0}")]
+    Sandbox(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("metrics address {addr}: {source}")]
+    Metrics { addr: std::net::SocketAddr, source: std::io::Error },
+    #[error("server: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    #[error("cannot install the signal handler: {0}")]
+    Signal(std::io::Error),
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl ServeError {
+    /// 2 for a setting the operator must change, 1 for anything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Config(_) => 2,
+            Self::Listen(_)
+            | Self::Staging(_)
+            | Self::Sandbox(_)
+            | Self::Tls(_)
+            | Self::Metrics { .. }
+            | Self::Transport(_)
+            | Self::Signal(_)
+            | Self::Runtime(_) => 1,
+        }
+    }
+}
+
+/// `skillbox serve`: log set-up, a runtime, and [`serve`] until SIGTERM or SIGINT.
+pub fn main(args: ServeArgs) -> ExitCode {
+    init_logging(&args);
+    let result = Config::from_args(&args).map_err(ServeError::from).and_then(|config| {
+        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
+        let result = runtime.block_on(async {
+            let shutdown = shutdown_signal().map_err(ServeError::Signal)?;
+            serve(config, shutdown).await
+        });
+        // Requests cancelled at the end of the grace period kill their children on drop; give
+        // the workers a moment to reap them and remove their staging directories.
+        runtime.shutdown_timeout(Duration::from_secs(5));
+        result
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "skillbox serve failed");
+            eprintln!("skillbox: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+fn init_logging(args: &ServeArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match args.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: draining"),
+            _ = int.recv() => tracing::info!("SIGINT: draining"),
+        }
+    })
+}
+
+/// Run the broker until `shutdown` resolves, then drain for the grace period.
+pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+    let metrics = Arc::new(metrics::Metrics::default());
+    let runner = Arc::new(
+        job::Runner::new(config.extract_timeout, config.allow_unconfined).map_err(ServeError::Sandbox)?,
+    );
+    let confinement = runner.confinement();
+    if !confinement.confined {
+        tracing::warn!("extractions are NOT confined (landlock: {}, seccomp: {})", confinement.landlock, confinement.seccomp);
+    }
+    let (staging_root, stale) = staging::StagingRoot::open(&config.staging_root, config.staging_ttl)?;
+    if stale > 0 {
+        tracing::info!(stale, root = %config.staging_root.display(), "removed staging directories left by a previous run");
+    }
+    let state = Arc::new(State {
+        admission: admission::Admission::new(config.bounds),
+        staging: Arc::clone(&staging_root),
+        runner,
+        metrics: Arc::clone(&metrics),
+        config: config.clone(),
+    });
+
+    let reaper = tokio::spawn(reap(Arc::clone(&staging_root), Arc::clone(&metrics)));
+    let metrics_task = match config.metrics {
+        Some(addr) => {
+            let listener = metrics::bind(addr).await.map_err(|source| ServeError::Metrics { addr, source })?;
+            tracing::info!(addr = %listener.local_addr().map_or(addr, |a| a), "metrics on /metrics");
+            let s = Arc::clone(&state);
+            let render = Arc::new(move || {
+                s.metrics.render(&metrics::Gauges {
+                    in_progress: s.admission.in_progress(),
+                    children_running: s.admission.children_running(),
+                    inflight_bytes: s.admission.inflight_bytes(),
+                    staged_kept: s.staging.kept_count(),
+                })
+            });
+            Some(tokio::spawn(metrics::serve(listener, render)))
+        }
+        None => None,
+    };
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<pb::skillbox_server::SkillboxServer<SkillboxService>>().await;
+    let reflection_v1 = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .map_err(|e| ServeError::Sandbox(format!("reflection: {e}")))?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()
+        .map_err(|e| ServeError::Sandbox(format!("reflection: {e}")))?;
+    let max_decode = usize::try_from(config.bounds.max_chunk_bytes).unwrap_or(usize::MAX).saturating_add(64 * 1024);
+    let skillbox = pb::skillbox_server::SkillboxServer::new(SkillboxService::new(Arc::clone(&state)))
+        .max_decoding_message_size(max_decode)
+        .max_encoding_message_size(MAX_RESPONSE_BYTES);
+
+    let mut builder = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .max_concurrent_streams(Some(1024));
+    if let config::Listen::Tcp { tls: Some(files), .. } = &config.listen {
+        builder = builder.tls_config(tls_config(files)?)?;
+    }
+    let router = builder
+        .add_service(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(skillbox);
+
+    // Draining starts when `shutdown` resolves; the grace timer starts then too.
+    let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
+    let mut unix_path = None;
+    let signal = {
+        let health = health.clone();
+        async move {
+            shutdown.await;
+            health.set_not_serving::<pb::skillbox_server::SkillboxServer<SkillboxService>>().await;
+            health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+            let _ = drain_tx.send(true);
+        }
+    };
+    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match &config.listen {
+        config::Listen::Unix { path, mode, allow_uids } => {
+            let socket = listen::bind_unix(path, *mode)?;
+            tracing::info!(socket = %path.display(), mode = format!("{mode:04o}"), allow_uids = ?allow_uids, "listening");
+            let incoming = listen::unix_incoming(socket.listener, allow_uids.clone().into(), Arc::clone(&metrics));
+            unix_path = Some((socket.path, socket.ino));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
+        }
+        config::Listen::Tcp { addr, tls } => {
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| listen::ListenError::Io { path: addr.to_string(), source: e })?;
+            tracing::info!(addr = %listener.local_addr().map_or(*addr, |a| a), tls = tls.is_some(), mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some()), "listening");
+            Box::pin(router.serve_with_incoming_shutdown(listen::tcp_incoming(listener), signal))
+        }
+    };
+    let unlink = move || {
+        if let Some((path, ino)) = &unix_path {
+            listen::unlink_if_ours(path, *ino);
+        }
+    };
+
+    let grace = config.grace;
+    let mut drain = drain_rx;
+    let unlink_early = unlink.clone();
+    let result = tokio::select! {
+        r = server => r.map_err(ServeError::from),
+        () = async move {
+            let _ = drain.wait_for(|d| *d).await;
+            // New clients get "no such socket" at once instead of a connection that is never served.
+            unlink_early();
+            tokio::time::sleep(grace).await;
+        } => {
+            tracing::warn!(grace_secs = grace.as_secs(), "grace period over: cancelling the requests still in flight");
+            Ok(())
+        }
+    };
+    unlink();
+    reaper.abort();
+    if let Some(t) = metrics_task {
+        t.abort();
+    }
+    tracing::info!(kept = staging_root.kept_count(), "stopped; accepted staging directories not released are removed at the next start");
+    result
+}
+
+fn tls_config(files: &config::TlsFiles) -> Result<ServerTlsConfig, ServeError> {
+    let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())));
+    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    if let Some(ca) = &files.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?)).client_auth_optional(false);
+    }
+    Ok(tls)
+}
+
+/// Remove accepted staging directories nobody released within the TTL.
+async fn reap(root: Arc<staging::StagingRoot>, metrics: Arc<metrics::Metrics>) {
+    let period = (root.ttl() / 4).clamp(Duration::from_secs(1), Duration::from_secs(30));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tick.tick().await;
+        let expired = root.take_expired();
+        if expired.is_empty() {
+            continue;
+        }
+        let r = Arc::clone(&root);
+        let n = expired.len() as u64;
+        let removed = tokio::task::spawn_blocking(move || {
+            for id in &expired {
+                if let Err(e) = r.remove(id) {
+                    tracing::error!(staging_id = %id, error = %e, "cannot remove an expired staging directory");
+                }
+            }
+        })
+        .await;
+        if removed.is_ok() {
+            metrics.reaped(n);
+            tracing::info!(expired = n, "removed accepted staging directories past their TTL");
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! The `skillbox.v1.Skillbox` service. Each RPC is a thin wrapper (instrumented with
+//! `skip_all`: artifact bytes are never logged) around an inner function returning our own
+//! `Result`; the conversion to a gRPC `Status` happens only at that edge.
+//!
+//! The life of an `Extract`: take an admission slot, read and check the header, make a fresh
+//! staging directory and start the job, stream the chunks into it (hashing, counting against
+//! the artifact-size limit and the in-flight budget), compare the digest, wait for a child
+//! permit, let the child run, and answer. Every early exit drops what it holds: the feed (so
+//! no child starts), the kill switch (so a running child dies) and the staging guard (so the
+//! directory goes).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_stream::StreamExt as _;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::Instrument as _;
+
+use super::admission::Admission;
+use super::config::Config;
+use super::convert;
+use super::error::RequestError;
+use super::job::{self, Feed, JobFault, KillSwitch, Runner};
+use super::metrics::Metrics;
+use super::staging::{is_staging_id, StagingRoot};
+use crate::digest::Hasher;
+use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
+use crate::proto as pb;
+use crate::proto::extract_request::Msg;
+use crate::reason::{Reason, ReasonCode, Verdict};
+
+/// Everything a request needs, shared by all requests.
+pub struct State {
+    pub config: Config,
+    pub admission: Admission,
+    pub staging: Arc<StagingRoot>,
+    pub runner: Arc<Runner>,
+    pub metrics: Arc<Metrics>,
+}
+
+#[derive(Clone)]
+pub struct SkillboxService {
+    state: Arc<State>,
+}
+
+impl SkillboxService {
+    pub fn new(state: Arc<State>) -> Self {
+        Self { state }
+    }
+}
+
+/// Trips the kill switch unless the job ended normally: a dropped request kills its child.
+struct KillOnDrop {
+    kill: KillSwitch,
+    metrics: Arc<Metrics>,
+    armed: bool,
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.armed && self.kill.trip() {
+            self.metrics.child_killed();
+        }
+    }
+}
+
+/// The caller's deadline from `grpc-timeout`, a little early so that our DEADLINE_EXCEEDED
+/// (after killing the child) reaches the caller before tonic's own timer answers CANCELLED.
+fn deadline(meta: &tonic::metadata::MetadataMap, start: Instant) -> Option<Instant> {
+    let raw = meta.get("grpc-timeout")?.to_str().ok()?;
+    let timeout = parse_grpc_timeout(raw)?;
+    let margin = (timeout / 10).min(Duration::from_millis(20));
+    Some(start + timeout.saturating_sub(margin))
+}
+
+/// `grpc-timeout`: at most 8 digits and a unit (H, M, S, m, u, n), per the gRPC HTTP/2 spec.
+fn parse_grpc_timeout(s: &str) -> Option<Duration> {
+    let (digits, unit) = s.split_at(s.len().checked_sub(1)?);
+    if digits.is_empty() || digits.len() > 8 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+fn peer_uid<T>(req: &Request<T>) -> Option<u32> {
+    req.extensions().get::<tonic::transport::server::UdsConnectInfo>().and_then(|i| i.peer_cred).map(|c| c.uid())
+}
+
+#[tonic::async_trait]
+impl pb::skillbox_server::Skillbox for SkillboxService {
+    async fn extract(&self, request: Request<Streaming<pb::ExtractRequest>>) -> Result<Response<pb::ExtractResponse>, Status> {
+        let start = Instant::now();
+        let deadline = deadline(request.metadata(), start);
+        let span = tracing::info_span!("extract", peer_uid = peer_uid(&request), label = tracing::field::Empty);
+        let stream = request.into_inner();
+        let state = Arc::clone(&self.state);
+        let work = async move {
+            let result = match deadline {
+                Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream))
+                    .await
+                    .unwrap_or(Err(RequestError::DeadlineExceeded { during: "before the answer" })),
+                None => state.extract(stream).await,
+            };
+            let elapsed = start.elapsed();
+            state.metrics.duration(elapsed);
+            let ms = elapsed.as_secs_f64() * 1e3;
+            match &result {
+                Ok(r) => {
+                    let verdict = if r.verdict == pb::Verdict::Accepted as i32 { "accepted" } else { "rejected" };
+                    let reason = r.reason.as_ref().map_or("none", |x| code_str(x.code));
+                    state.metrics.outcome(verdict, reason);
+                    tracing::info!(verdict, reason, size = r.artifact.as_ref().map_or(0, |a| a.size), ms, "answered");
+                }
+                Err(e) => {
+                    state.metrics.error(e.code());
+                    tracing::warn!(code = ?e.code(), error = %e, ms, "failed");
+                }
+            }
+            result
+        };
+        work.instrument(span).await.map(Response::new).map_err(Status::from)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn release(&self, request: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
+        let id = request.into_inner().staging_id;
+        self.state.release(id).await.map(|()| Response::new(pb::ReleaseResponse {})).map_err(Status::from)
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn server_info(&self, _request: Request<pb::ServerInfoRequest>) -> Result<Response<pb::ServerInfoResponse>, Status> {
+        Ok(Response::new(self.state.server_info()))
+    }
+}
+
+fn code_str(code: i32) -> &'static str {
+    pb::ReasonCode::try_from(code).ok().and_then(convert::reason_code_from_proto).map_or("unknown", |c| c.as_str())
+}
+
+fn hangup(status: Status) -> RequestError {
+    RequestError::Cancelled(status.message().to_owned())
+}
+
+impl State {
+    async fn extract(self: &Arc<Self>, mut stream: Streaming<pb::ExtractRequest>) -> Result<pb::ExtractResponse, RequestError> {
+        let _slot = self.admission.slot()?;
+        let header = match stream.next().await {
+            None => return Err(RequestError::invalid("header", "the stream ended before a header")),
+            Some(Err(status)) => return Err(hangup(status)),
+            Some(Ok(pb::ExtractRequest { msg: Some(Msg::Header(h)) })) => h,
+            Some(Ok(pb::ExtractRequest { msg: Some(Msg::Chunk(_)) })) => {
+                return Err(RequestError::invalid("header", "a chunk arrived before the header; send the header first"));
+            }
+            Some(Ok(pb::ExtractRequest { msg: None })) => {
+                return Err(RequestError::invalid("msg", "an empty message; set `header` or `chunk`"));
+            }
+        };
+        let checked = convert::request_from_header(header, &self.config.limits)?;
+        if let Some(label) = &checked.caller_label {
+            tracing::Span::current().record("label", label.as_str());
+        }
+        let request = checked.request;
+        let max_artifact = request.limits.max_artifact_bytes;
+        let expected = request.expected_digest;
+
+        let staging = self.staging.create().map_err(|e| RequestError::Internal(format!("cannot make a staging directory: {e}")))?;
+        let job = job::start(Arc::clone(&self.runner), request, staging);
+        let mut kill = KillOnDrop { kill: job.kill.clone(), metrics: Arc::clone(&self.metrics), armed: true };
+
+        let mut hasher = Hasher::new();
+        let mut size = 0u64;
+        let mut reservation = self.admission.reservation();
+        while let Some(msg) = stream.next().await {
+            let chunk = match msg.map_err(hangup)?.msg {
+                Some(Msg::Chunk(c)) => c,
+                Some(Msg::Header(_)) => {
+                    return Err(RequestError::invalid("header", "a second header; send exactly one, first"));
+                }
+                None => return Err(RequestError::invalid("msg", "an empty message; set `header` or `chunk`")),
+            };
+            let len = chunk.len() as u64;
+            if len > self.config.bounds.max_chunk_bytes {
+                return Err(RequestError::invalid("chunk", format!("larger than {} bytes", self.config.bounds.max_chunk_bytes)));
+            }
+            let received = size.saturating_add(len);
+            if received > max_artifact {
+                // Stop reading now: the rest of the upload is never looked at.
+                let reason = Reason::new(ReasonCode::ArtifactSize, "artifact is larger than the limit; the upload was stopped")
+                    .limit(max_artifact, received);
+                let facts = ArtifactFacts { digest: None, format: None, size: received };
+                let totals = Totals { bytes_in: received, ..Totals::default() };
+                return Ok(convert::outcome_to_proto(&Outcome::rejected(facts, totals, reason), None));
+            }
+            if len == 0 {
+                continue;
+            }
+            reservation.grow(len)?;
+            hasher.update(&chunk);
+            size = received;
+            self.metrics.received(len);
+            job.feed.send(Feed::Chunk(chunk)).await.map_err(|_| RequestError::Internal("the extraction worker ended early".into()))?;
+        }
+        let (digest, _) = hasher.finish();
+        if let Some(expected) = expected {
+            if expected != digest {
+                let reason = Reason::new(ReasonCode::DigestMismatch, format!("expected {expected}, the bytes received hash to {digest}"));
+                let facts = ArtifactFacts { digest: Some(digest), format: None, size };
+                let totals = Totals { bytes_in: size, ..Totals::default() };
+                return Ok(convert::outcome_to_proto(&Outcome::rejected(facts, totals, reason), None));
+            }
+        }
+
+        let _child = self.admission.child().await?;
+        job.feed.send(Feed::End).await.map_err(|_| RequestError::Internal("the extraction worker ended early".into()))?;
+        let end = job.handle.await.map_err(|e| RequestError::Internal(format!("the extraction worker failed: {e}")))?;
+        kill.armed = false;
+        drop(reservation);
+        let outcome = match end.result {
+            Ok(o) => o,
+            Err(JobFault::Abandoned) => return Err(RequestError::Internal("the upload was lost on the way to the child".into())),
+            Err(JobFault::Sandbox(detail)) => return Err(RequestError::Internal(detail)),
+        };
+        match outcome.verdict {
+            Verdict::Accepted => {
+                let (id, path) = self.staging.keep(end.staging);
+                Ok(convert::outcome_to_proto(&outcome, Some((&id, &path.display().to_string()))))
+            }
+            Verdict::Rejected => {
+                drop(end.staging);
+                Ok(convert::outcome_to_proto(&outcome, None))
+            }
+        }
+    }
+
+    async fn release(self: &Arc<Self>, id: String) -> Result<(), RequestError> {
+        if !is_staging_id(&id) {
+            return Err(RequestError::invalid("staging_id", "must be the 32 lowercase hex digits of an ExtractResponse.staging_id"));
+        }
+        if !self.staging.take_kept(&id) {
+            return Err(RequestError::NotFound(id));
+        }
+        let staging = Arc::clone(&self.staging);
+        tokio::task::spawn_blocking(move || staging.remove(&id))
+            .await
+            .map_err(|e| RequestError::Internal(e.to_string()))?
+            .map_err(|e| RequestError::Internal(format!("cannot remove the staging directory: {e}")))
+    }
+
+    fn server_info(&self) -> pb::ServerInfoResponse {
+        let c = self.runner.confinement();
+        let b = self.config.bounds;
+        pb::ServerInfoResponse {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            limits: Some(convert::limits_to_proto(&self.config.limits)),
+            landlock_abi: c.landlock_abi,
+            landlock: c.landlock,
+            seccomp: c.seccomp,
+            confined: c.confined,
+            max_children: b.max_children,
+            max_queued: b.max_queued,
+            max_inflight_bytes: b.max_inflight_bytes,
+            max_chunk_bytes: b.max_chunk_bytes,
+            extract_timeout_ms: u64::try_from(self.config.extract_timeout.as_millis()).unwrap_or(u64::MAX),
+            staging_ttl_seconds: self.config.staging_ttl.as_secs(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_timeout_header() {
+        assert_eq!(parse_grpc_timeout("100m"), Some(Duration::from_millis(100)));
+        assert_eq!(parse_grpc_timeout("2S"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_grpc_timeout("1H"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_grpc_timeout("123456789m"), None);
+        assert_eq!(parse_grpc_timeout("m"), None);
+        assert_eq!(parse_grpc_timeout("10x"), None);
+    }
+}

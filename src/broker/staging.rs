@@ -1,0 +1,246 @@
+//! The staging root and the life of each staging directory in it.
+//!
+//! One new directory per request, made with `mkdirat(0700)` beneath the root's fd (it fails if
+//! the name exists, so nothing is ever reused), named by 128 random bits that double as the
+//! `Release` capability. A [`StagingGuard`] removes its directory when dropped, so a rejection,
+//! a hang-up, a deadline or a panic leaves nothing behind; only [`StagingRoot::keep`] disarms
+//! it, for an accepted tree, which then lives until `Release` or the TTL reaper.
+//!
+//! The root belongs to one server: it is locked with `flock`, and entries a previous run left
+//! are removed at start-up. Only names this module could have made are ever removed; a
+//! directory is emptied through fds without following a symlink, never by a path walk.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{self, Read as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, Flock, FlockArg, OFlag};
+use nix::sys::stat::{fchmod, fstat, mkdirat, Mode};
+use nix::unistd::{unlinkat, UnlinkatFlags};
+
+use crate::extract::writer::clear_beneath;
+
+/// The lock file inside the root; its presence is the only thing a start-up clean leaves.
+const LOCK_NAME: &str = ".lock";
+
+/// A staging root that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StagingError {
+    #[error("staging root {path}: {source}")]
+    Io { path: String, source: io::Error },
+    #[error("staging root {path} is not a directory owned by this user")]
+    NotOurs { path: String },
+    #[error("staging root {path} is in use by another skillbox server")]
+    Locked { path: String },
+}
+
+/// The directory the per-request staging directories are made in.
+pub struct StagingRoot {
+    path: PathBuf,
+    dir: OwnedFd,
+    _lock: Flock<File>,
+    ttl: Duration,
+    kept: Mutex<HashMap<String, Instant>>,
+}
+
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
+}
+
+/// 32 lowercase hex digits: exactly what [`new_id`] makes.
+pub fn is_staging_id(s: &str) -> bool {
+    s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn new_id() -> io::Result<String> {
+    let mut bytes = [0u8; 16];
+    File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(hex::encode(bytes))
+}
+
+impl StagingRoot {
+    /// Open (creating it if needed) and lock the root, then remove what a previous run left.
+    /// Returns the root and the number of stale directories removed.
+    pub fn open(path: &Path, ttl: Duration) -> Result<(Arc<Self>, usize), StagingError> {
+        let shown = path.display().to_string();
+        let io_err = |source| StagingError::Io { path: shown.clone(), source };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_err)?;
+        }
+        match nix::unistd::mkdir(path, Mode::from_bits_truncate(0o711)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(io_err(e.into())),
+        }
+        let dir = nix::fcntl::open(path, dir_flags(), Mode::empty()).map_err(|e| io_err(e.into()))?;
+        let st = fstat(dir.as_fd()).map_err(|e| io_err(e.into()))?;
+        if st.st_uid != nix::unistd::geteuid().as_raw() {
+            return Err(StagingError::NotOurs { path: shown });
+        }
+        // Traversable so a caller can reach the path it was given, not listable: ids stay secret.
+        fchmod(dir.as_fd(), Mode::from_bits_truncate(0o711)).map_err(|e| io_err(e.into()))?;
+        let lock_fd = openat(
+            dir.as_fd(),
+            LOCK_NAME,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(|e| io_err(e.into()))?;
+        let lock = Flock::lock(File::from(lock_fd), FlockArg::LockExclusiveNonblock)
+            .map_err(|_| StagingError::Locked { path: shown.clone() })?;
+        let root = Arc::new(Self { path: path.to_owned(), dir, _lock: lock, ttl, kept: Mutex::new(HashMap::new()) });
+        let stale = root.clean_stale().map_err(io_err)?;
+        Ok((root, stale))
+    }
+
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn clean_stale(&self) -> io::Result<usize> {
+        let fd = openat(self.dir.as_fd(), ".", dir_flags(), Mode::empty())?;
+        let mut d = nix::dir::Dir::from_fd(fd)?;
+        let mut names = Vec::new();
+        for ent in d.iter() {
+            let ent = ent?;
+            if let Ok(name) = ent.file_name().to_str() {
+                if is_staging_id(name) {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        for name in &names {
+            self.remove(name)?;
+        }
+        Ok(names.len())
+    }
+
+    /// Make a new, empty staging directory (0700). Removed when the guard drops.
+    pub fn create(self: &Arc<Self>) -> io::Result<StagingGuard> {
+        loop {
+            let id = new_id()?;
+            match mkdirat(self.dir.as_fd(), id.as_str(), Mode::from_bits_truncate(0o700)) {
+                Ok(()) => return Ok(StagingGuard { root: Arc::clone(self), id, armed: true }),
+                // 128 random bits do not collide; if they do, never reuse: draw again.
+                Err(Errno::EEXIST) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Keep an accepted tree until `Release` or the TTL. Returns (id, path).
+    pub fn keep(&self, mut guard: StagingGuard) -> (String, PathBuf) {
+        guard.armed = false;
+        let id = std::mem::take(&mut guard.id);
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), Instant::now());
+        let path = self.path.join(&id);
+        (id, path)
+    }
+
+    /// Forget a kept directory; the caller removes it (see [`StagingRoot::remove`]).
+    pub fn take_kept(&self, id: &str) -> bool {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner).remove(id).is_some()
+    }
+
+    /// Kept directories older than the TTL, forgotten (the caller removes them).
+    pub fn take_expired(&self) -> Vec<String> {
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        let expired: Vec<String> =
+            kept.iter().filter(|(_, t)| now.duration_since(**t) >= self.ttl).map(|(id, _)| id.clone()).collect();
+        for id in &expired {
+            kept.remove(id);
+        }
+        expired
+    }
+
+    /// How many accepted directories are held.
+    pub fn kept_count(&self) -> usize {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Remove the directory `id` and everything beneath it; absent is fine.
+    pub fn remove(&self, id: &str) -> io::Result<()> {
+        if !is_staging_id(id) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a staging id"));
+        }
+        match openat(self.dir.as_fd(), id, dir_flags(), Mode::empty()) {
+            Ok(fd) => clear_beneath(fd.as_fd(), 0)?,
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        match unlinkat(self.dir.as_fd(), id, UnlinkatFlags::RemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// One request's staging directory; removed on drop unless kept.
+pub struct StagingGuard {
+    root: Arc<StagingRoot>,
+    id: String,
+    armed: bool,
+}
+
+impl StagingGuard {
+    pub fn path(&self) -> PathBuf {
+        self.root.path.join(&self.id)
+    }
+}
+
+impl Drop for StagingGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Inline, not deferred to a task: a task may never run once the runtime shuts down, and
+        // the directory must not outlive the request. The job drops its guard on a worker
+        // thread, after the child is gone; here it is almost always empty.
+        if let Err(e) = self.root.remove(&self.id) {
+            tracing::error!(staging_id = %self.id, error = %e, "cannot remove a staging directory");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_keep_remove_and_stale_cleaning() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = tmp.path().join("staging");
+        let (root, stale) = StagingRoot::open(&path, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(stale, 0);
+        // A second server on the same root is refused.
+        assert!(matches!(StagingRoot::open(&path, Duration::from_secs(60)), Err(StagingError::Locked { .. })));
+
+        let g = root.create().unwrap_or_else(|e| panic!("{e}"));
+        let dropped = g.path();
+        std::fs::write(dropped.join("f"), b"x").unwrap_or_else(|e| panic!("{e}"));
+        drop(g);
+        assert!(!dropped.exists(), "a dropped guard removes its directory");
+
+        let g = root.create().unwrap_or_else(|e| panic!("{e}"));
+        let (id, kept) = root.keep(g);
+        std::fs::create_dir(kept.join("sub")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink("/etc", kept.join("sub/link")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(kept.exists());
+        std::fs::write(path.join("unrelated"), b"keep me").unwrap_or_else(|e| panic!("{e}"));
+        drop(root);
+
+        let (root, stale) = StagingRoot::open(&path, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(stale, 1);
+        assert!(!kept.exists());
+        assert!(Path::new("/etc/passwd").exists(), "links are never followed");
+        assert!(path.join("unrelated").exists(), "only names we could have made are removed");
+        assert!(!root.take_kept(&id));
+        assert!(root.remove("../etc").is_err());
+    }
+}

@@ -1,0 +1,282 @@
+//! A small client for the skillbox broker, for installers and for `skillbox extract --server`.
+//!
+//! It streams an artifact (header first, then chunks read as they are sent, never the whole
+//! file in memory), and turns the answer back into the same [`Outcome`] the local engine
+//! returns, so callers and the CLI's JSON do not care where the extraction ran.
+//!
+//! URIs: `unix:///path/to.sock` (or `unix:` for the default socket), `http://127.0.0.1:PORT`,
+//! `https://host:PORT` (CA, and for mutual TLS a client certificate, from
+//! `SKILLBOX_TLS_CA`, `SKILLBOX_TLS_CERT`, `SKILLBOX_TLS_KEY`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Status};
+
+use crate::broker::convert::{self, MalformedAnswer};
+use crate::extract::detect::ArtifactType;
+use crate::extract::inventory::Outcome;
+use crate::extract::policy::Limits;
+use crate::extract::Request;
+use crate::proto as pb;
+use crate::proto::skillbox_client::SkillboxClient;
+
+/// Bytes per chunk message; well under the server's default 1 MiB bound.
+pub const CHUNK_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    #[error("invalid server URI {0:?} (use unix:///path, http://127.0.0.1:PORT or https://host:PORT)")]
+    Uri(String),
+    #[error("cannot connect to {uri}: {source}")]
+    Connect { uri: String, source: tonic::transport::Error },
+    #[error("TLS settings: {0}")]
+    Tls(String),
+    #[error("cannot read the artifact: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("server answered {}: {}", .0.code(), .0.message())]
+    Status(Status),
+    #[error(transparent)]
+    Malformed(#[from] MalformedAnswer),
+}
+
+impl ClientError {
+    /// The request itself was refused as malformed (a usage error for the CLI).
+    pub fn is_invalid_argument(&self) -> bool {
+        matches!(self, Self::Status(s) if s.code() == Code::InvalidArgument)
+    }
+
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            Self::Status(s) => Some(s.code()),
+            Self::Uri(_) | Self::Connect { .. } | Self::Tls(_) | Self::Io(_) | Self::Malformed(_) => None,
+        }
+    }
+}
+
+/// An answer: the outcome, and for an acceptance the staged tree the server keeps.
+#[derive(Debug, Clone)]
+pub struct Extracted {
+    pub outcome: Outcome,
+    pub staged: Option<Staged>,
+}
+
+/// An accepted tree on the server's side, until [`Client::release`] or the server's TTL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Staged {
+    pub id: String,
+    pub path: PathBuf,
+}
+
+#[derive(Clone)]
+pub struct Client {
+    inner: SkillboxClient<Channel>,
+}
+
+/// The endpoint for `uri`, TLS configured from the environment for `https`.
+pub fn endpoint(uri: &str) -> Result<Endpoint, ClientError> {
+    let uri = if uri == "unix:" || uri == "unix://" {
+        format!("unix://{}", crate::broker::config::default_socket().display())
+    } else {
+        uri.to_owned()
+    };
+    let ep = if uri.starts_with("unix:") || uri.starts_with("http://") || uri.starts_with("https://") {
+        Endpoint::from_shared(uri.clone()).map_err(|_| ClientError::Uri(uri.clone()))?
+    } else {
+        return Err(ClientError::Uri(uri));
+    };
+    let ep = ep.connect_timeout(Duration::from_secs(5)).tcp_nodelay(true);
+    if uri.starts_with("https://") {
+        let read = |var: &str| -> Result<Option<Vec<u8>>, ClientError> {
+            match std::env::var_os(var) {
+                None => Ok(None),
+                Some(p) => std::fs::read(&p).map(Some).map_err(|e| ClientError::Tls(format!("{var}: {e}"))),
+            }
+        };
+        let mut tls = ClientTlsConfig::new();
+        if let Some(ca) = read("SKILLBOX_TLS_CA")? {
+            tls = tls.ca_certificate(Certificate::from_pem(ca));
+        }
+        if let (Some(cert), Some(key)) = (read("SKILLBOX_TLS_CERT")?, read("SKILLBOX_TLS_KEY")?) {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        return ep.tls_config(tls).map_err(|e| ClientError::Tls(e.to_string()));
+    }
+    Ok(ep)
+}
+
+/// The request limits that differ from the defaults (what a caller deliberately set).
+pub fn limits_delta(l: &Limits) -> Option<pb::Limits> {
+    let mine = convert::limits_to_proto(l);
+    let base = convert::limits_to_proto(&Limits::default());
+    let pick = |a: Option<u64>, b: Option<u64>| if a == b { None } else { a };
+    let delta = pb::Limits {
+        max_artifact_bytes: pick(mine.max_artifact_bytes, base.max_artifact_bytes),
+        max_entries: pick(mine.max_entries, base.max_entries),
+        max_expanded_bytes: pick(mine.max_expanded_bytes, base.max_expanded_bytes),
+        max_file_bytes: pick(mine.max_file_bytes, base.max_file_bytes),
+        max_ratio: pick(mine.max_ratio, base.max_ratio),
+        ratio_threshold_bytes: pick(mine.ratio_threshold_bytes, base.ratio_threshold_bytes),
+        max_path_depth: pick(mine.max_path_depth, base.max_path_depth),
+        max_path_bytes: pick(mine.max_path_bytes, base.max_path_bytes),
+        max_component_bytes: pick(mine.max_component_bytes, base.max_component_bytes),
+        zstd_window_log_max: (mine.zstd_window_log_max != base.zstd_window_log_max).then_some(mine.zstd_window_log_max).flatten(),
+        allow_symlinks: (mine.allow_symlinks != base.allow_symlinks).then_some(mine.allow_symlinks).flatten(),
+        hardlinks: (mine.hardlinks != base.hardlinks).then_some(mine.hardlinks).flatten(),
+        require_skill_md: (mine.require_skill_md != base.require_skill_md).then_some(mine.require_skill_md).flatten(),
+    };
+    (delta != pb::Limits::default()).then_some(delta)
+}
+
+/// The header for an engine [`Request`] (limits sent only where they differ from the defaults).
+pub fn header_for(req: &Request) -> pb::ExtractHeader {
+    pb::ExtractHeader {
+        expected_digest: req.expected_digest.map(|d| d.to_string()),
+        declared_type: match req.artifact_type {
+            ArtifactType::SkillMd => pb::ArtifactType::SkillMd,
+            ArtifactType::Archive => pb::ArtifactType::Archive,
+        } as i32,
+        media_type: req.media_type.clone(),
+        file_name: req.file_name.clone(),
+        url: None,
+        limits: limits_delta(&req.limits),
+        skill_name: req.skill_name.clone(),
+        index_description: req.index_description.clone(),
+        caller_label: None,
+    }
+}
+
+impl Client {
+    pub async fn connect(uri: &str) -> Result<Self, ClientError> {
+        let channel = endpoint(uri)?.connect().await.map_err(|source| ClientError::Connect { uri: uri.to_owned(), source })?;
+        Ok(Self::from_channel(channel))
+    }
+
+    pub fn from_channel(channel: Channel) -> Self {
+        Self { inner: SkillboxClient::new(channel).max_decoding_message_size(crate::broker::MAX_RESPONSE_BYTES) }
+    }
+
+    /// Stream `artifact` after `header`; `timeout` becomes the call's deadline.
+    pub async fn extract(
+        &mut self,
+        header: pb::ExtractHeader,
+        mut artifact: impl AsyncRead + Send + Unpin + 'static,
+        timeout: Option<Duration>,
+    ) -> Result<Extracted, ClientError> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<pb::ExtractRequest>(4);
+        let reader = tokio::spawn(async move {
+            let header = pb::ExtractRequest { msg: Some(pb::extract_request::Msg::Header(header)) };
+            if tx.send(header).await.is_err() {
+                return Ok(());
+            }
+            loop {
+                let mut buf = vec![0u8; CHUNK_BYTES];
+                let mut filled = 0;
+                while filled < buf.len() {
+                    let n = artifact.read(&mut buf[filled..]).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    filled += n;
+                }
+                if filled == 0 {
+                    return Ok::<(), std::io::Error>(());
+                }
+                buf.truncate(filled);
+                // The server may answer early (e.g. the artifact passed its size limit).
+                if tx.send(pb::ExtractRequest { msg: Some(pb::extract_request::Msg::Chunk(buf)) }).await.is_err() {
+                    return Ok(());
+                }
+            }
+        });
+        let mut request = tonic::Request::new(ReceiverStream::new(rx));
+        if let Some(t) = timeout {
+            request.set_timeout(t);
+        }
+        let call = self.inner.extract(request);
+        let answer = match timeout {
+            // Our own timer too: a deadline holds even if the server never answers.
+            Some(t) => tokio::time::timeout(t + Duration::from_millis(500), call)
+                .await
+                .unwrap_or_else(|_| Err(Status::deadline_exceeded("deadline exceeded (client timer)"))),
+            None => call.await,
+        };
+        let answer = match answer {
+            Ok(r) => r.into_inner(),
+            Err(status) => {
+                reader.abort();
+                // tonic's server-side timer answers CANCELLED "Timeout expired" for a deadline.
+                if timeout.is_some() && status.code() == Code::Cancelled && status.message() == "Timeout expired" {
+                    return Err(ClientError::Status(Status::deadline_exceeded(status.message().to_owned())));
+                }
+                return Err(ClientError::Status(status));
+            }
+        };
+        if let Ok(Err(e)) = reader.await {
+            return Err(ClientError::Io(e));
+        }
+        let outcome = convert::outcome_from_proto(&answer)?;
+        let staged = (!answer.staging_id.is_empty())
+            .then(|| Staged { id: answer.staging_id.clone(), path: PathBuf::from(&answer.staging_path) });
+        Ok(Extracted { outcome, staged })
+    }
+
+    /// [`Client::extract`] from a file.
+    pub async fn extract_file(&mut self, path: &Path, header: pb::ExtractHeader, timeout: Option<Duration>) -> Result<Extracted, ClientError> {
+        let file = tokio::fs::File::open(path).await?;
+        self.extract(header, file, timeout).await
+    }
+
+    /// Delete an accepted staging directory on the server.
+    pub async fn release(&mut self, staging_id: &str) -> Result<(), ClientError> {
+        self.inner
+            .release(pb::ReleaseRequest { staging_id: staging_id.to_owned() })
+            .await
+            .map(|_| ())
+            .map_err(ClientError::Status)
+    }
+
+    pub async fn server_info(&mut self) -> Result<pb::ServerInfoResponse, ClientError> {
+        self.inner.server_info(pb::ServerInfoRequest {}).await.map(tonic::Response::into_inner).map_err(ClientError::Status)
+    }
+}
+
+/// `skillbox extract --server URI`: send the artifact, return the outcome, release the staged
+/// tree (like the local path's temporary directory). Blocking: runs its own small runtime.
+pub fn extract_blocking(server: &str, artifact: &Path, req: &Request) -> Result<Outcome, ClientError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    runtime.block_on(async {
+        let mut client = Client::connect(server).await?;
+        let done = client.extract_file(artifact, header_for(req), None).await?;
+        if let Some(staged) = &done.staged {
+            client.release(&staged.id).await?;
+        }
+        Ok(done.outcome)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_deliberate_limits_are_sent() {
+        assert_eq!(limits_delta(&Limits::default()), None);
+        let l = Limits { max_entries: 5, allow_symlinks: false, ..Limits::default() };
+        let d = limits_delta(&l).unwrap_or_default();
+        assert_eq!(d.max_entries, Some(5));
+        assert_eq!(d.allow_symlinks, Some(false));
+        assert_eq!(d.max_file_bytes, None);
+    }
+
+    #[test]
+    fn uris() {
+        assert!(endpoint("unix:///tmp/x.sock").is_ok());
+        assert!(endpoint("http://127.0.0.1:1").is_ok());
+        assert!(matches!(endpoint("/tmp/x.sock"), Err(ClientError::Uri(_))));
+    }
+}

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""An independent client of the skillbox broker: Python grpcio with stubs generated from proto/.
+
+Proves the contract outside Rust. Generates the stubs with grpc_tools.protoc into a temporary
+directory, then over the broker's Unix socket:
+  - sends a valid package (header with its digest, then chunks) and expects an acceptance,
+    then releases the staged tree;
+  - sends a package with a `../` entry and expects a rejection with REASON_CODE_PATH_TRAVERSAL;
+  - sends a malformed digest and expects INVALID_ARGUMENT.
+Prints one JSON object with what it saw; exits non-zero on any surprise.
+"""
+
+import argparse
+import hashlib
+import importlib
+import io
+import json
+import sys
+import tarfile
+import tempfile
+
+try:
+    import grpc
+    from grpc_tools import protoc
+except ImportError as e:  # fail loudly: the Rust test reports this output
+    sys.stderr.write(f"missing Python dependency ({e}); pip install -r tests/python/requirements.txt\n")
+    sys.exit(3)
+
+CHUNK = 64 * 1024
+SKILL = b"---\nname: py-demo\ndescription: A skill sent by the Python client\n---\nHello.\n"
+
+
+def tar_of(entries):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as t:
+        for name, data in entries:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def stubs(proto_root, out_dir):
+    rc = protoc.main([
+        "grpc_tools.protoc",
+        f"-I{proto_root}",
+        f"--python_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        "skillbox/v1/skillbox.proto",
+    ])
+    if rc != 0:
+        raise SystemExit(f"protoc failed with {rc}")
+    sys.path.insert(0, out_dir)
+    return (importlib.import_module("skillbox.v1.skillbox_pb2"),
+            importlib.import_module("skillbox.v1.skillbox_pb2_grpc"))
+
+
+def requests(pb, header, data):
+    yield pb.ExtractRequest(header=header)
+    for i in range(0, len(data), CHUNK):
+        yield pb.ExtractRequest(chunk=data[i:i + CHUNK])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--artifact", required=True, help="a valid skill package (tar)")
+    ap.add_argument("--proto-root", required=True)
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as out_dir:
+        pb, rpc = stubs(args.proto_root, out_dir)
+        # grpcio's default :authority for a Unix socket is the percent-encoded path, which
+        # HTTP/2 servers (h2) refuse as malformed; name a plain host instead.
+        channel = grpc.insecure_channel(f"unix://{args.socket}", options=[("grpc.default_authority", "localhost")])
+        client = rpc.SkillboxStub(channel)
+        seen = {}
+
+        data = open(args.artifact, "rb").read()
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        header = pb.ExtractHeader(expected_digest=digest, declared_type=pb.ARTIFACT_TYPE_ARCHIVE,
+                                  file_name="skill.tar", caller_label="python-grpcio")
+        r = client.Extract(requests(pb, header, data), timeout=60)
+        seen["accepted"] = {
+            "verdict": pb.Verdict.Name(r.verdict),
+            "digest": r.artifact.digest,
+            "entries": [e.path for e in r.entries],
+            "staging_id": r.staging_id,
+        }
+        if r.verdict != pb.VERDICT_ACCEPTED or not r.staging_id or "SKILL.md" not in seen["accepted"]["entries"]:
+            raise SystemExit(f"unexpected answer for a valid package: {r}")
+        client.Release(pb.ReleaseRequest(staging_id=r.staging_id), timeout=10)
+
+        evil = tar_of([("SKILL.md", SKILL), ("../evil.sh", b"#!/bin/sh\n")])
+        r = client.Extract(requests(pb, pb.ExtractHeader(declared_type=pb.ARTIFACT_TYPE_ARCHIVE), evil), timeout=60)
+        seen["hostile"] = {
+            "verdict": pb.Verdict.Name(r.verdict),
+            "reason": pb.ReasonCode.Name(r.reason.code),
+            "code_name": r.reason.code_name,
+            "entry": r.reason.entry,
+        }
+        if r.verdict != pb.VERDICT_REJECTED or r.staging_id:
+            raise SystemExit(f"unexpected answer for a hostile package: {r}")
+
+        bad = pb.ExtractHeader(expected_digest="sha256:XYZ", declared_type=pb.ARTIFACT_TYPE_ARCHIVE)
+        try:
+            client.Extract(requests(pb, bad, data), timeout=60)
+            raise SystemExit("a malformed digest was accepted")
+        except grpc.RpcError as e:
+            seen["bad_digest"] = {"code": e.code().name, "details": e.details()}
+
+        info = client.ServerInfo(pb.ServerInfoRequest(), timeout=10)
+        seen["server_info"] = {"version": info.version, "max_entries": info.limits.max_entries}
+        print(json.dumps(seen))
+
+
+if __name__ == "__main__":
+    main()

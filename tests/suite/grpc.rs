@@ -1,0 +1,425 @@
+//! The broker over a real socket: each test starts the real `skillbox serve` binary on a
+//! temporary Unix socket with its own staging root, and talks to it with the crate's client
+//! (or raw tonic stubs where a test must misbehave). Every test that ends a request checks
+//! that the staging root holds only what it should and that no child process is left.
+
+mod harness;
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use tonic::Code;
+use tonic_types::StatusExt as _;
+
+use harness::{ok, skill_tar, slow_stream, Server};
+use skillbox::client::{Client, ClientError};
+use skillbox::proto as pb;
+
+fn header(kind: pb::ArtifactType) -> pb::ExtractHeader {
+    pb::ExtractHeader { declared_type: kind as i32, ..Default::default() }
+}
+
+fn archive_header() -> pb::ExtractHeader {
+    header(pb::ArtifactType::Archive)
+}
+
+fn status_of(e: ClientError) -> tonic::Status {
+    match e {
+        ClientError::Status(s) => s,
+        other => panic!("expected a status, got {other}"),
+    }
+}
+
+fn bad_field(s: &tonic::Status) -> String {
+    let details = s.get_error_details();
+    let bad = details.bad_request().unwrap_or_else(|| panic!("no BadRequest detail in {s:?}"));
+    bad.field_violations[0].field.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_is_staged_until_release() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let tar = skill_tar(&[("scripts/run.sh", b"#!/bin/sh\necho hi\n", 0o755)]);
+    let mut h = archive_header();
+    h.expected_digest = Some(skillbox::digest::Sha256Digest::of_bytes(&tar).to_string());
+    h.caller_label = Some("test-installer".into());
+    h.file_name = Some("demo.tar".into());
+    let done = ok(c.extract(h, std::io::Cursor::new(tar.clone()), Some(Duration::from_secs(20))).await, "extract");
+    assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted, "{:?}", done.outcome.reason);
+    assert_eq!(done.outcome.artifact.size, tar.len() as u64);
+    assert_eq!(done.outcome.artifact.format.as_deref(), Some("tar"));
+    let paths: Vec<&str> = done.outcome.entries.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["SKILL.md", "scripts", "scripts/run.sh"]);
+    let staged = done.staged.unwrap_or_else(|| panic!("an acceptance names its staging directory"));
+    assert!(staged.path.starts_with(server.staging_root()), "{staged:?}");
+    assert_eq!(ok(std::fs::read(staged.path.join("scripts/run.sh")), "staged file"), b"#!/bin/sh\necho hi\n");
+    assert_eq!(server.staging_dirs().len(), 1);
+
+    ok(c.release(&staged.id).await, "release");
+    assert!(!staged.path.exists());
+    let again = status_of(c.release(&staged.id).await.err().unwrap_or_else(|| panic!("second release")));
+    assert_eq!(again.code(), Code::NotFound);
+    let bad = status_of(c.release("../../etc").await.err().unwrap_or_else(|| panic!("bad id")));
+    assert_eq!(bad.code(), Code::InvalidArgument);
+    server.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_info_reports_limits_and_bounds() {
+    let server = Server::start(&["--max-children", "3", "--max-queued", "5"]);
+    let mut c = server.client().await;
+    let info = ok(c.server_info().await, "server info");
+    assert_eq!(info.version, env!("CARGO_PKG_VERSION"));
+    assert_eq!((info.max_children, info.max_queued), (3, 5));
+    let limits = info.limits.unwrap_or_default();
+    assert_eq!(limits.max_entries, Some(10_000));
+    assert_eq!(limits.max_artifact_bytes, Some(256 << 20));
+}
+
+/// The whole corpus, each case through gRPC, with the verdict and reason the manifest expects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corpus_replays_over_grpc() {
+    let Some(cases) = harness::corpus_cases() else {
+        eprintln!("corpus/manifest.json is absent: nothing to replay");
+        return;
+    };
+    let limits = harness::write_temp("limits.toml", harness::CORPUS_SERVER_LIMITS);
+    let server = Server::start(&["--max-queued", "256", "--limits", limits.1.to_str().unwrap_or("")]);
+    let c = server.client().await;
+    let mut failures = Vec::new();
+    for chunk in cases.chunks(8) {
+        let mut tasks = Vec::new();
+        for case in chunk.iter().cloned() {
+            let mut c = c.clone();
+            tasks.push(tokio::spawn(async move {
+                let got = c.extract(case.header(), ok(tokio::fs::File::open(&case.path).await, "corpus file"), Some(Duration::from_secs(120))).await;
+                (case, got)
+            }));
+        }
+        for t in tasks {
+            let (case, got) = ok(t.await, "task");
+            match got {
+                Err(e) => failures.push(format!("{}: {e}", case.name)),
+                Ok(done) => {
+                    let reason = done.outcome.reason.as_ref().map(|r| r.code.as_str().to_owned());
+                    let verdict = match done.outcome.verdict {
+                        skillbox::reason::Verdict::Accepted => "accepted",
+                        skillbox::reason::Verdict::Rejected => "rejected",
+                    };
+                    if verdict != case.verdict || (case.reason.is_some() && reason != case.reason) {
+                        failures.push(format!("{}: expected {} {:?}, got {verdict} {reason:?}", case.name, case.verdict, case.reason));
+                    }
+                    if let Some(staged) = done.staged {
+                        let mut c = c.clone();
+                        ok(c.release(&staged.id).await, "release");
+                    }
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases disagree:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    server.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_clients_each_get_their_own_answer() {
+    let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);
+    let c = server.client().await;
+    let mut tasks = Vec::new();
+    for i in 0..24u32 {
+        let mut c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            // Every third one is hostile.
+            let name = if i % 3 == 0 { format!("../escape-{i}") } else { format!("file-{i}.txt") };
+            let tar = harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), (&name, b"x", 0o644)]);
+            let done = ok(c.extract(archive_header(), std::io::Cursor::new(tar), Some(Duration::from_secs(60))).await, "extract");
+            (i, done)
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        let (i, done) = ok(t.await, "task");
+        if i % 3 == 0 {
+            assert_eq!(done.outcome.reason.map(|r| r.code.as_str()), Some("path_traversal"), "request {i}");
+            assert!(done.staged.is_none());
+        } else {
+            assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted, "request {i}");
+            let staged = done.staged.unwrap_or_else(|| panic!("staged"));
+            assert!(staged.path.join(format!("file-{i}.txt")).exists(), "request {i} got someone else's tree");
+            let mut c = c.clone();
+            ok(c.release(&staged.id).await, "release");
+            accepted += 1;
+        }
+    }
+    assert_eq!(accepted, 16);
+    server.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hangup_mid_upload_leaves_nothing() {
+    let server = Server::start(&[]);
+    let c = server.client().await;
+    let task = tokio::spawn(async move {
+        let mut c = c;
+        // 64 chunks of 64 KiB, one every 50 ms: still uploading when it is aborted.
+        let body = slow_stream(vec![0u8; 64 << 20], 64 << 10, Duration::from_millis(50));
+        c.extract(archive_header(), body, None).await
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(server.staging_dirs().len(), 1, "the request has its staging directory while uploading");
+    task.abort();
+    let _ = task.await;
+    server.wait_clean(Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upload_over_the_limit_is_stopped_and_rejected() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let mut h = archive_header();
+    h.limits = Some(pb::Limits { max_artifact_bytes: Some(100_000), ..Default::default() });
+    let started = Instant::now();
+    let done = ok(c.extract(h, std::io::Cursor::new(vec![7u8; 32 << 20]), Some(Duration::from_secs(30))).await, "extract");
+    let reason = done.outcome.reason.unwrap_or_else(|| panic!("rejected"));
+    assert_eq!(reason.code.as_str(), "artifact_size");
+    assert_eq!(reason.limit, Some(100_000));
+    // Stopped at the first chunk past the limit, not after 32 MiB.
+    assert!(reason.observed.unwrap_or(u64::MAX) <= 100_000 + skillbox::client::CHUNK_BYTES as u64, "{reason:?}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    server.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_digest_mismatch_is_a_verdict_and_bad_spellings_are_invalid() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let tar = skill_tar(&[]);
+    let mut h = archive_header();
+    h.expected_digest = Some(format!("sha256:{}", "0".repeat(64)));
+    let done = ok(c.extract(h, std::io::Cursor::new(tar.clone()), None).await, "extract");
+    assert_eq!(done.outcome.reason.as_ref().map(|r| r.code.as_str()), Some("digest_mismatch"));
+    assert_eq!(done.outcome.artifact.digest, Some(skillbox::digest::Sha256Digest::of_bytes(&tar)));
+
+    let good = skillbox::digest::Sha256Digest::of_bytes(&tar).to_string();
+    for bad in [good.to_uppercase(), good.replace("sha256:", ""), good[..good.len() - 1].to_owned(), format!("{good} "), String::new()] {
+        let mut h = archive_header();
+        h.expected_digest = Some(bad.clone());
+        let s = status_of(c.extract(h, std::io::Cursor::new(tar.clone()), None).await.err().unwrap_or_else(|| panic!("{bad:?} accepted")));
+        assert_eq!(s.code(), Code::InvalidArgument, "{bad:?}");
+        assert_eq!(bad_field(&s), "header.expected_digest");
+    }
+    server.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_looser_than_the_servers_are_invalid() {
+    let limits = harness::write_temp("limits.toml", b"max_entries = 100\n");
+    let server = Server::start(&["--limits", limits.1.to_str().unwrap_or("")]);
+    let mut c = server.client().await;
+    for (l, field) in [
+        (pb::Limits { max_entries: Some(101), ..Default::default() }, "header.limits.max_entries"),
+        (pb::Limits { max_file_bytes: Some(u64::MAX), ..Default::default() }, "header.limits.max_file_bytes"),
+        (pb::Limits { require_skill_md: Some(false), ..Default::default() }, "header.limits.require_skill_md"),
+        (pb::Limits { hardlinks: Some(99), ..Default::default() }, "header.limits.hardlinks"),
+        (pb::Limits { max_entries: Some(0), ..Default::default() }, "header.limits.max_entries"),
+    ] {
+        let mut h = archive_header();
+        h.limits = Some(l);
+        let s = status_of(c.extract(h, std::io::Cursor::new(skill_tar(&[])), None).await.err().unwrap_or_else(|| panic!("{field} accepted")));
+        assert_eq!(s.code(), Code::InvalidArgument);
+        assert_eq!(bad_field(&s), field);
+    }
+    // Tighter is fine, and applies.
+    let mut h = archive_header();
+    h.limits = Some(pb::Limits { max_entries: Some(1), ..Default::default() });
+    let done = ok(c.extract(h, std::io::Cursor::new(skill_tar(&[("a.txt", b"a", 0o644)])), None).await, "extract");
+    assert_eq!(done.outcome.reason.map(|r| r.code.as_str()), Some("entry_count"));
+    server.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_streams_are_invalid_arguments_naming_the_field() {
+    let server = Server::start(&[]);
+    let mut raw = server.raw_client().await;
+    use pb::extract_request::Msg;
+    let h = || pb::ExtractRequest { msg: Some(Msg::Header(archive_header())) };
+    let chunk = || pb::ExtractRequest { msg: Some(Msg::Chunk(b"abc".to_vec())) };
+    let cases: Vec<(&str, Vec<pb::ExtractRequest>, &str)> = vec![
+        ("no messages at all", vec![], "header"),
+        ("a chunk before the header", vec![chunk(), h()], "header"),
+        ("two headers", vec![h(), chunk(), h()], "header"),
+        ("an empty message", vec![pb::ExtractRequest { msg: None }], "msg"),
+        ("no declared type", vec![pb::ExtractRequest { msg: Some(Msg::Header(pb::ExtractHeader::default())) }], "header.declared_type"),
+    ];
+    for (what, msgs, field) in cases {
+        let s = raw.extract(tokio_stream::iter(msgs)).await.err().unwrap_or_else(|| panic!("{what}: accepted"));
+        assert_eq!(s.code(), Code::InvalidArgument, "{what}: {s:?}");
+        assert_eq!(bad_field(&s), field, "{what}");
+    }
+    server.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_refuses_at_once_beyond_its_bounds() {
+    let server = Server::start(&["--max-children", "1", "--max-queued", "0"]);
+    let c = server.client().await;
+    let slow = {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            let body = slow_stream(skill_tar(&[]), 512, Duration::from_millis(100));
+            c.extract(archive_header(), body, Some(Duration::from_secs(30))).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut c2 = c.clone();
+    let started = Instant::now();
+    let s = status_of(c2.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None).await.err().unwrap_or_else(|| panic!("admitted")));
+    assert_eq!(s.code(), Code::ResourceExhausted);
+    assert!(started.elapsed() < Duration::from_secs(2), "refused at once, not queued");
+    let done = ok(ok(slow.await, "task"), "the admitted request");
+    assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_answer() {
+    let server = Server::start(&[]);
+    let channel = server.channel().await;
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    for service in ["", "skillbox.v1.Skillbox"] {
+        let r = ok(health.check(tonic_health::pb::HealthCheckRequest { service: service.into() }).await, "health");
+        assert_eq!(r.into_inner().status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32, "{service:?}");
+    }
+    use tonic_reflection::pb::v1::{server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest, server_reflection_response::MessageResponse, ServerReflectionRequest};
+    let mut refl = ServerReflectionClient::new(channel);
+    let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
+    let mut answers = ok(refl.server_reflection_info(tokio_stream::iter(vec![req])).await, "reflection").into_inner();
+    let first = ok(answers.message().await, "reflection answer").unwrap_or_else(|| panic!("no answer"));
+    let Some(MessageResponse::ListServicesResponse(list)) = first.message_response else { panic!("not a service list") };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(names.iter().any(|n| n == "skillbox.v1.Skillbox"), "{names:?}");
+    assert!(names.iter().any(|n| n == "grpc.health.v1.Health"), "{names:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_mid_extraction_kills_the_child() {
+    // 192 MiB of zeros compress to almost nothing; the server's limits let it expand.
+    let limits = harness::write_temp(
+        "limits.toml",
+        b"max_ratio = 100000\nmax_file_bytes = 268435456\nmax_expanded_bytes = 268435456\n",
+    );
+    let server = Server::start(&["--limits", limits.1.to_str().unwrap_or("")]);
+    let mut c = server.client().await;
+    let big = harness::zeros_tar_gz(192 << 20);
+    let started = Instant::now();
+    let e = c.extract(archive_header(), std::io::Cursor::new(big), Some(Duration::from_millis(300))).await;
+    let s = status_of(e.err().unwrap_or_else(|| panic!("finished within the deadline: make the artifact bigger")));
+    assert_eq!(s.code(), Code::DeadlineExceeded, "{s:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    server.wait_clean(Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_requests_then_exits() {
+    let mut server = Server::start(&["--grace", "20"]);
+    let c = server.client().await;
+    let inflight = {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            let body = slow_stream(skill_tar(&[]), 256, Duration::from_millis(100));
+            c.extract(archive_header(), body, Some(Duration::from_secs(30))).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.sigterm();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!server.socket().exists(), "the socket is gone once draining starts");
+    assert!(Client::connect(&server.uri()).await.is_err(), "no new connections while draining");
+    let done = ok(ok(inflight.await, "task"), "the in-flight request finishes");
+    assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
+    let status = server.wait_exit(Duration::from_secs(15));
+    assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_when_asked() {
+    let port = harness::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = Server::start(&["--metrics", &addr]);
+    let mut c = server.client().await;
+    ok(c.extract(archive_header(), std::io::Cursor::new(harness::raw_tar(&[("../x", b"x", 0o644)])), None).await, "extract");
+    let text = harness::http_get(&addr, "/metrics");
+    assert!(text.contains("skillbox_requests_total{verdict=\"rejected\",reason=\"path_traversal\"} 1"), "{text}");
+    assert!(text.contains("skillbox_request_duration_seconds_count 1"), "{text}");
+}
+
+/// `skillbox extract --server` prints what the local path prints, with the same exit code.
+#[test]
+fn cli_over_the_server_matches_the_local_cli() {
+    let server = Server::start(&[]);
+    let dir = harness::world_readable_dir();
+    for (name, tar) in [("good.tar", skill_tar(&[("a.txt", b"a", 0o644)])), ("evil.tar", harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), ("/etc/x", b"x", 0o644)]))] {
+        let path = dir.path().join(name);
+        ok(ok(std::fs::File::create(&path), "create").write_all(&tar), "write");
+        let p = path.to_str().unwrap_or("");
+        let local = harness::cli(&["extract", "--json", p], None);
+        let remote = harness::cli(&["extract", "--json", "--server", &server.uri(), p], None);
+        assert_eq!(local.status.code(), remote.status.code(), "{name}: {}", String::from_utf8_lossy(&remote.stderr));
+        assert_eq!(String::from_utf8_lossy(&local.stdout), String::from_utf8_lossy(&remote.stdout), "{name}");
+    }
+    server.assert_clean();
+}
+
+/// SO_PEERCRED: a client running as a uid not on the allow-list is cut off before it is
+/// served, even when the socket's mode lets it connect.
+#[test]
+fn a_peer_uid_not_allowed_is_refused() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: cannot run a client as another uid");
+        return;
+    }
+    let dir = harness::world_readable_dir();
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, skill_tar(&[])), "write");
+    let art = art.to_str().unwrap_or("");
+    let nobody = Some((65534, 65534));
+
+    let server = Server::start_in(&dir, &["--socket-mode", "0666"]);
+    let refused = harness::cli(&["extract", "--json", "--server", &server.uri(), art], nobody);
+    assert_eq!(refused.status.code(), Some(1), "stdout: {}", String::from_utf8_lossy(&refused.stdout));
+    assert!(server.log().contains("peer uid not allowed"), "{}", server.log());
+    drop(server);
+
+    let server = Server::start_in(&dir, &["--socket-mode", "0666", "--allow-uid", "0,65534"]);
+    let allowed = harness::cli(&["extract", "--json", "--server", &server.uri(), art], nobody);
+    assert_eq!(allowed.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&allowed.stderr));
+}
+
+/// The contract outside Rust: Python grpcio generates its stubs from proto/ and calls Extract.
+#[test]
+fn an_independent_python_grpcio_client_gets_a_verdict() {
+    let server = Server::start(&[]);
+    let dir = harness::world_readable_dir();
+    let art = dir.path().join("skill.tar");
+    let tar = skill_tar(&[("scripts/x.py", b"print(1)\n", 0o644)]);
+    ok(std::fs::write(&art, &tar), "write");
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new("python3")
+        .arg(format!("{root}/tests/python/grpc_client.py"))
+        .args(["--socket", server.socket().to_str().unwrap_or(""), "--artifact", art.to_str().unwrap_or("")])
+        .args(["--proto-root", &format!("{root}/proto")])
+        .output()
+        .unwrap_or_else(|e| panic!("python3 is required for this test (tests/python/requirements.txt): {e}"));
+    assert!(
+        out.status.success(),
+        "the Python client failed (pip install -r tests/python/requirements.txt):\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = ok(serde_json::from_slice(&out.stdout), "python output");
+    assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
+    assert_eq!(v["accepted"]["digest"], skillbox::digest::Sha256Digest::of_bytes(&tar).to_string());
+    assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
+    assert_eq!(v["bad_digest"]["code"], "INVALID_ARGUMENT", "{v}");
+    server.assert_clean();
+}

@@ -1,0 +1,338 @@
+//! A real `skillbox serve` per test, and the artifacts the tests send it.
+
+use std::io::{Read as _, Write as _};
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use skillbox::client::Client;
+use skillbox::proto as pb;
+
+pub fn ok<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
+    r.unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skillbox")
+}
+
+pub const SKILL: &[u8] = b"---\nname: demo\ndescription: A demo skill for the broker tests\n---\nUse it.\n";
+
+/// A tar with exactly these entries (names written raw, so hostile ones stay hostile).
+pub fn raw_tar(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (name, data, mode) in entries {
+        let mut h = tar::Header::new_gnu();
+        let raw = name.as_bytes();
+        h.as_old_mut().name[..raw.len()].copy_from_slice(raw);
+        h.set_size(data.len() as u64);
+        h.set_mode(*mode);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mtime(0);
+        h.set_cksum();
+        ok(b.append(&h, *data), "tar append");
+    }
+    ok(b.into_inner(), "tar finish")
+}
+
+/// A valid skill package: SKILL.md plus `extra`.
+pub fn skill_tar(extra: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let mut all = vec![("SKILL.md", SKILL, 0o644)];
+    all.extend_from_slice(extra);
+    raw_tar(&all)
+}
+
+/// A tar.gz with SKILL.md and one file of `n` zero bytes (compresses about 1000:1).
+pub fn zeros_tar_gz(n: u64) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut b = tar::Builder::new(gz);
+    let mut h = tar::Header::new_gnu();
+    h.set_size(SKILL.len() as u64);
+    h.set_mode(0o644);
+    h.set_mtime(0);
+    ok(b.append_data(&mut h, "SKILL.md", SKILL), "tar");
+    let mut h = tar::Header::new_gnu();
+    h.set_size(n);
+    h.set_mode(0o644);
+    h.set_mtime(0);
+    ok(b.append_data(&mut h, "zeros.bin", std::io::repeat(0).take(n)), "tar");
+    ok(ok(b.into_inner(), "tar").finish(), "gzip")
+}
+
+/// An `AsyncRead` that yields `data` in `chunk`-byte pieces, one every `every`.
+pub fn slow_stream(data: Vec<u8>, chunk: usize, every: Duration) -> impl tokio::io::AsyncRead + Send + Unpin + 'static {
+    let (mut w, r) = tokio::io::duplex(chunk.max(1) * 2);
+    tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt as _;
+        for piece in data.chunks(chunk.max(1)) {
+            if w.write_all(piece).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    r
+}
+
+pub fn write_temp(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let path = dir.path().join(name);
+    ok(std::fs::write(&path, bytes), "write");
+    (dir, path)
+}
+
+/// A temporary directory every uid can traverse and read (for clients run as nobody).
+pub fn world_readable_dir() -> tempfile::TempDir {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    ok(std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)), "chmod");
+    dir
+}
+
+pub fn free_port() -> u16 {
+    let l = ok(std::net::TcpListener::bind("127.0.0.1:0"), "bind");
+    ok(l.local_addr(), "addr").port()
+}
+
+pub fn http_get(addr: &str, path: &str) -> String {
+    let mut s = ok(std::net::TcpStream::connect(addr), "connect");
+    ok(write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n"), "write");
+    let mut out = String::new();
+    ok(s.read_to_string(&mut out), "read");
+    out
+}
+
+/// Run the CLI, optionally as another uid/gid.
+pub fn cli(args: &[&str], as_ids: Option<(u32, u32)>) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.args(args).env_remove("XDG_RUNTIME_DIR");
+    if let Some((uid, gid)) = as_ids {
+        cmd.uid(uid).gid(gid);
+    }
+    ok(cmd.output(), "run skillbox")
+}
+
+/// A running `skillbox serve`, killed when dropped.
+pub struct Server {
+    child: Option<Child>,
+    dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    socket: PathBuf,
+    log: PathBuf,
+}
+
+impl Server {
+    pub fn start(args: &[&str]) -> Self {
+        let tmp = ok(tempfile::tempdir(), "tempdir");
+        let dir = tmp.path().to_owned();
+        let mut s = Self::spawn(&dir, args);
+        s._tmp = Some(tmp);
+        s
+    }
+
+    /// In a directory the caller owns (e.g. one other uids can traverse).
+    pub fn start_in(dir: &tempfile::TempDir, args: &[&str]) -> Self {
+        let sub = dir.path().join(format!("srv-{}", std::process::id() ^ (Instant::now().elapsed().subsec_nanos())));
+        let _ = std::fs::create_dir(&sub);
+        ok(std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)), "chmod");
+        Self::spawn(&sub, args)
+    }
+
+    fn spawn(dir: &Path, args: &[&str]) -> Self {
+        let socket = dir.join("skillbox.sock");
+        let log = dir.join("server.log");
+        let staging = dir.join("staging");
+        let child = Command::new(bin())
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .arg("--staging-root")
+            .arg(&staging)
+            .args(["--log", "skillbox=debug,info"])
+            .args(args)
+            .env_remove("XDG_RUNTIME_DIR")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(ok(std::fs::File::create(&log), "log file"))
+            .spawn();
+        let child = ok(child, "spawn skillbox serve");
+        let mut s = Self { child: Some(child), dir: dir.to_owned(), _tmp: None, socket, log };
+        s.wait_ready();
+        s
+    }
+
+    fn wait_ready(&mut self) {
+        let until = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < until {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("skillbox serve exited with {status} before listening:\n{}", self.log());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("skillbox serve did not listen within 20 s:\n{}", self.log());
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    pub fn uri(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    pub fn staging_root(&self) -> PathBuf {
+        self.dir.join("staging")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    pub async fn client(&self) -> Client {
+        ok(Client::connect(&self.uri()).await, "connect")
+    }
+
+    pub async fn channel(&self) -> tonic::transport::Channel {
+        ok(ok(skillbox::client::endpoint(&self.uri()), "endpoint").connect().await, "connect")
+    }
+
+    pub async fn raw_client(&self) -> pb::skillbox_client::SkillboxClient<tonic::transport::Channel> {
+        pb::skillbox_client::SkillboxClient::new(self.channel().await)
+    }
+
+    /// The per-request directories under the staging root.
+    pub fn staging_dirs(&self) -> Vec<String> {
+        let Ok(rd) = std::fs::read_dir(self.staging_root()) else { return Vec::new() };
+        rd.filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter(|n| skillbox::broker::is_staging_id(n))
+            .collect()
+    }
+
+    /// Processes whose parent is the server (its confined children).
+    pub fn children(&self) -> Vec<u32> {
+        let mut out = Vec::new();
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else { return out };
+        for t in tasks.filter_map(Result::ok) {
+            if let Ok(list) = std::fs::read_to_string(t.path().join("children")) {
+                out.extend(list.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+            }
+        }
+        out
+    }
+
+    /// No staging directory and no child left.
+    pub fn assert_clean(&self) {
+        self.wait_clean(Duration::from_secs(3));
+    }
+
+    pub fn wait_clean(&self, within: Duration) {
+        let until = Instant::now() + within;
+        loop {
+            let (dirs, kids) = (self.staging_dirs(), self.children());
+            if dirs.is_empty() && kids.is_empty() {
+                return;
+            }
+            if Instant::now() >= until {
+                panic!("left behind: staging {dirs:?}, children {kids:?}\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    pub fn sigterm(&self) {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid()).unwrap_or(0));
+        ok(nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM), "SIGTERM");
+    }
+
+    pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let mut child = self.child.take().unwrap_or_else(|| panic!("already reaped"));
+        let until = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            if Instant::now() >= until {
+                let _ = child.kill();
+                panic!("skillbox serve did not exit within {within:?}:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One corpus case, ready to send.
+#[derive(Clone, Debug)]
+pub struct CorpusCase {
+    pub name: String,
+    pub path: PathBuf,
+    pub kind: String,
+    pub media_type: Option<String>,
+    pub limits: Option<skillbox::extract::policy::Limits>,
+    pub digest: Option<String>,
+    pub verdict: String,
+    pub reason: Option<String>,
+}
+
+impl CorpusCase {
+    pub fn header(&self) -> pb::ExtractHeader {
+        let declared_type = if self.kind == "skill-md" { pb::ArtifactType::SkillMd } else { pb::ArtifactType::Archive };
+        pb::ExtractHeader {
+            declared_type: declared_type as i32,
+            media_type: self.media_type.clone(),
+            file_name: self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            expected_digest: self.digest.clone(),
+            // Every limit, explicitly: the replay server is started with the loosest policy
+            // any case needs (see `CORPUS_SERVER_LIMITS`), and each case tightens from there.
+            limits: Some(skillbox::broker::convert::limits_to_proto(&self.limits.clone().unwrap_or_default())),
+            ..Default::default()
+        }
+    }
+}
+
+/// The server policy for a corpus replay: the defaults, loosened where a case's own limits
+/// loosen them (copying internal hard links, no SKILL.md required).
+pub const CORPUS_SERVER_LIMITS: &[u8] = b"hardlinks = \"copy_internal\"\nrequire_skill_md = false\n";
+
+/// The cases of corpus/manifest.json, or None when there is no corpus.
+pub fn corpus_cases() -> Option<Vec<CorpusCase>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
+    let text = std::fs::read_to_string(root.join("manifest.json")).ok()?;
+    let v: serde_json::Value = ok(serde_json::from_str(&text), "manifest.json");
+    let cases = v["cases"].as_array().unwrap_or_else(|| panic!("manifest.json has no cases"));
+    let s = |x: &serde_json::Value| x.as_str().map(str::to_owned);
+    Some(
+        cases
+            .iter()
+            .map(|c| CorpusCase {
+                name: s(&c["name"]).unwrap_or_default(),
+                path: root.join(s(&c["file"]).unwrap_or_default()),
+                kind: s(&c["type"]).unwrap_or_else(|| "archive".into()),
+                media_type: s(&c["media_type"]),
+                limits: (!c["limits"].is_null()).then(|| ok(serde_json::from_value(c["limits"].clone()), "case limits")),
+                digest: s(&c["digest"]),
+                verdict: s(&c["expect"]["verdict"]).unwrap_or_default(),
+                reason: s(&c["expect"]["reason"]),
+            })
+            .collect(),
+    )
+}
