@@ -86,6 +86,11 @@ fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
         match ext.key_bytes() {
             b"path" => pax.path = Some(ext.value_bytes().to_vec()),
             b"linkpath" => pax.linkpath = Some(ext.value_bytes().to_vec()),
+            // GNU sparse formats 0.x/1.0 ride on ordinary members via PAX records; honouring
+            // them would stage different bytes than GNU tar, ignoring them stages the raw map.
+            key if key.starts_with(b"GNU.sparse.") => {
+                return Err(Reason::new(ReasonCode::UnsupportedMethod, "GNU sparse files are not accepted"));
+            }
             b"size" => {
                 let v = std::str::from_utf8(ext.value_bytes())
                     .ok()
@@ -101,14 +106,16 @@ fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
 
 fn read_bounded(r: &mut dyn Read, max: u64, what: &str) -> Result<Vec<u8>, Stop> {
     let mut out = Vec::new();
-    r.take(max + 1).read_to_end(&mut out).map_err(|e| Stop::Reject(classify(&e, None)))?;
+    // GNU long names are stored NUL-terminated: read one byte of slack for the terminator and
+    // one to detect an over-long value, and measure only after stripping the terminator.
+    r.take(max + 2).read_to_end(&mut out).map_err(|e| Stop::Reject(classify(&e, None)))?;
+    while out.last() == Some(&0) {
+        out.pop();
+    }
     if out.len() as u64 > max {
         return Err(Reason::new(ReasonCode::PathLength, format!("{what} is longer than the limit"))
             .limit(max, out.len() as u64)
             .into());
-    }
-    while out.last() == Some(&0) {
-        out.pop();
     }
     Ok(out)
 }

@@ -1,0 +1,199 @@
+//! From an index URL and a skill name to a verified artifact file, with its provenance.
+//!
+//! Order: load the index (network, or the cached copy with `--offline`), select the entry
+//! (refusing skipped, ambiguous and v0.1.0 entries), resolve its URL, look the digest up in the
+//! cache, else download into a temporary file while hashing, and keep the bytes only if their
+//! digest is the listed one. A mismatching download is removed before this returns.
+
+use serde::Serialize;
+use serde_json::Value;
+use url::Url;
+
+use super::cache::{self, Cache, Hit};
+use super::client::{Client, Download, Hop, What};
+use super::urls::UrlForm;
+use super::FetchError;
+use crate::digest::Sha256Digest;
+use crate::index::{self, Entry, EntryType, Index, IndexError, IndexLimits, Lookup, Skipped};
+
+/// Where bytes came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Network,
+    Cache,
+}
+
+/// The provenance block: everything needed to say where the bytes came from.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Provenance {
+    pub index_url: String,
+    pub index_source: Option<Source>,
+    /// The index download (redirect hops, final URL, Content-Type) when fetched now.
+    pub index_download: Option<Download>,
+    /// The entry object exactly as the index lists it.
+    pub entry: Option<Value>,
+    pub resolved_url: Option<String>,
+    pub url_form: Option<UrlForm>,
+    pub cross_origin: Option<bool>,
+    pub artifact_source: Option<Source>,
+    /// Every redirect followed for the artifact, in order.
+    pub hops: Vec<Hop>,
+    pub final_url: Option<String>,
+    /// The address the artifact was received from.
+    pub address: Option<String>,
+    pub content_type: Option<String>,
+    /// The digest listed and verified.
+    pub digest: Option<Sha256Digest>,
+    pub size: Option<u64>,
+    /// When the artifact was first downloaded (cache hits keep the original record).
+    pub cached_from: Option<cache::Origin>,
+    /// When this fetch ran (RFC 3339, UTC).
+    pub time: String,
+}
+
+/// Why the pipeline stopped before extraction.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AcquireError {
+    #[error(transparent)]
+    Fetch(#[from] FetchError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+    #[error("the index lists no skill named {name:?} (listed: {listed})")]
+    NotListed { name: String, listed: String },
+    #[error("the index entry for {:?} was skipped: {}", .0.name.as_deref().unwrap_or(""), .0.reason)]
+    EntrySkipped(Skipped),
+    #[error("{name:?} comes from a v0.1.0 index (no $schema): it lists no digest, so it cannot be fetched for installation")]
+    NotInstallable { name: String },
+    #[error("the entry for {name:?} has a relative URL and no base to resolve it against")]
+    Unresolved { name: String },
+    #[error("digest mismatch: the index lists {expected}, the {size} bytes received hash to {actual}; they were discarded")]
+    DigestMismatch { expected: Sha256Digest, actual: Sha256Digest, size: u64 },
+    #[error("--offline: {0}")]
+    Offline(String),
+    #[error("cache: {0}")]
+    Cache(#[source] std::io::Error),
+}
+
+/// A verified artifact ready for extraction.
+#[derive(Debug)]
+pub struct Acquired {
+    pub entry: Entry,
+    pub artifact_type: EntryType,
+    pub hit: Hit,
+}
+
+/// Fetch (or, offline, read from the cache) and parse the index at `url`.
+pub fn load_index(
+    client: &Client,
+    cache: Option<&Cache>,
+    url: &Url,
+    limits: &IndexLimits,
+    offline: bool,
+    prov: &mut Provenance,
+) -> Result<Index, AcquireError> {
+    let bytes = if offline {
+        let cache = cache.ok_or_else(|| AcquireError::Offline("no cache directory".into()))?;
+        let bytes = cache
+            .load_index(url.as_str())
+            .map_err(AcquireError::Cache)?
+            .ok_or_else(|| AcquireError::Offline(format!("no cached copy of the index {url}")))?;
+        prov.index_source = Some(Source::Cache);
+        bytes
+    } else {
+        let mut body = Vec::new();
+        let mut hops = Vec::new();
+        let got = client.get(url, What::Index, &mut body, &mut hops);
+        match got {
+            Ok(d) => prov.index_download = Some(d),
+            Err(e) => {
+                prov.index_download = (!hops.is_empty()).then(|| Download {
+                    hops,
+                    final_url: String::new(),
+                    address: String::new(),
+                    content_type: None,
+                    bytes: 0,
+                });
+                return Err(e.into());
+            }
+        }
+        prov.index_source = Some(Source::Network);
+        body
+    };
+    let index = index::parse(&bytes, Some(url), limits)?;
+    if !offline {
+        if let Some(cache) = cache {
+            // Only a processed index is kept; a failure to keep it is not a failure to fetch.
+            let _ = cache.store_index(url.as_str(), &bytes);
+        }
+    }
+    Ok(index)
+}
+
+/// Select the entry named `name` and make sure it can be installed.
+pub fn select(index: &Index, name: &str) -> Result<Entry, AcquireError> {
+    match index.find(name) {
+        Lookup::Found(e) if index.installable => Ok(e.clone()),
+        Lookup::Found(e) => Err(AcquireError::NotInstallable { name: e.name.clone() }),
+        Lookup::Skipped(s) => Err(AcquireError::EntrySkipped(s.clone())),
+        Lookup::Absent => {
+            let mut listed: Vec<&str> = index.entries.iter().map(|e| e.name.as_str()).take(20).collect();
+            if listed.is_empty() {
+                listed.push("none");
+            }
+            Err(AcquireError::NotListed { name: index::check_name(name).map(|()| name.to_owned()).unwrap_or_else(|_| crate::reason::display_name(name.as_bytes())), listed: listed.join(", ") })
+        }
+    }
+}
+
+/// Get the entry's artifact: from the cache when its digest is there, else downloaded and
+/// verified, then stored.
+pub fn artifact(client: &Client, cache: &Cache, entry: Entry, offline: bool, prov: &mut Provenance) -> Result<Acquired, AcquireError> {
+    prov.entry = Some(entry.as_listed.clone());
+    let (Some(digest), Some(artifact_type)) = (entry.digest, entry.artifact_type) else {
+        return Err(AcquireError::NotInstallable { name: entry.name.clone() });
+    };
+    prov.digest = Some(digest);
+    let url = entry.url.as_ref().ok_or_else(|| AcquireError::Unresolved { name: entry.name.clone() })?;
+    prov.url_form = Some(url.form);
+    prov.cross_origin = Some(url.cross_origin);
+    let resolved = url.resolved.clone().ok_or_else(|| AcquireError::Unresolved { name: entry.name.clone() })?;
+    prov.resolved_url = Some(resolved.to_string());
+
+    if let Some(hit) = cache.lookup(&digest).map_err(AcquireError::Cache)? {
+        prov.artifact_source = Some(Source::Cache);
+        prov.size = Some(hit.size);
+        prov.cached_from = hit.origin.clone();
+        prov.content_type = hit.origin.as_ref().and_then(|o| o.content_type.clone());
+        prov.final_url = hit.origin.as_ref().map(|o| o.final_url.clone());
+        return Ok(Acquired { entry, artifact_type, hit });
+    }
+    if offline {
+        return Err(AcquireError::Offline(format!("{digest} is not in the cache")));
+    }
+    // Policy is checked by the client for the artifact URL on its own: the index host listing a
+    // cross-origin URL earns that URL nothing.
+    let mut pending = cache.pending().map_err(AcquireError::Cache)?;
+    let got = client.get(&resolved, What::Artifact, &mut pending, &mut prov.hops);
+    let download = got?;
+    prov.artifact_source = Some(Source::Network);
+    prov.final_url = Some(download.final_url.clone());
+    prov.address = Some(download.address.clone());
+    prov.content_type = download.content_type.clone();
+    prov.size = Some(download.bytes);
+    let actual = pending.finish();
+    if actual != digest {
+        let size = pending.bytes();
+        drop(pending); // removes the temporary file
+        return Err(AcquireError::DigestMismatch { expected: digest, actual, size });
+    }
+    let origin = cache::Origin {
+        url: resolved.to_string(),
+        final_url: download.final_url.clone(),
+        content_type: download.content_type.clone(),
+        fetched_at: prov.time.clone(),
+    };
+    let hit = cache.commit(pending, &origin).map_err(AcquireError::Cache)?;
+    Ok(Acquired { entry, artifact_type, hit })
+}

@@ -1,0 +1,195 @@
+//! The HTTPS client: one GET, redirects followed by hand with every hop re-checked, the body
+//! streamed into the caller's sink under the byte limit.
+//!
+//! Per hop: scheme, userinfo and origin rules; the name resolved and every address checked; a
+//! TCP connection to a checked address; TLS verified against the URL's host; `GET` with
+//! `Accept-Encoding: identity` and `Connection: close`. A redirect's `Location` is resolved
+//! against the request URL (RFC 9110 10.2.2) and goes round again. Nothing here decodes,
+//! retries, or keeps a connection.
+
+use std::io::{BufReader, Read, Write};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ClientConnection};
+use serde::Serialize;
+use url::{Host, Position, Url};
+
+use super::http::{self, Body, Conn, Framing};
+use super::policy::{FetchPolicy, Refusal, Rule};
+use super::{resolve, urls, FetchError};
+
+/// What is being downloaded; selects the byte limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum What {
+    Index,
+    Artifact,
+}
+
+/// One redirect followed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Hop {
+    pub url: String,
+    pub address: String,
+    pub status: u16,
+    pub location: String,
+}
+
+/// A completed download (the body went to the sink).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Download {
+    pub hops: Vec<Hop>,
+    pub final_url: String,
+    pub address: String,
+    pub content_type: Option<String>,
+    pub bytes: u64,
+}
+
+/// The fetcher: a policy and a TLS configuration.
+#[derive(Debug, Clone)]
+pub struct Client {
+    policy: FetchPolicy,
+    tls: Arc<ClientConfig>,
+}
+
+const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
+
+impl Client {
+    pub fn new(policy: FetchPolicy, tls: Arc<ClientConfig>) -> Self {
+        Self { policy, tls }
+    }
+
+    pub fn policy(&self) -> &FetchPolicy {
+        &self.policy
+    }
+
+    /// GET `url` and stream its body into `sink`. `hops` receives every redirect as it is
+    /// followed, so a refusal mid-chain still shows the chain.
+    pub fn get(&self, url: &Url, what: What, sink: &mut dyn Write, hops: &mut Vec<Hop>) -> Result<Download, FetchError> {
+        let deadline = Instant::now() + self.policy.total_timeout;
+        let limit = match what {
+            What::Index => self.policy.max_index_bytes,
+            What::Artifact => self.policy.max_artifact_bytes,
+        };
+        let mut current = url.clone();
+        current.set_fragment(None);
+        loop {
+            self.policy.check_url(&current).map_err(FetchError::Refused)?;
+            let addrs = resolve::checked_addresses(&current, &self.policy, deadline)?;
+            let (sock, addr) = resolve::connect(&addrs, &self.policy, deadline, &current)?;
+            let mut conn = self.handshake(&current, sock, deadline)?;
+            send_request(&mut conn, &current).map_err(|e| at(e, &current))?;
+            let mut reader = BufReader::with_capacity(16 * 1024, conn);
+            let head = http::read_head(&mut reader).map_err(|e| at(e, &current))?;
+            if REDIRECTS.contains(&head.status) {
+                let location = head
+                    .one("location")
+                    .map_err(|e| at(e, &current))?
+                    .ok_or_else(|| FetchError::Http(format!("{current}: HTTP {} without a Location", head.status)))?;
+                hops.push(Hop { url: current.to_string(), address: addr.to_string(), status: head.status, location: location.clone() });
+                reader.get_mut().cut();
+                if hops.len() as u64 > u64::from(self.policy.max_redirects) {
+                    return Err(FetchError::Refused(
+                        Refusal::new(
+                            Rule::MaxRedirects,
+                            format!("redirect {} of at most {} (to {location:?})", hops.len(), self.policy.max_redirects),
+                        )
+                        .at(&current),
+                    ));
+                }
+                let next = urls::resolve(&location, Some(&current))
+                    .map_err(|e| FetchError::Http(format!("{current}: redirect Location {location:?}: {e}")))?;
+                current = next.url;
+                continue;
+            }
+            if head.status != 200 {
+                return Err(FetchError::Status { url: current.to_string(), status: head.status });
+            }
+            http::check_content_encoding(&head).map_err(|r| FetchError::Refused(r.at(&current)))?;
+            let framing = http::framing(&head).map_err(|e| at(e, &current))?;
+            let content_type = head.one("content-type").map_err(|e| at(e, &current))?;
+            if let Framing::Length(n) = framing {
+                if n > limit {
+                    reader.get_mut().cut();
+                    return Err(too_large(limit, n, &current, "declared by Content-Length"));
+                }
+            }
+            let bytes = stream(&mut reader, framing, limit, sink, &current)?;
+            return Ok(Download {
+                hops: hops.clone(),
+                final_url: current.to_string(),
+                address: addr.to_string(),
+                content_type,
+                bytes,
+            });
+        }
+    }
+
+    fn handshake(&self, url: &Url, sock: std::net::TcpStream, deadline: Instant) -> Result<Conn, FetchError> {
+        let name = match url.host() {
+            Some(Host::Domain(d)) => ServerName::try_from(d.to_owned()).map_err(|e| FetchError::Tls(format!("{d}: {e}")))?,
+            Some(Host::Ipv4(a)) => ServerName::IpAddress(std::net::IpAddr::V4(a).into()),
+            Some(Host::Ipv6(a)) => ServerName::IpAddress(std::net::IpAddr::V6(a).into()),
+            None => return Err(FetchError::Http(format!("{url}: no host"))),
+        };
+        let tls = ClientConnection::new(Arc::clone(&self.tls), name).map_err(|e| FetchError::Tls(e.to_string()))?;
+        Conn::handshake(tls, sock, deadline).map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut => at(http::io_error(e, "TLS handshake"), url),
+            _ => FetchError::Tls(format!("handshake with {}: {e}", url.host_str().unwrap_or(""))),
+        })
+    }
+}
+
+fn at(e: FetchError, url: &Url) -> FetchError {
+    match e {
+        FetchError::Refused(r) if r.url.is_none() => FetchError::Refused(r.at(url)),
+        other => other,
+    }
+}
+
+fn too_large(limit: u64, observed: u64, url: &Url, how: &str) -> FetchError {
+    FetchError::Refused(
+        Refusal::new(Rule::MaxBytes, format!("body is larger than the limit of {limit} bytes ({observed} bytes {how}); the connection was cut"))
+            .at(url),
+    )
+}
+
+fn send_request(conn: &mut Conn, url: &Url) -> Result<(), FetchError> {
+    let target = &url[Position::BeforePath..Position::AfterQuery];
+    let host = match url.port() {
+        Some(p) => format!("{}:{p}", url.host_str().unwrap_or("")),
+        None => url.host_str().unwrap_or("").to_owned(),
+    };
+    let request = format!(
+        "GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: skillbox/{}\r\nAccept: */*\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    conn.write_all(request.as_bytes()).map_err(|e| http::io_error(e, "sending the request"))?;
+    conn.flush().map_err(|e| http::io_error(e, "sending the request"))
+}
+
+/// Copy the body to `sink`, never holding more than one buffer and never writing past `limit`.
+fn stream(reader: &mut BufReader<Conn>, framing: Framing, limit: u64, sink: &mut dyn Write, url: &Url) -> Result<u64, FetchError> {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut total = 0u64;
+    let result = (|| {
+        let mut body = Body::new(reader, framing);
+        loop {
+            let n = body.read(&mut buf).map_err(|e| at(http::io_error(e, "reading the body"), url))?;
+            if n == 0 {
+                return Ok(total);
+            }
+            let observed = total + n as u64;
+            if observed > limit {
+                return Err(too_large(limit, observed, url, "received before stopping"));
+            }
+            sink.write_all(&buf[..n]).map_err(FetchError::Sink)?;
+            total = observed;
+        }
+    })();
+    if result.is_err() {
+        reader.get_mut().cut();
+    }
+    result
+}

@@ -1,0 +1,371 @@
+//! HTTP/1.1 on the wire (RFC 9112): one GET per connection, the response head parsed within a
+//! bound, and the body framed strictly (Content-Length, chunked, or until close).
+//!
+//! Every read goes through [`Conn`], which re-arms the socket timeout with what is left of the
+//! total time before each read or write, so a server trickling one byte at a time still runs
+//! out of time. Ambiguous framing (Transfer-Encoding with Content-Length, differing lengths) is
+//! refused, never guessed at.
+
+use std::io::{self, BufRead, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::Instant;
+
+use rustls::{ClientConnection, StreamOwned};
+
+use super::policy::{Refusal, Rule};
+use super::FetchError;
+
+/// Largest response head (status line and headers).
+pub const MAX_HEAD_BYTES: u64 = 32 * 1024;
+/// Most header fields in a head.
+const MAX_HEADERS: usize = 100;
+/// Longest chunk-size line, trailer line block.
+const MAX_CHUNK_LINE: u64 = 1024;
+const MAX_TRAILER_BYTES: u64 = 8 * 1024;
+
+/// A TLS connection whose every read and write is bounded by the download's deadline.
+pub struct Conn {
+    tls: StreamOwned<ClientConnection, TcpStream>,
+    deadline: Instant,
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, "the total time limit passed")
+}
+
+impl Conn {
+    /// Run the TLS handshake (certificate checked against the server name in `tls`).
+    pub fn handshake(tls: ClientConnection, sock: TcpStream, deadline: Instant) -> Result<Self, io::Error> {
+        let mut conn = Self { tls: StreamOwned::new(tls, sock), deadline };
+        while conn.tls.conn.is_handshaking() {
+            conn.arm()?;
+            let StreamOwned { conn: c, sock: s } = &mut conn.tls;
+            c.complete_io(s).map_err(map_timeout)?;
+        }
+        Ok(conn)
+    }
+
+    fn arm(&mut self) -> io::Result<()> {
+        let left = self.deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()).ok_or_else(timed_out)?;
+        self.tls.sock.set_read_timeout(Some(left))?;
+        self.tls.sock.set_write_timeout(Some(left))
+    }
+
+    /// Cut the connection now (a limit fired; nothing more is read).
+    pub fn cut(&mut self) {
+        let _ = self.tls.sock.shutdown(Shutdown::Both);
+    }
+}
+
+fn map_timeout(e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
+        _ => e,
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.arm()?;
+        self.tls.read(buf).map_err(map_timeout)
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.arm()?;
+        self.tls.write(buf).map_err(map_timeout)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.arm()?;
+        self.tls.flush().map_err(map_timeout)
+    }
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub status: u16,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Head {
+    /// All values of the field `name` (case-insensitive), lossily decoded.
+    pub fn all(&self, name: &str) -> Vec<String> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| String::from_utf8_lossy(v).trim().to_owned())
+            .collect()
+    }
+
+    /// The single value of `name`; several are an error (a response may not disagree with itself).
+    pub fn one(&self, name: &str) -> Result<Option<String>, FetchError> {
+        let mut all = self.all(name);
+        match all.len() {
+            0 => Ok(None),
+            1 => Ok(all.pop()),
+            n => Err(FetchError::Http(format!("{n} {name} fields in one response"))),
+        }
+    }
+}
+
+/// Read one line, at most `max` bytes including the newline.
+fn read_line(r: &mut impl BufRead, max: u64, what: &str) -> Result<Vec<u8>, FetchError> {
+    let mut line = Vec::new();
+    r.take(max).read_until(b'\n', &mut line).map_err(|e| io_error(e, what))?;
+    if !line.ends_with(b"\n") {
+        if line.len() as u64 >= max {
+            return Err(FetchError::Http(format!("{what}: line longer than {max} bytes")));
+        }
+        return Err(FetchError::Http(format!("{what}: connection closed mid-line")));
+    }
+    Ok(line)
+}
+
+/// An I/O error while talking to the server; a timeout is the total-time rule firing.
+pub fn io_error(e: io::Error, what: &str) -> FetchError {
+    if e.kind() == io::ErrorKind::TimedOut {
+        FetchError::Refused(Refusal::new(Rule::TotalTimeout, format!("{what}: the total time limit passed")))
+    } else {
+        FetchError::Http(format!("{what}: {e}"))
+    }
+}
+
+/// Read the response head, skipping interim 1xx responses.
+pub fn read_head(r: &mut impl BufRead) -> Result<Head, FetchError> {
+    loop {
+        let mut raw = Vec::new();
+        loop {
+            let left = MAX_HEAD_BYTES - raw.len() as u64;
+            if left == 0 {
+                return Err(FetchError::Http(format!("response head is larger than {MAX_HEAD_BYTES} bytes")));
+            }
+            let line = read_line(r, left, "reading the response head")?;
+            let end = line == b"\r\n" || line == b"\n";
+            raw.extend_from_slice(&line);
+            if end && raw.len() > line.len() {
+                break;
+            }
+        }
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut resp = httparse::Response::new(&mut fields);
+        match resp.parse(&raw) {
+            Ok(httparse::Status::Complete(_)) => {}
+            Ok(httparse::Status::Partial) => return Err(FetchError::Http("incomplete response head".into())),
+            Err(e) => return Err(FetchError::Http(format!("malformed response head: {e}"))),
+        }
+        let status = resp.code.ok_or_else(|| FetchError::Http("no status code".into()))?;
+        if (100..200).contains(&status) && status != 101 {
+            continue;
+        }
+        let headers = resp.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
+        return Ok(Head { status, headers });
+    }
+}
+
+/// How the body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+fn tokens(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect()
+}
+
+/// Content-Encoding must be absent or `identity`: we asked for identity and never decode.
+pub fn check_content_encoding(head: &Head) -> Result<(), Refusal> {
+    let codings: Vec<String> = tokens(&head.all("content-encoding")).into_iter().filter(|t| t != "identity").collect();
+    if codings.is_empty() {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        Rule::IdentityEncoding,
+        format!("the response is content-encoded ({}) although Accept-Encoding: identity was sent; it is refused, not decoded", codings.join(", ")),
+    ))
+}
+
+/// Body framing per RFC 9112 section 6, strictly.
+pub fn framing(head: &Head) -> Result<Framing, FetchError> {
+    let te = tokens(&head.all("transfer-encoding"));
+    let lengths = head.all("content-length");
+    if !te.is_empty() {
+        if !lengths.is_empty() {
+            return Err(FetchError::Http("both Transfer-Encoding and Content-Length: ambiguous framing".into()));
+        }
+        if te != ["chunked"] {
+            return Err(FetchError::Refused(Refusal::new(
+                Rule::IdentityEncoding,
+                format!("transfer coding {:?} is refused; only chunked framing is read", te.join(", ")),
+            )));
+        }
+        return Ok(Framing::Chunked);
+    }
+    let mut length = None;
+    for v in lengths.iter().flat_map(|v| v.split(',')).map(str::trim) {
+        if v.is_empty() || v.len() > 19 || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(FetchError::Http(format!("invalid Content-Length {v:?}")));
+        }
+        let n: u64 = v.parse().map_err(|_| FetchError::Http(format!("invalid Content-Length {v:?}")))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(FetchError::Http("differing Content-Length values".into()));
+        }
+        length = Some(n);
+    }
+    Ok(length.map_or(Framing::UntilClose, Framing::Length))
+}
+
+/// The body as a reader that ends where the framing says.
+pub struct Body<'a, R: BufRead> {
+    r: &'a mut R,
+    framing: Framing,
+    /// Bytes left in the whole body (Length) or in the current chunk (Chunked).
+    left: u64,
+    /// Chunked: the first chunk-size line has not been read yet.
+    started: bool,
+    done: bool,
+}
+
+impl<'a, R: BufRead> Body<'a, R> {
+    pub fn new(r: &'a mut R, framing: Framing) -> Self {
+        let left = match framing {
+            Framing::Length(n) => n,
+            Framing::Chunked | Framing::UntilClose => 0,
+        };
+        Self { r, framing, left, started: false, done: false }
+    }
+
+    /// Chunked: read the next chunk-size line (after the CRLF that ends the previous chunk).
+    fn next_chunk(&mut self) -> io::Result<()> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, m);
+        if self.started {
+            let crlf = read_line(self.r, 3, "chunk").map_err(|e| invalid(e.to_string()))?;
+            if crlf != b"\r\n" && crlf != b"\n" {
+                return Err(invalid("chunk data not followed by CRLF".into()));
+            }
+        }
+        self.started = true;
+        let line = read_line(self.r, MAX_CHUNK_LINE, "chunk size").map_err(|e| invalid(e.to_string()))?;
+        let text = String::from_utf8_lossy(&line);
+        let size = text.split(';').next().unwrap_or("").trim();
+        if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(invalid(format!("invalid chunk size {size:?}")));
+        }
+        self.left = u64::from_str_radix(size, 16).map_err(|e| invalid(e.to_string()))?;
+        if self.left == 0 {
+            // Trailer section, then the final CRLF; bounded, then ignored.
+            let mut seen = 0u64;
+            loop {
+                let line = read_line(self.r, MAX_TRAILER_BYTES.saturating_sub(seen).max(1), "trailer")
+                    .map_err(|e| invalid(e.to_string()))?;
+                seen += line.len() as u64;
+                if line == b"\r\n" || line == b"\n" {
+                    break;
+                }
+                if seen >= MAX_TRAILER_BYTES {
+                    return Err(invalid("trailer section too large".into()));
+                }
+            }
+            self.done = true;
+        }
+        Ok(())
+    }
+}
+
+impl<R: BufRead> Read for Body<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.done || buf.is_empty() {
+            return Ok(0);
+        }
+        match self.framing {
+            Framing::UntilClose => self.r.read(buf),
+            Framing::Length(_) | Framing::Chunked => {
+                if self.left == 0 {
+                    if self.framing != Framing::Chunked {
+                        self.done = true;
+                        return Ok(0);
+                    }
+                    self.next_chunk()?;
+                    if self.done {
+                        return Ok(0);
+                    }
+                }
+                let want = usize::try_from(self.left).unwrap_or(usize::MAX).min(buf.len());
+                let n = self.r.read(&mut buf[..want])?;
+                if n == 0 {
+                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "body truncated: connection closed early"));
+                }
+                self.left -= n as u64;
+                Ok(n)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body(raw: &[u8], framing: Framing) -> io::Result<Vec<u8>> {
+        let mut r = io::BufReader::new(raw);
+        let mut out = Vec::new();
+        Body::new(&mut r, framing).read_to_end(&mut out)?;
+        Ok(out)
+    }
+
+    #[test]
+    fn chunked_bodies_decode_and_bad_ones_fail() {
+        let ok = body(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nTrailer: 1\r\n\r\n", Framing::Chunked);
+        assert_eq!(ok.ok().as_deref(), Some(&b"abcde"[..]));
+        assert!(body(b"3\r\nabcX\r\n0\r\n\r\n", Framing::Chunked).is_err());
+        assert!(body(b"zz\r\nabc\r\n", Framing::Chunked).is_err());
+        assert!(body(b"3\r\nab", Framing::Chunked).is_err());
+        assert!(body(b"ffffffffffffffffff\r\n", Framing::Chunked).is_err());
+    }
+
+    #[test]
+    fn length_bodies_stop_at_the_length_and_detect_truncation() {
+        assert_eq!(body(b"abcdef", Framing::Length(3)).ok().as_deref(), Some(&b"abc"[..]));
+        assert!(body(b"ab", Framing::Length(3)).is_err());
+    }
+
+    fn head(raw: &[u8]) -> Head {
+        read_head(&mut io::BufReader::new(raw)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn heads_parse_and_framing_is_strict() {
+        let h = head(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Type: text/markdown\r\n\r\n");
+        assert_eq!(h.status, 200);
+        assert_eq!(framing(&h).ok(), Some(Framing::Length(5)));
+        let h = head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n");
+        assert!(framing(&h).is_err());
+        let h = head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n");
+        assert!(matches!(framing(&h), Err(FetchError::Refused(_))));
+        let h = head(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n");
+        assert!(framing(&h).is_err());
+        let h = head(b"HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\n\r\n");
+        assert!(check_content_encoding(&h).is_ok());
+        let h = head(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\n");
+        assert_eq!(check_content_encoding(&h).err().map(|r| r.rule), Some(Rule::IdentityEncoding));
+    }
+
+    #[test]
+    fn oversized_heads_are_refused() {
+        let mut raw = b"HTTP/1.1 200 OK\r\n".to_vec();
+        while raw.len() as u64 <= MAX_HEAD_BYTES {
+            raw.extend_from_slice(b"X-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+        }
+        raw.extend_from_slice(b"\r\n");
+        assert!(read_head(&mut io::BufReader::new(&raw[..])).is_err());
+    }
+}

@@ -1,0 +1,80 @@
+//! The installer's network side: fetch a discovery index and one artifact it lists, under a
+//! strict [`policy::FetchPolicy`], verify the digest on the exact bytes received, and keep
+//! verified artifacts in a digest-keyed [`cache::Cache`].
+//!
+//! Layers, bottom up: [`urls`] (RFC 3986 resolution), [`policy`] (every rule and the refusal
+//! naming it), [`resolve`] (DNS, the destination check, connecting to the checked address),
+//! [`tls`] (trust anchors), [`http`] (HTTP/1.1 framing under limits), [`client`] (one GET with
+//! redirects re-checked per hop), [`cache`], [`acquire`] (index + entry + artifact, with
+//! provenance) and [`cli`] (the `index check` and `fetch` commands).
+//!
+//! This module never parses or extracts an artifact: extraction is handed to the engine the
+//! CLI uses (the confined path), with the verified file.
+
+pub mod acquire;
+pub mod cache;
+pub mod cli;
+pub mod client;
+pub mod http;
+pub mod policy;
+pub mod resolve;
+pub mod tls;
+pub mod urls;
+
+use std::net::SocketAddr;
+
+/// Why a download did not complete.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FetchError {
+    /// A policy rule fired.
+    #[error(transparent)]
+    Refused(#[from] policy::Refusal),
+    #[error("cannot resolve {host}: {detail}")]
+    Dns { host: String, detail: String },
+    #[error("cannot connect to {addr}: {detail}")]
+    Connect { addr: SocketAddr, detail: String },
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("HTTP: {0}")]
+    Http(String),
+    #[error("{url} answered HTTP {status}")]
+    Status { url: String, status: u16 },
+    #[error("cannot store the download: {0}")]
+    Sink(#[source] std::io::Error),
+}
+
+/// Now as an RFC 3339 UTC timestamp, second precision (no clock crate needed for this).
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    rfc3339(secs)
+}
+
+fn rfc3339(secs: u64) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(super::rfc3339(1_767_225_599), "2025-12-31T23:59:59Z");
+    }
+}

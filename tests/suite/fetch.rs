@@ -1,0 +1,717 @@
+//! `skillbox fetch` and `skillbox index check URL` against a real HTTPS server on loopback.
+//!
+//! Each test starts its own TLS server on 127.0.0.1 (certificates generated here with rcgen,
+//! trusted through `--ca-file`), allows exactly that server through the documented test-only
+//! `--allow-destination 127.0.0.1:PORT`, and drives the real binary. Servers stop when the test
+//! drops them; every connection thread has its own timeouts.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ServerConfig, ServerConnection, StreamOwned};
+use serde_json::Value;
+
+const SCHEMA: &str = "https://schemas.agentskills.io/discovery/0.2.0/schema.json";
+
+fn sha(bytes: &[u8]) -> String {
+    skillbox::digest::Sha256Digest::of_bytes(bytes).to_string()
+}
+
+fn skill_md(name: &str, description: &str) -> Vec<u8> {
+    format!("---\nname: {name}\ndescription: {description}\n---\nUse it well.\n").into_bytes()
+}
+
+fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    for (name, data) in files {
+        w.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+    }
+    w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
+}
+
+fn tar_gz_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut b = tar::Builder::new(enc);
+    for (name, data) in files {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mtime(0);
+        b.append_data(&mut h, name, *data).unwrap_or_else(|e| panic!("{e}"));
+    }
+    b.into_inner().and_then(|e| e.finish()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+// ---------------------------------------------------------------- test PKI
+
+struct Pki {
+    ca_pem: String,
+    server: Arc<ServerConfig>,
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    let ca_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "skillbox test CA");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    let ca_cert = ca.self_signed(&ca_key).unwrap_or_else(|e| panic!("{e}"));
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "127.0.0.2".to_owned()])
+        .unwrap_or_else(|e| panic!("{e}"));
+    leaf.distinguished_name.push(DnType::CommonName, "localhost");
+    let cert = leaf.signed_by(&key, &issuer).unwrap_or_else(|e| panic!("{e}"));
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    Pki { ca_pem: ca_cert.pem(), server: Arc::new(server) }
+}
+
+// ---------------------------------------------------------------- test server
+
+/// What the server answers for one path.
+#[derive(Clone)]
+enum Reply {
+    Ok { body: Vec<u8>, content_type: Option<&'static str>, extra: Vec<(&'static str, String)> },
+    Redirect(u16, String),
+    /// Stream this many bytes with no Content-Length, then close.
+    Endless(u64),
+    /// Declare a Content-Length, then send one byte per `delay`.
+    Slow { len: usize, delay: Duration },
+}
+
+fn ok(body: &[u8], ct: &'static str) -> Reply {
+    Reply::Ok { body: body.to_vec(), content_type: Some(ct), extra: Vec::new() }
+}
+
+#[derive(Default)]
+struct Stats {
+    /// Requests per path.
+    hits: HashMap<String, u32>,
+    /// Request headers of the last request per path (lowercased names).
+    headers: HashMap<String, Vec<(String, String)>>,
+}
+
+struct Server {
+    addr: SocketAddr,
+    routes: Arc<Mutex<HashMap<String, Reply>>>,
+    stats: Arc<Mutex<Stats>>,
+    /// Bytes the endless body managed to hand to the kernel before the client cut it.
+    endless_written: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Server {
+    fn start(config: Arc<ServerConfig>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let server = Server {
+            addr,
+            routes: Arc::default(),
+            stats: Arc::default(),
+            endless_written: Arc::default(),
+            stop: Arc::default(),
+        };
+        let (routes, stats, written, stop) =
+            (server.routes.clone(), server.stats.clone(), server.endless_written.clone(), server.stop.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(tcp) = conn else { continue };
+                let (config, routes, stats, written) = (config.clone(), routes.clone(), stats.clone(), written.clone());
+                std::thread::spawn(move || {
+                    let _ = serve(tcp, config, &routes, &stats, &written);
+                });
+            }
+        });
+        server
+    }
+
+    fn route(&self, path: &str, reply: Reply) {
+        self.routes.lock().unwrap_or_else(|e| e.into_inner()).insert(path.to_owned(), reply);
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("https://{}{path}", self.addr)
+    }
+
+    fn origin(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    fn hits(&self, path: &str) -> u32 {
+        self.stats.lock().unwrap_or_else(|e| e.into_inner()).hits.get(path).copied().unwrap_or(0)
+    }
+
+    fn request_header(&self, path: &str, name: &str) -> Option<String> {
+        let stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        stats.headers.get(path)?.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+    }
+}
+
+fn serve(
+    tcp: TcpStream,
+    config: Arc<ServerConfig>,
+    routes: &Mutex<HashMap<String, Reply>>,
+    stats: &Mutex<Stats>,
+    written: &AtomicU64,
+) -> std::io::Result<()> {
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let conn = ServerConnection::new(config).map_err(std::io::Error::other)?;
+    let mut tls = BufReader::new(StreamOwned::new(conn, tcp));
+    let mut request_line = String::new();
+    (&mut tls).take(8192).read_line(&mut request_line)?;
+    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let mut headers = Vec::new();
+    loop {
+        let mut line = String::new();
+        (&mut tls).take(8192).read_line(&mut line)?;
+        if line.trim().is_empty() {
+            break;
+        }
+        if let Some((n, v)) = line.split_once(':') {
+            headers.push((n.trim().to_ascii_lowercase(), v.trim().to_owned()));
+        }
+    }
+    {
+        let mut s = stats.lock().unwrap_or_else(|e| e.into_inner());
+        *s.hits.entry(path.clone()).or_default() += 1;
+        s.headers.insert(path.clone(), headers);
+    }
+    let reply = routes.lock().unwrap_or_else(|e| e.into_inner()).get(&path).cloned();
+    let stream = tls.get_mut();
+    match reply {
+        None => stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?,
+        Some(Reply::Ok { body, content_type, extra }) => {
+            let mut head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+            if let Some(ct) = content_type {
+                head.push_str(&format!("Content-Type: {ct}\r\n"));
+            }
+            for (n, v) in extra {
+                head.push_str(&format!("{n}: {v}\r\n"));
+            }
+            head.push_str("\r\n");
+            stream.write_all(head.as_bytes())?;
+            stream.write_all(&body)?;
+        }
+        Some(Reply::Redirect(status, location)) => {
+            let head = format!("HTTP/1.1 {status} Moved\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            stream.write_all(head.as_bytes())?;
+        }
+        Some(Reply::Endless(total)) => {
+            stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nConnection: close\r\n\r\n")?;
+            let chunk = vec![b'a'; 64 * 1024];
+            let mut sent = 0u64;
+            while sent < total {
+                stream.write_all(&chunk)?;
+                sent += chunk.len() as u64;
+                written.store(sent, Ordering::SeqCst);
+            }
+        }
+        Some(Reply::Slow { len, delay }) => {
+            let head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+            stream.write_all(head.as_bytes())?;
+            stream.flush()?;
+            for _ in 0..len {
+                std::thread::sleep(delay);
+                stream.write_all(b"a")?;
+                stream.flush()?;
+            }
+        }
+    }
+    stream.conn.send_close_notify();
+    stream.flush()
+}
+
+// ---------------------------------------------------------------- the CLI under test
+
+struct World {
+    tmp: tempfile::TempDir,
+    ca_file: PathBuf,
+    pki: Pki,
+    server: Server,
+}
+
+impl World {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let pki = pki();
+        let ca_file = tmp.path().join("ca.pem");
+        std::fs::write(&ca_file, &pki.ca_pem).unwrap_or_else(|e| panic!("{e}"));
+        let server = Server::start(pki.server.clone());
+        World { tmp, ca_file, pki, server }
+    }
+
+    fn second_server(&self) -> Server {
+        Server::start(self.pki.server.clone())
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.tmp.path().join("cache")
+    }
+
+    fn out(&self) -> PathBuf {
+        self.tmp.path().join("out")
+    }
+
+    /// Base arguments: the explicit CA, the cache, and exactly this server allowed.
+    fn args(&self, extra: &[&str]) -> Vec<String> {
+        let mut v: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        v.extend([
+            "--ca-file".into(),
+            self.ca_file.display().to_string(),
+            "--allow-origin".into(),
+            self.server.origin(),
+            "--allow-destination".into(),
+            self.server.addr.to_string(),
+        ]);
+        v
+    }
+
+    fn fetch(&self, name: &str, extra: &[&str]) -> Output {
+        let index = self.server.url("/.well-known/agent-skills/index.json");
+        let cache = self.cache().display().to_string();
+        let mut base = vec!["fetch", index.as_str(), name, "--json", "--cache-dir", cache.as_str()];
+        base.extend_from_slice(extra);
+        run(&self.args(&base))
+    }
+
+    fn index(&self, body: &str) {
+        self.server.route("/.well-known/agent-skills/index.json", ok(body.as_bytes(), "application/json"));
+    }
+
+    fn cache_tmp_is_empty(&self) -> bool {
+        std::fs::read_dir(self.cache().join("tmp")).map(|d| d.count() == 0).unwrap_or(true)
+    }
+
+    fn cached_artifacts(&self) -> usize {
+        std::fs::read_dir(self.cache().join("sha256"))
+            .map(|d| d.filter_map(Result::ok).filter(|e| e.path().extension().is_none()).count())
+            .unwrap_or(0)
+    }
+}
+
+fn run(args: &[String]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(args)
+        .env_remove("XDG_CACHE_HOME")
+        .output()
+        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    })
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn explain(o: &Output) -> String {
+    format!("status {:?}\nstdout:\n{}\nstderr:\n{}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn index_json(entries: &[Value]) -> String {
+    serde_json::json!({ "$schema": SCHEMA, "skills": entries }).to_string()
+}
+
+fn entry(name: &str, ty: &str, url: &str, digest: &str) -> Value {
+    serde_json::json!({ "name": name, "type": ty, "description": "A demo skill", "url": url, "digest": digest })
+}
+
+fn refused_rule(o: &Output) -> String {
+    let v = json_of(o);
+    assert_eq!(code(o), 4, "{}", explain(o));
+    assert_eq!(v["error"]["kind"], "refused", "{}", explain(o));
+    v["error"]["rule"].as_str().unwrap_or("").to_owned()
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn happy_skill_md_relative_url() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/.well-known/agent-skills/demo/SKILL.md", ok(&md, "text/markdown; charset=utf-8"));
+    w.index(&index_json(&[entry("demo", "skill-md", "demo/SKILL.md", &sha(&md))]));
+    let out = w.out();
+    let o = w.fetch("demo", &["--out", out.to_str().unwrap_or("")]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["extraction"]["verdict"], "accepted");
+    assert_eq!(v["extraction"]["artifact"]["format"], "skill-md");
+    let p = &v["provenance"];
+    assert_eq!(p["index_url"], w.server.url("/.well-known/agent-skills/index.json"));
+    assert_eq!(p["entry"]["url"], "demo/SKILL.md");
+    assert_eq!(p["resolved_url"], w.server.url("/.well-known/agent-skills/demo/SKILL.md"));
+    assert_eq!(p["final_url"], p["resolved_url"]);
+    assert_eq!(p["url_form"], "relative");
+    assert_eq!(p["cross_origin"], false);
+    assert_eq!(p["content_type"], "text/markdown; charset=utf-8");
+    assert_eq!(p["digest"], sha(&md));
+    assert_eq!(p["artifact_source"], "network");
+    assert!(p["time"].as_str().is_some_and(|t| t.ends_with('Z')));
+    assert_eq!(std::fs::read(out.join("SKILL.md")).ok(), Some(md));
+    assert_eq!(w.server.request_header("/.well-known/agent-skills/demo/SKILL.md", "accept-encoding").as_deref(), Some("identity"));
+}
+
+#[test]
+fn happy_archive_zip_and_tar_gz() {
+    let w = World::new();
+    let md = skill_md("pack", "A demo skill");
+    let zip = zip_of(&[("SKILL.md", &md), ("scripts/run.sh", b"#!/bin/sh\necho hi\n")]);
+    let tgz = tar_gz_of(&[("SKILL.md", &md), ("notes.txt", b"n\n")]);
+    w.server.route("/dl/pack.zip", ok(&zip, "application/zip"));
+    // No Content-Type: the URL's extension is the format hint.
+    w.server.route("/dl/pack2.tar.gz", Reply::Ok { body: tgz.clone(), content_type: None, extra: Vec::new() });
+    w.index(&index_json(&[entry("pack", "archive", "/dl/pack.zip", &sha(&zip)), entry("pack2", "archive", "/dl/pack2.tar.gz", &sha(&tgz))]));
+    let o = w.fetch("pack", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["extraction"]["artifact"]["format"], "zip");
+    let paths: Vec<&str> = v["extraction"]["entries"].as_array().into_iter().flatten().filter_map(|e| e["path"].as_str()).collect();
+    assert!(paths.contains(&"scripts/run.sh"), "{paths:?}");
+    assert_eq!(v["provenance"]["url_form"], "path-absolute");
+    let o = w.fetch("pack2", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["extraction"]["artifact"]["format"], "tar.gz");
+}
+
+#[test]
+fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(b"other bytes"))]));
+    let out = w.out();
+    let o = w.fetch("demo", &["--out", out.to_str().unwrap_or("")]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["extraction"]["verdict"], "rejected");
+    assert_eq!(v["extraction"]["reason"]["code"], "digest_mismatch");
+    assert_eq!(v["extraction"]["artifact"]["digest"], sha(&md));
+    assert!(!out.exists(), "nothing may be staged");
+    assert!(w.cache_tmp_is_empty(), "temporary bytes must be removed");
+    assert_eq!(w.cached_artifacts(), 0);
+}
+
+#[test]
+fn unknown_schema_is_refused_with_its_own_exit_code() {
+    let w = World::new();
+    w.index(r#"{"$schema":"https://schemas.agentskills.io/discovery/0.3.0/schema.json","skills":[]}"#);
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 5, "{}", explain(&o));
+    assert_eq!(json_of(&o)["error"]["kind"], "unrecognised_schema");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("warning"), "{}", explain(&o));
+}
+
+#[test]
+fn absent_schema_lists_but_never_installs() {
+    let w = World::new();
+    w.index(r#"{"skills":[{"name":"demo","description":"A demo skill","files":["SKILL.md"]}]}"#);
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert_eq!(json_of(&o)["error"]["kind"], "not_installable");
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let o = run(&w.args(&["index", "check", &index, "--json"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["index"]["version"], "0.1.0");
+    assert_eq!(v["index"]["installable"], false);
+    assert_eq!(v["index"]["entries"][0]["name"], "demo");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no digests"), "{}", explain(&o));
+}
+
+#[test]
+fn unknown_type_is_skipped_with_a_warning() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry("odd", "mcp-resource-template", "/a/x", &sha(&md)), entry("demo", "skill-md", "/a/SKILL.md", &sha(&md))]));
+    let o = w.fetch("odd", &[]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert_eq!(json_of(&o)["error"]["kind"], "entry_skipped");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown type"), "{}", explain(&o));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "the valid entry beside it still works: {}", explain(&o));
+}
+
+#[test]
+fn every_url_form_resolves_against_the_index_url() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/.well-known/agent-skills/demo/SKILL.md", ok(&md, "text/markdown"));
+    let absolute = w.server.url("/.well-known/agent-skills/demo/SKILL.md");
+    let network_path = format!("//{}/.well-known/agent-skills/demo/SKILL.md", w.server.addr);
+    let forms = [
+        ("demo/SKILL.md", "relative"),
+        ("./x/../demo/SKILL.md", "relative"),
+        ("/.well-known/agent-skills/demo/SKILL.md", "path-absolute"),
+        (network_path.as_str(), "network-path"),
+        (absolute.as_str(), "absolute"),
+    ];
+    for (reference, form) in forms {
+        w.index(&index_json(&[entry("demo", "skill-md", reference, &sha(&md))]));
+        // A fresh cache each time, so every form really goes to the network.
+        let _ = std::fs::remove_dir_all(w.cache());
+        let o = w.fetch("demo", &[]);
+        assert_eq!(code(&o), 0, "{reference}: {}", explain(&o));
+        let v = json_of(&o);
+        assert_eq!(v["provenance"]["url_form"], form, "{reference}");
+        assert_eq!(v["provenance"]["resolved_url"], absolute, "{reference}");
+        assert_eq!(v["provenance"]["artifact_source"], "network");
+    }
+}
+
+#[test]
+fn cross_origin_artifact_needs_its_own_allowance() {
+    let w = World::new();
+    let cdn = w.second_server();
+    let md = skill_md("demo", "A demo skill");
+    cdn.route("/demo/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry("demo", "skill-md", &cdn.url("/demo/SKILL.md"), &sha(&md))]));
+    let cache = w.cache().display().to_string();
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cdn_dest = cdn.addr.to_string();
+    // Allowed as a destination (it is loopback) but not as an origin: refused by the allow-list.
+    let o = run(&w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache, "--allow-destination", &cdn_dest]));
+    assert_eq!(refused_rule(&o), "origin_allow_list");
+    let v = json_of(&o);
+    assert_eq!(v["provenance"]["cross_origin"], true);
+    assert!(v["error"]["detail"].as_str().unwrap_or("").contains(&format!("--allow-origin {}", cdn.origin())), "{}", explain(&o));
+    assert_eq!(cdn.hits("/demo/SKILL.md"), 0, "nothing may be requested from a refused origin");
+    let o = run(&w.args(&[
+        "fetch", &index, "demo", "--json", "--cache-dir", &cache, "--allow-destination", &cdn_dest, "--allow-origin", &cdn.origin(),
+    ]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["cross_origin"], true);
+}
+
+#[test]
+fn userinfo_and_plain_http_are_refused() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    let with_user = format!("https://user:s3cret@{}/a/SKILL.md", w.server.addr);
+    let http = format!("http://{}/a/SKILL.md", w.server.addr);
+    w.index(&index_json(&[entry("cred", "skill-md", &with_user, &sha(&md)), entry("plain", "skill-md", &http, &sha(&md))]));
+    let o = w.fetch("cred", &[]);
+    assert_eq!(refused_rule(&o), "no_userinfo");
+    assert!(!json_of(&o)["error"]["url"].as_str().unwrap_or("").contains("s3cret"), "{}", explain(&o));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("s3cret"), "{}", explain(&o));
+    let o = w.fetch("plain", &[]);
+    assert_eq!(refused_rule(&o), "https_only");
+    // The index URL itself is held to the same rules.
+    let cache = w.cache().display().to_string();
+    let o = run(&w.args(&["fetch", &format!("http://{}/.well-known/agent-skills/index.json", w.server.addr), "demo", "--json", "--cache-dir", &cache]));
+    assert_eq!(refused_rule(&o), "https_only");
+    assert_eq!(w.server.hits("/a/SKILL.md"), 0);
+}
+
+fn chain(w: &World, len: usize) {
+    for i in 0..len {
+        // Alternate absolute and relative Location forms; both resolve against the request URL.
+        let next = if i + 1 == len { "/final/SKILL.md".to_owned() } else { format!("/r{}", i + 1) };
+        let loc = if i % 2 == 0 { w.server.url(&next) } else { next };
+        w.server.route(&format!("/r{i}"), Reply::Redirect(if i % 2 == 0 { 302 } else { 308 }, loc));
+    }
+}
+
+#[test]
+fn five_redirects_are_followed_and_a_sixth_is_refused() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/final/SKILL.md", ok(&md, "text/markdown"));
+    chain(&w, 5);
+    w.index(&index_json(&[entry("demo", "skill-md", "/r0", &sha(&md))]));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["provenance"]["hops"].as_array().map(Vec::len), Some(5));
+    assert_eq!(v["provenance"]["final_url"], w.server.url("/final/SKILL.md"));
+    assert_eq!(v["provenance"]["hops"][1]["location"], "/r2");
+
+    let _ = std::fs::remove_dir_all(w.cache());
+    chain(&w, 6);
+    let o = w.fetch("demo", &[]);
+    assert_eq!(refused_rule(&o), "max_redirects");
+    assert_eq!(json_of(&o)["provenance"]["hops"].as_array().map(Vec::len), Some(6));
+}
+
+#[test]
+fn redirect_to_a_refused_address_is_refused_at_that_hop() {
+    let w = World::new();
+    // 127.0.0.2 is an allowed *origin* here but not an allowed destination: the destination rule
+    // must fire on the hop, before any connection.
+    let target = format!("https://127.0.0.2:{}/x/SKILL.md", w.server.addr.port());
+    w.server.route("/start", Reply::Redirect(302, target));
+    let md = skill_md("demo", "A demo skill");
+    w.index(&index_json(&[entry("demo", "skill-md", "/start", &sha(&md))]));
+    let origin2 = format!("https://127.0.0.2:{}", w.server.addr.port());
+    let o = w.fetch("demo", &["--allow-origin", &origin2]);
+    assert_eq!(refused_rule(&o), "destination_loopback");
+    let v = json_of(&o);
+    assert_eq!(v["provenance"]["hops"].as_array().map(Vec::len), Some(1));
+    assert!(v["error"]["url"].as_str().unwrap_or("").contains("127.0.0.2"), "{}", explain(&o));
+}
+
+#[test]
+fn default_policy_refuses_loopback() {
+    let w = World::new();
+    w.index(&index_json(&[]));
+    let cache = w.cache().display().to_string();
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let ca = w.ca_file.display().to_string();
+    // The origin is allowed, the CA trusted, but no --allow-destination: loopback is refused.
+    let o = run(&[
+        "fetch".into(), index, "demo".into(), "--json".into(), "--cache-dir".into(), cache, "--ca-file".into(), ca,
+        "--allow-origin".into(), w.server.origin(),
+    ]);
+    assert_eq!(refused_rule(&o), "destination_loopback");
+    assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), 0);
+    // And with nothing allowed at all, the empty origin allow-list fires first, naming the flag.
+    let o = run(&["fetch".into(), w.server.url("/i.json"), "demo".into(), "--cache-dir".into(), w.cache().display().to_string()]);
+    assert_eq!(code(&o), 4, "{}", explain(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-origin"), "{}", explain(&o));
+}
+
+#[test]
+fn content_encoded_response_is_refused_not_decoded() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&md).unwrap_or_else(|e| panic!("{e}"));
+    let gz = gz.finish().unwrap_or_else(|e| panic!("{e}"));
+    w.server.route("/a/SKILL.md", Reply::Ok { body: gz, content_type: Some("text/markdown"), extra: vec![("Content-Encoding", "gzip".into())] });
+    w.index(&index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(&md))]));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(refused_rule(&o), "identity_encoding");
+    assert_eq!(w.server.request_header("/a/SKILL.md", "accept-encoding").as_deref(), Some("identity"));
+    assert!(w.cache_tmp_is_empty());
+    assert_eq!(w.cached_artifacts(), 0);
+}
+
+#[test]
+fn byte_limit_holds_at_the_boundary_and_cuts_the_connection_past_it() {
+    let w = World::new();
+    let mut md = skill_md("demo", "A demo skill");
+    md.resize(4096, b'x');
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)), entry("big", "skill-md", "/big", &sha(b"x"))]));
+    let o = w.fetch("demo", &["--max-bytes", "4096"]);
+    assert_eq!(code(&o), 0, "exactly at the limit: {}", explain(&o));
+    let _ = std::fs::remove_dir_all(w.cache());
+    let o = w.fetch("demo", &["--max-bytes", "4095"]);
+    assert_eq!(refused_rule(&o), "max_bytes");
+
+    // No Content-Length: 64 MiB offered, 64 KiB allowed. The client must stop reading and cut
+    // the connection; the server's writes then fail long before it has sent everything.
+    const TOTAL: u64 = 64 << 20;
+    w.server.route("/big", Reply::Endless(TOTAL));
+    let o = w.fetch("big", &["--max-bytes", "64K"]);
+    assert_eq!(refused_rule(&o), "max_bytes");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut last = 0;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = w.server.endless_written.load(Ordering::SeqCst);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    assert!(last < TOTAL / 2, "the server sent {last} of {TOTAL} bytes: the connection was not cut");
+    assert!(w.cache_tmp_is_empty());
+}
+
+#[test]
+fn slow_server_runs_out_of_total_time() {
+    let w = World::new();
+    w.server.route("/slow", Reply::Slow { len: 100, delay: Duration::from_millis(100) });
+    w.index(&index_json(&[entry("demo", "skill-md", "/slow", &sha(b"x"))]));
+    let started = Instant::now();
+    let o = w.fetch("demo", &["--total-timeout", "1"]);
+    assert_eq!(refused_rule(&o), "total_timeout");
+    assert!(started.elapsed() < Duration::from_secs(6), "took {:?}", started.elapsed());
+    assert!(w.cache_tmp_is_empty());
+}
+
+#[test]
+fn second_fetch_is_a_cache_hit_and_offline_works() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(&md))]));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["provenance"]["artifact_source"], "cache");
+    assert_eq!(v["provenance"]["content_type"], "text/markdown");
+    assert_eq!(w.server.hits("/a/SKILL.md"), 1, "an unchanged digest is not downloaded again");
+    assert_eq!(w.cached_artifacts(), 1);
+
+    // Offline: no request at all, the cached index and artifact only.
+    let index_hits = w.server.hits("/.well-known/agent-skills/index.json");
+    let out = w.out();
+    let o = w.fetch("demo", &["--offline", "--out", out.to_str().unwrap_or("")]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["provenance"]["index_source"], "cache");
+    assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), index_hits);
+    assert_eq!(std::fs::read(out.join("SKILL.md")).ok(), Some(md));
+
+    // A cached file that no longer matches its digest is dropped, and offline then fails.
+    for e in std::fs::read_dir(w.cache().join("sha256")).into_iter().flatten().flatten() {
+        if e.path().extension().is_none() {
+            std::fs::write(e.path(), b"tampered").unwrap_or_else(|err| panic!("{err}"));
+        }
+    }
+    let o = w.fetch("demo", &["--offline"]);
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    assert_eq!(json_of(&o)["error"]["kind"], "offline");
+}
+
+#[test]
+fn index_check_over_https() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.index(&index_json(&[entry("demo", "skill-md", "demo/SKILL.md", &sha(&md)), entry("Bad--name", "skill-md", "x", &sha(&md))]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let o = run(&w.args(&["index", "check", &index]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("demo") && text.contains("skipped"), "{text}");
+    assert!(text.contains(&w.server.url("/.well-known/agent-skills/demo/SKILL.md")), "{text}");
+}
