@@ -8,6 +8,8 @@
 
 pub mod digest;
 pub mod extract;
+pub mod fetch;
+pub mod index;
 pub mod reason;
 pub mod replay;
 #[doc(hidden)]

@@ -36,6 +36,14 @@ enum Command {
     /// Exit status: 0 accepted, 3 rejected (the reason is printed), 1 operational error,
     /// 2 usage error. On rejection nothing is left on disk.
     Extract(ExtractArgs),
+    /// Discovery index tools (`index check FILE|URL`).
+    Index(skillbox::fetch::cli::IndexArgs),
+    /// Fetch one skill from a discovery index over HTTPS under a strict policy, verify its
+    /// digest and extract it as `extract` does; prints the answer plus a provenance block.
+    ///
+    /// Exit status: 0 accepted, 3 rejected, 1 operational error, 2 usage error, 4 refused by
+    /// the fetch policy (the rule is named), 5 unrecognised index $schema.
+    Fetch(skillbox::fetch::cli::FetchArgs),
     /// Compare two saved `extract --json` answers of a skill: what changed, and whether its
     /// capabilities grew (new or changed scripts or executables, new hosts, tools, credential
     /// touches, downloads or risky commands). Grown capabilities are listed first.
@@ -161,6 +169,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Extract(args) => cmd_extract(args),
+        Command::Index(args) => Ok(skillbox::fetch::cli::run_index(args)),
+        Command::Fetch(args) => Ok(skillbox::fetch::cli::run_fetch(args, &|artifact, staging, req| {
+            run_engine(artifact, staging, req).map_err(|f| f.message)
+        })),
         Command::Diff(args) => cmd_diff(&args),
         Command::Replay(args) => Ok(skillbox::replay::main(args)),
         Command::Serve(args) => return skillbox::broker::main(args),

@@ -5,3 +5,5 @@ mod fuzz_seeds;
 mod review;
 mod diff;
 mod grpc;
+mod fetch;
+mod index;
