@@ -12,6 +12,7 @@
 //! Environment: `SKILLBOX_BENCH_REPS` (multiplier on repetitions, default 1),
 //! `SKILLBOX_BENCH_WORKLOADS` (comma list: typical,files2000,tiny10k,large200),
 //! `SKILLBOX_BENCH_NO_DISK=1`, `SKILLBOX_BENCH_DISK_DIR`, `SKILLBOX_BENCH_REPORT`,
+//! `SKILLBOX_BENCH_KEEP` (a directory to keep the generated artifacts in, for profiling),
 //! `SKILLBOX_BENCH_HASHER` (default: `examples/sha256_files` next to the CLI binary),
 //! `SKILLBOX_BENCH_REVISION` (what the report names as the code measured; default `git describe`).
 
@@ -881,7 +882,12 @@ fn run() -> Res<()> {
     let disk = disk_base.join(format!("skillbox-bench-{pid}"));
     let use_disk = std::env::var_os("SKILLBOX_BENCH_NO_DISK").is_none();
     let _scratch = Scratch(vec![shm.clone(), disk.clone()]);
-    std::fs::create_dir_all(shm.join("art"))?;
+    // Artifacts go to the scratch dir and are deleted after use, or are kept in
+    // SKILLBOX_BENCH_KEEP (for profiling one case by hand, e.g. under `perf record`).
+    let keep = std::env::var_os("SKILLBOX_BENCH_KEEP").map(PathBuf::from);
+    let art_dir = keep.clone().unwrap_or_else(|| shm.join("art"));
+    std::fs::create_dir_all(&shm)?;
+    std::fs::create_dir_all(&art_dir)?;
     let mut outs = vec![("tmpfs".to_string(), shm.join("out"))];
     if use_disk {
         std::fs::create_dir_all(&disk)?;
@@ -904,7 +910,7 @@ fn run() -> Res<()> {
         let mut arts = Vec::new();
         for fmt in FORMATS {
             let bytes = build(&w, fmt, &tar)?;
-            let path = shm.join("art").join(format!("{}.{}", w.key, fmt.ext()));
+            let path = art_dir.join(format!("{}.{}", w.key, fmt.ext()));
             std::fs::write(&path, &bytes)?;
             arts.push((fmt, Artifact::new(path, Some(&bytes))?));
         }
@@ -930,7 +936,7 @@ fn run() -> Res<()> {
             }
             wrows.push((*fmt, a.size, cells));
         }
-        for (_, a) in &arts {
+        for (_, a) in arts.iter().filter(|_| keep.is_none()) {
             std::fs::remove_file(&a.path)?;
         }
         let w: &'static Workload = Box::leak(Box::new(w));
