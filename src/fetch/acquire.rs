@@ -93,6 +93,7 @@ pub fn load_index(
     offline: bool,
     prov: &mut Provenance,
 ) -> Result<Index, AcquireError> {
+    client.policy().check_url(url).map_err(FetchError::Refused)?;
     let bytes = if offline {
         let cache = cache.ok_or_else(|| AcquireError::Offline("no cache directory".into()))?;
         let bytes = cache
@@ -160,6 +161,9 @@ pub fn artifact(client: &Client, cache: &Cache, entry: Entry, offline: bool, pro
     prov.cross_origin = Some(url.cross_origin);
     let resolved = url.resolved.clone().ok_or_else(|| AcquireError::Unresolved { name: entry.name.clone() })?;
     prov.resolved_url = Some(resolved.to_string());
+    // The URL rules hold whether or not the bytes are already cached: a cache hit must not make
+    // an entry installable that the network path would refuse.
+    client.policy().check_url(&resolved).map_err(FetchError::Refused)?;
 
     if let Some(hit) = cache.lookup(&digest).map_err(AcquireError::Cache)? {
         prov.artifact_source = Some(Source::Cache);

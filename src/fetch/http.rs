@@ -17,6 +17,8 @@ use super::FetchError;
 
 /// Largest response head (status line and headers).
 pub const MAX_HEAD_BYTES: u64 = 32 * 1024;
+/// Most interim (1xx) responses skipped before the final one.
+const MAX_INTERIM: usize = 8;
 /// Most header fields in a head.
 const MAX_HEADERS: usize = 100;
 /// Longest chunk-size line, trailer line block.
@@ -135,7 +137,7 @@ pub fn io_error(e: io::Error, what: &str) -> FetchError {
 
 /// Read the response head, skipping interim 1xx responses.
 pub fn read_head(r: &mut impl BufRead) -> Result<Head, FetchError> {
-    loop {
+    for _ in 0..MAX_INTERIM {
         let mut raw = Vec::new();
         loop {
             let left = MAX_HEAD_BYTES - raw.len() as u64;
@@ -163,6 +165,7 @@ pub fn read_head(r: &mut impl BufRead) -> Result<Head, FetchError> {
         let headers = resp.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
         return Ok(Head { status, headers });
     }
+    Err(FetchError::Http(format!("more than {MAX_INTERIM} interim (1xx) responses")))
 }
 
 /// How the body ends.

@@ -692,6 +692,12 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), index_hits);
     assert_eq!(std::fs::read(out.join("SKILL.md")).ok(), Some(md));
 
+    // The URL rules hold for cached bytes too: without the origin allowed, even offline refuses.
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let o = run(&["fetch".into(), index, "demo".into(), "--offline".into(), "--json".into(), "--cache-dir".into(), cache]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
+
     // A cached file that no longer matches its digest is dropped, and offline then fails.
     for e in std::fs::read_dir(w.cache().join("sha256")).into_iter().flatten().flatten() {
         if e.path().extension().is_none() {
