@@ -721,3 +721,33 @@ fn index_check_over_https() {
     assert!(text.contains("demo") && text.contains("skipped"), "{text}");
     assert!(text.contains(&w.server.url("/.well-known/agent-skills/demo/SKILL.md")), "{text}");
 }
+
+#[test]
+fn spellings_of_local_addresses_are_refused_before_connecting() {
+    // No server needed: the destination rule fires before any connection. The url crate reads
+    // IPv4 number forms (RFC 3986 leaves them to the resolver; WHATWG normalises them), so the
+    // check sees the address that would really be dialled.
+    let cases = [
+        ("https://[::1]:9/i.json", "https://[::1]:9", "destination_loopback"),
+        ("https://[::ffff:127.0.0.1]:9/i.json", "https://[::ffff:7f00:1]:9", "destination_loopback"),
+        ("https://0x7f.1:9/i.json", "https://127.0.0.1:9", "destination_loopback"),
+        ("https://2130706433:9/i.json", "https://127.0.0.1:9", "destination_loopback"),
+        ("https://localhost:9/i.json", "https://localhost:9", "destination_loopback"),
+        ("https://169.254.169.254:9/i.json", "https://169.254.169.254:9", "destination_link_local"),
+        ("https://10.1.2.3:9/i.json", "https://10.1.2.3:9", "destination_private"),
+        ("https://100.64.0.1:9/i.json", "https://100.64.0.1:9", "destination_cgnat"),
+        ("https://[fd00::1]:9/i.json", "https://[fd00::1]:9", "destination_unique_local"),
+        ("https://[fe80::1]:9/i.json", "https://[fe80::1]:9", "destination_link_local"),
+        ("https://224.0.0.1:9/i.json", "https://224.0.0.1:9", "destination_multicast"),
+        ("https://0.0.0.0:9/i.json", "https://0.0.0.0:9", "destination_unspecified"),
+    ];
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let cache = tmp.path().join("cache").display().to_string();
+    for (url, origin, rule) in cases {
+        let o = run(&[
+            "fetch".into(), url.into(), "demo".into(), "--json".into(), "--cache-dir".into(), cache.clone(),
+            "--allow-origin".into(), origin.into(), "--connect-timeout".into(), "2".into(),
+        ]);
+        assert_eq!(refused_rule(&o), rule, "{url}: {}", explain(&o));
+    }
+}
