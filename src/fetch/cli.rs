@@ -512,7 +512,8 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
             if a.json {
                 let v = json!({ "error": error_json(&e), "provenance": prov });
                 println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            } else {
+            } else if prov.index_source.is_some() {
+                // Something was fetched: show where from, even though it stopped here.
                 print_provenance(&prov);
             }
             report(&e);
