@@ -77,8 +77,41 @@ pub struct Client {
     inner: SkillboxClient<Channel>,
 }
 
-/// The endpoint for `uri`, TLS configured from the environment for `https`.
+/// PEM material for an `https` endpoint.
+#[derive(Debug, Clone, Default)]
+pub struct TlsMaterial {
+    /// CA bundle to verify the server with.
+    pub ca: Option<Vec<u8>>,
+    /// Client certificate chain and key, for mutual TLS.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl TlsMaterial {
+    /// From `SKILLBOX_TLS_CA`, `SKILLBOX_TLS_CERT` and `SKILLBOX_TLS_KEY` (file paths).
+    pub fn from_env() -> Result<Self, ClientError> {
+        let read = |var: &str| -> Result<Option<Vec<u8>>, ClientError> {
+            match std::env::var_os(var) {
+                None => Ok(None),
+                Some(p) => std::fs::read(&p).map(Some).map_err(|e| ClientError::Tls(format!("{var}: {e}"))),
+            }
+        };
+        let ca = read("SKILLBOX_TLS_CA")?;
+        let identity = match (read("SKILLBOX_TLS_CERT")?, read("SKILLBOX_TLS_KEY")?) {
+            (Some(c), Some(k)) => Some((c, k)),
+            _ => None,
+        };
+        Ok(Self { ca, identity })
+    }
+}
+
+/// The endpoint for `uri`; for `https`, TLS material from the environment.
 pub fn endpoint(uri: &str) -> Result<Endpoint, ClientError> {
+    let tls = if uri.starts_with("https://") { TlsMaterial::from_env()? } else { TlsMaterial::default() };
+    endpoint_with(uri, &tls)
+}
+
+/// The endpoint for `uri` with explicit TLS material (used for `https` only).
+pub fn endpoint_with(uri: &str, tls: &TlsMaterial) -> Result<Endpoint, ClientError> {
     let uri = if uri == "unix:" || uri == "unix://" {
         format!("unix://{}", crate::broker::config::default_socket().display())
     } else {
@@ -90,23 +123,17 @@ pub fn endpoint(uri: &str) -> Result<Endpoint, ClientError> {
         return Err(ClientError::Uri(uri));
     };
     let ep = ep.connect_timeout(Duration::from_secs(5)).tcp_nodelay(true);
-    if uri.starts_with("https://") {
-        let read = |var: &str| -> Result<Option<Vec<u8>>, ClientError> {
-            match std::env::var_os(var) {
-                None => Ok(None),
-                Some(p) => std::fs::read(&p).map(Some).map_err(|e| ClientError::Tls(format!("{var}: {e}"))),
-            }
-        };
-        let mut tls = ClientTlsConfig::new();
-        if let Some(ca) = read("SKILLBOX_TLS_CA")? {
-            tls = tls.ca_certificate(Certificate::from_pem(ca));
-        }
-        if let (Some(cert), Some(key)) = (read("SKILLBOX_TLS_CERT")?, read("SKILLBOX_TLS_KEY")?) {
-            tls = tls.identity(Identity::from_pem(cert, key));
-        }
-        return ep.tls_config(tls).map_err(|e| ClientError::Tls(e.to_string()));
+    if !uri.starts_with("https://") {
+        return Ok(ep);
     }
-    Ok(ep)
+    let mut config = ClientTlsConfig::new();
+    if let Some(ca) = &tls.ca {
+        config = config.ca_certificate(Certificate::from_pem(ca));
+    }
+    if let Some((cert, key)) = &tls.identity {
+        config = config.identity(Identity::from_pem(cert, key));
+    }
+    ep.tls_config(config).map_err(|e| ClientError::Tls(e.to_string()))
 }
 
 /// The request limits that differ from the defaults (what a caller deliberately set).
@@ -152,7 +179,12 @@ pub fn header_for(req: &Request) -> pb::ExtractHeader {
 
 impl Client {
     pub async fn connect(uri: &str) -> Result<Self, ClientError> {
-        let channel = endpoint(uri)?.connect().await.map_err(|source| ClientError::Connect { uri: uri.to_owned(), source })?;
+        Self::connect_to(uri, endpoint(uri)?).await
+    }
+
+    /// Connect with an endpoint built by [`endpoint_with`].
+    pub async fn connect_to(uri: &str, endpoint: Endpoint) -> Result<Self, ClientError> {
+        let channel = endpoint.connect().await.map_err(|source| ClientError::Connect { uri: uri.to_owned(), source })?;
         Ok(Self::from_channel(channel))
     }
 

@@ -66,6 +66,53 @@ async fn accepted_is_staged_until_release() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_trees_expire_and_stale_ones_go_at_start() {
+    let mut server = Server::start(&["--staging-ttl", "1"]);
+    let mut c = server.client().await;
+    let done = ok(c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None).await, "extract");
+    let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
+    assert!(staged.path.exists());
+    // The reaper runs every second; the TTL is one second.
+    server.wait_clean(Duration::from_secs(5));
+    assert!(server.log().contains("past their TTL"), "{}", server.log());
+
+    // A tree left by a server that died is removed when the next one starts.
+    server.restart(&[]);
+    let mut c = server.client().await;
+    let done = ok(c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None).await, "extract");
+    let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
+    server.restart(&[]);
+    assert!(!staged.path.exists(), "stale staging directory survived a restart");
+    assert!(server.log().contains("left by a previous run"), "{}", server.log());
+    server.assert_clean();
+}
+
+/// TCP only with TLS beyond loopback; with a client CA, only clients it signed get in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_with_mutual_tls() {
+    let refused = harness::cli(&["serve", "--tcp", "0.0.0.0:9", "--staging-root", "/nonexistent/never-made"], None);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("requires --tls-cert"), "{}", String::from_utf8_lossy(&refused.stderr));
+
+    let pki = harness::Pki::new();
+    let port = harness::free_port();
+    let server = Server::start_tcp(port, &["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server.key"), "--tls-client-ca", &pki.path("ca.pem")]);
+    let uri = format!("https://127.0.0.1:{port}");
+    let with_cert = skillbox::client::TlsMaterial { ca: Some(pki.read("ca.pem")), identity: Some((pki.read("client.pem"), pki.read("client.key"))) };
+    let mut c = ok(Client::connect_to(&uri, ok(skillbox::client::endpoint_with(&uri, &with_cert), "endpoint")).await, "mTLS connect");
+    let done = ok(c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), Some(Duration::from_secs(20))).await, "extract over mTLS");
+    assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
+
+    let no_cert = skillbox::client::TlsMaterial { ca: Some(pki.read("ca.pem")), identity: None };
+    let refused = match Client::connect_to(&uri, ok(skillbox::client::endpoint_with(&uri, &no_cert), "endpoint")).await {
+        Err(_) => true,
+        Ok(mut c) => c.server_info().await.is_err(),
+    };
+    assert!(refused, "a client without a certificate was served");
+    drop(server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_info_reports_limits_and_bounds() {
     let server = Server::start(&["--max-children", "3", "--max-queued", "5"]);
     let mut c = server.client().await;

@@ -139,7 +139,22 @@ impl Server {
         Self::spawn(&sub, args)
     }
 
+    /// On TCP at `127.0.0.1:port` (the flags in `args` say how: TLS files and so on).
+    pub fn start_tcp(port: u16, args: &[&str]) -> Self {
+        let tmp = ok(tempfile::tempdir(), "tempdir");
+        let mut all = vec!["--tcp".to_owned(), format!("127.0.0.1:{port}")];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let mut s = Self::spawn_inner(tmp.path(), &all, Some(port));
+        s._tmp = Some(tmp);
+        s
+    }
+
     fn spawn(dir: &Path, args: &[&str]) -> Self {
+        Self::spawn_inner(dir, args, None)
+    }
+
+    fn spawn_inner(dir: &Path, args: &[&str], tcp: Option<u16>) -> Self {
         let socket = dir.join("skillbox.sock");
         let log = dir.join("server.log");
         let staging = dir.join("staging");
@@ -158,14 +173,18 @@ impl Server {
             .spawn();
         let child = ok(child, "spawn skillbox serve");
         let mut s = Self { child: Some(child), dir: dir.to_owned(), _tmp: None, socket, log };
-        s.wait_ready();
+        s.wait_ready(tcp);
         s
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self, tcp: Option<u16>) {
         let until = Instant::now() + Duration::from_secs(20);
         while Instant::now() < until {
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+            let up = match tcp {
+                Some(port) => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+                None => std::os::unix::net::UnixStream::connect(&self.socket).is_ok(),
+            };
+            if up {
                 return;
             }
             if let Some(child) = self.child.as_mut() {
@@ -248,6 +267,17 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(25));
         }
+    }
+
+    /// Kill the server without a goodbye and start a new one on the same socket and root.
+    pub fn restart(&mut self, args: &[&str]) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let fresh = Self::spawn(&self.dir, args);
+        let mut fresh = std::mem::ManuallyDrop::new(fresh);
+        self.child = fresh.child.take();
     }
 
     pub fn sigterm(&self) {
@@ -335,4 +365,35 @@ pub fn corpus_cases() -> Option<Vec<CorpusCase>> {
             })
             .collect(),
     )
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, made with `openssl`.
+pub struct Pki {
+    pub dir: tempfile::TempDir,
+}
+
+impl Pki {
+    pub fn new() -> Self {
+        let dir = ok(tempfile::tempdir(), "tempdir");
+        let run = |args: &[&str]| {
+            let out = ok(Command::new("openssl").args(args).current_dir(dir.path()).output(), "openssl (needed to make test certificates)");
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        let ext = dir.path().join("san.ext");
+        ok(std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n"), "ext");
+        run(&["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=skillbox test CA"]);
+        for who in ["server", "client"] {
+            run(&["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &format!("{who}.key"), "-out", &format!("{who}.csr"), "-subj", &format!("/CN={who}")]);
+            run(&["x509", "-req", "-in", &format!("{who}.csr"), "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", &format!("{who}.pem"), "-days", "2", "-extfile", "san.ext"]);
+        }
+        Self { dir }
+    }
+
+    pub fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    pub fn read(&self, name: &str) -> Vec<u8> {
+        ok(std::fs::read(self.dir.path().join(name)), name)
+    }
 }
