@@ -188,18 +188,18 @@ pub fn diff(old: &Outcome, new: &Outcome) -> Result<Diff, DiffError> {
     }
 
     // Subjects: tools, hosts, credentials, downloads, risky commands.
-    let sets: [(GrowthKind, &Vec<String>, &Vec<String>, Option<FindingKind>); 5] = [
-        (GrowthKind::NewTool, &or.tools, &nr.tools, Some(FindingKind::RequestedTool)),
-        (GrowthKind::NewHost, &or.capabilities.hosts, &nr.capabilities.hosts, Some(FindingKind::ExternalReference)),
-        (GrowthKind::NewCredential, &or.capabilities.credentials, &nr.capabilities.credentials, Some(FindingKind::CredentialTouch)),
-        (GrowthKind::NewDownload, &or.capabilities.downloads, &nr.capabilities.downloads, Some(FindingKind::Download)),
-        (GrowthKind::NewRiskyCommand, &or.capabilities.risky_commands, &nr.capabilities.risky_commands, Some(FindingKind::RiskyCommand)),
+    let sets: [(GrowthKind, &[String], &[String], FindingKind); 5] = [
+        (GrowthKind::NewTool, &or.tools[..], &nr.tools[..], FindingKind::RequestedTool),
+        (GrowthKind::NewHost, &or.capabilities.hosts, &nr.capabilities.hosts, FindingKind::ExternalReference),
+        (GrowthKind::NewCredential, &or.capabilities.credentials, &nr.capabilities.credentials, FindingKind::CredentialTouch),
+        (GrowthKind::NewDownload, &or.capabilities.downloads, &nr.capabilities.downloads, FindingKind::Download),
+        (GrowthKind::NewRiskyCommand, &or.capabilities.risky_commands, &nr.capabilities.risky_commands, FindingKind::RiskyCommand),
     ];
     for (kind, o, n, fk) in sets {
         let os: BTreeSet<&String> = o.iter().collect();
         let ns: BTreeSet<&String> = n.iter().collect();
         for s in ns.difference(&os) {
-            d.grown.push(Growth { kind, subject: (*s).clone(), at: fk.and_then(|k| located(nr, k, s)) });
+            d.grown.push(Growth { kind, subject: (*s).clone(), at: located(nr, fk, s) });
         }
         for s in os.difference(&ns) {
             d.dropped.push(Growth { kind, subject: (*s).clone(), at: None });

@@ -364,10 +364,8 @@ impl<'a> Reviewer<'a> {
         if ext_interp.is_some() || (head.is_none() && e.flags.contains(&Flag::Script)) {
             signals.push(ScriptSignal::Extension);
         }
-        if executable || native.is_some() {
-            if self.executables.len() < self.limits.max_subjects {
-                self.executables.insert(e.path.clone());
-            }
+        if (executable || native.is_some()) && self.executables.len() < self.limits.max_subjects {
+            self.executables.insert(e.path.clone());
         }
         if native.is_some() || (binary && !signals.is_empty()) {
             let what = native.map_or("non-text content", |k| k.1);
@@ -413,10 +411,24 @@ impl<'a> Reviewer<'a> {
         let mut hits: Vec<Hit> = Vec::new();
         let mut links = Vec::new();
         let mut per_subject: HashMap<(FindingKind, String), usize> = HashMap::new();
-        let mut lineno = 0u64;
         let mut scanner = std::mem::take(&mut self.scanner);
-        for line in content.split(|&b| b == b'\n') {
-            lineno += 1;
+        let triggers = scan::Triggers::get();
+        // Only lines holding a trigger are scanned; line numbers are counted in between.
+        let (mut pos, mut lineno, mut counted) = (0usize, 1u64, 0usize);
+        loop {
+            let start = match triggers {
+                Some(t) => match t.next(content, pos) {
+                    Some(m) => memchr::memrchr(b'\n', &content[pos..m]).map_or(pos, |i| pos + i + 1),
+                    None => break,
+                },
+                None if pos < content.len() => pos,
+                None => break,
+            };
+            lineno += memchr::memchr_iter(b'\n', &content[counted..start]).count() as u64;
+            counted = start;
+            let end = memchr::memchr(b'\n', &content[start..]).map_or(content.len(), |i| start + i);
+            let line = &content[start..end];
+            pos = end + 1;
             scanner.line(line, &mut hits);
             let mut found: Vec<(FindingKind, usize, String)> = hits
                 .drain(..)
