@@ -124,7 +124,7 @@ pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, RequestEr
         allow_symlinks,
         hardlinks,
         require_skill_md,
-    } = p.clone();
+    } = *p;
     let mut l = server.clone();
     let set = |slot: &mut u64, v: Option<u64>| {
         if let Some(v) = v {
@@ -361,7 +361,7 @@ pub fn outcome_from_proto(r: &pb::ExtractResponse) -> Result<Outcome, MalformedA
         Some(d) => Some(d.parse::<Sha256Digest>().map_err(|e| bad(format!("artifact digest: {e}")))?),
         None => None,
     };
-    let t = r.totals.clone().unwrap_or_default();
+    let t = r.totals.unwrap_or_default();
     let mut entries = Vec::with_capacity(r.entries.len());
     for e in &r.entries {
         let kind = match pb::EntryKind::try_from(e.kind) {
