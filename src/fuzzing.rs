@@ -23,6 +23,7 @@ use crate::extract::policy::{HardlinkPolicy, Limits};
 use crate::extract::{ArtifactType, Request};
 use crate::reason::{ReasonCode, Verdict};
 use crate::replay::verify_tree;
+use crate::skill::frontmatter::{self, FrontmatterLimits};
 
 /// What the first byte of an archive input selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +92,24 @@ thread_local! {
     static WORKSPACE: RefCell<Option<Workspace>> = const { RefCell::new(None) };
 }
 
+/// Known engine bugs a campaign may be told to step over (`SKILLBOX_FUZZ_KNOWN=id,id`), so one
+/// finding does not stop the search for the next. The stable seed test never sets it; each id
+/// is removed once the engine is fixed.
+/// - `drive-letter-after-dot`: `./C:/x` is accepted as `C:/x`, which itself is refused.
+fn known(bug: &str) -> bool {
+    static KNOWN: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    KNOWN
+        .get_or_init(|| std::env::var("SKILLBOX_FUZZ_KNOWN").unwrap_or_default().split(',').map(str::to_owned).collect())
+        .iter()
+        .any(|k| k == bug)
+}
+
+/// A Windows drive prefix (`C:`): absolute there, whatever comes before it in the raw name.
+fn drive_like(p: &str) -> bool {
+    let b = p.as_bytes();
+    b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
+}
+
 fn fail(what: impl std::fmt::Display) -> ! {
     panic!("fuzz property violated: {what}")
 }
@@ -124,16 +143,36 @@ fn extract_checked(bytes: &[u8], limits: &Limits) -> Option<Vec<Entry>> {
     with_workspace(|ws| {
         ws.artifact.set_len(0).unwrap_or_else(|e| fail(e));
         ws.artifact.write_all_at(bytes, 0).unwrap_or_else(|e| fail(e));
+    });
+    let mut accepted = None;
+    run_engine(ArtifactType::Archive, limits, |o, staging| {
+        accepted = check_outcome(o, staging, limits, bytes.len() as u64);
+    });
+    accepted
+}
+
+/// Run the engine on the workspace's artifact in a fresh staging directory; `inspect` sees the
+/// answer and the staged tree before it is removed. Checks the properties every answer shares:
+/// a verdict rather than a fault, nothing beside the staging directory, nothing staged on
+/// rejection.
+fn run_engine(kind: ArtifactType, limits: &Limits, inspect: impl FnOnce(&Outcome, &Path)) -> Outcome {
+    with_workspace(|ws| {
         ws.runs += 1;
         let staging = ws.dir.path().join(format!("staging-{}", ws.runs));
         fs::create_dir(&staging).unwrap_or_else(|e| fail(e));
         let dir = File::open(&staging).unwrap_or_else(|e| fail(e));
-        let req = Request::new(ArtifactType::Archive, limits.clone());
+        let req = Request::new(kind, limits.clone());
         let outcome = match crate::extract::extract(&ws.artifact, dir.as_fd(), &req) {
             Ok(o) => o,
             Err(e) => fail(format!("engine fault instead of a verdict: {e}")),
         };
-        let accepted = check_outcome(&outcome, &staging, limits, bytes.len() as u64);
+        if outcome.verdict == Verdict::Rejected {
+            let left = fs::read_dir(&staging).unwrap_or_else(|e| fail(e)).count();
+            if left != 0 {
+                fail(format!("rejected ({:?}) but left {left} nodes in staging", outcome.reason));
+            }
+        }
+        inspect(&outcome, &staging);
         // Nothing beside the artifact and this staging directory may exist in the workspace.
         let mut names: Vec<String> = fs::read_dir(ws.dir.path())
             .unwrap_or_else(|e| fail(e))
@@ -149,7 +188,7 @@ fn extract_checked(bytes: &[u8], limits: &Limits) -> Option<Vec<Entry>> {
         let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
         drop(dir);
         fs::remove_dir(&staging).unwrap_or_else(|e| fail(format!("cannot remove staging: {e}")));
-        accepted
+        outcome
     })
 }
 
@@ -165,16 +204,18 @@ fn check_outcome(o: &Outcome, staging: &Path, limits: &Limits, bytes_in: u64) ->
             if !left.is_empty() {
                 fail(format!("rejected ({}: {}) but left {} nodes in staging", reason.code, reason.detail, left.len()));
             }
-            if let Some(entry) = &reason.entry {
-                if entry.chars().any(char::is_control) {
-                    fail(format!("reason entry {entry:?} carries a raw control character"));
-                }
+            // Reasons are printed to terminals and logs: hostile bytes must arrive escaped.
+            if reason.entry.iter().chain(std::iter::once(&reason.detail)).any(|t| t.chars().any(char::is_control)) {
+                fail(format!("reason {:?} carries a raw control character", reason));
             }
             None
         }
         Verdict::Accepted => {
             if let Some(r) = &o.reason {
                 fail(format!("accepted with a reason: {r:?}"));
+            }
+            if o.review.is_none() {
+                fail("accepted without a review report");
             }
             check_inventory(&o.entries, limits);
             check_totals(o, bytes_in, limits);
@@ -204,6 +245,7 @@ fn check_inventory(entries: &[Entry], limits: &Limits) {
     for e in entries {
         match SafeRelPath::parse(e.path.as_bytes(), limits) {
             Ok(Parsed::Path(p)) if p.as_str() == e.path => {}
+            _ if known("drive-letter-after-dot") && drive_like(&e.path) => {}
             other => fail(format!("accepted path {:?} does not re-parse to itself: {other:?}", e.path)),
         }
         check_normal_form(&e.path);
@@ -403,14 +445,14 @@ fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonC
     if name.chars().any(char::is_control) || name.contains('\\') {
         broken.insert(ReasonCode::InvalidName);
     }
-    let b = name.as_bytes();
-    if name.starts_with('/') || (b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':') {
+    let comps: Vec<&str> = name.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    // A drive letter is judged on the normalised name: `./C:/x` is `C:/x`.
+    if name.starts_with('/') || drive_like(name) || comps.first().is_some_and(|c| drive_like(c)) {
         broken.insert(ReasonCode::AbsolutePath);
     }
     if raw.len() as u64 > l.max_path_bytes {
         broken.insert(ReasonCode::PathLength);
     }
-    let comps: Vec<&str> = name.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
     if comps.contains(&"..") {
         broken.insert(ReasonCode::PathTraversal);
     }
@@ -437,6 +479,11 @@ pub fn path(data: &[u8]) {
         None => (rest, None),
     };
     let got = SafeRelPath::parse(a, &limits);
+    if let Ok(Parsed::Path(p)) = &got {
+        if known("drive-letter-after-dot") && drive_like(p.as_str()) {
+            return;
+        }
+    }
     match (&got, path_model(a, &limits)) {
         (Ok(Parsed::Path(p)), Ok(Some(m))) if p.as_str() == m => {
             check_normal_form(p.as_str());
@@ -487,6 +534,95 @@ fn check_keys(s: &str) {
     }
     if n.contains('/') != s.contains('/') || f.split('/').count() != s.split('/').count() {
         fail(format!("a collision key of {s:?} changes its components"));
+    }
+}
+
+fn check_frontmatter(md: &[u8], p: &frontmatter::Parsed) {
+    let fm = &p.frontmatter;
+    if fm.name.trim().is_empty() || fm.description.trim().is_empty() {
+        fail(format!("accepted frontmatter with a blank name or description: {fm:?}"));
+    }
+    if !p.key_lines.contains_key("name") || !p.key_lines.contains_key("description") {
+        fail(format!("name/description have no line: {:?}", p.key_lines));
+    }
+    if let Some(k) = fm.unknown_keys.iter().find(|k| !p.key_lines.contains_key(*k)) {
+        fail(format!("unknown key {k:?} has no line"));
+    }
+    let lines = md.split(|&b| b == b'\n').count() as u64;
+    let key_lines = p.key_lines.values().copied();
+    if let Some(l) = p.issues.iter().map(|i| i.line).chain(key_lines).find(|&l| l == 0 || l > lines) {
+        fail(format!("line {l} is outside SKILL.md's {lines} lines"));
+    }
+    let name_issue = p.issues.iter().any(|i| i.key == "name" && !i.unknown_key);
+    if name_issue == frontmatter::name_violations(&fm.name).is_empty() {
+        fail(format!("name {:?}: issues and name_violations disagree", fm.name));
+    }
+    if fm.allowed_tools.iter().any(String::is_empty) {
+        fail(format!("empty allowed tool in {:?}", fm.allowed_tools));
+    }
+}
+
+/// Fuzz target `skill_md`: SKILL.md frontmatter parsing, alone and through the engine. Input:
+/// a config byte (bit 0: tight frontmatter budgets), then the SKILL.md bytes.
+pub fn skill_md(data: &[u8]) {
+    let Some((&cfg, md)) = data.split_first() else { return };
+    let default = FrontmatterLimits::default();
+    let tight = FrontmatterLimits { max_bytes: 512, max_depth: 4, max_nodes: 48, max_scalar_bytes: 512 };
+    let limits = if cfg & 1 != 0 { tight } else { default };
+    let first = frontmatter::parse(md, &limits);
+    if frontmatter::parse(md, &limits) != first {
+        fail("the same SKILL.md parsed two ways");
+    }
+    match &first {
+        Err(r) => {
+            if r.code != ReasonCode::InvalidSkillMd || r.entry.as_deref() != Some("SKILL.md") {
+                fail(format!("frontmatter refused with {r:?}"));
+            }
+            if r.detail.chars().any(char::is_control) {
+                fail(format!("frontmatter reason carries a raw control character: {:?}", r.detail));
+            }
+        }
+        Ok(p) => check_frontmatter(md, p),
+    }
+    // Looser budgets never turn an accepted frontmatter into a refused or different one.
+    let with_default = if limits == default { first.clone() } else { frontmatter::parse(md, &default) };
+    if let Ok(p) = &first {
+        if with_default.as_ref().ok() != Some(p) {
+            fail(format!("accepted under tight budgets but not identically under defaults: {with_default:?}"));
+        }
+    }
+    // Line endings are not content: the CRLF spelling of an accepted document says the same.
+    if first.is_ok() && !md.contains(&b'\r') {
+        let crlf: Vec<u8> = md.iter().flat_map(|&b| if b == b'\n' { vec![b'\r', b'\n'] } else { vec![b] }).collect();
+        let doubled = FrontmatterLimits {
+            max_bytes: limits.max_bytes * 2,
+            max_scalar_bytes: limits.max_scalar_bytes * 2,
+            ..limits
+        };
+        match (frontmatter::parse(&crlf, &doubled), &first) {
+            (Ok(c), Ok(p)) if c.frontmatter == p.frontmatter && c.key_lines == p.key_lines => {}
+            (c, _) => fail(format!("the CRLF spelling parses differently: {c:?} vs {first:?}")),
+        }
+    }
+    // Through the engine: staged byte for byte when accepted, nothing when refused, and the
+    // verdict is the frontmatter's.
+    with_workspace(|ws| {
+        ws.artifact.set_len(0).unwrap_or_else(|e| fail(e));
+        ws.artifact.write_all_at(md, 0).unwrap_or_else(|e| fail(e));
+    });
+    let outcome = run_engine(ArtifactType::SkillMd, &Limits::default(), |o, staging| {
+        if o.verdict == Verdict::Accepted {
+            let staged = fs::read(staging.join("SKILL.md")).unwrap_or_else(|e| fail(e));
+            if staged != md || o.entries.len() != 1 {
+                fail("an accepted SKILL.md is not staged byte for byte as the only entry");
+            }
+        }
+    });
+    match (&outcome.verdict, &with_default) {
+        (Verdict::Accepted, Ok(_)) => {}
+        (Verdict::Rejected, Err(_)) => {}
+        (Verdict::Rejected, Ok(_)) if outcome.reason.as_ref().is_some_and(|r| r.code == ReasonCode::FormatMismatch) => {}
+        (v, fm) => fail(format!("engine says {v:?} ({:?}), frontmatter says {fm:?}", outcome.reason)),
     }
 }
 

@@ -126,6 +126,9 @@ struct RawCase {
     #[serde(default)]
     digest: Option<String>,
     expect: Expect,
+    /// Kinds of review findings an accepted case must report, exactly (`corpus/review/`).
+    #[serde(default)]
+    findings: Option<BTreeSet<String>>,
     #[serde(default)]
     description: Option<String>,
 }
@@ -151,6 +154,8 @@ pub struct Case {
     pub digest: Option<String>,
     /// `None` for an unexpected file.
     pub expect: Option<Expect>,
+    /// When present, the exact set of review finding kinds an accepted answer must carry.
+    pub findings: Option<BTreeSet<String>>,
     pub description: Option<String>,
 }
 
@@ -184,6 +189,8 @@ pub struct Got {
     pub reason: Option<ReasonCode>,
     pub detail: Option<String>,
     pub entry: Option<String>,
+    /// Kinds of the review findings (accepted answers).
+    pub findings: BTreeSet<String>,
 }
 
 /// The result of one case.
@@ -304,6 +311,7 @@ pub fn collect(dir: &Path) -> Result<Vec<Case>, ReplayError> {
             limits: None,
             digest: None,
             expect: None,
+            findings: None,
             description: None,
         });
     }
@@ -365,6 +373,7 @@ fn load_suite(root: &Path, prefix: &Path, cases: &mut Vec<Case>, covered: &mut B
             limits: c.limits,
             digest: c.digest,
             expect: Some(c.expect),
+            findings: c.findings,
             description: c.description,
         });
     }
@@ -534,16 +543,29 @@ fn execute(i: usize, case: &Case, dir: &Path, scratch: &Path, opts: &Options, pr
     cmd.current_dir(&parent).env("TMPDIR", &parent).stdin(Stdio::null()).stdout(out).stderr(err);
     let status = wait(cmd, opts.timeout, problems);
     let answer = status.and_then(|status| read_answer(status, &out_path, &err_path, problems));
-    check_containment(&parent, answer.as_ref(), problems);
+    check_containment(&parent, answer.as_ref().map(|(o, _)| o), problems);
     if let Ok(dir) = File::open(&parent) {
         let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
     }
     let _ = fs::remove_dir(&parent);
-    answer.map(|o| Got {
+    let (o, v) = answer?;
+    // Finding kinds are read from the JSON: the report's shape belongs to the review.
+    let findings: BTreeSet<String> = v["review"]["findings"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|f| f["kind"].as_str().map(str::to_owned)).collect())
+        .unwrap_or_default();
+    if let Some(want) = &case.findings {
+        if o.verdict == Verdict::Accepted && *want != findings {
+            let show = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+            problems.push(format!("review findings [{}], expected [{}]", show(&findings), show(want)));
+        }
+    }
+    Some(Got {
         verdict: o.verdict,
         reason: o.reason.as_ref().map(|r| r.code),
         detail: o.reason.as_ref().map(|r| r.detail.clone()),
         entry: o.reason.as_ref().and_then(|r| r.entry.clone()),
+        findings,
     })
 }
 
@@ -587,22 +609,24 @@ fn tail(path: &Path) -> String {
 }
 
 /// Decode the child's JSON answer and hold it against its exit status.
-fn read_answer(status: ExitStatus, out: &Path, err: &Path, problems: &mut Vec<String>) -> Option<Outcome> {
+fn read_answer(status: ExitStatus, out: &Path, err: &Path, problems: &mut Vec<String>) -> Option<(Outcome, Value)> {
     let mut text = Vec::new();
     let read = File::open(out).and_then(|f| f.take(MAX_ANSWER_BYTES + 1).read_to_end(&mut text));
     let code = status.code();
-    let answer: Option<Outcome> = match read {
+    let answer: Option<(Outcome, Value)> = match read {
         Ok(_) if text.len() as u64 > MAX_ANSWER_BYTES => {
             problems.push(format!("answer larger than {MAX_ANSWER_BYTES} bytes"));
             None
         }
-        Ok(_) => serde_json::from_slice(&text).ok(),
+        Ok(_) => serde_json::from_slice::<Value>(&text)
+            .ok()
+            .and_then(|v| serde_json::from_value::<Outcome>(v.clone()).ok().map(|o| (o, v))),
         Err(e) => {
             problems.push(format!("cannot read the answer: {e}"));
             None
         }
     };
-    let expected_code = answer.as_ref().map(|o| match o.verdict {
+    let expected_code = answer.as_ref().map(|(o, _)| match o.verdict {
         Verdict::Accepted => 0,
         Verdict::Rejected => 3,
     });
@@ -732,11 +756,13 @@ fn walk(root: &Path, rel: &str, out: &mut BTreeMap<String, fs::Metadata>, depth:
     for e in fs::read_dir(root.join(rel))? {
         let e = e?;
         let name = e.file_name();
+        let join = |name: &str| if rel.is_empty() { name.to_owned() } else { format!("{rel}/{name}") };
         let Some(name) = name.to_str() else {
-            out.insert(format!("{rel}/{}", name.to_string_lossy()), e.metadata()?);
+            // Never created by the engine (names are UTF-8); listed so the diff shows it.
+            out.insert(join(&name.to_string_lossy()), e.metadata()?);
             continue;
         };
-        let path = if rel.is_empty() { name.to_owned() } else { format!("{rel}/{name}") };
+        let path = join(name);
         // DirEntry::metadata does not follow symlinks.
         let meta = e.metadata()?;
         if meta.is_dir() {
@@ -938,7 +964,7 @@ mod tests {
 
     #[test]
     fn a_rejected_case_without_a_reason_matches_any_reason() {
-        let got = Got { verdict: Verdict::Rejected, reason: Some(ReasonCode::Corrupt), detail: None, entry: None };
+        let got = Got { verdict: Verdict::Rejected, reason: Some(ReasonCode::Corrupt), detail: None, entry: None, findings: BTreeSet::new() };
         assert!(matches(&Expect { verdict: Verdict::Rejected, reason: None }, &got));
         assert!(matches(&Expect { verdict: Verdict::Rejected, reason: Some(ReasonCode::Corrupt) }, &got));
         assert!(!matches(&Expect { verdict: Verdict::Rejected, reason: Some(ReasonCode::Ratio) }, &got));

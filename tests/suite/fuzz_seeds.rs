@@ -55,12 +55,19 @@ fn path_seeds_hold_every_property() {
 }
 
 #[test]
+fn skill_md_seeds_hold_every_property() {
+    replay("skill_md", fuzzing::skill_md);
+}
+
+#[test]
 fn hand_written_inputs_hold_every_property() {
     fuzzing::path(b"\x00a/./b//c");
     fuzzing::path(b"\x00../x\xff..\\x");
     fuzzing::tar(&with_cfg(0, &tar_package(&[("SKILL.md", SKILL, 0o644)])));
     fuzzing::tar(&with_cfg(0x20, &tar_rich()));
     fuzzing::zip(&with_cfg(0, &zip_package(false, None)));
+    fuzzing::skill_md(&with_cfg(0, SKILL));
+    fuzzing::skill_md(&with_cfg(1, b"---\nname: a\n---\n"));
 }
 
 // ---- seed generation -----------------------------------------------------------------------
@@ -253,5 +260,43 @@ fn regenerate() {
     ];
     for (i, n) in names.iter().enumerate() {
         write("path", &format!("name-{i:02}"), n);
+    }
+    // skill_md: config byte (bit 0 tight budgets), then SKILL.md.
+    let docs: [(&str, u8, &[u8]); 8] = [
+        ("plain", 0, SKILL),
+        ("plain-tight", 1, SKILL),
+        ("crlf-bom", 0, b"\xef\xbb\xbf---\r\nname: demo\r\ndescription: d\r\n---\r\nbody\r\n"),
+        ("full", 0, b"---\nname: pdf-tools\ndescription: >\n  Folded\n  text\nlicense: MIT\ncompatibility: linux\nallowed-tools: Bash(git add:*) Read, Write\nmetadata:\n  author: x\n  n: 1\nx-extra: [1, 2]\n---\n# Title\n"),
+        ("anchors", 1, b"---\nname: &a demo\ndescription: *a\nmetadata: {k: *a}\n---\n"),
+        ("duplicate", 0, b"---\nname: a\nname: b\ndescription: d\n---\n"),
+        ("unterminated", 0, b"---\nname: a\ndescription: d\n"),
+        ("bad-name", 0, b"---\nname: Bad--Name-\ndescription: \"quoted \\x1b escape\"\n---\n"),
+    ];
+    for (name, cfg, doc) in docs {
+        write("skill_md", name, &with_cfg(cfg, doc));
+    }
+    // The project corpus: every small artifact becomes a seed of the target that reads it.
+    let corpus = root.join("corpus");
+    for sub in ["benign", "hostile", "review"] {
+        let Ok(rd) = std::fs::read_dir(corpus.join(sub)) else { continue };
+        let mut files: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
+        files.sort();
+        for f in files {
+            let bytes = std::fs::read(&f).unwrap_or_default();
+            let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if bytes.len() > 16 * 1024 {
+                continue;
+            }
+            let target = if name.ends_with(".md") {
+                "skill_md"
+            } else if name.ends_with(".zip") {
+                "zip"
+            } else if name.ends_with(".tar") || name.ends_with(".tar.gz") || name.ends_with(".tgz") || name.ends_with(".tar.zst") {
+                "tar"
+            } else {
+                continue;
+            };
+            write(target, &format!("corpus-{sub}-{name}"), &with_cfg(0, &bytes));
+        }
     }
 }
