@@ -105,3 +105,55 @@ impl<R: Seek> Seek for Counted<R> {
         self.inner.seek(pos)
     }
 }
+
+/// A read buffer that survives seeks landing inside it.
+///
+/// The zip crate seeks to every local header several times (overlap check, header
+/// consistency, then the data); `BufReader::seek` would drop and refill the whole buffer each
+/// time, copying gigabytes for a small archive with many entries. `seek_relative` keeps it.
+pub(crate) struct SeekBuf<R> {
+    inner: io::BufReader<R>,
+    pos: u64,
+    size: u64,
+}
+
+impl<R: Read + Seek> SeekBuf<R> {
+    pub(crate) fn new(inner: R, size: u64, capacity: usize) -> Self {
+        Self { inner: io::BufReader::with_capacity(capacity, inner), pos: 0, size }
+    }
+}
+
+impl<R: Read> Read for SeekBuf<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R: Read> BufRead for SeekBuf<R> {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, amt: usize) {
+        self.pos += amt as u64;
+        self.inner.consume(amt);
+    }
+}
+
+impl<R: Read + Seek> Seek for SeekBuf<R> {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        let target = match pos {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.size.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        }
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before start of artifact"))?;
+        let delta = i64::try_from(i128::from(target) - i128::from(self.pos))
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seek out of range"))?;
+        self.inner.seek_relative(delta)?;
+        self.pos = target;
+        Ok(target)
+    }
+}

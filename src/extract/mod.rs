@@ -47,6 +47,11 @@ pub struct Request {
     /// Description as the discovery index lists it (compared with SKILL.md by the review).
     #[serde(default)]
     pub index_description: Option<String>,
+    /// SHA-256 the trusted parent computed over the exact bytes it sealed into the artifact
+    /// memfd (which can no longer change). When set, the engine reports it instead of hashing
+    /// the artifact a second time; `expected_digest` is still compared against it.
+    #[serde(default)]
+    pub sealed_digest: Option<Sha256Digest>,
 }
 
 impl Request {
@@ -60,6 +65,7 @@ impl Request {
             limits,
             skill_name: None,
             index_description: None,
+            sealed_digest: None,
         }
     }
 }
@@ -106,7 +112,10 @@ pub fn extract(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Resul
     }
 
     // 1. Digest over the exact bytes, before any parsing.
-    let digest = hash_all(artifact, size).map_err(EngineError::Artifact)?;
+    let digest = match req.sealed_digest {
+        Some(d) => d,
+        None => hash_all(artifact, size).map_err(EngineError::Artifact)?,
+    };
     facts.digest = Some(digest);
     if let Some(expected) = req.expected_digest {
         if expected != digest {
@@ -174,7 +183,7 @@ fn run_format(
     sink: &mut sink::Sink<'_>,
 ) -> Result<(), Stop> {
     let raw = input::ArtifactReader::new(artifact, size);
-    let buffered = input::Counted::new(io::BufReader::with_capacity(64 * 1024, raw), counter.clone());
+    let buffered = input::Counted::new(input::SeekBuf::new(raw, size, 64 * 1024), counter.clone());
     match format {
         Format::SkillMd => {
             let mut r = buffered;

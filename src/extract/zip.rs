@@ -6,12 +6,12 @@
 //! which different tools trust differently). Only stored and deflated entries are read; the
 //! crate checks each entry's CRC when its data ends, and the sink checks the produced size.
 
-use std::io::{self, Read};
+use std::io::Read;
 
 use zip::result::ZipError;
 use zip::CompressionMethod;
 
-use super::input::{ArtifactReader, Counted};
+use super::input::{ArtifactReader, Counted, SeekBuf};
 use super::sink::{classify, RawEntry, RawKind, Sink};
 use super::Stop;
 use crate::reason::{display_name, Reason, ReasonCode};
@@ -42,7 +42,7 @@ fn zip_error(err: ZipError, entry: Option<&[u8]>) -> Stop {
     Stop::Reject(reason)
 }
 
-pub(crate) fn read(reader: Counted<io::BufReader<ArtifactReader<'_>>>, sink: &mut Sink<'_>) -> Result<(), Stop> {
+pub(crate) fn read(reader: Counted<SeekBuf<ArtifactReader<'_>>>, sink: &mut Sink<'_>) -> Result<(), Stop> {
     let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_error(e, None))?;
     let limits = sink.limits().clone();
     if archive.len() as u64 > limits.max_entries {
