@@ -11,6 +11,7 @@ pub mod extract;
 pub mod fetch;
 pub mod index;
 pub mod reason;
+pub mod sandbox;
 pub mod replay;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -14,6 +14,8 @@ use skillbox::extract::inventory::Outcome;
 use skillbox::extract::policy::Limits;
 use skillbox::extract::{ArtifactType, Request};
 use skillbox::reason::Verdict;
+use skillbox::sandbox::cli::SandboxArgs;
+use skillbox::sandbox::{Confined, SandboxReport};
 
 const EXIT_ACCEPTED: u8 = 0;
 const EXIT_OPERATIONAL: u8 = 1;
@@ -27,6 +29,8 @@ const EXIT_REJECTED: u8 = 3;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    sandbox: skillbox::sandbox::cli::SandboxArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -36,6 +40,13 @@ enum Command {
     /// Exit status: 0 accepted, 3 rejected (the reason is printed), 1 operational error,
     /// 2 usage error. On rejection nothing is left on disk.
     Extract(ExtractArgs),
+    /// Check that confinement works on this host: Landlock, seccomp, the uid switch and the
+    /// limits, by running real confined children. Exit status 0 if it works, 1 if it would fail.
+    Doctor(skillbox::sandbox::cli::DoctorArgs),
+    /// Internal: the confined child that runs the engine. skillbox starts it with a prepared
+    /// set of fds; by hand it refuses to run.
+    #[command(name = skillbox::sandbox::CHILD_SUBCOMMAND, hide = true)]
+    SandboxChild,
     /// Discovery index tools (`index check FILE|URL`).
     Index(skillbox::fetch::cli::IndexArgs),
     /// Fetch one skill from a discovery index over HTTPS under a strict policy, verify its
@@ -167,11 +178,14 @@ fn operational(message: impl Into<String>) -> Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let sandbox = &cli.sandbox;
     let result = match cli.command {
-        Command::Extract(args) => cmd_extract(args),
+        Command::SandboxChild => std::process::exit(skillbox::sandbox::child::main()),
+        Command::Doctor(args) => Ok(skillbox::sandbox::cli::run_doctor(sandbox, &args)),
+        Command::Extract(args) => cmd_extract(args, sandbox),
         Command::Index(args) => Ok(skillbox::fetch::cli::run_index(args)),
         Command::Fetch(args) => Ok(skillbox::fetch::cli::run_fetch(args, &|artifact, staging, req| {
-            run_engine(artifact, staging, req).map_err(|f| f.message)
+            run_engine(sandbox, artifact, staging, req).map(|c| c.outcome).map_err(|f| f.message)
         })),
         Command::Diff(args) => cmd_diff(&args),
         Command::Replay(args) => Ok(skillbox::replay::main(args)),
@@ -227,7 +241,7 @@ impl Staging {
     }
 }
 
-fn cmd_extract(args: ExtractArgs) -> Result<u8, Failure> {
+fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> {
     let expected_digest = match &args.digest {
         Some(d) => Some(d.parse::<Sha256Digest>().map_err(|e| usage(format!("--digest: {e}")))?),
         None => None,
@@ -273,9 +287,9 @@ fn cmd_extract(args: ExtractArgs) -> Result<u8, Failure> {
     };
     let dir = File::open(staging.path())
         .map_err(|e| operational(format!("cannot open {}: {e}", staging.path().display())));
-    let outcome = dir.and_then(|dir| run_engine(&artifact, dir.as_fd(), &req));
-    let outcome = match outcome {
-        Ok(o) => o,
+    let confined = dir.and_then(|dir| run_engine(sandbox, &artifact, dir.as_fd(), &req));
+    let (outcome, report) = match confined {
+        Ok(c) => (c.outcome, c.sandbox),
         Err(f) => {
             discard(&staging);
             return Err(f);
@@ -284,7 +298,7 @@ fn cmd_extract(args: ExtractArgs) -> Result<u8, Failure> {
     if outcome.verdict == Verdict::Rejected {
         discard(&staging);
     }
-    print_outcome(&outcome, &staging, args.json)?;
+    print_confined(&outcome, &report, &staging, args.json)?;
     Ok(match outcome.verdict {
         Verdict::Accepted => EXIT_ACCEPTED,
         Verdict::Rejected => EXIT_REJECTED,
@@ -302,9 +316,24 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<u8,
     })
 }
 
-/// Run the extraction engine on the artifact into the staging directory.
-fn run_engine(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Result<Outcome, Failure> {
-    skillbox::extract::extract(artifact, staging, req).map_err(|e| operational(e.to_string()))
+/// Run the extraction engine on the artifact into the staging directory, in a confined child.
+fn run_engine(sandbox: &SandboxArgs, artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Result<Confined, Failure> {
+    skillbox::sandbox::cli::extract(sandbox, artifact, staging, req).map_err(operational)
+}
+
+/// Print an answer of the confined child: the outcome, plus how it was confined (`"sandbox"`).
+fn print_confined(outcome: &Outcome, sandbox: &SandboxReport, staging: &Staging, json: bool) -> Result<(), Failure> {
+    if !json {
+        print_outcome(outcome, staging, false)?;
+        println!("  sandbox: {}", sandbox.summary());
+        return Ok(());
+    }
+    let mut answer = serde_json::to_value(outcome).map_err(|e| operational(e.to_string()))?;
+    if let Some(fields) = answer.as_object_mut() {
+        fields.insert("sandbox".into(), serde_json::to_value(sandbox).map_err(|e| operational(e.to_string()))?);
+    }
+    println!("{}", serde_json::to_string_pretty(&answer).map_err(|e| operational(e.to_string()))?);
+    Ok(())
 }
 
 /// Remove a staging directory and everything in it (after a rejection or a fault).

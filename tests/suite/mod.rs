@@ -7,3 +7,4 @@ mod diff;
 mod grpc;
 mod fetch;
 mod index;
+mod sandbox;

@@ -1,0 +1,222 @@
+//! What confinement costs per request: the same extraction run in-process (the engine alone)
+//! and through the confined child (memfd copy + hash, spawn, confine, extract, answer,
+//! re-check), interleaved, median over many runs. Driven by `scripts/bench-sandbox.sh`.
+//!
+//! ```text
+//! cargo run --release --example bench_sandbox -- EXE WORKDIR [RUNS]
+//! ```
+//! EXE is the release `skillbox` binary the child re-executes; WORKDIR should be on tmpfs
+//! (/dev/shm) so disk noise stays out of the numbers.
+
+use std::fs::{self, File};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use skillbox::extract::policy::Limits;
+use skillbox::extract::{ArtifactType, Request};
+use skillbox::reason::Verdict;
+use skillbox::sandbox::{Sandbox, SandboxConfig, Verify};
+
+fn fail(what: &str, e: impl std::fmt::Display) -> ! {
+    eprintln!("bench_sandbox: {what}: {e}");
+    std::process::exit(1)
+}
+
+/// Deterministic, poorly compressible text (xorshift), so the archive is as large as its files.
+fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            b"abcdefghijklmnopqrstuvwxyz0123456789 \n"[(x % 38) as usize]
+        })
+        .collect()
+}
+
+/// A tar.gz of `files` files totalling about `bytes` bytes, with SKILL.md at the root.
+fn package(files: usize, bytes: usize) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut b = tar::Builder::new(gz);
+    let mut add = |path: &str, data: &[u8], mode: u32| {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(mode);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mtime(0);
+        b.append_data(&mut h, path, data)
+            .unwrap_or_else(|e| fail("tar", e));
+    };
+    add(
+        "SKILL.md",
+        b"---\nname: bench\ndescription: A benchmark skill\n---\nRun scripts/run.sh.\n",
+        0o644,
+    );
+    let each = bytes / files.max(1);
+    for i in 1..files {
+        let dir = ["scripts", "references", "assets"][i % 3];
+        let mode = if dir == "scripts" { 0o755 } else { 0o644 };
+        add(
+            &format!("{dir}/file{i:02}.txt"),
+            &noise(i as u64, each),
+            mode,
+        );
+    }
+    let gz = b.into_inner().unwrap_or_else(|e| fail("tar", e));
+    gz.finish().unwrap_or_else(|e| fail("gzip", e))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn pct(mut v: Vec<Duration>, p: usize) -> Duration {
+    v.sort();
+    v[(v.len() * p / 100).min(v.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+struct Case {
+    name: &'static str,
+    artifact: PathBuf,
+    req: Request,
+}
+
+fn case(work: &Path, name: &'static str, bytes: Vec<u8>) -> Case {
+    let artifact = work.join(format!("{name}.tar.gz"));
+    fs::write(&artifact, &bytes).unwrap_or_else(|e| fail("write artifact", e));
+    let mut req = Request::new(ArtifactType::Archive, Limits::default());
+    req.file_name = Some(format!("{name}.tar.gz"));
+    req.expected_digest = Some(skillbox::digest::Sha256Digest::of_bytes(&bytes));
+    eprintln!("{name}: {} bytes", bytes.len());
+    Case {
+        name,
+        artifact,
+        req,
+    }
+}
+
+/// One extraction into a fresh directory under `work`; returns its wall time.
+fn once(work: &Path, case: &Case, sandbox: Option<&Sandbox>) -> Duration {
+    let out = work.join("out");
+    let _ = fs::remove_dir_all(&out);
+    fs::create_dir(&out).unwrap_or_else(|e| fail("mkdir", e));
+    let artifact = File::open(&case.artifact).unwrap_or_else(|e| fail("open", e));
+    let dir = File::open(&out).unwrap_or_else(|e| fail("open out", e));
+    let started = Instant::now();
+    let verdict = match sandbox {
+        None => {
+            skillbox::extract::extract(&artifact, dir.as_fd(), &case.req)
+                .unwrap_or_else(|e| fail("engine", e))
+                .verdict
+        }
+        Some(sb) => {
+            sb.extract_at(&artifact, dir.as_fd(), &case.req)
+                .unwrap_or_else(|e| fail("sandbox", e))
+                .outcome
+                .verdict
+        }
+    };
+    let took = started.elapsed();
+    if verdict != Verdict::Accepted {
+        fail(case.name, "not accepted");
+    }
+    took
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (exe, work) = match args.as_slice() {
+        [exe, work, ..] => (PathBuf::from(exe), PathBuf::from(work)),
+        _ => fail("usage", "bench_sandbox EXE WORKDIR [RUNS]"),
+    };
+    let runs: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(200);
+    fs::create_dir_all(&work).unwrap_or_else(|e| fail("workdir", e));
+    let sandbox = |verify| {
+        Sandbox::new(SandboxConfig {
+            exe: exe.clone(),
+            verify,
+            ..SandboxConfig::default()
+        })
+        .unwrap_or_else(|e| fail("sandbox", e))
+    };
+    let (structure, full) = (sandbox(Verify::Structure), sandbox(Verify::Full));
+
+    // Floor: exec the same binary doing nothing (clap parses, prints the version, exits).
+    let mut spawn = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let ok = Command::new(&exe)
+            .arg("--version")
+            .env_clear()
+            .stdout(std::process::Stdio::null())
+            .status();
+        spawn.push(t.elapsed());
+        if !ok.map(|s| s.success()).unwrap_or(false) {
+            fail("spawn", "skillbox --version failed");
+        }
+    }
+    let mut spawn_true = Vec::new();
+    for _ in 0..runs {
+        let t = Instant::now();
+        let _ = Command::new("/bin/true").env_clear().status();
+        spawn_true.push(t.elapsed());
+    }
+    println!(
+        "bare spawn+wait   /bin/true        median {:7.3} ms",
+        ms(median(spawn_true))
+    );
+    println!(
+        "bare spawn+wait   skillbox --version median {:7.3} ms",
+        ms(median(spawn))
+    );
+
+    let typical = case(&work, "typical", package(25, 250 * 1024));
+    let large = case(&work, "large", package(8, 64 * 1024 * 1024));
+    for (c, n) in [(&typical, runs), (&large, (runs / 20).max(5))] {
+        let (mut inproc, mut conf, mut conf_full) = (Vec::new(), Vec::new(), Vec::new());
+        // Warm-up, then interleave so drift hits all three alike.
+        once(&work, c, None);
+        once(&work, c, Some(&structure));
+        for _ in 0..n {
+            inproc.push(once(&work, c, None));
+            conf.push(once(&work, c, Some(&structure)));
+            conf_full.push(once(&work, c, Some(&full)));
+        }
+        let (mi, mc, mf) = (
+            median(inproc.clone()),
+            median(conf.clone()),
+            median(conf_full.clone()),
+        );
+        println!(
+            "{:8} in-process       median {:8.3} ms  p90 {:8.3} ms  ({n} runs)",
+            c.name,
+            ms(mi),
+            ms(pct(inproc, 90))
+        );
+        println!(
+            "{:8} confined         median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
+            c.name,
+            ms(mc),
+            ms(pct(conf, 90)),
+            ms(mc.saturating_sub(mi)),
+            (mc.as_secs_f64() / mi.as_secs_f64() - 1.0) * 100.0
+        );
+        println!(
+            "{:8} confined+rehash  median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
+            c.name,
+            ms(mf),
+            ms(pct(conf_full, 90)),
+            ms(mf.saturating_sub(mi)),
+            (mf.as_secs_f64() / mi.as_secs_f64() - 1.0) * 100.0
+        );
+    }
+    let _ = fs::remove_dir_all(work.join("out"));
+}

@@ -1,0 +1,283 @@
+//! The child's entry point (the hidden `sandbox-child` subcommand): read the parent's request,
+//! confine, and only then run the job over the artifact.
+//!
+//! This process is a fresh `exec` of our own binary: single-threaded, no async runtime, an
+//! empty environment, and exactly the fds the parent placed (0 request, 1 answer, 2 log,
+//! 3 sealed artifact memfd, 4 staging directory). It must never read a byte of the artifact
+//! before [`confine`] has returned, and never answer on any fd but 1.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, OwnedFd};
+
+use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+use nix::sys::signal::Signal;
+use nix::sys::stat::{SFlag, fstat};
+use nix::unistd::{Gid, Uid, getegid, geteuid, getppid, setgroups, setresgid, setresuid};
+
+use super::wire::{
+    self, ChildAnswer, ChildRequest, ConfinementReport, Enforcement, Job, JobResult,
+};
+use super::{landlock, probe, rlimits, seccomp, sys};
+
+/// Exit status after a complete answer (the verdict is in the answer, not the status).
+pub const EXIT_ANSWERED: i32 = 0;
+/// The fds or the request were not what the parent promised; no answer was sent.
+pub const EXIT_BAD_SETUP: i32 = 2;
+/// Confinement could not be applied as required; a `JobResult::Unavailable` answer was sent.
+pub const EXIT_UNAVAILABLE: i32 = 3;
+
+/// A confinement step that failed.
+struct StepFailed {
+    step: &'static str,
+    detail: String,
+}
+
+fn failed(step: &'static str, detail: impl std::fmt::Display) -> StepFailed {
+    StepFailed {
+        step,
+        detail: detail.to_string(),
+    }
+}
+
+/// What `confine` hands to the job: the inherited fds, now owned.
+struct Inherited {
+    artifact: File,
+    staging: OwnedFd,
+}
+
+/// The child's `main`. Returns the process exit status.
+pub fn main() -> i32 {
+    // Anything beyond fd 4 is a leak from the parent's side: close before doing anything else.
+    if sys::close_fds_from(sys::CHILD_FIRST_FOREIGN_FD).is_err() {
+        return EXIT_BAD_SETUP;
+    }
+    let Ok(mut answer) = sys::inherited_fd(1).map(File::from) else {
+        return EXIT_BAD_SETUP;
+    };
+    let Some((request, program)) = read_request() else {
+        return EXIT_BAD_SETUP;
+    };
+    let mut report = ConfinementReport::default();
+    let inherited = match confine(&request, &program, &mut report) {
+        Ok(i) => i,
+        Err(StepFailed { step, detail }) => {
+            let result = JobResult::Unavailable {
+                step: step.to_owned(),
+                detail,
+            };
+            return match send(&mut answer, &ChildAnswer { report, result }) {
+                Ok(()) => EXIT_UNAVAILABLE,
+                Err(_) => EXIT_BAD_SETUP,
+            };
+        }
+    };
+    // Confined. From here on the artifact may be read.
+    let result = match &request.job {
+        Job::Extract(req) => {
+            match crate::extract::extract(&inherited.artifact, inherited.staging.as_fd(), req) {
+                Ok(outcome) => JobResult::Extracted(Box::new(outcome)),
+                Err(e) => JobResult::EngineFault {
+                    detail: e.to_string(),
+                },
+            }
+        }
+        Job::Probe(p) => match probe::run(
+            p,
+            &inherited.artifact,
+            inherited.staging.as_fd(),
+            &mut answer,
+            &report,
+        ) {
+            Some(r) => JobResult::Probe(r),
+            None => return EXIT_ANSWERED,
+        },
+    };
+    match send(&mut answer, &ChildAnswer { report, result }) {
+        Ok(()) => EXIT_ANSWERED,
+        Err(_) => EXIT_BAD_SETUP,
+    }
+}
+
+/// The request (JSON) and the seccomp program (raw BPF), both bounded; fd 0 is closed after.
+fn read_request() -> Option<(ChildRequest, Vec<seccompiler::sock_filter>)> {
+    let input = File::from(sys::inherited_fd(0).ok()?);
+    let json = wire::read_frame(&input, wire::MAX_REQUEST_BYTES).ok()?;
+    let program = wire::read_frame(&input, wire::MAX_BPF_BYTES).ok()?;
+    let request = serde_json::from_slice(&json).ok()?;
+    Some((request, seccomp::from_bytes(&program)?))
+}
+
+fn send(answer: &mut File, msg: &ChildAnswer) -> io::Result<()> {
+    let json = serde_json::to_vec(msg).map_err(io::Error::other)?;
+    answer.write_all(&wire::frame(&json)?)
+}
+
+/// Confine this process before it reads a byte of the artifact. Every step is irreversible,
+/// and the order matters: each later step relies on the earlier ones.
+///
+/// 1. **Inherited fds.** Take ownership of fds 3 and 4 and check they are what the parent
+///    promised: a memfd carrying all four seals (no write, grow, shrink, or seal change) and a
+///    directory. Everything above 4 was closed by `main`. Not skippable.
+/// 2. **Resource limits.** Core dumps off, a small fd table, the file-size, CPU and
+///    address-space ceilings from the plan (`rlimits.rs`).
+/// 3. **Identity.** Started as root: empty the capability bounding set (still privileged enough
+///    to), drop supplementary groups, then `setresgid` and `setresuid` to the unprivileged ids;
+///    verify all three uids and gids changed. Leaving uid 0 without `PR_SET_KEEPCAPS` clears the
+///    permitted and effective sets. Refused outright if no unprivileged identity was given.
+/// 4. **Capabilities.** Clear the ambient set, `capset` everything to zero, and verify with
+///    `capget` that effective, permitted and inheritable are empty.
+/// 5. **Process attributes.** Not dumpable (no core, no same-uid ptrace or /proc peeking), and
+///    SIGKILL on parent death. Both after step 3, because a credential change resets them. If
+///    the parent is already gone, exit at once.
+/// 6. **no_new_privs**, so nothing later can gain privileges through exec (there is no exec,
+///    but seccomp and Landlock require it of unprivileged callers anyway).
+/// 7. **Landlock**: reach nothing but the staging directory (`landlock.rs`).
+/// 8. **Seccomp last**: the allow-list (`seccomp.rs`); after it even the Landlock and prctl
+///    calls above would kill the process.
+///
+/// Under `Enforcement::AllowUnconfined`, steps 2 to 8 that fail are recorded in
+/// `report.missing` and skipped; otherwise the first failure is returned and the job never runs.
+fn confine(
+    req: &ChildRequest,
+    program: &[seccompiler::sock_filter],
+    report: &mut ConfinementReport,
+) -> Result<Inherited, StepFailed> {
+    let degrade = |report: &mut ConfinementReport, f: StepFailed| -> Result<(), StepFailed> {
+        match req.enforcement {
+            Enforcement::Required => Err(f),
+            Enforcement::AllowUnconfined => {
+                report.missing.push(format!("{}: {}", f.step, f.detail));
+                Ok(())
+            }
+        }
+    };
+
+    // 1. Inherited fds.
+    let artifact = sys::inherited_fd(sys::CHILD_ARTIFACT_FD)
+        .map_err(|e| failed("fds", format!("artifact fd: {e}")))?;
+    let staging = sys::inherited_fd(sys::CHILD_STAGING_FD)
+        .map_err(|e| failed("fds", format!("staging fd: {e}")))?;
+    let seals = fcntl(artifact.as_fd(), FcntlArg::F_GET_SEALS)
+        .map_err(|e| failed("fds", format!("artifact seals: {e}")))?;
+    let wanted = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_SEAL;
+    if !SealFlag::from_bits_truncate(seals).contains(wanted) {
+        return Err(failed("fds", "the artifact memfd is not sealed"));
+    }
+    let st = fstat(staging.as_fd()).map_err(|e| failed("fds", format!("staging fd: {e}")))?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR {
+        return Err(failed("fds", "the staging fd is not a directory"));
+    }
+
+    // 2. Resource limits.
+    match rlimits::apply(&req.rlimits) {
+        Ok(()) => report.rlimits = Some(req.rlimits),
+        Err((which, e)) => degrade(report, failed("rlimits", format!("{which}: {e}")))?,
+    }
+
+    // 3. Identity.
+    if geteuid().is_root() {
+        let step = match req.run_as {
+            None => Err(failed(
+                "identity",
+                "started as root and no unprivileged uid/gid to switch to",
+            )),
+            Some(ids) => {
+                let (uid, gid) = (Uid::from_raw(ids.uid), Gid::from_raw(ids.gid));
+                sys::drop_bounding_set()
+                    .map_err(|e| failed("identity", format!("capability bounding set: {e}")))
+                    .and_then(|()| {
+                        setgroups(&[]).map_err(|e| failed("identity", format!("setgroups: {e}")))
+                    })
+                    .and_then(|()| {
+                        setresgid(gid, gid, gid)
+                            .map_err(|e| failed("identity", format!("setresgid: {e}")))
+                    })
+                    .and_then(|()| {
+                        setresuid(uid, uid, uid)
+                            .map_err(|e| failed("identity", format!("setresuid: {e}")))
+                    })
+                    .and_then(|()| {
+                        let r = nix::unistd::getresuid().map_err(|e| failed("identity", e))?;
+                        let g = nix::unistd::getresgid().map_err(|e| failed("identity", e))?;
+                        if [r.real, r.effective, r.saved] != [uid; 3]
+                            || [g.real, g.effective, g.saved] != [gid; 3]
+                        {
+                            return Err(failed("identity", "uid/gid did not change"));
+                        }
+                        Ok(())
+                    })
+            }
+        };
+        if let Err(f) = step {
+            degrade(report, f)?;
+        }
+    }
+    report.uid = geteuid().as_raw();
+    report.gid = getegid().as_raw();
+
+    // 4. Capabilities.
+    let caps = sys::clear_ambient_caps()
+        .and_then(|()| sys::clear_capabilities())
+        .and_then(|()| sys::capabilities())
+        .map_err(|e| failed("capabilities", e))
+        .and_then(|sets| match sets {
+            (0, 0, 0) => Ok(()),
+            (e, p, i) => Err(failed(
+                "capabilities",
+                format!("still held: eff {e:#x} prm {p:#x} inh {i:#x}"),
+            )),
+        });
+    if let Err(f) = caps {
+        degrade(report, f)?;
+    }
+
+    // 5. Process attributes.
+    let attrs = nix::sys::prctl::set_dumpable(false)
+        .and_then(|()| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL))
+        .map_err(|e| failed("process attributes", e));
+    if let Err(f) = attrs {
+        degrade(report, f)?;
+    }
+    if u32::try_from(getppid().as_raw()).ok() != Some(req.parent_pid) {
+        // The parent died before the death signal was armed: nobody is waiting for an answer.
+        std::process::exit(EXIT_BAD_SETUP);
+    }
+
+    // 6. no_new_privs.
+    match nix::sys::prctl::set_no_new_privs() {
+        Ok(()) => report.no_new_privs = true,
+        Err(e) => degrade(report, failed("no_new_privs", e))?,
+    }
+
+    // 7. Landlock.
+    match landlock::restrict_to(staging.as_fd(), req.enforcement) {
+        Ok(applied) => {
+            report.landlock_abi = applied.abi;
+            report.landlock = applied.status.to_owned();
+            report.landlock_features = applied.features;
+            if applied.status == "not_enforced" {
+                degrade(report, failed("landlock", "not enforced by this kernel"))?;
+            }
+        }
+        Err(e) => {
+            report.landlock_abi = landlock::kernel_abi().0;
+            report.landlock = "not_enforced".to_owned();
+            degrade(report, failed("landlock", e))?;
+        }
+    }
+
+    // 8. Seccomp, last.
+    match seccomp::install(program) {
+        Ok(()) => report.seccomp = true,
+        Err(e) => degrade(report, failed("seccomp", e))?,
+    }
+
+    Ok(Inherited {
+        artifact: File::from(artifact),
+        staging,
+    })
+}

@@ -1,0 +1,369 @@
+//! `skillbox doctor`: does confinement work on this host, as configured, right now?
+//!
+//! Nothing here is inferred from version numbers alone: the doctor starts real confined
+//! children, reads their /proc status from outside, runs a real extraction through the engine,
+//! and checks that a forbidden system call kills and that a path outside staging is refused.
+//! It always asks for full enforcement; `--allow-unconfined` does not make it lenient.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use super::landlock;
+use super::probe::{Base, Probe, ProbeResult};
+use super::supervise::ProbeEnd;
+use super::wire::{Enforcement, RlimitPlan};
+use super::{Sandbox, SandboxConfig, StagingDir, seccomp, sys};
+use crate::extract::Request;
+use crate::extract::detect::ArtifactType;
+use crate::extract::policy::Limits;
+use crate::reason::Verdict;
+
+/// One finding.
+#[derive(Debug, Clone, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// Everything the doctor found; `ok` is false when confinement would fail.
+#[derive(Debug, Clone, Serialize)]
+pub struct DoctorReport {
+    pub ok: bool,
+    pub kernel: String,
+    pub arch: &'static str,
+    pub euid: u32,
+    pub landlock_abi: i32,
+    pub landlock_required_abi: i32,
+    pub landlock_features: Vec<String>,
+    pub seccomp_profile: Option<String>,
+    pub seccomp_instructions: Option<usize>,
+    /// uid/gid the child switches to (when we run as root).
+    pub child_ids: Option<(u32, u32)>,
+    pub timeout_ms: u128,
+    /// The child's resource limits under the default extraction limits.
+    pub limits: Option<RlimitPlan>,
+    pub checks: Vec<Check>,
+}
+
+const TINY_SKILL: &[u8] =
+    b"---\nname: doctor\ndescription: skillbox doctor self-test\n---\nNothing to see.\n";
+
+/// Run every check with `config` (its enforcement is forced to `Required`).
+pub fn run(mut config: SandboxConfig) -> DoctorReport {
+    config.enforcement = Enforcement::Required;
+    let mut checks = Vec::new();
+    let mut push = |name, ok, detail: String| checks.push(Check { name, ok, detail });
+
+    let (abi, hint) = landlock::kernel_abi();
+    push(
+        "landlock",
+        hint.is_none(),
+        hint.unwrap_or_else(|| format!("ABI {abi} (need {})", landlock::REQUIRED_ABI)),
+    );
+
+    let seccomp_ok = match sys::seccomp_mode() {
+        Ok(_) => {
+            let actions = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail")
+                .unwrap_or_default();
+            if actions.contains("kill_process") {
+                (true, "filter mode with kill_process".to_owned())
+            } else {
+                (
+                    false,
+                    format!(
+                        "the kernel does not offer kill_process (actions: {})",
+                        actions.trim()
+                    ),
+                )
+            }
+        }
+        Err(e) => (false, format!("seccomp is not available: {e}")),
+    };
+    push("seccomp", seccomp_ok.0, seccomp_ok.1);
+
+    let mut report = DoctorReport {
+        ok: false,
+        kernel: nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        arch: std::env::consts::ARCH,
+        euid: nix::unistd::geteuid().as_raw(),
+        landlock_abi: abi,
+        landlock_required_abi: landlock::REQUIRED_ABI,
+        landlock_features: landlock::optional_features(abi),
+        seccomp_profile: None,
+        seccomp_instructions: None,
+        child_ids: None,
+        timeout_ms: config.timeout.as_millis(),
+        limits: None,
+        checks: Vec::new(),
+    };
+
+    match Sandbox::new(config) {
+        Err(e) => push("profile", false, e.to_string()),
+        Ok(sandbox) => {
+            let (source, len) = sandbox.profile_summary();
+            push("profile", true, format!("{source}: {len} BPF instructions"));
+            report.seccomp_profile = Some(source);
+            report.seccomp_instructions = Some(len);
+            report.child_ids = sandbox.child_ids();
+            report.limits = Some(sandbox.rlimit_plan(&Limits::default()));
+            match tempfile::Builder::new()
+                .prefix("skillbox-doctor-")
+                .tempdir()
+            {
+                Err(e) => push(
+                    "children",
+                    false,
+                    format!("cannot create a temporary directory: {e}"),
+                ),
+                Ok(tmp) => {
+                    for (name, result) in child_checks(&sandbox, tmp.path()) {
+                        match result {
+                            Ok(detail) => push(name, true, detail),
+                            Err(detail) => push(name, false, detail),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    report.ok = checks.iter().all(|c| c.ok);
+    report.checks = checks;
+    report
+}
+
+type Finding = (&'static str, Result<String, String>);
+
+fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
+    let mut out = Vec::new();
+    out.push(("confined child", status_check(sandbox, &tmp.join("status"))));
+    out.push((
+        "extraction",
+        extraction_check(sandbox, &tmp.join("extract")),
+    ));
+    out.push((
+        "seccomp enforced",
+        probe_check(
+            sandbox,
+            &tmp.join("exec"),
+            Probe::Exec {
+                path: "/bin/sh".into(),
+            },
+            |end| {
+                matches!(end, ProbeEnd::Signaled(libc::SIGSYS))
+                    .then(|| "execve killed the child with SIGSYS".to_owned())
+            },
+        ),
+    ));
+    // A world-readable file outside staging: only Landlock stands between the child and it.
+    let outside = tmp.join("outside.txt");
+    let readable = std::fs::write(&outside, b"x").and_then(|()| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644))
+    });
+    let landlock_probe = Probe::ReadFile {
+        base: Base::Cwd,
+        path: outside.display().to_string(),
+    };
+    out.push((
+        "landlock enforced",
+        readable
+            .map_err(|e| format!("cannot prepare the probe file: {e}"))
+            .and_then(|()| {
+                probe_check(sandbox, &tmp.join("landlock"), landlock_probe, |end| {
+                    matches!(end, ProbeEnd::Reported(ProbeResult::Errno(libc::EACCES))).then(|| {
+                        "reading a world-readable file outside staging was refused (EACCES)"
+                            .to_owned()
+                    })
+                })
+            }),
+    ));
+    out
+}
+
+fn fresh(dir: &Path, sandbox: &Sandbox) -> Result<StagingDir, String> {
+    std::fs::create_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    StagingDir::prepare(dir, sandbox.child_ids())
+        .map_err(|e| format!("cannot prepare {}: {e}", dir.display()))
+}
+
+fn probe_check(
+    sandbox: &Sandbox,
+    dir: &Path,
+    probe: Probe,
+    judge: impl Fn(&ProbeEnd) -> Option<String>,
+) -> Result<String, String> {
+    let staging = fresh(dir, sandbox)?;
+    let end = sandbox.probe(probe, &staging).map_err(|e| e.to_string());
+    let _ = staging.discard();
+    let end = end?;
+    judge(&end).ok_or_else(|| format!("unexpected result: {end:?}"))
+}
+
+/// A real, trivial extraction through the engine.
+fn extraction_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
+    std::fs::create_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut req = Request::new(ArtifactType::SkillMd, Limits::default());
+    req.file_name = Some("SKILL.md".into());
+    req.expected_digest = Some(crate::digest::Sha256Digest::of_bytes(TINY_SKILL));
+    let started = Instant::now();
+    let confined = sandbox
+        .run_job(
+            super::Job::Extract(req.clone()),
+            TINY_SKILL,
+            dir,
+            &req.limits,
+            |_| {},
+        )
+        .map_err(|e| e.to_string())?;
+    let took = started.elapsed();
+    let staged = std::fs::read(dir.join("SKILL.md")).unwrap_or_default();
+    let _ = std::fs::remove_file(dir.join("SKILL.md"));
+    let _ = std::fs::remove_dir(dir);
+    match (&confined.outcome.verdict, staged == TINY_SKILL) {
+        (Verdict::Accepted, true) => Ok(format!(
+            "a SKILL.md was staged and re-checked in {:.2} ms",
+            took.as_secs_f64() * 1e3
+        )),
+        (Verdict::Accepted, false) => Err("accepted, but the staged file differs".into()),
+        (Verdict::Rejected, _) => Err(format!(
+            "rejected: {}",
+            confined
+                .outcome
+                .reason
+                .map(|r| format!("{}: {}", r.code, r.detail))
+                .unwrap_or_default()
+        )),
+    }
+}
+
+/// Start a spinning confined child and read its /proc status from outside.
+fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
+    let staging = fresh(dir, sandbox)?;
+    let result = (|| {
+        let sealed = super::SealedArtifact::copy_from(&b"x"[..], 1).map_err(|e| e.to_string())?;
+        let running = sandbox
+            .spawn(
+                super::Job::Probe(Probe::Spin),
+                &sealed,
+                &staging,
+                &Limits::default(),
+            )
+            .map_err(|e| e.to_string())?;
+        let status = wait_for_seccomp(running.pid(), Duration::from_secs(5));
+        let _ = running.kill();
+        let _ = running.wait(Duration::from_secs(5), 1024);
+        let status = status?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+                .unwrap_or_default()
+        };
+        let (nnp, seccomp, cap_eff, cap_prm, uid) = (
+            field("NoNewPrivs:"),
+            field("Seccomp:"),
+            field("CapEff:"),
+            field("CapPrm:"),
+            field("Uid:"),
+        );
+        let zero = "0000000000000000";
+        let uid_ok = sandbox
+            .child_ids()
+            .is_none_or(|(u, _)| uid.split_whitespace().all(|x| x == u.to_string()));
+        let summary = format!(
+            "NoNewPrivs {nnp}, Seccomp {seccomp}, CapEff {cap_eff}, CapPrm {cap_prm}, Uid {uid}"
+        );
+        if nnp == "1" && seccomp == "2" && cap_eff == zero && cap_prm == zero && uid_ok {
+            Ok(summary)
+        } else {
+            Err(summary)
+        }
+    })();
+    let _ = staging.discard();
+    result
+}
+
+/// Poll /proc/PID/status until the child has installed its filter (confinement is complete).
+pub fn wait_for_seccomp(pid: u32, within: Duration) -> Result<String, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+        if status
+            .lines()
+            .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'))
+        {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            return Err("the child never installed its seccomp filter".into());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+impl DoctorReport {
+    /// Human-readable form.
+    pub fn render(&self) -> String {
+        let mut s = format!(
+            "skillbox doctor: {}\n  kernel {} ({}), euid {}\n  landlock ABI {} (need {}), features: {}\n",
+            if self.ok {
+                "confinement works"
+            } else {
+                "CONFINEMENT WOULD FAIL"
+            },
+            self.kernel,
+            self.arch,
+            self.euid,
+            self.landlock_abi,
+            self.landlock_required_abi,
+            if self.landlock_features.is_empty() {
+                "none".to_owned()
+            } else {
+                self.landlock_features.join(", ")
+            },
+        );
+        if let Some((u, g)) = self.child_ids {
+            s.push_str(&format!("  child runs as uid {u} gid {g}\n"));
+        }
+        if let Some(l) = &self.limits {
+            s.push_str(&format!(
+                "  child limits: address space {} MiB, cpu {} s, file size {} MiB, open files {}; timeout {} ms\n",
+                l.address_space_bytes >> 20,
+                l.cpu_seconds,
+                l.file_size_bytes >> 20,
+                l.open_files,
+                self.timeout_ms
+            ));
+        }
+        for c in &self.checks {
+            s.push_str(&format!(
+                "  [{}] {}: {}\n",
+                if c.ok { " ok " } else { "FAIL" },
+                c.name,
+                c.detail
+            ));
+        }
+        s
+    }
+}
+
+/// Compile every embedded profile for its own architecture (used by tests and CI).
+pub fn compile_embedded() -> Vec<(&'static str, Result<usize, String>)> {
+    seccomp::EMBEDDED
+        .iter()
+        .map(|(arch, text)| {
+            let r = seccompiler::TargetArch::try_from(*arch)
+                .map_err(|e| e.to_string())
+                .and_then(|a| seccomp::compile(text, a))
+                .map(|p| p.len());
+            (*arch, r)
+        })
+        .collect()
+}

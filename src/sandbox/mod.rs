@@ -1,0 +1,457 @@
+//! Spawning and confining the child that runs the extraction engine, and deciding what its
+//! answer is worth.
+//!
+//! One request is: copy the artifact into a sealed memfd (hashing it), lend a fresh staging
+//! directory to the child's uid, re-exec our own binary as the hidden `sandbox-child`
+//! subcommand with exactly five fds, let it confine itself ([`child`]), supervise it with a
+//! deadline, decode its bounded answer, check its claims and the staged tree, and remove the
+//! staging directory on anything but an acceptance.
+//!
+//! This module must never parse artifact bytes in the parent, never run the engine unconfined
+//! unless the operator passed `--allow-unconfined`, and never return an acceptance the staged
+//! tree does not back. Raw system calls live in `sys.rs` only.
+
+pub mod child;
+pub mod cli;
+pub mod doctor;
+mod landlock;
+pub mod probe;
+mod recheck;
+pub mod rlimits;
+pub mod seccomp;
+mod spawn;
+mod supervise;
+mod sys;
+pub mod wire;
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::BorrowedFd;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::extract::Request;
+use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
+use crate::extract::policy::Limits;
+use crate::reason::{Reason, ReasonCode, Verdict, display_name};
+pub use probe::{Base, Probe, ProbeResult};
+pub use recheck::{StagingDir, Verify};
+pub use spawn::{CHILD_SUBCOMMAND, SealedArtifact};
+pub use supervise::{Ended, ProbeEnd, Running};
+pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult};
+
+/// Everything an operator can set about confinement.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// The binary to re-exec; `/proc/self/exe` in production, the built binary in tests.
+    pub exe: PathBuf,
+    /// Wall-clock limit per request, from spawn to answer.
+    pub timeout: Duration,
+    /// The identity a root-started child switches to (default nobody/nogroup, 65534).
+    pub run_as: Ids,
+    /// Replacement seccomp profile (else the embedded one for this architecture).
+    pub seccomp_profile: Option<PathBuf>,
+    pub enforcement: Enforcement,
+    pub verify: Verify,
+    /// Bound on the child's answer, in bytes.
+    pub max_answer_bytes: usize,
+    /// RLIMIT_AS for the child.
+    pub address_space_bytes: u64,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            exe: PathBuf::from("/proc/self/exe"),
+            timeout: Duration::from_secs(30),
+            run_as: Ids {
+                uid: 65534,
+                gid: 65534,
+            },
+            seccomp_profile: None,
+            enforcement: Enforcement::Required,
+            verify: Verify::Structure,
+            max_answer_bytes: wire::DEFAULT_MAX_ANSWER_BYTES,
+            address_space_bytes: rlimits::DEFAULT_ADDRESS_SPACE_BYTES,
+        }
+    }
+}
+
+/// How a request was confined; part of every answer (`"sandbox"` in the CLI's JSON).
+#[derive(Debug, Clone, Serialize)]
+pub struct SandboxReport {
+    /// True only when every confinement step was in force for the job.
+    pub confined: bool,
+    pub enforcement: Enforcement,
+    pub seccomp_profile: String,
+    pub verify: Verify,
+    /// What the child reported applying; absent when it never answered.
+    pub child: Option<ConfinementReport>,
+}
+
+impl SandboxReport {
+    /// One line for humans, e.g. `confined (landlock fully_enforced, ABI 7; seccomp; uid 65534)`.
+    pub fn summary(&self) -> String {
+        let how = match &self.child {
+            Some(c) => format!(
+                "landlock {}, ABI {}; seccomp {}; uid {}",
+                c.landlock,
+                c.landlock_abi,
+                if c.seccomp { "on" } else { "OFF" },
+                c.uid
+            ),
+            None => "the child did not report".to_owned(),
+        };
+        format!(
+            "{} ({how})",
+            if self.confined {
+                "confined"
+            } else {
+                "NOT CONFINED"
+            }
+        )
+    }
+
+    /// The warning an operator must see when the job ran with a wall missing.
+    pub fn warning(&self) -> Option<String> {
+        if self.confined {
+            return None;
+        }
+        let missing = self
+            .child
+            .as_ref()
+            .map(|c| c.missing.join("; "))
+            .unwrap_or_default();
+        Some(format!(
+            "WARNING: the artifact was processed WITHOUT full confinement (--allow-unconfined){}",
+            if missing.is_empty() {
+                String::new()
+            } else {
+                format!(": {missing}")
+            }
+        ))
+    }
+}
+
+/// An outcome together with how it was obtained.
+#[derive(Debug, Clone)]
+pub struct Confined {
+    pub outcome: Outcome,
+    pub sandbox: SandboxReport,
+}
+
+/// A failure to run the request at all (a verdict about the artifact is never an error).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SandboxError {
+    #[error(transparent)]
+    Profile(#[from] seccomp::ProfileError),
+    #[error("cannot copy the artifact into a sealed memfd: {0}")]
+    Artifact(#[source] io::Error),
+    #[error("staging directory {path}: {source}")]
+    Staging { path: String, source: io::Error },
+    #[error("cannot start the confined child ({exe}): {source}")]
+    Spawn { exe: String, source: io::Error },
+    #[error("supervising the confined child: {0}")]
+    Supervise(#[source] io::Error),
+    #[error("request too large for the child ({0} bytes)")]
+    RequestTooLarge(usize),
+    #[error("the extraction engine failed inside the child: {0}")]
+    Engine(String),
+}
+
+/// A configured sandbox with its seccomp profile compiled; reusable for many requests.
+pub struct Sandbox {
+    config: SandboxConfig,
+    profile: seccomp::Profile,
+    program: Vec<u8>,
+}
+
+impl Sandbox {
+    pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
+        let profile = seccomp::load(config.seccomp_profile.as_deref())?;
+        let program = seccomp::to_bytes(&profile.program);
+        Ok(Self {
+            config,
+            profile,
+            program,
+        })
+    }
+
+    pub fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+
+    /// Where the profile came from and how many BPF instructions it compiled to.
+    pub fn profile_summary(&self) -> (String, usize) {
+        (self.profile.source.clone(), self.profile.program.len())
+    }
+
+    /// The uid/gid the child runs as, when that differs from ours (we are root).
+    pub fn child_ids(&self) -> Option<(u32, u32)> {
+        nix::unistd::geteuid()
+            .is_root()
+            .then_some((self.config.run_as.uid, self.config.run_as.gid))
+    }
+
+    /// The resource limits a child gets under `limits`.
+    pub fn rlimit_plan(&self, limits: &Limits) -> wire::RlimitPlan {
+        rlimits::plan(limits, self.config.timeout, self.config.address_space_bytes)
+    }
+
+    /// Extract `artifact` into the empty directory `staging` inside a confined child.
+    ///
+    /// On anything but an acceptance the directory is gone when this returns.
+    pub fn extract(
+        &self,
+        artifact: &File,
+        staging: &Path,
+        req: &Request,
+    ) -> Result<Confined, SandboxError> {
+        let dir = StagingDir::prepare(staging, self.child_ids()).map_err(staging_err(staging))?;
+        self.run_in(
+            Job::Extract(req.clone()),
+            SealedArtifact::from_file(artifact, &req.limits),
+            dir,
+            &req.limits,
+            |_| {},
+        )
+    }
+
+    /// [`Sandbox::extract`] into a directory the caller holds open (and removes itself): on
+    /// anything but an acceptance it is left empty.
+    pub fn extract_at(
+        &self,
+        artifact: &File,
+        staging: BorrowedFd<'_>,
+        req: &Request,
+    ) -> Result<Confined, SandboxError> {
+        let dir = StagingDir::prepare_fd(staging, self.child_ids())
+            .map_err(staging_err(Path::new("(fd)")))?;
+        self.run_in(
+            Job::Extract(req.clone()),
+            SealedArtifact::from_file(artifact, &req.limits),
+            dir,
+            &req.limits,
+            |_| {},
+        )
+    }
+
+    /// The general form of [`Sandbox::extract`]: any job over any bytes, with `on_spawn` told
+    /// the child's pid (tests use it to kill a child mid-job). Whatever the job, an acceptance is
+    /// only returned when the claims and the staged tree check out.
+    pub fn run_job(
+        &self,
+        job: Job,
+        artifact: impl Read,
+        staging: &Path,
+        limits: &Limits,
+        on_spawn: impl FnOnce(u32),
+    ) -> Result<Confined, SandboxError> {
+        let dir = StagingDir::prepare(staging, self.child_ids()).map_err(staging_err(staging))?;
+        let sealed =
+            SealedArtifact::copy_from(artifact, limits.max_artifact_bytes.saturating_add(1));
+        self.run_in(job, sealed, dir, limits, on_spawn)
+    }
+
+    fn run_in(
+        &self,
+        job: Job,
+        sealed: io::Result<SealedArtifact>,
+        dir: StagingDir,
+        limits: &Limits,
+        on_spawn: impl FnOnce(u32),
+    ) -> Result<Confined, SandboxError> {
+        let expected = match &job {
+            Job::Extract(r) => r.expected_digest,
+            Job::Probe(_) => None,
+        };
+        let result = sealed.map_err(SandboxError::Artifact).and_then(|sealed| {
+            let mut job = job;
+            if let Job::Extract(req) = &mut job {
+                // We hashed the bytes while sealing them; the engine need not hash them again.
+                req.sealed_digest = Some(sealed.digest());
+            }
+            let (outcome, sandbox) = self.supervise(job, &sealed, &dir, limits, on_spawn)?;
+            let checked =
+                check_claims(&outcome, &sealed, expected).and_then(|()| match outcome.verdict {
+                    Verdict::Accepted => {
+                        dir.recheck(&outcome, self.config.verify, limits.max_path_depth)
+                    }
+                    Verdict::Rejected => Ok(()),
+                });
+            Ok(match checked {
+                Ok(()) => Confined { outcome, sandbox },
+                Err(why) => Confined {
+                    outcome: rejected(&sealed, Reason::new(ReasonCode::SandboxViolation, why)),
+                    sandbox,
+                },
+            })
+        });
+        match &result {
+            Ok(c) if c.outcome.verdict == Verdict::Accepted => {}
+            Ok(_) | Err(_) => {
+                let path = dir.path().map(Path::to_owned).unwrap_or_default();
+                dir.discard().map_err(staging_err(&path))?;
+            }
+        }
+        result
+    }
+
+    /// Spawn the child for `job` and wait for it; the staging root is taken back before the
+    /// answer is looked at.
+    fn supervise(
+        &self,
+        job: Job,
+        sealed: &SealedArtifact,
+        dir: &StagingDir,
+        limits: &Limits,
+        on_spawn: impl FnOnce(u32),
+    ) -> Result<(Outcome, SandboxReport), SandboxError> {
+        let running = self.spawn(job, sealed, dir, limits)?;
+        on_spawn(running.pid());
+        let ended = running
+            .wait(self.config.timeout, self.config.max_answer_bytes)
+            .map_err(SandboxError::Supervise)?;
+        dir.reclaim_root()
+            .map_err(staging_err(dir.path().unwrap_or(Path::new("(fd)"))))?;
+        let mut report = SandboxReport {
+            // Under `Required` no job runs unless every step held; refine from the child's word.
+            confined: self.config.enforcement == Enforcement::Required,
+            enforcement: self.config.enforcement,
+            seccomp_profile: self.profile.source.clone(),
+            verify: self.config.verify,
+            child: None,
+        };
+        let answer = match supervise::classify(&ended, self.config.max_answer_bytes) {
+            Ok(a) => a,
+            Err(reason) => return Ok((rejected(sealed, reason), report)),
+        };
+        let r = &answer.report;
+        report.confined = report.confined
+            || (r.missing.is_empty()
+                && r.seccomp
+                && r.no_new_privs
+                && r.landlock != "not_enforced");
+        report.child = Some(answer.report);
+        let outcome = match answer.result {
+            JobResult::Extracted(o) => *o,
+            JobResult::EngineFault { detail } => {
+                return Err(SandboxError::Engine(display_name(detail.as_bytes())));
+            }
+            JobResult::Unavailable { .. } | JobResult::Probe(_) => rejected(
+                sealed,
+                Reason::new(
+                    ReasonCode::SandboxViolation,
+                    "the child answered something other than an extraction",
+                ),
+            ),
+        };
+        Ok((outcome, report))
+    }
+
+    /// Start a child for `job` over `sealed` and `dir` (tests and `doctor` drive this directly).
+    pub fn spawn(
+        &self,
+        job: Job,
+        sealed: &SealedArtifact,
+        dir: &StagingDir,
+        limits: &Limits,
+    ) -> Result<Running, SandboxError> {
+        let request = wire::ChildRequest {
+            parent_pid: std::process::id(),
+            run_as: Some(self.config.run_as),
+            rlimits: self.rlimit_plan(limits),
+            enforcement: self.config.enforcement,
+            job,
+        };
+        let json = serde_json::to_vec(&request).map_err(|e| SandboxError::Spawn {
+            exe: String::new(),
+            source: io::Error::other(e),
+        })?;
+        if json.len() > wire::MAX_REQUEST_BYTES {
+            return Err(SandboxError::RequestTooLarge(json.len()));
+        }
+        spawn::spawn(&self.config.exe, &json, &self.program, sealed, dir.fd()).map_err(|source| {
+            SandboxError::Spawn {
+                exe: self.config.exe.display().to_string(),
+                source,
+            }
+        })
+    }
+
+    /// Run one probe in a confined child over `dir` and report how it ended.
+    pub fn probe(&self, probe: Probe, dir: &StagingDir) -> Result<ProbeEnd, SandboxError> {
+        let sealed = SealedArtifact::copy_from(&b"probe artifact"[..], 64)
+            .map_err(SandboxError::Artifact)?;
+        let running = self.spawn(Job::Probe(probe), &sealed, dir, &Limits::default())?;
+        let ended = running
+            .wait(self.config.timeout, self.config.max_answer_bytes)
+            .map_err(SandboxError::Supervise)?;
+        dir.reclaim_root()
+            .map_err(staging_err(dir.path().unwrap_or(Path::new("(fd)"))))?;
+        Ok(ended.probe_end(self.config.max_answer_bytes))
+    }
+}
+
+fn staging_err(path: &Path) -> impl FnOnce(io::Error) -> SandboxError + '_ {
+    move |source| SandboxError::Staging {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The child's claims about the artifact must match what the parent knows: the size and digest
+/// of the bytes it sealed, and the expected digest for an acceptance. A rejection carries a
+/// reason and no entries; an acceptance carries no reason.
+fn check_claims(
+    o: &Outcome,
+    sealed: &SealedArtifact,
+    expected: Option<crate::digest::Sha256Digest>,
+) -> Result<(), String> {
+    if o.artifact.size != sealed.size() {
+        return Err(format!(
+            "the child reports {} artifact bytes; {} were sealed",
+            o.artifact.size,
+            sealed.size()
+        ));
+    }
+    if o.artifact.digest.is_some_and(|d| d != sealed.digest()) {
+        return Err("the child reports a digest other than the sealed bytes'".into());
+    }
+    match o.verdict {
+        Verdict::Accepted => {
+            if o.reason.is_some() {
+                return Err("an acceptance with a rejection reason".into());
+            }
+            if o.artifact.digest.is_none() || expected.is_some_and(|e| e != sealed.digest()) {
+                return Err("an acceptance of bytes that do not match the expected digest".into());
+            }
+        }
+        Verdict::Rejected => {
+            if o.reason.is_none() || !o.entries.is_empty() {
+                return Err("a rejection without a reason, or with entries".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A rejection decided by the parent (the child's answer was not usable).
+fn rejected(sealed: &SealedArtifact, reason: Reason) -> Outcome {
+    let facts = ArtifactFacts {
+        digest: Some(sealed.digest()),
+        format: None,
+        size: sealed.size(),
+    };
+    Outcome::rejected(
+        facts,
+        Totals {
+            bytes_in: sealed.size(),
+            ..Totals::default()
+        },
+        reason,
+    )
+}

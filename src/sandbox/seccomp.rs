@@ -1,0 +1,302 @@
+//! The child's seccomp allow-list: loaded from `sandbox-profiles/<arch>.json` (embedded at build
+//! time, replaceable by a path), checked against our rules for a profile, compiled to BPF once in
+//! the parent, and installed by the child as the last confinement step.
+//!
+//! A profile is data, but not arbitrary data: [`check_profile`] refuses one whose default action
+//! is not `kill_process`, whose match action is not `allow`, that lacks a `comment` on any rule,
+//! or that allows a call from [`NEVER_ALLOWED`]. A replacement profile can tighten the list, not
+//! reopen the walls the escape tests guard.
+
+use std::io;
+use std::path::Path;
+
+use seccompiler::{BpfProgram, TargetArch};
+use serde_json::Value;
+
+/// The filter's name inside a profile file.
+pub const FILTER_NAME: &str = "skillbox_child";
+
+/// Profiles compiled into the binary, by architecture.
+pub const EMBEDDED: &[(&str, &str)] = &[
+    ("x86_64", include_str!("../../sandbox-profiles/x86_64.json")),
+    (
+        "aarch64",
+        include_str!("../../sandbox-profiles/aarch64.json"),
+    ),
+];
+
+/// Calls no profile may allow, whatever its arguments: process creation, exec, networking,
+/// tracing, device nodes, ownership changes, mounts and namespaces, credentials, signals to
+/// others, path-based metadata changes that Landlock does not cover (SANDBOX.md trap 2), and
+/// `openat2`, whose flags seccomp cannot see.
+pub const NEVER_ALLOWED: &[&str] = &[
+    "execve",
+    "execveat",
+    "fork",
+    "vfork",
+    "clone",
+    "clone3",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "sendto",
+    "sendmsg",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "mknod",
+    "mknodat",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsmount",
+    "setuid",
+    "setgid",
+    "setreuid",
+    "setregid",
+    "setresuid",
+    "setresgid",
+    "setgroups",
+    "capset",
+    "kill",
+    "tkill",
+    "rt_sigqueueinfo",
+    "rt_tgsigqueueinfo",
+    "pidfd_open",
+    "pidfd_send_signal",
+    "pidfd_getfd",
+    "chmod",
+    "fchmodat",
+    "fchmodat2",
+    "utimensat",
+    "utimes",
+    "futimesat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "link",
+    "linkat",
+    "rename",
+    "renameat",
+    "renameat2",
+    "truncate",
+    "openat2",
+    "open",
+    "creat",
+    "name_to_handle_at",
+    "open_by_handle_at",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "kexec_load",
+    "reboot",
+    "prctl",
+    "seccomp",
+    "landlock_create_ruleset",
+    "landlock_add_rule",
+    "landlock_restrict_self",
+    "ioctl",
+    "memfd_create",
+];
+
+/// A profile that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProfileError {
+    #[error("no embedded seccomp profile for architecture {0}; pass one with --seccomp-profile")]
+    NoProfileForArch(String),
+    #[error("cannot read seccomp profile {path}: {source}")]
+    Read { path: String, source: io::Error },
+    #[error("seccomp profile {source_name}: {message}")]
+    Invalid {
+        source_name: String,
+        message: String,
+    },
+}
+
+/// A compiled, checked profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    /// `embedded:<arch>` or the file path.
+    pub source: String,
+    pub program: BpfProgram,
+}
+
+/// The architecture this binary runs on, as seccompiler names it.
+pub fn host_arch() -> Result<TargetArch, ProfileError> {
+    TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|_| ProfileError::NoProfileForArch(std::env::consts::ARCH.into()))
+}
+
+/// Load the embedded profile for this architecture, or `path` when given.
+pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
+    let arch = host_arch()?;
+    let (source, text) = match path {
+        Some(p) => {
+            let shown = p.display().to_string();
+            let meta = std::fs::metadata(p).map_err(|source| ProfileError::Read {
+                path: shown.clone(),
+                source,
+            })?;
+            if meta.len() > 1024 * 1024 {
+                return Err(ProfileError::Invalid {
+                    source_name: shown,
+                    message: "larger than 1 MiB".into(),
+                });
+            }
+            let text = std::fs::read_to_string(p).map_err(|source| ProfileError::Read {
+                path: shown.clone(),
+                source,
+            })?;
+            (shown, text)
+        }
+        None => {
+            let arch_name = std::env::consts::ARCH;
+            let text = EMBEDDED
+                .iter()
+                .find(|(a, _)| *a == arch_name)
+                .map(|(_, t)| (*t).to_owned())
+                .ok_or_else(|| ProfileError::NoProfileForArch(arch_name.into()))?;
+            (format!("embedded:{arch_name}"), text)
+        }
+    };
+    let program = compile(&text, arch).map_err(|message| ProfileError::Invalid {
+        source_name: source.clone(),
+        message,
+    })?;
+    Ok(Profile { source, program })
+}
+
+/// Check a profile against our rules, then compile its filter for `arch`.
+pub fn compile(text: &str, arch: TargetArch) -> Result<BpfProgram, String> {
+    check_profile(text)?;
+    let mut map =
+        seccompiler::compile_from_json(text.as_bytes(), arch).map_err(|e| e.to_string())?;
+    let program = map
+        .remove(FILTER_NAME)
+        .ok_or_else(|| format!("no filter named `{FILTER_NAME}`"))?;
+    if program.len() > 4096 {
+        return Err(format!(
+            "{} BPF instructions; the kernel takes at most 4096",
+            program.len()
+        ));
+    }
+    Ok(program)
+}
+
+/// The rules every profile must follow (see the module docs). Returns the first violation.
+pub fn check_profile(text: &str) -> Result<(), String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let obj = v
+        .as_object()
+        .ok_or("top level must be an object of filters")?;
+    if obj.len() != 1 || !obj.contains_key(FILTER_NAME) {
+        return Err(format!(
+            "must hold exactly one filter, named `{FILTER_NAME}`"
+        ));
+    }
+    let filter = &obj[FILTER_NAME];
+    if filter["mismatch_action"] != "kill_process" {
+        return Err("mismatch_action must be \"kill_process\"".into());
+    }
+    if filter["match_action"] != "allow" {
+        return Err("match_action must be \"allow\"".into());
+    }
+    let rules = filter["filter"]
+        .as_array()
+        .ok_or("`filter` must be an array")?;
+    for rule in rules {
+        let name = rule["syscall"]
+            .as_str()
+            .ok_or("every rule needs a `syscall`")?;
+        if NEVER_ALLOWED.contains(&name) {
+            return Err(format!("`{name}` must never be allowed"));
+        }
+        if rule["comment"].as_str().is_none_or(|c| c.trim().is_empty()) {
+            return Err(format!(
+                "rule for `{name}` has no comment saying who needs it"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The program as bytes for the request pipe (native layout: code u16, jt u8, jf u8, k u32).
+pub fn to_bytes(program: &[seccompiler::sock_filter]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(program.len() * 8);
+    for ins in program {
+        out.extend_from_slice(&ins.code.to_ne_bytes());
+        out.push(ins.jt);
+        out.push(ins.jf);
+        out.extend_from_slice(&ins.k.to_ne_bytes());
+    }
+    out
+}
+
+/// Inverse of [`to_bytes`].
+pub fn from_bytes(bytes: &[u8]) -> Option<BpfProgram> {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(8) {
+        return None;
+    }
+    Some(
+        bytes
+            .chunks_exact(8)
+            .map(|c| seccompiler::sock_filter {
+                code: u16::from_ne_bytes([c[0], c[1]]),
+                jt: c[2],
+                jf: c[3],
+                k: u32::from_ne_bytes([c[4], c[5], c[6], c[7]]),
+            })
+            .collect(),
+    )
+}
+
+/// Install `program` on the calling thread (the child is single-threaded). Irreversible.
+pub fn install(program: &[seccompiler::sock_filter]) -> Result<(), seccompiler::Error> {
+    seccompiler::apply_filter(program)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_round_trip() {
+        let p = load(None).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(from_bytes(&to_bytes(&p.program)), Some(p.program));
+        assert_eq!(from_bytes(&[0; 7]), None);
+    }
+
+    #[test]
+    fn rules_are_enforced() {
+        let ok = r#"{"skillbox_child":{"mismatch_action":"kill_process","match_action":"allow","filter":[{"syscall":"read","comment":"x"}]}}"#;
+        assert!(check_profile(ok).is_ok());
+        assert!(check_profile(&ok.replace("kill_process", "allow\",\"x\":\"")).is_err());
+        assert!(check_profile(&ok.replace("\"read\"", "\"execve\"")).is_err());
+        assert!(check_profile(&ok.replace(",\"comment\":\"x\"", "")).is_err());
+        assert!(check_profile(&ok.replace("skillbox_child", "other")).is_err());
+    }
+}

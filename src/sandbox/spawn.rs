@@ -1,0 +1,165 @@
+//! Starting the child: seal the artifact into a memfd, write the request into a pipe, and
+//! re-exec our own binary with exactly five fds and an empty environment.
+//!
+//! Never a bare `fork` of the (possibly multi-threaded) parent: std's `Command` forks and execs
+//! at once, and the only code between the two is [`sys::place_child_fds`], which is
+//! async-signal-safe (SANDBOX.md trap 1). All confinement happens in the new image.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+
+use super::supervise::Running;
+use super::sys;
+use crate::digest::{Hasher, Sha256Digest};
+use crate::extract::policy::Limits;
+
+/// The hidden subcommand the child runs under.
+pub const CHILD_SUBCOMMAND: &str = "sandbox-child";
+
+/// The artifact bytes in a sealed memfd: the child reads exactly what the parent hashed.
+pub struct SealedArtifact {
+    file: File,
+    size: u64,
+    digest: Sha256Digest,
+}
+
+impl SealedArtifact {
+    /// Copy at most `max_bytes` from `src` into a new memfd, hashing on the way, then seal it
+    /// against writing, growing, shrinking and further seal changes.
+    ///
+    /// Callers pass one byte more than the artifact-size limit, so an oversized artifact is
+    /// still recognised (and rejected by the engine) without buffering all of it.
+    pub fn copy_from(src: impl Read, max_bytes: u64) -> io::Result<Self> {
+        let fd = memfd_create(
+            "skillbox-artifact",
+            MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+        )?;
+        let mut file = File::from(fd);
+        let mut hasher = Hasher::new();
+        let mut src = src.take(max_bytes);
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = match src.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            hasher.update(&buf[..n]);
+            file.write_all(&buf[..n])?;
+        }
+        let (digest, size) = hasher.finish();
+        let seals = SealFlag::F_SEAL_WRITE
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_SEAL;
+        fcntl(file.as_fd(), FcntlArg::F_ADD_SEALS(seals))?;
+        Ok(Self { file, size, digest })
+    }
+
+    /// [`SealedArtifact::copy_from`] a file from offset 0 whatever its current position (the
+    /// engine reads positionally too), bounded one byte past `limits.max_artifact_bytes`.
+    pub fn from_file(file: &File, limits: &Limits) -> io::Result<Self> {
+        Self::copy_from(
+            Positioned { file, pos: 0 },
+            limits.max_artifact_bytes.saturating_add(1),
+        )
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn digest(&self) -> Sha256Digest {
+        self.digest
+    }
+
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+/// `Read` over a file by positioned reads, starting at `pos`.
+struct Positioned<'a> {
+    file: &'a File,
+    pos: u64,
+}
+
+impl Read for Positioned<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// Start `exe sandbox-child` with the request (`request_json`, then the BPF `program`) on fd 0.
+pub(crate) fn spawn(
+    exe: &Path,
+    request_json: &[u8],
+    program: &[u8],
+    artifact: &SealedArtifact,
+    staging: &OwnedFd,
+) -> io::Result<Running> {
+    let mut request = super::wire::frame(request_json)?;
+    request.extend_from_slice(&super::wire::frame(program)?);
+    let request_r = prefilled_pipe(&request)?;
+    let (answer_r, answer_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    let (log_r, log_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    // The child's ends must block: it writes with plain write_all.
+    set_blocking(&answer_w)?;
+    set_blocking(&log_w)?;
+
+    let artifact_raw = artifact.file.as_raw_fd();
+    let staging_raw = staging.as_raw_fd();
+    let mut cmd = Command::new(exe);
+    cmd.arg(CHILD_SUBCOMMAND)
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::from(request_r))
+        .stdout(Stdio::from(answer_w))
+        .stderr(Stdio::from(log_w));
+    // SAFETY: the closure runs between fork and exec and only calls place_child_fds, which
+    // performs fcntl/dup2/close_range on integers: async-signal-safe, no allocation, no locks.
+    // The two raw fds stay open in the parent until `spawn` returns (both are borrowed from
+    // arguments that outlive this call).
+    unsafe {
+        cmd.pre_exec(move || sys::place_child_fds(artifact_raw, staging_raw));
+    }
+    let child = cmd.spawn()?;
+    // Dropping the command closes our copies of the child's ends, so EOF means the child is done.
+    drop(cmd);
+    Running::new(child, File::from(answer_r), File::from(log_r))
+}
+
+/// A pipe whose read end already holds `bytes` and whose write end is closed.
+fn prefilled_pipe(bytes: &[u8]) -> io::Result<OwnedFd> {
+    let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    // The default capacity is 64 KiB but may be a single page for a user over
+    // pipe-user-pages-soft; ask for what we need (requests are a few KiB).
+    let capacity = fcntl(w.as_fd(), FcntlArg::F_GETPIPE_SZ)?;
+    if usize::try_from(capacity).unwrap_or(0) < bytes.len() {
+        let want =
+            i32::try_from(bytes.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        fcntl(w.as_fd(), FcntlArg::F_SETPIPE_SZ(want))?;
+    }
+    let mut w = File::from(w);
+    // Non-blocking: a request that does not fit is an error here, never a hang.
+    w.write_all(bytes)?;
+    set_blocking(&r)?;
+    Ok(r)
+}
+
+fn set_blocking(fd: &OwnedFd) -> io::Result<()> {
+    let flags = OFlag::from_bits_truncate(fcntl(fd.as_fd(), FcntlArg::F_GETFL)?);
+    fcntl(fd.as_fd(), FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
+    Ok(())
+}

@@ -1,0 +1,354 @@
+//! Watching the child: a wall-clock deadline enforced through its pidfd, its answer read with a
+//! hard size bound, its log kept to a bounded excerpt, and its end classified.
+//!
+//! The child is reaped on every path, including when the supervisor itself errs or a
+//! [`Running`] is dropped unfinished: no zombies, and every pipe is closed with it.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
+
+use super::child::{EXIT_ANSWERED, EXIT_UNAVAILABLE};
+use super::probe::ProbeResult;
+use super::sys::{self, PollFd};
+use super::wire::{self, ChildAnswer, JobResult};
+use crate::reason::{Reason, ReasonCode, display_name};
+
+/// Bytes of the child's stderr kept for diagnostics; the rest is read and dropped.
+const LOG_KEEP: usize = 16 * 1024;
+
+/// A started child.
+pub struct Running {
+    child: Child,
+    pidfd: OwnedFd,
+    answer: File,
+    log: File,
+    reaped: bool,
+}
+
+/// How a child ended, with what it said.
+#[derive(Debug)]
+pub struct Ended {
+    pub status: ExitStatus,
+    /// The raw answer bytes (at most the bound plus the 4-byte header).
+    pub answer: Vec<u8>,
+    /// The child announced or sent more than the bound; it was killed.
+    pub answer_overflow: bool,
+    /// The first bytes of its stderr.
+    pub log: Vec<u8>,
+    /// We killed it at the deadline.
+    pub timed_out: bool,
+}
+
+impl Running {
+    pub(crate) fn new(child: Child, answer: File, log: File) -> io::Result<Self> {
+        match sys::pidfd_open(child.id()) {
+            Ok(pidfd) => Ok(Self {
+                child,
+                pidfd,
+                answer,
+                log,
+                reaped: false,
+            }),
+            Err(e) => {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(e)
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGKILL through the pidfd (never a recycled pid). A child that already exited is fine.
+    pub fn kill(&self) -> io::Result<()> {
+        match sys::pidfd_send_signal(self.pidfd.as_fd(), libc::SIGKILL) {
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Wait for the child until `timeout` from now, reading at most `max_answer` payload bytes.
+    pub fn wait(mut self, timeout: Duration, max_answer: usize) -> io::Result<Ended> {
+        let deadline = Instant::now() + timeout;
+        let answer_cap = max_answer.saturating_add(4);
+        let mut answer = Vec::new();
+        let mut log = Vec::new();
+        let (mut answer_open, mut log_open, mut exited) = (true, true, false);
+        let (mut timed_out, mut answer_overflow) = (false, false);
+        let mut buf = vec![0u8; 64 * 1024];
+
+        while !exited || answer_open || log_open {
+            let now = Instant::now();
+            if !exited && !timed_out && now >= deadline {
+                self.kill()?;
+                timed_out = true;
+            }
+            // Once the child is gone, drain what is buffered without waiting for anyone else.
+            let wait_ms = if exited {
+                0
+            } else if timed_out {
+                100
+            } else {
+                i32::try_from(
+                    deadline
+                        .saturating_duration_since(now)
+                        .as_millis()
+                        .saturating_add(1),
+                )
+                .unwrap_or(i32::MAX)
+            };
+            let mut fds = [
+                PollFd::readable(self.pidfd.as_fd()),
+                if answer_open {
+                    PollFd::readable(self.answer.as_fd())
+                } else {
+                    PollFd::unused()
+                },
+                if log_open {
+                    PollFd::readable(self.log.as_fd())
+                } else {
+                    PollFd::unused()
+                },
+            ];
+            sys::poll(&mut fds, wait_ms)?;
+            if fds[0].ready() {
+                exited = true;
+            }
+            if answer_open && (fds[1].ready() || exited) {
+                match drain(&mut self.answer, &mut buf, &mut answer, answer_cap, exited)? {
+                    Drained::Open => {}
+                    Drained::Closed => answer_open = false,
+                    Drained::Overflow => {
+                        answer_open = false;
+                        answer_overflow = true;
+                    }
+                }
+                // Refuse an announced length above the bound before reading it.
+                if let Some(len) = answer.first_chunk::<4>().map(|h| u32::from_le_bytes(*h))
+                    && usize::try_from(len).map_or(true, |l| l > max_answer)
+                {
+                    answer_open = false;
+                    answer_overflow = true;
+                }
+                if answer_overflow && !exited {
+                    self.kill()?;
+                }
+            }
+            if log_open && (fds[2].ready() || exited) {
+                match drain(&mut self.log, &mut buf, &mut log, LOG_KEEP, exited)? {
+                    Drained::Open | Drained::Overflow => {}
+                    Drained::Closed => log_open = false,
+                }
+            }
+        }
+        let status = self.child.wait()?;
+        self.reaped = true;
+        Ok(Ended {
+            status,
+            answer,
+            answer_overflow,
+            log,
+            timed_out,
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.reaped {
+            let _ = self.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+enum Drained {
+    /// More may come.
+    Open,
+    /// End of stream (or, after the child exited, nothing more buffered).
+    Closed,
+    /// More than `cap` bytes arrived; the excess was dropped.
+    Overflow,
+}
+
+/// Read what is available into `out`, keeping at most `cap` bytes in total.
+fn drain(
+    src: &mut File,
+    buf: &mut [u8],
+    out: &mut Vec<u8>,
+    cap: usize,
+    exited: bool,
+) -> io::Result<Drained> {
+    let mut overflow = false;
+    loop {
+        match src.read(buf) {
+            Ok(0) => {
+                return Ok(if overflow {
+                    Drained::Overflow
+                } else {
+                    Drained::Closed
+                });
+            }
+            Ok(n) => {
+                let room = cap.saturating_sub(out.len());
+                out.extend_from_slice(&buf[..n.min(room)]);
+                if n > room {
+                    overflow = true;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // After exit, an empty pipe that is not at EOF has a writer we do not know of
+                // (a descendant that cannot exist under seccomp): stop reading it.
+                return Ok(if overflow {
+                    Drained::Overflow
+                } else if exited {
+                    Drained::Closed
+                } else {
+                    Drained::Open
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// What the parent makes of a child's end: a decoded answer, or the reason it cannot be used.
+pub(crate) fn classify(ended: &Ended, max_answer: usize) -> Result<ChildAnswer, Reason> {
+    if ended.timed_out {
+        return Err(Reason::new(
+            ReasonCode::Timeout,
+            "the extraction did not finish before the deadline; the child was killed",
+        ));
+    }
+    if ended.answer_overflow {
+        return Err(Reason::new(
+            ReasonCode::SandboxViolation,
+            "the child's answer exceeded its size bound",
+        )
+        .limit(
+            u64::try_from(max_answer).unwrap_or(u64::MAX),
+            u64::try_from(ended.answer.len()).unwrap_or(u64::MAX),
+        ));
+    }
+    if let Some(sig) = ended.status.signal() {
+        return Err(signal_reason(sig, &ended.log));
+    }
+    let code = ended.status.code().unwrap_or(-1);
+    let answer = decode(&ended.answer, max_answer);
+    match (code, answer) {
+        (EXIT_ANSWERED, Ok(a)) => Ok(a),
+        (EXIT_UNAVAILABLE, Ok(a)) => match a.result {
+            JobResult::Unavailable { step, detail } => Err(Reason::new(
+                ReasonCode::SandboxUnavailable,
+                format!(
+                    "confinement step `{}` failed: {}",
+                    display_name(step.as_bytes()),
+                    display_name(detail.as_bytes())
+                ),
+            )),
+            JobResult::Extracted(_) | JobResult::EngineFault { .. } | JobResult::Probe(_) => {
+                Err(Reason::new(
+                    ReasonCode::SandboxViolation,
+                    "the child's exit status contradicts its answer",
+                ))
+            }
+        },
+        (EXIT_ANSWERED | EXIT_UNAVAILABLE, Err(why)) => Err(Reason::new(
+            ReasonCode::SandboxViolation,
+            format!("the child's answer is unusable: {why}"),
+        )),
+        (code, _) => Err(Reason::new(
+            ReasonCode::SandboxViolation,
+            format!(
+                "the child exited with status {code}{}",
+                log_excerpt(&ended.log)
+            ),
+        )),
+    }
+}
+
+fn decode(raw: &[u8], max: usize) -> Result<ChildAnswer, String> {
+    let payload = wire::single_frame(raw, max).map_err(|e| e.to_string())?;
+    serde_json::from_slice(payload).map_err(|e| format!("not a valid answer: {e}"))
+}
+
+fn signal_reason(sig: i32, log: &[u8]) -> Reason {
+    let name = nix::sys::signal::Signal::try_from(sig)
+        .map(|s| s.as_str())
+        .unwrap_or("an unknown signal");
+    let said = |needle: &str| log.windows(needle.len()).any(|w| w == needle.as_bytes());
+    match sig {
+        libc::SIGSYS => Reason::new(
+            ReasonCode::SandboxViolation,
+            "the child attempted a forbidden system call and was killed (SIGSYS)",
+        ),
+        libc::SIGXCPU | libc::SIGXFSZ | libc::SIGKILL => Reason::new(
+            ReasonCode::ResourceLimit,
+            format!("the child hit a resource limit and was killed ({name})"),
+        ),
+        // The allocator aborts when RLIMIT_AS refuses memory; a stack overflow is reported the
+        // same way. The log is untrusted, but it only picks between two rejection codes.
+        libc::SIGABRT | libc::SIGSEGV
+            if said("memory allocation of") || said("overflowed its stack") =>
+        {
+            Reason::new(
+                ReasonCode::ResourceLimit,
+                format!("the child ran out of memory or stack ({name})"),
+            )
+        }
+        _ => Reason::new(
+            ReasonCode::SandboxViolation,
+            format!("the child crashed ({name}){}", log_excerpt(log)),
+        ),
+    }
+}
+
+fn log_excerpt(log: &[u8]) -> String {
+    let first = log.split(|&b| b == b'\n').find(|l| !l.is_empty());
+    match first {
+        Some(line) => format!(": {}", display_name(line)),
+        None => String::new(),
+    }
+}
+
+/// How a probe child ended (tests and `doctor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeEnd {
+    /// The probe ran and reported.
+    Reported(ProbeResult),
+    /// Killed by this signal before it could report.
+    Signaled(i32),
+    /// Confinement was refused (`sandbox_unavailable`).
+    Unavailable(String),
+    /// Anything else: exit status and the reason it is not a report.
+    Other(i32, String),
+}
+
+impl Ended {
+    /// Interpret this end as a probe's.
+    pub fn probe_end(&self, max_answer: usize) -> ProbeEnd {
+        if let Some(sig) = self.status.signal() {
+            return ProbeEnd::Signaled(sig);
+        }
+        match classify(self, max_answer) {
+            Ok(ChildAnswer {
+                result: JobResult::Probe(r),
+                ..
+            }) => ProbeEnd::Reported(r),
+            Ok(other) => ProbeEnd::Other(
+                self.status.code().unwrap_or(-1),
+                format!("{:?}", other.result),
+            ),
+            Err(r) if r.code == ReasonCode::SandboxUnavailable => ProbeEnd::Unavailable(r.detail),
+            Err(r) => ProbeEnd::Other(self.status.code().unwrap_or(-1), r.detail),
+        }
+    }
+}

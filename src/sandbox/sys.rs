@@ -1,0 +1,471 @@
+//! Raw system calls the sandbox needs and neither `std` nor `nix` 0.32 wraps: fd placement for
+//! the child, `close_range`, pidfds, `poll`, capabilities, the Landlock ABI query, and the
+//! deliberately forbidden calls the escape probes attempt.
+//!
+//! This is the only module of the sandbox with `unsafe`. Each function is a thin, typed wrapper
+//! around one call; it never allocates (two of them run between `fork` and `exec`) and never
+//! decides policy.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+
+/// Fd numbers the child finds its inheritance at (0, 1 and 2 are request, answer and log).
+pub(crate) const CHILD_ARTIFACT_FD: RawFd = 3;
+pub(crate) const CHILD_STAGING_FD: RawFd = 4;
+/// The first fd number that must not exist in the child.
+pub(crate) const CHILD_FIRST_FOREIGN_FD: u32 = 5;
+
+fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+fn check_int(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Runs in the forked child before `exec` (std's `pre_exec`), so only async-signal-safe calls:
+/// move `artifact` and `staging` to fds 3 and 4 without `FD_CLOEXEC`, and mark every fd from 5
+/// up close-on-exec, so the new image starts with exactly fds 0 to 4.
+///
+/// The sources are first duplicated above 9, so a source already sitting at 3 or 4 cannot be
+/// overwritten by the other `dup2`; the duplicates are close-on-exec and vanish at `exec`.
+/// `close_range(CLOSE_RANGE_CLOEXEC)` rather than closing keeps std's own exec-error pipe alive.
+pub(crate) fn place_child_fds(artifact: RawFd, staging: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl/dup2/close_range on integer fds touch no memory; all three are
+    // async-signal-safe (signal-safety(7)), which is what the caller between fork and exec needs.
+    unsafe {
+        let a = check_int(libc::fcntl(artifact, libc::F_DUPFD_CLOEXEC, 10))?;
+        let s = check_int(libc::fcntl(staging, libc::F_DUPFD_CLOEXEC, 10))?;
+        check_int(libc::dup2(a, CHILD_ARTIFACT_FD))?;
+        check_int(libc::dup2(s, CHILD_STAGING_FD))?;
+        check(libc::syscall(
+            libc::SYS_close_range,
+            CHILD_FIRST_FOREIGN_FD,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ))?;
+    }
+    Ok(())
+}
+
+/// Close every fd numbered `first` or above (close_range(2), Linux 5.9).
+pub(crate) fn close_fds_from(first: u32) -> io::Result<()> {
+    // SAFETY: close_range takes integers only. Closing fds this process does not use is the
+    // point; the caller runs before anything else holds an fd at or above `first`.
+    check(unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0u32) })?;
+    Ok(())
+}
+
+/// Take ownership of an fd the parent placed at a fixed number. Fails if it is not open.
+///
+/// Must be called at most once per number: the returned `OwnedFd` closes it on drop.
+pub(crate) fn inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_GETFD only reads the fd-table entry.
+    check_int(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    // SAFETY: the fd is open (checked above); it was placed for this process by the parent and
+    // nothing else in the child refers to it, so taking ownership cannot double-close.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// pidfd_open(2): an fd that becomes readable when `pid` exits and addresses exactly that
+/// process (no pid-reuse race, as long as the caller has not reaped it).
+pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: integer arguments only.
+    let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) })?;
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    // SAFETY: the kernel just returned this fd to us; nobody else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// pidfd_send_signal(2).
+pub(crate) fn pidfd_send_signal(pidfd: BorrowedFd<'_>, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: a NULL siginfo is documented as "like kill(2)"; the other arguments are integers.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    })?;
+    Ok(())
+}
+
+/// One entry for [`poll`].
+#[derive(Clone, Copy)]
+#[repr(transparent)]
+pub(crate) struct PollFd(libc::pollfd);
+
+impl PollFd {
+    pub(crate) fn readable(fd: BorrowedFd<'_>) -> Self {
+        Self(libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        })
+    }
+    /// An entry the kernel ignores (negative fd), for a stream already at its end.
+    pub(crate) fn unused() -> Self {
+        Self(libc::pollfd {
+            fd: -1,
+            events: 0,
+            revents: 0,
+        })
+    }
+    /// Readable, hung up or in error: a read will not block.
+    pub(crate) fn ready(&self) -> bool {
+        self.0.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
+    }
+}
+
+/// poll(2) with a millisecond timeout; EINTR is reported as zero ready entries.
+pub(crate) fn poll(fds: &mut [PollFd], timeout_ms: i32) -> io::Result<usize> {
+    let n = libc::nfds_t::try_from(fds.len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: PollFd is repr(transparent) over libc::pollfd; the pointer and length describe
+    // exactly `fds`, which outlives the call.
+    let rc = unsafe { libc::poll(fds.as_mut_ptr().cast::<libc::pollfd>(), n, timeout_ms) };
+    match check_int(rc) {
+        Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// The Landlock ABI version the kernel offers, or the errno (ENOSYS: not built in,
+/// EOPNOTSUPP: disabled at boot).
+pub(crate) fn landlock_abi() -> Result<i32, i32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: with this flag a NULL attribute pointer and size 0 are the documented query form.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::ENOSYS))
+    } else {
+        Ok(i32::try_from(rc).unwrap_or(i32::MAX))
+    }
+}
+
+/// PR_GET_SECCOMP: 0 when this process runs without seccomp, 2 under a filter; an error if the
+/// kernel was built without seccomp.
+pub(crate) fn seccomp_mode() -> io::Result<i32> {
+    // SAFETY: PR_GET_SECCOMP takes no pointer arguments.
+    check_int(unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) })
+}
+
+/// Remove every capability from the bounding set (needs CAP_SETPCAP, so call while still
+/// root). Stops at the first number the kernel does not know (EINVAL).
+pub(crate) fn drop_bounding_set() -> io::Result<()> {
+    for cap in 0..64 {
+        // SAFETY: integer arguments only.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                return Ok(());
+            }
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// PR_CAP_AMBIENT_CLEAR_ALL.
+pub(crate) fn clear_ambient_caps() -> io::Result<()> {
+    // SAFETY: integer arguments only.
+    check_int(unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    })?;
+    Ok(())
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// The effective, permitted and inheritable sets of this thread (64 bits each).
+pub(crate) fn capabilities() -> io::Result<(u64, u64, u64)> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: version 3 takes a header and an array of two CapData, which is what we pass.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut CapHeader,
+            data.as_mut_ptr(),
+        )
+    })?;
+    let join = |lo: u32, hi: u32| u64::from(lo) | (u64::from(hi) << 32);
+    Ok((
+        join(data[0].effective, data[1].effective),
+        join(data[0].permitted, data[1].permitted),
+        join(data[0].inheritable, data[1].inheritable),
+    ))
+}
+
+/// Empty the effective, permitted and inheritable sets (lowering is always allowed).
+pub(crate) fn clear_capabilities() -> io::Result<()> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    // SAFETY: version 3 takes a header and an array of two CapData, read by the kernel.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    })?;
+    Ok(())
+}
+
+/// The calls the escape probes attempt. Each is expected to fail or to kill the caller; none is
+/// used by production code. Results are raw: `Ok(return value)` or `Err(errno)`.
+pub(crate) mod forbidden {
+    use super::*;
+
+    fn ret(rc: libc::c_long) -> Result<i64, i32> {
+        if rc < 0 {
+            Err(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            Ok(rc)
+        }
+    }
+
+    /// socket(AF_INET, SOCK_STREAM) then connect to 127.0.0.1:`port`.
+    pub(crate) fn tcp_connect(port: u16) -> Result<i64, i32> {
+        // SAFETY: integer arguments only.
+        let fd = ret(unsafe {
+            libc::syscall(
+                libc::SYS_socket,
+                libc::AF_INET,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        // SAFETY: `addr` is a valid sockaddr_in and its size is passed alongside.
+        ret(unsafe {
+            libc::syscall(
+                libc::SYS_connect,
+                fd,
+                &addr as *const libc::sockaddr_in,
+                std::mem::size_of::<libc::sockaddr_in>(),
+            )
+        })
+    }
+
+    /// socket(AF_UNIX, SOCK_STREAM) then connect to the pathname socket `path` (NUL-free).
+    pub(crate) fn unix_connect(path: &[u8]) -> Result<i64, i32> {
+        // SAFETY: integer arguments only.
+        let fd = ret(unsafe {
+            libc::syscall(
+                libc::SYS_socket,
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+            )
+        })?;
+        // SAFETY: sockaddr_un is plain old data; all-zero is a valid value.
+        let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (dst, src) in addr.sun_path.iter_mut().zip(path.iter().take(107)) {
+            *dst = *src as libc::c_char;
+        }
+        // SAFETY: `addr` is a valid, NUL-terminated sockaddr_un; its size is passed alongside.
+        ret(unsafe {
+            libc::syscall(
+                libc::SYS_connect,
+                fd,
+                &addr as *const libc::sockaddr_un,
+                std::mem::size_of::<libc::sockaddr_un>(),
+            )
+        })
+    }
+
+    /// execve(path, [path], []).
+    pub(crate) fn execve(path: &std::ffi::CStr) -> Result<i64, i32> {
+        let argv = [path.as_ptr(), std::ptr::null()];
+        let envp = [std::ptr::null::<libc::c_char>()];
+        // SAFETY: NUL-terminated path and NULL-terminated argv/envp arrays that outlive the call.
+        ret(unsafe {
+            libc::syscall(
+                libc::SYS_execve,
+                path.as_ptr(),
+                argv.as_ptr(),
+                envp.as_ptr(),
+            )
+        })
+    }
+
+    /// A bare fork: clone(SIGCHLD). A child that should never exist exits at once.
+    pub(crate) fn fork() -> Result<i64, i32> {
+        // SAFETY: with no CLONE_VM the child gets a copy of the address space; it only calls
+        // _exit, which is async-signal-safe.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_clone,
+                libc::SIGCHLD as libc::c_ulong,
+                0usize,
+                0usize,
+                0usize,
+                0usize,
+            )
+        };
+        if rc == 0 {
+            // SAFETY: _exit never returns and touches no Rust state.
+            unsafe { libc::_exit(0) };
+        }
+        ret(rc)
+    }
+
+    /// clone3 with an all-zero argument struct except the exit signal.
+    pub(crate) fn clone3() -> Result<i64, i32> {
+        // SAFETY: clone_args is plain old data; all-zero is valid.
+        let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+        args.exit_signal = libc::SIGCHLD as u64;
+        // SAFETY: pointer and size describe `args`; the child (if any) only calls _exit.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &mut args as *mut libc::clone_args,
+                std::mem::size_of::<libc::clone_args>(),
+            )
+        };
+        if rc == 0 {
+            // SAFETY: as in `fork`.
+            unsafe { libc::_exit(0) };
+        }
+        ret(rc)
+    }
+
+    /// ptrace(PTRACE_ATTACH, pid).
+    pub(crate) fn ptrace_attach(pid: i32) -> Result<i64, i32> {
+        // SAFETY: integer arguments only (addr and data are unused by PTRACE_ATTACH).
+        ret(unsafe { libc::syscall(libc::SYS_ptrace, libc::PTRACE_ATTACH, pid, 0usize, 0usize) })
+    }
+
+    /// kill(pid, sig).
+    pub(crate) fn kill(pid: i32, sig: i32) -> Result<i64, i32> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::syscall(libc::SYS_kill, pid, sig) })
+    }
+
+    /// tgkill(tgid, tid, sig).
+    pub(crate) fn tgkill(tgid: i32, tid: i32, sig: i32) -> Result<i64, i32> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::syscall(libc::SYS_tgkill, tgid, tid, sig) })
+    }
+
+    /// openat2(dirfd, path, {flags}) with no RESOLVE_* restriction.
+    pub(crate) fn openat2(dirfd: RawFd, path: &std::ffi::CStr, flags: u64) -> Result<i64, i32> {
+        // SAFETY: open_how is plain old data; all-zero is valid.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = flags;
+        // SAFETY: NUL-terminated path; pointer and size describe `how`.
+        ret(unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dirfd,
+                path.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        })
+    }
+
+    /// openat(dirfd, path, flags, 0o644) with flags exactly as given.
+    pub(crate) fn openat(dirfd: RawFd, path: &std::ffi::CStr, flags: i32) -> Result<i64, i32> {
+        // SAFETY: NUL-terminated path; integer flags and mode.
+        ret(unsafe { libc::syscall(libc::SYS_openat, dirfd, path.as_ptr(), flags, 0o644) })
+    }
+
+    /// setresuid(0, 0, 0).
+    pub(crate) fn become_root() -> Result<i64, i32> {
+        // SAFETY: integer arguments only.
+        ret(unsafe { libc::syscall(libc::SYS_setresuid, 0, 0, 0) })
+    }
+
+    /// mmap `len` bytes of private anonymous memory (and leave it mapped).
+    pub(crate) fn mmap_anonymous(len: usize) -> Result<i64, i32> {
+        // SAFETY: a fresh anonymous mapping at a kernel-chosen address aliases nothing.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            Err(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            Ok(p as i64)
+        }
+    }
+
+    /// mprotect a fresh page to PROT_READ | PROT_EXEC (code injection needs this).
+    pub(crate) fn make_executable() -> Result<i64, i32> {
+        let p = mmap_anonymous(4096)?;
+        // SAFETY: `p` is a page we just mapped and never hand out.
+        let rc = unsafe {
+            libc::mprotect(
+                p as *mut libc::c_void,
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+            )
+        };
+        ret(libc::c_long::from(rc))
+    }
+}

@@ -1,0 +1,228 @@
+//! The parent <-> child messages and their framing: a little-endian `u32` length, then that many
+//! bytes. Every read is bounded before a byte of payload is buffered, and a frame decoder
+//! refuses trailing bytes, so a child cannot smuggle a second answer behind the first.
+//!
+//! The request (parent -> child, on fd 0) is two frames: the JSON [`ChildRequest`] and the raw
+//! seccomp BPF program the parent compiled. The answer (child -> parent, on fd 1) is one frame
+//! of JSON [`ChildAnswer`]. Nothing here trusts the child: the parent decodes with serde into
+//! closed types and then checks the content (see `supervise` and `recheck`).
+
+use std::io::{self, Read};
+
+use serde::{Deserialize, Serialize};
+
+use super::probe::{Probe, ProbeResult};
+use crate::extract::Request;
+use crate::extract::inventory::Outcome;
+
+/// Largest request frame (JSON); requests are a few hundred bytes.
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// Largest BPF program frame: seccomp's limit of 4096 instructions of 8 bytes each.
+pub const MAX_BPF_BYTES: usize = 4096 * 8;
+/// Default bound on the child's answer. An inventory of 10,000 entries with long names stays
+/// well below it; anything larger is a misbehaving child.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
+
+/// A frame that cannot be accepted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    #[error("frame of {len} bytes exceeds the bound of {max}")]
+    TooLarge { len: u64, max: usize },
+    #[error("frame truncated: {got} of {want} bytes")]
+    Truncated { got: usize, want: usize },
+    #[error("{0} unexpected bytes after the frame")]
+    Trailing(usize),
+    #[error("cannot read a frame: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// One frame: length prefix and payload.
+pub fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
+    let len = u32::try_from(payload.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame over 4 GiB"))?;
+    let mut out = Vec::with_capacity(4 + payload.len());
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(payload);
+    Ok(out)
+}
+
+/// Read one frame from a blocking reader, refusing lengths above `max` before reading them.
+pub fn read_frame(mut r: impl Read, max: usize) -> Result<Vec<u8>, WireError> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len);
+    let want = usize::try_from(len).map_err(|_| WireError::TooLarge {
+        len: u64::from(len),
+        max,
+    })?;
+    if want > max {
+        return Err(WireError::TooLarge {
+            len: u64::from(len),
+            max,
+        });
+    }
+    let mut buf = Vec::with_capacity(want);
+    let got = r.take(len.into()).read_to_end(&mut buf)?;
+    if got != want {
+        return Err(WireError::Truncated { got, want });
+    }
+    Ok(buf)
+}
+
+/// Decode a buffer that must hold exactly one frame of at most `max` payload bytes.
+pub fn single_frame(buf: &[u8], max: usize) -> Result<&[u8], WireError> {
+    let Some((len, rest)) = buf.split_first_chunk::<4>() else {
+        return Err(WireError::Truncated {
+            got: buf.len(),
+            want: 4,
+        });
+    };
+    let len = u32::from_le_bytes(*len);
+    let want = usize::try_from(len).map_err(|_| WireError::TooLarge {
+        len: u64::from(len),
+        max,
+    })?;
+    if want > max {
+        return Err(WireError::TooLarge {
+            len: u64::from(len),
+            max,
+        });
+    }
+    match rest.len().cmp(&want) {
+        std::cmp::Ordering::Less => Err(WireError::Truncated {
+            got: rest.len(),
+            want,
+        }),
+        std::cmp::Ordering::Greater => Err(WireError::Trailing(rest.len() - want)),
+        std::cmp::Ordering::Equal => Ok(rest),
+    }
+}
+
+/// Whether a confinement step that cannot be applied stops the child (the default) or is
+/// recorded and skipped (`--allow-unconfined`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Enforcement {
+    Required,
+    AllowUnconfined,
+}
+
+/// The unprivileged identity a root-started child switches to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ids {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Resource limits the child sets on itself (soft = hard unless noted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RlimitPlan {
+    /// RLIMIT_AS, bytes of address space.
+    pub address_space_bytes: u64,
+    /// RLIMIT_CPU soft limit (SIGXCPU); the hard limit is one second more (SIGKILL).
+    pub cpu_seconds: u64,
+    /// RLIMIT_FSIZE: largest file the child can write (beyond it: SIGXFSZ).
+    pub file_size_bytes: u64,
+    /// RLIMIT_NOFILE.
+    pub open_files: u64,
+}
+
+/// What the child is asked to do once confined.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Job {
+    /// Run the extraction engine.
+    Extract(Request),
+    /// Run one escape or misbehaviour probe (tests and `doctor`); see `probe.rs`.
+    Probe(Probe),
+}
+
+/// The first frame on the child's fd 0.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildRequest {
+    /// Our pid: after setting the parent-death signal the child checks it still has this parent.
+    pub parent_pid: u32,
+    /// Identity to switch to when the child starts as root; `None` keeps root (refused unless
+    /// unconfined operation is allowed).
+    pub run_as: Option<Ids>,
+    pub rlimits: RlimitPlan,
+    pub enforcement: Enforcement,
+    pub job: Job,
+}
+
+/// What the child managed to apply, reported back (informational: the parent cannot verify it
+/// after the fact; `doctor` and the tests check it from outside via /proc).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConfinementReport {
+    pub uid: u32,
+    pub gid: u32,
+    /// Landlock ABI offered by the kernel (0: none).
+    pub landlock_abi: i32,
+    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
+    pub landlock: String,
+    /// Optional Landlock features that were in force (e.g. `scope_signal`).
+    pub landlock_features: Vec<String>,
+    pub no_new_privs: bool,
+    pub seccomp: bool,
+    pub rlimits: Option<RlimitPlan>,
+    /// Steps that could not be applied (only non-empty under `allow_unconfined`).
+    pub missing: Vec<String>,
+}
+
+/// The child's one answer frame.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChildAnswer {
+    pub report: ConfinementReport,
+    pub result: JobResult,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobResult {
+    /// The engine's outcome (accepted or rejected).
+    Extracted(Box<Outcome>),
+    /// The engine could not do its job (an I/O fault, not a verdict).
+    EngineFault { detail: String },
+    /// Confinement could not be applied as required; the job was not run.
+    Unavailable { step: String, detail: String },
+    /// A probe's result.
+    Probe(ProbeResult),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_bounds_hold() {
+        let f = frame(b"hello").unwrap_or_default();
+        assert_eq!(single_frame(&f, 5).ok(), Some(&b"hello"[..]));
+        assert!(matches!(
+            single_frame(&f, 4),
+            Err(WireError::TooLarge { len: 5, max: 4 })
+        ));
+        assert!(matches!(
+            single_frame(&f[..6], 5),
+            Err(WireError::Truncated { got: 2, want: 5 })
+        ));
+        let mut two = f.clone();
+        two.push(0);
+        assert!(matches!(single_frame(&two, 5), Err(WireError::Trailing(1))));
+        assert!(matches!(
+            single_frame(&[1, 0], 5),
+            Err(WireError::Truncated { .. })
+        ));
+        assert_eq!(read_frame(&f[..], 5).ok(), Some(b"hello".to_vec()));
+        // A huge declared length is refused before anything is allocated.
+        let huge = [0xff, 0xff, 0xff, 0xff, 0];
+        assert!(matches!(
+            read_frame(&huge[..], 1024),
+            Err(WireError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            read_frame(&f[..7], 5),
+            Err(WireError::Truncated { .. })
+        ));
+    }
+}

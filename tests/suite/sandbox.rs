@@ -1,0 +1,1008 @@
+//! The walls around the extraction child, tested by climbing them.
+//!
+//! Every escape attempt runs inside the real confinement: the built `skillbox` binary is
+//! re-executed as its hidden child subcommand, applies the same `confine()` as production, and
+//! then runs a named probe instead of the engine. A probe reports the errno of its one attempt,
+//! or never reports because seccomp killed it (SIGSYS). The test harness itself is never
+//! confined. Nothing here is mocked, and nothing is skipped: a kernel without what a test needs
+//! fails that test with the reason.
+//!
+//! The staging directory's parent and the "outside" directory are world-writable, so file
+//! permissions would let the unprivileged child through: EACCES there is Landlock's doing.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use skillbox::extract::inventory::{ArtifactFacts, Entry, Kind, Outcome, Totals};
+use skillbox::extract::policy::Limits;
+use skillbox::extract::{ArtifactType, Request};
+use skillbox::reason::{ReasonCode, Verdict};
+use skillbox::sandbox::{
+    Base, Job, Probe, ProbeEnd, ProbeResult, Sandbox, SandboxConfig, SealedArtifact, StagingDir,
+    Verify, doctor,
+};
+
+fn sandbox_with(tweak: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
+    let mut config = SandboxConfig {
+        exe: PathBuf::from(env!("CARGO_BIN_EXE_skillbox")),
+        ..SandboxConfig::default()
+    };
+    tweak(&mut config);
+    Sandbox::new(config).unwrap_or_else(|e| panic!("sandbox: {e}"))
+}
+
+fn sandbox() -> Sandbox {
+    sandbox_with(|_| {})
+}
+
+/// `root/` (0777) holding `outside/` (0777, with a 0666 `victim.txt`) and one fresh
+/// `stagingN/` per probe.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    outside: PathBuf,
+    next: std::cell::Cell<u32>,
+}
+
+fn fixture() -> Fixture {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let root = tmp.path().to_path_buf();
+    let outside = root.join("outside");
+    fs::create_dir(&outside).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(outside.join("victim.txt"), b"precious").unwrap_or_else(|e| panic!("{e}"));
+    for (p, mode) in [
+        (&root, 0o777),
+        (&outside, 0o777),
+        (&outside.join("victim.txt"), 0o666),
+    ] {
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("{e}"));
+    }
+    Fixture {
+        _tmp: tmp,
+        root,
+        outside,
+        next: std::cell::Cell::new(0),
+    }
+}
+
+impl Fixture {
+    /// A new, empty staging directory path (created).
+    fn new_staging(&self) -> PathBuf {
+        let n = self.next.get();
+        self.next.set(n + 1);
+        let p = self.root.join(format!("staging{n}"));
+        fs::create_dir(&p).unwrap_or_else(|e| panic!("{e}"));
+        p
+    }
+
+    /// A new staging path that does not exist yet (for the full request path, which removes it).
+    fn staging_path(&self) -> PathBuf {
+        self.new_staging()
+    }
+
+    fn prepare(&self, sb: &Sandbox) -> StagingDir {
+        let p = self.new_staging();
+        StagingDir::prepare(&p, sb.child_ids()).unwrap_or_else(|e| panic!("prepare staging: {e}"))
+    }
+
+    /// Run one probe in a fresh staging directory; `setup` runs after the directory is lent to
+    /// the child and before the child starts.
+    fn probe_after(&self, setup: impl FnOnce(&Path), probe: Probe) -> (ProbeEnd, PathBuf) {
+        let sb = sandbox();
+        let dir = self.prepare(&sb);
+        let path = dir.path().map(Path::to_owned).unwrap_or_default();
+        setup(&path);
+        let end = sb
+            .probe(probe, &dir)
+            .unwrap_or_else(|e| panic!("probe: {e}"));
+        (end, path)
+    }
+
+    fn probe(&self, probe: Probe) -> ProbeEnd {
+        self.probe_after(|_| {}, probe).0
+    }
+
+    fn outside_untouched(&self) {
+        let names: Vec<_> = fs::read_dir(&self.outside)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(|e| e.ok().map(|e| e.file_name()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("victim.txt")],
+            "something was created outside staging"
+        );
+        assert_eq!(
+            fs::read(self.outside.join("victim.txt")).unwrap_or_default(),
+            b"precious"
+        );
+        let extra: Vec<_> = fs::read_dir(&self.root)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .filter(|n| !n.starts_with("staging") && n != "outside" && n != "inproc")
+            .collect();
+        assert!(extra.is_empty(), "created next to staging: {extra:?}");
+    }
+}
+
+#[track_caller]
+fn assert_killed_by_seccomp(end: ProbeEnd) {
+    assert_eq!(
+        end,
+        ProbeEnd::Signaled(libc::SIGSYS),
+        "expected the filter to kill the child (SIGSYS)"
+    );
+}
+
+#[track_caller]
+fn assert_errno(end: ProbeEnd, errno: i32) {
+    assert_eq!(
+        end,
+        ProbeEnd::Reported(ProbeResult::Errno(errno)),
+        "expected errno {errno}"
+    );
+}
+
+// ---- The host ------------------------------------------------------------------------------
+
+#[test]
+fn the_kernel_offers_every_wall_these_tests_need() {
+    let report = doctor::run(SandboxConfig {
+        exe: PathBuf::from(env!("CARGO_BIN_EXE_skillbox")),
+        ..SandboxConfig::default()
+    });
+    assert!(
+        report.landlock_abi >= 6,
+        "Landlock ABI 6 (signal scoping) is needed here; the kernel offers {}",
+        report.landlock_abi
+    );
+    assert!(
+        report.ok,
+        "doctor says confinement would fail:\n{}",
+        report.render()
+    );
+}
+
+#[test]
+fn every_profile_in_sandbox_profiles_compiles_and_follows_the_rules() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
+    let mut seen = 0;
+    for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+        let arch = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let arch = seccompiler::TargetArch::try_from(arch.as_str())
+            .unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+        let program = skillbox::sandbox::seccomp::compile(&text, arch)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(!program.is_empty() && program.len() <= 4096);
+        seen += 1;
+    }
+    assert!(
+        seen >= 2,
+        "expected profiles for x86_64 and aarch64 in {}",
+        dir.display()
+    );
+    for (arch, result) in doctor::compile_embedded() {
+        assert!(result.is_ok(), "embedded {arch} profile: {result:?}");
+    }
+}
+
+#[test]
+fn a_replacement_profile_cannot_reopen_a_wall() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = tmp.path().join("weak.json");
+    let embedded = skillbox::sandbox::seccomp::EMBEDDED
+        .iter()
+        .find(|(a, _)| *a == std::env::consts::ARCH)
+        .map(|(_, t)| *t)
+        .unwrap_or_else(|| panic!("no embedded profile for {}", std::env::consts::ARCH));
+    let weak = embedded.replace(r#""syscall": "exit_group""#, r#""syscall": "execve""#);
+    fs::write(&path, weak).unwrap_or_else(|e| panic!("{e}"));
+    let err = Sandbox::new(SandboxConfig {
+        seccomp_profile: Some(path),
+        ..SandboxConfig::default()
+    })
+    .err();
+    assert!(
+        err.is_some_and(|e| e.to_string().contains("execve")),
+        "a profile allowing execve was accepted"
+    );
+}
+
+// ---- From outside: the running child's own status --------------------------------------------
+
+#[test]
+fn the_running_child_has_no_privileges_and_a_filter() {
+    let f = fixture();
+    let sb = sandbox();
+    let dir = f.prepare(&sb);
+    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).unwrap_or_else(|e| panic!("{e}"));
+    let running = sb
+        .spawn(Job::Probe(Probe::Spin), &sealed, &dir, &Limits::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let status = doctor::wait_for_seccomp(running.pid(), Duration::from_secs(10));
+    let _ = running.kill();
+    let ended = running
+        .wait(Duration::from_secs(10), 1024)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let status = status.unwrap_or_else(|e| panic!("{e}"));
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(field("NoNewPrivs:"), "1");
+    assert_eq!(field("Seccomp:"), "2");
+    assert_eq!(field("CapEff:"), "0000000000000000");
+    assert_eq!(field("CapPrm:"), "0000000000000000");
+    assert_eq!(field("CapInh:"), "0000000000000000");
+    assert_eq!(field("CapAmb:"), "0000000000000000");
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(field("CapBnd:"), "0000000000000000");
+        assert_eq!(
+            field("Uid:").split_whitespace().collect::<Vec<_>>(),
+            ["65534"; 4]
+        );
+        assert_eq!(
+            field("Gid:").split_whitespace().collect::<Vec<_>>(),
+            ["65534"; 4]
+        );
+        assert_eq!(field("Groups:"), "");
+    }
+    assert_eq!(
+        ended.status.code(),
+        None,
+        "the spinning child should have died of our SIGKILL"
+    );
+}
+
+// ---- Files -------------------------------------------------------------------------------------
+
+#[test]
+fn reading_a_world_readable_file_outside_staging_is_refused() {
+    let f = fixture();
+    assert_errno(
+        f.probe(Probe::ReadFile {
+            base: Base::Cwd,
+            path: "/etc/passwd".into(),
+        }),
+        libc::EACCES,
+    );
+    let victim = f.outside.join("victim.txt").display().to_string();
+    assert_errno(
+        f.probe(Probe::ReadFile {
+            base: Base::Cwd,
+            path: victim,
+        }),
+        libc::EACCES,
+    );
+}
+
+#[test]
+fn reading_and_writing_inside_staging_works() {
+    // The control for every EACCES above: the same calls succeed beneath the staging fd.
+    let f = fixture();
+    assert_eq!(
+        f.probe(Probe::Create {
+            base: Base::Staging,
+            path: "inside".into()
+        }),
+        ProbeEnd::Reported(ProbeResult::Ok(1))
+    );
+    let plant =
+        |staging: &Path| fs::write(staging.join("inside"), b"y").unwrap_or_else(|e| panic!("{e}"));
+    let (end, _) = f.probe_after(
+        plant,
+        Probe::ReadFile {
+            base: Base::Staging,
+            path: "inside".into(),
+        },
+    );
+    assert_eq!(end, ProbeEnd::Reported(ProbeResult::Ok(1)));
+    f.outside_untouched();
+}
+
+#[test]
+fn creating_outside_staging_is_refused_by_every_route() {
+    let f = fixture();
+    let outside_abs = f.outside.join("abs").display().to_string();
+    assert_errno(
+        f.probe(Probe::Create {
+            base: Base::Staging,
+            path: "../escaped".into(),
+        }),
+        libc::EACCES,
+    );
+    assert_errno(
+        f.probe(Probe::Create {
+            base: Base::Staging,
+            path: "../outside/dotdot".into(),
+        }),
+        libc::EACCES,
+    );
+    assert_errno(
+        f.probe(Probe::Create {
+            base: Base::Cwd,
+            path: outside_abs,
+        }),
+        libc::EACCES,
+    );
+    assert_errno(
+        f.probe(Probe::Create {
+            base: Base::Cwd,
+            path: "/proc/self/fd/4/../procfd".into(),
+        }),
+        libc::EACCES,
+    );
+    assert_errno(
+        f.probe(Probe::Create {
+            base: Base::Cwd,
+            path: "/tmp/skillbox-escape-probe".into(),
+        }),
+        libc::EACCES,
+    );
+    // A symlink planted in staging (by someone else) is followed as a parent directory by
+    // openat, and Landlock refuses at its target.
+    let plant = |staging: &Path| {
+        std::os::unix::fs::symlink(&f.outside, staging.join("planted"))
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let (end, _) = f.probe_after(
+        plant,
+        Probe::Create {
+            base: Base::Staging,
+            path: "planted/through-link".into(),
+        },
+    );
+    assert_errno(end, libc::EACCES);
+    f.outside_untouched();
+    assert!(!Path::new("/tmp/skillbox-escape-probe").exists());
+}
+
+#[test]
+fn truncating_a_file_outside_is_refused() {
+    let f = fixture();
+    let victim = f.outside.join("victim.txt").display().to_string();
+    assert_killed_by_seccomp(f.probe(Probe::Truncate {
+        path: victim.clone(),
+    }));
+    let flags = libc::O_WRONLY | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    assert_errno(
+        f.probe(Probe::OpenRaw {
+            base: Base::Cwd,
+            path: victim,
+            flags,
+        }),
+        libc::EACCES,
+    );
+    f.outside_untouched();
+}
+
+#[test]
+fn opens_that_seccomp_cannot_vouch_for_kill_the_child() {
+    let f = fixture();
+    // Without O_NOFOLLOW, and with O_PATH (which Landlock does not fully cover, SANDBOX.md trap 2).
+    let plain = libc::O_RDONLY | libc::O_CLOEXEC;
+    assert_killed_by_seccomp(f.probe(Probe::OpenRaw {
+        base: Base::Staging,
+        path: ".".into(),
+        flags: plain,
+    }));
+    let opath = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    assert_killed_by_seccomp(f.probe(Probe::OpenRaw {
+        base: Base::Cwd,
+        path: "/".into(),
+        flags: opath,
+    }));
+    // openat2 hides its flags behind a pointer.
+    assert_killed_by_seccomp(f.probe(Probe::Openat2 {
+        path: ".".into(),
+        flags: libc::O_RDONLY as u64,
+    }));
+}
+
+#[test]
+fn the_artifact_cannot_be_changed_by_the_child() {
+    let f = fixture();
+    assert_errno(f.probe(Probe::WriteArtifact), libc::EPERM);
+}
+
+#[test]
+fn device_nodes_and_privileged_modes_are_refused() {
+    let f = fixture();
+    assert_killed_by_seccomp(f.probe(Probe::Mknod {
+        path: "null".into(),
+    }));
+    assert_killed_by_seccomp(f.probe(Probe::Fchmod {
+        path: "suid".into(),
+        mode: 0o4755,
+    }));
+    assert_killed_by_seccomp(f.probe(Probe::ChmodPath {
+        path: "suid".into(),
+        mode: 0o4755,
+    }));
+    // Control: the two modes the writer uses are allowed.
+    let (end, staging) = f.probe_after(
+        |_| {},
+        Probe::Fchmod {
+            path: "plain".into(),
+            mode: 0o644,
+        },
+    );
+    assert_eq!(end, ProbeEnd::Reported(ProbeResult::Ok(0)));
+    let mode = fs::symlink_metadata(staging.join("plain"))
+        .map(|m| m.mode() & 0o7777)
+        .unwrap_or(0);
+    assert_eq!(mode, 0o644);
+}
+
+// ---- Network, processes, signals ---------------------------------------------------------------
+
+#[test]
+fn no_network_not_even_loopback_or_unix_sockets() {
+    let f = fixture();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = listener
+        .local_addr()
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_killed_by_seccomp(f.probe(Probe::TcpConnect { port }));
+    let sock = f.outside.join("sock");
+    let _unix = std::os::unix::net::UnixListener::bind(&sock).unwrap_or_else(|e| panic!("{e}"));
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o777)).unwrap_or_else(|e| panic!("{e}"));
+    assert_killed_by_seccomp(f.probe(Probe::UnixConnect {
+        path: sock.display().to_string(),
+    }));
+}
+
+#[test]
+fn no_exec_no_fork_no_threads() {
+    let f = fixture();
+    assert_killed_by_seccomp(f.probe(Probe::Exec {
+        path: "/bin/sh".into(),
+    }));
+    assert_killed_by_seccomp(f.probe(Probe::Fork));
+    assert_killed_by_seccomp(f.probe(Probe::Clone3));
+    assert_killed_by_seccomp(f.probe(Probe::SpawnThread));
+}
+
+#[test]
+fn the_parent_cannot_be_traced_or_signalled() {
+    let f = fixture();
+    let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+    assert_killed_by_seccomp(f.probe(Probe::Ptrace { pid: me }));
+    // SIGCONT: harmless to us should a wall ever fall.
+    assert_killed_by_seccomp(f.probe(Probe::Kill {
+        pid: me,
+        signal: libc::SIGCONT,
+    }));
+    assert_killed_by_seccomp(f.probe(Probe::Tgkill {
+        pid: me,
+        signal: libc::SIGCONT,
+    }));
+    // tgkill with SIGABRT is allowed (glibc's abort); Landlock's signal scope and the uid switch
+    // must still keep it off every process outside the sandbox. Aim it at a sacrificial one.
+    let mut victim = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let pid = i32::try_from(victim.id()).unwrap_or(i32::MAX);
+    assert_errno(
+        f.probe(Probe::Tgkill {
+            pid,
+            signal: libc::SIGABRT,
+        }),
+        libc::EPERM,
+    );
+    assert!(
+        victim.try_wait().ok().flatten().is_none(),
+        "the victim process was signalled"
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
+}
+
+#[test]
+fn no_way_back_to_root_and_no_executable_memory() {
+    let f = fixture();
+    assert_killed_by_seccomp(f.probe(Probe::BecomeRoot));
+    assert_killed_by_seccomp(f.probe(Probe::MakeExecutable));
+}
+
+// ---- Resource limits -----------------------------------------------------------------------------
+
+fn probe_with_limits(f: &Fixture, probe: Probe, limits: &Limits) -> (ProbeEnd, PathBuf) {
+    let sb = sandbox();
+    let dir = f.prepare(&sb);
+    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).unwrap_or_else(|e| panic!("{e}"));
+    let running = sb
+        .spawn(Job::Probe(probe), &sealed, &dir, limits)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ended = running
+        .wait(Duration::from_secs(30), 1 << 20)
+        .unwrap_or_else(|e| panic!("{e}"));
+    (
+        ended.probe_end(1 << 20),
+        dir.path().map(Path::to_owned).unwrap_or_default(),
+    )
+}
+
+#[test]
+fn writing_past_the_file_size_limit_is_stopped_by_the_kernel() {
+    let f = fixture();
+    let limits = Limits {
+        max_file_bytes: 64 * 1024,
+        ..Limits::default()
+    };
+    let plan = sandbox().rlimit_plan(&limits);
+    let (end, staging) = probe_with_limits(
+        &f,
+        Probe::WriteFile {
+            path: "big".into(),
+            bytes: plan.file_size_bytes + 1,
+        },
+        &limits,
+    );
+    assert_eq!(end, ProbeEnd::Signaled(libc::SIGXFSZ));
+    let size = fs::metadata(staging.join("big"))
+        .map(|m| m.len())
+        .unwrap_or(u64::MAX);
+    assert_eq!(
+        size, plan.file_size_bytes,
+        "the file grew past RLIMIT_FSIZE"
+    );
+    // Exactly at the limit is fine.
+    let (at, _) = probe_with_limits(
+        &f,
+        Probe::WriteFile {
+            path: "big".into(),
+            bytes: plan.file_size_bytes,
+        },
+        &limits,
+    );
+    assert_eq!(
+        at,
+        ProbeEnd::Reported(ProbeResult::Ok(plan.file_size_bytes as i64))
+    );
+}
+
+#[test]
+fn allocating_past_the_address_space_limit_fails() {
+    let f = fixture();
+    let plan = sandbox().rlimit_plan(&Limits::default());
+    assert_errno(
+        f.probe(Probe::Mmap {
+            bytes: plan.address_space_bytes + 1,
+        }),
+        libc::ENOMEM,
+    );
+}
+
+// ---- A real extraction ----------------------------------------------------------------------------
+
+const SKILL: &[u8] = b"---\nname: demo\ndescription: A demo skill\n---\nUse it.\n";
+
+fn tar_of(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (p, data, mode) in entries {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(*mode);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mtime(0);
+        b.append_data(&mut h, p, *data)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    b.into_inner().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn archive_request(bytes: &[u8]) -> Request {
+    let mut req = Request::new(ArtifactType::Archive, Limits::default());
+    req.file_name = Some("pkg.tar".into());
+    req.expected_digest = Some(skillbox::digest::Sha256Digest::of_bytes(bytes));
+    req
+}
+
+#[test]
+fn a_confined_extraction_matches_the_engine_in_process() {
+    let f = fixture();
+    let art = tar_of(&[
+        ("SKILL.md", SKILL, 0o644),
+        ("scripts/run.sh", b"#!/bin/sh\necho hi\n", 0o4777),
+        ("a/b/c.txt", b"c", 0o600),
+    ]);
+    let req = archive_request(&art);
+    let sb = sandbox_with(|c| c.verify = Verify::Full);
+    // Through the same entry point as the CLI: the artifact as an open file at some offset,
+    // the staging directory as an fd.
+    let staging = f.staging_path();
+    let art_path = f.root.join("pkg.tar");
+    fs::write(&art_path, &art).unwrap_or_else(|e| panic!("{e}"));
+    let mut art_file = fs::File::open(&art_path).unwrap_or_else(|e| panic!("{e}"));
+    std::io::Seek::seek(&mut art_file, std::io::SeekFrom::End(0)).unwrap_or_else(|e| panic!("{e}"));
+    let staging_fd = fs::File::open(&staging).unwrap_or_else(|e| panic!("{e}"));
+    let confined = sb
+        .extract_at(&art_file, std::os::fd::AsFd::as_fd(&staging_fd), &req)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        confined.outcome.verdict,
+        Verdict::Accepted,
+        "{:?}",
+        confined.outcome.reason
+    );
+    assert!(confined.sandbox.confined);
+    let child = confined
+        .sandbox
+        .child
+        .as_ref()
+        .unwrap_or_else(|| panic!("no child report"));
+    assert!(
+        child.seccomp && child.no_new_privs && child.landlock == "fully_enforced",
+        "{child:?}"
+    );
+
+    // The same engine, in process, into another directory.
+    let other = f.root.join("inproc");
+    fs::create_dir(&other).unwrap_or_else(|e| panic!("{e}"));
+    let sealed = SealedArtifact::copy_from(&art[..], u64::MAX).unwrap_or_else(|e| panic!("{e}"));
+    let dir = fs::File::open(&other).unwrap_or_else(|e| panic!("{e}"));
+    let inproc = skillbox::extract::extract(sealed.file(), std::os::fd::AsFd::as_fd(&dir), &req)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(confined.outcome, inproc);
+
+    // Staged files are handed back to us, not left owned by the child's uid.
+    let me = nix::unistd::geteuid().as_raw();
+    for e in &confined.outcome.entries {
+        let m = fs::symlink_metadata(staging.join(&e.path))
+            .unwrap_or_else(|err| panic!("{}: {err}", e.path));
+        assert_eq!(m.uid(), me, "{} is owned by {}", e.path, m.uid());
+    }
+    assert_eq!(
+        fs::metadata(&staging).map(|m| m.uid()).unwrap_or(u32::MAX),
+        me
+    );
+    assert_eq!(
+        fs::read(staging.join("SKILL.md")).unwrap_or_default(),
+        SKILL
+    );
+}
+
+#[test]
+fn a_confined_rejection_leaves_no_staging_directory() {
+    let f = fixture();
+    // Two files are written before the duplicate is found: the child must clear them, and the
+    // parent removes the directory.
+    let art = tar_of(&[
+        ("SKILL.md", SKILL, 0o644),
+        ("a.txt", b"a", 0o644),
+        ("a.txt", b"b", 0o644),
+    ]);
+    let staging = f.staging_path();
+    let req = archive_request(&art);
+    let confined = sandbox()
+        .run_job(
+            Job::Extract(req.clone()),
+            &art[..],
+            &staging,
+            &req.limits,
+            |_| {},
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(confined.outcome.verdict, Verdict::Rejected);
+    assert_eq!(
+        confined.outcome.reason.map(|r| r.code),
+        Some(ReasonCode::DuplicatePath)
+    );
+    assert!(!staging.exists(), "staging survived a rejection");
+    f.outside_untouched();
+}
+
+// ---- Supervision: a child that misbehaves ----------------------------------------------------------
+
+/// Run a probe through the full request path and return the outcome's reason code.
+fn through_supervisor(
+    f: &Fixture,
+    sb: &Sandbox,
+    probe: Probe,
+    on_spawn: impl FnOnce(u32),
+) -> Option<ReasonCode> {
+    let limits = Limits::default();
+    let staging = f.staging_path();
+    let confined = sb
+        .run_job(
+            Job::Probe(probe),
+            &b"artifact"[..],
+            &staging,
+            &limits,
+            on_spawn,
+        )
+        .unwrap_or_else(|e| panic!("run_job: {e}"));
+    assert_eq!(
+        confined.outcome.verdict,
+        Verdict::Rejected,
+        "{:?}",
+        confined.outcome
+    );
+    assert!(confined.outcome.entries.is_empty());
+    assert!(
+        !staging.exists(),
+        "staging survived: {:?}",
+        confined.outcome.reason
+    );
+    confined.outcome.reason.map(|r| r.code)
+}
+
+fn forged(files: &[(&str, &str)], listed: &[(&str, u64)]) -> Probe {
+    let art = b"artifact";
+    let entries: Vec<Entry> = listed
+        .iter()
+        .map(|(p, size)| Entry {
+            path: (*p).to_owned(),
+            kind: Kind::File,
+            size: *size,
+            mode: "0644".into(),
+            sha256: None,
+            link_target: None,
+            flags: Vec::new(),
+        })
+        .collect();
+    let totals = Totals {
+        entries: entries.len() as u64,
+        files: entries.len() as u64,
+        bytes_in: art.len() as u64,
+        ..Totals::default()
+    };
+    let outcome = Outcome {
+        verdict: Verdict::Accepted,
+        reason: None,
+        artifact: ArtifactFacts {
+            digest: Some(skillbox::digest::Sha256Digest::of_bytes(art)),
+            format: Some("tar".into()),
+            size: art.len() as u64,
+        },
+        entries,
+        totals,
+        review: None,
+    };
+    Probe::AnswerForged {
+        files: files
+            .iter()
+            .map(|(p, c)| ((*p).to_owned(), (*c).to_owned()))
+            .collect(),
+        outcome: Box::new(outcome),
+    }
+}
+
+/// Every way a child can misbehave, each ending in a clean rejection.
+fn misbehaviour_scenarios() {
+    let sb = sandbox();
+    let quick = sandbox_with(|c| c.timeout = Duration::from_millis(500));
+    let small = sandbox_with(|c| c.max_answer_bytes = 64 * 1024);
+
+    let f = fixture();
+    // The staging path run_job will use next.
+    let staging = f.root.join(format!("staging{}", f.next.get()));
+    let code = through_supervisor(
+        &f,
+        &sb,
+        Probe::WriteThenSpin {
+            path: "partial".into(),
+        },
+        move |pid| {
+            // Kill it from outside once it has started writing.
+            std::thread::spawn(move || {
+                for _ in 0..5000 {
+                    if staging.join("partial").exists() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            });
+        },
+    );
+    assert_eq!(
+        code,
+        Some(ReasonCode::ResourceLimit),
+        "killed mid-extraction"
+    );
+
+    let f = fixture();
+    assert_eq!(
+        through_supervisor(
+            &f,
+            &quick,
+            Probe::WriteThenSpin {
+                path: "partial".into()
+            },
+            |_| {}
+        ),
+        Some(ReasonCode::Timeout)
+    );
+
+    let f = fixture();
+    let garbage = Probe::AnswerRaw {
+        bytes: b"\x05\x00\x00\x00hello".to_vec(),
+    };
+    assert_eq!(
+        through_supervisor(&f, &sb, garbage, |_| {}),
+        Some(ReasonCode::SandboxViolation)
+    );
+    let f = fixture();
+    let noise = Probe::AnswerRaw {
+        bytes: vec![0xff; 3],
+    };
+    assert_eq!(
+        through_supervisor(&f, &sb, noise, |_| {}),
+        Some(ReasonCode::SandboxViolation)
+    );
+
+    let f = fixture();
+    let announced = Probe::AnswerOversized {
+        declared: 1 << 30,
+        sent: 1 << 20,
+    };
+    assert_eq!(
+        through_supervisor(&f, &small, announced, |_| {}),
+        Some(ReasonCode::SandboxViolation)
+    );
+    let f = fixture();
+    let streamed = Probe::AnswerOversized {
+        declared: 100,
+        sent: 4 << 20,
+    };
+    assert_eq!(
+        through_supervisor(&f, &small, streamed, |_| {}),
+        Some(ReasonCode::SandboxViolation)
+    );
+
+    let f = fixture();
+    let missing = forged(&[("SKILL.md", "hi")], &[("SKILL.md", 2), ("ghost.txt", 1)]);
+    assert_eq!(
+        through_supervisor(&f, &sb, missing, |_| {}),
+        Some(ReasonCode::SandboxViolation)
+    );
+    let f = fixture();
+    let extra = forged(
+        &[("SKILL.md", "hi"), ("unlisted.sh", "x")],
+        &[("SKILL.md", 2)],
+    );
+    assert_eq!(
+        through_supervisor(&f, &sb, extra, |_| {}),
+        Some(ReasonCode::SandboxViolation)
+    );
+    let f = fixture();
+    let wrong_size = forged(&[("SKILL.md", "hi")], &[("SKILL.md", 3)]);
+    assert_eq!(
+        through_supervisor(&f, &sb, wrong_size, |_| {}),
+        Some(ReasonCode::SandboxViolation)
+    );
+
+    let f = fixture();
+    let plan = sb.rlimit_plan(&Limits::default());
+    let oom = Probe::Allocate {
+        bytes: plan.address_space_bytes,
+    };
+    assert_eq!(
+        through_supervisor(&f, &sb, oom, |_| {}),
+        Some(ReasonCode::ResourceLimit)
+    );
+
+    let f = fixture();
+    assert_eq!(
+        through_supervisor(
+            &f,
+            &sb,
+            Probe::Exec {
+                path: "/bin/sh".into()
+            },
+            |_| {}
+        ),
+        Some(ReasonCode::SandboxViolation)
+    );
+}
+
+#[test]
+fn a_forged_inventory_that_matches_the_disk_is_the_only_one_accepted() {
+    // The control for the forged cases above: the re-check is not simply rejecting everything.
+    let f = fixture();
+    let honest = forged(&[("SKILL.md", "hi")], &[("SKILL.md", 2)]);
+    let confined = sandbox()
+        .run_job(
+            Job::Probe(honest),
+            &b"artifact"[..],
+            &f.staging_path(),
+            &Limits::default(),
+            |_| {},
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        confined.outcome.verdict,
+        Verdict::Accepted,
+        "{:?}",
+        confined.outcome.reason
+    );
+}
+
+fn open_fds() -> Vec<String> {
+    let mut fds: Vec<String> = fs::read_dir("/proc/self/fd")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            format!(
+                "{} -> {}",
+                e.file_name().to_string_lossy(),
+                fs::read_link(e.path())
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
+/// Runs in a process of its own (see the next test), where no other test opens fds or starts
+/// children, so the fd table and the child list can be compared exactly.
+#[test]
+#[ignore = "run in isolation by misbehaving_children_leave_no_fds_zombies_or_staging"]
+fn isolated_misbehaviour_scenarios() {
+    if std::env::var_os("SKILLBOX_ISOLATED_SANDBOX_TEST").is_none() {
+        eprintln!(
+            "isolated_misbehaviour_scenarios only means something in its own process; see its wrapper"
+        );
+        return;
+    }
+    // Warm up once so lazily opened fds (if any) exist before the baseline.
+    misbehaviour_scenarios();
+    let before = open_fds();
+    misbehaviour_scenarios();
+    let after = open_fds();
+    assert_eq!(before, after, "fds leaked");
+    // ECHILD: no child left at all, running or zombie.
+    let left = nix::sys::wait::waitpid(None, Some(nix::sys::wait::WaitPidFlag::WNOHANG));
+    assert_eq!(
+        left,
+        Err(nix::errno::Errno::ECHILD),
+        "a child was left behind"
+    );
+}
+
+#[test]
+fn misbehaving_children_leave_no_fds_zombies_or_staging() {
+    let me = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+    let out = std::process::Command::new(me)
+        .args([
+            "--exact",
+            "suite::sandbox::isolated_misbehaviour_scenarios",
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env("SKILLBOX_ISOLATED_SANDBOX_TEST", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "isolated run failed:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "the isolated test did not run:\n{text}"
+    );
+}
