@@ -58,11 +58,42 @@ impl ClientError {
     }
 }
 
-/// An answer: the outcome, and for an acceptance the staged tree the server keeps.
+/// An answer: the outcome, for an acceptance the staged tree the server keeps, and how the
+/// request was confined (the `sandbox` object of the CLI's JSON) when a child ran.
 #[derive(Debug, Clone)]
 pub struct Extracted {
     pub outcome: Outcome,
     pub staged: Option<Staged>,
+    pub sandbox: Option<serde_json::Value>,
+}
+
+impl Extracted {
+    /// One line for humans, as the local CLI prints it: `confined (landlock fully_enforced,
+    /// ABI 7; seccomp on; uid 65534)`.
+    pub fn sandbox_summary(&self) -> Option<String> {
+        let s = self.sandbox.as_ref()?;
+        let how = match s.get("child").filter(|c| !c.is_null()) {
+            Some(c) => format!(
+                "landlock {}, ABI {}; seccomp {}; uid {}",
+                c["landlock"].as_str().unwrap_or("?"),
+                c["landlock_abi"],
+                if c["seccomp"].as_bool() == Some(true) { "on" } else { "OFF" },
+                c["uid"]
+            ),
+            None => "the child did not report".to_owned(),
+        };
+        let confined = s["confined"].as_bool() == Some(true);
+        Some(format!("{} ({how})", if confined { "confined" } else { "NOT CONFINED" }))
+    }
+
+    /// The CLI's `--json` object: the outcome, plus `sandbox` when a child ran.
+    pub fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
+        let mut v = serde_json::to_value(&self.outcome)?;
+        if let (Some(fields), Some(sandbox)) = (v.as_object_mut(), &self.sandbox) {
+            fields.insert("sandbox".into(), sandbox.clone());
+        }
+        Ok(v)
+    }
 }
 
 /// An accepted tree on the server's side, until [`Client::release`] or the server's TTL.
@@ -254,7 +285,12 @@ impl Client {
         let outcome = convert::outcome_from_proto(&answer)?;
         let staged = (!answer.staging_id.is_empty())
             .then(|| Staged { id: answer.staging_id.clone(), path: PathBuf::from(&answer.staging_path) });
-        Ok(Extracted { outcome, staged })
+        let sandbox = if answer.sandbox_json.is_empty() {
+            None
+        } else {
+            Some(serde_json::from_str(&answer.sandbox_json).map_err(|e| MalformedAnswer(format!("sandbox: {e}")))?)
+        };
+        Ok(Extracted { outcome, staged, sandbox })
     }
 
     /// [`Client::extract`] from a file.
@@ -277,9 +313,9 @@ impl Client {
     }
 }
 
-/// `skillbox extract --server URI`: send the artifact, return the outcome, release the staged
+/// `skillbox extract --server URI`: send the artifact, return the answer, release the staged
 /// tree (like the local path's temporary directory). Blocking: runs its own small runtime.
-pub fn extract_blocking(server: &str, artifact: &Path, req: &Request) -> Result<Outcome, ClientError> {
+pub fn extract_blocking(server: &str, artifact: &Path, req: &Request) -> Result<Extracted, ClientError> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let mut client = Client::connect(server).await?;
@@ -287,7 +323,7 @@ pub fn extract_blocking(server: &str, artifact: &Path, req: &Request) -> Result<
         if let Some(staged) = &done.staged {
             client.release(&staged.id).await?;
         }
-        Ok(done.outcome)
+        Ok(done)
     })
 }
 

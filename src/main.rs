@@ -307,9 +307,21 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
 
 /// `--server`: the broker extracts and keeps nothing (the staged tree is released).
 fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<u8, Failure> {
-    let outcome = skillbox::client::extract_blocking(server, &args.artifact, req)
+    let done = skillbox::client::extract_blocking(server, &args.artifact, req)
         .map_err(|e| if e.is_invalid_argument() { usage(e.to_string()) } else { operational(e.to_string()) })?;
-    print_outcome(&outcome, &Staging::Remote, args.json)?;
+    match (&done.sandbox, args.json) {
+        (Some(_), true) => {
+            let answer = done.to_json().map_err(|e| operational(e.to_string()))?;
+            println!("{}", serde_json::to_string_pretty(&answer).map_err(|e| operational(e.to_string()))?);
+        }
+        (_, json) => {
+            print_outcome(&done.outcome, &Staging::Remote, json)?;
+            if let Some(summary) = done.sandbox_summary().filter(|_| !json) {
+                println!("  sandbox: {summary}");
+            }
+        }
+    }
+    let outcome = done.outcome;
     Ok(match outcome.verdict {
         Verdict::Accepted => EXIT_ACCEPTED,
         Verdict::Rejected => EXIT_REJECTED,

@@ -284,6 +284,11 @@ pub fn reason_to_proto(r: &Reason) -> pb::Reason {
 
 /// The answer for `outcome`; `staged` is (id, path) for an accepted, kept directory.
 pub fn outcome_to_proto(o: &Outcome, staged: Option<(&str, &str)>) -> pb::ExtractResponse {
+    outcome_to_proto_with(o, staged, String::new())
+}
+
+/// [`outcome_to_proto`] with the request's confinement report (JSON).
+pub fn outcome_to_proto_with(o: &Outcome, staged: Option<(&str, &str)>, sandbox_json: String) -> pb::ExtractResponse {
     let Outcome { verdict, reason, artifact, entries, totals, review } = o;
     let ArtifactFacts { digest, format, size } = artifact;
     let Totals { entries: n_entries, files, dirs, symlinks, bytes_in, bytes_out, ratio } = totals;
@@ -308,6 +313,7 @@ pub fn outcome_to_proto(o: &Outcome, staged: Option<(&str, &str)>) -> pb::Extrac
         staging_path,
         staging_id,
         review_json: review.as_ref().and_then(|r| serde_json::to_string(r).ok()).unwrap_or_default(),
+        sandbox_json,
     }
 }
 

@@ -12,21 +12,19 @@
 //! recycled. The staging guard travels with the job and is dropped (removing the directory)
 //! after the child is gone, unless the async side takes the accepted tree.
 
-use std::fs::File;
-use std::io::{self, Read, Write as _};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
-use nix::sys::memfd::{memfd_create, MFdFlags};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::staging::StagingGuard;
 use crate::extract::inventory::Outcome;
 use crate::extract::Request;
+use crate::sandbox::{Enforcement, Job as SandboxJob, Sandbox, SandboxConfig, SandboxError};
 
 /// What the async side sends the blocking reader.
 pub enum Feed {
@@ -122,16 +120,23 @@ pub enum JobFault {
     Sandbox(String),
 }
 
+/// What a job produced: the outcome and, when a child ran, how it was confined (JSON).
+pub struct Done {
+    pub outcome: Outcome,
+    pub sandbox_json: Option<String>,
+}
+
 /// How the job ended; the staging guard is handed back with an outcome.
 pub struct JobEnd {
-    pub result: Result<Outcome, JobFault>,
+    pub result: Result<Done, JobFault>,
     pub staging: StagingGuard,
 }
 
-/// Runs extractions. Confinement state is reported by ServerInfo.
+/// Runs every extraction in a confined child (`crate::sandbox`); the broker itself never
+/// parses artifact bytes.
 pub struct Runner {
-    #[allow(dead_code, reason = "used once the confined child is wired in")]
-    timeout: Duration,
+    sandbox: Sandbox,
+    confinement: Confinement,
 }
 
 /// What ServerInfo says about confinement.
@@ -144,40 +149,59 @@ pub struct Confinement {
 }
 
 impl Runner {
-    pub fn new(timeout: Duration, _allow_unconfined: bool) -> Result<Self, String> {
-        Ok(Self { timeout })
+    /// Configure the sandbox and prove it works here (real confined children, as `skillbox
+    /// doctor` does). Refuses to start when confinement fails, unless degraded operation was
+    /// explicitly allowed.
+    pub fn new(timeout: Duration, allow_unconfined: bool) -> Result<Self, String> {
+        let enforcement = if allow_unconfined { Enforcement::AllowUnconfined } else { Enforcement::Required };
+        let config = SandboxConfig { timeout, enforcement, ..SandboxConfig::default() };
+        let report = crate::sandbox::doctor::run(config.clone());
+        let check = |name: &str| report.checks.iter().any(|c| c.name == name && c.ok);
+        if !report.ok {
+            let failed: Vec<String> =
+                report.checks.iter().filter(|c| !c.ok).map(|c| format!("{}: {}", c.name, c.detail)).collect();
+            if !allow_unconfined {
+                return Err(format!(
+                    "confinement does not work on this host ({}); run `skillbox doctor`, or pass --allow-unconfined to run degraded",
+                    failed.join("; ")
+                ));
+            }
+            tracing::warn!(failed = %failed.join("; "), "confinement is incomplete; running degraded (--allow-unconfined)");
+        }
+        let sandbox = Sandbox::new(config).map_err(|e| e.to_string())?;
+        let confinement = Confinement {
+            landlock_abi: report.landlock_abi,
+            landlock: if check("landlock") { "fully_enforced".into() } else { "not_enforced".into() },
+            seccomp: check("seccomp"),
+            confined: report.ok,
+        };
+        Ok(Self { sandbox, confinement })
     }
 
     pub fn confinement(&self) -> Confinement {
-        Confinement { landlock_abi: 0, landlock: "not_enforced".into(), seccomp: false, confined: false }
+        self.confinement.clone()
     }
 
-    /// The blocking part: artifact bytes from `artifact`, extracted beneath `staging`.
-    /// `on_spawn` receives the child's pid.
+    /// The blocking part: the child reads the sealed copy of `artifact` and extracts beneath
+    /// `staging`; `on_spawn` receives its pid.
     fn run_blocking(
         &self,
         artifact: impl Read,
         staging: &Path,
         req: &Request,
-        _on_spawn: impl FnOnce(u32),
-    ) -> Result<Outcome, JobFault> {
-        // INTERIM: until the confined child (src/sandbox) is committed, the engine runs here.
-        let sealed = seal_into_memfd(artifact, req.limits.max_artifact_bytes.saturating_add(1)).map_err(|e| {
-            if e.kind() == io::ErrorKind::ConnectionAborted { JobFault::Abandoned } else { JobFault::Sandbox(e.to_string()) }
-        })?;
-        let dir = File::open(staging).map_err(|e| JobFault::Sandbox(format!("staging: {e}")))?;
-        crate::extract::extract(&sealed, dir.as_fd(), req).map_err(|e| JobFault::Sandbox(e.to_string()))
+        on_spawn: impl FnOnce(u32),
+    ) -> Result<Done, JobFault> {
+        match self.sandbox.run_job(SandboxJob::Extract(req.clone()), artifact, staging, &req.limits, on_spawn) {
+            Ok(confined) => {
+                if let Some(w) = confined.sandbox.warning() {
+                    tracing::warn!("{w}");
+                }
+                Ok(Done { sandbox_json: serde_json::to_string(&confined.sandbox).ok(), outcome: confined.outcome })
+            }
+            Err(SandboxError::Artifact(e)) if e.kind() == io::ErrorKind::ConnectionAborted => Err(JobFault::Abandoned),
+            Err(e) => Err(JobFault::Sandbox(e.to_string())),
+        }
     }
-}
-
-fn seal_into_memfd(mut src: impl Read, max_bytes: u64) -> io::Result<File> {
-    let fd = memfd_create("skillbox-artifact", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)?;
-    let mut file = File::from(fd);
-    io::copy(&mut (&mut src).take(max_bytes), &mut file)?;
-    file.flush()?;
-    let seals = SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL;
-    fcntl(file.as_fd(), FcntlArg::F_ADD_SEALS(seals))?;
-    Ok(file)
 }
 
 /// A job in progress: feed it, then await it.

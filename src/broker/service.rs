@@ -224,19 +224,19 @@ impl State {
         let end = job.handle.await.map_err(|e| RequestError::Internal(format!("the extraction worker failed: {e}")))?;
         kill.armed = false;
         drop(reservation);
-        let outcome = match end.result {
-            Ok(o) => o,
+        let (outcome, sandbox_json) = match end.result {
+            Ok(done) => (done.outcome, done.sandbox_json.unwrap_or_default()),
             Err(JobFault::Abandoned) => return Err(RequestError::Internal("the upload was lost on the way to the child".into())),
             Err(JobFault::Sandbox(detail)) => return Err(RequestError::Internal(detail)),
         };
         match outcome.verdict {
             Verdict::Accepted => {
                 let (id, path) = self.staging.keep(end.staging);
-                Ok(convert::outcome_to_proto(&outcome, Some((&id, &path.display().to_string()))))
+                Ok(convert::outcome_to_proto_with(&outcome, Some((&id, &path.display().to_string())), sandbox_json))
             }
             Verdict::Rejected => {
                 drop(end.staging);
-                Ok(convert::outcome_to_proto(&outcome, None))
+                Ok(convert::outcome_to_proto_with(&outcome, None, sandbox_json))
             }
         }
     }

@@ -119,6 +119,8 @@ async fn server_info_reports_limits_and_bounds() {
     let info = ok(c.server_info().await, "server info");
     assert_eq!(info.version, env!("CARGO_PKG_VERSION"));
     assert_eq!((info.max_children, info.max_queued), (3, 5));
+    assert!(info.confined, "extractions are confined on this host");
+    assert!(info.seccomp && info.landlock_abi > 0, "{info:?}");
     let limits = info.limits.unwrap_or_default();
     assert_eq!(limits.max_entries, Some(10_000));
     assert_eq!(limits.max_artifact_bytes, Some(256 << 20));
@@ -359,7 +361,15 @@ async fn deadline_mid_extraction_kills_the_child() {
     let mut c = server.client().await;
     let big = harness::zeros_tar_gz(192 << 20);
     let started = Instant::now();
-    let e = c.extract(archive_header(), std::io::Cursor::new(big), Some(Duration::from_millis(300))).await;
+    let call = tokio::spawn(async move { c.extract(archive_header(), std::io::Cursor::new(big), Some(Duration::from_millis(600))).await });
+    // The extraction runs in a child of the server, never in the server itself.
+    let mut saw_child = false;
+    while !call.is_finished() && !saw_child {
+        saw_child = !server.children().is_empty();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(saw_child, "no confined child was seen during the extraction");
+    let e = ok(call.await, "task");
     let s = status_of(e.err().unwrap_or_else(|| panic!("finished within the deadline: make the artifact bigger")));
     assert_eq!(s.code(), Code::DeadlineExceeded, "{s:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
@@ -412,7 +422,8 @@ fn cli_over_the_server_matches_the_local_cli() {
         let local = harness::cli(&["extract", "--json", p], None);
         let remote = harness::cli(&["extract", "--json", "--server", &server.uri(), p], None);
         assert_eq!(local.status.code(), remote.status.code(), "{name}: {}", String::from_utf8_lossy(&remote.stderr));
-        assert_eq!(String::from_utf8_lossy(&local.stdout), String::from_utf8_lossy(&remote.stdout), "{name}");
+        let parse = |o: &std::process::Output| -> serde_json::Value { ok(serde_json::from_slice(&o.stdout), "JSON on stdout") };
+        assert_eq!(parse(&local), parse(&remote), "{name}");
     }
     server.assert_clean();
 }
