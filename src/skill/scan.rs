@@ -213,8 +213,10 @@ impl Scanner {
             if t.pipe_before {
                 net_cmd = false;
                 // `curl ... | sh`: a fetcher earlier on the line, a shell or interpreter after a pipe.
+                // Skip a few wrappers and flags (`| sudo -E bash`); bounded, so a line of
+                // pipes and flags stays linear.
                 let mut j = i;
-                while one_of(base(tok(j)), &[b"sudo", b"doas", b"env"]) || tok(j).starts_with(b"-") {
+                while j < i + 8 && (one_of(base(tok(j)), &[b"sudo", b"doas", b"env"]) || tok(j).starts_with(b"-")) {
                     j += 1;
                 }
                 if fetch_at.is_some() && one_of(base(tok(j)), SHELLS) {
@@ -449,7 +451,8 @@ fn installer(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
 
 fn rm_recursive_force(toks: &[Tok], lower: &[u8], i: usize) -> bool {
     let (mut r, mut f) = (false, false);
-    for t in toks.iter().skip(i + 1) {
+    // Flags come first and are few: looking further would make `rm rm rm ...` quadratic.
+    for t in toks.iter().skip(i + 1).take(8) {
         if t.pipe_before {
             break;
         }
@@ -503,10 +506,11 @@ pub fn link_targets(line: &[u8], out: &mut Vec<(usize, Vec<u8>)>) {
     let mut from = 0;
     while let Some(p) = memchr::memmem::find(&line[from..], b"](") {
         let start = from + p + 2;
-        let body = &line[start..];
-        let target = if body.starts_with(b"<") {
+        // A target is short; bounding the look-ahead keeps `](](](...` linear.
+        let body = &line[start..line.len().min(start + 2048)];
+        let (target, consumed) = if body.starts_with(b"<") {
             let end = body.iter().position(|&b| b == b'>').unwrap_or(body.len());
-            &body[1..end]
+            (&body[1..end], end)
         } else {
             let mut depth = 0usize;
             let end = body
@@ -524,12 +528,13 @@ pub fn link_targets(line: &[u8], out: &mut Vec<(usize, Vec<u8>)>) {
                     _ => b.is_ascii_whitespace(),
                 })
                 .unwrap_or(body.len());
-            &body[..end]
+            (&body[..end], end)
         };
         if !target.is_empty() {
             out.push((start, target.to_vec()));
         }
-        from = start;
+        // Resume after the target: every byte is looked at a bounded number of times.
+        from = start + consumed.max(1).min(line.len() - start);
     }
 }
 
@@ -643,5 +648,19 @@ mod tests {
             assert!(!out.is_empty() || !links.is_empty(), "no hit for {line:?}");
             assert!(t.next(line.as_bytes(), 0).is_some(), "hit without a trigger: {line:?}");
         }
+    }
+
+    #[test]
+    fn adversarial_lines_stay_linear() {
+        let started = std::time::Instant::now();
+        let mut s = Scanner::default();
+        let mut out = Vec::new();
+        for unit in ["](", "](<", "rm ", "| -a ", "curl | sudo ", "chmod ", "a](b) ", "x://y ", "u@h.example.com:p ", "A_B_C_KEY "] {
+            let line = unit.repeat(1_000_000 / unit.len());
+            s.line(line.as_bytes(), &mut out);
+            let mut links = Vec::new();
+            link_targets(line.as_bytes(), &mut links);
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(20), "{:?}", started.elapsed());
     }
 }
