@@ -1006,3 +1006,184 @@ fn misbehaving_children_leave_no_fds_zombies_or_staging() {
         "the isolated test did not run:\n{text}"
     );
 }
+
+// ---- The command line: doctor, the "sandbox" answer, and failing closed -----------------------
+
+fn skillbox_cmd() -> std::process::Command {
+    std::process::Command::new(env!("CARGO_BIN_EXE_skillbox"))
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn doctor_tells_the_truth_on_this_host() {
+    let out = skillbox_cmd()
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    assert_eq!(v["ok"], true);
+    assert!(v["landlock_abi"].as_i64().unwrap_or(0) >= 3);
+    let names: Vec<&str> = v["checks"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    for want in [
+        "landlock",
+        "seccomp",
+        "profile",
+        "confined child",
+        "extraction",
+        "seccomp enforced",
+        "landlock enforced",
+    ] {
+        assert!(
+            names.contains(&want),
+            "doctor did not check {want}: {names:?}"
+        );
+    }
+}
+
+/// `extract --json` with `extra` flags on a small package; returns (exit code, answer, stderr).
+fn cli_extract(
+    extra: &[&str],
+    hide_landlock: bool,
+) -> (Option<i32>, serde_json::Value, String, bool) {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let art = tar_of(&[
+        ("SKILL.md", SKILL, 0o644),
+        ("scripts/run.sh", b"#!/bin/sh\n", 0o755),
+    ]);
+    let art_path = tmp.path().join("pkg.tar");
+    fs::write(&art_path, &art).unwrap_or_else(|e| panic!("{e}"));
+    let out_dir = tmp.path().join("out");
+    let mut cmd = skillbox_cmd();
+    cmd.arg("extract")
+        .arg(&art_path)
+        .arg("--json")
+        .arg("--out")
+        .arg(&out_dir)
+        .args(extra);
+    if hide_landlock {
+        without_landlock(&mut cmd);
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
+    (
+        out.status.code(),
+        json_of(&out),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out_dir.exists(),
+    )
+}
+
+/// Make Landlock look absent to the command, as an old container seccomp profile does: its
+/// syscalls fail with ENOSYS. The program is compiled here, before the fork; between fork and
+/// exec only prctl and seccomp run (no allocation).
+fn without_landlock(cmd: &mut std::process::Command) {
+    use seccompiler::{SeccompAction, SeccompFilter};
+    use std::os::unix::process::CommandExt;
+    let rules = [
+        libc::SYS_landlock_create_ruleset,
+        libc::SYS_landlock_add_rule,
+        libc::SYS_landlock_restrict_self,
+    ]
+    .into_iter()
+    .map(|nr| (nr, Vec::new()))
+    .collect();
+    let arch = seccompiler::TargetArch::try_from(std::env::consts::ARCH)
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    let program: seccompiler::BpfProgram = filter.try_into().unwrap_or_else(|e| panic!("{e:?}"));
+    // SAFETY: apply_filter only issues prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2) on a program
+    // built before the fork; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
+    }
+}
+
+#[test]
+fn extract_answers_say_how_they_were_confined() {
+    let (code, v, stderr, kept) = cli_extract(&["--verify-staged", "full"], false);
+    assert_eq!(code, Some(0), "{v:#}\n{stderr}");
+    assert_eq!(v["verdict"], "accepted");
+    assert_eq!(v["sandbox"]["confined"], true);
+    assert_eq!(v["sandbox"]["enforcement"], "required");
+    assert_eq!(v["sandbox"]["verify"], "full");
+    assert_eq!(v["sandbox"]["child"]["seccomp"], true);
+    assert_eq!(v["sandbox"]["child"]["landlock"], "fully_enforced");
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(v["sandbox"]["child"]["uid"], 65534);
+    }
+    assert!(kept);
+    assert!(!stderr.contains("WARNING"), "{stderr}");
+}
+
+#[test]
+fn without_landlock_extraction_fails_closed_unless_allowed() {
+    let (code, v, _, kept) = cli_extract(&[], true);
+    assert_eq!(code, Some(3), "{v:#}");
+    assert_eq!(v["verdict"], "rejected");
+    assert_eq!(v["reason"]["code"], "sandbox_unavailable");
+    assert!(
+        v["reason"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains("landlock"),
+        "{v:#}"
+    );
+    assert!(!kept, "staging survived a refused extraction");
+
+    let (code, v, stderr, kept) = cli_extract(&["--allow-unconfined"], true);
+    assert_eq!(code, Some(0), "{v:#}\n{stderr}");
+    assert_eq!(v["verdict"], "accepted");
+    assert_eq!(v["sandbox"]["confined"], false);
+    assert_eq!(v["sandbox"]["enforcement"], "allow_unconfined");
+    assert_eq!(
+        v["sandbox"]["child"]["seccomp"], true,
+        "the walls that exist still stand"
+    );
+    assert!(
+        v["sandbox"]["child"]["missing"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()),
+        "{v:#}"
+    );
+    assert!(stderr.contains("WARNING"), "no loud warning: {stderr}");
+    assert!(kept);
+
+    let mut doctor = skillbox_cmd();
+    doctor.args(["doctor", "--json"]);
+    without_landlock(&mut doctor);
+    let out = doctor.output().unwrap_or_else(|e| panic!("{e}"));
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{v:#}");
+    assert_eq!(v["ok"], false);
+}
+
+#[test]
+fn the_child_subcommand_refuses_to_run_by_hand() {
+    let out = skillbox_cmd()
+        .arg(skillbox::sandbox::CHILD_SUBCOMMAND)
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        out.status.code(),
+        Some(skillbox::sandbox::child::EXIT_BAD_SETUP)
+    );
+    assert!(out.stdout.is_empty());
+}
