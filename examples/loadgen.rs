@@ -95,6 +95,16 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time of `pid` and its reaped children (the confined extractions), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the parenthesised command: utime, stime, cutime, cstime are 14..=17.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    // `rest` starts at field 3 (state, not numeric, filtered out): field n is f[n - 4].
+    f.get(10..14).map_or(0, |v| v.iter().sum())
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -114,6 +124,8 @@ struct Level {
     latencies: Vec<Duration>,
     elapsed: Duration,
     peak_rss_kib: u64,
+    /// Broker + children CPU time during the level (10 ms ticks).
+    cpu_ms: f64,
 }
 
 async fn run_level(uri: &str, package: Arc<Vec<u8>>, concurrency: usize, seconds: u64, server_pid: u32) -> Result<Level, String> {
@@ -121,6 +133,7 @@ async fn run_level(uri: &str, package: Arc<Vec<u8>>, concurrency: usize, seconds
     let until = Instant::now() + Duration::from_secs(seconds);
     let digest = skillbox::digest::Sha256Digest::of_bytes(&package).to_string();
     let started = Instant::now();
+    let cpu_before = cpu_ticks(server_pid);
     let sampler = tokio::spawn(async move {
         let mut peak = 0;
         while Instant::now() < until + Duration::from_millis(200) {
@@ -168,7 +181,7 @@ async fn run_level(uri: &str, package: Arc<Vec<u8>>, concurrency: usize, seconds
             (lat, errors)
         }));
     }
-    let mut level = Level { concurrency, ok: 0, errors: BTreeMap::new(), latencies: Vec::new(), elapsed: Duration::ZERO, peak_rss_kib: 0 };
+    let mut level = Level { concurrency, ok: 0, errors: BTreeMap::new(), latencies: Vec::new(), elapsed: Duration::ZERO, peak_rss_kib: 0, cpu_ms: 0.0 };
     for t in tasks {
         let (lat, errors) = t.await.map_err(|e| e.to_string())?;
         level.ok += lat.len();
@@ -178,6 +191,7 @@ async fn run_level(uri: &str, package: Arc<Vec<u8>>, concurrency: usize, seconds
         }
     }
     level.elapsed = started.elapsed();
+    level.cpu_ms = (cpu_ticks(server_pid).saturating_sub(cpu_before)) as f64 * 10.0;
     level.peak_rss_kib = sampler.await.unwrap_or(0);
     level.latencies.sort();
     Ok(level)
@@ -257,8 +271,8 @@ fn main() {
     let package = Arc::new(package);
     let idle_rss = rss_kib(server.id());
     println!("package: {} bytes; broker idle RSS {:.1} MiB; {} s per level\n", package.len(), idle_rss as f64 / 1024.0, args.seconds);
-    println!("| concurrency | requests | req/s | p50 ms | p99 ms | max ms | errors | broker peak RSS MiB |");
-    println!("|---:|---:|---:|---:|---:|---:|---|---:|");
+    println!("| concurrency | requests | req/s | p50 ms | p99 ms | max ms | errors | broker peak RSS MiB | server CPU ms/req |");
+    println!("|---:|---:|---:|---:|---:|---:|---|---:|---:|");
     for &c in &args.concurrency {
         // Warm-up: the first requests pay for page faults and lazy initialisation.
         let _ = runtime.block_on(run_level(&uri, Arc::clone(&package), 1, 1, server.id()));
@@ -266,7 +280,7 @@ fn main() {
             Ok(l) => {
                 let errors = if l.errors.is_empty() { "0".to_owned() } else { format!("{:?}", l.errors) };
                 println!(
-                    "| {} | {} | {:.0} | {} | {} | {} | {} | {:.1} |",
+                    "| {} | {} | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} |",
                     l.concurrency,
                     l.ok,
                     l.ok as f64 / l.elapsed.as_secs_f64(),
@@ -274,10 +288,11 @@ fn main() {
                     ms(percentile(&l.latencies, 0.99)),
                     ms(l.latencies.last().copied().unwrap_or_default()),
                     errors,
-                    l.peak_rss_kib as f64 / 1024.0
+                    l.peak_rss_kib as f64 / 1024.0,
+                    l.cpu_ms / l.ok.max(1) as f64
                 );
             }
-            Err(e) => println!("| {c} | error: {e} | | | | | | |"),
+            Err(e) => println!("| {c} | error: {e} | | | | | | | |"),
         }
     }
     let _ = server.kill();
