@@ -262,7 +262,10 @@ fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
         let field = |name: &str| {
             status
                 .lines()
-                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+                .find_map(|l| {
+                    l.strip_prefix(name)
+                        .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+                })
                 .unwrap_or_default()
         };
         let (nnp, seccomp, cap_eff, cap_prm, uid) = (
@@ -275,7 +278,7 @@ fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
         let zero = "0000000000000000";
         let uid_ok = sandbox
             .child_ids()
-            .is_none_or(|(u, _)| uid.split_whitespace().all(|x| x == u.to_string()));
+            .is_none_or(|(u, _)| uid.split(' ').all(|x| x == u.to_string()));
         let summary = format!(
             "NoNewPrivs {nnp}, Seccomp {seccomp}, CapEff {cap_eff}, CapPrm {cap_prm}, Uid {uid}"
         );
