@@ -549,6 +549,12 @@ fn execute(i: usize, case: &Case, dir: &Path, scratch: &Path, opts: &Options, pr
     }
     let _ = fs::remove_dir(&parent);
     let (o, v) = answer?;
+    // A reason is printed to terminals and logs: hostile names must arrive escaped.
+    if let Some(r) = &o.reason {
+        if r.entry.iter().chain(std::iter::once(&r.detail)).any(|t| t.chars().any(char::is_control)) {
+            problems.push("the reason carries a raw control character (unescaped hostile name)".into());
+        }
+    }
     // Finding kinds are read from the JSON: the report's shape belongs to the review.
     let findings: BTreeSet<String> = v["review"]["findings"]
         .as_array()

@@ -60,6 +60,11 @@ fn skill_md_seeds_hold_every_property() {
 }
 
 #[test]
+fn wire_seeds_hold_every_property() {
+    replay("wire", fuzzing::wire);
+}
+
+#[test]
 fn hand_written_inputs_hold_every_property() {
     fuzzing::path(b"\x00a/./b//c");
     fuzzing::path(b"\x00../x\xff..\\x");
@@ -198,6 +203,52 @@ fn zip_package(stored: bool, hostile: Option<&str>) -> Vec<u8> {
     w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
 }
 
+/// Real messages of both directions, JSON as the parent and the child write them.
+fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
+    use skillbox::extract::policy::Limits;
+    use skillbox::extract::{ArtifactType, Request};
+    use skillbox::sandbox::wire::{ChildAnswer, ChildRequest, ConfinementReport, Enforcement, Ids, Job, JobResult, RlimitPlan};
+    let rlimits = RlimitPlan { address_space_bytes: 1 << 30, cpu_seconds: 30, file_size_bytes: 64 << 20, open_files: 64 };
+    let request = ChildRequest {
+        parent_pid: 4242,
+        run_as: Some(Ids { uid: 65534, gid: 65534 }),
+        rlimits,
+        enforcement: Enforcement::Required,
+        job: Job::Extract(Request { media_type: Some("application/zip".into()), ..Request::new(ArtifactType::Archive, Limits::default()) }),
+    };
+    // An accepted answer with a real inventory: extract a small package in-process.
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let art = tmp.path().join("a.tar");
+    std::fs::write(&art, tar_rich()).unwrap_or_else(|e| panic!("{e}"));
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
+    let file = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
+    let dir = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
+    let req = Request { limits: Limits { hardlinks: skillbox::extract::policy::HardlinkPolicy::CopyInternal, ..Limits::default() }, ..Request::new(ArtifactType::Archive, Limits::default()) };
+    let outcome = skillbox::extract::extract(&file, std::os::fd::AsFd::as_fd(&dir), &req).unwrap_or_else(|e| panic!("{e}"));
+    let report = ConfinementReport {
+        uid: 65534,
+        gid: 65534,
+        landlock_abi: 6,
+        landlock: "fully_enforced".into(),
+        no_new_privs: true,
+        seccomp: true,
+        rlimits: Some(rlimits),
+        ..ConfinementReport::default()
+    };
+    let answers = [
+        ("answer-extracted", JobResult::Extracted(Box::new(outcome))),
+        ("answer-fault", JobResult::EngineFault { detail: "cannot write: ENOSPC".into() }),
+        ("answer-unavailable", JobResult::Unavailable { step: "landlock".into(), detail: "not enforced".into() }),
+    ];
+    let mut out: Vec<(&'static str, Vec<u8>)> = answers
+        .into_iter()
+        .map(|(n, result)| (n, serde_json::to_vec(&ChildAnswer { report: report.clone(), result }).unwrap_or_default()))
+        .collect();
+    out.push(("request-extract", serde_json::to_vec(&request).unwrap_or_default()));
+    out
+}
+
 /// Write the hand-made seeds. Run after changing the input layout of a target.
 #[test]
 #[ignore = "regenerates fuzz/corpus; run by hand"]
@@ -275,6 +326,17 @@ fn regenerate() {
     for (name, cfg, doc) in docs {
         write("skill_md", name, &with_cfg(cfg, doc));
     }
+    // skill_md, found by the fuzzer: lone CRs are YAML line breaks (a property was wrong).
+    write("skill_md", "lone-cr-lines", &with_cfg(0, b"---\r\nname: pdf-tools\r\n\r\r\r\r\rdescription: Extracts\r\n---\r\n# PDF\n"));
+    // wire: config byte (bits 0-3: frame bound 16 << n), then the raw bytes on the pipe.
+    let frame = |payload: &[u8]| skillbox::sandbox::wire::frame(payload).unwrap_or_else(|e| panic!("{e}"));
+    for (name, payload) in wire_messages() {
+        write("wire", &format!("{name}-framed"), &with_cfg(15, &frame(&payload)));
+        write("wire", &format!("{name}-tight"), &with_cfg(2, &frame(&payload)));
+    }
+    write("wire", "short-header", &with_cfg(0, &[3, 0]));
+    write("wire", "huge-length", &with_cfg(0, &[0xff, 0xff, 0xff, 0xff, b'{']));
+    write("wire", "trailing", &with_cfg(4, &[&frame(b"{}")[..], b"{}"].concat()));
     // The project corpus: every small artifact becomes a seed of the target that reads it.
     let corpus = root.join("corpus");
     for sub in ["benign", "hostile", "review"] {
