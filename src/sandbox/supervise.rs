@@ -131,8 +131,9 @@ impl Running {
                     }
                 }
                 // Refuse an announced length above the bound before reading it.
-                if let Some(len) = answer.first_chunk::<4>().map(|h| u32::from_le_bytes(*h))
-                    && usize::try_from(len).map_or(true, |l| l > max_answer)
+                let announced = answer.first_chunk::<4>().map(|h| u32::from_le_bytes(*h));
+                if announced
+                    .is_some_and(|len| usize::try_from(len).map_or(true, |l| l > max_answer))
                 {
                     answer_open = false;
                     answer_overflow = true;

@@ -129,6 +129,10 @@ pub struct RlimitPlan {
 }
 
 /// What the child is asked to do once confined.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one job per child process; boxing buys nothing"
+)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Job {
