@@ -83,6 +83,11 @@ impl SafeRelPath {
         if depth > limits.max_path_depth {
             return Err(reject(ReasonCode::PathDepth, "path is too deep").limit(limits.max_path_depth, depth));
         }
+        // Checked again after normalisation: `./C:/x` must not become the drive path `C:/x`.
+        let o = out.as_bytes();
+        if o.len() >= 2 && o[0].is_ascii_alphabetic() && o[1] == b':' {
+            return Err(reject(ReasonCode::AbsolutePath, "name starts with a drive letter"));
+        }
         if out.is_empty() {
             return Ok(Parsed::Root);
         }
@@ -142,6 +147,8 @@ mod tests {
         assert_eq!(code(b"a/.."), ReasonCode::PathTraversal);
         assert_eq!(code(b"/etc/passwd"), ReasonCode::AbsolutePath);
         assert_eq!(code(b"C:/x"), ReasonCode::AbsolutePath);
+        assert_eq!(code(b"./w:Cndows"), ReasonCode::AbsolutePath);
+        assert_eq!(code(b".//C:/Windows/evil.txt"), ReasonCode::AbsolutePath);
         assert_eq!(code(b"a\\..\\x"), ReasonCode::InvalidName);
         assert_eq!(code(b"a\0b"), ReasonCode::InvalidName);
         assert_eq!(code(b"a\x1bb"), ReasonCode::InvalidName);

@@ -34,10 +34,11 @@ fn zip_error(err: ZipError, entry: Option<&[u8]>) -> Stop {
             } else {
                 ReasonCode::Corrupt
             };
-            with_entry(Reason::new(code, msg.to_string()))
+            with_entry(Reason::new(code, display_name(msg.as_bytes())))
         }
-        ZipError::InvalidArchive(msg) => with_entry(Reason::new(ReasonCode::Corrupt, msg.to_string())),
-        other => with_entry(Reason::new(ReasonCode::Corrupt, other.to_string())),
+        // Library messages may quote hostile names: escape them like every name we print.
+        ZipError::InvalidArchive(msg) => with_entry(Reason::new(ReasonCode::Corrupt, display_name(msg.as_bytes()))),
+        other => with_entry(Reason::new(ReasonCode::Corrupt, display_name(other.to_string().as_bytes()))),
     };
     Stop::Reject(reason)
 }
@@ -63,6 +64,7 @@ pub(crate) fn read(reader: Counted<SeekBuf<ArtifactReader<'_>>>, sink: &mut Sink
     if let Err(e) = archive.validate_header_consistency() {
         return Err(match e {
             ZipError::InvalidArchive(msg) => {
+                let msg = display_name(msg.as_bytes());
                 Reason::new(ReasonCode::HeaderMismatch, format!("local and central headers disagree: {msg}")).into()
             }
             other => zip_error(other, None),
