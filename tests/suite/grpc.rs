@@ -352,14 +352,16 @@ async fn health_and_reflection_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deadline_mid_extraction_kills_the_child() {
-    // 192 MiB of zeros compress to almost nothing; the server's limits let it expand.
+    // 1 GiB of zeros compress to about a megabyte; the server's limits let it expand. It must
+    // take the child well over the 600 ms deadline: 192 MiB once did, until the engine stopped
+    // hashing the artifact twice and finished in time.
     let limits = harness::write_temp(
         "limits.toml",
-        b"max_ratio = 100000\nmax_file_bytes = 268435456\nmax_expanded_bytes = 268435456\n",
+        b"max_ratio = 100000\nmax_file_bytes = 2147483648\nmax_expanded_bytes = 2147483648\n",
     );
     let server = Server::start(&["--limits", limits.1.to_str().unwrap_or("")]);
     let mut c = server.client().await;
-    let big = harness::zeros_tar_gz(192 << 20);
+    let big = harness::zeros_tar_gz(1 << 30);
     let started = Instant::now();
     let call = tokio::spawn(async move { c.extract(archive_header(), std::io::Cursor::new(big), Some(Duration::from_millis(600))).await });
     // The extraction runs in a child of the server, never in the server itself.
