@@ -11,8 +11,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-200}"
 cargo build --release --quiet --bin skillbox --example bench_sandbox
+bin="${CARGO_TARGET_DIR:-target}/release"
 work="$(mktemp -d /dev/shm/skillbox-bench-sandbox.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 echo "kernel $(uname -r), $(nproc) cores, euid $(id -u); workdir $work"
-target/release/skillbox doctor | sed -n '1,4p'
-target/release/examples/bench_sandbox "$PWD/target/release/skillbox" "$work" "$runs"
+"$bin/skillbox" doctor | sed -n '1,4p'
+"$bin/examples/bench_sandbox" "$(realpath "$bin/skillbox")" "$work" "$runs"
