@@ -92,7 +92,7 @@ pub struct SandboxReport {
 }
 
 impl SandboxReport {
-    /// One line for humans, e.g. `confined (landlock fully_enforced, ABI 7; seccomp; uid 65534)`.
+    /// One line for humans, e.g. `confined (landlock fully_enforced, ABI 7; seccomp on; uid 65534)`.
     pub fn summary(&self) -> String {
         let how = match &self.child {
             Some(c) => format!(
