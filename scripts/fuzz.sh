@@ -8,7 +8,7 @@
 # cargo-fuzz needs nightly-only `-Z` flags. There is no nightly toolchain here, so the stable
 # compiler is told to accept them with RUSTC_BOOTSTRAP=1 (a documented escape hatch of rustc;
 # fine for a fuzzing build, never for a shipped one). AddressSanitizer works with it.
-# SKILLBOX_FUZZ_SANITIZER=none skips ASan (about 2x faster; still catches panics and aborts).
+# SKILLBOX_FUZZ_SANITIZER=none skips ASan (faster; panics and aborts are still caught).
 #
 # New inputs grow fuzz/corpus-work/<target>/ (ignored by git); the committed seeds in
 # fuzz/corpus/<target>/ are read, never written. Crashes land in fuzz/artifacts/<target>/:
