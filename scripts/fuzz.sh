@@ -21,9 +21,6 @@ budget="${1:-600}"
 shift || true
 sanitizer="${SKILLBOX_FUZZ_SANITIZER:-address}"
 export RUSTC_BOOTSTRAP=1
-# Engine bugs already reported (fuzz/pending/README.md): step over them so a campaign keeps
-# looking for new ones. Set SKILLBOX_FUZZ_KNOWN= (empty) to re-find them.
-export SKILLBOX_FUZZ_KNOWN="${SKILLBOX_FUZZ_KNOWN-drive-letter-after-dot,reason-detail-unescaped}"
 # The archive targets create and remove a staging tree per input: keep that off the disk.
 if [ -z "${SKILLBOX_FUZZ_KEEP_TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
     export TMPDIR=/dev/shm

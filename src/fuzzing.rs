@@ -92,19 +92,6 @@ thread_local! {
     static WORKSPACE: RefCell<Option<Workspace>> = const { RefCell::new(None) };
 }
 
-/// Known engine bugs a campaign may be told to step over (`SKILLBOX_FUZZ_KNOWN=id,id`), so one
-/// finding does not stop the search for the next. The stable seed test never sets it; each id
-/// is removed once the engine is fixed.
-/// - `drive-letter-after-dot`: `./C:/x` is accepted as `C:/x`, which itself is refused.
-/// - `reason-detail-unescaped`: a zip reason quotes the zip crate's message, names raw.
-fn known(bug: &str) -> bool {
-    static KNOWN: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    KNOWN
-        .get_or_init(|| std::env::var("SKILLBOX_FUZZ_KNOWN").unwrap_or_default().split(',').map(str::to_owned).collect())
-        .iter()
-        .any(|k| k == bug)
-}
-
 /// A Windows drive prefix (`C:`): absolute there, whatever comes before it in the raw name.
 fn drive_like(p: &str) -> bool {
     let b = p.as_bytes();
@@ -207,7 +194,7 @@ fn check_outcome(o: &Outcome, staging: &Path, limits: &Limits, bytes_in: u64) ->
             }
             // Reasons are printed to terminals and logs: hostile bytes must arrive escaped.
             let raw = reason.entry.iter().chain(std::iter::once(&reason.detail)).any(|t| t.chars().any(char::is_control));
-            if raw && !known("reason-detail-unescaped") {
+            if raw {
                 fail(format!("reason {:?} carries a raw control character", reason));
             }
             None
@@ -247,7 +234,6 @@ fn check_inventory(entries: &[Entry], limits: &Limits) {
     for e in entries {
         match SafeRelPath::parse(e.path.as_bytes(), limits) {
             Ok(Parsed::Path(p)) if p.as_str() == e.path => {}
-            _ if known("drive-letter-after-dot") && drive_like(&e.path) => {}
             other => fail(format!("accepted path {:?} does not re-parse to itself: {other:?}", e.path)),
         }
         check_normal_form(&e.path);
@@ -486,11 +472,6 @@ pub fn path(data: &[u8]) {
         None => (rest, None),
     };
     let got = SafeRelPath::parse(a, &limits);
-    if let Ok(Parsed::Path(p)) = &got {
-        if known("drive-letter-after-dot") && drive_like(p.as_str()) {
-            return;
-        }
-    }
     match (&got, path_model(a, &limits)) {
         (Ok(Parsed::Path(p)), Ok(Some(m))) if p.as_str() == m => {
             check_normal_form(p.as_str());

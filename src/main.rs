@@ -182,6 +182,9 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(skillbox::sandbox::CHILD_SUBCOMMAND)) {
         std::process::exit(skillbox::sandbox::child::main());
     }
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(skillbox::sandbox::ZYGOTE_SUBCOMMAND)) {
+        std::process::exit(skillbox::sandbox::zygote::main());
+    }
     let cli = Cli::parse();
     let sandbox = &cli.sandbox;
     let result = match cli.command {

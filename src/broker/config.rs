@@ -83,6 +83,12 @@ pub struct ServeArgs {
     /// ServerInfo). Never the default.
     #[arg(long, env = "SKILLBOX_ALLOW_UNCONFINED")]
     pub allow_unconfined: bool,
+    /// Fork each confined child from a pre-started zygote (a fresh exec of this binary that
+    /// never sees a request's bytes), replaced by a new one after N children; 0 starts every
+    /// child with its own exec. Children of one zygote share its address-space layout, which a
+    /// smaller N bounds; the exec per request costs about 2 ms of CPU more.
+    #[arg(long, env = "SKILLBOX_ZYGOTE_MAX_FORKS", value_name = "N", default_value_t = 256)]
+    pub zygote_max_forks: u32,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -127,6 +133,8 @@ pub struct Config {
     pub grace: Duration,
     pub metrics: Option<SocketAddr>,
     pub allow_unconfined: bool,
+    /// Children per zygote; 0: no zygote, an exec per request.
+    pub zygote_max_forks: u32,
 }
 
 /// A setting that cannot be used; `skillbox serve` exits 2 with it.
@@ -222,6 +230,7 @@ impl Config {
             grace: Duration::from_secs(args.grace),
             metrics: args.metrics,
             allow_unconfined: args.allow_unconfined,
+            zygote_max_forks: args.zygote_max_forks,
         })
     }
 }

@@ -152,9 +152,10 @@ impl Runner {
     /// Configure the sandbox and prove it works here (real confined children, as `skillbox
     /// doctor` does). Refuses to start when confinement fails, unless degraded operation was
     /// explicitly allowed.
-    pub fn new(timeout: Duration, allow_unconfined: bool) -> Result<Self, String> {
+    pub fn new(timeout: Duration, allow_unconfined: bool, zygote_max_forks: u32) -> Result<Self, String> {
         let enforcement = if allow_unconfined { Enforcement::AllowUnconfined } else { Enforcement::Required };
-        let config = SandboxConfig { timeout, enforcement, ..SandboxConfig::default() };
+        // The checks run through the same spawn path (zygote or exec) the requests will take.
+        let config = SandboxConfig { timeout, enforcement, zygote_max_forks, ..SandboxConfig::default() };
         let report = crate::sandbox::doctor::run(config.clone());
         let check = |name: &str| report.checks.iter().any(|c| c.name == name && c.ok);
         if !report.ok {

@@ -124,7 +124,7 @@ fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
 pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
     let metrics = Arc::new(metrics::Metrics::default());
     let runner = Arc::new(
-        job::Runner::new(config.extract_timeout, config.allow_unconfined).map_err(ServeError::Sandbox)?,
+        job::Runner::new(config.extract_timeout, config.allow_unconfined, config.zygote_max_forks).map_err(ServeError::Sandbox)?,
     );
     let confinement = runner.confinement();
     if !confinement.confined {

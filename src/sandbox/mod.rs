@@ -23,6 +23,7 @@ mod spawn;
 mod supervise;
 mod sys;
 pub mod wire;
+pub mod zygote;
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -41,6 +42,7 @@ pub use recheck::{StagingDir, Verify};
 pub use spawn::{CHILD_SUBCOMMAND, SealedArtifact};
 pub use supervise::{Ended, ProbeEnd, Running};
 pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult};
+pub use zygote::{ZYGOTE_SUBCOMMAND, Zygote};
 
 /// Everything an operator can set about confinement.
 #[derive(Debug, Clone)]
@@ -59,6 +61,9 @@ pub struct SandboxConfig {
     pub max_answer_bytes: usize,
     /// RLIMIT_AS for the child.
     pub address_space_bytes: u64,
+    /// Fork children from a pre-started zygote, replaced after this many children; 0 starts
+    /// every child with its own `exec` (see `zygote.rs` for the trade-off).
+    pub zygote_max_forks: u32,
 }
 
 impl Default for SandboxConfig {
@@ -75,6 +80,7 @@ impl Default for SandboxConfig {
             verify: Verify::Structure,
             max_answer_bytes: wire::DEFAULT_MAX_ANSWER_BYTES,
             address_space_bytes: rlimits::DEFAULT_ADDRESS_SPACE_BYTES,
+            zygote_max_forks: 0,
         }
     }
 }
@@ -167,17 +173,32 @@ pub struct Sandbox {
     config: SandboxConfig,
     profile: seccomp::Profile,
     program: Vec<u8>,
+    zygote: Option<Zygote>,
 }
 
 impl Sandbox {
+    /// Compile the profile and, when `zygote_max_forks` is above 0, start the zygote.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         let profile = seccomp::load(config.seccomp_profile.as_deref())?;
         let program = seccomp::to_bytes(&profile.program);
+        let zygote = match config.zygote_max_forks {
+            0 => None,
+            n => Some(Zygote::start(&config.exe, n).map_err(|source| SandboxError::Spawn {
+                exe: config.exe.display().to_string(),
+                source,
+            })?),
+        };
         Ok(Self {
             config,
             profile,
             program,
+            zygote,
         })
+    }
+
+    /// The zygote children are forked from, when there is one.
+    pub fn zygote(&self) -> Option<&Zygote> {
+        self.zygote.as_ref()
     }
 
     pub fn config(&self) -> &SandboxConfig {
@@ -374,7 +395,7 @@ impl Sandbox {
         if json.len() > wire::MAX_REQUEST_BYTES {
             return Err(SandboxError::RequestTooLarge(json.len()));
         }
-        spawn::spawn(&self.config.exe, &json, &self.program, sealed, dir.fd()).map_err(|source| {
+        spawn::spawn(&self.config.exe, self.zygote.as_ref(), &json, &self.program, sealed, dir.fd()).map_err(|source| {
             SandboxError::Spawn {
                 exe: self.config.exe.display().to_string(),
                 source,

@@ -121,6 +121,9 @@ pub enum Probe {
     MakeExecutable,
     /// `setresuid(0, 0, 0)`.
     BecomeRoot,
+    /// Which of fds 0 to 62 are open, as a bit set (F_GETFD on each): proves a child holds
+    /// exactly its five fds, whichever way it was started.
+    OpenFds,
     /// Burn CPU until killed.
     Spin,
     /// Create `path` beneath staging with one byte, then spin until killed.
@@ -252,6 +255,7 @@ pub(crate) fn run(
         Probe::UnixConnect { path } => forbidden::unix_connect(path.as_bytes()),
         Probe::Exec { path } => cstr(path).and_then(|p| forbidden::execve(&p)),
         Probe::Fork => forbidden::fork(),
+        Probe::OpenFds => Ok((0..63).filter(|&fd| super::sys::fd_is_open(fd)).fold(0i64, |set, fd| set | 1 << fd)),
         Probe::Clone3 => forbidden::clone3(),
         Probe::SpawnThread => std::thread::Builder::new()
             .spawn(|| 7i64)

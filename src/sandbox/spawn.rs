@@ -17,6 +17,7 @@ use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
 use super::supervise::Running;
+use super::zygote::Zygote;
 use super::sys;
 use crate::digest::{Hasher, Sha256Digest};
 use crate::extract::policy::Limits;
@@ -101,9 +102,12 @@ impl Read for Positioned<'_> {
     }
 }
 
-/// Start `exe sandbox-child` with the request (`request_json`, then the BPF `program`) on fd 0.
+/// Start a child with the request (`request_json`, then the BPF `program`) on fd 0: a fresh
+/// `exe sandbox-child`, or a fork of the `zygote` when one is given. Either way the child starts
+/// `child::main` with the same five fds.
 pub(crate) fn spawn(
     exe: &Path,
+    zygote: Option<&Zygote>,
     request_json: &[u8],
     program: &[u8],
     artifact: &SealedArtifact,
@@ -118,6 +122,18 @@ pub(crate) fn spawn(
     set_blocking(&answer_w)?;
     set_blocking(&log_w)?;
 
+    if let Some(zygote) = zygote {
+        let pid = zygote.fork([
+            request_r.as_fd(),
+            answer_w.as_fd(),
+            log_w.as_fd(),
+            artifact.file.as_fd(),
+            staging.as_fd(),
+        ])?;
+        // Our copies of the child's ends go now, so EOF means the child is done.
+        drop((request_r, answer_w, log_w));
+        return Running::from_pid(pid, File::from(answer_r), File::from(log_r));
+    }
     let artifact_raw = artifact.file.as_raw_fd();
     let staging_raw = staging.as_raw_fd();
     let mut cmd = Command::new(exe);

@@ -9,6 +9,8 @@ use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
+
+use nix::unistd::Pid;
 use std::time::{Duration, Instant};
 
 use super::child::{EXIT_ANSWERED, EXIT_UNAVAILABLE};
@@ -20,9 +22,10 @@ use crate::reason::{Reason, ReasonCode, display_name};
 /// Bytes of the child's stderr kept for diagnostics; the rest is read and dropped.
 const LOG_KEEP: usize = 16 * 1024;
 
-/// A started child.
+/// A started child: ours to wait for, whether we spawned it or the zygote forked it for us
+/// (`CLONE_PARENT`).
 pub struct Running {
-    child: Child,
+    pid: Pid,
     pidfd: OwnedFd,
     answer: File,
     log: File,
@@ -45,25 +48,34 @@ pub struct Ended {
 
 impl Running {
     pub(crate) fn new(child: Child, answer: File, log: File) -> io::Result<Self> {
-        match sys::pidfd_open(child.id()) {
+        // From here on the child is waited for by pid (std's `Child` neither kills nor reaps on
+        // drop, so letting it go changes nothing).
+        Self::from_pid(child.id(), answer, log)
+    }
+
+    /// A child of this process known by pid; it must not have been waited for yet (so the pid
+    /// cannot have been recycled when the pidfd is opened).
+    pub(crate) fn from_pid(pid: u32, answer: File, log: File) -> io::Result<Self> {
+        let raw = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let pid = Pid::from_raw(raw);
+        match sys::pidfd_open(pid.as_raw().unsigned_abs()) {
             Ok(pidfd) => Ok(Self {
-                child,
+                pid,
                 pidfd,
                 answer,
                 log,
                 reaped: false,
             }),
             Err(e) => {
-                let mut child = child;
-                let _ = child.kill();
-                let _ = child.wait();
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                let _ = sys::wait_pid(pid.as_raw());
                 Err(e)
             }
         }
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.pid.as_raw().unsigned_abs()
     }
 
     /// SIGKILL through the pidfd (never a recycled pid). A child that already exited is fine.
@@ -149,7 +161,7 @@ impl Running {
                 }
             }
         }
-        let status = self.child.wait()?;
+        let status = ExitStatus::from_raw(sys::wait_pid(self.pid.as_raw())?);
         self.reaped = true;
         Ok(Ended {
             status,
@@ -165,7 +177,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         if !self.reaped {
             let _ = self.kill();
-            let _ = self.child.wait();
+            let _ = sys::wait_pid(self.pid.as_raw());
         }
     }
 }

@@ -56,12 +56,77 @@ pub(crate) fn place_child_fds(artifact: RawFd, staging: RawFd) -> io::Result<()>
     Ok(())
 }
 
+/// In a child forked by the zygote (no `exec` follows): place the five fds the broker sent at
+/// 0 (request), 1 (answer), 2 (log), 3 (artifact), 4 (staging), without `FD_CLOEXEC`, and close
+/// every other fd, the zygote's control socket included. Afterwards the process holds exactly
+/// what an exec'd child inherits, so the same `child::main` runs.
+///
+/// As in [`place_child_fds`], the sources are first duplicated above 9 so no `dup2` can clobber
+/// a source that happens to sit at a target number.
+pub(crate) fn place_forked_child_fds(fds: [RawFd; 5]) -> io::Result<()> {
+    let mut high = [0; 5];
+    for (h, fd) in high.iter_mut().zip(fds) {
+        // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an integer fd touches no memory.
+        *h = check_int(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) })?;
+    }
+    for (target, h) in (0..).zip(high) {
+        // SAFETY: dup2 on integer fds; the target numbers 0..=4 are ours to replace.
+        check_int(unsafe { libc::dup2(h, target) })?;
+    }
+    close_fds_from(CHILD_FIRST_FOREIGN_FD)
+}
+
+/// Fork the calling (single-threaded) zygote with `CLONE_PARENT`: the new process is a child of
+/// the zygote's parent, the broker, which can then wait for it, hold a pidfd on it and read its
+/// exit status exactly as for a child it spawned itself. Returns 0 in the child, its pid in the
+/// caller.
+///
+/// A raw clone skips glibc's fork bookkeeping (atfork handlers, the thread descriptor's cached
+/// tid). That is sound here because the zygote is single-threaded, registers no atfork
+/// handlers, and the child only runs `child::main`, which uses neither pthread mutexes nor the
+/// cached tid.
+pub(crate) fn clone_parent() -> io::Result<libc::pid_t> {
+    // SAFETY: clone without CLONE_VM and with a NULL stack behaves as fork(2): the child gets a
+    // copy of the address space and continues on its copy of this stack. No pointers are passed
+    // (parent_tid, child_tid and tls are NULL/0 and their flags are not set).
+    let rc = check(unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::c_ulong::try_from(libc::CLONE_PARENT | libc::SIGCHLD).unwrap_or(0),
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    })?;
+    libc::pid_t::try_from(rc).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+}
+
+/// waitpid(2) for one child, retried on EINTR; the raw wait status.
+pub(crate) fn wait_pid(pid: libc::pid_t) -> io::Result<libc::c_int> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is a valid, writable c_int for the duration of the call.
+        match check_int(unsafe { libc::waitpid(pid, &mut status, 0) }) {
+            Ok(_) => return Ok(status),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// Close every fd numbered `first` or above (close_range(2), Linux 5.9).
 pub(crate) fn close_fds_from(first: u32) -> io::Result<()> {
     // SAFETY: close_range takes integers only. Closing fds this process does not use is the
     // point; the caller runs before anything else holds an fd at or above `first`.
     check(unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0u32) })?;
     Ok(())
+}
+
+/// Whether `fd` is open in this process (fcntl F_GETFD).
+pub(crate) fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD only reads the fd-table entry.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
 }
 
 /// Take ownership of an fd the parent placed at a fixed number. Fails if it is not open.

@@ -203,6 +203,39 @@ async fn concurrent_clients_each_get_their_own_answer() {
     }
     assert_eq!(accepted, 16);
     server.assert_clean();
+    assert_eq!(server.zygotes().len(), 1, "one zygote forks every child");
+}
+
+/// The zygote is replaced after its quota, and `--zygote-max-forks 0` execs every child; the
+/// answers are the same either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zygotes_are_replaced_after_their_quota_or_not_used_at_all() {
+    for (max_forks, zygotes) in [("3", 1), ("0", 0)] {
+        let server = Server::start(&["--zygote-max-forks", max_forks]);
+        let first = server.zygotes();
+        assert_eq!(first.len(), zygotes, "--zygote-max-forks {max_forks}");
+        let mut c = server.client().await;
+        for i in 0..7 {
+            let name = if i % 2 == 0 { "../escape".to_owned() } else { format!("file-{i}.txt") };
+            let tar = harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), (&name, b"x", 0o644)]);
+            let done = ok(c.extract(archive_header(), std::io::Cursor::new(tar), None).await, "extract");
+            if i % 2 == 0 {
+                assert_eq!(done.outcome.reason.map(|r| r.code.as_str()), Some("path_traversal"));
+            } else {
+                let staged = done.staged.unwrap_or_else(|| panic!("request {i} not staged"));
+                ok(c.release(&staged.id).await, "release");
+            }
+        }
+        server.assert_clean();
+        let now = server.zygotes();
+        assert_eq!(now.len(), zygotes, "--zygote-max-forks {max_forks}: {now:?}");
+        if zygotes > 0 {
+            assert_ne!(now, first, "7 children with a quota of 3: the zygote should have been replaced");
+            for old in &first {
+                assert!(!std::path::Path::new(&format!("/proc/{old}")).exists(), "retired zygote {old} not reaped");
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -381,6 +414,8 @@ async fn deadline_mid_extraction_kills_the_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_flight_requests_then_exits() {
     let mut server = Server::start(&["--grace", "20"]);
+    let zygotes = server.zygotes();
+    assert_eq!(zygotes.len(), 1, "the server runs one zygote");
     let c = server.client().await;
     let inflight = {
         let mut c = c.clone();
@@ -398,6 +433,10 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
     let status = server.wait_exit(Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
+    // The zygote does not outlive the server (it may linger as a zombie of whoever adopts it).
+    let state = std::fs::read_to_string(format!("/proc/{}/stat", zygotes[0])).unwrap_or_default();
+    let running = state.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'));
+    assert!(!running, "the zygote outlived the server: {state}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

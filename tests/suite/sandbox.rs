@@ -24,9 +24,43 @@ use skillbox::sandbox::{
     Verify, doctor,
 };
 
+thread_local! {
+    /// `zygote_max_forks` for the sandboxes this test thread builds: 0 (a fresh exec per child,
+    /// the CLI's path) unless [`both_spawn_paths`] or `SKILLBOX_TEST_ZYGOTE` says otherwise.
+    static ZYGOTE_MAX_FORKS: std::cell::Cell<u32> = std::cell::Cell::new(
+        std::env::var("SKILLBOX_TEST_ZYGOTE").ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+    );
+}
+
+/// An escape or supervision test, run twice: children started by a fresh exec (the CLI's
+/// path) and children forked by a zygote (the broker's default). Both must hold every wall.
+macro_rules! both_spawn_paths {
+    (fn $name:ident() $body:block) => {
+        mod $name {
+            use super::*;
+
+            fn body() $body
+
+            #[test]
+            fn exec() {
+                ZYGOTE_MAX_FORKS.with(|z| z.set(0));
+                body();
+            }
+
+            #[test]
+            fn zygote() {
+                // Small, so some tests also cross a zygote replacement.
+                ZYGOTE_MAX_FORKS.with(|z| z.set(2));
+                body();
+            }
+        }
+    };
+}
+
 fn sandbox_with(tweak: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
     let mut config = SandboxConfig {
         exe: PathBuf::from(env!("CARGO_BIN_EXE_skillbox")),
+        zygote_max_forks: ZYGOTE_MAX_FORKS.with(std::cell::Cell::get),
         ..SandboxConfig::default()
     };
     tweak(&mut config);
@@ -218,7 +252,7 @@ fn a_replacement_profile_cannot_reopen_a_wall() {
 
 // ---- From outside: the running child's own status --------------------------------------------
 
-#[test]
+both_spawn_paths! {
 fn the_running_child_has_no_privileges_and_a_filter() {
     let f = fixture();
     let sb = sandbox();
@@ -265,10 +299,11 @@ fn the_running_child_has_no_privileges_and_a_filter() {
         "the spinning child should have died of our SIGKILL"
     );
 }
+}
 
 // ---- Files -------------------------------------------------------------------------------------
 
-#[test]
+both_spawn_paths! {
 fn reading_a_world_readable_file_outside_staging_is_refused() {
     let f = fixture();
     assert_errno(
@@ -287,8 +322,9 @@ fn reading_a_world_readable_file_outside_staging_is_refused() {
         libc::EACCES,
     );
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn reading_and_writing_inside_staging_works() {
     // The control for every EACCES above: the same calls succeed beneath the staging fd.
     let f = fixture();
@@ -311,8 +347,9 @@ fn reading_and_writing_inside_staging_works() {
     assert_eq!(end, ProbeEnd::Reported(ProbeResult::Ok(1)));
     f.outside_untouched();
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn creating_outside_staging_is_refused_by_every_route() {
     let f = fixture();
     let outside_abs = f.outside.join("abs").display().to_string();
@@ -368,8 +405,9 @@ fn creating_outside_staging_is_refused_by_every_route() {
     f.outside_untouched();
     assert!(!Path::new("/tmp/skillbox-escape-probe").exists());
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn truncating_a_file_outside_is_refused() {
     let f = fixture();
     let victim = f.outside.join("victim.txt").display().to_string();
@@ -387,8 +425,9 @@ fn truncating_a_file_outside_is_refused() {
     );
     f.outside_untouched();
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn opens_that_seccomp_cannot_vouch_for_kill_the_child() {
     let f = fixture();
     // Without O_NOFOLLOW, and with O_PATH (which Landlock does not fully cover, SANDBOX.md trap 2).
@@ -410,14 +449,16 @@ fn opens_that_seccomp_cannot_vouch_for_kill_the_child() {
         flags: libc::O_RDONLY as u64,
     }));
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn the_artifact_cannot_be_changed_by_the_child() {
     let f = fixture();
     assert_errno(f.probe(Probe::WriteArtifact), libc::EPERM);
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn device_nodes_and_privileged_modes_are_refused() {
     let f = fixture();
     assert_killed_by_seccomp(f.probe(Probe::Mknod {
@@ -445,10 +486,11 @@ fn device_nodes_and_privileged_modes_are_refused() {
         .unwrap_or(0);
     assert_eq!(mode, 0o644);
 }
+}
 
 // ---- Network, processes, signals ---------------------------------------------------------------
 
-#[test]
+both_spawn_paths! {
 fn no_network_not_even_loopback_or_unix_sockets() {
     let f = fixture();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
@@ -464,8 +506,9 @@ fn no_network_not_even_loopback_or_unix_sockets() {
         path: sock.display().to_string(),
     }));
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn no_exec_no_fork_no_threads() {
     let f = fixture();
     assert_killed_by_seccomp(f.probe(Probe::Exec {
@@ -475,8 +518,9 @@ fn no_exec_no_fork_no_threads() {
     assert_killed_by_seccomp(f.probe(Probe::Clone3));
     assert_killed_by_seccomp(f.probe(Probe::SpawnThread));
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn the_parent_cannot_be_traced_or_signalled() {
     let f = fixture();
     let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
@@ -511,12 +555,14 @@ fn the_parent_cannot_be_traced_or_signalled() {
     let _ = victim.kill();
     let _ = victim.wait();
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn no_way_back_to_root_and_no_executable_memory() {
     let f = fixture();
     assert_killed_by_seccomp(f.probe(Probe::BecomeRoot));
     assert_killed_by_seccomp(f.probe(Probe::MakeExecutable));
+}
 }
 
 // ---- Resource limits -----------------------------------------------------------------------------
@@ -537,7 +583,7 @@ fn probe_with_limits(f: &Fixture, probe: Probe, limits: &Limits) -> (ProbeEnd, P
     )
 }
 
-#[test]
+both_spawn_paths! {
 fn writing_past_the_file_size_limit_is_stopped_by_the_kernel() {
     let f = fixture();
     let limits = Limits {
@@ -575,8 +621,9 @@ fn writing_past_the_file_size_limit_is_stopped_by_the_kernel() {
         ProbeEnd::Reported(ProbeResult::Ok(plan.file_size_bytes as i64))
     );
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn allocating_past_the_address_space_limit_fails() {
     let f = fixture();
     let plan = sandbox().rlimit_plan(&Limits::default());
@@ -586,6 +633,7 @@ fn allocating_past_the_address_space_limit_fails() {
         }),
         libc::ENOMEM,
     );
+}
 }
 
 // ---- A real extraction ----------------------------------------------------------------------------
@@ -613,7 +661,7 @@ fn archive_request(bytes: &[u8]) -> Request {
     req
 }
 
-#[test]
+both_spawn_paths! {
 fn a_confined_extraction_matches_the_engine_in_process() {
     let f = fixture();
     let art = tar_of(&[
@@ -676,8 +724,9 @@ fn a_confined_extraction_matches_the_engine_in_process() {
         SKILL
     );
 }
+}
 
-#[test]
+both_spawn_paths! {
 fn a_confined_rejection_leaves_no_staging_directory() {
     let f = fixture();
     // Two files are written before the duplicate is found: the child must clear them, and the
@@ -705,6 +754,7 @@ fn a_confined_rejection_leaves_no_staging_directory() {
     );
     assert!(!staging.exists(), "staging survived a rejection");
     f.outside_untouched();
+}
 }
 
 // ---- Supervision: a child that misbehaves ----------------------------------------------------------
@@ -915,7 +965,7 @@ fn misbehaviour_scenarios() {
     );
 }
 
-#[test]
+both_spawn_paths! {
 fn a_forged_inventory_that_matches_the_disk_is_the_only_one_accepted() {
     // The control for the forged cases above: the re-check is not simply rejecting everything.
     let f = fixture();
@@ -935,6 +985,7 @@ fn a_forged_inventory_that_matches_the_disk_is_the_only_one_accepted() {
         "{:?}",
         confined.outcome.reason
     );
+}
 }
 
 fn open_fds() -> Vec<String> {
@@ -984,27 +1035,135 @@ fn isolated_misbehaviour_scenarios() {
 #[test]
 fn misbehaving_children_leave_no_fds_zombies_or_staging() {
     let me = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
-    let out = std::process::Command::new(me)
-        .args([
-            "--exact",
-            "suite::sandbox::isolated_misbehaviour_scenarios",
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
-        .env("SKILLBOX_ISOLATED_SANDBOX_TEST", "1")
-        .output()
+    // Children started by exec, then children forked by a zygote (replaced every 3 children).
+    for zygote in ["0", "3"] {
+        let out = std::process::Command::new(&me)
+            .args([
+                "--exact",
+                "suite::sandbox::isolated_misbehaviour_scenarios",
+                "--ignored",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .env("SKILLBOX_ISOLATED_SANDBOX_TEST", "1")
+            .env("SKILLBOX_TEST_ZYGOTE", zygote)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "isolated run (zygote {zygote}) failed:\n{text}");
+        assert!(
+            text.contains("1 passed"),
+            "the isolated test (zygote {zygote}) did not run:\n{text}"
+        );
+    }
+}
+
+// ---- The zygote ----------------------------------------------------------------------------
+
+both_spawn_paths! {
+fn a_child_holds_exactly_its_five_fds() {
+    // Answer, log, artifact, staging (fds 1 to 4; the request on fd 0 was read and closed
+    // before the job ran): the zygote's control socket must not survive into a forked child,
+    // nor anything of the parent's into an exec'd one.
+    let f = fixture();
+    assert_eq!(
+        f.probe(Probe::OpenFds),
+        ProbeEnd::Reported(ProbeResult::Ok(0b1_1110))
+    );
+}
+}
+
+fn zygote_pid(sb: &Sandbox) -> u32 {
+    sb.zygote()
+        .and_then(skillbox::sandbox::Zygote::pid)
+        .unwrap_or_else(|| panic!("no zygote running"))
+}
+
+/// A process that is gone and reaped: no /proc entry (a zombie still has one).
+fn reaped(pid: u32) -> bool {
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn quick_probe_ok(f: &Fixture, sb: &Sandbox) {
+    let dir = f.prepare(sb);
+    let end = sb
+        .probe(
+            Probe::Create {
+                base: Base::Staging,
+                path: "x".into(),
+            },
+            &dir,
+        )
+        .unwrap_or_else(|e| panic!("probe: {e}"));
+    assert_eq!(end, ProbeEnd::Reported(ProbeResult::Ok(1)));
+}
+
+#[test]
+fn the_zygote_holds_nothing_but_its_control_socket() {
+    let sb = sandbox_with(|c| c.zygote_max_forks = 100);
+    let pid = zygote_pid(&sb);
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let mut fds: Vec<(u32, String)> = fs::read_dir(proc_dir.join("fd"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .filter_map(Result::ok)
+        .map(|e| {
+            let n = e.file_name().to_string_lossy().parse().unwrap_or(u32::MAX);
+            let target = fs::read_link(e.path())
+                .map(|p| p.display().to_string())
+                .unwrap_or_default();
+            (n, target)
+        })
+        .collect();
+    fds.sort();
+    let numbers: Vec<u32> = fds.iter().map(|(n, _)| *n).collect();
+    assert_eq!(numbers, [0, 1, 2], "zygote fds: {fds:?}");
+    assert!(fds[0].1.starts_with("socket:"), "fd 0 is {:?}", fds[0].1);
+    assert_eq!(fds[1].1, "/dev/null");
+    let environ = fs::read(proc_dir.join("environ")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(environ.is_empty(), "the zygote has an environment");
+    let status = fs::read_to_string(proc_dir.join("status")).unwrap_or_else(|e| panic!("{e}"));
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .map(str::trim);
+    assert_eq!(threads, Some("1"), "the zygote must be single-threaded to fork safely");
+}
+
+#[test]
+fn a_killed_zygote_is_reaped_and_replaced() {
+    let f = fixture();
+    let sb = sandbox_with(|c| c.zygote_max_forks = 100);
+    quick_probe_ok(&f, &sb);
+    let first = zygote_pid(&sb);
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(first).unwrap_or(i32::MAX));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
         .unwrap_or_else(|e| panic!("{e}"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "isolated run failed:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "the isolated test did not run:\n{text}"
-    );
+    // The next request notices, starts a fresh zygote, and still gets a confined child.
+    quick_probe_ok(&f, &sb);
+    let second = zygote_pid(&sb);
+    assert_ne!(first, second, "the dead zygote was not replaced");
+    assert!(reaped(first), "the dead zygote was left a zombie");
+    f.outside_untouched();
+}
+
+#[test]
+fn a_zygote_is_retired_after_max_forks_children() {
+    let f = fixture();
+    let sb = sandbox_with(|c| c.zygote_max_forks = 2);
+    let first = zygote_pid(&sb);
+    quick_probe_ok(&f, &sb);
+    quick_probe_ok(&f, &sb);
+    assert_eq!(zygote_pid(&sb), first, "replaced before its quota");
+    quick_probe_ok(&f, &sb);
+    let second = zygote_pid(&sb);
+    assert_ne!(second, first, "not replaced after max_forks children");
+    assert!(reaped(first), "the retired zygote was left a zombie");
+    drop(sb);
+    assert!(reaped(second), "dropping the sandbox left its zygote behind");
 }
 
 // ---- The command line: doctor, the "sandbox" answer, and failing closed -----------------------
@@ -1176,14 +1335,17 @@ fn without_landlock_extraction_fails_closed_unless_allowed() {
 }
 
 #[test]
-fn the_child_subcommand_refuses_to_run_by_hand() {
-    let out = skillbox_cmd()
-        .arg(skillbox::sandbox::CHILD_SUBCOMMAND)
-        .output()
-        .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!(
-        out.status.code(),
-        Some(skillbox::sandbox::child::EXIT_BAD_SETUP)
-    );
-    assert!(out.stdout.is_empty());
+fn the_child_and_zygote_subcommands_refuse_to_run_by_hand() {
+    for sub in [skillbox::sandbox::CHILD_SUBCOMMAND, skillbox::sandbox::ZYGOTE_SUBCOMMAND] {
+        let out = skillbox_cmd()
+            .arg(sub)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            out.status.code(),
+            Some(skillbox::sandbox::child::EXIT_BAD_SETUP),
+            "{sub}"
+        );
+        assert!(out.stdout.is_empty(), "{sub}");
+    }
 }

@@ -238,8 +238,9 @@ impl Server {
             .collect()
     }
 
-    /// Processes whose parent is the server (its confined children).
-    pub fn children(&self) -> Vec<u32> {
+    /// Every process whose parent is the server: its confined children (forked by the zygote
+    /// with CLONE_PARENT, or exec'd) and the zygote itself.
+    fn all_children(&self) -> Vec<u32> {
         let mut out = Vec::new();
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else { return out };
         for t in tasks.filter_map(Result::ok) {
@@ -248,6 +249,21 @@ impl Server {
             }
         }
         out
+    }
+
+    /// The zygote names itself; the children it forks share its command line but not its name.
+    fn is_zygote(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "skillbox-zygote")
+    }
+
+    /// The server's confined children (per request; the long-lived zygote is not one).
+    pub fn children(&self) -> Vec<u32> {
+        self.all_children().into_iter().filter(|&p| !Self::is_zygote(p)).collect()
+    }
+
+    /// The server's zygotes: one while it runs with the default settings.
+    pub fn zygotes(&self) -> Vec<u32> {
+        self.all_children().into_iter().filter(|&p| Self::is_zygote(p)).collect()
     }
 
     /// No staging directory and no child left.
