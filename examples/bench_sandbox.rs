@@ -3,7 +3,7 @@
 //! re-check), interleaved, median over many runs. Driven by `scripts/bench-sandbox.sh`.
 //!
 //! ```text
-//! cargo run --release --example bench_sandbox -- EXE WORKDIR [RUNS]
+//! cargo run --release --example bench_sandbox -- EXE WORKDIR [RUNS [typical]]
 //! ```
 //! EXE is the release `skillbox` binary the child re-executes; WORKDIR should be on tmpfs
 //! (/dev/shm) so disk noise stays out of the numbers.
@@ -139,15 +139,18 @@ fn main() {
     };
     let runs: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(200);
     fs::create_dir_all(&work).unwrap_or_else(|e| fail("workdir", e));
-    let sandbox = |verify| {
+    let sandbox = |verify, zygote_max_forks| {
         Sandbox::new(SandboxConfig {
             exe: exe.clone(),
             verify,
+            zygote_max_forks,
             ..SandboxConfig::default()
         })
         .unwrap_or_else(|e| fail("sandbox", e))
     };
-    let (structure, full) = (sandbox(Verify::Structure), sandbox(Verify::Full));
+    // exec per child (the CLI's path) and zygote-forked children (the broker's default).
+    let (structure, full) = (sandbox(Verify::Structure, 0), sandbox(Verify::Full, 0));
+    let zygote = sandbox(Verify::Structure, 256);
 
     // Floor: exec the same binary doing nothing (clap parses, prints the version, exits).
     let mut spawn = Vec::new();
@@ -180,16 +183,23 @@ fn main() {
 
     let typical = case(&work, "typical", package(25, 250 * 1024));
     let large = case(&work, "large", package(8, 64 * 1024 * 1024));
-    for (c, n) in [(&typical, runs), (&large, (runs / 20).max(5))] {
-        let (mut inproc, mut conf, mut conf_full) = (Vec::new(), Vec::new(), Vec::new());
-        // Warm-up, then interleave so drift hits all three alike.
+    // A fourth argument `typical` skips the large case (for profiling the per-request cost).
+    let typical_only = args.get(3).is_some_and(|a| a == "typical");
+    let cases = [(&typical, runs), (&large, (runs / 20).max(5))];
+    for &(c, n) in cases.iter().take(if typical_only { 1 } else { 2 }) {
+        let (mut inproc, mut conf, mut conf_full, mut conf_zyg) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Warm-up, then interleave so drift hits all four alike.
         once(&work, c, None);
         once(&work, c, Some(&structure));
+        once(&work, c, Some(&zygote));
         for _ in 0..n {
             inproc.push(once(&work, c, None));
             conf.push(once(&work, c, Some(&structure)));
             conf_full.push(once(&work, c, Some(&full)));
+            conf_zyg.push(once(&work, c, Some(&zygote)));
         }
+        let mz = median(conf_zyg.clone());
         let (mi, mc, mf) = (
             median(inproc.clone()),
             median(conf.clone()),
@@ -202,12 +212,20 @@ fn main() {
             ms(pct(inproc, 90))
         );
         println!(
-            "{:8} confined         median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
+            "{:8} confined, exec   median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
             c.name,
             ms(mc),
             ms(pct(conf, 90)),
             ms(mc.saturating_sub(mi)),
             (mc.as_secs_f64() / mi.as_secs_f64() - 1.0) * 100.0
+        );
+        println!(
+            "{:8} confined, zygote median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
+            c.name,
+            ms(mz),
+            ms(pct(conf_zyg, 90)),
+            ms(mz.saturating_sub(mi)),
+            (mz.as_secs_f64() / mi.as_secs_f64() - 1.0) * 100.0
         );
         println!(
             "{:8} confined+rehash  median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",

@@ -197,7 +197,7 @@ fn main() -> ExitCode {
         })),
         Command::Diff(args) => cmd_diff(&args),
         Command::Replay(args) => Ok(skillbox::replay::main(args)),
-        Command::Serve(args) => return skillbox::broker::main(args),
+        Command::Serve(args) => return skillbox::broker::main(args, sandbox),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -11,6 +11,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use crate::extract::policy::Limits;
+use crate::sandbox::cli::SandboxArgs;
+use crate::sandbox::{Enforcement, SandboxConfig};
 
 /// Flags of `skillbox serve`. Every flag can also be set by the environment variable named in
 /// its help; a flag on the command line wins over the variable.
@@ -133,8 +135,10 @@ pub struct Config {
     pub grace: Duration,
     pub metrics: Option<SocketAddr>,
     pub allow_unconfined: bool,
-    /// Children per zygote; 0: no zygote, an exec per request.
-    pub zygote_max_forks: u32,
+    /// How children are confined and started: the deadline, enforcement and zygote from the
+    /// flags above; the re-check, seccomp profile and child identity from the global sandbox
+    /// flags (see [`Config::with_sandbox_flags`]).
+    pub sandbox: SandboxConfig,
 }
 
 /// A setting that cannot be used; `skillbox serve` exits 2 with it.
@@ -151,6 +155,8 @@ pub enum ConfigError {
     TooSmall { flag: &'static str, min: u64 },
     #[error("--max-chunk-bytes {0} exceeds 16 MiB")]
     ChunkTooLarge(u64),
+    #[error("--sandbox-timeout does not apply to serve: set the per-extraction deadline with --extract-timeout-ms (SKILLBOX_EXTRACT_TIMEOUT_MS)")]
+    SandboxTimeout,
 }
 
 impl Config {
@@ -230,8 +236,31 @@ impl Config {
             grace: Duration::from_secs(args.grace),
             metrics: args.metrics,
             allow_unconfined: args.allow_unconfined,
-            zygote_max_forks: args.zygote_max_forks,
+            sandbox: SandboxConfig {
+                timeout: Duration::from_millis(args.extract_timeout_ms),
+                enforcement: if args.allow_unconfined { Enforcement::AllowUnconfined } else { Enforcement::Required },
+                zygote_max_forks: args.zygote_max_forks,
+                ..SandboxConfig::default()
+            },
         })
+    }
+
+    /// Apply the global sandbox flags (`skillbox --verify-staged full serve`, ...). The
+    /// per-extraction deadline has its own serve flag, so `--sandbox-timeout` is refused here
+    /// rather than silently ignored.
+    pub fn with_sandbox_flags(mut self, flags: &SandboxArgs) -> Result<Self, ConfigError> {
+        if flags.sandbox_timeout.is_some() {
+            return Err(ConfigError::SandboxTimeout);
+        }
+        let global = flags.config();
+        self.sandbox.verify = global.verify;
+        self.sandbox.seccomp_profile = global.seccomp_profile;
+        self.sandbox.run_as = global.run_as;
+        if flags.allow_unconfined {
+            self.allow_unconfined = true;
+            self.sandbox.enforcement = Enforcement::AllowUnconfined;
+        }
+        Ok(self)
     }
 }
 

@@ -16,7 +16,6 @@ use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -152,10 +151,10 @@ impl Runner {
     /// Configure the sandbox and prove it works here (real confined children, as `skillbox
     /// doctor` does). Refuses to start when confinement fails, unless degraded operation was
     /// explicitly allowed.
-    pub fn new(timeout: Duration, allow_unconfined: bool, zygote_max_forks: u32) -> Result<Self, String> {
-        let enforcement = if allow_unconfined { Enforcement::AllowUnconfined } else { Enforcement::Required };
-        // The checks run through the same spawn path (zygote or exec) the requests will take.
-        let config = SandboxConfig { timeout, enforcement, zygote_max_forks, ..SandboxConfig::default() };
+    /// The checks run with `config` itself, so through the same spawn path (zygote or exec),
+    /// profile and identity the requests will get.
+    pub fn new(config: SandboxConfig) -> Result<Self, String> {
+        let allow_unconfined = config.enforcement == Enforcement::AllowUnconfined;
         let report = crate::sandbox::doctor::run(config.clone());
         let check = |name: &str| report.checks.iter().any(|c| c.name == name && c.ok);
         if !report.ok {

@@ -76,9 +76,10 @@ impl ServeError {
 }
 
 /// `skillbox serve`: log set-up, a runtime, and [`serve`] until SIGTERM or SIGINT.
-pub fn main(args: ServeArgs) -> ExitCode {
+pub fn main(args: ServeArgs, sandbox: &crate::sandbox::cli::SandboxArgs) -> ExitCode {
     init_logging(&args);
-    let result = Config::from_args(&args).map_err(ServeError::from).and_then(|config| {
+    let config = Config::from_args(&args).and_then(|c| c.with_sandbox_flags(sandbox));
+    let result = config.map_err(ServeError::from).and_then(|config| {
         let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
         let result = runtime.block_on(async {
             let shutdown = shutdown_signal().map_err(ServeError::Signal)?;
@@ -124,7 +125,7 @@ fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
 pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
     let metrics = Arc::new(metrics::Metrics::default());
     let runner = Arc::new(
-        job::Runner::new(config.extract_timeout, config.allow_unconfined, config.zygote_max_forks).map_err(ServeError::Sandbox)?,
+        job::Runner::new(config.sandbox.clone()).map_err(ServeError::Sandbox)?,
     );
     let confinement = runner.confinement();
     if !confinement.confined {

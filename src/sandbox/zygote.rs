@@ -108,9 +108,13 @@ pub fn main() -> i32 {
     }
 }
 
-/// Build, once, what every child would otherwise build on its first request.
+/// Build, once, what every child would otherwise build on its first request: the review's
+/// trigger automaton, and the CPU feature caches (CPUID traps to the hypervisor on a VM).
 fn warm_up() {
     let _ = crate::skill::scan::Triggers::get();
+    #[cfg(target_arch = "x86_64")]
+    let _ = std::arch::is_x86_feature_detected!("avx2");
+    let _ = memchr::memchr(b'\n', b"warm up memchr's CPU feature dispatch\n");
     let mut h = crate::digest::Hasher::new();
     h.update(b"warm up the sha256 CPU feature detection");
     let _ = h.finish();

@@ -451,6 +451,26 @@ async fn metrics_are_served_when_asked() {
     assert!(text.contains("skillbox_request_duration_seconds_count 1"), "{text}");
 }
 
+/// The global sandbox flags reach the broker's children (`--verify-staged full` shows in every
+/// answer), and `--sandbox-timeout`, which serve has its own flag for, is refused, not ignored.
+#[test]
+fn global_sandbox_flags_apply_to_serve_or_are_refused() {
+    let server = Server::start(&["--verify-staged", "full"]);
+    let dir = harness::world_readable_dir();
+    let path = dir.path().join("good.tar");
+    ok(ok(std::fs::File::create(&path), "create").write_all(&skill_tar(&[("a.txt", b"a", 0o644)])), "write");
+    let out = harness::cli(&["extract", "--json", "--server", &server.uri(), path.to_str().unwrap_or("")], None);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let answer: serde_json::Value = ok(serde_json::from_slice(&out.stdout), "JSON on stdout");
+    assert_eq!(answer["sandbox"]["verify"], "full", "{answer}");
+    server.assert_clean();
+
+    let refused = harness::cli(&["--sandbox-timeout", "5", "serve", "--socket", "/nonexistent/x.sock"], None);
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--extract-timeout-ms"), "{err}");
+}
+
 /// `skillbox extract --server` prints what the local path prints, with the same exit code.
 #[test]
 fn cli_over_the_server_matches_the_local_cli() {
