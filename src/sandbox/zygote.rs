@@ -239,8 +239,14 @@ impl Zygote {
                     l.forks += 1;
                     return Ok(pid);
                 }
-                // The zygote is alive and said why it could not fork (e.g. EAGAIN): report it.
-                Ok(Err(e)) => return Err(e),
+                // The zygote is alive and said why it could not fork (EAGAIN at the process
+                // limit, or EPERM/EINVAL where a seccomp policy forbids CLONE_PARENT): report it.
+                Ok(Err(e)) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("the zygote could not fork a child: {e} (--zygote-max-forks 0 starts children by exec instead)"),
+                    ));
+                }
                 Err(e) => {
                     *live = None;
                     last = Some(e);
