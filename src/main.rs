@@ -112,8 +112,39 @@ struct ExtractArgs {
     /// default socket, `http://127.0.0.1:PORT`); same output and exit codes.
     #[arg(long, value_name = "URI", conflicts_with = "out")]
     server: Option<String>,
+    /// The skill's name as the discovery index lists it. The review compares it with SKILL.md's
+    /// `name` and raises the `name_mismatch` flag when they differ; the verdict never changes.
+    #[arg(long, value_name = "NAME", value_parser = parse_skill_name)]
+    skill_name: Option<String>,
+    /// The skill's description as the discovery index lists it. The review raises the
+    /// `description_mismatch` flag when it differs from SKILL.md's `description` (whitespace
+    /// aside); the verdict never changes.
+    #[arg(long, value_name = "TEXT", value_parser = parse_index_description)]
+    index_description: Option<String>,
     #[command(flatten)]
     overrides: LimitOverrides,
+}
+
+/// `--skill-name`: the broker's bound on `header.skill_name`, so the local and `--server` paths
+/// accept the same values.
+fn parse_skill_name(s: &str) -> Result<String, String> {
+    use skillbox::broker::convert::MAX_SKILL_NAME;
+    if s.len() > MAX_SKILL_NAME {
+        return Err(format!("longer than {MAX_SKILL_NAME} bytes"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("must not contain control characters".into());
+    }
+    Ok(s.to_owned())
+}
+
+/// `--index-description`: the broker's bound on `header.index_description`.
+fn parse_index_description(s: &str) -> Result<String, String> {
+    use skillbox::broker::convert::MAX_INDEX_DESCRIPTION;
+    if s.len() > MAX_INDEX_DESCRIPTION {
+        return Err(format!("longer than {MAX_INDEX_DESCRIPTION} bytes"));
+    }
+    Ok(s.to_owned())
 }
 
 /// Per-limit overrides. Sizes accept K, M, G suffixes (powers of 1024).
@@ -255,8 +286,15 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
     if !artifact.metadata().map(|m| m.is_file()).unwrap_or(false) {
         return Err(usage(format!("{} is not a regular file", args.artifact.display())));
     }
+    let req = Request {
+        media_type: args.media_type.clone(),
+        file_name,
+        expected_digest,
+        skill_name: args.skill_name.clone(),
+        index_description: args.index_description.clone(),
+        ..Request::new(artifact_type, limits)
+    };
     if let Some(server) = &args.server {
-        let req = Request { media_type: args.media_type.clone(), file_name, expected_digest, ..Request::new(artifact_type, limits) };
         return extract_remote(server, &args, &req);
     }
     let staging = match &args.out {
@@ -274,12 +312,6 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
                 .tempdir()
                 .map_err(|e| operational(format!("cannot create a temporary directory: {e}")))?,
         ),
-    };
-    let req = Request {
-        media_type: args.media_type.clone(),
-        file_name,
-        expected_digest,
-        ..Request::new(artifact_type, limits)
     };
     let dir = File::open(staging.path())
         .map_err(|e| operational(format!("cannot open {}: {e}", staging.path().display())));
