@@ -88,11 +88,7 @@ impl Extracted {
 
     /// The CLI's `--json` object: the outcome, plus `sandbox` when a child ran.
     pub fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
-        let mut v = serde_json::to_value(&self.outcome)?;
-        if let (Some(fields), Some(sandbox)) = (v.as_object_mut(), &self.sandbox) {
-            fields.insert("sandbox".into(), sandbox.clone());
-        }
-        Ok(v)
+        crate::answer::json(&self.outcome, self.sandbox.as_ref())
     }
 }
 

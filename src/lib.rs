@@ -6,6 +6,7 @@
 //! [`extract`] is written to run inside a confined child process: it takes a readable file and
 //! a directory fd, and never touches any path outside that directory.
 
+pub mod answer;
 pub mod digest;
 pub mod extract;
 pub mod fetch;

@@ -9,13 +9,14 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use skillbox::answer::{self, Staged};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::inventory::Outcome;
-use skillbox::extract::policy::Limits;
+use skillbox::extract::policy::{parse_size, Limits};
 use skillbox::extract::{ArtifactType, Request};
 use skillbox::reason::Verdict;
 use skillbox::sandbox::cli::SandboxArgs;
-use skillbox::sandbox::{Confined, SandboxReport};
+use skillbox::sandbox::Confined;
 
 const EXIT_ACCEPTED: u8 = 0;
 const EXIT_OPERATIONAL: u8 = 1;
@@ -111,8 +112,39 @@ struct ExtractArgs {
     /// default socket, `http://127.0.0.1:PORT`); same output and exit codes.
     #[arg(long, value_name = "URI", conflicts_with = "out")]
     server: Option<String>,
+    /// The skill's name as the discovery index lists it. The review compares it with SKILL.md's
+    /// `name` and raises the `name_mismatch` flag when they differ; the verdict never changes.
+    #[arg(long, value_name = "NAME", value_parser = parse_skill_name)]
+    skill_name: Option<String>,
+    /// The skill's description as the discovery index lists it. The review raises the
+    /// `description_mismatch` flag when it differs from SKILL.md's `description` (whitespace
+    /// aside); the verdict never changes.
+    #[arg(long, value_name = "TEXT", value_parser = parse_index_description)]
+    index_description: Option<String>,
     #[command(flatten)]
     overrides: LimitOverrides,
+}
+
+/// `--skill-name`: the broker's bound on `header.skill_name`, so the local and `--server` paths
+/// accept the same values.
+fn parse_skill_name(s: &str) -> Result<String, String> {
+    use skillbox::broker::convert::MAX_SKILL_NAME;
+    if s.len() > MAX_SKILL_NAME {
+        return Err(format!("longer than {MAX_SKILL_NAME} bytes"));
+    }
+    if s.chars().any(char::is_control) {
+        return Err("must not contain control characters".into());
+    }
+    Ok(s.to_owned())
+}
+
+/// `--index-description`: the broker's bound on `header.index_description`.
+fn parse_index_description(s: &str) -> Result<String, String> {
+    use skillbox::broker::convert::MAX_INDEX_DESCRIPTION;
+    if s.len() > MAX_INDEX_DESCRIPTION {
+        return Err(format!("longer than {MAX_INDEX_DESCRIPTION} bytes"));
+    }
+    Ok(s.to_owned())
 }
 
 /// Per-limit overrides. Sizes accept K, M, G suffixes (powers of 1024).
@@ -142,24 +174,6 @@ struct LimitOverrides {
     /// Longest entry name in bytes [default: 1024].
     #[arg(long, value_name = "N")]
     max_path_bytes: Option<u64>,
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        None => (t, 1u64),
-        Some((i, _)) => {
-            let mult = match t[i..].to_ascii_lowercase().as_str() {
-                "k" | "kib" | "kb" => 1 << 10,
-                "m" | "mib" | "mb" => 1 << 20,
-                "g" | "gib" | "gb" => 1 << 30,
-                other => return Err(format!("unknown size suffix {other:?} (use K, M or G)")),
-            };
-            (&t[..i], mult)
-        }
-    };
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
-    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
 }
 
 /// An error with the exit code it maps to.
@@ -193,7 +207,7 @@ fn main() -> ExitCode {
         Command::Extract(args) => cmd_extract(args, sandbox),
         Command::Index(args) => Ok(skillbox::fetch::cli::run_index(args)),
         Command::Fetch(args) => Ok(skillbox::fetch::cli::run_fetch(args, &|artifact, staging, req| {
-            run_engine(sandbox, artifact, staging, req).map(|c| c.outcome).map_err(|f| f.message)
+            run_engine(sandbox, artifact, staging, req).map_err(|f| f.message)
         })),
         Command::Diff(args) => cmd_diff(&args),
         Command::Replay(args) => Ok(skillbox::replay::main(args)),
@@ -235,8 +249,6 @@ fn build_limits(args: &ExtractArgs) -> Result<Limits, Failure> {
 enum Staging {
     Kept(PathBuf),
     Temporary(tempfile::TempDir),
-    /// Staged by the broker (`--server`) and released after the answer.
-    Remote,
 }
 
 impl Staging {
@@ -244,7 +256,14 @@ impl Staging {
         match self {
             Staging::Kept(p) => p,
             Staging::Temporary(t) => t.path(),
-            Staging::Remote => Path::new(""),
+        }
+    }
+
+    /// Where the answer says the tree is.
+    fn shown(&self) -> Staged<'_> {
+        match self {
+            Staging::Kept(p) => Staged::At(p),
+            Staging::Temporary(_) => Staged::Removed,
         }
     }
 }
@@ -267,8 +286,15 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
     if !artifact.metadata().map(|m| m.is_file()).unwrap_or(false) {
         return Err(usage(format!("{} is not a regular file", args.artifact.display())));
     }
+    let req = Request {
+        media_type: args.media_type.clone(),
+        file_name,
+        expected_digest,
+        skill_name: args.skill_name.clone(),
+        index_description: args.index_description.clone(),
+        ..Request::new(artifact_type, limits)
+    };
     if let Some(server) = &args.server {
-        let req = Request { media_type: args.media_type.clone(), file_name, expected_digest, ..Request::new(artifact_type, limits) };
         return extract_remote(server, &args, &req);
     }
     let staging = match &args.out {
@@ -287,12 +313,6 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
                 .map_err(|e| operational(format!("cannot create a temporary directory: {e}")))?,
         ),
     };
-    let req = Request {
-        media_type: args.media_type.clone(),
-        file_name,
-        expected_digest,
-        ..Request::new(artifact_type, limits)
-    };
     let dir = File::open(staging.path())
         .map_err(|e| operational(format!("cannot open {}: {e}", staging.path().display())));
     let confined = dir.and_then(|dir| run_engine(sandbox, &artifact, dir.as_fd(), &req));
@@ -306,7 +326,7 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
     if outcome.verdict == Verdict::Rejected {
         discard(&staging);
     }
-    print_confined(&outcome, &report, &staging, args.json)?;
+    print_answer(&outcome, Some(&report), Some(&report.summary()), staging.shown(), args.json)?;
     Ok(match outcome.verdict {
         Verdict::Accepted => EXIT_ACCEPTED,
         Verdict::Rejected => EXIT_REJECTED,
@@ -317,18 +337,8 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
 fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<u8, Failure> {
     let done = skillbox::client::extract_blocking(server, &args.artifact, req)
         .map_err(|e| if e.is_invalid_argument() { usage(e.to_string()) } else { operational(e.to_string()) })?;
-    match (&done.sandbox, args.json) {
-        (Some(_), true) => {
-            let answer = done.to_json().map_err(|e| operational(e.to_string()))?;
-            println!("{}", serde_json::to_string_pretty(&answer).map_err(|e| operational(e.to_string()))?);
-        }
-        (_, json) => {
-            print_outcome(&done.outcome, &Staging::Remote, json)?;
-            if let Some(summary) = done.sandbox_summary().filter(|_| !json) {
-                println!("  sandbox: {summary}");
-            }
-        }
-    }
+    let summary = done.sandbox_summary();
+    print_answer(&done.outcome, done.sandbox.as_ref(), summary.as_deref(), Staged::Released, args.json)?;
     let outcome = done.outcome;
     Ok(match outcome.verdict {
         Verdict::Accepted => EXIT_ACCEPTED,
@@ -341,18 +351,20 @@ fn run_engine(sandbox: &SandboxArgs, artifact: &File, staging: BorrowedFd<'_>, r
     skillbox::sandbox::cli::extract(sandbox, artifact, staging, req).map_err(operational)
 }
 
-/// Print an answer of the confined child: the outcome, plus how it was confined (`"sandbox"`).
-fn print_confined(outcome: &Outcome, sandbox: &SandboxReport, staging: &Staging, json: bool) -> Result<(), Failure> {
-    if !json {
-        print_outcome(outcome, staging, false)?;
-        println!("  sandbox: {}", sandbox.summary());
-        return Ok(());
+/// Print an answer: the outcome, plus how it was confined (`"sandbox"`) when a child ran.
+fn print_answer<S: serde::Serialize>(
+    outcome: &Outcome,
+    sandbox: Option<&S>,
+    summary: Option<&str>,
+    staged: Staged<'_>,
+    json: bool,
+) -> Result<(), Failure> {
+    if json {
+        let answer = answer::json(outcome, sandbox).map_err(|e| operational(e.to_string()))?;
+        println!("{}", serde_json::to_string_pretty(&answer).map_err(|e| operational(e.to_string()))?);
+    } else {
+        print!("{}", answer::text(outcome, staged, summary));
     }
-    let mut answer = serde_json::to_value(outcome).map_err(|e| operational(e.to_string()))?;
-    if let Some(fields) = answer.as_object_mut() {
-        fields.insert("sandbox".into(), serde_json::to_value(sandbox).map_err(|e| operational(e.to_string()))?);
-    }
-    println!("{}", serde_json::to_string_pretty(&answer).map_err(|e| operational(e.to_string()))?);
     Ok(())
 }
 
@@ -364,64 +376,6 @@ fn discard(staging: &Staging) {
         let _ = skillbox::extract::writer::clear_beneath(dir.as_fd(), 0);
     }
     let _ = std::fs::remove_dir(path);
-}
-
-fn print_outcome(outcome: &Outcome, staging: &Staging, json: bool) -> Result<(), Failure> {
-    if json {
-        let text = serde_json::to_string_pretty(outcome).map_err(|e| operational(e.to_string()))?;
-        println!("{text}");
-        return Ok(());
-    }
-    let a = &outcome.artifact;
-    let digest = a.digest.map(|d| d.to_string()).unwrap_or_else(|| "-".into());
-    let format = a.format.as_deref().unwrap_or("-");
-    match (&outcome.verdict, &outcome.reason) {
-        (Verdict::Accepted, _) => {
-            let t = &outcome.totals;
-            println!("accepted  {format}  {digest}");
-            println!(
-                "  {} entries ({} files, {} dirs, {} symlinks), {} bytes in, {} bytes out, ratio {:.2}",
-                t.entries, t.files, t.dirs, t.symlinks, t.bytes_in, t.bytes_out, t.ratio
-            );
-            let flagged: Vec<String> = outcome
-                .entries
-                .iter()
-                .filter(|e| !e.flags.is_empty())
-                .map(|e| {
-                    let flags: Vec<String> = e
-                        .flags
-                        .iter()
-                        .map(|f| serde_json::to_value(f).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
-                        .collect();
-                    format!("    {}  [{}]", e.path, flags.join(", "))
-                })
-                .collect();
-            if !flagged.is_empty() {
-                println!("  flagged:");
-                for line in flagged {
-                    println!("{line}");
-                }
-            }
-            match staging {
-                Staging::Kept(p) => println!("  staged at {}", p.display()),
-                Staging::Temporary(_) => println!("  (staged in a temporary directory, now removed; use --out DIR to keep it)"),
-                Staging::Remote => println!("  (staged by the broker, now released)"),
-            }
-        }
-        (Verdict::Rejected, reason) => {
-            println!("rejected  {format}  {digest}");
-            if let Some(r) = reason {
-                println!("  reason: {}: {}", r.code, r.detail);
-                if let Some(entry) = &r.entry {
-                    println!("  entry:  {entry}");
-                }
-                if let (Some(limit), Some(observed)) = (r.limit, r.observed) {
-                    println!("  limit:  {limit} (observed {observed})");
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Arguments of `skillbox diff` (issue 5).

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
 
 /// What to do with hard-link entries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -85,6 +86,36 @@ pub enum LimitsError {
     UnknownFormat { path: String },
     #[error("limit `{field}` = {value} is out of range ({rule})")]
     OutOfRange { field: &'static str, value: u64, rule: &'static str },
+}
+
+/// A byte count on the command line or in a `SKILLBOX_*` variable that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SizeError {
+    #[error("unknown size suffix {suffix:?} (use K, M or G)")]
+    UnknownSuffix { suffix: String },
+    #[error("{input:?} is not a size")]
+    NotANumber { input: String },
+    #[error("{input:?} is too large")]
+    TooLarge { input: String },
+}
+
+/// A byte count: decimal digits, optionally followed by a K, M or G suffix (powers of 1024;
+/// `KiB`/`KB` and the like mean the same, in any case). Surrounding whitespace is ignored.
+/// Every size flag (`extract`, `fetch`, `serve`) takes this syntax.
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, suffix) = t.split_at(split);
+    let unit = match suffix.to_ascii_lowercase().as_str() {
+        "" => 1,
+        "k" | "kib" | "kb" => KIB,
+        "m" | "mib" | "mb" => MIB,
+        "g" | "gib" | "gb" => GIB,
+        other => return Err(SizeError::UnknownSuffix { suffix: other.to_owned() }),
+    };
+    let n: u64 = digits.parse().map_err(|_| SizeError::NotANumber { input: s.to_owned() })?;
+    n.checked_mul(unit).ok_or_else(|| SizeError::TooLarge { input: s.to_owned() })
 }
 
 impl Limits {
@@ -210,6 +241,52 @@ mod tests {
         let json_path = dir.path().join("l.json");
         std::fs::write(&json_path, r#"{"max_entrys": 5}"#).unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(Limits::from_file(&json_path), Err(LimitsError::Parse { .. })));
+    }
+
+    #[test]
+    fn sizes_take_every_unit_spelling() {
+        for (text, want) in [
+            ("0", 0),
+            ("4096", 4096),
+            ("64K", 64 << 10),
+            ("64k", 64 << 10),
+            ("64KiB", 64 << 10),
+            ("64kb", 64 << 10),
+            ("1M", 1 << 20),
+            ("64MiB", 64 << 20),
+            ("3mb", 3 << 20),
+            ("1G", 1 << 30),
+            ("2GiB", 2 << 30),
+            ("1gb", 1 << 30),
+            (" 7M\n", 7 << 20),
+        ] {
+            assert_eq!(parse_size(text), Ok(want), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_at_and_past_u64() {
+        assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
+        let too_many_digits = "18446744073709551616";
+        assert_eq!(parse_size(too_many_digits), Err(SizeError::NotANumber { input: too_many_digits.into() }));
+        // 2^34 GiB = 2^64 bytes: the multiplication overflows, one less does not.
+        assert_eq!(parse_size("17179869183G"), Ok(17_179_869_183 << 30));
+        let e = parse_size("17179869184G");
+        assert_eq!(e, Err(SizeError::TooLarge { input: "17179869184G".into() }));
+        assert_eq!(e.map_err(|e| e.to_string()), Err("\"17179869184G\" is too large".to_owned()));
+    }
+
+    #[test]
+    fn garbage_and_empty_sizes_are_refused_with_their_message() {
+        let message = |s: &str| parse_size(s).map_err(|e| e.to_string()).err().unwrap_or_default();
+        assert_eq!(message("1T"), "unknown size suffix \"t\" (use K, M or G)");
+        assert_eq!(message("1.5G"), "unknown size suffix \".5g\" (use K, M or G)");
+        assert_eq!(message("1 G"), "unknown size suffix \" g\" (use K, M or G)");
+        assert_eq!(message("-1"), "unknown size suffix \"-1\" (use K, M or G)");
+        assert_eq!(message("ten"), "unknown size suffix \"ten\" (use K, M or G)");
+        assert_eq!(message("K"), "\"K\" is not a size");
+        assert_eq!(message(""), "\"\" is not a size");
+        assert_eq!(message("  "), "\"  \" is not a size");
     }
 
     #[test]

@@ -22,11 +22,13 @@ use super::client::{Client, Download};
 use super::policy::{AllowedOrigin, FetchPolicy};
 use super::tls::Trust;
 use super::{urls, FetchError};
+use crate::answer::{self, Staged};
 use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
-use crate::extract::policy::Limits;
+use crate::extract::policy::{parse_size, Limits};
 use crate::extract::{ArtifactType, Request};
 use crate::index::{self, EntryType, Index, IndexError, IndexLimits};
 use crate::reason::{Reason, ReasonCode, Verdict};
+use crate::sandbox::{Confined, SandboxReport};
 
 pub const EXIT_ACCEPTED: u8 = 0;
 pub const EXIT_OPERATIONAL: u8 = 1;
@@ -37,8 +39,9 @@ pub const EXIT_REFUSED: u8 = 4;
 /// The index's `$schema` is not one this version processes.
 pub const EXIT_SCHEMA: u8 = 5;
 
-/// The extraction step, supplied by the CLI: the same (confined) path `skillbox extract` uses.
-pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Outcome, String>;
+/// The extraction step, supplied by the CLI: the same (confined) path `skillbox extract` uses,
+/// answering with the outcome and how it was confined.
+pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Confined, String>;
 
 /// Fetch policy flags, shared by `index check URL` and `fetch`.
 #[derive(Args, Debug, Clone)]
@@ -129,21 +132,6 @@ pub struct FetchArgs {
     limits: Option<PathBuf>,
     #[command(flatten)]
     policy: PolicyArgs,
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(split);
-    let mult: u64 = match suffix.to_ascii_lowercase().as_str() {
-        "" => 1,
-        "k" | "kib" | "kb" => 1 << 10,
-        "m" | "mib" | "mb" => 1 << 20,
-        "g" | "gib" | "gb" => 1 << 30,
-        other => return Err(format!("unknown size suffix {other:?} (use K, M or G)")),
-    };
-    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
-    n.checked_mul(mult).ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -506,7 +494,8 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
             );
             let facts = ArtifactFacts { digest: Some(actual), format: None, size };
             let outcome = Outcome::rejected(facts, Totals { bytes_in: size, ..Totals::default() }, reason);
-            return print_fetch(&outcome, &prov, None, a.json).unwrap_or(EXIT_REJECTED);
+            // No child ran, so the answer has no `sandbox`.
+            return print_fetch(&outcome, None, &prov, None, a.json).unwrap_or(EXIT_REJECTED);
         }
         Err(e) => {
             if a.json {
@@ -556,11 +545,11 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     req.skill_name = Some(acquired.entry.name.clone());
     req.index_description = Some(acquired.entry.description.clone());
 
-    let outcome = File::open(staging.path())
+    let confined = File::open(staging.path())
         .map_err(|e| format!("cannot open {}: {e}", staging.path().display()))
         .and_then(|dir| engine(&acquired.hit.file, dir.as_fd(), &req));
-    let outcome = match outcome {
-        Ok(o) => o,
+    let Confined { outcome, sandbox } = match confined {
+        Ok(c) => c,
         Err(m) => {
             staging.discard();
             print_error(&m);
@@ -574,42 +563,29 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
         (Staging::Kept(p), Verdict::Accepted) => Some(p.as_path()),
         _ => None,
     };
-    print_fetch(&outcome, &prov, kept, a.json).unwrap_or(EXIT_OPERATIONAL)
+    print_fetch(&outcome, Some(&sandbox), &prov, kept, a.json).unwrap_or(EXIT_OPERATIONAL)
 }
 
-fn print_fetch(outcome: &Outcome, prov: &Provenance, staged: Option<&Path>, json_out: bool) -> Option<u8> {
+/// The answer as `extract` prints it (`sandbox` included when a child ran), plus provenance.
+fn print_fetch(
+    outcome: &Outcome,
+    sandbox: Option<&SandboxReport>,
+    prov: &Provenance,
+    staged: Option<&Path>,
+    json_out: bool,
+) -> Option<u8> {
     let code = match outcome.verdict {
         Verdict::Accepted => EXIT_ACCEPTED,
         Verdict::Rejected => EXIT_REJECTED,
     };
     if json_out {
-        let v = json!({ "extraction": outcome, "provenance": prov, "staged_at": staged });
+        let extraction = answer::json(outcome, sandbox).ok()?;
+        let v = json!({ "extraction": extraction, "provenance": prov, "staged_at": staged });
         println!("{}", serde_json::to_string_pretty(&v).ok()?);
         return Some(code);
     }
-    let a = &outcome.artifact;
-    let digest = a.digest.map(|d| d.to_string()).unwrap_or_else(|| "-".into());
-    let format = a.format.as_deref().unwrap_or("-");
-    match (&outcome.verdict, &outcome.reason) {
-        (Verdict::Accepted, _) => {
-            let t = &outcome.totals;
-            println!("accepted  {format}  {digest}");
-            println!("  {} entries ({} files, {} dirs, {} symlinks), {} bytes in, {} bytes out", t.entries, t.files, t.dirs, t.symlinks, t.bytes_in, t.bytes_out);
-            match staged {
-                Some(p) => println!("  staged at {}", p.display()),
-                None => println!("  (staged in a temporary directory, now removed; use --out DIR to keep it)"),
-            }
-        }
-        (Verdict::Rejected, reason) => {
-            println!("rejected  {format}  {digest}");
-            if let Some(r) = reason {
-                println!("  reason: {}: {}", r.code, r.detail);
-                if let Some(entry) = &r.entry {
-                    println!("  entry:  {entry}");
-                }
-            }
-        }
-    }
+    let shown = staged.map_or(Staged::Removed, Staged::At);
+    print!("{}", answer::text(outcome, shown, sandbox.map(SandboxReport::summary).as_deref()));
     print_provenance(prov);
     let _ = std::io::stdout().flush();
     Some(code)
@@ -659,9 +635,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sizes_and_durations() {
-        assert_eq!(parse_size("64K").ok(), Some(65536));
-        assert!(parse_size("1X").is_err());
+    fn durations() {
         assert_eq!(parse_duration("500ms").ok(), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("2").ok(), Some(Duration::from_secs(2)));
         assert!(parse_duration("0").is_err());

@@ -170,3 +170,32 @@ fn out_must_not_exist_and_limits_file_is_checked() {
     let o = run(&["extract", tmp.path().join("missing.zip").to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// `extract`, `fetch` and `serve` read sizes with the one parser: the same suffixes, the same
+/// refusal (a usage error, exit 2, before anything runs).
+#[test]
+fn size_flags_share_one_syntax_across_commands() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let art = tar_with(tmp.path(), "pkg.tar", &[("SKILL.md", SKILL, 0o644), ("a.txt", &[b'x'; 2048], 0o644)]);
+    let a = art.to_str().unwrap_or("");
+    // 2K = 2048 bytes: the file is exactly at the limit, and one byte less refuses it.
+    let o = run(&["extract", a, "--max-file-bytes", "2K", "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["extract", a, "--max-file-bytes", "2047", "--json"]);
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(json_of(&o)["reason"]["limit"], 2047);
+
+    let socket = tmp.path().join("s.sock");
+    let s = socket.to_str().unwrap_or("");
+    for args in [
+        vec!["extract", a, "--max-file-bytes", "1T"],
+        vec!["fetch", "https://example.com/.well-known/agent-skills/index.json", "demo", "--max-bytes", "1T"],
+        vec!["serve", "--socket", s, "--max-chunk-bytes", "1T"],
+    ] {
+        let o = run(&args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(r#"unknown size suffix "t" (use K, M or G)"#), "{args:?}: {stderr}");
+    }
+    assert!(!socket.exists(), "serve must refuse the flag before it listens");
+}

@@ -407,6 +407,40 @@ fn happy_archive_zip_and_tar_gz() {
     assert_eq!(json_of(&o)["extraction"]["artifact"]["format"], "tar.gz");
 }
 
+/// `fetch` prints the answer `extract` prints for the same bytes, `sandbox` report included, in
+/// JSON (as `extraction`) and in text.
+#[test]
+fn fetch_answers_as_extract_does_sandbox_included() {
+    let w = World::new();
+    let md = skill_md("pack", "A demo skill");
+    let zip = zip_of(&[("SKILL.md", &md), ("scripts/run.sh", b"#!/bin/sh\necho hi\n")]);
+    w.server.route("/dl/pack.zip", ok(&zip, "application/zip"));
+    w.index(&index_json(&[entry("pack", "archive", "/dl/pack.zip", &sha(&zip))]));
+    let o = w.fetch("pack", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let fetched = json_of(&o)["extraction"].clone();
+    let sandbox = &fetched["sandbox"];
+    assert_eq!(sandbox["confined"], true, "{fetched:#}");
+    assert_eq!(sandbox["enforcement"], "required");
+    assert_eq!(sandbox["verify"], "structure");
+    assert_eq!(sandbox["child"]["seccomp"], true);
+    assert_eq!(sandbox["child"]["landlock"], "fully_enforced");
+
+    let local = w.tmp.path().join("pack.zip");
+    std::fs::write(&local, &zip).unwrap_or_else(|e| panic!("{e}"));
+    let e = run(&["extract".into(), local.display().to_string(), "--json".into()]);
+    assert_eq!(code(&e), 0, "{}", explain(&e));
+    assert_eq!(fetched, json_of(&e), "fetch's `extraction` differs from `extract --json` on the same bytes");
+
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let o = run(&w.args(&["fetch", &index, "pack", "--cache-dir", &cache]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.lines().any(|l| l.starts_with("  sandbox: confined (")), "{text}");
+    assert!(text.contains("  flagged:\n") && text.contains("\n    scripts/run.sh  [script]\n"), "flagged entries are listed as extract lists them: {text}");
+}
+
 #[test]
 fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
     let w = World::new();
@@ -420,6 +454,7 @@ fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
     assert_eq!(v["extraction"]["verdict"], "rejected");
     assert_eq!(v["extraction"]["reason"]["code"], "digest_mismatch");
     assert_eq!(v["extraction"]["artifact"]["digest"], sha(&md));
+    assert!(v["extraction"].get("sandbox").is_none(), "no child ran, so there is no sandbox report: {v:#}");
     assert!(!out.exists(), "nothing may be staged");
     assert!(w.cache_tmp_is_empty(), "temporary bytes must be removed");
     assert_eq!(w.cached_artifacts(), 0);

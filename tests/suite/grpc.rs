@@ -489,6 +489,34 @@ fn cli_over_the_server_matches_the_local_cli() {
     server.assert_clean();
 }
 
+/// `extract --skill-name --index-description --server`: the facts travel in the header and the
+/// broker's review raises the mismatch flags exactly as the local path does.
+#[test]
+fn cli_index_facts_reach_the_review_over_the_server() {
+    let server = Server::start(&[]);
+    let (_dir, path) = harness::write_temp("skill.tar", &skill_tar(&[]));
+    let p = path.to_str().unwrap_or("");
+    let uri = server.uri();
+    let parse = |o: &std::process::Output| -> serde_json::Value {
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stderr)))
+    };
+    for (name, description, want) in [
+        ("demo", "A demo skill for the broker tests", serde_json::json!([])),
+        ("demo-2", "A demo skill for the broker tests", serde_json::json!(["name_mismatch"])),
+        ("demo-2", "Another skill", serde_json::json!(["name_mismatch", "description_mismatch"])),
+    ] {
+        let facts = ["--skill-name", name, "--index-description", description];
+        let local = harness::cli(&[&["extract", "--json", p][..], &facts].concat(), None);
+        let remote = harness::cli(&[&["extract", "--json", "--server", &uri, p][..], &facts].concat(), None);
+        assert_eq!(remote.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&remote.stderr));
+        let (local, remote) = (parse(&local), parse(&remote));
+        assert_eq!(remote["review"]["flags"], want, "{name}, {description}: {remote:#}");
+        assert_eq!(local, remote, "{name}, {description}");
+    }
+    server.assert_clean();
+}
+
 /// SO_PEERCRED: a client running as a uid not on the allow-list is cut off before it is
 /// served, even when the socket's mode lets it connect.
 #[test]

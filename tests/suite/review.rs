@@ -139,6 +139,75 @@ fn index_facts_raise_mismatch_flags() {
     assert_eq!(r.findings[0].line, Some(2));
 }
 
+/// `skillbox extract FILE --json` plus `extra`: (exit code, answer or Null, stderr).
+fn extract_with(file: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .arg("extract")
+        .arg(file)
+        .arg("--json")
+        .args(extra)
+        .output()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    (o.status.code(), serde_json::from_slice(&o.stdout).unwrap_or(Value::Null), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn finding_kinds(v: &Value) -> Vec<String> {
+    v["review"]["findings"].as_array().into_iter().flatten().filter_map(|f| f["kind"].as_str().map(str::to_owned)).collect()
+}
+
+/// The same index facts from the command line (`--skill-name`, `--index-description`) reach the
+/// review through the confined child.
+#[test]
+fn cli_index_facts_raise_mismatch_flags() {
+    let md = corpus().join("fm_minimal.md");
+    let desc = "Extract text and tables from PDF files. Use when the user asks about PDFs.";
+    let reflowed = format!("  {}", desc.replace(". ", ".\n"));
+
+    let (code, v, stderr) = extract_with(&md, &["--skill-name", "pdf-tools", "--index-description", &reflowed]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(v["review"]["flags"], serde_json::json!([]), "matching facts raise nothing: {v:#}");
+    assert!(!finding_kinds(&v).iter().any(|k| k.ends_with("_mismatch")), "{v:#}");
+
+    let (code, v, stderr) = extract_with(&md, &["--skill-name", "pdf-tool", "--index-description", "Something else entirely"]);
+    assert_eq!(code, Some(0), "flags inform, they never reject: {stderr}");
+    assert_eq!(v["verdict"], "accepted");
+    assert_eq!(v["review"]["flags"], serde_json::json!(["name_mismatch", "description_mismatch"]), "{v:#}");
+    assert_eq!(finding_kinds(&v), ["name_mismatch", "description_mismatch"]);
+    assert_eq!(v["review"]["findings"][0]["line"], 2);
+    assert!(v["review"]["findings"][0]["excerpt"].as_str().unwrap_or("").contains("\"pdf-tool\""), "{v:#}");
+
+    // Each fact is compared on its own; without either, nothing is compared.
+    let (_, v, _) = extract_with(&md, &["--skill-name", "pdf-tool"]);
+    assert_eq!(v["review"]["flags"], serde_json::json!(["name_mismatch"]), "{v:#}");
+    let (_, v, _) = extract_with(&md, &["--index-description", "Something else entirely"]);
+    assert_eq!(v["review"]["flags"], serde_json::json!(["description_mismatch"]), "{v:#}");
+    let (_, v, _) = extract_with(&md, &[]);
+    assert_eq!(v["review"]["flags"], serde_json::json!([]), "{v:#}");
+}
+
+/// The broker's bounds on the same header fields hold locally too: a usage error, nothing run.
+#[test]
+fn cli_index_facts_are_bounded_like_the_header() {
+    let md = corpus().join("fm_minimal.md");
+    let at_name = "n".repeat(skillbox::broker::convert::MAX_SKILL_NAME);
+    let at_desc = "d".repeat(skillbox::broker::convert::MAX_INDEX_DESCRIPTION);
+    let (code, v, stderr) = extract_with(&md, &["--skill-name", &at_name, "--index-description", &at_desc]);
+    assert_eq!(code, Some(0), "exactly at the bounds: {stderr}");
+    assert_eq!(v["review"]["flags"], serde_json::json!(["name_mismatch", "description_mismatch"]));
+    let past_name = format!("{at_name}n");
+    let past_desc = format!("{at_desc}d");
+    for extra in [
+        ["--skill-name", past_name.as_str()],
+        ["--skill-name", "pdf\u{1b}[2Jtools"],
+        ["--index-description", past_desc.as_str()],
+    ] {
+        let (code, v, stderr) = extract_with(&md, &extra);
+        assert_eq!(code, Some(2), "{}: {stderr}", extra[0]);
+        assert_eq!(v, Value::Null, "nothing is printed on stdout for a usage error");
+        assert!(stderr.contains(extra[0]), "the message names the flag: {stderr}");
+    }
+}
+
 #[test]
 fn invalid_skill_md_leaves_nothing_staged() {
     let (dir, o) = run_engine(&corpus().join("fm_anchor_bomb.md"), ArtifactType::SkillMd, |_| {});
