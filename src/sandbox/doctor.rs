@@ -294,14 +294,27 @@ fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
 
 /// Poll /proc/PID/status until the child has installed its filter (confinement is complete).
 pub fn wait_for_seccomp(pid: u32, within: Duration) -> Result<String, String> {
+    // Filters are inherited: under a container's seccomp policy the child shows `Seccomp: 2`
+    // before it has confined itself. Its own filter is the one more than ours.
+    let filters = |status: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+    };
+    let ours = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| filters(&s))
+        .unwrap_or(0);
     let deadline = Instant::now() + within;
     loop {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
             .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
-        if status
+        let mode2 = status
             .lines()
-            .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'))
-        {
+            .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'));
+        // Kernels before 5.9 lack the count; there, mode 2 is all there is to go by.
+        if mode2 && filters(&status).is_none_or(|n| n > ours) {
             return Ok(status);
         }
         if Instant::now() > deadline {

@@ -1212,6 +1212,42 @@ fn doctor_tells_the_truth_on_this_host() {
     }
 }
 
+/// Under an outer seccomp filter (a container's default profile, say) every process already
+/// shows `Seccomp: 2`; doctor must still wait for the child's own filter before it reads the
+/// child's credentials, or it reports a root child as a confinement failure.
+#[test]
+fn doctor_under_an_outer_seccomp_filter_still_sees_the_child_confine() {
+    use std::os::unix::process::CommandExt;
+    let arch = std::env::consts::ARCH
+        .try_into()
+        .unwrap_or_else(|e| panic!("arch: {e:?}"));
+    // Allow everything except acct(2): a filter that changes nothing the doctor does.
+    let rules = std::collections::BTreeMap::from([(libc::SYS_acct, Vec::new())]);
+    let filter = seccompiler::SeccompFilter::new(
+        rules,
+        seccompiler::SeccompAction::Allow,
+        seccompiler::SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .unwrap_or_else(|e| panic!("filter: {e}"));
+    let program: seccompiler::BpfProgram = filter
+        .try_into()
+        .unwrap_or_else(|e| panic!("compile: {e:?}"));
+    let mut cmd = skillbox_cmd();
+    cmd.args(["doctor", "--json"]);
+    // SAFETY: between fork and exec only prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2) run, over a
+    // program built before the fork; neither allocates nor takes a lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            seccompiler::apply_filter(&program).map_err(|e| std::io::Error::other(e.to_string()))
+        });
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    assert_eq!(v["ok"], true, "{v:#}");
+}
+
 /// `extract --json` with `extra` flags on a small package; returns (exit code, answer, stderr).
 fn cli_extract(
     extra: &[&str],
