@@ -199,42 +199,28 @@ fn main() {
             conf_full.push(once(&work, c, Some(&full)));
             conf_zyg.push(once(&work, c, Some(&zygote)));
         }
-        let mz = median(conf_zyg.clone());
-        let (mi, mc, mf) = (
-            median(inproc.clone()),
-            median(conf.clone()),
-            median(conf_full.clone()),
-        );
+        let mi = median(inproc.clone());
         println!(
             "{:8} in-process       median {:8.3} ms  p90 {:8.3} ms  ({n} runs)",
             c.name,
             ms(mi),
             ms(pct(inproc, 90))
         );
-        println!(
-            "{:8} confined, exec   median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
-            c.name,
-            ms(mc),
-            ms(pct(conf, 90)),
-            ms(mc.saturating_sub(mi)),
-            (mc.as_secs_f64() / mi.as_secs_f64() - 1.0) * 100.0
-        );
-        println!(
-            "{:8} confined, zygote median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
-            c.name,
-            ms(mz),
-            ms(pct(conf_zyg, 90)),
-            ms(mz.saturating_sub(mi)),
-            (mz.as_secs_f64() / mi.as_secs_f64() - 1.0) * 100.0
-        );
-        println!(
-            "{:8} confined+rehash  median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
-            c.name,
-            ms(mf),
-            ms(pct(conf_full, 90)),
-            ms(mf.saturating_sub(mi)),
-            (mf.as_secs_f64() / mi.as_secs_f64() - 1.0) * 100.0
-        );
+        for (label, runs) in [
+            ("confined, exec ", conf),
+            ("confined, zygote", conf_zyg),
+            ("confined+rehash", conf_full),
+        ] {
+            let m = median(runs.clone());
+            println!(
+                "{:8} {label:16} median {:8.3} ms  p90 {:8.3} ms  (+{:.3} ms, {:+.1}%)",
+                c.name,
+                ms(m),
+                ms(pct(runs, 90)),
+                ms(m.saturating_sub(mi)),
+                (m.as_secs_f64() / mi.as_secs_f64() - 1.0) * 100.0
+            );
+        }
     }
     let _ = fs::remove_dir_all(work.join("out"));
 }

@@ -5,8 +5,10 @@
 #
 # Builds release, works on /dev/shm (tmpfs, so disk noise stays out), prints medians and p90s
 # for: a bare spawn of /bin/true and of `skillbox --version`; a typical package (25 files,
-# ~250 KB tar.gz) and a large one (64 MiB) extracted in-process, confined, and confined with
-# `--verify-staged full`. Not a test: numbers go to stdout for the closing note.
+# ~250 KB tar.gz) and a large one (64 MiB) extracted in-process, confined with a fresh exec per
+# child (the CLI's path), confined with children forked by a zygote (the broker's default), and
+# confined with `--verify-staged full`. Not a test: numbers go to stdout (bench-results/sandbox.md
+# keeps a run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs="${1:-200}"
