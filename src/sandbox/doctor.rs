@@ -102,6 +102,12 @@ pub fn run(mut config: SandboxConfig) -> DoctorReport {
         checks: Vec::new(),
     };
 
+    // `serve` forks its children from a zygote by default; when the configuration at hand
+    // execs them, the zygote's path is checked too, so doctor speaks for both.
+    let zygote_config = (config.zygote_max_forks == 0).then(|| SandboxConfig {
+        zygote_max_forks: 1,
+        ..config.clone()
+    });
     match Sandbox::new(config) {
         Err(e) => push("profile", false, e.to_string()),
         Ok(sandbox) => {
@@ -125,6 +131,15 @@ pub fn run(mut config: SandboxConfig) -> DoctorReport {
                         match result {
                             Ok(detail) => push(name, true, detail),
                             Err(detail) => push(name, false, detail),
+                        }
+                    }
+                    if let Some(zc) = zygote_config {
+                        let result = Sandbox::new(zc)
+                            .map_err(|e| e.to_string())
+                            .and_then(|z| status_check(&z, &tmp.path().join("zygote")));
+                        match result {
+                            Ok(detail) => push("zygote child", true, format!("forked by a zygote: {detail}")),
+                            Err(detail) => push("zygote child", false, detail),
                         }
                     }
                 }

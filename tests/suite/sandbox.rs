@@ -1201,6 +1201,7 @@ fn doctor_tells_the_truth_on_this_host() {
         "seccomp",
         "profile",
         "confined child",
+        "zygote child",
         "extraction",
         "seccomp enforced",
         "landlock enforced",
