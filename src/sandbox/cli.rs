@@ -123,7 +123,7 @@ pub struct DoctorArgs {
 /// Run the doctor and print its report. Exit status 0 when confinement works, 1 when it would
 /// fail.
 pub fn run_doctor(sandbox: &SandboxArgs, args: &DoctorArgs) -> u8 {
-    let report = doctor::run(sandbox.config());
+    let report = doctor::run_for_both_paths(sandbox.config());
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(text) => println!("{text}"),

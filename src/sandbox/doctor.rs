@@ -52,7 +52,18 @@ const TINY_SKILL: &[u8] =
     b"---\nname: doctor\ndescription: skillbox doctor self-test\n---\nNothing to see.\n";
 
 /// Run every check with `config` (its enforcement is forced to `Required`).
-pub fn run(mut config: SandboxConfig) -> DoctorReport {
+pub fn run(config: SandboxConfig) -> DoctorReport {
+    run_checks(config, false)
+}
+
+/// [`run`], plus, when `config` execs its children, the `/proc` check on a child forked by a
+/// zygote: what `skillbox doctor` runs, so it speaks for `serve`'s default path as well. (The
+/// broker itself checks only the path it is configured to use.)
+pub fn run_for_both_paths(config: SandboxConfig) -> DoctorReport {
+    run_checks(config, true)
+}
+
+fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
     config.enforcement = Enforcement::Required;
     let mut checks = Vec::new();
     let mut push = |name, ok, detail: String| checks.push(Check { name, ok, detail });
@@ -104,7 +115,7 @@ pub fn run(mut config: SandboxConfig) -> DoctorReport {
 
     // `serve` forks its children from a zygote by default; when the configuration at hand
     // execs them, the zygote's path is checked too, so doctor speaks for both.
-    let zygote_config = (config.zygote_max_forks == 0).then(|| SandboxConfig {
+    let zygote_config = (both_paths && config.zygote_max_forks == 0).then(|| SandboxConfig {
         zygote_max_forks: 1,
         ..config.clone()
     });
