@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::policy::Limits;
-use skillbox::extract::{extract, ArtifactType, Request};
+use skillbox::extract::{ArtifactType, Request, extract};
 use skillbox::reason::Verdict;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -77,13 +77,16 @@ impl TextGen {
     fn new(seed: u64) -> Self {
         let mut rng = Rng(seed);
         const SYL: [&str; 32] = [
-            "ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ex", "an", "or", "ul", "ten", "dra", "pho", "ski",
-            "ll", "con", "fig", "ser", "ver", "pa", "th", "qu", "io", "st", "re", "de", "in", "al", "ed", "ing",
+            "ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ex", "an", "or", "ul", "ten", "dra",
+            "pho", "ski", "ll", "con", "fig", "ser", "ver", "pa", "th", "qu", "io", "st", "re",
+            "de", "in", "al", "ed", "ing",
         ];
         let words = (0..4096)
             .map(|_| {
                 let n = 1 + rng.below(4);
-                (0..n).flat_map(|_| SYL[rng.below(32) as usize].bytes()).collect()
+                (0..n)
+                    .flat_map(|_| SYL[rng.below(32) as usize].bytes())
+                    .collect()
             })
             .collect();
         Self { rng, words }
@@ -150,7 +153,11 @@ fn skill_md(t: &mut TextGen, name: &str) -> FileSpec {
     )
     .into_bytes();
     data.extend(t.text(5_500));
-    FileSpec { path: "SKILL.md".into(), mode: 0o644, data }
+    FileSpec {
+        path: "SKILL.md".into(),
+        mode: 0o644,
+        data,
+    }
 }
 
 /// ~25 files, ~250 KB: the shape of a real skill package.
@@ -159,24 +166,63 @@ fn typical() -> Workload {
     let mut rng = Rng(11);
     let mut files = vec![skill_md(&mut t, "typical-skill")];
     for (i, ext) in ["py", "py", "py", "sh", "sh", "py"].iter().enumerate() {
-        let shebang: &[u8] = if *ext == "py" { b"#!/usr/bin/env python3\n" } else { b"#!/bin/sh\nset -eu\n" };
+        let shebang: &[u8] = if *ext == "py" {
+            b"#!/usr/bin/env python3\n"
+        } else {
+            b"#!/bin/sh\nset -eu\n"
+        };
         let mut data = shebang.to_vec();
         data.extend(t.text(7_000 + 500 * i));
-        files.push(FileSpec { path: format!("scripts/tool_{i}.{ext}"), mode: 0o755, data });
+        files.push(FileSpec {
+            path: format!("scripts/tool_{i}.{ext}"),
+            mode: 0o755,
+            data,
+        });
     }
-    files.push(FileSpec { path: "scripts/lib/util.py".into(), mode: 0o644, data: t.text(4_000) });
+    files.push(FileSpec {
+        path: "scripts/lib/util.py".into(),
+        mode: 0o644,
+        data: t.text(4_000),
+    });
     for i in 0..12 {
-        files.push(FileSpec { path: format!("references/topic-{i:02}.md"), mode: 0o644, data: t.text(11_000 + 300 * i) });
+        files.push(FileSpec {
+            path: format!("references/topic-{i:02}.md"),
+            mode: 0o644,
+            data: t.text(11_000 + 300 * i),
+        });
     }
-    for (name, len) in [("assets/logo.png", 24_000usize), ("assets/font.bin", 16_000)] {
+    for (name, len) in [
+        ("assets/logo.png", 24_000usize),
+        ("assets/font.bin", 16_000),
+    ] {
         let mut data = vec![0u8; len];
         rng.fill(&mut data);
-        files.push(FileSpec { path: name.into(), mode: 0o644, data });
+        files.push(FileSpec {
+            path: name.into(),
+            mode: 0o644,
+            data,
+        });
     }
-    files.push(FileSpec { path: "assets/template.json".into(), mode: 0o644, data: t.text(6_000) });
-    files.push(FileSpec { path: "LICENSE.txt".into(), mode: 0o644, data: t.text(10_000) });
-    let dirs = ["scripts", "scripts/lib", "references", "assets"].map(String::from).to_vec();
-    Workload { key: "typical", label: "typical package", dirs, files, reps: 41 }
+    files.push(FileSpec {
+        path: "assets/template.json".into(),
+        mode: 0o644,
+        data: t.text(6_000),
+    });
+    files.push(FileSpec {
+        path: "LICENSE.txt".into(),
+        mode: 0o644,
+        data: t.text(10_000),
+    });
+    let dirs = ["scripts", "scripts/lib", "references", "assets"]
+        .map(String::from)
+        .to_vec();
+    Workload {
+        key: "typical",
+        label: "typical package",
+        dirs,
+        files,
+        reps: 41,
+    }
 }
 
 /// 2,000 files, ~40 MB, a quarter of them incompressible.
@@ -195,9 +241,19 @@ fn files2000() -> Workload {
         } else {
             ("txt", t.text(len))
         };
-        files.push(FileSpec { path: format!("data/g{:02}/f{i:04}.{ext}", i % 20), mode: 0o644, data });
+        files.push(FileSpec {
+            path: format!("data/g{:02}/f{i:04}.{ext}", i % 20),
+            mode: 0o644,
+            data,
+        });
     }
-    Workload { key: "files2000", label: "2,000 files / 40 MB", dirs, files, reps: 9 }
+    Workload {
+        key: "files2000",
+        label: "2,000 files / 40 MB",
+        dirs,
+        files,
+        reps: 9,
+    }
 }
 
 /// 9,990 tiny files in 8 directories: 9,998 entries, under the default 10,000-entry limit.
@@ -208,9 +264,19 @@ fn tiny10k() -> Workload {
     let dirs: Vec<String> = (0..8).map(|d| format!("t{d}")).collect();
     for i in 1..9990u64 {
         let len = 16 + rng.below(241) as usize;
-        files.push(FileSpec { path: format!("t{}/n{i:05}.txt", i % 8), mode: 0o644, data: t.text(len) });
+        files.push(FileSpec {
+            path: format!("t{}/n{i:05}.txt", i % 8),
+            mode: 0o644,
+            data: t.text(len),
+        });
     }
-    Workload { key: "tiny10k", label: "10,000 tiny files", dirs, files, reps: 9 }
+    Workload {
+        key: "tiny10k",
+        label: "10,000 tiny files",
+        dirs,
+        files,
+        reps: 9,
+    }
 }
 
 /// 4 x 50 MB (two text, two half-random): each under the 64 MiB per-file limit.
@@ -219,8 +285,16 @@ fn large200() -> Workload {
     let mut rng = Rng(44);
     let mut files = vec![skill_md(&mut t, "two-hundred-mb")];
     const SIZE: usize = 50_000_000;
-    files.push(FileSpec { path: "data/corpus-0.txt".into(), mode: 0o644, data: t.text(SIZE) });
-    files.push(FileSpec { path: "data/corpus-1.jsonl".into(), mode: 0o644, data: t.text(SIZE) });
+    files.push(FileSpec {
+        path: "data/corpus-0.txt".into(),
+        mode: 0o644,
+        data: t.text(SIZE),
+    });
+    files.push(FileSpec {
+        path: "data/corpus-1.jsonl".into(),
+        mode: 0o644,
+        data: t.text(SIZE),
+    });
     for i in 0..2 {
         let mut data = Vec::with_capacity(SIZE);
         let mut k = 0;
@@ -235,9 +309,19 @@ fn large200() -> Workload {
             }
             k += 1;
         }
-        files.push(FileSpec { path: format!("data/model-{i}.bin"), mode: 0o644, data });
+        files.push(FileSpec {
+            path: format!("data/model-{i}.bin"),
+            mode: 0o644,
+            data,
+        });
     }
-    Workload { key: "large200", label: "200 MB in 4 files", dirs: vec!["data".into()], files, reps: 5 }
+    Workload {
+        key: "large200",
+        label: "200 MB in 4 files",
+        dirs: vec!["data".into()],
+        files,
+        reps: 5,
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -272,20 +356,35 @@ fn tar_header(path: &str, size: u64, mode: u32, dir: bool) -> Res<tar::Header> {
     h.set_mtime(1_700_000_000);
     h.set_uid(1000);
     h.set_gid(1000);
-    h.set_entry_type(if dir { tar::EntryType::Directory } else { tar::EntryType::Regular });
+    h.set_entry_type(if dir {
+        tar::EntryType::Directory
+    } else {
+        tar::EntryType::Regular
+    });
     h.set_cksum();
     Ok(h)
 }
 
 fn build_tar(w: &Workload) -> Res<Vec<u8>> {
-    let mut b = tar::Builder::new(Vec::with_capacity(w.bytes() as usize + w.files.len() * 1024 + 4096));
-    let (root, rest) = w.files.split_first().ok_or_else(|| fail("empty workload"))?;
-    b.append(&tar_header(&root.path, root.data.len() as u64, root.mode, false)?, &root.data[..])?;
+    let mut b = tar::Builder::new(Vec::with_capacity(
+        w.bytes() as usize + w.files.len() * 1024 + 4096,
+    ));
+    let (root, rest) = w
+        .files
+        .split_first()
+        .ok_or_else(|| fail("empty workload"))?;
+    b.append(
+        &tar_header(&root.path, root.data.len() as u64, root.mode, false)?,
+        &root.data[..],
+    )?;
     for d in &w.dirs {
         b.append(&tar_header(&format!("{d}/"), 0, 0o755, true)?, io::empty())?;
     }
     for f in rest {
-        b.append(&tar_header(&f.path, f.data.len() as u64, f.mode, false)?, &f.data[..])?;
+        b.append(
+            &tar_header(&f.path, f.data.len() as u64, f.mode, false)?,
+            &f.data[..],
+        )?;
     }
     Ok(b.into_inner()?)
 }
@@ -299,7 +398,10 @@ fn zip_options(mode: u32) -> zip::write::SimpleFileOptions {
 
 fn build_zip(w: &Workload) -> Res<Vec<u8>> {
     let mut z = zip::ZipWriter::new(io::Cursor::new(Vec::new()));
-    let (root, rest) = w.files.split_first().ok_or_else(|| fail("empty workload"))?;
+    let (root, rest) = w
+        .files
+        .split_first()
+        .ok_or_else(|| fail("empty workload"))?;
     z.start_file(root.path.as_str(), zip_options(root.mode))?;
     z.write_all(&root.data)?;
     for d in &w.dirs {
@@ -345,13 +447,22 @@ fn build_bomb(path: &Path, fmt: Format) -> Res<()> {
         }
         Format::TarGz | Format::TarZst => {
             let sink: Box<dyn Write> = if fmt == Format::TarGz {
-                Box::new(flate2::write::GzEncoder::new(out, flate2::Compression::default()))
+                Box::new(flate2::write::GzEncoder::new(
+                    out,
+                    flate2::Compression::default(),
+                ))
             } else {
                 Box::new(zstd::stream::write::Encoder::new(out, 3)?.auto_finish())
             };
             let mut b = tar::Builder::new(sink);
-            b.append(&tar_header("SKILL.md", skill.len() as u64, 0o644, false)?, &skill[..])?;
-            b.append(&tar_header("payload.bin", 4 * GIB, 0o644, false)?, io::repeat(0).take(4 * GIB))?;
+            b.append(
+                &tar_header("SKILL.md", skill.len() as u64, 0o644, false)?,
+                &skill[..],
+            )?;
+            b.append(
+                &tar_header("payload.bin", 4 * GIB, 0o644, false)?,
+                io::repeat(0).take(4 * GIB),
+            )?;
             b.into_inner()?.flush()?;
         }
         Format::Tar => return Err(fail("a plain tar bomb is just a 4 GiB file")),
@@ -383,8 +494,16 @@ impl Artifact {
             None => Sha256Digest::of_reader(File::open(&path)?)?.0,
         };
         let size = std::fs::metadata(&path)?.len();
-        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(Self { path, size, digest, file_name })
+        let file_name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        Ok(Self {
+            path,
+            size,
+            digest,
+            file_name,
+        })
     }
 }
 
@@ -407,21 +526,30 @@ struct Sample {
 impl std::ops::Add for Sample {
     type Output = Sample;
     fn add(self, o: Sample) -> Sample {
-        Sample { wall: self.wall + o.wall, cpu: self.cpu + o.cpu }
+        Sample {
+            wall: self.wall + o.wall,
+            cpu: self.cpu + o.cpu,
+        }
     }
 }
 
 fn cpu_of(who: nix::sys::resource::UsageWho) -> Duration {
-    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec().max(0) as u64, (t.tv_usec().max(0) as u32) * 1000);
-    nix::sys::resource::getrusage(who).map_or(Duration::ZERO, |u| tv(u.user_time()) + tv(u.system_time()))
+    let tv = |t: nix::sys::time::TimeVal| {
+        Duration::new(t.tv_sec().max(0) as u64, (t.tv_usec().max(0) as u32) * 1000)
+    };
+    nix::sys::resource::getrusage(who)
+        .map_or(Duration::ZERO, |u| tv(u.user_time()) + tv(u.system_time()))
 }
 
 /// CPU time of the calling thread, exact to the nanosecond. (`getrusage(RUSAGE_THREAD)` lags by
 /// up to a scheduler tick for a running thread, which is the whole of a small package's run.)
 fn thread_cpu() -> Duration {
-    use nix::time::{clock_gettime, ClockId};
+    use nix::time::{ClockId, clock_gettime};
     clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).map_or(Duration::ZERO, |ts| {
-        Duration::new(ts.tv_sec().max(0) as u64, ts.tv_nsec().clamp(0, 999_999_999) as u32)
+        Duration::new(
+            ts.tv_sec().max(0) as u64,
+            ts.tv_nsec().clamp(0, 999_999_999) as u32,
+        )
     })
 }
 
@@ -442,7 +570,14 @@ fn remove(out: &Path) -> Res<()> {
 }
 
 /// The engine in-process; only the `extract` call is timed.
-fn run_engine(a: &Artifact, out: &Path) -> Res<(Sample, Status, Option<skillbox::extract::inventory::Outcome>)> {
+fn run_engine(
+    a: &Artifact,
+    out: &Path,
+) -> Res<(
+    Sample,
+    Status,
+    Option<skillbox::extract::inventory::Outcome>,
+)> {
     std::fs::create_dir(out)?;
     let dir = File::open(out)?;
     let file = File::open(&a.path)?;
@@ -454,14 +589,23 @@ fn run_engine(a: &Artifact, out: &Path) -> Res<(Sample, Status, Option<skillbox:
     let cpu = thread_cpu().saturating_sub(c);
     let status = match (&outcome.verdict, &outcome.reason) {
         (Verdict::Accepted, _) => Ok(()),
-        (Verdict::Rejected, r) => Err(format!("rejected: {}", r.as_ref().map(|r| r.code.to_string()).unwrap_or_default())),
+        (Verdict::Rejected, r) => Err(format!(
+            "rejected: {}",
+            r.as_ref().map(|r| r.code.to_string()).unwrap_or_default()
+        )),
     };
     Ok((Sample { wall, cpu }, status, Some(outcome)))
 }
 
 fn cli_cmd(tools: &Tools, a: &Artifact, out: &Path) -> Command {
     let mut c = Command::new(&tools.cli);
-    c.arg("extract").arg(&a.path).arg("--digest").arg(a.digest.to_string()).arg("--out").arg(out).arg("--json");
+    c.arg("extract")
+        .arg(&a.path)
+        .arg("--digest")
+        .arg(a.digest.to_string())
+        .arg("--out")
+        .arg(out)
+        .arg("--json");
     c
 }
 
@@ -471,7 +615,10 @@ fn run_cli(tools: &Tools, a: &Artifact, out: &Path) -> Res<(Sample, Status)> {
     let cpu = children_cpu();
     let t = Instant::now();
     let st = c.status()?;
-    let el = Sample { wall: t.elapsed(), cpu: children_cpu().saturating_sub(cpu) };
+    let el = Sample {
+        wall: t.elapsed(),
+        cpu: children_cpu().saturating_sub(cpu),
+    };
     let status = match st.code() {
         Some(0) => Ok(()),
         Some(3) => Err("rejected (exit 3)".to_string()),
@@ -485,9 +632,16 @@ fn timed(mut c: Command) -> Res<Sample> {
     let cpu = children_cpu();
     let t = Instant::now();
     let o = c.output()?;
-    let el = Sample { wall: t.elapsed(), cpu: children_cpu().saturating_sub(cpu) };
+    let el = Sample {
+        wall: t.elapsed(),
+        cpu: children_cpu().saturating_sub(cpu),
+    };
     if !o.status.success() {
-        return Err(fail(format!("{c:?}: {} {}", o.status, String::from_utf8_lossy(&o.stderr))));
+        return Err(fail(format!(
+            "{c:?}: {} {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        )));
     }
     Ok(el)
 }
@@ -496,7 +650,9 @@ fn bsdtar_cmd(a: &Artifact, out: &Path, bwrap: bool) -> Command {
     let mut c = if bwrap {
         let mut c = Command::new("bwrap");
         // `--dev /dev` hides /dev/shm, so the artifact is bound back in (read-only) after it.
-        c.args(["--ro-bind", "/", "/", "--dev", "/dev", "--ro-bind"]).arg(&a.path).arg(&a.path);
+        c.args(["--ro-bind", "/", "/", "--dev", "/dev", "--ro-bind"])
+            .arg(&a.path)
+            .arg(&a.path);
         c.arg("--bind").arg(out).arg(out);
         c.args(["--unshare-all", "--die-with-parent", "bsdtar"]);
         c
@@ -505,7 +661,11 @@ fn bsdtar_cmd(a: &Artifact, out: &Path, bwrap: bool) -> Command {
     };
     // No chown: skillbox never chowns, and in bwrap's user namespace the archive's owners do
     // not exist (bsdtar as root would otherwise fail there with EINVAL).
-    c.arg("--no-same-owner").arg("-xf").arg(&a.path).arg("-C").arg(out);
+    c.arg("--no-same-owner")
+        .arg("-xf")
+        .arg(&a.path)
+        .arg("-C")
+        .arg(out);
     c
 }
 
@@ -516,7 +676,10 @@ fn run_peer(tools: &Tools, a: &Artifact, out: &Path, bwrap: bool) -> Res<[Sample
     let d0 = timed(h)?;
     let t = Instant::now();
     std::fs::create_dir(out)?;
-    let mkdir = Sample { wall: t.elapsed(), cpu: Duration::ZERO };
+    let mkdir = Sample {
+        wall: t.elapsed(),
+        cpu: Duration::ZERO,
+    };
     let d1 = timed(bsdtar_cmd(a, out, bwrap))? + mkdir;
     let mut h = Command::new(&tools.hasher);
     h.arg(out);
@@ -543,8 +706,14 @@ fn probe_rss(tools: &Tools, c: &Command) -> Res<(u64, i32)> {
 
 fn probe_main() -> Res<()> {
     let args: Vec<_> = std::env::args_os().skip(1).collect();
-    let (prog, rest) = args.split_first().ok_or_else(|| fail("probe: no command"))?;
-    let st = Command::new(prog).args(rest).stdout(Stdio::null()).stderr(Stdio::null()).status()?;
+    let (prog, rest) = args
+        .split_first()
+        .ok_or_else(|| fail("probe: no command"))?;
+    let st = Command::new(prog)
+        .args(rest)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
     let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)?;
     println!("{} {}", usage.max_rss(), st.code().unwrap_or(-1));
     Ok(())
@@ -627,14 +796,24 @@ impl Cell {
 }
 
 /// Check that the engine's inventory and the peer's hashes describe the same files.
-fn cross_check(tools: &Tools, outcome: &skillbox::extract::inventory::Outcome, out: &Path, w: &Workload) -> Res<()> {
+fn cross_check(
+    tools: &Tools,
+    outcome: &skillbox::extract::inventory::Outcome,
+    out: &Path,
+    w: &Workload,
+) -> Res<()> {
     let o = Command::new(&tools.hasher).arg(out).output()?;
     let text = String::from_utf8(o.stdout)?;
     let prefix = format!("{}/", out.display());
     let mut peer: Vec<(String, String)> = text
         .lines()
         .filter_map(|l| l.split_once("  "))
-        .map(|(h, p)| (p.strip_prefix(&prefix).unwrap_or(p).to_string(), h.to_string()))
+        .map(|(h, p)| {
+            (
+                p.strip_prefix(&prefix).unwrap_or(p).to_string(),
+                h.to_string(),
+            )
+        })
         .collect();
     peer.sort();
     let mut ours: Vec<(String, String)> = outcome
@@ -655,7 +834,14 @@ fn cross_check(tools: &Tools, outcome: &skillbox::extract::inventory::Outcome, o
     Ok(())
 }
 
-fn measure(tools: &Tools, w: &Workload, a: &Artifact, out: &Path, reps: usize, first_fs: bool) -> Res<Cell> {
+fn measure(
+    tools: &Tools,
+    w: &Workload,
+    a: &Artifact,
+    out: &Path,
+    reps: usize,
+    first_fs: bool,
+) -> Res<Cell> {
     let mut cell = Cell::default();
     // Warm-up (untimed), and a correctness check: engine inventory == peer's hashes.
     let (_, status, outcome) = run_engine(a, out)?;
@@ -718,7 +904,10 @@ fn measure_bomb(tools: &Tools, cache: &Path, out: &Path, fmt: Format) -> Res<Bom
     let path = cache.join(format!("bomb-4g.{}", fmt.ext()));
     let mut built_in = None;
     if !path.exists() {
-        eprintln!("building {} (4 GiB of zeros, streamed; cached afterwards)...", path.display());
+        eprintln!(
+            "building {} (4 GiB of zeros, streamed; cached afterwards)...",
+            path.display()
+        );
         let t = Instant::now();
         build_bomb(&path, fmt)?;
         built_in = Some(t.elapsed());
@@ -743,7 +932,15 @@ fn measure_bomb(tools: &Tools, cache: &Path, out: &Path, fmt: Format) -> Res<Bom
         engine.push(run_engine(&a, out)?.0.wall);
         remove(out)?;
     }
-    Ok(Bomb { fmt, size: a.size, built_in, cli: median(cli), engine: median(engine), verdict, rss_kib })
+    Ok(Bomb {
+        fmt,
+        size: a.size,
+        built_in,
+        cli: median(cli),
+        engine: median(engine),
+        verdict,
+        rss_kib,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -800,8 +997,16 @@ fn main_table(rows: &[Row<'_>], fs: usize, k: Clock, r: &mut String) {
     let bw = |d: Option<Duration>| if matches!(k, Clock::Cpu) { None } else { d };
     for row in rows {
         let Some(c) = row.cells.get(fs) else { continue };
-        let rss = if fs == 0 { mib(c.cli_rss_kib) } else { "-".into() };
-        let note = c.status.as_ref().map(|s| format!(" ({s})")).unwrap_or_default();
+        let rss = if fs == 0 {
+            mib(c.cli_rss_kib)
+        } else {
+            "-".into()
+        };
+        let note = c
+            .status
+            .as_ref()
+            .map(|s| format!(" ({s})"))
+            .unwrap_or_default();
         let _ = writeln!(
             r,
             "| {}{} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
@@ -833,7 +1038,7 @@ impl Drop for Scratch {
 }
 
 fn fs_name(p: &Path) -> String {
-    use nix::sys::statfs::{statfs, EXT4_SUPER_MAGIC, TMPFS_MAGIC};
+    use nix::sys::statfs::{EXT4_SUPER_MAGIC, TMPFS_MAGIC, statfs};
     match statfs(p).map(|s| s.filesystem_type()) {
         Ok(t) if t == TMPFS_MAGIC => "tmpfs".into(),
         Ok(t) if t == EXT4_SUPER_MAGIC => "ext4".into(),
@@ -847,7 +1052,14 @@ fn command_line(prog: &str, args: &[&str]) -> String {
         .args(args)
         .output()
         .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim().to_string())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
         .unwrap_or_else(|| "?".into())
 }
 
@@ -855,7 +1067,10 @@ fn run() -> Res<()> {
     let cli = PathBuf::from(env!("CARGO_BIN_EXE_skillbox"));
     let hasher = match std::env::var_os("SKILLBOX_BENCH_HASHER") {
         Some(p) => PathBuf::from(p),
-        None => cli.parent().map(|d| d.join("examples/sha256_files")).ok_or_else(|| fail("no CLI dir"))?,
+        None => cli
+            .parent()
+            .map(|d| d.join("examples/sha256_files"))
+            .ok_or_else(|| fail("no CLI dir"))?,
     };
     if !hasher.exists() {
         return Err(fail(format!(
@@ -865,11 +1080,20 @@ fn run() -> Res<()> {
     }
     for tool in ["bsdtar", "bwrap"] {
         if Command::new(tool).arg("--version").output().is_err() {
-            return Err(fail(format!("{tool} not found: apt-get install -y libarchive-tools bubblewrap")));
+            return Err(fail(format!(
+                "{tool} not found: apt-get install -y libarchive-tools bubblewrap"
+            )));
         }
     }
-    let tools = Tools { cli, hasher, probe: std::env::current_exe()? };
-    let scale: f64 = std::env::var("SKILLBOX_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let tools = Tools {
+        cli,
+        hasher,
+        probe: std::env::current_exe()?,
+    };
+    let scale: f64 = std::env::var("SKILLBOX_BENCH_REPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
     let wanted = std::env::var("SKILLBOX_BENCH_WORKLOADS").ok();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let report_path = std::env::var_os("SKILLBOX_BENCH_REPORT")
@@ -878,7 +1102,9 @@ fn run() -> Res<()> {
 
     let pid = std::process::id();
     let shm = PathBuf::from(format!("/dev/shm/skillbox-bench-{pid}"));
-    let disk_base = std::env::var_os("SKILLBOX_BENCH_DISK_DIR").map(PathBuf::from).unwrap_or_else(|| manifest.join("target"));
+    let disk_base = std::env::var_os("SKILLBOX_BENCH_DISK_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("target"));
     let disk = disk_base.join(format!("skillbox-bench-{pid}"));
     let use_disk = std::env::var_os("SKILLBOX_BENCH_NO_DISK").is_none();
     let _scratch = Scratch(vec![shm.clone(), disk.clone()]);
@@ -901,12 +1127,21 @@ fn run() -> Res<()> {
     for build_w in builders {
         let t = Instant::now();
         let mut w = build_w();
-        if wanted.as_deref().is_some_and(|list| !list.split(',').any(|k| k == w.key)) {
+        if wanted
+            .as_deref()
+            .is_some_and(|list| !list.split(',').any(|k| k == w.key))
+        {
             continue;
         }
         w.reps = ((w.reps as f64 * scale).round() as usize).max(1);
         let tar = build_tar(&w)?;
-        eprintln!("{}: {} files, {} bytes, generated in {:.1?}", w.key, w.files.len(), w.bytes(), t.elapsed());
+        eprintln!(
+            "{}: {} files, {} bytes, generated in {:.1?}",
+            w.key,
+            w.files.len(),
+            w.bytes(),
+            t.elapsed()
+        );
         let mut arts = Vec::new();
         for fmt in FORMATS {
             let bytes = build(&w, fmt, &tar)?;
@@ -930,7 +1165,10 @@ fn run() -> Res<()> {
                     ms(cell.peer()),
                     ms(cell.bwrap()),
                     t.elapsed(),
-                    cell.status.as_ref().map(|s| format!("  {s}")).unwrap_or_default()
+                    cell.status
+                        .as_ref()
+                        .map(|s| format!("  {s}"))
+                        .unwrap_or_default()
                 );
                 cells.push(cell);
             }
@@ -940,23 +1178,53 @@ fn run() -> Res<()> {
             std::fs::remove_file(&a.path)?;
         }
         let w: &'static Workload = Box::leak(Box::new(w));
-        rows.extend(wrows.into_iter().map(|(fmt, art_size, cells)| Row { w, fmt, art_size, cells }));
+        rows.extend(wrows.into_iter().map(|(fmt, art_size, cells)| Row {
+            w,
+            fmt,
+            art_size,
+            cells,
+        }));
     }
 
     let cache = PathBuf::from("/dev/shm/skillbox-bench-cache");
     std::fs::create_dir_all(&cache)?;
     let mut bombs = Vec::new();
-    if wanted.as_deref().is_none_or(|list| list.split(',').any(|k| k == "bombs")) {
+    if wanted
+        .as_deref()
+        .is_none_or(|list| list.split(',').any(|k| k == "bombs"))
+    {
         for fmt in [Format::Zip, Format::TarGz, Format::TarZst] {
             let b = measure_bomb(&tools, &cache, &outs[0].1, fmt)?;
-            eprintln!("  bomb {:<8} CLI {} ms  engine {} ms  {}", fmt.ext(), ms(b.cli), ms(b.engine), b.verdict);
+            eprintln!(
+                "  bomb {:<8} CLI {} ms  engine {} ms  {}",
+                fmt.ext(),
+                ms(b.cli),
+                ms(b.engine),
+                b.verdict
+            );
             bombs.push(b);
         }
     }
 
-    let revision = std::env::var("SKILLBOX_BENCH_REVISION")
-        .unwrap_or_else(|_| command_line("git", &["-C", env!("CARGO_MANIFEST_DIR"), "describe", "--always", "--dirty"]));
-    let meta = Meta { scale, took: started.elapsed(), load_start, load_end: loadavg(), revision };
+    let revision = std::env::var("SKILLBOX_BENCH_REVISION").unwrap_or_else(|_| {
+        command_line(
+            "git",
+            &[
+                "-C",
+                env!("CARGO_MANIFEST_DIR"),
+                "describe",
+                "--always",
+                "--dirty",
+            ],
+        )
+    });
+    let meta = Meta {
+        scale,
+        took: started.elapsed(),
+        load_start,
+        load_end: loadavg(),
+        revision,
+    };
     let report = render(&rows, &bombs, &outs, &tools, &meta);
     if let Some(dir) = report_path.parent() {
         std::fs::create_dir_all(dir)?;
@@ -985,7 +1253,10 @@ struct Meta {
 /// /proc/self/stat (nice, rt_priority, policy). Children inherit it: the peer runs under it too.
 fn scheduling() -> String {
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit_once(") ").map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(") ")
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
     let field = |n: usize| fields.get(n - 3).copied().unwrap_or("?");
     match field(41) {
         "1" => format!("SCHED_FIFO priority {}", field(40)),
@@ -1000,13 +1271,25 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-fn render(rows: &[Row<'_>], bombs: &[Bomb], outs: &[(String, PathBuf)], tools: &Tools, meta: &Meta) -> String {
+fn render(
+    rows: &[Row<'_>],
+    bombs: &[Bomb],
+    outs: &[(String, PathBuf)],
+    tools: &Tools,
+    meta: &Meta,
+) -> String {
     let mut r = String::new();
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     let _ = writeln!(r, "# skillbox extract: benchmark\n");
     let _ = writeln!(
         r,
@@ -1027,7 +1310,11 @@ fn render(rows: &[Row<'_>], bombs: &[Bomb], outs: &[(String, PathBuf)], tools: &
     );
 
     // Targets.
-    let find = |key: &str, fmt: Format| rows.iter().find(|x| x.w.key == key && x.fmt == fmt).and_then(|x| x.cells.first());
+    let find = |key: &str, fmt: Format| {
+        rows.iter()
+            .find(|x| x.w.key == key && x.fmt == fmt)
+            .and_then(|x| x.cells.first())
+    };
     let _ = writeln!(r, "## Targets (issue 2, tmpfs figures)\n");
     r.push_str(
         "Judged on wall time against the unsandboxed peer (the stricter reading); CPU-time \
@@ -1050,16 +1337,37 @@ fn render(rows: &[Row<'_>], bombs: &[Bomb], outs: &[(String, PathBuf)], tools: &
             verdict(p.is_some_and(|p| p <= 0.70))
         );
     }
-    let typ: Vec<(Format, &Cell)> = FORMATS.iter().filter_map(|f| find("typical", *f).map(|c| (*f, c))).collect();
+    let typ: Vec<(Format, &Cell)> = FORMATS
+        .iter()
+        .filter_map(|f| find("typical", *f).map(|c| (*f, c)))
+        .collect();
     if !typ.is_empty() {
-        let worst = typ.iter().filter_map(|(_, c)| ratio(c.cli(), c.peer())).fold(0.0f64, f64::max);
+        let worst = typ
+            .iter()
+            .filter_map(|(_, c)| ratio(c.cli(), c.peer()))
+            .fold(0.0f64, f64::max);
         let each: Vec<String> = typ
             .iter()
-            .map(|(f, c)| format!("{} {} (CPU {})", f.ext(), rs(ratio(c.cli(), c.peer())), rs(cpu_ratio(c))))
+            .map(|(f, c)| {
+                format!(
+                    "{} {} (CPU {})",
+                    f.ext(),
+                    rs(ratio(c.cli(), c.peer())),
+                    rs(cpu_ratio(c))
+                )
+            })
             .collect();
-        let _ = writeln!(r, "| typical package: CLI <= 0.50x peer | {} | {} |", each.join(", "), verdict(worst <= 0.50));
+        let _ = writeln!(
+            r,
+            "| typical package: CLI <= 0.50x peer | {} | {} |",
+            each.join(", "),
+            verdict(worst <= 0.50)
+        );
         let worst = typ.iter().filter_map(|(_, c)| c.engine()).max();
-        let each: Vec<String> = typ.iter().map(|(f, c)| format!("{} {} ms", f.ext(), ms(c.engine()))).collect();
+        let each: Vec<String> = typ
+            .iter()
+            .map(|(f, c)| format!("{} {} ms", f.ext(), ms(c.engine())))
+            .collect();
         let _ = writeln!(
             r,
             "| small package: engine < 3 ms | {} | {} |",
@@ -1080,7 +1388,10 @@ fn render(rows: &[Row<'_>], bombs: &[Bomb], outs: &[(String, PathBuf)], tools: &
     );
     if !bombs.is_empty() {
         let worst = bombs.iter().filter_map(|b| b.cli).max();
-        let each: Vec<String> = bombs.iter().map(|b| format!("{} {} ms", b.fmt.ext(), ms(b.cli))).collect();
+        let each: Vec<String> = bombs
+            .iter()
+            .map(|b| format!("{} {} ms", b.fmt.ext(), ms(b.cli)))
+            .collect();
         let rejected = bombs.iter().all(|b| b.verdict.contains("rejected"));
         let _ = writeln!(
             r,
@@ -1094,7 +1405,9 @@ fn render(rows: &[Row<'_>], bombs: &[Bomb], outs: &[(String, PathBuf)], tools: &
         let _ = writeln!(
             r,
             "\n## Wall time, output on {fs} (`{}`)\n\nMedians in milliseconds. Ratios below 1.00x mean skillbox is faster.\n",
-            out.parent().map(|p| p.display().to_string()).unwrap_or_default()
+            out.parent()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
         );
         main_table(rows, i, Clock::Wall, &mut r);
     }
@@ -1129,7 +1442,10 @@ fn render(rows: &[Row<'_>], bombs: &[Bomb], outs: &[(String, PathBuf)], tools: &
     }
 
     if !bombs.is_empty() {
-        let _ = writeln!(r, "\n## Bombs: 4 GiB of zeros behind a valid SKILL.md (output on tmpfs, 11 runs)\n");
+        let _ = writeln!(
+            r,
+            "\n## Bombs: 4 GiB of zeros behind a valid SKILL.md (output on tmpfs, 11 runs)\n"
+        );
         r.push_str("| bomb | artifact | CLI ms | engine ms | CLI verdict | CLI max RSS MiB |\n|---|--:|--:|--:|---|--:|\n");
         for b in bombs {
             let _ = writeln!(
@@ -1144,7 +1460,11 @@ fn render(rows: &[Row<'_>], bombs: &[Bomb], outs: &[(String, PathBuf)], tools: &
             );
         }
         if let Some(t) = bombs.iter().filter_map(|b| b.built_in).max() {
-            let _ = writeln!(r, "\n(Bombs were built in this run, slowest {:.0} s; cached in /dev/shm/skillbox-bench-cache.)", t.as_secs_f64());
+            let _ = writeln!(
+                r,
+                "\n(Bombs were built in this run, slowest {:.0} s; cached in /dev/shm/skillbox-bench-cache.)",
+                t.as_secs_f64()
+            );
         }
     }
 
@@ -1177,15 +1497,26 @@ fn render(rows: &[Row<'_>], bombs: &[Bomb], outs: &[(String, PathBuf)], tools: &
          right away makes the journal and writeback of the previous run land in the next one. \
          Compare the tmpfs figures; the disk ones show the order of magnitude.\n\
          - The machine has {} CPUs and other work may run on it; treat differences under ~10% as noise.",
-        outs.get(1).and_then(|(_, p)| p.parent()).map(|p| p.display().to_string()).unwrap_or_else(|| "-".into()),
-        tools.cli.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        outs.get(1)
+            .and_then(|(_, p)| p.parent())
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "-".into()),
+        tools
+            .cli
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         cpus,
     );
     r
 }
 
 fn main() {
-    let result = if std::env::var_os("SKILLBOX_BENCH_PROBE").is_some() { probe_main() } else { run() };
+    let result = if std::env::var_os("SKILLBOX_BENCH_PROBE").is_some() {
+        probe_main()
+    } else {
+        run()
+    };
     if let Err(e) = result {
         eprintln!("bench extract: {e}");
         std::process::exit(1);

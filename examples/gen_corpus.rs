@@ -111,7 +111,15 @@ pub struct Corpus {
 }
 
 impl Corpus {
-    fn push(&mut self, dir: &str, name: &str, ext: &str, bytes: Vec<u8>, reason: Option<&'static str>, d: &str) -> &mut Case {
+    fn push(
+        &mut self,
+        dir: &str,
+        name: &str,
+        ext: &str,
+        bytes: Vec<u8>,
+        reason: Option<&'static str>,
+        d: &str,
+    ) -> &mut Case {
         self.cases.push(Case {
             name: name.to_owned(),
             file: format!("{dir}/{name}.{ext}"),
@@ -128,20 +136,51 @@ impl Corpus {
     }
 
     /// A benign artifact, stored as `benign/<name>.<ext>`.
-    pub fn accept(&mut self, name: &str, ext: &str, bytes: Vec<u8>, description: &str) -> &mut Case {
+    pub fn accept(
+        &mut self,
+        name: &str,
+        ext: &str,
+        bytes: Vec<u8>,
+        description: &str,
+    ) -> &mut Case {
         self.push("benign", name, ext, bytes, None, description)
     }
 
     /// A hostile artifact, stored as `hostile/<name>.<ext>`, rejected with `reason`.
-    pub fn reject(&mut self, name: &str, ext: &str, bytes: Vec<u8>, reason: &'static str, description: &str) -> &mut Case {
+    pub fn reject(
+        &mut self,
+        name: &str,
+        ext: &str,
+        bytes: Vec<u8>,
+        reason: &'static str,
+        description: &str,
+    ) -> &mut Case {
         self.push("hostile", name, ext, bytes, Some(reason), description)
     }
 
     /// The same hostile tar stream as `tar_<stem>`, `targz_<stem>` and `tarzst_<stem>`.
     pub fn reject_tars(&mut self, stem: &str, tar: &[u8], reason: &'static str, description: &str) {
-        self.reject(&format!("tar_{stem}"), "tar", tar.to_vec(), reason, description);
-        self.reject(&format!("targz_{stem}"), "tar.gz", tarraw::gzip(tar), reason, &format!("{description} (gzip)"));
-        self.reject(&format!("tarzst_{stem}"), "tar.zst", tarraw::zstd(tar), reason, &format!("{description} (zstd)"));
+        self.reject(
+            &format!("tar_{stem}"),
+            "tar",
+            tar.to_vec(),
+            reason,
+            description,
+        );
+        self.reject(
+            &format!("targz_{stem}"),
+            "tar.gz",
+            tarraw::gzip(tar),
+            reason,
+            &format!("{description} (gzip)"),
+        );
+        self.reject(
+            &format!("tarzst_{stem}"),
+            "tar.zst",
+            tarraw::zstd(tar),
+            reason,
+            &format!("{description} (zstd)"),
+        );
     }
 }
 
@@ -186,11 +225,20 @@ fn check(corpus: &Corpus) -> Result<(), Box<dyn Error>> {
             }
         }
         if c.bytes.len() > 1_600_000 {
-            return Err(format!("case {}: {} bytes is too large to commit", c.name, c.bytes.len()).into());
+            return Err(format!(
+                "case {}: {} bytes is too large to commit",
+                c.name,
+                c.bytes.len()
+            )
+            .into());
         }
     }
     let covered: BTreeSet<&str> = corpus.cases.iter().filter_map(|c| c.reason).collect();
-    let missing: Vec<&str> = CORPUS_CODES.iter().copied().filter(|c| !covered.contains(c)).collect();
+    let missing: Vec<&str> = CORPUS_CODES
+        .iter()
+        .copied()
+        .filter(|c| !covered.contains(c))
+        .collect();
     if !missing.is_empty() {
         return Err(format!("reason codes without a case: {missing:?}").into());
     }
@@ -223,7 +271,11 @@ fn write(out: &Path, corpus: &Corpus) -> Result<(), Box<dyn Error>> {
                 limits: c.limits.as_ref(),
                 digest: c.digest.as_deref(),
                 expect: Expect {
-                    verdict: if c.reason.is_some() { "rejected" } else { "accepted" },
+                    verdict: if c.reason.is_some() {
+                        "rejected"
+                    } else {
+                        "accepted"
+                    },
                     reason: c.reason,
                 },
                 description: &c.description,
@@ -238,7 +290,10 @@ fn write(out: &Path, corpus: &Corpus) -> Result<(), Box<dyn Error>> {
     sums.push(("README.md".to_owned(), sha256_hex(README.as_bytes())));
     sums.sort();
     // sha256sum(1) format, so `cd corpus && sha256sum -c CHECKSUMS` works too.
-    let text: String = sums.iter().map(|(file, hex)| format!("{hex}  {file}\n")).collect();
+    let text: String = sums
+        .iter()
+        .map(|(file, hex)| format!("{hex}  {file}\n"))
+        .collect();
     fs::write(out.join("CHECKSUMS"), text)?;
     Ok(())
 }

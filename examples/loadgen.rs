@@ -47,7 +47,10 @@ fn parse_args() -> Result<Args, String> {
             "--bin" => a.bin = PathBuf::from(val()?),
             "--artifact" => a.artifact = Some(PathBuf::from(val()?)),
             "--concurrency" => {
-                a.concurrency = val()?.split(',').map(|s| s.parse().map_err(|_| format!("bad concurrency {s}"))).collect::<Result<_, _>>()?;
+                a.concurrency = val()?
+                    .split(',')
+                    .map(|s| s.parse().map_err(|_| format!("bad concurrency {s}")))
+                    .collect::<Result<_, _>>()?;
             }
             "--seconds" => a.seconds = val()?.parse().map_err(|_| "bad --seconds")?,
             "--local-runs" => a.local_runs = val()?.parse().map_err(|_| "bad --local-runs")?,
@@ -65,20 +68,36 @@ fn parse_args() -> Result<Args, String> {
 fn typical_package() -> Vec<u8> {
     use std::io::Write as _;
     let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Deflated);
+    let opts = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
     let mut add = |name: &str, body: &[u8]| {
         let _ = zip.start_file(name, opts);
         let _ = zip.write_all(body);
     };
     add("SKILL.md", b"---\nname: pdf-tools\ndescription: Fill, merge and inspect PDF forms\nallowed-tools: Bash Read\n---\n# PDF tools\n\nRun `scripts/fill.py` to fill a form. See [the reference](references/forms.md).\n");
     for i in 0..6 {
-        add(&format!("scripts/tool{i}.py"), format!("#!/usr/bin/env python3\nimport sys\n{}\n", "print('line')\n".repeat(200)).as_bytes());
+        add(
+            &format!("scripts/tool{i}.py"),
+            format!(
+                "#!/usr/bin/env python3\nimport sys\n{}\n",
+                "print('line')\n".repeat(200)
+            )
+            .as_bytes(),
+        );
     }
     for i in 0..6 {
-        add(&format!("references/doc{i}.md"), "Lorem ipsum dolor sit amet, consectetur adipiscing elit. ".repeat(80).as_bytes());
+        add(
+            &format!("references/doc{i}.md"),
+            "Lorem ipsum dolor sit amet, consectetur adipiscing elit. "
+                .repeat(80)
+                .as_bytes(),
+        );
     }
     add("references/forms.md", b"# Forms\n");
-    add("assets/template.json", "{\"field\": \"value\"}\n".repeat(100).as_bytes());
+    add(
+        "assets/template.json",
+        "{\"field\": \"value\"}\n".repeat(100).as_bytes(),
+    );
     match zip.finish() {
         Ok(c) => c.into_inner(),
         Err(_) => Vec::new(),
@@ -100,7 +119,10 @@ fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the parenthesised command: utime, stime, cutime, cstime are 14..=17.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<u64> = rest.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
     // `rest` starts at field 3 (state, not numeric, filtered out): field n is f[n - 4].
     f.get(10..14).map_or(0, |v| v.iter().sum())
 }
@@ -128,7 +150,13 @@ struct Level {
     cpu_ms: f64,
 }
 
-async fn run_level(uri: &str, package: Arc<Vec<u8>>, concurrency: usize, seconds: u64, server_pid: u32) -> Result<Level, String> {
+async fn run_level(
+    uri: &str,
+    package: Arc<Vec<u8>>,
+    concurrency: usize,
+    seconds: u64,
+    server_pid: u32,
+) -> Result<Level, String> {
     let client = Client::connect(uri).await.map_err(|e| e.to_string())?;
     let until = Instant::now() + Duration::from_secs(seconds);
     let digest = skillbox::digest::Sha256Digest::of_bytes(&package).to_string();
@@ -162,7 +190,13 @@ async fn run_level(uri: &str, package: Arc<Vec<u8>>, concurrency: usize, seconds
                     ..Default::default()
                 };
                 let t = Instant::now();
-                let r = c.extract(header, std::io::Cursor::new(package.as_slice().to_vec()), Some(Duration::from_secs(30))).await;
+                let r = c
+                    .extract(
+                        header,
+                        std::io::Cursor::new(package.as_slice().to_vec()),
+                        Some(Duration::from_secs(30)),
+                    )
+                    .await;
                 match r {
                     Ok(done) => {
                         lat.push(t.elapsed());
@@ -171,17 +205,32 @@ async fn run_level(uri: &str, package: Arc<Vec<u8>>, concurrency: usize, seconds
                                 *errors.entry(format!("release: {e}")).or_insert(0) += 1;
                             }
                         } else {
-                            *errors.entry(format!("not accepted: {:?}", done.outcome.reason.map(|r| r.code))).or_insert(0) += 1;
+                            *errors
+                                .entry(format!(
+                                    "not accepted: {:?}",
+                                    done.outcome.reason.map(|r| r.code)
+                                ))
+                                .or_insert(0) += 1;
                         }
                     }
-                    Err(ClientError::Status(s)) => *errors.entry(format!("{:?}", s.code())).or_insert(0) += 1,
+                    Err(ClientError::Status(s)) => {
+                        *errors.entry(format!("{:?}", s.code())).or_insert(0) += 1
+                    }
                     Err(e) => *errors.entry(e.to_string()).or_insert(0) += 1,
                 }
             }
             (lat, errors)
         }));
     }
-    let mut level = Level { concurrency, ok: 0, errors: BTreeMap::new(), latencies: Vec::new(), elapsed: Duration::ZERO, peak_rss_kib: 0, cpu_ms: 0.0 };
+    let mut level = Level {
+        concurrency,
+        ok: 0,
+        errors: BTreeMap::new(),
+        latencies: Vec::new(),
+        elapsed: Duration::ZERO,
+        peak_rss_kib: 0,
+        cpu_ms: 0.0,
+    };
     for t in tasks {
         let (lat, errors) = t.await.map_err(|e| e.to_string())?;
         level.ok += lat.len();
@@ -201,7 +250,12 @@ fn local_runs(bin: &Path, artifact: &Path, runs: usize) -> Vec<Duration> {
     let mut lat = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t = Instant::now();
-        let status = Command::new(bin).arg("extract").arg(artifact).stdout(Stdio::null()).stderr(Stdio::null()).status();
+        let status = Command::new(bin)
+            .arg("extract")
+            .arg(artifact)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         if matches!(status, Ok(s) if s.success()) {
             lat.push(t.elapsed());
         }
@@ -261,7 +315,10 @@ fn main() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let uri = format!("unix://{}", socket.display());
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("loadgen: {e}");
@@ -270,15 +327,32 @@ fn main() {
     };
     let package = Arc::new(package);
     let idle_rss = rss_kib(server.id());
-    println!("package: {} bytes; broker idle RSS {:.1} MiB; {} s per level\n", package.len(), idle_rss as f64 / 1024.0, args.seconds);
-    println!("| concurrency | requests | req/s | p50 ms | p99 ms | max ms | errors | broker peak RSS MiB | server CPU ms/req |");
+    println!(
+        "package: {} bytes; broker idle RSS {:.1} MiB; {} s per level\n",
+        package.len(),
+        idle_rss as f64 / 1024.0,
+        args.seconds
+    );
+    println!(
+        "| concurrency | requests | req/s | p50 ms | p99 ms | max ms | errors | broker peak RSS MiB | server CPU ms/req |"
+    );
     println!("|---:|---:|---:|---:|---:|---:|---|---:|---:|");
     for &c in &args.concurrency {
         // Warm-up: the first requests pay for page faults and lazy initialisation.
         let _ = runtime.block_on(run_level(&uri, Arc::clone(&package), 1, 1, server.id()));
-        match runtime.block_on(run_level(&uri, Arc::clone(&package), c, args.seconds, server.id())) {
+        match runtime.block_on(run_level(
+            &uri,
+            Arc::clone(&package),
+            c,
+            args.seconds,
+            server.id(),
+        )) {
             Ok(l) => {
-                let errors = if l.errors.is_empty() { "0".to_owned() } else { format!("{:?}", l.errors) };
+                let errors = if l.errors.is_empty() {
+                    "0".to_owned()
+                } else {
+                    format!("{:?}", l.errors)
+                };
                 println!(
                     "| {} | {} | {:.0} | {} | {} | {} | {} | {:.1} | {:.2} |",
                     l.concurrency,

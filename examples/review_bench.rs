@@ -23,7 +23,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use skillbox::extract::policy::Limits;
-use skillbox::extract::{extract, ArtifactType, Request};
+use skillbox::extract::{ArtifactType, Request, extract};
 use skillbox::skill::review::review;
 
 fn tar(files: &[(String, u32, Vec<u8>)]) -> Vec<u8> {
@@ -44,8 +44,8 @@ fn tar(files: &[(String, u32, Vec<u8>)]) -> Vec<u8> {
 /// Deterministic prose and code lines (xorshift), with the occasional URL, command and variable.
 fn text(seed: u64, bytes: usize, code: bool, dense: bool) -> Vec<u8> {
     const WORDS: &[&str] = &[
-        "extract", "tables", "from", "the", "document", "and", "write", "rows", "to", "output", "when", "page", "column", "header",
-        "value", "parse", "file", "result", "check", "layout",
+        "extract", "tables", "from", "the", "document", "and", "write", "rows", "to", "output",
+        "when", "page", "column", "header", "value", "parse", "file", "result", "check", "layout",
     ];
     let mut x = seed | 1;
     let mut next = || {
@@ -61,16 +61,30 @@ fn text(seed: u64, bytes: usize, code: bool, dense: bool) -> Vec<u8> {
         let r = next();
         match r % if dense { 16 } else { 96 } {
             0 => {
-                let _ = writeln!(s, "curl -fsSL https://mirror{}.example.com/pkg/{} -o /tmp/out.bin", r % 7, line);
+                let _ = writeln!(
+                    s,
+                    "curl -fsSL https://mirror{}.example.com/pkg/{} -o /tmp/out.bin",
+                    r % 7,
+                    line
+                );
             }
             1 => {
-                let _ = writeln!(s, "export API_TOKEN=\"${{PDF_API_TOKEN:-}}\"  # see docs.example.org/auth");
+                let _ = writeln!(
+                    s,
+                    "export API_TOKEN=\"${{PDF_API_TOKEN:-}}\"  # see docs.example.org/auth"
+                );
             }
             2 if code => {
-                let _ = writeln!(s, "if [ -f \"$1\" ]; then pdftotext -layout \"$1\" - | sed -e 's/\\t/,/g' > \"$OUT/{line}.csv\"; fi");
+                let _ = writeln!(
+                    s,
+                    "if [ -f \"$1\" ]; then pdftotext -layout \"$1\" - | sed -e 's/\\t/,/g' > \"$OUT/{line}.csv\"; fi"
+                );
             }
             3 => {
-                let _ = writeln!(s, "See [section {line}](references/guide.md#part-{line}) for details.");
+                let _ = writeln!(
+                    s,
+                    "See [section {line}](references/guide.md#part-{line}) for details."
+                );
             }
             _ => {
                 for i in 0..(8 + r % 8) {
@@ -96,20 +110,40 @@ fn typical() -> Vec<(String, u32, Vec<u8>)> {
         .concat(),
     )];
     for i in 0..6 {
-        files.push((format!("scripts/tool{i}.sh"), 0o755, [&b"#!/bin/sh\nset -eu\n"[..], &text(10 + i, 6_000, true, false)].concat()));
+        files.push((
+            format!("scripts/tool{i}.sh"),
+            0o755,
+            [
+                &b"#!/bin/sh\nset -eu\n"[..],
+                &text(10 + i, 6_000, true, false),
+            ]
+            .concat(),
+        ));
     }
     for i in 0..12 {
-        files.push((format!("references/ref{i:02}.md"), 0o644, text(100 + i, 14_000, false, false)));
+        files.push((
+            format!("references/ref{i:02}.md"),
+            0o644,
+            text(100 + i, 14_000, false, false),
+        ));
     }
     for i in 0..4 {
-        files.push((format!("assets/template{i}.txt"), 0o644, text(200 + i, 4_000, false, false)));
+        files.push((
+            format!("assets/template{i}.txt"),
+            0o644,
+            text(200 + i, 4_000, false, false),
+        ));
     }
     let mut blob = vec![0u8; 16_000];
     for (i, b) in blob.iter_mut().enumerate() {
         *b = (i * 31 % 251) as u8;
     }
     files.push(("assets/logo.png".to_owned(), 0o644, blob));
-    files.push(("LICENSE.txt".to_owned(), 0o644, text(300, 1_500, false, false)));
+    files.push((
+        "LICENSE.txt".to_owned(),
+        0o644,
+        text(300, 1_500, false, false),
+    ));
     files
 }
 
@@ -124,9 +158,10 @@ fn min(v: &[Duration]) -> Duration {
 
 /// CPU time (user + system) of the calling thread.
 fn cpu() -> Duration {
-    use nix::sys::resource::{getrusage, UsageWho};
+    use nix::sys::resource::{UsageWho, getrusage};
     let u = getrusage(UsageWho::RUSAGE_THREAD).unwrap_or_else(|e| panic!("getrusage: {e}"));
-    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    let tv =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
     tv(u.user_time()) + tv(u.system_time())
 }
 
@@ -149,14 +184,22 @@ fn stage(art: &File) -> Staged {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let req = Request::new(ArtifactType::Archive, Limits::default());
-    let (outcome, took, cpu) = timed(|| extract(art, fd.as_fd(), &req).unwrap_or_else(|e| panic!("{e}")));
+    let (outcome, took, cpu) =
+        timed(|| extract(art, fd.as_fd(), &req).unwrap_or_else(|e| panic!("{e}")));
     assert!(outcome.review.is_some(), "{:?}", outcome.reason);
-    Staged { _dir: dir, fd, outcome, took, cpu }
+    Staged {
+        _dir: dir,
+        fd,
+        outcome,
+        took,
+        cpu,
+    }
 }
 
 fn time_review(s: &Staged) -> (Duration, Duration) {
     let req = Request::new(ArtifactType::Archive, Limits::default());
-    let (r, wall, cpu) = timed(|| review(s.fd.as_fd(), &s.outcome.entries, &req).unwrap_or_else(|e| panic!("{e}")));
+    let (r, wall, cpu) =
+        timed(|| review(s.fd.as_fd(), &s.outcome.entries, &req).unwrap_or_else(|e| panic!("{e}")));
     std::hint::black_box(r);
     (wall, cpu)
 }
@@ -173,10 +216,16 @@ fn artifact(files: &[(String, u32, Vec<u8>)]) -> (tempfile::NamedTempFile, usize
 }
 
 fn main() {
-    let runs: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(41);
+    let runs: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(41);
     let bin = std::env::args().nth(2);
     let (_, build, _) = timed(skillbox::skill::scan::Triggers::get);
-    println!("trigger automaton build (once per process): {:.3} ms", ms(build));
+    println!(
+        "trigger automaton build (once per process): {:.3} ms",
+        ms(build)
+    );
 
     let files = typical();
     let (art, size) = artifact(&files);
@@ -192,10 +241,16 @@ fn main() {
         rc.push(c);
         findings = s.outcome.review.as_ref().map_or(0, |r| r.findings.len());
     }
-    println!("typical package: {} files, {size} bytes tar, {findings} findings, {runs} runs", files.len());
+    println!(
+        "typical package: {} files, {size} bytes tar, {findings} findings, {runs} runs",
+        files.len()
+    );
     // getrusage's thread CPU time is too coarse for single milliseconds: wall time, min and median.
     let _ = (&ec, &rc);
-    for (what, e, r) in [("wall min", min(&ew), min(&rw)), ("wall median", median(ew.clone()), median(rw.clone()))] {
+    for (what, e, r) in [
+        ("wall min", min(&ew), min(&rw)),
+        ("wall median", median(ew.clone()), median(rw.clone())),
+    ] {
         let base = e.saturating_sub(r);
         println!(
             "  {what:<11} extract incl. review {:>7.3} ms | review {:>6.3} ms | extraction alone ~{:>6.3} ms | overhead {:>5.1}%",
@@ -209,7 +264,11 @@ fn main() {
         let mut cli = Vec::new();
         for _ in 0..runs {
             let t = Instant::now();
-            let o = std::process::Command::new(&bin).arg("extract").arg(art.path()).args(["--type", "archive", "--json"]).output();
+            let o = std::process::Command::new(&bin)
+                .arg("extract")
+                .arg(art.path())
+                .args(["--type", "archive", "--json"])
+                .output();
             let o = o.unwrap_or_else(|e| panic!("{bin}: {e}"));
             assert_eq!(o.status.code(), Some(0));
             cli.push(t.elapsed());
@@ -241,7 +300,11 @@ fn main() {
             let s = stage(&art_file);
             ext.push(s.took);
             rev.push(time_review(&s).0);
-            complete &= s.outcome.review.as_ref().is_some_and(|r| r.coverage.bytes_scanned as usize >= mb * 1_000_000);
+            complete &= s
+                .outcome
+                .review
+                .as_ref()
+                .is_some_and(|r| r.coverage.bytes_scanned as usize >= mb * 1_000_000);
         }
         let (e, r) = (min(&ext), min(&rev));
         println!(

@@ -23,13 +23,21 @@ fn visit(path: &Path, buf: &mut [u8], out: &mut impl Write) -> io::Result<()> {
                 n => hasher.update(&buf[..n]),
             }
         }
-        writeln!(out, "{}  {}", hex::encode(hasher.finalize()), path.display())?;
+        writeln!(
+            out,
+            "{}  {}",
+            hex::encode(hasher.finalize()),
+            path.display()
+        )?;
     }
     Ok(())
 }
 
 fn main() -> io::Result<()> {
-    let (mut buf, mut out) = (vec![0u8; 256 * 1024], io::BufWriter::new(io::stdout().lock()));
+    let (mut buf, mut out) = (
+        vec![0u8; 256 * 1024],
+        io::BufWriter::new(io::stdout().lock()),
+    );
     for arg in std::env::args_os().skip(1) {
         visit(Path::new(&arg), &mut buf, &mut out)?;
     }

@@ -24,7 +24,10 @@ pub enum Staged<'a> {
 
 /// The `--json` object: the outcome, plus `sandbox` when a child ran (a local
 /// [`crate::sandbox::SandboxReport`], or the broker's report as it arrived).
-pub fn json<S: Serialize + ?Sized>(outcome: &Outcome, sandbox: Option<&S>) -> Result<Value, serde_json::Error> {
+pub fn json<S: Serialize + ?Sized>(
+    outcome: &Outcome,
+    sandbox: Option<&S>,
+) -> Result<Value, serde_json::Error> {
     let mut answer = serde_json::to_value(outcome)?;
     if let (Some(fields), Some(sandbox)) = (answer.as_object_mut(), sandbox) {
         fields.insert("sandbox".into(), serde_json::to_value(sandbox)?);
@@ -41,7 +44,10 @@ pub fn text(outcome: &Outcome, staged: Staged<'_>, sandbox: Option<&str>) -> Str
         s.push('\n');
     };
     let a = &outcome.artifact;
-    let digest = a.digest.map(|d| d.to_string()).unwrap_or_else(|| "-".into());
+    let digest = a
+        .digest
+        .map(|d| d.to_string())
+        .unwrap_or_else(|| "-".into());
     let format = a.format.as_deref().unwrap_or("-");
     match (&outcome.verdict, &outcome.reason) {
         (Verdict::Accepted, _) => {
@@ -59,7 +65,12 @@ pub fn text(outcome: &Outcome, staged: Staged<'_>, sandbox: Option<&str>) -> Str
                     let flags: Vec<String> = e
                         .flags
                         .iter()
-                        .map(|f| serde_json::to_value(f).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default())
+                        .map(|f| {
+                            serde_json::to_value(f)
+                                .ok()
+                                .and_then(|v| v.as_str().map(str::to_owned))
+                                .unwrap_or_default()
+                        })
                         .collect();
                     format!("    {}  [{}]", e.path, flags.join(", "))
                 })
@@ -72,7 +83,10 @@ pub fn text(outcome: &Outcome, staged: Staged<'_>, sandbox: Option<&str>) -> Str
             }
             line(match staged {
                 Staged::At(p) => format!("  staged at {}", p.display()),
-                Staged::Removed => "  (staged in a temporary directory, now removed; use --out DIR to keep it)".into(),
+                Staged::Removed => {
+                    "  (staged in a temporary directory, now removed; use --out DIR to keep it)"
+                        .into()
+                }
                 Staged::Released => "  (staged by the broker, now released)".into(),
             });
         }
@@ -102,7 +116,11 @@ mod tests {
     use crate::reason::{Reason, ReasonCode};
 
     fn rejected() -> Outcome {
-        let facts = ArtifactFacts { digest: None, format: Some("tar".into()), size: 10 };
+        let facts = ArtifactFacts {
+            digest: None,
+            format: Some("tar".into()),
+            size: 10,
+        };
         let reason = Reason::new(ReasonCode::FileSize, "too big").limit(5, 6);
         Outcome::rejected(facts, Totals::default(), reason)
     }
@@ -121,6 +139,9 @@ mod tests {
     #[test]
     fn text_names_the_reason_the_limit_and_the_sandbox() {
         let t = text(&rejected(), Staged::Removed, Some("confined (x)"));
-        assert_eq!(t, "rejected  tar  -\n  reason: file_size: too big\n  limit:  5 (observed 6)\n  sandbox: confined (x)\n");
+        assert_eq!(
+            t,
+            "rejected  tar  -\n  reason: file_size: too big\n  limit:  5 (observed 6)\n  sandbox: confined (x)\n"
+        );
     }
 }

@@ -17,10 +17,10 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Code, Status};
 
 use crate::broker::convert::{self, MalformedAnswer};
+use crate::extract::Request;
 use crate::extract::detect::ArtifactType;
 use crate::extract::inventory::Outcome;
 use crate::extract::policy::Limits;
-use crate::extract::Request;
 use crate::proto as pb;
 use crate::proto::skillbox_client::SkillboxClient;
 
@@ -30,10 +30,15 @@ pub const CHUNK_BYTES: usize = 256 * 1024;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    #[error("invalid server URI {0:?} (use unix:///path, http://127.0.0.1:PORT or https://host:PORT)")]
+    #[error(
+        "invalid server URI {0:?} (use unix:///path, http://127.0.0.1:PORT or https://host:PORT)"
+    )]
     Uri(String),
     #[error("cannot connect to {uri}: {source}")]
-    Connect { uri: String, source: tonic::transport::Error },
+    Connect {
+        uri: String,
+        source: tonic::transport::Error,
+    },
     #[error("TLS settings: {0}")]
     Tls(String),
     #[error("cannot read the artifact: {0}")]
@@ -53,7 +58,11 @@ impl ClientError {
     pub fn code(&self) -> Option<Code> {
         match self {
             Self::Status(s) => Some(s.code()),
-            Self::Uri(_) | Self::Connect { .. } | Self::Tls(_) | Self::Io(_) | Self::Malformed(_) => None,
+            Self::Uri(_)
+            | Self::Connect { .. }
+            | Self::Tls(_)
+            | Self::Io(_)
+            | Self::Malformed(_) => None,
         }
     }
 }
@@ -77,13 +86,20 @@ impl Extracted {
                 "landlock {}, ABI {}; seccomp {}; uid {}",
                 c["landlock"].as_str().unwrap_or("?"),
                 c["landlock_abi"],
-                if c["seccomp"].as_bool() == Some(true) { "on" } else { "OFF" },
+                if c["seccomp"].as_bool() == Some(true) {
+                    "on"
+                } else {
+                    "OFF"
+                },
                 c["uid"]
             ),
             None => "the child did not report".to_owned(),
         };
         let confined = s["confined"].as_bool() == Some(true);
-        Some(format!("{} ({how})", if confined { "confined" } else { "NOT CONFINED" }))
+        Some(format!(
+            "{} ({how})",
+            if confined { "confined" } else { "NOT CONFINED" }
+        ))
     }
 
     /// The CLI's `--json` object: the outcome, plus `sandbox` when a child ran.
@@ -119,7 +135,9 @@ impl TlsMaterial {
         let read = |var: &str| -> Result<Option<Vec<u8>>, ClientError> {
             match std::env::var_os(var) {
                 None => Ok(None),
-                Some(p) => std::fs::read(&p).map(Some).map_err(|e| ClientError::Tls(format!("{var}: {e}"))),
+                Some(p) => std::fs::read(&p)
+                    .map(Some)
+                    .map_err(|e| ClientError::Tls(format!("{var}: {e}"))),
             }
         };
         let ca = read("SKILLBOX_TLS_CA")?;
@@ -133,22 +151,30 @@ impl TlsMaterial {
 
 /// The endpoint for `uri`; for `https`, TLS material from the environment.
 pub fn endpoint(uri: &str) -> Result<Endpoint, ClientError> {
-    let tls = if uri.starts_with("https://") { TlsMaterial::from_env()? } else { TlsMaterial::default() };
+    let tls = if uri.starts_with("https://") {
+        TlsMaterial::from_env()?
+    } else {
+        TlsMaterial::default()
+    };
     endpoint_with(uri, &tls)
 }
 
 /// The endpoint for `uri` with explicit TLS material (used for `https` only).
 pub fn endpoint_with(uri: &str, tls: &TlsMaterial) -> Result<Endpoint, ClientError> {
     let uri = if uri == "unix:" || uri == "unix://" {
-        format!("unix://{}", crate::broker::config::default_socket().display())
+        format!(
+            "unix://{}",
+            crate::broker::config::default_socket().display()
+        )
     } else {
         uri.to_owned()
     };
-    let ep = if uri.starts_with("unix:") || uri.starts_with("http://") || uri.starts_with("https://") {
-        Endpoint::from_shared(uri.clone()).map_err(|_| ClientError::Uri(uri.clone()))?
-    } else {
-        return Err(ClientError::Uri(uri));
-    };
+    let ep =
+        if uri.starts_with("unix:") || uri.starts_with("http://") || uri.starts_with("https://") {
+            Endpoint::from_shared(uri.clone()).map_err(|_| ClientError::Uri(uri.clone()))?
+        } else {
+            return Err(ClientError::Uri(uri));
+        };
     let ep = ep.connect_timeout(Duration::from_secs(5)).tcp_nodelay(true);
     if !uri.starts_with("https://") {
         return Ok(ep);
@@ -160,7 +186,8 @@ pub fn endpoint_with(uri: &str, tls: &TlsMaterial) -> Result<Endpoint, ClientErr
     if let Some((cert, key)) = &tls.identity {
         config = config.identity(Identity::from_pem(cert, key));
     }
-    ep.tls_config(config).map_err(|e| ClientError::Tls(e.to_string()))
+    ep.tls_config(config)
+        .map_err(|e| ClientError::Tls(e.to_string()))
 }
 
 /// The request limits that differ from the defaults (what a caller deliberately set).
@@ -178,10 +205,18 @@ pub fn limits_delta(l: &Limits) -> Option<pb::Limits> {
         max_path_depth: pick(mine.max_path_depth, base.max_path_depth),
         max_path_bytes: pick(mine.max_path_bytes, base.max_path_bytes),
         max_component_bytes: pick(mine.max_component_bytes, base.max_component_bytes),
-        zstd_window_log_max: (mine.zstd_window_log_max != base.zstd_window_log_max).then_some(mine.zstd_window_log_max).flatten(),
-        allow_symlinks: (mine.allow_symlinks != base.allow_symlinks).then_some(mine.allow_symlinks).flatten(),
-        hardlinks: (mine.hardlinks != base.hardlinks).then_some(mine.hardlinks).flatten(),
-        require_skill_md: (mine.require_skill_md != base.require_skill_md).then_some(mine.require_skill_md).flatten(),
+        zstd_window_log_max: (mine.zstd_window_log_max != base.zstd_window_log_max)
+            .then_some(mine.zstd_window_log_max)
+            .flatten(),
+        allow_symlinks: (mine.allow_symlinks != base.allow_symlinks)
+            .then_some(mine.allow_symlinks)
+            .flatten(),
+        hardlinks: (mine.hardlinks != base.hardlinks)
+            .then_some(mine.hardlinks)
+            .flatten(),
+        require_skill_md: (mine.require_skill_md != base.require_skill_md)
+            .then_some(mine.require_skill_md)
+            .flatten(),
     };
     (delta != pb::Limits::default()).then_some(delta)
 }
@@ -211,12 +246,21 @@ impl Client {
 
     /// Connect with an endpoint built by [`endpoint_with`].
     pub async fn connect_to(uri: &str, endpoint: Endpoint) -> Result<Self, ClientError> {
-        let channel = endpoint.connect().await.map_err(|source| ClientError::Connect { uri: uri.to_owned(), source })?;
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|source| ClientError::Connect {
+                uri: uri.to_owned(),
+                source,
+            })?;
         Ok(Self::from_channel(channel))
     }
 
     pub fn from_channel(channel: Channel) -> Self {
-        Self { inner: SkillboxClient::new(channel).max_decoding_message_size(crate::broker::MAX_RESPONSE_BYTES) }
+        Self {
+            inner: SkillboxClient::new(channel)
+                .max_decoding_message_size(crate::broker::MAX_RESPONSE_BYTES),
+        }
     }
 
     /// Stream `artifact` after `header`; `timeout` becomes the call's deadline.
@@ -228,7 +272,9 @@ impl Client {
     ) -> Result<Extracted, ClientError> {
         let (tx, rx) = tokio::sync::mpsc::channel::<pb::ExtractRequest>(4);
         let reader = tokio::spawn(async move {
-            let header = pb::ExtractRequest { msg: Some(pb::extract_request::Msg::Header(header)) };
+            let header = pb::ExtractRequest {
+                msg: Some(pb::extract_request::Msg::Header(header)),
+            };
             if tx.send(header).await.is_err() {
                 return Ok(());
             }
@@ -247,7 +293,13 @@ impl Client {
                 }
                 buf.truncate(filled);
                 // The server may answer early (e.g. the artifact passed its size limit).
-                if tx.send(pb::ExtractRequest { msg: Some(pb::extract_request::Msg::Chunk(buf)) }).await.is_err() {
+                if tx
+                    .send(pb::ExtractRequest {
+                        msg: Some(pb::extract_request::Msg::Chunk(buf)),
+                    })
+                    .await
+                    .is_err()
+                {
                     return Ok(());
                 }
             }
@@ -261,7 +313,11 @@ impl Client {
             // Our own timer too: a deadline holds even if the server never answers.
             Some(t) => tokio::time::timeout(t + Duration::from_millis(500), call)
                 .await
-                .unwrap_or_else(|_| Err(Status::deadline_exceeded("deadline exceeded (client timer)"))),
+                .unwrap_or_else(|_| {
+                    Err(Status::deadline_exceeded(
+                        "deadline exceeded (client timer)",
+                    ))
+                }),
             None => call.await,
         };
         let answer = match answer {
@@ -269,8 +325,13 @@ impl Client {
             Err(status) => {
                 reader.abort();
                 // tonic's server-side timer answers CANCELLED "Timeout expired" for a deadline.
-                if timeout.is_some() && status.code() == Code::Cancelled && status.message() == "Timeout expired" {
-                    return Err(ClientError::Status(Status::deadline_exceeded(status.message().to_owned())));
+                if timeout.is_some()
+                    && status.code() == Code::Cancelled
+                    && status.message() == "Timeout expired"
+                {
+                    return Err(ClientError::Status(Status::deadline_exceeded(
+                        status.message().to_owned(),
+                    )));
                 }
                 return Err(ClientError::Status(status));
             }
@@ -279,18 +340,32 @@ impl Client {
             return Err(ClientError::Io(e));
         }
         let outcome = convert::outcome_from_proto(&answer)?;
-        let staged = (!answer.staging_id.is_empty())
-            .then(|| Staged { id: answer.staging_id.clone(), path: PathBuf::from(&answer.staging_path) });
+        let staged = (!answer.staging_id.is_empty()).then(|| Staged {
+            id: answer.staging_id.clone(),
+            path: PathBuf::from(&answer.staging_path),
+        });
         let sandbox = if answer.sandbox_json.is_empty() {
             None
         } else {
-            Some(serde_json::from_str(&answer.sandbox_json).map_err(|e| MalformedAnswer(format!("sandbox: {e}")))?)
+            Some(
+                serde_json::from_str(&answer.sandbox_json)
+                    .map_err(|e| MalformedAnswer(format!("sandbox: {e}")))?,
+            )
         };
-        Ok(Extracted { outcome, staged, sandbox })
+        Ok(Extracted {
+            outcome,
+            staged,
+            sandbox,
+        })
     }
 
     /// [`Client::extract`] from a file.
-    pub async fn extract_file(&mut self, path: &Path, header: pb::ExtractHeader, timeout: Option<Duration>) -> Result<Extracted, ClientError> {
+    pub async fn extract_file(
+        &mut self,
+        path: &Path,
+        header: pb::ExtractHeader,
+        timeout: Option<Duration>,
+    ) -> Result<Extracted, ClientError> {
         let file = tokio::fs::File::open(path).await?;
         self.extract(header, file, timeout).await
     }
@@ -298,21 +373,33 @@ impl Client {
     /// Delete an accepted staging directory on the server.
     pub async fn release(&mut self, staging_id: &str) -> Result<(), ClientError> {
         self.inner
-            .release(pb::ReleaseRequest { staging_id: staging_id.to_owned() })
+            .release(pb::ReleaseRequest {
+                staging_id: staging_id.to_owned(),
+            })
             .await
             .map(|_| ())
             .map_err(ClientError::Status)
     }
 
     pub async fn server_info(&mut self) -> Result<pb::ServerInfoResponse, ClientError> {
-        self.inner.server_info(pb::ServerInfoRequest {}).await.map(tonic::Response::into_inner).map_err(ClientError::Status)
+        self.inner
+            .server_info(pb::ServerInfoRequest {})
+            .await
+            .map(tonic::Response::into_inner)
+            .map_err(ClientError::Status)
     }
 }
 
 /// `skillbox extract --server URI`: send the artifact, return the answer, release the staged
 /// tree (like the local path's temporary directory). Blocking: runs its own small runtime.
-pub fn extract_blocking(server: &str, artifact: &Path, req: &Request) -> Result<Extracted, ClientError> {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+pub fn extract_blocking(
+    server: &str,
+    artifact: &Path,
+    req: &Request,
+) -> Result<Extracted, ClientError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(async {
         let mut client = Client::connect(server).await?;
         let done = client.extract_file(artifact, header_for(req), None).await?;
@@ -330,7 +417,11 @@ mod tests {
     #[test]
     fn only_deliberate_limits_are_sent() {
         assert_eq!(limits_delta(&Limits::default()), None);
-        let l = Limits { max_entries: 5, allow_symlinks: false, ..Limits::default() };
+        let l = Limits {
+            max_entries: 5,
+            allow_symlinks: false,
+            ..Limits::default()
+        };
         let d = limits_delta(&l).unwrap_or_default();
         assert_eq!(d.max_entries, Some(5));
         assert_eq!(d.allow_symlinks, Some(false));

@@ -68,7 +68,10 @@ impl FromStr for Sha256Digest {
             let shown: String = s.chars().take(16).collect();
             return Err(DigestParseError::MissingPrefix(shown));
         };
-        if let Some(bad) = hex_part.chars().find(|c| !matches!(c, '0'..='9' | 'a'..='f')) {
+        if let Some(bad) = hex_part
+            .chars()
+            .find(|c| !matches!(c, '0'..='9' | 'a'..='f'))
+        {
             return Err(DigestParseError::NotLowercaseHex(bad));
         }
         if hex_part.len() != 64 {
@@ -144,7 +147,10 @@ mod tests {
     #[test]
     fn refuses_sloppy_spellings() {
         let upper = EMPTY.replace("e3b0", "E3B0");
-        assert_eq!(upper.parse::<Sha256Digest>(), Err(DigestParseError::NotLowercaseHex('E')));
+        assert_eq!(
+            upper.parse::<Sha256Digest>(),
+            Err(DigestParseError::NotLowercaseHex('E'))
+        );
         assert!(matches!(
             EMPTY.trim_start_matches("sha256:").parse::<Sha256Digest>(),
             Err(DigestParseError::MissingPrefix(_))
@@ -153,7 +159,10 @@ mod tests {
             EMPTY[..EMPTY.len() - 1].parse::<Sha256Digest>(),
             Err(DigestParseError::WrongLength(63))
         );
-        assert_eq!(format!("{EMPTY}0").parse::<Sha256Digest>(), Err(DigestParseError::WrongLength(65)));
+        assert_eq!(
+            format!("{EMPTY}0").parse::<Sha256Digest>(),
+            Err(DigestParseError::WrongLength(65))
+        );
         assert!(matches!(
             EMPTY.replace("sha256:", "SHA256:").parse::<Sha256Digest>(),
             Err(DigestParseError::MissingPrefix(_))

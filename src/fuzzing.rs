@@ -116,7 +116,11 @@ fn with_workspace<T>(f: impl FnOnce(&mut Workspace) -> T) -> T {
                 .create_new(true)
                 .open(dir.path().join("artifact"))
                 .unwrap_or_else(|e| fail(format!("no artifact file: {e}")));
-            *slot = Some(Workspace { dir, artifact, runs: 0 });
+            *slot = Some(Workspace {
+                dir,
+                artifact,
+                runs: 0,
+            });
         }
         match slot.as_mut() {
             Some(ws) => f(ws),
@@ -130,7 +134,9 @@ fn with_workspace<T>(f: impl FnOnce(&mut Workspace) -> T) -> T {
 fn extract_checked(bytes: &[u8], limits: &Limits) -> Option<Vec<Entry>> {
     with_workspace(|ws| {
         ws.artifact.set_len(0).unwrap_or_else(|e| fail(e));
-        ws.artifact.write_all_at(bytes, 0).unwrap_or_else(|e| fail(e));
+        ws.artifact
+            .write_all_at(bytes, 0)
+            .unwrap_or_else(|e| fail(e));
     });
     let mut accepted = None;
     run_engine(ArtifactType::Archive, limits, |o, staging| {
@@ -143,7 +149,11 @@ fn extract_checked(bytes: &[u8], limits: &Limits) -> Option<Vec<Entry>> {
 /// answer and the staged tree before it is removed. Checks the properties every answer shares:
 /// a verdict rather than a fault, nothing beside the staging directory, nothing staged on
 /// rejection.
-fn run_engine(kind: ArtifactType, limits: &Limits, inspect: impl FnOnce(&Outcome, &Path)) -> Outcome {
+fn run_engine(
+    kind: ArtifactType,
+    limits: &Limits,
+    inspect: impl FnOnce(&Outcome, &Path),
+) -> Outcome {
     with_workspace(|ws| {
         ws.runs += 1;
         let staging = ws.dir.path().join(format!("staging-{}", ws.runs));
@@ -157,7 +167,10 @@ fn run_engine(kind: ArtifactType, limits: &Limits, inspect: impl FnOnce(&Outcome
         if outcome.verdict == Verdict::Rejected {
             let left = fs::read_dir(&staging).unwrap_or_else(|e| fail(e)).count();
             if left != 0 {
-                fail(format!("rejected ({:?}) but left {left} nodes in staging", outcome.reason));
+                fail(format!(
+                    "rejected ({:?}) but left {left} nodes in staging",
+                    outcome.reason
+                ));
             }
         }
         inspect(&outcome, &staging);
@@ -181,21 +194,47 @@ fn run_engine(kind: ArtifactType, limits: &Limits, inspect: impl FnOnce(&Outcome
 }
 
 /// The properties of one answer; returns the inventory when accepted.
-fn check_outcome(o: &Outcome, staging: &Path, limits: &Limits, bytes_in: u64) -> Option<Vec<Entry>> {
+fn check_outcome(
+    o: &Outcome,
+    staging: &Path,
+    limits: &Limits,
+    bytes_in: u64,
+) -> Option<Vec<Entry>> {
     match o.verdict {
         Verdict::Rejected => {
-            let Some(reason) = &o.reason else { fail("rejected without a reason") };
+            let Some(reason) = &o.reason else {
+                fail("rejected without a reason")
+            };
             if !o.entries.is_empty() {
-                fail(format!("rejected ({}) but lists {} entries", reason.code, o.entries.len()));
+                fail(format!(
+                    "rejected ({}) but lists {} entries",
+                    reason.code,
+                    o.entries.len()
+                ));
             }
-            let left: Vec<_> = fs::read_dir(staging).unwrap_or_else(|e| fail(e)).filter_map(Result::ok).collect();
+            let left: Vec<_> = fs::read_dir(staging)
+                .unwrap_or_else(|e| fail(e))
+                .filter_map(Result::ok)
+                .collect();
             if !left.is_empty() {
-                fail(format!("rejected ({}: {}) but left {} nodes in staging", reason.code, reason.detail, left.len()));
+                fail(format!(
+                    "rejected ({}: {}) but left {} nodes in staging",
+                    reason.code,
+                    reason.detail,
+                    left.len()
+                ));
             }
             // Reasons are printed to terminals and logs: hostile bytes must arrive escaped.
-            let raw = reason.entry.iter().chain(std::iter::once(&reason.detail)).any(|t| t.chars().any(char::is_control));
+            let raw = reason
+                .entry
+                .iter()
+                .chain(std::iter::once(&reason.detail))
+                .any(|t| t.chars().any(char::is_control));
             if raw {
-                fail(format!("reason {:?} carries a raw control character", reason));
+                fail(format!(
+                    "reason {:?} carries a raw control character",
+                    reason
+                ));
             }
             None
         }
@@ -224,28 +263,47 @@ fn check_inventory(entries: &[Entry], limits: &Limits) {
     let mut fold = BTreeSet::new();
     let mut expanded: u64 = 0;
     if entries.len() as u64 > limits.max_entries {
-        fail(format!("{} entries accepted, limit {}", entries.len(), limits.max_entries));
+        fail(format!(
+            "{} entries accepted, limit {}",
+            entries.len(),
+            limits.max_entries
+        ));
     }
     for pair in entries.windows(2) {
         if pair[0].path.as_bytes() >= pair[1].path.as_bytes() {
-            fail(format!("inventory not strictly sorted at {:?}, {:?}", pair[0].path, pair[1].path));
+            fail(format!(
+                "inventory not strictly sorted at {:?}, {:?}",
+                pair[0].path, pair[1].path
+            ));
         }
     }
     for e in entries {
         match SafeRelPath::parse(e.path.as_bytes(), limits) {
             Ok(Parsed::Path(p)) if p.as_str() == e.path => {}
-            other => fail(format!("accepted path {:?} does not re-parse to itself: {other:?}", e.path)),
+            other => fail(format!(
+                "accepted path {:?} does not re-parse to itself: {other:?}",
+                e.path
+            )),
         }
         check_normal_form(&e.path);
         if !nfc.insert(nfc_key(&e.path)) {
-            fail(format!("{:?} has a Unicode-normalisation twin in the inventory", e.path));
+            fail(format!(
+                "{:?} has a Unicode-normalisation twin in the inventory",
+                e.path
+            ));
         }
         if !fold.insert(fold_key(&e.path)) {
-            fail(format!("{:?} has a case-fold twin in the inventory", e.path));
+            fail(format!(
+                "{:?} has a case-fold twin in the inventory",
+                e.path
+            ));
         }
         if let Some((parent, _)) = e.path.rsplit_once('/') {
             if kinds.get(parent) != Some(&Kind::Dir) {
-                fail(format!("{:?} is listed before or without its parent directory", e.path));
+                fail(format!(
+                    "{:?} is listed before or without its parent directory",
+                    e.path
+                ));
             }
         }
         kinds.insert(&e.path, e.kind);
@@ -253,38 +311,64 @@ fn check_inventory(entries: &[Entry], limits: &Limits) {
         match e.kind {
             Kind::File => {
                 if e.size > limits.max_file_bytes {
-                    fail(format!("{:?}: {} bytes accepted, limit {}", e.path, e.size, limits.max_file_bytes));
+                    fail(format!(
+                        "{:?}: {} bytes accepted, limit {}",
+                        e.path, e.size, limits.max_file_bytes
+                    ));
                 }
                 expanded += e.size;
                 let want = if executable { "0755" } else { "0644" };
                 if e.mode != want || e.sha256.is_none() || e.link_target.is_some() {
-                    fail(format!("file {:?} has mode {} (executable flag {executable}), sha256 {:?}", e.path, e.mode, e.sha256));
+                    fail(format!(
+                        "file {:?} has mode {} (executable flag {executable}), sha256 {:?}",
+                        e.path, e.mode, e.sha256
+                    ));
                 }
                 if e.flags.contains(&Flag::SkillMd) != (e.path == "SKILL.md") {
                     fail(format!("skill_md flag wrong on {:?}", e.path));
                 }
             }
             Kind::Dir => {
-                if e.mode != "0755" || e.size != 0 || e.sha256.is_some() || e.link_target.is_some() || executable {
+                if e.mode != "0755"
+                    || e.size != 0
+                    || e.sha256.is_some()
+                    || e.link_target.is_some()
+                    || executable
+                {
                     fail(format!("directory {:?} is {e:?}", e.path));
                 }
             }
             Kind::Symlink => {
                 if !limits.allow_symlinks {
-                    fail(format!("symlink {:?} accepted although symlinks are refused", e.path));
+                    fail(format!(
+                        "symlink {:?} accepted although symlinks are refused",
+                        e.path
+                    ));
                 }
-                let Some(t) = e.link_target.as_deref() else { fail(format!("symlink {:?} without a target", e.path)) };
-                if t.is_empty() || t.starts_with('/') || t.contains('\\') || t.chars().any(char::is_control) {
+                let Some(t) = e.link_target.as_deref() else {
+                    fail(format!("symlink {:?} without a target", e.path))
+                };
+                if t.is_empty()
+                    || t.starts_with('/')
+                    || t.contains('\\')
+                    || t.chars().any(char::is_control)
+                {
                     fail(format!("symlink {:?} has target {t:?}", e.path));
                 }
                 if t.len() as u64 > limits.max_path_bytes || e.size != t.len() as u64 {
-                    fail(format!("symlink {:?} target {t:?} length {}", e.path, e.size));
+                    fail(format!(
+                        "symlink {:?} target {t:?} length {}",
+                        e.path, e.size
+                    ));
                 }
             }
         }
     }
     if expanded > limits.max_expanded_bytes {
-        fail(format!("{expanded} bytes accepted, limit {}", limits.max_expanded_bytes));
+        fail(format!(
+            "{expanded} bytes accepted, limit {}",
+            limits.max_expanded_bytes
+        ));
     }
     if limits.require_skill_md && kinds.get("SKILL.md") != Some(&Kind::File) {
         fail("accepted without a regular SKILL.md at the root");
@@ -294,7 +378,12 @@ fn check_inventory(entries: &[Entry], limits: &Limits) {
 fn check_totals(o: &Outcome, bytes_in: u64, limits: &Limits) {
     let t = &o.totals;
     let count = |k: Kind| o.entries.iter().filter(|e| e.kind == k).count() as u64;
-    let out: u64 = o.entries.iter().filter(|e| e.kind == Kind::File).map(|e| e.size).sum();
+    let out: u64 = o
+        .entries
+        .iter()
+        .filter(|e| e.kind == Kind::File)
+        .map(|e| e.size)
+        .sum();
     if t.entries != o.entries.len() as u64
         || t.files != count(Kind::File)
         || t.dirs != count(Kind::Dir)
@@ -302,10 +391,16 @@ fn check_totals(o: &Outcome, bytes_in: u64, limits: &Limits) {
         || t.bytes_in != bytes_in
         || t.bytes_out != out
     {
-        fail(format!("totals {t:?} do not add up ({} entries, {out} bytes out, {bytes_in} in)", o.entries.len()));
+        fail(format!(
+            "totals {t:?} do not add up ({} entries, {out} bytes out, {bytes_in} in)",
+            o.entries.len()
+        ));
     }
     if out > limits.ratio_threshold_bytes && out > limits.max_ratio.saturating_mul(bytes_in) {
-        fail(format!("{out} bytes out of {bytes_in} in passes the ratio limit {}", limits.max_ratio));
+        fail(format!(
+            "{out} bytes out of {bytes_in} in passes the ratio limit {}",
+            limits.max_ratio
+        ));
     }
 }
 
@@ -315,8 +410,15 @@ fn check_links_on_disk(staging: &Path, entries: &[Entry]) {
     for e in entries.iter().filter(|e| e.kind == Kind::Symlink) {
         match staging.join(&e.path).canonicalize() {
             Ok(p) if p.starts_with(&root) => {}
-            Ok(p) => fail(format!("symlink {:?} resolves outside the staging directory, to {}", e.path, p.display())),
-            Err(err) => fail(format!("symlink {:?} -> {:?} does not resolve: {err}", e.path, e.link_target)),
+            Ok(p) => fail(format!(
+                "symlink {:?} resolves outside the staging directory, to {}",
+                e.path,
+                p.display()
+            )),
+            Err(err) => fail(format!(
+                "symlink {:?} -> {:?} does not resolve: {err}",
+                e.path, e.link_target
+            )),
         }
     }
 }
@@ -370,7 +472,9 @@ fn tar_of(staging: &Path, entries: &[Entry]) -> Vec<u8> {
 /// inventory must come back identical (up to `mode_sanitised`, which a clean re-pack drops).
 fn archive_round_trip(bytes: &[u8], limits: &Limits) {
     // Keep the staged tree of the first run for the re-pack: extract again into a kept dir.
-    let Some(first) = extract_checked(bytes, limits) else { return };
+    let Some(first) = extract_checked(bytes, limits) else {
+        return;
+    };
     // An empty tree (possible only without the SKILL.md requirement) packs to an all-zero tar,
     // which has no magic and is refused as `unsupported_format`: nothing to round-trip.
     if first.is_empty() {
@@ -381,7 +485,8 @@ fn archive_round_trip(bytes: &[u8], limits: &Limits) {
         fs::create_dir(&keep).unwrap_or_else(|e| fail(e));
         let dir = File::open(&keep).unwrap_or_else(|e| fail(e));
         let req = Request::new(ArtifactType::Archive, limits.clone());
-        let o = crate::extract::extract(&ws.artifact, dir.as_fd(), &req).unwrap_or_else(|e| fail(e));
+        let o =
+            crate::extract::extract(&ws.artifact, dir.as_fd(), &req).unwrap_or_else(|e| fail(e));
         if o.entries != first {
             fail("the same artifact gave two different inventories");
         }
@@ -391,7 +496,12 @@ fn archive_round_trip(bytes: &[u8], limits: &Limits) {
         fs::remove_dir(&keep).unwrap_or_else(|e| fail(e));
         tar
     });
-    let relaxed = Limits { max_artifact_bytes: Limits::default().max_artifact_bytes.max(repacked.len() as u64), ..limits.clone() };
+    let relaxed = Limits {
+        max_artifact_bytes: Limits::default()
+            .max_artifact_bytes
+            .max(repacked.len() as u64),
+        ..limits.clone()
+    };
     let Some(second) = extract_checked(&repacked, &relaxed) else {
         fail("the re-packed tar of an accepted tree was rejected");
     };
@@ -411,19 +521,25 @@ fn archive_round_trip(bytes: &[u8], limits: &Limits) {
 
 /// Fuzz target `zip`: the zip reader through the whole engine.
 pub fn zip(data: &[u8]) {
-    let Some((&cfg, body)) = data.split_first() else { return };
+    let Some((&cfg, body)) = data.split_first() else {
+        return;
+    };
     archive_round_trip(body, &Config(cfg).limits());
 }
 
 /// Fuzz target `tar`: the tar family (plain, gzip, zstd) through the whole engine.
 pub fn tar(data: &[u8]) {
-    let Some((&cfg, body)) = data.split_first() else { return };
+    let Some((&cfg, body)) = data.split_first() else {
+        return;
+    };
     let cfg = Config(cfg);
     let bytes = match cfg.wrap() {
         Wrap::Raw => body.to_vec(),
         Wrap::Gzip => {
             let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            enc.write_all(body).and_then(|()| enc.finish()).unwrap_or_else(|e| fail(e))
+            enc.write_all(body)
+                .and_then(|()| enc.finish())
+                .unwrap_or_else(|e| fail(e))
         }
         Wrap::Zstd => zstd::encode_all(body, 1).unwrap_or_else(|e| fail(e)),
     };
@@ -433,12 +549,17 @@ pub fn tar(data: &[u8]) {
 /// What the path rules (DESIGN.md) say about a name, independently of `path.rs`: the
 /// normalised path (`None` for the root) or every rule the name breaks.
 fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonCode>> {
-    let Ok(name) = std::str::from_utf8(raw) else { return Err(BTreeSet::from([ReasonCode::InvalidName])) };
+    let Ok(name) = std::str::from_utf8(raw) else {
+        return Err(BTreeSet::from([ReasonCode::InvalidName]));
+    };
     let mut broken = BTreeSet::new();
     if name.chars().any(char::is_control) || name.contains('\\') {
         broken.insert(ReasonCode::InvalidName);
     }
-    let comps: Vec<&str> = name.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    let comps: Vec<&str> = name
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .collect();
     // A drive letter is judged on the normalised name: `./C:/x` is `C:/x`.
     if name.starts_with('/') || drive_like(name) || comps.first().is_some_and(|c| drive_like(c)) {
         broken.insert(ReasonCode::AbsolutePath);
@@ -458,14 +579,20 @@ fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonC
     if !broken.is_empty() {
         return Err(broken);
     }
-    Ok(if comps.is_empty() { None } else { Some(comps.join("/")) })
+    Ok(if comps.is_empty() {
+        None
+    } else {
+        Some(comps.join("/"))
+    })
 }
 
 /// Fuzz target `path`: validation against an independent model, idempotence, normal form,
 /// and the collision keys. Input: a config byte (bit 0: tight limits), then a name, and
 /// optionally `0xFF` and a second name for the collision-key properties.
 pub fn path(data: &[u8]) {
-    let Some((&cfg, rest)) = data.split_first() else { return };
+    let Some((&cfg, rest)) = data.split_first() else {
+        return;
+    };
     let limits = Config(cfg & Config::TIGHT).limits();
     let (a, b) = match rest.iter().position(|&x| x == 0xff) {
         Some(i) => (&rest[..i], Some(&rest[i + 1..])),
@@ -488,18 +615,27 @@ pub fn path(data: &[u8]) {
         }
         (Ok(Parsed::Root), Ok(None)) => {}
         (Err(r), Err(broken)) if broken.contains(&r.code) => {
-            if r.entry.as_deref().is_none_or(|e| e.chars().any(char::is_control)) {
-                fail(format!("rejection of {a:?} names no printable entry: {r:?}"));
+            if r.entry
+                .as_deref()
+                .is_none_or(|e| e.chars().any(char::is_control))
+            {
+                fail(format!(
+                    "rejection of {a:?} names no printable entry: {r:?}"
+                ));
             }
         }
         (got, model) => fail(format!("parse({a:?}) = {got:?}, the rules say {model:?}")),
     }
-    let Ok(sa) = std::str::from_utf8(a) else { return };
+    let Ok(sa) = std::str::from_utf8(a) else {
+        return;
+    };
     check_keys(sa);
     if let Some(sb) = b.and_then(|b| std::str::from_utf8(b).ok()) {
         check_keys(sb);
         if nfc_key(sa) == nfc_key(sb) && fold_key(sa) != fold_key(sb) {
-            fail(format!("{sa:?} and {sb:?} are Unicode twins but not case-fold twins"));
+            fail(format!(
+                "{sa:?} and {sb:?} are Unicode twins but not case-fold twins"
+            ));
         }
     }
 }
@@ -528,23 +664,42 @@ fn check_keys(s: &str) {
 fn check_frontmatter(md: &[u8], p: &frontmatter::Parsed) {
     let fm = &p.frontmatter;
     if fm.name.trim().is_empty() || fm.description.trim().is_empty() {
-        fail(format!("accepted frontmatter with a blank name or description: {fm:?}"));
+        fail(format!(
+            "accepted frontmatter with a blank name or description: {fm:?}"
+        ));
     }
     if !p.key_lines.contains_key("name") || !p.key_lines.contains_key("description") {
         fail(format!("name/description have no line: {:?}", p.key_lines));
     }
-    if let Some(k) = fm.unknown_keys.iter().find(|k| !p.key_lines.contains_key(*k)) {
+    if let Some(k) = fm
+        .unknown_keys
+        .iter()
+        .find(|k| !p.key_lines.contains_key(*k))
+    {
         fail(format!("unknown key {k:?} has no line"));
     }
     // YAML counts a lone CR as a line break too (YAML 1.2, 5.4), so lines are counted its way.
-    let lines = 1 + md.iter().enumerate().filter(|&(i, &b)| b == b'\n' || (b == b'\r' && md.get(i + 1) != Some(&b'\n'))).count() as u64;
+    let lines = 1 + md
+        .iter()
+        .enumerate()
+        .filter(|&(i, &b)| b == b'\n' || (b == b'\r' && md.get(i + 1) != Some(&b'\n')))
+        .count() as u64;
     let key_lines = p.key_lines.values().copied();
-    if let Some(l) = p.issues.iter().map(|i| i.line).chain(key_lines).find(|&l| l == 0 || l > lines) {
+    if let Some(l) = p
+        .issues
+        .iter()
+        .map(|i| i.line)
+        .chain(key_lines)
+        .find(|&l| l == 0 || l > lines)
+    {
         fail(format!("line {l} is outside SKILL.md's {lines} lines"));
     }
     let name_issue = p.issues.iter().any(|i| i.key == "name" && !i.unknown_key);
     if name_issue == frontmatter::name_violations(&fm.name).is_empty() {
-        fail(format!("name {:?}: issues and name_violations disagree", fm.name));
+        fail(format!(
+            "name {:?}: issues and name_violations disagree",
+            fm.name
+        ));
     }
     if fm.allowed_tools.iter().any(String::is_empty) {
         fail(format!("empty allowed tool in {:?}", fm.allowed_tools));
@@ -554,9 +709,16 @@ fn check_frontmatter(md: &[u8], p: &frontmatter::Parsed) {
 /// Fuzz target `skill_md`: SKILL.md frontmatter parsing, alone and through the engine. Input:
 /// a config byte (bit 0: tight frontmatter budgets), then the SKILL.md bytes.
 pub fn skill_md(data: &[u8]) {
-    let Some((&cfg, md)) = data.split_first() else { return };
+    let Some((&cfg, md)) = data.split_first() else {
+        return;
+    };
     let default = FrontmatterLimits::default();
-    let tight = FrontmatterLimits { max_bytes: 512, max_depth: 4, max_nodes: 48, max_scalar_bytes: 512 };
+    let tight = FrontmatterLimits {
+        max_bytes: 512,
+        max_depth: 4,
+        max_nodes: 48,
+        max_scalar_bytes: 512,
+    };
     let limits = if cfg & 1 != 0 { tight } else { default };
     let first = frontmatter::parse(md, &limits);
     if frontmatter::parse(md, &limits) != first {
@@ -568,21 +730,39 @@ pub fn skill_md(data: &[u8]) {
                 fail(format!("frontmatter refused with {r:?}"));
             }
             if r.detail.chars().any(char::is_control) {
-                fail(format!("frontmatter reason carries a raw control character: {:?}", r.detail));
+                fail(format!(
+                    "frontmatter reason carries a raw control character: {:?}",
+                    r.detail
+                ));
             }
         }
         Ok(p) => check_frontmatter(md, p),
     }
     // Looser budgets never turn an accepted frontmatter into a refused or different one.
-    let with_default = if limits == default { first.clone() } else { frontmatter::parse(md, &default) };
+    let with_default = if limits == default {
+        first.clone()
+    } else {
+        frontmatter::parse(md, &default)
+    };
     if let Ok(p) = &first {
         if with_default.as_ref().ok() != Some(p) {
-            fail(format!("accepted under tight budgets but not identically under defaults: {with_default:?}"));
+            fail(format!(
+                "accepted under tight budgets but not identically under defaults: {with_default:?}"
+            ));
         }
     }
     // Line endings are not content: the CRLF spelling of an accepted document says the same.
     if first.is_ok() && !md.contains(&b'\r') {
-        let crlf: Vec<u8> = md.iter().flat_map(|&b| if b == b'\n' { vec![b'\r', b'\n'] } else { vec![b] }).collect();
+        let crlf: Vec<u8> = md
+            .iter()
+            .flat_map(|&b| {
+                if b == b'\n' {
+                    vec![b'\r', b'\n']
+                } else {
+                    vec![b]
+                }
+            })
+            .collect();
         let doubled = FrontmatterLimits {
             max_bytes: limits.max_bytes * 2,
             max_scalar_bytes: limits.max_scalar_bytes * 2,
@@ -590,7 +770,9 @@ pub fn skill_md(data: &[u8]) {
         };
         match (frontmatter::parse(&crlf, &doubled), &first) {
             (Ok(c), Ok(p)) if c.frontmatter == p.frontmatter && c.key_lines == p.key_lines => {}
-            (c, _) => fail(format!("the CRLF spelling parses differently: {c:?} vs {first:?}")),
+            (c, _) => fail(format!(
+                "the CRLF spelling parses differently: {c:?} vs {first:?}"
+            )),
         }
     }
     // Through the engine: staged byte for byte when accepted, nothing when refused, and the
@@ -610,8 +792,15 @@ pub fn skill_md(data: &[u8]) {
     match (&outcome.verdict, &with_default) {
         (Verdict::Accepted, Ok(_)) => {}
         (Verdict::Rejected, Err(_)) => {}
-        (Verdict::Rejected, Ok(_)) if outcome.reason.as_ref().is_some_and(|r| r.code == ReasonCode::FormatMismatch) => {}
-        (v, fm) => fail(format!("engine says {v:?} ({:?}), frontmatter says {fm:?}", outcome.reason)),
+        (Verdict::Rejected, Ok(_))
+            if outcome
+                .reason
+                .as_ref()
+                .is_some_and(|r| r.code == ReasonCode::FormatMismatch) => {}
+        (v, fm) => fail(format!(
+            "engine says {v:?} ({:?}), frontmatter says {fm:?}",
+            outcome.reason
+        )),
     }
 }
 
@@ -620,14 +809,21 @@ pub fn skill_md(data: &[u8]) {
 /// read as a frame, then decoded as the parent decodes an answer and the child a request.
 pub fn wire(data: &[u8]) {
     use crate::sandbox::wire::{self, ChildAnswer, ChildRequest, WireError};
-    let Some((&cfg, raw)) = data.split_first() else { return };
+    let Some((&cfg, raw)) = data.split_first() else {
+        return;
+    };
     let small = 16usize << (cfg & 15);
     for max in [small, wire::DEFAULT_MAX_ANSWER_BYTES] {
-        let declared = raw.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+        let declared = raw
+            .get(..4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
         match (wire::single_frame(raw, max), declared) {
             (Ok(p), Some(len)) => {
                 if len > max || raw.len() != 4 + len || p != &raw[4..] {
-                    fail(format!("single_frame accepted a frame of {len} bytes (bound {max}) in {} bytes", raw.len()));
+                    fail(format!(
+                        "single_frame accepted a frame of {len} bytes (bound {max}) in {} bytes",
+                        raw.len()
+                    ));
                 }
                 // The stream reader agrees with the buffer decoder on a well-formed frame.
                 match wire::read_frame(raw, max) {
@@ -639,12 +835,18 @@ pub fn wire(data: &[u8]) {
             (Err(WireError::Truncated { .. }), Some(d)) if raw.len() < 4 + d => {}
             (Err(WireError::Truncated { .. }), None) => {}
             (Err(WireError::Trailing(n)), Some(d)) if raw.len() == 4 + d + n && n > 0 => {}
-            (r, d) => fail(format!("single_frame({} bytes, bound {max}, declared {d:?}) = {r:?}", raw.len())),
+            (r, d) => fail(format!(
+                "single_frame({} bytes, bound {max}, declared {d:?}) = {r:?}",
+                raw.len()
+            )),
         }
         // A reader never returns more than the bound, whatever the stream says.
         if let Ok(v) = wire::read_frame(raw, max) {
             if v.len() > max {
-                fail(format!("read_frame returned {} bytes over the bound {max}", v.len()));
+                fail(format!(
+                    "read_frame returned {} bytes over the bound {max}",
+                    v.len()
+                ));
             }
         }
     }
@@ -655,10 +857,13 @@ pub fn wire(data: &[u8]) {
     }
     // Decoding: what either side accepts re-encodes to something it decodes to the same value.
     fn round_trip<T: serde::Serialize + serde::de::DeserializeOwned>(what: &str, payload: &[u8]) {
-        let Ok(first) = serde_json::from_slice::<T>(payload) else { return };
+        let Ok(first) = serde_json::from_slice::<T>(payload) else {
+            return;
+        };
         let v1 = serde_json::to_value(&first).unwrap_or_else(|e| fail(e));
         let text = serde_json::to_vec(&first).unwrap_or_else(|e| fail(e));
-        let second: T = serde_json::from_slice(&text).unwrap_or_else(|e| fail(format!("{what} does not re-decode: {e}")));
+        let second: T = serde_json::from_slice(&text)
+            .unwrap_or_else(|e| fail(format!("{what} does not re-decode: {e}")));
         let v2 = serde_json::to_value(&second).unwrap_or_else(|e| fail(e));
         if v1 != v2 {
             fail(format!("{what} changes across a re-encode: {v1} vs {v2}"));

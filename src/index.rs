@@ -33,7 +33,10 @@ pub struct IndexLimits {
 
 impl Default for IndexLimits {
     fn default() -> Self {
-        Self { max_bytes: 1 << 20, max_entries: 1000 }
+        Self {
+            max_bytes: 1 << 20,
+            max_entries: 1000,
+        }
     }
 }
 
@@ -133,7 +136,9 @@ pub struct Index {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IndexError {
-    #[error("unrecognised $schema {found:?}: this skillbox processes {SCHEMA_0_2_0} only; refusing to guess at another format")]
+    #[error(
+        "unrecognised $schema {found:?}: this skillbox processes {SCHEMA_0_2_0} only; refusing to guess at another format"
+    )]
     UnrecognisedSchema { found: String },
     #[error("index is {size} bytes, the limit is {max}")]
     TooLarge { size: u64, max: u64 },
@@ -158,7 +163,11 @@ impl Index {
         if let Some(e) = self.entries.iter().find(|e| e.name == name) {
             return Lookup::Found(e);
         }
-        match self.skipped.iter().find(|s| s.name.as_deref() == Some(name)) {
+        match self
+            .skipped
+            .iter()
+            .find(|s| s.name.as_deref() == Some(name))
+        {
             Some(s) => Lookup::Skipped(s),
             None => Lookup::Absent,
         }
@@ -173,8 +182,14 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if name.chars().count() > MAX_NAME_CHARS {
         return Err(format!("name is longer than {MAX_NAME_CHARS} characters"));
     }
-    if let Some(c) = name.chars().find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-')) {
-        return Err(format!("name may hold only a-z, 0-9 and '-' (found {:?})", c.escape_default().to_string()));
+    if let Some(c) = name
+        .chars()
+        .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-'))
+    {
+        return Err(format!(
+            "name may hold only a-z, 0-9 and '-' (found {:?})",
+            c.escape_default().to_string()
+        ));
     }
     if name.starts_with('-') || name.ends_with('-') {
         return Err("name may not start or end with '-'".into());
@@ -188,19 +203,38 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// Parse an index. `base` is the URL it was fetched from (references resolve against it).
 pub fn parse(bytes: &[u8], base: Option<&Url>, limits: &IndexLimits) -> Result<Index, IndexError> {
     if bytes.len() as u64 > limits.max_bytes {
-        return Err(IndexError::TooLarge { size: bytes.len() as u64, max: limits.max_bytes });
+        return Err(IndexError::TooLarge {
+            size: bytes.len() as u64,
+            max: limits.max_bytes,
+        });
     }
-    let root: Value = serde_json::from_slice(bytes).map_err(|e| IndexError::NotJson(e.to_string()))?;
-    let Value::Object(root) = root else { return Err(IndexError::NotAnIndex) };
+    let root: Value =
+        serde_json::from_slice(bytes).map_err(|e| IndexError::NotJson(e.to_string()))?;
+    let Value::Object(root) = root else {
+        return Err(IndexError::NotAnIndex);
+    };
     let (schema, version) = match root.get("$schema") {
         None => (None, Version::V0_1_0),
         Some(Value::String(s)) if s == SCHEMA_0_2_0 => (Some(s.clone()), Version::V0_2_0),
-        Some(Value::String(s)) => return Err(IndexError::UnrecognisedSchema { found: display_name(s.as_bytes()) }),
-        Some(other) => return Err(IndexError::UnrecognisedSchema { found: display_name(other.to_string().as_bytes()) }),
+        Some(Value::String(s)) => {
+            return Err(IndexError::UnrecognisedSchema {
+                found: display_name(s.as_bytes()),
+            });
+        }
+        Some(other) => {
+            return Err(IndexError::UnrecognisedSchema {
+                found: display_name(other.to_string().as_bytes()),
+            });
+        }
     };
-    let Some(Value::Array(skills)) = root.get("skills") else { return Err(IndexError::NotAnIndex) };
+    let Some(Value::Array(skills)) = root.get("skills") else {
+        return Err(IndexError::NotAnIndex);
+    };
     if skills.len() > limits.max_entries {
-        return Err(IndexError::TooManyEntries { count: skills.len(), max: limits.max_entries });
+        return Err(IndexError::TooManyEntries {
+            count: skills.len(),
+            max: limits.max_entries,
+        });
     }
     let mut index = Index {
         schema,
@@ -238,17 +272,27 @@ pub fn parse(bytes: &[u8], base: Option<&Url>, limits: &IndexLimits) -> Result<I
             position: e.position,
             name: Some(e.name.clone()),
             code: SkipCode::DuplicateName,
-            reason: format!("name {:?} is listed more than once; every occurrence is skipped", e.name),
+            reason: format!(
+                "name {:?} is listed more than once; every occurrence is skipped",
+                e.name
+            ),
         });
     }
     index.skipped.sort_by_key(|s| s.position);
     for s in &index.skipped {
-        index.warnings.push(format!("entry {} skipped: {}", s.position, s.reason));
+        index
+            .warnings
+            .push(format!("entry {} skipped: {}", s.position, s.reason));
     }
     Ok(index)
 }
 
-fn entry(position: usize, raw: &Value, version: Version, base: Option<&Url>) -> Result<Entry, Skipped> {
+fn entry(
+    position: usize,
+    raw: &Value,
+    version: Version,
+    base: Option<&Url>,
+) -> Result<Entry, Skipped> {
     let skip = |name: Option<&str>, code: SkipCode, reason: String| Skipped {
         position,
         name: name.map(|n| display_name(n.as_bytes())),
@@ -256,17 +300,31 @@ fn entry(position: usize, raw: &Value, version: Version, base: Option<&Url>) -> 
         reason,
     };
     let Value::Object(obj) = raw else {
-        return Err(skip(None, SkipCode::NotAnObject, "entry is not a JSON object".into()));
+        return Err(skip(
+            None,
+            SkipCode::NotAnObject,
+            "entry is not a JSON object".into(),
+        ));
     };
     let field = |key: &'static str, name: Option<&str>| -> Result<Option<String>, Skipped> {
         match obj.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(skip(name, SkipCode::MissingField, format!("`{key}` must be a string"))),
+            Some(_) => Err(skip(
+                name,
+                SkipCode::MissingField,
+                format!("`{key}` must be a string"),
+            )),
         }
     };
     let required = |key: &'static str, name: Option<&str>| -> Result<String, Skipped> {
-        field(key, name)?.ok_or_else(|| skip(name, SkipCode::MissingField, format!("required field `{key}` is missing")))
+        field(key, name)?.ok_or_else(|| {
+            skip(
+                name,
+                SkipCode::MissingField,
+                format!("required field `{key}` is missing"),
+            )
+        })
     };
     let name_owned = required("name", None)?;
     let name = name_owned.as_str();
@@ -282,10 +340,18 @@ fn entry(position: usize, raw: &Value, version: Version, base: Option<&Url>) -> 
         ));
     }
     if description.trim().is_empty() {
-        return Err(skip(Some(name), SkipCode::InvalidDescription, "description is empty".into()));
+        return Err(skip(
+            Some(name),
+            SkipCode::InvalidDescription,
+            "description is empty".into(),
+        ));
     }
     let strict = version == Version::V0_2_0;
-    let type_text = if strict { Some(required("type", Some(name))?) } else { field("type", Some(name))? };
+    let type_text = if strict {
+        Some(required("type", Some(name))?)
+    } else {
+        field("type", Some(name))?
+    };
     let artifact_type = match type_text.as_deref() {
         None => None,
         Some("skill-md") => Some(EntryType::SkillMd),
@@ -294,19 +360,31 @@ fn entry(position: usize, raw: &Value, version: Version, base: Option<&Url>) -> 
             return Err(skip(
                 Some(name),
                 SkipCode::UnknownType,
-                format!("unknown type {:?} (known: skill-md, archive)", display_name(other.as_bytes())),
+                format!(
+                    "unknown type {:?} (known: skill-md, archive)",
+                    display_name(other.as_bytes())
+                ),
             ));
         }
         Some(_) => None,
     };
-    let url_text = if strict { Some(required("url", Some(name))?) } else { field("url", Some(name))? };
+    let url_text = if strict {
+        Some(required("url", Some(name))?)
+    } else {
+        field("url", Some(name))?
+    };
     let url = match url_text.as_deref() {
         None => None,
-        Some(text) => Some(entry_url(text, base).map_err(|r| skip(Some(name), SkipCode::InvalidUrl, r))?),
+        Some(text) => {
+            Some(entry_url(text, base).map_err(|r| skip(Some(name), SkipCode::InvalidUrl, r))?)
+        }
     };
     let digest = if strict {
         let text = required("digest", Some(name))?;
-        Some(text.parse::<Sha256Digest>().map_err(|e| skip(Some(name), SkipCode::InvalidDigest, e.to_string()))?)
+        Some(
+            text.parse::<Sha256Digest>()
+                .map_err(|e| skip(Some(name), SkipCode::InvalidDigest, e.to_string()))?,
+        )
     } else {
         None
     };
@@ -323,8 +401,18 @@ fn entry(position: usize, raw: &Value, version: Version, base: Option<&Url>) -> 
 
 fn entry_url(text: &str, base: Option<&Url>) -> Result<EntryUrl, String> {
     match urls::resolve(text, base) {
-        Ok(r) => Ok(EntryUrl { as_listed: r.as_listed, form: r.form, resolved: Some(r.url), cross_origin: r.cross_origin }),
-        Err(urls::UrlError::NoBase { form }) => Ok(EntryUrl { as_listed: text.to_owned(), form, resolved: None, cross_origin: false }),
+        Ok(r) => Ok(EntryUrl {
+            as_listed: r.as_listed,
+            form: r.form,
+            resolved: Some(r.url),
+            cross_origin: r.cross_origin,
+        }),
+        Err(urls::UrlError::NoBase { form }) => Ok(EntryUrl {
+            as_listed: text.to_owned(),
+            form,
+            resolved: None,
+            cross_origin: false,
+        }),
         Err(e) => Err(format!("url: {e}")),
     }
 }
@@ -336,7 +424,8 @@ mod tests {
     const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     fn base() -> Url {
-        Url::parse("https://example.com/.well-known/agent-skills/index.json").unwrap_or_else(|e| panic!("{e}"))
+        Url::parse("https://example.com/.well-known/agent-skills/index.json")
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn parse_str(s: &str) -> Result<Index, IndexError> {
@@ -348,26 +437,49 @@ mod tests {
         for ok in ["a", "pdf-processing", "x1-2-3", &"a".repeat(64)] {
             assert!(check_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "-a", "a-", "a--b", "A", "a_b", "a b", "ä", &"a".repeat(65)] {
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "a--b",
+            "A",
+            "a_b",
+            "a b",
+            "ä",
+            &"a".repeat(65),
+        ] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
     }
 
     #[test]
     fn schema_decides_the_path() {
-        let v2 = format!(r#"{{"$schema":"{SCHEMA_0_2_0}","skills":[{{"name":"a","type":"skill-md","description":"d","url":"a/SKILL.md","digest":"{D}","extra":1}}]}}"#);
+        let v2 = format!(
+            r#"{{"$schema":"{SCHEMA_0_2_0}","skills":[{{"name":"a","type":"skill-md","description":"d","url":"a/SKILL.md","digest":"{D}","extra":1}}]}}"#
+        );
         let i = parse_str(&v2).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(i.version, Version::V0_2_0);
         assert!(i.installable);
         assert_eq!(i.entries.len(), 1);
         assert_eq!(
-            i.entries[0].url.as_ref().and_then(|u| u.resolved.as_ref()).map(Url::as_str),
+            i.entries[0]
+                .url
+                .as_ref()
+                .and_then(|u| u.resolved.as_ref())
+                .map(Url::as_str),
             Some("https://example.com/.well-known/agent-skills/a/SKILL.md")
         );
         let other = r#"{"$schema":"https://schemas.agentskills.io/discovery/9.0.0/schema.json","skills":[]}"#;
-        assert!(matches!(parse_str(other), Err(IndexError::UnrecognisedSchema { .. })));
-        assert!(matches!(parse_str(r#"{"$schema":7,"skills":[]}"#), Err(IndexError::UnrecognisedSchema { .. })));
-        let v1 = parse_str(r#"{"skills":[{"name":"a","description":"d","files":["SKILL.md"]}]}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(
+            parse_str(other),
+            Err(IndexError::UnrecognisedSchema { .. })
+        ));
+        assert!(matches!(
+            parse_str(r#"{"$schema":7,"skills":[]}"#),
+            Err(IndexError::UnrecognisedSchema { .. })
+        ));
+        let v1 = parse_str(r#"{"skills":[{"name":"a","description":"d","files":["SKILL.md"]}]}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v1.version, Version::V0_1_0);
         assert!(!v1.installable);
         assert_eq!(v1.entries.len(), 1);
@@ -391,14 +503,22 @@ mod tests {
             assert!(i.entries.is_empty(), "{body}");
             assert_eq!(i.skipped.first().map(|s| s.code), Some(code), "{body}");
         }
-        let ok = format!(r#"{{"name":"a","type":"archive","description":"{}","url":"u","digest":"{D}"}}"#, "é".repeat(1024));
+        let ok = format!(
+            r#"{{"name":"a","type":"archive","description":"{}","url":"u","digest":"{D}"}}"#,
+            "é".repeat(1024)
+        );
         assert_eq!(parse_str(&e(&ok)).map(|i| i.entries.len()).ok(), Some(1));
     }
 
     #[test]
     fn duplicates_are_all_skipped() {
-        let one = format!(r#"{{"name":"a","type":"archive","description":"d","url":"u","digest":"{D}"}}"#);
-        let i = parse_str(&format!(r#"{{"$schema":"{SCHEMA_0_2_0}","skills":[{one},{one}]}}"#)).unwrap_or_else(|e| panic!("{e}"));
+        let one = format!(
+            r#"{{"name":"a","type":"archive","description":"d","url":"u","digest":"{D}"}}"#
+        );
+        let i = parse_str(&format!(
+            r#"{{"$schema":"{SCHEMA_0_2_0}","skills":[{one},{one}]}}"#
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
         assert!(i.entries.is_empty());
         assert_eq!(i.skipped.len(), 2);
         assert!(matches!(i.find("a"), Lookup::Skipped(_)));
@@ -406,11 +526,29 @@ mod tests {
 
     #[test]
     fn bounds_hold() {
-        let limits = IndexLimits { max_bytes: 10, max_entries: 1 };
-        assert!(matches!(parse(b"{\"skills\":[]}", None, &limits), Err(IndexError::TooLarge { .. })));
-        let limits = IndexLimits { max_bytes: 1000, max_entries: 1 };
-        assert!(matches!(parse(b"{\"skills\":[1,2]}", None, &limits), Err(IndexError::TooManyEntries { .. })));
-        assert!(matches!(parse(b"[]", None, &limits), Err(IndexError::NotAnIndex)));
-        assert!(matches!(parse(b"{", None, &limits), Err(IndexError::NotJson(_))));
+        let limits = IndexLimits {
+            max_bytes: 10,
+            max_entries: 1,
+        };
+        assert!(matches!(
+            parse(b"{\"skills\":[]}", None, &limits),
+            Err(IndexError::TooLarge { .. })
+        ));
+        let limits = IndexLimits {
+            max_bytes: 1000,
+            max_entries: 1,
+        };
+        assert!(matches!(
+            parse(b"{\"skills\":[1,2]}", None, &limits),
+            Err(IndexError::TooManyEntries { .. })
+        ));
+        assert!(matches!(
+            parse(b"[]", None, &limits),
+            Err(IndexError::NotAnIndex)
+        ));
+        assert!(matches!(
+            parse(b"{", None, &limits),
+            Err(IndexError::NotJson(_))
+        ));
     }
 }

@@ -7,18 +7,18 @@
 //! a directory fd, and never touches any path outside that directory.
 
 pub mod answer;
+pub mod broker;
+pub mod client;
 pub mod digest;
 pub mod extract;
 pub mod fetch;
-pub mod index;
-pub mod reason;
-pub mod sandbox;
-pub mod replay;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod index;
+pub mod reason;
+pub mod replay;
+pub mod sandbox;
 pub mod skill;
-pub mod broker;
-pub mod client;
 
 /// The gRPC contract (`proto/skillbox/v1/skillbox.proto`), generated at build time.
 pub mod proto {
@@ -26,5 +26,6 @@ pub mod proto {
     tonic::include_proto!("skillbox.v1");
 
     /// The encoded descriptor set of the contract, served by gRPC reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("skillbox_v1_descriptor");
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("skillbox_v1_descriptor");
 }

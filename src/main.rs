@@ -12,11 +12,11 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use skillbox::answer::{self, Staged};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::inventory::Outcome;
-use skillbox::extract::policy::{parse_size, Limits};
+use skillbox::extract::policy::{Limits, parse_size};
 use skillbox::extract::{ArtifactType, Request};
 use skillbox::reason::Verdict;
-use skillbox::sandbox::cli::SandboxArgs;
 use skillbox::sandbox::Confined;
+use skillbox::sandbox::cli::SandboxArgs;
 
 const EXIT_ACCEPTED: u8 = 0;
 const EXIT_OPERATIONAL: u8 = 1;
@@ -183,20 +183,30 @@ struct Failure {
 }
 
 fn usage(message: impl Into<String>) -> Failure {
-    Failure { code: EXIT_USAGE, message: message.into() }
+    Failure {
+        code: EXIT_USAGE,
+        message: message.into(),
+    }
 }
 
 fn operational(message: impl Into<String>) -> Failure {
-    Failure { code: EXIT_OPERATIONAL, message: message.into() }
+    Failure {
+        code: EXIT_OPERATIONAL,
+        message: message.into(),
+    }
 }
 
 fn main() -> ExitCode {
     // The confined child starts here, before clap: the less code runs ahead of confine(), the
     // better, and a fresh process per request pays for every microsecond of start-up.
-    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(skillbox::sandbox::CHILD_SUBCOMMAND)) {
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(skillbox::sandbox::CHILD_SUBCOMMAND))
+    {
         std::process::exit(skillbox::sandbox::child::main());
     }
-    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(skillbox::sandbox::ZYGOTE_SUBCOMMAND)) {
+    if std::env::args_os().nth(1).as_deref()
+        == Some(std::ffi::OsStr::new(skillbox::sandbox::ZYGOTE_SUBCOMMAND))
+    {
         std::process::exit(skillbox::sandbox::zygote::main());
     }
     let cli = Cli::parse();
@@ -206,9 +216,12 @@ fn main() -> ExitCode {
         Command::Doctor(args) => Ok(skillbox::sandbox::cli::run_doctor(sandbox, &args)),
         Command::Extract(args) => cmd_extract(args, sandbox),
         Command::Index(args) => Ok(skillbox::fetch::cli::run_index(args)),
-        Command::Fetch(args) => Ok(skillbox::fetch::cli::run_fetch(args, &|artifact, staging, req| {
-            run_engine(sandbox, artifact, staging, req).map_err(|f| f.message)
-        })),
+        Command::Fetch(args) => Ok(skillbox::fetch::cli::run_fetch(
+            args,
+            &|artifact, staging, req| {
+                run_engine(sandbox, artifact, staging, req).map_err(|f| f.message)
+            },
+        )),
         Command::Diff(args) => cmd_diff(&args),
         Command::Replay(args) => Ok(skillbox::replay::main(args)),
         Command::Serve(args) => return skillbox::broker::main(args, sandbox),
@@ -270,21 +283,35 @@ impl Staging {
 
 fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> {
     let expected_digest = match &args.digest {
-        Some(d) => Some(d.parse::<Sha256Digest>().map_err(|e| usage(format!("--digest: {e}")))?),
+        Some(d) => Some(
+            d.parse::<Sha256Digest>()
+                .map_err(|e| usage(format!("--digest: {e}")))?,
+        ),
         None => None,
     };
     let limits = build_limits(&args)?;
-    let file_name = args.artifact.file_name().map(|n| n.to_string_lossy().into_owned());
+    let file_name = args
+        .artifact
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
     let artifact_type = match args.artifact_type {
         Some(TypeArg::SkillMd) => ArtifactType::SkillMd,
         Some(TypeArg::Archive) => ArtifactType::Archive,
-        None if file_name.as_deref().is_some_and(|n| n.to_ascii_lowercase().ends_with(".md")) => ArtifactType::SkillMd,
+        None if file_name
+            .as_deref()
+            .is_some_and(|n| n.to_ascii_lowercase().ends_with(".md")) =>
+        {
+            ArtifactType::SkillMd
+        }
         None => ArtifactType::Archive,
     };
     let artifact = File::open(&args.artifact)
         .map_err(|e| operational(format!("cannot open {}: {e}", args.artifact.display())))?;
     if !artifact.metadata().map(|m| m.is_file()).unwrap_or(false) {
-        return Err(usage(format!("{} is not a regular file", args.artifact.display())));
+        return Err(usage(format!(
+            "{} is not a regular file",
+            args.artifact.display()
+        )));
     }
     let req = Request {
         media_type: args.media_type.clone(),
@@ -301,7 +328,10 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
         Some(out) => {
             // Never extract into something that already exists (an earlier install, a link).
             std::fs::create_dir(out).map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => usage(format!("--out {} already exists; give a new path", out.display())),
+                std::io::ErrorKind::AlreadyExists => usage(format!(
+                    "--out {} already exists; give a new path",
+                    out.display()
+                )),
                 _ => operational(format!("cannot create {}: {e}", out.display())),
             })?;
             Staging::Kept(out.clone())
@@ -326,7 +356,13 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
     if outcome.verdict == Verdict::Rejected {
         discard(&staging);
     }
-    print_answer(&outcome, Some(&report), Some(&report.summary()), staging.shown(), args.json)?;
+    print_answer(
+        &outcome,
+        Some(&report),
+        Some(&report.summary()),
+        staging.shown(),
+        args.json,
+    )?;
     Ok(match outcome.verdict {
         Verdict::Accepted => EXIT_ACCEPTED,
         Verdict::Rejected => EXIT_REJECTED,
@@ -335,10 +371,21 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
 
 /// `--server`: the broker extracts and keeps nothing (the staged tree is released).
 fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<u8, Failure> {
-    let done = skillbox::client::extract_blocking(server, &args.artifact, req)
-        .map_err(|e| if e.is_invalid_argument() { usage(e.to_string()) } else { operational(e.to_string()) })?;
+    let done = skillbox::client::extract_blocking(server, &args.artifact, req).map_err(|e| {
+        if e.is_invalid_argument() {
+            usage(e.to_string())
+        } else {
+            operational(e.to_string())
+        }
+    })?;
     let summary = done.sandbox_summary();
-    print_answer(&done.outcome, done.sandbox.as_ref(), summary.as_deref(), Staged::Released, args.json)?;
+    print_answer(
+        &done.outcome,
+        done.sandbox.as_ref(),
+        summary.as_deref(),
+        Staged::Released,
+        args.json,
+    )?;
     let outcome = done.outcome;
     Ok(match outcome.verdict {
         Verdict::Accepted => EXIT_ACCEPTED,
@@ -347,7 +394,12 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<u8,
 }
 
 /// Run the extraction engine on the artifact into the staging directory, in a confined child.
-fn run_engine(sandbox: &SandboxArgs, artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Result<Confined, Failure> {
+fn run_engine(
+    sandbox: &SandboxArgs,
+    artifact: &File,
+    staging: BorrowedFd<'_>,
+    req: &Request,
+) -> Result<Confined, Failure> {
     skillbox::sandbox::cli::extract(sandbox, artifact, staging, req).map_err(operational)
 }
 
@@ -361,7 +413,10 @@ fn print_answer<S: serde::Serialize>(
 ) -> Result<(), Failure> {
     if json {
         let answer = answer::json(outcome, sandbox).map_err(|e| operational(e.to_string()))?;
-        println!("{}", serde_json::to_string_pretty(&answer).map_err(|e| operational(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&answer).map_err(|e| operational(e.to_string()))?
+        );
     } else {
         print!("{}", answer::text(outcome, staged, summary));
     }
@@ -396,23 +451,31 @@ const EXIT_DIFF_NEEDS_REVIEW: u8 = 5;
 const MAX_ANSWER_BYTES: u64 = 64 * 1024 * 1024;
 
 fn cmd_diff(args: &DiffArgs) -> Result<u8, Failure> {
-    use std::io::Read as _;
     use skillbox::skill::diff::{self, Change};
+    use std::io::Read as _;
     let load = |p: &Path| -> Result<Outcome, Failure> {
-        let file = File::open(p).map_err(|e| operational(format!("cannot open {}: {e}", p.display())))?;
+        let file =
+            File::open(p).map_err(|e| operational(format!("cannot open {}: {e}", p.display())))?;
         let mut text = Vec::new();
         file.take(MAX_ANSWER_BYTES + 1)
             .read_to_end(&mut text)
             .map_err(|e| operational(format!("cannot read {}: {e}", p.display())))?;
         if text.len() as u64 > MAX_ANSWER_BYTES {
-            return Err(usage(format!("{} is larger than {MAX_ANSWER_BYTES} bytes", p.display())));
+            return Err(usage(format!(
+                "{} is larger than {MAX_ANSWER_BYTES} bytes",
+                p.display()
+            )));
         }
-        serde_json::from_slice(&text).map_err(|e| usage(format!("{} is not a skillbox answer: {e}", p.display())))
+        serde_json::from_slice(&text)
+            .map_err(|e| usage(format!("{} is not a skillbox answer: {e}", p.display())))
     };
     let (old, new) = (load(&args.old)?, load(&args.new)?);
     let d = diff::diff(&old, &new).map_err(|e| usage(e.to_string()))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&d).map_err(|e| operational(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&d).map_err(|e| operational(e.to_string()))?
+        );
     } else {
         print!("{}", diff::render(&d));
     }

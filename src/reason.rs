@@ -143,7 +143,13 @@ pub struct Reason {
 
 impl Reason {
     pub fn new(code: ReasonCode, detail: impl Into<String>) -> Self {
-        Self { code, entry: None, detail: detail.into(), limit: None, observed: None }
+        Self {
+            code,
+            entry: None,
+            detail: detail.into(),
+            limit: None,
+            observed: None,
+        }
     }
 
     /// Attach the (lossily printed, control-escaped) entry name this reason concerns.

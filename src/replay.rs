@@ -254,16 +254,21 @@ pub fn main(args: ReplayArgs) -> u8 {
         .jobs
         .or_else(|| std::thread::available_parallelism().ok())
         .map_or(1, NonZeroUsize::get);
-    let opts = Options { jobs, timeout: Duration::from_secs(args.timeout.max(1)), exe, extract_args: args.extract_args };
+    let opts = Options {
+        jobs,
+        timeout: Duration::from_secs(args.timeout.max(1)),
+        exe,
+        extract_args: args.extract_args,
+    };
     let report = match run(&args.dir, &opts) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("skillbox: {e}");
             return match e {
                 ReplayError::Scratch(_) | ReplayError::Exe(_) => EXIT_FAIL,
-                ReplayError::MissingManifest { .. } | ReplayError::Read { .. } | ReplayError::Malformed { .. } => {
-                    EXIT_USAGE
-                }
+                ReplayError::MissingManifest { .. }
+                | ReplayError::Read { .. }
+                | ReplayError::Malformed { .. } => EXIT_USAGE,
             };
         }
     };
@@ -284,7 +289,11 @@ pub fn main(args: ReplayArgs) -> u8 {
     } else {
         print!("{}", human(&report));
     }
-    if report.all_passed() { EXIT_PASS } else { EXIT_FAIL }
+    if report.all_passed() {
+        EXIT_PASS
+    } else {
+        EXIT_FAIL
+    }
 }
 
 /// Load every suite under `dir` and list the cases, unexpected files included.
@@ -293,7 +302,10 @@ pub fn collect(dir: &Path) -> Result<Vec<Case>, ReplayError> {
     let mut covered = BTreeSet::new();
     load_suite(dir, Path::new(""), &mut cases, &mut covered)?;
     let mut files = Vec::new();
-    scan(dir, Path::new(""), &mut files).map_err(|source| ReplayError::Read { path: dir.to_owned(), source })?;
+    scan(dir, Path::new(""), &mut files).map_err(|source| ReplayError::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
     let mut names: BTreeSet<String> = cases.iter().map(|c| c.name.clone()).collect();
     for rel in files {
         if covered.contains(&rel) {
@@ -319,13 +331,23 @@ pub fn collect(dir: &Path) -> Result<Vec<Case>, ReplayError> {
 }
 
 /// Read `dir/<prefix>/manifest.json` and, recursively, every nested suite below it.
-fn load_suite(root: &Path, prefix: &Path, cases: &mut Vec<Case>, covered: &mut BTreeSet<PathBuf>) -> Result<(), ReplayError> {
+fn load_suite(
+    root: &Path,
+    prefix: &Path,
+    cases: &mut Vec<Case>,
+    covered: &mut BTreeSet<PathBuf>,
+) -> Result<(), ReplayError> {
     let suite_dir = root.join(prefix);
     let path = suite_dir.join(MANIFEST);
-    let malformed = |message: String| ReplayError::Malformed { path: path.clone(), message };
+    let malformed = |message: String| ReplayError::Malformed {
+        path: path.clone(),
+        message,
+    };
     let meta = match fs::metadata(&path) {
         Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(ReplayError::MissingManifest { path }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(ReplayError::MissingManifest { path });
+        }
         Err(source) => return Err(ReplayError::Read { path, source }),
     };
     if !meta.is_file() {
@@ -334,10 +356,16 @@ fn load_suite(root: &Path, prefix: &Path, cases: &mut Vec<Case>, covered: &mut B
     if meta.len() > MAX_MANIFEST_BYTES {
         return Err(malformed(format!("larger than {MAX_MANIFEST_BYTES} bytes")));
     }
-    let text = fs::read(&path).map_err(|source| ReplayError::Read { path: path.clone(), source })?;
+    let text = fs::read(&path).map_err(|source| ReplayError::Read {
+        path: path.clone(),
+        source,
+    })?;
     let raw: RawManifest = serde_json::from_slice(&text).map_err(|e| malformed(e.to_string()))?;
     if raw.version != 1 {
-        return Err(malformed(format!("version {} is not supported (expected 1)", raw.version)));
+        return Err(malformed(format!(
+            "version {} is not supported (expected 1)",
+            raw.version
+        )));
     }
     let mut seen = BTreeSet::new();
     for (i, c) in raw.cases.into_iter().enumerate() {
@@ -349,22 +377,35 @@ fn load_suite(root: &Path, prefix: &Path, cases: &mut Vec<Case>, covered: &mut B
             return Err(at("duplicate case name".into()));
         }
         let file = Path::new(&c.file);
-        if c.file.is_empty() || !file.components().all(|p| matches!(p, Component::Normal(_) | Component::CurDir)) {
-            return Err(at(format!("file {:?} must be a relative path without `..`", c.file)));
+        if c.file.is_empty()
+            || !file
+                .components()
+                .all(|p| matches!(p, Component::Normal(_) | Component::CurDir))
+        {
+            return Err(at(format!(
+                "file {:?} must be a relative path without `..`",
+                c.file
+            )));
         }
         if c.expect.verdict == Verdict::Accepted && c.expect.reason.is_some() {
             return Err(at("an accepted case cannot name a reason".into()));
         }
         if let Some(limits) = &c.limits {
-            let parsed: Limits = serde_json::from_value(limits.clone()).map_err(|e| at(format!("limits: {e}")))?;
+            let parsed: Limits =
+                serde_json::from_value(limits.clone()).map_err(|e| at(format!("limits: {e}")))?;
             parsed.validate().map_err(|e| at(format!("limits: {e}")))?;
         }
         if let Some(d) = &c.digest {
-            d.parse::<Sha256Digest>().map_err(|e| at(format!("digest: {e}")))?;
+            d.parse::<Sha256Digest>()
+                .map_err(|e| at(format!("digest: {e}")))?;
         }
         let rel: PathBuf = prefix.join(file.components().collect::<PathBuf>());
         covered.insert(rel.clone());
-        let name = if prefix.as_os_str().is_empty() { c.name } else { format!("{}/{}", prefix.display(), c.name) };
+        let name = if prefix.as_os_str().is_empty() {
+            c.name
+        } else {
+            format!("{}/{}", prefix.display(), c.name)
+        };
         cases.push(Case {
             name,
             file: rel,
@@ -379,7 +420,10 @@ fn load_suite(root: &Path, prefix: &Path, cases: &mut Vec<Case>, covered: &mut B
     }
     // Nested suites: any subdirectory with its own manifest.
     let mut subdirs = Vec::new();
-    find_suites(&suite_dir, Path::new(""), &mut subdirs).map_err(|source| ReplayError::Read { path: suite_dir.clone(), source })?;
+    find_suites(&suite_dir, Path::new(""), &mut subdirs).map_err(|source| ReplayError::Read {
+        path: suite_dir.clone(),
+        source,
+    })?;
     for sub in subdirs {
         load_suite(root, &prefix.join(sub), cases, covered)?;
     }
@@ -407,7 +451,9 @@ fn find_suites(base: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> io::Result<()
 /// Whether a file in a corpus is bookkeeping rather than a case.
 fn is_bookkeeping(name: &str, at_suite_root: bool) -> bool {
     let upper = name.to_ascii_uppercase();
-    (at_suite_root && name == MANIFEST) || upper.starts_with("README") || upper.starts_with("CHECKSUMS")
+    (at_suite_root && name == MANIFEST)
+        || upper.starts_with("README")
+        || upper.starts_with("CHECKSUMS")
 }
 
 /// Every artifact file under `base` (relative paths), skipping bookkeeping files.
@@ -433,10 +479,16 @@ fn scan(base: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
 pub fn run(dir: &Path, opts: &Options) -> Result<Report, ReplayError> {
     let start = Instant::now();
     let cases = collect(dir)?;
-    let scratch = tempfile::Builder::new().prefix("skillbox-replay-").tempdir().map_err(ReplayError::Scratch)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("skillbox-replay-")
+        .tempdir()
+        .map_err(ReplayError::Scratch)?;
     fs::create_dir(scratch.path().join("io")).map_err(ReplayError::Scratch)?;
     fs::create_dir(scratch.path().join("cases")).map_err(ReplayError::Scratch)?;
-    let dir_abs = dir.canonicalize().map_err(|source| ReplayError::Read { path: dir.to_owned(), source })?;
+    let dir_abs = dir.canonicalize().map_err(|source| ReplayError::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
     let jobs = opts.jobs.clamp(1, cases.len().max(1));
     let next = AtomicUsize::new(0);
     let results: Mutex<BTreeMap<usize, CaseResult>> = Mutex::new(BTreeMap::new());
@@ -455,7 +507,12 @@ pub fn run(dir: &Path, opts: &Options) -> Result<Report, ReplayError> {
         }
     });
     let results = results.into_inner().unwrap_or_default();
-    Ok(Report { dir: dir.to_owned(), jobs, duration: start.elapsed(), cases: results.into_values().collect() })
+    Ok(Report {
+        dir: dir.to_owned(),
+        jobs,
+        duration: start.elapsed(),
+        cases: results.into_values().collect(),
+    })
 }
 
 fn run_case(i: usize, case: &Case, dir: &Path, scratch: &Path, opts: &Options) -> CaseResult {
@@ -482,18 +539,33 @@ fn run_case(i: usize, case: &Case, dir: &Path, scratch: &Path, opts: &Options) -
             result.status = status;
             result.got = Some(got);
         }
-        None => result.status = if case.expect.is_none() { Status::Unexpected } else { Status::Error },
+        None => {
+            result.status = if case.expect.is_none() {
+                Status::Unexpected
+            } else {
+                Status::Error
+            }
+        }
     }
     result.duration = start.elapsed();
     result
 }
 
 fn matches(expect: &Expect, got: &Got) -> bool {
-    expect.verdict == got.verdict && (expect.reason.is_none() && got.verdict == Verdict::Rejected || expect.reason == got.reason)
+    expect.verdict == got.verdict
+        && (expect.reason.is_none() && got.verdict == Verdict::Rejected
+            || expect.reason == got.reason)
 }
 
 /// Run one case; `None` when it produced no usable answer (the problems say why).
-fn execute(i: usize, case: &Case, dir: &Path, scratch: &Path, opts: &Options, problems: &mut Vec<String>) -> Option<Got> {
+fn execute(
+    i: usize,
+    case: &Case,
+    dir: &Path,
+    scratch: &Path,
+    opts: &Options,
+    problems: &mut Vec<String>,
+) -> Option<Got> {
     let artifact = dir.join(&case.file);
     match fs::metadata(&artifact) {
         Ok(m) if m.is_file() => {}
@@ -515,7 +587,11 @@ fn execute(i: usize, case: &Case, dir: &Path, scratch: &Path, opts: &Options, pr
     }
     let staging = parent.join("staging");
     let mut cmd = Command::new(&opts.exe);
-    cmd.arg("extract").arg(&artifact).arg("--json").arg("--out").arg(&staging);
+    cmd.arg("extract")
+        .arg(&artifact)
+        .arg("--json")
+        .arg("--out")
+        .arg(&staging);
     if let Some(kind) = case.kind {
         cmd.arg("--type").arg(kind.as_str());
     }
@@ -540,7 +616,11 @@ fn execute(i: usize, case: &Case, dir: &Path, scratch: &Path, opts: &Options, pr
         problems.push("cannot create the output files".into());
         return None;
     };
-    cmd.current_dir(&parent).env("TMPDIR", &parent).stdin(Stdio::null()).stdout(out).stderr(err);
+    cmd.current_dir(&parent)
+        .env("TMPDIR", &parent)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
     let status = wait(cmd, opts.timeout, problems);
     let answer = status.and_then(|status| read_answer(status, &out_path, &err_path, problems));
     check_containment(&parent, answer.as_ref().map(|(o, _)| o), problems);
@@ -551,19 +631,32 @@ fn execute(i: usize, case: &Case, dir: &Path, scratch: &Path, opts: &Options, pr
     let (o, v) = answer?;
     // A reason is printed to terminals and logs: hostile names must arrive escaped.
     if let Some(r) = &o.reason {
-        if r.entry.iter().chain(std::iter::once(&r.detail)).any(|t| t.chars().any(char::is_control)) {
-            problems.push("the reason carries a raw control character (unescaped hostile name)".into());
+        if r.entry
+            .iter()
+            .chain(std::iter::once(&r.detail))
+            .any(|t| t.chars().any(char::is_control))
+        {
+            problems
+                .push("the reason carries a raw control character (unescaped hostile name)".into());
         }
     }
     // Finding kinds are read from the JSON: the report's shape belongs to the review.
     let findings: BTreeSet<String> = v["review"]["findings"]
         .as_array()
-        .map(|a| a.iter().filter_map(|f| f["kind"].as_str().map(str::to_owned)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["kind"].as_str().map(str::to_owned))
+                .collect()
+        })
         .unwrap_or_default();
     if let Some(want) = &case.findings {
         if o.verdict == Verdict::Accepted && *want != findings {
             let show = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
-            problems.push(format!("review findings [{}], expected [{}]", show(&findings), show(want)));
+            problems.push(format!(
+                "review findings [{}], expected [{}]",
+                show(&findings),
+                show(want)
+            ));
         }
     }
     Some(Got {
@@ -592,7 +685,10 @@ fn wait(mut cmd: Command, timeout: Duration, problems: &mut Vec<String>) -> Opti
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                problems.push(format!("timed out after {}s and was killed", timeout.as_secs()));
+                problems.push(format!(
+                    "timed out after {}s and was killed",
+                    timeout.as_secs()
+                ));
                 return None;
             }
             Ok(None) => {
@@ -615,7 +711,12 @@ fn tail(path: &Path) -> String {
 }
 
 /// Decode the child's JSON answer and hold it against its exit status.
-fn read_answer(status: ExitStatus, out: &Path, err: &Path, problems: &mut Vec<String>) -> Option<(Outcome, Value)> {
+fn read_answer(
+    status: ExitStatus,
+    out: &Path,
+    err: &Path,
+    problems: &mut Vec<String>,
+) -> Option<(Outcome, Value)> {
     let mut text = Vec::new();
     let read = File::open(out).and_then(|f| f.take(MAX_ANSWER_BYTES + 1).read_to_end(&mut text));
     let code = status.code();
@@ -624,9 +725,11 @@ fn read_answer(status: ExitStatus, out: &Path, err: &Path, problems: &mut Vec<St
             problems.push(format!("answer larger than {MAX_ANSWER_BYTES} bytes"));
             None
         }
-        Ok(_) => serde_json::from_slice::<Value>(&text)
-            .ok()
-            .and_then(|v| serde_json::from_value::<Outcome>(v.clone()).ok().map(|o| (o, v))),
+        Ok(_) => serde_json::from_slice::<Value>(&text).ok().and_then(|v| {
+            serde_json::from_value::<Outcome>(v.clone())
+                .ok()
+                .map(|o| (o, v))
+        }),
         Err(e) => {
             problems.push(format!("cannot read the answer: {e}"));
             None
@@ -639,7 +742,9 @@ fn read_answer(status: ExitStatus, out: &Path, err: &Path, problems: &mut Vec<St
     match (code, expected_code) {
         (Some(c), Some(e)) if c == e => answer,
         (Some(c), Some(_)) => {
-            problems.push(format!("exit status {c} does not match the verdict in the answer"));
+            problems.push(format!(
+                "exit status {c} does not match the verdict in the answer"
+            ));
             answer
         }
         (code, None) => {
@@ -647,7 +752,10 @@ fn read_answer(status: ExitStatus, out: &Path, err: &Path, problems: &mut Vec<St
                 Some(c) => format!("exited with status {c}"),
                 None => format!("was killed ({status})"),
             };
-            problems.push(format!("skillbox extract {how} without a verdict: {}", tail(err)));
+            problems.push(format!(
+                "skillbox extract {how} without a verdict: {}",
+                tail(err)
+            ));
             None
         }
         (None, Some(_)) => {
@@ -661,18 +769,32 @@ fn read_answer(status: ExitStatus, out: &Path, err: &Path, problems: &mut Vec<St
 /// staging tree that is exactly its inventory.
 fn check_containment(parent: &Path, answer: Option<&Outcome>, problems: &mut Vec<String>) {
     let names: Vec<String> = match fs::read_dir(parent) {
-        Ok(rd) => rd.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect(),
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
         Err(e) => {
             problems.push(format!("cannot list the case directory: {e}"));
             return;
         }
     };
     let accepted = answer.is_some_and(|o| o.verdict == Verdict::Accepted);
-    let mut stray: Vec<String> = names.iter().filter(|n| !(accepted && n.as_str() == "staging")).cloned().collect();
+    let mut stray: Vec<String> = names
+        .iter()
+        .filter(|n| !(accepted && n.as_str() == "staging"))
+        .cloned()
+        .collect();
     stray.sort();
     if !stray.is_empty() {
-        let what = if accepted { "outside the staging directory" } else { "after a rejection" };
-        problems.push(format!("left on disk {what}: {}", display_name(stray.join(", ").as_bytes())));
+        let what = if accepted {
+            "outside the staging directory"
+        } else {
+            "after a rejection"
+        };
+        problems.push(format!(
+            "left on disk {what}: {}",
+            display_name(stray.join(", ").as_bytes())
+        ));
     }
     if let Some(o) = answer.filter(|o| o.verdict == Verdict::Accepted) {
         let staging = parent.join("staging");
@@ -714,19 +836,29 @@ pub fn verify_tree(root: &Path, entries: &[Entry]) -> Result<(), Vec<String>> {
             continue;
         };
         if kind != e.kind {
-            diffs.push(format!("{:?} is a {kind:?} on disk, listed as {:?}", e.path, e.kind));
+            diffs.push(format!(
+                "{:?} is a {kind:?} on disk, listed as {:?}",
+                e.path, e.kind
+            ));
             continue;
         }
         let path = root.join(&e.path);
         match kind {
             Kind::File => {
                 if meta.len() != e.size {
-                    diffs.push(format!("{:?} has {} bytes on disk, listed {}", e.path, meta.len(), e.size));
+                    diffs.push(format!(
+                        "{:?} has {} bytes on disk, listed {}",
+                        e.path,
+                        meta.len(),
+                        e.size
+                    ));
                 }
                 if let Some(want) = e.sha256 {
                     match hash_nofollow(&path) {
                         Ok(got) if got == want => {}
-                        Ok(got) => diffs.push(format!("{:?} hashes to {got}, listed {want}", e.path)),
+                        Ok(got) => {
+                            diffs.push(format!("{:?} hashes to {got}, listed {want}", e.path))
+                        }
                         Err(err) => diffs.push(format!("{:?} cannot be read: {err}", e.path)),
                     }
                 } else {
@@ -735,7 +867,10 @@ pub fn verify_tree(root: &Path, entries: &[Entry]) -> Result<(), Vec<String>> {
             }
             Kind::Symlink => match fs::read_link(&path) {
                 Ok(t) if Some(t.to_string_lossy().as_ref()) == e.link_target.as_deref() => {}
-                Ok(t) => diffs.push(format!("{:?} points at {t:?} on disk, listed {:?}", e.path, e.link_target)),
+                Ok(t) => diffs.push(format!(
+                    "{:?} points at {t:?} on disk, listed {:?}",
+                    e.path, e.link_target
+                )),
                 Err(err) => diffs.push(format!("{:?} cannot be read: {err}", e.path)),
             },
             Kind::Dir => {}
@@ -743,26 +878,43 @@ pub fn verify_tree(root: &Path, entries: &[Entry]) -> Result<(), Vec<String>> {
         if kind != Kind::Symlink {
             let mode = format!("{:04o}", meta.mode() & 0o7777);
             if mode != e.mode {
-                diffs.push(format!("{:?} has mode {mode} on disk, listed {}", e.path, e.mode));
+                diffs.push(format!(
+                    "{:?} has mode {mode} on disk, listed {}",
+                    e.path, e.mode
+                ));
             }
         }
     }
     for path in on_disk.keys() {
         if !listed.contains(path.as_str()) {
-            diffs.push(format!("{:?} is on disk but not listed", display_name(path.as_bytes())));
+            diffs.push(format!(
+                "{:?} is on disk but not listed",
+                display_name(path.as_bytes())
+            ));
         }
     }
     if diffs.is_empty() { Ok(()) } else { Err(diffs) }
 }
 
-fn walk(root: &Path, rel: &str, out: &mut BTreeMap<String, fs::Metadata>, depth: u32) -> io::Result<()> {
+fn walk(
+    root: &Path,
+    rel: &str,
+    out: &mut BTreeMap<String, fs::Metadata>,
+    depth: u32,
+) -> io::Result<()> {
     if depth > 256 {
         return Err(io::Error::other("tree deeper than 256 levels"));
     }
     for e in fs::read_dir(root.join(rel))? {
         let e = e?;
         let name = e.file_name();
-        let join = |name: &str| if rel.is_empty() { name.to_owned() } else { format!("{rel}/{name}") };
+        let join = |name: &str| {
+            if rel.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{rel}/{name}")
+            }
+        };
         let Some(name) = name.to_str() else {
             // Never created by the engine (names are UTF-8); listed so the diff shows it.
             out.insert(join(&name.to_string_lossy()), e.metadata()?);
@@ -780,7 +932,10 @@ fn walk(root: &Path, rel: &str, out: &mut BTreeMap<String, fs::Metadata>, depth:
 }
 
 fn hash_nofollow(path: &Path) -> io::Result<Sha256Digest> {
-    let file = fs::OpenOptions::new().read(true).custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits()).open(path)?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+        .open(path)?;
     let mut reader = io::BufReader::new(file);
     let mut hasher = Hasher::new();
     let mut buf = vec![0u8; 64 * 1024];
@@ -821,7 +976,11 @@ fn explain(c: &CaseResult) -> Vec<(&'static str, String)> {
         Some(g) => {
             lines.push(("got", describe_got(g)));
             if let Some(d) = &g.detail {
-                let entry = g.entry.as_deref().map(|e| format!(" [entry: {e}]")).unwrap_or_default();
+                let entry = g
+                    .entry
+                    .as_deref()
+                    .map(|e| format!(" [entry: {e}]"))
+                    .unwrap_or_default();
                 lines.push(("detail", format!("{d}{entry}")));
             }
         }
@@ -836,10 +995,22 @@ fn explain(c: &CaseResult) -> Vec<(&'static str, String)> {
 /// The human summary: one block per case that did not pass, then the totals.
 pub fn human(report: &Report) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "replay {}: {} cases, {} jobs", report.dir.display(), report.cases.len(), report.jobs);
+    let _ = writeln!(
+        s,
+        "replay {}: {} cases, {} jobs",
+        report.dir.display(),
+        report.cases.len(),
+        report.jobs
+    );
     for c in report.cases.iter().filter(|c| c.status != Status::Pass) {
         // Names come from file names and manifests: never print them raw to a terminal.
-        let _ = writeln!(s, "{:<10}  {}  [{}]", c.status.label(), display_name(c.name.as_bytes()), display_name(c.file.as_bytes()));
+        let _ = writeln!(
+            s,
+            "{:<10}  {}  [{}]",
+            c.status.label(),
+            display_name(c.name.as_bytes()),
+            display_name(c.file.as_bytes())
+        );
         for (label, text) in explain(c) {
             let _ = writeln!(s, "    {label:<9} {}", display_name(text.as_bytes()));
         }
@@ -918,7 +1089,10 @@ pub fn junit(report: &Report) -> String {
         secs(report.duration)
     );
     for c in &report.cases {
-        let classname = match Path::new(&c.file).parent().map(|p| p.to_string_lossy().replace('/', ".")) {
+        let classname = match Path::new(&c.file)
+            .parent()
+            .map(|p| p.to_string_lossy().replace('/', "."))
+        {
             Some(p) if !p.is_empty() => format!("replay.{p}"),
             _ => "replay".into(),
         };
@@ -942,8 +1116,14 @@ pub fn junit(report: &Report) -> String {
         let lines = explain(c);
         let message = match (&c.expected, &c.got) {
             (None, _) => "no manifest entry for this file".to_owned(),
-            (Some(e), Some(g)) if !matches(e, g) => format!("expected {}, got {}", describe_expect(e), describe_got(g)),
-            _ => c.problems.first().cloned().unwrap_or_else(|| "no answer".into()),
+            (Some(e), Some(g)) if !matches(e, g) => {
+                format!("expected {}, got {}", describe_expect(e), describe_got(g))
+            }
+            _ => c
+                .problems
+                .first()
+                .cloned()
+                .unwrap_or_else(|| "no answer".into()),
         };
         let body: String = lines.iter().map(|(l, t)| format!("{l}: {t}\n")).collect();
         let _ = writeln!(
@@ -970,10 +1150,40 @@ mod tests {
 
     #[test]
     fn a_rejected_case_without_a_reason_matches_any_reason() {
-        let got = Got { verdict: Verdict::Rejected, reason: Some(ReasonCode::Corrupt), detail: None, entry: None, findings: BTreeSet::new() };
-        assert!(matches(&Expect { verdict: Verdict::Rejected, reason: None }, &got));
-        assert!(matches(&Expect { verdict: Verdict::Rejected, reason: Some(ReasonCode::Corrupt) }, &got));
-        assert!(!matches(&Expect { verdict: Verdict::Rejected, reason: Some(ReasonCode::Ratio) }, &got));
-        assert!(!matches(&Expect { verdict: Verdict::Accepted, reason: None }, &got));
+        let got = Got {
+            verdict: Verdict::Rejected,
+            reason: Some(ReasonCode::Corrupt),
+            detail: None,
+            entry: None,
+            findings: BTreeSet::new(),
+        };
+        assert!(matches(
+            &Expect {
+                verdict: Verdict::Rejected,
+                reason: None
+            },
+            &got
+        ));
+        assert!(matches(
+            &Expect {
+                verdict: Verdict::Rejected,
+                reason: Some(ReasonCode::Corrupt)
+            },
+            &got
+        ));
+        assert!(!matches(
+            &Expect {
+                verdict: Verdict::Rejected,
+                reason: Some(ReasonCode::Ratio)
+            },
+            &got
+        ));
+        assert!(!matches(
+            &Expect {
+                verdict: Verdict::Accepted,
+                reason: None
+            },
+            &got
+        ));
     }
 }

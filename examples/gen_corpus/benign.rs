@@ -6,10 +6,10 @@ use std::io::{Cursor, Write};
 
 use serde_json::json;
 
-use super::pkg::{f, noise, package, skill_md, tar_of, zip_entries, F, GUIDE_MD, PACKAGE_DIRS};
-use super::tarraw::{gzip, zstd, Tar};
-use super::zipraw::{zip_of, Entry, FLAG_DESCRIPTOR};
-use super::{sha256_hex, Corpus};
+use super::pkg::{F, GUIDE_MD, PACKAGE_DIRS, f, noise, package, skill_md, tar_of, zip_entries};
+use super::tarraw::{Tar, gzip, zstd};
+use super::zipraw::{Entry, FLAG_DESCRIPTOR, zip_of};
+use super::{Corpus, sha256_hex};
 
 /// Names `SKILL.md` plus `count - 1` empty files, all at the root so that archive headers and
 /// created nodes are the same number.
@@ -22,7 +22,13 @@ pub fn many_names(count: usize) -> Vec<String> {
 pub fn zip_many(count: usize) -> Vec<u8> {
     let entries: Vec<Entry> = many_names(count)
         .iter()
-        .map(|n| if n == "SKILL.md" { Entry::file(n, skill_md("many")) } else { Entry::file(n, b"").stored() })
+        .map(|n| {
+            if n == "SKILL.md" {
+                Entry::file(n, skill_md("many"))
+            } else {
+                Entry::file(n, b"").stored()
+            }
+        })
         .collect();
     zip_of(&entries)
 }
@@ -86,7 +92,11 @@ fn zip_library(files: &[F], zip64_first: bool) -> Result<Vec<u8>, Box<dyn Error>
         w.add_directory(d, base.unix_permissions(0o755))?;
     }
     for (i, x) in files.iter().enumerate() {
-        w.start_file(x.path.as_str(), base.unix_permissions(x.mode).large_file(zip64_first && i == 0))?;
+        w.start_file(
+            x.path.as_str(),
+            base.unix_permissions(x.mode)
+                .large_file(zip64_first && i == 0),
+        )?;
         w.write_all(&x.data)?;
     }
     Ok(w.finish()?.into_inner())
@@ -108,11 +118,19 @@ fn tar_library(files: &[F]) -> Result<Vec<u8>, Box<dyn Error>> {
         b.append_data(&mut header(tar::EntryType::Directory, 0o755, 0), d, &[][..])?;
     }
     for x in files {
-        b.append_data(&mut header(tar::EntryType::Regular, x.mode, x.data.len() as u64), &x.path, &x.data[..])?;
+        b.append_data(
+            &mut header(tar::EntryType::Regular, x.mode, x.data.len() as u64),
+            &x.path,
+            &x.data[..],
+        )?;
     }
     // Longer than the 100-byte name field: the builder emits a GNU `././@LongLink` record.
     let long = format!("references/{}.md", "long-name-".repeat(12));
-    b.append_data(&mut header(tar::EntryType::Regular, 0o644, 5), &long, &b"long\n"[..])?;
+    b.append_data(
+        &mut header(tar::EntryType::Regular, 0o644, 5),
+        &long,
+        &b"long\n"[..],
+    )?;
     Ok(b.into_inner()?)
 }
 
@@ -124,57 +142,200 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     let md_crlf = md_lf.replace('\n', "\r\n");
 
     // Each format.
-    c.accept("zip_basic", "zip", zip_basic.clone(), "deflated zip with directory members, an executable script, references and assets");
-    let stored: Vec<Entry> = zip_entries(&pkg, false).into_iter().map(Entry::stored).collect();
-    c.accept("zip_stored_no_dirs", "zip", zip_of(&stored), "stored zip without directory members: parents are implicit");
-    let descriptor: Vec<Entry> = zip_entries(&pkg, true).into_iter().map(|e| e.flags(FLAG_DESCRIPTOR)).collect();
-    c.accept("zip_data_descriptor", "zip", zip_of(&descriptor), "streamed zip: CRC and sizes in data descriptors after each member (bit 3)");
-    c.accept("zip_library_writer", "zip", zip_library(&pkg, false)?, "zip as written by the zip crate's ZipWriter");
-    c.accept("zip_zip64_member", "zip", zip_library(&pkg, true)?, "small member written with zip64 extra fields");
-    c.accept("tar_basic", "tar", tar_basic.clone(), "ustar with directory entries and an executable script");
-    c.accept("targz_dot_slash", "tar.gz", gzip(&tar_of(&pkg, true, true).finish()), "tar.gz whose names all start with ./ (GNU tar style), including a ./ root entry");
-    c.accept("tarzst_basic", "tar.zst", zstd(&tar_basic), "tar.zst with directory entries");
-    c.accept("tar_library_builder", "tar", tar_library(&pkg)?, "GNU tar as written by tar::Builder, with a GNU long-name record");
-    c.accept("md_skill_lf", "md", md_lf.clone().into_bytes(), "a bare SKILL.md declared as text/markdown").skill_md().media("text/markdown");
-    c.accept("md_skill_crlf", "md", md_crlf.clone().into_bytes(), "a bare SKILL.md with CRLF line endings, staged byte for byte").skill_md();
+    c.accept(
+        "zip_basic",
+        "zip",
+        zip_basic.clone(),
+        "deflated zip with directory members, an executable script, references and assets",
+    );
+    let stored: Vec<Entry> = zip_entries(&pkg, false)
+        .into_iter()
+        .map(Entry::stored)
+        .collect();
+    c.accept(
+        "zip_stored_no_dirs",
+        "zip",
+        zip_of(&stored),
+        "stored zip without directory members: parents are implicit",
+    );
+    let descriptor: Vec<Entry> = zip_entries(&pkg, true)
+        .into_iter()
+        .map(|e| e.flags(FLAG_DESCRIPTOR))
+        .collect();
+    c.accept(
+        "zip_data_descriptor",
+        "zip",
+        zip_of(&descriptor),
+        "streamed zip: CRC and sizes in data descriptors after each member (bit 3)",
+    );
+    c.accept(
+        "zip_library_writer",
+        "zip",
+        zip_library(&pkg, false)?,
+        "zip as written by the zip crate's ZipWriter",
+    );
+    c.accept(
+        "zip_zip64_member",
+        "zip",
+        zip_library(&pkg, true)?,
+        "small member written with zip64 extra fields",
+    );
+    c.accept(
+        "tar_basic",
+        "tar",
+        tar_basic.clone(),
+        "ustar with directory entries and an executable script",
+    );
+    c.accept(
+        "targz_dot_slash",
+        "tar.gz",
+        gzip(&tar_of(&pkg, true, true).finish()),
+        "tar.gz whose names all start with ./ (GNU tar style), including a ./ root entry",
+    );
+    c.accept(
+        "tarzst_basic",
+        "tar.zst",
+        zstd(&tar_basic),
+        "tar.zst with directory entries",
+    );
+    c.accept(
+        "tar_library_builder",
+        "tar",
+        tar_library(&pkg)?,
+        "GNU tar as written by tar::Builder, with a GNU long-name record",
+    );
+    c.accept(
+        "md_skill_lf",
+        "md",
+        md_lf.clone().into_bytes(),
+        "a bare SKILL.md declared as text/markdown",
+    )
+    .skill_md()
+    .media("text/markdown");
+    c.accept(
+        "md_skill_crlf",
+        "md",
+        md_crlf.clone().into_bytes(),
+        "a bare SKILL.md with CRLF line endings, staged byte for byte",
+    )
+    .skill_md();
 
     // Hints: absent, generic, and agreeing.
-    c.accept("bin_zip_no_hint", "bin", zip_basic.clone(), "zip bytes with an extension that gives no hint: magic decides");
-    c.accept("bin_targz_media_type", "bin", gzip(&tar_basic), "tar.gz bytes named .bin, media type application/gzip").media("application/gzip");
-    c.accept("tgz_octet_stream", "tgz", gzip(&tar_basic), "generic media type: the .tgz extension is the hint, and agrees").media("application/octet-stream");
-    c.accept("zip_structured_suffix", "zip", zip_basic.clone(), "RFC 6839 +zip structured-syntax media type").media("application/vnd.agentskills.skill+zip");
-    c.accept("zip_digest_match", "zip", zip_basic.clone(), "--digest names exactly these bytes").digest(format!("sha256:{}", sha256_hex(&zip_basic)));
-    c.accept("md_digest_match", "md", md_crlf.clone().into_bytes(), "--digest of the CRLF bytes as received")
-        .skill_md()
-        .digest(format!("sha256:{}", sha256_hex(md_crlf.as_bytes())));
+    c.accept(
+        "bin_zip_no_hint",
+        "bin",
+        zip_basic.clone(),
+        "zip bytes with an extension that gives no hint: magic decides",
+    );
+    c.accept(
+        "bin_targz_media_type",
+        "bin",
+        gzip(&tar_basic),
+        "tar.gz bytes named .bin, media type application/gzip",
+    )
+    .media("application/gzip");
+    c.accept(
+        "tgz_octet_stream",
+        "tgz",
+        gzip(&tar_basic),
+        "generic media type: the .tgz extension is the hint, and agrees",
+    )
+    .media("application/octet-stream");
+    c.accept(
+        "zip_structured_suffix",
+        "zip",
+        zip_basic.clone(),
+        "RFC 6839 +zip structured-syntax media type",
+    )
+    .media("application/vnd.agentskills.skill+zip");
+    c.accept(
+        "zip_digest_match",
+        "zip",
+        zip_basic.clone(),
+        "--digest names exactly these bytes",
+    )
+    .digest(format!("sha256:{}", sha256_hex(&zip_basic)));
+    c.accept(
+        "md_digest_match",
+        "md",
+        md_crlf.clone().into_bytes(),
+        "--digest of the CRLF bytes as received",
+    )
+    .skill_md()
+    .digest(format!("sha256:{}", sha256_hex(md_crlf.as_bytes())));
 
     // Long names in each tar encoding.
     let mut t = tar_of(&pkg, false, false);
-    let name = format!("references/{}/{}.md", "nested-dir".repeat(8), "document".repeat(6));
+    let name = format!(
+        "references/{}/{}.md",
+        "nested-dir".repeat(8),
+        "document".repeat(6)
+    );
     let (prefix, rest) = name.split_at(name.rfind('/').unwrap_or(0));
-    let mut h = super::tarraw::header(&rest.as_bytes()[1..], 0o644, 5, super::tarraw::REG, b"", super::tarraw::Magic::Ustar);
+    let mut h = super::tarraw::header(
+        &rest.as_bytes()[1..],
+        0o644,
+        5,
+        super::tarraw::REG,
+        b"",
+        super::tarraw::Magic::Ustar,
+    );
     h[345..345 + prefix.len()].copy_from_slice(prefix.as_bytes());
     super::tarraw::fix_checksum(&mut h);
     t.block(&h).data(b"long\n");
-    c.accept("tar_ustar_prefix", "tar", t.finish(), "ustar name split across the prefix and name fields (> 100 bytes)");
+    c.accept(
+        "tar_ustar_prefix",
+        "tar",
+        t.finish(),
+        "ustar name split across the prefix and name fields (> 100 bytes)",
+    );
     let mut t = tar_of(&pkg, false, false);
-    t.gnu_long(format!("references/{}.md", "gnu-long-".repeat(20)).as_bytes(), 0o644, super::tarraw::REG, b"long\n");
-    c.accept("tar_gnu_long_name", "tar", t.finish(), "GNU ././@LongLink long name");
+    t.gnu_long(
+        format!("references/{}.md", "gnu-long-".repeat(20)).as_bytes(),
+        0o644,
+        super::tarraw::REG,
+        b"long\n",
+    );
+    c.accept(
+        "tar_gnu_long_name",
+        "tar",
+        t.finish(),
+        "GNU ././@LongLink long name",
+    );
     let mut t = tar_of(&pkg, false, false);
     let long = format!("references/{}.md", "pax-long-".repeat(20));
-    t.pax_file(&[("path", long.as_bytes())], b"references/pax-short.md", b"long\n");
-    c.accept("tar_pax_long_name", "tar", t.finish(), "pax extended header `path` overriding a short ustar name");
+    t.pax_file(
+        &[("path", long.as_bytes())],
+        b"references/pax-short.md",
+        b"long\n",
+    );
+    c.accept(
+        "tar_pax_long_name",
+        "tar",
+        t.finish(),
+        "pax extended header `path` overriding a short ustar name",
+    );
 
     // Symlinks that stay inside.
     let mut t = tar_of(&pkg, true, false);
     t.symlink("references/latest.md", "guide.md");
     t.symlink("scripts/refs", "../references");
     t.symlink("assets/guide-link.md", "../references/latest.md");
-    c.accept("tar_symlink_internal", "tar", t.finish(), "relative symlinks to a file, a directory and another symlink, all inside");
+    c.accept(
+        "tar_symlink_internal",
+        "tar",
+        t.finish(),
+        "relative symlinks to a file, a directory and another symlink, all inside",
+    );
     let mut z = zip_entries(&pkg, true);
     z.push(Entry::symlink("references/latest.md", "guide.md"));
     z.push(Entry::symlink("scripts/refs", "../references"));
-    c.accept("zip_symlink_internal", "zip", zip_of(&z), "Info-ZIP symlink members (mode 0120777, target as content) pointing inside");
+    c.accept(
+        "zip_symlink_internal",
+        "zip",
+        zip_of(&z),
+        "Info-ZIP symlink members (mode 0120777, target as content) pointing inside",
+    );
 
     // Non-ASCII names, NFC.
     let uni = vec![
@@ -183,17 +344,40 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         f("assets/\u{65e5}\u{672c}\u{8a9e}.txt", 0o644, "nihongo\n"),
         f("assets/\u{3a9}mega-\u{1f642}.txt", 0o644, "emoji\n"),
     ];
-    c.accept("zip_unicode_nfc", "zip", zip_of(&zip_entries(&uni, false)), "NFC non-ASCII names with the UTF-8 flag (bit 11)");
-    c.accept("targz_unicode_nfc", "tar.gz", gzip(&tar_of(&uni, false, false).finish()), "NFC non-ASCII names in ustar");
+    c.accept(
+        "zip_unicode_nfc",
+        "zip",
+        zip_of(&zip_entries(&uni, false)),
+        "NFC non-ASCII names with the UTF-8 flag (bit 11)",
+    );
+    c.accept(
+        "targz_unicode_nfc",
+        "tar.gz",
+        gzip(&tar_of(&uni, false, false).finish()),
+        "NFC non-ASCII names in ustar",
+    );
 
     // Nested archives are opaque files; the inner zip is itself hostile and must stay packed.
-    let inner_hostile = zip_of(&[Entry::file("SKILL.md", skill_md("inner")), Entry::file("../../escape.md", "x")]);
+    let inner_hostile = zip_of(&[
+        Entry::file("SKILL.md", skill_md("inner")),
+        Entry::file("../../escape.md", "x"),
+    ]);
     let mut nested = pkg.clone();
     nested.push(f("assets/bundle.zip", 0o644, &inner_hostile));
     nested.push(f("assets/data.tar.gz", 0o644, gzip(&tar_basic)));
     nested.push(f("assets/blob", 0o644, zstd(&tar_basic)));
-    c.accept("zip_nested_archive", "zip", zip_of(&zip_entries(&nested, true)), "zip, tar.gz and (extension-less) tar.zst members kept as files, never expanded");
-    c.accept("tarzst_nested_archive", "tar.zst", zstd(&tar_of(&nested, true, false).finish()), "the same nested archives inside a tar.zst");
+    c.accept(
+        "zip_nested_archive",
+        "zip",
+        zip_of(&zip_entries(&nested, true)),
+        "zip, tar.gz and (extension-less) tar.zst members kept as files, never expanded",
+    );
+    c.accept(
+        "tarzst_nested_archive",
+        "tar.zst",
+        zstd(&tar_of(&nested, true, false).finish()),
+        "the same nested archives inside a tar.zst",
+    );
 
     // Dangerous modes are contained, not rejected.
     let mut t = Tar::new();
@@ -203,43 +387,114 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     t.file_mode("scripts/helper.py", 0o2775, super::pkg::HELPER_PY);
     t.dir_mode("assets/", 0o1777);
     t.file_mode("assets/template.txt", 0o777, super::pkg::TEMPLATE_TXT);
-    c.accept("tar_mode_sanitised", "tar", t.finish(), "setuid, setgid, sticky and world-writable modes: staged as 0644/0755 and flagged");
+    c.accept(
+        "tar_mode_sanitised",
+        "tar",
+        t.finish(),
+        "setuid, setgid, sticky and world-writable modes: staged as 0644/0755 and flagged",
+    );
     let z = vec![
         Entry::file("SKILL.md", skill_md("modes")).mode(0o100_666),
         Entry::dir("scripts/").mode(0o042_777),
         Entry::file("scripts/extract.sh", super::pkg::EXTRACT_SH).mode(0o104_755),
         Entry::file("assets/template.txt", super::pkg::TEMPLATE_TXT).mode(0o100_777),
     ];
-    c.accept("zip_mode_sanitised", "zip", zip_of(&z), "setuid and world-writable unix modes in zip external attributes");
+    c.accept(
+        "zip_mode_sanitised",
+        "zip",
+        zip_of(&z),
+        "setuid and world-writable unix modes in zip external attributes",
+    );
 
     // Policy switches.
     let mut t = tar_of(&pkg, true, false);
     t.hardlink("references/guide-copy.md", "references/guide.md");
-    c.accept("tar_hardlink_copy_internal", "tar", t.finish(), "hard link to an earlier regular file, staged as a copy under hardlinks=copy_internal")
-        .limits(json!({"hardlinks": "copy_internal"}));
-    c.accept("zip_no_skill_md_allowed", "zip", zip_of(&zip_entries(&pkg[1..], true)), "no SKILL.md, allowed by require_skill_md=false")
-        .limits(json!({"require_skill_md": false}));
+    c.accept(
+        "tar_hardlink_copy_internal",
+        "tar",
+        t.finish(),
+        "hard link to an earlier regular file, staged as a copy under hardlinks=copy_internal",
+    )
+    .limits(json!({"hardlinks": "copy_internal"}));
+    c.accept(
+        "zip_no_skill_md_allowed",
+        "zip",
+        zip_of(&zip_entries(&pkg[1..], true)),
+        "no SKILL.md, allowed by require_skill_md=false",
+    )
+    .limits(json!({"require_skill_md": false}));
 
     // Limits exactly at the boundary (defaults).
-    c.accept("zip_entries_10000", "zip", zip_many(10_000), "exactly 10,000 entries (the default max_entries), all at the root");
-    c.accept("targz_entries_10000", "tar.gz", gzip(&tar_many(10_000)), "exactly 10,000 entries in a tar.gz");
+    c.accept(
+        "zip_entries_10000",
+        "zip",
+        zip_many(10_000),
+        "exactly 10,000 entries (the default max_entries), all at the root",
+    );
+    c.accept(
+        "targz_entries_10000",
+        "tar.gz",
+        gzip(&tar_many(10_000)),
+        "exactly 10,000 entries in a tar.gz",
+    );
     let deep = deep_path(32);
     let mut z = vec![Entry::file("SKILL.md", skill_md("deep"))];
     z.push(Entry::file(&deep, "deep\n"));
-    c.accept("zip_path_depth_32", "zip", zip_of(&z), "a file 32 components deep (max_path_depth)");
+    c.accept(
+        "zip_path_depth_32",
+        "zip",
+        zip_of(&z),
+        "a file 32 components deep (max_path_depth)",
+    );
     let mut t = Tar::new();
     t.file("SKILL.md", skill_md("deep")).file(&deep, "deep\n");
-    c.accept("tar_path_depth_32", "tar", t.finish(), "a file 32 components deep in ustar");
+    c.accept(
+        "tar_path_depth_32",
+        "tar",
+        t.finish(),
+        "a file 32 components deep in ustar",
+    );
     let long = long_path(1024);
-    c.accept("zip_path_1024", "zip", zip_of(&[Entry::file("SKILL.md", skill_md("long")), Entry::file(&long, "x")]), "a 1,024-byte path (max_path_bytes)");
+    c.accept(
+        "zip_path_1024",
+        "zip",
+        zip_of(&[
+            Entry::file("SKILL.md", skill_md("long")),
+            Entry::file(&long, "x"),
+        ]),
+        "a 1,024-byte path (max_path_bytes)",
+    );
     let mut t = Tar::new();
-    t.file("SKILL.md", skill_md("long")).gnu_long(long.as_bytes(), 0o644, super::tarraw::REG, b"x");
-    c.accept("tar_path_1024", "tar", t.finish(), "a 1,024-byte path via a GNU long-name record");
+    t.file("SKILL.md", skill_md("long"))
+        .gnu_long(long.as_bytes(), 0o644, super::tarraw::REG, b"x");
+    c.accept(
+        "tar_path_1024",
+        "tar",
+        t.finish(),
+        "a 1,024-byte path via a GNU long-name record",
+    );
     let comp = long_component(255);
-    c.accept("zip_component_255", "zip", zip_of(&[Entry::file("SKILL.md", skill_md("long")), Entry::file(&comp, "x")]), "a 255-byte path component (max_component_bytes)");
+    c.accept(
+        "zip_component_255",
+        "zip",
+        zip_of(&[
+            Entry::file("SKILL.md", skill_md("long")),
+            Entry::file(&comp, "x"),
+        ]),
+        "a 255-byte path component (max_component_bytes)",
+    );
     let mut t = Tar::new();
-    t.file("SKILL.md", skill_md("long")).pax_file(&[("path", comp.as_bytes())], b"references/short.md", b"x");
-    c.accept("tar_component_255", "tar", t.finish(), "a 255-byte component via a pax path record");
+    t.file("SKILL.md", skill_md("long")).pax_file(
+        &[("path", comp.as_bytes())],
+        b"references/short.md",
+        b"x",
+    );
+    c.accept(
+        "tar_component_255",
+        "tar",
+        t.finish(),
+        "a 255-byte component via a pax path record",
+    );
 
     // Byte limits at the boundary, through small overrides.
     let blob = |n: usize| {
@@ -247,25 +502,60 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         files.push(f("assets/blob.bin", 0o644, noise(7, n)));
         files
     };
-    c.accept("zip_file_size_at_limit", "zip", zip_of(&zip_entries(&blob(4096), false)), "a 4,096-byte file under max_file_bytes=4096")
-        .limits(json!({"max_file_bytes": 4096}));
-    c.accept("tar_file_size_at_limit", "tar", tar_of(&blob(4096), false, false).finish(), "a 4,096-byte file under max_file_bytes=4096")
-        .limits(json!({"max_file_bytes": 4096}));
+    c.accept(
+        "zip_file_size_at_limit",
+        "zip",
+        zip_of(&zip_entries(&blob(4096), false)),
+        "a 4,096-byte file under max_file_bytes=4096",
+    )
+    .limits(json!({"max_file_bytes": 4096}));
+    c.accept(
+        "tar_file_size_at_limit",
+        "tar",
+        tar_of(&blob(4096), false, false).finish(),
+        "a 4,096-byte file under max_file_bytes=4096",
+    )
+    .limits(json!({"max_file_bytes": 4096}));
     let total = total_bytes(&pkg);
-    c.accept("zip_expanded_at_limit", "zip", zip_basic.clone(), "files total exactly max_expanded_bytes")
-        .limits(json!({"max_expanded_bytes": total}));
-    c.accept("tar_expanded_at_limit", "tar", tar_basic.clone(), "files total exactly max_expanded_bytes")
-        .limits(json!({"max_expanded_bytes": total}));
+    c.accept(
+        "zip_expanded_at_limit",
+        "zip",
+        zip_basic.clone(),
+        "files total exactly max_expanded_bytes",
+    )
+    .limits(json!({"max_expanded_bytes": total}));
+    c.accept(
+        "tar_expanded_at_limit",
+        "tar",
+        tar_basic.clone(),
+        "files total exactly max_expanded_bytes",
+    )
+    .limits(json!({"max_expanded_bytes": total}));
     c.accept("zip_ratio_at_threshold", "zip", zip_of(&[Entry::file("zeros.bin", vec![0u8; 65_536])]), "65,536 zeros at ~800:1: not past ratio_threshold_bytes=65536, so max_ratio=10 does not apply")
         .limits(json!({"require_skill_md": false, "ratio_threshold_bytes": 65_536, "max_ratio": 10}));
-    c.accept("zip_artifact_size_at_limit", "zip", zip_basic.clone(), "artifact exactly max_artifact_bytes long")
-        .limits(json!({"max_artifact_bytes": zip_basic.len()}));
-    c.accept("md_artifact_size_at_limit", "md", md_lf.clone().into_bytes(), "SKILL.md exactly max_artifact_bytes long")
-        .skill_md()
-        .limits(json!({"max_artifact_bytes": md_lf.len()}));
+    c.accept(
+        "zip_artifact_size_at_limit",
+        "zip",
+        zip_basic.clone(),
+        "artifact exactly max_artifact_bytes long",
+    )
+    .limits(json!({"max_artifact_bytes": zip_basic.len()}));
+    c.accept(
+        "md_artifact_size_at_limit",
+        "md",
+        md_lf.clone().into_bytes(),
+        "SKILL.md exactly max_artifact_bytes long",
+    )
+    .skill_md()
+    .limits(json!({"max_artifact_bytes": md_lf.len()}));
     let mut t = tar_of(&pkg[..4], true, false);
     t.file("assets/extra.txt", "x");
-    c.accept("tar_entries_at_limit", "tar", t.finish(), "8 headers, 8 nodes under max_entries=8")
-        .limits(json!({"max_entries": 8}));
+    c.accept(
+        "tar_entries_at_limit",
+        "tar",
+        t.finish(),
+        "8 headers, 8 nodes under max_entries=8",
+    )
+    .limits(json!({"max_entries": 8}));
     Ok(())
 }

@@ -27,7 +27,11 @@ pub struct F {
 }
 
 pub fn f(path: &str, mode: u32, data: impl AsRef<[u8]>) -> F {
-    F { path: path.to_owned(), mode, data: data.as_ref().to_vec() }
+    F {
+        path: path.to_owned(),
+        mode,
+        data: data.as_ref().to_vec(),
+    }
 }
 
 /// The standard benign package: a root SKILL.md, a script, a reference, two assets.
@@ -51,7 +55,11 @@ pub fn zip_entries(files: &[F], dirs: bool) -> Vec<Entry> {
     if dirs {
         out.extend(PACKAGE_DIRS.iter().map(Entry::dir));
     }
-    out.extend(files.iter().map(|x| Entry::file(&x.path, &x.data).mode(0o100_000 | x.mode)));
+    out.extend(
+        files
+            .iter()
+            .map(|x| Entry::file(&x.path, &x.data).mode(0o100_000 | x.mode)),
+    );
     out
 }
 

@@ -49,9 +49,19 @@ pub enum Magic {
 
 /// A header block. `name` and `link` must fit their 100-byte fields (use a long-name record
 /// otherwise).
-pub fn header(name: &[u8], mode: u32, size: u64, kind: u8, link: &[u8], magic: Magic) -> [u8; BLOCK_LEN] {
+pub fn header(
+    name: &[u8],
+    mode: u32,
+    size: u64,
+    kind: u8,
+    link: &[u8],
+    magic: Magic,
+) -> [u8; BLOCK_LEN] {
     let mut h = [0u8; BLOCK_LEN];
-    assert!(name.len() <= 100 && link.len() <= 100, "name or link too long for a plain header");
+    assert!(
+        name.len() <= 100 && link.len() <= 100,
+        "name or link too long for a plain header"
+    );
     h[..name.len()].copy_from_slice(name);
     octal(&mut h[100..108], u64::from(mode));
     octal(&mut h[108..116], 0);
@@ -110,7 +120,14 @@ impl Tar {
     }
 
     /// Header (size = `data.len()`) and content.
-    pub fn entry(&mut self, name: &[u8], mode: u32, kind: u8, link: &[u8], data: &[u8]) -> &mut Self {
+    pub fn entry(
+        &mut self,
+        name: &[u8],
+        mode: u32,
+        kind: u8,
+        link: &[u8],
+        data: &[u8],
+    ) -> &mut Self {
         let h = header(name, mode, data.len() as u64, kind, link, Magic::Ustar);
         self.block(&h).data(data)
     }
@@ -119,7 +136,12 @@ impl Tar {
         self.entry(name.as_ref(), 0o644, REG, b"", data.as_ref())
     }
 
-    pub fn file_mode(&mut self, name: impl AsRef<[u8]>, mode: u32, data: impl AsRef<[u8]>) -> &mut Self {
+    pub fn file_mode(
+        &mut self,
+        name: impl AsRef<[u8]>,
+        mode: u32,
+        data: impl AsRef<[u8]>,
+    ) -> &mut Self {
         self.entry(name.as_ref(), mode, REG, b"", data.as_ref())
     }
 
@@ -152,7 +174,14 @@ impl Tar {
     pub fn gnu_long(&mut self, name: &[u8], mode: u32, kind: u8, data: &[u8]) -> &mut Self {
         let mut long = name.to_vec();
         long.push(0);
-        let h = header(b"././@LongLink", 0o644, long.len() as u64, GNU_LONGNAME, b"", Magic::Gnu);
+        let h = header(
+            b"././@LongLink",
+            0o644,
+            long.len() as u64,
+            GNU_LONGNAME,
+            b"",
+            Magic::Gnu,
+        );
         self.block(&h).data(&long);
         let short = &name[..name.len().min(100)];
         let h = header(short, mode, data.len() as u64, kind, b"", Magic::Gnu);
@@ -161,9 +190,21 @@ impl Tar {
 
     /// A pax extended header (POSIX.1-2001 `x`) with `records`, then a regular entry whose
     /// ustar name is `ustar_name`.
-    pub fn pax_file(&mut self, records: &[(&str, &[u8])], ustar_name: &[u8], data: &[u8]) -> &mut Self {
+    pub fn pax_file(
+        &mut self,
+        records: &[(&str, &[u8])],
+        ustar_name: &[u8],
+        data: &[u8],
+    ) -> &mut Self {
         let body = pax_records(records);
-        let h = header(b"PaxHeaders.0/entry", 0o644, body.len() as u64, PAX, b"", Magic::Ustar);
+        let h = header(
+            b"PaxHeaders.0/entry",
+            0o644,
+            body.len() as u64,
+            PAX,
+            b"",
+            Magic::Ustar,
+        );
         self.block(&h).data(&body);
         self.entry(ustar_name, 0o644, REG, b"", data)
     }
@@ -214,14 +255,20 @@ pub fn gnu_sparse_header(name: &[u8], stored: u64, real_size: u64) -> [u8; BLOCK
 
 /// gzip (RFC 1952) with mtime 0, OS 255 and a fixed level.
 pub fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = GzBuilder::new().mtime(0).operating_system(255).write(Vec::new(), Compression::new(9));
+    let mut enc = GzBuilder::new()
+        .mtime(0)
+        .operating_system(255)
+        .write(Vec::new(), Compression::new(9));
     let _ = enc.write_all(data);
     enc.finish().unwrap_or_default()
 }
 
 /// A gzip encoder to stream large inputs through.
 pub fn gzip_stream() -> GzEncoder<Vec<u8>> {
-    GzBuilder::new().mtime(0).operating_system(255).write(Vec::new(), Compression::new(9))
+    GzBuilder::new()
+        .mtime(0)
+        .operating_system(255)
+        .write(Vec::new(), Compression::new(9))
 }
 
 /// zstd (RFC 8878) at a fixed level, single-threaded.

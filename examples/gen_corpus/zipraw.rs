@@ -177,7 +177,10 @@ impl Entry {
             put32(&mut out, 0);
         } else {
             put32(&mut out, f.crc);
-            put32(&mut out, self.local_compressed_size.unwrap_or(f.compressed_size));
+            put32(
+                &mut out,
+                self.local_compressed_size.unwrap_or(f.compressed_size),
+            );
             put32(&mut out, f.uncompressed_size);
         }
         put16(&mut out, len16(name));
@@ -199,7 +202,14 @@ impl Entry {
         let f = self.facts();
         let mut out = Vec::new();
         put32(&mut out, CENTRAL_SIG);
-        put16(&mut out, if self.mode.is_some() { MADE_BY_UNIX } else { VERSION_NEEDED });
+        put16(
+            &mut out,
+            if self.mode.is_some() {
+                MADE_BY_UNIX
+            } else {
+                VERSION_NEEDED
+            },
+        );
         put16(&mut out, VERSION_NEEDED);
         put16(&mut out, self.effective_flags());
         put16(&mut out, self.method);

@@ -7,8 +7,8 @@
 //! permit is awaited only by a request that already holds a slot, so at most `max_queued`
 //! requests ever wait, and only until their deadline. Everything is released by drop.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
@@ -36,7 +36,8 @@ pub struct Reservation {
 
 impl Admission {
     pub fn new(bounds: Bounds) -> Self {
-        let slots = usize::try_from(u64::from(bounds.max_children) + u64::from(bounds.max_queued)).unwrap_or(usize::MAX);
+        let slots = usize::try_from(u64::from(bounds.max_children) + u64::from(bounds.max_queued))
+            .unwrap_or(usize::MAX);
         let children = usize::try_from(bounds.max_children).unwrap_or(usize::MAX);
         Self {
             slots: Arc::new(Semaphore::new(slots.min(Semaphore::MAX_PERMITS))),
@@ -50,18 +51,27 @@ impl Admission {
     pub fn slot(&self) -> Result<Slot, RequestError> {
         match Arc::clone(&self.slots).try_acquire_owned() {
             Ok(p) => Ok(Slot { _permit: p }),
-            Err(TryAcquireError::NoPermits) => Err(RequestError::Overloaded { what: "requests in progress (children + queue)" }),
+            Err(TryAcquireError::NoPermits) => Err(RequestError::Overloaded {
+                what: "requests in progress (children + queue)",
+            }),
             Err(TryAcquireError::Closed) => Err(RequestError::ShuttingDown),
         }
     }
 
     /// Wait for a child to be free. Only slot holders call this, so the wait is bounded.
     pub async fn child(&self) -> Result<OwnedSemaphorePermit, RequestError> {
-        Arc::clone(&self.children).acquire_owned().await.map_err(|_| RequestError::ShuttingDown)
+        Arc::clone(&self.children)
+            .acquire_owned()
+            .await
+            .map_err(|_| RequestError::ShuttingDown)
     }
 
     pub fn reservation(&self) -> Reservation {
-        Reservation { inflight: Arc::clone(&self.inflight), max: self.bounds.max_inflight_bytes, held: 0 }
+        Reservation {
+            inflight: Arc::clone(&self.inflight),
+            max: self.bounds.max_inflight_bytes,
+            held: 0,
+        }
     }
 
     /// Artifact bytes held across all requests right now.
@@ -71,13 +81,18 @@ impl Admission {
 
     /// Requests in progress (uploading, waiting or running).
     pub fn in_progress(&self) -> usize {
-        let total = usize::try_from(u64::from(self.bounds.max_children) + u64::from(self.bounds.max_queued)).unwrap_or(usize::MAX);
+        let total = usize::try_from(
+            u64::from(self.bounds.max_children) + u64::from(self.bounds.max_queued),
+        )
+        .unwrap_or(usize::MAX);
         total.saturating_sub(self.slots.available_permits())
     }
 
     /// Children running now.
     pub fn children_running(&self) -> usize {
-        usize::try_from(self.bounds.max_children).unwrap_or(usize::MAX).saturating_sub(self.children.available_permits())
+        usize::try_from(self.bounds.max_children)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(self.children.available_permits())
     }
 }
 
@@ -86,8 +101,18 @@ impl Reservation {
     pub fn grow(&mut self, n: u64) -> Result<(), RequestError> {
         let mut cur = self.inflight.load(Ordering::Relaxed);
         loop {
-            let next = cur.checked_add(n).filter(|&v| v <= self.max).ok_or(RequestError::Overloaded { what: "artifact bytes in flight" })?;
-            match self.inflight.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+            let next =
+                cur.checked_add(n)
+                    .filter(|&v| v <= self.max)
+                    .ok_or(RequestError::Overloaded {
+                        what: "artifact bytes in flight",
+                    })?;
+            match self.inflight.compare_exchange_weak(
+                cur,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
                 Ok(_) => {
                     self.held += n;
                     return Ok(());
@@ -109,7 +134,12 @@ mod tests {
     use super::*;
 
     fn bounds() -> Bounds {
-        Bounds { max_children: 1, max_queued: 1, max_inflight_bytes: 100, max_chunk_bytes: 10 }
+        Bounds {
+            max_children: 1,
+            max_queued: 1,
+            max_inflight_bytes: 100,
+            max_chunk_bytes: 10,
+        }
     }
 
     #[test]

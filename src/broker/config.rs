@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use crate::extract::policy::{parse_size, Limits};
+use crate::extract::policy::{Limits, parse_size};
 use crate::sandbox::cli::SandboxArgs;
 use crate::sandbox::{Enforcement, SandboxConfig};
 
@@ -27,20 +27,40 @@ pub struct ServeArgs {
     pub socket_mode: u32,
     /// Peer uids allowed on the Unix socket (SO_PEERCRED), comma-separated or repeated
     /// [default: the server's own uid and root].
-    #[arg(long = "allow-uid", env = "SKILLBOX_ALLOW_UIDS", value_name = "UID", value_delimiter = ',')]
+    #[arg(
+        long = "allow-uid",
+        env = "SKILLBOX_ALLOW_UIDS",
+        value_name = "UID",
+        value_delimiter = ','
+    )]
     pub allow_uids: Vec<u32>,
     /// Listen on TCP at this address instead of the Unix socket. A non-loopback address
     /// requires --tls-cert and --tls-key.
     #[arg(long, env = "SKILLBOX_TCP", value_name = "ADDR")]
     pub tcp: Option<SocketAddr>,
     /// PEM certificate chain for TLS on TCP.
-    #[arg(long, env = "SKILLBOX_TLS_CERT", value_name = "PEM", requires = "tls_key")]
+    #[arg(
+        long,
+        env = "SKILLBOX_TLS_CERT",
+        value_name = "PEM",
+        requires = "tls_key"
+    )]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key for TLS on TCP.
-    #[arg(long, env = "SKILLBOX_TLS_KEY", value_name = "PEM", requires = "tls_cert")]
+    #[arg(
+        long,
+        env = "SKILLBOX_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
     pub tls_key: Option<PathBuf>,
     /// PEM CA bundle: when given, clients must present a certificate it signed (mutual TLS).
-    #[arg(long, env = "SKILLBOX_TLS_CLIENT_CA", value_name = "PEM", requires = "tls_cert")]
+    #[arg(
+        long,
+        env = "SKILLBOX_TLS_CLIENT_CA",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
     pub tls_client_ca: Option<PathBuf>,
     /// Directory under which one new staging directory is made per request [default: a
     /// `staging` directory beside the default socket]. Owned by this server alone: entries
@@ -48,7 +68,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SKILLBOX_STAGING_ROOT", value_name = "DIR")]
     pub staging_root: Option<PathBuf>,
     /// Seconds an accepted staging directory is kept without `Release`.
-    #[arg(long, env = "SKILLBOX_STAGING_TTL", value_name = "SECS", default_value_t = 600)]
+    #[arg(
+        long,
+        env = "SKILLBOX_STAGING_TTL",
+        value_name = "SECS",
+        default_value_t = 600
+    )]
     pub staging_ttl: u64,
     /// Server limits file (.toml or .json, keys as in the README); requests may only tighten it.
     #[arg(long, env = "SKILLBOX_LIMITS", value_name = "FILE")]
@@ -58,7 +83,12 @@ pub struct ServeArgs {
     pub max_children: Option<u32>,
     /// Requests admitted beyond the running children (uploading or waiting for a child); past
     /// it a request fails at once with RESOURCE_EXHAUSTED.
-    #[arg(long, env = "SKILLBOX_MAX_QUEUED", value_name = "N", default_value_t = 64)]
+    #[arg(
+        long,
+        env = "SKILLBOX_MAX_QUEUED",
+        value_name = "N",
+        default_value_t = 64
+    )]
     pub max_queued: u32,
     /// Artifact bytes held in memory across all requests (K, M, G suffixes).
     #[arg(long, env = "SKILLBOX_MAX_INFLIGHT_BYTES", value_name = "BYTES", default_value = "1G", value_parser = parse_size)]
@@ -67,10 +97,20 @@ pub struct ServeArgs {
     #[arg(long, env = "SKILLBOX_MAX_CHUNK_BYTES", value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
     pub max_chunk_bytes: u64,
     /// Milliseconds one extraction may run before its child is killed (`timeout`).
-    #[arg(long, env = "SKILLBOX_EXTRACT_TIMEOUT_MS", value_name = "MS", default_value_t = 30_000)]
+    #[arg(
+        long,
+        env = "SKILLBOX_EXTRACT_TIMEOUT_MS",
+        value_name = "MS",
+        default_value_t = 30_000
+    )]
     pub extract_timeout_ms: u64,
     /// Seconds in-flight requests get to finish after SIGTERM before they are cancelled.
-    #[arg(long, env = "SKILLBOX_GRACE", value_name = "SECS", default_value_t = 10)]
+    #[arg(
+        long,
+        env = "SKILLBOX_GRACE",
+        value_name = "SECS",
+        default_value_t = 10
+    )]
     pub grace: u64,
     /// Serve Prometheus metrics over HTTP at this address (off unless given).
     #[arg(long, env = "SKILLBOX_METRICS", value_name = "ADDR")]
@@ -79,7 +119,12 @@ pub struct ServeArgs {
     #[arg(long, env = "SKILLBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `skillbox=debug`).
-    #[arg(long, env = "SKILLBOX_LOG", value_name = "FILTER", default_value = "info")]
+    #[arg(
+        long,
+        env = "SKILLBOX_LOG",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
     pub log: String,
     /// Run extractions even where confinement cannot be fully applied (degraded; reported by
     /// ServerInfo). Never the default.
@@ -89,7 +134,12 @@ pub struct ServeArgs {
     /// never sees a request's bytes), replaced by a new one after N children; 0 starts every
     /// child with its own exec. Children of one zygote share its address-space layout, which a
     /// smaller N bounds; the exec per request costs about 2 ms of CPU more.
-    #[arg(long, env = "SKILLBOX_ZYGOTE_MAX_FORKS", value_name = "N", default_value_t = 256)]
+    #[arg(
+        long,
+        env = "SKILLBOX_ZYGOTE_MAX_FORKS",
+        value_name = "N",
+        default_value_t = 256
+    )]
     pub zygote_max_forks: u32,
 }
 
@@ -103,8 +153,15 @@ pub enum LogFormat {
 /// Where the server listens.
 #[derive(Debug, Clone)]
 pub enum Listen {
-    Unix { path: PathBuf, mode: u32, allow_uids: Vec<u32> },
-    Tcp { addr: SocketAddr, tls: Option<TlsFiles> },
+    Unix {
+        path: PathBuf,
+        mode: u32,
+        allow_uids: Vec<u32>,
+    },
+    Tcp {
+        addr: SocketAddr,
+        tls: Option<TlsFiles>,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -147,7 +204,9 @@ pub struct Config {
 pub enum ConfigError {
     #[error("--tcp {addr} is not a loopback address: serving it requires --tls-cert and --tls-key")]
     PlaintextNonLoopback { addr: SocketAddr },
-    #[error("TLS files were given but no --tcp address (the Unix socket is protected by its mode and peer uid)")]
+    #[error(
+        "TLS files were given but no --tcp address (the Unix socket is protected by its mode and peer uid)"
+    )]
     TlsWithoutTcp,
     #[error("{0}")]
     Limits(#[from] crate::extract::policy::LimitsError),
@@ -155,7 +214,9 @@ pub enum ConfigError {
     TooSmall { flag: &'static str, min: u64 },
     #[error("--max-chunk-bytes {0} exceeds 16 MiB")]
     ChunkTooLarge(u64),
-    #[error("--sandbox-timeout does not apply to serve: set the per-extraction deadline with --extract-timeout-ms (SKILLBOX_EXTRACT_TIMEOUT_MS)")]
+    #[error(
+        "--sandbox-timeout does not apply to serve: set the per-extraction deadline with --extract-timeout-ms (SKILLBOX_EXTRACT_TIMEOUT_MS)"
+    )]
     SandboxTimeout,
 }
 
@@ -166,9 +227,11 @@ impl Config {
         let listen = match args.tcp {
             Some(addr) => {
                 let tls = match (&args.tls_cert, &args.tls_key) {
-                    (Some(cert), Some(key)) => {
-                        Some(TlsFiles { cert: cert.clone(), key: key.clone(), client_ca: args.tls_client_ca.clone() })
-                    }
+                    (Some(cert), Some(key)) => Some(TlsFiles {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        client_ca: args.tls_client_ca.clone(),
+                    }),
                     _ => None,
                 };
                 if tls.is_none() && !addr.ip().is_loopback() {
@@ -177,7 +240,8 @@ impl Config {
                 Listen::Tcp { addr, tls }
             }
             None => {
-                if args.tls_cert.is_some() || args.tls_key.is_some() || args.tls_client_ca.is_some() {
+                if args.tls_cert.is_some() || args.tls_key.is_some() || args.tls_client_ca.is_some()
+                {
                     return Err(ConfigError::TlsWithoutTcp);
                 }
                 let mut allow_uids = if args.allow_uids.is_empty() {
@@ -188,7 +252,10 @@ impl Config {
                 allow_uids.sort_unstable();
                 allow_uids.dedup();
                 Listen::Unix {
-                    path: args.socket.clone().unwrap_or_else(|| base.join("skillbox.sock")),
+                    path: args
+                        .socket
+                        .clone()
+                        .unwrap_or_else(|| base.join("skillbox.sock")),
                     mode: args.socket_mode,
                     allow_uids,
                 }
@@ -201,29 +268,48 @@ impl Config {
         limits.validate()?;
         let max_children = match args.max_children {
             Some(n) => n,
-            None => std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
+            None => std::thread::available_parallelism()
+                .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX)),
         };
         if max_children == 0 {
-            return Err(ConfigError::TooSmall { flag: "max-children", min: 1 });
+            return Err(ConfigError::TooSmall {
+                flag: "max-children",
+                min: 1,
+            });
         }
         if args.max_chunk_bytes < 1024 {
-            return Err(ConfigError::TooSmall { flag: "max-chunk-bytes", min: 1024 });
+            return Err(ConfigError::TooSmall {
+                flag: "max-chunk-bytes",
+                min: 1024,
+            });
         }
         if args.max_chunk_bytes > 16 << 20 {
             return Err(ConfigError::ChunkTooLarge(args.max_chunk_bytes));
         }
         if args.max_inflight_bytes < args.max_chunk_bytes {
-            return Err(ConfigError::TooSmall { flag: "max-inflight-bytes", min: args.max_chunk_bytes });
+            return Err(ConfigError::TooSmall {
+                flag: "max-inflight-bytes",
+                min: args.max_chunk_bytes,
+            });
         }
         if args.extract_timeout_ms == 0 {
-            return Err(ConfigError::TooSmall { flag: "extract-timeout-ms", min: 1 });
+            return Err(ConfigError::TooSmall {
+                flag: "extract-timeout-ms",
+                min: 1,
+            });
         }
         if args.staging_ttl == 0 {
-            return Err(ConfigError::TooSmall { flag: "staging-ttl", min: 1 });
+            return Err(ConfigError::TooSmall {
+                flag: "staging-ttl",
+                min: 1,
+            });
         }
         Ok(Self {
             listen,
-            staging_root: args.staging_root.clone().unwrap_or_else(|| base.join("staging")),
+            staging_root: args
+                .staging_root
+                .clone()
+                .unwrap_or_else(|| base.join("staging")),
             staging_ttl: Duration::from_secs(args.staging_ttl),
             limits,
             bounds: Bounds {
@@ -238,7 +324,11 @@ impl Config {
             allow_unconfined: args.allow_unconfined,
             sandbox: SandboxConfig {
                 timeout: Duration::from_millis(args.extract_timeout_ms),
-                enforcement: if args.allow_unconfined { Enforcement::AllowUnconfined } else { Enforcement::Required },
+                enforcement: if args.allow_unconfined {
+                    Enforcement::AllowUnconfined
+                } else {
+                    Enforcement::Required
+                },
                 zygote_max_forks: args.zygote_max_forks,
                 ..SandboxConfig::default()
             },
@@ -312,7 +402,9 @@ mod tests {
     fn embedded_defaults_are_a_unix_socket_for_us_and_root() {
         let c = Config::from_args(&args()).unwrap_or_else(|e| panic!("{e}"));
         match c.listen {
-            Listen::Unix { mode, allow_uids, .. } => {
+            Listen::Unix {
+                mode, allow_uids, ..
+            } => {
                 assert_eq!(mode, 0o660);
                 assert!(allow_uids.contains(&0));
                 assert!(allow_uids.contains(&nix::unistd::Uid::effective().as_raw()));
@@ -328,7 +420,10 @@ mod tests {
         a.tcp = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
         assert!(Config::from_args(&a).is_ok());
         a.tcp = Some(SocketAddr::from(([0, 0, 0, 0], 7000)));
-        assert!(matches!(Config::from_args(&a), Err(ConfigError::PlaintextNonLoopback { .. })));
+        assert!(matches!(
+            Config::from_args(&a),
+            Err(ConfigError::PlaintextNonLoopback { .. })
+        ));
         a.tls_cert = Some("c.pem".into());
         a.tls_key = Some("k.pem".into());
         assert!(Config::from_args(&a).is_ok());

@@ -6,10 +6,10 @@
 //! new reason code, flag or limit does not compile until it has a wire form.
 
 use crate::digest::Sha256Digest;
+use crate::extract::Request;
 use crate::extract::detect::ArtifactType;
 use crate::extract::inventory::{ArtifactFacts, Entry, Flag, Kind, Outcome, Totals};
 use crate::extract::policy::{HardlinkPolicy, Limits, LimitsError};
-use crate::extract::Request;
 use crate::proto as pb;
 use crate::reason::{Reason, ReasonCode, Verdict};
 
@@ -45,7 +45,8 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
     } = h;
     let expected_digest = match expected_digest {
         Some(d) => Some(
-            d.parse::<Sha256Digest>().map_err(|e| RequestError::invalid("header.expected_digest", e.to_string()))?,
+            d.parse::<Sha256Digest>()
+                .map_err(|e| RequestError::invalid("header.expected_digest", e.to_string()))?,
         ),
         None => None,
     };
@@ -53,14 +54,21 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
         Ok(pb::ArtifactType::SkillMd) => ArtifactType::SkillMd,
         Ok(pb::ArtifactType::Archive) => ArtifactType::Archive,
         Ok(pb::ArtifactType::Unspecified) | Err(_) => {
-            return Err(RequestError::invalid("header.declared_type", "must be ARTIFACT_TYPE_SKILL_MD or ARTIFACT_TYPE_ARCHIVE"));
+            return Err(RequestError::invalid(
+                "header.declared_type",
+                "must be ARTIFACT_TYPE_SKILL_MD or ARTIFACT_TYPE_ARCHIVE",
+            ));
         }
     };
     let media_type = text_field("header.media_type", media_type, MAX_MEDIA_TYPE)?;
     let file_name = text_field("header.file_name", file_name, MAX_FILE_NAME)?;
     let url = text_field("header.url", url, MAX_URL)?;
     let skill_name = text_field("header.skill_name", skill_name, MAX_SKILL_NAME)?;
-    let index_description = bounded_field("header.index_description", index_description, MAX_INDEX_DESCRIPTION)?;
+    let index_description = bounded_field(
+        "header.index_description",
+        index_description,
+        MAX_INDEX_DESCRIPTION,
+    )?;
     let caller_label = text_field("header.caller_label", caller_label, MAX_CALLER_LABEL)?;
     let limits = match limits {
         Some(l) => merge_limits(&l, server)?,
@@ -72,7 +80,10 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
     request.file_name = file_name.or_else(|| url.as_deref().and_then(url_file_name));
     request.skill_name = skill_name;
     request.index_description = index_description;
-    Ok(Checked { request, caller_label })
+    Ok(Checked {
+        request,
+        caller_label,
+    })
 }
 
 /// A short, printable, single-line field.
@@ -80,15 +91,25 @@ fn text_field(field: &str, v: Option<String>, max: usize) -> Result<Option<Strin
     let v = bounded_field(field, v, max)?;
     if let Some(s) = &v {
         if s.chars().any(char::is_control) {
-            return Err(RequestError::invalid(field, "must not contain control characters"));
+            return Err(RequestError::invalid(
+                field,
+                "must not contain control characters",
+            ));
         }
     }
     Ok(v)
 }
 
-fn bounded_field(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, RequestError> {
+fn bounded_field(
+    field: &str,
+    v: Option<String>,
+    max: usize,
+) -> Result<Option<String>, RequestError> {
     match v {
-        Some(s) if s.len() > max => Err(RequestError::invalid(field, format!("longer than {max} bytes"))),
+        Some(s) if s.len() > max => Err(RequestError::invalid(
+            field,
+            format!("longer than {max} bytes"),
+        )),
         other => Ok(other),
     }
 }
@@ -151,7 +172,10 @@ pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, RequestEr
             Ok(pb::HardlinkPolicy::Reject) => HardlinkPolicy::Reject,
             Ok(pb::HardlinkPolicy::CopyInternal) => HardlinkPolicy::CopyInternal,
             Ok(pb::HardlinkPolicy::Unspecified) | Err(_) => {
-                return Err(RequestError::invalid("header.limits.hardlinks", "must be REJECT or COPY_INTERNAL"));
+                return Err(RequestError::invalid(
+                    "header.limits.hardlinks",
+                    "must be REJECT or COPY_INTERNAL",
+                ));
             }
         };
     }
@@ -159,11 +183,16 @@ pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, RequestEr
         l.require_skill_md = v;
     }
     l.validate().map_err(|e| match e {
-        LimitsError::OutOfRange { field, .. } => RequestError::invalid(format!("header.limits.{field}"), e.to_string()),
+        LimitsError::OutOfRange { field, .. } => {
+            RequestError::invalid(format!("header.limits.{field}"), e.to_string())
+        }
         other => RequestError::invalid("header.limits", other.to_string()),
     })?;
     l.is_within(server).map_err(|field| {
-        RequestError::invalid(format!("header.limits.{field}"), "looser than the server's limit (see ServerInfo); a request may only tighten limits")
+        RequestError::invalid(
+            format!("header.limits.{field}"),
+            "looser than the server's limit (see ServerInfo); a request may only tighten limits",
+        )
     })?;
     Ok(l)
 }
@@ -246,7 +275,9 @@ pub fn reason_code_to_proto(c: ReasonCode) -> pb::ReasonCode {
 
 /// The inverse of [`reason_code_to_proto`]; `None` for UNSPECIFIED.
 pub fn reason_code_from_proto(c: pb::ReasonCode) -> Option<ReasonCode> {
-    ReasonCode::ALL.into_iter().find(|&code| reason_code_to_proto(code) == c)
+    ReasonCode::ALL
+        .into_iter()
+        .find(|&code| reason_code_to_proto(code) == c)
 }
 
 fn flag_to_proto(f: Flag) -> pb::EntryFlag {
@@ -271,7 +302,13 @@ fn flag_from_proto(f: pb::EntryFlag) -> Option<Flag> {
 }
 
 pub fn reason_to_proto(r: &Reason) -> pb::Reason {
-    let Reason { code, entry, detail, limit, observed } = r;
+    let Reason {
+        code,
+        entry,
+        detail,
+        limit,
+        observed,
+    } = r;
     pb::Reason {
         code: reason_code_to_proto(*code) as i32,
         entry: entry.clone(),
@@ -288,18 +325,47 @@ pub fn outcome_to_proto(o: &Outcome, staged: Option<(&str, &str)>) -> pb::Extrac
 }
 
 /// [`outcome_to_proto`] with the request's confinement report (JSON).
-pub fn outcome_to_proto_with(o: &Outcome, staged: Option<(&str, &str)>, sandbox_json: String) -> pb::ExtractResponse {
-    let Outcome { verdict, reason, artifact, entries, totals, review } = o;
-    let ArtifactFacts { digest, format, size } = artifact;
-    let Totals { entries: n_entries, files, dirs, symlinks, bytes_in, bytes_out, ratio } = totals;
-    let (staging_id, staging_path) = staged.map(|(i, p)| (i.to_owned(), p.to_owned())).unwrap_or_default();
+pub fn outcome_to_proto_with(
+    o: &Outcome,
+    staged: Option<(&str, &str)>,
+    sandbox_json: String,
+) -> pb::ExtractResponse {
+    let Outcome {
+        verdict,
+        reason,
+        artifact,
+        entries,
+        totals,
+        review,
+    } = o;
+    let ArtifactFacts {
+        digest,
+        format,
+        size,
+    } = artifact;
+    let Totals {
+        entries: n_entries,
+        files,
+        dirs,
+        symlinks,
+        bytes_in,
+        bytes_out,
+        ratio,
+    } = totals;
+    let (staging_id, staging_path) = staged
+        .map(|(i, p)| (i.to_owned(), p.to_owned()))
+        .unwrap_or_default();
     pb::ExtractResponse {
         verdict: match verdict {
             Verdict::Accepted => pb::Verdict::Accepted,
             Verdict::Rejected => pb::Verdict::Rejected,
         } as i32,
         reason: reason.as_ref().map(reason_to_proto),
-        artifact: Some(pb::ArtifactFacts { digest: digest.map(|d| d.to_string()), format: format.clone(), size: *size }),
+        artifact: Some(pb::ArtifactFacts {
+            digest: digest.map(|d| d.to_string()),
+            format: format.clone(),
+            size: *size,
+        }),
         entries: entries.iter().map(entry_to_proto).collect(),
         totals: Some(pb::Totals {
             entries: *n_entries,
@@ -312,13 +378,24 @@ pub fn outcome_to_proto_with(o: &Outcome, staged: Option<(&str, &str)>, sandbox_
         }),
         staging_path,
         staging_id,
-        review_json: review.as_ref().and_then(|r| serde_json::to_string(r).ok()).unwrap_or_default(),
+        review_json: review
+            .as_ref()
+            .and_then(|r| serde_json::to_string(r).ok())
+            .unwrap_or_default(),
         sandbox_json,
     }
 }
 
 fn entry_to_proto(e: &Entry) -> pb::Entry {
-    let Entry { path, kind, size, mode, sha256, link_target, flags } = e;
+    let Entry {
+        path,
+        kind,
+        size,
+        mode,
+        sha256,
+        link_target,
+        flags,
+    } = e;
     pb::Entry {
         path: path.clone(),
         kind: match kind {
@@ -353,18 +430,35 @@ pub fn outcome_from_proto(r: &pb::ExtractResponse) -> Result<Outcome, MalformedA
     let reason = match &r.reason {
         None => None,
         Some(p) => {
-            let code = match pb::ReasonCode::try_from(p.code).ok().and_then(reason_code_from_proto) {
+            let code = match pb::ReasonCode::try_from(p.code)
+                .ok()
+                .and_then(reason_code_from_proto)
+            {
                 Some(c) => c,
                 // A code newer than this client: fall back on its stable spelling.
                 None => serde_json::from_value(serde_json::Value::String(p.code_name.clone()))
-                    .map_err(|_| bad(format!("unknown reason code {} ({:?})", p.code, p.code_name)))?,
+                    .map_err(|_| {
+                        bad(format!(
+                            "unknown reason code {} ({:?})",
+                            p.code, p.code_name
+                        ))
+                    })?,
             };
-            Some(Reason { code, entry: p.entry.clone(), detail: p.detail.clone(), limit: p.limit, observed: p.observed })
+            Some(Reason {
+                code,
+                entry: p.entry.clone(),
+                detail: p.detail.clone(),
+                limit: p.limit,
+                observed: p.observed,
+            })
         }
     };
     let a = r.artifact.clone().unwrap_or_default();
     let digest = match a.digest {
-        Some(d) => Some(d.parse::<Sha256Digest>().map_err(|e| bad(format!("artifact digest: {e}")))?),
+        Some(d) => Some(
+            d.parse::<Sha256Digest>()
+                .map_err(|e| bad(format!("artifact digest: {e}")))?,
+        ),
         None => None,
     };
     let t = r.totals.unwrap_or_default();
@@ -374,10 +468,15 @@ pub fn outcome_from_proto(r: &pb::ExtractResponse) -> Result<Outcome, MalformedA
             Ok(pb::EntryKind::File) => Kind::File,
             Ok(pb::EntryKind::Dir) => Kind::Dir,
             Ok(pb::EntryKind::Symlink) => Kind::Symlink,
-            Ok(pb::EntryKind::Unspecified) | Err(_) => return Err(bad(format!("entry kind {}", e.kind))),
+            Ok(pb::EntryKind::Unspecified) | Err(_) => {
+                return Err(bad(format!("entry kind {}", e.kind)));
+            }
         };
         let sha256 = match &e.sha256 {
-            Some(d) => Some(d.parse::<Sha256Digest>().map_err(|err| bad(format!("entry digest: {err}")))?),
+            Some(d) => Some(
+                d.parse::<Sha256Digest>()
+                    .map_err(|err| bad(format!("entry digest: {err}")))?,
+            ),
             None => None,
         };
         let flags = e
@@ -403,7 +502,11 @@ pub fn outcome_from_proto(r: &pb::ExtractResponse) -> Result<Outcome, MalformedA
     Ok(Outcome {
         verdict,
         reason,
-        artifact: ArtifactFacts { digest, format: a.format, size: a.size },
+        artifact: ArtifactFacts {
+            digest,
+            format: a.format,
+            size: a.size,
+        },
         entries,
         totals: Totals {
             entries: t.entries,
@@ -426,14 +529,20 @@ mod tests {
     fn every_reason_code_has_its_wire_name_and_round_trips() {
         for code in ReasonCode::ALL {
             let p = reason_code_to_proto(code);
-            assert_eq!(p.as_str_name(), format!("REASON_CODE_{}", code.as_str().to_ascii_uppercase()));
+            assert_eq!(
+                p.as_str_name(),
+                format!("REASON_CODE_{}", code.as_str().to_ascii_uppercase())
+            );
             assert_eq!(reason_code_from_proto(p), Some(code));
         }
         assert_eq!(reason_code_from_proto(pb::ReasonCode::Unspecified), None);
     }
 
     fn header() -> pb::ExtractHeader {
-        pb::ExtractHeader { declared_type: pb::ArtifactType::Archive as i32, ..Default::default() }
+        pb::ExtractHeader {
+            declared_type: pb::ArtifactType::Archive as i32,
+            ..Default::default()
+        }
     }
 
     fn field_of(e: RequestError) -> String {
@@ -448,29 +557,74 @@ mod tests {
         let server = Limits::default();
         let mut h = header();
         h.expected_digest = Some("sha256:ABC".into());
-        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.expected_digest");
+        assert_eq!(
+            field_of(
+                request_from_header(h, &server)
+                    .err()
+                    .unwrap_or_else(|| panic!())
+            ),
+            "header.expected_digest"
+        );
 
         let h = pb::ExtractHeader::default();
-        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.declared_type");
+        assert_eq!(
+            field_of(
+                request_from_header(h, &server)
+                    .err()
+                    .unwrap_or_else(|| panic!())
+            ),
+            "header.declared_type"
+        );
 
         let mut h = header();
-        h.limits = Some(pb::Limits { max_entries: Some(server.max_entries + 1), ..Default::default() });
-        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.limits.max_entries");
+        h.limits = Some(pb::Limits {
+            max_entries: Some(server.max_entries + 1),
+            ..Default::default()
+        });
+        assert_eq!(
+            field_of(
+                request_from_header(h, &server)
+                    .err()
+                    .unwrap_or_else(|| panic!())
+            ),
+            "header.limits.max_entries"
+        );
 
         let mut h = header();
-        h.limits = Some(pb::Limits { max_entries: Some(0), ..Default::default() });
-        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.limits.max_entries");
+        h.limits = Some(pb::Limits {
+            max_entries: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(
+            field_of(
+                request_from_header(h, &server)
+                    .err()
+                    .unwrap_or_else(|| panic!())
+            ),
+            "header.limits.max_entries"
+        );
 
         let mut h = header();
         h.caller_label = Some("a\nb".into());
-        assert_eq!(field_of(request_from_header(h, &server).err().unwrap_or_else(|| panic!())), "header.caller_label");
+        assert_eq!(
+            field_of(
+                request_from_header(h, &server)
+                    .err()
+                    .unwrap_or_else(|| panic!())
+            ),
+            "header.caller_label"
+        );
     }
 
     #[test]
     fn tighter_limits_and_url_hints_apply() {
         let server = Limits::default();
         let mut h = header();
-        h.limits = Some(pb::Limits { max_entries: Some(5), allow_symlinks: Some(false), ..Default::default() });
+        h.limits = Some(pb::Limits {
+            max_entries: Some(5),
+            allow_symlinks: Some(false),
+            ..Default::default()
+        });
         h.url = Some("https://example.com/skills/pdf-1.2.tar.gz?sig=abc#frag".into());
         let c = request_from_header(h, &server).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.request.limits.max_entries, 5);
@@ -482,7 +636,11 @@ mod tests {
 
     #[test]
     fn limits_round_trip_through_server_info() {
-        let l = Limits { max_entries: 7, hardlinks: HardlinkPolicy::CopyInternal, ..Limits::default() };
+        let l = Limits {
+            max_entries: 7,
+            hardlinks: HardlinkPolicy::CopyInternal,
+            ..Limits::default()
+        };
         let merged = merge_limits(&limits_to_proto(&l), &l).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(merged, l);
     }

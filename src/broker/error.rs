@@ -37,7 +37,10 @@ pub enum RequestError {
 
 impl RequestError {
     pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
-        Self::InvalidArgument { field: field.into(), description: description.into() }
+        Self::InvalidArgument {
+            field: field.into(),
+            description: description.into(),
+        }
     }
 
     /// The gRPC code, also used as the metrics label.
@@ -65,7 +68,8 @@ impl From<RequestError> for Status {
             }
             RequestError::Overloaded { what } => {
                 // A hint for well-behaved clients; the bound itself is in ServerInfo.
-                let mut details = ErrorDetails::with_retry_info(Some(std::time::Duration::from_millis(100)));
+                let mut details =
+                    ErrorDetails::with_retry_info(Some(std::time::Duration::from_millis(100)));
                 details.add_quota_failure_violation("skillbox", what);
                 Status::with_error_details(code, message, details)
             }
@@ -84,16 +88,23 @@ mod tests {
 
     #[test]
     fn invalid_argument_names_the_field() {
-        let status = Status::from(RequestError::invalid("header.expected_digest", "must start with `sha256:`"));
+        let status = Status::from(RequestError::invalid(
+            "header.expected_digest",
+            "must start with `sha256:`",
+        ));
         assert_eq!(status.code(), Code::InvalidArgument);
         let details = status.get_error_details();
-        let bad = details.bad_request().unwrap_or_else(|| panic!("no BadRequest detail"));
+        let bad = details
+            .bad_request()
+            .unwrap_or_else(|| panic!("no BadRequest detail"));
         assert_eq!(bad.field_violations[0].field, "header.expected_digest");
     }
 
     #[test]
     fn overload_is_resource_exhausted() {
-        let status = Status::from(RequestError::Overloaded { what: "queued requests" });
+        let status = Status::from(RequestError::Overloaded {
+            what: "queued requests",
+        });
         assert_eq!(status.code(), Code::ResourceExhausted);
     }
 }

@@ -21,8 +21,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::staging::StagingGuard;
-use crate::extract::inventory::Outcome;
 use crate::extract::Request;
+use crate::extract::inventory::Outcome;
 use crate::sandbox::{Enforcement, Job as SandboxJob, Sandbox, SandboxConfig, SandboxError};
 
 /// What the async side sends the blocking reader.
@@ -59,7 +59,12 @@ impl Read for FeedReader {
                     self.pos = 0;
                 }
                 Some(Feed::End) => self.ended = true,
-                None => return Err(io::Error::new(io::ErrorKind::ConnectionAborted, "upload abandoned")),
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::ConnectionAborted,
+                        "upload abandoned",
+                    ));
+                }
             }
         }
     }
@@ -83,10 +88,13 @@ impl KillSwitch {
         let pidfd = i32::try_from(pid)
             .ok()
             .and_then(rustix::process::Pid::from_raw)
-            .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+            .and_then(|p| {
+                rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
+            });
         if s.tripped {
             if let Some(fd) = &pidfd {
-                let _ = rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL);
+                let _ =
+                    rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL);
             }
         }
         s.pidfd = pidfd;
@@ -97,7 +105,10 @@ impl KillSwitch {
         let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         s.tripped = true;
         match &s.pidfd {
-            Some(fd) => rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL).is_ok(),
+            Some(fd) => {
+                rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL)
+                    .is_ok()
+            }
             None => false,
         }
     }
@@ -158,8 +169,12 @@ impl Runner {
         let report = crate::sandbox::doctor::run(config.clone());
         let check = |name: &str| report.checks.iter().any(|c| c.name == name && c.ok);
         if !report.ok {
-            let failed: Vec<String> =
-                report.checks.iter().filter(|c| !c.ok).map(|c| format!("{}: {}", c.name, c.detail)).collect();
+            let failed: Vec<String> = report
+                .checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(|c| format!("{}: {}", c.name, c.detail))
+                .collect();
             if !allow_unconfined {
                 return Err(format!(
                     "confinement does not work on this host ({}); run `skillbox doctor`, or pass --allow-unconfined to run degraded",
@@ -171,11 +186,18 @@ impl Runner {
         let sandbox = Sandbox::new(config).map_err(|e| e.to_string())?;
         let confinement = Confinement {
             landlock_abi: report.landlock_abi,
-            landlock: if check("landlock") { "fully_enforced".into() } else { "not_enforced".into() },
+            landlock: if check("landlock") {
+                "fully_enforced".into()
+            } else {
+                "not_enforced".into()
+            },
             seccomp: check("seccomp"),
             confined: report.ok,
         };
-        Ok(Self { sandbox, confinement })
+        Ok(Self {
+            sandbox,
+            confinement,
+        })
     }
 
     pub fn confinement(&self) -> Confinement {
@@ -191,14 +213,25 @@ impl Runner {
         req: &Request,
         on_spawn: impl FnOnce(u32),
     ) -> Result<Done, JobFault> {
-        match self.sandbox.run_job(SandboxJob::Extract(req.clone()), artifact, staging, &req.limits, on_spawn) {
+        match self.sandbox.run_job(
+            SandboxJob::Extract(req.clone()),
+            artifact,
+            staging,
+            &req.limits,
+            on_spawn,
+        ) {
             Ok(confined) => {
                 if let Some(w) = confined.sandbox.warning() {
                     tracing::warn!("{w}");
                 }
-                Ok(Done { sandbox_json: serde_json::to_string(&confined.sandbox).ok(), outcome: confined.outcome })
+                Ok(Done {
+                    sandbox_json: serde_json::to_string(&confined.sandbox).ok(),
+                    outcome: confined.outcome,
+                })
             }
-            Err(SandboxError::Artifact(e)) if e.kind() == io::ErrorKind::ConnectionAborted => Err(JobFault::Abandoned),
+            Err(SandboxError::Artifact(e)) if e.kind() == io::ErrorKind::ConnectionAborted => {
+                Err(JobFault::Abandoned)
+            }
             Err(e) => Err(JobFault::Sandbox(e.to_string())),
         }
     }
@@ -220,11 +253,20 @@ pub fn start(runner: Arc<Runner>, req: Request, staging: StagingGuard) -> Job {
     let kill = KillSwitch::default();
     let k = kill.clone();
     let handle = tokio::task::spawn_blocking(move || {
-        let reader = FeedReader { rx, cur: Vec::new(), pos: 0, ended: false };
+        let reader = FeedReader {
+            rx,
+            cur: Vec::new(),
+            pos: 0,
+            ended: false,
+        };
         let path = staging.path();
         let result = runner.run_blocking(reader, &path, &req, |pid| k.arm(pid));
         k.disarm();
         JobEnd { result, staging }
     });
-    Job { feed: tx, kill, handle }
+    Job {
+        feed: tx,
+        kill,
+        handle,
+    }
 }

@@ -50,12 +50,16 @@ pub fn unlink_if_ours(path: &Path, ino: (u64, u64)) {
 /// Bind `path` with permission bits `mode`.
 pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
     let shown = path.display().to_string();
-    let io_err = |source| ListenError::Io { path: shown.clone(), source };
+    let io_err = |source| ListenError::Io {
+        path: shown.clone(),
+        source,
+    };
     if let Some(parent) = path.parent() {
         if !parent.exists() {
             std::fs::create_dir_all(parent).map_err(io_err)?;
             // Reachable by the socket's group; the socket's own mode and the uid check guard it.
-            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).map_err(io_err)?;
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))
+                .map_err(io_err)?;
         }
     }
     match std::fs::symlink_metadata(path) {
@@ -77,7 +81,11 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
     let listener = bound.map_err(io_err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io_err)?;
     let m = std::fs::symlink_metadata(path).map_err(io_err)?;
-    Ok(UnixSocket { listener, path: path.to_owned(), ino: (m.dev(), m.ino()) })
+    Ok(UnixSocket {
+        listener,
+        path: path.to_owned(),
+        ino: (m.dev(), m.ino()),
+    })
 }
 
 /// Accepted Unix connections whose peer uid is allowed; the others are closed unread.
@@ -92,7 +100,11 @@ pub fn unix_incoming(
             Ok(cred) if allow.contains(&cred.uid()) => Some(Ok(stream)),
             Ok(cred) => {
                 metrics.peer_refused();
-                tracing::warn!(peer_uid = cred.uid(), peer_pid = cred.pid(), "connection refused: peer uid not allowed");
+                tracing::warn!(
+                    peer_uid = cred.uid(),
+                    peer_pid = cred.pid(),
+                    "connection refused: peer uid not allowed"
+                );
                 None
             }
             Err(e) => {
@@ -105,7 +117,9 @@ pub fn unix_incoming(
 }
 
 /// Accepted TCP connections (TLS, when configured, is applied by the server).
-pub fn tcp_incoming(listener: TcpListener) -> impl Stream<Item = io::Result<tokio::net::TcpStream>> {
+pub fn tcp_incoming(
+    listener: TcpListener,
+) -> impl Stream<Item = io::Result<tokio::net::TcpStream>> {
     TcpListenerStream::new(listener).map(|conn| {
         let stream = conn?;
         stream.set_nodelay(true)?;
@@ -122,9 +136,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = tmp.path().join("s.sock");
         let first = bind_unix(&path, 0o660).unwrap_or_else(|e| panic!("{e}"));
-        let mode = std::fs::metadata(&path).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+        let mode = std::fs::metadata(&path)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or(0);
         assert_eq!(mode, 0o660);
-        assert!(matches!(bind_unix(&path, 0o660), Err(ListenError::InUse { .. })));
+        assert!(matches!(
+            bind_unix(&path, 0o660),
+            Err(ListenError::InUse { .. })
+        ));
         drop(first.listener);
         // The path is still there, but nobody listens: stale, replaced.
         let second = bind_unix(&path, 0o600).unwrap_or_else(|e| panic!("{e}"));
@@ -133,7 +152,10 @@ mod tests {
 
         let file = tmp.path().join("f.sock");
         std::fs::write(&file, b"not a socket").unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(bind_unix(&file, 0o660), Err(ListenError::NotASocket { .. })));
+        assert!(matches!(
+            bind_unix(&file, 0o660),
+            Err(ListenError::NotASocket { .. })
+        ));
         assert!(file.exists());
     }
 }

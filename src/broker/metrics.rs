@@ -16,7 +16,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
 /// Upper bounds (seconds) of the request-duration histogram.
-const BUCKETS: [f64; 12] = [0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0];
+const BUCKETS: [f64; 12] = [
+    0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0,
+];
 
 /// Gauges read at scrape time.
 pub struct Gauges {
@@ -43,12 +45,22 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn outcome(&self, verdict: &'static str, reason: &'static str) {
-        *self.outcomes.lock().unwrap_or_else(PoisonError::into_inner).entry((verdict, reason)).or_insert(0) += 1;
+        *self
+            .outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((verdict, reason))
+            .or_insert(0) += 1;
     }
 
     pub fn error(&self, code: tonic::Code) {
         let name = format!("{code:?}");
-        *self.errors.lock().unwrap_or_else(PoisonError::into_inner).entry(name).or_insert(0) += 1;
+        *self
+            .errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name)
+            .or_insert(0) += 1;
     }
 
     pub fn duration(&self, d: Duration) {
@@ -59,7 +71,10 @@ impl Metrics {
             }
         }
         self.duration_count.fetch_add(1, Ordering::Relaxed);
-        self.duration_sum_us.fetch_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.duration_sum_us.fetch_add(
+            u64::try_from(d.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
     }
 
     pub fn child_killed(&self) {
@@ -81,41 +96,105 @@ impl Metrics {
     /// The text exposition format, version 0.0.4.
     pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
-        let _ = writeln!(out, "# HELP skillbox_requests_total Extract requests answered with a verdict.");
+        let _ = writeln!(
+            out,
+            "# HELP skillbox_requests_total Extract requests answered with a verdict."
+        );
         let _ = writeln!(out, "# TYPE skillbox_requests_total counter");
-        for ((verdict, reason), n) in self.outcomes.lock().unwrap_or_else(PoisonError::into_inner).iter() {
-            let _ = writeln!(out, "skillbox_requests_total{{verdict=\"{verdict}\",reason=\"{reason}\"}} {n}");
+        for ((verdict, reason), n) in self
+            .outcomes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "skillbox_requests_total{{verdict=\"{verdict}\",reason=\"{reason}\"}} {n}"
+            );
         }
-        let _ = writeln!(out, "# HELP skillbox_request_errors_total Extract requests that ended with a gRPC error status.");
+        let _ = writeln!(
+            out,
+            "# HELP skillbox_request_errors_total Extract requests that ended with a gRPC error status."
+        );
         let _ = writeln!(out, "# TYPE skillbox_request_errors_total counter");
-        for (code, n) in self.errors.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+        for (code, n) in self
+            .errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
             let _ = writeln!(out, "skillbox_request_errors_total{{code=\"{code}\"}} {n}");
         }
-        let _ = writeln!(out, "# HELP skillbox_request_duration_seconds Extract request duration, upload included.");
+        let _ = writeln!(
+            out,
+            "# HELP skillbox_request_duration_seconds Extract request duration, upload included."
+        );
         let _ = writeln!(out, "# TYPE skillbox_request_duration_seconds histogram");
         for (i, le) in BUCKETS.iter().enumerate() {
             let n = self.buckets[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "skillbox_request_duration_seconds_bucket{{le=\"{le}\"}} {n}");
+            let _ = writeln!(
+                out,
+                "skillbox_request_duration_seconds_bucket{{le=\"{le}\"}} {n}"
+            );
         }
         let count = self.duration_count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "skillbox_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "skillbox_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
         let sum = self.duration_sum_us.load(Ordering::Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "skillbox_request_duration_seconds_sum {sum}");
         let _ = writeln!(out, "skillbox_request_duration_seconds_count {count}");
         let counters = [
-            ("skillbox_children_killed_total", "Children killed for a deadline or a client hang-up.", &self.children_killed),
-            ("skillbox_peers_refused_total", "Unix-socket connections refused by the peer uid check.", &self.peers_refused),
-            ("skillbox_artifact_bytes_received_total", "Artifact bytes received.", &self.bytes_received),
-            ("skillbox_staging_reaped_total", "Accepted staging directories removed by the TTL reaper.", &self.staging_reaped),
+            (
+                "skillbox_children_killed_total",
+                "Children killed for a deadline or a client hang-up.",
+                &self.children_killed,
+            ),
+            (
+                "skillbox_peers_refused_total",
+                "Unix-socket connections refused by the peer uid check.",
+                &self.peers_refused,
+            ),
+            (
+                "skillbox_artifact_bytes_received_total",
+                "Artifact bytes received.",
+                &self.bytes_received,
+            ),
+            (
+                "skillbox_staging_reaped_total",
+                "Accepted staging directories removed by the TTL reaper.",
+                &self.staging_reaped,
+            ),
         ];
         for (name, help, v) in counters {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
         }
         let gauges = [
-            ("skillbox_requests_in_progress", "Extract requests uploading, waiting or running.", g.in_progress as u64),
-            ("skillbox_children_running", "Confined children running.", g.children_running as u64),
-            ("skillbox_inflight_artifact_bytes", "Artifact bytes held in memory.", g.inflight_bytes),
-            ("skillbox_staging_kept", "Accepted staging directories awaiting Release or the TTL.", g.staged_kept as u64),
+            (
+                "skillbox_requests_in_progress",
+                "Extract requests uploading, waiting or running.",
+                g.in_progress as u64,
+            ),
+            (
+                "skillbox_children_running",
+                "Confined children running.",
+                g.children_running as u64,
+            ),
+            (
+                "skillbox_inflight_artifact_bytes",
+                "Artifact bytes held in memory.",
+                g.inflight_bytes,
+            ),
+            (
+                "skillbox_staging_kept",
+                "Accepted staging directories awaiting Release or the TTL.",
+                g.staged_kept as u64,
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
@@ -127,7 +206,9 @@ impl Metrics {
 /// Serve `GET /metrics` on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, render: Arc<dyn Fn() -> String + Send + Sync>) {
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
         let render = Arc::clone(&render);
         tokio::spawn(async move {
             let mut head = vec![0u8; 4096];
@@ -149,14 +230,17 @@ pub async fn serve(listener: TcpListener, render: Arc<dyn Fn() -> String + Send 
             if !matches!(read, Ok(Ok(()))) {
                 return;
             }
-            let response = if head[..len].starts_with(b"GET /metrics ") || head[..len].starts_with(b"GET /metrics?") {
+            let response = if head[..len].starts_with(b"GET /metrics ")
+                || head[..len].starts_with(b"GET /metrics?")
+            {
                 let body = render();
                 format!(
                     "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()
                 )
             } else {
-                "HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_owned()
+                "HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    .to_owned()
             };
             let _ = stream.write_all(response.as_bytes()).await;
             let _ = stream.shutdown().await;
@@ -180,8 +264,17 @@ mod tests {
         m.outcome("accepted", "none");
         m.error(tonic::Code::ResourceExhausted);
         m.duration(Duration::from_millis(3));
-        let text = m.render(&Gauges { in_progress: 1, children_running: 0, inflight_bytes: 5, staged_kept: 2 });
-        assert!(text.contains("skillbox_requests_total{verdict=\"rejected\",reason=\"path_traversal\"} 1"));
+        let text = m.render(&Gauges {
+            in_progress: 1,
+            children_running: 0,
+            inflight_bytes: 5,
+            staged_kept: 2,
+        });
+        assert!(
+            text.contains(
+                "skillbox_requests_total{verdict=\"rejected\",reason=\"path_traversal\"} 1"
+            )
+        );
         assert!(text.contains("skillbox_request_errors_total{code=\"ResourceExhausted\"} 1"));
         assert!(text.contains("skillbox_request_duration_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("skillbox_request_duration_seconds_bucket{le=\"0.002\"} 0"));

@@ -49,7 +49,10 @@ pub enum ServeError {
     #[error("TLS: {0}")]
     Tls(String),
     #[error("metrics address {addr}: {source}")]
-    Metrics { addr: std::net::SocketAddr, source: std::io::Error },
+    Metrics {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
     #[error("server: {0}")]
     Transport(#[from] tonic::transport::Error),
     #[error("cannot install the signal handler: {0}")]
@@ -80,7 +83,10 @@ pub fn main(args: ServeArgs, sandbox: &crate::sandbox::cli::SandboxArgs) -> Exit
     init_logging(&args);
     let config = Config::from_args(&args).and_then(|c| c.with_sandbox_flags(sandbox));
     let result = config.map_err(ServeError::from).and_then(|config| {
-        let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(ServeError::Runtime)?;
         let result = runtime.block_on(async {
             let shutdown = shutdown_signal().map_err(ServeError::Signal)?;
             serve(config, shutdown).await
@@ -101,8 +107,11 @@ pub fn main(args: ServeArgs, sandbox: &crate::sandbox::cli::SandboxArgs) -> Exit
 }
 
 fn init_logging(args: &ServeArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     let _ = match args.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
@@ -110,7 +119,7 @@ fn init_logging(args: &ServeArgs) {
 }
 
 fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     Ok(async move {
@@ -122,16 +131,22 @@ fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
 }
 
 /// Run the broker until `shutdown` resolves, then drain for the grace period.
-pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+pub async fn serve(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
     let metrics = Arc::new(metrics::Metrics::default());
-    let runner = Arc::new(
-        job::Runner::new(config.sandbox.clone()).map_err(ServeError::Sandbox)?,
-    );
+    let runner = Arc::new(job::Runner::new(config.sandbox.clone()).map_err(ServeError::Sandbox)?);
     let confinement = runner.confinement();
     if !confinement.confined {
-        tracing::warn!("extractions are NOT confined (landlock: {}, seccomp: {})", confinement.landlock, confinement.seccomp);
+        tracing::warn!(
+            "extractions are NOT confined (landlock: {}, seccomp: {})",
+            confinement.landlock,
+            confinement.seccomp
+        );
     }
-    let (staging_root, stale) = staging::StagingRoot::open(&config.staging_root, config.staging_ttl)?;
+    let (staging_root, stale) =
+        staging::StagingRoot::open(&config.staging_root, config.staging_ttl)?;
     if stale > 0 {
         tracing::info!(stale, root = %config.staging_root.display(), "removed staging directories left by a previous run");
     }
@@ -146,7 +161,9 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + '
     let reaper = tokio::spawn(reap(Arc::clone(&staging_root), Arc::clone(&metrics)));
     let metrics_task = match config.metrics {
         Some(addr) => {
-            let listener = metrics::bind(addr).await.map_err(|source| ServeError::Metrics { addr, source })?;
+            let listener = metrics::bind(addr)
+                .await
+                .map_err(|source| ServeError::Metrics { addr, source })?;
             tracing::info!(addr = %listener.local_addr().map_or(addr, |a| a), "metrics on /metrics");
             let s = Arc::clone(&state);
             let render = Arc::new(move || {
@@ -163,7 +180,9 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + '
     };
 
     let (health, health_service) = tonic_health::server::health_reporter();
-    health.set_serving::<pb::skillbox_server::SkillboxServer<SkillboxService>>().await;
+    health
+        .set_serving::<pb::skillbox_server::SkillboxServer<SkillboxService>>()
+        .await;
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -174,16 +193,22 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + '
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()
         .map_err(|e| ServeError::Sandbox(format!("reflection: {e}")))?;
-    let max_decode = usize::try_from(config.bounds.max_chunk_bytes).unwrap_or(usize::MAX).saturating_add(64 * 1024);
-    let skillbox = pb::skillbox_server::SkillboxServer::new(SkillboxService::new(Arc::clone(&state)))
-        .max_decoding_message_size(max_decode)
-        .max_encoding_message_size(MAX_RESPONSE_BYTES);
+    let max_decode = usize::try_from(config.bounds.max_chunk_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(64 * 1024);
+    let skillbox =
+        pb::skillbox_server::SkillboxServer::new(SkillboxService::new(Arc::clone(&state)))
+            .max_decoding_message_size(max_decode)
+            .max_encoding_message_size(MAX_RESPONSE_BYTES);
 
     let mut builder = Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(1024));
-    if let config::Listen::Tcp { tls: Some(files), .. } = &config.listen {
+    if let config::Listen::Tcp {
+        tls: Some(files), ..
+    } = &config.listen
+    {
         builder = builder.tls_config(tls_config(files)?)?;
     }
     let router = builder
@@ -199,21 +224,41 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + '
         let health = health.clone();
         async move {
             shutdown.await;
-            health.set_not_serving::<pb::skillbox_server::SkillboxServer<SkillboxService>>().await;
-            health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
+            health
+                .set_not_serving::<pb::skillbox_server::SkillboxServer<SkillboxService>>()
+                .await;
+            health
+                .set_service_status("", tonic_health::ServingStatus::NotServing)
+                .await;
             let _ = drain_tx.send(true);
         }
     };
-    let server: std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>> = match &config.listen {
-        config::Listen::Unix { path, mode, allow_uids } => {
+    let server: std::pin::Pin<
+        Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send>,
+    > = match &config.listen {
+        config::Listen::Unix {
+            path,
+            mode,
+            allow_uids,
+        } => {
             let socket = listen::bind_unix(path, *mode)?;
             tracing::info!(socket = %path.display(), mode = format!("{mode:04o}"), allow_uids = ?allow_uids, "listening");
-            let incoming = listen::unix_incoming(socket.listener, allow_uids.clone().into(), Arc::clone(&metrics));
+            let incoming = listen::unix_incoming(
+                socket.listener,
+                allow_uids.clone().into(),
+                Arc::clone(&metrics),
+            );
             unix_path = Some((socket.path, socket.ino));
             Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }
         config::Listen::Tcp { addr, tls } => {
-            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| listen::ListenError::Io { path: addr.to_string(), source: e })?;
+            let listener =
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| listen::ListenError::Io {
+                        path: addr.to_string(),
+                        source: e,
+                    })?;
             tracing::info!(addr = %listener.local_addr().map_or(*addr, |a| a), tls = tls.is_some(), mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some()), "listening");
             Box::pin(router.serve_with_incoming_shutdown(listen::tcp_incoming(listener), signal))
         }
@@ -244,15 +289,23 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + '
     if let Some(t) = metrics_task {
         t.abort();
     }
-    tracing::info!(kept = staging_root.kept_count(), "stopped; accepted staging directories not released are removed at the next start");
+    tracing::info!(
+        kept = staging_root.kept_count(),
+        "stopped; accepted staging directories not released are removed at the next start"
+    );
     result
 }
 
 fn tls_config(files: &config::TlsFiles) -> Result<ServerTlsConfig, ServeError> {
-    let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())));
-    let mut tls = ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| ServeError::Tls(format!("{}: {e}", p.display())))
+    };
+    let mut tls =
+        ServerTlsConfig::new().identity(Identity::from_pem(read(&files.cert)?, read(&files.key)?));
     if let Some(ca) = &files.client_ca {
-        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?)).client_auth_optional(false);
+        tls = tls
+            .client_ca_root(Certificate::from_pem(read(ca)?))
+            .client_auth_optional(false);
     }
     Ok(tls)
 }
@@ -279,7 +332,10 @@ async fn reap(root: Arc<staging::StagingRoot>, metrics: Arc<metrics::Metrics>) {
         .await;
         if removed.is_ok() {
             metrics.reaped(n);
-            tracing::info!(expired = n, "removed accepted staging directories past their TTL");
+            tracing::info!(
+                expired = n,
+                "removed accepted staging directories past their TTL"
+            );
         }
     }
 }

@@ -22,7 +22,7 @@ use super::convert;
 use super::error::RequestError;
 use super::job::{self, Feed, JobFault, KillSwitch, Runner};
 use super::metrics::Metrics;
-use super::staging::{is_staging_id, StagingRoot};
+use super::staging::{StagingRoot, is_staging_id};
 use crate::digest::Hasher;
 use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
 use crate::proto as pb;
@@ -92,22 +92,34 @@ fn parse_grpc_timeout(s: &str) -> Option<Duration> {
 }
 
 fn peer_uid<T>(req: &Request<T>) -> Option<u32> {
-    req.extensions().get::<tonic::transport::server::UdsConnectInfo>().and_then(|i| i.peer_cred).map(|c| c.uid())
+    req.extensions()
+        .get::<tonic::transport::server::UdsConnectInfo>()
+        .and_then(|i| i.peer_cred)
+        .map(|c| c.uid())
 }
 
 #[tonic::async_trait]
 impl pb::skillbox_server::Skillbox for SkillboxService {
-    async fn extract(&self, request: Request<Streaming<pb::ExtractRequest>>) -> Result<Response<pb::ExtractResponse>, Status> {
+    async fn extract(
+        &self,
+        request: Request<Streaming<pb::ExtractRequest>>,
+    ) -> Result<Response<pb::ExtractResponse>, Status> {
         let start = Instant::now();
         let deadline = deadline(request.metadata(), start);
-        let span = tracing::info_span!("extract", peer_uid = peer_uid(&request), label = tracing::field::Empty);
+        let span = tracing::info_span!(
+            "extract",
+            peer_uid = peer_uid(&request),
+            label = tracing::field::Empty
+        );
         let stream = request.into_inner();
         let state = Arc::clone(&self.state);
         let work = async move {
             let result = match deadline {
                 Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream))
                     .await
-                    .unwrap_or(Err(RequestError::DeadlineExceeded { during: "before the answer" })),
+                    .unwrap_or(Err(RequestError::DeadlineExceeded {
+                        during: "before the answer",
+                    })),
                 None => state.extract(stream).await,
             };
             let elapsed = start.elapsed();
@@ -115,10 +127,20 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
             let ms = elapsed.as_secs_f64() * 1e3;
             match &result {
                 Ok(r) => {
-                    let verdict = if r.verdict == pb::Verdict::Accepted as i32 { "accepted" } else { "rejected" };
+                    let verdict = if r.verdict == pb::Verdict::Accepted as i32 {
+                        "accepted"
+                    } else {
+                        "rejected"
+                    };
                     let reason = r.reason.as_ref().map_or("none", |x| code_str(x.code));
                     state.metrics.outcome(verdict, reason);
-                    tracing::info!(verdict, reason, size = r.artifact.as_ref().map_or(0, |a| a.size), ms, "answered");
+                    tracing::info!(
+                        verdict,
+                        reason,
+                        size = r.artifact.as_ref().map_or(0, |a| a.size),
+                        ms,
+                        "answered"
+                    );
                 }
                 Err(e) => {
                     state.metrics.error(e.code());
@@ -127,23 +149,39 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
             }
             result
         };
-        work.instrument(span).await.map(Response::new).map_err(Status::from)
+        work.instrument(span)
+            .await
+            .map(Response::new)
+            .map_err(Status::from)
     }
 
     #[tracing::instrument(skip_all)]
-    async fn release(&self, request: Request<pb::ReleaseRequest>) -> Result<Response<pb::ReleaseResponse>, Status> {
+    async fn release(
+        &self,
+        request: Request<pb::ReleaseRequest>,
+    ) -> Result<Response<pb::ReleaseResponse>, Status> {
         let id = request.into_inner().staging_id;
-        self.state.release(id).await.map(|()| Response::new(pb::ReleaseResponse {})).map_err(Status::from)
+        self.state
+            .release(id)
+            .await
+            .map(|()| Response::new(pb::ReleaseResponse {}))
+            .map_err(Status::from)
     }
 
     #[tracing::instrument(skip_all)]
-    async fn server_info(&self, _request: Request<pb::ServerInfoRequest>) -> Result<Response<pb::ServerInfoResponse>, Status> {
+    async fn server_info(
+        &self,
+        _request: Request<pb::ServerInfoRequest>,
+    ) -> Result<Response<pb::ServerInfoResponse>, Status> {
         Ok(Response::new(self.state.server_info()))
     }
 }
 
 fn code_str(code: i32) -> &'static str {
-    pb::ReasonCode::try_from(code).ok().and_then(convert::reason_code_from_proto).map_or("unknown", |c| c.as_str())
+    pb::ReasonCode::try_from(code)
+        .ok()
+        .and_then(convert::reason_code_from_proto)
+        .map_or("unknown", |c| c.as_str())
 }
 
 fn hangup(status: Status) -> RequestError {
@@ -151,17 +189,35 @@ fn hangup(status: Status) -> RequestError {
 }
 
 impl State {
-    async fn extract(self: &Arc<Self>, mut stream: Streaming<pb::ExtractRequest>) -> Result<pb::ExtractResponse, RequestError> {
+    async fn extract(
+        self: &Arc<Self>,
+        mut stream: Streaming<pb::ExtractRequest>,
+    ) -> Result<pb::ExtractResponse, RequestError> {
         let _slot = self.admission.slot()?;
         let header = match stream.next().await {
-            None => return Err(RequestError::invalid("header", "the stream ended before a header")),
+            None => {
+                return Err(RequestError::invalid(
+                    "header",
+                    "the stream ended before a header",
+                ));
+            }
             Some(Err(status)) => return Err(hangup(status)),
-            Some(Ok(pb::ExtractRequest { msg: Some(Msg::Header(h)) })) => h,
-            Some(Ok(pb::ExtractRequest { msg: Some(Msg::Chunk(_)) })) => {
-                return Err(RequestError::invalid("header", "a chunk arrived before the header; send the header first"));
+            Some(Ok(pb::ExtractRequest {
+                msg: Some(Msg::Header(h)),
+            })) => h,
+            Some(Ok(pb::ExtractRequest {
+                msg: Some(Msg::Chunk(_)),
+            })) => {
+                return Err(RequestError::invalid(
+                    "header",
+                    "a chunk arrived before the header; send the header first",
+                ));
             }
             Some(Ok(pb::ExtractRequest { msg: None })) => {
-                return Err(RequestError::invalid("msg", "an empty message; set `header` or `chunk`"));
+                return Err(RequestError::invalid(
+                    "msg",
+                    "an empty message; set `header` or `chunk`",
+                ));
             }
         };
         let checked = convert::request_from_header(header, &self.config.limits)?;
@@ -172,9 +228,16 @@ impl State {
         let max_artifact = request.limits.max_artifact_bytes;
         let expected = request.expected_digest;
 
-        let staging = self.staging.create().map_err(|e| RequestError::Internal(format!("cannot make a staging directory: {e}")))?;
+        let staging = self
+            .staging
+            .create()
+            .map_err(|e| RequestError::Internal(format!("cannot make a staging directory: {e}")))?;
         let job = job::start(Arc::clone(&self.runner), request, staging);
-        let mut kill = KillOnDrop { kill: job.kill.clone(), metrics: Arc::clone(&self.metrics), armed: true };
+        let mut kill = KillOnDrop {
+            kill: job.kill.clone(),
+            metrics: Arc::clone(&self.metrics),
+            armed: true,
+        };
 
         let mut hasher = Hasher::new();
         let mut size = 0u64;
@@ -183,22 +246,46 @@ impl State {
             let chunk = match msg.map_err(hangup)?.msg {
                 Some(Msg::Chunk(c)) => c,
                 Some(Msg::Header(_)) => {
-                    return Err(RequestError::invalid("header", "a second header; send exactly one, first"));
+                    return Err(RequestError::invalid(
+                        "header",
+                        "a second header; send exactly one, first",
+                    ));
                 }
-                None => return Err(RequestError::invalid("msg", "an empty message; set `header` or `chunk`")),
+                None => {
+                    return Err(RequestError::invalid(
+                        "msg",
+                        "an empty message; set `header` or `chunk`",
+                    ));
+                }
             };
             let len = chunk.len() as u64;
             if len > self.config.bounds.max_chunk_bytes {
-                return Err(RequestError::invalid("chunk", format!("larger than {} bytes", self.config.bounds.max_chunk_bytes)));
+                return Err(RequestError::invalid(
+                    "chunk",
+                    format!("larger than {} bytes", self.config.bounds.max_chunk_bytes),
+                ));
             }
             let received = size.saturating_add(len);
             if received > max_artifact {
                 // Stop reading now: the rest of the upload is never looked at.
-                let reason = Reason::new(ReasonCode::ArtifactSize, "artifact is larger than the limit; the upload was stopped")
-                    .limit(max_artifact, received);
-                let facts = ArtifactFacts { digest: None, format: None, size: received };
-                let totals = Totals { bytes_in: received, ..Totals::default() };
-                return Ok(convert::outcome_to_proto(&Outcome::rejected(facts, totals, reason), None));
+                let reason = Reason::new(
+                    ReasonCode::ArtifactSize,
+                    "artifact is larger than the limit; the upload was stopped",
+                )
+                .limit(max_artifact, received);
+                let facts = ArtifactFacts {
+                    digest: None,
+                    format: None,
+                    size: received,
+                };
+                let totals = Totals {
+                    bytes_in: received,
+                    ..Totals::default()
+                };
+                return Ok(convert::outcome_to_proto(
+                    &Outcome::rejected(facts, totals, reason),
+                    None,
+                ));
             }
             if len == 0 {
                 continue;
@@ -207,32 +294,62 @@ impl State {
             hasher.update(&chunk);
             size = received;
             self.metrics.received(len);
-            job.feed.send(Feed::Chunk(chunk)).await.map_err(|_| RequestError::Internal("the extraction worker ended early".into()))?;
+            job.feed
+                .send(Feed::Chunk(chunk))
+                .await
+                .map_err(|_| RequestError::Internal("the extraction worker ended early".into()))?;
         }
         let (digest, _) = hasher.finish();
         if let Some(expected) = expected {
             if expected != digest {
-                let reason = Reason::new(ReasonCode::DigestMismatch, format!("expected {expected}, the bytes received hash to {digest}"));
-                let facts = ArtifactFacts { digest: Some(digest), format: None, size };
-                let totals = Totals { bytes_in: size, ..Totals::default() };
-                return Ok(convert::outcome_to_proto(&Outcome::rejected(facts, totals, reason), None));
+                let reason = Reason::new(
+                    ReasonCode::DigestMismatch,
+                    format!("expected {expected}, the bytes received hash to {digest}"),
+                );
+                let facts = ArtifactFacts {
+                    digest: Some(digest),
+                    format: None,
+                    size,
+                };
+                let totals = Totals {
+                    bytes_in: size,
+                    ..Totals::default()
+                };
+                return Ok(convert::outcome_to_proto(
+                    &Outcome::rejected(facts, totals, reason),
+                    None,
+                ));
             }
         }
 
         let _child = self.admission.child().await?;
-        job.feed.send(Feed::End).await.map_err(|_| RequestError::Internal("the extraction worker ended early".into()))?;
-        let end = job.handle.await.map_err(|e| RequestError::Internal(format!("the extraction worker failed: {e}")))?;
+        job.feed
+            .send(Feed::End)
+            .await
+            .map_err(|_| RequestError::Internal("the extraction worker ended early".into()))?;
+        let end = job
+            .handle
+            .await
+            .map_err(|e| RequestError::Internal(format!("the extraction worker failed: {e}")))?;
         kill.armed = false;
         drop(reservation);
         let (outcome, sandbox_json) = match end.result {
             Ok(done) => (done.outcome, done.sandbox_json.unwrap_or_default()),
-            Err(JobFault::Abandoned) => return Err(RequestError::Internal("the upload was lost on the way to the child".into())),
+            Err(JobFault::Abandoned) => {
+                return Err(RequestError::Internal(
+                    "the upload was lost on the way to the child".into(),
+                ));
+            }
             Err(JobFault::Sandbox(detail)) => return Err(RequestError::Internal(detail)),
         };
         match outcome.verdict {
             Verdict::Accepted => {
                 let (id, path) = self.staging.keep(end.staging);
-                Ok(convert::outcome_to_proto_with(&outcome, Some((&id, &path.display().to_string())), sandbox_json))
+                Ok(convert::outcome_to_proto_with(
+                    &outcome,
+                    Some((&id, &path.display().to_string())),
+                    sandbox_json,
+                ))
             }
             Verdict::Rejected => {
                 drop(end.staging);
@@ -243,7 +360,10 @@ impl State {
 
     async fn release(self: &Arc<Self>, id: String) -> Result<(), RequestError> {
         if !is_staging_id(&id) {
-            return Err(RequestError::invalid("staging_id", "must be the 32 lowercase hex digits of an ExtractResponse.staging_id"));
+            return Err(RequestError::invalid(
+                "staging_id",
+                "must be the 32 lowercase hex digits of an ExtractResponse.staging_id",
+            ));
         }
         if !self.staging.take_kept(&id) {
             return Err(RequestError::NotFound(id));
@@ -252,7 +372,9 @@ impl State {
         tokio::task::spawn_blocking(move || staging.remove(&id))
             .await
             .map_err(|e| RequestError::Internal(e.to_string()))?
-            .map_err(|e| RequestError::Internal(format!("cannot remove the staging directory: {e}")))
+            .map_err(|e| {
+                RequestError::Internal(format!("cannot remove the staging directory: {e}"))
+            })
     }
 
     fn server_info(&self) -> pb::ServerInfoResponse {
@@ -269,7 +391,8 @@ impl State {
             max_queued: b.max_queued,
             max_inflight_bytes: b.max_inflight_bytes,
             max_chunk_bytes: b.max_chunk_bytes,
-            extract_timeout_ms: u64::try_from(self.config.extract_timeout.as_millis()).unwrap_or(u64::MAX),
+            extract_timeout_ms: u64::try_from(self.config.extract_timeout.as_millis())
+                .unwrap_or(u64::MAX),
             staging_ttl_seconds: self.config.staging_ttl.as_secs(),
         }
     }

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, Flock, FlockArg, OFlag};
-use nix::sys::stat::{fchmod, fstat, mkdirat, Mode};
-use nix::unistd::{unlinkat, UnlinkatFlags};
+use nix::fcntl::{Flock, FlockArg, OFlag, openat};
+use nix::sys::stat::{Mode, fchmod, fstat, mkdirat};
+use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use crate::extract::writer::clear_beneath;
 
@@ -69,7 +69,10 @@ impl StagingRoot {
     /// Returns the root and the number of stale directories removed.
     pub fn open(path: &Path, ttl: Duration) -> Result<(Arc<Self>, usize), StagingError> {
         let shown = path.display().to_string();
-        let io_err = |source| StagingError::Io { path: shown.clone(), source };
+        let io_err = |source| StagingError::Io {
+            path: shown.clone(),
+            source,
+        };
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(io_err)?;
         }
@@ -77,7 +80,8 @@ impl StagingRoot {
             Ok(()) | Err(Errno::EEXIST) => {}
             Err(e) => return Err(io_err(e.into())),
         }
-        let dir = nix::fcntl::open(path, dir_flags(), Mode::empty()).map_err(|e| io_err(e.into()))?;
+        let dir =
+            nix::fcntl::open(path, dir_flags(), Mode::empty()).map_err(|e| io_err(e.into()))?;
         let st = fstat(dir.as_fd()).map_err(|e| io_err(e.into()))?;
         if st.st_uid != nix::unistd::geteuid().as_raw() {
             return Err(StagingError::NotOurs { path: shown });
@@ -91,9 +95,19 @@ impl StagingRoot {
             Mode::from_bits_truncate(0o600),
         )
         .map_err(|e| io_err(e.into()))?;
-        let lock = Flock::lock(File::from(lock_fd), FlockArg::LockExclusiveNonblock)
-            .map_err(|_| StagingError::Locked { path: shown.clone() })?;
-        let root = Arc::new(Self { path: path.to_owned(), dir, _lock: lock, ttl, kept: Mutex::new(HashMap::new()) });
+        let lock =
+            Flock::lock(File::from(lock_fd), FlockArg::LockExclusiveNonblock).map_err(|_| {
+                StagingError::Locked {
+                    path: shown.clone(),
+                }
+            })?;
+        let root = Arc::new(Self {
+            path: path.to_owned(),
+            dir,
+            _lock: lock,
+            ttl,
+            kept: Mutex::new(HashMap::new()),
+        });
         let stale = root.clean_stale().map_err(io_err)?;
         Ok((root, stale))
     }
@@ -124,8 +138,18 @@ impl StagingRoot {
     pub fn create(self: &Arc<Self>) -> io::Result<StagingGuard> {
         loop {
             let id = new_id()?;
-            match mkdirat(self.dir.as_fd(), id.as_str(), Mode::from_bits_truncate(0o700)) {
-                Ok(()) => return Ok(StagingGuard { root: Arc::clone(self), id, armed: true }),
+            match mkdirat(
+                self.dir.as_fd(),
+                id.as_str(),
+                Mode::from_bits_truncate(0o700),
+            ) {
+                Ok(()) => {
+                    return Ok(StagingGuard {
+                        root: Arc::clone(self),
+                        id,
+                        armed: true,
+                    });
+                }
                 // 128 random bits do not collide; if they do, never reuse: draw again.
                 Err(Errno::EEXIST) => continue,
                 Err(e) => return Err(e.into()),
@@ -137,22 +161,32 @@ impl StagingRoot {
     pub fn keep(&self, mut guard: StagingGuard) -> (String, PathBuf) {
         guard.armed = false;
         let id = std::mem::take(&mut guard.id);
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner).insert(id.clone(), Instant::now());
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.clone(), Instant::now());
         let path = self.path.join(&id);
         (id, path)
     }
 
     /// Forget a kept directory; the caller removes it (see [`StagingRoot::remove`]).
     pub fn take_kept(&self, id: &str) -> bool {
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner).remove(id).is_some()
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id)
+            .is_some()
     }
 
     /// Kept directories older than the TTL, forgotten (the caller removes them).
     pub fn take_expired(&self) -> Vec<String> {
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        let expired: Vec<String> =
-            kept.iter().filter(|(_, t)| now.duration_since(**t) >= self.ttl).map(|(id, _)| id.clone()).collect();
+        let expired: Vec<String> = kept
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) >= self.ttl)
+            .map(|(id, _)| id.clone())
+            .collect();
         for id in &expired {
             kept.remove(id);
         }
@@ -161,13 +195,19 @@ impl StagingRoot {
 
     /// How many accepted directories are held.
     pub fn kept_count(&self) -> usize {
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Remove the directory `id` and everything beneath it; absent is fine.
     pub fn remove(&self, id: &str) -> io::Result<()> {
         if !is_staging_id(id) {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a staging id"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a staging id",
+            ));
         }
         match openat(self.dir.as_fd(), id, dir_flags(), Mode::empty()) {
             Ok(fd) => clear_beneath(fd.as_fd(), 0)?,
@@ -216,10 +256,14 @@ mod tests {
     fn create_keep_remove_and_stale_cleaning() {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = tmp.path().join("staging");
-        let (root, stale) = StagingRoot::open(&path, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+        let (root, stale) =
+            StagingRoot::open(&path, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(stale, 0);
         // A second server on the same root is refused.
-        assert!(matches!(StagingRoot::open(&path, Duration::from_secs(60)), Err(StagingError::Locked { .. })));
+        assert!(matches!(
+            StagingRoot::open(&path, Duration::from_secs(60)),
+            Err(StagingError::Locked { .. })
+        ));
 
         let g = root.create().unwrap_or_else(|e| panic!("{e}"));
         let dropped = g.path();
@@ -235,11 +279,18 @@ mod tests {
         std::fs::write(path.join("unrelated"), b"keep me").unwrap_or_else(|e| panic!("{e}"));
         drop(root);
 
-        let (root, stale) = StagingRoot::open(&path, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+        let (root, stale) =
+            StagingRoot::open(&path, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(stale, 1);
         assert!(!kept.exists());
-        assert!(Path::new("/etc/passwd").exists(), "links are never followed");
-        assert!(path.join("unrelated").exists(), "only names we could have made are removed");
+        assert!(
+            Path::new("/etc/passwd").exists(),
+            "links are never followed"
+        );
+        assert!(
+            path.join("unrelated").exists(),
+            "only names we could have made are removed"
+        );
         assert!(!root.take_kept(&id));
         assert!(root.remove("../etc").is_err());
     }

@@ -71,12 +71,24 @@ pub fn is_tar_header(block: &[u8]) -> bool {
     }
     // v7 tar has no magic; accept a header whose checksum field matches its contents.
     let field = &block[148..156];
-    let text: String = field.iter().take_while(|b| **b != 0 && **b != b' ').map(|b| *b as char).collect();
-    let Ok(stored) = u32::from_str_radix(text.trim(), 8) else { return false };
+    let text: String = field
+        .iter()
+        .take_while(|b| **b != 0 && **b != b' ')
+        .map(|b| *b as char)
+        .collect();
+    let Ok(stored) = u32::from_str_radix(text.trim(), 8) else {
+        return false;
+    };
     let sum: u32 = block[..512]
         .iter()
         .enumerate()
-        .map(|(i, b)| if (148..156).contains(&i) { u32::from(b' ') } else { u32::from(*b) })
+        .map(|(i, b)| {
+            if (148..156).contains(&i) {
+                u32::from(b' ')
+            } else {
+                u32::from(*b)
+            }
+        })
         .sum();
     stored == sum && block[0] != 0
 }
@@ -110,18 +122,32 @@ pub fn looks_like_archive(head: &[u8]) -> bool {
 
 fn claim_from_media_type(media_type: &str) -> Claim {
     // RFC 9110: type/subtype are case-insensitive; parameters follow a `;`.
-    let essence = media_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = media_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     match essence.as_str() {
-        "" | "application/octet-stream" | "binary/octet-stream" | "application/x-binary" | "application/binary" => {
-            Claim::Generic
+        ""
+        | "application/octet-stream"
+        | "binary/octet-stream"
+        | "application/x-binary"
+        | "application/binary" => Claim::Generic,
+        "application/zip" | "application/x-zip" | "application/x-zip-compressed" => {
+            Claim::Is(Format::Zip)
         }
-        "application/zip" | "application/x-zip" | "application/x-zip-compressed" => Claim::Is(Format::Zip),
         "application/x-tar" | "application/tar" | "application/x-ustar" => Claim::Is(Format::Tar),
-        "application/gzip" | "application/x-gzip" | "application/x-gtar" | "application/x-tgz"
-        | "application/x-compressed-tar" | "application/tar+gzip" => Claim::Is(Format::TarGz),
-        "application/zstd" | "application/x-zstd" | "application/x-zstd-compressed-tar" | "application/tar+zstd" => {
-            Claim::Is(Format::TarZst)
-        }
+        "application/gzip"
+        | "application/x-gzip"
+        | "application/x-gtar"
+        | "application/x-tgz"
+        | "application/x-compressed-tar"
+        | "application/tar+gzip" => Claim::Is(Format::TarGz),
+        "application/zstd"
+        | "application/x-zstd"
+        | "application/x-zstd-compressed-tar"
+        | "application/tar+zstd" => Claim::Is(Format::TarZst),
         "text/markdown" | "text/x-markdown" | "text/plain" => Claim::Is(Format::SkillMd),
         // RFC 6839 structured syntax suffix, e.g. application/vnd.example.skill+zip.
         other if other.ends_with("+zip") => Claim::Is(Format::Zip),
@@ -162,7 +188,10 @@ pub fn decide(
         (ArtifactType::SkillMd, other) => {
             return Err(Reason::new(
                 ReasonCode::FormatMismatch,
-                format!("declared type skill-md, but the bytes are {}", describe(other)),
+                format!(
+                    "declared type skill-md, but the bytes are {}",
+                    describe(other)
+                ),
             ));
         }
         (ArtifactType::Archive, Magic::Zip) => Format::Zip,
@@ -170,7 +199,10 @@ pub fn decide(
         (ArtifactType::Archive, Magic::Gzip) => Format::TarGz,
         (ArtifactType::Archive, Magic::Zstd) => Format::TarZst,
         (ArtifactType::Archive, Magic::OtherArchive(name)) => {
-            return Err(Reason::new(ReasonCode::UnsupportedFormat, format!("{name} archives are not supported")));
+            return Err(Reason::new(
+                ReasonCode::UnsupportedFormat,
+                format!("{name} archives are not supported"),
+            ));
         }
         (ArtifactType::Archive, Magic::Unknown) => {
             return Err(Reason::new(
@@ -180,7 +212,10 @@ pub fn decide(
         }
     };
     let (claim, source) = match media_type.map(claim_from_media_type) {
-        Some(Claim::Generic) | None => (file_name.map_or(Claim::Generic, claim_from_name), "file extension"),
+        Some(Claim::Generic) | None => (
+            file_name.map_or(Claim::Generic, claim_from_name),
+            "file extension",
+        ),
         Some(c) => (c, "media type"),
     };
     match claim {
@@ -188,7 +223,11 @@ pub fn decide(
         Claim::Is(f) if f == from_bytes => Ok(from_bytes),
         Claim::Is(f) => Err(Reason::new(
             ReasonCode::FormatMismatch,
-            format!("{source} says {}, but the bytes are {}", f.as_str(), from_bytes.as_str()),
+            format!(
+                "{source} says {}, but the bytes are {}",
+                f.as_str(),
+                from_bytes.as_str()
+            ),
         )),
         Claim::Foreign => Err(Reason::new(
             ReasonCode::FormatMismatch,
@@ -216,7 +255,12 @@ fn describe(m: Magic) -> &'static str {
 mod tests {
     use super::*;
 
-    fn d(t: ArtifactType, head: &[u8], mt: Option<&str>, name: Option<&str>) -> Result<Format, ReasonCode> {
+    fn d(
+        t: ArtifactType,
+        head: &[u8],
+        mt: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<Format, ReasonCode> {
         decide(t, head, mt, name).map_err(|r| r.code)
     }
 
@@ -224,17 +268,65 @@ mod tests {
     fn magic_decides_and_hints_must_agree() {
         use ArtifactType::*;
         assert_eq!(d(Archive, b"PK\x03\x04....", None, None), Ok(Format::Zip));
-        assert_eq!(d(Archive, b"\x1f\x8b\x08", Some("application/gzip"), Some("x.zip")), Ok(Format::TarGz));
-        assert_eq!(d(Archive, b"\x1f\x8b\x08", Some("application/octet-stream"), Some("x.zip")), Err(ReasonCode::FormatMismatch));
-        assert_eq!(d(Archive, b"\x1f\x8b\x08", Some("Application/GZIP; q=1"), None), Ok(Format::TarGz));
-        assert_eq!(d(Archive, b"\x28\xb5\x2f\xfd", None, Some("skill.tar.zst")), Ok(Format::TarZst));
-        assert_eq!(d(Archive, b"\x28\xb5\x2f\xfd", Some("application/zip"), None), Err(ReasonCode::FormatMismatch));
-        assert_eq!(d(Archive, b"# hello", None, None), Err(ReasonCode::UnsupportedFormat));
-        assert_eq!(d(Archive, b"BZh91AY", None, None), Err(ReasonCode::UnsupportedFormat));
-        assert_eq!(d(Archive, b"PK\x03\x04", Some("image/png"), None), Err(ReasonCode::FormatMismatch));
-        assert_eq!(d(SkillMd, b"---\nname: x\n", Some("text/markdown"), None), Ok(Format::SkillMd));
-        assert_eq!(d(SkillMd, b"PK\x03\x04", None, None), Err(ReasonCode::FormatMismatch));
-        assert_eq!(d(SkillMd, b"---\n", None, Some("x.tgz")), Err(ReasonCode::FormatMismatch));
+        assert_eq!(
+            d(
+                Archive,
+                b"\x1f\x8b\x08",
+                Some("application/gzip"),
+                Some("x.zip")
+            ),
+            Ok(Format::TarGz)
+        );
+        assert_eq!(
+            d(
+                Archive,
+                b"\x1f\x8b\x08",
+                Some("application/octet-stream"),
+                Some("x.zip")
+            ),
+            Err(ReasonCode::FormatMismatch)
+        );
+        assert_eq!(
+            d(
+                Archive,
+                b"\x1f\x8b\x08",
+                Some("Application/GZIP; q=1"),
+                None
+            ),
+            Ok(Format::TarGz)
+        );
+        assert_eq!(
+            d(Archive, b"\x28\xb5\x2f\xfd", None, Some("skill.tar.zst")),
+            Ok(Format::TarZst)
+        );
+        assert_eq!(
+            d(Archive, b"\x28\xb5\x2f\xfd", Some("application/zip"), None),
+            Err(ReasonCode::FormatMismatch)
+        );
+        assert_eq!(
+            d(Archive, b"# hello", None, None),
+            Err(ReasonCode::UnsupportedFormat)
+        );
+        assert_eq!(
+            d(Archive, b"BZh91AY", None, None),
+            Err(ReasonCode::UnsupportedFormat)
+        );
+        assert_eq!(
+            d(Archive, b"PK\x03\x04", Some("image/png"), None),
+            Err(ReasonCode::FormatMismatch)
+        );
+        assert_eq!(
+            d(SkillMd, b"---\nname: x\n", Some("text/markdown"), None),
+            Ok(Format::SkillMd)
+        );
+        assert_eq!(
+            d(SkillMd, b"PK\x03\x04", None, None),
+            Err(ReasonCode::FormatMismatch)
+        );
+        assert_eq!(
+            d(SkillMd, b"---\n", None, Some("x.tgz")),
+            Err(ReasonCode::FormatMismatch)
+        );
     }
 
     #[test]
@@ -245,7 +337,17 @@ mod tests {
         assert!(is_tar_header(&block));
         block[257..262].copy_from_slice(&[0; 5]);
         assert!(!is_tar_header(&block));
-        let sum: u32 = block.iter().enumerate().map(|(i, b)| if (148..156).contains(&i) { 32 } else { u32::from(*b) }).sum();
+        let sum: u32 = block
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                if (148..156).contains(&i) {
+                    32
+                } else {
+                    u32::from(*b)
+                }
+            })
+            .sum();
         let field = format!("{sum:06o}\0 ");
         block[148..156].copy_from_slice(field.as_bytes());
         assert!(is_tar_header(&block));

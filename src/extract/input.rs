@@ -44,7 +44,8 @@ impl Read for ArtifactReader<'_> {
         if self.pos >= self.size {
             return Ok(0);
         }
-        let want = usize::try_from((self.size - self.pos).min(buf.len() as u64)).unwrap_or(buf.len());
+        let want =
+            usize::try_from((self.size - self.pos).min(buf.len() as u64)).unwrap_or(buf.len());
         let n = self.file.read_at(&mut buf[..want], self.pos)?;
         self.pos += n as u64;
         Ok(n)
@@ -63,7 +64,10 @@ impl Seek for ArtifactReader<'_> {
                 self.pos = p;
                 Ok(p)
             }
-            None => Err(io::Error::new(io::ErrorKind::InvalidInput, "seek before start of artifact")),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "seek before start of artifact",
+            )),
         }
     }
 }
@@ -119,7 +123,11 @@ pub(crate) struct SeekBuf<R> {
 
 impl<R: Read + Seek> SeekBuf<R> {
     pub(crate) fn new(inner: R, size: u64, capacity: usize) -> Self {
-        Self { inner: io::BufReader::with_capacity(capacity, inner), pos: 0, size }
+        Self {
+            inner: io::BufReader::with_capacity(capacity, inner),
+            pos: 0,
+            size,
+        }
     }
 }
 
@@ -149,7 +157,9 @@ impl<R: Read + Seek> Seek for SeekBuf<R> {
             SeekFrom::End(d) => self.size.checked_add_signed(d),
             SeekFrom::Current(d) => self.pos.checked_add_signed(d),
         }
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek before start of artifact"))?;
+        .ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "seek before start of artifact")
+        })?;
         let delta = i64::try_from(i128::from(target) - i128::from(self.pos))
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seek out of range"))?;
         self.inner.seek_relative(delta)?;

@@ -89,17 +89,48 @@ pub struct Outcome {
 impl Outcome {
     /// A rejection: no entries survive, only the facts and totals at the moment of stopping.
     pub fn rejected(artifact: ArtifactFacts, totals: Totals, reason: Reason) -> Self {
-        Self { verdict: Verdict::Rejected, reason: Some(reason), artifact, entries: Vec::new(), totals, review: None }
+        Self {
+            verdict: Verdict::Rejected,
+            reason: Some(reason),
+            artifact,
+            entries: Vec::new(),
+            totals,
+            review: None,
+        }
     }
 }
 
 const SCRIPT_EXTENSIONS: &[&str] = &[
-    "sh", "bash", "zsh", "fish", "ksh", "py", "pyw", "rb", "pl", "pm", "php", "js", "mjs", "cjs",
-    "ts", "lua", "ps1", "psm1", "bat", "cmd", "vbs", "applescript", "r", "tcl", "awk",
+    "sh",
+    "bash",
+    "zsh",
+    "fish",
+    "ksh",
+    "py",
+    "pyw",
+    "rb",
+    "pl",
+    "pm",
+    "php",
+    "js",
+    "mjs",
+    "cjs",
+    "ts",
+    "lua",
+    "ps1",
+    "psm1",
+    "bat",
+    "cmd",
+    "vbs",
+    "applescript",
+    "r",
+    "tcl",
+    "awk",
 ];
 
 const ARCHIVE_EXTENSIONS: &[&str] = &[
-    "zip", "tar", "gz", "tgz", "zst", "tzst", "bz2", "xz", "7z", "rar", "jar", "whl", "apk", "deb", "rpm",
+    "zip", "tar", "gz", "tgz", "zst", "tzst", "bz2", "xz", "7z", "rar", "jar", "whl", "apk", "deb",
+    "rpm",
 ];
 
 fn extension(path: &str) -> Option<String> {
@@ -118,10 +149,18 @@ pub fn file_flags(path: &str, head: &[u8], executable: bool, mode_sanitised: boo
     if executable {
         flags.push(Flag::Executable);
     }
-    if head.starts_with(b"#!") || ext.as_deref().is_some_and(|e| SCRIPT_EXTENSIONS.contains(&e)) {
+    if head.starts_with(b"#!")
+        || ext
+            .as_deref()
+            .is_some_and(|e| SCRIPT_EXTENSIONS.contains(&e))
+    {
         flags.push(Flag::Script);
     }
-    if super::detect::looks_like_archive(head) || ext.as_deref().is_some_and(|e| ARCHIVE_EXTENSIONS.contains(&e)) {
+    if super::detect::looks_like_archive(head)
+        || ext
+            .as_deref()
+            .is_some_and(|e| ARCHIVE_EXTENSIONS.contains(&e))
+    {
         flags.push(Flag::NestedArchive);
     }
     if path == "SKILL.md" {
@@ -147,10 +186,22 @@ mod tests {
 
     #[test]
     fn flags_by_shebang_extension_and_magic() {
-        assert_eq!(file_flags("scripts/run", b"#!/bin/sh\n", true, false), vec![Flag::Executable, Flag::Script]);
-        assert_eq!(file_flags("x.PY", b"print()", false, false), vec![Flag::Script]);
-        assert_eq!(file_flags("assets/blob", b"PK\x03\x04rest", false, false), vec![Flag::NestedArchive]);
-        assert_eq!(file_flags("SKILL.md", b"---", false, true), vec![Flag::SkillMd, Flag::ModeSanitised]);
+        assert_eq!(
+            file_flags("scripts/run", b"#!/bin/sh\n", true, false),
+            vec![Flag::Executable, Flag::Script]
+        );
+        assert_eq!(
+            file_flags("x.PY", b"print()", false, false),
+            vec![Flag::Script]
+        );
+        assert_eq!(
+            file_flags("assets/blob", b"PK\x03\x04rest", false, false),
+            vec![Flag::NestedArchive]
+        );
+        assert_eq!(
+            file_flags("SKILL.md", b"---", false, true),
+            vec![Flag::SkillMd, Flag::ModeSanitised]
+        );
         assert!(file_flags(".sh", b"", false, false).is_empty());
     }
 }

@@ -99,15 +99,29 @@ impl From<Reason> for Stop {
 ///
 /// Returns `Ok` with an accepted or rejected [`Outcome`]; `Err` only for operational faults
 /// (after which the caller must discard the staging directory).
-pub fn extract(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Result<Outcome, EngineError> {
+pub fn extract(
+    artifact: &File,
+    staging: BorrowedFd<'_>,
+    req: &Request,
+) -> Result<Outcome, EngineError> {
     let size = artifact.metadata().map_err(EngineError::Artifact)?.len();
-    let mut facts = ArtifactFacts { digest: None, format: None, size };
-    let totals = Totals { bytes_in: size, ..Totals::default() };
+    let mut facts = ArtifactFacts {
+        digest: None,
+        format: None,
+        size,
+    };
+    let totals = Totals {
+        bytes_in: size,
+        ..Totals::default()
+    };
     let rejected = Outcome::rejected;
 
     if size > req.limits.max_artifact_bytes {
-        let reason = Reason::new(ReasonCode::ArtifactSize, "artifact is larger than the limit")
-            .limit(req.limits.max_artifact_bytes, size);
+        let reason = Reason::new(
+            ReasonCode::ArtifactSize,
+            "artifact is larger than the limit",
+        )
+        .limit(req.limits.max_artifact_bytes, size);
         return Ok(rejected(facts, totals, reason));
     }
 
@@ -144,21 +158,31 @@ pub fn extract(artifact: &File, staging: BorrowedFd<'_>, req: &Request) -> Resul
     // 3. Stream entries through the policy into the staging directory.
     let counter = input::Counter::default();
     let mut sink = sink::Sink::new(&req.limits, staging, size, counter.clone());
-    let result = run_format(format, artifact, size, &counter, &mut sink).and_then(|()| sink.finish(format));
+    let result =
+        run_format(format, artifact, size, &counter, &mut sink).and_then(|()| sink.finish(format));
     match result {
         Ok(()) => {
             let (entries, totals) = sink.into_inventory(size);
             // 4. Review the staged tree (issue 5): reads beneath `staging` only, bounded. An invalid
             // SKILL.md rejects, and then nothing of the tree may survive either.
             match crate::skill::review::review(staging, &entries, req) {
-                Ok(review) => {
-                    Ok(Outcome { verdict: Verdict::Accepted, reason: None, artifact: facts, entries, totals, review: Some(review) })
-                }
+                Ok(review) => Ok(Outcome {
+                    verdict: Verdict::Accepted,
+                    reason: None,
+                    artifact: facts,
+                    entries,
+                    totals,
+                    review: Some(review),
+                }),
                 Err(err) => {
                     writer::clear_beneath(staging, 0).map_err(EngineError::Cleanup)?;
                     match err {
-                        crate::skill::review::ReviewError::Invalid(reason) => Ok(rejected(facts, totals, reason)),
-                        crate::skill::review::ReviewError::Io { source, .. } => Err(EngineError::Staging(source)),
+                        crate::skill::review::ReviewError::Invalid(reason) => {
+                            Ok(rejected(facts, totals, reason))
+                        }
+                        crate::skill::review::ReviewError::Io { source, .. } => {
+                            Err(EngineError::Staging(source))
+                        }
                     }
                 }
             }
@@ -196,7 +220,8 @@ fn run_format(
             tar::read_decoded(decoder, sink, counter)
         }
         Format::TarZst => {
-            let mut decoder = zstd::stream::read::Decoder::with_buffer(buffered).map_err(|e| Stop::Fault(EngineError::Artifact(e)))?;
+            let mut decoder = zstd::stream::read::Decoder::with_buffer(buffered)
+                .map_err(|e| Stop::Fault(EngineError::Artifact(e)))?;
             // Bound decoder memory: a frame asking for a larger window is refused, not honoured.
             decoder
                 .window_log_max(sink.limits().zstd_window_log_max)
@@ -214,7 +239,10 @@ fn hash_all(file: &File, size: u64) -> io::Result<Sha256Digest> {
         let want = usize::try_from((size - off).min(buf.len() as u64)).unwrap_or(buf.len());
         let n = file.read_at(&mut buf[..want], off)?;
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "artifact shrank while being read"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "artifact shrank while being read",
+            ));
         }
         hasher.update(&buf[..n]);
         off += n as u64;

@@ -9,7 +9,7 @@
 use unicode_normalization::UnicodeNormalization;
 
 use super::policy::Limits;
-use crate::reason::{display_name, Reason, ReasonCode};
+use crate::reason::{Reason, ReasonCode, display_name};
 
 /// A validated, normalised relative path: non-empty components joined by `/`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -37,13 +37,17 @@ impl SafeRelPath {
     }
 
     pub fn file_name(&self) -> &str {
-        self.0.rfind('/').map_or(self.0.as_str(), |i| &self.0[i + 1..])
+        self.0
+            .rfind('/')
+            .map_or(self.0.as_str(), |i| &self.0[i + 1..])
     }
 
     /// Validate a raw entry name against the policy and normalise it.
     pub fn parse(raw: &[u8], limits: &Limits) -> Result<Parsed, Reason> {
-        let reject = |code: ReasonCode, detail: &str| Reason::new(code, detail).entry(display_name(raw));
-        let name = std::str::from_utf8(raw).map_err(|_| reject(ReasonCode::InvalidName, "name is not valid UTF-8"))?;
+        let reject =
+            |code: ReasonCode, detail: &str| Reason::new(code, detail).entry(display_name(raw));
+        let name = std::str::from_utf8(raw)
+            .map_err(|_| reject(ReasonCode::InvalidName, "name is not valid UTF-8"))?;
         if let Some(c) = name.chars().find(|c| c.is_control()) {
             let detail = format!("name contains control character U+{:04X}", u32::from(c));
             return Err(reject(ReasonCode::InvalidName, &detail));
@@ -57,22 +61,33 @@ impl SafeRelPath {
         }
         let b = name.as_bytes();
         if b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':' {
-            return Err(reject(ReasonCode::AbsolutePath, "name starts with a drive letter"));
+            return Err(reject(
+                ReasonCode::AbsolutePath,
+                "name starts with a drive letter",
+            ));
         }
         if raw.len() as u64 > limits.max_path_bytes {
-            return Err(reject(ReasonCode::PathLength, "name is too long").limit(limits.max_path_bytes, raw.len() as u64));
+            return Err(reject(ReasonCode::PathLength, "name is too long")
+                .limit(limits.max_path_bytes, raw.len() as u64));
         }
         let mut out = String::with_capacity(name.len());
         let mut depth: u64 = 0;
         for comp in name.split('/') {
             match comp {
                 "" | "." => continue,
-                ".." => return Err(reject(ReasonCode::PathTraversal, "name contains a `..` component")),
+                ".." => {
+                    return Err(reject(
+                        ReasonCode::PathTraversal,
+                        "name contains a `..` component",
+                    ));
+                }
                 _ => {}
             }
             if comp.len() as u64 > limits.max_component_bytes {
-                return Err(reject(ReasonCode::PathLength, "a path component is too long")
-                    .limit(limits.max_component_bytes, comp.len() as u64));
+                return Err(
+                    reject(ReasonCode::PathLength, "a path component is too long")
+                        .limit(limits.max_component_bytes, comp.len() as u64),
+                );
             }
             depth += 1;
             if !out.is_empty() {
@@ -81,12 +96,16 @@ impl SafeRelPath {
             out.push_str(comp);
         }
         if depth > limits.max_path_depth {
-            return Err(reject(ReasonCode::PathDepth, "path is too deep").limit(limits.max_path_depth, depth));
+            return Err(reject(ReasonCode::PathDepth, "path is too deep")
+                .limit(limits.max_path_depth, depth));
         }
         // Checked again after normalisation: `./C:/x` must not become the drive path `C:/x`.
         let o = out.as_bytes();
         if o.len() >= 2 && o[0].is_ascii_alphabetic() && o[1] == b':' {
-            return Err(reject(ReasonCode::AbsolutePath, "name starts with a drive letter"));
+            return Err(reject(
+                ReasonCode::AbsolutePath,
+                "name starts with a drive letter",
+            ));
         }
         if out.is_empty() {
             return Ok(Parsed::Root);
@@ -167,10 +186,20 @@ mod tests {
         let comp_bad = "c".repeat(256);
         assert!(SafeRelPath::parse(comp_ok.as_bytes(), &l).is_ok());
         assert_eq!(code(comp_bad.as_bytes()), ReasonCode::PathLength);
-        let long_ok = format!("{}/{}/{}/{}/{}", "a".repeat(200), "b".repeat(200), "c".repeat(200), "d".repeat(200), "e".repeat(220));
+        let long_ok = format!(
+            "{}/{}/{}/{}/{}",
+            "a".repeat(200),
+            "b".repeat(200),
+            "c".repeat(200),
+            "d".repeat(200),
+            "e".repeat(220)
+        );
         assert_eq!(long_ok.len(), 1024);
         assert!(SafeRelPath::parse(long_ok.as_bytes(), &l).is_ok());
-        assert_eq!(code(format!("{long_ok}e").as_bytes()), ReasonCode::PathLength);
+        assert_eq!(
+            code(format!("{long_ok}e").as_bytes()),
+            ReasonCode::PathLength
+        );
     }
 
     #[test]

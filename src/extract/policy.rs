@@ -79,13 +79,20 @@ impl Default for Limits {
 #[non_exhaustive]
 pub enum LimitsError {
     #[error("cannot read limits file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("limits file {path}: {message}")]
     Parse { path: String, message: String },
     #[error("limits file {path}: unknown extension (use .toml or .json)")]
     UnknownFormat { path: String },
     #[error("limit `{field}` = {value} is out of range ({rule})")]
-    OutOfRange { field: &'static str, value: u64, rule: &'static str },
+    OutOfRange {
+        field: &'static str,
+        value: u64,
+        rule: &'static str,
+    },
 }
 
 /// A byte count on the command line or in a `SKILLBOX_*` variable that cannot be used.
@@ -112,10 +119,18 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
         "k" | "kib" | "kb" => KIB,
         "m" | "mib" | "mb" => MIB,
         "g" | "gib" | "gb" => GIB,
-        other => return Err(SizeError::UnknownSuffix { suffix: other.to_owned() }),
+        other => {
+            return Err(SizeError::UnknownSuffix {
+                suffix: other.to_owned(),
+            });
+        }
     };
-    let n: u64 = digits.parse().map_err(|_| SizeError::NotANumber { input: s.to_owned() })?;
-    n.checked_mul(unit).ok_or_else(|| SizeError::TooLarge { input: s.to_owned() })
+    let n: u64 = digits.parse().map_err(|_| SizeError::NotANumber {
+        input: s.to_owned(),
+    })?;
+    n.checked_mul(unit).ok_or_else(|| SizeError::TooLarge {
+        input: s.to_owned(),
+    })
 }
 
 impl Limits {
@@ -124,15 +139,30 @@ impl Limits {
     pub fn from_file(path: &std::path::Path) -> Result<Self, LimitsError> {
         let shown = path.display().to_string();
         // Bounded read: a limits file is tiny; refuse anything that is not.
-        let meta = std::fs::metadata(path).map_err(|source| LimitsError::Read { path: shown.clone(), source })?;
+        let meta = std::fs::metadata(path).map_err(|source| LimitsError::Read {
+            path: shown.clone(),
+            source,
+        })?;
         if meta.len() > 64 * KIB {
-            return Err(LimitsError::Parse { path: shown, message: "larger than 64 KiB".into() });
+            return Err(LimitsError::Parse {
+                path: shown,
+                message: "larger than 64 KiB".into(),
+            });
         }
-        let text = std::fs::read_to_string(path).map_err(|source| LimitsError::Read { path: shown.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| LimitsError::Read {
+            path: shown.clone(),
+            source,
+        })?;
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
         let limits: Limits = match ext {
-            "toml" => toml::from_str(&text).map_err(|e| LimitsError::Parse { path: shown.clone(), message: e.to_string() })?,
-            "json" => serde_json::from_str(&text).map_err(|e| LimitsError::Parse { path: shown.clone(), message: e.to_string() })?,
+            "toml" => toml::from_str(&text).map_err(|e| LimitsError::Parse {
+                path: shown.clone(),
+                message: e.to_string(),
+            })?,
+            "json" => serde_json::from_str(&text).map_err(|e| LimitsError::Parse {
+                path: shown.clone(),
+                message: e.to_string(),
+            })?,
             _ => return Err(LimitsError::UnknownFormat { path: shown }),
         };
         limits.validate()?;
@@ -153,7 +183,11 @@ impl Limits {
         ];
         for (field, value) in positive {
             if value == 0 {
-                return Err(LimitsError::OutOfRange { field, value, rule: "must be at least 1" });
+                return Err(LimitsError::OutOfRange {
+                    field,
+                    value,
+                    rule: "must be at least 1",
+                });
             }
         }
         if self.max_component_bytes > 255 {
@@ -184,17 +218,37 @@ impl Limits {
     /// tighten the server's limits, never loosen them.
     pub fn is_within(&self, outer: &Limits) -> Result<(), &'static str> {
         let pairs: [(&'static str, u64, u64); 10] = [
-            ("max_artifact_bytes", self.max_artifact_bytes, outer.max_artifact_bytes),
+            (
+                "max_artifact_bytes",
+                self.max_artifact_bytes,
+                outer.max_artifact_bytes,
+            ),
             ("max_entries", self.max_entries, outer.max_entries),
-            ("max_expanded_bytes", self.max_expanded_bytes, outer.max_expanded_bytes),
+            (
+                "max_expanded_bytes",
+                self.max_expanded_bytes,
+                outer.max_expanded_bytes,
+            ),
             ("max_file_bytes", self.max_file_bytes, outer.max_file_bytes),
             ("max_ratio", self.max_ratio, outer.max_ratio),
             ("max_path_depth", self.max_path_depth, outer.max_path_depth),
             ("max_path_bytes", self.max_path_bytes, outer.max_path_bytes),
-            ("max_component_bytes", self.max_component_bytes, outer.max_component_bytes),
-            ("zstd_window_log_max", u64::from(self.zstd_window_log_max), u64::from(outer.zstd_window_log_max)),
+            (
+                "max_component_bytes",
+                self.max_component_bytes,
+                outer.max_component_bytes,
+            ),
+            (
+                "zstd_window_log_max",
+                u64::from(self.zstd_window_log_max),
+                u64::from(outer.zstd_window_log_max),
+            ),
             // A larger threshold postpones the ratio check, so it is looser.
-            ("ratio_threshold_bytes", self.ratio_threshold_bytes, outer.ratio_threshold_bytes),
+            (
+                "ratio_threshold_bytes",
+                self.ratio_threshold_bytes,
+                outer.ratio_threshold_bytes,
+            ),
         ];
         for (field, inner, outer) in pairs {
             if inner > outer {
@@ -204,7 +258,9 @@ impl Limits {
         if self.allow_symlinks && !outer.allow_symlinks {
             return Err("allow_symlinks");
         }
-        if self.hardlinks == HardlinkPolicy::CopyInternal && outer.hardlinks == HardlinkPolicy::Reject {
+        if self.hardlinks == HardlinkPolicy::CopyInternal
+            && outer.hardlinks == HardlinkPolicy::Reject
+        {
             return Err("hardlinks");
         }
         if !self.require_skill_md && outer.require_skill_md {
@@ -225,7 +281,10 @@ mod tests {
         assert_eq!(l.max_expanded_bytes, 256 * 1024 * 1024);
         assert_eq!(l.max_file_bytes, 64 * 1024 * 1024);
         assert_eq!((l.max_ratio, l.ratio_threshold_bytes), (200, 1024 * 1024));
-        assert_eq!((l.max_path_depth, l.max_path_bytes, l.max_component_bytes), (32, 1024, 255));
+        assert_eq!(
+            (l.max_path_depth, l.max_path_bytes, l.max_component_bytes),
+            (32, 1024, 255)
+        );
         assert!(l.validate().is_ok());
     }
 
@@ -240,7 +299,10 @@ mod tests {
 
         let json_path = dir.path().join("l.json");
         std::fs::write(&json_path, r#"{"max_entrys": 5}"#).unwrap_or_else(|e| panic!("{e}"));
-        assert!(matches!(Limits::from_file(&json_path), Err(LimitsError::Parse { .. })));
+        assert!(matches!(
+            Limits::from_file(&json_path),
+            Err(LimitsError::Parse { .. })
+        ));
     }
 
     #[test]
@@ -268,22 +330,46 @@ mod tests {
     fn sizes_at_and_past_u64() {
         assert_eq!(parse_size("18446744073709551615"), Ok(u64::MAX));
         let too_many_digits = "18446744073709551616";
-        assert_eq!(parse_size(too_many_digits), Err(SizeError::NotANumber { input: too_many_digits.into() }));
+        assert_eq!(
+            parse_size(too_many_digits),
+            Err(SizeError::NotANumber {
+                input: too_many_digits.into()
+            })
+        );
         // 2^34 GiB = 2^64 bytes: the multiplication overflows, one less does not.
         assert_eq!(parse_size("17179869183G"), Ok(17_179_869_183 << 30));
         let e = parse_size("17179869184G");
-        assert_eq!(e, Err(SizeError::TooLarge { input: "17179869184G".into() }));
-        assert_eq!(e.map_err(|e| e.to_string()), Err("\"17179869184G\" is too large".to_owned()));
+        assert_eq!(
+            e,
+            Err(SizeError::TooLarge {
+                input: "17179869184G".into()
+            })
+        );
+        assert_eq!(
+            e.map_err(|e| e.to_string()),
+            Err("\"17179869184G\" is too large".to_owned())
+        );
     }
 
     #[test]
     fn garbage_and_empty_sizes_are_refused_with_their_message() {
-        let message = |s: &str| parse_size(s).map_err(|e| e.to_string()).err().unwrap_or_default();
+        let message = |s: &str| {
+            parse_size(s)
+                .map_err(|e| e.to_string())
+                .err()
+                .unwrap_or_default()
+        };
         assert_eq!(message("1T"), "unknown size suffix \"t\" (use K, M or G)");
-        assert_eq!(message("1.5G"), "unknown size suffix \".5g\" (use K, M or G)");
+        assert_eq!(
+            message("1.5G"),
+            "unknown size suffix \".5g\" (use K, M or G)"
+        );
         assert_eq!(message("1 G"), "unknown size suffix \" g\" (use K, M or G)");
         assert_eq!(message("-1"), "unknown size suffix \"-1\" (use K, M or G)");
-        assert_eq!(message("ten"), "unknown size suffix \"ten\" (use K, M or G)");
+        assert_eq!(
+            message("ten"),
+            "unknown size suffix \"ten\" (use K, M or G)"
+        );
         assert_eq!(message("K"), "\"K\" is not a size");
         assert_eq!(message(""), "\"\" is not a size");
         assert_eq!(message("  "), "\"  \" is not a size");
@@ -292,9 +378,15 @@ mod tests {
     #[test]
     fn tighter_is_within_looser_is_not() {
         let outer = Limits::default();
-        let tighter = Limits { max_entries: 10, ..Limits::default() };
+        let tighter = Limits {
+            max_entries: 10,
+            ..Limits::default()
+        };
         assert!(tighter.is_within(&outer).is_ok());
-        let looser = Limits { max_file_bytes: outer.max_file_bytes + 1, ..Limits::default() };
+        let looser = Limits {
+            max_file_bytes: outer.max_file_bytes + 1,
+            ..Limits::default()
+        };
         assert_eq!(looser.is_within(&outer), Err("max_file_bytes"));
     }
 }

@@ -13,12 +13,12 @@ use nix::errno::Errno;
 
 use super::input::Counter;
 use super::inventory::{self, Entry, Flag, Kind, Totals};
-use super::path::{fold_key, nfc_key, Parsed, SafeRelPath};
+use super::path::{Parsed, SafeRelPath, fold_key, nfc_key};
 use super::policy::{HardlinkPolicy, Limits};
 use super::writer::Writer;
 use super::{EngineError, Format, Stop};
 use crate::digest::{Hasher, Sha256Digest};
-use crate::reason::{display_name, Reason, ReasonCode};
+use crate::reason::{Reason, ReasonCode, display_name};
 
 /// Symlink hops followed when resolving a target, as Linux's `MAXSYMLINKS`.
 const MAX_SYMLINK_HOPS: u32 = 40;
@@ -44,7 +44,12 @@ pub(crate) struct RawEntry<'n> {
 
 impl<'n> RawEntry<'n> {
     pub(crate) fn file(name: &'n [u8], mode: u32) -> Self {
-        Self { name, kind: RawKind::File, mode, declared_size: None }
+        Self {
+            name,
+            kind: RawKind::File,
+            mode,
+            declared_size: None,
+        }
     }
 }
 
@@ -78,14 +83,19 @@ pub(crate) fn reason_io(reason: Reason) -> io::Error {
 /// library errors are classified by kind and message (checksums -> `crc_mismatch`).
 pub(crate) fn classify(err: &io::Error, entry: Option<&[u8]>) -> Reason {
     let mut messages = vec![err.to_string()];
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = err.get_ref().map(|e| e as &(dyn std::error::Error + 'static));
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = err
+        .get_ref()
+        .map(|e| e as &(dyn std::error::Error + 'static));
     let mut depth = 0;
     while let Some(e) = cur {
         if let Some(ReasonError(r)) = e.downcast_ref::<ReasonError>() {
             return r.clone();
         }
         if let Some(inner) = e.downcast_ref::<io::Error>() {
-            if let Some(ReasonError(r)) = inner.get_ref().and_then(|x| x.downcast_ref::<ReasonError>()) {
+            if let Some(ReasonError(r)) = inner
+                .get_ref()
+                .and_then(|x| x.downcast_ref::<ReasonError>())
+            {
                 return r.clone();
             }
         }
@@ -134,18 +144,33 @@ fn write_failed(err: io::Error, path: &str) -> Stop {
         // Our walk never follows symlinks: hitting one, or a non-directory, means an entry tried
         // to go through something that is not a directory we made.
         Some(Errno::ELOOP) | Some(Errno::ENOTDIR) => Stop::Reject(
-            Reason::new(ReasonCode::LinkTraversal, "a parent of this entry is not a directory we created").entry(path),
+            Reason::new(
+                ReasonCode::LinkTraversal,
+                "a parent of this entry is not a directory we created",
+            )
+            .entry(path),
         ),
-        Some(Errno::EEXIST) => Stop::Reject(Reason::new(ReasonCode::DuplicatePath, "the path already exists").entry(path)),
+        Some(Errno::EEXIST) => Stop::Reject(
+            Reason::new(ReasonCode::DuplicatePath, "the path already exists").entry(path),
+        ),
         Some(Errno::EFBIG) => Stop::Reject(
-            Reason::new(ReasonCode::ResourceLimit, "the file-size resource limit was reached").entry(path),
+            Reason::new(
+                ReasonCode::ResourceLimit,
+                "the file-size resource limit was reached",
+            )
+            .entry(path),
         ),
         _ => Stop::Fault(EngineError::Staging(err)),
     }
 }
 
 impl<'a> Sink<'a> {
-    pub(crate) fn new(limits: &'a Limits, staging: BorrowedFd<'a>, _artifact_size: u64, consumed: Counter) -> Self {
+    pub(crate) fn new(
+        limits: &'a Limits,
+        staging: BorrowedFd<'a>,
+        _artifact_size: u64,
+        consumed: Counter,
+    ) -> Self {
         Self {
             limits,
             writer: Writer::new(staging),
@@ -167,16 +192,20 @@ impl<'a> Sink<'a> {
     pub(crate) fn count_header(&mut self) -> Result<(), Stop> {
         self.raw_count += 1;
         if self.raw_count > self.limits.max_entries {
-            return Err(Reason::new(ReasonCode::EntryCount, "too many entries in the archive")
-                .limit(self.limits.max_entries, self.raw_count)
-                .into());
+            return Err(
+                Reason::new(ReasonCode::EntryCount, "too many entries in the archive")
+                    .limit(self.limits.max_entries, self.raw_count)
+                    .into(),
+            );
         }
         Ok(())
     }
 
     /// The bytes-out : bytes-consumed rule, checked against a given produced count.
     pub(crate) fn check_ratio(limits: &Limits, produced: u64, consumed: u64) -> Result<(), Reason> {
-        if produced > limits.ratio_threshold_bytes && produced > limits.max_ratio.saturating_mul(consumed) {
+        if produced > limits.ratio_threshold_bytes
+            && produced > limits.max_ratio.saturating_mul(consumed)
+        {
             let observed = produced / consumed.max(1);
             return Err(Reason::new(
                 ReasonCode::Ratio,
@@ -190,9 +219,11 @@ impl<'a> Sink<'a> {
     fn check_node_count(&self) -> Result<(), Stop> {
         let nodes = self.nodes.len() as u64 + 1;
         if nodes > self.limits.max_entries {
-            return Err(Reason::new(ReasonCode::EntryCount, "too many files and directories")
-                .limit(self.limits.max_entries, nodes)
-                .into());
+            return Err(
+                Reason::new(ReasonCode::EntryCount, "too many files and directories")
+                    .limit(self.limits.max_entries, nodes)
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -203,7 +234,10 @@ impl<'a> Sink<'a> {
         if let Some(other) = self.nfc.get(&nfc) {
             return Err(Reason::new(
                 ReasonCode::UnicodeCollision,
-                format!("same name as {:?} after Unicode normalisation", display_name(other.as_bytes())),
+                format!(
+                    "same name as {:?} after Unicode normalisation",
+                    display_name(other.as_bytes())
+                ),
             )
             .entry(path)
             .into());
@@ -212,7 +246,10 @@ impl<'a> Sink<'a> {
         if let Some(other) = self.fold.get(&fold) {
             return Err(Reason::new(
                 ReasonCode::CaseCollision,
-                format!("same name as {:?} on a case-insensitive filesystem", display_name(other.as_bytes())),
+                format!(
+                    "same name as {:?} on a case-insensitive filesystem",
+                    display_name(other.as_bytes())
+                ),
             )
             .entry(path)
             .into());
@@ -228,7 +265,9 @@ impl<'a> Sink<'a> {
 
     /// Make sure every parent of `path` is a directory, creating missing ones (implicitly).
     fn ensure_parents(&mut self, path: &SafeRelPath) -> Result<(), Stop> {
-        let Some(parent) = path.parent() else { return Ok(()) };
+        let Some(parent) = path.parent() else {
+            return Ok(());
+        };
         let mut end = 0;
         let parent = parent.to_owned();
         loop {
@@ -237,19 +276,27 @@ impl<'a> Sink<'a> {
             match self.nodes.get(prefix).map(|n| n.kind) {
                 Some(Kind::Dir) => {}
                 Some(Kind::File) => {
-                    return Err(Reason::new(ReasonCode::DuplicatePath, format!("{prefix:?} is a file, not a directory"))
-                        .entry(path.as_str())
-                        .into());
+                    return Err(Reason::new(
+                        ReasonCode::DuplicatePath,
+                        format!("{prefix:?} is a file, not a directory"),
+                    )
+                    .entry(path.as_str())
+                    .into());
                 }
                 Some(Kind::Symlink) => {
-                    return Err(Reason::new(ReasonCode::LinkTraversal, format!("{prefix:?} is a symlink"))
-                        .entry(path.as_str())
-                        .into());
+                    return Err(Reason::new(
+                        ReasonCode::LinkTraversal,
+                        format!("{prefix:?} is a symlink"),
+                    )
+                    .entry(path.as_str())
+                    .into());
                 }
                 None => {
                     let keys = self.check_twins(prefix)?;
                     self.check_node_count()?;
-                    self.writer.mkdir(prefix).map_err(|e| write_failed(e, prefix))?;
+                    self.writer
+                        .mkdir(prefix)
+                        .map_err(|e| write_failed(e, prefix))?;
                     let node = Node {
                         kind: Kind::Dir,
                         explicit: false,
@@ -278,16 +325,21 @@ impl<'a> Sink<'a> {
                 return match raw.kind {
                     // `./` in a tarball is the root itself: nothing to create.
                     RawKind::Dir => Ok(()),
-                    _ => Err(Reason::new(ReasonCode::InvalidName, "entry has an empty name")
-                        .entry(display_name(raw.name))
-                        .into()),
+                    _ => Err(
+                        Reason::new(ReasonCode::InvalidName, "entry has an empty name")
+                            .entry(display_name(raw.name))
+                            .into(),
+                    ),
                 };
             }
         };
         if let RawKind::Special(what) = raw.kind {
-            return Err(Reason::new(ReasonCode::DeviceEntry, format!("{what} entries are never extracted"))
-                .entry(path.as_str())
-                .into());
+            return Err(Reason::new(
+                ReasonCode::DeviceEntry,
+                format!("{what} entries are never extracted"),
+            )
+            .entry(path.as_str())
+            .into());
         }
         self.ensure_parents(&path)?;
         let is_dir = matches!(raw.kind, RawKind::Dir);
@@ -306,9 +358,12 @@ impl<'a> Sink<'a> {
                     Kind::File => "a file",
                     Kind::Symlink => "a symlink",
                 };
-                return Err(Reason::new(ReasonCode::DuplicatePath, format!("the archive already created {what} here"))
-                    .entry(path.as_str())
-                    .into());
+                return Err(Reason::new(
+                    ReasonCode::DuplicatePath,
+                    format!("the archive already created {what} here"),
+                )
+                .entry(path.as_str())
+                .into());
             }
             None => self.check_twins(path.as_str())?,
         };
@@ -316,24 +371,47 @@ impl<'a> Sink<'a> {
         let sanitised = raw.mode & 0o7022 != 0;
         let node = match raw.kind {
             RawKind::Dir => {
-                self.writer.mkdir(path.as_str()).map_err(|e| write_failed(e, path.as_str()))?;
-                let flags = if sanitised { vec![Flag::ModeSanitised] } else { Vec::new() };
-                Node { kind: Kind::Dir, explicit: true, size: 0, mode: 0o755, sha256: None, target: None, flags }
+                self.writer
+                    .mkdir(path.as_str())
+                    .map_err(|e| write_failed(e, path.as_str()))?;
+                let flags = if sanitised {
+                    vec![Flag::ModeSanitised]
+                } else {
+                    Vec::new()
+                };
+                Node {
+                    kind: Kind::Dir,
+                    explicit: true,
+                    size: 0,
+                    mode: 0o755,
+                    sha256: None,
+                    target: None,
+                    flags,
+                }
             }
             RawKind::File => self.write_file(&path, raw.mode, raw.declared_size, data)?,
             RawKind::Symlink(target) => self.make_symlink(&path, &target)?,
             RawKind::HardLink(target) => self.copy_hardlink(&path, raw.mode, &target)?,
             RawKind::Special(what) => {
-                return Err(Reason::new(ReasonCode::DeviceEntry, format!("{what} entries are never extracted"))
-                    .entry(path.as_str())
-                    .into());
+                return Err(Reason::new(
+                    ReasonCode::DeviceEntry,
+                    format!("{what} entries are never extracted"),
+                )
+                .entry(path.as_str())
+                .into());
             }
         };
         self.insert(path.as_str().to_owned(), keys, node);
         Ok(())
     }
 
-    fn write_file(&mut self, path: &SafeRelPath, mode: u32, declared: Option<u64>, data: &mut dyn Read) -> Result<Node, Stop> {
+    fn write_file(
+        &mut self,
+        path: &SafeRelPath,
+        mode: u32,
+        declared: Option<u64>,
+        data: &mut dyn Read,
+    ) -> Result<Node, Stop> {
         let p = path.as_str();
         let mut file = self.writer.create_file(p).map_err(|e| write_failed(e, p))?;
         let mut hasher = Hasher::new();
@@ -350,18 +428,24 @@ impl<'a> Sink<'a> {
             self.bytes_out += n as u64;
             // Limits are checked on bytes produced, before they reach the disk.
             if written > self.limits.max_file_bytes {
-                return Err(Reason::new(ReasonCode::FileSize, "file is larger than the limit")
-                    .entry(p)
-                    .limit(self.limits.max_file_bytes, written)
-                    .into());
+                return Err(
+                    Reason::new(ReasonCode::FileSize, "file is larger than the limit")
+                        .entry(p)
+                        .limit(self.limits.max_file_bytes, written)
+                        .into(),
+                );
             }
             if self.bytes_out > self.limits.max_expanded_bytes {
-                return Err(Reason::new(ReasonCode::ExpandedSize, "the archive expands to more than the limit")
-                    .entry(p)
-                    .limit(self.limits.max_expanded_bytes, self.bytes_out)
-                    .into());
+                return Err(Reason::new(
+                    ReasonCode::ExpandedSize,
+                    "the archive expands to more than the limit",
+                )
+                .entry(p)
+                .limit(self.limits.max_expanded_bytes, self.bytes_out)
+                .into());
             }
-            Self::check_ratio(self.limits, self.bytes_out, self.consumed.get()).map_err(|r| r.entry(p))?;
+            Self::check_ratio(self.limits, self.bytes_out, self.consumed.get())
+                .map_err(|r| r.entry(p))?;
             let chunk = &self.buf[..n];
             if head.len() < 512 {
                 let take = (512 - head.len()).min(n);
@@ -397,23 +481,33 @@ impl<'a> Sink<'a> {
 
     fn make_symlink(&mut self, path: &SafeRelPath, target: &[u8]) -> Result<Node, Stop> {
         let p = path.as_str();
-        let reject = |detail: &str| -> Stop { Reason::new(ReasonCode::LinkEscape, detail).entry(p).into() };
+        let reject =
+            |detail: &str| -> Stop { Reason::new(ReasonCode::LinkEscape, detail).entry(p).into() };
         if !self.limits.allow_symlinks {
             return Err(reject("symlinks are not allowed by policy"));
         }
         let Ok(t) = std::str::from_utf8(target) else {
-            return Err(Reason::new(ReasonCode::InvalidName, "symlink target is not valid UTF-8").entry(p).into());
+            return Err(
+                Reason::new(ReasonCode::InvalidName, "symlink target is not valid UTF-8")
+                    .entry(p)
+                    .into(),
+            );
         };
         if t.is_empty() || t.chars().any(|c| c.is_control()) || t.contains('\\') {
-            return Err(Reason::new(ReasonCode::InvalidName, "symlink target is empty or has control characters or backslashes")
-                .entry(p)
-                .into());
+            return Err(Reason::new(
+                ReasonCode::InvalidName,
+                "symlink target is empty or has control characters or backslashes",
+            )
+            .entry(p)
+            .into());
         }
         if t.len() as u64 > self.limits.max_path_bytes {
-            return Err(Reason::new(ReasonCode::PathLength, "symlink target is too long")
-                .entry(p)
-                .limit(self.limits.max_path_bytes, t.len() as u64)
-                .into());
+            return Err(
+                Reason::new(ReasonCode::PathLength, "symlink target is too long")
+                    .entry(p)
+                    .limit(self.limits.max_path_bytes, t.len() as u64)
+                    .into(),
+            );
         }
         if t.starts_with('/') {
             return Err(reject("symlink target is absolute"));
@@ -431,28 +525,50 @@ impl<'a> Sink<'a> {
         })
     }
 
-    fn copy_hardlink(&mut self, path: &SafeRelPath, mode: u32, target: &[u8]) -> Result<Node, Stop> {
+    fn copy_hardlink(
+        &mut self,
+        path: &SafeRelPath,
+        mode: u32,
+        target: &[u8],
+    ) -> Result<Node, Stop> {
         let p = path.as_str();
-        let refuse = |detail: &str| -> Stop { Reason::new(ReasonCode::Hardlink, detail).entry(p).into() };
+        let refuse =
+            |detail: &str| -> Stop { Reason::new(ReasonCode::Hardlink, detail).entry(p).into() };
         if self.limits.hardlinks == HardlinkPolicy::Reject {
             return Err(refuse("hard links are not allowed by policy"));
         }
         let source = match SafeRelPath::parse(target, self.limits) {
             Ok(Parsed::Path(s)) => s,
-            _ => return Err(refuse("hard link target is not a valid name inside the archive")),
+            _ => {
+                return Err(refuse(
+                    "hard link target is not a valid name inside the archive",
+                ));
+            }
         };
-        let is_file = self.nodes.get(source.as_str()).is_some_and(|n| n.kind == Kind::File);
+        let is_file = self
+            .nodes
+            .get(source.as_str())
+            .is_some_and(|n| n.kind == Kind::File);
         if !is_file {
-            return Err(refuse("hard link target is not a regular file extracted earlier"));
+            return Err(refuse(
+                "hard link target is not a regular file extracted earlier",
+            ));
         }
-        let mut src = self.writer.open_for_copy(source.as_str()).map_err(|e| write_failed(e, source.as_str()))?;
+        let mut src = self
+            .writer
+            .open_for_copy(source.as_str())
+            .map_err(|e| write_failed(e, source.as_str()))?;
         // The copy counts as produced bytes: link farms cannot multiply output for free.
         self.write_file(path, mode, None, &mut src)
     }
 
     /// Checks that need the complete tree: symlink targets, and `SKILL.md` at the root.
     pub(crate) fn finish(&mut self, format: Format) -> Result<(), Stop> {
-        let mut links: Vec<(&String, &Node)> = self.nodes.iter().filter(|(_, n)| n.kind == Kind::Symlink).collect();
+        let mut links: Vec<(&String, &Node)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.kind == Kind::Symlink)
+            .collect();
         links.sort_by(|a, b| a.0.cmp(b.0));
         for (path, node) in links {
             let target = node.target.as_deref().unwrap_or("");
@@ -464,7 +580,11 @@ impl<'a> Sink<'a> {
             match self.nodes.get("SKILL.md").map(|n| n.kind) {
                 Some(Kind::File) => {}
                 Some(Kind::Dir) | Some(Kind::Symlink) => {
-                    return Err(Reason::new(ReasonCode::MissingSkillMd, "SKILL.md at the root is not a regular file").into());
+                    return Err(Reason::new(
+                        ReasonCode::MissingSkillMd,
+                        "SKILL.md at the root is not a regular file",
+                    )
+                    .into());
                 }
                 None => {
                     let hint = if self.nodes.keys().any(|k| k.ends_with("/SKILL.md")) {
@@ -472,7 +592,11 @@ impl<'a> Sink<'a> {
                     } else {
                         ""
                     };
-                    return Err(Reason::new(ReasonCode::MissingSkillMd, format!("no SKILL.md at the archive root{hint}")).into());
+                    return Err(Reason::new(
+                        ReasonCode::MissingSkillMd,
+                        format!("no SKILL.md at the archive root{hint}"),
+                    )
+                    .into());
                 }
             }
         }
@@ -503,13 +627,17 @@ impl<'a> Sink<'a> {
             }
             probe.push_str(&comp);
             let Some((key, node)) = self.nodes.get_key_value(probe.as_str()) else {
-                return Err(format!("symlink target {target:?} points at nothing in the package"));
+                return Err(format!(
+                    "symlink target {target:?} points at nothing in the package"
+                ));
             };
             match node.kind {
                 Kind::Dir => stack = key.split('/').collect(),
                 Kind::File => {
                     if pending.iter().any(|c| !c.is_empty() && c != ".") {
-                        return Err(format!("symlink target {target:?} goes through a regular file"));
+                        return Err(format!(
+                            "symlink target {target:?} goes through a regular file"
+                        ));
                     }
                     stack = key.split('/').collect();
                 }
@@ -520,7 +648,9 @@ impl<'a> Sink<'a> {
                     }
                     let inner = node.target.as_deref().unwrap_or("");
                     if inner.starts_with('/') {
-                        return Err(format!("symlink target {target:?} leads to an absolute symlink"));
+                        return Err(format!(
+                            "symlink target {target:?} leads to an absolute symlink"
+                        ));
                     }
                     stack = key.split('/').collect();
                     stack.pop();
@@ -546,7 +676,13 @@ impl<'a> Sink<'a> {
 
     /// Totals at the moment processing stopped (reported with a rejection).
     pub(crate) fn partial_totals(&self, bytes_in: u64) -> Totals {
-        Totals { entries: 0, files: 0, dirs: 0, symlinks: 0, ..self.totals(bytes_in) }
+        Totals {
+            entries: 0,
+            files: 0,
+            dirs: 0,
+            symlinks: 0,
+            ..self.totals(bytes_in)
+        }
     }
 
     pub(crate) fn clear(&mut self) -> io::Result<()> {
@@ -573,4 +709,3 @@ impl<'a> Sink<'a> {
         (entries, totals)
     }
 }
-

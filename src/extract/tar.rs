@@ -8,12 +8,12 @@
 
 use std::io::{self, Cursor, Read};
 
+use super::Stop;
 use super::detect::is_tar_header;
 use super::input::Counter;
-use super::sink::{classify, reason_io, RawEntry, RawKind, Sink};
 use super::policy::Limits;
-use super::Stop;
-use crate::reason::{display_name, Reason, ReasonCode};
+use super::sink::{RawEntry, RawKind, Sink, classify, reason_io};
+use crate::reason::{Reason, ReasonCode, display_name};
 
 /// Largest PAX extended header we read (paths are at most 4 KiB; this leaves room for the
 /// harmless records real tools add).
@@ -34,8 +34,11 @@ impl<R: Read> Read for DecodeGuard<R> {
         self.decoded += n as u64;
         if self.decoded > self.cap {
             return Err(reason_io(
-                Reason::new(ReasonCode::ExpandedSize, "the compressed stream expands past the limit")
-                    .limit(self.limits.max_expanded_bytes, self.decoded),
+                Reason::new(
+                    ReasonCode::ExpandedSize,
+                    "the compressed stream expands past the limit",
+                )
+                .limit(self.limits.max_expanded_bytes, self.decoded),
             ));
         }
         Sink::check_ratio(&self.limits, self.decoded, self.counter.get()).map_err(reason_io)?;
@@ -44,14 +47,24 @@ impl<R: Read> Read for DecodeGuard<R> {
 }
 
 /// A compressed tarball: check the decoded bytes really are tar, then read it under a guard.
-pub(crate) fn read_decoded<R: Read>(decoder: R, sink: &mut Sink<'_>, counter: &Counter) -> Result<(), Stop> {
+pub(crate) fn read_decoded<R: Read>(
+    decoder: R,
+    sink: &mut Sink<'_>,
+    counter: &Counter,
+) -> Result<(), Stop> {
     let limits = sink.limits().clone();
     // Headers and padding are overhead on top of file bytes: allow 1.5 KiB per entry for them.
     let cap = limits
         .max_expanded_bytes
         .saturating_add(limits.max_entries.saturating_mul(1536))
         .saturating_add(1024 * 1024);
-    let mut guard = DecodeGuard { inner: decoder, decoded: 0, cap, counter: counter.clone(), limits };
+    let mut guard = DecodeGuard {
+        inner: decoder,
+        decoded: 0,
+        cap,
+        counter: counter.clone(),
+        limits,
+    };
     let mut head = vec![0u8; 512];
     let mut filled = 0;
     while filled < head.len() {
@@ -66,7 +79,11 @@ pub(crate) fn read_decoded<R: Read>(decoder: R, sink: &mut Sink<'_>, counter: &C
         return Err(Reason::new(ReasonCode::Corrupt, "the compressed stream is empty").into());
     }
     if !is_tar_header(&head[..filled]) && head[..filled].iter().any(|b| *b != 0) {
-        return Err(Reason::new(ReasonCode::UnsupportedFormat, "the compressed stream does not hold a tar archive").into());
+        return Err(Reason::new(
+            ReasonCode::UnsupportedFormat,
+            "the compressed stream does not hold a tar archive",
+        )
+        .into());
     }
     head.truncate(filled);
     read(Cursor::new(head).chain(guard), sink)
@@ -80,16 +97,24 @@ struct Pax {
 }
 
 fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
-    let mut pax = Pax { path: None, linkpath: None, size: None };
+    let mut pax = Pax {
+        path: None,
+        linkpath: None,
+        size: None,
+    };
     for ext in tar::PaxExtensions::new(data) {
-        let ext = ext.map_err(|e| Reason::new(ReasonCode::Corrupt, format!("malformed PAX record: {e}")))?;
+        let ext = ext
+            .map_err(|e| Reason::new(ReasonCode::Corrupt, format!("malformed PAX record: {e}")))?;
         match ext.key_bytes() {
             b"path" => pax.path = Some(ext.value_bytes().to_vec()),
             b"linkpath" => pax.linkpath = Some(ext.value_bytes().to_vec()),
             // GNU sparse formats 0.x/1.0 ride on ordinary members via PAX records; honouring
             // them would stage different bytes than GNU tar, ignoring them stages the raw map.
             key if key.starts_with(b"GNU.sparse.") => {
-                return Err(Reason::new(ReasonCode::UnsupportedMethod, "GNU sparse files are not accepted"));
+                return Err(Reason::new(
+                    ReasonCode::UnsupportedMethod,
+                    "GNU sparse files are not accepted",
+                ));
             }
             b"size" => {
                 let v = std::str::from_utf8(ext.value_bytes())
@@ -108,14 +133,19 @@ fn read_bounded(r: &mut dyn Read, max: u64, what: &str) -> Result<Vec<u8>, Stop>
     let mut out = Vec::new();
     // GNU long names are stored NUL-terminated: read one byte of slack for the terminator and
     // one to detect an over-long value, and measure only after stripping the terminator.
-    r.take(max + 2).read_to_end(&mut out).map_err(|e| Stop::Reject(classify(&e, None)))?;
+    r.take(max + 2)
+        .read_to_end(&mut out)
+        .map_err(|e| Stop::Reject(classify(&e, None)))?;
     while out.last() == Some(&0) {
         out.pop();
     }
     if out.len() as u64 > max {
-        return Err(Reason::new(ReasonCode::PathLength, format!("{what} is longer than the limit"))
-            .limit(max, out.len() as u64)
-            .into());
+        return Err(Reason::new(
+            ReasonCode::PathLength,
+            format!("{what} is longer than the limit"),
+        )
+        .limit(max, out.len() as u64)
+        .into());
     }
     Ok(out)
 }
@@ -141,12 +171,24 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
         for entry in entries {
             let mut entry = entry.map_err(|e| tar_error(&e))?;
             let ty = entry.header().entry_type();
-            if ty.is_gnu_longname() || ty.is_gnu_longlink() || ty.is_pax_local_extensions() || ty.is_pax_global_extensions() {
+            if ty.is_gnu_longname()
+                || ty.is_gnu_longlink()
+                || ty.is_pax_local_extensions()
+                || ty.is_pax_global_extensions()
+            {
                 sink.count_header()?;
                 if ty.is_gnu_longname() {
-                    long_name = Some(read_bounded(&mut entry, limits.max_path_bytes, "GNU long name")?);
+                    long_name = Some(read_bounded(
+                        &mut entry,
+                        limits.max_path_bytes,
+                        "GNU long name",
+                    )?);
                 } else if ty.is_gnu_longlink() {
-                    long_link = Some(read_bounded(&mut entry, limits.max_path_bytes, "GNU long link")?);
+                    long_link = Some(read_bounded(
+                        &mut entry,
+                        limits.max_path_bytes,
+                        "GNU long link",
+                    )?);
                 } else if ty.is_pax_local_extensions() {
                     let data = read_bounded(&mut entry, MAX_PAX_BYTES, "PAX header")?;
                     pax = Some(parse_pax(&data)?);
@@ -159,15 +201,22 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
                 Some(p) => (p.path, p.linkpath, p.size),
                 None => (None, None, None),
             };
-            let name = pax_path.or_else(|| long_name.take()).unwrap_or_else(|| entry.path_bytes().into_owned());
+            let name = pax_path
+                .or_else(|| long_name.take())
+                .unwrap_or_else(|| entry.path_bytes().into_owned());
             long_name = None;
-            let link = pax_link.or_else(|| long_link.take()).or_else(|| entry.link_name_bytes().map(|c| c.into_owned()));
+            let link = pax_link
+                .or_else(|| long_link.take())
+                .or_else(|| entry.link_name_bytes().map(|c| c.into_owned()));
             long_link = None;
             if let Some(size) = pax_size {
                 if size != entry.size() {
-                    return Err(Reason::new(ReasonCode::HeaderMismatch, "PAX size disagrees with the header size")
-                        .entry(display_name(&name))
-                        .into());
+                    return Err(Reason::new(
+                        ReasonCode::HeaderMismatch,
+                        "PAX size disagrees with the header size",
+                    )
+                    .entry(display_name(&name))
+                    .into());
                 }
             }
             let mode = entry.header().mode().unwrap_or(0o644);
@@ -181,23 +230,41 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
                 tar::EntryType::Block => RawKind::Special("block device"),
                 tar::EntryType::Fifo => RawKind::Special("FIFO"),
                 tar::EntryType::GNUSparse => {
-                    return Err(Reason::new(ReasonCode::UnsupportedMethod, "GNU sparse files are not accepted")
-                        .entry(display_name(&name))
-                        .into());
+                    return Err(Reason::new(
+                        ReasonCode::UnsupportedMethod,
+                        "GNU sparse files are not accepted",
+                    )
+                    .entry(display_name(&name))
+                    .into());
                 }
                 other => {
                     return Err(Reason::new(
                         ReasonCode::UnsupportedMethod,
-                        format!("tar entry type {:?} is not accepted", char::from(other.as_byte())),
+                        format!(
+                            "tar entry type {:?} is not accepted",
+                            char::from(other.as_byte())
+                        ),
                     )
                     .entry(display_name(&name))
                     .into());
                 }
             };
-            sink.add(RawEntry { name: &name, kind, mode, declared_size: None }, &mut entry)?;
+            sink.add(
+                RawEntry {
+                    name: &name,
+                    kind,
+                    mode,
+                    declared_size: None,
+                },
+                &mut entry,
+            )?;
         }
         if long_name.is_some() || long_link.is_some() || pax.is_some() {
-            return Err(Reason::new(ReasonCode::Corrupt, "archive ends with an extended header that describes nothing").into());
+            return Err(Reason::new(
+                ReasonCode::Corrupt,
+                "archive ends with an extended header that describes nothing",
+            )
+            .into());
         }
     }
     // Whatever follows the end marker must be zero padding; draining it also makes the
@@ -212,7 +279,9 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
             Err(e) => return Err(tar_error(&e)),
         };
         if buf[..n].iter().any(|b| *b != 0) {
-            return Err(Reason::new(ReasonCode::Corrupt, "data after the end-of-archive marker").into());
+            return Err(
+                Reason::new(ReasonCode::Corrupt, "data after the end-of-archive marker").into(),
+            );
         }
     }
     Ok(())

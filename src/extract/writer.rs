@@ -13,9 +13,9 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::{fchmod, mkdirat, Mode};
-use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::{Mode, fchmod, mkdirat};
+use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
 /// Creates entries beneath a root directory fd, caching the open chain of the last directory.
 pub struct Writer<'a> {
@@ -37,7 +37,10 @@ fn split(path: &str) -> (Option<&str>, &str) {
 
 impl<'a> Writer<'a> {
     pub fn new(root: BorrowedFd<'a>) -> Self {
-        Self { root, chain: Vec::new() }
+        Self {
+            root,
+            chain: Vec::new(),
+        }
     }
 
     /// The fd of directory `parent` (relative, normalised), opened without following symlinks.
@@ -72,7 +75,8 @@ impl<'a> Writer<'a> {
     pub fn create_file(&mut self, path: &str) -> io::Result<File> {
         let (parent, name) = split(path);
         let dir = self.parent_fd(parent)?;
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o600))?;
         Ok(File::from(fd))
     }
@@ -88,7 +92,12 @@ impl<'a> Writer<'a> {
     pub fn open_for_copy(&mut self, path: &str) -> io::Result<File> {
         let (parent, name) = split(path);
         let dir = self.parent_fd(parent)?;
-        let fd = openat(dir, name, OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())?;
+        let fd = openat(
+            dir,
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
         Ok(File::from(fd))
     }
 
@@ -168,19 +177,35 @@ mod tests {
         let mut f = w.create_file("a/x").unwrap_or_else(|e| panic!("{e}"));
         f.write_all(b"hi").unwrap_or_else(|e| panic!("{e}"));
         Writer::finish_file(&f, false).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(std::fs::read(dir.path().join("a/x")).unwrap_or_default(), b"hi");
+        assert_eq!(
+            std::fs::read(dir.path().join("a/x")).unwrap_or_default(),
+            b"hi"
+        );
 
         // A symlink planted by someone else must not be followed as a parent.
-        std::os::unix::fs::symlink(outside.path(), dir.path().join("evil")).unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("evil"))
+            .unwrap_or_else(|e| panic!("{e}"));
         let err = w.create_file("evil/owned").err().map(|e| e.raw_os_error());
-        assert!(matches!(err, Some(Some(libc_eloop)) if libc_eloop == Errno::ELOOP as i32 || libc_eloop == Errno::ENOTDIR as i32));
+        assert!(
+            matches!(err, Some(Some(libc_eloop)) if libc_eloop == Errno::ELOOP as i32 || libc_eloop == Errno::ENOTDIR as i32)
+        );
         // ... nor as a leaf.
         let err = w.create_file("evil").err().map(|e| e.raw_os_error());
         assert_eq!(err, Some(Some(Errno::EEXIST as i32)));
-        assert_eq!(std::fs::read_dir(outside.path()).map(|d| d.count()).unwrap_or(99), 0);
+        assert_eq!(
+            std::fs::read_dir(outside.path())
+                .map(|d| d.count())
+                .unwrap_or(99),
+            0
+        );
 
         w.clear().unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(99), 0);
+        assert_eq!(
+            std::fs::read_dir(dir.path())
+                .map(|d| d.count())
+                .unwrap_or(99),
+            0
+        );
         assert!(outside.path().exists());
     }
 }

@@ -8,13 +8,13 @@
 
 use std::io::Read;
 
-use zip::result::ZipError;
 use zip::CompressionMethod;
+use zip::result::ZipError;
 
-use super::input::{ArtifactReader, Counted, SeekBuf};
-use super::sink::{classify, RawEntry, RawKind, Sink};
 use super::Stop;
-use crate::reason::{display_name, Reason, ReasonCode};
+use super::input::{ArtifactReader, Counted, SeekBuf};
+use super::sink::{RawEntry, RawKind, Sink, classify};
+use crate::reason::{Reason, ReasonCode, display_name};
 
 const S_IFMT: u32 = 0o170000;
 
@@ -37,24 +37,43 @@ fn zip_error(err: ZipError, entry: Option<&[u8]>) -> Stop {
             with_entry(Reason::new(code, display_name(msg.as_bytes())))
         }
         // Library messages may quote hostile names: escape them like every name we print.
-        ZipError::InvalidArchive(msg) => with_entry(Reason::new(ReasonCode::Corrupt, display_name(msg.as_bytes()))),
-        other => with_entry(Reason::new(ReasonCode::Corrupt, display_name(other.to_string().as_bytes()))),
+        ZipError::InvalidArchive(msg) => with_entry(Reason::new(
+            ReasonCode::Corrupt,
+            display_name(msg.as_bytes()),
+        )),
+        other => with_entry(Reason::new(
+            ReasonCode::Corrupt,
+            display_name(other.to_string().as_bytes()),
+        )),
     };
     Stop::Reject(reason)
 }
 
-pub(crate) fn read(reader: Counted<SeekBuf<ArtifactReader<'_>>>, sink: &mut Sink<'_>) -> Result<(), Stop> {
+pub(crate) fn read(
+    reader: Counted<SeekBuf<ArtifactReader<'_>>>,
+    sink: &mut Sink<'_>,
+) -> Result<(), Stop> {
     let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_error(e, None))?;
     let limits = sink.limits().clone();
     if archive.len() as u64 > limits.max_entries {
-        return Err(Reason::new(ReasonCode::EntryCount, "too many entries in the central directory")
-            .limit(limits.max_entries, archive.len() as u64)
-            .into());
+        return Err(Reason::new(
+            ReasonCode::EntryCount,
+            "too many entries in the central directory",
+        )
+        .limit(limits.max_entries, archive.len() as u64)
+        .into());
     }
     if archive.has_duplicate_names() {
-        return Err(Reason::new(ReasonCode::DuplicatePath, "the central directory lists the same name twice").into());
+        return Err(Reason::new(
+            ReasonCode::DuplicatePath,
+            "the central directory lists the same name twice",
+        )
+        .into());
     }
-    if archive.has_overlapping_entries().map_err(|e| zip_error(e, None))? {
+    if archive
+        .has_overlapping_entries()
+        .map_err(|e| zip_error(e, None))?
+    {
         return Err(Reason::new(
             ReasonCode::OverlappingEntries,
             "two entries share bytes of the archive (overlapping-file bomb construction)",
@@ -65,7 +84,11 @@ pub(crate) fn read(reader: Counted<SeekBuf<ArtifactReader<'_>>>, sink: &mut Sink
         return Err(match e {
             ZipError::InvalidArchive(msg) => {
                 let msg = display_name(msg.as_bytes());
-                Reason::new(ReasonCode::HeaderMismatch, format!("local and central headers disagree: {msg}")).into()
+                Reason::new(
+                    ReasonCode::HeaderMismatch,
+                    format!("local and central headers disagree: {msg}"),
+                )
+                .into()
             }
             other => zip_error(other, None),
         });
@@ -85,12 +108,20 @@ pub(crate) fn read(reader: Counted<SeekBuf<ArtifactReader<'_>>>, sink: &mut Sink
         };
         let shown = display_name(&name);
         if encrypted {
-            return Err(Reason::new(ReasonCode::Encrypted, "entry is encrypted").entry(shown).into());
-        }
-        if !matches!(method, CompressionMethod::Stored | CompressionMethod::Deflated) {
-            return Err(Reason::new(ReasonCode::UnsupportedMethod, format!("compression method {method:?} is not accepted"))
+            return Err(Reason::new(ReasonCode::Encrypted, "entry is encrypted")
                 .entry(shown)
                 .into());
+        }
+        if !matches!(
+            method,
+            CompressionMethod::Stored | CompressionMethod::Deflated
+        ) {
+            return Err(Reason::new(
+                ReasonCode::UnsupportedMethod,
+                format!("compression method {method:?} is not accepted"),
+            )
+            .entry(shown)
+            .into());
         }
         let mut file = archive.by_index(i).map_err(|e| zip_error(e, Some(&name)))?;
         let trailing_slash = name.ends_with(b"/");
@@ -111,15 +142,27 @@ pub(crate) fn read(reader: Counted<SeekBuf<ArtifactReader<'_>>>, sink: &mut Sink
             Some(0o040000) => RawKind::Dir,
             Some(0o100000) | Some(0) | None if trailing_slash => {
                 if size != 0 {
-                    return Err(Reason::new(ReasonCode::Corrupt, "directory entry carries data").entry(shown).into());
+                    return Err(
+                        Reason::new(ReasonCode::Corrupt, "directory entry carries data")
+                            .entry(shown)
+                            .into(),
+                    );
                 }
                 RawKind::Dir
             }
             Some(0o100000) | Some(0) | None => RawKind::File,
-            Some(other) => RawKind::Special(if other == 0o160000 { "whiteout" } else { "unknown-type" }),
+            Some(other) => RawKind::Special(if other == 0o160000 {
+                "whiteout"
+            } else {
+                "unknown-type"
+            }),
         };
         let is_file = matches!(kind, RawKind::File);
-        let default_mode = if matches!(kind, RawKind::Dir) { 0o755 } else { 0o644 };
+        let default_mode = if matches!(kind, RawKind::Dir) {
+            0o755
+        } else {
+            0o644
+        };
         let raw = RawEntry {
             name: &name,
             kind,

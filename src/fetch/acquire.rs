@@ -9,10 +9,10 @@ use serde::Serialize;
 use serde_json::Value;
 use url::Url;
 
+use super::FetchError;
 use super::cache::{self, Cache, Hit};
 use super::client::{Client, Download, Hop, What};
 use super::urls::UrlForm;
-use super::FetchError;
 use crate::digest::Sha256Digest;
 use crate::index::{self, Entry, EntryType, Index, IndexError, IndexLimits, Lookup, Skipped};
 
@@ -64,12 +64,20 @@ pub enum AcquireError {
     NotListed { name: String, listed: String },
     #[error("the index entry for {:?} was skipped: {}", .0.name.as_deref().unwrap_or(""), .0.reason)]
     EntrySkipped(Skipped),
-    #[error("{name:?} comes from a v0.1.0 index (no $schema): it lists no digest, so it cannot be fetched for installation")]
+    #[error(
+        "{name:?} comes from a v0.1.0 index (no $schema): it lists no digest, so it cannot be fetched for installation"
+    )]
     NotInstallable { name: String },
     #[error("the entry for {name:?} has a relative URL and no base to resolve it against")]
     Unresolved { name: String },
-    #[error("digest mismatch: the index lists {expected}, the {size} bytes received hash to {actual}; they were discarded")]
-    DigestMismatch { expected: Sha256Digest, actual: Sha256Digest, size: u64 },
+    #[error(
+        "digest mismatch: the index lists {expected}, the {size} bytes received hash to {actual}; they were discarded"
+    )]
+    DigestMismatch {
+        expected: Sha256Digest,
+        actual: Sha256Digest,
+        size: u64,
+    },
     #[error("--offline: {0}")]
     Offline(String),
     #[error("cache: {0}")]
@@ -93,7 +101,10 @@ pub fn load_index(
     offline: bool,
     prov: &mut Provenance,
 ) -> Result<Index, AcquireError> {
-    client.policy().check_url(url).map_err(FetchError::Refused)?;
+    client
+        .policy()
+        .check_url(url)
+        .map_err(FetchError::Refused)?;
     let bytes = if offline {
         let cache = cache.ok_or_else(|| AcquireError::Offline("no cache directory".into()))?;
         let bytes = cache
@@ -136,34 +147,64 @@ pub fn load_index(
 pub fn select(index: &Index, name: &str) -> Result<Entry, AcquireError> {
     match index.find(name) {
         Lookup::Found(e) if index.installable => Ok(e.clone()),
-        Lookup::Found(e) => Err(AcquireError::NotInstallable { name: e.name.clone() }),
+        Lookup::Found(e) => Err(AcquireError::NotInstallable {
+            name: e.name.clone(),
+        }),
         Lookup::Skipped(s) => Err(AcquireError::EntrySkipped(s.clone())),
         Lookup::Absent => {
-            let mut listed: Vec<&str> = index.entries.iter().map(|e| e.name.as_str()).take(20).collect();
+            let mut listed: Vec<&str> = index
+                .entries
+                .iter()
+                .map(|e| e.name.as_str())
+                .take(20)
+                .collect();
             if listed.is_empty() {
                 listed.push("none");
             }
-            Err(AcquireError::NotListed { name: index::check_name(name).map(|()| name.to_owned()).unwrap_or_else(|_| crate::reason::display_name(name.as_bytes())), listed: listed.join(", ") })
+            Err(AcquireError::NotListed {
+                name: index::check_name(name)
+                    .map(|()| name.to_owned())
+                    .unwrap_or_else(|_| crate::reason::display_name(name.as_bytes())),
+                listed: listed.join(", "),
+            })
         }
     }
 }
 
 /// Get the entry's artifact: from the cache when its digest is there, else downloaded and
 /// verified, then stored.
-pub fn artifact(client: &Client, cache: &Cache, entry: Entry, offline: bool, prov: &mut Provenance) -> Result<Acquired, AcquireError> {
+pub fn artifact(
+    client: &Client,
+    cache: &Cache,
+    entry: Entry,
+    offline: bool,
+    prov: &mut Provenance,
+) -> Result<Acquired, AcquireError> {
     prov.entry = Some(entry.as_listed.clone());
     let (Some(digest), Some(artifact_type)) = (entry.digest, entry.artifact_type) else {
-        return Err(AcquireError::NotInstallable { name: entry.name.clone() });
+        return Err(AcquireError::NotInstallable {
+            name: entry.name.clone(),
+        });
     };
     prov.digest = Some(digest);
-    let url = entry.url.as_ref().ok_or_else(|| AcquireError::Unresolved { name: entry.name.clone() })?;
+    let url = entry.url.as_ref().ok_or_else(|| AcquireError::Unresolved {
+        name: entry.name.clone(),
+    })?;
     prov.url_form = Some(url.form);
     prov.cross_origin = Some(url.cross_origin);
-    let resolved = url.resolved.clone().ok_or_else(|| AcquireError::Unresolved { name: entry.name.clone() })?;
+    let resolved = url
+        .resolved
+        .clone()
+        .ok_or_else(|| AcquireError::Unresolved {
+            name: entry.name.clone(),
+        })?;
     prov.resolved_url = Some(resolved.to_string());
     // The URL rules hold whether or not the bytes are already cached: a cache hit must not make
     // an entry installable that the network path would refuse.
-    client.policy().check_url(&resolved).map_err(FetchError::Refused)?;
+    client
+        .policy()
+        .check_url(&resolved)
+        .map_err(FetchError::Refused)?;
 
     if let Some(hit) = cache.lookup(&digest).map_err(AcquireError::Cache)? {
         prov.artifact_source = Some(Source::Cache);
@@ -171,10 +212,16 @@ pub fn artifact(client: &Client, cache: &Cache, entry: Entry, offline: bool, pro
         prov.cached_from = hit.origin.clone();
         prov.content_type = hit.origin.as_ref().and_then(|o| o.content_type.clone());
         prov.final_url = hit.origin.as_ref().map(|o| o.final_url.clone());
-        return Ok(Acquired { entry, artifact_type, hit });
+        return Ok(Acquired {
+            entry,
+            artifact_type,
+            hit,
+        });
     }
     if offline {
-        return Err(AcquireError::Offline(format!("{digest} is not in the cache")));
+        return Err(AcquireError::Offline(format!(
+            "{digest} is not in the cache"
+        )));
     }
     // Policy is checked by the client for the artifact URL on its own: the index host listing a
     // cross-origin URL earns that URL nothing.
@@ -190,7 +237,11 @@ pub fn artifact(client: &Client, cache: &Cache, entry: Entry, offline: bool, pro
     if actual != digest {
         let size = pending.bytes();
         drop(pending); // removes the temporary file
-        return Err(AcquireError::DigestMismatch { expected: digest, actual, size });
+        return Err(AcquireError::DigestMismatch {
+            expected: digest,
+            actual,
+            size,
+        });
     }
     let origin = cache::Origin {
         url: resolved.to_string(),
@@ -198,6 +249,12 @@ pub fn artifact(client: &Client, cache: &Cache, entry: Entry, offline: bool, pro
         content_type: download.content_type.clone(),
         fetched_at: prov.time.clone(),
     };
-    let hit = cache.commit(pending, &origin).map_err(AcquireError::Cache)?;
-    Ok(Acquired { entry, artifact_type, hit })
+    let hit = cache
+        .commit(pending, &origin)
+        .map_err(AcquireError::Cache)?;
+    Ok(Acquired {
+        entry,
+        artifact_type,
+        hit,
+    })
 }

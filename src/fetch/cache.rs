@@ -93,23 +93,35 @@ impl Cache {
     /// `$XDG_CACHE_HOME/skillbox`, else `~/.cache/skillbox` (XDG Base Directory spec: a relative
     /// `XDG_CACHE_HOME` is invalid and ignored).
     pub fn default_root() -> Option<PathBuf> {
-        if let Some(x) = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from).filter(|p| p.is_absolute()) {
+        if let Some(x) = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+        {
             return Some(x.join("skillbox"));
         }
-        std::env::var_os("HOME").map(PathBuf::from).filter(|p| p.is_absolute()).map(|h| h.join(".cache").join("skillbox"))
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(|h| h.join(".cache").join("skillbox"))
     }
 
     /// Open (creating, mode 0700) the cache at `root`.
     pub fn open(root: &Path) -> io::Result<Self> {
         for sub in ["", "sha256", "index", "tmp"] {
             let dir = root.join(sub);
-            match fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir) {
+            match fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+            {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(io::Error::new(e.kind(), format!("{}: {e}", dir.display()))),
             }
         }
-        Ok(Self { root: root.to_owned() })
+        Ok(Self {
+            root: root.to_owned(),
+        })
     }
 
     pub fn root(&self) -> &Path {
@@ -121,19 +133,33 @@ impl Cache {
     }
 
     fn index_path(&self, url: &str) -> PathBuf {
-        self.root.join("index").join(format!("{}.json", Sha256Digest::of_bytes(url.as_bytes()).hex()))
+        self.root.join("index").join(format!(
+            "{}.json",
+            Sha256Digest::of_bytes(url.as_bytes()).hex()
+        ))
     }
 
     /// A new download target in `tmp/`.
     pub fn pending(&self) -> io::Result<Pending> {
-        let tmp = tempfile::Builder::new().prefix("dl-").tempfile_in(self.root.join("tmp"))?;
-        Ok(Pending { tmp, hasher: Some(Hasher::new()), digest: None, bytes: 0 })
+        let tmp = tempfile::Builder::new()
+            .prefix("dl-")
+            .tempfile_in(self.root.join("tmp"))?;
+        Ok(Pending {
+            tmp,
+            hasher: Some(Hasher::new()),
+            digest: None,
+            bytes: 0,
+        })
     }
 
     /// The artifact with this digest, re-hashed now; a mismatching file is removed.
     pub fn lookup(&self, digest: &Sha256Digest) -> io::Result<Option<Hit>> {
         let path = self.artifact_path(digest);
-        let file = match OpenOptions::new().read(true).custom_flags(nix::libc::O_NOFOLLOW).open(&path) {
+        let file = match OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+        {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
@@ -152,7 +178,12 @@ impl Cache {
             .ok()
             .flatten()
             .and_then(|b| serde_json::from_slice::<Origin>(&b).ok());
-        Ok(Some(Hit { file, path, size, origin }))
+        Ok(Some(Hit {
+            file,
+            path,
+            size,
+            origin,
+        }))
     }
 
     /// Move a verified download into place under its digest (atomic rename), with its origin.
@@ -166,8 +197,12 @@ impl Cache {
         let Pending { tmp, .. } = pending;
         tmp.as_file().sync_all()?;
         tmp.persist(&path).map_err(|e| e.error)?;
-        self.lookup(&digest)?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "the cached artifact changed while being stored"))
+        self.lookup(&digest)?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the cached artifact changed while being stored",
+            )
+        })
     }
 
     /// Keep the bytes of the index fetched from `url` (for `--offline`).
@@ -181,7 +216,9 @@ impl Cache {
     }
 
     fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut tmp = tempfile::Builder::new().prefix("w-").tempfile_in(self.root.join("tmp"))?;
+        let mut tmp = tempfile::Builder::new()
+            .prefix("w-")
+            .tempfile_in(self.root.join("tmp"))?;
         tmp.write_all(bytes)?;
         tmp.as_file().sync_all()?;
         tmp.persist(path).map_err(|e| e.error)?;
@@ -190,7 +227,11 @@ impl Cache {
 }
 
 fn read_bounded(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
-    let file = match OpenOptions::new().read(true).custom_flags(nix::libc::O_NOFOLLOW).open(path) {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -198,7 +239,10 @@ fn read_bounded(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
     let mut out = Vec::new();
     file.take(max + 1).read_to_end(&mut out)?;
     if out.len() as u64 > max {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} is larger than {max} bytes", path.display())));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is larger than {max} bytes", path.display()),
+        ));
     }
     Ok(Some(out))
 }
@@ -215,13 +259,28 @@ mod tests {
         p.write_all(b"hello").unwrap_or_else(|e| panic!("{e}"));
         let digest = p.finish();
         assert_eq!(digest, Sha256Digest::of_bytes(b"hello"));
-        let origin = Origin { url: "u".into(), final_url: "u".into(), content_type: None, fetched_at: "t".into() };
+        let origin = Origin {
+            url: "u".into(),
+            final_url: "u".into(),
+            content_type: None,
+            fetched_at: "t".into(),
+        };
         let hit = cache.commit(p, &origin).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(hit.size, 5);
         assert_eq!(hit.origin.as_ref(), Some(&origin));
-        assert_eq!(fs::read_dir(dir.path().join("tmp")).map(|d| d.count()).unwrap_or(99), 0);
+        assert_eq!(
+            fs::read_dir(dir.path().join("tmp"))
+                .map(|d| d.count())
+                .unwrap_or(99),
+            0
+        );
         fs::write(&hit.path, b"HELLO").unwrap_or_else(|e| panic!("{e}"));
-        assert!(cache.lookup(&digest).unwrap_or_else(|e| panic!("{e}")).is_none());
+        assert!(
+            cache
+                .lookup(&digest)
+                .unwrap_or_else(|e| panic!("{e}"))
+                .is_none()
+        );
         assert!(!hit.path.exists());
     }
 
@@ -232,6 +291,11 @@ mod tests {
         let mut p = cache.pending().unwrap_or_else(|e| panic!("{e}"));
         p.write_all(b"partial").unwrap_or_else(|e| panic!("{e}"));
         drop(p);
-        assert_eq!(fs::read_dir(dir.path().join("tmp")).map(|d| d.count()).unwrap_or(99), 0);
+        assert_eq!(
+            fs::read_dir(dir.path().join("tmp"))
+                .map(|d| d.count())
+                .unwrap_or(99),
+            0
+        );
     }
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use url::Url;
 
 use super::acquire::{self, AcquireError, Provenance};
@@ -21,10 +21,10 @@ use super::cache::Cache;
 use super::client::{Client, Download};
 use super::policy::{AllowedOrigin, FetchPolicy};
 use super::tls::Trust;
-use super::{urls, FetchError};
+use super::{FetchError, urls};
 use crate::answer::{self, Staged};
 use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
-use crate::extract::policy::{parse_size, Limits};
+use crate::extract::policy::{Limits, parse_size};
 use crate::extract::{ArtifactType, Request};
 use crate::index::{self, EntryType, Index, IndexError, IndexLimits};
 use crate::reason::{Reason, ReasonCode, Verdict};
@@ -141,7 +141,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     } else {
         (t.strip_suffix('s').unwrap_or(t), 1.0)
     };
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration (seconds, or e.g. 500ms)"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration (seconds, or e.g. 500ms)"))?;
     let secs = v * scale;
     if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
         return Err(format!("{s:?}: give a duration above 0 and at most a day"));
@@ -162,7 +164,9 @@ fn setup(p: &PolicyArgs) -> Result<Setup, (u8, String)> {
     let mut policy = FetchPolicy::default();
     let mut index_limits = IndexLimits::default();
     for o in &p.allow_origin {
-        policy.allowed_origins.push(AllowedOrigin::parse(o).map_err(|e| (EXIT_USAGE, format!("--allow-origin {e}")))?);
+        policy.allowed_origins.push(
+            AllowedOrigin::parse(o).map_err(|e| (EXIT_USAGE, format!("--allow-origin {e}")))?,
+        );
     }
     policy.allowed_destinations.clone_from(&p.allow_destination);
     if let Some(n) = p.max_redirects {
@@ -188,8 +192,13 @@ fn setup(p: &PolicyArgs) -> Result<Setup, (u8, String)> {
         Some(path) => Trust::from_ca_file(path).map_err(|e| (EXIT_USAGE, e.to_string()))?,
         None => Trust::WebPki,
     };
-    let tls = trust.client_config().map_err(|e| (EXIT_USAGE, e.to_string()))?;
-    Ok(Setup { client: Client::new(policy, tls), index_limits })
+    let tls = trust
+        .client_config()
+        .map_err(|e| (EXIT_USAGE, e.to_string()))?;
+    Ok(Setup {
+        client: Client::new(policy, tls),
+        index_limits,
+    })
 }
 
 fn fetch_exit(e: &FetchError) -> u8 {
@@ -207,9 +216,10 @@ fn fetch_exit(e: &FetchError) -> u8 {
 fn index_exit(e: &IndexError) -> u8 {
     match e {
         IndexError::UnrecognisedSchema { .. } => EXIT_SCHEMA,
-        IndexError::TooLarge { .. } | IndexError::TooManyEntries { .. } | IndexError::NotJson(_) | IndexError::NotAnIndex => {
-            EXIT_REJECTED
-        }
+        IndexError::TooLarge { .. }
+        | IndexError::TooManyEntries { .. }
+        | IndexError::NotJson(_)
+        | IndexError::NotAnIndex => EXIT_REJECTED,
     }
 }
 
@@ -275,7 +285,10 @@ fn describe_error(e: &AcquireError) -> String {
 
 /// Print a failure on stderr; an unrecognised `$schema` is a warning plus a refusal.
 fn report(e: &AcquireError) {
-    if matches!(e, AcquireError::Index(IndexError::UnrecognisedSchema { .. })) {
+    if matches!(
+        e,
+        AcquireError::Index(IndexError::UnrecognisedSchema { .. })
+    ) {
         eprintln!("skillbox: warning: {e}");
     } else {
         print_error(&describe_error(e));
@@ -309,7 +322,14 @@ fn index_check(a: CheckArgs) -> u8 {
             }
         };
         prov.index_url = url.to_string();
-        acquire::load_index(&setup.client, None, &url, &setup.index_limits, false, &mut prov)
+        acquire::load_index(
+            &setup.client,
+            None,
+            &url,
+            &setup.index_limits,
+            false,
+            &mut prov,
+        )
     } else {
         let base = match a.base.as_deref().map(urls::parse_absolute).transpose() {
             Ok(b) => b,
@@ -320,7 +340,9 @@ fn index_check(a: CheckArgs) -> u8 {
         };
         prov.index_url = a.source.clone();
         match read_file_bounded(Path::new(&a.source), setup.index_limits.max_bytes) {
-            Ok(bytes) => index::parse(&bytes, base.as_ref(), &setup.index_limits).map_err(AcquireError::from),
+            Ok(bytes) => {
+                index::parse(&bytes, base.as_ref(), &setup.index_limits).map_err(AcquireError::from)
+            }
             Err(m) => {
                 print_error(&m);
                 return EXIT_OPERATIONAL;
@@ -354,7 +376,9 @@ fn index_check(a: CheckArgs) -> u8 {
 fn read_file_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let mut bytes = Vec::new();
-    file.take(max + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(bytes)
 }
 
@@ -363,7 +387,12 @@ fn index_json(index: &Index) -> Value {
     if let Some(entries) = v.get_mut("entries").and_then(Value::as_array_mut) {
         for (e, raw) in entries.iter_mut().zip(&index.entries) {
             if let Some(obj) = e.as_object_mut() {
-                obj.insert("fetchable".into(), json!(index.installable && raw.url.as_ref().is_some_and(|u| u.resolved.is_some())));
+                obj.insert(
+                    "fetchable".into(),
+                    json!(
+                        index.installable && raw.url.as_ref().is_some_and(|u| u.resolved.is_some())
+                    ),
+                );
             }
         }
     }
@@ -384,26 +413,61 @@ fn print_index(index: &Index, source: &str) {
     }
     for e in &index.entries {
         let ty = e.artifact_type.map(EntryType::as_str).unwrap_or("-");
-        let digest = e.digest.map(|d| format!("{}…", &d.to_string()[..19])).unwrap_or_else(|| "-".into());
+        let digest = e
+            .digest
+            .map(|d| format!("{}…", &d.to_string()[..19]))
+            .unwrap_or_else(|| "-".into());
         let url = match &e.url {
             None => "-".to_owned(),
             Some(u) => {
-                let target = u.resolved.as_ref().map(Url::to_string).unwrap_or_else(|| format!("{} (unresolved: no base)", u.as_listed));
-                let cross = if u.cross_origin { ", CROSS-ORIGIN: must be allowed on its own" } else { "" };
+                let target = u
+                    .resolved
+                    .as_ref()
+                    .map(Url::to_string)
+                    .unwrap_or_else(|| format!("{} (unresolved: no base)", u.as_listed));
+                let cross = if u.cross_origin {
+                    ", CROSS-ORIGIN: must be allowed on its own"
+                } else {
+                    ""
+                };
                 format!("{target}  [{}{cross}]", u.form)
             }
         };
         println!("{:<24} {:<9} {:<20} {url}", e.name, ty, digest);
-        let desc: String = e.description.chars().take(100).map(|c| if c.is_control() { ' ' } else { c }).collect();
-        let more = if e.description.chars().count() > 100 { "…" } else { "" };
+        let desc: String = e
+            .description
+            .chars()
+            .take(100)
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect();
+        let more = if e.description.chars().count() > 100 {
+            "…"
+        } else {
+            ""
+        };
         println!("    {desc}{more}");
     }
     for s in &index.skipped {
-        println!("skipped  entry {} {}: {} ({})", s.position, s.name.as_deref().unwrap_or("(no name)"), s.reason, serde_json::to_value(s.code).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default());
+        println!(
+            "skipped  entry {} {}: {} ({})",
+            s.position,
+            s.name.as_deref().unwrap_or("(no name)"),
+            s.reason,
+            serde_json::to_value(s.code)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        );
     }
-    println!("{} entries, {} skipped", index.entries.len(), index.skipped.len());
+    println!(
+        "{} entries, {} skipped",
+        index.entries.len(),
+        index.skipped.len()
+    );
     if !index.installable {
-        println!("not installable: a v0.1.0 index lists no digests, so nothing from it can be fetched for installation");
+        println!(
+            "not installable: a v0.1.0 index lists no digests, so nothing from it can be fetched for installation"
+        );
     }
 }
 
@@ -460,7 +524,10 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     };
     if let Some(out) = &a.out {
         if out.symlink_metadata().is_ok() {
-            print_error(&format!("--out {} already exists; give a new path", out.display()));
+            print_error(&format!(
+                "--out {} already exists; give a new path",
+                out.display()
+            ));
             return EXIT_USAGE;
         }
     }
@@ -471,29 +538,60 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     let cache = match Cache::open(&cache_root) {
         Ok(c) => c,
         Err(e) => {
-            print_error(&format!("cannot open the cache {}: {e}", cache_root.display()));
+            print_error(&format!(
+                "cannot open the cache {}: {e}",
+                cache_root.display()
+            ));
             return EXIT_OPERATIONAL;
         }
     };
-    let mut prov = Provenance { index_url: index_url.to_string(), time: super::now_rfc3339(), ..Provenance::default() };
-    let acquired = acquire::load_index(&setup.client, Some(&cache), &index_url, &setup.index_limits, a.offline, &mut prov)
-        .inspect(|index| {
-            for w in &index.warnings {
-                eprintln!("skillbox: warning: {w}");
-            }
-        })
-        .and_then(|index| acquire::select(&index, &a.skill_name))
-        .and_then(|entry| acquire::artifact(&setup.client, &cache, entry, a.offline, &mut prov));
+    let mut prov = Provenance {
+        index_url: index_url.to_string(),
+        time: super::now_rfc3339(),
+        ..Provenance::default()
+    };
+    let acquired = acquire::load_index(
+        &setup.client,
+        Some(&cache),
+        &index_url,
+        &setup.index_limits,
+        a.offline,
+        &mut prov,
+    )
+    .inspect(|index| {
+        for w in &index.warnings {
+            eprintln!("skillbox: warning: {w}");
+        }
+    })
+    .and_then(|index| acquire::select(&index, &a.skill_name))
+    .and_then(|entry| acquire::artifact(&setup.client, &cache, entry, a.offline, &mut prov));
     let acquired = match acquired {
         Ok(x) => x,
-        Err(AcquireError::DigestMismatch { expected, actual, size }) => {
+        Err(AcquireError::DigestMismatch {
+            expected,
+            actual,
+            size,
+        }) => {
             // Same answer `extract --digest` gives for wrong bytes, and nothing was staged.
             let reason = Reason::new(
                 ReasonCode::DigestMismatch,
-                format!("the index lists {expected}, the {size} bytes received hash to {actual}; they were discarded"),
+                format!(
+                    "the index lists {expected}, the {size} bytes received hash to {actual}; they were discarded"
+                ),
             );
-            let facts = ArtifactFacts { digest: Some(actual), format: None, size };
-            let outcome = Outcome::rejected(facts, Totals { bytes_in: size, ..Totals::default() }, reason);
+            let facts = ArtifactFacts {
+                digest: Some(actual),
+                format: None,
+                size,
+            };
+            let outcome = Outcome::rejected(
+                facts,
+                Totals {
+                    bytes_in: size,
+                    ..Totals::default()
+                },
+                reason,
+            );
             // No child ran, so the answer has no `sandbox`.
             return print_fetch(&outcome, None, &prov, None, a.json).unwrap_or(EXIT_REJECTED);
         }
@@ -515,7 +613,11 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
             Ok(()) => Staging::Kept(out.clone()),
             Err(e) => {
                 print_error(&format!("cannot create {}: {e}", out.display()));
-                return if e.kind() == std::io::ErrorKind::AlreadyExists { EXIT_USAGE } else { EXIT_OPERATIONAL };
+                return if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    EXIT_USAGE
+                } else {
+                    EXIT_OPERATIONAL
+                };
             }
         },
         None => match tempfile::Builder::new().prefix("skillbox-").tempdir() {
@@ -539,7 +641,10 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
         .as_deref()
         .or(prov.resolved_url.as_deref())
         .and_then(|u| Url::parse(u).ok())
-        .and_then(|u| u.path_segments().and_then(|mut s| s.next_back().map(str::to_owned)))
+        .and_then(|u| {
+            u.path_segments()
+                .and_then(|mut s| s.next_back().map(str::to_owned))
+        })
         .filter(|n| !n.is_empty());
     req.expected_digest = acquired.entry.digest;
     req.skill_name = Some(acquired.entry.name.clone());
@@ -585,7 +690,14 @@ fn print_fetch(
         return Some(code);
     }
     let shown = staged.map_or(Staged::Removed, Staged::At);
-    print!("{}", answer::text(outcome, shown, sandbox.map(SandboxReport::summary).as_deref()));
+    print!(
+        "{}",
+        answer::text(
+            outcome,
+            shown,
+            sandbox.map(SandboxReport::summary).as_deref()
+        )
+    );
     print_provenance(prov);
     let _ = std::io::stdout().flush();
     Some(code)
@@ -599,10 +711,20 @@ fn print_provenance(p: &Provenance) {
         None => "-",
     };
     println!("provenance:");
-    println!("  index:         {} ({})", p.index_url, source(p.index_source));
-    if let Some(Download { hops, final_url, .. }) = &p.index_download {
+    println!(
+        "  index:         {} ({})",
+        p.index_url,
+        source(p.index_source)
+    );
+    if let Some(Download {
+        hops, final_url, ..
+    }) = &p.index_download
+    {
         for h in hops {
-            println!("    redirect:    {} -> {} ({})", h.url, h.location, h.status);
+            println!(
+                "    redirect:    {} -> {} ({})",
+                h.url, h.location, h.status
+            );
         }
         if !hops.is_empty() {
             println!("    final:       {final_url}");
@@ -612,17 +734,29 @@ fn print_provenance(p: &Provenance) {
         println!("  entry:         {e}");
     }
     let form = p.url_form.map(|f| f.as_str()).unwrap_or("-");
-    let cross = if p.cross_origin == Some(true) { ", cross-origin" } else { "" };
+    let cross = if p.cross_origin == Some(true) {
+        ", cross-origin"
+    } else {
+        ""
+    };
     println!("  resolved url:  {} ({form}{cross})", opt(&p.resolved_url));
     for h in &p.hops {
-        println!("  redirect:      {} [{}] -> {} ({})", h.url, h.address, h.location, h.status);
+        println!(
+            "  redirect:      {} [{}] -> {} ({})",
+            h.url, h.address, h.location, h.status
+        );
     }
     println!("  final url:     {}", opt(&p.final_url));
     if let Some(addr) = &p.address {
         println!("  address:       {addr}");
     }
     println!("  content-type:  {}", opt(&p.content_type));
-    println!("  digest:        {}", p.digest.map(|d| d.to_string()).unwrap_or_else(|| "-".into()));
+    println!(
+        "  digest:        {}",
+        p.digest
+            .map(|d| d.to_string())
+            .unwrap_or_else(|| "-".into())
+    );
     println!("  source:        {}", source(p.artifact_source));
     if let Some(c) = &p.cached_from {
         println!("  downloaded at: {}", c.fetched_at);
@@ -636,7 +770,10 @@ mod tests {
 
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("500ms").ok(), Some(Duration::from_millis(500)));
+        assert_eq!(
+            parse_duration("500ms").ok(),
+            Some(Duration::from_millis(500))
+        );
         assert_eq!(parse_duration("2").ok(), Some(Duration::from_secs(2)));
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("-1").is_err());

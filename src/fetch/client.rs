@@ -18,7 +18,7 @@ use url::{Host, Position, Url};
 
 use super::http::{self, Body, Conn, Framing};
 use super::policy::{FetchPolicy, Refusal, Rule};
-use super::{resolve, urls, FetchError};
+use super::{FetchError, resolve, urls};
 
 /// What is being downloaded; selects the byte limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +66,13 @@ impl Client {
 
     /// GET `url` and stream its body into `sink`. `hops` receives every redirect as it is
     /// followed, so a refusal mid-chain still shows the chain.
-    pub fn get(&self, url: &Url, what: What, sink: &mut dyn Write, hops: &mut Vec<Hop>) -> Result<Download, FetchError> {
+    pub fn get(
+        &self,
+        url: &Url,
+        what: What,
+        sink: &mut dyn Write,
+        hops: &mut Vec<Hop>,
+    ) -> Result<Download, FetchError> {
         let deadline = Instant::now() + self.policy.total_timeout;
         let limit = match what {
             What::Index => self.policy.max_index_bytes,
@@ -75,7 +81,9 @@ impl Client {
         let mut current = url.clone();
         current.set_fragment(None);
         loop {
-            self.policy.check_url(&current).map_err(FetchError::Refused)?;
+            self.policy
+                .check_url(&current)
+                .map_err(FetchError::Refused)?;
             let addrs = resolve::checked_addresses(&current, &self.policy, deadline)?;
             let (sock, addr) = resolve::connect(&addrs, &self.policy, deadline, &current)?;
             let mut conn = self.handshake(&current, sock, deadline)?;
@@ -86,25 +94,43 @@ impl Client {
                 let location = head
                     .one("location")
                     .map_err(|e| at(e, &current))?
-                    .ok_or_else(|| FetchError::Http(format!("{current}: HTTP {} without a Location", head.status)))?;
-                hops.push(Hop { url: current.to_string(), address: addr.to_string(), status: head.status, location: location.clone() });
+                    .ok_or_else(|| {
+                        FetchError::Http(format!(
+                            "{current}: HTTP {} without a Location",
+                            head.status
+                        ))
+                    })?;
+                hops.push(Hop {
+                    url: current.to_string(),
+                    address: addr.to_string(),
+                    status: head.status,
+                    location: location.clone(),
+                });
                 reader.get_mut().cut();
                 if hops.len() as u64 > u64::from(self.policy.max_redirects) {
                     return Err(FetchError::Refused(
                         Refusal::new(
                             Rule::MaxRedirects,
-                            format!("redirect {} of at most {} (to {location:?})", hops.len(), self.policy.max_redirects),
+                            format!(
+                                "redirect {} of at most {} (to {location:?})",
+                                hops.len(),
+                                self.policy.max_redirects
+                            ),
                         )
                         .at(&current),
                     ));
                 }
-                let next = urls::resolve(&location, Some(&current))
-                    .map_err(|e| FetchError::Http(format!("{current}: redirect Location {location:?}: {e}")))?;
+                let next = urls::resolve(&location, Some(&current)).map_err(|e| {
+                    FetchError::Http(format!("{current}: redirect Location {location:?}: {e}"))
+                })?;
                 current = next.url;
                 continue;
             }
             if head.status != 200 {
-                return Err(FetchError::Status { url: current.to_string(), status: head.status });
+                return Err(FetchError::Status {
+                    url: current.to_string(),
+                    status: head.status,
+                });
             }
             http::check_content_encoding(&head).map_err(|r| FetchError::Refused(r.at(&current)))?;
             let framing = http::framing(&head).map_err(|e| at(e, &current))?;
@@ -126,17 +152,27 @@ impl Client {
         }
     }
 
-    fn handshake(&self, url: &Url, sock: std::net::TcpStream, deadline: Instant) -> Result<Conn, FetchError> {
+    fn handshake(
+        &self,
+        url: &Url,
+        sock: std::net::TcpStream,
+        deadline: Instant,
+    ) -> Result<Conn, FetchError> {
         let name = match url.host() {
-            Some(Host::Domain(d)) => ServerName::try_from(d.to_owned()).map_err(|e| FetchError::Tls(format!("{d}: {e}")))?,
+            Some(Host::Domain(d)) => ServerName::try_from(d.to_owned())
+                .map_err(|e| FetchError::Tls(format!("{d}: {e}")))?,
             Some(Host::Ipv4(a)) => ServerName::IpAddress(std::net::IpAddr::V4(a).into()),
             Some(Host::Ipv6(a)) => ServerName::IpAddress(std::net::IpAddr::V6(a).into()),
             None => return Err(FetchError::Http(format!("{url}: no host"))),
         };
-        let tls = ClientConnection::new(Arc::clone(&self.tls), name).map_err(|e| FetchError::Tls(e.to_string()))?;
+        let tls = ClientConnection::new(Arc::clone(&self.tls), name)
+            .map_err(|e| FetchError::Tls(e.to_string()))?;
         Conn::handshake(tls, sock, deadline).map_err(|e| match e.kind() {
             std::io::ErrorKind::TimedOut => at(http::io_error(e, "TLS handshake"), url),
-            _ => FetchError::Tls(format!("handshake with {}: {e}", url.host_str().unwrap_or(""))),
+            _ => FetchError::Tls(format!(
+                "handshake with {}: {e}",
+                url.host_str().unwrap_or("")
+            )),
         })
     }
 }
@@ -165,18 +201,28 @@ fn send_request(conn: &mut Conn, url: &Url) -> Result<(), FetchError> {
         "GET {target} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: skillbox/{}\r\nAccept: */*\r\nAccept-Encoding: identity\r\nConnection: close\r\n\r\n",
         env!("CARGO_PKG_VERSION")
     );
-    conn.write_all(request.as_bytes()).map_err(|e| http::io_error(e, "sending the request"))?;
-    conn.flush().map_err(|e| http::io_error(e, "sending the request"))
+    conn.write_all(request.as_bytes())
+        .map_err(|e| http::io_error(e, "sending the request"))?;
+    conn.flush()
+        .map_err(|e| http::io_error(e, "sending the request"))
 }
 
 /// Copy the body to `sink`, never holding more than one buffer and never writing past `limit`.
-fn stream(reader: &mut BufReader<Conn>, framing: Framing, limit: u64, sink: &mut dyn Write, url: &Url) -> Result<u64, FetchError> {
+fn stream(
+    reader: &mut BufReader<Conn>,
+    framing: Framing,
+    limit: u64,
+    sink: &mut dyn Write,
+    url: &Url,
+) -> Result<u64, FetchError> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut total = 0u64;
     let result = (|| {
         let mut body = Body::new(reader, framing);
         loop {
-            let n = body.read(&mut buf).map_err(|e| at(http::io_error(e, "reading the body"), url))?;
+            let n = body
+                .read(&mut buf)
+                .map_err(|e| at(http::io_error(e, "reading the body"), url))?;
             if n == 0 {
                 return Ok(total);
             }

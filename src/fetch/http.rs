@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use rustls::{ClientConnection, StreamOwned};
 
-use super::policy::{Refusal, Rule};
 use super::FetchError;
+use super::policy::{Refusal, Rule};
 
 /// Largest response head (status line and headers).
 pub const MAX_HEAD_BYTES: u64 = 32 * 1024;
@@ -37,8 +37,15 @@ fn timed_out() -> io::Error {
 
 impl Conn {
     /// Run the TLS handshake (certificate checked against the server name in `tls`).
-    pub fn handshake(tls: ClientConnection, sock: TcpStream, deadline: Instant) -> Result<Self, io::Error> {
-        let mut conn = Self { tls: StreamOwned::new(tls, sock), deadline };
+    pub fn handshake(
+        tls: ClientConnection,
+        sock: TcpStream,
+        deadline: Instant,
+    ) -> Result<Self, io::Error> {
+        let mut conn = Self {
+            tls: StreamOwned::new(tls, sock),
+            deadline,
+        };
         while conn.tls.conn.is_handshaking() {
             conn.arm()?;
             let StreamOwned { conn: c, sock: s } = &mut conn.tls;
@@ -48,7 +55,11 @@ impl Conn {
     }
 
     fn arm(&mut self) -> io::Result<()> {
-        let left = self.deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero()).ok_or_else(timed_out)?;
+        let left = self
+            .deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(timed_out)?;
         self.tls.sock.set_read_timeout(Some(left))?;
         self.tls.sock.set_write_timeout(Some(left))
     }
@@ -108,7 +119,9 @@ impl Head {
         match all.len() {
             0 => Ok(None),
             1 => Ok(all.pop()),
-            n => Err(FetchError::Http(format!("{n} {name} fields in one response"))),
+            n => Err(FetchError::Http(format!(
+                "{n} {name} fields in one response"
+            ))),
         }
     }
 }
@@ -116,12 +129,18 @@ impl Head {
 /// Read one line, at most `max` bytes including the newline.
 fn read_line(r: &mut impl BufRead, max: u64, what: &str) -> Result<Vec<u8>, FetchError> {
     let mut line = Vec::new();
-    r.take(max).read_until(b'\n', &mut line).map_err(|e| io_error(e, what))?;
+    r.take(max)
+        .read_until(b'\n', &mut line)
+        .map_err(|e| io_error(e, what))?;
     if !line.ends_with(b"\n") {
         if line.len() as u64 >= max {
-            return Err(FetchError::Http(format!("{what}: line longer than {max} bytes")));
+            return Err(FetchError::Http(format!(
+                "{what}: line longer than {max} bytes"
+            )));
         }
-        return Err(FetchError::Http(format!("{what}: connection closed mid-line")));
+        return Err(FetchError::Http(format!(
+            "{what}: connection closed mid-line"
+        )));
     }
     Ok(line)
 }
@@ -129,7 +148,10 @@ fn read_line(r: &mut impl BufRead, max: u64, what: &str) -> Result<Vec<u8>, Fetc
 /// An I/O error while talking to the server; a timeout is the total-time rule firing.
 pub fn io_error(e: io::Error, what: &str) -> FetchError {
     if e.kind() == io::ErrorKind::TimedOut {
-        FetchError::Refused(Refusal::new(Rule::TotalTimeout, format!("{what}: the total time limit passed")))
+        FetchError::Refused(Refusal::new(
+            Rule::TotalTimeout,
+            format!("{what}: the total time limit passed"),
+        ))
     } else {
         FetchError::Http(format!("{what}: {e}"))
     }
@@ -142,7 +164,9 @@ pub fn read_head(r: &mut impl BufRead) -> Result<Head, FetchError> {
         loop {
             let left = MAX_HEAD_BYTES - raw.len() as u64;
             if left == 0 {
-                return Err(FetchError::Http(format!("response head is larger than {MAX_HEAD_BYTES} bytes")));
+                return Err(FetchError::Http(format!(
+                    "response head is larger than {MAX_HEAD_BYTES} bytes"
+                )));
             }
             let line = read_line(r, left, "reading the response head")?;
             let end = line == b"\r\n" || line == b"\n";
@@ -155,17 +179,27 @@ pub fn read_head(r: &mut impl BufRead) -> Result<Head, FetchError> {
         let mut resp = httparse::Response::new(&mut fields);
         match resp.parse(&raw) {
             Ok(httparse::Status::Complete(_)) => {}
-            Ok(httparse::Status::Partial) => return Err(FetchError::Http("incomplete response head".into())),
+            Ok(httparse::Status::Partial) => {
+                return Err(FetchError::Http("incomplete response head".into()));
+            }
             Err(e) => return Err(FetchError::Http(format!("malformed response head: {e}"))),
         }
-        let status = resp.code.ok_or_else(|| FetchError::Http("no status code".into()))?;
+        let status = resp
+            .code
+            .ok_or_else(|| FetchError::Http("no status code".into()))?;
         if (100..200).contains(&status) && status != 101 {
             continue;
         }
-        let headers = resp.headers.iter().map(|h| (h.name.to_owned(), h.value.to_vec())).collect();
+        let headers = resp
+            .headers
+            .iter()
+            .map(|h| (h.name.to_owned(), h.value.to_vec()))
+            .collect();
         return Ok(Head { status, headers });
     }
-    Err(FetchError::Http(format!("more than {MAX_INTERIM} interim (1xx) responses")))
+    Err(FetchError::Http(format!(
+        "more than {MAX_INTERIM} interim (1xx) responses"
+    )))
 }
 
 /// How the body ends.
@@ -187,13 +221,19 @@ fn tokens(values: &[String]) -> Vec<String> {
 
 /// Content-Encoding must be absent or `identity`: we asked for identity and never decode.
 pub fn check_content_encoding(head: &Head) -> Result<(), Refusal> {
-    let codings: Vec<String> = tokens(&head.all("content-encoding")).into_iter().filter(|t| t != "identity").collect();
+    let codings: Vec<String> = tokens(&head.all("content-encoding"))
+        .into_iter()
+        .filter(|t| t != "identity")
+        .collect();
     if codings.is_empty() {
         return Ok(());
     }
     Err(Refusal::new(
         Rule::IdentityEncoding,
-        format!("the response is content-encoded ({}) although Accept-Encoding: identity was sent; it is refused, not decoded", codings.join(", ")),
+        format!(
+            "the response is content-encoded ({}) although Accept-Encoding: identity was sent; it is refused, not decoded",
+            codings.join(", ")
+        ),
     ))
 }
 
@@ -203,12 +243,17 @@ pub fn framing(head: &Head) -> Result<Framing, FetchError> {
     let lengths = head.all("content-length");
     if !te.is_empty() {
         if !lengths.is_empty() {
-            return Err(FetchError::Http("both Transfer-Encoding and Content-Length: ambiguous framing".into()));
+            return Err(FetchError::Http(
+                "both Transfer-Encoding and Content-Length: ambiguous framing".into(),
+            ));
         }
         if te != ["chunked"] {
             return Err(FetchError::Refused(Refusal::new(
                 Rule::IdentityEncoding,
-                format!("transfer coding {:?} is refused; only chunked framing is read", te.join(", ")),
+                format!(
+                    "transfer coding {:?} is refused; only chunked framing is read",
+                    te.join(", ")
+                ),
             )));
         }
         return Ok(Framing::Chunked);
@@ -218,7 +263,9 @@ pub fn framing(head: &Head) -> Result<Framing, FetchError> {
         if v.is_empty() || v.len() > 19 || !v.bytes().all(|b| b.is_ascii_digit()) {
             return Err(FetchError::Http(format!("invalid Content-Length {v:?}")));
         }
-        let n: u64 = v.parse().map_err(|_| FetchError::Http(format!("invalid Content-Length {v:?}")))?;
+        let n: u64 = v
+            .parse()
+            .map_err(|_| FetchError::Http(format!("invalid Content-Length {v:?}")))?;
         if length.is_some_and(|l| l != n) {
             return Err(FetchError::Http("differing Content-Length values".into()));
         }
@@ -244,7 +291,13 @@ impl<'a, R: BufRead> Body<'a, R> {
             Framing::Length(n) => n,
             Framing::Chunked | Framing::UntilClose => 0,
         };
-        Self { r, framing, left, started: false, done: false }
+        Self {
+            r,
+            framing,
+            left,
+            started: false,
+            done: false,
+        }
     }
 
     /// Chunked: read the next chunk-size line (after the CRLF that ends the previous chunk).
@@ -257,7 +310,8 @@ impl<'a, R: BufRead> Body<'a, R> {
             }
         }
         self.started = true;
-        let line = read_line(self.r, MAX_CHUNK_LINE, "chunk size").map_err(|e| invalid(e.to_string()))?;
+        let line =
+            read_line(self.r, MAX_CHUNK_LINE, "chunk size").map_err(|e| invalid(e.to_string()))?;
         let text = String::from_utf8_lossy(&line);
         let size = text.split(';').next().unwrap_or("").trim();
         if size.is_empty() || size.len() > 15 || !size.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -268,8 +322,12 @@ impl<'a, R: BufRead> Body<'a, R> {
             // Trailer section, then the final CRLF; bounded, then ignored.
             let mut seen = 0u64;
             loop {
-                let line = read_line(self.r, MAX_TRAILER_BYTES.saturating_sub(seen).max(1), "trailer")
-                    .map_err(|e| invalid(e.to_string()))?;
+                let line = read_line(
+                    self.r,
+                    MAX_TRAILER_BYTES.saturating_sub(seen).max(1),
+                    "trailer",
+                )
+                .map_err(|e| invalid(e.to_string()))?;
                 seen += line.len() as u64;
                 if line == b"\r\n" || line == b"\n" {
                     break;
@@ -302,10 +360,15 @@ impl<R: BufRead> Read for Body<'_, R> {
                         return Ok(0);
                     }
                 }
-                let want = usize::try_from(self.left).unwrap_or(usize::MAX).min(buf.len());
+                let want = usize::try_from(self.left)
+                    .unwrap_or(usize::MAX)
+                    .min(buf.len());
                 let n = self.r.read(&mut buf[..want])?;
                 if n == 0 {
-                    return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "body truncated: connection closed early"));
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "body truncated: connection closed early",
+                    ));
                 }
                 self.left -= n as u64;
                 Ok(n)
@@ -327,7 +390,10 @@ mod tests {
 
     #[test]
     fn chunked_bodies_decode_and_bad_ones_fail() {
-        let ok = body(b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nTrailer: 1\r\n\r\n", Framing::Chunked);
+        let ok = body(
+            b"3\r\nabc\r\n2;x=y\r\nde\r\n0\r\nTrailer: 1\r\n\r\n",
+            Framing::Chunked,
+        );
         assert_eq!(ok.ok().as_deref(), Some(&b"abcde"[..]));
         assert!(body(b"3\r\nabcX\r\n0\r\n\r\n", Framing::Chunked).is_err());
         assert!(body(b"zz\r\nabc\r\n", Framing::Chunked).is_err());
@@ -337,7 +403,10 @@ mod tests {
 
     #[test]
     fn length_bodies_stop_at_the_length_and_detect_truncation() {
-        assert_eq!(body(b"abcdef", Framing::Length(3)).ok().as_deref(), Some(&b"abc"[..]));
+        assert_eq!(
+            body(b"abcdef", Framing::Length(3)).ok().as_deref(),
+            Some(&b"abc"[..])
+        );
         assert!(body(b"ab", Framing::Length(3)).is_err());
     }
 
@@ -359,7 +428,10 @@ mod tests {
         let h = head(b"HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\n\r\n");
         assert!(check_content_encoding(&h).is_ok());
         let h = head(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n\r\n");
-        assert_eq!(check_content_encoding(&h).err().map(|r| r.rule), Some(Rule::IdentityEncoding));
+        assert_eq!(
+            check_content_encoding(&h).err().map(|r| r.rule),
+            Some(Rule::IdentityEncoding)
+        );
     }
 
     #[test]

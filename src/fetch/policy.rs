@@ -58,13 +58,17 @@ impl AllowedOrigin {
     pub fn parse(s: &str) -> Result<Self, String> {
         let url = super::urls::parse_absolute(s).map_err(|e| format!("{s:?}: {e}"))?;
         if url.scheme() != "https" {
-            return Err(format!("{s:?}: an allowed origin must be https://HOST[:PORT]"));
+            return Err(format!(
+                "{s:?}: an allowed origin must be https://HOST[:PORT]"
+            ));
         }
         if !url.username().is_empty() || url.password().is_some() {
             return Err(format!("{s:?}: an origin carries no user information"));
         }
         if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
-            return Err(format!("{s:?}: give only the origin, https://HOST[:PORT], without a path"));
+            return Err(format!(
+                "{s:?}: give only the origin, https://HOST[:PORT], without a path"
+            ));
         }
         Self::of(&url).ok_or_else(|| format!("{s:?}: no host"))
     }
@@ -72,7 +76,10 @@ impl AllowedOrigin {
     /// The origin of an `https` URL with a host.
     pub fn of(url: &Url) -> Option<Self> {
         let host = url.host()?.to_owned();
-        Some(Self { host, port: url.port_or_known_default()? })
+        Some(Self {
+            host,
+            port: url.port_or_known_default()?,
+        })
     }
 }
 
@@ -124,10 +131,12 @@ impl Rule {
     pub fn hint(self) -> Option<&'static str> {
         match self {
             Self::HttpsOnly | Self::NoUserinfo | Self::IdentityEncoding => None,
-            Self::OriginAllowList => Some("allow the origin with --allow-origin https://HOST[:PORT]"),
-            Self::Destination(_) => {
-                Some("only --allow-destination IP:PORT (tests and local development only) exempts an exact address")
+            Self::OriginAllowList => {
+                Some("allow the origin with --allow-origin https://HOST[:PORT]")
             }
+            Self::Destination(_) => Some(
+                "only --allow-destination IP:PORT (tests and local development only) exempts an exact address",
+            ),
             Self::MaxRedirects => Some("--max-redirects N"),
             Self::ConnectTimeout => Some("--connect-timeout SECONDS"),
             Self::TotalTimeout => Some("--total-timeout SECONDS"),
@@ -153,7 +162,11 @@ pub struct Refusal {
 
 impl Refusal {
     pub fn new(rule: Rule, detail: impl Into<String>) -> Self {
-        Self { rule, detail: detail.into(), url: None }
+        Self {
+            rule,
+            detail: detail.into(),
+            url: None,
+        }
     }
 
     pub fn at(mut self, url: &Url) -> Self {
@@ -226,7 +239,11 @@ pub fn classify(ip: IpAddr) -> Option<AddrClass> {
 }
 
 fn in_v4(ip: Ipv4Addr, net: [u8; 4], prefix: u32) -> bool {
-    let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix) };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - prefix)
+    };
     (u32::from(ip) & mask) == (u32::from(Ipv4Addr::from(net)) & mask)
 }
 
@@ -250,11 +267,18 @@ fn classify_v4(ip: Ipv4Addr) -> Option<AddrClass> {
         ([224, 0, 0, 0], 4, Multicast),
         ([240, 0, 0, 0], 4, Reserved),
     ];
-    table.iter().find(|(net, prefix, _)| in_v4(ip, *net, *prefix)).map(|(_, _, class)| *class)
+    table
+        .iter()
+        .find(|(net, prefix, _)| in_v4(ip, *net, *prefix))
+        .map(|(_, _, class)| *class)
 }
 
 fn in_v6(ip: Ipv6Addr, net: Ipv6Addr, prefix: u32) -> bool {
-    let mask = if prefix == 0 { 0 } else { u128::MAX << (128 - prefix) };
+    let mask = if prefix == 0 {
+        0
+    } else {
+        u128::MAX << (128 - prefix)
+    };
     (u128::from(ip) & mask) == (u128::from(net) & mask)
 }
 
@@ -307,7 +331,10 @@ fn classify_v6(ip: Ipv6Addr) -> Option<AddrClass> {
         ([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10, Reserved), // deprecated site-local
         ([0xff00, 0, 0, 0, 0, 0, 0, 0], 8, Multicast),
     ];
-    if let Some((_, _, class)) = table.iter().find(|(net, prefix, _)| in_v6(ip, v6(*net), *prefix)) {
+    if let Some((_, _, class)) = table
+        .iter()
+        .find(|(net, prefix, _)| in_v6(ip, v6(*net), *prefix))
+    {
         return Some(*class);
     }
     // Only 2000::/3 is allocated global unicast (RFC 4291 2.4); anything else is not a host.
@@ -321,8 +348,14 @@ impl FetchPolicy {
     /// Scheme, userinfo and origin rules for one URL (the index, the artifact, every redirect).
     pub fn check_url(&self, url: &Url) -> Result<(), Refusal> {
         if url.scheme() != "https" {
-            return Err(Refusal::new(Rule::HttpsOnly, format!("scheme {:?} is refused; only https is fetched", url.scheme()))
-                .at(url));
+            return Err(Refusal::new(
+                Rule::HttpsOnly,
+                format!(
+                    "scheme {:?} is refused; only https is fetched",
+                    url.scheme()
+                ),
+            )
+            .at(url));
         }
         if !url.username().is_empty() || url.password().is_some() {
             // Never echo the credentials themselves.
@@ -344,8 +377,11 @@ impl FetchPolicy {
             } else {
                 format!("origin {origin} is not on the origin allow-list")
             };
-            return Err(Refusal::new(Rule::OriginAllowList, format!("{detail}; pass --allow-origin {origin} to allow it"))
-                .at(url));
+            return Err(Refusal::new(
+                Rule::OriginAllowList,
+                format!("{detail}; pass --allow-origin {origin} to allow it"),
+            )
+            .at(url));
         }
         Ok(())
     }
@@ -353,14 +389,22 @@ impl FetchPolicy {
     /// Destination rule for one resolved address.
     pub fn check_destination(&self, host: &str, addr: SocketAddr) -> Result<(), Refusal> {
         let canonical = SocketAddr::new(addr.ip().to_canonical(), addr.port());
-        if self.allowed_destinations.iter().any(|a| *a == addr || *a == canonical) {
+        if self
+            .allowed_destinations
+            .iter()
+            .any(|a| *a == addr || *a == canonical)
+        {
             return Ok(());
         }
         match classify(addr.ip()) {
             None => Ok(()),
             Some(class) => Err(Refusal::new(
                 Rule::Destination(class),
-                format!("{host} resolves to {}, a {} address", addr.ip(), class.describe()),
+                format!(
+                    "{host} resolves to {}, a {} address",
+                    addr.ip(),
+                    class.describe()
+                ),
             )),
         }
     }
@@ -421,9 +465,16 @@ mod tests {
     #[test]
     fn empty_allow_list_refuses_and_names_the_flag() {
         let url = Url::parse("https://example.com/x").unwrap_or_else(|e| panic!("{e}"));
-        let err = FetchPolicy::default().check_url(&url).err().unwrap_or_else(|| panic!("allowed"));
+        let err = FetchPolicy::default()
+            .check_url(&url)
+            .err()
+            .unwrap_or_else(|| panic!("allowed"));
         assert_eq!(err.rule, Rule::OriginAllowList);
-        assert!(err.detail.contains("--allow-origin https://example.com"), "{}", err.detail);
+        assert!(
+            err.detail.contains("--allow-origin https://example.com"),
+            "{}",
+            err.detail
+        );
     }
 
     #[test]
@@ -433,7 +484,10 @@ mod tests {
         assert!(AllowedOrigin::parse("http://example.com").is_err());
         assert!(AllowedOrigin::parse("https://example.com/path").is_err());
         assert!(AllowedOrigin::parse("https://u@example.com").is_err());
-        let policy = FetchPolicy { allowed_origins: vec![o], ..FetchPolicy::default() };
+        let policy = FetchPolicy {
+            allowed_origins: vec![o],
+            ..FetchPolicy::default()
+        };
         let ok = Url::parse("https://example.com/a").unwrap_or_else(|e| panic!("{e}"));
         let other_port = Url::parse("https://example.com:8443/a").unwrap_or_else(|e| panic!("{e}"));
         assert!(policy.check_url(&ok).is_ok());
@@ -443,7 +497,10 @@ mod tests {
     #[test]
     fn exact_destination_allowance_only() {
         let addr: SocketAddr = "127.0.0.1:4433".parse().unwrap_or_else(|e| panic!("{e}"));
-        let policy = FetchPolicy { allowed_destinations: vec![addr], ..FetchPolicy::default() };
+        let policy = FetchPolicy {
+            allowed_destinations: vec![addr],
+            ..FetchPolicy::default()
+        };
         assert!(policy.check_destination("h", addr).is_ok());
         let other: SocketAddr = "127.0.0.1:4434".parse().unwrap_or_else(|e| panic!("{e}"));
         assert!(policy.check_destination("h", other).is_err());

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use rustls::{ClientConfig, RootCertStore};
 
 use super::FetchError;
@@ -25,11 +25,16 @@ pub enum Trust {
 impl Trust {
     pub fn from_ca_file(path: &Path) -> Result<Self, FetchError> {
         const MAX_CA_FILE: u64 = 4 << 20;
-        let meta = std::fs::metadata(path).map_err(|e| FetchError::Tls(format!("--ca-file {}: {e}", path.display())))?;
+        let meta = std::fs::metadata(path)
+            .map_err(|e| FetchError::Tls(format!("--ca-file {}: {e}", path.display())))?;
         if meta.len() > MAX_CA_FILE {
-            return Err(FetchError::Tls(format!("--ca-file {} is larger than {MAX_CA_FILE} bytes", path.display())));
+            return Err(FetchError::Tls(format!(
+                "--ca-file {} is larger than {MAX_CA_FILE} bytes",
+                path.display()
+            )));
         }
-        let bytes = std::fs::read(path).map_err(|e| FetchError::Tls(format!("--ca-file {}: {e}", path.display())))?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| FetchError::Tls(format!("--ca-file {}: {e}", path.display())))?;
         Ok(Self::Pem(bytes))
     }
 
@@ -41,7 +46,9 @@ impl Trust {
             Self::Pem(bytes) => {
                 for cert in CertificateDer::pem_slice_iter(bytes) {
                     let cert = cert.map_err(|e| FetchError::Tls(format!("--ca-file: {e}")))?;
-                    roots.add(cert).map_err(|e| FetchError::Tls(format!("--ca-file: {e}")))?;
+                    roots
+                        .add(cert)
+                        .map_err(|e| FetchError::Tls(format!("--ca-file: {e}")))?;
                 }
                 if roots.is_empty() {
                     return Err(FetchError::Tls("--ca-file holds no certificate".into()));

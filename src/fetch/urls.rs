@@ -44,7 +44,10 @@ impl UrlForm {
         // RFC 3986 3.1: scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ), then ":".
         let scheme_len = reference
             .char_indices()
-            .find(|(i, c)| !(c.is_ascii_alphabetic() || (*i > 0 && (c.is_ascii_digit() || matches!(c, '+' | '-' | '.')))))
+            .find(|(i, c)| {
+                !(c.is_ascii_alphabetic()
+                    || (*i > 0 && (c.is_ascii_digit() || matches!(c, '+' | '-' | '.'))))
+            })
             .map(|(i, _)| i)
             .unwrap_or(reference.len());
         if scheme_len > 0 && reference[scheme_len..].starts_with(':') {
@@ -73,7 +76,9 @@ pub enum UrlError {
     Empty,
     #[error("URL is {len} bytes, the limit is {max}")]
     TooLong { len: usize, max: usize },
-    #[error("URL contains {found} at byte {at}; it must be written without whitespace, control characters or backslashes")]
+    #[error(
+        "URL contains {found} at byte {at}; it must be written without whitespace, control characters or backslashes"
+    )]
     ForbiddenChar { found: String, at: usize },
     #[error("a {form} reference needs a base URL to resolve against (give the index URL)")]
     NoBase { form: UrlForm },
@@ -88,10 +93,19 @@ fn precheck(s: &str) -> Result<(), UrlError> {
         return Err(UrlError::Empty);
     }
     if s.len() > MAX_URL_BYTES {
-        return Err(UrlError::TooLong { len: s.len(), max: MAX_URL_BYTES });
+        return Err(UrlError::TooLong {
+            len: s.len(),
+            max: MAX_URL_BYTES,
+        });
     }
-    if let Some((at, c)) = s.char_indices().find(|(_, c)| c.is_whitespace() || c.is_control() || *c == '\\') {
-        return Err(UrlError::ForbiddenChar { found: c.escape_default().to_string(), at });
+    if let Some((at, c)) = s
+        .char_indices()
+        .find(|(_, c)| c.is_whitespace() || c.is_control() || *c == '\\')
+    {
+        return Err(UrlError::ForbiddenChar {
+            found: c.escape_default().to_string(),
+            at,
+        });
     }
     Ok(())
 }
@@ -100,7 +114,9 @@ fn precheck(s: &str) -> Result<(), UrlError> {
 pub fn parse_absolute(s: &str) -> Result<Url, UrlError> {
     precheck(s)?;
     if UrlForm::of(s) != UrlForm::Absolute {
-        return Err(UrlError::Invalid(format!("{s:?} is not an absolute URL (scheme://host/...)")));
+        return Err(UrlError::Invalid(format!(
+            "{s:?} is not an absolute URL (scheme://host/...)"
+        )));
     }
     let url = Url::parse(s).map_err(|e| UrlError::Invalid(e.to_string()))?;
     if url.host().is_none() {
@@ -137,7 +153,12 @@ pub fn resolve(reference: &str, base: Option<&Url>) -> Result<Resolved, UrlError
     }
     url.set_fragment(None);
     let cross_origin = base.is_some_and(|b| b.origin() != url.origin());
-    Ok(Resolved { as_listed: reference.to_owned(), form, url, cross_origin })
+    Ok(Resolved {
+        as_listed: reference.to_owned(),
+        form,
+        url,
+        cross_origin,
+    })
 }
 
 #[cfg(test)]
@@ -145,23 +166,47 @@ mod tests {
     use super::*;
 
     fn base() -> Url {
-        Url::parse("https://example.com/.well-known/agent-skills/index.json").unwrap_or_else(|e| panic!("{e}"))
+        Url::parse("https://example.com/.well-known/agent-skills/index.json")
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn target(r: &str) -> String {
-        resolve(r, Some(&base())).map(|r| r.url.to_string()).unwrap_or_else(|e| format!("error: {e}"))
+        resolve(r, Some(&base()))
+            .map(|r| r.url.to_string())
+            .unwrap_or_else(|e| format!("error: {e}"))
     }
 
     #[test]
     fn forms_resolve_per_rfc3986() {
-        assert_eq!(target("demo/SKILL.md"), "https://example.com/.well-known/agent-skills/demo/SKILL.md");
-        assert_eq!(target("./demo.zip"), "https://example.com/.well-known/agent-skills/demo.zip");
-        assert_eq!(target("../x/y.tar.gz"), "https://example.com/.well-known/x/y.tar.gz");
+        assert_eq!(
+            target("demo/SKILL.md"),
+            "https://example.com/.well-known/agent-skills/demo/SKILL.md"
+        );
+        assert_eq!(
+            target("./demo.zip"),
+            "https://example.com/.well-known/agent-skills/demo.zip"
+        );
+        assert_eq!(
+            target("../x/y.tar.gz"),
+            "https://example.com/.well-known/x/y.tar.gz"
+        );
         assert_eq!(target("../../../../a"), "https://example.com/a");
-        assert_eq!(target("/skills/demo.zip"), "https://example.com/skills/demo.zip");
-        assert_eq!(target("//cdn.example.net/d.zip"), "https://cdn.example.net/d.zip");
-        assert_eq!(target("https://other.example/d.zip#frag"), "https://other.example/d.zip");
-        assert_eq!(target("?v=2"), "https://example.com/.well-known/agent-skills/index.json?v=2");
+        assert_eq!(
+            target("/skills/demo.zip"),
+            "https://example.com/skills/demo.zip"
+        );
+        assert_eq!(
+            target("//cdn.example.net/d.zip"),
+            "https://cdn.example.net/d.zip"
+        );
+        assert_eq!(
+            target("https://other.example/d.zip#frag"),
+            "https://other.example/d.zip"
+        );
+        assert_eq!(
+            target("?v=2"),
+            "https://example.com/.well-known/agent-skills/index.json?v=2"
+        );
     }
 
     #[test]
@@ -178,7 +223,8 @@ mod tests {
     fn cross_origin_is_flagged() {
         let r = resolve("//cdn.example.net/d.zip", Some(&base())).unwrap_or_else(|e| panic!("{e}"));
         assert!(r.cross_origin);
-        let r = resolve("https://example.com:8443/d.zip", Some(&base())).unwrap_or_else(|e| panic!("{e}"));
+        let r = resolve("https://example.com:8443/d.zip", Some(&base()))
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(r.cross_origin);
         let r = resolve("d.zip", Some(&base())).unwrap_or_else(|e| panic!("{e}"));
         assert!(!r.cross_origin);
@@ -186,10 +232,22 @@ mod tests {
 
     #[test]
     fn lenient_inputs_are_refused() {
-        for bad in ["a b", "a\tb", "https://ex\nample.com/", "\\\\evil.com/x", " /x", ""] {
+        for bad in [
+            "a b",
+            "a\tb",
+            "https://ex\nample.com/",
+            "\\\\evil.com/x",
+            " /x",
+            "",
+        ] {
             assert!(resolve(bad, Some(&base())).is_err(), "{bad:?}");
         }
-        assert!(matches!(resolve("a/b", None), Err(UrlError::NoBase { form: UrlForm::Relative })));
+        assert!(matches!(
+            resolve("a/b", None),
+            Err(UrlError::NoBase {
+                form: UrlForm::Relative
+            })
+        ));
         assert!(resolve(&"a".repeat(MAX_URL_BYTES + 1), Some(&base())).is_err());
     }
 }

@@ -149,7 +149,11 @@ fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
                             .map_err(|e| e.to_string())
                             .and_then(|z| status_check(&z, &tmp.path().join("zygote")));
                         match result {
-                            Ok(detail) => push("zygote child", true, format!("forked by a zygote: {detail}")),
+                            Ok(detail) => push(
+                                "zygote child",
+                                true,
+                                format!("forked by a zygote: {detail}"),
+                            ),
                             Err(detail) => push("zygote child", false, detail),
                         }
                     }

@@ -183,10 +183,12 @@ impl Sandbox {
         let program = seccomp::to_bytes(&profile.program);
         let zygote = match config.zygote_max_forks {
             0 => None,
-            n => Some(Zygote::start(&config.exe, n).map_err(|source| SandboxError::Spawn {
-                exe: config.exe.display().to_string(),
-                source,
-            })?),
+            n => Some(
+                Zygote::start(&config.exe, n).map_err(|source| SandboxError::Spawn {
+                    exe: config.exe.display().to_string(),
+                    source,
+                })?,
+            ),
         };
         Ok(Self {
             config,
@@ -395,11 +397,17 @@ impl Sandbox {
         if json.len() > wire::MAX_REQUEST_BYTES {
             return Err(SandboxError::RequestTooLarge(json.len()));
         }
-        spawn::spawn(&self.config.exe, self.zygote.as_ref(), &json, &self.program, sealed, dir.fd()).map_err(|source| {
-            SandboxError::Spawn {
-                exe: self.config.exe.display().to_string(),
-                source,
-            }
+        spawn::spawn(
+            &self.config.exe,
+            self.zygote.as_ref(),
+            &json,
+            &self.program,
+            sealed,
+            dir.fd(),
+        )
+        .map_err(|source| SandboxError::Spawn {
+            exe: self.config.exe.display().to_string(),
+            source,
         })
     }
 

@@ -255,7 +255,9 @@ pub(crate) fn run(
         Probe::UnixConnect { path } => forbidden::unix_connect(path.as_bytes()),
         Probe::Exec { path } => cstr(path).and_then(|p| forbidden::execve(&p)),
         Probe::Fork => forbidden::fork(),
-        Probe::OpenFds => Ok((0..63).filter(|&fd| super::sys::fd_is_open(fd)).fold(0i64, |set, fd| set | 1 << fd)),
+        Probe::OpenFds => Ok((0..63)
+            .filter(|&fd| super::sys::fd_is_open(fd))
+            .fold(0i64, |set, fd| set | 1 << fd)),
         Probe::Clone3 => forbidden::clone3(),
         Probe::SpawnThread => std::thread::Builder::new()
             .spawn(|| 7i64)

@@ -17,8 +17,8 @@ use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
 use super::supervise::Running;
-use super::zygote::Zygote;
 use super::sys;
+use super::zygote::Zygote;
 use crate::digest::{Hasher, Sha256Digest};
 use crate::extract::policy::Limits;
 

@@ -56,7 +56,8 @@ impl Running {
     /// A child of this process known by pid; it must not have been waited for yet (so the pid
     /// cannot have been recycled when the pidfd is opened).
     pub(crate) fn from_pid(pid: u32, answer: File, log: File) -> io::Result<Self> {
-        let raw = libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let raw =
+            libc::pid_t::try_from(pid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let pid = Pid::from_raw(raw);
         match sys::pidfd_open(pid.as_raw().unsigned_abs()) {
             Ok(pidfd) => Ok(Self {

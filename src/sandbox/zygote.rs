@@ -146,7 +146,10 @@ fn receive_order(control: BorrowedFd<'_>) -> Result<Option<[OwnedFd; ORDER_FDS]>
                     if let ControlMessageOwned::ScmRights(raw) = c {
                         // SAFETY: SCM_RIGHTS just installed these fds in our table; nothing else
                         // refers to them.
-                        fds.extend(raw.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
                     }
                 }
                 break (msg.bytes, msg.flags, fds);
@@ -176,7 +179,11 @@ fn receive_order(control: BorrowedFd<'_>) -> Result<Option<[OwnedFd; ORDER_FDS]>
 }
 
 fn answer(control: BorrowedFd<'_>, value: i32) -> io::Result<()> {
-    nix::sys::socket::send(control.as_raw_fd(), &value.to_le_bytes(), MsgFlags::MSG_NOSIGNAL)?;
+    nix::sys::socket::send(
+        control.as_raw_fd(),
+        &value.to_le_bytes(),
+        MsgFlags::MSG_NOSIGNAL,
+    )?;
     Ok(())
 }
 
@@ -218,14 +225,20 @@ impl Zygote {
 
     /// The pid of the running zygote, if one is up (tests kill it to prove it is replaced).
     pub fn pid(&self) -> Option<u32> {
-        let live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         live.as_ref().map(|l| l.process.id())
     }
 
     /// Have the zygote fork a child with these fds at 0 to 4 (request, answer, log, artifact,
     /// staging). The child is ours: the caller must wait for it.
     pub fn fork(&self, fds: [BorrowedFd<'_>; ORDER_FDS]) -> io::Result<u32> {
-        let mut live = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut last = None;
         // A zygote that died (killed, or the OOM killer) is replaced once per order.
         for _ in 0..2 {
@@ -244,7 +257,9 @@ impl Zygote {
                 Ok(Err(e)) => {
                     return Err(io::Error::new(
                         e.kind(),
-                        format!("the zygote could not fork a child: {e} (--zygote-max-forks 0 starts children by exec instead)"),
+                        format!(
+                            "the zygote could not fork a child: {e} (--zygote-max-forks 0 starts children by exec instead)"
+                        ),
                     ));
                 }
                 Err(e) => {
@@ -259,14 +274,25 @@ impl Zygote {
 
 /// Send one order and read the answer: `Err` when the zygote is gone or wedged, `Ok(Err)` when
 /// it refused or failed to fork.
-fn order(control: BorrowedFd<'_>, fds: &[BorrowedFd<'_>; ORDER_FDS]) -> io::Result<io::Result<u32>> {
+fn order(
+    control: BorrowedFd<'_>,
+    fds: &[BorrowedFd<'_>; ORDER_FDS],
+) -> io::Result<io::Result<u32>> {
     let raw = fds.each_ref().map(AsRawFd::as_raw_fd);
     let cmsg = [ControlMessage::ScmRights(&raw)];
-    sendmsg::<()>(control.as_raw_fd(), &[IoSlice::new(ORDER)], &cmsg, MsgFlags::MSG_NOSIGNAL, None)?;
+    sendmsg::<()>(
+        control.as_raw_fd(),
+        &[IoSlice::new(ORDER)],
+        &cmsg,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
     let value = read_answer(control)?;
     Ok(match u32::try_from(value) {
         Ok(pid) if pid > 0 => Ok(pid),
-        _ => Err(io::Error::from_raw_os_error(value.checked_neg().unwrap_or(libc::EIO))),
+        _ => Err(io::Error::from_raw_os_error(
+            value.checked_neg().unwrap_or(libc::EIO),
+        )),
     })
 }
 
@@ -312,8 +338,11 @@ impl Keeper {
 
     fn start(&self) -> io::Result<Live> {
         let (tx, rx) = mpsc::channel();
-        self.orders.send(tx).map_err(|_| io::Error::other("the zygote keeper thread is gone"))?;
-        rx.recv().map_err(|_| io::Error::other("the zygote keeper thread is gone"))?
+        self.orders
+            .send(tx)
+            .map_err(|_| io::Error::other("the zygote keeper thread is gone"))?;
+        rx.recv()
+            .map_err(|_| io::Error::other("the zygote keeper thread is gone"))?
     }
 }
 
@@ -336,7 +365,11 @@ fn launch(exe: &Path) -> io::Result<Live> {
         None,
         SockFlag::SOCK_CLOEXEC,
     )?;
-    setsockopt(&ours, sockopt::ReceiveTimeout, &TimeVal::new(ANSWER_TIMEOUT.as_secs().try_into().unwrap_or(5), 0))?;
+    setsockopt(
+        &ours,
+        sockopt::ReceiveTimeout,
+        &TimeVal::new(ANSWER_TIMEOUT.as_secs().try_into().unwrap_or(5), 0),
+    )?;
     // No pre_exec hook, so std can use posix_spawn (vfork) instead of copying the broker's page
     // tables; the zygote closes every fd above 2 itself before doing anything else.
     let process = Command::new(exe)
@@ -357,6 +390,8 @@ fn launch(exe: &Path) -> io::Result<Live> {
     // (or silence past the timeout) and it is killed and reaped by `Live`'s drop.
     match read_answer(live.control.as_fd())? {
         0 => Ok(live),
-        other => Err(io::Error::other(format!("the zygote did not start (said {other})"))),
+        other => Err(io::Error::other(format!(
+            "the zygote did not start (said {other})"
+        ))),
     }
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::Sha256Digest;
 use crate::extract::inventory::{Kind, Outcome};
-use crate::reason::{display_name, Verdict};
+use crate::reason::{Verdict, display_name};
 use crate::skill::review::{FindingKind, Review};
 
 /// The three answers, in increasing order of concern.
@@ -148,31 +148,63 @@ pub fn diff(old: &Outcome, new: &Outcome) -> Result<Diff, DiffError> {
 
     d.files = file_changes(old, new);
     let sha = |o: &Outcome| -> BTreeMap<String, Option<Sha256Digest>> {
-        o.entries.iter().filter(|e| e.kind == Kind::File).map(|e| (e.path.clone(), e.sha256)).collect()
+        o.entries
+            .iter()
+            .filter(|e| e.kind == Kind::File)
+            .map(|e| (e.path.clone(), e.sha256))
+            .collect()
     };
     let (old_sha, new_sha) = (sha(old), sha(new));
 
     // Scripts and executables: by content, so a pure rename is not growth.
-    let old_scripts: BTreeMap<&str, Option<Sha256Digest>> = or.scripts.iter().map(|s| (s.path.as_str(), s.sha256)).collect();
-    let old_script_shas: HashSet<Sha256Digest> = or.scripts.iter().filter_map(|s| s.sha256).collect();
+    let old_scripts: BTreeMap<&str, Option<Sha256Digest>> = or
+        .scripts
+        .iter()
+        .map(|s| (s.path.as_str(), s.sha256))
+        .collect();
+    let old_script_shas: HashSet<Sha256Digest> =
+        or.scripts.iter().filter_map(|s| s.sha256).collect();
     for s in &nr.scripts {
         let at = s.interpreter.clone();
         match old_scripts.get(s.path.as_str()) {
             Some(prev) if *prev == s.sha256 => {}
-            Some(_) => d.grown.push(Growth { kind: GrowthKind::ChangedScript, subject: s.path.clone(), at }),
+            Some(_) => d.grown.push(Growth {
+                kind: GrowthKind::ChangedScript,
+                subject: s.path.clone(),
+                at,
+            }),
             None if s.sha256.is_some_and(|h| old_script_shas.contains(&h)) => {}
-            None => d.grown.push(Growth { kind: GrowthKind::NewScript, subject: s.path.clone(), at }),
+            None => d.grown.push(Growth {
+                kind: GrowthKind::NewScript,
+                subject: s.path.clone(),
+                at,
+            }),
         }
     }
     let new_script_paths: BTreeSet<&str> = nr.scripts.iter().map(|s| s.path.as_str()).collect();
-    let new_script_shas: HashSet<Sha256Digest> = nr.scripts.iter().filter_map(|s| s.sha256).collect();
+    let new_script_shas: HashSet<Sha256Digest> =
+        nr.scripts.iter().filter_map(|s| s.sha256).collect();
     for s in &or.scripts {
-        if !new_script_paths.contains(s.path.as_str()) && !s.sha256.is_some_and(|h| new_script_shas.contains(&h)) {
-            d.dropped.push(Growth { kind: GrowthKind::NewScript, subject: s.path.clone(), at: None });
+        if !new_script_paths.contains(s.path.as_str())
+            && !s.sha256.is_some_and(|h| new_script_shas.contains(&h))
+        {
+            d.dropped.push(Growth {
+                kind: GrowthKind::NewScript,
+                subject: s.path.clone(),
+                at: None,
+            });
         }
     }
-    let old_exec: BTreeSet<&str> = or.capabilities.executables.iter().map(String::as_str).collect();
-    let old_exec_shas: HashSet<Sha256Digest> = old_exec.iter().filter_map(|p| old_sha.get(*p).copied().flatten()).collect();
+    let old_exec: BTreeSet<&str> = or
+        .capabilities
+        .executables
+        .iter()
+        .map(String::as_str)
+        .collect();
+    let old_exec_shas: HashSet<Sha256Digest> = old_exec
+        .iter()
+        .filter_map(|p| old_sha.get(*p).copied().flatten())
+        .collect();
     for p in &nr.capabilities.executables {
         if new_script_paths.contains(p.as_str()) {
             continue; // judged as a script above
@@ -180,29 +212,70 @@ pub fn diff(old: &Outcome, new: &Outcome) -> Result<Diff, DiffError> {
         let h = new_sha.get(p).copied().flatten();
         if old_exec.contains(p.as_str()) {
             if old_sha.get(p).copied().flatten() != h {
-                d.grown.push(Growth { kind: GrowthKind::ChangedExecutable, subject: p.clone(), at: None });
+                d.grown.push(Growth {
+                    kind: GrowthKind::ChangedExecutable,
+                    subject: p.clone(),
+                    at: None,
+                });
             }
         } else if !h.is_some_and(|h| old_exec_shas.contains(&h)) {
-            d.grown.push(Growth { kind: GrowthKind::NewExecutable, subject: p.clone(), at: None });
+            d.grown.push(Growth {
+                kind: GrowthKind::NewExecutable,
+                subject: p.clone(),
+                at: None,
+            });
         }
     }
 
     // Subjects: tools, hosts, credentials, downloads, risky commands.
     let sets: [(GrowthKind, &[String], &[String], FindingKind); 5] = [
-        (GrowthKind::NewTool, &or.tools[..], &nr.tools[..], FindingKind::RequestedTool),
-        (GrowthKind::NewHost, &or.capabilities.hosts, &nr.capabilities.hosts, FindingKind::ExternalReference),
-        (GrowthKind::NewCredential, &or.capabilities.credentials, &nr.capabilities.credentials, FindingKind::CredentialTouch),
-        (GrowthKind::NewDownload, &or.capabilities.downloads, &nr.capabilities.downloads, FindingKind::Download),
-        (GrowthKind::NewRiskyCommand, &or.capabilities.risky_commands, &nr.capabilities.risky_commands, FindingKind::RiskyCommand),
+        (
+            GrowthKind::NewTool,
+            &or.tools[..],
+            &nr.tools[..],
+            FindingKind::RequestedTool,
+        ),
+        (
+            GrowthKind::NewHost,
+            &or.capabilities.hosts,
+            &nr.capabilities.hosts,
+            FindingKind::ExternalReference,
+        ),
+        (
+            GrowthKind::NewCredential,
+            &or.capabilities.credentials,
+            &nr.capabilities.credentials,
+            FindingKind::CredentialTouch,
+        ),
+        (
+            GrowthKind::NewDownload,
+            &or.capabilities.downloads,
+            &nr.capabilities.downloads,
+            FindingKind::Download,
+        ),
+        (
+            GrowthKind::NewRiskyCommand,
+            &or.capabilities.risky_commands,
+            &nr.capabilities.risky_commands,
+            FindingKind::RiskyCommand,
+        ),
     ];
     for (kind, o, n, fk) in sets {
         let os: BTreeSet<&String> = o.iter().collect();
         let ns: BTreeSet<&String> = n.iter().collect();
         for s in ns.difference(&os) {
-            d.grown.push(Growth { kind, subject: (*s).clone(), at: located(nr, fk, s) });
+            d.grown.push(Growth {
+                kind,
+                subject: (*s).clone(),
+                at: located(nr, fk, s),
+            });
         }
         for s in os.difference(&ns) {
-            d.dropped.push(Growth { kind, subject: (*s).clone(), at: None });
+            d.dropped.push(Growth {
+                kind,
+                subject: (*s).clone(),
+                at: None,
+            });
         }
     }
     if !nr.coverage.complete {
@@ -214,14 +287,22 @@ pub fn diff(old: &Outcome, new: &Outcome) -> Result<Diff, DiffError> {
     }
 
     d.frontmatter_changed = frontmatter_changes(or, nr);
-    d.grown.sort_by(|a, b| (a.kind, &a.subject).cmp(&(b.kind, &b.subject)));
-    d.change = if d.grown.is_empty() { Change::ContentOnly } else { Change::NeedsReview };
+    d.grown
+        .sort_by(|a, b| (a.kind, &a.subject).cmp(&(b.kind, &b.subject)));
+    d.change = if d.grown.is_empty() {
+        Change::ContentOnly
+    } else {
+        Change::NeedsReview
+    };
     Ok(d)
 }
 
 /// `file:line` of the first finding of `kind` about `subject`.
 fn located(r: &Review, kind: FindingKind, subject: &str) -> Option<String> {
-    let f = r.findings.iter().find(|f| f.kind == kind && f.subject.as_deref() == Some(subject))?;
+    let f = r
+        .findings
+        .iter()
+        .find(|f| f.kind == kind && f.subject.as_deref() == Some(subject))?;
     Some(match f.line {
         Some(l) => format!("{}:{l}", f.file),
         None => f.file.clone(),
@@ -234,15 +315,25 @@ fn file_changes(old: &Outcome, new: &Outcome) -> FileChanges {
         o.entries
             .iter()
             .filter_map(|e| match e.kind {
-                Kind::File => Some((e.path.clone(), format!("file:{}", e.sha256.map(|h| h.to_string()).unwrap_or_default()))),
-                Kind::Symlink => Some((e.path.clone(), format!("link:{}", e.link_target.clone().unwrap_or_default()))),
+                Kind::File => Some((
+                    e.path.clone(),
+                    format!(
+                        "file:{}",
+                        e.sha256.map(|h| h.to_string()).unwrap_or_default()
+                    ),
+                )),
+                Kind::Symlink => Some((
+                    e.path.clone(),
+                    format!("link:{}", e.link_target.clone().unwrap_or_default()),
+                )),
                 Kind::Dir => None,
             })
             .collect()
     };
     let (o, n) = (ident(old), ident(new));
     let mut fc = FileChanges::default();
-    let mut removed: Vec<(&String, &String)> = o.iter().filter(|(p, _)| !n.contains_key(*p)).collect();
+    let mut removed: Vec<(&String, &String)> =
+        o.iter().filter(|(p, _)| !n.contains_key(*p)).collect();
     for (p, id) in &n {
         match o.get(p) {
             Some(prev) if prev == id => {}
@@ -250,7 +341,10 @@ fn file_changes(old: &Outcome, new: &Outcome) -> FileChanges {
             None => match removed.iter().position(|(_, rid)| *rid == id) {
                 Some(i) => {
                     let (from, _) = removed.remove(i);
-                    fc.renamed.push(Rename { from: from.clone(), to: p.clone() });
+                    fc.renamed.push(Rename {
+                        from: from.clone(),
+                        to: p.clone(),
+                    });
                 }
                 None => fc.added.push(p.clone()),
             },
@@ -262,7 +356,11 @@ fn file_changes(old: &Outcome, new: &Outcome) -> FileChanges {
 
 fn frontmatter_changes(o: &Review, n: &Review) -> Vec<String> {
     let (Some(a), Some(b)) = (&o.frontmatter, &n.frontmatter) else {
-        return if o.frontmatter.is_some() != n.frontmatter.is_some() { vec!["frontmatter".into()] } else { Vec::new() };
+        return if o.frontmatter.is_some() != n.frontmatter.is_some() {
+            vec!["frontmatter".into()]
+        } else {
+            Vec::new()
+        };
     };
     let mut out = Vec::new();
     let mut cmp = |name: &str, same: bool| {
@@ -285,19 +383,38 @@ fn frontmatter_changes(o: &Review, n: &Review) -> Vec<String> {
 pub fn render(d: &Diff) -> String {
     let digest = |h: Option<Sha256Digest>| h.map_or_else(|| "-".to_owned(), |h| h.to_string());
     let mut s = String::new();
-    let _ = writeln!(s, "{}  {} -> {}", d.change.as_str(), digest(d.old_digest), digest(d.new_digest));
+    let _ = writeln!(
+        s,
+        "{}  {} -> {}",
+        d.change.as_str(),
+        digest(d.old_digest),
+        digest(d.new_digest)
+    );
     if !d.grown.is_empty() {
         let _ = writeln!(s, "  grown capabilities ({}):", d.grown.len());
         for g in &d.grown {
-            let at = g.at.as_deref().map(|a| format!("  ({})", display_name(a.as_bytes()))).unwrap_or_default();
-            let _ = writeln!(s, "    + {:<18} {}{at}", g.kind.as_str(), display_name(g.subject.as_bytes()));
+            let at =
+                g.at.as_deref()
+                    .map(|a| format!("  ({})", display_name(a.as_bytes())))
+                    .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "    + {:<18} {}{at}",
+                g.kind.as_str(),
+                display_name(g.subject.as_bytes())
+            );
         }
     }
     if !d.dropped.is_empty() {
         let _ = writeln!(s, "  dropped ({}):", d.dropped.len());
         for g in &d.dropped {
             let what = g.kind.as_str().replacen("new_", "", 1);
-            let _ = writeln!(s, "    - {:<18} {}", what, display_name(g.subject.as_bytes()));
+            let _ = writeln!(
+                s,
+                "    - {:<18} {}",
+                what,
+                display_name(g.subject.as_bytes())
+            );
         }
     }
     let f = &d.files;
@@ -320,11 +437,20 @@ pub fn render(d: &Diff) -> String {
             let _ = writeln!(s, "    ~ {}", display_name(p.as_bytes()));
         }
         for r in &f.renamed {
-            let _ = writeln!(s, "    > {} -> {}", display_name(r.from.as_bytes()), display_name(r.to.as_bytes()));
+            let _ = writeln!(
+                s,
+                "    > {} -> {}",
+                display_name(r.from.as_bytes()),
+                display_name(r.to.as_bytes())
+            );
         }
     }
     if !d.frontmatter_changed.is_empty() {
-        let _ = writeln!(s, "  frontmatter changed: {}", d.frontmatter_changed.join(", "));
+        let _ = writeln!(
+            s,
+            "  frontmatter changed: {}",
+            d.frontmatter_changed.join(", ")
+        );
     }
     s
 }

@@ -34,7 +34,12 @@ pub struct FrontmatterLimits {
 
 impl Default for FrontmatterLimits {
     fn default() -> Self {
-        Self { max_bytes: 64 * 1024, max_depth: 16, max_nodes: 4096, max_scalar_bytes: 256 * 1024 }
+        Self {
+            max_bytes: 64 * 1024,
+            max_depth: 16,
+            max_nodes: 4096,
+            max_scalar_bytes: 256 * 1024,
+        }
     }
 }
 
@@ -101,21 +106,39 @@ fn split<'a>(md: &'a [u8], limits: &FrontmatterLimits) -> Result<Block<'a>, Reas
     let is_delim = |line: &[u8]| line.trim_ascii_end() == b"---";
     match lines.next() {
         Some(first) if is_delim(first) => {}
-        _ => return Err(invalid("SKILL.md does not start with a `---` frontmatter line")),
+        _ => {
+            return Err(invalid(
+                "SKILL.md does not start with a `---` frontmatter line",
+            ));
+        }
     }
-    let start = md.iter().position(|&b| b == b'\n').map_or(md.len(), |i| i + 1);
+    let start = md
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(md.len(), |i| i + 1);
     let mut end = start;
     for line in lines {
         if is_delim(line) {
             let raw = &md[start..end];
-            let yaml = std::str::from_utf8(raw).map_err(|e| invalid(format!("frontmatter is not UTF-8 (byte {})", e.valid_up_to())))?;
-            return Ok(Block { yaml, first_line: 2 });
+            let yaml = std::str::from_utf8(raw).map_err(|e| {
+                invalid(format!(
+                    "frontmatter is not UTF-8 (byte {})",
+                    e.valid_up_to()
+                ))
+            })?;
+            return Ok(Block {
+                yaml,
+                first_line: 2,
+            });
         }
         end += line.len();
         if end - start > limits.max_bytes {
             let observed = (end - start) as u64;
-            return Err(invalid(format!("frontmatter is larger than {} bytes", limits.max_bytes))
-                .limit(limits.max_bytes as u64, observed));
+            return Err(invalid(format!(
+                "frontmatter is larger than {} bytes",
+                limits.max_bytes
+            ))
+            .limit(limits.max_bytes as u64, observed));
         }
     }
     Err(invalid("frontmatter has no closing `---` line"))
@@ -125,9 +148,20 @@ fn split<'a>(md: &'a [u8], limits: &FrontmatterLimits) -> Result<Block<'a>, Reas
 #[derive(Debug, Clone)]
 enum Node {
     /// A scalar; `plain` when unquoted and untagged (so subject to core-schema typing).
-    Scalar { value: String, plain: bool, str_tag: bool, line: u64 },
-    Seq { items: Vec<Node>, line: u64 },
-    Map { pairs: Vec<(Node, Node)>, line: u64 },
+    Scalar {
+        value: String,
+        plain: bool,
+        str_tag: bool,
+        line: u64,
+    },
+    Seq {
+        items: Vec<Node>,
+        line: u64,
+    },
+    Map {
+        pairs: Vec<(Node, Node)>,
+        line: u64,
+    },
 }
 
 impl Node {
@@ -140,7 +174,12 @@ impl Node {
     /// The scalar's text when it is a string under the YAML 1.2 core schema.
     fn as_str(&self) -> Option<&str> {
         match self {
-            Node::Scalar { value, plain, str_tag, .. } if *str_tag || !*plain || core_type(value).is_none() => Some(value),
+            Node::Scalar {
+                value,
+                plain,
+                str_tag,
+                ..
+            } if *str_tag || !*plain || core_type(value).is_none() => Some(value),
             _ => None,
         }
     }
@@ -148,7 +187,12 @@ impl Node {
     /// What it is, for messages.
     fn type_name(&self) -> &'static str {
         match self {
-            Node::Scalar { value, plain, str_tag, .. } => {
+            Node::Scalar {
+                value,
+                plain,
+                str_tag,
+                ..
+            } => {
                 if *str_tag || !*plain {
                     "string"
                 } else {
@@ -186,7 +230,10 @@ fn core_type(s: &str) -> Option<&'static str> {
         None => (unsigned, None),
     };
     let mantissa_ok = match mantissa.split_once('.') {
-        Some((int, frac)) => (int.is_empty() && digits(frac, 10)) || (digits(int, 10) && (frac.is_empty() || digits(frac, 10))),
+        Some((int, frac)) => {
+            (int.is_empty() && digits(frac, 10))
+                || (digits(int, 10) && (frac.is_empty() || digits(frac, 10)))
+        }
         None => digits(mantissa, 10),
     };
     let exp_ok = exp.is_none_or(|e| digits(e.strip_prefix(['-', '+']).unwrap_or(e), 10));
@@ -194,8 +241,19 @@ fn core_type(s: &str) -> Option<&'static str> {
 }
 
 enum Frame {
-    Seq { items: Vec<Node>, anchor: usize, line: u64, cost: Cost },
-    Map { pairs: Vec<(Node, Node)>, key: Option<Node>, anchor: usize, line: u64, cost: Cost },
+    Seq {
+        items: Vec<Node>,
+        anchor: usize,
+        line: u64,
+        cost: Cost,
+    },
+    Map {
+        pairs: Vec<(Node, Node)>,
+        key: Option<Node>,
+        anchor: usize,
+        line: u64,
+        cost: Cost,
+    },
 }
 
 /// What a subtree cost to build, charged again whenever an alias copies it.
@@ -221,8 +279,11 @@ impl Budget<'_> {
     fn charge(&mut self, cost: Cost, line: u64) -> Result<(), Reason> {
         self.spent.add(cost);
         if self.spent.nodes > self.limits.max_nodes {
-            return Err(invalid(format!("frontmatter line {line}: more than {} YAML nodes (aliases count)", self.limits.max_nodes))
-                .limit(self.limits.max_nodes as u64, self.spent.nodes as u64));
+            return Err(invalid(format!(
+                "frontmatter line {line}: more than {} YAML nodes (aliases count)",
+                self.limits.max_nodes
+            ))
+            .limit(self.limits.max_nodes as u64, self.spent.nodes as u64));
         }
         if self.spent.bytes > self.limits.max_scalar_bytes {
             return Err(invalid(format!(
@@ -236,9 +297,16 @@ impl Budget<'_> {
 }
 
 /// Parse one YAML document into a [`Node`] tree under the budgets. `None` for an empty document.
-fn parse_yaml(yaml: &str, first_line: u64, limits: &FrontmatterLimits) -> Result<Option<Node>, Reason> {
+fn parse_yaml(
+    yaml: &str,
+    first_line: u64,
+    limits: &FrontmatterLimits,
+) -> Result<Option<Node>, Reason> {
     let mut parser = Parser::new_from_str(yaml);
-    let mut budget = Budget { limits, spent: Cost::default() };
+    let mut budget = Budget {
+        limits,
+        spent: Cost::default(),
+    };
     let mut anchors: HashMap<usize, (Node, Cost)> = HashMap::new();
     let mut stack: Vec<Frame> = Vec::new();
     let mut root: Option<(Node, Cost)> = None;
@@ -247,7 +315,11 @@ fn parse_yaml(yaml: &str, first_line: u64, limits: &FrontmatterLimits) -> Result
 
     while let Some(next) = parser.next_event() {
         let (event, span) = next.map_err(|e| {
-            invalid(format!("frontmatter line {}: YAML error: {}", line_of(e.marker().line()), crate::reason::display_name(e.info().as_bytes())))
+            invalid(format!(
+                "frontmatter line {}: YAML error: {}",
+                line_of(e.marker().line()),
+                crate::reason::display_name(e.info().as_bytes())
+            ))
         })?;
         let line = line_of(span.start.line());
         let done: Option<(Node, Cost, usize)> = match event {
@@ -256,59 +328,119 @@ fn parse_yaml(yaml: &str, first_line: u64, limits: &FrontmatterLimits) -> Result
             Event::DocumentStart(_) => {
                 documents += 1;
                 if documents > 1 {
-                    return Err(invalid(format!("frontmatter line {line}: more than one YAML document")));
+                    return Err(invalid(format!(
+                        "frontmatter line {line}: more than one YAML document"
+                    )));
                 }
                 None
             }
             Event::Scalar(value, style, anchor, tag) => {
-                let str_tag = tag.as_ref().is_some_and(|t| t.is_yaml_core_schema() && t.suffix == "str");
+                let str_tag = tag
+                    .as_ref()
+                    .is_some_and(|t| t.is_yaml_core_schema() && t.suffix == "str");
                 let plain = matches!(style, ScalarStyle::Plain) && tag.is_none();
-                let cost = Cost { nodes: 1, bytes: value.len() };
+                let cost = Cost {
+                    nodes: 1,
+                    bytes: value.len(),
+                };
                 budget.charge(cost, line)?;
-                Some((Node::Scalar { value: value.into_owned(), plain, str_tag, line }, cost, anchor))
+                Some((
+                    Node::Scalar {
+                        value: value.into_owned(),
+                        plain,
+                        str_tag,
+                        line,
+                    },
+                    cost,
+                    anchor,
+                ))
             }
             Event::Alias(id) => {
                 let Some((node, cost)) = anchors.get(&id) else {
-                    return Err(invalid(format!("frontmatter line {line}: alias to an unknown anchor")));
+                    return Err(invalid(format!(
+                        "frontmatter line {line}: alias to an unknown anchor"
+                    )));
                 };
                 budget.charge(*cost, line)?;
                 Some((node.clone(), *cost, 0))
             }
             Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
                 if stack.len() >= limits.max_depth {
-                    return Err(invalid(format!("frontmatter line {line}: nested deeper than {} levels", limits.max_depth))
-                        .limit(limits.max_depth as u64, stack.len() as u64 + 1));
+                    return Err(invalid(format!(
+                        "frontmatter line {line}: nested deeper than {} levels",
+                        limits.max_depth
+                    ))
+                    .limit(limits.max_depth as u64, stack.len() as u64 + 1));
                 }
                 let cost = Cost { nodes: 1, bytes: 0 };
                 budget.charge(cost, line)?;
                 stack.push(match event {
-                    Event::SequenceStart(..) => Frame::Seq { items: Vec::new(), anchor, line, cost },
-                    _ => Frame::Map { pairs: Vec::new(), key: None, anchor, line, cost },
+                    Event::SequenceStart(..) => Frame::Seq {
+                        items: Vec::new(),
+                        anchor,
+                        line,
+                        cost,
+                    },
+                    _ => Frame::Map {
+                        pairs: Vec::new(),
+                        key: None,
+                        anchor,
+                        line,
+                        cost,
+                    },
                 });
                 None
             }
             Event::SequenceEnd | Event::MappingEnd => match stack.pop() {
-                Some(Frame::Seq { items, anchor, line, cost }) => Some((Node::Seq { items, line }, cost, anchor)),
-                Some(Frame::Map { pairs, anchor, line, cost, .. }) => Some((Node::Map { pairs, line }, cost, anchor)),
-                None => return Err(invalid(format!("frontmatter line {line}: unbalanced YAML collection"))),
+                Some(Frame::Seq {
+                    items,
+                    anchor,
+                    line,
+                    cost,
+                }) => Some((Node::Seq { items, line }, cost, anchor)),
+                Some(Frame::Map {
+                    pairs,
+                    anchor,
+                    line,
+                    cost,
+                    ..
+                }) => Some((Node::Map { pairs, line }, cost, anchor)),
+                None => {
+                    return Err(invalid(format!(
+                        "frontmatter line {line}: unbalanced YAML collection"
+                    )));
+                }
             },
         };
-        let Some((node, cost, anchor)) = done else { continue };
+        let Some((node, cost, anchor)) = done else {
+            continue;
+        };
         if anchor != 0 {
             anchors.insert(anchor, (node.clone(), cost));
         }
         match stack.last_mut() {
             None => {
                 if root.is_some() {
-                    return Err(invalid(format!("frontmatter line {line}: more than one YAML document")));
+                    return Err(invalid(format!(
+                        "frontmatter line {line}: more than one YAML document"
+                    )));
                 }
                 root = Some((node, cost));
             }
-            Some(Frame::Seq { items, cost: parent, .. }) => {
+            Some(Frame::Seq {
+                items,
+                cost: parent,
+                ..
+            }) => {
                 parent.add(cost);
                 items.push(node);
             }
-            Some(Frame::Map { pairs, key, cost: parent, .. }) => {
+            Some(Frame::Map {
+                pairs,
+                key,
+                cost: parent,
+                ..
+            }) => {
                 parent.add(cost);
                 match key.take() {
                     None => *key = Some(node),
@@ -326,8 +458,17 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
     let root = parse_yaml(block.yaml, block.first_line, limits)?;
     let pairs = match root {
         Some(Node::Map { pairs, .. }) => pairs,
-        None => return Err(invalid("frontmatter is empty: `name` and `description` are required")),
-        Some(other) => return Err(invalid(format!("frontmatter is a {}, not a mapping", other.type_name()))),
+        None => {
+            return Err(invalid(
+                "frontmatter is empty: `name` and `description` are required",
+            ));
+        }
+        Some(other) => {
+            return Err(invalid(format!(
+                "frontmatter is a {}, not a mapping",
+                other.type_name()
+            )));
+        }
     };
 
     let mut fm = Frontmatter::default();
@@ -337,7 +478,11 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
     let mut description = None;
     for (k, v) in &pairs {
         let Some(key) = k.as_str() else {
-            return Err(invalid(format!("frontmatter line {}: a {} key", k.line(), k.type_name())));
+            return Err(invalid(format!(
+                "frontmatter line {}: a {} key",
+                k.line(),
+                k.type_name()
+            )));
         };
         if let Some(first) = seen.insert(key.to_owned(), k.line()) {
             return Err(invalid(format!(
@@ -347,26 +492,41 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
             )));
         }
         let line = k.line();
-        let mut issue = |message: String| issues.push(Issue { unknown_key: false, line, key: key.to_owned(), message });
+        let mut issue = |message: String| {
+            issues.push(Issue {
+                unknown_key: false,
+                line,
+                key: key.to_owned(),
+                message,
+            })
+        };
         match key {
             "name" => name = Some(v),
             "description" => description = Some(v),
             "license" => match v.as_str() {
                 Some(s) => fm.license = Some(s.to_owned()),
-                None => issue(format!("license must be a string, found a {}", v.type_name())),
+                None => issue(format!(
+                    "license must be a string, found a {}",
+                    v.type_name()
+                )),
             },
             "compatibility" => match v.as_str() {
                 Some(s) => {
                     let n = s.chars().count();
                     if n > COMPATIBILITY_MAX_CHARS {
-                        issue(format!("compatibility is {n} characters, more than {COMPATIBILITY_MAX_CHARS}"));
+                        issue(format!(
+                            "compatibility is {n} characters, more than {COMPATIBILITY_MAX_CHARS}"
+                        ));
                     }
                     if s.trim().is_empty() {
                         issue("compatibility is empty".into());
                     }
                     fm.compatibility = Some(s.to_owned());
                 }
-                None => issue(format!("compatibility must be a string, found a {}", v.type_name())),
+                None => issue(format!(
+                    "compatibility must be a string, found a {}",
+                    v.type_name()
+                )),
             },
             "metadata" => match v {
                 Node::Map { pairs, .. } => {
@@ -374,14 +534,21 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
                         let mkey = match mk.as_str() {
                             Some(s) => s,
                             None => {
-                                issue(format!("metadata has a {} key on line {}", mk.type_name(), mk.line()));
+                                issue(format!(
+                                    "metadata has a {} key on line {}",
+                                    mk.type_name(),
+                                    mk.line()
+                                ));
                                 continue;
                             }
                         };
                         match mv.as_str() {
                             Some(s) => {
                                 if fm.metadata.insert(mkey.to_owned(), s.to_owned()).is_some() {
-                                    return Err(invalid(format!("frontmatter line {}: duplicate metadata key", mk.line())));
+                                    return Err(invalid(format!(
+                                        "frontmatter line {}: duplicate metadata key",
+                                        mk.line()
+                                    )));
                                 }
                             }
                             None => issue(format!(
@@ -393,32 +560,41 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
                         }
                     }
                 }
-                other => issue(format!("metadata must be a mapping of strings, found a {}", other.type_name())),
+                other => issue(format!(
+                    "metadata must be a mapping of strings, found a {}",
+                    other.type_name()
+                )),
             },
-            "allowed-tools" => {
-                match v {
-                    Node::Seq { items, .. } => {
-                        issue("allowed-tools must be a space-separated string, found a sequence".into());
-                        for item in items {
-                            match item.as_str() {
-                                Some(s) => fm.allowed_tools.extend(split_tools(s)),
-                                None => issue(format!("allowed-tools has a {} item", item.type_name())),
-                            }
+            "allowed-tools" => match v {
+                Node::Seq { items, .. } => {
+                    issue(
+                        "allowed-tools must be a space-separated string, found a sequence".into(),
+                    );
+                    for item in items {
+                        match item.as_str() {
+                            Some(s) => fm.allowed_tools.extend(split_tools(s)),
+                            None => issue(format!("allowed-tools has a {} item", item.type_name())),
                         }
                     }
-                    _ => match v.as_str() {
-                        Some(s) => fm.allowed_tools = split_tools(s),
-                        None => issue(format!("allowed-tools must be a space-separated string, found a {}", v.type_name())),
-                    },
                 }
-            }
+                _ => match v.as_str() {
+                    Some(s) => fm.allowed_tools = split_tools(s),
+                    None => issue(format!(
+                        "allowed-tools must be a space-separated string, found a {}",
+                        v.type_name()
+                    )),
+                },
+            },
             _ => {
                 fm.unknown_keys.push(key.to_owned());
                 issues.push(Issue {
                     unknown_key: true,
                     line,
                     key: key.to_owned(),
-                    message: format!("unknown frontmatter key {:?}", crate::reason::display_name(key.as_bytes())),
+                    message: format!(
+                        "unknown frontmatter key {:?}",
+                        crate::reason::display_name(key.as_bytes())
+                    ),
                 });
             }
         }
@@ -428,7 +604,12 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
     fm.description = required(description, "description")?.to_owned();
     let name_line = seen.get("name").copied().unwrap_or(block.first_line);
     for message in name_violations(&fm.name) {
-        issues.push(Issue { unknown_key: false, line: name_line, key: "name".into(), message });
+        issues.push(Issue {
+            unknown_key: false,
+            line: name_line,
+            key: "name".into(),
+            message,
+        });
     }
     let n = fm.description.chars().count();
     if n > DESCRIPTION_MAX_CHARS {
@@ -441,7 +622,11 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
         });
     }
     issues.sort_by_key(|i| i.line);
-    Ok(Parsed { frontmatter: fm, issues, key_lines: seen })
+    Ok(Parsed {
+        frontmatter: fm,
+        issues,
+        key_lines: seen,
+    })
 }
 
 /// `name` and `description` must be present, strings, and not blank.
@@ -450,10 +635,17 @@ fn required<'n>(node: Option<&'n Node>, key: &str) -> Result<&'n str, Reason> {
         return Err(invalid(format!("frontmatter has no `{key}`")));
     };
     let Some(s) = node.as_str() else {
-        return Err(invalid(format!("frontmatter line {}: `{key}` must be a string, found a {}", node.line(), node.type_name())));
+        return Err(invalid(format!(
+            "frontmatter line {}: `{key}` must be a string, found a {}",
+            node.line(),
+            node.type_name()
+        )));
     };
     if s.trim().is_empty() {
-        return Err(invalid(format!("frontmatter line {}: `{key}` is empty", node.line())));
+        return Err(invalid(format!(
+            "frontmatter line {}: `{key}` is empty",
+            node.line()
+        )));
     }
     Ok(s)
 }
@@ -463,10 +655,18 @@ pub fn name_violations(name: &str) -> Vec<String> {
     let mut out = Vec::new();
     let n = name.chars().count();
     if n > NAME_MAX_CHARS {
-        out.push(format!("name is {n} characters, more than {NAME_MAX_CHARS}"));
+        out.push(format!(
+            "name is {n} characters, more than {NAME_MAX_CHARS}"
+        ));
     }
-    if let Some(c) = name.chars().find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-')) {
-        out.push(format!("name may hold only a-z, 0-9 and `-`, found {:?}", c.escape_default().to_string()));
+    if let Some(c) = name
+        .chars()
+        .find(|c| !matches!(c, 'a'..='z' | '0'..='9' | '-'))
+    {
+        out.push(format!(
+            "name may hold only a-z, 0-9 and `-`, found {:?}",
+            c.escape_default().to_string()
+        ));
     }
     if name.starts_with('-') || name.ends_with('-') {
         out.push("name must not start or end with `-`".into());
@@ -519,7 +719,8 @@ mod tests {
 
     #[test]
     fn minimal_crlf_bom() {
-        let ok = p("\u{feff}---\r\nname: demo\r\ndescription: A demo\r\n---\r\nbody\r\n").unwrap_or_else(|e| panic!("{e:?}"));
+        let ok = p("\u{feff}---\r\nname: demo\r\ndescription: A demo\r\n---\r\nbody\r\n")
+            .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(ok.frontmatter.name, "demo");
         assert_eq!(ok.frontmatter.description, "A demo");
         assert!(ok.issues.is_empty());
@@ -536,21 +737,34 @@ mod tests {
             ("---\nname: x\n---\n", "no `description`"),
             ("---\nname: x\ndescription: \"\"\n---\n", "is empty"),
             ("---\nname: 12\ndescription: y\n---\n", "must be a string"),
-            ("---\nname: x\nname: y\ndescription: z\n---\n", "duplicate key"),
+            (
+                "---\nname: x\nname: y\ndescription: z\n---\n",
+                "duplicate key",
+            ),
             ("---\nname: [x\ndescription: y\n---\n", "YAML error"),
-            ("---\nname: x\ndescription: y\nmetadata:\n\tk: v\n---\n", "YAML error"),
+            (
+                "---\nname: x\ndescription: y\nmetadata:\n\tk: v\n---\n",
+                "YAML error",
+            ),
         ] {
             let got = code(p(md));
-            assert!(got.starts_with("invalid_skill_md") && got.contains(want), "{md:?}: {got}");
+            assert!(
+                got.starts_with("invalid_skill_md") && got.contains(want),
+                "{md:?}: {got}"
+            );
         }
     }
 
     #[test]
     fn alias_bomb_is_bounded() {
-        let mut md = String::from("---\nname: x\ndescription: y\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        let mut md = String::from(
+            "---\nname: x\ndescription: y\na0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+        );
         for i in 1..10 {
             let p = i - 1;
-            md.push_str(&format!("a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"));
+            md.push_str(&format!(
+                "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+            ));
         }
         md.push_str("---\n");
         let got = code(p(&md));
@@ -559,9 +773,16 @@ mod tests {
 
     #[test]
     fn depth_and_size_are_bounded() {
-        let deep = format!("---\nname: x\ndescription: y\nk: {}{}\n---\n", "[".repeat(40), "]".repeat(40));
+        let deep = format!(
+            "---\nname: x\ndescription: y\nk: {}{}\n---\n",
+            "[".repeat(40),
+            "]".repeat(40)
+        );
         assert!(code(p(&deep)).contains("nested deeper"));
-        let big = format!("---\nname: x\ndescription: y\nk: '{}'\n---\n", "a".repeat(70_000));
+        let big = format!(
+            "---\nname: x\ndescription: y\nk: '{}'\n---\n",
+            "a".repeat(70_000)
+        );
         assert!(code(p(&big)).contains("larger than 65536"));
     }
 
@@ -573,17 +794,32 @@ mod tests {
         assert!(msgs.iter().any(|m| m.contains("only a-z")), "{msgs:?}");
         assert!(msgs.iter().any(|m| m.contains("start or end")));
         assert!(msgs.iter().any(|m| m.contains("`--`")));
-        assert!(msgs.iter().any(|m| m.contains("compatibility must be a string")));
-        assert!(msgs.iter().any(|m| m.contains("metadata.n must be a string")));
-        assert!(ok.issues.iter().any(|i| i.unknown_key && i.key == "x-extra" && i.line == 9));
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("compatibility must be a string"))
+        );
+        assert!(
+            msgs.iter()
+                .any(|m| m.contains("metadata.n must be a string"))
+        );
+        assert!(
+            ok.issues
+                .iter()
+                .any(|i| i.unknown_key && i.key == "x-extra" && i.line == 9)
+        );
         assert_eq!(ok.frontmatter.allowed_tools, ["Bash(git add:*)", "Read"]);
-        assert_eq!(ok.frontmatter.metadata.get("a").map(String::as_str), Some("b"));
+        assert_eq!(
+            ok.frontmatter.metadata.get("a").map(String::as_str),
+            Some("b")
+        );
         assert_eq!(ok.key_lines.get("allowed-tools"), Some(&8));
     }
 
     #[test]
     fn core_schema_typing() {
-        for s in ["1", "-2", "0x1F", "0o7", "1.5", ".5", "1e3", "-.inf", ".NaN", "true", "~", ""] {
+        for s in [
+            "1", "-2", "0x1F", "0o7", "1.5", ".5", "1e3", "-.inf", ".NaN", "true", "~", "",
+        ] {
             assert!(core_type(s).is_some(), "{s}");
         }
         for s in ["1.2.3", "v1", "yes", "0x", "1e", "pdf-tools", "1-2"] {

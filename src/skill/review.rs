@@ -19,8 +19,8 @@ use super::frontmatter::{self, Frontmatter, FrontmatterLimits};
 use super::scan::{self, Hit, HitKind, Scanner};
 use super::staged::StagedReader;
 use crate::digest::Sha256Digest;
-use crate::extract::inventory::{Entry, Flag, Kind};
 use crate::extract::Request;
+use crate::extract::inventory::{Entry, Flag, Kind};
 use crate::reason::Reason;
 
 /// Bounds on one review. The defaults keep the worst report well under 1 MiB of JSON.
@@ -218,33 +218,50 @@ pub enum ReviewError {
 }
 
 /// Review the tree staged beneath `staging` whose inventory is `entries`, with default limits.
-pub fn review(staging: BorrowedFd<'_>, entries: &[Entry], req: &Request) -> Result<Review, ReviewError> {
+pub fn review(
+    staging: BorrowedFd<'_>,
+    entries: &[Entry],
+    req: &Request,
+) -> Result<Review, ReviewError> {
     review_with(staging, entries, req, &ReviewLimits::default())
 }
 
 /// [`review`] with explicit limits.
-pub fn review_with(staging: BorrowedFd<'_>, entries: &[Entry], req: &Request, limits: &ReviewLimits) -> Result<Review, ReviewError> {
+pub fn review_with(
+    staging: BorrowedFd<'_>,
+    entries: &[Entry],
+    req: &Request,
+    limits: &ReviewLimits,
+) -> Result<Review, ReviewError> {
     let mut r = Reviewer::new(limits, entries);
     let mut reader = StagedReader::new(staging);
     let mut buf = Vec::new();
 
     // SKILL.md first: its frontmatter decides whether there is a skill at all.
-    let skill = entries.iter().find(|e| e.path == "SKILL.md" && e.kind == Kind::File);
+    let skill = entries
+        .iter()
+        .find(|e| e.path == "SKILL.md" && e.kind == Kind::File);
     if let Some(e) = skill {
         // Always read, and at least far enough for the whole frontmatter bound.
-        let cap = limits.max_file_bytes.max(limits.frontmatter.max_bytes.saturating_add(16));
+        let cap = limits
+            .max_file_bytes
+            .max(limits.frontmatter.max_bytes.saturating_add(16));
         r.read(&mut reader, e, cap, &mut buf)?;
         let parsed = frontmatter::parse(&buf, &limits.frontmatter).map_err(ReviewError::Invalid)?;
         r.frontmatter(parsed, req);
         r.text(e, &buf, true);
     }
-    for e in entries.iter().filter(|e| e.kind == Kind::File && e.path != "SKILL.md") {
+    for e in entries
+        .iter()
+        .filter(|e| e.kind == Kind::File && e.path != "SKILL.md")
+    {
         if r.total_read >= limits.max_total_bytes {
             r.out.coverage.unread_files += 1;
             r.classify(e, None);
             continue;
         }
-        let left = usize::try_from(limits.max_total_bytes.saturating_sub(r.total_read)).unwrap_or(usize::MAX);
+        let left = usize::try_from(limits.max_total_bytes.saturating_sub(r.total_read))
+            .unwrap_or(usize::MAX);
         r.read(&mut reader, e, limits.max_file_bytes.min(left), &mut buf)?;
         let binary = r.classify(e, Some(&buf));
         if binary {
@@ -284,10 +301,19 @@ impl<'a> Reviewer<'a> {
         }
     }
 
-    fn read(&mut self, reader: &mut StagedReader<'_>, e: &Entry, cap: usize, buf: &mut Vec<u8>) -> Result<(), ReviewError> {
+    fn read(
+        &mut self,
+        reader: &mut StagedReader<'_>,
+        e: &Entry,
+        cap: usize,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), ReviewError> {
         reader
             .read_capped(&e.path, cap, buf)
-            .map_err(|source| ReviewError::Io { path: crate::reason::display_name(e.path.as_bytes()), source })?;
+            .map_err(|source| ReviewError::Io {
+                path: crate::reason::display_name(e.path.as_bytes()),
+                source,
+            })?;
         self.total_read += buf.len() as u64;
         self.out.coverage.bytes_scanned += buf.len() as u64;
         self.out.coverage.files_scanned += 1;
@@ -313,30 +339,62 @@ impl<'a> Reviewer<'a> {
         let fm = parsed.frontmatter;
         let line_of = |k: &str| parsed.key_lines.get(k).copied();
         for issue in parsed.issues {
-            let kind = if issue.unknown_key { FindingKind::UnknownKey } else { FindingKind::SkillMdRule };
+            let kind = if issue.unknown_key {
+                FindingKind::UnknownKey
+            } else {
+                FindingKind::SkillMdRule
+            };
             let excerpt = self.excerpt(&issue.message);
-            self.push(Finding { kind, file: "SKILL.md".into(), line: Some(issue.line), excerpt, subject: Some(issue.key) });
+            self.push(Finding {
+                kind,
+                file: "SKILL.md".into(),
+                line: Some(issue.line),
+                excerpt,
+                subject: Some(issue.key),
+            });
         }
         if let Some(index_name) = &req.skill_name {
             if *index_name != fm.name {
                 self.out.flags.push(ReviewFlag::NameMismatch);
-                let excerpt = self.excerpt(&format!("index: {index_name:?}, SKILL.md: {:?}", fm.name));
-                self.push(Finding { kind: FindingKind::NameMismatch, file: "SKILL.md".into(), line: line_of("name"), excerpt, subject: None });
+                let excerpt =
+                    self.excerpt(&format!("index: {index_name:?}, SKILL.md: {:?}", fm.name));
+                self.push(Finding {
+                    kind: FindingKind::NameMismatch,
+                    file: "SKILL.md".into(),
+                    line: line_of("name"),
+                    excerpt,
+                    subject: None,
+                });
             }
         }
         if let Some(index_desc) = &req.index_description {
             let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
             if norm(index_desc) != norm(&fm.description) {
                 self.out.flags.push(ReviewFlag::DescriptionMismatch);
-                let excerpt = self.excerpt(&format!("index: {index_desc:?}, SKILL.md: {:?}", fm.description));
+                let excerpt = self.excerpt(&format!(
+                    "index: {index_desc:?}, SKILL.md: {:?}",
+                    fm.description
+                ));
                 let line = line_of("description");
-                self.push(Finding { kind: FindingKind::DescriptionMismatch, file: "SKILL.md".into(), line, excerpt, subject: None });
+                self.push(Finding {
+                    kind: FindingKind::DescriptionMismatch,
+                    file: "SKILL.md".into(),
+                    line,
+                    excerpt,
+                    subject: None,
+                });
             }
         }
         for tool in &fm.allowed_tools {
             let excerpt = self.excerpt(tool);
             let line = line_of("allowed-tools");
-            self.push(Finding { kind: FindingKind::RequestedTool, file: "SKILL.md".into(), line, excerpt, subject: Some(tool.clone()) });
+            self.push(Finding {
+                kind: FindingKind::RequestedTool,
+                file: "SKILL.md".into(),
+                line,
+                excerpt,
+                subject: Some(tool.clone()),
+            });
         }
         self.out.tools = fm.allowed_tools.clone();
         self.out.frontmatter = Some(fm);
@@ -347,7 +405,9 @@ impl<'a> Reviewer<'a> {
     fn classify(&mut self, e: &Entry, head: Option<&[u8]>) -> bool {
         let executable = e.flags.contains(&Flag::Executable);
         let ext_interp = extension(&e.path).and_then(interpreter_for_extension);
-        let shebang = head.and_then(|h| h.strip_prefix(b"#!")).map(shebang_interpreter);
+        let shebang = head
+            .and_then(|h| h.strip_prefix(b"#!"))
+            .map(shebang_interpreter);
         let native = head.and_then(native_kind);
         let binary = head.is_some_and(|h| native.is_some() || is_binary(h));
 
@@ -369,9 +429,19 @@ impl<'a> Reviewer<'a> {
         }
         if native.is_some() || (binary && !signals.is_empty()) {
             let what = native.map_or("non-text content", |k| k.1);
-            let excerpt = format!("{what}, {} bytes{}", e.size, if executable { ", executable" } else { "" });
+            let excerpt = format!(
+                "{what}, {} bytes{}",
+                e.size,
+                if executable { ", executable" } else { "" }
+            );
             let subject = native.map_or("non-text", |k| k.0);
-            self.push(Finding { kind: FindingKind::BinaryExecutable, file: e.path.clone(), line: None, excerpt, subject: Some(subject.into()) });
+            self.push(Finding {
+                kind: FindingKind::BinaryExecutable,
+                file: e.path.clone(),
+                line: None,
+                excerpt,
+                subject: Some(subject.into()),
+            });
         }
         if !signals.is_empty() && !e.flags.contains(&Flag::NestedArchive) {
             let interpreter = match (&shebang, native, ext_interp) {
@@ -385,7 +455,11 @@ impl<'a> Reviewer<'a> {
                     let line = rest.split(|&b| b == b'\n').next().unwrap_or(rest);
                     self.excerpt(&format!("#!{}", String::from_utf8_lossy(line)))
                 }
-                None => format!("{}, {} bytes", interpreter.as_deref().unwrap_or("unknown interpreter"), e.size),
+                None => format!(
+                    "{}, {} bytes",
+                    interpreter.as_deref().unwrap_or("unknown interpreter"),
+                    e.size
+                ),
             };
             self.push(Finding {
                 kind: FindingKind::Script,
@@ -418,7 +492,9 @@ impl<'a> Reviewer<'a> {
         loop {
             let start = match triggers {
                 Some(t) => match t.next(content, pos) {
-                    Some(m) => memchr::memrchr(b'\n', &content[pos..m]).map_or(pos, |i| pos + i + 1),
+                    Some(m) => {
+                        memchr::memrchr(b'\n', &content[pos..m]).map_or(pos, |i| pos + i + 1)
+                    }
                     None => break,
                 },
                 None if pos < content.len() => pos,
@@ -463,7 +539,13 @@ impl<'a> Reviewer<'a> {
                     continue;
                 }
                 let excerpt = excerpt_at(line, col, self.limits.excerpt_chars);
-                self.push(Finding { kind, file: e.path.clone(), line: Some(lineno), excerpt, subject: Some(subject) });
+                self.push(Finding {
+                    kind,
+                    file: e.path.clone(),
+                    line: Some(lineno),
+                    excerpt,
+                    subject: Some(subject),
+                });
             }
         }
         self.scanner = scanner;
@@ -481,9 +563,13 @@ impl<'a> Reviewer<'a> {
             let scheme = &target[..colon];
             let is_scheme = !scheme.is_empty()
                 && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'));
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '.' | '-'));
             if is_scheme && !target[..colon].contains('/') {
-                return scheme.eq_ignore_ascii_case("file").then_some((FindingKind::LinkOutside, subject));
+                return scheme
+                    .eq_ignore_ascii_case("file")
+                    .then_some((FindingKind::LinkOutside, subject));
             }
         }
         let decoded = percent_decode(target);
@@ -510,7 +596,11 @@ impl<'a> Reviewer<'a> {
     }
 
     fn finish(mut self) -> Review {
-        let take = |caps: &mut BTreeMap<HitKind, BTreeSet<String>>, k| caps.remove(&k).map(|s| s.into_iter().collect()).unwrap_or_default();
+        let take = |caps: &mut BTreeMap<HitKind, BTreeSet<String>>, k| {
+            caps.remove(&k)
+                .map(|s| s.into_iter().collect())
+                .unwrap_or_default()
+        };
         self.out.capabilities = Capabilities {
             hosts: take(&mut self.caps, HitKind::ExternalReference),
             downloads: take(&mut self.caps, HitKind::Download),
@@ -596,7 +686,9 @@ fn native_kind(h: &[u8]) -> Option<(&'static str, &'static str)> {
     let m = h.get(..4)?;
     Some(match m {
         b"\x7fELF" => ("elf", "ELF binary"),
-        [0xfe, 0xed, 0xfa, 0xce | 0xcf] | [0xce | 0xcf, 0xfa, 0xed, 0xfe] => ("mach-o", "Mach-O binary"),
+        [0xfe, 0xed, 0xfa, 0xce | 0xcf] | [0xce | 0xcf, 0xfa, 0xed, 0xfe] => {
+            ("mach-o", "Mach-O binary")
+        }
         [0xca, 0xfe, 0xba, 0xbe] => ("mach-o", "Mach-O universal binary or Java class"),
         b"\0asm" => ("wasm", "WebAssembly module"),
         [b'M', b'Z', _, _] => ("pe", "PE/DOS executable"),
@@ -617,7 +709,9 @@ pub fn escape_bounded(s: &str, max: usize) -> String {
             out.push('…');
             break;
         }
-        if ch.is_control() || matches!(ch, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+        if ch.is_control()
+            || matches!(ch, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
             out.extend(ch.escape_default());
         } else {
             out.push(ch);
@@ -629,14 +723,22 @@ pub fn escape_bounded(s: &str, max: usize) -> String {
 /// An excerpt of `line` around byte `col`, bounded and escaped.
 fn excerpt_at(line: &[u8], col: usize, max: usize) -> String {
     let line = line.strip_suffix(b"\r").unwrap_or(line);
-    let mut start = if line.len() <= max { 0 } else { col.saturating_sub(40).min(line.len()) };
+    let mut start = if line.len() <= max {
+        0
+    } else {
+        col.saturating_sub(40).min(line.len())
+    };
     while start < line.len() && (line[start] & 0xC0) == 0x80 {
         start += 1;
     }
     let end = line.len().min(start + max * 4);
     let text = String::from_utf8_lossy(&line[start..end]);
     let body = escape_bounded(text.trim(), max);
-    if start > 0 { format!("…{body}") } else { body }
+    if start > 0 {
+        format!("…{body}")
+    } else {
+        body
+    }
 }
 
 #[cfg(test)]
@@ -645,16 +747,32 @@ mod tests {
 
     #[test]
     fn excerpts_are_bounded_and_escaped() {
-        assert_eq!(escape_bounded("a\x1b[31mb\u{202e}", 100), "a\\u{1b}[31mb\\u{202e}");
-        let long = format!("{}curl https://x.example.com{}", "a ".repeat(200), " b".repeat(200));
+        assert_eq!(
+            escape_bounded("a\x1b[31mb\u{202e}", 100),
+            "a\\u{1b}[31mb\\u{202e}"
+        );
+        let long = format!(
+            "{}curl https://x.example.com{}",
+            "a ".repeat(200),
+            " b".repeat(200)
+        );
         let e = excerpt_at(long.as_bytes(), 400, 60);
-        assert!(e.starts_with('…') && e.contains("curl") && e.chars().count() <= 62, "{e}");
+        assert!(
+            e.starts_with('…') && e.contains("curl") && e.chars().count() <= 62,
+            "{e}"
+        );
     }
 
     #[test]
     fn shebangs() {
-        assert_eq!(shebang_interpreter(b"/usr/bin/env -S python3 -u\n"), Some("python3".into()));
-        assert_eq!(shebang_interpreter(b"/bin/bash -e\nrest"), Some("bash".into()));
+        assert_eq!(
+            shebang_interpreter(b"/usr/bin/env -S python3 -u\n"),
+            Some("python3".into())
+        );
+        assert_eq!(
+            shebang_interpreter(b"/bin/bash -e\nrest"),
+            Some("bash".into())
+        );
         assert_eq!(shebang_interpreter(b"\n"), None);
     }
 

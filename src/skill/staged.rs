@@ -10,8 +10,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use nix::fcntl::{openat, OFlag};
-use nix::sys::stat::{fstat, Mode, SFlag};
+use nix::fcntl::{OFlag, openat};
+use nix::sys::stat::{Mode, SFlag, fstat};
 
 /// Opens files beneath a root directory fd, caching the open chain of the last directory.
 pub struct StagedReader<'a> {
@@ -21,16 +21,25 @@ pub struct StagedReader<'a> {
 
 impl<'a> StagedReader<'a> {
     pub fn new(root: BorrowedFd<'a>) -> Self {
-        Self { root, chain: Vec::new() }
+        Self {
+            root,
+            chain: Vec::new(),
+        }
     }
 
     fn parent_fd(&mut self, parent: &[&str]) -> io::Result<BorrowedFd<'_>> {
-        let common = self.chain.iter().zip(parent.iter()).take_while(|((have, _), want)| have == *want).count();
+        let common = self
+            .chain
+            .iter()
+            .zip(parent.iter())
+            .take_while(|((have, _), want)| have == *want)
+            .count();
         self.chain.truncate(common);
         for comp in &parent[common..] {
             let fd = {
                 let base = self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd());
-                let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                let flags =
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
                 openat(base, *comp, flags, Mode::empty())?
             };
             self.chain.push(((*comp).to_owned(), fd));
@@ -48,11 +57,19 @@ impl<'a> StagedReader<'a> {
         };
         let file = {
             let dir = self.parent_fd(parent)?;
-            File::from(openat(dir, *leaf, OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())?)
+            File::from(openat(
+                dir,
+                *leaf,
+                OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )?)
         };
         let st = fstat(file.as_fd())?;
         if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "not a regular file"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a regular file",
+            ));
         }
         let size = u64::try_from(st.st_size).unwrap_or(0);
         let want = usize::try_from(size).unwrap_or(usize::MAX).min(cap);

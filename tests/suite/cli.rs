@@ -11,12 +11,19 @@ fn bin() -> &'static str {
 }
 
 fn run(args: &[&str]) -> Output {
-    Command::new(bin()).args(args).output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+    Command::new(bin())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
 }
 
 fn json_of(out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 const SKILL: &[u8] = b"---\r\nname: demo\r\ndescription: A demo skill\r\n---\r\nUse it.\r\n";
@@ -31,7 +38,8 @@ fn tar_with(dir: &Path, name: &str, entries: &[(&str, &[u8], u32)]) -> PathBuf {
         h.set_mode(*mode);
         h.set_entry_type(tar::EntryType::Regular);
         h.set_mtime(0);
-        b.append_data(&mut h, p, *data).unwrap_or_else(|e| panic!("{e}"));
+        b.append_data(&mut h, p, *data)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     b.into_inner().unwrap_or_else(|e| panic!("{e}"));
     path
@@ -44,34 +52,66 @@ fn sha(bytes: &[u8]) -> String {
 #[test]
 fn accepted_archive_json_and_files_on_disk() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let art = tar_with(tmp.path(), "pkg.tar", &[
-        ("SKILL.md", SKILL, 0o644),
-        ("scripts/run.sh", b"#!/bin/sh\necho hi\n", 0o4777),
-    ]);
+    let art = tar_with(
+        tmp.path(),
+        "pkg.tar",
+        &[
+            ("SKILL.md", SKILL, 0o644),
+            ("scripts/run.sh", b"#!/bin/sh\necho hi\n", 0o4777),
+        ],
+    );
     let out = tmp.path().join("out");
     let bytes = std::fs::read(&art).unwrap_or_default();
-    let o = run(&["extract", art.to_str().unwrap_or(""), "--digest", &sha(&bytes), "--out", out.to_str().unwrap_or(""), "--json"]);
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&[
+        "extract",
+        art.to_str().unwrap_or(""),
+        "--digest",
+        &sha(&bytes),
+        "--out",
+        out.to_str().unwrap_or(""),
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let v = json_of(&o);
     assert_eq!(v["verdict"], "accepted");
     assert_eq!(v["reason"], Value::Null);
     assert_eq!(v["artifact"]["format"], "tar");
     assert_eq!(v["artifact"]["digest"], sha(&bytes));
     assert_eq!(v["artifact"]["size"], bytes.len() as u64);
-    let paths: Vec<&str> = v["entries"].as_array().into_iter().flatten().filter_map(|e| e["path"].as_str()).collect();
+    let paths: Vec<&str> = v["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["path"].as_str())
+        .collect();
     assert_eq!(paths, ["SKILL.md", "scripts", "scripts/run.sh"]);
     let script = &v["entries"][2];
     assert_eq!(script["mode"], "0755");
     assert_eq!(script["kind"], "file");
     assert_eq!(script["sha256"], sha(b"#!/bin/sh\necho hi\n"));
-    let flags: Vec<&str> = script["flags"].as_array().into_iter().flatten().filter_map(|f| f.as_str()).collect();
+    let flags: Vec<&str> = script["flags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str())
+        .collect();
     assert_eq!(flags, ["executable", "script", "mode_sanitised"]);
     assert_eq!(v["totals"]["files"], 2);
     assert_eq!(v["totals"]["dirs"], 1);
     // CRLF kept byte for byte; setuid bit gone on disk.
-    assert_eq!(std::fs::read(out.join("SKILL.md")).unwrap_or_default(), SKILL);
+    assert_eq!(
+        std::fs::read(out.join("SKILL.md")).unwrap_or_default(),
+        SKILL
+    );
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(out.join("scripts/run.sh")).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0);
+    let mode = std::fs::metadata(out.join("scripts/run.sh"))
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0);
     assert_eq!(mode, 0o755);
 }
 
@@ -81,10 +121,19 @@ fn skill_md_artifact_is_staged_byte_for_byte() {
     let art = tmp.path().join("SKILL.md");
     std::fs::write(&art, SKILL).unwrap_or_else(|e| panic!("{e}"));
     let out = tmp.path().join("out");
-    let o = run(&["extract", art.to_str().unwrap_or(""), "--out", out.to_str().unwrap_or(""), "--json"]);
+    let o = run(&[
+        "extract",
+        art.to_str().unwrap_or(""),
+        "--out",
+        out.to_str().unwrap_or(""),
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(json_of(&o)["artifact"]["format"], "skill-md");
-    assert_eq!(std::fs::read(out.join("SKILL.md")).unwrap_or_default(), SKILL);
+    assert_eq!(
+        std::fs::read(out.join("SKILL.md")).unwrap_or_default(),
+        SKILL
+    );
 }
 
 #[test]
@@ -96,23 +145,34 @@ fn rejection_exits_3_and_leaves_nothing() {
         let f = std::fs::File::create(&art).unwrap_or_else(|e| panic!("{e}"));
         let mut z = zip::ZipWriter::new(f);
         let opts = zip::write::SimpleFileOptions::default();
-        z.start_file("SKILL.md", opts).unwrap_or_else(|e| panic!("{e}"));
+        z.start_file("SKILL.md", opts)
+            .unwrap_or_else(|e| panic!("{e}"));
         std::io::Write::write_all(&mut z, SKILL).unwrap_or_else(|e| panic!("{e}"));
-        z.start_file("/tmp/skillbox-cli-test-escape", opts).unwrap_or_else(|e| panic!("{e}"));
+        z.start_file("/tmp/skillbox-cli-test-escape", opts)
+            .unwrap_or_else(|e| panic!("{e}"));
         std::io::Write::write_all(&mut z, b"x").unwrap_or_else(|e| panic!("{e}"));
         z.finish().unwrap_or_else(|e| panic!("{e}"));
     }
     let parent = tmp.path().join("parent");
     std::fs::create_dir(&parent).unwrap_or_else(|e| panic!("{e}"));
     let out = parent.join("out");
-    let o = run(&["extract", art.to_str().unwrap_or(""), "--out", out.to_str().unwrap_or(""), "--json"]);
+    let o = run(&[
+        "extract",
+        art.to_str().unwrap_or(""),
+        "--out",
+        out.to_str().unwrap_or(""),
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(3));
     let v = json_of(&o);
     assert_eq!(v["verdict"], "rejected");
     assert_eq!(v["reason"]["code"], "absolute_path");
     assert_eq!(v["entries"].as_array().map(Vec::len), Some(0));
     assert!(!out.exists(), "rejected staging directory survived");
-    assert_eq!(std::fs::read_dir(&parent).map(|d| d.count()).unwrap_or(99), 0);
+    assert_eq!(
+        std::fs::read_dir(&parent).map(|d| d.count()).unwrap_or(99),
+        0
+    );
     assert!(!Path::new("/tmp/skillbox-cli-test-escape").exists());
 
     // Human output names the reason too.
@@ -132,9 +192,17 @@ fn digest_mismatch_is_a_verdict_and_bad_digest_syntax_a_usage_error() {
     assert_eq!(json_of(&o)["reason"]["code"], "digest_mismatch");
 
     let upper = wrong.to_uppercase().replace("SHA256:", "sha256:");
-    for bad in [upper.as_str(), wrong.trim_start_matches("sha256:"), &wrong[..wrong.len() - 1]] {
+    for bad in [
+        upper.as_str(),
+        wrong.trim_start_matches("sha256:"),
+        &wrong[..wrong.len() - 1],
+    ] {
         let o = run(&["extract", a, "--digest", bad]);
-        assert_eq!(o.status.code(), Some(2), "digest {bad:?} should be a usage error");
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "digest {bad:?} should be a usage error"
+        );
         assert!(String::from_utf8_lossy(&o.stderr).contains("digest"));
     }
 }
@@ -142,14 +210,21 @@ fn digest_mismatch_is_a_verdict_and_bad_digest_syntax_a_usage_error() {
 #[test]
 fn out_must_not_exist_and_limits_file_is_checked() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let art = tar_with(tmp.path(), "pkg.tar", &[("SKILL.md", SKILL, 0o644), ("a.txt", b"0123456789", 0o644)]);
+    let art = tar_with(
+        tmp.path(),
+        "pkg.tar",
+        &[("SKILL.md", SKILL, 0o644), ("a.txt", b"0123456789", 0o644)],
+    );
     let a = art.to_str().unwrap_or("");
     let existing = tmp.path().join("exists");
     std::fs::create_dir(&existing).unwrap_or_else(|e| panic!("{e}"));
     std::fs::write(existing.join("keep"), b"precious").unwrap_or_else(|e| panic!("{e}"));
     let o = run(&["extract", a, "--out", existing.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(2));
-    assert_eq!(std::fs::read(existing.join("keep")).unwrap_or_default(), b"precious");
+    assert_eq!(
+        std::fs::read(existing.join("keep")).unwrap_or_default(),
+        b"precious"
+    );
 
     let bad = tmp.path().join("limits.toml");
     std::fs::write(&bad, "max_entires = 3\n").unwrap_or_else(|e| panic!("{e}"));
@@ -158,16 +233,39 @@ fn out_must_not_exist_and_limits_file_is_checked() {
 
     // A limit from a file applies, at the boundary and one past it.
     let lim = tmp.path().join("limits.json");
-    std::fs::write(&lim, r#"{"max_file_bytes": 10, "require_skill_md": true}"#).unwrap_or_else(|e| panic!("{e}"));
-    let o = run(&["extract", a, "--limits", lim.to_str().unwrap_or(""), "--max-file-bytes", "60", "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
-    let o = run(&["extract", a, "--limits", lim.to_str().unwrap_or(""), "--json"]);
+    std::fs::write(&lim, r#"{"max_file_bytes": 10, "require_skill_md": true}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&[
+        "extract",
+        a,
+        "--limits",
+        lim.to_str().unwrap_or(""),
+        "--max-file-bytes",
+        "60",
+        "--json",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let o = run(&[
+        "extract",
+        a,
+        "--limits",
+        lim.to_str().unwrap_or(""),
+        "--json",
+    ]);
     assert_eq!(o.status.code(), Some(3));
     let v = json_of(&o);
     assert_eq!(v["reason"]["code"], "file_size");
     assert_eq!(v["reason"]["limit"], 10);
 
-    let o = run(&["extract", tmp.path().join("missing.zip").to_str().unwrap_or("")]);
+    let o = run(&[
+        "extract",
+        tmp.path().join("missing.zip").to_str().unwrap_or(""),
+    ]);
     assert_eq!(o.status.code(), Some(1));
 }
 
@@ -176,11 +274,20 @@ fn out_must_not_exist_and_limits_file_is_checked() {
 #[test]
 fn size_flags_share_one_syntax_across_commands() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let art = tar_with(tmp.path(), "pkg.tar", &[("SKILL.md", SKILL, 0o644), ("a.txt", &[b'x'; 2048], 0o644)]);
+    let art = tar_with(
+        tmp.path(),
+        "pkg.tar",
+        &[("SKILL.md", SKILL, 0o644), ("a.txt", &[b'x'; 2048], 0o644)],
+    );
     let a = art.to_str().unwrap_or("");
     // 2K = 2048 bytes: the file is exactly at the limit, and one byte less refuses it.
     let o = run(&["extract", a, "--max-file-bytes", "2K", "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = run(&["extract", a, "--max-file-bytes", "2047", "--json"]);
     assert_eq!(o.status.code(), Some(3));
     assert_eq!(json_of(&o)["reason"]["limit"], 2047);
@@ -189,13 +296,25 @@ fn size_flags_share_one_syntax_across_commands() {
     let s = socket.to_str().unwrap_or("");
     for args in [
         vec!["extract", a, "--max-file-bytes", "1T"],
-        vec!["fetch", "https://example.com/.well-known/agent-skills/index.json", "demo", "--max-bytes", "1T"],
+        vec![
+            "fetch",
+            "https://example.com/.well-known/agent-skills/index.json",
+            "demo",
+            "--max-bytes",
+            "1T",
+        ],
         vec!["serve", "--socket", s, "--max-chunk-bytes", "1T"],
     ] {
         let o = run(&args);
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains(r#"unknown size suffix "t" (use K, M or G)"#), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(r#"unknown size suffix "t" (use K, M or G)"#),
+            "{args:?}: {stderr}"
+        );
     }
-    assert!(!socket.exists(), "serve must refuse the flag before it listens");
+    assert!(
+        !socket.exists(),
+        "serve must refuse the flag before it listens"
+    );
 }

@@ -68,7 +68,10 @@ fn sha256_hex(bytes: &[u8]) -> String {
 fn load_manifest() -> Manifest {
     let path = corpus_dir().join("manifest.json");
     let text = ok(std::fs::read_to_string(&path), path.display());
-    ok(serde_json::from_str(&text), "corpus/manifest.json does not have the documented shape")
+    ok(
+        serde_json::from_str(&text),
+        "corpus/manifest.json does not have the documented shape",
+    )
 }
 
 /// Every regular file under `dir`, as `/`-separated paths relative to `dir`. A subdirectory with
@@ -99,7 +102,10 @@ fn files_under(dir: &Path) -> BTreeSet<String> {
 fn corpus_reachable(code: ReasonCode) -> bool {
     !matches!(
         code,
-        ReasonCode::Timeout | ReasonCode::ResourceLimit | ReasonCode::SandboxViolation | ReasonCode::SandboxUnavailable
+        ReasonCode::Timeout
+            | ReasonCode::ResourceLimit
+            | ReasonCode::SandboxViolation
+            | ReasonCode::SandboxUnavailable
     )
 }
 
@@ -108,7 +114,10 @@ fn corpus_files_match_checksums_and_manifest() {
     let dir = corpus_dir();
     let mut problems = Vec::new();
 
-    let sums_text = ok(std::fs::read_to_string(dir.join("CHECKSUMS")), "corpus/CHECKSUMS");
+    let sums_text = ok(
+        std::fs::read_to_string(dir.join("CHECKSUMS")),
+        "corpus/CHECKSUMS",
+    );
     let mut listed = BTreeSet::new();
     for line in sums_text.lines() {
         let Some((hex, file)) = line.split_once("  ") else {
@@ -118,7 +127,9 @@ fn corpus_files_match_checksums_and_manifest() {
         listed.insert(file.to_owned());
         match std::fs::read(dir.join(file)) {
             Ok(bytes) if sha256_hex(&bytes) == hex => {}
-            Ok(_) => problems.push(format!("{file}: bytes differ from CHECKSUMS (edited by hand? regenerate)")),
+            Ok(_) => problems.push(format!(
+                "{file}: bytes differ from CHECKSUMS (edited by hand? regenerate)"
+            )),
             Err(e) => problems.push(format!("{file}: listed in CHECKSUMS but unreadable: {e}")),
         }
     }
@@ -136,7 +147,10 @@ fn corpus_files_match_checksums_and_manifest() {
 
     let manifest = load_manifest();
     if manifest.version != 1 {
-        problems.push(format!("manifest version {} (expected 1)", manifest.version));
+        problems.push(format!(
+            "manifest version {} (expected 1)",
+            manifest.version
+        ));
     }
     let mut names = BTreeSet::new();
     let mut in_manifest = BTreeSet::new();
@@ -147,7 +161,10 @@ fn corpus_files_match_checksums_and_manifest() {
         }
         in_manifest.insert(c.file.clone());
         if !listed.contains(&c.file) {
-            problems.push(format!("{}: file {} missing or not in CHECKSUMS", c.name, c.file));
+            problems.push(format!(
+                "{}: file {} missing or not in CHECKSUMS",
+                c.name, c.file
+            ));
         }
         let dir_ok = match c.expect.verdict.as_str() {
             "accepted" => c.file.starts_with("benign/") && c.expect.reason.is_none(),
@@ -155,13 +172,19 @@ fn corpus_files_match_checksums_and_manifest() {
             _ => false,
         };
         if !dir_ok {
-            problems.push(format!("{}: verdict {:?}/reason {:?} does not fit {}", c.name, c.expect.verdict, c.expect.reason, c.file));
+            problems.push(format!(
+                "{}: verdict {:?}/reason {:?} does not fit {}",
+                c.name, c.expect.verdict, c.expect.reason, c.file
+            ));
         }
         if !matches!(c.kind.as_str(), "archive" | "skill-md") {
             problems.push(format!("{}: unknown type {:?}", c.name, c.kind));
         }
         if c.description.is_empty() || c.description.contains('\n') {
-            problems.push(format!("{}: description must be one non-empty line", c.name));
+            problems.push(format!(
+                "{}: description must be one non-empty line",
+                c.name
+            ));
         }
         if let Some(r) = &c.expect.reason {
             match ReasonCode::ALL.iter().find(|code| code.as_str() == r) {
@@ -173,7 +196,9 @@ fn corpus_files_match_checksums_and_manifest() {
         }
     }
     for file in &on_disk {
-        if (file.starts_with("benign/") || file.starts_with("hostile/")) && !in_manifest.contains(file) {
+        if (file.starts_with("benign/") || file.starts_with("hostile/"))
+            && !in_manifest.contains(file)
+        {
             problems.push(format!("{file}: artifact not in manifest.json"));
         }
     }
@@ -182,7 +207,11 @@ fn corpus_files_match_checksums_and_manifest() {
             problems.push(format!("reason code {code} has no hostile case"));
         }
     }
-    assert!(problems.is_empty(), "corpus inconsistencies:\n  {}", problems.join("\n  "));
+    assert!(
+        problems.is_empty(),
+        "corpus inconsistencies:\n  {}",
+        problems.join("\n  ")
+    );
 }
 
 /// What one CLI run produced.
@@ -196,7 +225,9 @@ struct Run {
 
 fn run(mut cmd: Command) -> Run {
     let start = Instant::now();
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let mut child = ok(cmd.spawn(), "spawn skillbox");
     let drain = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
@@ -207,8 +238,18 @@ fn run(mut cmd: Command) -> Run {
             buf
         })
     };
-    let out = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let err = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
     let mut timed_out = false;
     let status = loop {
         match ok(child.try_wait(), "wait for skillbox") {
@@ -231,7 +272,9 @@ fn run(mut cmd: Command) -> Run {
 }
 
 fn escape_sentinels() -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(ESCAPE_DIR) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(ESCAPE_DIR) else {
+        return Vec::new();
+    };
     entries
         .filter_map(Result::ok)
         .filter(|e| e.file_name().to_string_lossy().starts_with(ESCAPE_PREFIX))
@@ -254,7 +297,10 @@ fn remove_any(path: &Path) {
 fn dir_names(dir: &Path) -> Vec<String> {
     match std::fs::read_dir(dir) {
         Ok(entries) => {
-            let mut v: Vec<String> = entries.filter_map(Result::ok).map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+            let mut v: Vec<String> = entries
+                .filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
             v.sort();
             v
         }
@@ -274,27 +320,55 @@ struct Node {
 
 fn scan(root: &Path) -> Result<BTreeMap<String, Node>, String> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Node>) -> Result<(), String> {
-        let entries = std::fs::read_dir(dir).map_err(|e| format!("read_dir {}: {e}", dir.display()))?;
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| format!("read_dir {}: {e}", dir.display()))?;
         for entry in entries {
             let entry = entry.map_err(|e| e.to_string())?;
             let path = entry.path();
             let rel = path.strip_prefix(root).map_err(|e| e.to_string())?;
-            let rel = rel.to_str().ok_or_else(|| format!("non-UTF-8 name on disk: {}", rel.display()))?.to_owned();
+            let rel = rel
+                .to_str()
+                .ok_or_else(|| format!("non-UTF-8 name on disk: {}", rel.display()))?
+                .to_owned();
             let meta = std::fs::symlink_metadata(&path).map_err(|e| e.to_string())?;
             let mode = format!("{:04o}", meta.permissions().mode() & 0o7777);
             let ft = meta.file_type();
             let node = if ft.is_symlink() {
                 let target = std::fs::read_link(&path).map_err(|e| e.to_string())?;
                 let target = target.to_string_lossy().into_owned();
-                Node { kind: "symlink", size: target.len() as u64, mode, sha256: None, link_target: Some(target) }
+                Node {
+                    kind: "symlink",
+                    size: target.len() as u64,
+                    mode,
+                    sha256: None,
+                    link_target: Some(target),
+                }
             } else if ft.is_dir() {
                 walk(root, &path, out)?;
-                Node { kind: "dir", size: 0, mode, sha256: None, link_target: None }
+                Node {
+                    kind: "dir",
+                    size: 0,
+                    mode,
+                    sha256: None,
+                    link_target: None,
+                }
             } else if ft.is_file() {
                 let bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-                Node { kind: "file", size: bytes.len() as u64, mode, sha256: Some(sha256_hex(&bytes)), link_target: None }
+                Node {
+                    kind: "file",
+                    size: bytes.len() as u64,
+                    mode,
+                    sha256: Some(sha256_hex(&bytes)),
+                    link_target: None,
+                }
             } else {
-                Node { kind: "special", size: 0, mode, sha256: None, link_target: None }
+                Node {
+                    kind: "special",
+                    size: 0,
+                    mode,
+                    sha256: None,
+                    link_target: None,
+                }
             };
             out.insert(rel, node);
         }
@@ -306,11 +380,14 @@ fn scan(root: &Path) -> Result<BTreeMap<String, Node>, String> {
 }
 
 fn strip_sha(v: &Value) -> Option<String> {
-    v.as_str().map(|s| s.strip_prefix("sha256:").unwrap_or(s).to_owned())
+    v.as_str()
+        .map(|s| s.strip_prefix("sha256:").unwrap_or(s).to_owned())
 }
 
 fn has_flag(entry: &Value, flag: &str) -> bool {
-    entry["flags"].as_array().is_some_and(|a| a.iter().any(|f| f == flag))
+    entry["flags"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|f| f == flag))
 }
 
 /// Hold an accepted case's output tree to its inventory; returns the disagreements.
@@ -335,41 +412,70 @@ fn check_tree(case: &Case, artifact: &[u8], out: &Path, answer: &Value) -> Vec<S
             continue;
         };
         if node.kind != kind {
-            bad.push(format!("{path}: inventory kind {kind}, on disk {}", node.kind));
+            bad.push(format!(
+                "{path}: inventory kind {kind}, on disk {}",
+                node.kind
+            ));
             continue;
         }
         if e["size"].as_u64() != Some(node.size) {
-            bad.push(format!("{path}: inventory size {}, on disk {}", e["size"], node.size));
+            bad.push(format!(
+                "{path}: inventory size {}, on disk {}",
+                e["size"], node.size
+            ));
         }
         match kind {
             "file" if strip_sha(&e["sha256"]) != node.sha256 => {
-                bad.push(format!("{path}: inventory sha256 {}, on disk {:?}", e["sha256"], node.sha256));
+                bad.push(format!(
+                    "{path}: inventory sha256 {}, on disk {:?}",
+                    e["sha256"], node.sha256
+                ));
             }
             "symlink" if e["link_target"].as_str().map(str::to_owned) != node.link_target => {
-                bad.push(format!("{path}: inventory link_target {}, on disk {:?}", e["link_target"], node.link_target));
+                bad.push(format!(
+                    "{path}: inventory link_target {}, on disk {:?}",
+                    e["link_target"], node.link_target
+                ));
             }
             _ => {}
         }
         if kind != "symlink" {
             let mode = e["mode"].as_str().unwrap_or("?");
             if mode != node.mode {
-                bad.push(format!("{path}: inventory mode {mode}, on disk {}", node.mode));
+                bad.push(format!(
+                    "{path}: inventory mode {mode}, on disk {}",
+                    node.mode
+                ));
             }
-            let allowed: &[&str] = if kind == "dir" { &["0755"] } else { &["0644", "0755"] };
+            let allowed: &[&str] = if kind == "dir" {
+                &["0755"]
+            } else {
+                &["0644", "0755"]
+            };
             if !allowed.contains(&node.mode.as_str()) {
-                bad.push(format!("{path}: staged with mode {} (policy: files 0644/0755, dirs 0755)", node.mode));
+                bad.push(format!(
+                    "{path}: staged with mode {} (policy: files 0644/0755, dirs 0755)",
+                    node.mode
+                ));
             }
         }
     }
     for (path, node) in &disk {
         if !listed.contains(path) {
-            bad.push(format!("{path}: on disk ({}), not in the inventory", node.kind));
+            bad.push(format!(
+                "{path}: on disk ({}), not in the inventory",
+                node.kind
+            ));
         }
     }
     let count = |k: &str| entries.iter().filter(|e| e["kind"] == k).count() as u64;
     for (key, kind) in [("files", "file"), ("dirs", "dir"), ("symlinks", "symlink")] {
         if answer["totals"][key].as_u64() != Some(count(kind)) {
-            bad.push(format!("totals.{key} = {}, inventory has {}", answer["totals"][key], count(kind)));
+            bad.push(format!(
+                "totals.{key} = {}, inventory has {}",
+                answer["totals"][key],
+                count(kind)
+            ));
         }
     }
     bad.extend(case_specific(case, artifact, entries));
@@ -385,11 +491,20 @@ fn case_specific(case: &Case, artifact: &[u8], entries: &[Value]) -> Vec<String>
         // Staged byte for byte: no newline normalisation, nothing else beside it.
         let sha = sha256_hex(artifact);
         match find("SKILL.md") {
-            Some(e) if strip_sha(&e["sha256"]).as_deref() == Some(sha.as_str()) && entries.len() == 1 => {}
-            _ => bad.push("a skill-md artifact must stage exactly one SKILL.md identical to the artifact".to_owned()),
+            Some(e)
+                if strip_sha(&e["sha256"]).as_deref() == Some(sha.as_str())
+                    && entries.len() == 1 => {}
+            _ => bad.push(
+                "a skill-md artifact must stage exactly one SKILL.md identical to the artifact"
+                    .to_owned(),
+            ),
         }
     }
-    let requires_skill = case.limits.as_ref().and_then(|l| l["require_skill_md"].as_bool()).unwrap_or(true);
+    let requires_skill = case
+        .limits
+        .as_ref()
+        .and_then(|l| l["require_skill_md"].as_bool())
+        .unwrap_or(true);
     if requires_skill && !find("SKILL.md").is_some_and(|e| has_flag(e, "skill_md")) {
         bad.push("root SKILL.md missing or not flagged skill_md".to_owned());
     }
@@ -418,7 +533,10 @@ fn case_specific(case: &Case, artifact: &[u8], entries: &[Value]) -> Vec<String>
         let orig = find("references/guide.md");
         match (copy, orig) {
             (Some(c), Some(o)) if c["kind"] == "file" && c["sha256"] == o["sha256"] => {}
-            _ => bad.push("hard link under copy_internal must be staged as an identical regular file".to_owned()),
+            _ => bad.push(
+                "hard link under copy_internal must be staged as an identical regular file"
+                    .to_owned(),
+            ),
         }
     }
     if find("scripts/extract.sh").is_some_and(|e| !has_flag(e, "script")) {
@@ -441,7 +559,12 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
     };
     let mut found = Vec::new();
     let mut report = |got: &str, detail: String| {
-        found.push(Mismatch { case: case.name.clone(), expected: expected.clone(), got: got.to_owned(), detail });
+        found.push(Mismatch {
+            case: case.name.clone(),
+            expected: expected.clone(),
+            got: got.to_owned(),
+            detail,
+        });
     };
 
     let artifact_path = corpus_dir().join(&case.file);
@@ -453,7 +576,11 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
     let out = parent.join("out");
 
     let mut cmd = Command::new(bin);
-    cmd.current_dir(&cwd).arg("extract").arg(&artifact_path).arg("--type").arg(&case.kind);
+    cmd.current_dir(&cwd)
+        .arg("extract")
+        .arg(&artifact_path)
+        .arg("--type")
+        .arg(&case.kind);
     if let Some(mt) = &case.media_type {
         cmd.arg("--media-type").arg(mt);
     }
@@ -462,7 +589,10 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
     }
     if let Some(limits) = &case.limits {
         let file = scratch.join("limits").join(format!("{}.json", case.name));
-        ok(std::fs::create_dir_all(scratch.join("limits")), "limits dir");
+        ok(
+            std::fs::create_dir_all(scratch.join("limits")),
+            "limits dir",
+        );
         ok(std::fs::write(&file, limits.to_string()), file.display());
         cmd.arg("--limits").arg(&file);
     }
@@ -476,7 +606,10 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
     }
     let answer: Option<Value> = serde_json::from_slice(&r.stdout).ok();
     let Some(answer) = answer else {
-        report(&format!("exit {:?}, no JSON", r.code), format!("stderr: {stderr_head}"));
+        report(
+            &format!("exit {:?}, no JSON", r.code),
+            format!("stderr: {stderr_head}"),
+        );
         return found;
     };
     let verdict = answer["verdict"].as_str().unwrap_or("?").to_owned();
@@ -488,7 +621,10 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
     let reason_text = if answer["reason"].is_null() {
         String::new()
     } else {
-        format!("entry={} detail={}", answer["reason"]["entry"], answer["reason"]["detail"])
+        format!(
+            "entry={} detail={}",
+            answer["reason"]["entry"], answer["reason"]["detail"]
+        )
     };
     if verdict != case.expect.verdict || code != case.expect.reason {
         report(&got, reason_text.clone());
@@ -500,12 +636,18 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
         _ => None,
     };
     if r.code != exit_for_verdict {
-        report(&format!("exit {:?}", r.code), format!("verdict {verdict} needs exit {exit_for_verdict:?}; stderr: {stderr_head}"));
+        report(
+            &format!("exit {:?}", r.code),
+            format!("verdict {verdict} needs exit {exit_for_verdict:?}; stderr: {stderr_head}"),
+        );
     }
 
     if verdict == "rejected" {
         if out.exists() || std::fs::symlink_metadata(&out).is_ok() {
-            report(&got, "rejected, but the output directory was left behind".to_owned());
+            report(
+                &got,
+                "rejected, but the output directory was left behind".to_owned(),
+            );
         }
         let left = dir_names(&parent);
         if !left.is_empty() {
@@ -514,7 +656,10 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
     } else if verdict == "accepted" {
         let left = dir_names(&parent);
         if left != ["out"] {
-            report(&got, format!("accepted, but the parent holds {left:?} (expected only out)"));
+            report(
+                &got,
+                format!("accepted, but the parent holds {left:?} (expected only out)"),
+            );
         }
         let problems = check_tree(case, &artifact, &out, &answer);
         if !problems.is_empty() {
@@ -527,7 +672,10 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
     }
     let escaped = escape_sentinels();
     if !escaped.is_empty() {
-        report(&got, format!("ESCAPED: created {escaped:?} outside the output directory"));
+        report(
+            &got,
+            format!("ESCAPED: created {escaped:?} outside the output directory"),
+        );
         for p in &escaped {
             remove_any(p);
         }
@@ -541,7 +689,11 @@ fn replay(case: &Case, scratch: &Path, bin: &str) -> Vec<Mismatch> {
 fn corpus_replays_through_cli() {
     let bin = env!("CARGO_BIN_EXE_skillbox");
     let manifest = load_manifest();
-    assert!(manifest.cases.len() >= 72, "corpus unexpectedly small: {} cases", manifest.cases.len());
+    assert!(
+        manifest.cases.len() >= 72,
+        "corpus unexpectedly small: {} cases",
+        manifest.cases.len()
+    );
     // Sentinels left by an earlier run would be blamed on the first case: clear ours first.
     for p in escape_sentinels() {
         remove_any(&p);
@@ -552,7 +704,10 @@ fn corpus_replays_through_cli() {
     for case in &manifest.cases {
         mismatches.extend(replay(case, scratch.path(), bin));
     }
-    let top: Vec<String> = dir_names(scratch.path()).into_iter().filter(|n| !matches!(n.as_str(), "out" | "cwd" | "limits")).collect();
+    let top: Vec<String> = dir_names(scratch.path())
+        .into_iter()
+        .filter(|n| !matches!(n.as_str(), "out" | "cwd" | "limits"))
+        .collect();
     if !top.is_empty() {
         mismatches.push(Mismatch {
             case: "<all>".to_owned(),
@@ -563,9 +718,17 @@ fn corpus_replays_through_cli() {
     }
 
     if !mismatches.is_empty() {
-        let mut msg = format!("{} corpus mismatch(es) over {} cases:\n", mismatches.len(), manifest.cases.len());
+        let mut msg = format!(
+            "{} corpus mismatch(es) over {} cases:\n",
+            mismatches.len(),
+            manifest.cases.len()
+        );
         for m in &mismatches {
-            let _ = writeln!(msg, "  {}: expected {}, got {} -- {}", m.case, m.expected, m.got, m.detail);
+            let _ = writeln!(
+                msg,
+                "  {}: expected {}, got {} -- {}",
+                m.case, m.expected, m.got, m.detail
+            );
         }
         panic!("{msg}");
     }

@@ -12,31 +12,63 @@ const CONTENT_ONLY: i32 = 4;
 const NEEDS_REVIEW: i32 = 5;
 
 fn skillbox(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillbox")).args(args).output().unwrap_or_else(|e| panic!("spawn: {e}"))
+    Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("spawn: {e}"))
 }
 
 /// Extract every diff artifact once and save its answer as `<name>.json` in `dir`.
 fn answers(dir: &Path) -> impl Fn(&str) -> String + '_ {
     let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/diff");
-    for name in ["base", "doc_update", "script_added", "url_in_script", "tools_widened", "file_renamed", "script_renamed"] {
+    for name in [
+        "base",
+        "doc_update",
+        "script_added",
+        "url_in_script",
+        "tools_widened",
+        "file_renamed",
+        "script_renamed",
+    ] {
         let art: PathBuf = corpus.join(format!("{name}.tar"));
         let o = skillbox(&["extract", art.to_str().unwrap_or(""), "--json"]);
-        assert_eq!(o.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&o.stdout));
-        std::fs::write(dir.join(format!("{name}.json")), &o.stdout).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        std::fs::write(dir.join(format!("{name}.json")), &o.stdout)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
-    move |name: &str| dir.join(format!("{name}.json")).to_string_lossy().into_owned()
+    move |name: &str| {
+        dir.join(format!("{name}.json"))
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 fn diff_json(old: &str, new: &str) -> (Option<i32>, Value) {
     let o = skillbox(&["diff", old, new, "--json"]);
-    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stderr)));
+    let v = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stderr)));
     (o.status.code(), v)
 }
 
 fn grown(v: &Value) -> Vec<String> {
     v["grown"]
         .as_array()
-        .map(|a| a.iter().map(|g| format!("{} {}", g["kind"].as_str().unwrap_or(""), g["subject"].as_str().unwrap_or(""))).collect())
+        .map(|a| {
+            a.iter()
+                .map(|g| {
+                    format!(
+                        "{} {}",
+                        g["kind"].as_str().unwrap_or(""),
+                        g["subject"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -47,15 +79,31 @@ fn diff_cases() {
     let cases: [(&str, &str, i32, &str, &[&str]); 8] = [
         ("base", "base", UNCHANGED, "unchanged", &[]),
         ("base", "doc_update", CONTENT_ONLY, "content_only", &[]),
-        ("base", "script_added", NEEDS_REVIEW, "needs_review", &["new_script scripts/ocr.py"]),
+        (
+            "base",
+            "script_added",
+            NEEDS_REVIEW,
+            "needs_review",
+            &["new_script scripts/ocr.py"],
+        ),
         (
             "base",
             "url_in_script",
             NEEDS_REVIEW,
             "needs_review",
-            &["changed_script scripts/extract.sh", "new_host telemetry.example.net", "new_download curl"],
+            &[
+                "changed_script scripts/extract.sh",
+                "new_host telemetry.example.net",
+                "new_download curl",
+            ],
         ),
-        ("base", "tools_widened", NEEDS_REVIEW, "needs_review", &["new_tool Bash(curl:*)"]),
+        (
+            "base",
+            "tools_widened",
+            NEEDS_REVIEW,
+            "needs_review",
+            &["new_tool Bash(curl:*)"],
+        ),
         ("base", "file_renamed", CONTENT_ONLY, "content_only", &[]),
         ("base", "script_renamed", CONTENT_ONLY, "content_only", &[]),
         ("script_added", "base", CONTENT_ONLY, "content_only", &[]),
@@ -68,15 +116,28 @@ fn diff_cases() {
     }
 
     let (_, v) = diff_json(&a("base"), &a("doc_update"));
-    assert_eq!(v["files"]["modified"], serde_json::json!(["references/guide.md"]));
+    assert_eq!(
+        v["files"]["modified"],
+        serde_json::json!(["references/guide.md"])
+    );
     let (_, v) = diff_json(&a("base"), &a("file_renamed"));
-    assert_eq!(v["files"]["renamed"], serde_json::json!([{"from": "references/guide.md", "to": "references/tables.md"}]));
+    assert_eq!(
+        v["files"]["renamed"],
+        serde_json::json!([{"from": "references/guide.md", "to": "references/tables.md"}])
+    );
     assert_eq!(v["files"]["modified"], serde_json::json!(["SKILL.md"]));
     let (_, v) = diff_json(&a("base"), &a("url_in_script"));
-    let host = v["grown"].as_array().and_then(|g| g.iter().find(|g| g["kind"] == "new_host")).cloned().unwrap_or_default();
+    let host = v["grown"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["kind"] == "new_host"))
+        .cloned()
+        .unwrap_or_default();
     assert_eq!(host["at"], "scripts/extract.sh:3");
     let (_, v) = diff_json(&a("script_added"), &a("base"));
-    assert_eq!(grown(&serde_json::json!({"grown": v["dropped"]})), ["new_script scripts/ocr.py"]);
+    assert_eq!(
+        grown(&serde_json::json!({"grown": v["dropped"]})),
+        ["new_script scripts/ocr.py"]
+    );
 }
 
 #[test]
@@ -90,7 +151,10 @@ fn human_output_lists_grown_capabilities_first() {
     assert!(lines[0].starts_with("needs_review  sha256:"), "{text}");
     assert!(lines[1].contains("grown capabilities (3)"), "{text}");
     let files_at = lines.iter().position(|l| l.contains("files:")).unwrap_or(0);
-    let host_at = lines.iter().position(|l| l.contains("new_host") && l.contains("telemetry.example.net")).unwrap_or(usize::MAX);
+    let host_at = lines
+        .iter()
+        .position(|l| l.contains("new_host") && l.contains("telemetry.example.net"))
+        .unwrap_or(usize::MAX);
     assert!(host_at < files_at, "{text}");
 }
 
@@ -109,7 +173,16 @@ fn rejected_or_malformed_inputs_are_usage_errors() {
     assert_eq!(out.status.code(), Some(3));
     std::fs::write(&rejected, &out.stdout).unwrap_or_else(|e| panic!("{e}"));
     let o = skillbox(&["diff", &a("base"), rejected.to_str().unwrap_or("")]);
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = skillbox(&["diff", &a("base"), tmp.path().join("missing.json").to_str().unwrap_or("")]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = skillbox(&[
+        "diff",
+        &a("base"),
+        tmp.path().join("missing.json").to_str().unwrap_or(""),
+    ]);
     assert_eq!(o.status.code(), Some(1));
 }

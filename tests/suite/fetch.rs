@@ -31,7 +31,8 @@ fn skill_md(name: &str, description: &str) -> Vec<u8> {
 fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, data) in files {
-        w.start_file(*name, zip::write::SimpleFileOptions::default()).unwrap_or_else(|e| panic!("{e}"));
+        w.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
         w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
     }
     w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
@@ -46,9 +47,12 @@ fn tar_gz_of(files: &[(&str, &[u8])]) -> Vec<u8> {
         h.set_mode(0o644);
         h.set_entry_type(tar::EntryType::Regular);
         h.set_mtime(0);
-        b.append_data(&mut h, name, *data).unwrap_or_else(|e| panic!("{e}"));
+        b.append_data(&mut h, name, *data)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
-    b.into_inner().and_then(|e| e.finish()).unwrap_or_else(|e| panic!("{e}"))
+    b.into_inner()
+        .and_then(|e| e.finish())
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 // ---------------------------------------------------------------- test PKI
@@ -59,19 +63,33 @@ struct Pki {
 }
 
 fn pki() -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    };
     let ca_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name.push(DnType::CommonName, "skillbox test CA");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca.distinguished_name
+        .push(DnType::CommonName, "skillbox test CA");
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let ca_cert = ca.self_signed(&ca_key).unwrap_or_else(|e| panic!("{e}"));
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
-    let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "127.0.0.2".to_owned()])
+    let mut leaf = CertificateParams::new(vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "127.0.0.2".to_owned(),
+    ])
+    .unwrap_or_else(|e| panic!("{e}"));
+    leaf.distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let cert = leaf
+        .signed_by(&key, &issuer)
         .unwrap_or_else(|e| panic!("{e}"));
-    leaf.distinguished_name.push(DnType::CommonName, "localhost");
-    let cert = leaf.signed_by(&key, &issuer).unwrap_or_else(|e| panic!("{e}"));
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let server = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -82,7 +100,10 @@ fn pki() -> Pki {
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    Pki { ca_pem: ca_cert.pem(), server: Arc::new(server) }
+    Pki {
+        ca_pem: ca_cert.pem(),
+        server: Arc::new(server),
+    }
 }
 
 // ---------------------------------------------------------------- test server
@@ -90,16 +111,27 @@ fn pki() -> Pki {
 /// What the server answers for one path.
 #[derive(Clone)]
 enum Reply {
-    Ok { body: Vec<u8>, content_type: Option<&'static str>, extra: Vec<(&'static str, String)> },
+    Ok {
+        body: Vec<u8>,
+        content_type: Option<&'static str>,
+        extra: Vec<(&'static str, String)>,
+    },
     Redirect(u16, String),
     /// Stream this many bytes with no Content-Length, then close.
     Endless(u64),
     /// Declare a Content-Length, then send one byte per `delay`.
-    Slow { len: usize, delay: Duration },
+    Slow {
+        len: usize,
+        delay: Duration,
+    },
 }
 
 fn ok(body: &[u8], ct: &'static str) -> Reply {
-    Reply::Ok { body: body.to_vec(), content_type: Some(ct), extra: Vec::new() }
+    Reply::Ok {
+        body: body.to_vec(),
+        content_type: Some(ct),
+        extra: Vec::new(),
+    }
 }
 
 #[derive(Default)]
@@ -130,15 +162,24 @@ impl Server {
             endless_written: Arc::default(),
             stop: Arc::default(),
         };
-        let (routes, stats, written, stop) =
-            (server.routes.clone(), server.stats.clone(), server.endless_written.clone(), server.stop.clone());
+        let (routes, stats, written, stop) = (
+            server.routes.clone(),
+            server.stats.clone(),
+            server.endless_written.clone(),
+            server.stop.clone(),
+        );
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 if stop.load(Ordering::SeqCst) {
                     break;
                 }
                 let Ok(tcp) = conn else { continue };
-                let (config, routes, stats, written) = (config.clone(), routes.clone(), stats.clone(), written.clone());
+                let (config, routes, stats, written) = (
+                    config.clone(),
+                    routes.clone(),
+                    stats.clone(),
+                    written.clone(),
+                );
                 std::thread::spawn(move || {
                     let _ = serve(tcp, config, &routes, &stats, &written);
                 });
@@ -148,7 +189,10 @@ impl Server {
     }
 
     fn route(&self, path: &str, reply: Reply) {
-        self.routes.lock().unwrap_or_else(|e| e.into_inner()).insert(path.to_owned(), reply);
+        self.routes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path.to_owned(), reply);
     }
 
     fn url(&self, path: &str) -> String {
@@ -160,12 +204,23 @@ impl Server {
     }
 
     fn hits(&self, path: &str) -> u32 {
-        self.stats.lock().unwrap_or_else(|e| e.into_inner()).hits.get(path).copied().unwrap_or(0)
+        self.stats
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .hits
+            .get(path)
+            .copied()
+            .unwrap_or(0)
     }
 
     fn request_header(&self, path: &str, name: &str) -> Option<String> {
         let stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
-        stats.headers.get(path)?.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        stats
+            .headers
+            .get(path)?
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     }
 }
 
@@ -189,7 +244,11 @@ fn serve(
     let mut tls = BufReader::new(StreamOwned::new(conn, tcp));
     let mut request_line = String::new();
     (&mut tls).take(8192).read_line(&mut request_line)?;
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_owned();
+    let path = request_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("/")
+        .to_owned();
     let mut headers = Vec::new();
     loop {
         let mut line = String::new();
@@ -206,12 +265,25 @@ fn serve(
         *s.hits.entry(path.clone()).or_default() += 1;
         s.headers.insert(path.clone(), headers);
     }
-    let reply = routes.lock().unwrap_or_else(|e| e.into_inner()).get(&path).cloned();
+    let reply = routes
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(&path)
+        .cloned();
     let stream = tls.get_mut();
     match reply {
-        None => stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?,
-        Some(Reply::Ok { body, content_type, extra }) => {
-            let mut head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n", body.len());
+        None => stream.write_all(
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )?,
+        Some(Reply::Ok {
+            body,
+            content_type,
+            extra,
+        }) => {
+            let mut head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n",
+                body.len()
+            );
             if let Some(ct) = content_type {
                 head.push_str(&format!("Content-Type: {ct}\r\n"));
             }
@@ -223,11 +295,15 @@ fn serve(
             stream.write_all(&body)?;
         }
         Some(Reply::Redirect(status, location)) => {
-            let head = format!("HTTP/1.1 {status} Moved\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            let head = format!(
+                "HTTP/1.1 {status} Moved\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
             stream.write_all(head.as_bytes())?;
         }
         Some(Reply::Endless(total)) => {
-            stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nConnection: close\r\n\r\n")?;
+            stream.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nConnection: close\r\n\r\n",
+            )?;
             let chunk = vec![b'a'; 64 * 1024];
             let mut sent = 0u64;
             while sent < total {
@@ -237,7 +313,9 @@ fn serve(
             }
         }
         Some(Reply::Slow { len, delay }) => {
-            let head = format!("HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+            );
             stream.write_all(head.as_bytes())?;
             stream.flush()?;
             for _ in 0..len {
@@ -267,7 +345,12 @@ impl World {
         let ca_file = tmp.path().join("ca.pem");
         std::fs::write(&ca_file, &pki.ca_pem).unwrap_or_else(|e| panic!("{e}"));
         let server = Server::start(pki.server.clone());
-        World { tmp, ca_file, pki, server }
+        World {
+            tmp,
+            ca_file,
+            pki,
+            server,
+        }
     }
 
     fn second_server(&self) -> Server {
@@ -299,22 +382,38 @@ impl World {
     fn fetch(&self, name: &str, extra: &[&str]) -> Output {
         let index = self.server.url("/.well-known/agent-skills/index.json");
         let cache = self.cache().display().to_string();
-        let mut base = vec!["fetch", index.as_str(), name, "--json", "--cache-dir", cache.as_str()];
+        let mut base = vec![
+            "fetch",
+            index.as_str(),
+            name,
+            "--json",
+            "--cache-dir",
+            cache.as_str(),
+        ];
         base.extend_from_slice(extra);
         run(&self.args(&base))
     }
 
     fn index(&self, body: &str) {
-        self.server.route("/.well-known/agent-skills/index.json", ok(body.as_bytes(), "application/json"));
+        self.server.route(
+            "/.well-known/agent-skills/index.json",
+            ok(body.as_bytes(), "application/json"),
+        );
     }
 
     fn cache_tmp_is_empty(&self) -> bool {
-        std::fs::read_dir(self.cache().join("tmp")).map(|d| d.count() == 0).unwrap_or(true)
+        std::fs::read_dir(self.cache().join("tmp"))
+            .map(|d| d.count() == 0)
+            .unwrap_or(true)
     }
 
     fn cached_artifacts(&self) -> usize {
         std::fs::read_dir(self.cache().join("sha256"))
-            .map(|d| d.filter_map(Result::ok).filter(|e| e.path().extension().is_none()).count())
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.path().extension().is_none())
+                    .count()
+            })
             .unwrap_or(0)
     }
 }
@@ -329,7 +428,11 @@ fn run(args: &[String]) -> Output {
 
 fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
     })
 }
 
@@ -338,7 +441,12 @@ fn code(o: &Output) -> i32 {
 }
 
 fn explain(o: &Output) -> String {
-    format!("status {:?}\nstdout:\n{}\nstderr:\n{}", o.status.code(), String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 fn index_json(entries: &[Value]) -> String {
@@ -362,8 +470,16 @@ fn refused_rule(o: &Output) -> String {
 fn happy_skill_md_relative_url() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/.well-known/agent-skills/demo/SKILL.md", ok(&md, "text/markdown; charset=utf-8"));
-    w.index(&index_json(&[entry("demo", "skill-md", "demo/SKILL.md", &sha(&md))]));
+    w.server.route(
+        "/.well-known/agent-skills/demo/SKILL.md",
+        ok(&md, "text/markdown; charset=utf-8"),
+    );
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "demo/SKILL.md",
+        &sha(&md),
+    )]));
     let out = w.out();
     let o = w.fetch("demo", &["--out", out.to_str().unwrap_or("")]);
     assert_eq!(code(&o), 0, "{}", explain(&o));
@@ -371,9 +487,15 @@ fn happy_skill_md_relative_url() {
     assert_eq!(v["extraction"]["verdict"], "accepted");
     assert_eq!(v["extraction"]["artifact"]["format"], "skill-md");
     let p = &v["provenance"];
-    assert_eq!(p["index_url"], w.server.url("/.well-known/agent-skills/index.json"));
+    assert_eq!(
+        p["index_url"],
+        w.server.url("/.well-known/agent-skills/index.json")
+    );
     assert_eq!(p["entry"]["url"], "demo/SKILL.md");
-    assert_eq!(p["resolved_url"], w.server.url("/.well-known/agent-skills/demo/SKILL.md"));
+    assert_eq!(
+        p["resolved_url"],
+        w.server.url("/.well-known/agent-skills/demo/SKILL.md")
+    );
     assert_eq!(p["final_url"], p["resolved_url"]);
     assert_eq!(p["url_form"], "relative");
     assert_eq!(p["cross_origin"], false);
@@ -382,24 +504,47 @@ fn happy_skill_md_relative_url() {
     assert_eq!(p["artifact_source"], "network");
     assert!(p["time"].as_str().is_some_and(|t| t.ends_with('Z')));
     assert_eq!(std::fs::read(out.join("SKILL.md")).ok(), Some(md));
-    assert_eq!(w.server.request_header("/.well-known/agent-skills/demo/SKILL.md", "accept-encoding").as_deref(), Some("identity"));
+    assert_eq!(
+        w.server
+            .request_header("/.well-known/agent-skills/demo/SKILL.md", "accept-encoding")
+            .as_deref(),
+        Some("identity")
+    );
 }
 
 #[test]
 fn happy_archive_zip_and_tar_gz() {
     let w = World::new();
     let md = skill_md("pack", "A demo skill");
-    let zip = zip_of(&[("SKILL.md", &md), ("scripts/run.sh", b"#!/bin/sh\necho hi\n")]);
+    let zip = zip_of(&[
+        ("SKILL.md", &md),
+        ("scripts/run.sh", b"#!/bin/sh\necho hi\n"),
+    ]);
     let tgz = tar_gz_of(&[("SKILL.md", &md), ("notes.txt", b"n\n")]);
     w.server.route("/dl/pack.zip", ok(&zip, "application/zip"));
     // No Content-Type: the URL's extension is the format hint.
-    w.server.route("/dl/pack2.tar.gz", Reply::Ok { body: tgz.clone(), content_type: None, extra: Vec::new() });
-    w.index(&index_json(&[entry("pack", "archive", "/dl/pack.zip", &sha(&zip)), entry("pack2", "archive", "/dl/pack2.tar.gz", &sha(&tgz))]));
+    w.server.route(
+        "/dl/pack2.tar.gz",
+        Reply::Ok {
+            body: tgz.clone(),
+            content_type: None,
+            extra: Vec::new(),
+        },
+    );
+    w.index(&index_json(&[
+        entry("pack", "archive", "/dl/pack.zip", &sha(&zip)),
+        entry("pack2", "archive", "/dl/pack2.tar.gz", &sha(&tgz)),
+    ]));
     let o = w.fetch("pack", &[]);
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let v = json_of(&o);
     assert_eq!(v["extraction"]["artifact"]["format"], "zip");
-    let paths: Vec<&str> = v["extraction"]["entries"].as_array().into_iter().flatten().filter_map(|e| e["path"].as_str()).collect();
+    let paths: Vec<&str> = v["extraction"]["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["path"].as_str())
+        .collect();
     assert!(paths.contains(&"scripts/run.sh"), "{paths:?}");
     assert_eq!(v["provenance"]["url_form"], "path-absolute");
     let o = w.fetch("pack2", &[]);
@@ -413,9 +558,17 @@ fn happy_archive_zip_and_tar_gz() {
 fn fetch_answers_as_extract_does_sandbox_included() {
     let w = World::new();
     let md = skill_md("pack", "A demo skill");
-    let zip = zip_of(&[("SKILL.md", &md), ("scripts/run.sh", b"#!/bin/sh\necho hi\n")]);
+    let zip = zip_of(&[
+        ("SKILL.md", &md),
+        ("scripts/run.sh", b"#!/bin/sh\necho hi\n"),
+    ]);
     w.server.route("/dl/pack.zip", ok(&zip, "application/zip"));
-    w.index(&index_json(&[entry("pack", "archive", "/dl/pack.zip", &sha(&zip))]));
+    w.index(&index_json(&[entry(
+        "pack",
+        "archive",
+        "/dl/pack.zip",
+        &sha(&zip),
+    )]));
     let o = w.fetch("pack", &[]);
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let fetched = json_of(&o)["extraction"].clone();
@@ -428,17 +581,31 @@ fn fetch_answers_as_extract_does_sandbox_included() {
 
     let local = w.tmp.path().join("pack.zip");
     std::fs::write(&local, &zip).unwrap_or_else(|e| panic!("{e}"));
-    let e = run(&["extract".into(), local.display().to_string(), "--json".into()]);
+    let e = run(&[
+        "extract".into(),
+        local.display().to_string(),
+        "--json".into(),
+    ]);
     assert_eq!(code(&e), 0, "{}", explain(&e));
-    assert_eq!(fetched, json_of(&e), "fetch's `extraction` differs from `extract --json` on the same bytes");
+    assert_eq!(
+        fetched,
+        json_of(&e),
+        "fetch's `extraction` differs from `extract --json` on the same bytes"
+    );
 
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let o = run(&w.args(&["fetch", &index, "pack", "--cache-dir", &cache]));
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.lines().any(|l| l.starts_with("  sandbox: confined (")), "{text}");
-    assert!(text.contains("  flagged:\n") && text.contains("\n    scripts/run.sh  [script]\n"), "flagged entries are listed as extract lists them: {text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("  sandbox: confined (")),
+        "{text}"
+    );
+    assert!(
+        text.contains("  flagged:\n") && text.contains("\n    scripts/run.sh  [script]\n"),
+        "flagged entries are listed as extract lists them: {text}"
+    );
 }
 
 #[test]
@@ -446,7 +613,12 @@ fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
     w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(b"other bytes"))]));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(b"other bytes"),
+    )]));
     let out = w.out();
     let o = w.fetch("demo", &["--out", out.to_str().unwrap_or("")]);
     assert_eq!(code(&o), 3, "{}", explain(&o));
@@ -454,7 +626,10 @@ fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
     assert_eq!(v["extraction"]["verdict"], "rejected");
     assert_eq!(v["extraction"]["reason"]["code"], "digest_mismatch");
     assert_eq!(v["extraction"]["artifact"]["digest"], sha(&md));
-    assert!(v["extraction"].get("sandbox").is_none(), "no child ran, so there is no sandbox report: {v:#}");
+    assert!(
+        v["extraction"].get("sandbox").is_none(),
+        "no child ran, so there is no sandbox report: {v:#}"
+    );
     assert!(!out.exists(), "nothing may be staged");
     assert!(w.cache_tmp_is_empty(), "temporary bytes must be removed");
     assert_eq!(w.cached_artifacts(), 0);
@@ -463,11 +638,17 @@ fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
 #[test]
 fn unknown_schema_is_refused_with_its_own_exit_code() {
     let w = World::new();
-    w.index(r#"{"$schema":"https://schemas.agentskills.io/discovery/0.3.0/schema.json","skills":[]}"#);
+    w.index(
+        r#"{"$schema":"https://schemas.agentskills.io/discovery/0.3.0/schema.json","skills":[]}"#,
+    );
     let o = w.fetch("demo", &[]);
     assert_eq!(code(&o), 5, "{}", explain(&o));
     assert_eq!(json_of(&o)["error"]["kind"], "unrecognised_schema");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("warning"), "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("warning"),
+        "{}",
+        explain(&o)
+    );
 }
 
 #[test]
@@ -484,7 +665,11 @@ fn absent_schema_lists_but_never_installs() {
     assert_eq!(v["index"]["version"], "0.1.0");
     assert_eq!(v["index"]["installable"], false);
     assert_eq!(v["index"]["entries"][0]["name"], "demo");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("no digests"), "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no digests"),
+        "{}",
+        explain(&o)
+    );
 }
 
 #[test]
@@ -492,20 +677,35 @@ fn unknown_type_is_skipped_with_a_warning() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
     w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry("odd", "mcp-resource-template", "/a/x", &sha(&md)), entry("demo", "skill-md", "/a/SKILL.md", &sha(&md))]));
+    w.index(&index_json(&[
+        entry("odd", "mcp-resource-template", "/a/x", &sha(&md)),
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+    ]));
     let o = w.fetch("odd", &[]);
     assert_eq!(code(&o), 3, "{}", explain(&o));
     assert_eq!(json_of(&o)["error"]["kind"], "entry_skipped");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown type"), "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("unknown type"),
+        "{}",
+        explain(&o)
+    );
     let o = w.fetch("demo", &[]);
-    assert_eq!(code(&o), 0, "the valid entry beside it still works: {}", explain(&o));
+    assert_eq!(
+        code(&o),
+        0,
+        "the valid entry beside it still works: {}",
+        explain(&o)
+    );
 }
 
 #[test]
 fn every_url_form_resolves_against_the_index_url() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/.well-known/agent-skills/demo/SKILL.md", ok(&md, "text/markdown"));
+    w.server.route(
+        "/.well-known/agent-skills/demo/SKILL.md",
+        ok(&md, "text/markdown"),
+    );
     let absolute = w.server.url("/.well-known/agent-skills/demo/SKILL.md");
     let network_path = format!("//{}/.well-known/agent-skills/demo/SKILL.md", w.server.addr);
     let forms = [
@@ -516,7 +716,12 @@ fn every_url_form_resolves_against_the_index_url() {
         (absolute.as_str(), "absolute"),
     ];
     for (reference, form) in forms {
-        w.index(&index_json(&[entry("demo", "skill-md", reference, &sha(&md))]));
+        w.index(&index_json(&[entry(
+            "demo",
+            "skill-md",
+            reference,
+            &sha(&md),
+        )]));
         // A fresh cache each time, so every form really goes to the network.
         let _ = std::fs::remove_dir_all(w.cache());
         let o = w.fetch("demo", &[]);
@@ -534,19 +739,53 @@ fn cross_origin_artifact_needs_its_own_allowance() {
     let cdn = w.second_server();
     let md = skill_md("demo", "A demo skill");
     cdn.route("/demo/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry("demo", "skill-md", &cdn.url("/demo/SKILL.md"), &sha(&md))]));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        &cdn.url("/demo/SKILL.md"),
+        &sha(&md),
+    )]));
     let cache = w.cache().display().to_string();
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cdn_dest = cdn.addr.to_string();
     // Allowed as a destination (it is loopback) but not as an origin: refused by the allow-list.
-    let o = run(&w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache, "--allow-destination", &cdn_dest]));
+    let o = run(&w.args(&[
+        "fetch",
+        &index,
+        "demo",
+        "--json",
+        "--cache-dir",
+        &cache,
+        "--allow-destination",
+        &cdn_dest,
+    ]));
     assert_eq!(refused_rule(&o), "origin_allow_list");
     let v = json_of(&o);
     assert_eq!(v["provenance"]["cross_origin"], true);
-    assert!(v["error"]["detail"].as_str().unwrap_or("").contains(&format!("--allow-origin {}", cdn.origin())), "{}", explain(&o));
-    assert_eq!(cdn.hits("/demo/SKILL.md"), 0, "nothing may be requested from a refused origin");
+    assert!(
+        v["error"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("--allow-origin {}", cdn.origin())),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(
+        cdn.hits("/demo/SKILL.md"),
+        0,
+        "nothing may be requested from a refused origin"
+    );
     let o = run(&w.args(&[
-        "fetch", &index, "demo", "--json", "--cache-dir", &cache, "--allow-destination", &cdn_dest, "--allow-origin", &cdn.origin(),
+        "fetch",
+        &index,
+        "demo",
+        "--json",
+        "--cache-dir",
+        &cache,
+        "--allow-destination",
+        &cdn_dest,
+        "--allow-origin",
+        &cdn.origin(),
     ]));
     assert_eq!(code(&o), 0, "{}", explain(&o));
     assert_eq!(json_of(&o)["provenance"]["cross_origin"], true);
@@ -559,16 +798,40 @@ fn userinfo_and_plain_http_are_refused() {
     w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
     let with_user = format!("https://user:s3cret@{}/a/SKILL.md", w.server.addr);
     let http = format!("http://{}/a/SKILL.md", w.server.addr);
-    w.index(&index_json(&[entry("cred", "skill-md", &with_user, &sha(&md)), entry("plain", "skill-md", &http, &sha(&md))]));
+    w.index(&index_json(&[
+        entry("cred", "skill-md", &with_user, &sha(&md)),
+        entry("plain", "skill-md", &http, &sha(&md)),
+    ]));
     let o = w.fetch("cred", &[]);
     assert_eq!(refused_rule(&o), "no_userinfo");
-    assert!(!json_of(&o)["error"]["url"].as_str().unwrap_or("").contains("s3cret"), "{}", explain(&o));
-    assert!(!String::from_utf8_lossy(&o.stderr).contains("s3cret"), "{}", explain(&o));
+    assert!(
+        !json_of(&o)["error"]["url"]
+            .as_str()
+            .unwrap_or("")
+            .contains("s3cret"),
+        "{}",
+        explain(&o)
+    );
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("s3cret"),
+        "{}",
+        explain(&o)
+    );
     let o = w.fetch("plain", &[]);
     assert_eq!(refused_rule(&o), "https_only");
     // The index URL itself is held to the same rules.
     let cache = w.cache().display().to_string();
-    let o = run(&w.args(&["fetch", &format!("http://{}/.well-known/agent-skills/index.json", w.server.addr), "demo", "--json", "--cache-dir", &cache]));
+    let o = run(&w.args(&[
+        "fetch",
+        &format!(
+            "http://{}/.well-known/agent-skills/index.json",
+            w.server.addr
+        ),
+        "demo",
+        "--json",
+        "--cache-dir",
+        &cache,
+    ]));
     assert_eq!(refused_rule(&o), "https_only");
     assert_eq!(w.server.hits("/a/SKILL.md"), 0);
 }
@@ -576,9 +839,20 @@ fn userinfo_and_plain_http_are_refused() {
 fn chain(w: &World, len: usize) {
     for i in 0..len {
         // Alternate absolute and relative Location forms; both resolve against the request URL.
-        let next = if i + 1 == len { "/final/SKILL.md".to_owned() } else { format!("/r{}", i + 1) };
-        let loc = if i % 2 == 0 { w.server.url(&next) } else { next };
-        w.server.route(&format!("/r{i}"), Reply::Redirect(if i % 2 == 0 { 302 } else { 308 }, loc));
+        let next = if i + 1 == len {
+            "/final/SKILL.md".to_owned()
+        } else {
+            format!("/r{}", i + 1)
+        };
+        let loc = if i % 2 == 0 {
+            w.server.url(&next)
+        } else {
+            next
+        };
+        w.server.route(
+            &format!("/r{i}"),
+            Reply::Redirect(if i % 2 == 0 { 302 } else { 308 }, loc),
+        );
     }
 }
 
@@ -593,14 +867,20 @@ fn five_redirects_are_followed_and_a_sixth_is_refused() {
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let v = json_of(&o);
     assert_eq!(v["provenance"]["hops"].as_array().map(Vec::len), Some(5));
-    assert_eq!(v["provenance"]["final_url"], w.server.url("/final/SKILL.md"));
+    assert_eq!(
+        v["provenance"]["final_url"],
+        w.server.url("/final/SKILL.md")
+    );
     assert_eq!(v["provenance"]["hops"][1]["location"], "/r2");
 
     let _ = std::fs::remove_dir_all(w.cache());
     chain(&w, 6);
     let o = w.fetch("demo", &[]);
     assert_eq!(refused_rule(&o), "max_redirects");
-    assert_eq!(json_of(&o)["provenance"]["hops"].as_array().map(Vec::len), Some(6));
+    assert_eq!(
+        json_of(&o)["provenance"]["hops"].as_array().map(Vec::len),
+        Some(6)
+    );
 }
 
 #[test]
@@ -611,13 +891,25 @@ fn redirect_to_a_refused_address_is_refused_at_that_hop() {
     let target = format!("https://127.0.0.2:{}/x/SKILL.md", w.server.addr.port());
     w.server.route("/start", Reply::Redirect(302, target));
     let md = skill_md("demo", "A demo skill");
-    w.index(&index_json(&[entry("demo", "skill-md", "/start", &sha(&md))]));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/start",
+        &sha(&md),
+    )]));
     let origin2 = format!("https://127.0.0.2:{}", w.server.addr.port());
     let o = w.fetch("demo", &["--allow-origin", &origin2]);
     assert_eq!(refused_rule(&o), "destination_loopback");
     let v = json_of(&o);
     assert_eq!(v["provenance"]["hops"].as_array().map(Vec::len), Some(1));
-    assert!(v["error"]["url"].as_str().unwrap_or("").contains("127.0.0.2"), "{}", explain(&o));
+    assert!(
+        v["error"]["url"]
+            .as_str()
+            .unwrap_or("")
+            .contains("127.0.0.2"),
+        "{}",
+        explain(&o)
+    );
 }
 
 #[test]
@@ -629,15 +921,33 @@ fn default_policy_refuses_loopback() {
     let ca = w.ca_file.display().to_string();
     // The origin is allowed, the CA trusted, but no --allow-destination: loopback is refused.
     let o = run(&[
-        "fetch".into(), index, "demo".into(), "--json".into(), "--cache-dir".into(), cache, "--ca-file".into(), ca,
-        "--allow-origin".into(), w.server.origin(),
+        "fetch".into(),
+        index,
+        "demo".into(),
+        "--json".into(),
+        "--cache-dir".into(),
+        cache,
+        "--ca-file".into(),
+        ca,
+        "--allow-origin".into(),
+        w.server.origin(),
     ]);
     assert_eq!(refused_rule(&o), "destination_loopback");
     assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), 0);
     // And with nothing allowed at all, the empty origin allow-list fires first, naming the flag.
-    let o = run(&["fetch".into(), w.server.url("/i.json"), "demo".into(), "--cache-dir".into(), w.cache().display().to_string()]);
+    let o = run(&[
+        "fetch".into(),
+        w.server.url("/i.json"),
+        "demo".into(),
+        "--cache-dir".into(),
+        w.cache().display().to_string(),
+    ]);
     assert_eq!(code(&o), 4, "{}", explain(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--allow-origin"), "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--allow-origin"),
+        "{}",
+        explain(&o)
+    );
 }
 
 #[test]
@@ -647,11 +957,28 @@ fn content_encoded_response_is_refused_not_decoded() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&md).unwrap_or_else(|e| panic!("{e}"));
     let gz = gz.finish().unwrap_or_else(|e| panic!("{e}"));
-    w.server.route("/a/SKILL.md", Reply::Ok { body: gz, content_type: Some("text/markdown"), extra: vec![("Content-Encoding", "gzip".into())] });
-    w.index(&index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(&md))]));
+    w.server.route(
+        "/a/SKILL.md",
+        Reply::Ok {
+            body: gz,
+            content_type: Some("text/markdown"),
+            extra: vec![("Content-Encoding", "gzip".into())],
+        },
+    );
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
     let o = w.fetch("demo", &[]);
     assert_eq!(refused_rule(&o), "identity_encoding");
-    assert_eq!(w.server.request_header("/a/SKILL.md", "accept-encoding").as_deref(), Some("identity"));
+    assert_eq!(
+        w.server
+            .request_header("/a/SKILL.md", "accept-encoding")
+            .as_deref(),
+        Some("identity")
+    );
     assert!(w.cache_tmp_is_empty());
     assert_eq!(w.cached_artifacts(), 0);
 }
@@ -662,7 +989,10 @@ fn byte_limit_holds_at_the_boundary_and_cuts_the_connection_past_it() {
     let mut md = skill_md("demo", "A demo skill");
     md.resize(4096, b'x');
     w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)), entry("big", "skill-md", "/big", &sha(b"x"))]));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("big", "skill-md", "/big", &sha(b"x")),
+    ]));
     let o = w.fetch("demo", &["--max-bytes", "4096"]);
     assert_eq!(code(&o), 0, "exactly at the limit: {}", explain(&o));
     let _ = std::fs::remove_dir_all(w.cache());
@@ -685,19 +1015,37 @@ fn byte_limit_holds_at_the_boundary_and_cuts_the_connection_past_it() {
         }
         last = now;
     }
-    assert!(last < TOTAL / 2, "the server sent {last} of {TOTAL} bytes: the connection was not cut");
+    assert!(
+        last < TOTAL / 2,
+        "the server sent {last} of {TOTAL} bytes: the connection was not cut"
+    );
     assert!(w.cache_tmp_is_empty());
 }
 
 #[test]
 fn slow_server_runs_out_of_total_time() {
     let w = World::new();
-    w.server.route("/slow", Reply::Slow { len: 100, delay: Duration::from_millis(100) });
-    w.index(&index_json(&[entry("demo", "skill-md", "/slow", &sha(b"x"))]));
+    w.server.route(
+        "/slow",
+        Reply::Slow {
+            len: 100,
+            delay: Duration::from_millis(100),
+        },
+    );
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/slow",
+        &sha(b"x"),
+    )]));
     let started = Instant::now();
     let o = w.fetch("demo", &["--total-timeout", "1"]);
     assert_eq!(refused_rule(&o), "total_timeout");
-    assert!(started.elapsed() < Duration::from_secs(6), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        started.elapsed()
+    );
     assert!(w.cache_tmp_is_empty());
 }
 
@@ -706,7 +1054,12 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
     w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(&md))]));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
     let o = w.fetch("demo", &[]);
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let o = w.fetch("demo", &[]);
@@ -714,7 +1067,11 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     let v = json_of(&o);
     assert_eq!(v["provenance"]["artifact_source"], "cache");
     assert_eq!(v["provenance"]["content_type"], "text/markdown");
-    assert_eq!(w.server.hits("/a/SKILL.md"), 1, "an unchanged digest is not downloaded again");
+    assert_eq!(
+        w.server.hits("/a/SKILL.md"),
+        1,
+        "an unchanged digest is not downloaded again"
+    );
     assert_eq!(w.cached_artifacts(), 1);
 
     // Offline: no request at all, the cached index and artifact only.
@@ -724,17 +1081,32 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let v = json_of(&o);
     assert_eq!(v["provenance"]["index_source"], "cache");
-    assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), index_hits);
+    assert_eq!(
+        w.server.hits("/.well-known/agent-skills/index.json"),
+        index_hits
+    );
     assert_eq!(std::fs::read(out.join("SKILL.md")).ok(), Some(md));
 
     // The URL rules hold for cached bytes too: without the origin allowed, even offline refuses.
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
-    let o = run(&["fetch".into(), index, "demo".into(), "--offline".into(), "--json".into(), "--cache-dir".into(), cache]);
+    let o = run(&[
+        "fetch".into(),
+        index,
+        "demo".into(),
+        "--offline".into(),
+        "--json".into(),
+        "--cache-dir".into(),
+        cache,
+    ]);
     assert_eq!(refused_rule(&o), "origin_allow_list");
 
     // A cached file that no longer matches its digest is dropped, and offline then fails.
-    for e in std::fs::read_dir(w.cache().join("sha256")).into_iter().flatten().flatten() {
+    for e in std::fs::read_dir(w.cache().join("sha256"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         if e.path().extension().is_none() {
             std::fs::write(e.path(), b"tampered").unwrap_or_else(|err| panic!("{err}"));
         }
@@ -748,13 +1120,19 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
 fn index_check_over_https() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.index(&index_json(&[entry("demo", "skill-md", "demo/SKILL.md", &sha(&md)), entry("Bad--name", "skill-md", "x", &sha(&md))]));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "demo/SKILL.md", &sha(&md)),
+        entry("Bad--name", "skill-md", "x", &sha(&md)),
+    ]));
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let o = run(&w.args(&["index", "check", &index]));
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("demo") && text.contains("skipped"), "{text}");
-    assert!(text.contains(&w.server.url("/.well-known/agent-skills/demo/SKILL.md")), "{text}");
+    assert!(
+        text.contains(&w.server.url("/.well-known/agent-skills/demo/SKILL.md")),
+        "{text}"
+    );
 }
 
 #[test]
@@ -763,25 +1141,81 @@ fn spellings_of_local_addresses_are_refused_before_connecting() {
     // IPv4 number forms (RFC 3986 leaves them to the resolver; WHATWG normalises them), so the
     // check sees the address that would really be dialled.
     let cases = [
-        ("https://[::1]:9/i.json", "https://[::1]:9", "destination_loopback"),
-        ("https://[::ffff:127.0.0.1]:9/i.json", "https://[::ffff:7f00:1]:9", "destination_loopback"),
-        ("https://0x7f.1:9/i.json", "https://127.0.0.1:9", "destination_loopback"),
-        ("https://2130706433:9/i.json", "https://127.0.0.1:9", "destination_loopback"),
-        ("https://localhost:9/i.json", "https://localhost:9", "destination_loopback"),
-        ("https://169.254.169.254:9/i.json", "https://169.254.169.254:9", "destination_link_local"),
-        ("https://10.1.2.3:9/i.json", "https://10.1.2.3:9", "destination_private"),
-        ("https://100.64.0.1:9/i.json", "https://100.64.0.1:9", "destination_cgnat"),
-        ("https://[fd00::1]:9/i.json", "https://[fd00::1]:9", "destination_unique_local"),
-        ("https://[fe80::1]:9/i.json", "https://[fe80::1]:9", "destination_link_local"),
-        ("https://224.0.0.1:9/i.json", "https://224.0.0.1:9", "destination_multicast"),
-        ("https://0.0.0.0:9/i.json", "https://0.0.0.0:9", "destination_unspecified"),
+        (
+            "https://[::1]:9/i.json",
+            "https://[::1]:9",
+            "destination_loopback",
+        ),
+        (
+            "https://[::ffff:127.0.0.1]:9/i.json",
+            "https://[::ffff:7f00:1]:9",
+            "destination_loopback",
+        ),
+        (
+            "https://0x7f.1:9/i.json",
+            "https://127.0.0.1:9",
+            "destination_loopback",
+        ),
+        (
+            "https://2130706433:9/i.json",
+            "https://127.0.0.1:9",
+            "destination_loopback",
+        ),
+        (
+            "https://localhost:9/i.json",
+            "https://localhost:9",
+            "destination_loopback",
+        ),
+        (
+            "https://169.254.169.254:9/i.json",
+            "https://169.254.169.254:9",
+            "destination_link_local",
+        ),
+        (
+            "https://10.1.2.3:9/i.json",
+            "https://10.1.2.3:9",
+            "destination_private",
+        ),
+        (
+            "https://100.64.0.1:9/i.json",
+            "https://100.64.0.1:9",
+            "destination_cgnat",
+        ),
+        (
+            "https://[fd00::1]:9/i.json",
+            "https://[fd00::1]:9",
+            "destination_unique_local",
+        ),
+        (
+            "https://[fe80::1]:9/i.json",
+            "https://[fe80::1]:9",
+            "destination_link_local",
+        ),
+        (
+            "https://224.0.0.1:9/i.json",
+            "https://224.0.0.1:9",
+            "destination_multicast",
+        ),
+        (
+            "https://0.0.0.0:9/i.json",
+            "https://0.0.0.0:9",
+            "destination_unspecified",
+        ),
     ];
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let cache = tmp.path().join("cache").display().to_string();
     for (url, origin, rule) in cases {
         let o = run(&[
-            "fetch".into(), url.into(), "demo".into(), "--json".into(), "--cache-dir".into(), cache.clone(),
-            "--allow-origin".into(), origin.into(), "--connect-timeout".into(), "2".into(),
+            "fetch".into(),
+            url.into(),
+            "demo".into(),
+            "--json".into(),
+            "--cache-dir".into(),
+            cache.clone(),
+            "--allow-origin".into(),
+            origin.into(),
+            "--connect-timeout".into(),
+            "2".into(),
         ]);
         assert_eq!(refused_rule(&o), rule, "{url}: {}", explain(&o));
     }

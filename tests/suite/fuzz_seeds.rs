@@ -32,10 +32,18 @@ fn seeds(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
 
 fn replay(target: &str, check: fn(&[u8])) {
     let seeds = seeds(target);
-    assert!(seeds.len() >= MIN_SEEDS, "fuzz/corpus/{target} holds {} seeds, expected at least {MIN_SEEDS}", seeds.len());
+    assert!(
+        seeds.len() >= MIN_SEEDS,
+        "fuzz/corpus/{target} holds {} seeds, expected at least {MIN_SEEDS}",
+        seeds.len()
+    );
     for (path, bytes) in seeds {
         let result = std::panic::catch_unwind(|| check(&bytes));
-        assert!(result.is_ok(), "seed {} violates a property of fuzz target {target}", path.display());
+        assert!(
+            result.is_ok(),
+            "seed {} violates a property of fuzz target {target}",
+            path.display()
+        );
     }
 }
 
@@ -98,7 +106,8 @@ fn tar_package(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (p, data, mode) in files {
         let mut h = tar_header(tar::EntryType::Regular, data.len() as u64, *mode);
-        b.append_data(&mut h, p, *data).unwrap_or_else(|e| panic!("{e}"));
+        b.append_data(&mut h, p, *data)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
     b.into_inner().unwrap_or_else(|e| panic!("{e}"))
 }
@@ -116,20 +125,51 @@ fn tar_rich() -> Vec<u8> {
     add("./", tar::EntryType::Directory, b"", 0o755, None);
     add("SKILL.md", tar::EntryType::Regular, SKILL, 0o644, None);
     add("scripts/", tar::EntryType::Directory, b"", 0o777, None);
-    add("scripts/run.sh", tar::EntryType::Regular, b"#!/bin/sh\necho hi\n", 0o4755, None);
-    add("docs/readme.md", tar::EntryType::Regular, b"docs\n", 0o644, None);
-    add("docs/link.md", tar::EntryType::Symlink, b"", 0o777, Some("readme.md"));
-    add("up", tar::EntryType::Symlink, b"", 0o777, Some("docs/../scripts"));
+    add(
+        "scripts/run.sh",
+        tar::EntryType::Regular,
+        b"#!/bin/sh\necho hi\n",
+        0o4755,
+        None,
+    );
+    add(
+        "docs/readme.md",
+        tar::EntryType::Regular,
+        b"docs\n",
+        0o644,
+        None,
+    );
+    add(
+        "docs/link.md",
+        tar::EntryType::Symlink,
+        b"",
+        0o777,
+        Some("readme.md"),
+    );
+    add(
+        "up",
+        tar::EntryType::Symlink,
+        b"",
+        0o777,
+        Some("docs/../scripts"),
+    );
     let long = format!("{}/{}.txt", "l".repeat(90), "n".repeat(60));
     add(&long, tar::EntryType::Regular, b"long name\n", 0o644, None);
-    add("copy.sh", tar::EntryType::Link, b"", 0o755, Some("scripts/run.sh"));
+    add(
+        "copy.sh",
+        tar::EntryType::Link,
+        b"",
+        0o755,
+        Some("scripts/run.sh"),
+    );
     b.into_inner().unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn tar_hostile(kind: &str) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     let skill = tar_header(tar::EntryType::Regular, SKILL.len() as u64, 0o644);
-    b.append_data(&mut skill.clone(), "SKILL.md", SKILL).unwrap_or_else(|e| panic!("{e}"));
+    b.append_data(&mut skill.clone(), "SKILL.md", SKILL)
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut raw_name = |name: &[u8], et: tar::EntryType, data: &[u8], link: Option<&[u8]>| {
         // Write the name straight into the header: the crate's setters refuse hostile names.
         let mut h = tar::Header::new_ustar();
@@ -147,8 +187,18 @@ fn tar_hostile(kind: &str) -> Vec<u8> {
         b.append(&h, data).unwrap_or_else(|e| panic!("{e}"));
     };
     match kind {
-        "traversal" => raw_name(b"../../../tmp/skillbox-fuzz-escape", tar::EntryType::Regular, b"x", None),
-        "absolute" => raw_name(b"/tmp/skillbox-fuzz-escape", tar::EntryType::Regular, b"x", None),
+        "traversal" => raw_name(
+            b"../../../tmp/skillbox-fuzz-escape",
+            tar::EntryType::Regular,
+            b"x",
+            None,
+        ),
+        "absolute" => raw_name(
+            b"/tmp/skillbox-fuzz-escape",
+            tar::EntryType::Regular,
+            b"x",
+            None,
+        ),
         "link_escape" => raw_name(b"out", tar::EntryType::Symlink, b"", Some(b"../../etc")),
         "through_link" => {
             raw_name(b"d", tar::EntryType::Symlink, b"", Some(b"."));
@@ -160,7 +210,12 @@ fn tar_hostile(kind: &str) -> Vec<u8> {
         }
         "nfc_twin" => {
             raw_name("caf\u{e9}".as_bytes(), tar::EntryType::Regular, b"a", None);
-            raw_name("cafe\u{301}".as_bytes(), tar::EntryType::Regular, b"b", None);
+            raw_name(
+                "cafe\u{301}".as_bytes(),
+                tar::EntryType::Regular,
+                b"b",
+                None,
+            );
         }
         "fifo" => raw_name(b"pipe", tar::EntryType::Fifo, b"", None),
         "file_then_dir" => {
@@ -174,25 +229,42 @@ fn tar_hostile(kind: &str) -> Vec<u8> {
 
 fn zip_package(stored: bool, hostile: Option<&str>) -> Vec<u8> {
     use zip::write::SimpleFileOptions;
-    let method = if stored { zip::CompressionMethod::Stored } else { zip::CompressionMethod::Deflated };
-    let opts = SimpleFileOptions::default().compression_method(method).unix_permissions(0o644);
-    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let file = |w: &mut zip::ZipWriter<std::io::Cursor<Vec<u8>>>, name: &str, data: &[u8], mode: u32| {
-        w.start_file(name, opts.unix_permissions(mode)).unwrap_or_else(|e| panic!("{e}"));
-        w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+    let method = if stored {
+        zip::CompressionMethod::Stored
+    } else {
+        zip::CompressionMethod::Deflated
     };
+    let opts = SimpleFileOptions::default()
+        .compression_method(method)
+        .unix_permissions(0o644);
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let file =
+        |w: &mut zip::ZipWriter<std::io::Cursor<Vec<u8>>>, name: &str, data: &[u8], mode: u32| {
+            w.start_file(name, opts.unix_permissions(mode))
+                .unwrap_or_else(|e| panic!("{e}"));
+            w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+        };
     file(&mut w, "SKILL.md", SKILL, 0o644);
     match hostile {
         None => {
-            w.add_directory("scripts/", opts.unix_permissions(0o755)).unwrap_or_else(|e| panic!("{e}"));
-            file(&mut w, "scripts/run.py", b"#!/usr/bin/env python3\nprint('hi')\n", 0o755);
+            w.add_directory("scripts/", opts.unix_permissions(0o755))
+                .unwrap_or_else(|e| panic!("{e}"));
+            file(
+                &mut w,
+                "scripts/run.py",
+                b"#!/usr/bin/env python3\nprint('hi')\n",
+                0o755,
+            );
             file(&mut w, "assets/data.json", b"{\"k\": [1, 2, 3]}\n", 0o664);
-            w.add_symlink("latest", "scripts/run.py", opts).unwrap_or_else(|e| panic!("{e}"));
+            w.add_symlink("latest", "scripts/run.py", opts)
+                .unwrap_or_else(|e| panic!("{e}"));
         }
         Some("traversal") => file(&mut w, "../evil.sh", b"x", 0o644),
         Some("absolute") => file(&mut w, "/etc/evil", b"x", 0o644),
         Some("backslash") => file(&mut w, "a\\..\\..\\evil", b"x", 0o644),
-        Some("link_escape") => w.add_symlink("esc", "../../etc/passwd", opts).unwrap_or_else(|e| panic!("{e}")),
+        Some("link_escape") => w
+            .add_symlink("esc", "../../etc/passwd", opts)
+            .unwrap_or_else(|e| panic!("{e}")),
         Some("case_twin") => {
             file(&mut w, "notes.txt", b"a", 0o644);
             file(&mut w, "NOTES.txt", b"b", 0o644);
@@ -207,14 +279,27 @@ fn zip_package(stored: bool, hostile: Option<&str>) -> Vec<u8> {
 fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
     use skillbox::extract::policy::Limits;
     use skillbox::extract::{ArtifactType, Request};
-    use skillbox::sandbox::wire::{ChildAnswer, ChildRequest, ConfinementReport, Enforcement, Ids, Job, JobResult, RlimitPlan};
-    let rlimits = RlimitPlan { address_space_bytes: 1 << 30, cpu_seconds: 30, file_size_bytes: 64 << 20, open_files: 64 };
+    use skillbox::sandbox::wire::{
+        ChildAnswer, ChildRequest, ConfinementReport, Enforcement, Ids, Job, JobResult, RlimitPlan,
+    };
+    let rlimits = RlimitPlan {
+        address_space_bytes: 1 << 30,
+        cpu_seconds: 30,
+        file_size_bytes: 64 << 20,
+        open_files: 64,
+    };
     let request = ChildRequest {
         parent_pid: 4242,
-        run_as: Some(Ids { uid: 65534, gid: 65534 }),
+        run_as: Some(Ids {
+            uid: 65534,
+            gid: 65534,
+        }),
         rlimits,
         enforcement: Enforcement::Required,
-        job: Job::Extract(Request { media_type: Some("application/zip".into()), ..Request::new(ArtifactType::Archive, Limits::default()) }),
+        job: Job::Extract(Request {
+            media_type: Some("application/zip".into()),
+            ..Request::new(ArtifactType::Archive, Limits::default())
+        }),
     };
     // An accepted answer with a real inventory: extract a small package in-process.
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -224,8 +309,15 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
     std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
     let file = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
     let dir = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
-    let req = Request { limits: Limits { hardlinks: skillbox::extract::policy::HardlinkPolicy::CopyInternal, ..Limits::default() }, ..Request::new(ArtifactType::Archive, Limits::default()) };
-    let outcome = skillbox::extract::extract(&file, std::os::fd::AsFd::as_fd(&dir), &req).unwrap_or_else(|e| panic!("{e}"));
+    let req = Request {
+        limits: Limits {
+            hardlinks: skillbox::extract::policy::HardlinkPolicy::CopyInternal,
+            ..Limits::default()
+        },
+        ..Request::new(ArtifactType::Archive, Limits::default())
+    };
+    let outcome = skillbox::extract::extract(&file, std::os::fd::AsFd::as_fd(&dir), &req)
+        .unwrap_or_else(|e| panic!("{e}"));
     let report = ConfinementReport {
         uid: 65534,
         gid: 65534,
@@ -238,14 +330,37 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
     };
     let answers = [
         ("answer-extracted", JobResult::Extracted(Box::new(outcome))),
-        ("answer-fault", JobResult::EngineFault { detail: "cannot write: ENOSPC".into() }),
-        ("answer-unavailable", JobResult::Unavailable { step: "landlock".into(), detail: "not enforced".into() }),
+        (
+            "answer-fault",
+            JobResult::EngineFault {
+                detail: "cannot write: ENOSPC".into(),
+            },
+        ),
+        (
+            "answer-unavailable",
+            JobResult::Unavailable {
+                step: "landlock".into(),
+                detail: "not enforced".into(),
+            },
+        ),
     ];
     let mut out: Vec<(&'static str, Vec<u8>)> = answers
         .into_iter()
-        .map(|(n, result)| (n, serde_json::to_vec(&ChildAnswer { report: report.clone(), result }).unwrap_or_default()))
+        .map(|(n, result)| {
+            (
+                n,
+                serde_json::to_vec(&ChildAnswer {
+                    report: report.clone(),
+                    result,
+                })
+                .unwrap_or_default(),
+            )
+        })
         .collect();
-    out.push(("request-extract", serde_json::to_vec(&request).unwrap_or_default()));
+    out.push((
+        "request-extract",
+        serde_json::to_vec(&request).unwrap_or_default(),
+    ));
     out
 }
 
@@ -263,14 +378,45 @@ fn regenerate() {
     let tight = Config::TIGHT;
     let copy = Config::COPY_HARDLINKS;
     // zip
-    write("zip", "package-deflated", &with_cfg(0, &zip_package(false, None)));
-    write("zip", "package-stored", &with_cfg(0, &zip_package(true, None)));
-    write("zip", "package-tight", &with_cfg(tight, &zip_package(false, None)));
-    write("zip", "package-no-symlinks", &with_cfg(Config::NO_SYMLINKS, &zip_package(true, None)));
-    for h in ["traversal", "absolute", "backslash", "link_escape", "case_twin", "bomb"] {
-        write("zip", &format!("hostile-{h}"), &with_cfg(0, &zip_package(false, Some(h))));
+    write(
+        "zip",
+        "package-deflated",
+        &with_cfg(0, &zip_package(false, None)),
+    );
+    write(
+        "zip",
+        "package-stored",
+        &with_cfg(0, &zip_package(true, None)),
+    );
+    write(
+        "zip",
+        "package-tight",
+        &with_cfg(tight, &zip_package(false, None)),
+    );
+    write(
+        "zip",
+        "package-no-symlinks",
+        &with_cfg(Config::NO_SYMLINKS, &zip_package(true, None)),
+    );
+    for h in [
+        "traversal",
+        "absolute",
+        "backslash",
+        "link_escape",
+        "case_twin",
+        "bomb",
+    ] {
+        write(
+            "zip",
+            &format!("hostile-{h}"),
+            &with_cfg(0, &zip_package(false, Some(h))),
+        );
     }
-    write("zip", "bomb-tight", &with_cfg(tight, &zip_package(false, Some("bomb"))));
+    write(
+        "zip",
+        "bomb-tight",
+        &with_cfg(tight, &zip_package(false, Some("bomb"))),
+    );
     // tar: raw, then compressed here (bits 4-5), then already-compressed bytes.
     let rich = tar_rich();
     write("tar", "rich-raw-copy-links", &with_cfg(copy, &rich));
@@ -278,15 +424,45 @@ fn regenerate() {
     write("tar", "rich-gzip", &with_cfg(copy | 0x10, &rich));
     write("tar", "rich-zstd", &with_cfg(copy | 0x20, &rich));
     write("tar", "rich-tight", &with_cfg(copy | tight, &rich));
-    write("tar", "minimal-no-skill", &with_cfg(no_skill, &tar_package(&[("a/b/c.txt", b"c", 0o600)])));
+    write(
+        "tar",
+        "minimal-no-skill",
+        &with_cfg(no_skill, &tar_package(&[("a/b/c.txt", b"c", 0o600)])),
+    );
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-    gz.write_all(&tar_package(&[("SKILL.md", SKILL, 0o644)])).unwrap_or_else(|e| panic!("{e}"));
-    write("tar", "precompressed-gzip", &with_cfg(0, &gz.finish().unwrap_or_else(|e| panic!("{e}"))));
-    let zst = zstd::encode_all(&tar_package(&[("SKILL.md", SKILL, 0o644)])[..], 3).unwrap_or_else(|e| panic!("{e}"));
+    gz.write_all(&tar_package(&[("SKILL.md", SKILL, 0o644)]))
+        .unwrap_or_else(|e| panic!("{e}"));
+    write(
+        "tar",
+        "precompressed-gzip",
+        &with_cfg(0, &gz.finish().unwrap_or_else(|e| panic!("{e}"))),
+    );
+    let zst = zstd::encode_all(&tar_package(&[("SKILL.md", SKILL, 0o644)])[..], 3)
+        .unwrap_or_else(|e| panic!("{e}"));
     write("tar", "precompressed-zstd", &with_cfg(0, &zst));
-    write("tar", "zeros-bomb-gzip", &with_cfg(tight | 0x10, &tar_package(&[("SKILL.md", &vec![0u8; 200_000], 0o644)])));
-    for h in ["traversal", "absolute", "link_escape", "through_link", "case_twin", "nfc_twin", "fifo", "file_then_dir"] {
-        write("tar", &format!("hostile-{h}"), &with_cfg(0, &tar_hostile(h)));
+    write(
+        "tar",
+        "zeros-bomb-gzip",
+        &with_cfg(
+            tight | 0x10,
+            &tar_package(&[("SKILL.md", &vec![0u8; 200_000], 0o644)]),
+        ),
+    );
+    for h in [
+        "traversal",
+        "absolute",
+        "link_escape",
+        "through_link",
+        "case_twin",
+        "nfc_twin",
+        "fifo",
+        "file_then_dir",
+    ] {
+        write(
+            "tar",
+            &format!("hostile-{h}"),
+            &with_cfg(0, &tar_hostile(h)),
+        );
     }
     // path: config byte (bit 0 tight), name, optional 0xFF + second name.
     let one = |cfg: u8, a: &[u8]| with_cfg(cfg, a);
@@ -327,25 +503,54 @@ fn regenerate() {
         write("skill_md", name, &with_cfg(cfg, doc));
     }
     // skill_md, found by the fuzzer: lone CRs are YAML line breaks (a property was wrong).
-    write("skill_md", "lone-cr-lines", &with_cfg(0, b"---\r\nname: pdf-tools\r\n\r\r\r\r\rdescription: Extracts\r\n---\r\n# PDF\n"));
+    write(
+        "skill_md",
+        "lone-cr-lines",
+        &with_cfg(
+            0,
+            b"---\r\nname: pdf-tools\r\n\r\r\r\r\rdescription: Extracts\r\n---\r\n# PDF\n",
+        ),
+    );
     // wire: config byte (bits 0-3: frame bound 16 << n), then the raw bytes on the pipe.
-    let frame = |payload: &[u8]| skillbox::sandbox::wire::frame(payload).unwrap_or_else(|e| panic!("{e}"));
+    let frame =
+        |payload: &[u8]| skillbox::sandbox::wire::frame(payload).unwrap_or_else(|e| panic!("{e}"));
     for (name, payload) in wire_messages() {
-        write("wire", &format!("{name}-framed"), &with_cfg(15, &frame(&payload)));
-        write("wire", &format!("{name}-tight"), &with_cfg(2, &frame(&payload)));
+        write(
+            "wire",
+            &format!("{name}-framed"),
+            &with_cfg(15, &frame(&payload)),
+        );
+        write(
+            "wire",
+            &format!("{name}-tight"),
+            &with_cfg(2, &frame(&payload)),
+        );
     }
     write("wire", "short-header", &with_cfg(0, &[3, 0]));
-    write("wire", "huge-length", &with_cfg(0, &[0xff, 0xff, 0xff, 0xff, b'{']));
-    write("wire", "trailing", &with_cfg(4, &[&frame(b"{}")[..], b"{}"].concat()));
+    write(
+        "wire",
+        "huge-length",
+        &with_cfg(0, &[0xff, 0xff, 0xff, 0xff, b'{']),
+    );
+    write(
+        "wire",
+        "trailing",
+        &with_cfg(4, &[&frame(b"{}")[..], b"{}"].concat()),
+    );
     // The project corpus: every small artifact becomes a seed of the target that reads it.
     let corpus = root.join("corpus");
     for sub in ["benign", "hostile", "review"] {
-        let Ok(rd) = std::fs::read_dir(corpus.join(sub)) else { continue };
+        let Ok(rd) = std::fs::read_dir(corpus.join(sub)) else {
+            continue;
+        };
         let mut files: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
         files.sort();
         for f in files {
             let bytes = std::fs::read(&f).unwrap_or_default();
-            let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             if bytes.len() > 16 * 1024 {
                 continue;
             }
@@ -353,12 +558,20 @@ fn regenerate() {
                 "skill_md"
             } else if name.ends_with(".zip") {
                 "zip"
-            } else if name.ends_with(".tar") || name.ends_with(".tar.gz") || name.ends_with(".tgz") || name.ends_with(".tar.zst") {
+            } else if name.ends_with(".tar")
+                || name.ends_with(".tar.gz")
+                || name.ends_with(".tgz")
+                || name.ends_with(".tar.zst")
+            {
                 "tar"
             } else {
                 continue;
             };
-            write(target, &format!("corpus-{sub}-{name}"), &with_cfg(0, &bytes));
+            write(
+                target,
+                &format!("corpus-{sub}-{name}"),
+                &with_cfg(0, &bytes),
+            );
         }
     }
 }

@@ -11,12 +11,15 @@ use std::time::{Duration, Instant};
 use tonic::Code;
 use tonic_types::StatusExt as _;
 
-use harness::{ok, skill_tar, slow_stream, Server};
+use harness::{Server, ok, skill_tar, slow_stream};
 use skillbox::client::{Client, ClientError};
 use skillbox::proto as pb;
 
 fn header(kind: pb::ArtifactType) -> pb::ExtractHeader {
-    pb::ExtractHeader { declared_type: kind as i32, ..Default::default() }
+    pb::ExtractHeader {
+        declared_type: kind as i32,
+        ..Default::default()
+    }
 }
 
 fn archive_header() -> pb::ExtractHeader {
@@ -32,7 +35,9 @@ fn status_of(e: ClientError) -> tonic::Status {
 
 fn bad_field(s: &tonic::Status) -> String {
     let details = s.get_error_details();
-    let bad = details.bad_request().unwrap_or_else(|| panic!("no BadRequest detail in {s:?}"));
+    let bad = details
+        .bad_request()
+        .unwrap_or_else(|| panic!("no BadRequest detail in {s:?}"));
     bad.field_violations[0].field.clone()
 }
 
@@ -45,22 +50,58 @@ async fn accepted_is_staged_until_release() {
     h.expected_digest = Some(skillbox::digest::Sha256Digest::of_bytes(&tar).to_string());
     h.caller_label = Some("test-installer".into());
     h.file_name = Some("demo.tar".into());
-    let done = ok(c.extract(h, std::io::Cursor::new(tar.clone()), Some(Duration::from_secs(20))).await, "extract");
-    assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted, "{:?}", done.outcome.reason);
+    let done = ok(
+        c.extract(
+            h,
+            std::io::Cursor::new(tar.clone()),
+            Some(Duration::from_secs(20)),
+        )
+        .await,
+        "extract",
+    );
+    assert_eq!(
+        done.outcome.verdict,
+        skillbox::reason::Verdict::Accepted,
+        "{:?}",
+        done.outcome.reason
+    );
     assert_eq!(done.outcome.artifact.size, tar.len() as u64);
     assert_eq!(done.outcome.artifact.format.as_deref(), Some("tar"));
-    let paths: Vec<&str> = done.outcome.entries.iter().map(|e| e.path.as_str()).collect();
+    let paths: Vec<&str> = done
+        .outcome
+        .entries
+        .iter()
+        .map(|e| e.path.as_str())
+        .collect();
     assert_eq!(paths, ["SKILL.md", "scripts", "scripts/run.sh"]);
-    let staged = done.staged.unwrap_or_else(|| panic!("an acceptance names its staging directory"));
+    let staged = done
+        .staged
+        .unwrap_or_else(|| panic!("an acceptance names its staging directory"));
     assert!(staged.path.starts_with(server.staging_root()), "{staged:?}");
-    assert_eq!(ok(std::fs::read(staged.path.join("scripts/run.sh")), "staged file"), b"#!/bin/sh\necho hi\n");
+    assert_eq!(
+        ok(
+            std::fs::read(staged.path.join("scripts/run.sh")),
+            "staged file"
+        ),
+        b"#!/bin/sh\necho hi\n"
+    );
     assert_eq!(server.staging_dirs().len(), 1);
 
     ok(c.release(&staged.id).await, "release");
     assert!(!staged.path.exists());
-    let again = status_of(c.release(&staged.id).await.err().unwrap_or_else(|| panic!("second release")));
+    let again = status_of(
+        c.release(&staged.id)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("second release")),
+    );
     assert_eq!(again.code(), Code::NotFound);
-    let bad = status_of(c.release("../../etc").await.err().unwrap_or_else(|| panic!("bad id")));
+    let bad = status_of(
+        c.release("../../etc")
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("bad id")),
+    );
     assert_eq!(bad.code(), Code::InvalidArgument);
     server.assert_clean();
 }
@@ -69,7 +110,11 @@ async fn accepted_is_staged_until_release() {
 async fn accepted_trees_expire_and_stale_ones_go_at_start() {
     let mut server = Server::start(&["--staging-ttl", "1"]);
     let mut c = server.client().await;
-    let done = ok(c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None).await, "extract");
+    let done = ok(
+        c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None)
+            .await,
+        "extract",
+    );
     let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
     assert!(staged.path.exists());
     // The reaper runs every second; the TTL is one second.
@@ -79,32 +124,95 @@ async fn accepted_trees_expire_and_stale_ones_go_at_start() {
     // A tree left by a server that died is removed when the next one starts.
     server.restart(&[]);
     let mut c = server.client().await;
-    let done = ok(c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None).await, "extract");
+    let done = ok(
+        c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None)
+            .await,
+        "extract",
+    );
     let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
     server.restart(&[]);
-    assert!(!staged.path.exists(), "stale staging directory survived a restart");
-    assert!(server.log().contains("left by a previous run"), "{}", server.log());
+    assert!(
+        !staged.path.exists(),
+        "stale staging directory survived a restart"
+    );
+    assert!(
+        server.log().contains("left by a previous run"),
+        "{}",
+        server.log()
+    );
     server.assert_clean();
 }
 
 /// TCP only with TLS beyond loopback; with a client CA, only clients it signed get in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_with_mutual_tls() {
-    let refused = harness::cli(&["serve", "--tcp", "0.0.0.0:9", "--staging-root", "/nonexistent/never-made"], None);
+    let refused = harness::cli(
+        &[
+            "serve",
+            "--tcp",
+            "0.0.0.0:9",
+            "--staging-root",
+            "/nonexistent/never-made",
+        ],
+        None,
+    );
     assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("requires --tls-cert"), "{}", String::from_utf8_lossy(&refused.stderr));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("requires --tls-cert"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 
     let pki = harness::Pki::new();
     let port = harness::free_port();
-    let server = Server::start_tcp(port, &["--tls-cert", &pki.path("server.pem"), "--tls-key", &pki.path("server.key"), "--tls-client-ca", &pki.path("ca.pem")]);
+    let server = Server::start_tcp(
+        port,
+        &[
+            "--tls-cert",
+            &pki.path("server.pem"),
+            "--tls-key",
+            &pki.path("server.key"),
+            "--tls-client-ca",
+            &pki.path("ca.pem"),
+        ],
+    );
     let uri = format!("https://127.0.0.1:{port}");
-    let with_cert = skillbox::client::TlsMaterial { ca: Some(pki.read("ca.pem")), identity: Some((pki.read("client.pem"), pki.read("client.key"))) };
-    let mut c = ok(Client::connect_to(&uri, ok(skillbox::client::endpoint_with(&uri, &with_cert), "endpoint")).await, "mTLS connect");
-    let done = ok(c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), Some(Duration::from_secs(20))).await, "extract over mTLS");
+    let with_cert = skillbox::client::TlsMaterial {
+        ca: Some(pki.read("ca.pem")),
+        identity: Some((pki.read("client.pem"), pki.read("client.key"))),
+    };
+    let mut c = ok(
+        Client::connect_to(
+            &uri,
+            ok(
+                skillbox::client::endpoint_with(&uri, &with_cert),
+                "endpoint",
+            ),
+        )
+        .await,
+        "mTLS connect",
+    );
+    let done = ok(
+        c.extract(
+            archive_header(),
+            std::io::Cursor::new(skill_tar(&[])),
+            Some(Duration::from_secs(20)),
+        )
+        .await,
+        "extract over mTLS",
+    );
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
 
-    let no_cert = skillbox::client::TlsMaterial { ca: Some(pki.read("ca.pem")), identity: None };
-    let refused = match Client::connect_to(&uri, ok(skillbox::client::endpoint_with(&uri, &no_cert), "endpoint")).await {
+    let no_cert = skillbox::client::TlsMaterial {
+        ca: Some(pki.read("ca.pem")),
+        identity: None,
+    };
+    let refused = match Client::connect_to(
+        &uri,
+        ok(skillbox::client::endpoint_with(&uri, &no_cert), "endpoint"),
+    )
+    .await
+    {
         Err(_) => true,
         Ok(mut c) => c.server_info().await.is_err(),
     };
@@ -134,7 +242,12 @@ async fn corpus_replays_over_grpc() {
         return;
     };
     let limits = harness::write_temp("limits.toml", harness::CORPUS_SERVER_LIMITS);
-    let server = Server::start(&["--max-queued", "256", "--limits", limits.1.to_str().unwrap_or("")]);
+    let server = Server::start(&[
+        "--max-queued",
+        "256",
+        "--limits",
+        limits.1.to_str().unwrap_or(""),
+    ]);
     let c = server.client().await;
     let mut failures = Vec::new();
     for chunk in cases.chunks(8) {
@@ -142,7 +255,13 @@ async fn corpus_replays_over_grpc() {
         for case in chunk.iter().cloned() {
             let mut c = c.clone();
             tasks.push(tokio::spawn(async move {
-                let got = c.extract(case.header(), ok(tokio::fs::File::open(&case.path).await, "corpus file"), Some(Duration::from_secs(120))).await;
+                let got = c
+                    .extract(
+                        case.header(),
+                        ok(tokio::fs::File::open(&case.path).await, "corpus file"),
+                        Some(Duration::from_secs(120)),
+                    )
+                    .await;
                 (case, got)
             }));
         }
@@ -151,13 +270,20 @@ async fn corpus_replays_over_grpc() {
             match got {
                 Err(e) => failures.push(format!("{}: {e}", case.name)),
                 Ok(done) => {
-                    let reason = done.outcome.reason.as_ref().map(|r| r.code.as_str().to_owned());
+                    let reason = done
+                        .outcome
+                        .reason
+                        .as_ref()
+                        .map(|r| r.code.as_str().to_owned());
                     let verdict = match done.outcome.verdict {
                         skillbox::reason::Verdict::Accepted => "accepted",
                         skillbox::reason::Verdict::Rejected => "rejected",
                     };
                     if verdict != case.verdict || (case.reason.is_some() && reason != case.reason) {
-                        failures.push(format!("{}: expected {} {:?}, got {verdict} {reason:?}", case.name, case.verdict, case.reason));
+                        failures.push(format!(
+                            "{}: expected {} {:?}, got {verdict} {reason:?}",
+                            case.name, case.verdict, case.reason
+                        ));
                     }
                     if let Some(staged) = done.staged {
                         let mut c = c.clone();
@@ -167,7 +293,13 @@ async fn corpus_replays_over_grpc() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases disagree:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases disagree:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
     server.assert_clean();
 }
 
@@ -180,9 +312,22 @@ async fn concurrent_clients_each_get_their_own_answer() {
         let mut c = c.clone();
         tasks.push(tokio::spawn(async move {
             // Every third one is hostile.
-            let name = if i % 3 == 0 { format!("../escape-{i}") } else { format!("file-{i}.txt") };
-            let tar = harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), (&name, b"x", 0o644)]);
-            let done = ok(c.extract(archive_header(), std::io::Cursor::new(tar), Some(Duration::from_secs(60))).await, "extract");
+            let name = if i % 3 == 0 {
+                format!("../escape-{i}")
+            } else {
+                format!("file-{i}.txt")
+            };
+            let tar =
+                harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), (&name, b"x", 0o644)]);
+            let done = ok(
+                c.extract(
+                    archive_header(),
+                    std::io::Cursor::new(tar),
+                    Some(Duration::from_secs(60)),
+                )
+                .await,
+                "extract",
+            );
             (i, done)
         }));
     }
@@ -190,12 +335,23 @@ async fn concurrent_clients_each_get_their_own_answer() {
     for t in tasks {
         let (i, done) = ok(t.await, "task");
         if i % 3 == 0 {
-            assert_eq!(done.outcome.reason.map(|r| r.code.as_str()), Some("path_traversal"), "request {i}");
+            assert_eq!(
+                done.outcome.reason.map(|r| r.code.as_str()),
+                Some("path_traversal"),
+                "request {i}"
+            );
             assert!(done.staged.is_none());
         } else {
-            assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted, "request {i}");
+            assert_eq!(
+                done.outcome.verdict,
+                skillbox::reason::Verdict::Accepted,
+                "request {i}"
+            );
             let staged = done.staged.unwrap_or_else(|| panic!("staged"));
-            assert!(staged.path.join(format!("file-{i}.txt")).exists(), "request {i} got someone else's tree");
+            assert!(
+                staged.path.join(format!("file-{i}.txt")).exists(),
+                "request {i} got someone else's tree"
+            );
             let mut c = c.clone();
             ok(c.release(&staged.id).await, "release");
             accepted += 1;
@@ -216,23 +372,47 @@ async fn zygotes_are_replaced_after_their_quota_or_not_used_at_all() {
         assert_eq!(first.len(), zygotes, "--zygote-max-forks {max_forks}");
         let mut c = server.client().await;
         for i in 0..7 {
-            let name = if i % 2 == 0 { "../escape".to_owned() } else { format!("file-{i}.txt") };
-            let tar = harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), (&name, b"x", 0o644)]);
-            let done = ok(c.extract(archive_header(), std::io::Cursor::new(tar), None).await, "extract");
-            if i % 2 == 0 {
-                assert_eq!(done.outcome.reason.map(|r| r.code.as_str()), Some("path_traversal"));
+            let name = if i % 2 == 0 {
+                "../escape".to_owned()
             } else {
-                let staged = done.staged.unwrap_or_else(|| panic!("request {i} not staged"));
+                format!("file-{i}.txt")
+            };
+            let tar =
+                harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), (&name, b"x", 0o644)]);
+            let done = ok(
+                c.extract(archive_header(), std::io::Cursor::new(tar), None)
+                    .await,
+                "extract",
+            );
+            if i % 2 == 0 {
+                assert_eq!(
+                    done.outcome.reason.map(|r| r.code.as_str()),
+                    Some("path_traversal")
+                );
+            } else {
+                let staged = done
+                    .staged
+                    .unwrap_or_else(|| panic!("request {i} not staged"));
                 ok(c.release(&staged.id).await, "release");
             }
         }
         server.assert_clean();
         let now = server.zygotes();
-        assert_eq!(now.len(), zygotes, "--zygote-max-forks {max_forks}: {now:?}");
+        assert_eq!(
+            now.len(),
+            zygotes,
+            "--zygote-max-forks {max_forks}: {now:?}"
+        );
         if zygotes > 0 {
-            assert_ne!(now, first, "7 children with a quota of 3: the zygote should have been replaced");
+            assert_ne!(
+                now, first,
+                "7 children with a quota of 3: the zygote should have been replaced"
+            );
             for old in &first {
-                assert!(!std::path::Path::new(&format!("/proc/{old}")).exists(), "retired zygote {old} not reaped");
+                assert!(
+                    !std::path::Path::new(&format!("/proc/{old}")).exists(),
+                    "retired zygote {old} not reaped"
+                );
             }
         }
     }
@@ -249,7 +429,11 @@ async fn a_hangup_mid_upload_leaves_nothing() {
         c.extract(archive_header(), body, None).await
     });
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(server.staging_dirs().len(), 1, "the request has its staging directory while uploading");
+    assert_eq!(
+        server.staging_dirs().len(),
+        1,
+        "the request has its staging directory while uploading"
+    );
     task.abort();
     let _ = task.await;
     server.wait_clean(Duration::from_secs(5));
@@ -260,14 +444,28 @@ async fn an_upload_over_the_limit_is_stopped_and_rejected() {
     let server = Server::start(&[]);
     let mut c = server.client().await;
     let mut h = archive_header();
-    h.limits = Some(pb::Limits { max_artifact_bytes: Some(100_000), ..Default::default() });
+    h.limits = Some(pb::Limits {
+        max_artifact_bytes: Some(100_000),
+        ..Default::default()
+    });
     let started = Instant::now();
-    let done = ok(c.extract(h, std::io::Cursor::new(vec![7u8; 32 << 20]), Some(Duration::from_secs(30))).await, "extract");
+    let done = ok(
+        c.extract(
+            h,
+            std::io::Cursor::new(vec![7u8; 32 << 20]),
+            Some(Duration::from_secs(30)),
+        )
+        .await,
+        "extract",
+    );
     let reason = done.outcome.reason.unwrap_or_else(|| panic!("rejected"));
     assert_eq!(reason.code.as_str(), "artifact_size");
     assert_eq!(reason.limit, Some(100_000));
     // Stopped at the first chunk past the limit, not after 32 MiB.
-    assert!(reason.observed.unwrap_or(u64::MAX) <= 100_000 + skillbox::client::CHUNK_BYTES as u64, "{reason:?}");
+    assert!(
+        reason.observed.unwrap_or(u64::MAX) <= 100_000 + skillbox::client::CHUNK_BYTES as u64,
+        "{reason:?}"
+    );
     assert!(started.elapsed() < Duration::from_secs(10));
     server.assert_clean();
 }
@@ -279,15 +477,35 @@ async fn a_digest_mismatch_is_a_verdict_and_bad_spellings_are_invalid() {
     let tar = skill_tar(&[]);
     let mut h = archive_header();
     h.expected_digest = Some(format!("sha256:{}", "0".repeat(64)));
-    let done = ok(c.extract(h, std::io::Cursor::new(tar.clone()), None).await, "extract");
-    assert_eq!(done.outcome.reason.as_ref().map(|r| r.code.as_str()), Some("digest_mismatch"));
-    assert_eq!(done.outcome.artifact.digest, Some(skillbox::digest::Sha256Digest::of_bytes(&tar)));
+    let done = ok(
+        c.extract(h, std::io::Cursor::new(tar.clone()), None).await,
+        "extract",
+    );
+    assert_eq!(
+        done.outcome.reason.as_ref().map(|r| r.code.as_str()),
+        Some("digest_mismatch")
+    );
+    assert_eq!(
+        done.outcome.artifact.digest,
+        Some(skillbox::digest::Sha256Digest::of_bytes(&tar))
+    );
 
     let good = skillbox::digest::Sha256Digest::of_bytes(&tar).to_string();
-    for bad in [good.to_uppercase(), good.replace("sha256:", ""), good[..good.len() - 1].to_owned(), format!("{good} "), String::new()] {
+    for bad in [
+        good.to_uppercase(),
+        good.replace("sha256:", ""),
+        good[..good.len() - 1].to_owned(),
+        format!("{good} "),
+        String::new(),
+    ] {
         let mut h = archive_header();
         h.expected_digest = Some(bad.clone());
-        let s = status_of(c.extract(h, std::io::Cursor::new(tar.clone()), None).await.err().unwrap_or_else(|| panic!("{bad:?} accepted")));
+        let s = status_of(
+            c.extract(h, std::io::Cursor::new(tar.clone()), None)
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted")),
+        );
         assert_eq!(s.code(), Code::InvalidArgument, "{bad:?}");
         assert_eq!(bad_field(&s), "header.expected_digest");
     }
@@ -300,23 +518,72 @@ async fn limits_looser_than_the_servers_are_invalid() {
     let server = Server::start(&["--limits", limits.1.to_str().unwrap_or("")]);
     let mut c = server.client().await;
     for (l, field) in [
-        (pb::Limits { max_entries: Some(101), ..Default::default() }, "header.limits.max_entries"),
-        (pb::Limits { max_file_bytes: Some(u64::MAX), ..Default::default() }, "header.limits.max_file_bytes"),
-        (pb::Limits { require_skill_md: Some(false), ..Default::default() }, "header.limits.require_skill_md"),
-        (pb::Limits { hardlinks: Some(99), ..Default::default() }, "header.limits.hardlinks"),
-        (pb::Limits { max_entries: Some(0), ..Default::default() }, "header.limits.max_entries"),
+        (
+            pb::Limits {
+                max_entries: Some(101),
+                ..Default::default()
+            },
+            "header.limits.max_entries",
+        ),
+        (
+            pb::Limits {
+                max_file_bytes: Some(u64::MAX),
+                ..Default::default()
+            },
+            "header.limits.max_file_bytes",
+        ),
+        (
+            pb::Limits {
+                require_skill_md: Some(false),
+                ..Default::default()
+            },
+            "header.limits.require_skill_md",
+        ),
+        (
+            pb::Limits {
+                hardlinks: Some(99),
+                ..Default::default()
+            },
+            "header.limits.hardlinks",
+        ),
+        (
+            pb::Limits {
+                max_entries: Some(0),
+                ..Default::default()
+            },
+            "header.limits.max_entries",
+        ),
     ] {
         let mut h = archive_header();
         h.limits = Some(l);
-        let s = status_of(c.extract(h, std::io::Cursor::new(skill_tar(&[])), None).await.err().unwrap_or_else(|| panic!("{field} accepted")));
+        let s = status_of(
+            c.extract(h, std::io::Cursor::new(skill_tar(&[])), None)
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("{field} accepted")),
+        );
         assert_eq!(s.code(), Code::InvalidArgument);
         assert_eq!(bad_field(&s), field);
     }
     // Tighter is fine, and applies.
     let mut h = archive_header();
-    h.limits = Some(pb::Limits { max_entries: Some(1), ..Default::default() });
-    let done = ok(c.extract(h, std::io::Cursor::new(skill_tar(&[("a.txt", b"a", 0o644)])), None).await, "extract");
-    assert_eq!(done.outcome.reason.map(|r| r.code.as_str()), Some("entry_count"));
+    h.limits = Some(pb::Limits {
+        max_entries: Some(1),
+        ..Default::default()
+    });
+    let done = ok(
+        c.extract(
+            h,
+            std::io::Cursor::new(skill_tar(&[("a.txt", b"a", 0o644)])),
+            None,
+        )
+        .await,
+        "extract",
+    );
+    assert_eq!(
+        done.outcome.reason.map(|r| r.code.as_str()),
+        Some("entry_count")
+    );
     server.assert_clean();
 }
 
@@ -325,17 +592,35 @@ async fn malformed_streams_are_invalid_arguments_naming_the_field() {
     let server = Server::start(&[]);
     let mut raw = server.raw_client().await;
     use pb::extract_request::Msg;
-    let h = || pb::ExtractRequest { msg: Some(Msg::Header(archive_header())) };
-    let chunk = || pb::ExtractRequest { msg: Some(Msg::Chunk(b"abc".to_vec())) };
+    let h = || pb::ExtractRequest {
+        msg: Some(Msg::Header(archive_header())),
+    };
+    let chunk = || pb::ExtractRequest {
+        msg: Some(Msg::Chunk(b"abc".to_vec())),
+    };
     let cases: Vec<(&str, Vec<pb::ExtractRequest>, &str)> = vec![
         ("no messages at all", vec![], "header"),
         ("a chunk before the header", vec![chunk(), h()], "header"),
         ("two headers", vec![h(), chunk(), h()], "header"),
-        ("an empty message", vec![pb::ExtractRequest { msg: None }], "msg"),
-        ("no declared type", vec![pb::ExtractRequest { msg: Some(Msg::Header(pb::ExtractHeader::default())) }], "header.declared_type"),
+        (
+            "an empty message",
+            vec![pb::ExtractRequest { msg: None }],
+            "msg",
+        ),
+        (
+            "no declared type",
+            vec![pb::ExtractRequest {
+                msg: Some(Msg::Header(pb::ExtractHeader::default())),
+            }],
+            "header.declared_type",
+        ),
     ];
     for (what, msgs, field) in cases {
-        let s = raw.extract(tokio_stream::iter(msgs)).await.err().unwrap_or_else(|| panic!("{what}: accepted"));
+        let s = raw
+            .extract(tokio_stream::iter(msgs))
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{what}: accepted"));
         assert_eq!(s.code(), Code::InvalidArgument, "{what}: {s:?}");
         assert_eq!(bad_field(&s), field, "{what}");
     }
@@ -350,15 +635,24 @@ async fn admission_refuses_at_once_beyond_its_bounds() {
         let mut c = c.clone();
         tokio::spawn(async move {
             let body = slow_stream(skill_tar(&[]), 512, Duration::from_millis(100));
-            c.extract(archive_header(), body, Some(Duration::from_secs(30))).await
+            c.extract(archive_header(), body, Some(Duration::from_secs(30)))
+                .await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut c2 = c.clone();
     let started = Instant::now();
-    let s = status_of(c2.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None).await.err().unwrap_or_else(|| panic!("admitted")));
+    let s = status_of(
+        c2.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("admitted")),
+    );
     assert_eq!(s.code(), Code::ResourceExhausted);
-    assert!(started.elapsed() < Duration::from_secs(2), "refused at once, not queued");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once, not queued"
+    );
     let done = ok(ok(slow.await, "task"), "the admitted request");
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
 }
@@ -369,18 +663,49 @@ async fn health_and_reflection_answer() {
     let channel = server.channel().await;
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     for service in ["", "skillbox.v1.Skillbox"] {
-        let r = ok(health.check(tonic_health::pb::HealthCheckRequest { service: service.into() }).await, "health");
-        assert_eq!(r.into_inner().status, tonic_health::pb::health_check_response::ServingStatus::Serving as i32, "{service:?}");
+        let r = ok(
+            health
+                .check(tonic_health::pb::HealthCheckRequest {
+                    service: service.into(),
+                })
+                .await,
+            "health",
+        );
+        assert_eq!(
+            r.into_inner().status,
+            tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+            "{service:?}"
+        );
     }
-    use tonic_reflection::pb::v1::{server_reflection_client::ServerReflectionClient, server_reflection_request::MessageRequest, server_reflection_response::MessageResponse, ServerReflectionRequest};
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
     let mut refl = ServerReflectionClient::new(channel);
-    let req = ServerReflectionRequest { host: String::new(), message_request: Some(MessageRequest::ListServices(String::new())) };
-    let mut answers = ok(refl.server_reflection_info(tokio_stream::iter(vec![req])).await, "reflection").into_inner();
-    let first = ok(answers.message().await, "reflection answer").unwrap_or_else(|| panic!("no answer"));
-    let Some(MessageResponse::ListServicesResponse(list)) = first.message_response else { panic!("not a service list") };
+    let req = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut answers = ok(
+        refl.server_reflection_info(tokio_stream::iter(vec![req]))
+            .await,
+        "reflection",
+    )
+    .into_inner();
+    let first =
+        ok(answers.message().await, "reflection answer").unwrap_or_else(|| panic!("no answer"));
+    let Some(MessageResponse::ListServicesResponse(list)) = first.message_response else {
+        panic!("not a service list")
+    };
     let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
-    assert!(names.iter().any(|n| n == "skillbox.v1.Skillbox"), "{names:?}");
-    assert!(names.iter().any(|n| n == "grpc.health.v1.Health"), "{names:?}");
+    assert!(
+        names.iter().any(|n| n == "skillbox.v1.Skillbox"),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n == "grpc.health.v1.Health"),
+        "{names:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -396,16 +721,29 @@ async fn deadline_mid_extraction_kills_the_child() {
     let mut c = server.client().await;
     let big = harness::zeros_tar_gz(1 << 30);
     let started = Instant::now();
-    let call = tokio::spawn(async move { c.extract(archive_header(), std::io::Cursor::new(big), Some(Duration::from_millis(600))).await });
+    let call = tokio::spawn(async move {
+        c.extract(
+            archive_header(),
+            std::io::Cursor::new(big),
+            Some(Duration::from_millis(600)),
+        )
+        .await
+    });
     // The extraction runs in a child of the server, never in the server itself.
     let mut saw_child = false;
     while !call.is_finished() && !saw_child {
         saw_child = !server.children().is_empty();
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(saw_child, "no confined child was seen during the extraction");
+    assert!(
+        saw_child,
+        "no confined child was seen during the extraction"
+    );
     let e = ok(call.await, "task");
-    let s = status_of(e.err().unwrap_or_else(|| panic!("finished within the deadline: make the artifact bigger")));
+    let s = status_of(
+        e.err()
+            .unwrap_or_else(|| panic!("finished within the deadline: make the artifact bigger")),
+    );
     assert_eq!(s.code(), Code::DeadlineExceeded, "{s:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
     server.wait_clean(Duration::from_secs(10));
@@ -421,21 +759,30 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
         let mut c = c.clone();
         tokio::spawn(async move {
             let body = slow_stream(skill_tar(&[]), 256, Duration::from_millis(100));
-            c.extract(archive_header(), body, Some(Duration::from_secs(30))).await
+            c.extract(archive_header(), body, Some(Duration::from_secs(30)))
+                .await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.sigterm();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!server.socket().exists(), "the socket is gone once draining starts");
-    assert!(Client::connect(&server.uri()).await.is_err(), "no new connections while draining");
+    assert!(
+        !server.socket().exists(),
+        "the socket is gone once draining starts"
+    );
+    assert!(
+        Client::connect(&server.uri()).await.is_err(),
+        "no new connections while draining"
+    );
     let done = ok(ok(inflight.await, "task"), "the in-flight request finishes");
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
     let status = server.wait_exit(Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
     // The zygote does not outlive the server (it may linger as a zombie of whoever adopts it).
     let state = std::fs::read_to_string(format!("/proc/{}/stat", zygotes[0])).unwrap_or_default();
-    let running = state.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'));
+    let running = state
+        .rsplit_once(") ")
+        .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'));
     assert!(!running, "the zygote outlived the server: {state}");
 }
 
@@ -445,10 +792,24 @@ async fn metrics_are_served_when_asked() {
     let addr = format!("127.0.0.1:{port}");
     let server = Server::start(&["--metrics", &addr]);
     let mut c = server.client().await;
-    ok(c.extract(archive_header(), std::io::Cursor::new(harness::raw_tar(&[("../x", b"x", 0o644)])), None).await, "extract");
+    ok(
+        c.extract(
+            archive_header(),
+            std::io::Cursor::new(harness::raw_tar(&[("../x", b"x", 0o644)])),
+            None,
+        )
+        .await,
+        "extract",
+    );
     let text = harness::http_get(&addr, "/metrics");
-    assert!(text.contains("skillbox_requests_total{verdict=\"rejected\",reason=\"path_traversal\"} 1"), "{text}");
-    assert!(text.contains("skillbox_request_duration_seconds_count 1"), "{text}");
+    assert!(
+        text.contains("skillbox_requests_total{verdict=\"rejected\",reason=\"path_traversal\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("skillbox_request_duration_seconds_count 1"),
+        "{text}"
+    );
 }
 
 /// The global sandbox flags reach the broker's children (`--verify-staged full` shows in every
@@ -458,14 +819,40 @@ fn global_sandbox_flags_apply_to_serve_or_are_refused() {
     let server = Server::start(&["--verify-staged", "full"]);
     let dir = harness::world_readable_dir();
     let path = dir.path().join("good.tar");
-    ok(ok(std::fs::File::create(&path), "create").write_all(&skill_tar(&[("a.txt", b"a", 0o644)])), "write");
-    let out = harness::cli(&["extract", "--json", "--server", &server.uri(), path.to_str().unwrap_or("")], None);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    ok(
+        ok(std::fs::File::create(&path), "create").write_all(&skill_tar(&[("a.txt", b"a", 0o644)])),
+        "write",
+    );
+    let out = harness::cli(
+        &[
+            "extract",
+            "--json",
+            "--server",
+            &server.uri(),
+            path.to_str().unwrap_or(""),
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let answer: serde_json::Value = ok(serde_json::from_slice(&out.stdout), "JSON on stdout");
     assert_eq!(answer["sandbox"]["verify"], "full", "{answer}");
     server.assert_clean();
 
-    let refused = harness::cli(&["--sandbox-timeout", "5", "serve", "--socket", "/nonexistent/x.sock"], None);
+    let refused = harness::cli(
+        &[
+            "--sandbox-timeout",
+            "5",
+            "serve",
+            "--socket",
+            "/nonexistent/x.sock",
+        ],
+        None,
+    );
     assert_eq!(refused.status.code(), Some(2));
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("--extract-timeout-ms"), "{err}");
@@ -476,14 +863,30 @@ fn global_sandbox_flags_apply_to_serve_or_are_refused() {
 fn cli_over_the_server_matches_the_local_cli() {
     let server = Server::start(&[]);
     let dir = harness::world_readable_dir();
-    for (name, tar) in [("good.tar", skill_tar(&[("a.txt", b"a", 0o644)])), ("evil.tar", harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), ("/etc/x", b"x", 0o644)]))] {
+    for (name, tar) in [
+        ("good.tar", skill_tar(&[("a.txt", b"a", 0o644)])),
+        (
+            "evil.tar",
+            harness::raw_tar(&[("SKILL.md", harness::SKILL, 0o644), ("/etc/x", b"x", 0o644)]),
+        ),
+    ] {
         let path = dir.path().join(name);
-        ok(ok(std::fs::File::create(&path), "create").write_all(&tar), "write");
+        ok(
+            ok(std::fs::File::create(&path), "create").write_all(&tar),
+            "write",
+        );
         let p = path.to_str().unwrap_or("");
         let local = harness::cli(&["extract", "--json", p], None);
         let remote = harness::cli(&["extract", "--json", "--server", &server.uri(), p], None);
-        assert_eq!(local.status.code(), remote.status.code(), "{name}: {}", String::from_utf8_lossy(&remote.stderr));
-        let parse = |o: &std::process::Output| -> serde_json::Value { ok(serde_json::from_slice(&o.stdout), "JSON on stdout") };
+        assert_eq!(
+            local.status.code(),
+            remote.status.code(),
+            "{name}: {}",
+            String::from_utf8_lossy(&remote.stderr)
+        );
+        let parse = |o: &std::process::Output| -> serde_json::Value {
+            ok(serde_json::from_slice(&o.stdout), "JSON on stdout")
+        };
         assert_eq!(parse(&local), parse(&remote), "{name}");
     }
     server.assert_clean();
@@ -502,16 +905,39 @@ fn cli_index_facts_reach_the_review_over_the_server() {
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stderr)))
     };
     for (name, description, want) in [
-        ("demo", "A demo skill for the broker tests", serde_json::json!([])),
-        ("demo-2", "A demo skill for the broker tests", serde_json::json!(["name_mismatch"])),
-        ("demo-2", "Another skill", serde_json::json!(["name_mismatch", "description_mismatch"])),
+        (
+            "demo",
+            "A demo skill for the broker tests",
+            serde_json::json!([]),
+        ),
+        (
+            "demo-2",
+            "A demo skill for the broker tests",
+            serde_json::json!(["name_mismatch"]),
+        ),
+        (
+            "demo-2",
+            "Another skill",
+            serde_json::json!(["name_mismatch", "description_mismatch"]),
+        ),
     ] {
         let facts = ["--skill-name", name, "--index-description", description];
         let local = harness::cli(&[&["extract", "--json", p][..], &facts].concat(), None);
-        let remote = harness::cli(&[&["extract", "--json", "--server", &uri, p][..], &facts].concat(), None);
-        assert_eq!(remote.status.code(), Some(0), "{name}: {}", String::from_utf8_lossy(&remote.stderr));
+        let remote = harness::cli(
+            &[&["extract", "--json", "--server", &uri, p][..], &facts].concat(),
+            None,
+        );
+        assert_eq!(
+            remote.status.code(),
+            Some(0),
+            "{name}: {}",
+            String::from_utf8_lossy(&remote.stderr)
+        );
         let (local, remote) = (parse(&local), parse(&remote));
-        assert_eq!(remote["review"]["flags"], want, "{name}, {description}: {remote:#}");
+        assert_eq!(
+            remote["review"]["flags"], want,
+            "{name}, {description}: {remote:#}"
+        );
         assert_eq!(local, remote, "{name}, {description}");
     }
     server.assert_clean();
@@ -532,14 +958,34 @@ fn a_peer_uid_not_allowed_is_refused() {
     let nobody = Some((65534, 65534));
 
     let server = Server::start_in(&dir, &["--socket-mode", "0666"]);
-    let refused = harness::cli(&["extract", "--json", "--server", &server.uri(), art], nobody);
-    assert_eq!(refused.status.code(), Some(1), "stdout: {}", String::from_utf8_lossy(&refused.stdout));
-    assert!(server.log().contains("peer uid not allowed"), "{}", server.log());
+    let refused = harness::cli(
+        &["extract", "--json", "--server", &server.uri(), art],
+        nobody,
+    );
+    assert_eq!(
+        refused.status.code(),
+        Some(1),
+        "stdout: {}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
+    assert!(
+        server.log().contains("peer uid not allowed"),
+        "{}",
+        server.log()
+    );
     drop(server);
 
     let server = Server::start_in(&dir, &["--socket-mode", "0666", "--allow-uid", "0,65534"]);
-    let allowed = harness::cli(&["extract", "--json", "--server", &server.uri(), art], nobody);
-    assert_eq!(allowed.status.code(), Some(0), "stderr: {}", String::from_utf8_lossy(&allowed.stderr));
+    let allowed = harness::cli(
+        &["extract", "--json", "--server", &server.uri(), art],
+        nobody,
+    );
+    assert_eq!(
+        allowed.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
 }
 
 /// The contract outside Rust: Python grpcio generates its stubs from proto/ and calls Extract.
@@ -553,10 +999,17 @@ fn an_independent_python_grpcio_client_gets_a_verdict() {
     let root = env!("CARGO_MANIFEST_DIR");
     let out = std::process::Command::new("python3")
         .arg(format!("{root}/tests/python/grpc_client.py"))
-        .args(["--socket", server.socket().to_str().unwrap_or(""), "--artifact", art.to_str().unwrap_or("")])
+        .args([
+            "--socket",
+            server.socket().to_str().unwrap_or(""),
+            "--artifact",
+            art.to_str().unwrap_or(""),
+        ])
         .args(["--proto-root", &format!("{root}/proto")])
         .output()
-        .unwrap_or_else(|e| panic!("python3 is required for this test (tests/python/requirements.txt): {e}"));
+        .unwrap_or_else(|e| {
+            panic!("python3 is required for this test (tests/python/requirements.txt): {e}")
+        });
     assert!(
         out.status.success(),
         "the Python client failed (pip install -r tests/python/requirements.txt):\nstdout: {}\nstderr: {}",
@@ -565,7 +1018,10 @@ fn an_independent_python_grpcio_client_gets_a_verdict() {
     );
     let v: serde_json::Value = ok(serde_json::from_slice(&out.stdout), "python output");
     assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
-    assert_eq!(v["accepted"]["digest"], skillbox::digest::Sha256Digest::of_bytes(&tar).to_string());
+    assert_eq!(
+        v["accepted"]["digest"],
+        skillbox::digest::Sha256Digest::of_bytes(&tar).to_string()
+    );
     assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
     assert_eq!(v["bad_digest"]["code"], "INVALID_ARGUMENT", "{v}");
     server.assert_clean();

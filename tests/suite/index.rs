@@ -7,7 +7,11 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/index").join(name).display().to_string()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/index")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 fn check(args: &[&str]) -> Output {
@@ -21,7 +25,11 @@ fn check(args: &[&str]) -> Output {
 
 fn json_of(o: &Output) -> Value {
     serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
-        panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+        panic!(
+            "stdout is not JSON ({e}):\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        )
     })
 }
 
@@ -30,20 +38,61 @@ const BASE: &str = "https://example.com/.well-known/agent-skills/index.json";
 #[test]
 fn v020_url_forms_resolve_against_the_base() {
     let o = check(&[&fixture("v020.json"), "--base", BASE, "--json"]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let v = json_of(&o);
     assert_eq!(v["index"]["version"], "0.2.0");
     assert_eq!(v["index"]["installable"], true);
     let by_name = |n: &str| -> Value {
-        v["index"]["entries"].as_array().into_iter().flatten().find(|e| e["name"] == n).cloned().unwrap_or(Value::Null)
+        v["index"]["entries"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == n)
+            .cloned()
+            .unwrap_or(Value::Null)
     };
     let expect = [
-        ("relative", "relative", "https://example.com/.well-known/agent-skills/relative/SKILL.md", false),
-        ("path-absolute", "path-absolute", "https://example.com/dl/pack.zip", false),
-        ("dot-segments", "relative", "https://example.com/dl/pack.tar.gz", false),
-        ("network-path", "network-path", "https://cdn.example.net/pack.zip", true),
-        ("absolute", "absolute", "https://example.com/s/SKILL.md", false),
-        ("other-port", "absolute", "https://example.com:8443/s/SKILL.md", true),
+        (
+            "relative",
+            "relative",
+            "https://example.com/.well-known/agent-skills/relative/SKILL.md",
+            false,
+        ),
+        (
+            "path-absolute",
+            "path-absolute",
+            "https://example.com/dl/pack.zip",
+            false,
+        ),
+        (
+            "dot-segments",
+            "relative",
+            "https://example.com/dl/pack.tar.gz",
+            false,
+        ),
+        (
+            "network-path",
+            "network-path",
+            "https://cdn.example.net/pack.zip",
+            true,
+        ),
+        (
+            "absolute",
+            "absolute",
+            "https://example.com/s/SKILL.md",
+            false,
+        ),
+        (
+            "other-port",
+            "absolute",
+            "https://example.com:8443/s/SKILL.md",
+            true,
+        ),
     ];
     for (name, form, resolved, cross) in expect {
         let e = by_name(name);
@@ -60,8 +109,14 @@ fn without_a_base_relative_urls_stay_unresolved() {
     let o = check(&[&fixture("v020.json")]);
     assert_eq!(o.status.code(), Some(0));
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("relative/SKILL.md (unresolved: no base)"), "{text}");
-    assert!(text.contains("CROSS-ORIGIN") || text.contains("https://example.com/s/SKILL.md"), "{text}");
+    assert!(
+        text.contains("relative/SKILL.md (unresolved: no base)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("CROSS-ORIGIN") || text.contains("https://example.com/s/SKILL.md"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -77,7 +132,10 @@ fn absent_schema_is_the_v010_path() {
     let o = check(&[&fixture("no-schema.json")]);
     assert_eq!(o.status.code(), Some(0));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("legacy") && out.contains("not installable"), "{out}");
+    assert!(
+        out.contains("legacy") && out.contains("not installable"),
+        "{out}"
+    );
     assert!(String::from_utf8_lossy(&o.stderr).contains("no digests"));
     let v = json_of(&check(&[&fixture("no-schema.json"), "--json"]));
     assert_eq!(v["index"]["version"], "0.1.0");
@@ -91,13 +149,23 @@ fn rule_breaking_entries_are_skipped_with_reasons() {
     let o = check(&[&fixture("bad-entries.json"), "--base", BASE, "--json"]);
     assert_eq!(o.status.code(), Some(0));
     let v = json_of(&o);
-    let names: Vec<&str> = v["index"]["entries"].as_array().into_iter().flatten().filter_map(|e| e["name"].as_str()).collect();
+    let names: Vec<&str> = v["index"]["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
     assert_eq!(names, ["good"]);
     let skipped: Vec<(u64, String)> = v["index"]["skipped"]
         .as_array()
         .into_iter()
         .flatten()
-        .map(|s| (s["position"].as_u64().unwrap_or(99), s["code"].as_str().unwrap_or("").to_owned()))
+        .map(|s| {
+            (
+                s["position"].as_u64().unwrap_or(99),
+                s["code"].as_str().unwrap_or("").to_owned(),
+            )
+        })
         .collect();
     let expect = [
         (1, "invalid_name"),
@@ -118,7 +186,10 @@ fn rule_breaking_entries_are_skipped_with_reasons() {
     let expect: Vec<(u64, String)> = expect.iter().map(|(p, c)| (*p, (*c).to_owned())).collect();
     assert_eq!(skipped, expect);
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(stderr.contains("entry 4 skipped: unknown type \"mcp-resource-template\""), "{stderr}");
+    assert!(
+        stderr.contains("entry 4 skipped: unknown type \"mcp-resource-template\""),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -1,10 +1,10 @@
 mod cli;
 mod corpus;
-mod replay;
-mod fuzz_seeds;
-mod review;
 mod diff;
-mod grpc;
 mod fetch;
+mod fuzz_seeds;
+mod grpc;
 mod index;
+mod replay;
+mod review;
 mod sandbox;

@@ -16,7 +16,11 @@ fn bin() -> &'static str {
 }
 
 fn replay(args: &[&str]) -> Output {
-    Command::new(bin()).arg("replay").args(args).output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+    Command::new(bin())
+        .arg("replay")
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
 }
 
 fn text(b: &[u8]) -> String {
@@ -55,17 +59,57 @@ fn case(name: &str, file: &str, kind: &str, limits: Value, verdict: &str, reason
 
 /// A small corpus: an accepted tar, a traversal, a SKILL.md, and a limit case.
 fn corpus(dir: &Path) -> Vec<Value> {
-    write(dir, "benign/ok.tar", &tar_bytes(&[(b"SKILL.md", SKILL), (b"docs/a.md", b"a")]));
-    write(dir, "hostile/slip.tar", &tar_bytes(&[(b"SKILL.md", SKILL), (b"../../escape", b"x")]));
+    write(
+        dir,
+        "benign/ok.tar",
+        &tar_bytes(&[(b"SKILL.md", SKILL), (b"docs/a.md", b"a")]),
+    );
+    write(
+        dir,
+        "hostile/slip.tar",
+        &tar_bytes(&[(b"SKILL.md", SKILL), (b"../../escape", b"x")]),
+    );
     write(dir, "benign/SKILL.md", SKILL);
-    write(dir, "hostile/many.tar", &tar_bytes(&[(b"SKILL.md", SKILL), (b"a", b"a"), (b"b", b"b")]));
+    write(
+        dir,
+        "hostile/many.tar",
+        &tar_bytes(&[(b"SKILL.md", SKILL), (b"a", b"a"), (b"b", b"b")]),
+    );
     write(dir, "README.md", b"not a case\n");
     write(dir, "CHECKSUMS", b"not a case either\n");
     vec![
-        case("ok", "benign/ok.tar", "archive", Value::Null, "accepted", Value::Null),
-        case("slip", "hostile/slip.tar", "archive", Value::Null, "rejected", json!("path_traversal")),
-        case("skill_md", "benign/SKILL.md", "skill-md", Value::Null, "accepted", Value::Null),
-        case("many", "hostile/many.tar", "archive", json!({"max_entries": 2}), "rejected", json!("entry_count")),
+        case(
+            "ok",
+            "benign/ok.tar",
+            "archive",
+            Value::Null,
+            "accepted",
+            Value::Null,
+        ),
+        case(
+            "slip",
+            "hostile/slip.tar",
+            "archive",
+            Value::Null,
+            "rejected",
+            json!("path_traversal"),
+        ),
+        case(
+            "skill_md",
+            "benign/SKILL.md",
+            "skill-md",
+            Value::Null,
+            "accepted",
+            Value::Null,
+        ),
+        case(
+            "many",
+            "hostile/many.tar",
+            "archive",
+            json!({"max_entries": 2}),
+            "rejected",
+            json!("entry_count"),
+        ),
     ]
 }
 
@@ -81,19 +125,40 @@ fn a_correct_manifest_passes_with_json_and_junit() {
     let cases = corpus(&dir);
     manifest(&dir, &cases);
     let junit = tmp.path().join("junit.xml");
-    let o = replay(&[dir.to_str().unwrap_or(""), "--json", "--jobs", "3", "--junit", junit.to_str().unwrap_or("")]);
-    assert_eq!(o.status.code(), Some(0), "stdout: {}\nstderr: {}", text(&o.stdout), text(&o.stderr));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stdout)));
+    let o = replay(&[
+        dir.to_str().unwrap_or(""),
+        "--json",
+        "--jobs",
+        "3",
+        "--junit",
+        junit.to_str().unwrap_or(""),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let v: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stdout)));
     assert_eq!(v["ok"], true);
     assert_eq!(v["summary"]["total"], 4);
     assert_eq!(v["summary"]["passed"], 4);
-    let slip = v["cases"].as_array().and_then(|a| a.iter().find(|c| c["name"] == "slip")).cloned().unwrap_or_default();
+    let slip = v["cases"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == "slip"))
+        .cloned()
+        .unwrap_or_default();
     assert_eq!(slip["status"], "pass");
     assert_eq!(slip["got"]["reason"], "path_traversal");
     let xml = std::fs::read_to_string(&junit).unwrap_or_default();
     let root = xml::parse(&xml).unwrap_or_else(|e| panic!("invalid JUnit ({e}):\n{xml}"));
     let suite = &root.children[0];
-    assert_eq!((root.name.as_str(), suite.name.as_str()), ("testsuites", "testsuite"));
+    assert_eq!(
+        (root.name.as_str(), suite.name.as_str()),
+        ("testsuites", "testsuite")
+    );
     assert_eq!(suite.attrs["tests"], "4");
     assert_eq!(suite.attrs["failures"], "0");
     assert_eq!(suite.children.len(), 4);
@@ -101,7 +166,11 @@ fn a_correct_manifest_passes_with_json_and_junit() {
     // Human output by default: one summary line, no case blocks.
     let o = replay(&[dir.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(0));
-    assert!(text(&o.stdout).contains("4 cases: 4 passed, 0 failed, 0 unexpected, 0 errors"), "{}", text(&o.stdout));
+    assert!(
+        text(&o.stdout).contains("4 cases: 4 passed, 0 failed, 0 unexpected, 0 errors"),
+        "{}",
+        text(&o.stdout)
+    );
 }
 
 #[test]
@@ -111,31 +180,89 @@ fn a_wrong_manifest_fails_with_a_readable_diff_and_valid_junit() {
     let mut cases = corpus(&dir);
     // Wrong on purpose: the traversal "accepted", the limit case with the wrong reason, and
     // a case whose file does not exist. A file with a hostile name has no entry at all.
-    cases[1] = case("slip", "hostile/slip.tar", "archive", Value::Null, "accepted", Value::Null);
-    cases[3] = case("many <&\"'>", "hostile/many.tar", "archive", json!({"max_entries": 2}), "rejected", json!("ratio"));
-    cases.push(case("gone", "hostile/gone.zip", "archive", Value::Null, "rejected", json!("corrupt")));
+    cases[1] = case(
+        "slip",
+        "hostile/slip.tar",
+        "archive",
+        Value::Null,
+        "accepted",
+        Value::Null,
+    );
+    cases[3] = case(
+        "many <&\"'>",
+        "hostile/many.tar",
+        "archive",
+        json!({"max_entries": 2}),
+        "rejected",
+        json!("ratio"),
+    );
+    cases.push(case(
+        "gone",
+        "hostile/gone.zip",
+        "archive",
+        Value::Null,
+        "rejected",
+        json!("corrupt"),
+    ));
     manifest(&dir, &cases);
-    write(&dir, "extra/new\u{1b}[31m.tar", &tar_bytes(&[(b"/etc/evil", b"x")]));
+    write(
+        &dir,
+        "extra/new\u{1b}[31m.tar",
+        &tar_bytes(&[(b"/etc/evil", b"x")]),
+    );
     let junit = tmp.path().join("junit.xml");
-    let o = replay(&[dir.to_str().unwrap_or(""), "--junit", junit.to_str().unwrap_or("")]);
+    let o = replay(&[
+        dir.to_str().unwrap_or(""),
+        "--junit",
+        junit.to_str().unwrap_or(""),
+    ]);
     let out = text(&o.stdout);
-    assert_eq!(o.status.code(), Some(1), "stdout: {out}\nstderr: {}", text(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "stdout: {out}\nstderr: {}",
+        text(&o.stderr)
+    );
     // The diff names the case, what was expected, what came back, and why.
     let block = |name: &str| -> String {
-        let start = out.find(&format!("  {name}  ")).unwrap_or_else(|| panic!("no block for {name}:\n{out}"));
+        let start = out
+            .find(&format!("  {name}  "))
+            .unwrap_or_else(|| panic!("no block for {name}:\n{out}"));
         out[start..].lines().take(5).collect::<Vec<_>>().join("\n")
     };
     let slip = block("slip");
-    assert!(out.contains("FAIL        slip  [hostile/slip.tar]"), "{out}");
+    assert!(
+        out.contains("FAIL        slip  [hostile/slip.tar]"),
+        "{out}"
+    );
     assert!(slip.contains("expected  accepted"), "{slip}");
-    assert!(slip.contains("got       rejected (path_traversal)"), "{slip}");
-    assert!(slip.contains("detail    name contains a `..` component [entry: ../../escape]"), "{slip}");
+    assert!(
+        slip.contains("got       rejected (path_traversal)"),
+        "{slip}"
+    );
+    assert!(
+        slip.contains("detail    name contains a `..` component [entry: ../../escape]"),
+        "{slip}"
+    );
     let many = block("many <&\"'>");
-    assert!(many.contains("expected  rejected (ratio)") && many.contains("got       rejected (entry_count)"), "{many}");
-    assert!(out.contains("ERROR       gone  [hostile/gone.zip]"), "{out}");
-    assert!(out.contains("UNEXPECTED  extra/new\\u{1b}[31m.tar"), "control characters must be escaped: {out}");
+    assert!(
+        many.contains("expected  rejected (ratio)")
+            && many.contains("got       rejected (entry_count)"),
+        "{many}"
+    );
+    assert!(
+        out.contains("ERROR       gone  [hostile/gone.zip]"),
+        "{out}"
+    );
+    assert!(
+        out.contains("UNEXPECTED  extra/new\\u{1b}[31m.tar"),
+        "control characters must be escaped: {out}"
+    );
     assert!(out.contains("got       rejected (absolute_path)"), "{out}");
-    assert!(out.contains("6 cases: 2 passed, 2 failed, 1 unexpected, 1 errors"), "{out}");
+    assert!(
+        out.contains("6 cases: 2 passed, 2 failed, 1 unexpected, 1 errors"),
+        "{out}"
+    );
 
     let xml = std::fs::read_to_string(&junit).unwrap_or_default();
     let root = xml::parse(&xml).unwrap_or_else(|e| panic!("invalid JUnit ({e}):\n{xml}"));
@@ -143,12 +270,27 @@ fn a_wrong_manifest_fails_with_a_readable_diff_and_valid_junit() {
     assert_eq!(suite.attrs["tests"], "6");
     assert_eq!(suite.attrs["failures"], "3");
     assert_eq!(suite.attrs["errors"], "1");
-    let by_name: BTreeMap<&str, &xml::Element> = suite.children.iter().map(|c| (c.attrs["name"].as_str(), c)).collect();
+    let by_name: BTreeMap<&str, &xml::Element> = suite
+        .children
+        .iter()
+        .map(|c| (c.attrs["name"].as_str(), c))
+        .collect();
     let failure = &by_name["slip"].children[0];
     assert_eq!(failure.name, "failure");
-    assert_eq!(failure.attrs["message"], "expected accepted, got rejected (path_traversal)");
-    assert!(failure.text.contains("entry: ../../escape"), "{}", failure.text);
-    assert!(by_name.contains_key("many <&\"'>"), "escaped name must round-trip: {:?}", by_name.keys());
+    assert_eq!(
+        failure.attrs["message"],
+        "expected accepted, got rejected (path_traversal)"
+    );
+    assert!(
+        failure.text.contains("entry: ../../escape"),
+        "{}",
+        failure.text
+    );
+    assert!(
+        by_name.contains_key("many <&\"'>"),
+        "escaped name must round-trip: {:?}",
+        by_name.keys()
+    );
     assert_eq!(by_name["gone"].children[0].name, "error");
     python_parses(&junit);
 
@@ -157,7 +299,10 @@ fn a_wrong_manifest_fails_with_a_readable_diff_and_valid_junit() {
     assert_eq!(o.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["ok"], false);
-    assert_eq!(v["summary"], json!({"total": 6, "passed": 2, "failed": 2, "unexpected": 1, "errors": 1, "seconds": v["summary"]["seconds"]}));
+    assert_eq!(
+        v["summary"],
+        json!({"total": 6, "passed": 2, "failed": 2, "unexpected": 1, "errors": 1, "seconds": v["summary"]["seconds"]})
+    );
 }
 
 #[test]
@@ -167,21 +312,40 @@ fn missing_or_malformed_manifests_are_clear_usage_errors() {
     corpus(&dir);
     let o = replay(&[dir.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(text(&o.stderr).contains("no manifest"), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("no manifest"),
+        "{}",
+        text(&o.stderr)
+    );
     let bad: [(&str, &str); 6] = [
         ("{not json", "malformed manifest"),
         (r#"{"version": 2, "cases": []}"#, "version 2"),
-        (r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "expect": {"verdict": "rejected", "reason": "nope"}}]}"#, "unknown variant `nope`"),
-        (r#"{"version": 1, "cases": [{"name": "a", "file": "../a", "type": "archive", "expect": {"verdict": "rejected", "reason": null}}]}"#, "without `..`"),
-        (r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "expect": {"verdict": "accepted", "reason": "corrupt"}}]}"#, "cannot name a reason"),
-        (r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "limits": {"max_entrys": 1}, "expect": {"verdict": "accepted", "reason": null}}]}"#, "max_entrys"),
+        (
+            r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "expect": {"verdict": "rejected", "reason": "nope"}}]}"#,
+            "unknown variant `nope`",
+        ),
+        (
+            r#"{"version": 1, "cases": [{"name": "a", "file": "../a", "type": "archive", "expect": {"verdict": "rejected", "reason": null}}]}"#,
+            "without `..`",
+        ),
+        (
+            r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "expect": {"verdict": "accepted", "reason": "corrupt"}}]}"#,
+            "cannot name a reason",
+        ),
+        (
+            r#"{"version": 1, "cases": [{"name": "a", "file": "a", "type": "archive", "limits": {"max_entrys": 1}, "expect": {"verdict": "accepted", "reason": null}}]}"#,
+            "max_entrys",
+        ),
     ];
     for (manifest, needle) in bad {
         write(&dir, "manifest.json", manifest.as_bytes());
         let o = replay(&[dir.to_str().unwrap_or("")]);
         assert_eq!(o.status.code(), Some(2), "{manifest}: {}", text(&o.stderr));
         let err = text(&o.stderr);
-        assert!(err.contains("manifest.json") && err.contains(needle), "{manifest}: {err}");
+        assert!(
+            err.contains("manifest.json") && err.contains(needle),
+            "{manifest}: {err}"
+        );
     }
 }
 
@@ -193,10 +357,23 @@ fn nested_suites_are_replayed_under_their_directory() {
     manifest(&dir, &cases);
     let sub = dir.join("fuzz");
     write(&sub, "crash-1.tar", &tar_bytes(&[(b"a\x00b", b"x")]));
-    manifest(&sub, &[case("crash-1", "crash-1.tar", "archive", Value::Null, "rejected", json!("missing_skill_md"))]);
+    manifest(
+        &sub,
+        &[case(
+            "crash-1",
+            "crash-1.tar",
+            "archive",
+            Value::Null,
+            "rejected",
+            json!("missing_skill_md"),
+        )],
+    );
     let o = replay(&[dir.to_str().unwrap_or(""), "--json"]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
-    let nested = v["cases"].as_array().and_then(|a| a.iter().find(|c| c["name"] == "fuzz/crash-1")).cloned();
+    let nested = v["cases"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == "fuzz/crash-1"))
+        .cloned();
     assert!(nested.is_some(), "{v}");
     assert_eq!(v["summary"]["total"], 5, "{v}");
 }
@@ -209,10 +386,27 @@ fn writes_outside_the_staging_directory_are_caught() {
     let dir = tmp.path().join("c");
     write(&dir, "a.tar", &tar_bytes(&[(b"SKILL.md", SKILL)]));
     write(&dir, "b.tar", &tar_bytes(&[(b"SKILL.md", SKILL)]));
-    manifest(&dir, &[
-        case("a", "a.tar", "archive", Value::Null, "accepted", Value::Null),
-        case("b", "b.tar", "archive", Value::Null, "rejected", Value::Null),
-    ]);
+    manifest(
+        &dir,
+        &[
+            case(
+                "a",
+                "a.tar",
+                "archive",
+                Value::Null,
+                "accepted",
+                Value::Null,
+            ),
+            case(
+                "b",
+                "b.tar",
+                "archive",
+                Value::Null,
+                "rejected",
+                Value::Null,
+            ),
+        ],
+    );
     let fake = tmp.path().join("fake-skillbox");
     let answer = r#"{"verdict":"accepted","reason":null,"artifact":{"digest":null,"format":"tar","size":1},"entries":[],"totals":{"entries":0,"files":0,"dirs":0,"symlinks":0,"bytes_in":1,"bytes_out":0,"ratio":0.0}}"#;
     let script = format!(
@@ -220,20 +414,40 @@ fn writes_outside_the_staging_directory_are_caught() {
     );
     std::fs::write(&fake, script).unwrap_or_else(|e| panic!("{e}"));
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap_or_else(|e| panic!("{e}"));
-    let opts = skillbox::replay::Options { jobs: 2, timeout: Duration::from_secs(30), exe: fake, extract_args: Vec::new() };
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let opts = skillbox::replay::Options {
+        jobs: 2,
+        timeout: Duration::from_secs(30),
+        exe: fake,
+        extract_args: Vec::new(),
+    };
     let report = skillbox::replay::run(&dir, &opts).unwrap_or_else(|e| panic!("{e}"));
     let a = &report.cases[0];
     assert_eq!(a.status, skillbox::replay::Status::Fail, "{a:?}");
-    assert!(a.problems.iter().any(|p| p.contains("outside the staging directory: stray")), "{:?}", a.problems);
-    assert!(a.problems.iter().any(|p| p.contains("\"unlisted\" is on disk but not listed")), "{:?}", a.problems);
+    assert!(
+        a.problems
+            .iter()
+            .any(|p| p.contains("outside the staging directory: stray")),
+        "{:?}",
+        a.problems
+    );
+    assert!(
+        a.problems
+            .iter()
+            .any(|p| p.contains("\"unlisted\" is on disk but not listed")),
+        "{:?}",
+        a.problems
+    );
     assert_eq!(report.cases[1].status, skillbox::replay::Status::Fail);
     assert!(!report.all_passed());
 }
 
 #[test]
 fn the_project_fuzz_regressions_replay_green() {
-    let dir: PathBuf = [env!("CARGO_MANIFEST_DIR"), "corpus", "fuzz"].iter().collect();
+    let dir: PathBuf = [env!("CARGO_MANIFEST_DIR"), "corpus", "fuzz"]
+        .iter()
+        .collect();
     if !dir.join("manifest.json").exists() {
         return;
     }
@@ -250,7 +464,11 @@ fn python_parses(path: &Path) {
     else {
         return;
     };
-    assert!(o.status.success(), "python3 cannot parse the JUnit: {}", text(&o.stderr));
+    assert!(
+        o.status.success(),
+        "python3 cannot parse the JUnit: {}",
+        text(&o.stderr)
+    );
     assert_eq!(text(&o.stdout).trim(), "testsuites");
 }
 
@@ -284,8 +502,15 @@ mod xml {
                 "gt" => '>',
                 "quot" => '"',
                 "apos" => '\'',
-                _ if ent.starts_with("#x") => u32::from_str_radix(&ent[2..], 16).ok().and_then(char::from_u32).ok_or("bad char ref")?,
-                _ if ent.starts_with('#') => ent[1..].parse::<u32>().ok().and_then(char::from_u32).ok_or("bad char ref")?,
+                _ if ent.starts_with("#x") => u32::from_str_radix(&ent[2..], 16)
+                    .ok()
+                    .and_then(char::from_u32)
+                    .ok_or("bad char ref")?,
+                _ if ent.starts_with('#') => ent[1..]
+                    .parse::<u32>()
+                    .ok()
+                    .and_then(char::from_u32)
+                    .ok_or("bad char ref")?,
                 _ => return Err(format!("unknown entity &{ent};")),
             };
             if !valid_char(c) {
@@ -299,7 +524,9 @@ mod xml {
     }
 
     fn is_name(s: &str) -> bool {
-        !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))
     }
 
     pub fn parse(doc: &str) -> Result<Element, String> {
@@ -349,7 +576,10 @@ mod xml {
                 None => (tag, false),
             };
             let name_end = body.find(char::is_whitespace).unwrap_or(body.len());
-            let mut el = Element { name: body[..name_end].to_owned(), ..Element::default() };
+            let mut el = Element {
+                name: body[..name_end].to_owned(),
+                ..Element::default()
+            };
             if !is_name(&el.name) {
                 return Err(format!("bad element name {:?}", el.name));
             }
@@ -361,7 +591,11 @@ mod xml {
                     return Err(format!("bad attribute name {key:?}"));
                 }
                 let v = a[eq + 1..].trim_start();
-                let quote = v.chars().next().filter(|q| *q == '"' || *q == '\'').ok_or("unquoted attribute")?;
+                let quote = v
+                    .chars()
+                    .next()
+                    .filter(|q| *q == '"' || *q == '\'')
+                    .ok_or("unquoted attribute")?;
                 let close = v[1..].find(quote).ok_or("unterminated attribute")? + 1;
                 let raw = &v[1..close];
                 if raw.contains('<') {

@@ -12,9 +12,9 @@ use std::process::Command;
 use serde_json::Value;
 
 use skillbox::extract::policy::Limits;
-use skillbox::extract::{extract, ArtifactType, Request};
+use skillbox::extract::{ArtifactType, Request, extract};
 use skillbox::reason::Verdict;
-use skillbox::skill::review::{review_with, FindingKind, ReviewFlag, ReviewLimits};
+use skillbox::skill::review::{FindingKind, ReviewFlag, ReviewLimits, review_with};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/review")
@@ -22,19 +22,27 @@ fn corpus() -> PathBuf {
 
 fn extract_json(file: &Path, kind: &str, out: Option<&Path>) -> (Option<i32>, Value) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
-    cmd.arg("extract").arg(file).args(["--type", kind, "--json"]);
+    cmd.arg("extract")
+        .arg(file)
+        .args(["--type", kind, "--json"]);
     if let Some(o) = out {
         cmd.arg("--out").arg(o);
     }
     let o = cmd.output().unwrap_or_else(|e| panic!("spawn: {e}"));
-    let v = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("{}: not JSON ({e}): {}", file.display(), String::from_utf8_lossy(&o.stderr)));
+    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{}: not JSON ({e}): {}",
+            file.display(),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    });
     (o.status.code(), v)
 }
 
 #[test]
 fn corpus_review_cases_match_the_manifest() {
-    let text = std::fs::read(corpus().join("manifest.json")).unwrap_or_else(|e| panic!("manifest: {e}"));
+    let text =
+        std::fs::read(corpus().join("manifest.json")).unwrap_or_else(|e| panic!("manifest: {e}"));
     let manifest: Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("manifest: {e}"));
     let cases = manifest["cases"].as_array().cloned().unwrap_or_default();
     assert!(cases.len() >= 40, "only {} cases", cases.len());
@@ -47,26 +55,48 @@ fn corpus_review_cases_match_the_manifest() {
         let (code, v) = extract_json(&file, c["type"].as_str().unwrap_or("archive"), Some(&out));
         let want_verdict = c["expect"]["verdict"].as_str().unwrap_or("");
         if v["verdict"] != want_verdict {
-            failures.push(format!("{name}: verdict {} (reason {}), want {want_verdict}", v["verdict"], v["reason"]));
+            failures.push(format!(
+                "{name}: verdict {} (reason {}), want {want_verdict}",
+                v["verdict"], v["reason"]
+            ));
             continue;
         }
         if want_verdict == "rejected" {
             if v["reason"]["code"] != c["expect"]["reason"] {
-                failures.push(format!("{name}: reason {}, want {}", v["reason"], c["expect"]["reason"]));
+                failures.push(format!(
+                    "{name}: reason {}, want {}",
+                    v["reason"], c["expect"]["reason"]
+                ));
             }
             if code != Some(3) || out.exists() || v.get("review").is_some() {
-                failures.push(format!("{name}: rejected but exit {code:?}, staging left: {}, review present", out.exists()));
+                failures.push(format!(
+                    "{name}: rejected but exit {code:?}, staging left: {}, review present",
+                    out.exists()
+                ));
             }
             continue;
         }
         let got: BTreeSet<String> = v["review"]["findings"]
             .as_array()
-            .map(|a| a.iter().filter_map(|f| f["kind"].as_str().map(str::to_owned)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f["kind"].as_str().map(str::to_owned))
+                    .collect()
+            })
             .unwrap_or_default();
-        let want: BTreeSet<String> =
-            c["findings"].as_array().map(|a| a.iter().filter_map(|k| k.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+        let want: BTreeSet<String> = c["findings"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|k| k.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
         if got != want {
-            failures.push(format!("{name}: findings {got:?}, want {want:?}\n{:#}", v["review"]["findings"]));
+            failures.push(format!(
+                "{name}: findings {got:?}, want {want:?}\n{:#}",
+                v["review"]["findings"]
+            ));
         }
         if v["review"]["coverage"]["complete"] != true {
             failures.push(format!("{name}: coverage incomplete"));
@@ -78,7 +108,13 @@ fn corpus_review_cases_match_the_manifest() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {} cases failed:\n{}", failures.len(), cases.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -90,9 +126,19 @@ fn report_shape_for_a_script_with_a_host() {
     assert_eq!(r["scripts"][0]["path"], "scripts/install.sh");
     assert_eq!(r["scripts"][0]["interpreter"], "bash");
     assert_eq!(r["scripts"][0]["executable"], true);
-    assert_eq!(r["capabilities"]["hosts"], serde_json::json!(["get.example.com"]));
-    assert_eq!(r["capabilities"]["risky_commands"], serde_json::json!(["download piped to a shell"]));
-    let risky = r["findings"].as_array().and_then(|a| a.iter().find(|f| f["kind"] == "risky_command")).cloned().unwrap_or_default();
+    assert_eq!(
+        r["capabilities"]["hosts"],
+        serde_json::json!(["get.example.com"])
+    );
+    assert_eq!(
+        r["capabilities"]["risky_commands"],
+        serde_json::json!(["download piped to a shell"])
+    );
+    let risky = r["findings"]
+        .as_array()
+        .and_then(|a| a.iter().find(|f| f["kind"] == "risky_command"))
+        .cloned()
+        .unwrap_or_default();
     assert_eq!(risky["file"], "scripts/install.sh");
     assert_eq!(risky["line"], 2);
     assert!(risky["excerpt"].as_str().unwrap_or("").contains("| bash"));
@@ -107,7 +153,11 @@ fn control_characters_are_escaped_in_excerpts() {
     assert!(!e.contains('\u{1b}'));
 }
 
-fn run_engine(path: &Path, kind: ArtifactType, req_edit: impl FnOnce(&mut Request)) -> (tempfile::TempDir, skillbox::extract::inventory::Outcome) {
+fn run_engine(
+    path: &Path,
+    kind: ArtifactType,
+    req_edit: impl FnOnce(&mut Request),
+) -> (tempfile::TempDir, skillbox::extract::inventory::Outcome) {
     let art = File::open(path).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
@@ -120,22 +170,44 @@ fn run_engine(path: &Path, kind: ArtifactType, req_edit: impl FnOnce(&mut Reques
 #[test]
 fn index_facts_raise_mismatch_flags() {
     let desc = "Extract text and tables from PDF files. Use when the user asks about PDFs.";
-    let (_d, o) = run_engine(&corpus().join("fm_minimal.md"), ArtifactType::SkillMd, |r| {
-        r.skill_name = Some("pdf-tools".into());
-        r.index_description = Some(format!("  {}", desc.replace(". ", ".\n")));
-    });
+    let (_d, o) = run_engine(
+        &corpus().join("fm_minimal.md"),
+        ArtifactType::SkillMd,
+        |r| {
+            r.skill_name = Some("pdf-tools".into());
+            r.index_description = Some(format!("  {}", desc.replace(". ", ".\n")));
+        },
+    );
     let r = o.review.unwrap_or_default();
-    assert!(r.flags.is_empty(), "whitespace differences are not a mismatch: {:?}", r.findings);
+    assert!(
+        r.flags.is_empty(),
+        "whitespace differences are not a mismatch: {:?}",
+        r.findings
+    );
 
-    let (_d, o) = run_engine(&corpus().join("fm_minimal.md"), ArtifactType::SkillMd, |r| {
-        r.skill_name = Some("pdf-tool".into());
-        r.index_description = Some("Something else entirely".into());
-    });
-    assert_eq!(o.verdict, Verdict::Accepted, "flags inform, they never reject");
+    let (_d, o) = run_engine(
+        &corpus().join("fm_minimal.md"),
+        ArtifactType::SkillMd,
+        |r| {
+            r.skill_name = Some("pdf-tool".into());
+            r.index_description = Some("Something else entirely".into());
+        },
+    );
+    assert_eq!(
+        o.verdict,
+        Verdict::Accepted,
+        "flags inform, they never reject"
+    );
     let r = o.review.unwrap_or_default();
-    assert_eq!(r.flags, [ReviewFlag::NameMismatch, ReviewFlag::DescriptionMismatch]);
+    assert_eq!(
+        r.flags,
+        [ReviewFlag::NameMismatch, ReviewFlag::DescriptionMismatch]
+    );
     let kinds: Vec<FindingKind> = r.findings.iter().map(|f| f.kind).collect();
-    assert_eq!(kinds, [FindingKind::NameMismatch, FindingKind::DescriptionMismatch]);
+    assert_eq!(
+        kinds,
+        [FindingKind::NameMismatch, FindingKind::DescriptionMismatch]
+    );
     assert_eq!(r.findings[0].line, Some(2));
 }
 
@@ -148,11 +220,20 @@ fn extract_with(file: &Path, extra: &[&str]) -> (Option<i32>, Value, String) {
         .args(extra)
         .output()
         .unwrap_or_else(|e| panic!("spawn: {e}"));
-    (o.status.code(), serde_json::from_slice(&o.stdout).unwrap_or(Value::Null), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code(),
+        serde_json::from_slice(&o.stdout).unwrap_or(Value::Null),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 fn finding_kinds(v: &Value) -> Vec<String> {
-    v["review"]["findings"].as_array().into_iter().flatten().filter_map(|f| f["kind"].as_str().map(str::to_owned)).collect()
+    v["review"]["findings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["kind"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// The same index facts from the command line (`--skill-name`, `--index-description`) reach the
@@ -163,24 +244,65 @@ fn cli_index_facts_raise_mismatch_flags() {
     let desc = "Extract text and tables from PDF files. Use when the user asks about PDFs.";
     let reflowed = format!("  {}", desc.replace(". ", ".\n"));
 
-    let (code, v, stderr) = extract_with(&md, &["--skill-name", "pdf-tools", "--index-description", &reflowed]);
+    let (code, v, stderr) = extract_with(
+        &md,
+        &[
+            "--skill-name",
+            "pdf-tools",
+            "--index-description",
+            &reflowed,
+        ],
+    );
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(v["review"]["flags"], serde_json::json!([]), "matching facts raise nothing: {v:#}");
-    assert!(!finding_kinds(&v).iter().any(|k| k.ends_with("_mismatch")), "{v:#}");
+    assert_eq!(
+        v["review"]["flags"],
+        serde_json::json!([]),
+        "matching facts raise nothing: {v:#}"
+    );
+    assert!(
+        !finding_kinds(&v).iter().any(|k| k.ends_with("_mismatch")),
+        "{v:#}"
+    );
 
-    let (code, v, stderr) = extract_with(&md, &["--skill-name", "pdf-tool", "--index-description", "Something else entirely"]);
+    let (code, v, stderr) = extract_with(
+        &md,
+        &[
+            "--skill-name",
+            "pdf-tool",
+            "--index-description",
+            "Something else entirely",
+        ],
+    );
     assert_eq!(code, Some(0), "flags inform, they never reject: {stderr}");
     assert_eq!(v["verdict"], "accepted");
-    assert_eq!(v["review"]["flags"], serde_json::json!(["name_mismatch", "description_mismatch"]), "{v:#}");
+    assert_eq!(
+        v["review"]["flags"],
+        serde_json::json!(["name_mismatch", "description_mismatch"]),
+        "{v:#}"
+    );
     assert_eq!(finding_kinds(&v), ["name_mismatch", "description_mismatch"]);
     assert_eq!(v["review"]["findings"][0]["line"], 2);
-    assert!(v["review"]["findings"][0]["excerpt"].as_str().unwrap_or("").contains("\"pdf-tool\""), "{v:#}");
+    assert!(
+        v["review"]["findings"][0]["excerpt"]
+            .as_str()
+            .unwrap_or("")
+            .contains("\"pdf-tool\""),
+        "{v:#}"
+    );
 
     // Each fact is compared on its own; without either, nothing is compared.
     let (_, v, _) = extract_with(&md, &["--skill-name", "pdf-tool"]);
-    assert_eq!(v["review"]["flags"], serde_json::json!(["name_mismatch"]), "{v:#}");
+    assert_eq!(
+        v["review"]["flags"],
+        serde_json::json!(["name_mismatch"]),
+        "{v:#}"
+    );
     let (_, v, _) = extract_with(&md, &["--index-description", "Something else entirely"]);
-    assert_eq!(v["review"]["flags"], serde_json::json!(["description_mismatch"]), "{v:#}");
+    assert_eq!(
+        v["review"]["flags"],
+        serde_json::json!(["description_mismatch"]),
+        "{v:#}"
+    );
     let (_, v, _) = extract_with(&md, &[]);
     assert_eq!(v["review"]["flags"], serde_json::json!([]), "{v:#}");
 }
@@ -191,9 +313,15 @@ fn cli_index_facts_are_bounded_like_the_header() {
     let md = corpus().join("fm_minimal.md");
     let at_name = "n".repeat(skillbox::broker::convert::MAX_SKILL_NAME);
     let at_desc = "d".repeat(skillbox::broker::convert::MAX_INDEX_DESCRIPTION);
-    let (code, v, stderr) = extract_with(&md, &["--skill-name", &at_name, "--index-description", &at_desc]);
+    let (code, v, stderr) = extract_with(
+        &md,
+        &["--skill-name", &at_name, "--index-description", &at_desc],
+    );
     assert_eq!(code, Some(0), "exactly at the bounds: {stderr}");
-    assert_eq!(v["review"]["flags"], serde_json::json!(["name_mismatch", "description_mismatch"]));
+    assert_eq!(
+        v["review"]["flags"],
+        serde_json::json!(["name_mismatch", "description_mismatch"])
+    );
     let past_name = format!("{at_name}n");
     let past_desc = format!("{at_desc}d");
     for extra in [
@@ -203,47 +331,94 @@ fn cli_index_facts_are_bounded_like_the_header() {
     ] {
         let (code, v, stderr) = extract_with(&md, &extra);
         assert_eq!(code, Some(2), "{}: {stderr}", extra[0]);
-        assert_eq!(v, Value::Null, "nothing is printed on stdout for a usage error");
-        assert!(stderr.contains(extra[0]), "the message names the flag: {stderr}");
+        assert_eq!(
+            v,
+            Value::Null,
+            "nothing is printed on stdout for a usage error"
+        );
+        assert!(
+            stderr.contains(extra[0]),
+            "the message names the flag: {stderr}"
+        );
     }
 }
 
 #[test]
 fn invalid_skill_md_leaves_nothing_staged() {
-    let (dir, o) = run_engine(&corpus().join("fm_anchor_bomb.md"), ArtifactType::SkillMd, |_| {});
+    let (dir, o) = run_engine(
+        &corpus().join("fm_anchor_bomb.md"),
+        ArtifactType::SkillMd,
+        |_| {},
+    );
     assert_eq!(o.verdict, Verdict::Rejected);
     assert_eq!(o.reason.map(|r| r.code.as_str()), Some("invalid_skill_md"));
-    assert_eq!(std::fs::read_dir(dir.path()).map(|d| d.count()).unwrap_or(99), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path())
+            .map(|d| d.count())
+            .unwrap_or(99),
+        0
+    );
 }
 
 #[test]
 fn bounds_are_reported_when_they_cut() {
-    let (dir, o) = run_engine(&corpus().join("pkg_curl_pipe_sh.tar"), ArtifactType::Archive, |_| {});
+    let (dir, o) = run_engine(
+        &corpus().join("pkg_curl_pipe_sh.tar"),
+        ArtifactType::Archive,
+        |_| {},
+    );
     let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let req = Request::new(ArtifactType::Archive, Limits::default());
-    let tight = ReviewLimits { max_file_bytes: 16, ..ReviewLimits::default() };
+    let tight = ReviewLimits {
+        max_file_bytes: 16,
+        ..ReviewLimits::default()
+    };
     let r = review_with(fd.as_fd(), &o.entries, &req, &tight).unwrap_or_else(|e| panic!("{e}"));
     assert!(!r.coverage.complete);
-    assert!(r.coverage.truncated_files.contains(&"scripts/install.sh".to_owned()));
-    assert!(r.frontmatter.is_some(), "SKILL.md is read at least as far as the frontmatter bound");
+    assert!(
+        r.coverage
+            .truncated_files
+            .contains(&"scripts/install.sh".to_owned())
+    );
+    assert!(
+        r.frontmatter.is_some(),
+        "SKILL.md is read at least as far as the frontmatter bound"
+    );
 
-    let few = ReviewLimits { max_findings: 2, ..ReviewLimits::default() };
+    let few = ReviewLimits {
+        max_findings: 2,
+        ..ReviewLimits::default()
+    };
     let r = review_with(fd.as_fd(), &o.entries, &req, &few).unwrap_or_else(|e| panic!("{e}"));
     assert!(!r.coverage.complete);
     assert_eq!(r.findings.len(), 2);
     assert!(r.coverage.findings_dropped > 0);
-    assert!(r.capabilities.hosts.contains(&"get.example.com".to_owned()), "capabilities do not depend on the findings cap");
+    assert!(
+        r.capabilities.hosts.contains(&"get.example.com".to_owned()),
+        "capabilities do not depend on the findings cap"
+    );
 
-    let none = ReviewLimits { max_total_bytes: 0, ..ReviewLimits::default() };
+    let none = ReviewLimits {
+        max_total_bytes: 0,
+        ..ReviewLimits::default()
+    };
     let r = review_with(fd.as_fd(), &o.entries, &req, &none).unwrap_or_else(|e| panic!("{e}"));
     assert!(!r.coverage.complete);
     assert!(r.coverage.unread_files > 0);
-    assert_eq!(r.scripts.len(), 1, "scripts are still listed from the inventory when unread");
+    assert_eq!(
+        r.scripts.len(),
+        1,
+        "scripts are still listed from the inventory when unread"
+    );
 }
 
 #[test]
 fn review_never_follows_a_planted_symlink() {
-    let (dir, o) = run_engine(&corpus().join("pkg_clean.tar"), ArtifactType::Archive, |_| {});
+    let (dir, o) = run_engine(
+        &corpus().join("pkg_clean.tar"),
+        ArtifactType::Archive,
+        |_| {},
+    );
     // Swap a staged file for a symlink to a host file: the review must fail, not read it.
     let victim = dir.path().join("references/guide.md");
     std::fs::remove_file(&victim).unwrap_or_else(|e| panic!("{e}"));
@@ -251,5 +426,8 @@ fn review_never_follows_a_planted_symlink() {
     let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     let req = Request::new(ArtifactType::Archive, Limits::default());
     let err = skillbox::skill::review::review(fd.as_fd(), &o.entries, &req).err();
-    assert!(matches!(err, Some(skillbox::skill::review::ReviewError::Io { .. })), "{err:?}");
+    assert!(
+        matches!(err, Some(skillbox::skill::review::ReviewError::Io { .. })),
+        "{err:?}"
+    );
 }

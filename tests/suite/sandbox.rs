@@ -1054,7 +1054,10 @@ fn misbehaving_children_leave_no_fds_zombies_or_staging() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        assert!(out.status.success(), "isolated run (zygote {zygote}) failed:\n{text}");
+        assert!(
+            out.status.success(),
+            "isolated run (zygote {zygote}) failed:\n{text}"
+        );
         assert!(
             text.contains("1 passed"),
             "the isolated test (zygote {zygote}) did not run:\n{text}"
@@ -1130,7 +1133,11 @@ fn the_zygote_holds_nothing_but_its_control_socket() {
         .lines()
         .find_map(|l| l.strip_prefix("Threads:"))
         .map(str::trim);
-    assert_eq!(threads, Some("1"), "the zygote must be single-threaded to fork safely");
+    assert_eq!(
+        threads,
+        Some("1"),
+        "the zygote must be single-threaded to fork safely"
+    );
 }
 
 #[test]
@@ -1163,7 +1170,10 @@ fn a_zygote_is_retired_after_max_forks_children() {
     assert_ne!(second, first, "not replaced after max_forks children");
     assert!(reaped(first), "the retired zygote was left a zombie");
     drop(sb);
-    assert!(reaped(second), "dropping the sandbox left its zygote behind");
+    assert!(
+        reaped(second),
+        "dropping the sandbox left its zygote behind"
+    );
 }
 
 // ---- The command line: doctor, the "sandbox" answer, and failing closed -----------------------
@@ -1373,7 +1383,10 @@ fn without_landlock_extraction_fails_closed_unless_allowed() {
 
 #[test]
 fn the_child_and_zygote_subcommands_refuse_to_run_by_hand() {
-    for sub in [skillbox::sandbox::CHILD_SUBCOMMAND, skillbox::sandbox::ZYGOTE_SUBCOMMAND] {
+    for sub in [
+        skillbox::sandbox::CHILD_SUBCOMMAND,
+        skillbox::sandbox::ZYGOTE_SUBCOMMAND,
+    ] {
         let out = skillbox_cmd()
             .arg(sub)
             .output()

@@ -18,7 +18,8 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_skillbox")
 }
 
-pub const SKILL: &[u8] = b"---\nname: demo\ndescription: A demo skill for the broker tests\n---\nUse it.\n";
+pub const SKILL: &[u8] =
+    b"---\nname: demo\ndescription: A demo skill for the broker tests\n---\nUse it.\n";
 
 /// A tar with exactly these entries (names written raw, so hostile ones stay hostile).
 pub fn raw_tar(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
@@ -57,12 +58,19 @@ pub fn zeros_tar_gz(n: u64) -> Vec<u8> {
     h.set_size(n);
     h.set_mode(0o644);
     h.set_mtime(0);
-    ok(b.append_data(&mut h, "zeros.bin", std::io::repeat(0).take(n)), "tar");
+    ok(
+        b.append_data(&mut h, "zeros.bin", std::io::repeat(0).take(n)),
+        "tar",
+    );
     ok(ok(b.into_inner(), "tar").finish(), "gzip")
 }
 
 /// An `AsyncRead` that yields `data` in `chunk`-byte pieces, one every `every`.
-pub fn slow_stream(data: Vec<u8>, chunk: usize, every: Duration) -> impl tokio::io::AsyncRead + Send + Unpin + 'static {
+pub fn slow_stream(
+    data: Vec<u8>,
+    chunk: usize,
+    every: Duration,
+) -> impl tokio::io::AsyncRead + Send + Unpin + 'static {
     let (mut w, r) = tokio::io::duplex(chunk.max(1) * 2);
     tokio::spawn(async move {
         use tokio::io::AsyncWriteExt as _;
@@ -86,7 +94,10 @@ pub fn write_temp(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
 /// A temporary directory every uid can traverse and read (for clients run as nobody).
 pub fn world_readable_dir() -> tempfile::TempDir {
     let dir = ok(tempfile::tempdir(), "tempdir");
-    ok(std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)), "chmod");
+    ok(
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)),
+        "chmod",
+    );
     dir
 }
 
@@ -133,9 +144,15 @@ impl Server {
 
     /// In a directory the caller owns (e.g. one other uids can traverse).
     pub fn start_in(dir: &tempfile::TempDir, args: &[&str]) -> Self {
-        let sub = dir.path().join(format!("srv-{}", std::process::id() ^ (Instant::now().elapsed().subsec_nanos())));
+        let sub = dir.path().join(format!(
+            "srv-{}",
+            std::process::id() ^ (Instant::now().elapsed().subsec_nanos())
+        ));
         let _ = std::fs::create_dir(&sub);
-        ok(std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)), "chmod");
+        ok(
+            std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)),
+            "chmod",
+        );
         Self::spawn(&sub, args)
     }
 
@@ -172,7 +189,13 @@ impl Server {
             .stderr(ok(std::fs::File::create(&log), "log file"))
             .spawn();
         let child = ok(child, "spawn skillbox serve");
-        let mut s = Self { child: Some(child), dir: dir.to_owned(), _tmp: None, socket, log };
+        let mut s = Self {
+            child: Some(child),
+            dir: dir.to_owned(),
+            _tmp: None,
+            socket,
+            log,
+        };
         s.wait_ready(tcp);
         s
     }
@@ -189,7 +212,10 @@ impl Server {
             }
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!("skillbox serve exited with {status} before listening:\n{}", self.log());
+                    panic!(
+                        "skillbox serve exited with {status} before listening:\n{}",
+                        self.log()
+                    );
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -222,16 +248,25 @@ impl Server {
     }
 
     pub async fn channel(&self) -> tonic::transport::Channel {
-        ok(ok(skillbox::client::endpoint(&self.uri()), "endpoint").connect().await, "connect")
+        ok(
+            ok(skillbox::client::endpoint(&self.uri()), "endpoint")
+                .connect()
+                .await,
+            "connect",
+        )
     }
 
-    pub async fn raw_client(&self) -> pb::skillbox_client::SkillboxClient<tonic::transport::Channel> {
+    pub async fn raw_client(
+        &self,
+    ) -> pb::skillbox_client::SkillboxClient<tonic::transport::Channel> {
         pb::skillbox_client::SkillboxClient::new(self.channel().await)
     }
 
     /// The per-request directories under the staging root.
     pub fn staging_dirs(&self) -> Vec<String> {
-        let Ok(rd) = std::fs::read_dir(self.staging_root()) else { return Vec::new() };
+        let Ok(rd) = std::fs::read_dir(self.staging_root()) else {
+            return Vec::new();
+        };
         rd.filter_map(Result::ok)
             .filter_map(|e| e.file_name().into_string().ok())
             .filter(|n| skillbox::broker::is_staging_id(n))
@@ -242,10 +277,15 @@ impl Server {
     /// with CLONE_PARENT, or exec'd) and the zygote itself.
     fn all_children(&self) -> Vec<u32> {
         let mut out = Vec::new();
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else { return out };
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else {
+            return out;
+        };
         for t in tasks.filter_map(Result::ok) {
             if let Ok(list) = std::fs::read_to_string(t.path().join("children")) {
-                out.extend(list.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+                out.extend(
+                    list.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
             }
         }
         out
@@ -253,17 +293,24 @@ impl Server {
 
     /// The zygote names itself; the children it forks share its command line but not its name.
     fn is_zygote(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "skillbox-zygote")
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim_end() == "skillbox-zygote")
     }
 
     /// The server's confined children (per request; the long-lived zygote is not one).
     pub fn children(&self) -> Vec<u32> {
-        self.all_children().into_iter().filter(|&p| !Self::is_zygote(p)).collect()
+        self.all_children()
+            .into_iter()
+            .filter(|&p| !Self::is_zygote(p))
+            .collect()
     }
 
     /// The server's zygotes: one while it runs with the default settings.
     pub fn zygotes(&self) -> Vec<u32> {
-        self.all_children().into_iter().filter(|&p| Self::is_zygote(p)).collect()
+        self.all_children()
+            .into_iter()
+            .filter(|&p| Self::is_zygote(p))
+            .collect()
     }
 
     /// No staging directory and no child left.
@@ -279,7 +326,10 @@ impl Server {
                 return;
             }
             if Instant::now() >= until {
-                panic!("left behind: staging {dirs:?}, children {kids:?}\n{}", self.log());
+                panic!(
+                    "left behind: staging {dirs:?}, children {kids:?}\n{}",
+                    self.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -298,11 +348,17 @@ impl Server {
 
     pub fn sigterm(&self) {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(self.pid()).unwrap_or(0));
-        ok(nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM), "SIGTERM");
+        ok(
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM),
+            "SIGTERM",
+        );
     }
 
     pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
-        let mut child = self.child.take().unwrap_or_else(|| panic!("already reaped"));
+        let mut child = self
+            .child
+            .take()
+            .unwrap_or_else(|| panic!("already reaped"));
         let until = Instant::now() + within;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -310,7 +366,10 @@ impl Server {
             }
             if Instant::now() >= until {
                 let _ = child.kill();
-                panic!("skillbox serve did not exit within {within:?}:\n{}", self.log());
+                panic!(
+                    "skillbox serve did not exit within {within:?}:\n{}",
+                    self.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -341,15 +400,24 @@ pub struct CorpusCase {
 
 impl CorpusCase {
     pub fn header(&self) -> pb::ExtractHeader {
-        let declared_type = if self.kind == "skill-md" { pb::ArtifactType::SkillMd } else { pb::ArtifactType::Archive };
+        let declared_type = if self.kind == "skill-md" {
+            pb::ArtifactType::SkillMd
+        } else {
+            pb::ArtifactType::Archive
+        };
         pb::ExtractHeader {
             declared_type: declared_type as i32,
             media_type: self.media_type.clone(),
-            file_name: self.path.file_name().map(|n| n.to_string_lossy().into_owned()),
+            file_name: self
+                .path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned()),
             expected_digest: self.digest.clone(),
             // Every limit, explicitly: the replay server is started with the loosest policy
             // any case needs (see `CORPUS_SERVER_LIMITS`), and each case tightens from there.
-            limits: Some(skillbox::broker::convert::limits_to_proto(&self.limits.clone().unwrap_or_default())),
+            limits: Some(skillbox::broker::convert::limits_to_proto(
+                &self.limits.clone().unwrap_or_default(),
+            )),
             ..Default::default()
         }
     }
@@ -357,14 +425,17 @@ impl CorpusCase {
 
 /// The server policy for a corpus replay: the defaults, loosened where a case's own limits
 /// loosen them (copying internal hard links, no SKILL.md required).
-pub const CORPUS_SERVER_LIMITS: &[u8] = b"hardlinks = \"copy_internal\"\nrequire_skill_md = false\n";
+pub const CORPUS_SERVER_LIMITS: &[u8] =
+    b"hardlinks = \"copy_internal\"\nrequire_skill_md = false\n";
 
 /// The cases of corpus/manifest.json, or None when there is no corpus.
 pub fn corpus_cases() -> Option<Vec<CorpusCase>> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus");
     let text = std::fs::read_to_string(root.join("manifest.json")).ok()?;
     let v: serde_json::Value = ok(serde_json::from_str(&text), "manifest.json");
-    let cases = v["cases"].as_array().unwrap_or_else(|| panic!("manifest.json has no cases"));
+    let cases = v["cases"]
+        .as_array()
+        .unwrap_or_else(|| panic!("manifest.json has no cases"));
     let s = |x: &serde_json::Value| x.as_str().map(str::to_owned);
     Some(
         cases
@@ -374,7 +445,8 @@ pub fn corpus_cases() -> Option<Vec<CorpusCase>> {
                 path: root.join(s(&c["file"]).unwrap_or_default()),
                 kind: s(&c["type"]).unwrap_or_else(|| "archive".into()),
                 media_type: s(&c["media_type"]),
-                limits: (!c["limits"].is_null()).then(|| ok(serde_json::from_value(c["limits"].clone()), "case limits")),
+                limits: (!c["limits"].is_null())
+                    .then(|| ok(serde_json::from_value(c["limits"].clone()), "case limits")),
                 digest: s(&c["digest"]),
                 verdict: s(&c["expect"]["verdict"]).unwrap_or_default(),
                 reason: s(&c["expect"]["reason"]),
@@ -392,15 +464,73 @@ impl Pki {
     pub fn new() -> Self {
         let dir = ok(tempfile::tempdir(), "tempdir");
         let run = |args: &[&str]| {
-            let out = ok(Command::new("openssl").args(args).current_dir(dir.path()).output(), "openssl (needed to make test certificates)");
-            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+            let out = ok(
+                Command::new("openssl")
+                    .args(args)
+                    .current_dir(dir.path())
+                    .output(),
+                "openssl (needed to make test certificates)",
+            );
+            assert!(
+                out.status.success(),
+                "openssl {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         };
         let ext = dir.path().join("san.ext");
-        ok(std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n"), "ext");
-        run(&["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=skillbox test CA"]);
+        ok(
+            std::fs::write(&ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\n"),
+            "ext",
+        );
+        run(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=skillbox test CA",
+        ]);
         for who in ["server", "client"] {
-            run(&["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", &format!("{who}.key"), "-out", &format!("{who}.csr"), "-subj", &format!("/CN={who}")]);
-            run(&["x509", "-req", "-in", &format!("{who}.csr"), "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", &format!("{who}.pem"), "-days", "2", "-extfile", "san.ext"]);
+            run(&[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:prime256v1",
+                "-nodes",
+                "-keyout",
+                &format!("{who}.key"),
+                "-out",
+                &format!("{who}.csr"),
+                "-subj",
+                &format!("/CN={who}"),
+            ]);
+            run(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{who}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                &format!("{who}.pem"),
+                "-days",
+                "2",
+                "-extfile",
+                "san.ext",
+            ]);
         }
         Self { dir }
     }
