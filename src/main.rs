@@ -14,6 +14,7 @@ use skillbox::digest::Sha256Digest;
 use skillbox::extract::inventory::Outcome;
 use skillbox::extract::policy::{Limits, parse_size};
 use skillbox::extract::{ArtifactType, Request};
+use skillbox::out_dir::Staging;
 use skillbox::reason::Verdict;
 use skillbox::sandbox::Confined;
 use skillbox::sandbox::cli::SandboxArgs;
@@ -258,29 +259,6 @@ fn build_limits(args: &ExtractArgs) -> Result<Limits, Failure> {
     Ok(limits)
 }
 
-/// Where the staged tree goes: the caller's `--out`, or a temporary directory we remove.
-enum Staging {
-    Kept(PathBuf),
-    Temporary(tempfile::TempDir),
-}
-
-impl Staging {
-    fn path(&self) -> &Path {
-        match self {
-            Staging::Kept(p) => p,
-            Staging::Temporary(t) => t.path(),
-        }
-    }
-
-    /// Where the answer says the tree is.
-    fn shown(&self) -> Staged<'_> {
-        match self {
-            Staging::Kept(p) => Staged::At(p),
-            Staging::Temporary(_) => Staged::Removed,
-        }
-    }
-}
-
 fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> {
     let expected_digest = match &args.digest {
         Some(d) => Some(
@@ -325,23 +303,15 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
         return extract_remote(server, &args, &req);
     }
     let staging = match &args.out {
-        Some(out) => {
-            // Never extract into something that already exists (an earlier install, a link).
-            std::fs::create_dir(out).map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => usage(format!(
-                    "--out {} already exists; give a new path",
-                    out.display()
-                )),
-                _ => operational(format!("cannot create {}: {e}", out.display())),
-            })?;
-            Staging::Kept(out.clone())
-        }
-        None => Staging::Temporary(
-            tempfile::Builder::new()
-                .prefix("skillbox-")
-                .tempdir()
-                .map_err(|e| operational(format!("cannot create a temporary directory: {e}")))?,
-        ),
+        Some(out) => Staging::kept(out).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => usage(format!(
+                "--out {} already exists; give a new path",
+                out.display()
+            )),
+            _ => operational(format!("cannot create {}: {e}", out.display())),
+        })?,
+        None => Staging::temporary()
+            .map_err(|e| operational(format!("cannot create a temporary directory: {e}")))?,
     };
     let dir = File::open(staging.path())
         .map_err(|e| operational(format!("cannot open {}: {e}", staging.path().display())));
@@ -349,12 +319,12 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
     let (outcome, report) = match confined {
         Ok(c) => (c.outcome, c.sandbox),
         Err(f) => {
-            discard(&staging);
+            staging.discard();
             return Err(f);
         }
     };
     if outcome.verdict == Verdict::Rejected {
-        discard(&staging);
+        staging.discard();
     }
     print_answer(
         &outcome,
@@ -421,16 +391,6 @@ fn print_answer<S: serde::Serialize>(
         print!("{}", answer::text(outcome, staged, summary));
     }
     Ok(())
-}
-
-/// Remove a staging directory and everything in it (after a rejection or a fault).
-fn discard(staging: &Staging) {
-    let path = staging.path();
-    if let Ok(dir) = File::open(path) {
-        // Beneath the fd, never following a symlink: the tree may hold hostile links.
-        let _ = skillbox::extract::writer::clear_beneath(dir.as_fd(), 0);
-    }
-    let _ = std::fs::remove_dir(path);
 }
 
 /// Arguments of `skillbox diff` (issue 5).

@@ -27,6 +27,7 @@ use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
 use crate::extract::policy::{Limits, parse_size};
 use crate::extract::{ArtifactType, Request};
 use crate::index::{self, EntryType, Index, IndexError, IndexLimits};
+use crate::out_dir::Staging;
 use crate::reason::{Reason, ReasonCode, Verdict};
 use crate::sandbox::{Confined, SandboxReport};
 
@@ -473,29 +474,6 @@ fn print_index(index: &Index, source: &str) {
 
 // ---------------------------------------------------------------- fetch
 
-/// Where the staged tree goes: the caller's `--out`, or a temporary directory we remove.
-enum Staging {
-    Kept(PathBuf),
-    Temporary(tempfile::TempDir),
-}
-
-impl Staging {
-    fn path(&self) -> &Path {
-        match self {
-            Staging::Kept(p) => p,
-            Staging::Temporary(t) => t.path(),
-        }
-    }
-
-    /// Remove the tree (beneath the directory fd, never following a link), then the directory.
-    fn discard(&self) {
-        if let Ok(dir) = File::open(self.path()) {
-            let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
-        }
-        let _ = std::fs::remove_dir(self.path());
-    }
-}
-
 /// Run `skillbox fetch`; returns the exit code. `engine` is the extraction path `extract` uses.
 pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     let setup = match setup(&a.policy) {
@@ -609,8 +587,8 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     };
 
     let staging = match &a.out {
-        Some(out) => match std::fs::create_dir(out) {
-            Ok(()) => Staging::Kept(out.clone()),
+        Some(out) => match Staging::kept(out) {
+            Ok(s) => s,
             Err(e) => {
                 print_error(&format!("cannot create {}: {e}", out.display()));
                 return if e.kind() == std::io::ErrorKind::AlreadyExists {
@@ -620,8 +598,8 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
                 };
             }
         },
-        None => match tempfile::Builder::new().prefix("skillbox-").tempdir() {
-            Ok(t) => Staging::Temporary(t),
+        None => match Staging::temporary() {
+            Ok(s) => s,
             Err(e) => {
                 print_error(&format!("cannot create a temporary directory: {e}"));
                 return EXIT_OPERATIONAL;
@@ -664,10 +642,9 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     if outcome.verdict == Verdict::Rejected {
         staging.discard();
     }
-    let kept = match (&staging, outcome.verdict) {
-        (Staging::Kept(p), Verdict::Accepted) => Some(p.as_path()),
-        _ => None,
-    };
+    let kept = staging
+        .kept_path()
+        .filter(|_| outcome.verdict == Verdict::Accepted);
     print_fetch(&outcome, Some(&sandbox), &prov, kept, a.json).unwrap_or(EXIT_OPERATIONAL)
 }
 

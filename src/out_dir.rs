@@ -1,0 +1,65 @@
+//! Where the one-shot commands (`extract`, `fetch`) stage a tree: the caller's `--out`, created
+//! fresh, or a temporary directory that is removed after the answer.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+
+use crate::answer::Staged;
+
+/// The staging directory of one command run.
+pub enum Staging {
+    /// The caller's `--out`: kept after an acceptance.
+    Kept(PathBuf),
+    /// A temporary directory, removed when dropped.
+    Temporary(tempfile::TempDir),
+}
+
+impl Staging {
+    /// Create `out`; it must not exist yet (never extract into an earlier install or a link).
+    pub fn kept(out: &Path) -> io::Result<Self> {
+        std::fs::create_dir(out)?;
+        Ok(Self::Kept(out.to_owned()))
+    }
+
+    pub fn temporary() -> io::Result<Self> {
+        tempfile::Builder::new()
+            .prefix("skillbox-")
+            .tempdir()
+            .map(Self::Temporary)
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Kept(p) => p,
+            Self::Temporary(t) => t.path(),
+        }
+    }
+
+    /// Where the answer says the tree is.
+    pub fn shown(&self) -> Staged<'_> {
+        match self {
+            Self::Kept(p) => Staged::At(p),
+            Self::Temporary(_) => Staged::Removed,
+        }
+    }
+
+    /// The kept path of an accepted tree.
+    pub fn kept_path(&self) -> Option<&Path> {
+        match self {
+            Self::Kept(p) => Some(p),
+            Self::Temporary(_) => None,
+        }
+    }
+
+    /// Remove everything in it and the directory itself (after a rejection or a fault).
+    pub fn discard(&self) {
+        let path = self.path();
+        if let Ok(dir) = File::open(path) {
+            // Beneath the fd, never following a symlink: the tree may hold hostile links.
+            let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
+        }
+        let _ = std::fs::remove_dir(path);
+    }
+}
