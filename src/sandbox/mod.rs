@@ -234,13 +234,7 @@ impl Sandbox {
         req: &Request,
     ) -> Result<Confined, SandboxError> {
         let dir = StagingDir::prepare(staging, self.child_ids()).map_err(staging_err(staging))?;
-        self.run_in(
-            Job::Extract(req.clone()),
-            SealedArtifact::from_file(artifact, &req.limits),
-            dir,
-            &req.limits,
-            |_| {},
-        )
+        self.extract_in(artifact, dir, req)
     }
 
     /// [`Sandbox::extract`] into a directory the caller holds open (and removes itself): on
@@ -253,6 +247,15 @@ impl Sandbox {
     ) -> Result<Confined, SandboxError> {
         let dir = StagingDir::prepare_fd(staging, self.child_ids())
             .map_err(staging_err(Path::new("(fd)")))?;
+        self.extract_in(artifact, dir, req)
+    }
+
+    fn extract_in(
+        &self,
+        artifact: &File,
+        dir: StagingDir,
+        req: &Request,
+    ) -> Result<Confined, SandboxError> {
         self.run_in(
             Job::Extract(req.clone()),
             SealedArtifact::from_file(artifact, &req.limits),

@@ -47,23 +47,26 @@ pub fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The payload length a frame header announces, refused above `max` before anything is read.
+fn announced(header: [u8; 4], max: usize) -> Result<usize, WireError> {
+    let len = u32::from_le_bytes(header);
+    let too_large = WireError::TooLarge {
+        len: u64::from(len),
+        max,
+    };
+    match usize::try_from(len) {
+        Ok(want) if want <= max => Ok(want),
+        _ => Err(too_large),
+    }
+}
+
 /// Read one frame from a blocking reader, refusing lengths above `max` before reading them.
 pub fn read_frame(mut r: impl Read, max: usize) -> Result<Vec<u8>, WireError> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len);
-    let want = usize::try_from(len).map_err(|_| WireError::TooLarge {
-        len: u64::from(len),
-        max,
-    })?;
-    if want > max {
-        return Err(WireError::TooLarge {
-            len: u64::from(len),
-            max,
-        });
-    }
+    let want = announced(len, max)?;
     let mut buf = Vec::with_capacity(want);
-    let got = r.take(len.into()).read_to_end(&mut buf)?;
+    let got = r.take(want as u64).read_to_end(&mut buf)?;
     if got != want {
         return Err(WireError::Truncated { got, want });
     }
@@ -78,17 +81,7 @@ pub fn single_frame(buf: &[u8], max: usize) -> Result<&[u8], WireError> {
             want: 4,
         });
     };
-    let len = u32::from_le_bytes(*len);
-    let want = usize::try_from(len).map_err(|_| WireError::TooLarge {
-        len: u64::from(len),
-        max,
-    })?;
-    if want > max {
-        return Err(WireError::TooLarge {
-            len: u64::from(len),
-            max,
-        });
-    }
+    let want = announced(*len, max)?;
     match rest.len().cmp(&want) {
         std::cmp::Ordering::Less => Err(WireError::Truncated {
             got: rest.len(),

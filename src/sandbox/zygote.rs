@@ -131,7 +131,7 @@ enum Refused {
 fn receive_order(control: BorrowedFd<'_>) -> Result<Option<[OwnedFd; ORDER_FDS]>, Refused> {
     let mut buf = [0u8; 64];
     let mut cmsg = nix::cmsg_space!([RawFd; 8]);
-    let (bytes, flags, mut fds) = loop {
+    let (bytes, flags, fds) = loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
         match recvmsg::<()>(
             control.as_raw_fd(),
@@ -161,21 +161,16 @@ fn receive_order(control: BorrowedFd<'_>) -> Result<Option<[OwnedFd; ORDER_FDS]>
     if bytes == 0 && fds.is_empty() {
         return Ok(None);
     }
+    let malformed = || Refused::Order(io::Error::from_raw_os_error(libc::EINVAL));
     if flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC)
         || buf.get(..bytes) != Some(ORDER)
-        || fds.len() != ORDER_FDS
     {
-        return Err(Refused::Order(io::Error::from_raw_os_error(libc::EINVAL)));
+        return Err(malformed());
     }
-    let staging = fds.pop();
-    let artifact = fds.pop();
-    let log = fds.pop();
-    let answer = fds.pop();
-    let request = fds.pop();
-    match (request, answer, log, artifact, staging) {
-        (Some(a), Some(b), Some(c), Some(d), Some(e)) => Ok(Some([a, b, c, d, e])),
-        _ => Err(Refused::Order(io::Error::from_raw_os_error(libc::EINVAL))),
-    }
+    // Exactly ORDER_FDS fds, or the order is refused (and every fd that came is closed).
+    <[OwnedFd; ORDER_FDS]>::try_from(fds)
+        .map(Some)
+        .map_err(|_| malformed())
 }
 
 fn answer(control: BorrowedFd<'_>, value: i32) -> io::Result<()> {
