@@ -203,7 +203,7 @@ fn main() -> ExitCode {
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(skillbox::sandbox::CHILD_SUBCOMMAND))
     {
-        std::process::exit(skillbox::sandbox::child::main());
+        skillbox::sandbox::child::run();
     }
     if std::env::args_os().nth(1).as_deref()
         == Some(std::ffi::OsStr::new(skillbox::sandbox::ZYGOTE_SUBCOMMAND))
@@ -213,7 +213,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let sandbox = &cli.sandbox;
     let result = match cli.command {
-        Command::SandboxChild => std::process::exit(skillbox::sandbox::child::main()),
+        Command::SandboxChild => skillbox::sandbox::child::run(),
         Command::Doctor(args) => Ok(skillbox::sandbox::cli::run_doctor(sandbox, &args)),
         Command::Extract(args) => cmd_extract(args, sandbox),
         Command::Index(args) => Ok(skillbox::fetch::cli::run_index(args)),

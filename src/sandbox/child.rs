@@ -46,6 +46,11 @@ struct Inherited {
     staging: OwnedFd,
 }
 
+/// Run [`main`] and end the process with its status at once (`_exit`: no destructors).
+pub fn run() -> ! {
+    sys::exit_now(main())
+}
+
 /// The child's `main`. Returns the process exit status.
 pub fn main() -> i32 {
     // Anything beyond fd 4 is a leak from the parent's side: close before doing anything else.
@@ -244,7 +249,7 @@ fn confine(
     }
     if u32::try_from(getppid().as_raw()).ok() != Some(req.parent_pid) {
         // The parent died before the death signal was armed: nobody is waiting for an answer.
-        std::process::exit(EXIT_BAD_SETUP);
+        sys::exit_now(EXIT_BAD_SETUP);
     }
 
     // 6. no_new_privs.

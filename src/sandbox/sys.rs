@@ -76,6 +76,29 @@ pub(crate) fn place_forked_child_fds(fds: [RawFd; 5]) -> io::Result<()> {
     close_fds_from(CHILD_FIRST_FOREIGN_FD)
 }
 
+/// madvise(2) `MADV_POPULATE_WRITE` over one writable private mapping of this process: map its
+/// pages now, breaking copy-on-write (Linux 5.14).
+pub(crate) fn populate_write(start: usize, len: usize) -> io::Result<()> {
+    // SAFETY: the range is one of this process's own writable mappings (from /proc/self/maps);
+    // populating changes no contents, only whether private copies of the pages exist yet.
+    check_int(unsafe {
+        libc::madvise(start as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE)
+    })?;
+    Ok(())
+}
+
+/// Put `fd` at number `target` (closing whatever was there) without `FD_CLOEXEC`.
+pub(crate) fn move_fd(fd: OwnedFd, target: RawFd) -> io::Result<()> {
+    if fd.as_raw_fd() == target {
+        std::mem::forget(fd);
+        return Ok(());
+    }
+    // SAFETY: dup2 on integer fds; `target` is the caller's to replace, and `fd` is closed
+    // when it drops below.
+    check_int(unsafe { libc::dup2(fd.as_raw_fd(), target) })?;
+    Ok(())
+}
+
 /// Fork the calling (single-threaded) zygote with `CLONE_PARENT`: the new process is a child of
 /// the zygote's parent, the broker, which can then wait for it, hold a pidfd on it and read its
 /// exit status exactly as for a child it spawned itself. Returns 0 in the child, its pid in the
@@ -100,6 +123,14 @@ pub(crate) fn clone_parent() -> io::Result<libc::pid_t> {
         )
     })?;
     libc::pid_t::try_from(rc).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
+}
+
+/// End the process now with `code`: `_exit(2)`, so no atexit handler or library destructor
+/// runs. The child's answer is written unbuffered before this, so nothing is lost, and the
+/// destructors would only fault in code pages that a fresh child has never touched.
+pub(crate) fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an integer and never returns; it touches no memory of ours.
+    unsafe { libc::_exit(code) }
 }
 
 /// waitpid(2) for one child, retried on EINTR; the raw wait status.

@@ -1,23 +1,31 @@
 //! The zygote: a pre-started, never-confined, never-trusted-with-input copy of our own binary
-//! that forks one child per request, so a busy broker does not pay for `exec` (dynamic
-//! relocation of a large binary, CPUID traps in the loader on a VM, page faults of a fresh
-//! image, lazy tables built again) on every request.
+//! that forks the broker's children ahead of time, so a request pays neither for `exec`
+//! (dynamic relocation of a large binary, CPUID traps in the loader on a VM, page faults of a
+//! fresh image, lazy tables built again) nor for the fork itself.
 //!
 //! What the zygote is:
 //! - A fresh `exec` of `/proc/self/exe sandbox-zygote <broker pid>` with an empty environment,
 //!   started by the broker's keeper thread; fd 0 is a `SOCK_SEQPACKET` control socket, 1 is
 //!   /dev/null, 2 the broker's stderr; everything else is closed before anything runs.
-//! - Single-threaded. It never reads a request, an artifact or a staging tree: it receives five
-//!   fds per request (request pipe, answer pipe, log pipe, sealed artifact memfd, staging
-//!   directory), forks with `CLONE_PARENT`, and answers the child's pid.
-//! - The child places the five fds at 0 to 4, closes every other fd (the control socket
-//!   included) and runs the same `child::main` as an exec'd child: the same bounded request
-//!   read, the same linear `confine()` before a byte of the artifact is read.
+//! - Single-threaded. It never reads a request, an artifact or a staging tree. Asked for a
+//!   spare, it forks one with `CLONE_PARENT` and a `SOCK_SEQPACKET` socket of its own, and
+//!   answers the spare's pid with the broker's end of that socket.
 //!
-//! Because of `CLONE_PARENT` the child is the broker's own child: the broker holds its pidfd,
-//! kills it at the deadline and reaps it with its real exit status, exactly as on the exec
-//! path (`supervise.rs`). Its parent-death signal follows the keeper thread, which lives as
-//! long as the [`Zygote`].
+//! What a spare is (comm `skillbox-spare`): a forked process that breaks copy-on-write of its
+//! small writable mappings, then holds only its socket, /dev/null and stderr and waits for one
+//! order. The broker keeps one spare ready. For a request it sends the five fds (request pipe,
+//! answer pipe, log pipe, sealed artifact memfd, staging directory) straight to the spare,
+//! which renames itself `skillbox-child`, places them at 0 to 4, closes every other fd (its
+//! socket included) and runs the same `child::main` as an exec'd child: the same bounded
+//! request read, the same linear `confine()` before a byte of the artifact is read. The broker
+//! then asks the zygote for the next spare, which is forked while this child works.
+//!
+//! Because of `CLONE_PARENT` every spare is the broker's own child: the broker knows its pid
+//! before it is used, holds its pidfd once it is, kills it at the deadline and reaps it with
+//! its real exit status, exactly as on the exec path (`supervise.rs`). A spare that is never
+//! used (the zygote retired, the sandbox dropped) is killed and reaped by pid; one whose broker
+//! end closes exits by itself. Its parent-death signal follows the keeper thread, which lives
+//! as long as the [`Zygote`].
 //!
 //! The price: every child forked from one zygote shares its address-space layout (ASLR) and
 //! stack-protector canary, so a memory disclosure in one child would help an exploit in the
@@ -44,13 +52,17 @@ use super::{child, sys};
 /// The hidden subcommand the zygote runs under.
 pub const ZYGOTE_SUBCOMMAND: &str = "sandbox-zygote";
 
-/// The payload of a fork order; anything else is refused.
-const ORDER: &[u8] = b"skillbox-zygote-fork-1";
+/// The broker's request for one spare; anything else is refused.
+const SPARE_REQUEST: &[u8] = b"skillbox-zygote-spare-1";
+/// The order a spare waits for, with its [`ORDER_FDS`] fds.
+const ORDER: &[u8] = b"skillbox-spare-order-1";
 /// Fds per order: request, answer, log, artifact, staging (their numbers in the child).
 const ORDER_FDS: usize = 5;
-/// How long the broker waits for the zygote's answer to one order (a fork takes well under a
+/// How long the broker waits for the zygote's answer to one request (a fork takes well under a
 /// millisecond; this only keeps a wedged zygote from wedging the broker).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// `/proc/PID/comm` of a spare that has not been given a request yet.
+pub const SPARE_NAME: &str = "skillbox-spare";
 
 /// The zygote's `main`. Returns the process exit status (0 when the broker hung up).
 pub fn main() -> i32 {
@@ -72,38 +84,116 @@ pub fn main() -> i32 {
     let _ = nix::sys::prctl::set_name(c"skillbox-zygote");
     warm_up();
     // Ready: every leaked fd is closed and the tables are built.
-    if answer(control.as_fd(), 0).is_err() {
+    if answer(control.as_fd(), 0, None).is_err() {
         return child::EXIT_BAD_SETUP;
     }
     loop {
-        let fds = match receive_order(control.as_fd()) {
-            Ok(Some(fds)) => fds,
+        match receive(control.as_fd(), SPARE_REQUEST, 0) {
+            Ok(Some(_)) => {}
             Ok(None) => return 0,
             Err(Refused::Order(e)) => {
-                if answer(control.as_fd(), -e.raw_os_error().unwrap_or(libc::EINVAL)).is_err() {
+                let errno = e.raw_os_error().unwrap_or(libc::EINVAL);
+                if answer(control.as_fd(), -errno, None).is_err() {
                     return child::EXIT_BAD_SETUP;
                 }
                 continue;
             }
             Err(Refused::Socket) => return child::EXIT_BAD_SETUP,
+        }
+        let sent = match fork_spare() {
+            Ok((pid, broker_end)) => answer(control.as_fd(), pid, Some(broker_end.as_fd())),
+            Err(e) => answer(
+                control.as_fd(),
+                -e.raw_os_error().unwrap_or(libc::EIO),
+                None,
+            ),
         };
-        let reply = match sys::clone_parent() {
-            Ok(0) => {
-                // The child. Never returns into this loop.
-                let _ = nix::sys::prctl::set_name(c"skillbox-child");
-                let raw = fds.each_ref().map(AsRawFd::as_raw_fd);
-                let code = match sys::place_forked_child_fds(raw) {
-                    Ok(()) => child::main(),
-                    Err(_) => child::EXIT_BAD_SETUP,
-                };
-                std::process::exit(code);
-            }
-            Ok(pid) => pid,
-            Err(e) => -e.raw_os_error().unwrap_or(libc::EIO),
-        };
-        drop(fds);
-        if answer(control.as_fd(), reply).is_err() {
+        if sent.is_err() {
             return child::EXIT_BAD_SETUP;
+        }
+    }
+}
+
+/// Fork one spare with `CLONE_PARENT` and a socket of its own; returns its pid and the
+/// broker's end of that socket (ours to pass on and close).
+fn fork_spare() -> io::Result<(i32, OwnedFd)> {
+    let (broker_end, spare_end) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )?;
+    match sys::clone_parent()? {
+        0 => {
+            drop(broker_end);
+            spare(spare_end)
+        }
+        pid => Ok((pid, broker_end)),
+    }
+}
+
+/// A spare: forked ahead of time, it waits for one order, then becomes that request's child.
+///
+/// Forking (copying the zygote's page tables) and the hop through the zygote are thereby off
+/// the request's path: the broker sends the order straight to the spare. Until then the spare
+/// holds its socket (fd 0), /dev/null (1) and the broker's stderr (2), nothing else, and reads
+/// nothing but the order. The order's fds replace all three before `child::main` runs.
+fn spare(socket: OwnedFd) -> ! {
+    let _ = nix::sys::prctl::set_name(c"skillbox-spare");
+    // Our socket goes to 0, over the zygote's control socket; everything from 3 up is closed.
+    if sys::move_fd(socket, 0).is_err() || sys::close_fds_from(3).is_err() {
+        sys::exit_now(child::EXIT_BAD_SETUP);
+    }
+    let Ok(control) = sys::inherited_fd(0) else {
+        sys::exit_now(child::EXIT_BAD_SETUP)
+    };
+    prefault();
+    // End of stream (the broker dropped us) or anything but a well-formed order: exit. A spare
+    // that exits unused is reaped by the broker, which knows its pid.
+    let fds = match receive(control.as_fd(), ORDER, ORDER_FDS) {
+        Ok(Some(fds)) => fds,
+        Ok(None) | Err(_) => sys::exit_now(child::EXIT_BAD_SETUP),
+    };
+    let _ = nix::sys::prctl::set_name(c"skillbox-child");
+    let Ok(raw) =
+        <[RawFd; ORDER_FDS]>::try_from(fds.iter().map(AsRawFd::as_raw_fd).collect::<Vec<_>>())
+    else {
+        sys::exit_now(child::EXIT_BAD_SETUP)
+    };
+    // Places the five at 0 to 4 (the socket at 0 is replaced) and closes everything else.
+    match sys::place_forked_child_fds(raw) {
+        Ok(()) => child::run(),
+        Err(_) => sys::exit_now(child::EXIT_BAD_SETUP),
+    }
+}
+
+/// Break copy-on-write now, while no request waits, for the small writable mappings the spare
+/// shares with the zygote (heap, stack, data): otherwise the child takes those faults one by one
+/// after its order. Best effort: a failure only costs the faults later.
+///
+/// Code pages are left to fault in: populating all of the text (a fork does not copy the page
+/// tables of file mappings) saved about as much per request as unmapping it at exit then cost.
+fn prefault() {
+    /// Writable mappings above this are left alone (populating would allocate, not just map).
+    const MAX_WRITE: usize = 1 << 20;
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for line in maps.lines() {
+        let mut f = line.split_ascii_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let path = f.nth(3).unwrap_or("");
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            continue;
+        };
+        let len = b.saturating_sub(a);
+        if perms == "rw-p" && !path.starts_with("[v") && len <= MAX_WRITE {
+            let _ = sys::populate_write(a, len);
         }
     }
 }
@@ -121,20 +211,24 @@ fn warm_up() {
 }
 
 enum Refused {
-    /// A malformed order; answered with this error, the zygote goes on.
+    /// A malformed message; answered with this error (by the zygote), or fatal (to a spare).
     Order(io::Error),
-    /// The control socket itself failed; the zygote exits.
+    /// The socket itself failed.
     Socket,
 }
 
-/// One fork order: exactly [`ORDER`] with exactly [`ORDER_FDS`] fds. `None` at end of stream.
-fn receive_order(control: BorrowedFd<'_>) -> Result<Option<[OwnedFd; ORDER_FDS]>, Refused> {
+/// One message that must be exactly `payload` with exactly `nfds` fds. `None` at end of stream.
+fn receive(
+    socket: BorrowedFd<'_>,
+    payload: &[u8],
+    nfds: usize,
+) -> Result<Option<Vec<OwnedFd>>, Refused> {
     let mut buf = [0u8; 64];
     let mut cmsg = nix::cmsg_space!([RawFd; 8]);
     let (bytes, flags, fds) = loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
         match recvmsg::<()>(
-            control.as_raw_fd(),
+            socket.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
             MsgFlags::MSG_CMSG_CLOEXEC,
@@ -161,56 +255,142 @@ fn receive_order(control: BorrowedFd<'_>) -> Result<Option<[OwnedFd; ORDER_FDS]>
     if bytes == 0 && fds.is_empty() {
         return Ok(None);
     }
-    let malformed = || Refused::Order(io::Error::from_raw_os_error(libc::EINVAL));
+    // Exactly the payload and exactly `nfds` fds, or the message is refused (and every fd that
+    // came is closed).
     if flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC)
-        || buf.get(..bytes) != Some(ORDER)
+        || buf.get(..bytes) != Some(payload)
+        || fds.len() != nfds
     {
-        return Err(malformed());
+        return Err(Refused::Order(io::Error::from_raw_os_error(libc::EINVAL)));
     }
-    // Exactly ORDER_FDS fds, or the order is refused (and every fd that came is closed).
-    <[OwnedFd; ORDER_FDS]>::try_from(fds)
-        .map(Some)
-        .map_err(|_| malformed())
+    Ok(Some(fds))
 }
 
-fn answer(control: BorrowedFd<'_>, value: i32) -> io::Result<()> {
-    nix::sys::socket::send(
+/// One answer to the broker: a pid (with the spare's socket) or a negative errno.
+fn answer(control: BorrowedFd<'_>, value: i32, fd: Option<BorrowedFd<'_>>) -> io::Result<()> {
+    let raw = fd.map(|f| [f.as_raw_fd()]);
+    let cmsg: Vec<ControlMessage<'_>> = raw.iter().map(|r| ControlMessage::ScmRights(r)).collect();
+    sendmsg::<()>(
         control.as_raw_fd(),
-        &value.to_le_bytes(),
+        &[IoSlice::new(&value.to_le_bytes())],
+        &cmsg,
         MsgFlags::MSG_NOSIGNAL,
+        None,
     )?;
     Ok(())
 }
 
 /// The broker's handle on its zygote: started at construction, replaced when it dies or has
-/// forked `max_forks` children. Orders are serialised by a mutex (a fork takes well under a
-/// millisecond).
+/// forked `max_forks` children. One spare is kept forked ahead of the next request; orders are
+/// serialised by a mutex.
 pub struct Zygote {
     max_forks: u32,
     live: Mutex<Option<Live>>,
     keeper: Keeper,
 }
 
-/// One running zygote process.
+/// One running zygote process, and the spare it forked last.
 struct Live {
     control: OwnedFd,
     process: Child,
+    /// Spares asked of this zygote (its quota counts these).
     forks: u32,
+    /// A spare was asked for and the answer is not read yet.
+    pending: bool,
+    spare: Option<Spare>,
+}
+
+/// A forked spare waiting for its order: our child (`CLONE_PARENT`), so ours to reap.
+struct Spare {
+    pid: u32,
+    socket: OwnedFd,
+    /// Still ours to kill and reap (cleared once the order is handed over).
+    unused: bool,
+}
+
+impl Spare {
+    /// Send the order; the spare is then the request's child, for the caller to supervise.
+    fn hand(mut self, fds: &[BorrowedFd<'_>; ORDER_FDS]) -> io::Result<u32> {
+        let raw = fds.each_ref().map(AsRawFd::as_raw_fd);
+        let cmsg = [ControlMessage::ScmRights(&raw)];
+        sendmsg::<()>(
+            self.socket.as_raw_fd(),
+            &[IoSlice::new(ORDER)],
+            &cmsg,
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        )?;
+        // Handed over: now the request's child, which the caller supervises and reaps. Our end
+        // of its socket closes with `self`; the order is already queued on the spare's end.
+        self.unused = false;
+        Ok(self.pid)
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        // Unused (the zygote is retired, or the sandbox dropped): kill and reap by pid. It is our
+        // unreaped child, so the pid cannot have been recycled.
+        if !self.unused {
+            return;
+        }
+        if let Ok(pid) = i32::try_from(self.pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
+            let _ = sys::wait_pid(pid);
+        }
+    }
+}
+
+impl Live {
+    /// Ask for the next spare without waiting for it (the answer is read by [`Live::spare`]).
+    fn ask(&mut self) -> io::Result<()> {
+        nix::sys::socket::send(
+            self.control.as_raw_fd(),
+            SPARE_REQUEST,
+            MsgFlags::MSG_NOSIGNAL,
+        )?;
+        self.forks += 1;
+        self.pending = true;
+        Ok(())
+    }
+
+    /// The spare forked ahead, or one asked for now: `Err` when the zygote is gone or wedged,
+    /// `Ok(Err)` when it is alive and could not fork.
+    fn spare(&mut self) -> io::Result<io::Result<Spare>> {
+        if let Some(s) = self.spare.take() {
+            return Ok(Ok(s));
+        }
+        if !self.pending {
+            self.ask()?;
+        }
+        self.pending = false;
+        read_answer(self.control.as_fd())
+    }
 }
 
 impl Drop for Live {
     fn drop(&mut self) {
+        // Learn the pid of a spare still being forked, so it is reaped too (a live zygote
+        // answers at once; a dead one gives end of file).
+        if self.pending {
+            if let Ok(Ok(s)) = read_answer(self.control.as_fd()) {
+                self.spare = Some(s);
+            }
+        }
         // Its children belong to the broker and do not depend on it; it holds nothing.
         let _ = self.process.kill();
         let _ = self.process.wait();
+        self.spare = None;
     }
 }
 
 impl Zygote {
-    /// Start a zygote of `exe` now. `max_forks` must be at least 1.
+    /// Start a zygote of `exe` now, and have it fork the first spare. `max_forks` must be at
+    /// least 1.
     pub fn start(exe: &Path, max_forks: u32) -> io::Result<Self> {
         let keeper = Keeper::new(exe.to_owned())?;
-        let live = keeper.start()?;
+        let mut live = keeper.start()?;
+        live.ask()?;
         Ok(Self {
             max_forks: max_forks.max(1),
             live: Mutex::new(Some(live)),
@@ -227,26 +407,41 @@ impl Zygote {
         live.as_ref().map(|l| l.process.id())
     }
 
-    /// Have the zygote fork a child with these fds at 0 to 4 (request, answer, log, artifact,
-    /// staging). The child is ours: the caller must wait for it.
+    /// The pid of the spare waiting for the next order, if one is forked (tests inspect it).
+    pub fn spare_pid(&self) -> Option<u32> {
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let l = live.as_mut()?;
+        if l.spare.is_none() && l.pending {
+            l.pending = false;
+            l.spare = read_answer(l.control.as_fd()).ok()?.ok();
+        }
+        l.spare.as_ref().map(|s| s.pid)
+    }
+
+    /// Have a spare take these fds at 0 to 4 (request, answer, log, artifact, staging) and run
+    /// the request. The child is ours: the caller must wait for it.
     pub fn fork(&self, fds: [BorrowedFd<'_>; ORDER_FDS]) -> io::Result<u32> {
         let mut live = self
             .live
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut last = None;
-        // A zygote that died (killed, or the OOM killer) is replaced once per order.
-        for _ in 0..2 {
-            if live.as_ref().is_none_or(|l| l.forks >= self.max_forks) {
+        // A zygote that died (killed, or the OOM killer) is replaced, and a spare that died
+        // while waiting is dropped for the next one; a few tries, not a loop.
+        for _ in 0..3 {
+            let spent = live
+                .as_ref()
+                .is_none_or(|l| l.spare.is_none() && !l.pending && l.forks >= self.max_forks);
+            if spent {
                 *live = None;
                 *live = Some(self.keeper.start()?);
             }
             let Some(l) = live.as_mut() else { continue };
-            match order(l.control.as_fd(), &fds) {
-                Ok(Ok(pid)) => {
-                    l.forks += 1;
-                    return Ok(pid);
-                }
+            let spare = match l.spare() {
+                Ok(Ok(s)) => s,
                 // The zygote is alive and said why it could not fork (EAGAIN at the process
                 // limit, or EPERM/EINVAL where a seccomp policy forbids CLONE_PARENT): report it.
                 Ok(Err(e)) => {
@@ -260,51 +455,103 @@ impl Zygote {
                 Err(e) => {
                     *live = None;
                     last = Some(e);
+                    continue;
                 }
+            };
+            match spare.hand(&fds) {
+                Ok(pid) => {
+                    // Fork the next one while this child works. A zygote that cannot take the
+                    // request is replaced now (this child is already running), so the next
+                    // order finds a spare waiting.
+                    if l.forks < self.max_forks && l.ask().is_err() {
+                        *live = None;
+                        *live = self.keeper.start().ok().and_then(|mut fresh| {
+                            fresh.ask().ok()?;
+                            Some(fresh)
+                        });
+                    }
+                    return Ok(pid);
+                }
+                // The spare died while it waited (it was reaped when `hand` dropped it).
+                Err(e) => last = Some(e),
             }
         }
         Err(last.unwrap_or_else(|| io::Error::other("the zygote could not be started")))
     }
 }
 
-/// Send one order and read the answer: `Err` when the zygote is gone or wedged, `Ok(Err)` when
-/// it refused or failed to fork.
-fn order(
-    control: BorrowedFd<'_>,
-    fds: &[BorrowedFd<'_>; ORDER_FDS],
-) -> io::Result<io::Result<u32>> {
-    let raw = fds.each_ref().map(AsRawFd::as_raw_fd);
-    let cmsg = [ControlMessage::ScmRights(&raw)];
-    sendmsg::<()>(
-        control.as_raw_fd(),
-        &[IoSlice::new(ORDER)],
-        &cmsg,
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    let value = read_answer(control)?;
-    Ok(match u32::try_from(value) {
-        Ok(pid) if pid > 0 => Ok(pid),
-        _ => Err(io::Error::from_raw_os_error(
+/// One answer from the zygote: a spare (pid and socket) or the errno it could not fork with;
+/// `Err` on end of file (it died), a timeout, or a malformed answer.
+fn read_answer(control: BorrowedFd<'_>) -> io::Result<io::Result<Spare>> {
+    let value = read_word(control)?;
+    let (value, fds) = value;
+    match u32::try_from(value) {
+        Ok(pid) if pid > 0 => {
+            let spare = fds.into_iter().next().map(|socket| Spare {
+                pid,
+                socket,
+                unused: true,
+            });
+            match spare {
+                Some(s) => Ok(Ok(s)),
+                None => {
+                    // A pid without a socket: not our protocol. Reap the process and give up
+                    // on this zygote.
+                    if let Ok(p) = i32::try_from(pid) {
+                        let _ =
+                            nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGKILL);
+                        let _ = sys::wait_pid(p);
+                    }
+                    Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the zygote sent a spare without its socket",
+                    ))
+                }
+            }
+        }
+        _ => Ok(Err(io::Error::from_raw_os_error(
             value.checked_neg().unwrap_or(libc::EIO),
-        )),
-    })
+        ))),
+    }
 }
 
-/// One 4-byte answer from the zygote; EOF (it died) and a timeout are errors.
-fn read_answer(control: BorrowedFd<'_>) -> io::Result<i32> {
+/// One 4-byte word from the zygote and the fds that came with it (at most one is expected);
+/// end of file (it died) and a timeout are errors.
+fn read_word(control: BorrowedFd<'_>) -> io::Result<(i32, Vec<OwnedFd>)> {
     let mut reply = [0u8; 8];
-    let n = loop {
-        match nix::sys::socket::recv(control.as_raw_fd(), &mut reply, MsgFlags::empty()) {
+    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+    let (n, fds) = loop {
+        let mut iov = [IoSliceMut::new(&mut reply)];
+        match recvmsg::<()>(
+            control.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
             Err(nix::errno::Errno::EINTR) => {}
-            other => break other?,
+            Err(e) => return Err(e.into()),
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                for c in msg.cmsgs()? {
+                    if let ControlMessageOwned::ScmRights(raw) = c {
+                        // SAFETY: SCM_RIGHTS just installed these fds in our table; nothing else
+                        // refers to them.
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
+                    }
+                }
+                break (msg.bytes, fds);
+            }
         }
     };
-    reply
+    let word = reply
         .get(..n)
         .and_then(|b| <[u8; 4]>::try_from(b).ok())
         .map(i32::from_le_bytes)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "the zygote hung up"))
+        .ok_or_else(|| io::Error::new(io::ErrorKind::BrokenPipe, "the zygote hung up"))?;
+    Ok((word, fds))
 }
 
 /// The thread every zygote is started from. A child's parent-death signal is tied to the thread
@@ -380,10 +627,12 @@ fn launch(exe: &Path) -> io::Result<Live> {
         control: ours,
         process,
         forks: 0,
+        pending: false,
+        spare: None,
     };
     // Its first word is 0 once it has closed what it inherited and warmed up; anything else
     // (or silence past the timeout) and it is killed and reaped by `Live`'s drop.
-    match read_answer(live.control.as_fd())? {
+    match read_word(live.control.as_fd())?.0 {
         0 => Ok(live),
         other => Err(io::Error::other(format!(
             "the zygote did not start (said {other})"

@@ -360,6 +360,11 @@ async fn concurrent_clients_each_get_their_own_answer() {
     assert_eq!(accepted, 16);
     server.assert_clean();
     assert_eq!(server.zygotes().len(), 1, "one zygote forks every child");
+    assert_eq!(
+        server.wait_spares(1, Duration::from_secs(3)),
+        1,
+        "one spare waits for the next request"
+    );
 }
 
 /// The zygote is replaced after its quota, and `--zygote-max-forks 0` execs every child; the
@@ -754,6 +759,8 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
     let mut server = Server::start(&["--grace", "20"]);
     let zygotes = server.zygotes();
     assert_eq!(zygotes.len(), 1, "the server runs one zygote");
+    assert_eq!(server.wait_spares(1, Duration::from_secs(3)), 1);
+    let spares = server.spares();
     let c = server.client().await;
     let inflight = {
         let mut c = c.clone();
@@ -778,12 +785,24 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
     let status = server.wait_exit(Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
-    // The zygote does not outlive the server (it may linger as a zombie of whoever adopts it).
-    let state = std::fs::read_to_string(format!("/proc/{}/stat", zygotes[0])).unwrap_or_default();
-    let running = state
-        .rsplit_once(") ")
-        .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'));
-    assert!(!running, "the zygote outlived the server: {state}");
+    // The zygote and its spare do not outlive the server (they may linger as zombies of whoever
+    // adopts them). The first spare was used by the in-flight request; its successor is checked
+    // by name below.
+    for pid in zygotes.iter().chain(&spares) {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let running = state
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'));
+        assert!(!running, "{pid} outlived the server: {state}");
+    }
+    let until = Instant::now() + Duration::from_secs(3);
+    while harness::live_named("skillbox-spare", server.pid()) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !harness::live_named("skillbox-spare", server.pid()),
+        "a spare of the server is still running"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1086,6 +1086,14 @@ fn zygote_pid(sb: &Sandbox) -> u32 {
         .unwrap_or_else(|| panic!("no zygote running"))
 }
 
+/// A process that has exited and waits to be reaped.
+fn zombie(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z'))
+    })
+}
+
 /// A process that is gone and reaped: no /proc entry (a zombie still has one).
 fn reaped(pid: u32) -> bool {
     !Path::new(&format!("/proc/{pid}")).exists()
@@ -1140,6 +1148,86 @@ fn the_zygote_holds_nothing_but_its_control_socket() {
     );
 }
 
+/// The spare forked ahead of the next request: ours (`CLONE_PARENT`), named, single-threaded,
+/// holding its socket, /dev/null and stderr only; reaped when the sandbox goes.
+#[test]
+fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
+    let sb = sandbox_with(|c| c.zygote_max_forks = 100);
+    let spare = sb
+        .zygote()
+        .and_then(skillbox::sandbox::Zygote::spare_pid)
+        .unwrap_or_else(|| panic!("no spare forked"));
+    let proc_dir = PathBuf::from(format!("/proc/{spare}"));
+    // It breaks copy-on-write before it waits; give it the moment that takes.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut fds: Vec<(u32, String)> = Vec::new();
+    while std::time::Instant::now() < until {
+        fds = fs::read_dir(proc_dir.join("fd"))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .filter_map(Result::ok)
+            .map(|e| {
+                let n = e.file_name().to_string_lossy().parse().unwrap_or(u32::MAX);
+                let target = fs::read_link(e.path())
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                (n, target)
+            })
+            .collect();
+        fds.sort();
+        if fds.len() == 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let numbers: Vec<u32> = fds.iter().map(|(n, _)| *n).collect();
+    assert_eq!(numbers, [0, 1, 2], "spare fds: {fds:?}");
+    assert!(fds[0].1.starts_with("socket:"), "fd 0 is {:?}", fds[0].1);
+    assert_eq!(fds[1].1, "/dev/null");
+    let status = fs::read_to_string(proc_dir.join("status")).unwrap_or_else(|e| panic!("{e}"));
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_owned())
+    };
+    assert_eq!(field("Name:").as_deref(), Some("skillbox-spare"));
+    assert_eq!(field("Threads:").as_deref(), Some("1"));
+    assert_eq!(
+        field("PPid:"),
+        Some(std::process::id().to_string()),
+        "the spare must be our child, to be supervised and reaped like any other"
+    );
+    let environ = fs::read(proc_dir.join("environ")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(environ.is_empty(), "the spare has an environment");
+    drop(sb);
+    assert!(reaped(spare), "dropping the sandbox left its spare behind");
+}
+
+/// A spare that died while it waited is reaped, and the request goes to a fresh one.
+#[test]
+fn a_killed_spare_is_reaped_and_the_request_still_runs() {
+    let f = fixture();
+    let sb = sandbox_with(|c| c.zygote_max_forks = 100);
+    for _ in 0..2 {
+        let spare = sb
+            .zygote()
+            .and_then(skillbox::sandbox::Zygote::spare_pid)
+            .unwrap_or_else(|| panic!("no spare forked"));
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(spare).unwrap_or(i32::MAX));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Dead before the request comes (a zombie until the broker notices).
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while !zombie(spare) && std::time::Instant::now() < until {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(zombie(spare), "the killed spare did not die");
+        quick_probe_ok(&f, &sb);
+        assert!(reaped(spare), "the killed spare was left a zombie");
+    }
+    f.outside_untouched();
+}
+
 #[test]
 fn a_killed_zygote_is_reaped_and_replaced() {
     let f = fixture();
@@ -1149,7 +1237,13 @@ fn a_killed_zygote_is_reaped_and_replaced() {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(first).unwrap_or(i32::MAX));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
         .unwrap_or_else(|e| panic!("{e}"));
-    // The next request notices, starts a fresh zygote, and still gets a confined child.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !zombie(first) && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(zombie(first), "the killed zygote did not die");
+    // The next request notices (it may still use the spare forked before the zygote died),
+    // starts a fresh zygote, and gets a confined child either way.
     quick_probe_ok(&f, &sb);
     let second = zygote_pid(&sb);
     assert_ne!(first, second, "the dead zygote was not replaced");

@@ -291,17 +291,20 @@ impl Server {
         out
     }
 
-    /// The zygote names itself; the children it forks share its command line but not its name.
-    fn is_zygote(pid: u32) -> bool {
-        std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|c| c.trim_end() == "skillbox-zygote")
+    /// The zygote and its idle spares name themselves; a spare renames itself `skillbox-child`
+    /// when it is given a request.
+    fn comm_is(pid: u32, name: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == name)
     }
 
-    /// The server's confined children (per request; the long-lived zygote is not one).
+    /// The server's confined children (per request; the long-lived zygote and the one spare
+    /// waiting for the next request are not).
     pub fn children(&self) -> Vec<u32> {
         self.all_children()
             .into_iter()
-            .filter(|&p| !Self::is_zygote(p))
+            .filter(|&p| {
+                !Self::comm_is(p, "skillbox-zygote") && !Self::comm_is(p, "skillbox-spare")
+            })
             .collect()
     }
 
@@ -309,8 +312,30 @@ impl Server {
     pub fn zygotes(&self) -> Vec<u32> {
         self.all_children()
             .into_iter()
-            .filter(|&p| Self::is_zygote(p))
+            .filter(|&p| Self::comm_is(p, "skillbox-zygote"))
             .collect()
+    }
+
+    /// The spares forked ahead of the next request: at most one per zygote.
+    pub fn spares(&self) -> Vec<u32> {
+        self.all_children()
+            .into_iter()
+            .filter(|&p| Self::comm_is(p, "skillbox-spare"))
+            .collect()
+    }
+
+    /// How many spares there are once `want` exist or `within` has passed (the next spare is
+    /// forked while a request runs, so it may still be on its way). Never more than one.
+    pub fn wait_spares(&self, want: usize, within: Duration) -> usize {
+        let until = Instant::now() + within;
+        loop {
+            let n = self.spares().len();
+            assert!(n <= 1, "more than one spare: {:?}", self.spares());
+            if n >= want || Instant::now() >= until {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// No staging directory and no child left.
@@ -542,4 +567,26 @@ impl Pki {
     pub fn read(&self, name: &str) -> Vec<u8> {
         ok(std::fs::read(self.dir.path().join(name)), name)
     }
+}
+
+/// Whether a process named `comm` that was started by `server_pid` (its parent when the server
+/// started it, or `sandbox-zygote <server_pid>` on its command line) is still running, that is,
+/// neither gone nor a zombie.
+pub fn live_named(comm: &str, server_pid: u32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.filter_map(Result::ok).any(|e| {
+        let p = e.path();
+        let named = std::fs::read_to_string(p.join("comm")).is_ok_and(|c| c.trim_end() == comm);
+        let ours = std::fs::read(p.join("cmdline")).is_ok_and(|c| {
+            c.split(|&b| b == 0)
+                .any(|a| a == server_pid.to_string().as_bytes())
+        });
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        let alive = stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'));
+        named && ours && alive
+    })
 }
