@@ -126,6 +126,11 @@ impl Hasher {
         self.len += bytes.len() as u64;
     }
 
+    /// Bytes hashed so far.
+    pub fn bytes_hashed(&self) -> u64 {
+        self.len
+    }
+
     pub fn finish(self) -> (Sha256Digest, u64) {
         (Sha256Digest(self.inner.finalize().into()), self.len)
     }
