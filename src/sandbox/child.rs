@@ -60,11 +60,22 @@ pub fn main() -> i32 {
     let Ok(mut answer) = sys::inherited_fd(1).map(File::from) else {
         return EXIT_BAD_SETUP;
     };
-    let Some((request, program)) = read_request() else {
+    let Some((input, mut request, program)) = read_request() else {
         return EXIT_BAD_SETUP;
     };
     let mut report = ConfinementReport::default();
-    let inherited = match confine(&request, &program, &mut report) {
+    let confined = confine(&request, &program, &mut report).and_then(|inherited| {
+        // The parent seals the artifact while we confine; its digest is the last frame, and
+        // the seals are checked before a byte of the artifact is read.
+        let digest = read_sealed_digest(input)
+            .ok_or_else(|| failed("fds", "the parent did not finish the request"))?;
+        check_sealed(&inherited.artifact)?;
+        if let Job::Extract(req) = &mut request.job {
+            req.sealed_digest = Some(digest);
+        }
+        Ok(inherited)
+    });
+    let inherited = match confined {
         Ok(i) => i,
         Err(StepFailed { step, detail }) => {
             let result = JobResult::Unavailable {
@@ -104,13 +115,38 @@ pub fn main() -> i32 {
     }
 }
 
-/// The request (JSON) and the seccomp program (raw BPF), both bounded; fd 0 is closed after.
-fn read_request() -> Option<(ChildRequest, Vec<seccompiler::sock_filter>)> {
+/// The request (JSON) and the seccomp program (raw BPF), both bounded, and fd 0 to read the
+/// last frame from.
+fn read_request() -> Option<(File, ChildRequest, Vec<seccompiler::sock_filter>)> {
     let input = File::from(sys::inherited_fd(0).ok()?);
     let json = wire::read_frame(&input, wire::MAX_REQUEST_BYTES).ok()?;
     let program = wire::read_frame(&input, wire::MAX_BPF_BYTES).ok()?;
     let request = serde_json::from_slice(&json).ok()?;
-    Some((request, seccomp::from_bytes(&program)?))
+    Some((input, request, seccomp::from_bytes(&program)?))
+}
+
+/// The request's last frame: the digest of the artifact as sealed. Blocks until the parent has
+/// sealed it; `None` if the parent gave up (end of file) or sent anything else. fd 0 is closed
+/// after.
+fn read_sealed_digest(input: File) -> Option<crate::digest::Sha256Digest> {
+    let raw = wire::read_frame(&input, wire::SEALED_DIGEST_BYTES).ok()?;
+    let bytes = <[u8; wire::SEALED_DIGEST_BYTES]>::try_from(raw).ok()?;
+    Some(crate::digest::Sha256Digest::from_bytes(bytes))
+}
+
+/// The artifact memfd must carry all four seals (no write, grow, shrink, or seal change), so
+/// what we read is exactly what the parent hashed. Not skippable.
+fn check_sealed(artifact: &File) -> Result<(), StepFailed> {
+    let seals = fcntl(artifact.as_fd(), FcntlArg::F_GET_SEALS)
+        .map_err(|e| failed("fds", format!("artifact seals: {e}")))?;
+    let wanted = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_SEAL;
+    if !SealFlag::from_bits_truncate(seals).contains(wanted) {
+        return Err(failed("fds", "the artifact memfd is not sealed"));
+    }
+    Ok(())
 }
 
 fn send(answer: &mut File, msg: &ChildAnswer) -> io::Result<()> {
@@ -121,9 +157,10 @@ fn send(answer: &mut File, msg: &ChildAnswer) -> io::Result<()> {
 /// Confine this process before it reads a byte of the artifact. Every step is irreversible,
 /// and the order matters: each later step relies on the earlier ones.
 ///
-/// 1. **Inherited fds.** Take ownership of fds 3 and 4 and check they are what the parent
-///    promised: a memfd carrying all four seals (no write, grow, shrink, or seal change) and a
-///    directory. Everything above 4 was closed by `main`. Not skippable.
+/// 1. **Inherited fds.** Take ownership of fds 3 (the artifact memfd) and 4 (the staging
+///    directory) and check that 4 is a directory. Everything above 4 was closed by `main`. Not
+///    skippable. The memfd's seals are checked after this function, once the parent has sent
+///    the last request frame (it seals while we confine), and before the artifact is read.
 /// 2. **Resource limits.** Core dumps off, a small fd table, the file-size, CPU and
 ///    address-space ceilings from the plan (`rlimits.rs`).
 /// 3. **Identity.** Started as root: empty the capability bounding set (still privileged enough
@@ -163,15 +200,6 @@ fn confine(
         .map_err(|e| failed("fds", format!("artifact fd: {e}")))?;
     let staging = sys::inherited_fd(sys::CHILD_STAGING_FD)
         .map_err(|e| failed("fds", format!("staging fd: {e}")))?;
-    let seals = fcntl(artifact.as_fd(), FcntlArg::F_GET_SEALS)
-        .map_err(|e| failed("fds", format!("artifact seals: {e}")))?;
-    let wanted = SealFlag::F_SEAL_WRITE
-        | SealFlag::F_SEAL_GROW
-        | SealFlag::F_SEAL_SHRINK
-        | SealFlag::F_SEAL_SEAL;
-    if !SealFlag::from_bits_truncate(seals).contains(wanted) {
-        return Err(failed("fds", "the artifact memfd is not sealed"));
-    }
     let st = fstat(staging.as_fd()).map_err(|e| failed("fds", format!("staging fd: {e}")))?;
     if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR {
         return Err(failed("fds", "the staging fd is not a directory"));

@@ -27,7 +27,7 @@ pub mod zygote;
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -39,7 +39,7 @@ use crate::extract::policy::Limits;
 use crate::reason::{Reason, ReasonCode, Verdict, display_name};
 pub use probe::{Base, Probe, ProbeResult};
 pub use recheck::{StagingDir, Verify};
-pub use spawn::{CHILD_SUBCOMMAND, SealedArtifact};
+pub use spawn::{CHILD_SUBCOMMAND, RequestTail, SealedArtifact};
 pub use supervise::{Ended, ProbeEnd, Running};
 pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult};
 pub use zygote::{ZYGOTE_SUBCOMMAND, Zygote};
@@ -258,7 +258,7 @@ impl Sandbox {
     ) -> Result<Confined, SandboxError> {
         self.run_in(
             Job::Extract(req.clone()),
-            SealedArtifact::from_file(artifact, &req.limits),
+            |memfd| SealedArtifact::fill_from_file(memfd, artifact, &req.limits),
             dir,
             &req.limits,
             |_| {},
@@ -277,15 +277,24 @@ impl Sandbox {
         on_spawn: impl FnOnce(u32),
     ) -> Result<Confined, SandboxError> {
         let dir = StagingDir::prepare(staging, self.child_ids()).map_err(staging_err(staging))?;
-        let sealed =
-            SealedArtifact::copy_from(artifact, limits.max_artifact_bytes.saturating_add(1));
-        self.run_in(job, sealed, dir, limits, on_spawn)
+        let max = limits.max_artifact_bytes.saturating_add(1);
+        self.run_in(
+            job,
+            |memfd| SealedArtifact::fill(memfd, artifact, max),
+            dir,
+            limits,
+            on_spawn,
+        )
     }
 
+    /// Start the child over an empty memfd, have `seal` copy the artifact into it (hashing and
+    /// sealing) while the child confines itself, then send the child the sealed digest and
+    /// supervise it. On anything but an acceptance the staging directory is emptied (and
+    /// removed when we know its path).
     fn run_in(
         &self,
         job: Job,
-        sealed: io::Result<SealedArtifact>,
+        seal: impl FnOnce(File) -> io::Result<SealedArtifact>,
         dir: StagingDir,
         limits: &Limits,
         on_spawn: impl FnOnce(u32),
@@ -294,28 +303,28 @@ impl Sandbox {
             Job::Extract(r) => r.expected_digest,
             Job::Probe(_) => None,
         };
-        let result = sealed.map_err(SandboxError::Artifact).and_then(|sealed| {
-            let mut job = job;
-            if let Job::Extract(req) = &mut job {
-                // We hashed the bytes while sealing them; the engine need not hash them again.
-                req.sealed_digest = Some(sealed.digest());
-            }
-            let (outcome, sandbox) = self.supervise(job, &sealed, &dir, limits, on_spawn)?;
-            let checked =
-                check_claims(&outcome, &sealed, expected).and_then(|()| match outcome.verdict {
-                    Verdict::Accepted => {
-                        dir.recheck(&outcome, self.config.verify, limits.max_path_depth)
-                    }
-                    Verdict::Rejected => Ok(()),
-                });
-            Ok(match checked {
-                Ok(()) => Confined { outcome, sandbox },
-                Err(why) => Confined {
-                    outcome: rejected(&sealed, Reason::new(ReasonCode::SandboxViolation, why)),
-                    sandbox,
-                },
-            })
-        });
+        let result = self
+            .start(job, seal, &dir, limits)
+            .and_then(|(running, sealed)| {
+                on_spawn(running.pid());
+                let (outcome, sandbox) = self.supervise(running, &sealed, &dir)?;
+                let checked =
+                    check_claims(&outcome, &sealed, expected).and_then(|()| {
+                        match outcome.verdict {
+                            Verdict::Accepted => {
+                                dir.recheck(&outcome, self.config.verify, limits.max_path_depth)
+                            }
+                            Verdict::Rejected => Ok(()),
+                        }
+                    });
+                Ok(match checked {
+                    Ok(()) => Confined { outcome, sandbox },
+                    Err(why) => Confined {
+                        outcome: rejected(&sealed, Reason::new(ReasonCode::SandboxViolation, why)),
+                        sandbox,
+                    },
+                })
+            });
         match &result {
             Ok(c) if c.outcome.verdict == Verdict::Accepted => {}
             Ok(_) | Err(_) => {
@@ -326,19 +335,33 @@ impl Sandbox {
         result
     }
 
-    /// Spawn the child for `job` and wait for it; the staging root is taken back before the
-    /// answer is looked at.
-    fn supervise(
+    /// Spawn the child for `job` over a fresh memfd, seal the artifact into it meanwhile, and
+    /// finish the child's request with the digest. If sealing fails, the child (which has read
+    /// nothing of the artifact) is killed and reaped, and the error returned.
+    fn start(
         &self,
         job: Job,
-        sealed: &SealedArtifact,
+        seal: impl FnOnce(File) -> io::Result<SealedArtifact>,
         dir: &StagingDir,
         limits: &Limits,
-        on_spawn: impl FnOnce(u32),
+    ) -> Result<(Running, SealedArtifact), SandboxError> {
+        let memfd = SealedArtifact::memfd().map_err(SandboxError::Artifact)?;
+        let (running, tail) = self.spawn_unsealed(job, memfd.as_fd(), dir, limits)?;
+        // `running` kills and reaps the child when dropped on the error path.
+        let sealed = seal(memfd).map_err(SandboxError::Artifact)?;
+        // A child that is already gone cannot take the last frame; its end says why.
+        let _ = tail.finish(&sealed.digest());
+        Ok((running, sealed))
+    }
+
+    /// Wait for the child; the staging root is taken back before the answer is looked at.
+    fn supervise(
+        &self,
+        running: Running,
+        sealed: &SealedArtifact,
+        dir: &StagingDir,
     ) -> Result<(Outcome, SandboxReport), SandboxError> {
-        let running = self.spawn(job, sealed, dir, limits)?;
-        on_spawn(running.pid());
-        let ended = running
+        let mut ended = running
             .wait(self.config.timeout, self.config.max_answer_bytes)
             .map_err(SandboxError::Supervise)?;
         dir.reclaim_root()
@@ -351,7 +374,7 @@ impl Sandbox {
             verify: self.config.verify,
             child: None,
         };
-        let answer = match supervise::classify(&ended, self.config.max_answer_bytes) {
+        let answer = match supervise::classify(&mut ended, self.config.max_answer_bytes) {
             Ok(a) => a,
             Err(reason) => return Ok((rejected(sealed, reason), report)),
         };
@@ -386,6 +409,21 @@ impl Sandbox {
         dir: &StagingDir,
         limits: &Limits,
     ) -> Result<Running, SandboxError> {
+        let (running, tail) = self.spawn_unsealed(job, sealed.file().as_fd(), dir, limits)?;
+        let _ = tail.finish(&sealed.digest());
+        Ok(running)
+    }
+
+    /// Start a child for `job` over `artifact`, a memfd the caller seals before it finishes the
+    /// request with the returned [`RequestTail`] (tests use it to show that a child never runs
+    /// its job over an unsealed memfd, or without the last frame).
+    pub fn spawn_unsealed(
+        &self,
+        job: Job,
+        artifact: BorrowedFd<'_>,
+        dir: &StagingDir,
+        limits: &Limits,
+    ) -> Result<(Running, RequestTail), SandboxError> {
         let request = wire::ChildRequest {
             parent_pid: std::process::id(),
             run_as: Some(self.config.run_as),
@@ -405,7 +443,7 @@ impl Sandbox {
             self.zygote.as_ref(),
             &json,
             &self.program,
-            sealed,
+            artifact,
             dir.fd(),
         )
         .map_err(|source| SandboxError::Spawn {

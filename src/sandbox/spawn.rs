@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -39,11 +39,21 @@ impl SealedArtifact {
     /// Callers pass one byte more than the artifact-size limit, so an oversized artifact is
     /// still recognised (and rejected by the engine) without buffering all of it.
     pub fn copy_from(src: impl Read, max_bytes: u64) -> io::Result<Self> {
+        Self::fill(Self::memfd()?, src, max_bytes)
+    }
+
+    /// A new, empty memfd that can be sealed: hand it to the child, then [`SealedArtifact::fill`]
+    /// it while the child confines itself.
+    pub fn memfd() -> io::Result<File> {
         let fd = memfd_create(
             "skillbox-artifact",
             MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
         )?;
-        let mut file = File::from(fd);
+        Ok(File::from(fd))
+    }
+
+    /// [`SealedArtifact::copy_from`] into `file`, a fresh [`SealedArtifact::memfd`].
+    pub fn fill(mut file: File, src: impl Read, max_bytes: u64) -> io::Result<Self> {
         let mut hasher = Hasher::new();
         let mut src = src.take(max_bytes);
         // Below glibc's mmap threshold (128 KiB), so the buffer comes from the heap and is not
@@ -75,7 +85,13 @@ impl SealedArtifact {
     /// [`SealedArtifact::copy_from`] a file from offset 0 whatever its current position (the
     /// engine reads positionally too), bounded one byte past `limits.max_artifact_bytes`.
     pub fn from_file(file: &File, limits: &Limits) -> io::Result<Self> {
-        Self::copy_from(
+        Self::fill_from_file(Self::memfd()?, file, limits)
+    }
+
+    /// [`SealedArtifact::from_file`] into `memfd`, a fresh [`SealedArtifact::memfd`].
+    pub fn fill_from_file(memfd: File, file: &File, limits: &Limits) -> io::Result<Self> {
+        Self::fill(
+            memfd,
             Positioned { file, pos: 0 },
             limits.max_artifact_bytes.saturating_add(1),
         )
@@ -161,20 +177,22 @@ impl Read for Positioned<'_> {
     }
 }
 
-/// Start a child with the request (`request_json`, then the BPF `program`) on fd 0: a fresh
-/// `exe sandbox-child`, or a fork of the `zygote` when one is given. Either way the child starts
-/// `child::main` with the same five fds.
+/// Start a child with the request's first two frames (`request_json`, then the BPF `program`)
+/// on fd 0: a fresh `exe sandbox-child`, or a spare of the `zygote` when one is given. Either
+/// way the child starts `child::main` with the same five fds, and confines itself while the
+/// caller fills and seals `artifact`; it reads nothing of the artifact before the caller has
+/// [`RequestTail::finish`]ed the request with the sealed digest.
 pub(crate) fn spawn(
     exe: &Path,
     zygote: Option<&Zygote>,
     request_json: &[u8],
     program: &[u8],
-    artifact: &SealedArtifact,
+    artifact: BorrowedFd<'_>,
     staging: &OwnedFd,
-) -> io::Result<Running> {
+) -> io::Result<(Running, RequestTail)> {
     let mut request = super::wire::frame(request_json)?;
     request.extend_from_slice(&super::wire::frame(program)?);
-    let request_r = prefilled_pipe(&request)?;
+    let (request_r, tail) = request_pipe(&request, 4 + super::wire::SEALED_DIGEST_BYTES)?;
     let (answer_r, answer_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
     let (log_r, log_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
     // The child's ends must block: it writes with plain write_all.
@@ -186,14 +204,15 @@ pub(crate) fn spawn(
             request_r.as_fd(),
             answer_w.as_fd(),
             log_w.as_fd(),
-            artifact.file.as_fd(),
+            artifact,
             staging.as_fd(),
         ])?;
         // Our copies of the child's ends go now, so EOF means the child is done.
         drop((request_r, answer_w, log_w));
-        return Running::from_pid(pid, File::from(answer_r), File::from(log_r));
+        let running = Running::from_pid(pid, File::from(answer_r), File::from(log_r))?;
+        return Ok((running, tail));
     }
-    let artifact_raw = artifact.file.as_raw_fd();
+    let artifact_raw = artifact.as_raw_fd();
     let staging_raw = staging.as_raw_fd();
     let mut cmd = Command::new(exe);
     cmd.arg(CHILD_SUBCOMMAND)
@@ -212,25 +231,41 @@ pub(crate) fn spawn(
     let child = cmd.spawn()?;
     // Dropping the command closes our copies of the child's ends, so EOF means the child is done.
     drop(cmd);
-    Running::new(child, File::from(answer_r), File::from(log_r))
+    Ok((
+        Running::new(child, File::from(answer_r), File::from(log_r))?,
+        tail,
+    ))
 }
 
-/// A pipe whose read end already holds `bytes` and whose write end is closed.
-fn prefilled_pipe(bytes: &[u8]) -> io::Result<OwnedFd> {
+/// The parent's end of a child's request pipe, for the last frame.
+pub struct RequestTail(File);
+
+impl RequestTail {
+    /// Send the digest of the sealed artifact, the request's last frame, and close the pipe.
+    /// Fails only if the child is gone (its end is then classified as usual).
+    pub fn finish(mut self, digest: &Sha256Digest) -> io::Result<()> {
+        // Non-blocking, and room for it was reserved when the pipe was made.
+        self.0.write_all(&super::wire::frame(digest.as_bytes())?)
+    }
+}
+
+/// A pipe whose read end already holds `head`, with room reserved for `tail` more bytes; the
+/// write end (non-blocking) is returned for those.
+fn request_pipe(head: &[u8], tail: usize) -> io::Result<(OwnedFd, RequestTail)> {
     let (r, w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
     // The default capacity is 64 KiB but may be a single page for a user over
     // pipe-user-pages-soft; ask for what we need (requests are a few KiB).
+    let need = head.len().saturating_add(tail);
     let capacity = fcntl(w.as_fd(), FcntlArg::F_GETPIPE_SZ)?;
-    if usize::try_from(capacity).unwrap_or(0) < bytes.len() {
-        let want =
-            i32::try_from(bytes.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    if usize::try_from(capacity).unwrap_or(0) < need {
+        let want = i32::try_from(need).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         fcntl(w.as_fd(), FcntlArg::F_SETPIPE_SZ(want))?;
     }
     let mut w = File::from(w);
     // Non-blocking: a request that does not fit is an error here, never a hang.
-    w.write_all(bytes)?;
+    w.write_all(head)?;
     set_blocking(&r)?;
-    Ok(r)
+    Ok((r, RequestTail(w)))
 }
 
 fn set_blocking(fd: &OwnedFd) -> io::Result<()> {

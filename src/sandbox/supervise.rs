@@ -33,7 +33,7 @@ pub struct Running {
 }
 
 /// How a child ended, with what it said.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Ended {
     pub status: ExitStatus,
     /// The raw answer bytes (at most the bound plus the 4-byte header).
@@ -44,6 +44,9 @@ pub struct Ended {
     pub log: Vec<u8>,
     /// We killed it at the deadline.
     pub timed_out: bool,
+    /// The answer as decoded the moment its frame was complete (while the child was still
+    /// exiting), with the length it was decoded at; used only if no byte came after.
+    decoded: Option<(usize, Result<ChildAnswer, String>)>,
 }
 
 impl Running {
@@ -96,6 +99,7 @@ impl Running {
         let (mut answer_open, mut log_open, mut exited) = (true, true, false);
         let (mut timed_out, mut answer_overflow) = (false, false);
         let mut buf = vec![0u8; 64 * 1024];
+        let mut decoded = None;
 
         while !exited || answer_open || log_open {
             let now = Instant::now();
@@ -143,6 +147,11 @@ impl Running {
                         answer_overflow = true;
                     }
                 }
+                // Decode as soon as the frame is whole: the child's exit (address-space
+                // teardown) runs meanwhile. The bytes are no more trusted for being early.
+                if decoded.is_none() && wire::single_frame(&answer, max_answer).is_ok() {
+                    decoded = Some((answer.len(), decode(&answer, max_answer)));
+                }
                 // Refuse an announced length above the bound before reading it.
                 let announced = answer.first_chunk::<4>().map(|h| u32::from_le_bytes(*h));
                 if announced
@@ -170,6 +179,7 @@ impl Running {
             answer_overflow,
             log,
             timed_out,
+            decoded,
         })
     }
 }
@@ -235,7 +245,7 @@ fn drain(
 }
 
 /// What the parent makes of a child's end: a decoded answer, or the reason it cannot be used.
-pub(crate) fn classify(ended: &Ended, max_answer: usize) -> Result<ChildAnswer, Reason> {
+pub(crate) fn classify(ended: &mut Ended, max_answer: usize) -> Result<ChildAnswer, Reason> {
     if ended.timed_out {
         return Err(Reason::new(
             ReasonCode::Timeout,
@@ -256,7 +266,10 @@ pub(crate) fn classify(ended: &Ended, max_answer: usize) -> Result<ChildAnswer, 
         return Err(signal_reason(sig, &ended.log));
     }
     let code = ended.status.code().unwrap_or(-1);
-    let answer = decode(&ended.answer, max_answer);
+    let answer = match ended.decoded.take() {
+        Some((len, early)) if len == ended.answer.len() => early,
+        _ => decode(&ended.answer, max_answer),
+    };
     match (code, answer) {
         (EXIT_ANSWERED, Ok(a)) => Ok(a),
         (EXIT_UNAVAILABLE, Ok(a)) => match a.result {
@@ -352,7 +365,7 @@ impl Ended {
         if let Some(sig) = self.status.signal() {
             return ProbeEnd::Signaled(sig);
         }
-        match classify(self, max_answer) {
+        match classify(&mut self.clone(), max_answer) {
             Ok(ChildAnswer {
                 result: JobResult::Probe(r),
                 ..

@@ -2,9 +2,11 @@
 //! bytes. Every read is bounded before a byte of payload is buffered, and a frame decoder
 //! refuses trailing bytes, so a child cannot smuggle a second answer behind the first.
 //!
-//! The request (parent -> child, on fd 0) is two frames: the JSON [`ChildRequest`] and the raw
-//! seccomp BPF program the parent compiled. The answer (child -> parent, on fd 1) is one frame
-//! of JSON [`ChildAnswer`]. Nothing here trusts the child: the parent decodes with serde into
+//! The request (parent -> child, on fd 0) is three frames: the JSON [`ChildRequest`], the raw
+//! seccomp BPF program the parent compiled, and, once the parent has copied the artifact into
+//! the memfd, hashed and sealed it, the 32-byte SHA-256 of the sealed bytes. The child confines
+//! itself while the parent seals; it reads the third frame before a byte of the artifact. The
+//! answer (child -> parent, on fd 1) is one frame of JSON [`ChildAnswer`]. Nothing here trusts the child: the parent decodes with serde into
 //! closed types and then checks the content (see `supervise` and `recheck`).
 
 use std::io::{self, Read};
@@ -17,6 +19,8 @@ use crate::extract::inventory::Outcome;
 
 /// Largest request frame (JSON); requests are a few hundred bytes.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
+/// The third request frame: a SHA-256 digest, raw.
+pub const SEALED_DIGEST_BYTES: usize = 32;
 /// Largest BPF program frame: seccomp's limit of 4096 instructions of 8 bytes each.
 pub const MAX_BPF_BYTES: usize = 4096 * 8;
 /// Default bound on the child's answer. An inventory of 10,000 entries with long names stays

@@ -250,6 +250,105 @@ fn a_replacement_profile_cannot_reopen_a_wall() {
     );
 }
 
+// ---- Sealing while the child confines --------------------------------------------------------
+
+both_spawn_paths! {
+fn a_child_runs_no_job_over_an_unsealed_memfd_or_an_unfinished_request() {
+    use std::io::Write as _;
+    use std::os::fd::AsFd as _;
+    let f = fixture();
+    let sb = sandbox();
+    let job = || {
+        Job::Probe(Probe::Create {
+            base: Base::Staging,
+            path: "ran".into(),
+        })
+    };
+    // Written but never sealed: refused once confined, before the job.
+    let staging = f.new_staging();
+    let dir = StagingDir::prepare(&staging, sb.child_ids()).unwrap_or_else(|e| panic!("{e}"));
+    let mut memfd = SealedArtifact::memfd().unwrap_or_else(|e| panic!("{e}"));
+    memfd.write_all(b"x").unwrap_or_else(|e| panic!("{e}"));
+    let (running, tail) = sb
+        .spawn_unsealed(job(), memfd.as_fd(), &dir, &Limits::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    tail.finish(&skillbox::digest::Sha256Digest::of_bytes(b"x"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ended = running
+        .wait(Duration::from_secs(10), 1 << 20)
+        .unwrap_or_else(|e| panic!("{e}"));
+    match ended.probe_end(1 << 20) {
+        ProbeEnd::Unavailable(d) => assert!(d.contains("not sealed"), "{d}"),
+        other => panic!("an unsealed artifact was not refused: {other:?}"),
+    }
+    assert!(!staging.join("ran").exists(), "the job ran");
+    // Sealed, but the parent gave up before the last frame: nothing runs either.
+    let staging = f.new_staging();
+    let dir = StagingDir::prepare(&staging, sb.child_ids()).unwrap_or_else(|e| panic!("{e}"));
+    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).unwrap_or_else(|e| panic!("{e}"));
+    let (running, tail) = sb
+        .spawn_unsealed(job(), sealed.file().as_fd(), &dir, &Limits::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    drop(tail);
+    let ended = running
+        .wait(Duration::from_secs(10), 1 << 20)
+        .unwrap_or_else(|e| panic!("{e}"));
+    match ended.probe_end(1 << 20) {
+        ProbeEnd::Unavailable(d) => assert!(d.contains("did not finish"), "{d}"),
+        other => panic!("an unfinished request was not refused: {other:?}"),
+    }
+    assert!(!staging.join("ran").exists(), "the job ran");
+    f.outside_untouched();
+}
+}
+
+/// A source that fails after `ok` bytes (an upload cut off mid-stream).
+struct FailsAfter {
+    ok: usize,
+}
+
+impl std::io::Read for FailsAfter {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.ok == 0 {
+            return Err(std::io::Error::other("source broke"));
+        }
+        let n = buf.len().min(self.ok);
+        buf[..n].fill(b'x');
+        self.ok -= n;
+        Ok(n)
+    }
+}
+
+both_spawn_paths! {
+fn a_source_that_breaks_while_sealing_ends_the_child_and_the_staging() {
+    let f = fixture();
+    let sb = sandbox();
+    // Small and large: the second one is hashed on a second thread.
+    for ok in [10, 5 << 20] {
+        let staging = f.new_staging();
+        let req = skillbox::extract::Request::new(
+            skillbox::extract::ArtifactType::Archive,
+            Limits::default(),
+        );
+        let res = sb.run_job(
+            Job::Extract(req),
+            FailsAfter { ok },
+            &staging,
+            &Limits::default(),
+            |pid| panic!("child {pid} was let run"),
+        );
+        match res {
+            Err(skillbox::sandbox::SandboxError::Artifact(e)) => {
+                assert_eq!(e.to_string(), "source broke");
+            }
+            other => panic!("{ok}: {:?}", other.map(|c| c.outcome.verdict)),
+        }
+        assert!(!staging.exists(), "{ok}: the staging directory was left");
+    }
+    f.outside_untouched();
+}
+}
+
 // ---- From outside: the running child's own status --------------------------------------------
 
 both_spawn_paths! {
