@@ -351,6 +351,7 @@ impl Sandbox {
         let sealed = seal(memfd).map_err(SandboxError::Artifact)?;
         // A child that is already gone cannot take the last frame; its end says why.
         let _ = tail.finish(&sealed.digest());
+        self.replenish();
         Ok((running, sealed))
     }
 
@@ -411,12 +412,21 @@ impl Sandbox {
     ) -> Result<Running, SandboxError> {
         let (running, tail) = self.spawn_unsealed(job, sealed.file().as_fd(), dir, limits)?;
         let _ = tail.finish(&sealed.digest());
+        self.replenish();
         Ok(running)
     }
 
+    /// With a zygote, have the spare for the next request forked (see [`Zygote::replenish`]).
+    pub fn replenish(&self) {
+        if let Some(z) = &self.zygote {
+            z.replenish();
+        }
+    }
+
     /// Start a child for `job` over `artifact`, a memfd the caller seals before it finishes the
-    /// request with the returned [`RequestTail`] (tests use it to show that a child never runs
-    /// its job over an unsealed memfd, or without the last frame).
+    /// request with the returned [`RequestTail`], then calls [`Sandbox::replenish`] (tests use
+    /// it to show that a child never runs its job over an unsealed memfd, or without the last
+    /// frame).
     pub fn spawn_unsealed(
         &self,
         job: Job,

@@ -407,6 +407,28 @@ impl Zygote {
         live.as_ref().map(|l| l.process.id())
     }
 
+    /// Have the next spare forked, unless one is ready or on its way, or the quota is spent.
+    /// Callers ask once the child they just ordered is under way, so the fork does not compete
+    /// with that child's start. A zygote that cannot take the request is replaced now, so the
+    /// next order finds a spare waiting.
+    pub fn replenish(&self) {
+        let mut live = self
+            .live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(l) = live.as_mut() else { return };
+        if l.spare.is_some() || l.pending || l.forks >= self.max_forks {
+            return;
+        }
+        if l.ask().is_err() {
+            *live = None;
+            *live = self.keeper.start().ok().and_then(|mut fresh| {
+                fresh.ask().ok()?;
+                Some(fresh)
+            });
+        }
+    }
+
     /// The pid of the spare waiting for the next order, if one is forked (tests inspect it).
     pub fn spare_pid(&self) -> Option<u32> {
         let mut live = self
@@ -422,7 +444,8 @@ impl Zygote {
     }
 
     /// Have a spare take these fds at 0 to 4 (request, answer, log, artifact, staging) and run
-    /// the request. The child is ours: the caller must wait for it.
+    /// the request. The child is ours: the caller must wait for it, and should
+    /// [`Zygote::replenish`] once it is under way.
     pub fn fork(&self, fds: [BorrowedFd<'_>; ORDER_FDS]) -> io::Result<u32> {
         let mut live = self
             .live
@@ -459,19 +482,7 @@ impl Zygote {
                 }
             };
             match spare.hand(&fds) {
-                Ok(pid) => {
-                    // Fork the next one while this child works. A zygote that cannot take the
-                    // request is replaced now (this child is already running), so the next
-                    // order finds a spare waiting.
-                    if l.forks < self.max_forks && l.ask().is_err() {
-                        *live = None;
-                        *live = self.keeper.start().ok().and_then(|mut fresh| {
-                            fresh.ask().ok()?;
-                            Some(fresh)
-                        });
-                    }
-                    return Ok(pid);
-                }
+                Ok(pid) => return Ok(pid),
                 // The spare died while it waited (it was reaped when `hand` dropped it).
                 Err(e) => last = Some(e),
             }
