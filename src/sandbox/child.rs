@@ -16,7 +16,7 @@ use nix::sys::stat::{SFlag, fstat};
 use nix::unistd::{Gid, Uid, getegid, geteuid, getppid, setgroups, setresgid, setresuid};
 
 use super::wire::{
-    self, ChildAnswer, ChildRequest, ConfinementReport, Enforcement, Job, JobResult,
+    self, ChildAnswer, ChildRequest, ConfinementReport, Enforcement, Ids, Job, JobResult,
 };
 use super::{landlock, probe, rlimits, seccomp, sys};
 
@@ -51,8 +51,19 @@ pub fn run() -> ! {
     sys::exit_now(main())
 }
 
-/// The child's `main`. Returns the process exit status.
+/// [`main_with`] for a spare that took the process steps already, then `_exit`.
+pub(crate) fn run_prepared(process: ProcessSteps) -> ! {
+    sys::exit_now(main_with(Some(process)))
+}
+
+/// The child's `main` after an `exec`. Returns the process exit status.
 pub fn main() -> i32 {
+    main_with(None)
+}
+
+/// The child's `main`: `process` holds the process steps when a spare took them before its
+/// order; otherwise they are taken here, once the request names the identity and parent.
+pub(crate) fn main_with(process: Option<ProcessSteps>) -> i32 {
     // Anything beyond fd 4 is a leak from the parent's side: close before doing anything else.
     if sys::close_fds_from(sys::CHILD_FIRST_FOREIGN_FD).is_err() {
         return EXIT_BAD_SETUP;
@@ -63,8 +74,9 @@ pub fn main() -> i32 {
     let Some((input, mut request, program)) = read_request() else {
         return EXIT_BAD_SETUP;
     };
+    let process = process.unwrap_or_else(|| confine_process(request.run_as, request.parent_pid));
     let mut report = ConfinementReport::default();
-    let confined = confine(&request, &program, &mut report).and_then(|inherited| {
+    let confined = confine(&request, &program, process, &mut report).and_then(|inherited| {
         // The parent seals the artifact while we confine; its digest is the last frame, and
         // the seals are checked before a byte of the artifact is read.
         let digest = read_sealed_digest(input)
@@ -154,66 +166,26 @@ fn send(answer: &mut File, msg: &ChildAnswer) -> io::Result<()> {
     answer.write_all(&wire::frame(&json)?)
 }
 
-/// Confine this process before it reads a byte of the artifact. Every step is irreversible,
-/// and the order matters: each later step relies on the earlier ones.
-///
-/// 1. **Inherited fds.** Take ownership of fds 3 (the artifact memfd) and 4 (the staging
-///    directory) and check that 4 is a directory. Everything above 4 was closed by `main`. Not
-///    skippable. The memfd's seals are checked after this function, once the parent has sent
-///    the last request frame (it seals while we confine), and before the artifact is read.
-/// 2. **Resource limits.** Core dumps off, a small fd table, the file-size, CPU and
-///    address-space ceilings from the plan (`rlimits.rs`).
-/// 3. **Identity.** Started as root: empty the capability bounding set (still privileged enough
-///    to), drop supplementary groups, then `setresgid` and `setresuid` to the unprivileged ids;
-///    verify all three uids and gids changed. Leaving uid 0 without `PR_SET_KEEPCAPS` clears the
-///    permitted and effective sets. Refused outright if no unprivileged identity was given.
-/// 4. **Capabilities.** Clear the ambient set, `capset` everything to zero, and verify with
-///    `capget` that effective, permitted and inheritable are empty.
-/// 5. **Process attributes.** Not dumpable (no core, no same-uid ptrace or /proc peeking), and
-///    SIGKILL on parent death. Both after step 3, because a credential change resets them. If
-///    the parent is already gone, exit at once.
-/// 6. **no_new_privs**, so nothing later can gain privileges through exec (there is no exec,
-///    but seccomp and Landlock require it of unprivileged callers anyway).
-/// 7. **Landlock**: reach nothing but the staging directory (`landlock.rs`).
-/// 8. **Seccomp last**: the allow-list (`seccomp.rs`); after it even the Landlock and prctl
-///    calls above would kill the process.
-///
-/// Under `Enforcement::AllowUnconfined`, steps 2 to 8 that fail are recorded in
-/// `report.missing` and skipped; otherwise the first failure is returned and the job never runs.
-fn confine(
-    req: &ChildRequest,
-    program: &[seccompiler::sock_filter],
-    report: &mut ConfinementReport,
-) -> Result<Inherited, StepFailed> {
-    let degrade = |report: &mut ConfinementReport, f: StepFailed| -> Result<(), StepFailed> {
-        match req.enforcement {
-            Enforcement::Required => Err(f),
-            Enforcement::AllowUnconfined => {
-                report.missing.push(format!("{}: {}", f.step, f.detail));
-                Ok(())
-            }
-        }
-    };
+/// The steps of confinement that concern the process rather than the request (3 to 6 of
+/// [`confine`]): identity, capabilities, process attributes and no_new_privs. A spare runs them
+/// before its order arrives, so they are off the request's path; an exec'd child runs them
+/// right after reading its request. Failures are kept, in order, until the request says whether
+/// a step may be skipped.
+pub(crate) struct ProcessSteps {
+    /// The identity switched to (started as root) or that would have been.
+    run_as: Option<Ids>,
+    parent_pid: u32,
+    failures: Vec<StepFailed>,
+    no_new_privs: bool,
+}
 
-    // 1. Inherited fds.
-    let artifact = sys::inherited_fd(sys::CHILD_ARTIFACT_FD)
-        .map_err(|e| failed("fds", format!("artifact fd: {e}")))?;
-    let staging = sys::inherited_fd(sys::CHILD_STAGING_FD)
-        .map_err(|e| failed("fds", format!("staging fd: {e}")))?;
-    let st = fstat(staging.as_fd()).map_err(|e| failed("fds", format!("staging fd: {e}")))?;
-    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR {
-        return Err(failed("fds", "the staging fd is not a directory"));
-    }
-
-    // 2. Resource limits.
-    match rlimits::apply(&req.rlimits) {
-        Ok(()) => report.rlimits = Some(req.rlimits),
-        Err((which, e)) => degrade(report, failed("rlimits", format!("{which}: {e}")))?,
-    }
+/// Steps 3 to 6 of [`confine`] (see there). Exits at once if the parent is already gone.
+pub(crate) fn confine_process(run_as: Option<Ids>, parent_pid: u32) -> ProcessSteps {
+    let mut failures = Vec::new();
 
     // 3. Identity.
     if geteuid().is_root() {
-        let step = match req.run_as {
+        let step = match run_as {
             None => Err(failed(
                 "identity",
                 "started as root and no unprivileged uid/gid to switch to",
@@ -246,11 +218,9 @@ fn confine(
             }
         };
         if let Err(f) = step {
-            degrade(report, f)?;
+            failures.push(f);
         }
     }
-    report.uid = geteuid().as_raw();
-    report.gid = getegid().as_raw();
 
     // 4. Capabilities.
     let caps = sys::clear_ambient_caps()
@@ -265,7 +235,7 @@ fn confine(
             )),
         });
     if let Err(f) = caps {
-        degrade(report, f)?;
+        failures.push(f);
     }
 
     // 5. Process attributes.
@@ -273,20 +243,106 @@ fn confine(
         .and_then(|()| nix::sys::prctl::set_pdeathsig(Signal::SIGKILL))
         .map_err(|e| failed("process attributes", e));
     if let Err(f) = attrs {
-        degrade(report, f)?;
+        failures.push(f);
     }
-    if u32::try_from(getppid().as_raw()).ok() != Some(req.parent_pid) {
+    if u32::try_from(getppid().as_raw()).ok() != Some(parent_pid) {
         // The parent died before the death signal was armed: nobody is waiting for an answer.
         sys::exit_now(EXIT_BAD_SETUP);
     }
 
     // 6. no_new_privs.
-    match nix::sys::prctl::set_no_new_privs() {
-        Ok(()) => report.no_new_privs = true,
-        Err(e) => degrade(report, failed("no_new_privs", e))?,
+    let no_new_privs = match nix::sys::prctl::set_no_new_privs() {
+        Ok(()) => true,
+        Err(e) => {
+            failures.push(failed("no_new_privs", e));
+            false
+        }
+    };
+    ProcessSteps {
+        run_as,
+        parent_pid,
+        failures,
+        no_new_privs,
+    }
+}
+
+/// Confine this process before it reads a byte of the artifact. Every step is irreversible,
+/// and the order matters: each later step relies on the earlier ones.
+///
+/// 1. **Inherited fds.** Take ownership of fds 3 (the artifact memfd) and 4 (the staging
+///    directory) and check that 4 is a directory. Everything above 4 was closed by `main`. Not
+///    skippable. The memfd's seals are checked after this function, once the parent has sent
+///    the last request frame (it seals while we confine), and before the artifact is read.
+/// 2. **The process steps match the request.** Steps 3 to 6 ran already ([`confine_process`]:
+///    in a spare before its order, or in an exec'd child just now), for the identity and parent
+///    the request names; a mismatch is refused. Their failures are judged here, in order.
+/// 3. **Identity.** Started as root: empty the capability bounding set (still privileged enough
+///    to), drop supplementary groups, then `setresgid` and `setresuid` to the unprivileged ids;
+///    verify all three uids and gids changed. Leaving uid 0 without `PR_SET_KEEPCAPS` clears the
+///    permitted and effective sets. Refused outright if no unprivileged identity was given.
+/// 4. **Capabilities.** Clear the ambient set, `capset` everything to zero, and verify with
+///    `capget` that effective, permitted and inheritable are empty.
+/// 5. **Process attributes.** Not dumpable (no core, no same-uid ptrace or /proc peeking), and
+///    SIGKILL on parent death. Both after step 3, because a credential change resets them. If
+///    the parent is already gone, exit at once.
+/// 6. **no_new_privs**, so nothing later can gain privileges through exec (there is no exec,
+///    but seccomp and Landlock require it of unprivileged callers anyway).
+/// 7. **Resource limits.** Core dumps off, a small fd table, the file-size, CPU and
+///    address-space ceilings from the request's plan (`rlimits.rs`); only ever lowered, so the
+///    unprivileged identity can set them.
+/// 8. **Landlock**: reach nothing but the staging directory (`landlock.rs`).
+/// 9. **Seccomp last**: the allow-list (`seccomp.rs`); after it even the Landlock and prctl
+///    calls above would kill the process.
+///
+/// Under `Enforcement::AllowUnconfined`, steps 3 to 9 that fail are recorded in
+/// `report.missing` and skipped; otherwise the first failure is returned and the job never runs.
+fn confine(
+    req: &ChildRequest,
+    program: &[seccompiler::sock_filter],
+    process: ProcessSteps,
+    report: &mut ConfinementReport,
+) -> Result<Inherited, StepFailed> {
+    let degrade = |report: &mut ConfinementReport, f: StepFailed| -> Result<(), StepFailed> {
+        match req.enforcement {
+            Enforcement::Required => Err(f),
+            Enforcement::AllowUnconfined => {
+                report.missing.push(format!("{}: {}", f.step, f.detail));
+                Ok(())
+            }
+        }
+    };
+
+    // 1. Inherited fds.
+    let artifact = sys::inherited_fd(sys::CHILD_ARTIFACT_FD)
+        .map_err(|e| failed("fds", format!("artifact fd: {e}")))?;
+    let staging = sys::inherited_fd(sys::CHILD_STAGING_FD)
+        .map_err(|e| failed("fds", format!("staging fd: {e}")))?;
+    let st = fstat(staging.as_fd()).map_err(|e| failed("fds", format!("staging fd: {e}")))?;
+    if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR {
+        return Err(failed("fds", "the staging fd is not a directory"));
     }
 
-    // 7. Landlock.
+    // 2. The process steps were taken for this request; then 3 to 6, judged in order.
+    if process.run_as != req.run_as || process.parent_pid != req.parent_pid {
+        return Err(failed(
+            "identity",
+            "the child was prepared for another identity or parent than the request names",
+        ));
+    }
+    for f in process.failures {
+        degrade(report, f)?;
+    }
+    report.uid = geteuid().as_raw();
+    report.gid = getegid().as_raw();
+    report.no_new_privs = process.no_new_privs;
+
+    // 7. Resource limits.
+    match rlimits::apply(&req.rlimits) {
+        Ok(()) => report.rlimits = Some(req.rlimits),
+        Err((which, e)) => degrade(report, failed("rlimits", format!("{which}: {e}")))?,
+    }
+
+    // 8. Landlock.
     match landlock::restrict_to(staging.as_fd(), req.enforcement) {
         Ok(applied) => {
             report.landlock_abi = applied.abi;
@@ -303,7 +359,7 @@ fn confine(
         }
     }
 
-    // 8. Seccomp, last.
+    // 9. Seccomp, last.
     match seccomp::install(program) {
         Ok(()) => report.seccomp = true,
         Err(e) => degrade(report, failed("seccomp", e))?,

@@ -184,9 +184,11 @@ impl Sandbox {
         let zygote = match config.zygote_max_forks {
             0 => None,
             n => Some(
-                Zygote::start(&config.exe, n).map_err(|source| SandboxError::Spawn {
-                    exe: config.exe.display().to_string(),
-                    source,
+                Zygote::start(&config.exe, n, config.run_as).map_err(|source| {
+                    SandboxError::Spawn {
+                        exe: config.exe.display().to_string(),
+                        source,
+                    }
                 })?,
             ),
         };

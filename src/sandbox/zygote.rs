@@ -4,7 +4,8 @@
 //! fresh image, lazy tables built again) nor for the fork itself.
 //!
 //! What the zygote is:
-//! - A fresh `exec` of `/proc/self/exe sandbox-zygote <broker pid>` with an empty environment,
+//! - A fresh `exec` of `/proc/self/exe sandbox-zygote <broker pid> <uid>:<gid>` with an empty
+//!   environment,
 //!   started by the broker's keeper thread; fd 0 is a `SOCK_SEQPACKET` control socket, 1 is
 //!   /dev/null, 2 the broker's stderr; everything else is closed before anything runs.
 //! - Single-threaded. It never reads a request, an artifact or a staging tree. Asked for a
@@ -12,8 +13,10 @@
 //!   answers the spare's pid with the broker's end of that socket.
 //!
 //! What a spare is (comm `skillbox-spare`): a forked process that breaks copy-on-write of its
-//! small writable mappings, then holds only its socket, /dev/null and stderr and waits for one
-//! order. The broker keeps one spare ready. For a request it sends the five fds (request pipe,
+//! small writable mappings and takes the process steps of confinement (identity, capabilities,
+//! not dumpable, parent-death signal, no_new_privs: `child::confine_process`, for the identity
+//! on the zygote's command line), then holds only its socket, /dev/null and stderr and waits
+//! for one order. The broker keeps one spare ready. For a request it sends the five fds (request pipe,
 //! answer pipe, log pipe, sealed artifact memfd, staging directory) straight to the spare,
 //! which renames itself `skillbox-child`, places them at 0 to 4, closes every other fd (its
 //! socket included) and runs the same `child::main` as an exec'd child: the same bounded
@@ -47,6 +50,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
+use super::wire::Ids;
 use super::{child, sys};
 
 /// The hidden subcommand the zygote runs under.
@@ -77,6 +81,13 @@ pub fn main() -> i32 {
     {
         return child::EXIT_BAD_SETUP;
     }
+    // The identity every child is to run as (`UID:GID`), which spares take before their order.
+    let Some(run_as) = std::env::args().nth(3).as_deref().and_then(parse_ids) else {
+        return child::EXIT_BAD_SETUP;
+    };
+    let Some(broker) = parent.and_then(|p| u32::try_from(p).ok()) else {
+        return child::EXIT_BAD_SETUP;
+    };
     let Ok(control) = sys::inherited_fd(0) else {
         return child::EXIT_BAD_SETUP;
     };
@@ -100,7 +111,7 @@ pub fn main() -> i32 {
             }
             Err(Refused::Socket) => return child::EXIT_BAD_SETUP,
         }
-        let sent = match fork_spare() {
+        let sent = match fork_spare(run_as, broker) {
             Ok((pid, broker_end)) => answer(control.as_fd(), pid, Some(broker_end.as_fd())),
             Err(e) => answer(
                 control.as_fd(),
@@ -116,7 +127,7 @@ pub fn main() -> i32 {
 
 /// Fork one spare with `CLONE_PARENT` and a socket of its own; returns its pid and the
 /// broker's end of that socket (ours to pass on and close).
-fn fork_spare() -> io::Result<(i32, OwnedFd)> {
+fn fork_spare(run_as: Ids, broker: u32) -> io::Result<(i32, OwnedFd)> {
     let (broker_end, spare_end) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -126,7 +137,7 @@ fn fork_spare() -> io::Result<(i32, OwnedFd)> {
     match sys::clone_parent()? {
         0 => {
             drop(broker_end);
-            spare(spare_end)
+            spare(spare_end, run_as, broker)
         }
         pid => Ok((pid, broker_end)),
     }
@@ -138,7 +149,7 @@ fn fork_spare() -> io::Result<(i32, OwnedFd)> {
 /// the request's path: the broker sends the order straight to the spare. Until then the spare
 /// holds its socket (fd 0), /dev/null (1) and the broker's stderr (2), nothing else, and reads
 /// nothing but the order. The order's fds replace all three before `child::main` runs.
-fn spare(socket: OwnedFd) -> ! {
+fn spare(socket: OwnedFd, run_as: Ids, broker: u32) -> ! {
     let _ = nix::sys::prctl::set_name(c"skillbox-spare");
     // Our socket goes to 0, over the zygote's control socket; everything from 3 up is closed.
     if sys::move_fd(socket, 0).is_err() || sys::close_fds_from(3).is_err() {
@@ -148,6 +159,9 @@ fn spare(socket: OwnedFd) -> ! {
         sys::exit_now(child::EXIT_BAD_SETUP)
     };
     prefault();
+    // Identity, capabilities, process attributes, no_new_privs: nothing of these depends on the
+    // request, so they are taken now rather than after the order (`child::confine_process`).
+    let process = child::confine_process(Some(run_as), broker);
     // End of stream (the broker dropped us) or anything but a well-formed order: exit. A spare
     // that exits unused is reaped by the broker, which knows its pid.
     let fds = match receive(control.as_fd(), ORDER, ORDER_FDS) {
@@ -162,9 +176,18 @@ fn spare(socket: OwnedFd) -> ! {
     };
     // Places the five at 0 to 4 (the socket at 0 is replaced) and closes everything else.
     match sys::place_forked_child_fds(raw) {
-        Ok(()) => child::run(),
+        Ok(()) => child::run_prepared(process),
         Err(_) => sys::exit_now(child::EXIT_BAD_SETUP),
     }
+}
+
+/// `UID:GID`, as the broker passes it.
+fn parse_ids(s: &str) -> Option<Ids> {
+    let (uid, gid) = s.split_once(':')?;
+    Some(Ids {
+        uid: uid.parse().ok()?,
+        gid: gid.parse().ok()?,
+    })
 }
 
 /// Break copy-on-write now, while no request waits, for the small writable mappings the spare
@@ -387,8 +410,8 @@ impl Drop for Live {
 impl Zygote {
     /// Start a zygote of `exe` now, and have it fork the first spare. `max_forks` must be at
     /// least 1.
-    pub fn start(exe: &Path, max_forks: u32) -> io::Result<Self> {
-        let keeper = Keeper::new(exe.to_owned())?;
+    pub fn start(exe: &Path, max_forks: u32, run_as: Ids) -> io::Result<Self> {
+        let keeper = Keeper::new(exe.to_owned(), run_as)?;
         let mut live = keeper.start()?;
         live.ask()?;
         Ok(Self {
@@ -574,13 +597,13 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn new(exe: PathBuf) -> io::Result<Self> {
+    fn new(exe: PathBuf, run_as: Ids) -> io::Result<Self> {
         let (orders, rx) = mpsc::channel::<mpsc::Sender<io::Result<Live>>>();
         let thread = std::thread::Builder::new()
             .name("skillbox-zygote-keeper".into())
             .spawn(move || {
                 for reply in rx {
-                    let _ = reply.send(launch(&exe));
+                    let _ = reply.send(launch(&exe, run_as));
                 }
             })?;
         Ok(Self {
@@ -611,7 +634,7 @@ impl Drop for Keeper {
 }
 
 /// `exe sandbox-zygote <our pid>` with the control socket on fd 0 and an empty environment.
-fn launch(exe: &Path) -> io::Result<Live> {
+fn launch(exe: &Path, run_as: Ids) -> io::Result<Live> {
     let (ours, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -628,6 +651,7 @@ fn launch(exe: &Path) -> io::Result<Live> {
     let process = Command::new(exe)
         .arg(ZYGOTE_SUBCOMMAND)
         .arg(std::process::id().to_string())
+        .arg(format!("{}:{}", run_as.uid, run_as.gid))
         .env_clear()
         .current_dir("/")
         .stdin(Stdio::from(theirs))
