@@ -1,10 +1,11 @@
 //! The child's entry point (the hidden `sandbox-child` subcommand): read the parent's request,
 //! confine, and only then run the job over the artifact.
 //!
-//! This process is a fresh `exec` of our own binary: single-threaded, no async runtime, an
-//! empty environment, and exactly the fds the parent placed (0 request, 1 answer, 2 log,
-//! 3 sealed artifact memfd, 4 staging directory). It must never read a byte of the artifact
-//! before [`confine`] has returned, and never answer on any fd but 1.
+//! This process is a fresh `exec` of our own binary or a zygote's spare (`zygote.rs`):
+//! single-threaded, no async runtime, an empty environment, and exactly the fds the parent
+//! placed (0 request, 1 answer, 2 log, 3 artifact memfd, 4 staging directory). It must never
+//! read a byte of the artifact before [`confine`] has returned and the memfd's seals are
+//! checked, and never answer on any fd but 1.
 
 use std::fs::File;
 use std::io::{self, Write};

@@ -1,5 +1,7 @@
-//! Starting the child: seal the artifact into a memfd, write the request into a pipe, and
-//! re-exec our own binary with exactly five fds and an empty environment.
+//! Starting the child: the artifact memfd (copied, hashed and sealed by [`SealedArtifact`]), the
+//! request pipe whose last frame follows once the memfd is sealed ([`RequestTail`]), and a
+//! re-exec of our own binary (or a zygote's spare) with exactly five fds and an empty
+//! environment.
 //!
 //! Never a bare `fork` of the (possibly multi-threaded) parent: std's `Command` forks and execs
 //! at once, and the only code between the two is [`sys::place_child_fds`], which is
