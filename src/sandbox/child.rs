@@ -18,6 +18,7 @@ use nix::unistd::{Gid, Uid, getegid, geteuid, getppid, setgroups, setresgid, set
 
 use super::wire::{
     self, ChildAnswer, ChildRequest, ConfinementReport, Enforcement, Ids, Job, JobResult,
+    SeccompStage,
 };
 use super::{landlock, probe, rlimits, seccomp, sys};
 
@@ -66,7 +67,8 @@ pub fn main() -> i32 {
 /// order; otherwise they are taken here, once the request names the identity and parent.
 pub(crate) fn main_with(process: Option<ProcessSteps>) -> i32 {
     // Anything beyond fd 4 is a leak from the parent's side: close before doing anything else.
-    if sys::close_fds_from(sys::CHILD_FIRST_FOREIGN_FD).is_err() {
+    // (A spare holds exactly 0 to 4 by now, and its first seccomp stage would not allow it.)
+    if process.is_none() && sys::close_fds_from(sys::CHILD_FIRST_FOREIGN_FD).is_err() {
         return EXIT_BAD_SETUP;
     }
     let Ok(mut answer) = sys::inherited_fd(1).map(File::from) else {
@@ -178,6 +180,17 @@ pub(crate) struct ProcessSteps {
     parent_pid: u32,
     failures: Vec<StepFailed>,
     no_new_privs: bool,
+    uid: u32,
+    gid: u32,
+    /// A spare's first seccomp stage: `None` if none was installed (an exec'd child).
+    first_stage: Option<Result<(), String>>,
+}
+
+impl ProcessSteps {
+    /// Record how installing the first stage of a spare's filter went.
+    pub(crate) fn first_stage(&mut self, installed: Result<(), seccompiler::Error>) {
+        self.first_stage = Some(installed.map_err(|e| e.to_string()));
+    }
 }
 
 /// Steps 3 to 6 of [`confine`] (see there). Exits at once if the parent is already gone.
@@ -264,6 +277,9 @@ pub(crate) fn confine_process(run_as: Option<Ids>, parent_pid: u32) -> ProcessSt
         parent_pid,
         failures,
         no_new_privs,
+        uid: geteuid().as_raw(),
+        gid: getegid().as_raw(),
+        first_stage: None,
     }
 }
 
@@ -333,8 +349,8 @@ fn confine(
     for f in process.failures {
         degrade(report, f)?;
     }
-    report.uid = geteuid().as_raw();
-    report.gid = getegid().as_raw();
+    report.uid = process.uid;
+    report.gid = process.gid;
     report.no_new_privs = process.no_new_privs;
 
     // 7. Resource limits.
@@ -360,8 +376,14 @@ fn confine(
         }
     }
 
-    // 9. Seccomp, last.
-    match seccomp::install(program) {
+    // 9. Seccomp, last: the whole profile, or the second stage of a spare's filter, which only
+    // completes the first stage it installed before its order.
+    let stage = match (req.seccomp_stage, process.first_stage) {
+        (SeccompStage::Whole, _) | (SeccompStage::Second, Some(Ok(()))) => Ok(()),
+        (SeccompStage::Second, Some(Err(e))) => Err(format!("first stage: {e}")),
+        (SeccompStage::Second, None) => Err("a second stage without the first".to_owned()),
+    };
+    match stage.and_then(|()| seccomp::install(program).map_err(|e| e.to_string())) {
         Ok(()) => report.seccomp = true,
         Err(e) => degrade(report, failed("seccomp", e))?,
     }

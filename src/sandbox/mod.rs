@@ -174,6 +174,8 @@ pub struct Sandbox {
     config: SandboxConfig,
     profile: seccomp::Profile,
     program: Vec<u8>,
+    /// The second stage of the profile, for spares (empty without a zygote).
+    second: Vec<u8>,
     zygote: Option<Zygote>,
 }
 
@@ -182,21 +184,26 @@ impl Sandbox {
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         let profile = seccomp::load(config.seccomp_profile.as_deref())?;
         let program = seccomp::to_bytes(&profile.program);
-        let zygote = match config.zygote_max_forks {
-            0 => None,
-            n => Some(
-                Zygote::start(&config.exe, n, config.run_as).map_err(|source| {
-                    SandboxError::Spawn {
-                        exe: config.exe.display().to_string(),
-                        source,
-                    }
-                })?,
-            ),
+        // Spares install the profile in two stages (see `seccomp::Profile::stages`): the
+        // zygote gets the first, every request to a spare carries the second.
+        let (zygote, second) = match config.zygote_max_forks {
+            0 => (None, Vec::new()),
+            n => {
+                let (first, second) = profile.stages()?;
+                let zygote =
+                    Zygote::start(&config.exe, n, config.run_as, seccomp::to_bytes(&first))
+                        .map_err(|source| SandboxError::Spawn {
+                            exe: config.exe.display().to_string(),
+                            source,
+                        })?;
+                (Some(zygote), seccomp::to_bytes(&second))
+            }
         };
         Ok(Self {
             config,
             profile,
             program,
+            second,
             zygote,
         })
     }
@@ -437,11 +444,16 @@ impl Sandbox {
         dir: &StagingDir,
         limits: &Limits,
     ) -> Result<(Running, RequestTail), SandboxError> {
+        let (seccomp_stage, program) = match self.zygote {
+            Some(_) => (wire::SeccompStage::Second, &self.second),
+            None => (wire::SeccompStage::Whole, &self.program),
+        };
         let request = wire::ChildRequest {
             parent_pid: std::process::id(),
             run_as: Some(self.config.run_as),
             rlimits: self.rlimit_plan(limits),
             enforcement: self.config.enforcement,
+            seccomp_stage,
             job,
         };
         let json = serde_json::to_vec(&request).map_err(|e| SandboxError::Spawn {
@@ -455,7 +467,7 @@ impl Sandbox {
             &self.config.exe,
             self.zygote.as_ref(),
             &json,
-            &self.program,
+            program,
             artifact,
             dir.fd(),
         )

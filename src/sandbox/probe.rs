@@ -77,6 +77,11 @@ pub enum Probe {
     },
     Fork,
     Clone3,
+    /// A raw system call: number and three integer arguments.
+    Syscall {
+        nr: i64,
+        args: [u64; 3],
+    },
     /// `std::thread::spawn` (clone3 or clone underneath).
     SpawnThread,
     Ptrace {
@@ -259,6 +264,7 @@ pub(crate) fn run(
             .filter(|&fd| super::sys::fd_is_open(fd))
             .fold(0i64, |set, fd| set | 1 << fd)),
         Probe::Clone3 => forbidden::clone3(),
+        Probe::Syscall { nr, args } => forbidden::raw(*nr, *args),
         Probe::SpawnThread => std::thread::Builder::new()
             .spawn(|| 7i64)
             .map_err(errno)

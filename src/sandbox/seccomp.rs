@@ -143,6 +143,72 @@ pub struct Profile {
     /// `embedded:<arch>` or the file path.
     pub source: String,
     pub program: BpfProgram,
+    /// The profile's JSON, for [`Profile::stages`].
+    text: String,
+}
+
+/// The calls a zygote's spare makes between installing the first stage of its filter (before
+/// its order) and the second (its last confinement step): they are allowed by the first stage
+/// and killed by the second, so the two together allow exactly what the profile allows. Each
+/// is left out of both stages where the profile allows it already.
+const HANDOVER: &str = r#"[
+  { "syscall": "recvmsg", "comment": "spare: receiving its order, five fds, from the broker" },
+  { "syscall": "prctl", "comment": "spare: renaming itself skillbox-child (PR_SET_NAME = 15)", "args": [ { "index": 0, "type": "dword", "op": "eq", "val": 15 } ] },
+  { "syscall": "prctl", "comment": "the landlock crate and seccompiler set no_new_privs again before restricting (PR_SET_NO_NEW_PRIVS = 38)", "args": [ { "index": 0, "type": "dword", "op": "eq", "val": 38 } ] },
+  { "syscall": "prlimit64", "comment": "rlimits: getrlimit and setrlimit on itself (pid 0) only", "args": [ { "index": 0, "type": "dword", "op": "eq", "val": 0 } ] },
+  { "syscall": "landlock_create_ruleset", "comment": "Landlock: the ABI query and the ruleset" },
+  { "syscall": "landlock_add_rule", "comment": "Landlock: the rule for the staging directory" },
+  { "syscall": "landlock_restrict_self", "comment": "Landlock: enforcing the ruleset" },
+  { "syscall": "seccomp", "comment": "installing the second stage" }
+]"#;
+
+impl Profile {
+    /// The profile split in two for a zygote's spare: the first stage allows what the profile
+    /// allows plus the [`HANDOVER`] calls it does not, and is installed before the spare gets
+    /// its order (installing a filter costs about 0.1 ms: compiling, JIT, the kernel's
+    /// per-syscall cache); the second kills exactly those extra calls and nothing else, and is
+    /// installed last, as the whole profile is on the exec path. Both stages stay in force.
+    pub fn stages(&self) -> Result<(BpfProgram, BpfProgram), ProfileError> {
+        let invalid = |message: String| ProfileError::Invalid {
+            source_name: self.source.clone(),
+            message,
+        };
+        let arch = host_arch()?;
+        let mut first: Value =
+            serde_json::from_str(&self.text).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        let handover: Vec<Value> =
+            serde_json::from_str(HANDOVER).map_err(|e| invalid(format!("handover: {e}")))?;
+        let rules = first[FILTER_NAME]["filter"]
+            .as_array_mut()
+            .ok_or_else(|| invalid("`filter` must be an array".into()))?;
+        // A rule the profile already has (same call, same arguments, or the call without
+        // arguments at all) needs neither stage.
+        let same = |a: &Value, b: &Value| a["syscall"] == b["syscall"] && a["args"] == b["args"];
+        let unconditional = |r: &Value| r.get("args").is_none_or(Value::is_null);
+        let extra: Vec<Value> = handover
+            .into_iter()
+            .filter(|h| {
+                !rules
+                    .iter()
+                    .any(|r| same(r, h) || (r["syscall"] == h["syscall"] && unconditional(r)))
+            })
+            .collect();
+        rules.extend(extra.iter().cloned());
+        let second = serde_json::json!({
+            FILTER_NAME: {
+                "mismatch_action": "allow",
+                "match_action": "kill_process",
+                "filter": extra,
+            }
+        });
+        let build = |v: &Value| -> Result<BpfProgram, ProfileError> {
+            let mut map = seccompiler::compile_from_json(v.to_string().as_bytes(), arch)
+                .map_err(|e| invalid(e.to_string()))?;
+            map.remove(FILTER_NAME)
+                .ok_or_else(|| invalid(format!("no filter named `{FILTER_NAME}`")))
+        };
+        Ok((build(&first)?, build(&second)?))
+    }
 }
 
 /// The architecture this binary runs on, as seccompiler names it.
@@ -187,7 +253,11 @@ pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
         source_name: source.clone(),
         message,
     })?;
-    Ok(Profile { source, program })
+    Ok(Profile {
+        source,
+        program,
+        text,
+    })
 }
 
 /// Check a profile against our rules, then compile its filter for `arch`.
@@ -282,6 +352,36 @@ pub fn install(program: &[seccompiler::sock_filter]) -> Result<(), seccompiler::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_two_stages_add_and_take_back_exactly_the_handover_calls() {
+        let profile = load(None).unwrap_or_else(|e| panic!("{e}"));
+        let (first, second) = profile.stages().unwrap_or_else(|e| panic!("{e}"));
+        let handover: Vec<Value> = serde_json::from_str(HANDOVER).unwrap_or_else(|e| panic!("{e}"));
+        // The embedded profiles allow none of the handover calls, so the first stage is longer
+        // than the profile and the second kills every one of them.
+        assert!(first.len() > profile.program.len());
+        assert!(!second.is_empty());
+        for rule in &handover {
+            let name = rule["syscall"].as_str().unwrap_or_default();
+            assert!(
+                NEVER_ALLOWED.contains(&name) || name == "recvmsg" || name == "prlimit64",
+                "{name}: a handover call the profile rules do not forbid needs a look"
+            );
+        }
+        // A profile that allows a handover call itself keeps it out of both stages.
+        let mut v: Value = serde_json::from_str(&profile.text).unwrap_or_else(|e| panic!("{e}"));
+        if let Some(rules) = v[FILTER_NAME]["filter"].as_array_mut() {
+            rules.push(serde_json::json!({ "syscall": "recvmsg", "comment": "test" }));
+        }
+        let widened = Profile {
+            source: "test".into(),
+            program: profile.program.clone(),
+            text: v.to_string(),
+        };
+        let (_, second_widened) = widened.stages().unwrap_or_else(|e| panic!("{e}"));
+        assert!(second_widened.len() < second.len());
+    }
 
     #[test]
     fn bytes_round_trip() {

@@ -56,26 +56,6 @@ pub(crate) fn place_child_fds(artifact: RawFd, staging: RawFd) -> io::Result<()>
     Ok(())
 }
 
-/// In a child forked by the zygote (no `exec` follows): place the five fds the broker sent at
-/// 0 (request), 1 (answer), 2 (log), 3 (artifact), 4 (staging), without `FD_CLOEXEC`, and close
-/// every other fd, the zygote's control socket included. Afterwards the process holds exactly
-/// what an exec'd child inherits, so the same `child::main` runs.
-///
-/// As in [`place_child_fds`], the sources are first duplicated above 9 so no `dup2` can clobber
-/// a source that happens to sit at a target number.
-pub(crate) fn place_forked_child_fds(fds: [RawFd; 5]) -> io::Result<()> {
-    let mut high = [0; 5];
-    for (h, fd) in high.iter_mut().zip(fds) {
-        // SAFETY: fcntl(F_DUPFD_CLOEXEC) on an integer fd touches no memory.
-        *h = check_int(unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) })?;
-    }
-    for (target, h) in (0..).zip(high) {
-        // SAFETY: dup2 on integer fds; the target numbers 0..=4 are ours to replace.
-        check_int(unsafe { libc::dup2(h, target) })?;
-    }
-    close_fds_from(CHILD_FIRST_FOREIGN_FD)
-}
-
 /// madvise(2) `MADV_POPULATE_WRITE` over one writable private mapping of this process: map its
 /// pages now, breaking copy-on-write (Linux 5.14).
 pub(crate) fn populate_write(start: usize, len: usize) -> io::Result<()> {
@@ -151,6 +131,14 @@ pub(crate) fn close_fds_from(first: u32) -> io::Result<()> {
     // SAFETY: close_range takes integers only. Closing fds this process does not use is the
     // point; the caller runs before anything else holds an fd at or above `first`.
     check(unsafe { libc::syscall(libc::SYS_close_range, first, libc::c_uint::MAX, 0u32) })?;
+    Ok(())
+}
+
+/// Close fds `first` to `last` inclusive (close_range(2), Linux 5.9).
+pub(crate) fn close_fd_range(first: u32, last: u32) -> io::Result<()> {
+    // SAFETY: close_range takes integers only; the caller owns nothing in that range it still
+    // needs.
+    check(unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) })?;
     Ok(())
 }
 
@@ -462,6 +450,19 @@ pub(crate) mod forbidden {
             unsafe { libc::_exit(0) };
         }
         ret(rc)
+    }
+
+    /// A system call by number with three integer arguments (for calls that take a pointer,
+    /// 0: the point is whether the filter lets the call through at all).
+    pub(crate) fn raw(nr: i64, args: [u64; 3]) -> Result<i64, i32> {
+        // SAFETY: integer arguments only; a pointer argument is 0 (NULL), which the kernel
+        // rejects with EFAULT rather than dereferencing.
+        let rc = unsafe { libc::syscall(nr as libc::c_long, args[0], args[1], args[2]) };
+        if rc < 0 {
+            Err(io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            Ok(rc)
+        }
     }
 
     /// clone3 with an all-zero argument struct except the exit signal.

@@ -149,7 +149,22 @@ pub struct ChildRequest {
     pub run_as: Option<Ids>,
     pub rlimits: RlimitPlan,
     pub enforcement: Enforcement,
+    /// What the BPF frame is: the whole profile, or the second stage of a spare's filter.
+    #[serde(default)]
+    pub seccomp_stage: SeccompStage,
     pub job: Job,
+}
+
+/// Which program the request's BPF frame carries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeccompStage {
+    /// The whole profile (an exec'd child).
+    #[default]
+    Whole,
+    /// The second stage, which only completes a first stage installed before the order (a
+    /// zygote's spare, see `seccomp::Profile::stages`); refused without it.
+    Second,
 }
 
 /// What the child managed to apply, reported back (informational: the parent cannot verify it

@@ -36,7 +36,7 @@
 //! `exec`; `--zygote-max-forks 0` on the broker turns the zygote off (one `exec` per request).
 
 use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, mpsc};
@@ -51,7 +51,7 @@ use nix::sys::socket::{
 use nix::sys::time::TimeVal;
 
 use super::wire::Ids;
-use super::{child, sys};
+use super::{child, seccomp, sys, wire};
 
 /// The hidden subcommand the zygote runs under.
 pub const ZYGOTE_SUBCOMMAND: &str = "sandbox-zygote";
@@ -65,6 +65,8 @@ const ORDER_FDS: usize = 5;
 /// How long the broker waits for the zygote's answer to one request (a fork takes well under a
 /// millisecond; this only keeps a wedged zygote from wedging the broker).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Where a spare keeps its socket while it waits (fds 0 to 4 stay free for the order).
+const SPARE_SOCKET_FD: RawFd = 9;
 /// `/proc/PID/comm` of a spare that has not been given a request yet.
 pub const SPARE_NAME: &str = "skillbox-spare";
 
@@ -98,6 +100,13 @@ pub fn main() -> i32 {
     if answer(control.as_fd(), 0, None).is_err() {
         return child::EXIT_BAD_SETUP;
     }
+    // The first stage of every spare's seccomp filter (`seccomp::Profile::stages`).
+    let Some(first_stage) = receive_program(control.as_fd()) else {
+        return child::EXIT_BAD_SETUP;
+    };
+    if answer(control.as_fd(), 0, None).is_err() {
+        return child::EXIT_BAD_SETUP;
+    }
     loop {
         match receive(control.as_fd(), SPARE_REQUEST, 0) {
             Ok(Some(_)) => {}
@@ -111,7 +120,7 @@ pub fn main() -> i32 {
             }
             Err(Refused::Socket) => return child::EXIT_BAD_SETUP,
         }
-        let sent = match fork_spare(run_as, broker) {
+        let sent = match fork_spare(run_as, broker, &first_stage) {
             Ok((pid, broker_end)) => answer(control.as_fd(), pid, Some(broker_end.as_fd())),
             Err(e) => answer(
                 control.as_fd(),
@@ -127,7 +136,11 @@ pub fn main() -> i32 {
 
 /// Fork one spare with `CLONE_PARENT` and a socket of its own; returns its pid and the
 /// broker's end of that socket (ours to pass on and close).
-fn fork_spare(run_as: Ids, broker: u32) -> io::Result<(i32, OwnedFd)> {
+fn fork_spare(
+    run_as: Ids,
+    broker: u32,
+    first_stage: &[seccompiler::sock_filter],
+) -> io::Result<(i32, OwnedFd)> {
     let (broker_end, spare_end) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -137,7 +150,7 @@ fn fork_spare(run_as: Ids, broker: u32) -> io::Result<(i32, OwnedFd)> {
     match sys::clone_parent()? {
         0 => {
             drop(broker_end);
-            spare(spare_end, run_as, broker)
+            spare(spare_end, run_as, broker, first_stage)
         }
         pid => Ok((pid, broker_end)),
     }
@@ -149,36 +162,42 @@ fn fork_spare(run_as: Ids, broker: u32) -> io::Result<(i32, OwnedFd)> {
 /// the request's path: the broker sends the order straight to the spare. Until then the spare
 /// holds its socket (fd 0), /dev/null (1) and the broker's stderr (2), nothing else, and reads
 /// nothing but the order. The order's fds replace all three before `child::main` runs.
-fn spare(socket: OwnedFd, run_as: Ids, broker: u32) -> ! {
+fn spare(socket: OwnedFd, run_as: Ids, broker: u32, first_stage: &[seccompiler::sock_filter]) -> ! {
     let _ = nix::sys::prctl::set_name(c"skillbox-spare");
-    // Our socket goes to 0, over the zygote's control socket; everything from 3 up is closed.
-    if sys::move_fd(socket, 0).is_err() || sys::close_fds_from(3).is_err() {
+    // Our socket goes to SPARE_SOCKET_FD and every other fd is closed, so the order's five fds
+    // land on 0 to 4 (received fds take the lowest free numbers, in order).
+    if sys::move_fd(socket, SPARE_SOCKET_FD).is_err()
+        || sys::close_fd_range(0, SPARE_SOCKET_FD.unsigned_abs() - 1).is_err()
+        || sys::close_fds_from(SPARE_SOCKET_FD.unsigned_abs() + 1).is_err()
+    {
         sys::exit_now(child::EXIT_BAD_SETUP);
     }
-    let Ok(control) = sys::inherited_fd(0) else {
+    let Ok(control) = sys::inherited_fd(SPARE_SOCKET_FD) else {
         sys::exit_now(child::EXIT_BAD_SETUP)
     };
     prefault();
-    // Identity, capabilities, process attributes, no_new_privs: nothing of these depends on the
-    // request, so they are taken now rather than after the order (`child::confine_process`).
-    let process = child::confine_process(Some(run_as), broker);
+    // Identity, capabilities, process attributes, no_new_privs, then the first stage of the
+    // seccomp filter: nothing of these depends on the request, so they are taken now rather
+    // than after the order (`child::confine_process`, `seccomp::Profile::stages`).
+    let mut process = child::confine_process(Some(run_as), broker);
+    process.first_stage(seccomp::install(first_stage));
     // End of stream (the broker dropped us) or anything but a well-formed order: exit. A spare
     // that exits unused is reaped by the broker, which knows its pid.
     let fds = match receive(control.as_fd(), ORDER, ORDER_FDS) {
         Ok(Some(fds)) => fds,
         Ok(None) | Err(_) => sys::exit_now(child::EXIT_BAD_SETUP),
     };
-    let _ = nix::sys::prctl::set_name(c"skillbox-child");
-    let Ok(raw) =
-        <[RawFd; ORDER_FDS]>::try_from(fds.iter().map(AsRawFd::as_raw_fd).collect::<Vec<_>>())
-    else {
-        sys::exit_now(child::EXIT_BAD_SETUP)
-    };
-    // Places the five at 0 to 4 (the socket at 0 is replaced) and closes everything else.
-    match sys::place_forked_child_fds(raw) {
-        Ok(()) => child::run_prepared(process),
-        Err(_) => sys::exit_now(child::EXIT_BAD_SETUP),
+    // Exactly where `child::main` expects them: 0 request, 1 answer, 2 log, 3 artifact,
+    // 4 staging. From here they are the child's, found by number.
+    if fds.iter().zip(0..).any(|(fd, n)| fd.as_raw_fd() != n) {
+        sys::exit_now(child::EXIT_BAD_SETUP);
     }
+    for fd in fds {
+        let _ = fd.into_raw_fd();
+    }
+    drop(control);
+    let _ = nix::sys::prctl::set_name(c"skillbox-child");
+    child::run_prepared(process)
 }
 
 /// `UID:GID`, as the broker passes it.
@@ -287,6 +306,20 @@ fn receive(
         return Err(Refused::Order(io::Error::from_raw_os_error(libc::EINVAL)));
     }
     Ok(Some(fds))
+}
+
+/// The first-stage program the broker sends once the zygote is ready: raw BPF, at most
+/// `wire::MAX_BPF_BYTES`.
+fn receive_program(control: BorrowedFd<'_>) -> Option<Vec<seccompiler::sock_filter>> {
+    let mut buf = vec![0u8; wire::MAX_BPF_BYTES + 1];
+    let n = loop {
+        match nix::sys::socket::recv(control.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+            Err(nix::errno::Errno::EINTR) => {}
+            Ok(n) if n <= wire::MAX_BPF_BYTES => break n,
+            _ => return None,
+        }
+    };
+    seccomp::from_bytes(buf.get(..n)?)
 }
 
 /// One answer to the broker: a pid (with the spare's socket) or a negative errno.
@@ -410,8 +443,13 @@ impl Drop for Live {
 impl Zygote {
     /// Start a zygote of `exe` now, and have it fork the first spare. `max_forks` must be at
     /// least 1.
-    pub fn start(exe: &Path, max_forks: u32, run_as: Ids) -> io::Result<Self> {
-        let keeper = Keeper::new(exe.to_owned(), run_as)?;
+    pub fn start(
+        exe: &Path,
+        max_forks: u32,
+        run_as: Ids,
+        first_stage: Vec<u8>,
+    ) -> io::Result<Self> {
+        let keeper = Keeper::new(exe.to_owned(), run_as, first_stage)?;
         let mut live = keeper.start()?;
         live.ask()?;
         Ok(Self {
@@ -597,13 +635,13 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn new(exe: PathBuf, run_as: Ids) -> io::Result<Self> {
+    fn new(exe: PathBuf, run_as: Ids, first_stage: Vec<u8>) -> io::Result<Self> {
         let (orders, rx) = mpsc::channel::<mpsc::Sender<io::Result<Live>>>();
         let thread = std::thread::Builder::new()
             .name("skillbox-zygote-keeper".into())
             .spawn(move || {
                 for reply in rx {
-                    let _ = reply.send(launch(&exe, run_as));
+                    let _ = reply.send(launch(&exe, run_as, &first_stage));
                 }
             })?;
         Ok(Self {
@@ -634,7 +672,7 @@ impl Drop for Keeper {
 }
 
 /// `exe sandbox-zygote <our pid>` with the control socket on fd 0 and an empty environment.
-fn launch(exe: &Path, run_as: Ids) -> io::Result<Live> {
+fn launch(exe: &Path, run_as: Ids, first_stage: &[u8]) -> io::Result<Live> {
     let (ours, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -668,9 +706,23 @@ fn launch(exe: &Path, run_as: Ids) -> io::Result<Live> {
     // Its first word is 0 once it has closed what it inherited and warmed up; anything else
     // (or silence past the timeout) and it is killed and reaped by `Live`'s drop.
     match read_word(live.control.as_fd())?.0 {
+        0 => {}
+        other => {
+            return Err(io::Error::other(format!(
+                "the zygote did not start (said {other})"
+            )));
+        }
+    }
+    // Then it takes the first stage of its spares' filter, and says 0 again.
+    nix::sys::socket::send(
+        live.control.as_raw_fd(),
+        first_stage,
+        MsgFlags::MSG_NOSIGNAL,
+    )?;
+    match read_word(live.control.as_fd())?.0 {
         0 => Ok(live),
         other => Err(io::Error::other(format!(
-            "the zygote did not start (said {other})"
+            "the zygote refused the seccomp first stage (said {other})"
         ))),
     }
 }

@@ -296,6 +296,7 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
         }),
         rlimits,
         enforcement: Enforcement::Required,
+        seccomp_stage: skillbox::sandbox::wire::SeccompStage::Second,
         job: Job::Extract(Request {
             media_type: Some("application/zip".into()),
             ..Request::new(ArtifactType::Archive, Limits::default())

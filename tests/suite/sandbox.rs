@@ -250,6 +250,35 @@ fn a_replacement_profile_cannot_reopen_a_wall() {
     );
 }
 
+// ---- The calls a spare needs between its two seccomp stages ----------------------------------
+
+both_spawn_paths! {
+fn the_handover_calls_are_killed_once_the_child_is_confined() {
+    let f = fixture();
+    // What a spare may call after its first stage and before its second (seccomp.rs,
+    // HANDOVER): the second stage kills each again, so a confined child has no more than the
+    // profile allows. The exec path never allowed them.
+    let calls: [(&str, i64, [u64; 3]); 8] = [
+        ("recvmsg", libc::SYS_recvmsg, [0, 0, 0]),
+        ("prctl(PR_SET_NAME)", libc::SYS_prctl, [15, 0, 0]),
+        ("prctl(PR_SET_NO_NEW_PRIVS)", libc::SYS_prctl, [38, 1, 0]),
+        ("prlimit64(0)", libc::SYS_prlimit64, [0, 7, 0]),
+        ("landlock_create_ruleset", libc::SYS_landlock_create_ruleset, [0, 0, 1]),
+        ("landlock_add_rule", libc::SYS_landlock_add_rule, [0, 1, 0]),
+        ("landlock_restrict_self", libc::SYS_landlock_restrict_self, [0, 0, 0]),
+        ("seccomp", libc::SYS_seccomp, [0, 0, 0]),
+    ];
+    for (name, nr, args) in calls {
+        assert_eq!(
+            f.probe(Probe::Syscall { nr, args }),
+            ProbeEnd::Signaled(libc::SIGSYS),
+            "{name} was not killed"
+        );
+    }
+    f.outside_untouched();
+}
+}
+
 // ---- Sealing while the child confines --------------------------------------------------------
 
 both_spawn_paths! {
@@ -1257,12 +1286,20 @@ fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
         .and_then(skillbox::sandbox::Zygote::spare_pid)
         .unwrap_or_else(|| panic!("no spare forked"));
     let proc_dir = PathBuf::from(format!("/proc/{spare}"));
-    // Before it waits it breaks copy-on-write and takes the process steps of confinement, the
-    // last of which is no_new_privs: give it the moment that takes.
+    // Before it waits it breaks copy-on-write, takes the process steps of confinement and
+    // installs the first stage of its filter, the last step: give it the moment that takes.
     let read_status =
         || fs::read_to_string(proc_dir.join("status")).unwrap_or_else(|e| panic!("{e}"));
+    let filters = |status: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    let ours = filters(&fs::read_to_string("/proc/self/status").unwrap_or_default());
     let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
-    while !read_status().contains("NoNewPrivs:\t1") && std::time::Instant::now() < until {
+    while filters(&read_status()) <= ours && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     let status = read_status();
@@ -1274,8 +1311,15 @@ fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
     };
     assert_eq!(field("Name:").as_deref(), Some("skillbox-spare"));
     assert_eq!(field("Threads:").as_deref(), Some("1"));
-    // The process steps of confinement are taken before the order, not after.
+    // The process steps of confinement, and the first stage of the seccomp filter, are taken
+    // before the order, not after.
     assert_eq!(field("NoNewPrivs:").as_deref(), Some("1"));
+    assert_eq!(field("Seccomp:").as_deref(), Some("2"));
+    assert_eq!(
+        filters(&status),
+        ours + 1,
+        "the spare waits under exactly one filter of its own"
+    );
     assert_eq!(field("CapEff:").as_deref(), Some("0000000000000000"));
     assert_eq!(field("CapPrm:").as_deref(), Some("0000000000000000"));
     assert_eq!(
@@ -1303,9 +1347,9 @@ fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
             .collect();
         fds.sort();
         let numbers: Vec<u32> = fds.iter().map(|(n, _)| *n).collect();
-        assert_eq!(numbers, [0, 1, 2], "spare fds: {fds:?}");
-        assert!(fds[0].1.starts_with("socket:"), "fd 0 is {:?}", fds[0].1);
-        assert_eq!(fds[1].1, "/dev/null");
+        // Only its socket, at 9: fds 0 to 4 stay free for the order's five.
+        assert_eq!(numbers, [9], "spare fds: {fds:?}");
+        assert!(fds[0].1.starts_with("socket:"), "fd 9 is {:?}", fds[0].1);
         let environ = fs::read(proc_dir.join("environ")).unwrap_or_else(|e| panic!("{e}"));
         assert!(environ.is_empty(), "the spare has an environment");
     } else {
