@@ -13,15 +13,17 @@
 //!   answers the spare's pid with the broker's end of that socket.
 //!
 //! What a spare is (comm `skillbox-spare`): a forked process that breaks copy-on-write of its
-//! small writable mappings and takes the process steps of confinement (identity, capabilities,
+//! small writable mappings, takes the process steps of confinement (identity, capabilities,
 //! not dumpable, parent-death signal, no_new_privs: `child::confine_process`, for the identity
-//! on the zygote's command line), then holds only its socket, /dev/null and stderr and waits
-//! for one order. The broker keeps one spare ready. For a request it sends the five fds (request pipe,
-//! answer pipe, log pipe, sealed artifact memfd, staging directory) straight to the spare,
-//! which renames itself `skillbox-child`, places them at 0 to 4, closes every other fd (its
-//! socket included) and runs the same `child::main` as an exec'd child: the same bounded
-//! request read, the same linear `confine()` before a byte of the artifact is read. The broker
-//! then asks the zygote for the next spare, which is forked while this child works.
+//! on the zygote's command line) and installs the first stage of the seccomp filter (the broker
+//! sends it to the zygote once, at start; `seccomp::Profile::stages`), then holds only its
+//! socket, at fd 9, and waits for one order. The broker keeps one spare ready. For a request it
+//! sends the five fds (request pipe, answer pipe, log pipe, artifact memfd, staging directory)
+//! straight to the spare, where they land on 0 to 4 (the lowest free numbers); it closes its
+//! socket, renames itself `skillbox-child` and runs the same `child::main` as an exec'd child:
+//! the same bounded request read, the same linear `confine()` (ending with the second seccomp
+//! stage) before a byte of the artifact is read. Once the child is under way the broker asks the
+//! zygote for the next spare, which is forked while this child works.
 //!
 //! Because of `CLONE_PARENT` every spare is the broker's own child: the broker knows its pid
 //! before it is used, holds its pidfd once it is, kills it at the deadline and reaps it with
