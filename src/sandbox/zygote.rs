@@ -261,26 +261,26 @@ enum Refused {
     Socket,
 }
 
-/// One message that must be exactly `payload` with exactly `nfds` fds. `None` at end of stream.
-fn receive(
+/// One message into `buf`, retried on EINTR: its length, flags, and the fds that came with it
+/// (at most 8), owned at once so each is closed on any path.
+fn recv_with_fds(
     socket: BorrowedFd<'_>,
-    payload: &[u8],
-    nfds: usize,
-) -> Result<Option<Vec<OwnedFd>>, Refused> {
-    let mut buf = [0u8; 64];
+    buf: &mut [u8],
+) -> io::Result<(usize, MsgFlags, Vec<OwnedFd>)> {
     let mut cmsg = nix::cmsg_space!([RawFd; 8]);
-    let (bytes, flags, fds) = loop {
-        let mut iov = [IoSliceMut::new(&mut buf)];
+    loop {
+        let mut iov = [IoSliceMut::new(buf)];
         match recvmsg::<()>(
             socket.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg),
             MsgFlags::MSG_CMSG_CLOEXEC,
         ) {
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
             Ok(msg) => {
-                // Take ownership of every fd that arrived first, so each is closed on any path.
                 let mut fds = Vec::new();
-                for c in msg.cmsgs().map_err(|_| Refused::Socket)? {
+                for c in msg.cmsgs()? {
                     if let ControlMessageOwned::ScmRights(raw) = c {
                         // SAFETY: SCM_RIGHTS just installed these fds in our table; nothing else
                         // refers to them.
@@ -290,12 +290,20 @@ fn receive(
                         );
                     }
                 }
-                break (msg.bytes, msg.flags, fds);
+                return Ok((msg.bytes, msg.flags, fds));
             }
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return Err(Refused::Socket),
         }
-    };
+    }
+}
+
+/// One message that must be exactly `payload` with exactly `nfds` fds. `None` at end of stream.
+fn receive(
+    socket: BorrowedFd<'_>,
+    payload: &[u8],
+    nfds: usize,
+) -> Result<Option<Vec<OwnedFd>>, Refused> {
+    let mut buf = [0u8; 64];
+    let (bytes, flags, fds) = recv_with_fds(socket, &mut buf).map_err(|_| Refused::Socket)?;
     if bytes == 0 && fds.is_empty() {
         return Ok(None);
     }
@@ -593,33 +601,7 @@ fn read_answer(control: BorrowedFd<'_>) -> io::Result<io::Result<Spare>> {
 /// end of file (it died) and a timeout are errors.
 fn read_word(control: BorrowedFd<'_>) -> io::Result<(i32, Vec<OwnedFd>)> {
     let mut reply = [0u8; 8];
-    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-    let (n, fds) = loop {
-        let mut iov = [IoSliceMut::new(&mut reply)];
-        match recvmsg::<()>(
-            control.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-            Ok(msg) => {
-                let mut fds = Vec::new();
-                for c in msg.cmsgs()? {
-                    if let ControlMessageOwned::ScmRights(raw) = c {
-                        // SAFETY: SCM_RIGHTS just installed these fds in our table; nothing else
-                        // refers to them.
-                        fds.extend(
-                            raw.into_iter()
-                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                        );
-                    }
-                }
-                break (msg.bytes, fds);
-            }
-        }
-    };
+    let (n, _, fds) = recv_with_fds(control, &mut reply)?;
     let word = reply
         .get(..n)
         .and_then(|b| <[u8; 4]>::try_from(b).ok())

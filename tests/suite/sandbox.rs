@@ -1241,12 +1241,9 @@ fn quick_probe_ok(f: &Fixture, sb: &Sandbox) {
     assert_eq!(end, ProbeEnd::Reported(ProbeResult::Ok(1)));
 }
 
-#[test]
-fn the_zygote_holds_nothing_but_its_control_socket() {
-    let sb = sandbox_with(|c| c.zygote_max_forks = 100);
-    let pid = zygote_pid(&sb);
-    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let mut fds: Vec<(u32, String)> = fs::read_dir(proc_dir.join("fd"))
+/// The open fds of `pid`, by number, with what each points at.
+fn fds_of(pid: u32) -> Vec<(u32, String)> {
+    let mut fds: Vec<(u32, String)> = fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap_or_else(|e| panic!("{e}"))
         .filter_map(Result::ok)
         .map(|e| {
@@ -1258,6 +1255,15 @@ fn the_zygote_holds_nothing_but_its_control_socket() {
         })
         .collect();
     fds.sort();
+    fds
+}
+
+#[test]
+fn the_zygote_holds_nothing_but_its_control_socket() {
+    let sb = sandbox_with(|c| c.zygote_max_forks = 100);
+    let pid = zygote_pid(&sb);
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let fds = fds_of(pid);
     let numbers: Vec<u32> = fds.iter().map(|(n, _)| *n).collect();
     assert_eq!(numbers, [0, 1, 2], "zygote fds: {fds:?}");
     assert!(fds[0].1.starts_with("socket:"), "fd 0 is {:?}", fds[0].1);
@@ -1334,18 +1340,7 @@ fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
             "a root-started spare switches identity before its order"
         );
         // A non-dumpable process's fds and environment are readable only with CAP_SYS_PTRACE.
-        let mut fds: Vec<(u32, String)> = fs::read_dir(proc_dir.join("fd"))
-            .unwrap_or_else(|e| panic!("{e}"))
-            .filter_map(Result::ok)
-            .map(|e| {
-                let n = e.file_name().to_string_lossy().parse().unwrap_or(u32::MAX);
-                let target = fs::read_link(e.path())
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default();
-                (n, target)
-            })
-            .collect();
-        fds.sort();
+        let fds = fds_of(spare);
         let numbers: Vec<u32> = fds.iter().map(|(n, _)| *n).collect();
         // Only its socket, at 9: fds 0 to 4 stay free for the order's five.
         assert_eq!(numbers, [9], "spare fds: {fds:?}");
