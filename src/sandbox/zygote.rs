@@ -160,10 +160,10 @@ fn fork_spare(
 
 /// A spare: forked ahead of time, it waits for one order, then becomes that request's child.
 ///
-/// Forking (copying the zygote's page tables) and the hop through the zygote are thereby off
-/// the request's path: the broker sends the order straight to the spare. Until then the spare
-/// holds its socket (fd 0), /dev/null (1) and the broker's stderr (2), nothing else, and reads
-/// nothing but the order. The order's fds replace all three before `child::main` runs.
+/// Forking (copying the zygote's page tables), the process steps of confinement and the first
+/// seccomp stage are thereby off the request's path: the broker sends the order straight to
+/// the spare. Until then the spare holds its socket at [`SPARE_SOCKET_FD`], nothing else, and
+/// reads nothing but the order, whose five fds land on 0 to 4.
 fn spare(socket: OwnedFd, run_as: Ids, broker: u32, first_stage: &[seccompiler::sock_filter]) -> ! {
     let _ = nix::sys::prctl::set_name(c"skillbox-spare");
     // Our socket goes to SPARE_SOCKET_FD and every other fd is closed, so the order's five fds
