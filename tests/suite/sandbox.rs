@@ -1263,7 +1263,17 @@ fn the_zygote_holds_nothing_but_its_control_socket() {
     let sb = sandbox_with(|c| c.zygote_max_forks = 100);
     let pid = zygote_pid(&sb);
     let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let fds = fds_of(pid);
+    // It forks the first spare as soon as it starts, holding that spare's socket pair for the
+    // moment it takes; once the spare is ours, the zygote is idle again.
+    sb.zygote()
+        .and_then(skillbox::sandbox::Zygote::spare_pid)
+        .unwrap_or_else(|| panic!("no spare forked"));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut fds = fds_of(pid);
+    while fds.len() != 3 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        fds = fds_of(pid);
+    }
     let numbers: Vec<u32> = fds.iter().map(|(n, _)| *n).collect();
     assert_eq!(numbers, [0, 1, 2], "zygote fds: {fds:?}");
     assert!(fds[0].1.starts_with("socket:"), "fd 0 is {:?}", fds[0].1);
