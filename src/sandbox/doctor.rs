@@ -145,9 +145,11 @@ fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
                         }
                     }
                     if let Some(zc) = zygote_config {
-                        let result = Sandbox::new(zc)
-                            .map_err(|e| e.to_string())
-                            .and_then(|z| status_check(&z, &tmp.path().join("zygote")));
+                        let result = Sandbox::new(zc).map_err(|e| e.to_string()).and_then(|z| {
+                            let status = status_check(&z, &tmp.path().join("zygote"))?;
+                            let stage = second_stage_check(&z, tmp.path())?;
+                            Ok(format!("{status}; {stage}"))
+                        });
                         match result {
                             Ok(detail) => push(
                                 "zygote child",
@@ -189,6 +191,9 @@ fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
             },
         ),
     ));
+    if sandbox.zygote().is_some() {
+        out.push(("seccomp second stage", second_stage_check(sandbox, tmp)));
+    }
     // A world-readable file outside staging: only Landlock stands between the child and it.
     let outside = tmp.join("outside.txt");
     let readable = std::fs::write(&outside, b"x").and_then(|()| {
@@ -214,6 +219,20 @@ fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
             }),
     ));
     out
+}
+
+/// A spare's child ends its confinement with the second seccomp stage, which takes back the
+/// calls the first stage let it make before its order; `recvmsg` is one of them.
+fn second_stage_check(sandbox: &Sandbox, tmp: &Path) -> Result<String, String> {
+    let probe = Probe::Syscall {
+        nr: libc::SYS_recvmsg,
+        args: [0, 0, 0],
+    };
+    probe_check(sandbox, &tmp.join("second-stage"), probe, |end| {
+        matches!(end, ProbeEnd::Signaled(libc::SIGSYS)).then(|| {
+            "recvmsg, allowed only before the order, killed the child with SIGSYS".to_owned()
+        })
+    })
 }
 
 fn fresh(dir: &Path, sandbox: &Sandbox) -> Result<StagingDir, String> {

@@ -1478,6 +1478,16 @@ fn doctor_tells_the_truth_on_this_host() {
             "doctor did not check {want}: {names:?}"
         );
     }
+    // The zygote's children end with the second seccomp stage; doctor proves it is in force.
+    let zygote = v["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "zygote child"))
+        .and_then(|c| c["detail"].as_str())
+        .unwrap_or_default();
+    assert!(
+        zygote.contains("recvmsg") && zygote.contains("SIGSYS"),
+        "{zygote}"
+    );
 }
 
 /// Under an outer seccomp filter (a container's default profile, say) every process already
