@@ -555,65 +555,46 @@ mod tests {
     #[test]
     fn header_checks_name_the_field() {
         let server = Limits::default();
-        let mut h = header();
-        h.expected_digest = Some("sha256:ABC".into());
-        assert_eq!(
-            field_of(
-                request_from_header(h, &server)
-                    .err()
-                    .unwrap_or_else(|| panic!())
+        let with = |edit: fn(&mut pb::ExtractHeader, &Limits)| {
+            let mut h = header();
+            edit(&mut h, &server);
+            h
+        };
+        let cases = [
+            (
+                with(|h, _| h.expected_digest = Some("sha256:ABC".into())),
+                "header.expected_digest",
             ),
-            "header.expected_digest"
-        );
-
-        let h = pb::ExtractHeader::default();
-        assert_eq!(
-            field_of(
-                request_from_header(h, &server)
-                    .err()
-                    .unwrap_or_else(|| panic!())
+            (pb::ExtractHeader::default(), "header.declared_type"),
+            (
+                with(|h, server| {
+                    h.limits = Some(pb::Limits {
+                        max_entries: Some(server.max_entries + 1),
+                        ..Default::default()
+                    });
+                }),
+                "header.limits.max_entries",
             ),
-            "header.declared_type"
-        );
-
-        let mut h = header();
-        h.limits = Some(pb::Limits {
-            max_entries: Some(server.max_entries + 1),
-            ..Default::default()
-        });
-        assert_eq!(
-            field_of(
-                request_from_header(h, &server)
-                    .err()
-                    .unwrap_or_else(|| panic!())
+            (
+                with(|h, _| {
+                    h.limits = Some(pb::Limits {
+                        max_entries: Some(0),
+                        ..Default::default()
+                    });
+                }),
+                "header.limits.max_entries",
             ),
-            "header.limits.max_entries"
-        );
-
-        let mut h = header();
-        h.limits = Some(pb::Limits {
-            max_entries: Some(0),
-            ..Default::default()
-        });
-        assert_eq!(
-            field_of(
-                request_from_header(h, &server)
-                    .err()
-                    .unwrap_or_else(|| panic!())
+            (
+                with(|h, _| h.caller_label = Some("a\nb".into())),
+                "header.caller_label",
             ),
-            "header.limits.max_entries"
-        );
-
-        let mut h = header();
-        h.caller_label = Some("a\nb".into());
-        assert_eq!(
-            field_of(
-                request_from_header(h, &server)
-                    .err()
-                    .unwrap_or_else(|| panic!())
-            ),
-            "header.caller_label"
-        );
+        ];
+        for (h, field) in cases {
+            let refused = request_from_header(h, &server)
+                .err()
+                .unwrap_or_else(|| panic!("{field}: accepted"));
+            assert_eq!(field_of(refused), field);
+        }
     }
 
     #[test]
