@@ -48,24 +48,21 @@ struct Inherited {
     staging: OwnedFd,
 }
 
-/// Run [`main`] and end the process with its status at once (`_exit`: no destructors).
+/// The exec'd child: run [`main`] and end the process with its status at once (`_exit`: no
+/// destructors).
 pub fn run() -> ! {
-    sys::exit_now(main())
+    sys::exit_now(main(None))
 }
 
-/// [`main_with`] for a spare that took the process steps already, then `_exit`.
+/// [`run`] for a spare that took the process steps already.
 pub(crate) fn run_prepared(process: ProcessSteps) -> ! {
-    sys::exit_now(main_with(Some(process)))
+    sys::exit_now(main(Some(process)))
 }
 
-/// The child's `main` after an `exec`. Returns the process exit status.
-pub fn main() -> i32 {
-    main_with(None)
-}
-
-/// The child's `main`: `process` holds the process steps when a spare took them before its
-/// order; otherwise they are taken here, once the request names the identity and parent.
-pub(crate) fn main_with(process: Option<ProcessSteps>) -> i32 {
+/// The child's `main`, returning its exit status: `process` holds the process steps when a
+/// spare took them before its order; otherwise they are taken here, once the request names the
+/// identity and parent.
+fn main(process: Option<ProcessSteps>) -> i32 {
     // Anything beyond fd 4 is a leak from the parent's side: close before doing anything else.
     // (A spare holds exactly 0 to 4 by now, and its first seccomp stage would not allow it.)
     if process.is_none() && sys::close_fds_from(sys::CHILD_FIRST_FOREIGN_FD).is_err() {

@@ -173,9 +173,9 @@ pub enum SandboxError {
 pub struct Sandbox {
     config: SandboxConfig,
     profile: seccomp::Profile,
-    program: Vec<u8>,
-    /// The second stage of the profile, for spares (empty without a zygote).
-    second: Vec<u8>,
+    /// The BPF frame every child's request carries: the whole profile for an exec'd child, the
+    /// second stage for a zygote's spares.
+    program: (wire::SeccompStage, Vec<u8>),
     zygote: Option<Zygote>,
 }
 
@@ -183,11 +183,16 @@ impl Sandbox {
     /// Compile the profile and, when `zygote_max_forks` is above 0, start the zygote.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         let profile = seccomp::load(config.seccomp_profile.as_deref())?;
-        let program = seccomp::to_bytes(&profile.program);
         // Spares install the profile in two stages (see `seccomp::Profile::stages`): the
         // zygote gets the first, every request to a spare carries the second.
-        let (zygote, second) = match config.zygote_max_forks {
-            0 => (None, Vec::new()),
+        let (zygote, program) = match config.zygote_max_forks {
+            0 => (
+                None,
+                (
+                    wire::SeccompStage::Whole,
+                    seccomp::to_bytes(&profile.program),
+                ),
+            ),
             n => {
                 let (first, second) = profile.stages()?;
                 let zygote =
@@ -196,14 +201,16 @@ impl Sandbox {
                             exe: config.exe.display().to_string(),
                             source,
                         })?;
-                (Some(zygote), seccomp::to_bytes(&second))
+                (
+                    Some(zygote),
+                    (wire::SeccompStage::Second, seccomp::to_bytes(&second)),
+                )
             }
         };
         Ok(Self {
             config,
             profile,
             program,
-            second,
             zygote,
         })
     }
@@ -359,9 +366,7 @@ impl Sandbox {
         let (running, tail) = self.spawn_unsealed(job, memfd.as_fd(), dir, limits)?;
         // `running` kills and reaps the child when dropped on the error path.
         let sealed = seal(memfd).map_err(SandboxError::Artifact)?;
-        // A child that is already gone cannot take the last frame; its end says why.
-        let _ = tail.finish(&sealed.digest());
-        self.replenish();
+        self.finish(tail, &sealed);
         Ok((running, sealed))
     }
 
@@ -421,9 +426,15 @@ impl Sandbox {
         limits: &Limits,
     ) -> Result<Running, SandboxError> {
         let (running, tail) = self.spawn_unsealed(job, sealed.file().as_fd(), dir, limits)?;
+        self.finish(tail, sealed);
+        Ok(running)
+    }
+
+    /// Send a started child the digest of its sealed artifact, then have the next spare forked.
+    fn finish(&self, tail: RequestTail, sealed: &SealedArtifact) {
+        // A child that is already gone cannot take the last frame; its end says why.
         let _ = tail.finish(&sealed.digest());
         self.replenish();
-        Ok(running)
     }
 
     /// With a zygote, have the spare for the next request forked (see [`Zygote::replenish`]).
@@ -444,16 +455,13 @@ impl Sandbox {
         dir: &StagingDir,
         limits: &Limits,
     ) -> Result<(Running, RequestTail), SandboxError> {
-        let (seccomp_stage, program) = match self.zygote {
-            Some(_) => (wire::SeccompStage::Second, &self.second),
-            None => (wire::SeccompStage::Whole, &self.program),
-        };
+        let (seccomp_stage, program) = &self.program;
         let request = wire::ChildRequest {
             parent_pid: std::process::id(),
             run_as: Some(self.config.run_as),
             rlimits: self.rlimit_plan(limits),
             enforcement: self.config.enforcement,
-            seccomp_stage,
+            seccomp_stage: *seccomp_stage,
             job,
         };
         let json = serde_json::to_vec(&request).map_err(|e| SandboxError::Spawn {

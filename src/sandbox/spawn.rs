@@ -84,13 +84,8 @@ impl SealedArtifact {
         Ok(Self { file, size, digest })
     }
 
-    /// [`SealedArtifact::copy_from`] a file from offset 0 whatever its current position (the
-    /// engine reads positionally too), bounded one byte past `limits.max_artifact_bytes`.
-    pub fn from_file(file: &File, limits: &Limits) -> io::Result<Self> {
-        Self::fill_from_file(Self::memfd()?, file, limits)
-    }
-
-    /// [`SealedArtifact::from_file`] into `memfd`, a fresh [`SealedArtifact::memfd`].
+    /// [`SealedArtifact::fill`] `memfd` from a file, from offset 0 whatever its current position
+    /// (the engine reads positionally too), bounded one byte past `limits.max_artifact_bytes`.
     pub fn fill_from_file(memfd: File, file: &File, limits: &Limits) -> io::Result<Self> {
         Self::fill(
             memfd,
@@ -136,21 +131,19 @@ fn copy_hashing_aside(src: &mut impl Read, file: &mut File, hasher: Hasher) -> i
         });
         let copied = (|| -> io::Result<()> {
             loop {
-                let mut chunk = recycled.try_recv().unwrap_or_default();
-                chunk.resize(ASIDE_CHUNK, 0);
-                let mut filled = 0;
-                while filled < chunk.len() {
-                    match src.read(&mut chunk[filled..]) {
-                        Ok(0) => break,
-                        Ok(n) => filled += n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                if filled == 0 {
+                let mut chunk = recycled
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(ASIDE_CHUNK));
+                chunk.clear();
+                // A whole chunk unless the source ends first (read_to_end retries EINTR).
+                if src
+                    .by_ref()
+                    .take(ASIDE_CHUNK as u64)
+                    .read_to_end(&mut chunk)?
+                    == 0
+                {
                     return Ok(());
                 }
-                chunk.truncate(filled);
                 file.write_all(&chunk)?;
                 if to_hash.send(chunk).is_err() {
                     return Err(io::Error::other("the hashing thread stopped"));

@@ -69,8 +69,6 @@ const ORDER_FDS: usize = 5;
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where a spare keeps its socket while it waits (fds 0 to 4 stay free for the order).
 const SPARE_SOCKET_FD: RawFd = 9;
-/// `/proc/PID/comm` of a spare that has not been given a request yet.
-pub const SPARE_NAME: &str = "skillbox-spare";
 
 /// The zygote's `main`. Returns the process exit status (0 when the broker hung up).
 pub fn main() -> i32 {
@@ -420,17 +418,26 @@ impl Live {
         Ok(())
     }
 
-    /// The spare forked ahead, or one asked for now: `Err` when the zygote is gone or wedged,
-    /// `Ok(Err)` when it is alive and could not fork.
-    fn spare(&mut self) -> io::Result<io::Result<Spare>> {
-        if let Some(s) = self.spare.take() {
-            return Ok(Ok(s));
-        }
+    /// Read the answer to an outstanding request, if any, into `self.spare`: `Err` when the
+    /// zygote is gone or wedged, `Ok(Err)` when it is alive and could not fork.
+    fn collect(&mut self) -> io::Result<io::Result<()>> {
         if !self.pending {
-            self.ask()?;
+            return Ok(Ok(()));
         }
         self.pending = false;
-        read_answer(self.control.as_fd())
+        Ok(read_answer(self.control.as_fd())?.map(|s| self.spare = Some(s)))
+    }
+
+    /// The spare forked ahead, or one asked for now (errors as for [`Live::collect`]).
+    fn spare(&mut self) -> io::Result<io::Result<Spare>> {
+        if self.spare.is_none() && !self.pending {
+            self.ask()?;
+        }
+        Ok(self.collect()?.and_then(|()| {
+            self.spare
+                .take()
+                .ok_or_else(|| io::Error::other("no spare was asked for"))
+        }))
     }
 }
 
@@ -438,11 +445,7 @@ impl Drop for Live {
     fn drop(&mut self) {
         // Learn the pid of a spare still being forked, so it is reaped too (a live zygote
         // answers at once; a dead one gives end of file).
-        if self.pending {
-            if let Ok(Ok(s)) = read_answer(self.control.as_fd()) {
-                self.spare = Some(s);
-            }
-        }
+        let _ = self.collect();
         // Its children belong to the broker and do not depend on it; it holds nothing.
         let _ = self.process.kill();
         let _ = self.process.wait();
@@ -507,10 +510,7 @@ impl Zygote {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let l = live.as_mut()?;
-        if l.spare.is_none() && l.pending {
-            l.pending = false;
-            l.spare = read_answer(l.control.as_fd()).ok()?.ok();
-        }
+        l.collect().ok()?.ok()?;
         l.spare.as_ref().map(|s| s.pid)
     }
 
