@@ -107,6 +107,7 @@ pub fn main() -> i32 {
     if answer(control.as_fd(), 0, None).is_err() {
         return child::EXIT_BAD_SETUP;
     }
+    let writable = writable_mappings();
     loop {
         match receive(control.as_fd(), SPARE_REQUEST, 0) {
             Ok(Some(_)) => {}
@@ -120,7 +121,7 @@ pub fn main() -> i32 {
             }
             Err(Refused::Socket) => return child::EXIT_BAD_SETUP,
         }
-        let sent = match fork_spare(run_as, broker, &first_stage) {
+        let sent = match fork_spare(run_as, broker, &first_stage, &writable) {
             Ok((pid, broker_end)) => answer(control.as_fd(), pid, Some(broker_end.as_fd())),
             Err(e) => answer(
                 control.as_fd(),
@@ -140,6 +141,7 @@ fn fork_spare(
     run_as: Ids,
     broker: u32,
     first_stage: &[seccompiler::sock_filter],
+    writable: &[(usize, usize)],
 ) -> io::Result<(i32, OwnedFd)> {
     let (broker_end, spare_end) = socketpair(
         AddressFamily::Unix,
@@ -150,7 +152,7 @@ fn fork_spare(
     match sys::clone_parent()? {
         0 => {
             drop(broker_end);
-            spare(spare_end, run_as, broker, first_stage)
+            spare(spare_end, run_as, broker, first_stage, writable)
         }
         pid => Ok((pid, broker_end)),
     }
@@ -162,7 +164,13 @@ fn fork_spare(
 /// seccomp stage are thereby off the request's path: the broker sends the order straight to
 /// the spare. Until then the spare holds its socket at [`SPARE_SOCKET_FD`], nothing else, and
 /// reads nothing but the order, whose five fds land on 0 to 4.
-fn spare(socket: OwnedFd, run_as: Ids, broker: u32, first_stage: &[seccompiler::sock_filter]) -> ! {
+fn spare(
+    socket: OwnedFd,
+    run_as: Ids,
+    broker: u32,
+    first_stage: &[seccompiler::sock_filter],
+    writable: &[(usize, usize)],
+) -> ! {
     let _ = nix::sys::prctl::set_name(c"skillbox-spare");
     // Our socket goes to SPARE_SOCKET_FD and every other fd is closed, so the order's five fds
     // land on 0 to 4 (received fds take the lowest free numbers, in order).
@@ -175,7 +183,7 @@ fn spare(socket: OwnedFd, run_as: Ids, broker: u32, first_stage: &[seccompiler::
     let Ok(control) = sys::inherited_fd(SPARE_SOCKET_FD) else {
         sys::exit_now(child::EXIT_BAD_SETUP)
     };
-    prefault();
+    prefault(writable);
     // Identity, capabilities, process attributes, no_new_privs, then the first stage of the
     // seccomp filter: nothing of these depends on the request, so they are taken now rather
     // than after the order (`child::confine_process`, `seccomp::Profile::stages`).
@@ -215,12 +223,21 @@ fn parse_ids(s: &str) -> Option<Ids> {
 ///
 /// Code pages are left to fault in: populating all of the text (a fork does not copy the page
 /// tables of file mappings) saved about as much per request as unmapping it at exit then cost.
-fn prefault() {
+fn prefault(ranges: &[(usize, usize)]) {
+    for &(start, len) in ranges {
+        let _ = sys::populate_write(start, len);
+    }
+}
+
+/// The small private writable mappings of this process, as (start, length): read once by the
+/// zygote, whose spares inherit exactly its mappings.
+fn writable_mappings() -> Vec<(usize, usize)> {
     /// Writable mappings above this are left alone (populating would allocate, not just map).
     const MAX_WRITE: usize = 1 << 20;
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
+        return Vec::new();
     };
+    let mut out = Vec::new();
     for line in maps.lines() {
         let mut f = line.split_ascii_whitespace();
         let (Some(range), Some(perms)) = (f.next(), f.next()) else {
@@ -235,9 +252,10 @@ fn prefault() {
         };
         let len = b.saturating_sub(a);
         if perms == "rw-p" && !path.starts_with("[v") && len <= MAX_WRITE {
-            let _ = sys::populate_write(a, len);
+            out.push((a, len));
         }
     }
+    out
 }
 
 /// Build, once, what every child would otherwise build on its first request: the review's
