@@ -1,7 +1,7 @@
 //! Extraction benchmark: skillbox against a peer assembled from stock tools, side by side.
 //!
 //! For every (workload, format) it times, in the same run and interleaved repetition by
-//! repetition: the engine in-process (`extract::extract`), the CLI end to end, and the peer
+//! repetition: the engine in-process (`intake::run`: extraction, then review), the CLI end to end, and the peer
 //! (sha256 of the artifact, `bsdtar -xf`, sha256 of every extracted file, each a process; once
 //! plain and once with bsdtar under `bwrap`). Outputs go to tmpfs and to a disk directory, and
 //! are removed between repetitions. It also measures the CLI's peak RSS and how fast it refuses
@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::policy::Limits;
-use skillbox::extract::{ArtifactType, Request, extract};
+use skillbox::extract::{ArtifactType, Request};
+use skillbox::intake::run as extract;
 use skillbox::reason::Verdict;
 
 type Res<T> = Result<T, Box<dyn Error>>;
@@ -573,11 +574,7 @@ fn remove(out: &Path) -> Res<()> {
 fn run_engine(
     a: &Artifact,
     out: &Path,
-) -> Res<(
-    Sample,
-    Status,
-    Option<skillbox::extract::inventory::Outcome>,
-)> {
+) -> Res<(Sample, Status, Option<skillbox::intake::Outcome>)> {
     std::fs::create_dir(out)?;
     let dir = File::open(out)?;
     let file = File::open(&a.path)?;
@@ -798,7 +795,7 @@ impl Cell {
 /// Check that the engine's inventory and the peer's hashes describe the same files.
 fn cross_check(
     tools: &Tools,
-    outcome: &skillbox::extract::inventory::Outcome,
+    outcome: &skillbox::intake::Outcome,
     out: &Path,
     w: &Workload,
 ) -> Res<()> {
@@ -1476,7 +1473,7 @@ fn render(
          SKILL.md and stays within the default limits (10,000 entries: the tiny-file workload is \
          9,990 files + 8 directories; 4 x 50 MB files under the 64 MiB per-file limit).\n\
          - Artifacts and the tmpfs outputs live under /dev/shm; the disk outputs under `{}`.\n\
-         - **engine**: `skillbox::extract::extract` called in-process; only that call is timed \
+         - **engine**: `skillbox::intake::run` called in-process; only that call is timed \
          (artifact sha256, detection, decode, policy, writes, per-file sha256, inventory).\n\
          - **CLI**: `{} extract ART --digest sha256:... --out OUT --json`, stdout to /dev/null, wall \
          time from spawn to exit; it includes whatever the CLI does (process start, mkdir, any \

@@ -113,7 +113,7 @@ fn once(work: &Path, case: &Case, sandbox: Option<&Sandbox>) -> Duration {
     let started = Instant::now();
     let verdict = match sandbox {
         None => {
-            skillbox::extract::extract(&artifact, dir.as_fd(), &case.req)
+            skillbox::intake::run(&artifact, dir.as_fd(), &case.req)
                 .unwrap_or_else(|e| fail("engine", e))
                 .verdict
         }

@@ -23,7 +23,8 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use skillbox::extract::policy::Limits;
-use skillbox::extract::{ArtifactType, Request, extract};
+use skillbox::extract::{ArtifactType, Request};
+use skillbox::intake::run as extract;
 use skillbox::skill::review::review;
 
 fn tar(files: &[(String, u32, Vec<u8>)]) -> Vec<u8> {
@@ -175,7 +176,7 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, Duration) {
 struct Staged {
     _dir: tempfile::TempDir,
     fd: File,
-    outcome: skillbox::extract::inventory::Outcome,
+    outcome: skillbox::intake::Outcome,
     took: Duration,
     cpu: Duration,
 }
@@ -197,7 +198,7 @@ fn stage(art: &File) -> Staged {
 }
 
 fn time_review(s: &Staged) -> (Duration, Duration) {
-    let req = Request::new(ArtifactType::Archive, Limits::default());
+    let req = skillbox::skill::review::IndexFacts::default();
     let (r, wall, cpu) =
         timed(|| review(s.fd.as_fd(), &s.outcome.entries, &req).unwrap_or_else(|e| panic!("{e}")));
     std::hint::black_box(r);

@@ -8,7 +8,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::extract::inventory::Outcome;
+use crate::intake::Outcome;
 use crate::reason::Verdict;
 
 /// Where an accepted tree is, for the text answer's last line.

@@ -16,11 +16,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
-use crate::broker::convert::{self, MalformedAnswer};
+use crate::convert::{self, MalformedAnswer};
 use crate::extract::Request;
 use crate::extract::detect::ArtifactType;
-use crate::extract::inventory::Outcome;
 use crate::extract::policy::Limits;
+use crate::intake::Outcome;
 use crate::proto as pb;
 use crate::proto::skillbox_client::SkillboxClient;
 
@@ -162,10 +162,7 @@ pub fn endpoint(uri: &str) -> Result<Endpoint, ClientError> {
 /// The endpoint for `uri` with explicit TLS material (used for `https` only).
 pub fn endpoint_with(uri: &str, tls: &TlsMaterial) -> Result<Endpoint, ClientError> {
     let uri = if uri == "unix:" || uri == "unix://" {
-        format!(
-            "unix://{}",
-            crate::broker::config::default_socket().display()
-        )
+        format!("unix://{}", convert::default_socket().display())
     } else {
         uri.to_owned()
     };
@@ -259,7 +256,7 @@ impl Client {
     pub fn from_channel(channel: Channel) -> Self {
         Self {
             inner: SkillboxClient::new(channel)
-                .max_decoding_message_size(crate::broker::MAX_RESPONSE_BYTES),
+                .max_decoding_message_size(convert::MAX_RESPONSE_BYTES),
         }
     }
 

@@ -17,10 +17,11 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::extract::inventory::{Entry, Flag, Kind, Outcome};
+use crate::extract::inventory::{Entry, Flag, Kind};
 use crate::extract::path::{Parsed, SafeRelPath, fold_key, nfc_key};
 use crate::extract::policy::{HardlinkPolicy, Limits};
 use crate::extract::{ArtifactType, Request};
+use crate::intake::Outcome;
 use crate::reason::{ReasonCode, Verdict};
 use crate::replay::verify_tree;
 use crate::skill::frontmatter::{self, FrontmatterLimits};
@@ -160,7 +161,7 @@ fn run_engine(
         fs::create_dir(&staging).unwrap_or_else(|e| fail(e));
         let dir = File::open(&staging).unwrap_or_else(|e| fail(e));
         let req = Request::new(kind, limits.clone());
-        let outcome = match crate::extract::extract(&ws.artifact, dir.as_fd(), &req) {
+        let outcome = match crate::intake::run(&ws.artifact, dir.as_fd(), &req) {
             Ok(o) => o,
             Err(e) => fail(format!("engine fault instead of a verdict: {e}")),
         };
@@ -485,8 +486,7 @@ fn archive_round_trip(bytes: &[u8], limits: &Limits) {
         fs::create_dir(&keep).unwrap_or_else(|e| fail(e));
         let dir = File::open(&keep).unwrap_or_else(|e| fail(e));
         let req = Request::new(ArtifactType::Archive, limits.clone());
-        let o =
-            crate::extract::extract(&ws.artifact, dir.as_fd(), &req).unwrap_or_else(|e| fail(e));
+        let o = crate::intake::run(&ws.artifact, dir.as_fd(), &req).unwrap_or_else(|e| fail(e));
         if o.entries != first {
             fail("the same artifact gave two different inventories");
         }

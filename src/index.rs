@@ -14,8 +14,8 @@ use serde_json::Value;
 use url::Url;
 
 use crate::digest::Sha256Digest;
-use crate::fetch::urls::{self, UrlForm};
 use crate::reason::display_name;
+use crate::urls::{self, UrlForm};
 
 /// The only `$schema` this version processes.
 pub const SCHEMA_0_2_0: &str = "https://schemas.agentskills.io/discovery/0.2.0/schema.json";

@@ -9,17 +9,20 @@
 pub mod answer;
 pub mod broker;
 pub mod client;
+pub mod convert;
 pub mod digest;
 pub mod extract;
 pub mod fetch;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;
+pub mod intake;
 pub mod out_dir;
 pub mod reason;
 pub mod replay;
 pub mod sandbox;
 pub mod skill;
+pub mod urls;
 
 /// The gRPC contract (`proto/skillbox/v1/skillbox.proto`), generated at build time.
 pub mod proto {

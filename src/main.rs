@@ -11,9 +11,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use skillbox::answer::{self, Staged};
 use skillbox::digest::Sha256Digest;
-use skillbox::extract::inventory::Outcome;
 use skillbox::extract::policy::{Limits, parse_size};
 use skillbox::extract::{ArtifactType, Request};
+use skillbox::intake::Outcome;
 use skillbox::out_dir::Staging;
 use skillbox::reason::Verdict;
 use skillbox::sandbox::Confined;
@@ -129,7 +129,7 @@ struct ExtractArgs {
 /// `--skill-name`: the broker's bound on `header.skill_name`, so the local and `--server` paths
 /// accept the same values.
 fn parse_skill_name(s: &str) -> Result<String, String> {
-    use skillbox::broker::convert::MAX_SKILL_NAME;
+    use skillbox::convert::MAX_SKILL_NAME;
     if s.len() > MAX_SKILL_NAME {
         return Err(format!("longer than {MAX_SKILL_NAME} bytes"));
     }
@@ -141,7 +141,7 @@ fn parse_skill_name(s: &str) -> Result<String, String> {
 
 /// `--index-description`: the broker's bound on `header.index_description`.
 fn parse_index_description(s: &str) -> Result<String, String> {
-    use skillbox::broker::convert::MAX_INDEX_DESCRIPTION;
+    use skillbox::convert::MAX_INDEX_DESCRIPTION;
     if s.len() > MAX_INDEX_DESCRIPTION {
         return Err(format!("longer than {MAX_INDEX_DESCRIPTION} bytes"));
     }
@@ -430,7 +430,7 @@ fn cmd_diff(args: &DiffArgs) -> Result<u8, Failure> {
             .map_err(|e| usage(format!("{} is not a skillbox answer: {e}", p.display())))
     };
     let (old, new) = (load(&args.old)?, load(&args.new)?);
-    let d = diff::diff(&old, &new).map_err(|e| usage(e.to_string()))?;
+    let d = diff::diff(&old.version(), &new.version()).map_err(|e| usage(e.to_string()))?;
     if args.json {
         println!(
             "{}",

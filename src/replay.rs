@@ -28,8 +28,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::digest::{Hasher, Sha256Digest};
-use crate::extract::inventory::{Entry, Kind, Outcome};
+use crate::extract::inventory::{Entry, Kind};
 use crate::extract::policy::Limits;
+use crate::intake::Outcome;
 use crate::reason::{ReasonCode, Verdict, display_name};
 
 /// The manifest's file name inside a corpus directory.

@@ -5,7 +5,7 @@
 //! Nothing here opens a socket or a directory; [`super::listen`] and [`super::staging`] do.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
@@ -354,22 +354,7 @@ impl Config {
     }
 }
 
-/// The runtime directory the default socket and staging root live in.
-pub fn default_base_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| Path::new(d).is_absolute()) {
-        return PathBuf::from(dir).join("skillbox");
-    }
-    let uid = nix::unistd::Uid::effective();
-    if uid.is_root() {
-        return PathBuf::from("/run/skillbox");
-    }
-    std::env::temp_dir().join(format!("skillbox-{}", uid.as_raw()))
-}
-
-/// The default Unix socket path (what `skillbox extract --server` means by `unix:` alone).
-pub fn default_socket() -> PathBuf {
-    default_base_dir().join("skillbox.sock")
-}
+pub use crate::convert::{default_base_dir, default_socket};
 
 fn parse_mode(s: &str) -> Result<u32, String> {
     let digits = s.trim_start_matches("0o");

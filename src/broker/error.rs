@@ -57,6 +57,15 @@ impl RequestError {
     }
 }
 
+impl From<crate::convert::InvalidField> for RequestError {
+    fn from(e: crate::convert::InvalidField) -> Self {
+        Self::InvalidArgument {
+            field: e.field,
+            description: e.description,
+        }
+    }
+}
+
 impl From<RequestError> for Status {
     fn from(e: RequestError) -> Self {
         let code = e.code();

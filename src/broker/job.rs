@@ -22,7 +22,7 @@ use tokio::task::JoinHandle;
 
 use super::staging::StagingGuard;
 use crate::extract::Request;
-use crate::extract::inventory::Outcome;
+use crate::intake::Outcome;
 use crate::sandbox::{Enforcement, Job as SandboxJob, Sandbox, SandboxConfig, SandboxError};
 
 /// What the async side sends the blocking reader.

@@ -9,7 +9,7 @@
 
 mod admission;
 pub mod config;
-pub mod convert;
+
 mod error;
 mod job;
 mod listen;
@@ -31,8 +31,7 @@ pub use staging::is_staging_id;
 use crate::proto as pb;
 use service::{SkillboxService, State};
 
-/// Largest answer the server sends (an inventory of 10,000 long names fits well within it).
-pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+pub use crate::convert::MAX_RESPONSE_BYTES;
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]

@@ -18,13 +18,14 @@ use tracing::Instrument as _;
 
 use super::admission::Admission;
 use super::config::Config;
-use super::convert;
 use super::error::RequestError;
 use super::job::{self, Feed, JobFault, KillSwitch, Runner};
 use super::metrics::Metrics;
 use super::staging::{StagingRoot, is_staging_id};
+use crate::convert;
 use crate::digest::Hasher;
-use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
+use crate::extract::inventory::{ArtifactFacts, Totals};
+use crate::intake::Outcome;
 use crate::proto as pb;
 use crate::proto::extract_request::Msg;
 use crate::reason::{Reason, ReasonCode, Verdict};

@@ -73,20 +73,18 @@ pub struct Totals {
     pub ratio: f64,
 }
 
-/// The whole answer of one extraction; the CLI's `--json` object.
+/// What the engine returns: the verdict, the facts and the inventory of the staged tree. The
+/// review of that tree is not the engine's business: the intake layer above adds it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Outcome {
+pub struct Extraction {
     pub verdict: Verdict,
     pub reason: Option<Reason>,
     pub artifact: ArtifactFacts,
     pub entries: Vec<Entry>,
     pub totals: Totals,
-    /// The review report of an accepted package (what it asks to do); absent when rejected.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub review: Option<crate::skill::review::Review>,
 }
 
-impl Outcome {
+impl Extraction {
     /// A rejection: no entries survive, only the facts and totals at the moment of stopping.
     pub fn rejected(artifact: ArtifactFacts, totals: Totals, reason: Reason) -> Self {
         Self {
@@ -95,7 +93,6 @@ impl Outcome {
             artifact,
             entries: Vec::new(),
             totals,
-            review: None,
         }
     }
 }

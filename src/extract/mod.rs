@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use crate::digest::{Hasher, Sha256Digest};
 use crate::reason::{Reason, ReasonCode, Verdict};
 pub use detect::{ArtifactType, Format};
-use inventory::{ArtifactFacts, Outcome, Totals};
+use inventory::{ArtifactFacts, Extraction, Totals};
 use policy::Limits;
 
 /// What to extract and under which rules.
@@ -41,10 +41,12 @@ pub struct Request {
     /// When present, the artifact's SHA-256 must equal it (`digest_mismatch` otherwise).
     pub expected_digest: Option<Sha256Digest>,
     pub limits: Limits,
-    /// Skill name as the discovery index lists it (compared with SKILL.md by the review).
+    /// Skill name as the discovery index lists it. Never read by the engine: carried through the
+    /// child to the review (the intake layer runs it after the engine), which compares it with
+    /// SKILL.md.
     #[serde(default)]
     pub skill_name: Option<String>,
-    /// Description as the discovery index lists it (compared with SKILL.md by the review).
+    /// Description as the discovery index lists it; like `skill_name`, for the review only.
     #[serde(default)]
     pub index_description: Option<String>,
     /// SHA-256 the trusted parent computed over the exact bytes it sealed into the artifact
@@ -97,13 +99,13 @@ impl From<Reason> for Stop {
 
 /// Extract `artifact` beneath `staging` according to `req`.
 ///
-/// Returns `Ok` with an accepted or rejected [`Outcome`]; `Err` only for operational faults
+/// Returns `Ok` with an accepted or rejected [`Extraction`]; `Err` only for operational faults
 /// (after which the caller must discard the staging directory).
 pub fn extract(
     artifact: &File,
     staging: BorrowedFd<'_>,
     req: &Request,
-) -> Result<Outcome, EngineError> {
+) -> Result<Extraction, EngineError> {
     let size = artifact.metadata().map_err(EngineError::Artifact)?.len();
     let mut facts = ArtifactFacts {
         digest: None,
@@ -114,7 +116,7 @@ pub fn extract(
         bytes_in: size,
         ..Totals::default()
     };
-    let rejected = Outcome::rejected;
+    let rejected = Extraction::rejected;
 
     if size > req.limits.max_artifact_bytes {
         let reason = Reason::new(
@@ -163,29 +165,13 @@ pub fn extract(
     match result {
         Ok(()) => {
             let (entries, totals) = sink.into_inventory(size);
-            // 4. Review the staged tree (issue 5): reads beneath `staging` only, bounded. An invalid
-            // SKILL.md rejects, and then nothing of the tree may survive either.
-            match crate::skill::review::review(staging, &entries, req) {
-                Ok(review) => Ok(Outcome {
-                    verdict: Verdict::Accepted,
-                    reason: None,
-                    artifact: facts,
-                    entries,
-                    totals,
-                    review: Some(review),
-                }),
-                Err(err) => {
-                    writer::clear_beneath(staging, 0).map_err(EngineError::Cleanup)?;
-                    match err {
-                        crate::skill::review::ReviewError::Invalid(reason) => {
-                            Ok(rejected(facts, totals, reason))
-                        }
-                        crate::skill::review::ReviewError::Io { source, .. } => {
-                            Err(EngineError::Staging(source))
-                        }
-                    }
-                }
-            }
+            Ok(Extraction {
+                verdict: Verdict::Accepted,
+                reason: None,
+                artifact: facts,
+                entries,
+                totals,
+            })
         }
         Err(stop) => {
             let totals = sink.partial_totals(size);

@@ -12,9 +12,9 @@ use url::Url;
 use super::FetchError;
 use super::cache::{self, Cache, Hit};
 use super::client::{Client, Download, Hop, What};
-use super::urls::UrlForm;
 use crate::digest::Sha256Digest;
 use crate::index::{self, Entry, EntryType, Index, IndexError, IndexLimits, Lookup, Skipped};
+use crate::urls::UrlForm;
 
 /// Where bytes came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -16,20 +16,22 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use url::Url;
 
+use super::FetchError;
 use super::acquire::{self, AcquireError, Provenance};
 use super::cache::Cache;
 use super::client::{Client, Download};
 use super::policy::{AllowedOrigin, FetchPolicy};
 use super::tls::Trust;
-use super::{FetchError, urls};
 use crate::answer::{self, Staged};
-use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
+use crate::extract::inventory::{ArtifactFacts, Totals};
 use crate::extract::policy::{Limits, parse_size};
 use crate::extract::{ArtifactType, Request};
 use crate::index::{self, EntryType, Index, IndexError, IndexLimits};
+use crate::intake::Outcome;
 use crate::out_dir::Staging;
 use crate::reason::{Reason, ReasonCode, Verdict};
 use crate::sandbox::{Confined, SandboxReport};
+use crate::urls;
 
 pub const EXIT_ACCEPTED: u8 = 0;
 pub const EXIT_OPERATIONAL: u8 = 1;

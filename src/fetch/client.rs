@@ -18,7 +18,8 @@ use url::{Host, Position, Url};
 
 use super::http::{self, Body, Conn, Framing};
 use super::policy::{FetchPolicy, Refusal, Rule};
-use super::{FetchError, resolve, urls};
+use super::{FetchError, resolve};
+use crate::urls;
 
 /// What is being downloaded; selects the byte limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 //! strict [`policy::FetchPolicy`], verify the digest on the exact bytes received, and keep
 //! verified artifacts in a digest-keyed [`cache::Cache`].
 //!
-//! Layers, bottom up: [`urls`] (RFC 3986 resolution), [`policy`] (every rule and the refusal
+//! Layers, bottom up: [`crate::urls`] (RFC 3986 resolution), [`policy`] (every rule and the refusal
 //! naming it), [`resolve`] (DNS, the destination check, connecting to the checked address),
 //! [`tls`] (trust anchors), [`http`] (HTTP/1.1 framing under limits), [`client`] (one GET with
 //! redirects re-checked per hop), [`cache`], [`acquire`] (index + entry + artifact, with
@@ -19,7 +19,6 @@ pub mod http;
 pub mod policy;
 pub mod resolve;
 pub mod tls;
-pub mod urls;
 
 use std::net::SocketAddr;
 

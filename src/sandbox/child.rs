@@ -103,7 +103,7 @@ fn main(process: Option<ProcessSteps>) -> i32 {
     // Confined. From here on the artifact may be read.
     let result = match &request.job {
         Job::Extract(req) => {
-            match crate::extract::extract(&inherited.artifact, inherited.staging.as_fd(), req) {
+            match crate::intake::run(&inherited.artifact, inherited.staging.as_fd(), req) {
                 Ok(outcome) => JobResult::Extracted(Box::new(outcome)),
                 Err(e) => JobResult::EngineFault {
                     detail: e.to_string(),

@@ -35,8 +35,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::extract::Request;
-use crate::extract::inventory::{ArtifactFacts, Outcome, Totals};
+use crate::extract::inventory::{ArtifactFacts, Totals};
 use crate::extract::policy::Limits;
+use crate::intake::Outcome;
 use crate::reason::{Reason, ReasonCode, Verdict, display_name};
 pub use probe::{Base, Probe, ProbeResult};
 pub use recheck::{StagingDir, Verify};

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use super::sys::forbidden;
 use super::wire::{self, ChildAnswer, ConfinementReport, JobResult};
-use crate::extract::inventory::Outcome;
+use crate::intake::Outcome;
 
 /// Where a relative probe path starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

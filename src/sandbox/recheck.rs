@@ -21,8 +21,9 @@ use nix::unistd::{Gid, Uid, fchown, fchownat};
 use serde::{Deserialize, Serialize};
 
 use crate::digest::Sha256Digest;
-use crate::extract::inventory::{Entry, Kind, Outcome};
+use crate::extract::inventory::{Entry, Kind};
 use crate::extract::writer::clear_beneath;
+use crate::intake::Outcome;
 
 /// How much of the staged tree the parent re-reads before accepting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

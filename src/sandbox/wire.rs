@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::probe::{Probe, ProbeResult};
 use crate::extract::Request;
-use crate::extract::inventory::Outcome;
+use crate::intake::Outcome;
 
 /// Largest request frame (JSON); requests are a few hundred bytes.
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;

@@ -1,7 +1,7 @@
 //! What changed between two versions of a skill, and whether its capabilities grew.
 //!
-//! Input is two saved answers (the `extract --json` object, [`Outcome`]) with their review
-//! reports; no package is opened. The verdict is `unchanged` when the artifact digests are equal,
+//! Input is two saved answers (the `extract --json` object, seen as a [`Version`]) with their
+//! review reports; no package is opened. The verdict is `unchanged` when the artifact digests are equal,
 //! `needs_review` when anything a reviewer must look at again appeared (a new or changed script
 //! or executable, a new host, tool, credential touch, download or risky command, or a new review
 //! that was cut short by its bounds), and `content_only` otherwise (documentation, assets,
@@ -14,7 +14,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use crate::digest::Sha256Digest;
-use crate::extract::inventory::{Kind, Outcome};
+use crate::extract::inventory::{Entry, Kind};
 use crate::reason::{Verdict, display_name};
 use crate::skill::review::{FindingKind, Review};
 
@@ -121,9 +121,19 @@ pub enum DiffError {
     NoReview { which: &'static str },
 }
 
+/// What the diff reads of one saved answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Version<'a> {
+    pub verdict: Verdict,
+    /// The artifact's digest (equal digests: unchanged, nothing else is compared).
+    pub digest: Option<Sha256Digest>,
+    pub entries: &'a [Entry],
+    pub review: Option<&'a Review>,
+}
+
 /// Compare two saved answers.
-pub fn diff(old: &Outcome, new: &Outcome) -> Result<Diff, DiffError> {
-    let (od, nd) = (old.artifact.digest, new.artifact.digest);
+pub fn diff(old: &Version<'_>, new: &Version<'_>) -> Result<Diff, DiffError> {
+    let (od, nd) = (old.digest, new.digest);
     let mut d = Diff {
         change: Change::Unchanged,
         old_digest: od,
@@ -141,13 +151,13 @@ pub fn diff(old: &Outcome, new: &Outcome) -> Result<Diff, DiffError> {
             return Err(DiffError::NotAccepted { which });
         }
     }
-    let (Some(or), Some(nr)) = (&old.review, &new.review) else {
+    let (Some(or), Some(nr)) = (old.review, new.review) else {
         let which = if old.review.is_none() { "old" } else { "new" };
         return Err(DiffError::NoReview { which });
     };
 
     d.files = file_changes(old, new);
-    let sha = |o: &Outcome| -> BTreeMap<String, Option<Sha256Digest>> {
+    let sha = |o: &Version<'_>| -> BTreeMap<String, Option<Sha256Digest>> {
         o.entries
             .iter()
             .filter(|e| e.kind == Kind::File)
@@ -309,9 +319,9 @@ fn located(r: &Review, kind: FindingKind, subject: &str) -> Option<String> {
     })
 }
 
-fn file_changes(old: &Outcome, new: &Outcome) -> FileChanges {
+fn file_changes(old: &Version<'_>, new: &Version<'_>) -> FileChanges {
     // A symlink is identified by its target; a file by its digest.
-    let ident = |o: &Outcome| -> BTreeMap<String, String> {
+    let ident = |o: &Version<'_>| -> BTreeMap<String, String> {
         o.entries
             .iter()
             .filter_map(|e| match e.kind {

@@ -19,7 +19,6 @@ use super::frontmatter::{self, Frontmatter, FrontmatterLimits};
 use super::scan::{self, Hit, HitKind, Scanner};
 use super::staged::StagedReader;
 use crate::digest::Sha256Digest;
-use crate::extract::Request;
 use crate::extract::inventory::{Entry, Flag, Kind};
 use crate::reason::Reason;
 
@@ -217,20 +216,32 @@ pub enum ReviewError {
     Io { path: String, source: io::Error },
 }
 
+/// What the discovery index said about the skill, held against its SKILL.md by the review. Both
+/// only raise flags: a description never grants anything and a mismatch never rejects.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexFacts {
+    /// The skill's name as the index lists it (`name_mismatch` when SKILL.md differs).
+    #[serde(default)]
+    pub skill_name: Option<String>,
+    /// The index's description (`description_mismatch` when SKILL.md's differs, whitespace aside).
+    #[serde(default)]
+    pub description: Option<String>,
+}
+
 /// Review the tree staged beneath `staging` whose inventory is `entries`, with default limits.
 pub fn review(
     staging: BorrowedFd<'_>,
     entries: &[Entry],
-    req: &Request,
+    listed: &IndexFacts,
 ) -> Result<Review, ReviewError> {
-    review_with(staging, entries, req, &ReviewLimits::default())
+    review_with(staging, entries, listed, &ReviewLimits::default())
 }
 
 /// [`review`] with explicit limits.
 pub fn review_with(
     staging: BorrowedFd<'_>,
     entries: &[Entry],
-    req: &Request,
+    listed: &IndexFacts,
     limits: &ReviewLimits,
 ) -> Result<Review, ReviewError> {
     let mut r = Reviewer::new(limits, entries);
@@ -248,7 +259,7 @@ pub fn review_with(
             .max(limits.frontmatter.max_bytes.saturating_add(16));
         r.read(&mut reader, e, cap, &mut buf)?;
         let parsed = frontmatter::parse(&buf, &limits.frontmatter).map_err(ReviewError::Invalid)?;
-        r.frontmatter(parsed, req);
+        r.frontmatter(parsed, listed);
         r.text(e, &buf, true);
     }
     for e in entries
@@ -335,7 +346,7 @@ impl<'a> Reviewer<'a> {
         escape_bounded(s.trim(), self.limits.excerpt_chars)
     }
 
-    fn frontmatter(&mut self, parsed: frontmatter::Parsed, req: &Request) {
+    fn frontmatter(&mut self, parsed: frontmatter::Parsed, listed: &IndexFacts) {
         let fm = parsed.frontmatter;
         let line_of = |k: &str| parsed.key_lines.get(k).copied();
         for issue in parsed.issues {
@@ -353,7 +364,7 @@ impl<'a> Reviewer<'a> {
                 subject: Some(issue.key),
             });
         }
-        if let Some(index_name) = &req.skill_name {
+        if let Some(index_name) = &listed.skill_name {
             if *index_name != fm.name {
                 self.out.flags.push(ReviewFlag::NameMismatch);
                 let excerpt =
@@ -367,7 +378,7 @@ impl<'a> Reviewer<'a> {
                 });
             }
         }
-        if let Some(index_desc) = &req.index_description {
+        if let Some(index_desc) = &listed.description {
             let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
             if norm(index_desc) != norm(&fm.description) {
                 self.out.flags.push(ReviewFlag::DescriptionMismatch);

@@ -317,7 +317,7 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
         },
         ..Request::new(ArtifactType::Archive, Limits::default())
     };
-    let outcome = skillbox::extract::extract(&file, std::os::fd::AsFd::as_fd(&dir), &req)
+    let outcome = skillbox::intake::run(&file, std::os::fd::AsFd::as_fd(&dir), &req)
         .unwrap_or_else(|e| panic!("{e}"));
     let report = ConfinementReport {
         uid: 65534,

@@ -12,9 +12,10 @@ use std::process::Command;
 use serde_json::Value;
 
 use skillbox::extract::policy::Limits;
-use skillbox::extract::{ArtifactType, Request, extract};
+use skillbox::extract::{ArtifactType, Request};
+use skillbox::intake::run as extract;
 use skillbox::reason::Verdict;
-use skillbox::skill::review::{FindingKind, ReviewFlag, ReviewLimits, review_with};
+use skillbox::skill::review::{FindingKind, IndexFacts, ReviewFlag, ReviewLimits, review_with};
 
 fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("corpus/review")
@@ -157,7 +158,7 @@ fn run_engine(
     path: &Path,
     kind: ArtifactType,
     req_edit: impl FnOnce(&mut Request),
-) -> (tempfile::TempDir, skillbox::extract::inventory::Outcome) {
+) -> (tempfile::TempDir, skillbox::intake::Outcome) {
     let art = File::open(path).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
@@ -311,8 +312,8 @@ fn cli_index_facts_raise_mismatch_flags() {
 #[test]
 fn cli_index_facts_are_bounded_like_the_header() {
     let md = corpus().join("fm_minimal.md");
-    let at_name = "n".repeat(skillbox::broker::convert::MAX_SKILL_NAME);
-    let at_desc = "d".repeat(skillbox::broker::convert::MAX_INDEX_DESCRIPTION);
+    let at_name = "n".repeat(skillbox::convert::MAX_SKILL_NAME);
+    let at_desc = "d".repeat(skillbox::convert::MAX_INDEX_DESCRIPTION);
     let (code, v, stderr) = extract_with(
         &md,
         &["--skill-name", &at_name, "--index-description", &at_desc],
@@ -368,7 +369,7 @@ fn bounds_are_reported_when_they_cut() {
         |_| {},
     );
     let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-    let req = Request::new(ArtifactType::Archive, Limits::default());
+    let req = IndexFacts::default();
     let tight = ReviewLimits {
         max_file_bytes: 16,
         ..ReviewLimits::default()
@@ -424,7 +425,7 @@ fn review_never_follows_a_planted_symlink() {
     std::fs::remove_file(&victim).unwrap_or_else(|e| panic!("{e}"));
     std::os::unix::fs::symlink("/etc/hostname", &victim).unwrap_or_else(|e| panic!("{e}"));
     let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-    let req = Request::new(ArtifactType::Archive, Limits::default());
+    let req = IndexFacts::default();
     let err = skillbox::skill::review::review(fd.as_fd(), &o.entries, &req).err();
     assert!(
         matches!(err, Some(skillbox::skill::review::ReviewError::Io { .. })),

@@ -15,9 +15,10 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use skillbox::extract::inventory::{ArtifactFacts, Entry, Kind, Outcome, Totals};
+use skillbox::extract::inventory::{ArtifactFacts, Entry, Kind, Totals};
 use skillbox::extract::policy::Limits;
 use skillbox::extract::{ArtifactType, Request};
+use skillbox::intake::Outcome;
 use skillbox::reason::{ReasonCode, Verdict};
 use skillbox::sandbox::{
     Base, Job, Probe, ProbeEnd, ProbeResult, Sandbox, SandboxConfig, SealedArtifact, StagingDir,
@@ -832,7 +833,7 @@ fn a_confined_extraction_matches_the_engine_in_process() {
     fs::create_dir(&other).unwrap_or_else(|e| panic!("{e}"));
     let sealed = SealedArtifact::copy_from(&art[..], u64::MAX).unwrap_or_else(|e| panic!("{e}"));
     let dir = fs::File::open(&other).unwrap_or_else(|e| panic!("{e}"));
-    let inproc = skillbox::extract::extract(sealed.file(), std::os::fd::AsFd::as_fd(&dir), &req)
+    let inproc = skillbox::intake::run(sealed.file(), std::os::fd::AsFd::as_fd(&dir), &req)
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(confined.outcome, inproc);
 

@@ -440,7 +440,7 @@ impl CorpusCase {
             expected_digest: self.digest.clone(),
             // Every limit, explicitly: the replay server is started with the loosest policy
             // any case needs (see `CORPUS_SERVER_LIMITS`), and each case tightens from there.
-            limits: Some(skillbox::broker::convert::limits_to_proto(
+            limits: Some(skillbox::convert::limits_to_proto(
                 &self.limits.clone().unwrap_or_default(),
             )),
             ..Default::default()

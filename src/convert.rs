@@ -1,6 +1,7 @@
 //! Between the crate's own types and the wire types of `proto/skillbox/v1`: the header becomes a
 //! checked [`Request`], an [`Outcome`] becomes an `ExtractResponse`, and back again for the
-//! client.
+//! client. The broker and the client both use this one module, so neither depends on the
+//! other, and the two directions cannot drift apart.
 //!
 //! Every match over our enums is exhaustive and every struct is destructured without `..`, so a
 //! new reason code, flag or limit does not compile until it has a wire form.
@@ -8,12 +9,52 @@
 use crate::digest::Sha256Digest;
 use crate::extract::Request;
 use crate::extract::detect::ArtifactType;
-use crate::extract::inventory::{ArtifactFacts, Entry, Flag, Kind, Outcome, Totals};
+use crate::extract::inventory::{ArtifactFacts, Entry, Flag, Kind, Totals};
 use crate::extract::policy::{HardlinkPolicy, Limits, LimitsError};
+use crate::intake::Outcome;
 use crate::proto as pb;
 use crate::reason::{Reason, ReasonCode, Verdict};
 
-use super::error::RequestError;
+/// Largest answer the server sends and the client accepts (an inventory of 10,000 long names
+/// fits well within it).
+pub const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
+/// The runtime directory the default socket and staging root live in.
+pub fn default_base_dir() -> std::path::PathBuf {
+    if let Some(dir) =
+        std::env::var_os("XDG_RUNTIME_DIR").filter(|d| std::path::Path::new(d).is_absolute())
+    {
+        return std::path::PathBuf::from(dir).join("skillbox");
+    }
+    let uid = nix::unistd::Uid::effective();
+    if uid.is_root() {
+        return std::path::PathBuf::from("/run/skillbox");
+    }
+    std::env::temp_dir().join(format!("skillbox-{}", uid.as_raw()))
+}
+
+/// The default Unix socket path (what `skillbox extract --server` means by `unix:` alone).
+pub fn default_socket() -> std::path::PathBuf {
+    default_base_dir().join("skillbox.sock")
+}
+
+/// A header field the server cannot accept; `field` names it (`header.limits.max_entries`). The
+/// broker answers it as `INVALID_ARGUMENT`, the CLI as a usage error.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {description}")]
+pub struct InvalidField {
+    pub field: String,
+    pub description: String,
+}
+
+impl InvalidField {
+    pub fn new(field: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            description: description.into(),
+        }
+    }
+}
 
 /// Bounds on the free-text header fields (bytes).
 pub const MAX_MEDIA_TYPE: usize = 256;
@@ -31,7 +72,7 @@ pub struct Checked {
 }
 
 /// Check the header against the server's limits and build the engine's request.
-pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Checked, RequestError> {
+pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Checked, InvalidField> {
     let pb::ExtractHeader {
         expected_digest,
         declared_type,
@@ -46,7 +87,7 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
     let expected_digest = match expected_digest {
         Some(d) => Some(
             d.parse::<Sha256Digest>()
-                .map_err(|e| RequestError::invalid("header.expected_digest", e.to_string()))?,
+                .map_err(|e| InvalidField::new("header.expected_digest", e.to_string()))?,
         ),
         None => None,
     };
@@ -54,7 +95,7 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
         Ok(pb::ArtifactType::SkillMd) => ArtifactType::SkillMd,
         Ok(pb::ArtifactType::Archive) => ArtifactType::Archive,
         Ok(pb::ArtifactType::Unspecified) | Err(_) => {
-            return Err(RequestError::invalid(
+            return Err(InvalidField::new(
                 "header.declared_type",
                 "must be ARTIFACT_TYPE_SKILL_MD or ARTIFACT_TYPE_ARCHIVE",
             ));
@@ -87,11 +128,11 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
 }
 
 /// A short, printable, single-line field.
-fn text_field(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, RequestError> {
+fn text_field(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, InvalidField> {
     let v = bounded_field(field, v, max)?;
     if let Some(s) = &v {
         if s.chars().any(char::is_control) {
-            return Err(RequestError::invalid(
+            return Err(InvalidField::new(
                 field,
                 "must not contain control characters",
             ));
@@ -104,12 +145,11 @@ fn bounded_field(
     field: &str,
     v: Option<String>,
     max: usize,
-) -> Result<Option<String>, RequestError> {
+) -> Result<Option<String>, InvalidField> {
     match v {
-        Some(s) if s.len() > max => Err(RequestError::invalid(
-            field,
-            format!("longer than {max} bytes"),
-        )),
+        Some(s) if s.len() > max => {
+            Err(InvalidField::new(field, format!("longer than {max} bytes")))
+        }
         other => Ok(other),
     }
 }
@@ -130,7 +170,7 @@ pub fn url_file_name(url: &str) -> Option<String> {
 }
 
 /// Overlay the fields the request sets on the server's limits; each must be at least as strict.
-pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, RequestError> {
+pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, InvalidField> {
     let pb::Limits {
         max_artifact_bytes,
         max_entries,
@@ -172,7 +212,7 @@ pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, RequestEr
             Ok(pb::HardlinkPolicy::Reject) => HardlinkPolicy::Reject,
             Ok(pb::HardlinkPolicy::CopyInternal) => HardlinkPolicy::CopyInternal,
             Ok(pb::HardlinkPolicy::Unspecified) | Err(_) => {
-                return Err(RequestError::invalid(
+                return Err(InvalidField::new(
                     "header.limits.hardlinks",
                     "must be REJECT or COPY_INTERNAL",
                 ));
@@ -184,12 +224,12 @@ pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, RequestEr
     }
     l.validate().map_err(|e| match e {
         LimitsError::OutOfRange { field, .. } => {
-            RequestError::invalid(format!("header.limits.{field}"), e.to_string())
+            InvalidField::new(format!("header.limits.{field}"), e.to_string())
         }
-        other => RequestError::invalid("header.limits", other.to_string()),
+        other => InvalidField::new("header.limits", other.to_string()),
     })?;
     l.is_within(server).map_err(|field| {
-        RequestError::invalid(
+        InvalidField::new(
             format!("header.limits.{field}"),
             "looser than the server's limit (see ServerInfo); a request may only tighten limits",
         )
@@ -545,11 +585,8 @@ mod tests {
         }
     }
 
-    fn field_of(e: RequestError) -> String {
-        match e {
-            RequestError::InvalidArgument { field, .. } => field,
-            other => panic!("not an invalid argument: {other}"),
-        }
+    fn field_of(e: InvalidField) -> String {
+        e.field
     }
 
     #[test]

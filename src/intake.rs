@@ -1,0 +1,110 @@
+//! One intake job as the confined child runs it: the engine extracts, then the review reads
+//! what was staged, and a review that rejects (an invalid SKILL.md) clears the tree.
+//!
+//! This is the layer above both: [`crate::extract`] knows nothing of the review and
+//! [`crate::skill::review`] knows nothing of the engine's request. [`Outcome`] is the whole
+//! answer (the CLI's `--json` object, the child's answer, what the broker converts). It must
+//! never run outside the confined child on untrusted bytes: the review parses SKILL.md.
+
+use std::fs::File;
+use std::os::fd::BorrowedFd;
+
+use serde::{Deserialize, Serialize};
+
+use crate::extract::inventory::{ArtifactFacts, Entry, Extraction, Totals};
+use crate::extract::{self, EngineError, Request, writer};
+use crate::reason::{Reason, Verdict};
+use crate::skill::review::{self, IndexFacts, Review, ReviewError};
+
+/// The whole answer of one intake: the engine's extraction plus the review of an accepted tree.
+/// The same fields as [`Extraction`] (so the JSON is one flat object) and `review`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub verdict: Verdict,
+    pub reason: Option<Reason>,
+    pub artifact: ArtifactFacts,
+    pub entries: Vec<Entry>,
+    pub totals: Totals,
+    /// The review report of an accepted package (what it asks to do); absent when rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
+}
+
+impl Outcome {
+    /// A rejection: no entries survive, only the facts and totals at the moment of stopping.
+    pub fn rejected(artifact: ArtifactFacts, totals: Totals, reason: Reason) -> Self {
+        Extraction::rejected(artifact, totals, reason).into()
+    }
+
+    /// The review-free part, as the engine would have answered.
+    pub fn extraction(&self) -> Extraction {
+        Extraction {
+            verdict: self.verdict,
+            reason: self.reason.clone(),
+            artifact: self.artifact.clone(),
+            entries: self.entries.clone(),
+            totals: self.totals.clone(),
+        }
+    }
+
+    /// What [`crate::skill::diff`] compares of a saved answer.
+    pub fn version(&self) -> crate::skill::diff::Version<'_> {
+        crate::skill::diff::Version {
+            verdict: self.verdict,
+            digest: self.artifact.digest,
+            entries: &self.entries,
+            review: self.review.as_ref(),
+        }
+    }
+}
+
+impl From<Extraction> for Outcome {
+    /// An extraction with no review (a rejection, or before the review ran).
+    fn from(e: Extraction) -> Self {
+        Self {
+            verdict: e.verdict,
+            reason: e.reason,
+            artifact: e.artifact,
+            entries: e.entries,
+            totals: e.totals,
+            review: None,
+        }
+    }
+}
+
+/// Extract `artifact` beneath `staging`, then review an accepted tree.
+///
+/// `Err` only for operational faults, after which the caller discards the staging directory.
+/// A review that rejects clears the tree first: nothing of a rejected package survives.
+pub fn run(
+    artifact: &File,
+    staging: BorrowedFd<'_>,
+    req: &Request,
+) -> Result<Outcome, EngineError> {
+    let extraction = extract::extract(artifact, staging, req)?;
+    if extraction.verdict != Verdict::Accepted {
+        return Ok(extraction.into());
+    }
+    let listed = IndexFacts {
+        skill_name: req.skill_name.clone(),
+        description: req.index_description.clone(),
+    };
+    match review::review(staging, &extraction.entries, &listed) {
+        Ok(review) => {
+            let mut outcome = Outcome::from(extraction);
+            outcome.review = Some(review);
+            Ok(outcome)
+        }
+        Err(err) => {
+            writer::clear_beneath(staging, 0).map_err(EngineError::Cleanup)?;
+            match err {
+                ReviewError::Invalid(reason) => Ok(Outcome::rejected(
+                    extraction.artifact,
+                    extraction.totals,
+                    reason,
+                )),
+                ReviewError::Io { source, .. } => Err(EngineError::Staging(source)),
+            }
+        }
+    }
+}
