@@ -76,38 +76,6 @@ pub struct Extracted {
     pub sandbox: Option<serde_json::Value>,
 }
 
-impl Extracted {
-    /// One line for humans, as the local CLI prints it: `confined (landlock fully_enforced,
-    /// ABI 7; seccomp on; uid 65534)`.
-    pub fn sandbox_summary(&self) -> Option<String> {
-        let s = self.sandbox.as_ref()?;
-        let how = match s.get("child").filter(|c| !c.is_null()) {
-            Some(c) => format!(
-                "landlock {}, ABI {}; seccomp {}; uid {}",
-                c["landlock"].as_str().unwrap_or("?"),
-                c["landlock_abi"],
-                if c["seccomp"].as_bool() == Some(true) {
-                    "on"
-                } else {
-                    "OFF"
-                },
-                c["uid"]
-            ),
-            None => "the child did not report".to_owned(),
-        };
-        let confined = s["confined"].as_bool() == Some(true);
-        Some(format!(
-            "{} ({how})",
-            if confined { "confined" } else { "NOT CONFINED" }
-        ))
-    }
-
-    /// The CLI's `--json` object: the outcome, plus `sandbox` when a child ran.
-    pub fn to_json(&self) -> Result<serde_json::Value, serde_json::Error> {
-        crate::answer::json(&self.outcome, self.sandbox.as_ref())
-    }
-}
-
 /// An accepted tree on the server's side, until [`Client::release`] or the server's TTL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Staged {

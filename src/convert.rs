@@ -10,6 +10,7 @@ use crate::digest::Sha256Digest;
 use crate::extract::Request;
 use crate::extract::detect::ArtifactType;
 use crate::extract::inventory::{ArtifactFacts, Entry, Flag, Kind, Totals};
+use crate::extract::overrides::LimitOverrides;
 use crate::extract::policy::{HardlinkPolicy, Limits, LimitsError};
 use crate::intake::Outcome;
 use crate::proto as pb;
@@ -186,42 +187,33 @@ pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, InvalidFi
         hardlinks,
         require_skill_md,
     } = *p;
-    let mut l = server.clone();
-    let set = |slot: &mut u64, v: Option<u64>| {
-        if let Some(v) = v {
-            *slot = v;
+    let hardlinks = match hardlinks.map(pb::HardlinkPolicy::try_from) {
+        None => None,
+        Some(Ok(pb::HardlinkPolicy::Reject)) => Some(HardlinkPolicy::Reject),
+        Some(Ok(pb::HardlinkPolicy::CopyInternal)) => Some(HardlinkPolicy::CopyInternal),
+        Some(Ok(pb::HardlinkPolicy::Unspecified) | Err(_)) => {
+            return Err(InvalidField::new(
+                "header.limits.hardlinks",
+                "must be REJECT or COPY_INTERNAL",
+            ));
         }
     };
-    set(&mut l.max_artifact_bytes, max_artifact_bytes);
-    set(&mut l.max_entries, max_entries);
-    set(&mut l.max_expanded_bytes, max_expanded_bytes);
-    set(&mut l.max_file_bytes, max_file_bytes);
-    set(&mut l.max_ratio, max_ratio);
-    set(&mut l.ratio_threshold_bytes, ratio_threshold_bytes);
-    set(&mut l.max_path_depth, max_path_depth);
-    set(&mut l.max_path_bytes, max_path_bytes);
-    set(&mut l.max_component_bytes, max_component_bytes);
-    if let Some(v) = zstd_window_log_max {
-        l.zstd_window_log_max = v;
+    let l = LimitOverrides {
+        max_artifact_bytes,
+        max_entries,
+        max_expanded_bytes,
+        max_file_bytes,
+        max_ratio,
+        ratio_threshold_bytes,
+        max_path_depth,
+        max_path_bytes,
+        max_component_bytes,
+        zstd_window_log_max,
+        allow_symlinks,
+        hardlinks,
+        require_skill_md,
     }
-    if let Some(v) = allow_symlinks {
-        l.allow_symlinks = v;
-    }
-    if let Some(v) = hardlinks {
-        l.hardlinks = match pb::HardlinkPolicy::try_from(v) {
-            Ok(pb::HardlinkPolicy::Reject) => HardlinkPolicy::Reject,
-            Ok(pb::HardlinkPolicy::CopyInternal) => HardlinkPolicy::CopyInternal,
-            Ok(pb::HardlinkPolicy::Unspecified) | Err(_) => {
-                return Err(InvalidField::new(
-                    "header.limits.hardlinks",
-                    "must be REJECT or COPY_INTERNAL",
-                ));
-            }
-        };
-    }
-    if let Some(v) = require_skill_md {
-        l.require_skill_md = v;
-    }
+    .apply(server);
     l.validate().map_err(|e| match e {
         LimitsError::OutOfRange { field, .. } => {
             InvalidField::new(format!("header.limits.{field}"), e.to_string())

@@ -6,7 +6,6 @@
 //! [`extract`] is written to run inside a confined child process: it takes a readable file and
 //! a directory fd, and never touches any path outside that directory.
 
-pub mod answer;
 pub mod broker;
 pub mod client;
 pub mod convert;
@@ -17,7 +16,6 @@ pub mod fetch;
 pub mod fuzzing;
 pub mod index;
 pub mod intake;
-pub mod out_dir;
 pub mod reason;
 pub mod replay;
 pub mod sandbox;

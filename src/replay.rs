@@ -1,4 +1,4 @@
-//! `skillbox replay DIR`: run a corpus of artifacts against their expected verdicts.
+//! Replaying a corpus of artifacts against their expected verdicts (`skillbox replay DIR`).
 //!
 //! A corpus is a directory with a `manifest.json` (the format of the project's own
 //! `corpus/manifest.json`, see the README) next to the artifacts. Every case runs as its own
@@ -15,7 +15,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::num::NonZeroUsize;
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -39,38 +38,10 @@ pub const MANIFEST: &str = "manifest.json";
 const MAX_MANIFEST_BYTES: u64 = 16 * 1024 * 1024;
 /// Bound on a child's answer (an inventory of 10,000 entries is a few MiB).
 const MAX_ANSWER_BYTES: u64 = 64 * 1024 * 1024;
-/// Exit status: every case matched.
-pub const EXIT_PASS: u8 = 0;
-/// Exit status: at least one case failed, was unexpected, or could not run.
-pub const EXIT_FAIL: u8 = 1;
-/// Exit status: usage error, or a missing or malformed manifest.
-pub const EXIT_USAGE: u8 = 2;
-
-/// Arguments of `skillbox replay`.
-#[derive(clap::Args, Debug)]
-pub struct ReplayArgs {
-    /// Corpus directory holding `manifest.json` and the artifacts it names.
-    pub dir: PathBuf,
-    /// Cases run in parallel [default: the number of CPUs].
-    #[arg(long, value_name = "N")]
-    pub jobs: Option<NonZeroUsize>,
-    /// Also write a JUnit XML report to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub junit: Option<PathBuf>,
-    /// Print one JSON object (summary and every case) instead of the human summary.
-    #[arg(long)]
-    pub json: bool,
-    /// Seconds one case may run before it is killed and reported as an error.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
-    pub timeout: u64,
-    /// Extra argument for every `skillbox extract` run (repeatable), e.g. a sandbox option.
-    #[arg(long = "extract-arg", value_name = "ARG", allow_hyphen_values = true)]
-    pub extract_args: Vec<String>,
-}
-
 /// A replay that could not start.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
+// Not `non_exhaustive`: the CLI maps every variant to an exit status, and a new one must
+// not compile until it has one.
 pub enum ReplayError {
     #[error("{path}: no manifest (a corpus directory needs a {MANIFEST} naming its cases)")]
     MissingManifest { path: PathBuf },
@@ -240,61 +211,6 @@ pub struct Options {
     /// The `skillbox` binary whose `extract` runs each case.
     pub exe: PathBuf,
     pub extract_args: Vec<String>,
-}
-
-/// `skillbox replay`: run, print, write JUnit; returns the exit status.
-pub fn main(args: ReplayArgs) -> u8 {
-    let exe = match std::env::current_exe() {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("skillbox: {}", ReplayError::Exe(e));
-            return EXIT_USAGE;
-        }
-    };
-    let jobs = args
-        .jobs
-        .or_else(|| std::thread::available_parallelism().ok())
-        .map_or(1, NonZeroUsize::get);
-    let opts = Options {
-        jobs,
-        timeout: Duration::from_secs(args.timeout.max(1)),
-        exe,
-        extract_args: args.extract_args,
-    };
-    let report = match run(&args.dir, &opts) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("skillbox: {e}");
-            return match e {
-                ReplayError::Scratch(_) | ReplayError::Exe(_) => EXIT_FAIL,
-                ReplayError::MissingManifest { .. }
-                | ReplayError::Read { .. }
-                | ReplayError::Malformed { .. } => EXIT_USAGE,
-            };
-        }
-    };
-    if let Some(path) = &args.junit {
-        if let Err(e) = fs::write(path, junit(&report)) {
-            eprintln!("skillbox: cannot write {}: {e}", path.display());
-            return EXIT_FAIL;
-        }
-    }
-    if args.json {
-        match serde_json::to_string_pretty(&to_json(&report)) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("skillbox: {e}");
-                return EXIT_FAIL;
-            }
-        }
-    } else {
-        print!("{}", human(&report));
-    }
-    if report.all_passed() {
-        EXIT_PASS
-    } else {
-        EXIT_FAIL
-    }
 }
 
 /// Load every suite under `dir` and list the cases, unexpected files included.

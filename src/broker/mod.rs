@@ -18,13 +18,12 @@ mod service;
 mod staging;
 
 use std::future::Future;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-pub use config::{Config, ConfigError, LogFormat, ServeArgs};
+pub use config::{Config, ConfigError, Settings};
 pub use error::RequestError;
 pub use staging::is_staging_id;
 
@@ -35,7 +34,8 @@ pub use crate::convert::MAX_RESPONSE_BYTES;
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
+// Not `non_exhaustive`: the CLI maps every variant to an exit status, and a new one must
+// not compile until it has one.
 pub enum ServeError {
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -60,61 +60,20 @@ pub enum ServeError {
     Runtime(std::io::Error),
 }
 
-impl ServeError {
-    /// 2 for a setting the operator must change, 1 for anything else.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Self::Config(_) => 2,
-            Self::Listen(_)
-            | Self::Staging(_)
-            | Self::Sandbox(_)
-            | Self::Tls(_)
-            | Self::Metrics { .. }
-            | Self::Transport(_)
-            | Self::Signal(_)
-            | Self::Runtime(_) => 1,
-        }
-    }
-}
-
-/// `skillbox serve`: log set-up, a runtime, and [`serve`] until SIGTERM or SIGINT.
-pub fn main(args: ServeArgs, sandbox: &crate::sandbox::cli::SandboxArgs) -> ExitCode {
-    init_logging(&args);
-    let config = Config::from_args(&args).and_then(|c| c.with_sandbox_flags(sandbox));
-    let result = config.map_err(ServeError::from).and_then(|config| {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .map_err(ServeError::Runtime)?;
-        let result = runtime.block_on(async {
-            let shutdown = shutdown_signal().map_err(ServeError::Signal)?;
-            serve(config, shutdown).await
-        });
-        // Requests cancelled at the end of the grace period kill their children on drop; give
-        // the workers a moment to reap them and remove their staging directories.
-        runtime.shutdown_timeout(Duration::from_secs(5));
-        result
+/// Run the broker on a runtime of its own until SIGTERM or SIGINT, then drain (`skillbox serve`).
+pub fn run_until_signal(config: Config) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    let result = runtime.block_on(async {
+        let shutdown = shutdown_signal().map_err(ServeError::Signal)?;
+        serve(config, shutdown).await
     });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %e, "skillbox serve failed");
-            eprintln!("skillbox: {e}");
-            ExitCode::from(e.exit_code())
-        }
-    }
-}
-
-fn init_logging(args: &ServeArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match args.log_format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
+    // Requests cancelled at the end of the grace period kill their children on drop; give
+    // the workers a moment to reap them and remove their staging directories.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    result
 }
 
 fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {

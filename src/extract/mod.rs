@@ -8,6 +8,7 @@
 
 pub mod detect;
 pub mod inventory;
+pub mod overrides;
 pub mod path;
 pub mod policy;
 pub mod writer;

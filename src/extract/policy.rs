@@ -154,7 +154,7 @@ impl Limits {
             source,
         })?;
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        let limits: Limits = match ext {
+        let overrides: super::overrides::LimitOverrides = match ext {
             "toml" => toml::from_str(&text).map_err(|e| LimitsError::Parse {
                 path: shown.clone(),
                 message: e.to_string(),
@@ -165,6 +165,7 @@ impl Limits {
             })?,
             _ => return Err(LimitsError::UnknownFormat { path: shown }),
         };
+        let limits = overrides.apply(&Limits::default());
         limits.validate()?;
         Ok(limits)
     }

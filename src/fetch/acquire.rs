@@ -54,7 +54,8 @@ pub struct Provenance {
 
 /// Why the pipeline stopped before extraction.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
+// Not `non_exhaustive`: the CLI maps every variant to an exit status, and a new one must
+// not compile until it has one.
 pub enum AcquireError {
     #[error(transparent)]
     Fetch(#[from] FetchError),

@@ -13,7 +13,6 @@
 
 pub mod acquire;
 pub mod cache;
-pub mod cli;
 pub mod client;
 pub mod http;
 pub mod policy;
@@ -24,7 +23,8 @@ use std::net::SocketAddr;
 
 /// Why a download did not complete.
 #[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
+// Not `non_exhaustive`: the CLI maps every variant to an exit status, and a new one must
+// not compile until it has one.
 pub enum FetchError {
     /// A policy rule fired.
     #[error(transparent)]

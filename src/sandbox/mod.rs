@@ -13,7 +13,6 @@
 //! tree does not back. Raw system calls live in `sys.rs` only.
 
 pub mod child;
-pub mod cli;
 pub mod doctor;
 mod landlock;
 pub mod probe;

@@ -1,6 +1,5 @@
 //! Command-line surface of the sandbox: the global confinement flags every command that
-//! extracts accepts, the engine call the CLI makes through the confined child, and
-//! `skillbox doctor`.
+//! extracts accepts, and the engine call the CLI makes through the confined child.
 //!
 //! This is the only place the CLI turns flags into a [`SandboxConfig`]; it never weakens a
 //! default without the operator saying so on the command line, and says so loudly when they do.
@@ -12,8 +11,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
-use super::{Confined, Enforcement, Ids, Sandbox, SandboxConfig, Verify, doctor};
-use crate::extract::Request;
+use skillbox::extract::Request;
+use skillbox::sandbox::{Confined, Enforcement, Ids, Sandbox, SandboxConfig, Verify};
 
 /// How much of the staged tree the parent re-reads before accepting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -110,30 +109,4 @@ pub fn extract(
         eprintln!("skillbox: {w}");
     }
     Ok(confined)
-}
-
-/// `skillbox doctor` options.
-#[derive(Args, Debug)]
-pub struct DoctorArgs {
-    /// Print one JSON object instead of text.
-    #[arg(long)]
-    pub json: bool,
-}
-
-/// Run the doctor and print its report. Exit status 0 when confinement works, 1 when it would
-/// fail.
-pub fn run_doctor(sandbox: &SandboxArgs, args: &DoctorArgs) -> u8 {
-    let report = doctor::run_for_both_paths(sandbox.config());
-    if args.json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("skillbox: {e}");
-                return 1;
-            }
-        }
-    } else {
-        print!("{}", report.render());
-    }
-    if report.ok { 0 } else { 1 }
 }

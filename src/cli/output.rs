@@ -2,14 +2,16 @@
 //! the `--json` object and the text form. One place, so the commands cannot drift apart.
 //!
 //! The JSON object is the [`Outcome`]'s fields plus `sandbox` (how the child was confined)
-//! whenever a child ran. This module only formats: it never decides a verdict, never touches the
-//! staged tree, and never prints on its own (callers choose the stream).
+//! whenever a child ran. This module only formats: it never decides a verdict and never touches
+//! the staged tree; only [`print_answer`] writes, to stdout.
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::intake::Outcome;
-use crate::reason::Verdict;
+use skillbox::intake::Outcome;
+use skillbox::reason::Verdict;
+
+use super::exit::Failure;
 
 /// Where an accepted tree is, for the text answer's last line.
 #[derive(Debug, Clone, Copy)]
@@ -23,7 +25,7 @@ pub enum Staged<'a> {
 }
 
 /// The `--json` object: the outcome, plus `sandbox` when a child ran (a local
-/// [`crate::sandbox::SandboxReport`], or the broker's report as it arrived).
+/// [`skillbox::sandbox::SandboxReport`], or the broker's report as it arrived).
 pub fn json<S: Serialize + ?Sized>(
     outcome: &Outcome,
     sandbox: Option<&S>,
@@ -36,7 +38,7 @@ pub fn json<S: Serialize + ?Sized>(
 }
 
 /// The text form, one line per fact; `sandbox` is the one-line confinement summary
-/// ([`crate::sandbox::SandboxReport::summary`]) when a child ran.
+/// ([`skillbox::sandbox::SandboxReport::summary`]) when a child ran.
 pub fn text(outcome: &Outcome, staged: Staged<'_>, sandbox: Option<&str>) -> String {
     let mut s = String::new();
     let mut line = |l: String| {
@@ -109,11 +111,59 @@ pub fn text(outcome: &Outcome, staged: Staged<'_>, sandbox: Option<&str>) -> Str
     s
 }
 
+/// Print an answer on stdout: the outcome, plus how it was confined (`"sandbox"`) when a child
+/// ran.
+pub fn print_answer<S: Serialize>(
+    outcome: &Outcome,
+    sandbox: Option<&S>,
+    summary: Option<&str>,
+    staged: Staged<'_>,
+    as_json: bool,
+) -> Result<(), Failure> {
+    if as_json {
+        let answer = json(outcome, sandbox).map_err(|e| Failure::operational(e.to_string()))?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&answer)
+                .map_err(|e| Failure::operational(e.to_string()))?
+        );
+    } else {
+        print!("{}", text(outcome, staged, summary));
+    }
+    Ok(())
+}
+
+/// The broker's `sandbox` object (`--server`) as one line for humans, as the local CLI prints
+/// its own: `confined (landlock fully_enforced,
+/// ABI 7; seccomp on; uid 65534)`.
+pub fn remote_summary(sandbox: Option<&Value>) -> Option<String> {
+    let s = sandbox?;
+    let how = match s.get("child").filter(|c| !c.is_null()) {
+        Some(c) => format!(
+            "landlock {}, ABI {}; seccomp {}; uid {}",
+            c["landlock"].as_str().unwrap_or("?"),
+            c["landlock_abi"],
+            if c["seccomp"].as_bool() == Some(true) {
+                "on"
+            } else {
+                "OFF"
+            },
+            c["uid"]
+        ),
+        None => "the child did not report".to_owned(),
+    };
+    let confined = s["confined"].as_bool() == Some(true);
+    Some(format!(
+        "{} ({how})",
+        if confined { "confined" } else { "NOT CONFINED" }
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::extract::inventory::{ArtifactFacts, Totals};
-    use crate::reason::{Reason, ReasonCode};
+    use skillbox::extract::inventory::{ArtifactFacts, Totals};
+    use skillbox::reason::{Reason, ReasonCode};
 
     fn rejected() -> Outcome {
         let facts = ArtifactFacts {

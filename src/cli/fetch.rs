@@ -1,46 +1,39 @@
-//! The `skillbox index check` and `skillbox fetch` commands: flags to a [`FetchPolicy`], the
-//! pipeline, the printed answer and the exit code. `main.rs` only dispatches here.
+//! `skillbox fetch INDEX_URL SKILL_NAME`: flags to a [`FetchPolicy`], the pipeline (index,
+//! entry, artifact, the confined extraction), the printed answer and the exit code. The
+//! fetch-policy flags and the failure reporting are shared with `index check` ([`super::index`]).
 //!
-//! Exit codes extend `extract`'s: 0 accepted (or index processed), 3 rejected, 1 operational
-//! error, 2 usage error, plus [`EXIT_REFUSED`] (a fetch-policy rule fired) and
-//! [`EXIT_SCHEMA`] (unrecognised `$schema`).
+//! Exit codes (see [`Exit`]): 0 accepted, 3 rejected, 1 operational error, 2 usage error,
+//! 4 refused by the fetch policy (the rule is named), 5 unrecognised index `$schema`.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{Args, Subcommand};
+use clap::Args;
 use serde_json::{Value, json};
 use url::Url;
 
-use super::FetchError;
-use super::acquire::{self, AcquireError, Provenance};
-use super::cache::Cache;
-use super::client::{Client, Download};
-use super::policy::{AllowedOrigin, FetchPolicy};
-use super::tls::Trust;
-use crate::answer::{self, Staged};
-use crate::extract::inventory::{ArtifactFacts, Totals};
-use crate::extract::policy::{Limits, parse_size};
-use crate::extract::{ArtifactType, Request};
-use crate::index::{self, EntryType, Index, IndexError, IndexLimits};
-use crate::intake::Outcome;
-use crate::out_dir::Staging;
-use crate::reason::{Reason, ReasonCode, Verdict};
-use crate::sandbox::{Confined, SandboxReport};
-use crate::urls;
+use skillbox::extract::inventory::{ArtifactFacts, Totals};
+use skillbox::extract::policy::{Limits, parse_size};
+use skillbox::extract::{ArtifactType, Request};
+use skillbox::fetch::FetchError;
+use skillbox::fetch::acquire::{self, AcquireError, Provenance};
+use skillbox::fetch::cache::Cache;
+use skillbox::fetch::client::{Client, Download};
+use skillbox::fetch::policy::{AllowedOrigin, FetchPolicy};
+use skillbox::fetch::tls::Trust;
+use skillbox::index::{EntryType, IndexError, IndexLimits};
+use skillbox::intake::Outcome;
+use skillbox::reason::{Reason, ReasonCode, Verdict};
+use skillbox::sandbox::{Confined, SandboxReport};
+use skillbox::urls;
 
-pub const EXIT_ACCEPTED: u8 = 0;
-pub const EXIT_OPERATIONAL: u8 = 1;
-pub const EXIT_USAGE: u8 = 2;
-pub const EXIT_REJECTED: u8 = 3;
-/// A fetch-policy rule refused the request; the message names the rule.
-pub const EXIT_REFUSED: u8 = 4;
-/// The index's `$schema` is not one this version processes.
-pub const EXIT_SCHEMA: u8 = 5;
+use super::exit::Exit;
+use super::output::{self as answer, Staged};
+use super::staging::Staging;
 
 /// The extraction step, supplied by the CLI: the same (confined) path `skillbox extract` uses,
 /// answering with the outcome and how it was confined.
@@ -48,7 +41,7 @@ pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Conf
 
 /// Fetch policy flags, shared by `index check URL` and `fetch`.
 #[derive(Args, Debug, Clone)]
-pub struct PolicyArgs {
+pub(super) struct PolicyArgs {
     /// Allow fetching from this origin (repeatable). The allow-list starts empty: the index's
     /// origin and every artifact origin (each redirect hop too) must be listed.
     #[arg(long = "allow-origin", value_name = "https://HOST[:PORT]")]
@@ -78,36 +71,6 @@ pub struct PolicyArgs {
     /// Trust exactly the CA certificates in this PEM file instead of the built-in roots.
     #[arg(long, value_name = "PEM")]
     ca_file: Option<PathBuf>,
-}
-
-/// `skillbox index ...`
-#[derive(Args, Debug)]
-pub struct IndexArgs {
-    #[command(subcommand)]
-    command: IndexCommand,
-}
-
-#[derive(Subcommand, Debug)]
-enum IndexCommand {
-    /// Parse and validate a discovery index from a file or an https URL.
-    ///
-    /// Exit status: 0 processed (skipped entries are reported), 5 unrecognised $schema,
-    /// 3 not an index (not JSON, over a limit), 4 refused by fetch policy, 1 operational, 2 usage.
-    Check(CheckArgs),
-}
-
-#[derive(Args, Debug)]
-struct CheckArgs {
-    /// A local index.json, or an https:// URL to fetch it from.
-    source: String,
-    /// For a file: the URL it was published at, to resolve relative entry URLs against.
-    #[arg(long, value_name = "URL")]
-    base: Option<String>,
-    /// Print one JSON object.
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    policy: PolicyArgs,
 }
 
 /// `skillbox fetch INDEX_URL SKILL_NAME`
@@ -154,21 +117,21 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-fn print_error(message: &str) {
+pub(super) fn print_error(message: &str) {
     eprintln!("skillbox: {message}");
 }
 
-struct Setup {
-    client: Client,
-    index_limits: IndexLimits,
+pub(super) struct Setup {
+    pub(super) client: Client,
+    pub(super) index_limits: IndexLimits,
 }
 
-fn setup(p: &PolicyArgs) -> Result<Setup, (u8, String)> {
+pub(super) fn setup(p: &PolicyArgs) -> Result<Setup, (Exit, String)> {
     let mut policy = FetchPolicy::default();
     let mut index_limits = IndexLimits::default();
     for o in &p.allow_origin {
         policy.allowed_origins.push(
-            AllowedOrigin::parse(o).map_err(|e| (EXIT_USAGE, format!("--allow-origin {e}")))?,
+            AllowedOrigin::parse(o).map_err(|e| (Exit::Usage, format!("--allow-origin {e}")))?,
         );
     }
     policy.allowed_destinations.clone_from(&p.allow_destination);
@@ -192,55 +155,55 @@ fn setup(p: &PolicyArgs) -> Result<Setup, (u8, String)> {
         index_limits.max_entries = n;
     }
     let trust = match &p.ca_file {
-        Some(path) => Trust::from_ca_file(path).map_err(|e| (EXIT_USAGE, e.to_string()))?,
+        Some(path) => Trust::from_ca_file(path).map_err(|e| (Exit::Usage, e.to_string()))?,
         None => Trust::WebPki,
     };
     let tls = trust
         .client_config()
-        .map_err(|e| (EXIT_USAGE, e.to_string()))?;
+        .map_err(|e| (Exit::Usage, e.to_string()))?;
     Ok(Setup {
         client: Client::new(policy, tls),
         index_limits,
     })
 }
 
-fn fetch_exit(e: &FetchError) -> u8 {
+fn fetch_exit(e: &FetchError) -> Exit {
     match e {
-        FetchError::Refused(_) => EXIT_REFUSED,
+        FetchError::Refused(_) => Exit::Refused,
         FetchError::Dns { .. }
         | FetchError::Connect { .. }
         | FetchError::Tls(_)
         | FetchError::Http(_)
         | FetchError::Status { .. }
-        | FetchError::Sink(_) => EXIT_OPERATIONAL,
+        | FetchError::Sink(_) => Exit::Operational,
     }
 }
 
-fn index_exit(e: &IndexError) -> u8 {
+fn index_exit(e: &IndexError) -> Exit {
     match e {
-        IndexError::UnrecognisedSchema { .. } => EXIT_SCHEMA,
+        IndexError::UnrecognisedSchema { .. } => Exit::UnknownSchema,
         IndexError::TooLarge { .. }
         | IndexError::TooManyEntries { .. }
         | IndexError::NotJson(_)
-        | IndexError::NotAnIndex => EXIT_REJECTED,
+        | IndexError::NotAnIndex => Exit::Rejected,
     }
 }
 
-fn acquire_exit(e: &AcquireError) -> u8 {
+pub(super) fn acquire_exit(e: &AcquireError) -> Exit {
     match e {
         AcquireError::Fetch(f) => fetch_exit(f),
         AcquireError::Index(i) => index_exit(i),
-        AcquireError::NotListed { .. } => EXIT_USAGE,
+        AcquireError::NotListed { .. } => Exit::Usage,
         AcquireError::EntrySkipped(_)
         | AcquireError::NotInstallable { .. }
         | AcquireError::Unresolved { .. }
-        | AcquireError::DigestMismatch { .. } => EXIT_REJECTED,
-        AcquireError::Offline(_) | AcquireError::Cache(_) => EXIT_OPERATIONAL,
+        | AcquireError::DigestMismatch { .. } => Exit::Rejected,
+        AcquireError::Offline(_) | AcquireError::Cache(_) => Exit::Operational,
     }
 }
 
 /// The JSON object describing a failure: a policy refusal names its rule and the way out.
-fn error_json(e: &AcquireError) -> Value {
+pub(super) fn error_json(e: &AcquireError) -> Value {
     match e {
         AcquireError::Fetch(FetchError::Refused(r)) => json!({
             "kind": "refused",
@@ -287,7 +250,7 @@ fn describe_error(e: &AcquireError) -> String {
 }
 
 /// Print a failure on stderr; an unrecognised `$schema` is a warning plus a refusal.
-fn report(e: &AcquireError) {
+pub(super) fn report(e: &AcquireError) {
     if matches!(
         e,
         AcquireError::Index(IndexError::UnrecognisedSchema { .. })
@@ -298,186 +261,8 @@ fn report(e: &AcquireError) {
     }
 }
 
-// ---------------------------------------------------------------- index check
-
-/// Run `skillbox index ...`; returns the exit code.
-pub fn run_index(args: IndexArgs) -> u8 {
-    match args.command {
-        IndexCommand::Check(a) => index_check(a),
-    }
-}
-
-fn index_check(a: CheckArgs) -> u8 {
-    let setup = match setup(&a.policy) {
-        Ok(s) => s,
-        Err((code, m)) => {
-            print_error(&m);
-            return code;
-        }
-    };
-    let mut prov = Provenance::default();
-    let result = if a.source.contains("://") {
-        let url = match urls::parse_absolute(&a.source) {
-            Ok(u) => u,
-            Err(e) => {
-                print_error(&format!("{}: {e}", a.source));
-                return EXIT_USAGE;
-            }
-        };
-        prov.index_url = url.to_string();
-        acquire::load_index(
-            &setup.client,
-            None,
-            &url,
-            &setup.index_limits,
-            false,
-            &mut prov,
-        )
-    } else {
-        let base = match a.base.as_deref().map(urls::parse_absolute).transpose() {
-            Ok(b) => b,
-            Err(e) => {
-                print_error(&format!("--base: {e}"));
-                return EXIT_USAGE;
-            }
-        };
-        prov.index_url = a.source.clone();
-        match read_file_bounded(Path::new(&a.source), setup.index_limits.max_bytes) {
-            Ok(bytes) => {
-                index::parse(&bytes, base.as_ref(), &setup.index_limits).map_err(AcquireError::from)
-            }
-            Err(m) => {
-                print_error(&m);
-                return EXIT_OPERATIONAL;
-            }
-        }
-    };
-    match result {
-        Ok(index) => {
-            if a.json {
-                let v = json!({ "index": index_json(&index), "source": prov.index_url, "download": prov.index_download });
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            } else {
-                print_index(&index, &prov.index_url);
-            }
-            for w in &index.warnings {
-                eprintln!("skillbox: warning: {w}");
-            }
-            EXIT_ACCEPTED
-        }
-        Err(e) => {
-            if a.json {
-                let v = json!({ "error": error_json(&e), "source": prov.index_url, "download": prov.index_download });
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
-            }
-            report(&e);
-            acquire_exit(&e)
-        }
-    }
-}
-
-fn read_file_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(bytes)
-}
-
-fn index_json(index: &Index) -> Value {
-    let mut v = serde_json::to_value(index).unwrap_or(Value::Null);
-    if let Some(entries) = v.get_mut("entries").and_then(Value::as_array_mut) {
-        for (e, raw) in entries.iter_mut().zip(&index.entries) {
-            if let Some(obj) = e.as_object_mut() {
-                obj.insert(
-                    "fetchable".into(),
-                    json!(
-                        index.installable && raw.url.as_ref().is_some_and(|u| u.resolved.is_some())
-                    ),
-                );
-            }
-        }
-    }
-    v
-}
-
-fn print_index(index: &Index, source: &str) {
-    let version = match index.version {
-        index::Version::V0_2_0 => "0.2.0",
-        index::Version::V0_1_0 => "0.1.0 (no $schema; compatibility path, not installable)",
-    };
-    println!("index  {source}");
-    println!("format {version}");
-    if index.entries.is_empty() {
-        println!("(no valid entries)");
-    } else {
-        println!("{:<24} {:<9} {:<20} URL", "NAME", "TYPE", "DIGEST");
-    }
-    for e in &index.entries {
-        let ty = e.artifact_type.map(EntryType::as_str).unwrap_or("-");
-        let digest = e
-            .digest
-            .map(|d| format!("{}…", &d.to_string()[..19]))
-            .unwrap_or_else(|| "-".into());
-        let url = match &e.url {
-            None => "-".to_owned(),
-            Some(u) => {
-                let target = u
-                    .resolved
-                    .as_ref()
-                    .map(Url::to_string)
-                    .unwrap_or_else(|| format!("{} (unresolved: no base)", u.as_listed));
-                let cross = if u.cross_origin {
-                    ", CROSS-ORIGIN: must be allowed on its own"
-                } else {
-                    ""
-                };
-                format!("{target}  [{}{cross}]", u.form)
-            }
-        };
-        println!("{:<24} {:<9} {:<20} {url}", e.name, ty, digest);
-        let desc: String = e
-            .description
-            .chars()
-            .take(100)
-            .map(|c| if c.is_control() { ' ' } else { c })
-            .collect();
-        let more = if e.description.chars().count() > 100 {
-            "…"
-        } else {
-            ""
-        };
-        println!("    {desc}{more}");
-    }
-    for s in &index.skipped {
-        println!(
-            "skipped  entry {} {}: {} ({})",
-            s.position,
-            s.name.as_deref().unwrap_or("(no name)"),
-            s.reason,
-            serde_json::to_value(s.code)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default()
-        );
-    }
-    println!(
-        "{} entries, {} skipped",
-        index.entries.len(),
-        index.skipped.len()
-    );
-    if !index.installable {
-        println!(
-            "not installable: a v0.1.0 index lists no digests, so nothing from it can be fetched for installation"
-        );
-    }
-}
-
-// ---------------------------------------------------------------- fetch
-
 /// Run `skillbox fetch`; returns the exit code. `engine` is the extraction path `extract` uses.
-pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
+pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     let setup = match setup(&a.policy) {
         Ok(s) => s,
         Err((code, m)) => {
@@ -489,7 +274,7 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
         Ok(u) => u,
         Err(e) => {
             print_error(&format!("{}: {e}", a.index_url));
-            return EXIT_USAGE;
+            return Exit::Usage;
         }
     };
     let limits = match &a.limits {
@@ -497,7 +282,7 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
             Ok(l) => l,
             Err(e) => {
                 print_error(&e.to_string());
-                return EXIT_USAGE;
+                return Exit::Usage;
             }
         },
         None => Limits::default(),
@@ -508,12 +293,12 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
                 "--out {} already exists; give a new path",
                 out.display()
             ));
-            return EXIT_USAGE;
+            return Exit::Usage;
         }
     }
     let Some(cache_root) = a.cache_dir.clone().or_else(Cache::default_root) else {
         print_error("no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
-        return EXIT_USAGE;
+        return Exit::Usage;
     };
     let cache = match Cache::open(&cache_root) {
         Ok(c) => c,
@@ -522,12 +307,12 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
                 "cannot open the cache {}: {e}",
                 cache_root.display()
             ));
-            return EXIT_OPERATIONAL;
+            return Exit::Operational;
         }
     };
     let mut prov = Provenance {
         index_url: index_url.to_string(),
-        time: super::now_rfc3339(),
+        time: skillbox::fetch::now_rfc3339(),
         ..Provenance::default()
     };
     let acquired = acquire::load_index(
@@ -573,7 +358,7 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
                 reason,
             );
             // No child ran, so the answer has no `sandbox`.
-            return print_fetch(&outcome, None, &prov, None, a.json).unwrap_or(EXIT_REJECTED);
+            return print_fetch(&outcome, None, &prov, None, a.json).unwrap_or(Exit::Rejected);
         }
         Err(e) => {
             if a.json {
@@ -594,9 +379,9 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
             Err(e) => {
                 print_error(&format!("cannot create {}: {e}", out.display()));
                 return if e.kind() == std::io::ErrorKind::AlreadyExists {
-                    EXIT_USAGE
+                    Exit::Usage
                 } else {
-                    EXIT_OPERATIONAL
+                    Exit::Operational
                 };
             }
         },
@@ -604,7 +389,7 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
             Ok(s) => s,
             Err(e) => {
                 print_error(&format!("cannot create a temporary directory: {e}"));
-                return EXIT_OPERATIONAL;
+                return Exit::Operational;
             }
         },
     };
@@ -638,7 +423,7 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
         Err(m) => {
             staging.discard();
             print_error(&m);
-            return EXIT_OPERATIONAL;
+            return Exit::Operational;
         }
     };
     if outcome.verdict == Verdict::Rejected {
@@ -647,7 +432,7 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     let kept = staging
         .kept_path()
         .filter(|_| outcome.verdict == Verdict::Accepted);
-    print_fetch(&outcome, Some(&sandbox), &prov, kept, a.json).unwrap_or(EXIT_OPERATIONAL)
+    print_fetch(&outcome, Some(&sandbox), &prov, kept, a.json).unwrap_or(Exit::Operational)
 }
 
 /// The answer as `extract` prints it (`sandbox` included when a child ran), plus provenance.
@@ -657,10 +442,10 @@ fn print_fetch(
     prov: &Provenance,
     staged: Option<&Path>,
     json_out: bool,
-) -> Option<u8> {
+) -> Option<Exit> {
     let code = match outcome.verdict {
-        Verdict::Accepted => EXIT_ACCEPTED,
-        Verdict::Rejected => EXIT_REJECTED,
+        Verdict::Accepted => Exit::Ok,
+        Verdict::Rejected => Exit::Rejected,
     };
     if json_out {
         let extraction = answer::json(outcome, sandbox).ok()?;

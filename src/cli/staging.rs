@@ -1,12 +1,13 @@
 //! Where the one-shot commands (`extract`, `fetch`) stage a tree: the caller's `--out`, created
-//! fresh, or a temporary directory that is removed after the answer.
+//! fresh, or a temporary directory that is removed after the answer. It never reuses an
+//! existing directory.
 
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use crate::answer::Staged;
+use super::output::Staged;
 
 /// The staging directory of one command run.
 pub enum Staging {
@@ -58,7 +59,7 @@ impl Staging {
         let path = self.path();
         if let Ok(dir) = File::open(path) {
             // Beneath the fd, never following a symlink: the tree may hold hostile links.
-            let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
+            let _ = skillbox::extract::writer::clear_beneath(dir.as_fd(), 0);
         }
         let _ = std::fs::remove_dir(path);
     }

@@ -1,0 +1,69 @@
+//! `skillbox diff OLD NEW`: compare two saved `extract --json` answers of a skill and print
+//! what changed, grown capabilities first. Reads the two files only; never opens a package.
+//!
+//! Exit codes (see [`Exit`]): 0 unchanged (same digest), 4 content_only, 5 needs_review,
+//! 1 operational error (a file cannot be read), 2 usage error (not an accepted answer with a
+//! review).
+
+use std::fs::File;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use skillbox::intake::Outcome;
+use skillbox::skill::diff::{self, Change};
+
+use super::exit::{Exit, Failure};
+
+/// Arguments of `skillbox diff`.
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The older version's saved answer (`skillbox extract --json` output).
+    old: PathBuf,
+    /// The newer version's saved answer.
+    new: PathBuf,
+    /// Print one JSON object (change, digests, grown, dropped, files, frontmatter_changed).
+    #[arg(long)]
+    json: bool,
+}
+
+/// A saved answer is at most a few MiB (10,000 entries plus a bounded review).
+const MAX_ANSWER_BYTES: u64 = 64 * 1024 * 1024;
+
+fn load(p: &Path) -> Result<Outcome, Failure> {
+    let file = File::open(p)
+        .map_err(|e| Failure::operational(format!("cannot open {}: {e}", p.display())))?;
+    let mut text = Vec::new();
+    file.take(MAX_ANSWER_BYTES + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| Failure::operational(format!("cannot read {}: {e}", p.display())))?;
+    if text.len() as u64 > MAX_ANSWER_BYTES {
+        return Err(Failure::usage(format!(
+            "{} is larger than {MAX_ANSWER_BYTES} bytes",
+            p.display()
+        )));
+    }
+    serde_json::from_slice(&text)
+        .map_err(|e| Failure::usage(format!("{} is not a skillbox answer: {e}", p.display())))
+}
+
+/// Run `skillbox diff`.
+pub fn run(args: &DiffArgs) -> Result<Exit, Failure> {
+    let (old, new) = (load(&args.old)?, load(&args.new)?);
+    let d =
+        diff::diff(&old.version(), &new.version()).map_err(|e| Failure::usage(e.to_string()))?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&d).map_err(|e| Failure::operational(e.to_string()))?
+        );
+    } else {
+        print!("{}", diff::render(&d));
+    }
+    Ok(match d.change {
+        Change::Unchanged => Exit::Ok,
+        Change::ContentOnly => Exit::ContentOnly,
+        Change::NeedsReview => Exit::NeedsReview,
+    })
+}

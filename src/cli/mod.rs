@@ -1,0 +1,76 @@
+//! The binary side of skillbox: every command's clap types, its printing and its exit status.
+//! `main.rs` parses and dispatches here; the work is the library's.
+//!
+//! One file per command ([`extract`], [`fetch`], [`index`], [`diff`], [`replay`], [`serve`],
+//! [`doctor`]), plus the flags several share ([`sandbox`], [`limits`]), the printed answer
+//! ([`output`]), where one-shot commands stage ([`staging`]) and the one exit-code type
+//! ([`exit`]). Nothing here decides a verdict or touches artifact bytes.
+
+pub mod diff;
+pub mod doctor;
+pub mod exit;
+pub mod extract;
+pub mod fetch;
+pub mod index;
+pub mod limits;
+pub mod output;
+pub mod replay;
+pub mod sandbox;
+pub mod serve;
+pub mod staging;
+
+use clap::{Parser, Subcommand};
+
+/// Sandboxed intake of Agent Skills artifacts: verify the digest, extract under a strict
+/// policy, and report an inventory or a rejection with a reason.
+#[derive(Parser, Debug)]
+#[command(name = "skillbox", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    #[command(flatten)]
+    pub sandbox: sandbox::SandboxArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Verify and extract one artifact (a zip, tar, tar.gz or tar.zst archive, or a SKILL.md).
+    ///
+    /// Exit status: 0 accepted, 3 rejected (the reason is printed), 1 operational error,
+    /// 2 usage error. On rejection nothing is left on disk.
+    Extract(extract::ExtractArgs),
+    /// Check that confinement works on this host: Landlock, seccomp, the uid switch and the
+    /// limits, by running real confined children. Exit status 0 if it works, 1 if it would fail.
+    Doctor(doctor::DoctorArgs),
+    /// Internal: the confined child that runs the engine. skillbox starts it with a prepared
+    /// set of fds; by hand it refuses to run.
+    #[command(name = skillbox::sandbox::CHILD_SUBCOMMAND, hide = true)]
+    SandboxChild,
+    /// Discovery index tools (`index check FILE|URL`).
+    Index(index::IndexArgs),
+    /// Fetch one skill from a discovery index over HTTPS under a strict policy, verify its
+    /// digest and extract it as `extract` does; prints the answer plus a provenance block.
+    ///
+    /// Exit status: 0 accepted, 3 rejected, 1 operational error, 2 usage error, 4 refused by
+    /// the fetch policy (the rule is named), 5 unrecognised index $schema.
+    Fetch(fetch::FetchArgs),
+    /// Compare two saved `extract --json` answers of a skill: what changed, and whether its
+    /// capabilities grew (new or changed scripts or executables, new hosts, tools, credential
+    /// touches, downloads or risky commands). Grown capabilities are listed first.
+    ///
+    /// Exit status: 0 unchanged (same digest), 4 content_only, 5 needs_review, 1 operational
+    /// error (a file cannot be read), 2 usage error (not an accepted answer with a review).
+    Diff(diff::DiffArgs),
+    /// Replay a corpus: run every artifact in DIR through `extract` and compare each verdict
+    /// and reason with DIR/manifest.json (format in docs/corpus-and-fuzzing.md).
+    ///
+    /// Exit status: 0 every case matched, 1 a case failed, was unexpected or could not run,
+    /// 2 usage error or a missing or malformed manifest.
+    Replay(replay::ReplayArgs),
+    /// Run the gRPC broker: installers stream artifacts in, each is extracted by a confined
+    /// child into a fresh staging directory. Listens on a Unix socket unless --tcp is given;
+    /// every flag can be set by the SKILLBOX_* variable its help names.
+    ///
+    /// Exit status: 0 after a graceful shutdown (SIGTERM), 1 a fault, 2 a bad setting.
+    Serve(serve::ServeArgs),
+}

@@ -1,0 +1,308 @@
+//! `skillbox serve`: the flags (each also a `SKILLBOX_*` variable), logging set-up, and the
+//! exit status. The settings are checked by the library ([`Config::from_settings`]); the
+//! server itself is [`skillbox::broker`].
+//!
+//! Exit codes (see [`Exit`]): 0 after a graceful shutdown (SIGTERM), 1 a fault, 2 a bad setting.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use skillbox::broker::{self, Config, ServeError, Settings};
+use skillbox::extract::policy::parse_size;
+
+use super::exit::Exit;
+use super::sandbox::SandboxArgs;
+
+/// Flags of `skillbox serve`. Every flag can also be set by the environment variable named in
+/// its help; a flag on the command line wins over the variable.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/skillbox/skillbox.sock, else
+    /// /run/skillbox/skillbox.sock as root, else $TMPDIR/skillbox-UID/skillbox.sock].
+    #[arg(long, env = "SKILLBOX_SOCKET", value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+    /// Permission bits of the Unix socket, octal.
+    #[arg(long, env = "SKILLBOX_SOCKET_MODE", value_name = "OCTAL", default_value = "0660", value_parser = parse_mode)]
+    pub socket_mode: u32,
+    /// Peer uids allowed on the Unix socket (SO_PEERCRED), comma-separated or repeated
+    /// [default: the server's own uid and root].
+    #[arg(
+        long = "allow-uid",
+        env = "SKILLBOX_ALLOW_UIDS",
+        value_name = "UID",
+        value_delimiter = ','
+    )]
+    pub allow_uids: Vec<u32>,
+    /// Listen on TCP at this address instead of the Unix socket. A non-loopback address
+    /// requires --tls-cert and --tls-key.
+    #[arg(long, env = "SKILLBOX_TCP", value_name = "ADDR")]
+    pub tcp: Option<SocketAddr>,
+    /// PEM certificate chain for TLS on TCP.
+    #[arg(
+        long,
+        env = "SKILLBOX_TLS_CERT",
+        value_name = "PEM",
+        requires = "tls_key"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for TLS on TCP.
+    #[arg(
+        long,
+        env = "SKILLBOX_TLS_KEY",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// PEM CA bundle: when given, clients must present a certificate it signed (mutual TLS).
+    #[arg(
+        long,
+        env = "SKILLBOX_TLS_CLIENT_CA",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
+    pub tls_client_ca: Option<PathBuf>,
+    /// Directory under which one new staging directory is made per request [default: a
+    /// `staging` directory beside the default socket]. Owned by this server alone: entries
+    /// left by a previous run are removed at start-up.
+    #[arg(long, env = "SKILLBOX_STAGING_ROOT", value_name = "DIR")]
+    pub staging_root: Option<PathBuf>,
+    /// Seconds an accepted staging directory is kept without `Release`.
+    #[arg(
+        long,
+        env = "SKILLBOX_STAGING_TTL",
+        value_name = "SECS",
+        default_value_t = 600
+    )]
+    pub staging_ttl: u64,
+    /// Server limits file (.toml or .json, keys as in the README); requests may only tighten it.
+    #[arg(long, env = "SKILLBOX_LIMITS", value_name = "FILE")]
+    pub limits: Option<PathBuf>,
+    /// Concurrent confined children [default: the CPU count].
+    #[arg(long, env = "SKILLBOX_MAX_CHILDREN", value_name = "N")]
+    pub max_children: Option<u32>,
+    /// Requests admitted beyond the running children (uploading or waiting for a child); past
+    /// it a request fails at once with RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        env = "SKILLBOX_MAX_QUEUED",
+        value_name = "N",
+        default_value_t = 64
+    )]
+    pub max_queued: u32,
+    /// Artifact bytes held in memory across all requests (K, M, G suffixes).
+    #[arg(long, env = "SKILLBOX_MAX_INFLIGHT_BYTES", value_name = "BYTES", default_value = "1G", value_parser = parse_size)]
+    pub max_inflight_bytes: u64,
+    /// Largest chunk accepted in one message (K, M suffixes).
+    #[arg(long, env = "SKILLBOX_MAX_CHUNK_BYTES", value_name = "BYTES", default_value = "1M", value_parser = parse_size)]
+    pub max_chunk_bytes: u64,
+    /// Milliseconds one extraction may run before its child is killed (`timeout`).
+    #[arg(
+        long,
+        env = "SKILLBOX_EXTRACT_TIMEOUT_MS",
+        value_name = "MS",
+        default_value_t = 30_000
+    )]
+    pub extract_timeout_ms: u64,
+    /// Seconds in-flight requests get to finish after SIGTERM before they are cancelled.
+    #[arg(
+        long,
+        env = "SKILLBOX_GRACE",
+        value_name = "SECS",
+        default_value_t = 10
+    )]
+    pub grace: u64,
+    /// Serve Prometheus metrics over HTTP at this address (off unless given).
+    #[arg(long, env = "SKILLBOX_METRICS", value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+    /// Log format on stderr.
+    #[arg(long, env = "SKILLBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter (tracing `EnvFilter` syntax, e.g. `info` or `skillbox=debug`).
+    #[arg(
+        long,
+        env = "SKILLBOX_LOG",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
+    pub log: String,
+    /// Run extractions even where confinement cannot be fully applied (degraded; reported by
+    /// ServerInfo). Never the default.
+    #[arg(long, env = "SKILLBOX_ALLOW_UNCONFINED")]
+    pub allow_unconfined: bool,
+    /// Fork each confined child from a pre-started zygote (a fresh exec of this binary that
+    /// never sees a request's bytes), replaced by a new one after N children; 0 starts every
+    /// child with its own exec. Children of one zygote share its address-space layout, which a
+    /// smaller N bounds; the exec per request costs about 2 ms of CPU more.
+    #[arg(
+        long,
+        env = "SKILLBOX_ZYGOTE_MAX_FORKS",
+        value_name = "N",
+        default_value_t = 256
+    )]
+    pub zygote_max_forks: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+fn parse_mode(s: &str) -> Result<u32, String> {
+    let digits = s.trim_start_matches("0o");
+    let mode = u32::from_str_radix(digits, 8).map_err(|_| format!("{s:?} is not an octal mode"))?;
+    if mode & !0o777 != 0 {
+        return Err(format!("{s:?}: only permission bits (0777) may be set"));
+    }
+    Ok(mode)
+}
+
+impl ServeArgs {
+    fn settings(&self) -> Settings {
+        // Destructured without `..`: a new flag does not compile until it reaches the settings.
+        let Self {
+            socket,
+            socket_mode,
+            allow_uids,
+            tcp,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+            staging_root,
+            staging_ttl,
+            limits,
+            max_children,
+            max_queued,
+            max_inflight_bytes,
+            max_chunk_bytes,
+            extract_timeout_ms,
+            grace,
+            metrics,
+            log_format: _,
+            log: _,
+            allow_unconfined,
+            zygote_max_forks,
+        } = self.clone();
+        Settings {
+            socket,
+            socket_mode,
+            allow_uids,
+            tcp,
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+            staging_root,
+            staging_ttl,
+            limits,
+            max_children,
+            max_queued,
+            max_inflight_bytes,
+            max_chunk_bytes,
+            extract_timeout_ms,
+            grace,
+            metrics,
+            allow_unconfined,
+            zygote_max_forks,
+        }
+    }
+}
+
+/// Run `skillbox serve` until SIGTERM or SIGINT.
+pub fn run(args: &ServeArgs, sandbox: &SandboxArgs) -> Exit {
+    init_logging(args);
+    let result = Config::from_settings(&args.settings())
+        .and_then(|c| c.with_sandbox(sandbox.config(), sandbox.sandbox_timeout.is_some()))
+        .map_err(ServeError::from)
+        .and_then(broker::run_until_signal);
+    match result {
+        Ok(()) => Exit::Ok,
+        Err(e) => {
+            tracing::error!(error = %e, "skillbox serve failed");
+            eprintln!("skillbox: {e}");
+            exit_for(&e)
+        }
+    }
+}
+
+/// 2 for a setting the operator must change, 1 for anything else.
+fn exit_for(e: &ServeError) -> Exit {
+    match e {
+        ServeError::Config(_) => Exit::Usage,
+        ServeError::Listen(_)
+        | ServeError::Staging(_)
+        | ServeError::Sandbox(_)
+        | ServeError::Tls(_)
+        | ServeError::Metrics { .. }
+        | ServeError::Transport(_)
+        | ServeError::Signal(_)
+        | ServeError::Runtime(_) => Exit::Operational,
+    }
+}
+
+fn init_logging(args: &ServeArgs) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match args.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    #[test]
+    fn flag_defaults_are_the_library_defaults() {
+        let w = Wrap::try_parse_from(["serve"]).expect("no flags parse");
+        let s = w.serve.settings();
+        let d = Settings::default();
+        assert_eq!(
+            (
+                s.socket_mode,
+                s.staging_ttl,
+                s.max_queued,
+                s.max_inflight_bytes
+            ),
+            (
+                d.socket_mode,
+                d.staging_ttl,
+                d.max_queued,
+                d.max_inflight_bytes
+            )
+        );
+        assert_eq!(
+            (
+                s.max_chunk_bytes,
+                s.extract_timeout_ms,
+                s.grace,
+                s.zygote_max_forks
+            ),
+            (
+                d.max_chunk_bytes,
+                d.extract_timeout_ms,
+                d.grace,
+                d.zygote_max_forks
+            )
+        );
+    }
+
+    #[test]
+    fn modes() {
+        assert_eq!(parse_mode("0660"), Ok(0o660));
+        assert!(parse_mode("4755").is_err());
+    }
+}
