@@ -636,7 +636,7 @@ mod tests {
             ..Default::default()
         });
         h.url = Some("https://example.com/skills/pdf-1.2.tar.gz?sig=abc#frag".into());
-        let c = request_from_header(h, &server).unwrap_or_else(|e| panic!("{e}"));
+        let c = request_from_header(h, &server).expect("request_from_header");
         assert_eq!(c.request.limits.max_entries, 5);
         assert!(!c.request.limits.allow_symlinks);
         assert_eq!(c.request.file_name.as_deref(), Some("pdf-1.2.tar.gz"));
@@ -651,7 +651,7 @@ mod tests {
             hardlinks: HardlinkPolicy::CopyInternal,
             ..Limits::default()
         };
-        let merged = merge_limits(&limits_to_proto(&l), &l).unwrap_or_else(|e| panic!("{e}"));
+        let merged = merge_limits(&limits_to_proto(&l), &l).expect("merge_limits");
         assert_eq!(merged, l);
     }
 }

@@ -144,7 +144,7 @@ mod tests {
 
     #[test]
     fn parses_and_round_trips() {
-        let d: Sha256Digest = EMPTY.parse().unwrap_or_else(|e| panic!("{e}"));
+        let d: Sha256Digest = EMPTY.parse().expect("parse");
         assert_eq!(d.to_string(), EMPTY);
         assert_eq!(Sha256Digest::of_bytes(b""), d);
     }

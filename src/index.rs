@@ -425,8 +425,7 @@ mod tests {
     const D: &str = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
     fn base() -> Url {
-        Url::parse("https://example.com/.well-known/agent-skills/index.json")
-            .unwrap_or_else(|e| panic!("{e}"))
+        Url::parse("https://example.com/.well-known/agent-skills/index.json").expect("parse")
     }
 
     fn parse_str(s: &str) -> Result<Index, IndexError> {
@@ -458,7 +457,7 @@ mod tests {
         let v2 = format!(
             r#"{{"$schema":"{SCHEMA_0_2_0}","skills":[{{"name":"a","type":"skill-md","description":"d","url":"a/SKILL.md","digest":"{D}","extra":1}}]}}"#
         );
-        let i = parse_str(&v2).unwrap_or_else(|e| panic!("{e}"));
+        let i = parse_str(&v2).expect("parse_str");
         assert_eq!(i.version, Version::V0_2_0);
         assert!(i.installable);
         assert_eq!(i.entries.len(), 1);
@@ -480,7 +479,7 @@ mod tests {
             Err(IndexError::UnrecognisedSchema { .. })
         ));
         let v1 = parse_str(r#"{"skills":[{"name":"a","description":"d","files":["SKILL.md"]}]}"#)
-            .unwrap_or_else(|e| panic!("{e}"));
+            .expect("parse_str");
         assert_eq!(v1.version, Version::V0_1_0);
         assert!(!v1.installable);
         assert_eq!(v1.entries.len(), 1);
@@ -500,7 +499,7 @@ mod tests {
             ("[]".to_owned(), SkipCode::NotAnObject),
         ];
         for (body, code) in cases {
-            let i = parse_str(&e(&body)).unwrap_or_else(|err| panic!("{err}"));
+            let i = parse_str(&e(&body)).expect("parse_str");
             assert!(i.entries.is_empty(), "{body}");
             assert_eq!(i.skipped.first().map(|s| s.code), Some(code), "{body}");
         }

@@ -166,8 +166,7 @@ mod tests {
     use super::*;
 
     fn base() -> Url {
-        Url::parse("https://example.com/.well-known/agent-skills/index.json")
-            .unwrap_or_else(|e| panic!("{e}"))
+        Url::parse("https://example.com/.well-known/agent-skills/index.json").expect("parse")
     }
 
     fn target(r: &str) -> String {
@@ -221,12 +220,11 @@ mod tests {
 
     #[test]
     fn cross_origin_is_flagged() {
-        let r = resolve("//cdn.example.net/d.zip", Some(&base())).unwrap_or_else(|e| panic!("{e}"));
+        let r = resolve("//cdn.example.net/d.zip", Some(&base())).expect("resolve");
         assert!(r.cross_origin);
-        let r = resolve("https://example.com:8443/d.zip", Some(&base()))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let r = resolve("https://example.com:8443/d.zip", Some(&base())).expect("resolve");
         assert!(r.cross_origin);
-        let r = resolve("d.zip", Some(&base())).unwrap_or_else(|e| panic!("{e}"));
+        let r = resolve("d.zip", Some(&base())).expect("resolve");
         assert!(!r.cross_origin);
     }
 

@@ -145,8 +145,8 @@ mod tests {
     #[test]
     fn slots_are_refused_at_once_beyond_children_plus_queue() {
         let a = Admission::new(bounds());
-        let s1 = a.slot().unwrap_or_else(|e| panic!("{e}"));
-        let _s2 = a.slot().unwrap_or_else(|e| panic!("{e}"));
+        let s1 = a.slot().expect("slot");
+        let _s2 = a.slot().expect("slot");
         assert!(matches!(a.slot(), Err(RequestError::Overloaded { .. })));
         drop(s1);
         assert!(a.slot().is_ok());
@@ -156,10 +156,10 @@ mod tests {
     fn inflight_bytes_are_bounded_and_returned() {
         let a = Admission::new(bounds());
         let mut r1 = a.reservation();
-        r1.grow(60).unwrap_or_else(|e| panic!("{e}"));
+        r1.grow(60).expect("grow");
         let mut r2 = a.reservation();
         assert!(matches!(r2.grow(41), Err(RequestError::Overloaded { .. })));
-        r2.grow(40).unwrap_or_else(|e| panic!("{e}"));
+        r2.grow(40).expect("grow");
         assert_eq!(a.inflight_bytes(), 100);
         drop(r1);
         assert_eq!(a.inflight_bytes(), 40);

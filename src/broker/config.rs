@@ -313,7 +313,7 @@ mod tests {
 
     #[test]
     fn embedded_defaults_are_a_unix_socket_for_us_and_root() {
-        let c = Config::from_settings(&args()).unwrap_or_else(|e| panic!("{e}"));
+        let c = Config::from_settings(&args()).expect("from_settings");
         match c.listen {
             Listen::Unix {
                 mode, allow_uids, ..

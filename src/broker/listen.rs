@@ -133,9 +133,9 @@ mod tests {
 
     #[tokio::test]
     async fn stale_sockets_are_replaced_live_ones_and_files_are_not() {
-        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("s.sock");
-        let first = bind_unix(&path, 0o660).unwrap_or_else(|e| panic!("{e}"));
+        let first = bind_unix(&path, 0o660).expect("bind_unix");
         let mode = std::fs::metadata(&path)
             .map(|m| m.permissions().mode() & 0o777)
             .unwrap_or(0);
@@ -146,12 +146,12 @@ mod tests {
         ));
         drop(first.listener);
         // The path is still there, but nobody listens: stale, replaced.
-        let second = bind_unix(&path, 0o600).unwrap_or_else(|e| panic!("{e}"));
+        let second = bind_unix(&path, 0o600).expect("bind_unix");
         unlink_if_ours(&second.path, second.ino);
         assert!(!path.exists());
 
         let file = tmp.path().join("f.sock");
-        std::fs::write(&file, b"not a socket").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&file, b"not a socket").expect("write");
         assert!(matches!(
             bind_unix(&file, 0o660),
             Err(ListenError::NotASocket { .. })

@@ -254,10 +254,9 @@ mod tests {
 
     #[test]
     fn create_keep_remove_and_stale_cleaning() {
-        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("staging");
-        let (root, stale) =
-            StagingRoot::open(&path, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+        let (root, stale) = StagingRoot::open(&path, Duration::from_secs(60)).expect("open");
         assert_eq!(stale, 0);
         // A second server on the same root is refused.
         assert!(matches!(
@@ -265,22 +264,21 @@ mod tests {
             Err(StagingError::Locked { .. })
         ));
 
-        let g = root.create().unwrap_or_else(|e| panic!("{e}"));
+        let g = root.create().expect("create");
         let dropped = g.path();
-        std::fs::write(dropped.join("f"), b"x").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dropped.join("f"), b"x").expect("write");
         drop(g);
         assert!(!dropped.exists(), "a dropped guard removes its directory");
 
-        let g = root.create().unwrap_or_else(|e| panic!("{e}"));
+        let g = root.create().expect("create");
         let (id, kept) = root.keep(g);
-        std::fs::create_dir(kept.join("sub")).unwrap_or_else(|e| panic!("{e}"));
-        std::os::unix::fs::symlink("/etc", kept.join("sub/link")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir(kept.join("sub")).expect("create_dir");
+        std::os::unix::fs::symlink("/etc", kept.join("sub/link")).expect("symlink");
         assert!(kept.exists());
-        std::fs::write(path.join("unrelated"), b"keep me").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(path.join("unrelated"), b"keep me").expect("write");
         drop(root);
 
-        let (root, stale) =
-            StagingRoot::open(&path, Duration::from_secs(60)).unwrap_or_else(|e| panic!("{e}"));
+        let (root, stale) = StagingRoot::open(&path, Duration::from_secs(60)).expect("open");
         assert_eq!(stale, 1);
         assert!(!kept.exists());
         assert!(

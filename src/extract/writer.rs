@@ -163,28 +163,27 @@ mod tests {
     use std::io::Write;
 
     fn root() -> (tempfile::TempDir, OwnedFd) {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let fd = File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fd = File::open(dir.path()).expect("open");
         (dir, OwnedFd::from(fd))
     }
 
     #[test]
     fn creates_beneath_and_refuses_planted_symlinks() {
         let (dir, fd) = root();
-        let outside = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let outside = tempfile::tempdir().expect("tempdir");
         let mut w = Writer::new(fd.as_fd());
-        w.mkdir("a").unwrap_or_else(|e| panic!("{e}"));
-        let mut f = w.create_file("a/x").unwrap_or_else(|e| panic!("{e}"));
-        f.write_all(b"hi").unwrap_or_else(|e| panic!("{e}"));
-        Writer::finish_file(&f, false).unwrap_or_else(|e| panic!("{e}"));
+        w.mkdir("a").expect("mkdir");
+        let mut f = w.create_file("a/x").expect("create_file");
+        f.write_all(b"hi").expect("write_all");
+        Writer::finish_file(&f, false).expect("finish_file");
         assert_eq!(
             std::fs::read(dir.path().join("a/x")).unwrap_or_default(),
             b"hi"
         );
 
         // A symlink planted by someone else must not be followed as a parent.
-        std::os::unix::fs::symlink(outside.path(), dir.path().join("evil"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("evil")).expect("symlink");
         let err = w.create_file("evil/owned").err().map(|e| e.raw_os_error());
         assert!(
             matches!(err, Some(Some(libc_eloop)) if libc_eloop == Errno::ELOOP as i32 || libc_eloop == Errno::ENOTDIR as i32)
@@ -199,7 +198,7 @@ mod tests {
             0
         );
 
-        w.clear().unwrap_or_else(|e| panic!("{e}"));
+        w.clear().expect("clear");
         assert_eq!(
             std::fs::read_dir(dir.path())
                 .map(|d| d.count())

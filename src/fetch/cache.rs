@@ -253,10 +253,10 @@ mod tests {
 
     #[test]
     fn commit_then_lookup_then_corruption_is_a_miss() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let cache = Cache::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-        let mut p = cache.pending().unwrap_or_else(|e| panic!("{e}"));
-        p.write_all(b"hello").unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Cache::open(dir.path()).expect("open");
+        let mut p = cache.pending().expect("pending");
+        p.write_all(b"hello").expect("write_all");
         let digest = p.finish();
         assert_eq!(digest, Sha256Digest::of_bytes(b"hello"));
         let origin = Origin {
@@ -265,7 +265,7 @@ mod tests {
             content_type: None,
             fetched_at: "t".into(),
         };
-        let hit = cache.commit(p, &origin).unwrap_or_else(|e| panic!("{e}"));
+        let hit = cache.commit(p, &origin).expect("commit");
         assert_eq!(hit.size, 5);
         assert_eq!(hit.origin.as_ref(), Some(&origin));
         assert_eq!(
@@ -274,22 +274,17 @@ mod tests {
                 .unwrap_or(99),
             0
         );
-        fs::write(&hit.path, b"HELLO").unwrap_or_else(|e| panic!("{e}"));
-        assert!(
-            cache
-                .lookup(&digest)
-                .unwrap_or_else(|e| panic!("{e}"))
-                .is_none()
-        );
+        fs::write(&hit.path, b"HELLO").expect("write");
+        assert!(cache.lookup(&digest).expect("lookup").is_none());
         assert!(!hit.path.exists());
     }
 
     #[test]
     fn dropped_pending_leaves_nothing() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let cache = Cache::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-        let mut p = cache.pending().unwrap_or_else(|e| panic!("{e}"));
-        p.write_all(b"partial").unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Cache::open(dir.path()).expect("open");
+        let mut p = cache.pending().expect("pending");
+        p.write_all(b"partial").expect("write_all");
         drop(p);
         assert_eq!(
             fs::read_dir(dir.path().join("tmp"))

@@ -411,7 +411,7 @@ mod tests {
     }
 
     fn head(raw: &[u8]) -> Head {
-        read_head(&mut io::BufReader::new(raw)).unwrap_or_else(|e| panic!("{e}"))
+        read_head(&mut io::BufReader::new(raw)).expect("read_head")
     }
 
     #[test]

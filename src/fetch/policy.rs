@@ -464,7 +464,7 @@ mod tests {
 
     #[test]
     fn empty_allow_list_refuses_and_names_the_flag() {
-        let url = Url::parse("https://example.com/x").unwrap_or_else(|e| panic!("{e}"));
+        let url = Url::parse("https://example.com/x").expect("parse");
         let err = FetchPolicy::default()
             .check_url(&url)
             .err()
@@ -479,7 +479,7 @@ mod tests {
 
     #[test]
     fn origin_parsing_is_exact() {
-        let o = AllowedOrigin::parse("https://Example.COM:443/").unwrap_or_else(|e| panic!("{e}"));
+        let o = AllowedOrigin::parse("https://Example.COM:443/").expect("parse");
         assert_eq!(o.to_string(), "https://example.com");
         assert!(AllowedOrigin::parse("http://example.com").is_err());
         assert!(AllowedOrigin::parse("https://example.com/path").is_err());
@@ -488,21 +488,21 @@ mod tests {
             allowed_origins: vec![o],
             ..FetchPolicy::default()
         };
-        let ok = Url::parse("https://example.com/a").unwrap_or_else(|e| panic!("{e}"));
-        let other_port = Url::parse("https://example.com:8443/a").unwrap_or_else(|e| panic!("{e}"));
+        let ok = Url::parse("https://example.com/a").expect("parse");
+        let other_port = Url::parse("https://example.com:8443/a").expect("parse");
         assert!(policy.check_url(&ok).is_ok());
         assert!(policy.check_url(&other_port).is_err());
     }
 
     #[test]
     fn exact_destination_allowance_only() {
-        let addr: SocketAddr = "127.0.0.1:4433".parse().unwrap_or_else(|e| panic!("{e}"));
+        let addr: SocketAddr = "127.0.0.1:4433".parse().expect("parse");
         let policy = FetchPolicy {
             allowed_destinations: vec![addr],
             ..FetchPolicy::default()
         };
         assert!(policy.check_destination("h", addr).is_ok());
-        let other: SocketAddr = "127.0.0.1:4434".parse().unwrap_or_else(|e| panic!("{e}"));
+        let other: SocketAddr = "127.0.0.1:4434".parse().expect("parse");
         assert!(policy.check_destination("h", other).is_err());
         assert!(FetchPolicy::default().check_destination("h", addr).is_err());
     }

@@ -355,9 +355,9 @@ mod tests {
 
     #[test]
     fn the_two_stages_add_and_take_back_exactly_the_handover_calls() {
-        let profile = load(None).unwrap_or_else(|e| panic!("{e}"));
-        let (first, second) = profile.stages().unwrap_or_else(|e| panic!("{e}"));
-        let handover: Vec<Value> = serde_json::from_str(HANDOVER).unwrap_or_else(|e| panic!("{e}"));
+        let profile = load(None).expect("load");
+        let (first, second) = profile.stages().expect("stages");
+        let handover: Vec<Value> = serde_json::from_str(HANDOVER).expect("from_str");
         // The embedded profiles allow none of the handover calls, so the first stage is longer
         // than the profile and the second kills every one of them.
         assert!(first.len() > profile.program.len());
@@ -370,7 +370,7 @@ mod tests {
             );
         }
         // A profile that allows a handover call itself keeps it out of both stages.
-        let mut v: Value = serde_json::from_str(&profile.text).unwrap_or_else(|e| panic!("{e}"));
+        let mut v: Value = serde_json::from_str(&profile.text).expect("from_str");
         if let Some(rules) = v[FILTER_NAME]["filter"].as_array_mut() {
             rules.push(serde_json::json!({ "syscall": "recvmsg", "comment": "test" }));
         }
@@ -379,13 +379,13 @@ mod tests {
             program: profile.program.clone(),
             text: v.to_string(),
         };
-        let (_, second_widened) = widened.stages().unwrap_or_else(|e| panic!("{e}"));
+        let (_, second_widened) = widened.stages().expect("stages");
         assert!(second_widened.len() < second.len());
     }
 
     #[test]
     fn bytes_round_trip() {
-        let p = load(None).unwrap_or_else(|e| panic!("{e}"));
+        let p = load(None).expect("load");
         assert_eq!(from_bytes(&to_bytes(&p.program)), Some(p.program));
         assert_eq!(from_bytes(&[0; 7]), None);
     }

@@ -288,7 +288,7 @@ mod tests {
             pos: 0,
         }
         .read_to_end(&mut out)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("read_to_end");
         out
     }
 
@@ -310,8 +310,7 @@ mod tests {
     fn the_bound_holds_on_both_paths() {
         let data = bytes(3 * usize::try_from(HASH_ASIDE_AFTER).unwrap_or(0));
         for max in [10, HASH_ASIDE_AFTER + 5] {
-            let sealed = SealedArtifact::copy_from(Cursor::new(&data), max)
-                .unwrap_or_else(|e| panic!("{e}"));
+            let sealed = SealedArtifact::copy_from(Cursor::new(&data), max).expect("copy_from");
             let max_len = usize::try_from(max).unwrap_or(0);
             assert_eq!(sealed.size(), max);
             assert_eq!(sealed.digest(), Sha256Digest::of_bytes(&data[..max_len]));

@@ -14,7 +14,7 @@ fn run(args: &[&str]) -> Output {
     Command::new(bin())
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+        .expect("spawn skillbox")
 }
 
 fn json_of(out: &Output) -> Value {
@@ -30,7 +30,7 @@ const SKILL: &[u8] = b"---\r\nname: demo\r\ndescription: A demo skill\r\n---\r\n
 
 fn tar_with(dir: &Path, name: &str, entries: &[(&str, &[u8], u32)]) -> PathBuf {
     let path = dir.join(name);
-    let file = std::fs::File::create(&path).unwrap_or_else(|e| panic!("{e}"));
+    let file = std::fs::File::create(&path).expect("create");
     let mut b = tar::Builder::new(file);
     for (p, data, mode) in entries {
         let mut h = tar::Header::new_ustar();
@@ -38,10 +38,9 @@ fn tar_with(dir: &Path, name: &str, entries: &[(&str, &[u8], u32)]) -> PathBuf {
         h.set_mode(*mode);
         h.set_entry_type(tar::EntryType::Regular);
         h.set_mtime(0);
-        b.append_data(&mut h, p, *data)
-            .unwrap_or_else(|e| panic!("{e}"));
+        b.append_data(&mut h, p, *data).expect("append_data");
     }
-    b.into_inner().unwrap_or_else(|e| panic!("{e}"));
+    b.into_inner().expect("into_inner");
     path
 }
 
@@ -51,7 +50,7 @@ fn sha(bytes: &[u8]) -> String {
 
 #[test]
 fn accepted_archive_json_and_files_on_disk() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let art = tar_with(
         tmp.path(),
         "pkg.tar",
@@ -117,9 +116,9 @@ fn accepted_archive_json_and_files_on_disk() {
 
 #[test]
 fn skill_md_artifact_is_staged_byte_for_byte() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let art = tmp.path().join("SKILL.md");
-    std::fs::write(&art, SKILL).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&art, SKILL).expect("write");
     let out = tmp.path().join("out");
     let o = run(&[
         "extract",
@@ -138,23 +137,22 @@ fn skill_md_artifact_is_staged_byte_for_byte() {
 
 #[test]
 fn rejection_exits_3_and_leaves_nothing() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     // The zip writer happily stores an absolute name; the engine must refuse it.
     let art = tmp.path().join("abs.zip");
     {
-        let f = std::fs::File::create(&art).unwrap_or_else(|e| panic!("{e}"));
+        let f = std::fs::File::create(&art).expect("create");
         let mut z = zip::ZipWriter::new(f);
         let opts = zip::write::SimpleFileOptions::default();
-        z.start_file("SKILL.md", opts)
-            .unwrap_or_else(|e| panic!("{e}"));
-        std::io::Write::write_all(&mut z, SKILL).unwrap_or_else(|e| panic!("{e}"));
+        z.start_file("SKILL.md", opts).expect("start_file");
+        std::io::Write::write_all(&mut z, SKILL).expect("write_all");
         z.start_file("/tmp/skillbox-cli-test-escape", opts)
-            .unwrap_or_else(|e| panic!("{e}"));
-        std::io::Write::write_all(&mut z, b"x").unwrap_or_else(|e| panic!("{e}"));
-        z.finish().unwrap_or_else(|e| panic!("{e}"));
+            .expect("start_file");
+        std::io::Write::write_all(&mut z, b"x").expect("write_all");
+        z.finish().expect("finish");
     }
     let parent = tmp.path().join("parent");
-    std::fs::create_dir(&parent).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir(&parent).expect("create_dir");
     let out = parent.join("out");
     let o = run(&[
         "extract",
@@ -183,7 +181,7 @@ fn rejection_exits_3_and_leaves_nothing() {
 
 #[test]
 fn digest_mismatch_is_a_verdict_and_bad_digest_syntax_a_usage_error() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let art = tar_with(tmp.path(), "pkg.tar", &[("SKILL.md", SKILL, 0o644)]);
     let a = art.to_str().unwrap_or("");
     let wrong = sha(b"something else");
@@ -209,7 +207,7 @@ fn digest_mismatch_is_a_verdict_and_bad_digest_syntax_a_usage_error() {
 
 #[test]
 fn out_must_not_exist_and_limits_file_is_checked() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let art = tar_with(
         tmp.path(),
         "pkg.tar",
@@ -217,8 +215,8 @@ fn out_must_not_exist_and_limits_file_is_checked() {
     );
     let a = art.to_str().unwrap_or("");
     let existing = tmp.path().join("exists");
-    std::fs::create_dir(&existing).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(existing.join("keep"), b"precious").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir(&existing).expect("create_dir");
+    std::fs::write(existing.join("keep"), b"precious").expect("write");
     let o = run(&["extract", a, "--out", existing.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
@@ -227,14 +225,13 @@ fn out_must_not_exist_and_limits_file_is_checked() {
     );
 
     let bad = tmp.path().join("limits.toml");
-    std::fs::write(&bad, "max_entires = 3\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&bad, "max_entires = 3\n").expect("write");
     let o = run(&["extract", a, "--limits", bad.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(2));
 
     // A limit from a file applies, at the boundary and one past it.
     let lim = tmp.path().join("limits.json");
-    std::fs::write(&lim, r#"{"max_file_bytes": 10, "require_skill_md": true}"#)
-        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&lim, r#"{"max_file_bytes": 10, "require_skill_md": true}"#).expect("write");
     let o = run(&[
         "extract",
         a,
@@ -273,7 +270,7 @@ fn out_must_not_exist_and_limits_file_is_checked() {
 /// refusal (a usage error, exit 2, before anything runs).
 #[test]
 fn size_flags_share_one_syntax_across_commands() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let art = tar_with(
         tmp.path(),
         "pkg.tar",

@@ -15,7 +15,7 @@ fn skillbox(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_skillbox"))
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("spawn: {e}"))
+        .expect("spawn")
 }
 
 /// Extract every diff artifact once and save its answer as `<name>.json` in `dir`.
@@ -38,8 +38,7 @@ fn answers(dir: &Path) -> impl Fn(&str) -> String + '_ {
             "{name}: {}",
             String::from_utf8_lossy(&o.stdout)
         );
-        std::fs::write(dir.join(format!("{name}.json")), &o.stdout)
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join(format!("{name}.json")), &o.stdout).expect("write");
     }
     move |name: &str| {
         dir.join(format!("{name}.json"))
@@ -74,7 +73,7 @@ fn grown(v: &Value) -> Vec<String> {
 
 #[test]
 fn diff_cases() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let a = answers(tmp.path());
     let cases: [(&str, &str, i32, &str, &[&str]); 8] = [
         ("base", "base", UNCHANGED, "unchanged", &[]),
@@ -142,7 +141,7 @@ fn diff_cases() {
 
 #[test]
 fn human_output_lists_grown_capabilities_first() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let a = answers(tmp.path());
     let o = skillbox(&["diff", &a("base"), &a("url_in_script")]);
     assert_eq!(o.status.code(), Some(NEEDS_REVIEW));
@@ -160,18 +159,18 @@ fn human_output_lists_grown_capabilities_first() {
 
 #[test]
 fn rejected_or_malformed_inputs_are_usage_errors() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let a = answers(tmp.path());
     let bad = tmp.path().join("bad.json");
-    std::fs::write(&bad, b"{\"verdict\": ").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&bad, b"{\"verdict\": ").expect("write");
     let o = skillbox(&["diff", &a("base"), bad.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(2));
     let rejected = tmp.path().join("rejected.json");
     let md = tmp.path().join("SKILL.md");
-    std::fs::write(&md, b"no frontmatter\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&md, b"no frontmatter\n").expect("write");
     let out = skillbox(&["extract", md.to_str().unwrap_or(""), "--json"]);
     assert_eq!(out.status.code(), Some(3));
-    std::fs::write(&rejected, &out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&rejected, &out.stdout).expect("write");
     let o = skillbox(&["diff", &a("base"), rejected.to_str().unwrap_or("")]);
     assert_eq!(
         o.status.code(),

@@ -32,10 +32,10 @@ fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
     let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     for (name, data) in files {
         w.start_file(*name, zip::write::SimpleFileOptions::default())
-            .unwrap_or_else(|e| panic!("{e}"));
-        w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+            .expect("start_file");
+        w.write_all(data).expect("write_all");
     }
-    w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
+    w.finish().expect("finish").into_inner()
 }
 
 fn tar_gz_of(files: &[(&str, &[u8])]) -> Vec<u8> {
@@ -47,12 +47,9 @@ fn tar_gz_of(files: &[(&str, &[u8])]) -> Vec<u8> {
         h.set_mode(0o644);
         h.set_entry_type(tar::EntryType::Regular);
         h.set_mtime(0);
-        b.append_data(&mut h, name, *data)
-            .unwrap_or_else(|e| panic!("{e}"));
+        b.append_data(&mut h, name, *data).expect("append_data");
     }
-    b.into_inner()
-        .and_then(|e| e.finish())
-        .unwrap_or_else(|e| panic!("{e}"))
+    b.into_inner().and_then(|e| e.finish()).expect("and_then")
 }
 
 // ---------------------------------------------------------------- test PKI
@@ -66,8 +63,8 @@ fn pki() -> Pki {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     };
-    let ca_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
-    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+    let ca_key = KeyPair::generate().expect("generate");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("new");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.distinguished_name
         .push(DnType::CommonName, "skillbox test CA");
@@ -76,9 +73,9 @@ fn pki() -> Pki {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    let ca_cert = ca.self_signed(&ca_key).unwrap_or_else(|e| panic!("{e}"));
+    let ca_cert = ca.self_signed(&ca_key).expect("self_signed");
     let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let key = KeyPair::generate().expect("generate");
     let mut leaf = CertificateParams::new(vec![
         "localhost".to_owned(),
         "127.0.0.1".to_owned(),
@@ -87,13 +84,11 @@ fn pki() -> Pki {
     .unwrap_or_else(|e| panic!("{e}"));
     leaf.distinguished_name
         .push(DnType::CommonName, "localhost");
-    let cert = leaf
-        .signed_by(&key, &issuer)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cert = leaf.signed_by(&key, &issuer).expect("signed_by");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let server = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("with_safe_default_protocol_versions")
         .with_no_client_auth()
         .with_single_cert(
             vec![CertificateDer::from(cert.der().to_vec())],
@@ -153,8 +148,8 @@ struct Server {
 
 impl Server {
     fn start(config: Arc<ServerConfig>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
-        let addr = listener.local_addr().unwrap_or_else(|e| panic!("{e}"));
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("local_addr");
         let server = Server {
             addr,
             routes: Arc::default(),
@@ -340,10 +335,10 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let tmp = tempfile::tempdir().expect("tempdir");
         let pki = pki();
         let ca_file = tmp.path().join("ca.pem");
-        std::fs::write(&ca_file, &pki.ca_pem).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&ca_file, &pki.ca_pem).expect("write");
         let server = Server::start(pki.server.clone());
         World {
             tmp,
@@ -423,7 +418,7 @@ fn run(args: &[String]) -> Output {
         .args(args)
         .env_remove("XDG_CACHE_HOME")
         .output()
-        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+        .expect("spawn skillbox")
 }
 
 fn json_of(o: &Output) -> Value {
@@ -580,7 +575,7 @@ fn fetch_answers_as_extract_does_sandbox_included() {
     assert_eq!(sandbox["child"]["landlock"], "fully_enforced");
 
     let local = w.tmp.path().join("pack.zip");
-    std::fs::write(&local, &zip).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&local, &zip).expect("write");
     let e = run(&[
         "extract".into(),
         local.display().to_string(),
@@ -955,8 +950,8 @@ fn content_encoded_response_is_refused_not_decoded() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&md).unwrap_or_else(|e| panic!("{e}"));
-    let gz = gz.finish().unwrap_or_else(|e| panic!("{e}"));
+    gz.write_all(&md).expect("write_all");
+    let gz = gz.finish().expect("finish");
     w.server.route(
         "/a/SKILL.md",
         Reply::Ok {
@@ -1108,7 +1103,7 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
         .flatten()
     {
         if e.path().extension().is_none() {
-            std::fs::write(e.path(), b"tampered").unwrap_or_else(|err| panic!("{err}"));
+            std::fs::write(e.path(), b"tampered").expect("write");
         }
     }
     let o = w.fetch("demo", &["--offline"]);
@@ -1202,7 +1197,7 @@ fn spellings_of_local_addresses_are_refused_before_connecting() {
             "destination_unspecified",
         ),
     ];
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let cache = tmp.path().join("cache").display().to_string();
     for (url, origin, rule) in cases {
         let o = run(&[

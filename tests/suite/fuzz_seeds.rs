@@ -106,10 +106,9 @@ fn tar_package(files: &[(&str, &[u8], u32)]) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     for (p, data, mode) in files {
         let mut h = tar_header(tar::EntryType::Regular, data.len() as u64, *mode);
-        b.append_data(&mut h, p, *data)
-            .unwrap_or_else(|e| panic!("{e}"));
+        b.append_data(&mut h, p, *data).expect("append_data");
     }
-    b.into_inner().unwrap_or_else(|e| panic!("{e}"))
+    b.into_inner().expect("into_inner")
 }
 
 fn tar_rich() -> Vec<u8> {
@@ -162,14 +161,14 @@ fn tar_rich() -> Vec<u8> {
         0o755,
         Some("scripts/run.sh"),
     );
-    b.into_inner().unwrap_or_else(|e| panic!("{e}"))
+    b.into_inner().expect("into_inner")
 }
 
 fn tar_hostile(kind: &str) -> Vec<u8> {
     let mut b = tar::Builder::new(Vec::new());
     let skill = tar_header(tar::EntryType::Regular, SKILL.len() as u64, 0o644);
     b.append_data(&mut skill.clone(), "SKILL.md", SKILL)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("append_data");
     let mut raw_name = |name: &[u8], et: tar::EntryType, data: &[u8], link: Option<&[u8]>| {
         // Write the name straight into the header: the crate's setters refuse hostile names.
         let mut h = tar::Header::new_ustar();
@@ -184,7 +183,7 @@ fn tar_hostile(kind: &str) -> Vec<u8> {
             }
         }
         h.set_cksum();
-        b.append(&h, data).unwrap_or_else(|e| panic!("{e}"));
+        b.append(&h, data).expect("append");
     };
     match kind {
         "traversal" => raw_name(
@@ -224,7 +223,7 @@ fn tar_hostile(kind: &str) -> Vec<u8> {
         }
         other => panic!("no hostile tar {other}"),
     }
-    b.into_inner().unwrap_or_else(|e| panic!("{e}"))
+    b.into_inner().expect("into_inner")
 }
 
 fn zip_package(stored: bool, hostile: Option<&str>) -> Vec<u8> {
@@ -241,14 +240,14 @@ fn zip_package(stored: bool, hostile: Option<&str>) -> Vec<u8> {
     let file =
         |w: &mut zip::ZipWriter<std::io::Cursor<Vec<u8>>>, name: &str, data: &[u8], mode: u32| {
             w.start_file(name, opts.unix_permissions(mode))
-                .unwrap_or_else(|e| panic!("{e}"));
-            w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+                .expect("start_file");
+            w.write_all(data).expect("write_all");
         };
     file(&mut w, "SKILL.md", SKILL, 0o644);
     match hostile {
         None => {
             w.add_directory("scripts/", opts.unix_permissions(0o755))
-                .unwrap_or_else(|e| panic!("{e}"));
+                .expect("add_directory");
             file(
                 &mut w,
                 "scripts/run.py",
@@ -257,14 +256,14 @@ fn zip_package(stored: bool, hostile: Option<&str>) -> Vec<u8> {
             );
             file(&mut w, "assets/data.json", b"{\"k\": [1, 2, 3]}\n", 0o664);
             w.add_symlink("latest", "scripts/run.py", opts)
-                .unwrap_or_else(|e| panic!("{e}"));
+                .expect("add_symlink");
         }
         Some("traversal") => file(&mut w, "../evil.sh", b"x", 0o644),
         Some("absolute") => file(&mut w, "/etc/evil", b"x", 0o644),
         Some("backslash") => file(&mut w, "a\\..\\..\\evil", b"x", 0o644),
         Some("link_escape") => w
             .add_symlink("esc", "../../etc/passwd", opts)
-            .unwrap_or_else(|e| panic!("{e}")),
+            .expect("add_symlink"),
         Some("case_twin") => {
             file(&mut w, "notes.txt", b"a", 0o644);
             file(&mut w, "NOTES.txt", b"b", 0o644);
@@ -272,7 +271,7 @@ fn zip_package(stored: bool, hostile: Option<&str>) -> Vec<u8> {
         Some("bomb") => file(&mut w, "zeros.bin", &vec![0u8; 256 * 1024], 0o644),
         Some(other) => panic!("no hostile zip {other}"),
     }
-    w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
+    w.finish().expect("finish").into_inner()
 }
 
 /// Real messages of both directions, JSON as the parent and the child write them.
@@ -303,13 +302,13 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
         }),
     };
     // An accepted answer with a real inventory: extract a small package in-process.
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let art = tmp.path().join("a.tar");
-    std::fs::write(&art, tar_rich()).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&art, tar_rich()).expect("write");
     let out = tmp.path().join("out");
-    std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
-    let file = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
-    let dir = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir(&out).expect("create_dir");
+    let file = std::fs::File::open(&art).expect("open");
+    let dir = std::fs::File::open(&out).expect("open");
     let req = Request {
         limits: Limits {
             hardlinks: skillbox::extract::policy::HardlinkPolicy::CopyInternal,
@@ -317,8 +316,7 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
         },
         ..Request::new(ArtifactType::Archive, Limits::default())
     };
-    let outcome = skillbox::intake::run(&file, std::os::fd::AsFd::as_fd(&dir), &req)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let outcome = skillbox::intake::run(&file, std::os::fd::AsFd::as_fd(&dir), &req).expect("run");
     let report = ConfinementReport {
         uid: 65534,
         gid: 65534,
@@ -372,8 +370,8 @@ fn regenerate() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let write = |target: &str, name: &str, bytes: &[u8]| {
         let dir = fuzzing::seed_dir(root, target);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(dir.join(name), bytes).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&dir).expect("create_dir_all");
+        std::fs::write(dir.join(name), bytes).expect("write");
     };
     let no_skill = Config::NO_SKILL_MD;
     let tight = Config::TIGHT;
@@ -432,14 +430,14 @@ fn regenerate() {
     );
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     gz.write_all(&tar_package(&[("SKILL.md", SKILL, 0o644)]))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("write_all");
     write(
         "tar",
         "precompressed-gzip",
-        &with_cfg(0, &gz.finish().unwrap_or_else(|e| panic!("{e}"))),
+        &with_cfg(0, &gz.finish().expect("finish")),
     );
-    let zst = zstd::encode_all(&tar_package(&[("SKILL.md", SKILL, 0o644)])[..], 3)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let zst =
+        zstd::encode_all(&tar_package(&[("SKILL.md", SKILL, 0o644)])[..], 3).expect("encode_all");
     write("tar", "precompressed-zstd", &with_cfg(0, &zst));
     write(
         "tar",
@@ -513,8 +511,7 @@ fn regenerate() {
         ),
     );
     // wire: config byte (bits 0-3: frame bound 16 << n), then the raw bytes on the pipe.
-    let frame =
-        |payload: &[u8]| skillbox::sandbox::wire::frame(payload).unwrap_or_else(|e| panic!("{e}"));
+    let frame = |payload: &[u8]| skillbox::sandbox::wire::frame(payload).expect("frame");
     for (name, payload) in wire_messages() {
         write(
             "wire",

@@ -20,7 +20,7 @@ fn check(args: &[&str]) -> Output {
         .arg("check")
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+        .expect("spawn skillbox")
 }
 
 fn json_of(o: &Output) -> Value {
@@ -199,9 +199,9 @@ fn bounds_refuse_the_whole_index() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("limit is 5"));
     let o = check(&[&fixture("v020.json"), "--max-index-bytes", "100"]);
     assert_eq!(o.status.code(), Some(3));
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let p = tmp.path().join("i.json");
-    std::fs::write(&p, b"{\"skills\": [").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&p, b"{\"skills\": [").expect("write");
     let o = check(&[p.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(3));
 }

@@ -20,7 +20,7 @@ fn replay(args: &[&str]) -> Output {
         .arg("replay")
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+        .expect("spawn skillbox")
 }
 
 fn text(b: &[u8]) -> String {
@@ -39,17 +39,17 @@ fn tar_bytes(entries: &[(&[u8], &[u8])]) -> Vec<u8> {
             u.name[..name.len()].copy_from_slice(name);
         }
         h.set_cksum();
-        b.append(&h, *data).unwrap_or_else(|e| panic!("{e}"));
+        b.append(&h, *data).expect("append");
     }
-    b.into_inner().unwrap_or_else(|e| panic!("{e}"))
+    b.into_inner().expect("into_inner")
 }
 
 fn write(dir: &Path, rel: &str, bytes: &[u8]) {
     let p = dir.join(rel);
     if let Some(parent) = p.parent() {
-        std::fs::create_dir_all(parent).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(parent).expect("create_dir_all");
     }
-    std::fs::write(p, bytes).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(p, bytes).expect("write");
 }
 
 fn case(name: &str, file: &str, kind: &str, limits: Value, verdict: &str, reason: Value) -> Value {
@@ -120,7 +120,7 @@ fn manifest(dir: &Path, cases: &[Value]) {
 
 #[test]
 fn a_correct_manifest_passes_with_json_and_junit() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("c");
     let cases = corpus(&dir);
     manifest(&dir, &cases);
@@ -175,7 +175,7 @@ fn a_correct_manifest_passes_with_json_and_junit() {
 
 #[test]
 fn a_wrong_manifest_fails_with_a_readable_diff_and_valid_junit() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("c");
     let mut cases = corpus(&dir);
     // Wrong on purpose: the traversal "accepted", the limit case with the wrong reason, and
@@ -297,7 +297,7 @@ fn a_wrong_manifest_fails_with_a_readable_diff_and_valid_junit() {
     // --json carries the same verdicts.
     let o = replay(&[dir.to_str().unwrap_or(""), "--json"]);
     assert_eq!(o.status.code(), Some(1));
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("from_slice");
     assert_eq!(v["ok"], false);
     assert_eq!(
         v["summary"],
@@ -307,7 +307,7 @@ fn a_wrong_manifest_fails_with_a_readable_diff_and_valid_junit() {
 
 #[test]
 fn missing_or_malformed_manifests_are_clear_usage_errors() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("c");
     corpus(&dir);
     let o = replay(&[dir.to_str().unwrap_or("")]);
@@ -351,7 +351,7 @@ fn missing_or_malformed_manifests_are_clear_usage_errors() {
 
 #[test]
 fn nested_suites_are_replayed_under_their_directory() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("c");
     let cases = corpus(&dir);
     manifest(&dir, &cases);
@@ -369,7 +369,7 @@ fn nested_suites_are_replayed_under_their_directory() {
         )],
     );
     let o = replay(&[dir.to_str().unwrap_or(""), "--json"]);
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("from_slice");
     let nested = v["cases"]
         .as_array()
         .and_then(|a| a.iter().find(|c| c["name"] == "fuzz/crash-1"))
@@ -382,7 +382,7 @@ fn nested_suites_are_replayed_under_their_directory() {
 fn writes_outside_the_staging_directory_are_caught() {
     // A stand-in for `skillbox extract` that answers "accepted" but drops a file in its
     // working directory: replay must report it even though the verdict matches.
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("c");
     write(&dir, "a.tar", &tar_bytes(&[(b"SKILL.md", SKILL)]));
     write(&dir, "b.tar", &tar_bytes(&[(b"SKILL.md", SKILL)]));
@@ -412,17 +412,17 @@ fn writes_outside_the_staging_directory_are_caught() {
     let script = format!(
         "#!/bin/sh\n# args: extract FILE --json --out DIR ...\nout=\"$5\"\nmkdir \"$out\" && echo x > \"$out/unlisted\"\necho stray > ./stray\necho '{answer}'\nexit 0\n"
     );
-    std::fs::write(&fake, script).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&fake, script).expect("write");
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("set_permissions");
     let opts = skillbox::replay::Options {
         jobs: 2,
         timeout: Duration::from_secs(30),
         exe: fake,
         extract_args: Vec::new(),
     };
-    let report = skillbox::replay::run(&dir, &opts).unwrap_or_else(|e| panic!("{e}"));
+    let report = skillbox::replay::run(&dir, &opts).expect("run");
     let a = &report.cases[0];
     assert_eq!(a.status, skillbox::replay::Status::Fail, "{a:?}");
     assert!(

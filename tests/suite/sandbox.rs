@@ -65,7 +65,7 @@ fn sandbox_with(tweak: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
         ..SandboxConfig::default()
     };
     tweak(&mut config);
-    Sandbox::new(config).unwrap_or_else(|e| panic!("sandbox: {e}"))
+    Sandbox::new(config).expect("sandbox")
 }
 
 fn sandbox() -> Sandbox {
@@ -82,17 +82,17 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path().to_path_buf();
     let outside = root.join("outside");
-    fs::create_dir(&outside).unwrap_or_else(|e| panic!("{e}"));
-    fs::write(outside.join("victim.txt"), b"precious").unwrap_or_else(|e| panic!("{e}"));
+    fs::create_dir(&outside).expect("create_dir");
+    fs::write(outside.join("victim.txt"), b"precious").expect("write");
     for (p, mode) in [
         (&root, 0o777),
         (&outside, 0o777),
         (&outside.join("victim.txt"), 0o666),
     ] {
-        fs::set_permissions(p, fs::Permissions::from_mode(mode)).unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(p, fs::Permissions::from_mode(mode)).expect("set_permissions");
     }
     Fixture {
         _tmp: tmp,
@@ -108,7 +108,7 @@ impl Fixture {
         let n = self.next.get();
         self.next.set(n + 1);
         let p = self.root.join(format!("staging{n}"));
-        fs::create_dir(&p).unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir(&p).expect("create_dir");
         p
     }
 
@@ -119,7 +119,7 @@ impl Fixture {
 
     fn prepare(&self, sb: &Sandbox) -> StagingDir {
         let p = self.new_staging();
-        StagingDir::prepare(&p, sb.child_ids()).unwrap_or_else(|e| panic!("prepare staging: {e}"))
+        StagingDir::prepare(&p, sb.child_ids()).expect("prepare staging")
     }
 
     /// Run one probe in a fresh staging directory; `setup` runs after the directory is lent to
@@ -129,9 +129,7 @@ impl Fixture {
         let dir = self.prepare(&sb);
         let path = dir.path().map(Path::to_owned).unwrap_or_default();
         setup(&path);
-        let end = sb
-            .probe(probe, &dir)
-            .unwrap_or_else(|e| panic!("probe: {e}"));
+        let end = sb.probe(probe, &dir).expect("probe");
         (end, path)
     }
 
@@ -141,7 +139,7 @@ impl Fixture {
 
     fn outside_untouched(&self) {
         let names: Vec<_> = fs::read_dir(&self.outside)
-            .unwrap_or_else(|e| panic!("{e}"))
+            .expect("read_dir")
             .filter_map(|e| e.ok().map(|e| e.file_name()))
             .collect();
         assert_eq!(
@@ -154,7 +152,7 @@ impl Fixture {
             b"precious"
         );
         let extra: Vec<_> = fs::read_dir(&self.root)
-            .unwrap_or_else(|e| panic!("{e}"))
+            .expect("read_dir")
             .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
             .filter(|n| !n.starts_with("staging") && n != "outside" && n != "inproc")
             .collect();
@@ -205,7 +203,7 @@ fn every_profile_in_sandbox_profiles_compiles_and_follows_the_rules() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("sandbox-profiles");
     let mut seen = 0;
     for entry in fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap_or_else(|e| panic!("{e}")).path();
+        let path = entry.expect("entry").path();
         let arch = path
             .file_stem()
             .and_then(|s| s.to_str())
@@ -231,7 +229,7 @@ fn every_profile_in_sandbox_profiles_compiles_and_follows_the_rules() {
 
 #[test]
 fn a_replacement_profile_cannot_reopen_a_wall() {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("weak.json");
     let embedded = skillbox::sandbox::seccomp::EMBEDDED
         .iter()
@@ -239,7 +237,7 @@ fn a_replacement_profile_cannot_reopen_a_wall() {
         .map(|(_, t)| *t)
         .unwrap_or_else(|| panic!("no embedded profile for {}", std::env::consts::ARCH));
     let weak = embedded.replace(r#""syscall": "exit_group""#, r#""syscall": "execve""#);
-    fs::write(&path, weak).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(&path, weak).expect("write");
     let err = Sandbox::new(SandboxConfig {
         seccomp_profile: Some(path),
         ..SandboxConfig::default()
@@ -296,17 +294,17 @@ fn a_child_runs_no_job_over_an_unsealed_memfd_or_an_unfinished_request() {
     };
     // Written but never sealed: refused once confined, before the job.
     let staging = f.new_staging();
-    let dir = StagingDir::prepare(&staging, sb.child_ids()).unwrap_or_else(|e| panic!("{e}"));
-    let mut memfd = SealedArtifact::memfd().unwrap_or_else(|e| panic!("{e}"));
-    memfd.write_all(b"x").unwrap_or_else(|e| panic!("{e}"));
+    let dir = StagingDir::prepare(&staging, sb.child_ids()).expect("prepare");
+    let mut memfd = SealedArtifact::memfd().expect("memfd");
+    memfd.write_all(b"x").expect("write_all");
     let (running, tail) = sb
         .spawn_unsealed(job(), memfd.as_fd(), &dir, &Limits::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("spawn_unsealed");
     tail.finish(&skillbox::digest::Sha256Digest::of_bytes(b"x"))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("finish");
     let ended = running
         .wait(Duration::from_secs(10), 1 << 20)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("wait");
     match ended.probe_end(1 << 20) {
         ProbeEnd::Unavailable(d) => assert!(d.contains("not sealed"), "{d}"),
         other => panic!("an unsealed artifact was not refused: {other:?}"),
@@ -314,15 +312,15 @@ fn a_child_runs_no_job_over_an_unsealed_memfd_or_an_unfinished_request() {
     assert!(!staging.join("ran").exists(), "the job ran");
     // Sealed, but the parent gave up before the last frame: nothing runs either.
     let staging = f.new_staging();
-    let dir = StagingDir::prepare(&staging, sb.child_ids()).unwrap_or_else(|e| panic!("{e}"));
-    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).unwrap_or_else(|e| panic!("{e}"));
+    let dir = StagingDir::prepare(&staging, sb.child_ids()).expect("prepare");
+    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).expect("copy_from");
     let (running, tail) = sb
         .spawn_unsealed(job(), sealed.file().as_fd(), &dir, &Limits::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("spawn_unsealed");
     drop(tail);
     let ended = running
         .wait(Duration::from_secs(10), 1 << 20)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("wait");
     match ended.probe_end(1 << 20) {
         ProbeEnd::Unavailable(d) => assert!(d.contains("did not finish"), "{d}"),
         other => panic!("an unfinished request was not refused: {other:?}"),
@@ -386,16 +384,16 @@ fn the_running_child_has_no_privileges_and_a_filter() {
     let f = fixture();
     let sb = sandbox();
     let dir = f.prepare(&sb);
-    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).unwrap_or_else(|e| panic!("{e}"));
+    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).expect("copy_from");
     let running = sb
         .spawn(Job::Probe(Probe::Spin), &sealed, &dir, &Limits::default())
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("spawn");
     let status = doctor::wait_for_seccomp(running.pid(), Duration::from_secs(10));
     let _ = running.kill();
     let ended = running
         .wait(Duration::from_secs(10), 1024)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let status = status.unwrap_or_else(|e| panic!("{e}"));
+        .expect("wait");
+    let status = status.expect("status");
     let field = |name: &str| {
         status
             .lines()
@@ -465,7 +463,7 @@ fn reading_and_writing_inside_staging_works() {
         ProbeEnd::Reported(ProbeResult::Ok(1))
     );
     let plant =
-        |staging: &Path| fs::write(staging.join("inside"), b"y").unwrap_or_else(|e| panic!("{e}"));
+        |staging: &Path| fs::write(staging.join("inside"), b"y").expect("write");
     let (end, _) = f.probe_after(
         plant,
         Probe::ReadFile {
@@ -521,7 +519,7 @@ fn creating_outside_staging_is_refused_by_every_route() {
     // openat, and Landlock refuses at its target.
     let plant = |staging: &Path| {
         std::os::unix::fs::symlink(&f.outside, staging.join("planted"))
-            .unwrap_or_else(|e| panic!("{e}"))
+            .expect("symlink")
     };
     let (end, _) = f.probe_after(
         plant,
@@ -622,15 +620,15 @@ fn device_nodes_and_privileged_modes_are_refused() {
 both_spawn_paths! {
 fn no_network_not_even_loopback_or_unix_sockets() {
     let f = fixture();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener
         .local_addr()
         .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("map");
     assert_killed_by_seccomp(f.probe(Probe::TcpConnect { port }));
     let sock = f.outside.join("sock");
-    let _unix = std::os::unix::net::UnixListener::bind(&sock).unwrap_or_else(|e| panic!("{e}"));
-    fs::set_permissions(&sock, fs::Permissions::from_mode(0o777)).unwrap_or_else(|e| panic!("{e}"));
+    let _unix = std::os::unix::net::UnixListener::bind(&sock).expect("bind");
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o777)).expect("set_permissions");
     assert_killed_by_seccomp(f.probe(Probe::UnixConnect {
         path: sock.display().to_string(),
     }));
@@ -668,7 +666,7 @@ fn the_parent_cannot_be_traced_or_signalled() {
     let mut victim = std::process::Command::new("sleep")
         .arg("30")
         .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("spawn");
     let pid = i32::try_from(victim.id()).unwrap_or(i32::MAX);
     assert_errno(
         f.probe(Probe::Tgkill {
@@ -699,13 +697,13 @@ fn no_way_back_to_root_and_no_executable_memory() {
 fn probe_with_limits(f: &Fixture, probe: Probe, limits: &Limits) -> (ProbeEnd, PathBuf) {
     let sb = sandbox();
     let dir = f.prepare(&sb);
-    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).unwrap_or_else(|e| panic!("{e}"));
+    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).expect("copy_from");
     let running = sb
         .spawn(Job::Probe(probe), &sealed, &dir, limits)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("spawn");
     let ended = running
         .wait(Duration::from_secs(30), 1 << 20)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("wait");
     (
         ended.probe_end(1 << 20),
         dir.path().map(Path::to_owned).unwrap_or_default(),
@@ -777,10 +775,9 @@ fn tar_of(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
         h.set_mode(*mode);
         h.set_entry_type(tar::EntryType::Regular);
         h.set_mtime(0);
-        b.append_data(&mut h, p, *data)
-            .unwrap_or_else(|e| panic!("{e}"));
+        b.append_data(&mut h, p, *data).expect("append_data");
     }
-    b.into_inner().unwrap_or_else(|e| panic!("{e}"))
+    b.into_inner().expect("into_inner")
 }
 
 fn archive_request(bytes: &[u8]) -> Request {
@@ -804,13 +801,13 @@ fn a_confined_extraction_matches_the_engine_in_process() {
     // the staging directory as an fd.
     let staging = f.staging_path();
     let art_path = f.root.join("pkg.tar");
-    fs::write(&art_path, &art).unwrap_or_else(|e| panic!("{e}"));
-    let mut art_file = fs::File::open(&art_path).unwrap_or_else(|e| panic!("{e}"));
-    std::io::Seek::seek(&mut art_file, std::io::SeekFrom::End(0)).unwrap_or_else(|e| panic!("{e}"));
-    let staging_fd = fs::File::open(&staging).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(&art_path, &art).expect("write");
+    let mut art_file = fs::File::open(&art_path).expect("open");
+    std::io::Seek::seek(&mut art_file, std::io::SeekFrom::End(0)).expect("seek");
+    let staging_fd = fs::File::open(&staging).expect("open");
     let confined = sb
         .extract_at(&art_file, std::os::fd::AsFd::as_fd(&staging_fd), &req)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("extract_at");
     assert_eq!(
         confined.outcome.verdict,
         Verdict::Accepted,
@@ -830,11 +827,11 @@ fn a_confined_extraction_matches_the_engine_in_process() {
 
     // The same engine, in process, into another directory.
     let other = f.root.join("inproc");
-    fs::create_dir(&other).unwrap_or_else(|e| panic!("{e}"));
-    let sealed = SealedArtifact::copy_from(&art[..], u64::MAX).unwrap_or_else(|e| panic!("{e}"));
-    let dir = fs::File::open(&other).unwrap_or_else(|e| panic!("{e}"));
+    fs::create_dir(&other).expect("create_dir");
+    let sealed = SealedArtifact::copy_from(&art[..], u64::MAX).expect("copy_from");
+    let dir = fs::File::open(&other).expect("open");
     let inproc = skillbox::intake::run(sealed.file(), std::os::fd::AsFd::as_fd(&dir), &req)
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("run");
     assert_eq!(confined.outcome, inproc);
 
     // Staged files are handed back to us, not left owned by the child's uid.
@@ -905,7 +902,7 @@ fn through_supervisor(
             &limits,
             on_spawn,
         )
-        .unwrap_or_else(|e| panic!("run_job: {e}"));
+        .expect("run_job");
     assert_eq!(
         confined.outcome.verdict,
         Verdict::Rejected,
@@ -1119,7 +1116,7 @@ fn a_forged_inventory_that_matches_the_disk_is_the_only_one_accepted() {
 
 fn open_fds() -> Vec<String> {
     let mut fds: Vec<String> = fs::read_dir("/proc/self/fd")
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("read_dir")
         .filter_map(|e| e.ok())
         .map(|e| {
             format!(
@@ -1163,7 +1160,7 @@ fn isolated_misbehaviour_scenarios() {
 
 #[test]
 fn misbehaving_children_leave_no_fds_zombies_or_staging() {
-    let me = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
+    let me = std::env::current_exe().expect("current_exe");
     // Children started by exec, then children forked by a zygote (replaced every 3 children).
     for zygote in ["0", "3"] {
         let out = std::process::Command::new(&me)
@@ -1177,7 +1174,7 @@ fn misbehaving_children_leave_no_fds_zombies_or_staging() {
             .env("SKILLBOX_ISOLATED_SANDBOX_TEST", "1")
             .env("SKILLBOX_TEST_ZYGOTE", zygote)
             .output()
-            .unwrap_or_else(|e| panic!("{e}"));
+            .expect("output");
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -1238,14 +1235,14 @@ fn quick_probe_ok(f: &Fixture, sb: &Sandbox) {
             },
             &dir,
         )
-        .unwrap_or_else(|e| panic!("probe: {e}"));
+        .expect("probe");
     assert_eq!(end, ProbeEnd::Reported(ProbeResult::Ok(1)));
 }
 
 /// The open fds of `pid`, by number, with what each points at.
 fn fds_of(pid: u32) -> Vec<(u32, String)> {
     let mut fds: Vec<(u32, String)> = fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("read_dir")
         .filter_map(Result::ok)
         .map(|e| {
             let n = e.file_name().to_string_lossy().parse().unwrap_or(u32::MAX);
@@ -1279,9 +1276,9 @@ fn the_zygote_holds_nothing_but_its_control_socket() {
     assert_eq!(numbers, [0, 1, 2], "zygote fds: {fds:?}");
     assert!(fds[0].1.starts_with("socket:"), "fd 0 is {:?}", fds[0].1);
     assert_eq!(fds[1].1, "/dev/null");
-    let environ = fs::read(proc_dir.join("environ")).unwrap_or_else(|e| panic!("{e}"));
+    let environ = fs::read(proc_dir.join("environ")).expect("read");
     assert!(environ.is_empty(), "the zygote has an environment");
-    let status = fs::read_to_string(proc_dir.join("status")).unwrap_or_else(|e| panic!("{e}"));
+    let status = fs::read_to_string(proc_dir.join("status")).expect("read_to_string");
     let threads = status
         .lines()
         .find_map(|l| l.strip_prefix("Threads:"))
@@ -1305,8 +1302,7 @@ fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
     let proc_dir = PathBuf::from(format!("/proc/{spare}"));
     // Before it waits it breaks copy-on-write, takes the process steps of confinement and
     // installs the first stage of its filter, the last step: give it the moment that takes.
-    let read_status =
-        || fs::read_to_string(proc_dir.join("status")).unwrap_or_else(|e| panic!("{e}"));
+    let read_status = || fs::read_to_string(proc_dir.join("status")).expect("read_to_string");
     let filters = |status: &str| {
         status
             .lines()
@@ -1356,7 +1352,7 @@ fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
         // Only its socket, at 9: fds 0 to 4 stay free for the order's five.
         assert_eq!(numbers, [9], "spare fds: {fds:?}");
         assert!(fds[0].1.starts_with("socket:"), "fd 9 is {:?}", fds[0].1);
-        let environ = fs::read(proc_dir.join("environ")).unwrap_or_else(|e| panic!("{e}"));
+        let environ = fs::read(proc_dir.join("environ")).expect("read");
         assert!(environ.is_empty(), "the spare has an environment");
     } else {
         eprintln!(
@@ -1378,8 +1374,7 @@ fn a_killed_spare_is_reaped_and_the_request_still_runs() {
             .and_then(skillbox::sandbox::Zygote::spare_pid)
             .unwrap_or_else(|| panic!("no spare forked"));
         let pid = nix::unistd::Pid::from_raw(i32::try_from(spare).unwrap_or(i32::MAX));
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
-            .unwrap_or_else(|e| panic!("{e}"));
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill");
         // Dead before the request comes (a zombie until the broker notices).
         let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
         while !zombie(spare) && std::time::Instant::now() < until {
@@ -1399,8 +1394,7 @@ fn a_killed_zygote_is_reaped_and_replaced() {
     quick_probe_ok(&f, &sb);
     let first = zygote_pid(&sb);
     let pid = nix::unistd::Pid::from_raw(i32::try_from(first).unwrap_or(i32::MAX));
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL)
-        .unwrap_or_else(|e| panic!("{e}"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).expect("kill");
     let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
     while !zombie(first) && std::time::Instant::now() < until {
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -1455,7 +1449,7 @@ fn doctor_tells_the_truth_on_this_host() {
     let out = skillbox_cmd()
         .args(["doctor", "--json"])
         .output()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .expect("output");
     let v = json_of(&out);
     assert_eq!(out.status.code(), Some(0), "{v:#}");
     assert_eq!(v["ok"], true);
@@ -1508,7 +1502,7 @@ fn doctor_under_an_outer_seccomp_filter_still_sees_the_child_confine() {
         seccompiler::SeccompAction::Errno(libc::EPERM as u32),
         arch,
     )
-    .unwrap_or_else(|e| panic!("filter: {e}"));
+    .expect("filter");
     let program: seccompiler::BpfProgram = filter
         .try_into()
         .unwrap_or_else(|e| panic!("compile: {e:?}"));
@@ -1521,7 +1515,7 @@ fn doctor_under_an_outer_seccomp_filter_still_sees_the_child_confine() {
             seccompiler::apply_filter(&program).map_err(|e| std::io::Error::other(e.to_string()))
         });
     }
-    let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
+    let out = cmd.output().expect("output");
     let v = json_of(&out);
     assert_eq!(out.status.code(), Some(0), "{v:#}");
     assert_eq!(v["ok"], true, "{v:#}");
@@ -1532,13 +1526,13 @@ fn cli_extract(
     extra: &[&str],
     hide_landlock: bool,
 ) -> (Option<i32>, serde_json::Value, String, bool) {
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
     let art = tar_of(&[
         ("SKILL.md", SKILL, 0o644),
         ("scripts/run.sh", b"#!/bin/sh\n", 0o755),
     ]);
     let art_path = tmp.path().join("pkg.tar");
-    fs::write(&art_path, &art).unwrap_or_else(|e| panic!("{e}"));
+    fs::write(&art_path, &art).expect("write");
     let out_dir = tmp.path().join("out");
     let mut cmd = skillbox_cmd();
     cmd.arg("extract")
@@ -1550,7 +1544,7 @@ fn cli_extract(
     if hide_landlock {
         without_landlock(&mut cmd);
     }
-    let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
+    let out = cmd.output().expect("output");
     (
         out.status.code(),
         json_of(&out),
@@ -1643,7 +1637,7 @@ fn without_landlock_extraction_fails_closed_unless_allowed() {
     let mut doctor = skillbox_cmd();
     doctor.args(["doctor", "--json"]);
     without_landlock(&mut doctor);
-    let out = doctor.output().unwrap_or_else(|e| panic!("{e}"));
+    let out = doctor.output().expect("output");
     let v = json_of(&out);
     assert_eq!(out.status.code(), Some(1), "{v:#}");
     assert_eq!(v["ok"], false);
@@ -1655,10 +1649,7 @@ fn the_child_and_zygote_subcommands_refuse_to_run_by_hand() {
         skillbox::sandbox::CHILD_SUBCOMMAND,
         skillbox::sandbox::ZYGOTE_SUBCOMMAND,
     ] {
-        let out = skillbox_cmd()
-            .arg(sub)
-            .output()
-            .unwrap_or_else(|e| panic!("{e}"));
+        let out = skillbox_cmd().arg(sub).output().expect("output");
         assert_eq!(
             out.status.code(),
             Some(skillbox::sandbox::child::EXIT_BAD_SETUP),
