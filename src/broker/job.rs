@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 use super::staging::StagingGuard;
 use crate::extract::Request;
 use crate::intake::Outcome;
+use crate::sandbox::sys;
 use crate::sandbox::{Enforcement, Job as SandboxJob, Sandbox, SandboxConfig, SandboxError};
 
 /// What the async side sends the blocking reader.
@@ -85,16 +86,10 @@ impl KillSwitch {
     /// pidfd names exactly our child.
     fn arm(&self, pid: u32) {
         let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let pidfd = i32::try_from(pid)
-            .ok()
-            .and_then(rustix::process::Pid::from_raw)
-            .and_then(|p| {
-                rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok()
-            });
+        let pidfd = sys::pidfd_open(pid).ok();
         if s.tripped {
             if let Some(fd) = &pidfd {
-                let _ =
-                    rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL);
+                let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
             }
         }
         s.pidfd = pidfd;
@@ -105,10 +100,7 @@ impl KillSwitch {
         let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         s.tripped = true;
         match &s.pidfd {
-            Some(fd) => {
-                rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::KILL)
-                    .is_ok()
-            }
+            Some(fd) => sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL).is_ok(),
             None => false,
         }
     }

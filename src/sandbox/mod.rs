@@ -21,7 +21,7 @@ pub mod rlimits;
 pub mod seccomp;
 mod spawn;
 mod supervise;
-mod sys;
+pub(crate) mod sys;
 pub mod wire;
 pub mod zygote;
 

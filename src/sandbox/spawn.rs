@@ -11,7 +11,6 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -216,13 +215,7 @@ pub(crate) fn spawn(
         .stdin(Stdio::from(request_r))
         .stdout(Stdio::from(answer_w))
         .stderr(Stdio::from(log_w));
-    // SAFETY: the closure runs between fork and exec and only calls place_child_fds, which
-    // performs fcntl/dup2/close_range on integers: async-signal-safe, no allocation, no locks.
-    // The two raw fds stay open in the parent until `spawn` returns (both are borrowed from
-    // arguments that outlive this call).
-    unsafe {
-        cmd.pre_exec(move || sys::place_child_fds(artifact_raw, staging_raw));
-    }
+    sys::place_fds_before_exec(&mut cmd, artifact_raw, staging_raw);
     let child = cmd.spawn()?;
     // Dropping the command closes our copies of the child's ends, so EOF means the child is done.
     drop(cmd);

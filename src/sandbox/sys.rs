@@ -2,9 +2,12 @@
 //! the child, `close_range`, pidfds, `poll`, capabilities, the Landlock ABI query, and the
 //! deliberately forbidden calls the escape probes attempt.
 //!
-//! This is the only module of the sandbox with `unsafe`. Each function is a thin, typed wrapper
+//! This is the only module of the crate with `unsafe` (`unsafe_code` is denied everywhere else,
+//! see Cargo.toml). Each function is a thin, typed wrapper
 //! around one call; it never allocates (two of them run between `fork` and `exec`) and never
 //! decides policy.
+
+#![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -564,5 +567,57 @@ pub(crate) mod forbidden {
             )
         };
         ret(libc::c_long::from(rc))
+    }
+}
+
+/// Make `cmd` place the child's inherited fds (artifact at 3, staging at 4) between fork and
+/// exec. Both raw fds must stay open until `cmd` has spawned: the caller borrows them from
+/// values that outlive the spawn.
+pub(super) fn place_fds_before_exec(
+    cmd: &mut std::process::Command,
+    artifact: RawFd,
+    staging: RawFd,
+) {
+    use std::os::unix::process::CommandExt as _;
+    // SAFETY: the closure runs between fork and exec and only calls place_child_fds, which
+    // performs fcntl/dup2/close_range on integers: async-signal-safe, no allocation, no locks.
+    // The two raw fds stay open in the parent until the spawn (see above).
+    unsafe {
+        cmd.pre_exec(move || place_child_fds(artifact, staging));
+    }
+}
+
+/// One message into `buf`, retried on EINTR: its length, flags, and the fds that came with it
+/// (at most 8), owned at once so each is closed on any path.
+pub(super) fn recv_with_fds(
+    socket: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<(usize, nix::sys::socket::MsgFlags, Vec<OwnedFd>)> {
+    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
+    loop {
+        let mut iov = [std::io::IoSliceMut::new(buf)];
+        match nix::sys::socket::recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                for c in msg.cmsgs()? {
+                    if let nix::sys::socket::ControlMessageOwned::ScmRights(raw) = c {
+                        // SAFETY: SCM_RIGHTS just installed these fds in our table; nothing else
+                        // refers to them.
+                        fds.extend(
+                            raw.into_iter()
+                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                        );
+                    }
+                }
+                return Ok((msg.bytes, msg.flags, fds));
+            }
+        }
     }
 }

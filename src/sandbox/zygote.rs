@@ -37,8 +37,8 @@
 //! next. A zygote is therefore retired after `max_forks` children and replaced by a fresh
 //! `exec`; `--zygote-max-forks 0` on the broker turns the zygote off (one `exec` per request).
 
-use std::io::{self, IoSlice, IoSliceMut};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, mpsc};
@@ -47,8 +47,8 @@ use std::time::Duration;
 
 use nix::sys::signal::Signal;
 use nix::sys::socket::{
-    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
-    sendmsg, setsockopt, socketpair, sockopt,
+    AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, sendmsg, setsockopt, socketpair,
+    sockopt,
 };
 use nix::sys::time::TimeVal;
 
@@ -277,41 +277,6 @@ enum Refused {
     Socket,
 }
 
-/// One message into `buf`, retried on EINTR: its length, flags, and the fds that came with it
-/// (at most 8), owned at once so each is closed on any path.
-fn recv_with_fds(
-    socket: BorrowedFd<'_>,
-    buf: &mut [u8],
-) -> io::Result<(usize, MsgFlags, Vec<OwnedFd>)> {
-    let mut cmsg = nix::cmsg_space!([RawFd; 8]);
-    loop {
-        let mut iov = [IoSliceMut::new(buf)];
-        match recvmsg::<()>(
-            socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-            Ok(msg) => {
-                let mut fds = Vec::new();
-                for c in msg.cmsgs()? {
-                    if let ControlMessageOwned::ScmRights(raw) = c {
-                        // SAFETY: SCM_RIGHTS just installed these fds in our table; nothing else
-                        // refers to them.
-                        fds.extend(
-                            raw.into_iter()
-                                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
-                        );
-                    }
-                }
-                return Ok((msg.bytes, msg.flags, fds));
-            }
-        }
-    }
-}
-
 /// One message that must be exactly `payload` with exactly `nfds` fds. `None` at end of stream.
 fn receive(
     socket: BorrowedFd<'_>,
@@ -319,7 +284,7 @@ fn receive(
     nfds: usize,
 ) -> Result<Option<Vec<OwnedFd>>, Refused> {
     let mut buf = [0u8; 64];
-    let (bytes, flags, fds) = recv_with_fds(socket, &mut buf).map_err(|_| Refused::Socket)?;
+    let (bytes, flags, fds) = sys::recv_with_fds(socket, &mut buf).map_err(|_| Refused::Socket)?;
     if bytes == 0 && fds.is_empty() {
         return Ok(None);
     }
@@ -619,7 +584,7 @@ fn read_answer(control: BorrowedFd<'_>) -> io::Result<io::Result<Spare>> {
 /// end of file (it died) and a timeout are errors.
 fn read_word(control: BorrowedFd<'_>) -> io::Result<(i32, Vec<OwnedFd>)> {
     let mut reply = [0u8; 8];
-    let (n, _, fds) = recv_with_fds(control, &mut reply)?;
+    let (n, _, fds) = sys::recv_with_fds(control, &mut reply)?;
     let word = reply
         .get(..n)
         .and_then(|b| <[u8; 4]>::try_from(b).ok())

@@ -1510,6 +1510,10 @@ fn doctor_under_an_outer_seccomp_filter_still_sees_the_child_confine() {
     cmd.args(["doctor", "--json"]);
     // SAFETY: between fork and exec only prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2) run, over a
     // program built before the fork; neither allocates nor takes a lock.
+    #[allow(
+        unsafe_code,
+        reason = "the test confines a spawned skillbox as a strict host would"
+    )]
     unsafe {
         cmd.pre_exec(move || {
             seccompiler::apply_filter(&program).map_err(|e| std::io::Error::other(e.to_string()))
@@ -1579,6 +1583,10 @@ fn without_landlock(cmd: &mut std::process::Command) {
     let program: seccompiler::BpfProgram = filter.try_into().unwrap_or_else(|e| panic!("{e:?}"));
     // SAFETY: apply_filter only issues prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2) on a program
     // built before the fork; it allocates nothing.
+    #[allow(
+        unsafe_code,
+        reason = "the test confines a spawned skillbox as a strict host would"
+    )]
     unsafe {
         cmd.pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
     }
