@@ -24,7 +24,9 @@ use super::staging::StagingGuard;
 use crate::extract::Request;
 use crate::intake::Outcome;
 use crate::sandbox::sys;
-use crate::sandbox::{Enforcement, Job as SandboxJob, Sandbox, SandboxConfig, SandboxError};
+use crate::sandbox::{
+    Enforcement, Job as SandboxJob, LandlockStatus, Sandbox, SandboxConfig, SandboxError,
+};
 
 /// What the async side sends the blocking reader.
 pub enum Feed {
@@ -145,7 +147,7 @@ pub struct Runner {
 #[derive(Debug, Clone, Default)]
 pub struct Confinement {
     pub landlock_abi: i32,
-    pub landlock: String,
+    pub landlock: LandlockStatus,
     pub seccomp: bool,
     pub confined: bool,
 }
@@ -179,9 +181,9 @@ impl Runner {
         let confinement = Confinement {
             landlock_abi: report.landlock_abi,
             landlock: if check("landlock") {
-                "fully_enforced".into()
+                LandlockStatus::FullyEnforced
             } else {
-                "not_enforced".into()
+                LandlockStatus::NotEnforced
             },
             seccomp: check("seccomp"),
             confined: report.ok,

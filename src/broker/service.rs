@@ -385,7 +385,7 @@ impl State {
             version: env!("CARGO_PKG_VERSION").to_owned(),
             limits: Some(convert::limits_to_proto(&self.config.limits)),
             landlock_abi: c.landlock_abi,
-            landlock: c.landlock,
+            landlock: c.landlock.as_str().to_owned(),
             seccomp: c.seccomp,
             confined: c.confined,
             max_children: b.max_children,

@@ -170,7 +170,7 @@ impl Limits {
         Ok(limits)
     }
 
-    /// Reject values that would make the engine meaningless or unsafe.
+    /// Reject values that would make the engine meaningless or dangerous.
     pub fn validate(&self) -> Result<(), LimitsError> {
         let positive: [(&'static str, u64); 8] = [
             ("max_artifact_bytes", self.max_artifact_bytes),

@@ -18,7 +18,7 @@ use nix::unistd::{Gid, Uid, getegid, geteuid, getppid, setgroups, setresgid, set
 
 use super::wire::{
     self, ChildAnswer, ChildRequest, ConfinementReport, Enforcement, Ids, Job, JobResult,
-    SeccompStage,
+    LandlockStatus, SeccompStage,
 };
 use super::{landlock, probe, rlimits, seccomp, sys};
 
@@ -360,15 +360,15 @@ fn confine(
     match landlock::restrict_to(staging.as_fd(), req.enforcement) {
         Ok(applied) => {
             report.landlock_abi = applied.abi;
-            report.landlock = applied.status.to_owned();
+            report.landlock = applied.status;
             report.landlock_features = applied.features;
-            if applied.status == "not_enforced" {
+            if applied.status == LandlockStatus::NotEnforced {
                 degrade(report, failed("landlock", "not enforced by this kernel"))?;
             }
         }
         Err(e) => {
             report.landlock_abi = landlock::kernel_abi().0;
-            report.landlock = "not_enforced".to_owned();
+            report.landlock = LandlockStatus::NotEnforced;
             degrade(report, failed("landlock", e))?;
         }
     }

@@ -5,7 +5,7 @@
 //! and checks that a forbidden system call kills and that a path outside staging is refused.
 //! It always asks for full enforcement; `--allow-unconfined` does not make it lenient.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -19,6 +19,35 @@ use crate::extract::Request;
 use crate::extract::detect::ArtifactType;
 use crate::extract::policy::Limits;
 use crate::reason::Verdict;
+
+/// Why one doctor check failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckFailed {
+    /// The doctor could not set the check up (its own directories or files).
+    #[error("cannot {action} {}: {source}", path.display())]
+    Prepare {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The sandbox machinery itself failed (spawn, seal, profile).
+    #[error(transparent)]
+    Sandbox(#[from] super::SandboxError),
+    /// A probe ended some other way than confinement makes it end.
+    #[error("unexpected result: {0}")]
+    Unexpected(String),
+    /// The child's /proc status shows a step missing (the status line is the detail).
+    #[error("{0}")]
+    NotConfined(String),
+    /// The child was never seen confined.
+    #[error("{0}")]
+    Status(String),
+    /// The trivial extraction did not come back as it must.
+    #[error("{0}")]
+    Extraction(String),
+}
 
 /// One finding.
 #[derive(Debug, Clone, Serialize)]
@@ -141,11 +170,11 @@ fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
                     for (name, result) in child_checks(&sandbox, tmp.path()) {
                         match result {
                             Ok(detail) => push(name, true, detail),
-                            Err(detail) => push(name, false, detail),
+                            Err(e) => push(name, false, e.to_string()),
                         }
                     }
                     if let Some(zc) = zygote_config {
-                        let result = Sandbox::new(zc).map_err(|e| e.to_string()).and_then(|z| {
+                        let result = Sandbox::new(zc).map_err(CheckFailed::from).and_then(|z| {
                             let status = status_check(&z, &tmp.path().join("zygote"))?;
                             let stage = second_stage_check(&z, tmp.path())?;
                             Ok(format!("{status}; {stage}"))
@@ -156,7 +185,7 @@ fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
                                 true,
                                 format!("forked by a zygote: {detail}"),
                             ),
-                            Err(detail) => push("zygote child", false, detail),
+                            Err(e) => push("zygote child", false, e.to_string()),
                         }
                     }
                 }
@@ -168,7 +197,7 @@ fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
     report
 }
 
-type Finding = (&'static str, Result<String, String>);
+type Finding = (&'static str, Result<String, CheckFailed>);
 
 fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
     let mut out = Vec::new();
@@ -208,7 +237,11 @@ fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
     out.push((
         "landlock enforced",
         readable
-            .map_err(|e| format!("cannot prepare the probe file: {e}"))
+            .map_err(|source| CheckFailed::Prepare {
+                action: "prepare the probe file",
+                path: outside.clone(),
+                source,
+            })
             .and_then(|()| {
                 probe_check(sandbox, &tmp.join("landlock"), landlock_probe, |end| {
                     matches!(end, ProbeEnd::Reported(ProbeResult::Errno(libc::EACCES))).then(|| {
@@ -223,7 +256,7 @@ fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
 
 /// A spare's child ends its confinement with the second seccomp stage, which takes back the
 /// calls the first stage let it make before its order; `recvmsg` is one of them.
-fn second_stage_check(sandbox: &Sandbox, tmp: &Path) -> Result<String, String> {
+fn second_stage_check(sandbox: &Sandbox, tmp: &Path) -> Result<String, CheckFailed> {
     let probe = Probe::Syscall {
         nr: libc::SYS_recvmsg,
         args: [0, 0, 0],
@@ -235,10 +268,18 @@ fn second_stage_check(sandbox: &Sandbox, tmp: &Path) -> Result<String, String> {
     })
 }
 
-fn fresh(dir: &Path, sandbox: &Sandbox) -> Result<StagingDir, String> {
-    std::fs::create_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    StagingDir::prepare(dir, sandbox.child_ids())
-        .map_err(|e| format!("cannot prepare {}: {e}", dir.display()))
+fn prepare(action: &'static str, dir: &Path) -> impl FnOnce(std::io::Error) -> CheckFailed {
+    let path = dir.to_owned();
+    move |source| CheckFailed::Prepare {
+        action,
+        path,
+        source,
+    }
+}
+
+fn fresh(dir: &Path, sandbox: &Sandbox) -> Result<StagingDir, CheckFailed> {
+    std::fs::create_dir(dir).map_err(prepare("create", dir))?;
+    StagingDir::prepare(dir, sandbox.child_ids()).map_err(prepare("prepare", dir))
 }
 
 fn probe_check(
@@ -246,30 +287,28 @@ fn probe_check(
     dir: &Path,
     probe: Probe,
     judge: impl Fn(&ProbeEnd) -> Option<String>,
-) -> Result<String, String> {
+) -> Result<String, CheckFailed> {
     let staging = fresh(dir, sandbox)?;
-    let end = sandbox.probe(probe, &staging).map_err(|e| e.to_string());
+    let end = sandbox.probe(probe, &staging);
     let _ = staging.discard();
     let end = end?;
-    judge(&end).ok_or_else(|| format!("unexpected result: {end:?}"))
+    judge(&end).ok_or_else(|| CheckFailed::Unexpected(format!("{end:?}")))
 }
 
 /// A real, trivial extraction through the engine.
-fn extraction_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
-    std::fs::create_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+fn extraction_check(sandbox: &Sandbox, dir: &Path) -> Result<String, CheckFailed> {
+    std::fs::create_dir(dir).map_err(prepare("create", dir))?;
     let mut req = Request::new(ArtifactType::SkillMd, Limits::default());
     req.file_name = Some("SKILL.md".into());
     req.expected_digest = Some(crate::digest::Sha256Digest::of_bytes(TINY_SKILL));
     let started = Instant::now();
-    let confined = sandbox
-        .run_job(
-            super::Job::Extract(req.clone()),
-            TINY_SKILL,
-            dir,
-            &req.limits,
-            |_| {},
-        )
-        .map_err(|e| e.to_string())?;
+    let confined = sandbox.run_job(
+        super::Job::Extract(req.clone()),
+        TINY_SKILL,
+        dir,
+        &req.limits,
+        |_| {},
+    )?;
     let took = started.elapsed();
     let staged = std::fs::read(dir.join("SKILL.md")).unwrap_or_default();
     let _ = std::fs::remove_file(dir.join("SKILL.md"));
@@ -279,35 +318,36 @@ fn extraction_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
             "a SKILL.md was staged and re-checked in {:.2} ms",
             took.as_secs_f64() * 1e3
         )),
-        (Verdict::Accepted, false) => Err("accepted, but the staged file differs".into()),
-        (Verdict::Rejected, _) => Err(format!(
+        (Verdict::Accepted, false) => Err(CheckFailed::Extraction(
+            "accepted, but the staged file differs".into(),
+        )),
+        (Verdict::Rejected, _) => Err(CheckFailed::Extraction(format!(
             "rejected: {}",
             confined
                 .outcome
                 .reason
                 .map(|r| format!("{}: {}", r.code, r.detail))
                 .unwrap_or_default()
-        )),
+        ))),
     }
 }
 
 /// Start a spinning confined child and read its /proc status from outside.
-fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
+fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, CheckFailed> {
     let staging = fresh(dir, sandbox)?;
     let result = (|| {
-        let sealed = super::SealedArtifact::copy_from(&b"x"[..], 1).map_err(|e| e.to_string())?;
-        let running = sandbox
-            .spawn(
-                super::Job::Probe(Probe::Spin),
-                &sealed,
-                &staging,
-                &Limits::default(),
-            )
-            .map_err(|e| e.to_string())?;
+        let sealed = super::SealedArtifact::copy_from(&b"x"[..], 1)
+            .map_err(|e| CheckFailed::Sandbox(super::SandboxError::Artifact(e)))?;
+        let running = sandbox.spawn(
+            super::Job::Probe(Probe::Spin),
+            &sealed,
+            &staging,
+            &Limits::default(),
+        )?;
         let status = wait_for_seccomp(running.pid(), Duration::from_secs(5));
         let _ = running.kill();
         let _ = running.wait(Duration::from_secs(5), 1024);
-        let status = status?;
+        let status = status.map_err(CheckFailed::Status)?;
         let field = |name: &str| {
             status
                 .lines()
@@ -334,7 +374,7 @@ fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, String> {
         if nnp == "1" && seccomp == "2" && cap_eff == zero && cap_prm == zero && uid_ok {
             Ok(summary)
         } else {
-            Err(summary)
+            Err(CheckFailed::NotConfined(summary))
         }
     })();
     let _ = staging.discard();

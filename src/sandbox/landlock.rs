@@ -19,7 +19,7 @@ use ::landlock::{
 };
 
 use super::sys;
-use super::wire::Enforcement;
+use super::wire::{Enforcement, LandlockStatus};
 
 /// Lowest ABI whose filesystem rights we require (truncate arrived in ABI 3, Linux 6.2).
 pub const REQUIRED_ABI: i32 = 3;
@@ -73,7 +73,7 @@ pub fn optional_features(abi: i32) -> Vec<String> {
 /// The result of [`restrict_to`].
 pub struct Applied {
     pub abi: i32,
-    pub status: &'static str,
+    pub status: LandlockStatus,
     pub features: Vec<String>,
 }
 
@@ -118,14 +118,14 @@ pub fn restrict_to(
     let status = match status.ruleset {
         // Partial means an optional feature is missing: the hard requirement above already
         // guaranteed the required rights (or the operator allowed running unconfined).
-        RulesetStatus::FullyEnforced => "fully_enforced",
-        RulesetStatus::PartiallyEnforced => "partially_enforced",
+        RulesetStatus::FullyEnforced => LandlockStatus::FullyEnforced,
+        RulesetStatus::PartiallyEnforced => LandlockStatus::PartiallyEnforced,
         RulesetStatus::NotEnforced => match enforcement {
             Enforcement::Required => return Err(LandlockError::NotEnforced),
-            Enforcement::AllowUnconfined => "not_enforced",
+            Enforcement::AllowUnconfined => LandlockStatus::NotEnforced,
         },
     };
-    let features = if status == "not_enforced" {
+    let features = if status == LandlockStatus::NotEnforced {
         Vec::new()
     } else {
         optional_features(abi)

@@ -42,7 +42,7 @@ pub use probe::{Base, Probe, ProbeResult};
 pub use recheck::{StagingDir, Verify};
 pub use spawn::{CHILD_SUBCOMMAND, RequestTail, SealedArtifact};
 pub use supervise::{Ended, ProbeEnd, Running};
-pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult};
+pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult, LandlockStatus};
 pub use zygote::{ZYGOTE_SUBCOMMAND, Zygote};
 
 /// Everything an operator can set about confinement.
@@ -399,7 +399,7 @@ impl Sandbox {
             || (r.missing.is_empty()
                 && r.seccomp
                 && r.no_new_privs
-                && r.landlock != "not_enforced");
+                && r.landlock != LandlockStatus::NotEnforced);
         report.child = Some(answer.report);
         let outcome = match answer.result {
             JobResult::Extracted(o) => *o,

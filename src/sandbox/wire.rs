@@ -167,6 +167,36 @@ pub enum SeccompStage {
     Second,
 }
 
+/// How far the kernel enforced the child's Landlock ruleset.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LandlockStatus {
+    /// Every right we handle is restricted.
+    FullyEnforced,
+    /// The required rights are restricted; an optional feature (a newer ABI's) is missing.
+    PartiallyEnforced,
+    /// Not restricted at all (only ever accepted under `allow_unconfined`).
+    #[default]
+    NotEnforced,
+}
+
+impl LandlockStatus {
+    /// The name used in answers and logs (`fully_enforced`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FullyEnforced => "fully_enforced",
+            Self::PartiallyEnforced => "partially_enforced",
+            Self::NotEnforced => "not_enforced",
+        }
+    }
+}
+
+impl std::fmt::Display for LandlockStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// What the child managed to apply, reported back (informational: the parent cannot verify it
 /// after the fact; `doctor` and the tests check it from outside via /proc).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,8 +205,7 @@ pub struct ConfinementReport {
     pub gid: u32,
     /// Landlock ABI offered by the kernel (0: none).
     pub landlock_abi: i32,
-    /// `fully_enforced`, `partially_enforced` or `not_enforced`.
-    pub landlock: String,
+    pub landlock: LandlockStatus,
     /// Optional Landlock features that were in force (e.g. `scope_signal`).
     pub landlock_features: Vec<String>,
     pub no_new_privs: bool,

@@ -321,7 +321,7 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
         uid: 65534,
         gid: 65534,
         landlock_abi: 6,
-        landlock: "fully_enforced".into(),
+        landlock: skillbox::sandbox::LandlockStatus::FullyEnforced,
         no_new_privs: true,
         seccomp: true,
         rlimits: Some(rlimits),

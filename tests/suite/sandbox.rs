@@ -821,7 +821,9 @@ fn a_confined_extraction_matches_the_engine_in_process() {
         .as_ref()
         .unwrap_or_else(|| panic!("no child report"));
     assert!(
-        child.seccomp && child.no_new_privs && child.landlock == "fully_enforced",
+        child.seccomp
+            && child.no_new_privs
+            && child.landlock == skillbox::sandbox::LandlockStatus::FullyEnforced,
         "{child:?}"
     );
 
@@ -1508,12 +1510,12 @@ fn doctor_under_an_outer_seccomp_filter_still_sees_the_child_confine() {
         .unwrap_or_else(|e| panic!("compile: {e:?}"));
     let mut cmd = skillbox_cmd();
     cmd.args(["doctor", "--json"]);
-    // SAFETY: between fork and exec only prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2) run, over a
-    // program built before the fork; neither allocates nor takes a lock.
     #[allow(
         unsafe_code,
         reason = "the test confines a spawned skillbox as a strict host would"
     )]
+    // SAFETY: between fork and exec only prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2) run, over a
+    // program built before the fork; neither allocates nor takes a lock.
     unsafe {
         cmd.pre_exec(move || {
             seccompiler::apply_filter(&program).map_err(|e| std::io::Error::other(e.to_string()))
@@ -1581,12 +1583,12 @@ fn without_landlock(cmd: &mut std::process::Command) {
     )
     .unwrap_or_else(|e| panic!("{e:?}"));
     let program: seccompiler::BpfProgram = filter.try_into().unwrap_or_else(|e| panic!("{e:?}"));
-    // SAFETY: apply_filter only issues prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2) on a program
-    // built before the fork; it allocates nothing.
     #[allow(
         unsafe_code,
         reason = "the test confines a spawned skillbox as a strict host would"
     )]
+    // SAFETY: apply_filter only issues prctl(PR_SET_NO_NEW_PRIVS) and seccomp(2) on a program
+    // built before the fork; it allocates nothing.
     unsafe {
         cmd.pre_exec(move || seccompiler::apply_filter(&program).map_err(std::io::Error::other));
     }
