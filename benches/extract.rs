@@ -1312,7 +1312,7 @@ fn render(
             .find(|x| x.w.key == key && x.fmt == fmt)
             .and_then(|x| x.cells.first())
     };
-    let _ = writeln!(r, "## Targets (issue 2, tmpfs figures)\n");
+    let _ = writeln!(r, "## Targets (tmpfs figures)\n");
     r.push_str(
         "Judged on wall time against the unsandboxed peer (the stricter reading); CPU-time \
          ratios, which contention on a shared host distorts less, are given beside them.\n\n",

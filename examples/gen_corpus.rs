@@ -6,7 +6,7 @@
 //! Every byte is a function of this source: no clocks, no randomness, fixed compression levels,
 //! fixed ownership. Running it twice yields identical files, and `tests/suite/corpus.rs` holds
 //! the committed files to `CHECKSUMS`. It never decides what the engine does; it only records
-//! what the policy in `DESIGN.md` says a correct engine must answer.
+//! what the policy in `docs/design.md` says a correct engine must answer.
 
 #[path = "gen_corpus/benign.rs"]
 mod benign;
@@ -28,7 +28,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// Reason codes a corpus artifact can provoke (DESIGN.md). `timeout`, `resource_limit` and
+/// Reason codes a corpus artifact can provoke (docs/design.md). `timeout`, `resource_limit` and
 /// `sandbox_*` depend on the host, not on the bytes, and are deliberately absent.
 pub const CORPUS_CODES: [&str; 28] = [
     "path_traversal",

@@ -546,7 +546,7 @@ pub fn tar(data: &[u8]) {
     archive_round_trip(&bytes, &cfg.limits());
 }
 
-/// What the path rules (DESIGN.md) say about a name, independently of `path.rs`: the
+/// What the path rules (docs/design.md) say about a name, independently of `path.rs`: the
 /// normalised path (`None` for the root) or every rule the name breaks.
 fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonCode>> {
     let Ok(name) = std::str::from_utf8(raw) else {

@@ -1,10 +1,26 @@
 //! skillbox: sandboxed intake of Agent Skills artifacts.
 //!
-//! The library is split by responsibility: [`digest`] proves bytes are the indexed artifact,
-//! [`extract`] turns verified bytes into a staged tree plus an inventory (or a rejection), and
-//! [`reason`] is the stable vocabulary every rejection is expressed in. The engine in
-//! [`extract`] is written to run inside a confined child process: it takes a readable file and
-//! a directory fd, and never touches any path outside that directory.
+//! The library is split by responsibility, and its dependencies point one way (no cycle;
+//! `scripts/modgraph.py` checks it):
+//!
+//! - [`digest`]: SHA-256 digests, parsed once; proves bytes are the indexed artifact.
+//! - [`reason`]: verdicts and the stable reason-code vocabulary of every rejection.
+//! - [`extract`]: the engine. Verified bytes in, a staged tree plus an inventory (or a
+//!   rejection) out; it takes a readable file and a directory fd and never touches a path
+//!   outside that directory. It knows nothing of review, sandbox or broker.
+//! - [`skill`]: SKILL.md frontmatter, the review of a staged tree, the diff of two answers.
+//! - [`intake`]: one job as the confined child runs it: the engine, then the review.
+//! - [`sandbox`]: starting, confining and supervising the child that runs [`intake`];
+//!   `sandbox::sys` is the only module with `unsafe`.
+//! - [`convert`]: the one conversion between the gRPC messages ([`proto`]) and these types.
+//! - [`broker`]: the tonic gRPC service.
+//! - [`client`]: the Rust client installers embed.
+//! - [`urls`], [`index`]: URL resolution and discovery-index parsing.
+//! - [`fetch`]: fetch policy, HTTPS, cache and acquisition with provenance.
+//! - [`replay`]: replaying a corpus against its manifest.
+//! - [`fuzzing`]: property checks shared by the fuzz targets and their stable test.
+//!
+//! The command line (clap types, printing, exit codes) is the binary's, in `src/cli/`.
 
 pub mod broker;
 pub mod client;

@@ -1,7 +1,7 @@
 //! Replaying a corpus of artifacts against their expected verdicts (`skillbox replay DIR`).
 //!
 //! A corpus is a directory with a `manifest.json` (the format of the project's own
-//! `corpus/manifest.json`, see the README) next to the artifacts. Every case runs as its own
+//! `corpus/manifest.json`, see docs/corpus-and-fuzzing.md) next to the artifacts. Every case runs as its own
 //! `skillbox extract --json` process, exactly the path an operator's `extract` takes (and so
 //! confined the same way), with a fresh parent directory as its working directory and
 //! `TMPDIR`. Afterwards the parent must hold nothing but the staging directory (accepted) or

@@ -1,5 +1,5 @@
 //! Artifacts a correct engine must reject, each with exactly one fault and the reason code
-//! DESIGN.md assigns to it. Every hostile archive carries a valid root SKILL.md unless the
+//! docs/design.md assigns to it. Every hostile archive carries a valid root SKILL.md unless the
 //! fault is its absence, so the fault is the only thing to object to.
 
 use std::error::Error;

@@ -39,7 +39,7 @@ pub struct Settings {
     pub staging_root: Option<PathBuf>,
     /// Seconds an accepted staging directory is kept without `Release`.
     pub staging_ttl: u64,
-    /// Server limits file (.toml or .json, keys as in the README); requests may only tighten it.
+    /// Server limits file (.toml or .json, keys as in docs/limits.md); requests may only tighten it.
     pub limits: Option<PathBuf>,
     /// Concurrent confined children [default: the CPU count].
     pub max_children: Option<u32>,

@@ -76,7 +76,7 @@ pub struct ServeArgs {
         default_value_t = 600
     )]
     pub staging_ttl: u64,
-    /// Server limits file (.toml or .json, keys as in the README); requests may only tighten it.
+    /// Server limits file (.toml or .json, keys as in docs/limits.md); requests may only tighten it.
     #[arg(long, env = "SKILLBOX_LIMITS", value_name = "FILE")]
     pub limits: Option<PathBuf>,
     /// Concurrent confined children [default: the CPU count].

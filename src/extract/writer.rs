@@ -4,7 +4,7 @@
 //! walk from the staging fd, and every leaf is created with `O_CREAT | O_EXCL | O_NOFOLLOW`
 //! (or `mkdirat` / `symlinkat`, which never follow the final component). We deliberately do not
 //! use `openat2(RESOLVE_BENEATH)`: its flags sit behind a pointer seccomp cannot inspect, while
-//! `openat`'s flags can be pinned by the filter (SANDBOX.md trap 2). A planted symlink in a
+//! `openat`'s flags can be pinned by the filter (docs/sandbox.md, trap 2). A planted symlink in a
 //! parent position therefore fails with `ELOOP`/`ENOTDIR` instead of being followed.
 //! No chown, no timestamps, no xattrs: only names, bytes and sanitised modes.
 

@@ -27,7 +27,7 @@ pub const EMBEDDED: &[(&str, &str)] = &[
 
 /// Calls no profile may allow, whatever its arguments: process creation, exec, networking,
 /// tracing, device nodes, ownership changes, mounts and namespaces, credentials, signals to
-/// others, path-based metadata changes that Landlock does not cover (SANDBOX.md trap 2), and
+/// others, path-based metadata changes that Landlock does not cover (docs/sandbox.md, trap 2), and
 /// `openat2`, whose flags seccomp cannot see.
 pub const NEVER_ALLOWED: &[&str] = &[
     "execve",

@@ -5,7 +5,7 @@
 //!
 //! Never a bare `fork` of the (possibly multi-threaded) parent: std's `Command` forks and execs
 //! at once, and the only code between the two is [`sys::place_child_fds`], which is
-//! async-signal-safe (SANDBOX.md trap 1). All confinement happens in the new image.
+//! async-signal-safe (docs/sandbox.md, trap 1). All confinement happens in the new image.
 
 use std::fs::File;
 use std::io::{self, Read, Write};

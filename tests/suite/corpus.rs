@@ -75,7 +75,7 @@ fn load_manifest() -> Manifest {
 }
 
 /// Every regular file under `dir`, as `/`-separated paths relative to `dir`. A subdirectory with
-/// its own `manifest.json` is a nested suite (e.g. `review/`, `diff/`, issue 5) with its own
+/// its own `manifest.json` is a nested suite (e.g. `review/`, `diff/`) with its own
 /// generator and test, and is skipped.
 fn files_under(dir: &Path) -> BTreeSet<String> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<String>) {

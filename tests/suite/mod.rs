@@ -1,6 +1,7 @@
 mod cli;
 mod corpus;
 mod diff;
+mod docs;
 mod fetch;
 mod fuzz_seeds;
 mod grpc;

@@ -557,7 +557,7 @@ fn truncating_a_file_outside_is_refused() {
 both_spawn_paths! {
 fn opens_that_seccomp_cannot_vouch_for_kill_the_child() {
     let f = fixture();
-    // Without O_NOFOLLOW, and with O_PATH (which Landlock does not fully cover, SANDBOX.md trap 2).
+    // Without O_NOFOLLOW, and with O_PATH (which Landlock does not fully cover, docs/sandbox.md, trap 2).
     let plain = libc::O_RDONLY | libc::O_CLOEXEC;
     assert_killed_by_seccomp(f.probe(Probe::OpenRaw {
         base: Base::Staging,
