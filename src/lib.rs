@@ -32,6 +32,7 @@ pub mod fetch;
 pub mod fuzzing;
 pub mod index;
 pub mod intake;
+pub mod owned_dir;
 pub mod reason;
 pub mod replay;
 pub mod sandbox;

@@ -22,6 +22,11 @@ fn main() -> ExitCode {
         std::process::exit(skillbox::sandbox::zygote::main());
     }
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_) | Command::SandboxChild) {
+        // A closed pipe ends a one-shot command quietly (`replay | head`), as Unix tools do.
+        // Not for serve: a client that hangs up must not take the broker with it.
+        let _ = skillbox::sandbox::default_sigpipe();
+    }
     let sandbox = &cli.sandbox;
     match cli.command {
         Command::SandboxChild => skillbox::sandbox::child::run(),

@@ -28,6 +28,8 @@ pub enum ListenError {
     NotASocket { path: String },
     #[error("{path}: {source}")]
     Io { path: String, source: io::Error },
+    #[error("socket directory: {0}")]
+    Directory(#[from] crate::owned_dir::OwnedDirError),
 }
 
 /// A bound Unix socket; remembers the inode it created so it removes only its own.
@@ -54,13 +56,11 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
         path: shown.clone(),
         source,
     };
-    if let Some(parent) = path.parent() {
-        if !parent.exists() {
-            std::fs::create_dir_all(parent).map_err(io_err)?;
-            // Reachable by the socket's group; the socket's own mode and the uid check guard it.
-            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))
-                .map_err(io_err)?;
-        }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        // The socket's directory must be ours: whoever can write to it can swap the socket.
+        // Created reachable by the socket's group; the socket's own mode and the uid check
+        // guard the socket itself.
+        crate::owned_dir::ensure(parent, 0o755)?;
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => match std::os::unix::net::UnixStream::connect(path) {

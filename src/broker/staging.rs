@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg, OFlag, openat};
-use nix::sys::stat::{Mode, fchmod, fstat, mkdirat};
+use nix::sys::stat::{Mode, fchmod, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
 use crate::extract::writer::clear_beneath;
@@ -34,8 +34,8 @@ const LOCK_NAME: &str = ".lock";
 pub enum StagingError {
     #[error("staging root {path}: {source}")]
     Io { path: String, source: io::Error },
-    #[error("staging root {path} is not a directory owned by this user")]
-    NotOurs { path: String },
+    #[error("staging root: {0}")]
+    Directory(#[from] crate::owned_dir::OwnedDirError),
     #[error("staging root {path} is in use by another skillbox server")]
     Locked { path: String },
 }
@@ -73,19 +73,9 @@ impl StagingRoot {
             path: shown.clone(),
             source,
         };
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io_err)?;
-        }
-        match nix::unistd::mkdir(path, Mode::from_bits_truncate(0o711)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(e) => return Err(io_err(e.into())),
-        }
-        let dir =
-            nix::fcntl::open(path, dir_flags(), Mode::empty()).map_err(|e| io_err(e.into()))?;
-        let st = fstat(dir.as_fd()).map_err(|e| io_err(e.into()))?;
-        if st.st_uid != nix::unistd::geteuid().as_raw() {
-            return Err(StagingError::NotOurs { path: shown });
-        }
+        // Staged trees live here: a root another user owns, can write to, or swapped for a
+        // symlink would let them read or replace what the child wrote.
+        let dir = crate::owned_dir::ensure(path, 0o711)?;
         // Traversable so a caller can reach the path it was given, not listable: ids stay secret.
         fchmod(dir.as_fd(), Mode::from_bits_truncate(0o711)).map_err(|e| io_err(e.into()))?;
         let lock_fd = openat(

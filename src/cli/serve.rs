@@ -247,7 +247,9 @@ fn init_logging(args: &ServeArgs) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colour codes only for a person at a terminal, never in a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match args.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),

@@ -45,6 +45,12 @@ pub use supervise::{Ended, ProbeEnd, Running};
 pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult, LandlockStatus};
 pub use zygote::{ZYGOTE_SUBCOMMAND, Zygote};
 
+/// For one-shot commands only: let SIGPIPE end the process when its reader goes away (see
+/// `sys::default_sigpipe`). Never for `serve` or the child.
+pub fn default_sigpipe() -> std::io::Result<()> {
+    sys::default_sigpipe()
+}
+
 /// Everything an operator can set about confinement.
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {

@@ -315,3 +315,43 @@ fn size_flags_share_one_syntax_across_commands() {
         "serve must refuse the flag before it listens"
     );
 }
+
+/// `skillbox extract --json BIG | head -c 100`: the reader goes away mid-answer. The command
+/// must end quietly (SIGPIPE, as Unix tools do), never panic on EPIPE (exit 101).
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let names: Vec<String> = (0..3000)
+        .map(|i| format!("references/doc-{i:05}.md"))
+        .collect();
+    let mut entries: Vec<(&str, &[u8], u32)> = vec![("SKILL.md", SKILL, 0o644)];
+    entries.extend(names.iter().map(|n| (n.as_str(), &b"text\n"[..], 0o644)));
+    let art = tar_with(dir.path(), "big.tar", &entries);
+    let mut child = Command::new(bin())
+        .args(["extract", "--json", art.to_str().expect("utf-8")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn skillbox");
+    let mut first = [0u8; 100];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("read the first bytes of the answer");
+    // The pipe's read end is dropped here, as `head` exits.
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(libc::SIGPIPE),
+        "{:?}: {stderr}",
+        out.status
+    );
+}
