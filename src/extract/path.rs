@@ -169,6 +169,8 @@ pub(crate) fn hidden_char(c: char) -> Option<&'static str> {
         | '\u{FFA0}'
         | '\u{FFF0}'..='\u{FFF8}'
         | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{070F}'
+        | '\u{13430}'..='\u{1343F}'
         | '\u{1BCA0}'..='\u{1BCA3}'
         | '\u{1D173}'..='\u{1D17A}'
         | '\u{E0000}'..='\u{E0FFF}' => "an invisible character: the name looks like another one",
@@ -388,7 +390,10 @@ mod tests {
         assert_eq!(fold_key("\u{c9}"), fold_key("e\u{301}"));
         // Full folding, not lowercasing: sharp s, final and medial sigma, KELVIN SIGN.
         assert_eq!(fold_key("stra\u{df}e.md"), fold_key("STRASSE.md"));
-        assert_eq!(fold_key("\u{3bf}\u{3b4}\u{3bf}\u{3c2}"), fold_key("\u{3bf}\u{3b4}\u{3bf}\u{3c3}"));
+        assert_eq!(
+            fold_key("\u{3bf}\u{3b4}\u{3bf}\u{3c2}"),
+            fold_key("\u{3bf}\u{3b4}\u{3bf}\u{3c3}")
+        );
         assert_eq!(fold_key("\u{212a}elvin"), fold_key("kelvin"));
         assert_eq!(nfkc_key("\u{fb01}le"), nfkc_key("file"));
         assert_ne!(nfc_key("\u{fb01}le"), nfc_key("file"));
@@ -403,6 +408,7 @@ mod tests {
                 let f = fold_key(&s);
                 assert_eq!(fold_key(&f), f, "{:?}", s);
                 assert_eq!(fold_key(&nfc_key(&s)), f, "{:?}", s);
+                assert_eq!(fold_key(&nfkc_key(&s)), f, "{:?}", s);
             }
         }
     }
