@@ -182,11 +182,9 @@ pub(crate) fn hidden_char(c: char) -> Option<&'static str> {
 fn stray_joiner(comp: &str) -> bool {
     let chars: Vec<char> = comp.chars().collect();
     chars.iter().enumerate().any(|(i, c)| {
-        matches!(c, '\u{200C}' | '\u{200D}')
-            && !(i > 0
-                && i + 1 < chars.len()
-                && !chars[i - 1].is_ascii()
-                && !chars[i + 1].is_ascii())
+        let between_non_ascii =
+            i > 0 && chars.get(i + 1).is_some_and(|n| !n.is_ascii()) && !chars[i - 1].is_ascii();
+        matches!(c, '\u{200C}' | '\u{200D}') && !between_non_ascii
     })
 }
 
