@@ -508,3 +508,82 @@ fn local_record<R: Read + Seek>(r: &mut R, c: &Central, cd_offset: u64) -> Resul
         },
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Cursor, Write};
+    use zip::write::SimpleFileOptions;
+
+    fn check_bytes(bytes: &[u8]) -> Result<(), ReasonCode> {
+        check(&mut Cursor::new(bytes), bytes.len() as u64, 10_000).map_err(|r| r.code)
+    }
+
+    fn library_zip(stream: bool, zip64: bool, comment: &str) -> Vec<u8> {
+        let opts = SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .large_file(zip64);
+        let files: [(&str, &[u8]); 2] = [("SKILL.md", b"---\nname: x\n---\n"), ("a/b.txt", b"b")];
+        if stream {
+            let mut w = zip::ZipWriter::new_stream(Vec::new());
+            for (name, data) in files {
+                w.start_file(name, opts).unwrap_or_else(|e| panic!("{e}"));
+                w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+            }
+            w.set_comment(comment).unwrap_or_else(|e| panic!("{e}"));
+            w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
+        } else {
+            let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
+            for (name, data) in files {
+                w.start_file(name, opts).unwrap_or_else(|e| panic!("{e}"));
+                w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+            }
+            w.set_comment(comment).unwrap_or_else(|e| panic!("{e}"));
+            w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
+        }
+    }
+
+    #[test]
+    fn what_a_real_writer_produces_passes() {
+        for stream in [false, true] {
+            for zip64 in [false, true] {
+                for comment in ["", "release 1"] {
+                    let z = library_zip(stream, zip64, comment);
+                    assert_eq!(check_bytes(&z), Ok(()), "stream {stream} zip64 {zip64}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_byte_outside_a_record_is_refused() {
+        let z = library_zip(true, false, "");
+        let mut trailing = z.clone();
+        trailing.extend_from_slice(b"junk");
+        assert_eq!(check_bytes(&trailing), Err(ReasonCode::Corrupt));
+        let mut prefixed = b"MZ stub".to_vec();
+        prefixed.extend_from_slice(&z);
+        assert_eq!(check_bytes(&prefixed), Err(ReasonCode::Corrupt));
+        assert_eq!(check_bytes(&z[..z.len() - 1]), Err(ReasonCode::Corrupt));
+        assert_eq!(check_bytes(b"PK\x05\x06"), Err(ReasonCode::Corrupt));
+        let mut empty = vec![0u8; 22];
+        empty[..4].copy_from_slice(b"PK\x05\x06");
+        assert_eq!(check_bytes(&empty), Ok(()));
+    }
+
+    #[test]
+    fn a_descriptor_that_disagrees_is_a_header_mismatch() {
+        let z = library_zip(true, false, "");
+        // The streaming writer puts a signed descriptor after each member's data.
+        let at = z
+            .windows(4)
+            .position(|w| w == DESCRIPTOR_SIG.to_le_bytes())
+            .unwrap_or_else(|| panic!("no data descriptor written"));
+        let mut bad = z.clone();
+        bad[at + 4] ^= 0xff;
+        assert_eq!(check_bytes(&bad), Err(ReasonCode::HeaderMismatch));
+        let mut bad = z;
+        bad[at + 12] ^= 0x01;
+        assert_eq!(check_bytes(&bad), Err(ReasonCode::HeaderMismatch));
+    }
+}
