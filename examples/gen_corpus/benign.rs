@@ -718,6 +718,17 @@ fn round_two(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     )
     .limits(json!({"max_entries": 3}));
     let mut t = Tar::new();
+    for i in 0..8u8 {
+        t.pax_header(&[("comment", &[b'a' + i])]);
+    }
+    t.file("SKILL.md", skill_md("ext"));
+    c.accept(
+        "tar_extension_headers_8",
+        "tar",
+        t.finish(),
+        "exactly eight extension headers in a row before a member (the most accepted)",
+    );
+    let mut t = Tar::new();
     t.pax_header(&[("comment", b"global-ish")]);
     t.pax_header(&[("comment", b"second")]);
     t.gnu_long(

@@ -2217,6 +2217,19 @@ fn budget(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "two members that need five implicit parent directories under max_entries=4",
     )
     .limits(json!({"max_entries": 4}));
+    let mut t = Tar::new();
+    t.pax_file(&[("comment", b"reviewed")], b"SKILL.md", skill_md("pax").as_bytes());
+    for name in ["references/a.md", "references/b.md", "references/c.md"] {
+        t.pax_file(&[("comment", b"x")], name.as_bytes(), b"x\n");
+    }
+    c.reject(
+        "tar_pax_members_over_limit",
+        "tar",
+        t.finish(),
+        "entry_count",
+        "four members, each behind its own PAX header, under max_entries=3",
+    )
+    .limits(json!({"max_entries": 3}));
     // Nine PAX headers in a row, then one member.
     let mut run = tar_with_skill();
     for _ in 0..9 {

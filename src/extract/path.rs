@@ -160,7 +160,8 @@ pub(crate) fn hidden_char(c: char) -> Option<&'static str> {
         | '\u{1160}'
         | '\u{17B4}'
         | '\u{17B5}'
-        | '\u{180B}'..='\u{180F}'
+        // MONGOLIAN VOWEL SEPARATOR only: the free variation selectors beside it are script.
+        | '\u{180E}'
         | '\u{200B}'
         | '\u{2060}'..='\u{2064}'
         | '\u{206A}'..='\u{206F}'
