@@ -28,9 +28,10 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// Reason codes a corpus artifact can provoke (docs/design.md). `timeout`, `resource_limit` and
-/// `sandbox_*` depend on the host, not on the bytes, and are deliberately absent.
-pub const CORPUS_CODES: [&str; 28] = [
+/// Reason codes a corpus artifact can provoke (docs/design.md). `timeout` and `sandbox_*` depend on
+/// the host, not on the bytes, and are deliberately absent; `resource_limit` is here for the
+/// one case the bytes decide (a zstd window past `zstd_window_log_max`).
+pub const CORPUS_CODES: [&str; 29] = [
     "path_traversal",
     "absolute_path",
     "invalid_name",
@@ -59,6 +60,7 @@ pub const CORPUS_CODES: [&str; 28] = [
     "digest_mismatch",
     "artifact_size",
     "invalid_skill_md",
+    "resource_limit",
 ];
 
 /// Names hostile entries aim at outside the output directory. The test asserts that nothing
@@ -379,7 +381,11 @@ tree its inventory lists. Hostile names aim at `/tmp/skillbox-corpus-escape-*` (
 enough `../`): nothing by that name may exist after a run.
 
 Byte limits (file size, expanded size, ratio, artifact size, entry count) are exercised at and
-one past the boundary through small per-case `limits` overrides, so every file stays small.
-The bombs (`*_ratio_bomb_*`) expand to 1 GiB (deflate) or 4 GiB (zstd) under default limits
-and must be stopped early by the ratio rule.
+one past the boundary through small per-case `limits` overrides, so every file stays small;
+`zip_file_65mib` and `zip_expanded_300mib` cross the default size limits with data that stays
+inside the ratio budget, and must be named `file_size` and `expanded_size`.
+The ratio rule is a fixed output budget (`max_ratio` x the artifact's size, once past
+`ratio_threshold_bytes`), so member order never changes a verdict. The bombs (`*_ratio_bomb_*`)
+spread 200 MiB to 4 GiB of zeros over files each under the file limit and must be stopped by
+that budget; the one-file bombs (`*_bomb_1gib_one_file`) pass the 64 MiB file limit first.
 "#;

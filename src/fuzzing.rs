@@ -18,7 +18,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::extract::inventory::{Entry, Flag, Kind};
-use crate::extract::path::{Parsed, SafeRelPath, fold_key, nfc_key};
+use crate::extract::path::{Parsed, SafeRelPath, fold_key, hidden_char, nfc_key, nfkc_key};
 use crate::extract::policy::{HardlinkPolicy, Limits};
 use crate::extract::{ArtifactType, Request};
 use crate::intake::Outcome;
@@ -261,11 +261,14 @@ fn check_outcome(
 fn check_inventory(entries: &[Entry], limits: &Limits) {
     let mut kinds: BTreeMap<&str, Kind> = BTreeMap::new();
     let mut nfc = BTreeSet::new();
+    let mut nfkc = BTreeSet::new();
     let mut fold = BTreeSet::new();
     let mut expanded: u64 = 0;
-    if entries.len() as u64 > limits.max_entries {
+    // Members are at most max_entries, and so are the implicit directories beside them.
+    let leaves = entries.iter().filter(|e| e.kind != Kind::Dir).count() as u64;
+    if leaves > limits.max_entries || entries.len() as u64 > 2 * limits.max_entries {
         fail(format!(
-            "{} entries accepted, limit {}",
+            "{} entries ({leaves} files and links) accepted, limit {}",
             entries.len(),
             limits.max_entries
         ));
@@ -290,6 +293,12 @@ fn check_inventory(entries: &[Entry], limits: &Limits) {
         if !nfc.insert(nfc_key(&e.path)) {
             fail(format!(
                 "{:?} has a Unicode-normalisation twin in the inventory",
+                e.path
+            ));
+        }
+        if !nfkc.insert(nfkc_key(&e.path)) {
+            fail(format!(
+                "{:?} has a compatibility (NFKC) twin in the inventory",
                 e.path
             ));
         }
@@ -354,6 +363,24 @@ fn check_inventory(entries: &[Entry], limits: &Limits) {
                     || t.contains('\\')
                     || t.chars().any(char::is_control)
                 {
+                    fail(format!("symlink {:?} has target {t:?}", e.path));
+                }
+                // Inside under the lexical reading too: `..` cancels the text before it.
+                let mut depth = e.path.matches('/').count() as i64;
+                for comp in t.split('/') {
+                    match comp {
+                        "" | "." => {}
+                        ".." => depth -= 1,
+                        _ => depth += 1,
+                    }
+                    if depth < 0 {
+                        fail(format!(
+                            "symlink {:?} -> {t:?} leaves the root when read as text",
+                            e.path
+                        ));
+                    }
+                }
+                if t.chars().any(|c| hidden_char(c).is_some()) || drive_like(t) {
                     fail(format!("symlink {:?} has target {t:?}", e.path));
                 }
                 if t.len() as u64 > limits.max_path_bytes || e.size != t.len() as u64 {
@@ -546,23 +573,40 @@ pub fn tar(data: &[u8]) {
     archive_round_trip(&bytes, &cfg.limits());
 }
 
-/// What the path rules (docs/design.md) say about a name, independently of `path.rs`: the
-/// normalised path (`None` for the root) or every rule the name breaks.
+/// What the path rules (docs/limits.md) say about a name, independently of `path.rs`
+/// (only the list of invisible characters is shared): the normalised path (`None` for the
+/// root) or every rule the name breaks.
 fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonCode>> {
     let Ok(name) = std::str::from_utf8(raw) else {
         return Err(BTreeSet::from([ReasonCode::InvalidName]));
     };
     let mut broken = BTreeSet::new();
-    if name.chars().any(char::is_control) || name.contains('\\') {
+    if name
+        .chars()
+        .any(|c| c.is_control() || hidden_char(c).is_some())
+    {
         broken.insert(ReasonCode::InvalidName);
     }
     let comps: Vec<&str> = name
         .split('/')
         .filter(|c| !c.is_empty() && *c != ".")
         .collect();
-    // A drive letter is judged on the normalised name: `./C:/x` is `C:/x`.
-    if name.starts_with('/') || drive_like(name) || comps.first().is_some_and(|c| drive_like(c)) {
+    // A drive letter is judged on the normalised name: `./C:/x` is `C:/x`. On Windows a
+    // leading backslash is a root and two are a UNC name.
+    let absolute = name.starts_with('/')
+        || name.starts_with('\\')
+        || drive_like(name)
+        || comps.first().is_some_and(|c| drive_like(c));
+    if absolute {
         broken.insert(ReasonCode::AbsolutePath);
+    }
+    if name.contains('\\') && !absolute {
+        // Backslash a separator, as Windows reads it: `..` there climbs out.
+        if name.split(['/', '\\']).any(|c| c == "..") {
+            broken.insert(ReasonCode::PathTraversal);
+        } else {
+            broken.insert(ReasonCode::InvalidName);
+        }
     }
     if raw.len() as u64 > l.max_path_bytes {
         broken.insert(ReasonCode::PathLength);
@@ -576,6 +620,9 @@ fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonC
     if comps.len() as u64 > l.max_path_depth {
         broken.insert(ReasonCode::PathDepth);
     }
+    if comps.iter().any(|c| windows_aliases(c)) {
+        broken.insert(ReasonCode::InvalidName);
+    }
     if !broken.is_empty() {
         return Err(broken);
     }
@@ -584,6 +631,37 @@ fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonC
     } else {
         Some(comps.join("/"))
     })
+}
+
+/// A component Windows reads as another name or a device, or that hides a joiner.
+fn windows_aliases(c: &str) -> bool {
+    if c == ".." {
+        return false;
+    }
+    let chars: Vec<char> = c.chars().collect();
+    let stray_joiner = chars.iter().enumerate().any(|(i, ch)| {
+        ['\u{200c}', '\u{200d}'].contains(ch)
+            && (i == 0
+                || i + 1 == chars.len()
+                || chars[i - 1].is_ascii()
+                || chars[i + 1].is_ascii())
+    });
+    let base = c
+        .split('.')
+        .next()
+        .unwrap_or("")
+        .trim_end_matches(' ')
+        .to_lowercase();
+    let device = ["con", "prn", "aux", "nul", "conin$", "conout$"].contains(&base.as_str())
+        || ["com", "lpt"].iter().any(|p| {
+            base.strip_prefix(p).is_some_and(|n| {
+                [
+                    "1", "2", "3", "4", "5", "6", "7", "8", "9", "\u{b9}", "\u{b2}", "\u{b3}",
+                ]
+                .contains(&n)
+            })
+        });
+    c.ends_with('.') || c.ends_with(' ') || c.contains(':') || stray_joiner || device
 }
 
 /// Fuzz target `path`: validation against an independent model, idempotence, normal form,
@@ -637,6 +715,11 @@ pub fn path(data: &[u8]) {
                 "{sa:?} and {sb:?} are Unicode twins but not case-fold twins"
             ));
         }
+        if nfkc_key(sa) == nfkc_key(sb) && fold_key(sa) != fold_key(sb) {
+            fail(format!(
+                "{sa:?} and {sb:?} are compatibility twins but not case-fold twins"
+            ));
+        }
     }
 }
 
@@ -651,6 +734,9 @@ fn check_keys(s: &str) {
     }
     if fold_key(&n) != f {
         fail(format!("{s:?} and its NFC form fold differently"));
+    }
+    if fold_key(&nfkc_key(s)) != f || nfkc_key(&nfkc_key(s)) != nfkc_key(s) {
+        fail(format!("{s:?} and its NFKC form fold differently"));
     }
     // Twins that differ only in ASCII case collide on every case-insensitive filesystem.
     if fold_key(&s.to_ascii_uppercase()) != fold_key(&s.to_ascii_lowercase()) {

@@ -7,8 +7,8 @@ use std::io::{Cursor, Write};
 use serde_json::json;
 
 use super::pkg::{F, GUIDE_MD, PACKAGE_DIRS, f, noise, package, skill_md, tar_of, zip_entries};
-use super::tarraw::{Tar, gzip, zstd};
-use super::zipraw::{Entry, FLAG_DESCRIPTOR, zip_of};
+use super::tarraw::{Tar, gzip, zstd, zstd_long, zstd_window_log};
+use super::zipraw::{Entry, FLAG_DESCRIPTOR, Finish, Zip, zip_of};
 use super::{Corpus, sha256_hex};
 
 /// Names `SKILL.md` plus `count - 1` empty files, all at the root so that archive headers and
@@ -134,7 +134,71 @@ fn tar_library(files: &[F]) -> Result<Vec<u8>, Box<dyn Error>> {
     Ok(b.into_inner()?)
 }
 
+/// `len` bytes of zeros with one noise byte in every `stride`: data that deflates at a chosen
+/// ratio (about 128:1 for a stride of 512, 230:1 for 1024), unlike zeros (1000:1) or noise (1:1).
+pub fn sparse_noise(seed: u64, len: usize, stride: usize) -> Vec<u8> {
+    let picks = noise(seed, 2 * len.div_ceil(stride));
+    let mut out = vec![0u8; len];
+    for (i, p) in picks.chunks(2).enumerate() {
+        let at = i * stride + usize::from(p[0]) * stride / 256;
+        if let Some(b) = out.get_mut(at) {
+            *b = p[1] | 1;
+        }
+    }
+    out
+}
+
+/// A zip that produces exactly `ratio` x its own size in bytes, plus `extra`: SKILL.md and a
+/// file of zeros, padded to the length the budget needs with the archive comment. Returns the
+/// artifact and the limits (`max_ratio` = `ratio`, a threshold below the output).
+pub fn budget_zip(ratio: u64, extra: u64) -> (Vec<u8>, serde_json::Value) {
+    let skill = skill_md("budget");
+    let build = |zeros: u64, comment: usize| {
+        let mut z = Zip::new();
+        z.add(&Entry::file("SKILL.md", &skill));
+        z.add(&Entry::file("assets/zeros.bin", vec![0u8; zeros as usize]));
+        z.finish_with(&Finish {
+            comment: vec![b'.'; comment],
+            ..Finish::default()
+        })
+    };
+    let mut target = build(0, 0).len() as u64 + 64;
+    loop {
+        let zeros = ratio * target - skill.len() as u64 + extra;
+        let bare = build(zeros, 0).len() as u64;
+        if bare <= target {
+            let out = build(zeros, (target - bare) as usize);
+            let limits = json!({"max_ratio": ratio, "ratio_threshold_bytes": 4096});
+            return (out, limits);
+        }
+        target = bare + 16;
+    }
+}
+
+/// SKILL.md and one file `depth` directories deep, with no directory members: two members
+/// that need `depth` implicit parents.
+pub fn implicit_dirs(depth: usize) -> Vec<u8> {
+    let mut t = Tar::new();
+    t.file("SKILL.md", skill_md("implicit"));
+    let mut p = (0..depth)
+        .map(|i| format!("d{i}"))
+        .collect::<Vec<_>>()
+        .join("/");
+    p.push_str("/leaf.md");
+    t.file(p, "leaf\n");
+    t.finish()
+}
+
+/// SKILL.md and `count - 1` empty files spread over 100 directories that the archive never
+/// lists: `count` members, 100 implicit directories.
+pub fn many_in_dirs(count: usize) -> Vec<(String, Vec<u8>)> {
+    let mut out = vec![("SKILL.md".to_owned(), skill_md("many").into_bytes())];
+    out.extend((0..count - 1).map(|i| (format!("d{:02}/{i:04}", i % 100), Vec::new())));
+    out
+}
+
 pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
+    round_two(c)?;
     let pkg = package("pdf-tools");
     let zip_basic = zip_of(&zip_entries(&pkg, true));
     let tar_basic = tar_of(&pkg, true, false).finish();
@@ -557,5 +621,230 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "8 headers, 8 nodes under max_entries=8",
     )
     .limits(json!({"max_entries": 8}));
+    Ok(())
+}
+
+/// Benign twins of the second round of hostile cases: each limit exactly at its boundary, and
+/// the shapes real tools write that a stricter reading must still accept.
+fn round_two(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
+    let (bytes, limits) = budget_zip(100, 0);
+    c.accept(
+        "zip_ratio_budget_at_limit",
+        "zip",
+        bytes,
+        "produces exactly max_ratio=100 x the artifact's size (the output budget)",
+    )
+    .limits(limits);
+    // A very compressible file first, then incompressible data: the package as a whole is far
+    // inside the budget, so member order must not matter.
+    let zeros = vec![0u8; 4 << 20];
+    let first = vec![
+        f("SKILL.md", 0o644, skill_md("order")),
+        f("assets/zeros.bin", 0o644, &zeros),
+        f("assets/noise.bin", 0o644, noise(5, 64 << 10)),
+    ];
+    c.accept(
+        "zip_ratio_compressible_first",
+        "zip",
+        zip_of(&zip_entries(&first, false)),
+        "4 MiB of zeros (~1000:1) before 64 KiB of noise: ~60:1 overall, inside the 200x budget",
+    );
+    c.accept(
+        "targz_ratio_compressible_first",
+        "tar.gz",
+        gzip(&tar_of(&first, false, false).finish()),
+        "the same package as a tar.gz: the verdict does not depend on member order",
+    );
+    let last: Vec<F> = vec![first[0].clone(), first[2].clone(), first[1].clone()];
+    c.accept(
+        "zip_ratio_compressible_last",
+        "zip",
+        zip_of(&zip_entries(&last, false)),
+        "the same files with the zeros last",
+    );
+    let many = many_in_dirs(10_000);
+    let entries: Vec<Entry> = many
+        .iter()
+        .map(|(n, d)| {
+            if d.is_empty() {
+                Entry::file(n, d).stored()
+            } else {
+                Entry::file(n, d)
+            }
+        })
+        .collect();
+    c.accept(
+        "zip_entries_10000_in_dirs",
+        "zip",
+        zip_of(&entries),
+        "exactly 10,000 members in 100 directories the archive does not list (10,100 nodes)",
+    );
+    let mut t = Tar::new();
+    let salt = noise(98, 4 * many.len());
+    for ((n, d), s) in many.iter().zip(salt.chunks(4)) {
+        let tag = u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+        if n == "SKILL.md" {
+            t.file(n, d);
+        } else {
+            t.file(format!("{n}-{tag:08x}"), d);
+        }
+    }
+    c.accept(
+        "targz_entries_10000_in_dirs",
+        "tar.gz",
+        gzip(&t.finish()),
+        "exactly 10,000 members in 100 implicit directories, tar.gz",
+    );
+    c.accept(
+        "tar_implicit_dirs_at_limit",
+        "tar",
+        implicit_dirs(4),
+        "two members that need four implicit parent directories under max_entries=4",
+    )
+    .limits(json!({"max_entries": 4}));
+    let mut t = Tar::new();
+    t.pax_file(
+        &[("comment", b"reviewed")],
+        b"SKILL.md",
+        skill_md("pax").as_bytes(),
+    );
+    t.pax_file(&[("comment", b"x")], b"references/a.md", b"a\n");
+    t.pax_file(&[("comment", b"y")], b"references/b.md", b"b\n");
+    c.accept(
+        "tar_pax_members_at_limit",
+        "tar",
+        t.finish(),
+        "three members, each behind its own PAX header, under max_entries=3: extension headers are not members",
+    )
+    .limits(json!({"max_entries": 3}));
+    let mut t = Tar::new();
+    for i in 0..8u8 {
+        t.pax_header(&[("comment", &[b'a' + i])]);
+    }
+    t.file("SKILL.md", skill_md("ext"));
+    c.accept(
+        "tar_extension_headers_8",
+        "tar",
+        t.finish(),
+        "exactly eight extension headers in a row before a member (the most accepted)",
+    );
+    let mut t = Tar::new();
+    t.pax_header(&[("comment", b"global-ish")]);
+    t.pax_header(&[("comment", b"second")]);
+    t.gnu_long(
+        format!("references/{}.md", "long-".repeat(30)).as_bytes(),
+        0o644,
+        super::tarraw::REG,
+        b"x",
+    );
+    t.file("SKILL.md", skill_md("ext"));
+    c.accept(
+        "tar_extension_headers_in_a_row",
+        "tar",
+        t.finish(),
+        "two PAX headers and a GNU long name before one member (a run real writers emit)",
+    );
+
+    let tar = tar_of(&package("window"), true, false).finish();
+    let frame = zstd_long(&tar, 27);
+    if zstd_window_log(&frame) != Some(27) {
+        return Err("zstd did not write a 2^27 window".into());
+    }
+    c.accept(
+        "tarzst_window_log_27",
+        "tar.zst",
+        frame,
+        "zstd --long=27 / --ultra -22 frame: a 128 MiB window, what the zstd tool decodes by default",
+    );
+
+    // Names that look like the refused ones but are ordinary on every system.
+    let names = vec![
+        f("SKILL.md", 0o644, skill_md("lookalikes")),
+        f("references/console.md", 0o644, "x"),
+        f("references/nullable.txt", 0o644, "x"),
+        f("references/com10.txt", 0o644, "x"),
+        f("references/auxiliary.md", 0o644, "x"),
+        f("references/v1.2.3.md", 0o644, "x"),
+        f("references/.hidden", 0o644, "x"),
+        f("references/stra\u{df}e.md", 0o644, "x"),
+        f("references/\u{3bf}\u{3b4}\u{3bf}\u{3c2}.md", 0o644, "x"),
+        f(
+            "assets/\u{1f468}\u{200d}\u{1f469}\u{200d}\u{1f467}.txt",
+            0o644,
+            "family emoji joined by ZWJ\n",
+        ),
+        f(
+            "assets/\u{645}\u{6cc}\u{200c}\u{62e}\u{648}\u{627}\u{647}\u{645}.md",
+            0o644,
+            "Persian with ZWNJ\n",
+        ),
+    ];
+    c.accept(
+        "zip_lookalike_names",
+        "zip",
+        zip_of(&zip_entries(&names, false)),
+        "console.md, com10.txt, v1.2.3.md, stra\u{df}e.md alone, emoji and Persian joiners: none is a device, twin or hidden character",
+    );
+    c.accept(
+        "tar_lookalike_names",
+        "tar",
+        tar_of(&names, false, false).finish(),
+        "the same ordinary names in ustar",
+    );
+
+    // Zip shapes real writers produce, which every record check must still accept.
+    let pkg = package("records");
+    let mut z = Zip::new();
+    for e in zip_entries(&pkg, true) {
+        z.add(&e);
+    }
+    c.accept(
+        "zip_with_comment",
+        "zip",
+        z.finish_with(&Finish {
+            comment: b"built by release.sh".to_vec(),
+            ..Finish::default()
+        }),
+        "an archive comment exactly as long as its length field says",
+    );
+    let mut z = Zip::new();
+    for e in zip_entries(&pkg, true) {
+        z.add(&e);
+    }
+    c.accept(
+        "zip_zip64_end_record",
+        "zip",
+        z.finish_with(&Finish {
+            zip64: true,
+            ..Finish::default()
+        }),
+        "Zip64 end record and locator that agree with the directory; the 32-bit copies defer to them",
+    );
+    let unsigned: Vec<Entry> = zip_entries(&pkg, false)
+        .into_iter()
+        .map(|mut e| {
+            e = e.flags(FLAG_DESCRIPTOR);
+            e.descriptor_unsigned = true;
+            e
+        })
+        .collect();
+    c.accept(
+        "zip_descriptor_unsigned",
+        "zip",
+        zip_of(&unsigned),
+        "data descriptors without their optional signature (APPNOTE 4.3.9.3)",
+    );
+    let mut deep = vec![f("SKILL.md", 0o644, skill_md("links"))];
+    deep.push(f("deep/er/guide.md", 0o644, GUIDE_MD));
+    let mut t = tar_of(&deep, false, false);
+    t.symlink("sub", "deep/er");
+    t.symlink("guide.md", "sub/guide.md");
+    t.symlink("deep/up", "../deep/er");
+    c.accept(
+        "tar_symlink_both_readings_inside",
+        "tar",
+        t.finish(),
+        "links through a link and with ../ that stay inside both as text and for the kernel",
+    );
     Ok(())
 }

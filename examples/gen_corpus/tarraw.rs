@@ -209,6 +209,20 @@ impl Tar {
         self.entry(ustar_name, 0o644, REG, b"", data)
     }
 
+    /// A pax extended header (POSIX.1-2001 `x`) alone, describing whatever comes next.
+    pub fn pax_header(&mut self, records: &[(&str, &[u8])]) -> &mut Self {
+        let body = pax_records(records);
+        let h = header(
+            b"PaxHeaders.0/entry",
+            0o644,
+            body.len() as u64,
+            PAX,
+            b"",
+            Magic::Ustar,
+        );
+        self.block(&h).data(&body)
+    }
+
     /// The end-of-archive marker: two zero blocks.
     pub fn finish(&mut self) -> Vec<u8> {
         let mut out = std::mem::take(&mut self.buf);
@@ -301,4 +315,31 @@ pub fn zstd_rle_bomb(prefix: &[u8], zeros: u64) -> Vec<u8> {
         out.push(0);
     }
     out
+}
+
+/// zstd as `tar c | zstd --long=WLOG` writes it: streamed (no content size known up front), so
+/// the frame header declares the whole 2^`window_log` window the decoder must allocate.
+pub fn zstd_long(data: &[u8], window_log: u32) -> Vec<u8> {
+    let build = || -> std::io::Result<Vec<u8>> {
+        let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 19)?;
+        enc.long_distance_matching(true)?;
+        enc.window_log(window_log)?;
+        // Two writes: the encoder never sees the whole input in one call, so it cannot shrink
+        // the window to the content size.
+        let (a, b) = data.split_at(data.len() / 2);
+        enc.write_all(a)?;
+        enc.flush()?;
+        enc.write_all(b)?;
+        enc.finish()
+    };
+    build().unwrap_or_default()
+}
+
+/// The Window_Descriptor of a zstd frame as log2 bytes (RFC 8878 3.1.1.1.2), when present.
+pub fn zstd_window_log(frame: &[u8]) -> Option<u32> {
+    let fhd = *frame.get(4)?;
+    if fhd & 0x20 != 0 {
+        return None; // single segment: no window descriptor
+    }
+    Some(10 + u32::from(frame.get(5)? >> 3))
 }

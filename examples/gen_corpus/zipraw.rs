@@ -19,6 +19,8 @@ const LOCAL_SIG: u32 = 0x0403_4b50;
 const CENTRAL_SIG: u32 = 0x0201_4b50;
 const EOCD_SIG: u32 = 0x0605_4b50;
 const DESCRIPTOR_SIG: u32 = 0x0807_4b50;
+const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
+const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
 const DOS_DATE_1980_01_01: u16 = (1 << 5) | 1;
 /// "Version made by": high byte 3 = UNIX (so the external attributes carry `st_mode`), 3.0.
 const MADE_BY_UNIX: u16 = (3 << 8) | 30;
@@ -67,6 +69,11 @@ pub struct Entry {
     pub local_name: Option<Vec<u8>>,
     pub local_method: Option<u16>,
     pub local_compressed_size: Option<u32>,
+    /// Data-descriptor values (CRC, compressed, uncompressed) that differ from the central
+    /// directory's.
+    pub descriptor: Option<[u32; 3]>,
+    /// Write the data descriptor without its optional signature (APPNOTE 4.3.9.3).
+    pub descriptor_unsigned: bool,
 }
 
 impl Entry {
@@ -84,6 +91,8 @@ impl Entry {
             local_name: None,
             local_method: None,
             local_compressed_size: None,
+            descriptor: None,
+            descriptor_unsigned: false,
         }
     }
 
@@ -189,10 +198,15 @@ impl Entry {
         out.extend_from_slice(&self.extra);
         out.extend_from_slice(&f.payload);
         if descriptor {
-            put32(&mut out, DESCRIPTOR_SIG);
-            put32(&mut out, f.crc);
-            put32(&mut out, f.compressed_size);
-            put32(&mut out, f.uncompressed_size);
+            let [crc, cs, us] =
+                self.descriptor
+                    .unwrap_or([f.crc, f.compressed_size, f.uncompressed_size]);
+            if !self.descriptor_unsigned {
+                put32(&mut out, DESCRIPTOR_SIG);
+            }
+            put32(&mut out, crc);
+            put32(&mut out, cs);
+            put32(&mut out, us);
         }
         out
     }
@@ -247,9 +261,90 @@ pub struct Zip {
     count: u16,
 }
 
+/// How an archive ends: every field of the end records, including the wrong ones.
+#[derive(Default, Clone)]
+pub struct Finish {
+    pub comment: Vec<u8>,
+    /// Bytes after the end record that its comment length does not cover.
+    pub trailing: Vec<u8>,
+    /// Write a Zip64 end record and locator before the end record.
+    pub zip64: bool,
+    /// With `zip64`: leave the 32-bit copies in the end record instead of all ones.
+    pub zip64_keep_32: bool,
+    pub disk_entries: Option<u16>,
+    pub total_entries: Option<u16>,
+    pub cd_size: Option<u32>,
+    pub cd_offset: Option<u32>,
+    pub zip64_entries: Option<u64>,
+    pub zip64_cd_offset: Option<u64>,
+}
+
 impl Zip {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An archive whose first bytes are `stub` (a self-extracting program); offsets count
+    /// from the start of the file, i.e. they are adjusted for the stub.
+    pub fn with_prefix(stub: &[u8]) -> Self {
+        Self {
+            buf: stub.to_vec(),
+            ..Self::default()
+        }
+    }
+
+    /// A local record no central record describes: only a streaming reader sees it.
+    pub fn hidden(&mut self, e: &Entry) {
+        self.buf.extend_from_slice(&e.local_record());
+    }
+
+    pub fn finish_with(self, f: &Finish) -> Vec<u8> {
+        let mut out = self.buf;
+        let cd_offset = len32(&out);
+        out.extend_from_slice(&self.central);
+        let cd_size = len32(&self.central);
+        if f.zip64 {
+            let z64_at = out.len() as u64;
+            put32(&mut out, ZIP64_EOCD_SIG);
+            out.extend_from_slice(&44u64.to_le_bytes());
+            put16(&mut out, MADE_BY_UNIX);
+            put16(&mut out, 45);
+            put32(&mut out, 0);
+            put32(&mut out, 0);
+            let n = f.zip64_entries.unwrap_or(u64::from(self.count));
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&n.to_le_bytes());
+            out.extend_from_slice(&u64::from(cd_size).to_le_bytes());
+            let off = f.zip64_cd_offset.unwrap_or(u64::from(cd_offset));
+            out.extend_from_slice(&off.to_le_bytes());
+            put32(&mut out, ZIP64_LOCATOR_SIG);
+            put32(&mut out, 0);
+            out.extend_from_slice(&z64_at.to_le_bytes());
+            put32(&mut out, 1);
+        }
+        let wide = f.zip64 && !f.zip64_keep_32;
+        let count = if wide { u16::MAX } else { self.count };
+        put32(&mut out, EOCD_SIG);
+        put16(&mut out, 0);
+        put16(&mut out, 0);
+        put16(
+            &mut out,
+            f.disk_entries.or(f.total_entries).unwrap_or(count),
+        );
+        put16(&mut out, f.total_entries.unwrap_or(count));
+        put32(
+            &mut out,
+            f.cd_size.unwrap_or(if wide { u32::MAX } else { cd_size }),
+        );
+        put32(
+            &mut out,
+            f.cd_offset
+                .unwrap_or(if wide { u32::MAX } else { cd_offset }),
+        );
+        put16(&mut out, len16(&f.comment));
+        out.extend_from_slice(&f.comment);
+        out.extend_from_slice(&f.trailing);
+        out
     }
 
     pub fn offset(&self) -> u32 {
@@ -271,18 +366,7 @@ impl Zip {
     }
 
     pub fn finish(self) -> Vec<u8> {
-        let mut out = self.buf;
-        let cd_offset = len32(&out);
-        out.extend_from_slice(&self.central);
-        put32(&mut out, EOCD_SIG);
-        put16(&mut out, 0);
-        put16(&mut out, 0);
-        put16(&mut out, self.count);
-        put16(&mut out, self.count);
-        put32(&mut out, len32(&self.central));
-        put32(&mut out, cd_offset);
-        put16(&mut out, 0);
-        out
+        self.finish_with(&Finish::default())
     }
 }
 

@@ -173,16 +173,35 @@ fn claim_from_name(name: &str) -> Claim {
     }
 }
 
+/// Bytes needed at the end of an artifact to find a zip end record behind any comment.
+pub const TAIL_BYTES: usize = 22 + 65_535;
+
+/// Whether `tail` (the last bytes of the artifact) ends with a zip end record whose comment
+/// reaches exactly the end. Self-extracting stubs put a program in front of a zip: the bytes
+/// are a zip then, and the zip reader names what is wrong with them (the prefix), rather than
+/// detection calling them unrecognised.
+fn ends_with_zip(tail: &[u8]) -> bool {
+    (0..tail.len().saturating_sub(21)).rev().any(|i| {
+        tail[i..].starts_with(ZIP_EMPTY)
+            && i + 22 + usize::from(u16::from_le_bytes([tail[i + 20], tail[i + 21]])) == tail.len()
+    })
+}
+
 /// Decide the format from the declared type, the first bytes and the hints.
 ///
-/// `head` should hold at least the first 512 bytes (fewer only if the artifact is shorter).
+/// `head` should hold at least the first 512 bytes (fewer only if the artifact is shorter),
+/// `tail` the last [`TAIL_BYTES`] (or the whole artifact if shorter).
 pub fn decide(
     declared: ArtifactType,
     head: &[u8],
+    tail: &[u8],
     media_type: Option<&str>,
     file_name: Option<&str>,
 ) -> Result<Format, Reason> {
-    let found = magic(head);
+    let found = match magic(head) {
+        Magic::Unknown if declared == ArtifactType::Archive && ends_with_zip(tail) => Magic::Zip,
+        m => m,
+    };
     let from_bytes = match (declared, found) {
         (ArtifactType::SkillMd, Magic::Unknown) => Format::SkillMd,
         (ArtifactType::SkillMd, other) => {
@@ -261,7 +280,7 @@ mod tests {
         mt: Option<&str>,
         name: Option<&str>,
     ) -> Result<Format, ReasonCode> {
-        decide(t, head, mt, name).map_err(|r| r.code)
+        decide(t, head, head, mt, name).map_err(|r| r.code)
     }
 
     #[test]

@@ -1,30 +1,12 @@
-//! Reading the artifact: positioned reads with a count of bytes consumed.
+//! Reading the artifact: positioned reads (never a shared file offset, never a mapping)
+//! behind a buffer that survives the zip reader's many seeks.
 //!
-//! The count feeds the expansion-ratio rule (bytes produced per byte consumed), so a bomb is
-//! stopped after a few megabytes of output, long before its headers' claims matter. It is
-//! taken above the read buffer ([`Counted`]), so it counts what decoders actually consumed, not
-//! what a buffer prefetched or re-read after a seek (which would let an archive with many
-//! entries earn "credit" against the ratio rule).
+//! Nothing here counts: the expansion budget is a multiple of the artifact's size, known
+//! before the first byte is read, so what a decoder consumed does not matter.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
-use std::rc::Rc;
-
-/// Shared count of artifact bytes handed to decoders.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct Counter(Rc<Cell<u64>>);
-
-impl Counter {
-    pub(crate) fn get(&self) -> u64 {
-        self.0.get()
-    }
-
-    pub(crate) fn add(&self, n: u64) {
-        self.0.set(self.0.get().saturating_add(n));
-    }
-}
 
 /// `Read + Seek` over the artifact file using `pread`, so no shared file offset is involved.
 pub(crate) struct ArtifactReader<'f> {
@@ -69,44 +51,6 @@ impl Seek for ArtifactReader<'_> {
                 "seek before start of artifact",
             )),
         }
-    }
-}
-
-/// Counts bytes taken from a buffered reader by its consumer (`read`, or `consume` for
-/// decoders that use the `BufRead` interface); seeks pass through uncounted.
-pub(crate) struct Counted<R> {
-    inner: R,
-    counter: Counter,
-}
-
-impl<R> Counted<R> {
-    pub(crate) fn new(inner: R, counter: Counter) -> Self {
-        Self { inner, counter }
-    }
-}
-
-impl<R: Read> Read for Counted<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.counter.add(n as u64);
-        Ok(n)
-    }
-}
-
-impl<R: BufRead> BufRead for Counted<R> {
-    fn fill_buf(&mut self) -> io::Result<&[u8]> {
-        self.inner.fill_buf()
-    }
-
-    fn consume(&mut self, amt: usize) {
-        self.counter.add(amt as u64);
-        self.inner.consume(amt);
-    }
-}
-
-impl<R: Seek> Seek for Counted<R> {
-    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        self.inner.seek(pos)
     }
 }
 

@@ -17,6 +17,7 @@ mod input;
 mod sink;
 mod tar;
 mod zip;
+mod zip_records;
 
 use std::fs::File;
 use std::io;
@@ -147,9 +148,14 @@ pub fn extract(
     // 2. Format from the magic bytes, hints cross-checked.
     let mut head = [0u8; 512];
     let head_len = read_head(artifact, &mut head).map_err(EngineError::Artifact)?;
+    // The end too: a zip behind a self-extracting stub is recognised by its end record.
+    let tail_from = size.saturating_sub(detect::TAIL_BYTES as u64);
+    let mut tail = vec![0u8; usize::try_from(size - tail_from).unwrap_or(0)];
+    let tail_len = read_at_most(artifact, &mut tail, tail_from).map_err(EngineError::Artifact)?;
     let format = match detect::decide(
         req.artifact_type,
         &head[..head_len],
+        &tail[..tail_len],
         req.media_type.as_deref(),
         req.file_name.as_deref(),
     ) {
@@ -159,10 +165,8 @@ pub fn extract(
     facts.format = Some(format.as_str().to_owned());
 
     // 3. Stream entries through the policy into the staging directory.
-    let counter = input::Counter::default();
-    let mut sink = sink::Sink::new(&req.limits, staging, size, counter.clone());
-    let result =
-        run_format(format, artifact, size, &counter, &mut sink).and_then(|()| sink.finish(format));
+    let mut sink = sink::Sink::new(&req.limits, staging, size);
+    let result = run_format(format, artifact, size, &mut sink).and_then(|()| sink.finish(format));
     match result {
         Ok(()) => {
             let (entries, totals) = sink.into_inventory(size);
@@ -190,11 +194,10 @@ fn run_format(
     format: Format,
     artifact: &File,
     size: u64,
-    counter: &input::Counter,
     sink: &mut sink::Sink<'_>,
 ) -> Result<(), Stop> {
     let raw = input::ArtifactReader::new(artifact, size);
-    let buffered = input::Counted::new(input::SeekBuf::new(raw, size, 64 * 1024), counter.clone());
+    let buffered = input::SeekBuf::new(raw, size, 64 * 1024);
     match format {
         Format::SkillMd => {
             let mut r = buffered;
@@ -204,7 +207,7 @@ fn run_format(
         Format::Tar => tar::read(buffered, sink),
         Format::TarGz => {
             let decoder = flate2::bufread::MultiGzDecoder::new(buffered);
-            tar::read_decoded(decoder, sink, counter)
+            tar::read_decoded(decoder, sink)
         }
         Format::TarZst => {
             let mut decoder = zstd::stream::read::Decoder::with_buffer(buffered)
@@ -213,7 +216,7 @@ fn run_format(
             decoder
                 .window_log_max(sink.limits().zstd_window_log_max)
                 .map_err(|e| Stop::Fault(EngineError::Artifact(e)))?;
-            tar::read_decoded(decoder, sink, counter)
+            tar::read_decoded(decoder, sink)
         }
     }
 }
@@ -238,9 +241,13 @@ fn hash_all(file: &File, size: u64) -> io::Result<Sha256Digest> {
 }
 
 fn read_head(file: &File, head: &mut [u8]) -> io::Result<usize> {
+    read_at_most(file, head, 0)
+}
+
+fn read_at_most(file: &File, head: &mut [u8], offset: u64) -> io::Result<usize> {
     let mut filled = 0;
     while filled < head.len() {
-        let n = file.read_at(&mut head[filled..], filled as u64)?;
+        let n = file.read_at(&mut head[filled..], offset + filled as u64)?;
         if n == 0 {
             break;
         }

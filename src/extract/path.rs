@@ -52,19 +52,36 @@ impl SafeRelPath {
             let detail = format!("name contains control character U+{:04X}", u32::from(c));
             return Err(reject(ReasonCode::InvalidName, &detail));
         }
-        if name.contains('\\') {
-            // A backslash is a separator on Windows: `..\x` would traverse there.
-            return Err(reject(ReasonCode::InvalidName, "name contains a backslash"));
-        }
         if name.starts_with('/') {
             return Err(reject(ReasonCode::AbsolutePath, "name is an absolute path"));
         }
-        let b = name.as_bytes();
-        if b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':' {
+        // Windows reads `\x` as the root of the current drive and `\\host\share` as a UNC
+        // name: both are absolute there, whatever a Unix reader makes of them.
+        if name.starts_with('\\') {
+            return Err(reject(
+                ReasonCode::AbsolutePath,
+                "name starts with a backslash (absolute or UNC on Windows)",
+            ));
+        }
+        if drive_like(name) {
             return Err(reject(
                 ReasonCode::AbsolutePath,
                 "name starts with a drive letter",
             ));
+        }
+        if name.contains('\\') {
+            // A backslash is a separator on Windows: `..\x` climbs out there.
+            if name.split(['/', '\\']).any(|c| c == "..") {
+                return Err(reject(
+                    ReasonCode::PathTraversal,
+                    "name contains a `..` component between backslashes (a separator on Windows)",
+                ));
+            }
+            return Err(reject(ReasonCode::InvalidName, "name contains a backslash"));
+        }
+        if let Some((c, why)) = name.chars().find_map(|c| hidden_char(c).map(|w| (c, w))) {
+            let detail = format!("name contains U+{:04X} ({why})", u32::from(c));
+            return Err(reject(ReasonCode::InvalidName, &detail));
         }
         if raw.len() as u64 > limits.max_path_bytes {
             return Err(reject(ReasonCode::PathLength, "name is too long")
@@ -100,12 +117,14 @@ impl SafeRelPath {
                 .limit(limits.max_path_depth, depth));
         }
         // Checked again after normalisation: `./C:/x` must not become the drive path `C:/x`.
-        let o = out.as_bytes();
-        if o.len() >= 2 && o[0].is_ascii_alphabetic() && o[1] == b':' {
+        if drive_like(&out) {
             return Err(reject(
                 ReasonCode::AbsolutePath,
                 "name starts with a drive letter",
             ));
+        }
+        if let Some(why) = out.split('/').find_map(windows_problem) {
+            return Err(reject(ReasonCode::InvalidName, &why));
         }
         if out.is_empty() {
             return Ok(Parsed::Root);
@@ -114,21 +133,134 @@ impl SafeRelPath {
     }
 }
 
+/// A Windows drive prefix (`C:`, `C:x`, `C:\\x`): absolute, or relative to another drive's
+/// current directory, never beneath the package.
+pub(crate) fn drive_like(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
+}
+
+/// Characters that show nothing, or reorder what is shown, in a name: a reviewer reading
+/// `run\u{202E}hs.txt` sees `runtxt.sh`, and `SKILL\u{200B}.md` looks exactly like `SKILL.md`.
+/// ZERO WIDTH (NON-)JOINER is kept between two non-ASCII characters, where emoji sequences and
+/// Persian, Indic and other scripts need it; anywhere else it only hides a difference.
+pub(crate) fn hidden_char(c: char) -> Option<&'static str> {
+    Some(match c {
+        '\u{061C}'
+        | '\u{200E}'
+        | '\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2066}'..='\u{2069}' => {
+            "a bidirectional control: it reorders how the name is displayed"
+        }
+        '\u{2028}' | '\u{2029}' => "a line or paragraph separator",
+        '\u{00AD}'
+        | '\u{034F}'
+        | '\u{115F}'
+        | '\u{1160}'
+        | '\u{17B4}'
+        | '\u{17B5}'
+        // MONGOLIAN VOWEL SEPARATOR only: the free variation selectors beside it are script.
+        | '\u{180E}'
+        | '\u{200B}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{206A}'..='\u{206F}'
+        | '\u{3164}'
+        | '\u{FEFF}'
+        | '\u{FFA0}'
+        | '\u{FFF0}'..='\u{FFF8}'
+        | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{070F}'
+        | '\u{13430}'..='\u{1343F}'
+        | '\u{1BCA0}'..='\u{1BCA3}'
+        | '\u{1D173}'..='\u{1D17A}'
+        | '\u{E0000}'..='\u{E0FFF}' => "an invisible character: the name looks like another one",
+        _ => return None,
+    })
+}
+
+/// ZERO WIDTH (NON-)JOINER outside a run of non-ASCII text (see [`hidden_char`]).
+fn stray_joiner(comp: &str) -> bool {
+    let chars: Vec<char> = comp.chars().collect();
+    chars.iter().enumerate().any(|(i, c)| {
+        let between_non_ascii =
+            i > 0 && chars.get(i + 1).is_some_and(|n| !n.is_ascii()) && !chars[i - 1].is_ascii();
+        matches!(c, '\u{200C}' | '\u{200D}') && !between_non_ascii
+    })
+}
+
+/// Windows device names: opening `CON` or `nul.txt` anywhere reaches the device, not a file.
+const DEVICES: [&str; 6] = ["CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$"];
+
+/// Why one component names something else on Windows (or hides itself), if it does.
+fn windows_problem(comp: &str) -> Option<String> {
+    if comp.ends_with('.') || comp.ends_with(' ') {
+        return Some(format!(
+            "{:?} ends with a dot or space, which Windows drops: it is another name's twin there",
+            display_name(comp.as_bytes())
+        ));
+    }
+    if comp.contains(':') {
+        return Some(format!(
+            "{:?} holds a colon: on Windows `a:b` writes the alternate data stream b of a",
+            display_name(comp.as_bytes())
+        ));
+    }
+    if stray_joiner(comp) {
+        return Some(format!(
+            "{:?} holds a zero-width joiner outside non-ASCII text: it looks like another name",
+            display_name(comp.as_bytes())
+        ));
+    }
+    // The device is named by what precedes the first dot, trailing spaces ignored, any case.
+    let stem = comp.split('.').next().unwrap_or(comp).trim_end_matches(' ');
+    let upper = stem.to_ascii_uppercase();
+    let numbered = |p: &str| {
+        upper.strip_prefix(p).is_some_and(|n| {
+            let mut it = n.chars();
+            matches!(
+                (it.next(), it.next()),
+                (Some('1'..='9' | '\u{B9}' | '\u{B2}' | '\u{B3}'), None)
+            )
+        })
+    };
+    if DEVICES.contains(&upper.as_str()) || numbered("COM") || numbered("LPT") {
+        return Some(format!(
+            "{:?} is a Windows device name: opening it there reaches the device, not a file",
+            display_name(comp.as_bytes())
+        ));
+    }
+    None
+}
+
 impl std::fmt::Display for SafeRelPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-/// Key under which Unicode-normalisation twins collide (NFC; `é` precomposed vs decomposed).
+/// Key under which canonical Unicode twins collide (NFC; `é` precomposed vs decomposed).
 pub fn nfc_key(path: &str) -> String {
     path.nfc().collect()
 }
 
+/// Key under which compatibility twins collide (NFKC: the ligature `ﬁ` and `fi`, fullwidth
+/// `ＳＫＩＬＬ.md` and `SKILL.md`): different bytes, the same text to a reader, and the same file
+/// to tools that normalise names (HFS+, some sync and packaging tools).
+pub fn nfkc_key(path: &str) -> String {
+    path.nfkc().collect()
+}
+
 /// Key under which case-fold twins collide on case-insensitive filesystems (macOS, Windows).
+///
+/// Unicode's compatibility caseless match (Unicode 16 section 3.13, D146), with full case
+/// folding: `ß` and `ss`, final `ς` and medial `σ`, the KELVIN SIGN and `k` all collide, not
+/// just ASCII letters. The result is NFC so the key reads like a name.
 pub fn fold_key(path: &str) -> String {
-    let lower: String = path.nfc().collect::<String>().to_lowercase();
-    lower.nfc().collect()
+    let fold = |s: &str| unicase::UniCase::unicode(s).to_folded_case();
+    let once: String = fold(&path.nfd().collect::<String>()).nfkd().collect();
+    let twice: String = fold(&once).nfkd().collect();
+    twice.nfc().collect()
 }
 
 #[cfg(test)]
@@ -168,11 +300,58 @@ mod tests {
         assert_eq!(code(b"C:/x"), ReasonCode::AbsolutePath);
         assert_eq!(code(b"./w:Cndows"), ReasonCode::AbsolutePath);
         assert_eq!(code(b".//C:/Windows/evil.txt"), ReasonCode::AbsolutePath);
-        assert_eq!(code(b"a\\..\\x"), ReasonCode::InvalidName);
+        assert_eq!(code(b"a\\..\\x"), ReasonCode::PathTraversal);
+        assert_eq!(code(b"..\\..\\x"), ReasonCode::PathTraversal);
+        assert_eq!(code(b"a\\b"), ReasonCode::InvalidName);
+        assert_eq!(code(b"C:\\x"), ReasonCode::AbsolutePath);
+        assert_eq!(code(b"C:x"), ReasonCode::AbsolutePath);
+        assert_eq!(code(b"\\\\host\\share\\x"), ReasonCode::AbsolutePath);
+        assert_eq!(code(b"\\x"), ReasonCode::AbsolutePath);
         assert_eq!(code(b"a\0b"), ReasonCode::InvalidName);
         assert_eq!(code(b"a\x1bb"), ReasonCode::InvalidName);
         assert_eq!(code(b"a\xffb"), ReasonCode::InvalidName);
         assert_eq!(code("a\u{85}b".as_bytes()), ReasonCode::InvalidName);
+    }
+
+    #[test]
+    fn names_windows_or_a_reader_would_misread() {
+        for bad in [
+            "references/guide.md.",
+            "references/guide.md ",
+            "dir./x",
+            "CON",
+            "assets/nul.txt",
+            "aux.tar.gz",
+            "Com1",
+            "lpt9.log",
+            "COM\u{b9}",
+            "CON .txt",
+            "conin$",
+            "SKILL.md:evil",
+            "ab:c/d",
+            "scripts/run\u{202e}hs.txt",
+            "SKILL\u{200b}.md",
+            "\u{feff}SKILL.md",
+            "tag\u{e0041}",
+            "x\u{2066}y",
+            "ab\u{200d}c",
+            "\u{200c}x",
+        ] {
+            assert_eq!(code(bad.as_bytes()), ReasonCode::InvalidName, "{bad:?}");
+        }
+        for good in [
+            "console.md",
+            "nullable.txt",
+            "com10.txt",
+            "lpt.md",
+            "comx",
+            "a.b.c",
+            ".hidden",
+            "\u{1f468}\u{200d}\u{1f469}.txt",
+            "\u{645}\u{6cc}\u{200c}\u{62e}\u{648}\u{627}\u{647}\u{645}.md",
+        ] {
+            assert_eq!(ok(good), good, "{good:?}");
+        }
     }
 
     #[test]
@@ -208,5 +387,28 @@ mod tests {
         assert_ne!("e\u{301}", "\u{e9}");
         assert_eq!(fold_key("README.md"), fold_key("readme.MD"));
         assert_eq!(fold_key("\u{c9}"), fold_key("e\u{301}"));
+        // Full folding, not lowercasing: sharp s, final and medial sigma, KELVIN SIGN.
+        assert_eq!(fold_key("stra\u{df}e.md"), fold_key("STRASSE.md"));
+        assert_eq!(
+            fold_key("\u{3bf}\u{3b4}\u{3bf}\u{3c2}"),
+            fold_key("\u{3bf}\u{3b4}\u{3bf}\u{3c3}")
+        );
+        assert_eq!(fold_key("\u{212a}elvin"), fold_key("kelvin"));
+        assert_eq!(nfkc_key("\u{fb01}le"), nfkc_key("file"));
+        assert_ne!(nfc_key("\u{fb01}le"), nfc_key("file"));
+        assert_eq!(nfkc_key("\u{ff33}KILL.md"), "SKILL.md");
+    }
+
+    #[test]
+    fn fold_key_is_idempotent_on_every_code_point() {
+        // Every assigned code point lives below U+32400 but the tags, private use and noncharacters.
+        for c in (0..0x32400_u32).filter_map(char::from_u32) {
+            for s in [c.to_string(), format!("{c}\u{301}")] {
+                let f = fold_key(&s);
+                assert_eq!(fold_key(&f), f, "{:?}", s);
+                assert_eq!(fold_key(&nfc_key(&s)), f, "{:?}", s);
+                assert_eq!(fold_key(&nfkc_key(&s)), f, "{:?}", s);
+            }
+        }
     }
 }

@@ -28,15 +28,20 @@ pub enum HardlinkPolicy {
 pub struct Limits {
     /// Largest artifact accepted, in bytes, before any decoding (`artifact_size`).
     pub max_artifact_bytes: u64,
-    /// Most entries: archive headers read, and nodes created (`entry_count`).
+    /// Most archive members (`entry_count`): headers that describe a file, directory or link.
+    /// Tar extension headers (PAX, GNU long names) belong to the member they precede. Parent
+    /// directories the archive never lists (implicit ones) are not members; they are counted
+    /// apart and bounded by this same number, so a tree never holds more than twice it.
     pub max_entries: u64,
     /// Most bytes produced in total (`expanded_size`).
     pub max_expanded_bytes: u64,
     /// Most bytes produced for one file (`file_size`).
     pub max_file_bytes: u64,
-    /// Largest bytes-out : bytes-consumed ratio (`ratio`) ...
+    /// Expansion budget (`ratio`): bytes produced may not pass `max_ratio` x the artifact's
+    /// size. The size is known before decoding starts, so the budget is fixed up front and the
+    /// verdict never depends on member order ...
     pub max_ratio: u64,
-    /// ... enforced once this many bytes have been produced.
+    /// ... enforced once this many bytes have been produced (small packages compress well).
     pub ratio_threshold_bytes: u64,
     /// Most path components (`path_depth`).
     pub max_path_depth: u64,
@@ -44,7 +49,9 @@ pub struct Limits {
     pub max_path_bytes: u64,
     /// Longest single path component in bytes (`path_length`).
     pub max_component_bytes: u64,
-    /// Largest zstd window accepted, as log2 bytes (bounds decoder memory).
+    /// Largest zstd window accepted, as log2 bytes (bounds decoder memory; `resource_limit`
+    /// past it). 27 (128 MiB) is what `zstd --long` and `--ultra -22` write and what the zstd
+    /// tool itself decodes by default.
     pub zstd_window_log_max: u32,
     /// Whether relative symlinks that stay inside the package are kept (else `link_escape`).
     pub allow_symlinks: bool,
@@ -66,7 +73,7 @@ impl Default for Limits {
             max_path_depth: 32,
             max_path_bytes: 1024,
             max_component_bytes: 255,
-            zstd_window_log_max: 24,
+            zstd_window_log_max: 27,
             allow_symlinks: true,
             hardlinks: HardlinkPolicy::Reject,
             require_skill_md: true,
@@ -282,6 +289,7 @@ mod tests {
         assert_eq!(l.max_expanded_bytes, 256 * 1024 * 1024);
         assert_eq!(l.max_file_bytes, 64 * 1024 * 1024);
         assert_eq!((l.max_ratio, l.ratio_threshold_bytes), (200, 1024 * 1024));
+        assert_eq!(l.zstd_window_log_max, 27);
         assert_eq!(
             (l.max_path_depth, l.max_path_bytes, l.max_component_bytes),
             (32, 1024, 255)

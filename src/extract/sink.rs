@@ -4,6 +4,10 @@
 //! (to catch duplicates, file/directory clashes, case and Unicode twins, and writes through
 //! symlinks), enforces the count, size and ratio limits on bytes actually produced, writes
 //! through [`Writer`], hashes while writing, and resolves symlinks once the tree is complete.
+//!
+//! The expansion ratio is a fixed output budget, `max_ratio` x the artifact's size, known
+//! before the first byte is decoded: the verdict never depends on member order, and a bomb is
+//! still stopped the moment its output passes the budget.
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -11,9 +15,8 @@ use std::os::fd::BorrowedFd;
 
 use nix::errno::Errno;
 
-use super::input::Counter;
 use super::inventory::{self, Entry, Flag, Kind, Totals};
-use super::path::{Parsed, SafeRelPath, fold_key, nfc_key};
+use super::path::{Parsed, SafeRelPath, drive_like, fold_key, hidden_char, nfc_key, nfkc_key};
 use super::policy::{HardlinkPolicy, Limits};
 use super::writer::Writer;
 use super::{EngineError, Format, Stop};
@@ -51,6 +54,13 @@ impl<'n> RawEntry<'n> {
             declared_size: None,
         }
     }
+}
+
+/// The collision keys of one path (see `path.rs`).
+struct Keys {
+    nfc: String,
+    nfkc: String,
+    fold: String,
 }
 
 struct Node {
@@ -132,11 +142,33 @@ pub(crate) struct Sink<'a> {
     writer: Writer<'a>,
     nodes: HashMap<String, Node>,
     nfc: HashMap<String, String>,
+    nfkc: HashMap<String, String>,
     fold: HashMap<String, String>,
-    raw_count: u64,
+    /// Archive members seen (`max_entries`).
+    members: u64,
+    /// Parent directories created without a member of their own (also at most `max_entries`).
+    implicit_dirs: u64,
     bytes_out: u64,
-    consumed: Counter,
+    /// The size of the artifact: what the ratio budget is a multiple of.
+    artifact_size: u64,
     buf: Vec<u8>,
+}
+
+/// Whether `components`, applied as text from a directory `depth` levels below the root, pass
+/// above the root at any point.
+fn lexical_escape<'c>(depth: usize, components: impl Iterator<Item = &'c str>) -> bool {
+    let mut depth = depth;
+    for comp in components {
+        match comp {
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
 }
 
 fn write_failed(err: io::Error, path: &str) -> Stop {
@@ -165,21 +197,18 @@ fn write_failed(err: io::Error, path: &str) -> Stop {
 }
 
 impl<'a> Sink<'a> {
-    pub(crate) fn new(
-        limits: &'a Limits,
-        staging: BorrowedFd<'a>,
-        _artifact_size: u64,
-        consumed: Counter,
-    ) -> Self {
+    pub(crate) fn new(limits: &'a Limits, staging: BorrowedFd<'a>, artifact_size: u64) -> Self {
         Self {
             limits,
             writer: Writer::new(staging),
             nodes: HashMap::new(),
             nfc: HashMap::new(),
+            nfkc: HashMap::new(),
             fold: HashMap::new(),
-            raw_count: 0,
+            members: 0,
+            implicit_dirs: 0,
             bytes_out: 0,
-            consumed,
+            artifact_size,
             buf: vec![0u8; 64 * 1024],
         }
     }
@@ -188,54 +217,79 @@ impl<'a> Sink<'a> {
         self.limits
     }
 
-    /// Count one archive header (including ones that create nothing, e.g. `./`).
-    pub(crate) fn count_header(&mut self) -> Result<(), Stop> {
-        self.raw_count += 1;
-        if self.raw_count > self.limits.max_entries {
+    /// Count one archive member (including ones that create nothing, e.g. `./`).
+    fn count_member(&mut self) -> Result<(), Stop> {
+        self.members += 1;
+        if self.members > self.limits.max_entries {
             return Err(
-                Reason::new(ReasonCode::EntryCount, "too many entries in the archive")
-                    .limit(self.limits.max_entries, self.raw_count)
+                Reason::new(ReasonCode::EntryCount, "too many members in the archive")
+                    .limit(self.limits.max_entries, self.members)
                     .into(),
             );
         }
         Ok(())
     }
 
-    /// The bytes-out : bytes-consumed rule, checked against a given produced count.
-    pub(crate) fn check_ratio(limits: &Limits, produced: u64, consumed: u64) -> Result<(), Reason> {
-        if produced > limits.ratio_threshold_bytes
-            && produced > limits.max_ratio.saturating_mul(consumed)
-        {
-            let observed = produced / consumed.max(1);
+    /// The output budget: `max_ratio` x `artifact_size` bytes, once past the threshold.
+    /// `produced` counts bytes actually decoded, never sizes a header declares.
+    pub(crate) fn check_budget(
+        limits: &Limits,
+        produced: u64,
+        artifact_size: u64,
+    ) -> Result<(), Reason> {
+        let budget = limits.max_ratio.saturating_mul(artifact_size);
+        if produced > limits.ratio_threshold_bytes && produced > budget {
+            let observed = produced / artifact_size.max(1);
             return Err(Reason::new(
                 ReasonCode::Ratio,
-                format!("{produced} bytes produced from {consumed} bytes of input"),
+                format!(
+                    "{produced} bytes produced from a {artifact_size}-byte artifact: past the \
+                     budget of {budget} bytes ({} x its size)",
+                    limits.max_ratio
+                ),
             )
             .limit(limits.max_ratio, observed));
         }
         Ok(())
     }
 
-    fn check_node_count(&self) -> Result<(), Stop> {
-        let nodes = self.nodes.len() as u64 + 1;
-        if nodes > self.limits.max_entries {
-            return Err(
-                Reason::new(ReasonCode::EntryCount, "too many files and directories")
-                    .limit(self.limits.max_entries, nodes)
-                    .into(),
-            );
+    pub(crate) fn artifact_size(&self) -> u64 {
+        self.artifact_size
+    }
+
+    fn count_implicit_dir(&mut self) -> Result<(), Stop> {
+        self.implicit_dirs += 1;
+        if self.implicit_dirs > self.limits.max_entries {
+            return Err(Reason::new(
+                ReasonCode::EntryCount,
+                "too many parent directories the archive does not list",
+            )
+            .limit(self.limits.max_entries, self.implicit_dirs)
+            .into());
         }
         Ok(())
     }
 
     /// Refuse a new path whose Unicode or case-folded spelling is already taken.
-    fn check_twins(&self, path: &str) -> Result<(String, String), Stop> {
+    fn check_twins(&self, path: &str) -> Result<Keys, Stop> {
         let nfc = nfc_key(path);
         if let Some(other) = self.nfc.get(&nfc) {
             return Err(Reason::new(
                 ReasonCode::UnicodeCollision,
                 format!(
                     "same name as {:?} after Unicode normalisation",
+                    display_name(other.as_bytes())
+                ),
+            )
+            .entry(path)
+            .into());
+        }
+        let nfkc = nfkc_key(path);
+        if let Some(other) = self.nfkc.get(&nfkc) {
+            return Err(Reason::new(
+                ReasonCode::UnicodeCollision,
+                format!(
+                    "same name as {:?} after compatibility normalisation (NFKC)",
                     display_name(other.as_bytes())
                 ),
             )
@@ -254,12 +308,13 @@ impl<'a> Sink<'a> {
             .entry(path)
             .into());
         }
-        Ok((nfc, fold))
+        Ok(Keys { nfc, nfkc, fold })
     }
 
-    fn insert(&mut self, path: String, keys: (String, String), node: Node) {
-        self.nfc.insert(keys.0, path.clone());
-        self.fold.insert(keys.1, path.clone());
+    fn insert(&mut self, path: String, keys: Keys, node: Node) {
+        self.nfc.insert(keys.nfc, path.clone());
+        self.nfkc.insert(keys.nfkc, path.clone());
+        self.fold.insert(keys.fold, path.clone());
         self.nodes.insert(path, node);
     }
 
@@ -293,7 +348,7 @@ impl<'a> Sink<'a> {
                 }
                 None => {
                     let keys = self.check_twins(prefix)?;
-                    self.check_node_count()?;
+                    self.count_implicit_dir()?;
                     self.writer
                         .mkdir(prefix)
                         .map_err(|e| write_failed(e, prefix))?;
@@ -318,7 +373,7 @@ impl<'a> Sink<'a> {
 
     /// Admit one archive entry; `data` yields its content (files) and is otherwise unused.
     pub(crate) fn add(&mut self, raw: RawEntry<'_>, data: &mut dyn Read) -> Result<(), Stop> {
-        self.count_header()?;
+        self.count_member()?;
         let path = match SafeRelPath::parse(raw.name, self.limits)? {
             Parsed::Path(p) => p,
             Parsed::Root => {
@@ -345,8 +400,10 @@ impl<'a> Sink<'a> {
         let is_dir = matches!(raw.kind, RawKind::Dir);
         let keys = match self.nodes.get_mut(path.as_str()) {
             Some(node) if is_dir && node.kind == Kind::Dir && !node.explicit => {
-                // An explicit directory entry after its implicit creation: fine, once.
+                // An explicit directory entry after its implicit creation: fine, once. It is a
+                // member now, no longer an implicit directory.
                 node.explicit = true;
+                self.implicit_dirs = self.implicit_dirs.saturating_sub(1);
                 if raw.mode & 0o7022 != 0 {
                     node.flags.push(Flag::ModeSanitised);
                 }
@@ -367,7 +424,6 @@ impl<'a> Sink<'a> {
             }
             None => self.check_twins(path.as_str())?,
         };
-        self.check_node_count()?;
         let sanitised = raw.mode & 0o7022 != 0;
         let node = match raw.kind {
             RawKind::Dir => {
@@ -444,7 +500,7 @@ impl<'a> Sink<'a> {
                 .limit(self.limits.max_expanded_bytes, self.bytes_out)
                 .into());
             }
-            Self::check_ratio(self.limits, self.bytes_out, self.consumed.get())
+            Self::check_budget(self.limits, self.bytes_out, self.artifact_size)
                 .map_err(|r| r.entry(p))?;
             let chunk = &self.buf[..n];
             if head.len() < 512 {
@@ -493,10 +549,32 @@ impl<'a> Sink<'a> {
                     .into(),
             );
         };
-        if t.is_empty() || t.chars().any(|c| c.is_control()) || t.contains('\\') {
+        if t.is_empty()
+            || t.chars()
+                .any(|c| c.is_control() || hidden_char(c).is_some())
+        {
             return Err(Reason::new(
                 ReasonCode::InvalidName,
-                "symlink target is empty or has control characters or backslashes",
+                "symlink target is empty or has control, bidirectional or invisible characters",
+            )
+            .entry(p)
+            .into());
+        }
+        // Read the way Windows would (backslash a separator, `C:` a drive, `\\` a root): a
+        // target that is absolute or walks out there escapes as surely as `/etc` does here.
+        if t.starts_with('\\') || drive_like(t) {
+            return Err(reject("symlink target is absolute on Windows"));
+        }
+        if t.contains('\\') {
+            let parent = path.parent().map_or(0, |d| d.split('/').count());
+            if lexical_escape(parent, t.split(['/', '\\'])) {
+                return Err(reject(
+                    "symlink target climbs out of the package with `..` between backslashes",
+                ));
+            }
+            return Err(Reason::new(
+                ReasonCode::InvalidName,
+                "symlink target contains a backslash",
             )
             .entry(p)
             .into());
@@ -603,11 +681,19 @@ impl<'a> Sink<'a> {
         Ok(())
     }
 
-    /// Resolve a symlink the way the kernel would, but over the package's own tree: every
-    /// component must exist in the package and no step may leave the root.
+    /// Resolve a symlink twice, and require both readings to stay inside. Lexically first, as
+    /// a tool that copies or normalises path text does (`sub/../..` is `..` whatever `sub` is);
+    /// then the way the kernel would, over the package's own tree: every component must exist
+    /// in the package and no step may leave the root.
     fn resolve<'s>(&'s self, link_path: &'s str, target: &str) -> Result<(), String> {
         let mut stack: Vec<&str> = link_path.split('/').collect();
         stack.pop();
+        if lexical_escape(stack.len(), target.split('/')) {
+            return Err(format!(
+                "symlink target {target:?} leaves the package root when read as text \
+                 (`..` cancelling the component before it)"
+            ));
+        }
         let mut pending: Vec<String> = target.split('/').rev().map(str::to_owned).collect();
         let mut hops = 0u32;
         while let Some(comp) = pending.pop() {

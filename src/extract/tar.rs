@@ -5,12 +5,13 @@
 //! between decoder and parser counts every decoded byte, headers and padding included, so a
 //! bomb hidden in metadata, in skipped data or after the end marker is refused as early as
 //! one hidden in file contents. Data after the end-of-archive marker must be zero padding.
+//! Extension headers (PAX, GNU long names) belong to the member they precede: they are not
+//! members of their own, and more than a few in a row describe nothing real.
 
 use std::io::{self, Cursor, Read};
 
 use super::Stop;
 use super::detect::is_tar_header;
-use super::input::Counter;
 use super::policy::Limits;
 use super::sink::{RawEntry, RawKind, Sink, classify, reason_io};
 use crate::reason::{Reason, ReasonCode, display_name};
@@ -19,12 +20,24 @@ use crate::reason::{Reason, ReasonCode, display_name};
 /// harmless records real tools add).
 const MAX_PAX_BYTES: u64 = 64 * 1024;
 
-/// Enforces the ratio rule and an absolute cap on decoded bytes, whatever they are used for.
+/// Most extension headers in a row before a member: GNU tar and pax writers emit at most a
+/// global header, a PAX header and a long name and link.
+const MAX_EXTENSION_RUN: u32 = 8;
+
+/// Header and padding bytes allowed on top of file bytes: 1.5 KiB per member, 1 MiB besides.
+fn overhead(limits: &Limits) -> u64 {
+    limits
+        .max_entries
+        .saturating_mul(1536)
+        .saturating_add(1024 * 1024)
+}
+
+/// Enforces the output budget and an absolute cap on decoded bytes, whatever they are used for.
 struct DecodeGuard<R> {
     inner: R,
     decoded: u64,
     cap: u64,
-    counter: Counter,
+    artifact_size: u64,
     limits: Limits,
 }
 
@@ -41,28 +54,23 @@ impl<R: Read> Read for DecodeGuard<R> {
                 .limit(self.limits.max_expanded_bytes, self.decoded),
             ));
         }
-        Sink::check_ratio(&self.limits, self.decoded, self.counter.get()).map_err(reason_io)?;
+        // The sink holds file bytes to the budget exactly; here headers and padding may come on
+        // top, so a benign archive right at the budget passes while a metadata bomb does not.
+        let metadata = self.decoded.saturating_sub(overhead(&self.limits));
+        Sink::check_budget(&self.limits, metadata, self.artifact_size).map_err(reason_io)?;
         Ok(n)
     }
 }
 
 /// A compressed tarball: check the decoded bytes really are tar, then read it under a guard.
-pub(crate) fn read_decoded<R: Read>(
-    decoder: R,
-    sink: &mut Sink<'_>,
-    counter: &Counter,
-) -> Result<(), Stop> {
+pub(crate) fn read_decoded<R: Read>(decoder: R, sink: &mut Sink<'_>) -> Result<(), Stop> {
     let limits = sink.limits().clone();
-    // Headers and padding are overhead on top of file bytes: allow 1.5 KiB per entry for them.
-    let cap = limits
-        .max_expanded_bytes
-        .saturating_add(limits.max_entries.saturating_mul(1536))
-        .saturating_add(1024 * 1024);
+    let cap = limits.max_expanded_bytes.saturating_add(overhead(&limits));
     let mut guard = DecodeGuard {
         inner: decoder,
         decoded: 0,
         cap,
-        counter: counter.clone(),
+        artifact_size: sink.artifact_size(),
         limits,
     };
     let mut head = vec![0u8; 512];
@@ -168,6 +176,7 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
         let mut long_name: Option<Vec<u8>> = None;
         let mut long_link: Option<Vec<u8>> = None;
         let mut pax: Option<Pax> = None;
+        let mut run: u32 = 0;
         for entry in entries {
             let mut entry = entry.map_err(|e| tar_error(&e))?;
             let ty = entry.header().entry_type();
@@ -176,7 +185,15 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
                 || ty.is_pax_local_extensions()
                 || ty.is_pax_global_extensions()
             {
-                sink.count_header()?;
+                run += 1;
+                if run > MAX_EXTENSION_RUN {
+                    return Err(Reason::new(
+                        ReasonCode::Corrupt,
+                        "more extension headers in a row than any writer emits",
+                    )
+                    .limit(u64::from(MAX_EXTENSION_RUN), u64::from(run))
+                    .into());
+                }
                 if ty.is_gnu_longname() {
                     long_name = Some(read_bounded(
                         &mut entry,
@@ -196,6 +213,7 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
                 // Global PAX headers carry nothing we honour; their data is skipped (and counted).
                 continue;
             }
+            run = 0;
             let pax_now = pax.take();
             let (pax_path, pax_link, pax_size) = match pax_now {
                 Some(p) => (p.path, p.linkpath, p.size),

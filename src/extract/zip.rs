@@ -1,19 +1,21 @@
 //! Zip reader: central directory via the `zip` crate, checked before a byte is inflated.
 //!
-//! Before any entry is extracted the whole archive is vetted: duplicate central-directory
-//! names, entries whose bytes overlap (a known bomb construction), and local headers that
-//! disagree with the central directory or are missing from it (the two views a zip offers,
-//! which different tools trust differently). Only stored and deflated entries are read; the
+//! Before any entry is extracted the whole archive is vetted: its raw records against each
+//! other (`zip_records`: end record, Zip64 end record, central directory, local headers, data
+//! descriptors, and no byte outside a record), duplicate central-directory names, entries whose
+//! bytes overlap (a known bomb construction), and local headers that disagree with the central
+//! directory or are missing from it (the views a zip offers, which tools trust differently). Only stored and deflated entries are read; the
 //! crate checks each entry's CRC when its data ends, and the sink checks the produced size.
 
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 
 use zip::CompressionMethod;
 use zip::result::ZipError;
 
 use super::Stop;
-use super::input::{ArtifactReader, Counted, SeekBuf};
+use super::input::{ArtifactReader, SeekBuf};
 use super::sink::{RawEntry, RawKind, Sink, classify};
+use super::zip_records;
 use crate::reason::{Reason, ReasonCode, display_name};
 
 const S_IFMT: u32 = 0o170000;
@@ -50,11 +52,15 @@ fn zip_error(err: ZipError, entry: Option<&[u8]>) -> Stop {
 }
 
 pub(crate) fn read(
-    reader: Counted<SeekBuf<ArtifactReader<'_>>>,
+    mut reader: SeekBuf<ArtifactReader<'_>>,
     sink: &mut Sink<'_>,
 ) -> Result<(), Stop> {
-    let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_error(e, None))?;
     let limits = sink.limits().clone();
+    let size = reader
+        .seek(SeekFrom::End(0))
+        .map_err(|e| Stop::Reject(classify(&e, None)))?;
+    zip_records::check(&mut reader, size, limits.max_entries)?;
+    let mut archive = zip::ZipArchive::new(reader).map_err(|e| zip_error(e, None))?;
     if archive.len() as u64 > limits.max_entries {
         return Err(Reason::new(
             ReasonCode::EntryCount,

@@ -18,7 +18,8 @@ use crate::extract::policy::Limits;
 /// first, so only a child that stopped checking ever reaches the kernel's.
 const FILE_SIZE_SLACK: u64 = 1024 * 1024;
 /// Default address-space ceiling. The engine streams; its largest buffers are a zstd window
-/// (at most 2^31 by policy, 16 MiB by default) and the inventory.
+/// (at most 2^31 by policy, 128 MiB by default: room for it is why this is 1 GiB) and the
+/// inventory.
 pub const DEFAULT_ADDRESS_SPACE_BYTES: u64 = 1024 * 1024 * 1024;
 /// Open files: fds 0-4, plus the engine's open directory chain (at most ~35), plus headroom.
 const OPEN_FILES: u64 = 64;

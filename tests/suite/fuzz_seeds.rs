@@ -483,6 +483,18 @@ fn regenerate() {
         one(Config::TIGHT, &[b'a'; 50]),
         one(0, b"."),
         two("\u{3a3}\u{391}\u{3a3}/x", "\u{3c3}\u{3b1}\u{3c2}/x"),
+        two("stra\u{df}e", "STRASSE"),
+        two("\u{fb01}le.md", "file.md"),
+        one(0, b"..\\..\\x"),
+        one(0, b"C:\\x"),
+        one(0, b"\\\\host\\share\\x"),
+        one(0, b"docs/guide.md."),
+        one(0, b"assets/nul.txt"),
+        one(0, b"COM1"),
+        one(0, b"SKILL.md:stream"),
+        one(0, "run\u{202e}hs.txt".as_bytes()),
+        one(0, "SKILL\u{200b}.md".as_bytes()),
+        one(0, "\u{1f468}\u{200d}\u{1f469}".as_bytes()),
     ];
     for (i, n) in names.iter().enumerate() {
         write("path", &format!("name-{i:02}"), n);
