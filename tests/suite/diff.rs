@@ -93,7 +93,7 @@ fn diff_cases() {
             "needs_review",
             &[
                 "changed_script scripts/extract.sh",
-                "new_host telemetry.example.net",
+                "new_host telemetry.pdfhost.net",
                 "new_download curl",
             ],
         ),
@@ -153,7 +153,7 @@ fn human_output_lists_grown_capabilities_first() {
     let files_at = lines.iter().position(|l| l.contains("files:")).unwrap_or(0);
     let host_at = lines
         .iter()
-        .position(|l| l.contains("new_host") && l.contains("telemetry.example.net"))
+        .position(|l| l.contains("new_host") && l.contains("telemetry.pdfhost.net"))
         .unwrap_or(usize::MAX);
     assert!(host_at < files_at, "{text}");
 }

@@ -128,7 +128,7 @@ fn report_shape_for_a_script_with_a_host() {
     assert_eq!(r["scripts"][0]["executable"], true);
     assert_eq!(
         r["capabilities"]["hosts"],
-        serde_json::json!(["get.example.com"])
+        serde_json::json!(["get.pdfhost.net"])
     );
     assert_eq!(
         r["capabilities"]["risky_commands"],
@@ -390,13 +390,35 @@ fn bounds_are_reported_when_they_cut() {
         ..ReviewLimits::default()
     };
     let r = review_with(fd.as_fd(), &o.entries, &req, &few).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!r.coverage.complete);
+    assert!(
+        r.coverage.complete,
+        "the report cap leaves nothing unread and loses no capability"
+    );
     assert_eq!(r.findings.len(), 2);
     assert!(r.coverage.findings_dropped > 0);
     assert!(
-        r.capabilities.hosts.contains(&"get.example.com".to_owned()),
+        r.capabilities.hosts.contains(&"get.pdfhost.net".to_owned()),
         "capabilities do not depend on the findings cap"
     );
+
+    // Repeats of one subject are counted, not a reason to call the review incomplete.
+    let once = ReviewLimits {
+        max_per_subject: 0,
+        ..ReviewLimits::default()
+    };
+    let r = review_with(fd.as_fd(), &o.entries, &req, &once).unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.coverage.complete);
+    assert!(r.coverage.repeats_dropped > 0);
+    assert!(r.capabilities.hosts.contains(&"get.pdfhost.net".to_owned()));
+
+    // A capability list that overflows is a real loss.
+    let narrow = ReviewLimits {
+        max_subjects: 0,
+        ..ReviewLimits::default()
+    };
+    let r = review_with(fd.as_fd(), &o.entries, &req, &narrow).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!r.coverage.complete);
+    assert!(r.coverage.subjects_dropped > 0);
 
     let none = ReviewLimits {
         max_total_bytes: 0,
