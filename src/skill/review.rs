@@ -586,7 +586,6 @@ impl<'a> Reviewer<'a> {
             return;
         }
         let ignore_list = is_ignore_list(&e.path);
-        let xml = is_xml(&e.path);
         let blocks = match kind {
             TextKind::Markdown => markdown_blocks(content),
             TextKind::Script | TextKind::Data | TextKind::Licence => Vec::new(),
@@ -612,9 +611,8 @@ impl<'a> Reviewer<'a> {
             };
             lineno += memchr::memchr_iter(b'\n', &content[counted..start]).count() as u64;
             counted = start;
-            let end = memchr::memchr(b'\n', &content[start..]).map_or(content.len(), |i| start + i);
-            let line = &content[start..end];
-            pos = end + 1;
+            let mut end =
+                memchr::memchr(b'\n', &content[start..]).map_or(content.len(), |i| start + i);
             let (context, mode) = match kind {
                 TextKind::Script => (Context::Script, scan::Mode::Code),
                 TextKind::Data | TextKind::Licence => (Context::Data, scan::Mode::Data),
@@ -631,12 +629,47 @@ impl<'a> Reviewer<'a> {
                     }
                 }
             };
+            // A command continued with a trailing backslash is one command: read the pieces
+            // together (bounded), with each `\` + newline blanked so offsets stay put.
+            let mut joined = Vec::new();
+            if mode == scan::Mode::Code {
+                let mut pieces = 0;
+                while pieces < 16
+                    && end < content.len()
+                    && end - start < 4096
+                    && content[start..end].trim_ascii_end().ends_with(b"\\")
+                {
+                    end = memchr::memchr(b'\n', &content[end + 1..])
+                        .map_or(content.len(), |i| end + 1 + i);
+                    pieces += 1;
+                }
+                if pieces > 0 {
+                    joined.extend_from_slice(&content[start..end]);
+                    for b in &mut joined {
+                        if *b == b'\n' || *b == b'\r' {
+                            *b = b' ';
+                        }
+                    }
+                }
+            }
+            let line = if joined.is_empty() {
+                &content[start..end]
+            } else {
+                &joined[..]
+            };
+            pos = end + 1;
+            // A comment in code is prose about the code: read it as such.
+            let (context, mode) = if mode == scan::Mode::Code && is_comment(line) {
+                (Context::Prose, scan::Mode::Prose)
+            } else {
+                (context, mode)
+            };
             let before = &content[start.saturating_sub(512)..start];
             scanner.scan(line, mode, before, &mut hits);
             let mut found: Vec<(FindingKind, usize, String)> = Vec::new();
             for h in hits.drain(..) {
                 if (ignore_list && h.kind == HitKind::CredentialTouch)
-                    || (xml && h.kind == HitKind::ExternalReference && xml_identifier(line, h.col))
+                    || (h.kind == HitKind::ExternalReference && xml_identifier(line, h.col))
                 {
                     continue;
                 }
@@ -794,11 +827,14 @@ fn text_kind(path: &str, script: bool) -> TextKind {
     }
 }
 
+/// `LICENSE`, `COPYING.txt`, `NOTICE`, `font-license.txt`, `Lora-OFL.txt`.
 fn is_licence_name(name: &str) -> bool {
     let up = name.to_ascii_uppercase();
-    ["LICENSE", "LICENCE", "COPYING", "NOTICE", "UNLICENSE"]
+    ["LICENSE", "LICENCE", "COPYING", "UNLICENSE"]
         .iter()
-        .any(|p| up.starts_with(p))
+        .any(|p| up.contains(p))
+        || up.starts_with("NOTICE")
+        || up.ends_with("OFL.TXT")
 }
 
 /// Documentation files that carry no extension (`README`, `LICENSE`, ...).
@@ -822,11 +858,14 @@ fn is_ignore_list(path: &str) -> bool {
     name.starts_with('.') && name.ends_with("ignore")
 }
 
-fn is_xml(path: &str) -> bool {
-    matches!(
-        extension(path).as_deref(),
-        Some("xml" | "xsd" | "xsl" | "xslt" | "dtd" | "rels" | "svg" | "wsdl" | "vml" | "plist")
-    )
+/// A line that is only a comment (`#`, `//`, `/*`, `*`, `<!--`), not a shebang or `#include`.
+fn is_comment(line: &[u8]) -> bool {
+    let t = line.trim_ascii_start();
+    (t.starts_with(b"#") && !t.starts_with(b"#!") && !t.starts_with(b"#include"))
+        || t.starts_with(b"//")
+        || t.starts_with(b"/*")
+        || t.starts_with(b"* ")
+        || t.starts_with(b"<!--")
 }
 
 fn is_js(path: &str, head: &[u8]) -> bool {

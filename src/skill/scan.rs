@@ -391,6 +391,11 @@ impl Scanner {
                 code_spans(line, &mut spans);
                 let mut more = Vec::new();
                 for (s, e) in spans {
+                    // A single word in backticks (`curl`, `bash -c` aside) names a tool; a
+                    // command has arguments.
+                    if !line[s..e].trim_ascii().contains(&b' ') {
+                        continue;
+                    }
                     more.clear();
                     self.inner(&line[s..e], s, true, b"", &mut more);
                     out.extend(more.drain(..).filter(|h| {
@@ -423,6 +428,9 @@ impl Scanner {
         let mut eval_at: Option<usize> = None;
         let mut subst_fetch: Option<usize> = None;
         let mut post_at: Option<usize> = None;
+        // `sh -c`: evaluates fetched text only when the fetch is a `$(...)` inside its argument;
+        // `bash -c "curl -X POST ..."` merely runs curl.
+        let mut shc_at: Option<usize> = None;
         let mut net_cmd = false;
         for (i, t) in toks.iter().enumerate() {
             let lt = &lower[t.s..t.e];
@@ -469,9 +477,16 @@ impl Scanner {
                 if let Some(host) = host_like(first, false).filter(|h| !is_placeholder(h)) {
                     push(out, HitKind::ExternalReference, t.s, subj(host));
                 }
-            } else if lt.contains(&b'.') && !lt.contains(&b'@') {
+            } else if lt.contains(&b'.')
+                && !lt.contains(&b'@')
+                // `Microsoft.Extensions.AI`, `System.IO`: identifiers, not host names.
+                && !ot.iter().any(u8::is_ascii_uppercase)
+            {
                 let first = lt.split(|&b| b == b'/').next().unwrap_or(lt);
-                if let Some(host) = host_like(first, true).filter(|h| !is_placeholder(h)) {
+                let path = &lt[first.len()..];
+                if let Some(host) =
+                    host_like(first, true).filter(|h| !is_placeholder(h) && !is_identifier(h, path))
+                {
                     push(out, HitKind::ExternalReference, t.s, subj(host));
                 }
             }
@@ -539,7 +554,7 @@ impl Scanner {
                 eval_at.get_or_insert(i);
             }
             if one_of(w, &[b"sh", b"bash", b"zsh"]) && tok(i + 1) == b"-c" {
-                eval_at.get_or_insert(i);
+                shc_at.get_or_insert(i);
             }
             if let Some(what) = shell_string(w, tok(i + 1), next_char, self.js, line, t.e) {
                 push(out, HitKind::RiskyCommand, t.s, what.into());
@@ -569,6 +584,15 @@ impl Scanner {
         // Evaluation of fetched text: the eval word comes first and the fetch is its argument
         // (`eval "$(curl ..)"`, `exec(urlopen(u).read())`), or the fetch is a process
         // substitution (`bash <(curl ..)`).
+        let shc_eval = match (shc_at, fetch_at) {
+            (Some(c), Some(f)) if c < f => toks
+                .get(f)
+                .is_some_and(|t| t.s >= 2 && &line[t.s - 2..t.s] == b"$("),
+            _ => false,
+        };
+        if shc_eval {
+            eval_at = eval_at.or(shc_at);
+        }
         match (fetch_at, eval_at) {
             (Some(f), Some(e)) if e < f => {
                 let col = toks.get(e).map_or(0, |t| t.s);
@@ -713,7 +737,10 @@ fn shell_string(
         {
             Some("os.system")
         }
-        _ if (w.ends_with(b"execsync") || (js && (w == b"exec" || w.ends_with(b".exec"))))
+        // `regex.exec(text)` is a match, not a process: only `exec` itself (as destructured
+        // from child_process) or called on the module counts.
+        _ if (w.ends_with(b"execsync")
+            || (js && (w == b"exec" || w == b"cp.exec" || w.ends_with(b"child_process.exec"))))
             && next_char == Some(b'(') =>
         {
             Some("exec of a command string")
@@ -865,7 +892,14 @@ fn url_hit(t: &[u8], p: usize, col: usize, out: &mut Vec<Hit>) {
     if is_placeholder(host) || is_identifier(host, &rest[auth_end..]) {
         return;
     }
-    let valid = !host.is_empty()
+    // A host has a dot (or is an address literal): `collection://tasks-db`, `config://settings`
+    // and `http://host:port` are names of something else, or templates.
+    let dotted = host.contains(&b'.') || host.starts_with(b"[");
+    let valid = dotted
+        && host
+            .last()
+            .is_some_and(|b| !b.is_ascii_digit() || host_like(host, false).is_some())
+        && !host.is_empty()
         && host.iter().all(|&b| {
             b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':')
         })

@@ -453,3 +453,171 @@ fn review_never_follows_a_planted_symlink() {
         "{err:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The labelled set: realistic skills written for this test (tests/fixtures/review-labelled/),
+// each finding a reviewer wants marked `wanted`, each known false alarm marked `must_not`.
+
+fn labelled_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/review-labelled")
+}
+
+/// Every file beneath `dir`, relative, sorted (directories implied).
+fn files_beneath(dir: &Path, rel: &str, out: &mut Vec<String>) {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .collect();
+    names.sort_by_key(std::fs::DirEntry::file_name);
+    for d in names {
+        let name = d.file_name().to_string_lossy().into_owned();
+        let rel = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        if d.path().is_dir() {
+            files_beneath(&d.path(), &rel, out);
+        } else {
+            out.push(rel);
+        }
+    }
+}
+
+/// The skill directory packed as a tar.gz, as a publisher would: shebang files executable.
+fn pack_tgz(dir: &Path, out: &Path) {
+    let mut files = Vec::new();
+    files_beneath(dir, "", &mut files);
+    let gz = flate2::write::GzEncoder::new(
+        File::create(out).unwrap_or_else(|e| panic!("{e}")),
+        flate2::Compression::default(),
+    );
+    let mut b = tar::Builder::new(gz);
+    for rel in files {
+        let data = std::fs::read(dir.join(&rel)).unwrap_or_else(|e| panic!("{e}"));
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(if data.starts_with(b"#!") {
+            0o755
+        } else {
+            0o644
+        });
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, &rel, data.as_slice())
+            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+    }
+    b.into_inner()
+        .and_then(|gz| gz.finish())
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Whether finding `f` of `file`-less label `l` matches: every field the label gives agrees.
+fn label_matches(l: &Value, f: &Value) -> bool {
+    ["kind", "file", "subject", "context", "line"]
+        .iter()
+        .all(|k| l.get(*k).is_none_or(|want| f.get(*k) == Some(want)))
+}
+
+#[test]
+fn labelled_set_precision() {
+    let text = std::fs::read(labelled_dir().join("labels.json"))
+        .unwrap_or_else(|e| panic!("labels.json: {e}"));
+    let labels: Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("labels: {e}"));
+    let skills = labels["skills"].as_object().cloned().unwrap_or_default();
+    assert!(skills.len() >= 10, "only {} labelled skills", skills.len());
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    // Per kind: (reported, reported and wanted, wanted labels, wanted labels found).
+    let mut by_kind: std::collections::BTreeMap<String, [u64; 4]> = Default::default();
+    let mut problems = Vec::new();
+    for (name, l) in &skills {
+        let dir = labelled_dir().join(name);
+        assert!(dir.is_dir(), "{name}: labelled but no directory");
+        let tgz = tmp.path().join(format!("{name}.tar.gz"));
+        pack_tgz(&dir, &tgz);
+        let (code, v) = extract_json(&tgz, "archive", None);
+        assert_eq!(code, Some(0), "{name}: {v:#}");
+        assert_eq!(
+            v["review"]["coverage"]["complete"], true,
+            "{name}: nothing here is cut by a bound"
+        );
+        let findings = v["review"]["findings"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let wanted = l["wanted"].as_array().cloned().unwrap_or_default();
+        for f in &findings {
+            let kind = f["kind"].as_str().unwrap_or("?").to_owned();
+            let row = by_kind.entry(kind).or_default();
+            row[0] += 1;
+            if wanted.iter().any(|w| label_matches(w, f)) {
+                row[1] += 1;
+            } else {
+                problems.push(format!("{name}: unwanted {f}"));
+            }
+            for m in l["must_not"].as_array().into_iter().flatten() {
+                if label_matches(m, f) {
+                    problems.push(format!("{name}: known false alarm {m} appeared: {f}"));
+                }
+            }
+        }
+        for w in &wanted {
+            let row = by_kind
+                .entry(w["kind"].as_str().unwrap_or("?").to_owned())
+                .or_default();
+            row[2] += 1;
+            if findings.iter().any(|f| label_matches(w, f)) {
+                row[3] += 1;
+            } else {
+                problems.push(format!("{name}: missed {w}"));
+            }
+        }
+    }
+    let total: [u64; 4] = by_kind.values().fold([0; 4], |mut a, r| {
+        for i in 0..4 {
+            a[i] += r[i];
+        }
+        a
+    });
+    let ratio = |n: u64, d: u64| if d == 0 { 1.0 } else { n as f64 / d as f64 };
+    println!("labelled set: {} skills", skills.len());
+    println!(
+        "{:<20} {:>8} {:>9} {:>7} {:>7}",
+        "kind", "reported", "precision", "wanted", "recall"
+    );
+    for (k, r) in by_kind.iter().chain([(&"all".to_owned(), &total)]) {
+        println!(
+            "{k:<20} {:>8} {:>8.1}% {:>7} {:>6.1}%",
+            r[0],
+            100.0 * ratio(r[1], r[0]),
+            r[2],
+            100.0 * ratio(r[3], r[2])
+        );
+    }
+    let precision = ratio(total[1], total[0]);
+    let recall = ratio(total[3], total[2]);
+    println!(
+        "precision {:.1}% recall {:.1}%",
+        100.0 * precision,
+        100.0 * recall
+    );
+    for p in &problems {
+        println!("  {p}");
+    }
+    assert!(
+        !problems.iter().any(|p| p.contains("known false alarm")),
+        "a known false alarm appeared:\n{}",
+        problems.join("\n")
+    );
+    assert!(
+        precision >= 0.90,
+        "precision {:.1}% under 90%:\n{}",
+        100.0 * precision,
+        problems.join("\n")
+    );
+    assert!(
+        recall >= 0.90,
+        "recall {:.1}% under 90%:\n{}",
+        100.0 * recall,
+        problems.join("\n")
+    );
+}
