@@ -122,6 +122,11 @@ struct ExtractArgs {
     /// aside); the verdict never changes.
     #[arg(long, value_name = "TEXT", value_parser = parse_index_description)]
     index_description: Option<String>,
+    /// Accept the `.skill` packager's layout: one top-level directory `<name>/SKILL.md` holding
+    /// everything, reported without it; its name must be the skill's name and anything outside
+    /// it is refused. On by default for a local `*.skill` file; limits-file key `accept_wrapper`.
+    #[arg(long)]
+    accept_wrapper: bool,
     #[command(flatten)]
     overrides: LimitOverrides,
 }
@@ -267,11 +272,16 @@ fn cmd_extract(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<u8, Failure> 
         ),
         None => None,
     };
-    let limits = build_limits(&args)?;
+    let mut limits = build_limits(&args)?;
     let file_name = args
         .artifact
         .file_name()
         .map(|n| n.to_string_lossy().into_owned());
+    // A local `.skill` file is what the packagers write: one wrapping directory.
+    limits.accept_wrapper |= args.accept_wrapper
+        || file_name
+            .as_deref()
+            .is_some_and(|n| n.to_ascii_lowercase().ends_with(".skill"));
     let artifact_type = match args.artifact_type {
         Some(TypeArg::SkillMd) => ArtifactType::SkillMd,
         Some(TypeArg::Archive) => ArtifactType::Archive,

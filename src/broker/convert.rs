@@ -213,6 +213,8 @@ pub fn limits_to_proto(l: &Limits) -> pb::Limits {
         allow_symlinks,
         hardlinks,
         require_skill_md,
+        // Not on the wire: the server's own setting applies to every request.
+        accept_wrapper: _,
     } = *l;
     pb::Limits {
         max_artifact_bytes: Some(max_artifact_bytes),

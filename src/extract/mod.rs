@@ -156,16 +156,29 @@ pub fn extract(
     facts.format = Some(format.as_str().to_owned());
 
     // 3. Stream entries through the policy into the staging directory.
-    let counter = input::Counter::default();
+    let mut counter = input::Counter::default();
     let mut sink = sink::Sink::new(&req.limits, staging, size, counter.clone());
-    let result =
+    let mut result =
         run_format(format, artifact, size, &counter, &mut sink).and_then(|()| sink.finish(format));
+    // The `.skill` packager's layout (one wrapping directory), when the limits accept it: the
+    // child cannot rename, so the first tree is cleared and the same verified bytes are read
+    // again with the wrapper taken off every name. Each pass is held to every limit.
+    let wrapper = result.as_ref().ok().and_then(|()| sink.wrapper());
+    if let Some(w) = &wrapper {
+        sink.clear().map_err(EngineError::Cleanup)?;
+        counter = input::Counter::default();
+        sink = sink::Sink::new(&req.limits, staging, size, counter.clone()).unwrapping(w.clone());
+        result = run_format(format, artifact, size, &counter, &mut sink)
+            .and_then(|()| sink.finish(format));
+    }
     match result {
         Ok(()) => {
             let (entries, totals) = sink.into_inventory(size);
             // 4. Review the staged tree (issue 5): reads beneath `staging` only, bounded. An invalid
             // SKILL.md rejects, and then nothing of the tree may survive either.
-            match crate::skill::review::review(staging, &entries, req) {
+            let reviewed = crate::skill::review::review(staging, &entries, req)
+                .and_then(|r| wrapper_named_after_skill(wrapper.as_deref(), r));
+            match reviewed {
                 Ok(review) => Ok(Outcome {
                     verdict: Verdict::Accepted,
                     reason: None,
@@ -197,6 +210,28 @@ pub fn extract(
             }
         }
     }
+}
+
+/// A wrapping directory must carry the skill's own name: `pdf/SKILL.md` naming itself `pdf`.
+fn wrapper_named_after_skill(
+    wrapper: Option<&str>,
+    review: crate::skill::review::Review,
+) -> Result<crate::skill::review::Review, crate::skill::review::ReviewError> {
+    let Some(w) = wrapper else {
+        return Ok(review);
+    };
+    let name = review.frontmatter.as_ref().map(|f| f.name.as_str());
+    if name == Some(w) {
+        return Ok(review);
+    }
+    Err(crate::skill::review::ReviewError::Invalid(Reason::new(
+        ReasonCode::MissingSkillMd,
+        format!(
+            "the wrapping directory {} is not the skill's name {}",
+            crate::reason::display_name(w.as_bytes()),
+            crate::reason::display_name(name.unwrap_or("").as_bytes())
+        ),
+    )))
 }
 
 fn run_format(

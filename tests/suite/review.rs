@@ -621,3 +621,125 @@ fn labelled_set_precision() {
         problems.join("\n")
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The `.skill` packager's layout: `<name>/SKILL.md` inside one wrapping directory.
+
+fn skill_zip(files: &[(&str, &[u8])], dir_entry: Option<&str>) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    if let Some(d) = dir_entry {
+        w.add_directory(d, zip::write::SimpleFileOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for (name, data) in files {
+        w.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+    }
+    w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
+}
+
+const WRAPPED_MD: &[u8] =
+    b"---\nname: pdf\ndescription: Read PDF files.\n---\n\nSee [the guide](references/guide.md).\n";
+
+fn paths(v: &Value) -> Vec<String> {
+    v["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["path"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn a_wrapped_skill_file_is_accepted_without_its_wrapper() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let bytes = skill_zip(
+        &[
+            ("pdf/SKILL.md", WRAPPED_MD),
+            ("pdf/references/guide.md", b"# Guide\n"),
+        ],
+        Some("pdf/"),
+    );
+    let skill = tmp.path().join("pdf.skill");
+    std::fs::write(&skill, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let out = tmp.path().join("out");
+    let out_s = out.to_string_lossy().into_owned();
+    let (code, v, err) = extract_with(&skill, &["--out", &out_s]);
+    assert_eq!(code, Some(0), "{err}{v:#}");
+    assert_eq!(paths(&v), ["SKILL.md", "references", "references/guide.md"]);
+    assert_eq!(
+        finding_kinds(&v),
+        Vec::<String>::new(),
+        "the link resolves without the wrapper: {v:#}"
+    );
+    assert!(out.join("SKILL.md").is_file() && !out.join("pdf").exists());
+
+    // The same bytes under another name keep the root rule unless asked.
+    let zip = tmp.path().join("pdf.zip");
+    std::fs::write(&zip, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, _) = extract_with(&zip, &[]);
+    assert_eq!(code, Some(3));
+    assert_eq!(v["reason"]["code"], "missing_skill_md");
+    let (code, v, err) = extract_with(&zip, &["--accept-wrapper"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(paths(&v), ["SKILL.md", "references", "references/guide.md"]);
+    let limits = tmp.path().join("limits.toml");
+    std::fs::write(&limits, "accept_wrapper = true\n").unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, err) = extract_with(&zip, &["--limits", &limits.to_string_lossy()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(paths(&v), ["SKILL.md", "references", "references/guide.md"]);
+
+    // The root layout is still a skill in a `.skill` file.
+    let root = tmp.path().join("root.skill");
+    std::fs::write(&root, skill_zip(&[("SKILL.md", WRAPPED_MD)], None))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, err) = extract_with(&root, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(paths(&v), ["SKILL.md"]);
+}
+
+#[test]
+fn a_wrapper_must_hold_everything_and_carry_the_skills_name() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    type Files<'a> = Vec<(&'a str, &'a [u8])>;
+    let cases: [(&str, Files<'_>, &str); 4] = [
+        (
+            "wrong_name",
+            vec![("pdf-tools/SKILL.md", WRAPPED_MD)],
+            "not the skill's name",
+        ),
+        (
+            "outside",
+            vec![("pdf/SKILL.md", WRAPPED_MD), ("README.md", b"# hi\n")],
+            "top-level entries",
+        ),
+        (
+            "two_dirs",
+            vec![("pdf/SKILL.md", WRAPPED_MD), ("other/x.md", b"x\n")],
+            "top-level entries",
+        ),
+        (
+            "no_skill_md",
+            vec![("pdf/README.md", b"# hi\n")],
+            "wrapping directory",
+        ),
+    ];
+    for (name, files, detail) in cases {
+        let f = tmp.path().join(format!("{name}.skill"));
+        std::fs::write(&f, skill_zip(&files, None)).unwrap_or_else(|e| panic!("{e}"));
+        let out = tmp.path().join(format!("out-{name}"));
+        let (code, v, err) = extract_with(&f, &["--out", &out.to_string_lossy()]);
+        assert_eq!(code, Some(3), "{name}: {err}{v:#}");
+        assert_eq!(v["reason"]["code"], "missing_skill_md", "{name}: {v:#}");
+        assert!(
+            v["reason"]["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains(detail),
+            "{name}: {v:#}"
+        );
+        assert!(!out.exists(), "{name}: a rejection leaves nothing staged");
+    }
+}
