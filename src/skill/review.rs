@@ -881,14 +881,14 @@ fn is_js(path: &str, head: &[u8]) -> bool {
 /// of `xmlns`, `xmlns:*`, `*schemaLocation`, `targetNamespace`, `namespace` or a relationship
 /// `Type`, or part of a DOCTYPE.
 fn xml_identifier(line: &[u8], col: usize) -> bool {
-    let pre = &line[..col.min(line.len())];
-    let lower_has = |needle: &[u8]| {
-        pre.windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
-    };
-    if lower_has(b"<!doctype") {
+    let head = line.trim_ascii_start();
+    if head.len() >= 9 && head[..9].eq_ignore_ascii_case(b"<!doctype") {
         return true;
     }
+    // An attribute name and its value are short: looking back a bounded distance keeps a line
+    // of ten thousand URLs linear.
+    let col = col.min(line.len());
+    let pre = &line[col.saturating_sub(512)..col];
     let Some(eq) = pre.iter().rposition(|&b| b == b'=') else {
         return false;
     };
