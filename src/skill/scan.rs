@@ -121,6 +121,16 @@ const TRIGGERS: &[&str] = &[
     "bun",
     // Uploads and shell strings (`files=`, `shell=True`, `os.system`, `execSync`).
     "files",
+    "data",
+    "content",
+    "upload_",
+    "put_object",
+    "publish",
+    "twine",
+    "gem push",
+    "docker push",
+    "podman push",
+    "gh release",
     "shell",
     "os.system",
     "os.popen",
@@ -562,8 +572,41 @@ impl Scanner {
                 push(out, HitKind::Upload, t.s, "HTTP request with files=".into());
                 post_at = None;
             }
+            // A body read from a file: `data=open(p, "rb")`, or `data=fh` where `fh` was opened
+            // just before (`with open(p, "rb") as fh:`).
+            if matches!(w, b"data" | b"content")
+                && post_at.is_some()
+                && next_is_assign(line, t.e)
+                && opened_file(tok(i + 1), before)
+            {
+                push(
+                    out,
+                    HitKind::Upload,
+                    t.s,
+                    "HTTP request with a file body".into(),
+                );
+                post_at = None;
+            }
+            // Object-storage uploads: boto3, Google Cloud Storage, Azure Blob.
+            if line.get(t.e) == Some(&b'(')
+                && [
+                    &b".upload_file"[..],
+                    b".upload_fileobj",
+                    b".put_object",
+                    b".upload_from_filename",
+                    b".upload_from_file",
+                    b".upload_blob",
+                ]
+                .iter()
+                .any(|m| w.ends_with(m))
+            {
+                push(out, HitKind::Upload, t.s, "object storage upload".into());
+            }
             if let Some(what) = installer(w, tok(i + 1), tok(i + 2)) {
                 push(out, HitKind::Download, t.s, what.into());
+            }
+            if let Some(what) = publisher(w, tok(i + 1), tok(i + 2)) {
+                push(out, HitKind::Upload, t.s, what.into());
             }
             if one_of(w, EVALS) && (w != b"." || i == 0) {
                 eval_at.get_or_insert(i);
@@ -736,6 +779,26 @@ fn is_http_send(w: &[u8]) -> bool {
             &w[..dot],
             b"requests" | b"httpx" | b"session" | b"s" | b"client" | b"http" | b"axios"
         )
+}
+
+/// `open` itself, or a name bound by `open(...) as NAME` in the lines just before.
+fn opened_file(value: &[u8], before: &[u8]) -> bool {
+    if value == b"open" {
+        return true;
+    }
+    if value.is_empty() || value.len() > 64 {
+        return false;
+    }
+    before.split(|&b| b == b'\n').rev().take(8).any(|l| {
+        let l = l.trim_ascii_end();
+        let l = l.strip_suffix(b":").unwrap_or(l).trim_ascii_end();
+        memchr::memmem::find(l, b"open(").is_some()
+            && l.len() > value.len() + 3
+            && l.ends_with(value)
+            && l[..l.len() - value.len()]
+                .trim_ascii_end()
+                .ends_with(b" as")
+    })
 }
 
 /// `=` (Python keyword argument) or `:` (a JS object key) right after the token.
@@ -1099,6 +1162,19 @@ fn installer(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
     })
 }
 
+/// Publishing: the package's bytes leave for a registry or a release page.
+fn publisher(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
+    Some(match (w, next) {
+        (b"npm" | b"pnpm" | b"yarn", b"publish") => "npm publish",
+        (b"cargo", b"publish") => "cargo publish",
+        (b"twine", b"upload") => "twine upload",
+        (b"gem", b"push") => "gem push",
+        (b"docker" | b"podman", b"push") => "docker push",
+        (b"gh", b"release") if next2 == b"upload" || next2 == b"create" => "gh release upload",
+        _ => return None,
+    })
+}
+
 fn rm_recursive_force(toks: &[Tok], lower: &[u8], i: usize) -> bool {
     let (mut r, mut f) = (false, false);
     // Flags come first and are few: looking further would make `rm rm rm ...` quadratic.
@@ -1354,6 +1430,17 @@ mod tests {
                 .any(|(k, _)| *k == HitKind::Download),
             "an upload is not a download"
         );
+        assert!(up("npm publish --access public"));
+        assert!(up("twine upload dist/*"));
+        assert!(up("s3.upload_file(path, bucket, key)"));
+        assert!(up("requests.put(url, data=open(p, 'rb'))"));
+        let fh = hits_in(
+            "    requests.put(url, data=fh)",
+            Mode::Code,
+            "with open(p, 'rb') as fh:\n",
+        );
+        assert!(fh.iter().any(|(k, _)| *k == U), "{fh:?}");
+        assert!(!up("requests.post(url, data=payload)"));
         let multi = hits_in(
             "    files={'file': fh},",
             Mode::Code,
