@@ -743,3 +743,66 @@ fn a_wrapper_must_hold_everything_and_carry_the_skills_name() {
         assert!(!out.exists(), "{name}: a rejection leaves nothing staged");
     }
 }
+
+/// A wrapped tarball (`./pdf/...`, as `tar -C dist .` writes it) with a symlink and a hard link
+/// inside the wrapper: both still resolve once the wrapper is taken off.
+#[test]
+fn a_wrapped_tarball_keeps_its_links_when_asked() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dir = tar::Header::new_ustar();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o755);
+    dir.set_size(0);
+    b.append_data(&mut dir, "./pdf/", std::io::empty())
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (name, data) in [
+        ("./pdf/SKILL.md", WRAPPED_MD),
+        ("./pdf/references/guide.md", &b"# Guide\n"[..]),
+    ] {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, name, data)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut l = tar::Header::new_ustar();
+    l.set_entry_type(tar::EntryType::Symlink);
+    l.set_size(0);
+    b.append_link(&mut l, "./pdf/GUIDE.md", "references/guide.md")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut h = tar::Header::new_ustar();
+    h.set_entry_type(tar::EntryType::Link);
+    h.set_size(0);
+    b.append_link(&mut h, "./pdf/copy.md", "./pdf/references/guide.md")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let art = tmp.path().join("pdf.tar");
+    std::fs::write(&art, b.into_inner().unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let limits = tmp.path().join("limits.json");
+    std::fs::write(
+        &limits,
+        r#"{"accept_wrapper": true, "hardlinks": "copy_internal"}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, err) = extract_with(&art, &["--limits", &limits.to_string_lossy()]);
+    assert_eq!(code, Some(0), "{err}{v:#}");
+    assert_eq!(
+        paths(&v),
+        [
+            "GUIDE.md",
+            "SKILL.md",
+            "copy.md",
+            "references",
+            "references/guide.md"
+        ]
+    );
+    // Without the key the root rule holds.
+    let root_rule = tmp.path().join("root.json");
+    std::fs::write(&root_rule, r#"{"hardlinks": "copy_internal"}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, _) = extract_with(&art, &["--limits", &root_rule.to_string_lossy()]);
+    assert_eq!(code, Some(3));
+    assert_eq!(v["reason"]["code"], "missing_skill_md");
+}
