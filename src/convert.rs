@@ -212,6 +212,8 @@ pub fn merge_limits(p: &pb::Limits, server: &Limits) -> Result<Limits, InvalidFi
         allow_symlinks,
         hardlinks,
         require_skill_md,
+        // Not a request field: the server's own setting applies to every request.
+        accept_wrapper: None,
     }
     .apply(server);
     l.validate().map_err(|e| match e {
@@ -245,6 +247,8 @@ pub fn limits_to_proto(l: &Limits) -> pb::Limits {
         allow_symlinks,
         hardlinks,
         require_skill_md,
+        // Not on the wire: the server's own setting applies to every request.
+        accept_wrapper: _,
     } = *l;
     pb::Limits {
         max_artifact_bytes: Some(max_artifact_bytes),
@@ -368,6 +372,8 @@ pub fn outcome_to_proto_with(
         artifact,
         entries,
         totals,
+        // Not on the wire yet: the wrapping directory is named in the CLI's answer only.
+        wrapper: _,
         review,
     } = o;
     let ArtifactFacts {
@@ -549,6 +555,7 @@ pub fn outcome_from_proto(r: &pb::ExtractResponse) -> Result<Outcome, MalformedA
             bytes_out: t.bytes_out,
             ratio: t.ratio,
         },
+        wrapper: None,
         review,
     })
 }

@@ -25,6 +25,10 @@ pub struct Outcome {
     pub artifact: ArtifactFacts,
     pub entries: Vec<Entry>,
     pub totals: Totals,
+    /// The wrapping directory of a `.skill` package, taken off every name (see
+    /// [`Extraction::wrapper`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrapper: Option<String>,
     /// The review report of an accepted package (what it asks to do); absent when rejected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<Review>,
@@ -44,6 +48,7 @@ impl Outcome {
             artifact: self.artifact.clone(),
             entries: self.entries.clone(),
             totals: self.totals.clone(),
+            wrapper: self.wrapper.clone(),
         }
     }
 
@@ -67,6 +72,7 @@ impl From<Extraction> for Outcome {
             artifact: e.artifact,
             entries: e.entries,
             totals: e.totals,
+            wrapper: e.wrapper,
             review: None,
         }
     }
@@ -89,7 +95,9 @@ pub fn run(
         skill_name: req.skill_name.clone(),
         description: req.index_description.clone(),
     };
-    match review::review(staging, &extraction.entries, &listed) {
+    let reviewed = review::review(staging, &extraction.entries, &listed)
+        .and_then(|r| wrapper_named_after_skill(extraction.wrapper.as_deref(), r));
+    match reviewed {
         Ok(review) => {
             let mut outcome = Outcome::from(extraction);
             outcome.review = Some(review);
@@ -107,4 +115,26 @@ pub fn run(
             }
         }
     }
+}
+
+/// A wrapping directory must carry the skill's own name: `pdf/SKILL.md` naming itself `pdf`.
+fn wrapper_named_after_skill(
+    wrapper: Option<&str>,
+    review: Review,
+) -> Result<Review, ReviewError> {
+    let Some(w) = wrapper else {
+        return Ok(review);
+    };
+    let name = review.frontmatter.as_ref().map(|f| f.name.as_str());
+    if name == Some(w) {
+        return Ok(review);
+    }
+    Err(ReviewError::Invalid(Reason::new(
+        crate::reason::ReasonCode::MissingSkillMd,
+        format!(
+            "the wrapping directory {} is not the skill's name {}",
+            crate::reason::display_name(w.as_bytes()),
+            crate::reason::display_name(name.unwrap_or("").as_bytes())
+        ),
+    )))
 }

@@ -100,11 +100,15 @@ pub fn run(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<Exit, Failure> {
         ),
         None => None,
     };
-    let limits = limits::build(args.limits.as_deref(), &args.overrides)?;
+    let mut limits = limits::build(args.limits.as_deref(), &args.overrides)?;
     let file_name = args
         .artifact
         .file_name()
         .map(|n| n.to_string_lossy().into_owned());
+    // A local `.skill` file is what the skill packagers write: one wrapping directory.
+    limits.accept_wrapper |= file_name
+        .as_deref()
+        .is_some_and(|n| n.to_ascii_lowercase().ends_with(".skill"));
     let artifact_type = match args.artifact_type {
         Some(TypeArg::SkillMd) => ArtifactType::SkillMd,
         Some(TypeArg::Archive) => ArtifactType::Archive,

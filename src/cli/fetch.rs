@@ -400,6 +400,8 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         },
         limits,
     );
+    // An index artifact's root is the skill directory (discovery draft): no wrapper accepted.
+    req.limits.accept_wrapper = false;
     req.media_type = prov.content_type.clone();
     req.file_name = prov
         .final_url

@@ -52,6 +52,11 @@ pub struct LimitFlags {
     /// Require SKILL.md at an archive's root (`missing_skill_md`) [default: true].
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     require_skill_md: Option<bool>,
+    /// Accept the `.skill` packager's layout: one top-level directory `<name>/SKILL.md` holding
+    /// everything, reported without it; its name must be the skill's name and anything outside
+    /// it is refused. On by default for a local `*.skill` file; limits-file key `accept_wrapper`.
+    #[arg(long)]
+    accept_wrapper: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -80,6 +85,7 @@ impl LimitFlags {
             allow_symlinks,
             hardlinks,
             require_skill_md,
+            accept_wrapper,
         } = self.clone();
         LimitOverrides {
             max_artifact_bytes,
@@ -98,6 +104,7 @@ impl LimitFlags {
                 HardlinkArg::CopyInternal => HardlinkPolicy::CopyInternal,
             }),
             require_skill_md,
+            accept_wrapper: accept_wrapper.then_some(true),
         }
     }
 }

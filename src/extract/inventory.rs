@@ -82,6 +82,10 @@ pub struct Extraction {
     pub artifact: ArtifactFacts,
     pub entries: Vec<Entry>,
     pub totals: Totals,
+    /// The `.skill` packager's wrapping directory taken off every name, when the limits
+    /// accepted that layout (`accept_wrapper`); the intake checks it is the skill's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrapper: Option<String>,
 }
 
 impl Extraction {
@@ -93,6 +97,7 @@ impl Extraction {
             artifact,
             entries: Vec::new(),
             totals,
+            wrapper: None,
         }
     }
 }

@@ -166,7 +166,17 @@ pub fn extract(
 
     // 3. Stream entries through the policy into the staging directory.
     let mut sink = sink::Sink::new(&req.limits, staging, size);
-    let result = run_format(format, artifact, size, &mut sink).and_then(|()| sink.finish(format));
+    let mut result =
+        run_format(format, artifact, size, &mut sink).and_then(|()| sink.finish(format));
+    // The `.skill` packager's layout (one wrapping directory), when the limits accept it: the
+    // child cannot rename, so the first tree is cleared and the same verified bytes are read
+    // again with the wrapper taken off every name. Each pass is held to every limit.
+    let wrapper = result.as_ref().ok().and_then(|()| sink.wrapper());
+    if let Some(w) = &wrapper {
+        sink.clear().map_err(EngineError::Cleanup)?;
+        sink = sink::Sink::new(&req.limits, staging, size).unwrapping(w.clone());
+        result = run_format(format, artifact, size, &mut sink).and_then(|()| sink.finish(format));
+    }
     match result {
         Ok(()) => {
             let (entries, totals) = sink.into_inventory(size);
@@ -176,6 +186,7 @@ pub fn extract(
                 artifact: facts,
                 entries,
                 totals,
+                wrapper,
             })
         }
         Err(stop) => {

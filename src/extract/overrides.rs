@@ -38,6 +38,8 @@ pub struct LimitOverrides {
     pub hardlinks: Option<HardlinkPolicy>,
     #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub require_skill_md: Option<bool>,
+    #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    pub accept_wrapper: Option<bool>,
 }
 
 /// A key that is present must carry a value: `null` is not "use the default".
@@ -63,6 +65,7 @@ impl LimitOverrides {
             allow_symlinks,
             hardlinks,
             require_skill_md,
+            accept_wrapper,
         } = self.clone();
         let b = base.clone();
         Limits {
@@ -79,6 +82,7 @@ impl LimitOverrides {
             allow_symlinks: allow_symlinks.unwrap_or(b.allow_symlinks),
             hardlinks: hardlinks.unwrap_or(b.hardlinks),
             require_skill_md: require_skill_md.unwrap_or(b.require_skill_md),
+            accept_wrapper: accept_wrapper.unwrap_or(b.accept_wrapper),
         }
     }
 
@@ -100,6 +104,7 @@ impl LimitOverrides {
             allow_symlinks: l.allow_symlinks.or(s.allow_symlinks),
             hardlinks: l.hardlinks.or(s.hardlinks),
             require_skill_md: l.require_skill_md.or(s.require_skill_md),
+            accept_wrapper: l.accept_wrapper.or(s.accept_wrapper),
         }
     }
 }

@@ -59,6 +59,10 @@ pub struct Limits {
     pub hardlinks: HardlinkPolicy,
     /// Whether an archive must have `SKILL.md` at its root (`missing_skill_md`).
     pub require_skill_md: bool,
+    /// Accept the `.skill` packager's layout: one top-level directory `<name>/SKILL.md` that
+    /// holds everything, reported without it (its name must be the skill's name). Off by
+    /// default: an index artifact's root is the skill directory.
+    pub accept_wrapper: bool,
 }
 
 impl Default for Limits {
@@ -77,6 +81,7 @@ impl Default for Limits {
             allow_symlinks: true,
             hardlinks: HardlinkPolicy::Reject,
             require_skill_md: true,
+            accept_wrapper: false,
         }
     }
 }
@@ -262,6 +267,9 @@ impl Limits {
             if inner > outer {
                 return Err(field);
             }
+        }
+        if self.accept_wrapper && !outer.accept_wrapper {
+            return Err("accept_wrapper");
         }
         if self.allow_symlinks && !outer.allow_symlinks {
             return Err("allow_symlinks");

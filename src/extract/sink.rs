@@ -152,6 +152,11 @@ pub(crate) struct Sink<'a> {
     /// The size of the artifact: what the ratio budget is a multiple of.
     artifact_size: u64,
     buf: Vec<u8>,
+    /// The `.skill` packager's wrapping directory: when set, `<wrapper>/` is taken off every
+    /// name and anything outside it is refused. Found by a first pass (see [`Sink::wrapper`]).
+    unwrap: Option<String>,
+    /// Set by [`Sink::finish`] when the tree is one wrapping directory holding `SKILL.md`.
+    wrapped: Option<String>,
 }
 
 /// Whether `components`, applied as text from a directory `depth` levels below the root, pass
@@ -210,6 +215,51 @@ impl<'a> Sink<'a> {
             bytes_out: 0,
             artifact_size,
             buf: vec![0u8; 64 * 1024],
+            unwrap: None,
+            wrapped: None,
+        }
+    }
+
+    /// A sink that takes `wrapper/` off every entry name (the second pass over a wrapped
+    /// `.skill` archive).
+    pub(crate) fn unwrapping(mut self, wrapper: String) -> Self {
+        self.unwrap = Some(wrapper);
+        self
+    }
+
+    /// After a successful [`Sink::finish`]: the wrapping directory, when the tree was one (and
+    /// the limits accept it). The caller extracts again with [`Sink::unwrapping`].
+    pub(crate) fn wrapper(&self) -> Option<String> {
+        self.wrapped.clone()
+    }
+
+    /// A name with the wrapping directory taken off: `None` for the wrapper itself.
+    fn strip_wrapper(&self, path: SafeRelPath, raw: &[u8]) -> Result<Option<SafeRelPath>, Stop> {
+        let Some(w) = &self.unwrap else {
+            return Ok(Some(path));
+        };
+        if path.as_str() == w {
+            return Ok(None);
+        }
+        let outside = || -> Stop {
+            Reason::new(
+                ReasonCode::MissingSkillMd,
+                format!(
+                    "entry outside the wrapping directory {}",
+                    display_name(w.as_bytes())
+                ),
+            )
+            .entry(display_name(raw))
+            .into()
+        };
+        let rest = path
+            .as_str()
+            .strip_prefix(w.as_str())
+            .and_then(|r| r.strip_prefix('/'))
+            .ok_or_else(outside)?;
+        match SafeRelPath::parse(rest.as_bytes(), self.limits)? {
+            Parsed::Path(p) => Ok(Some(p)),
+            Parsed::Root => Err(outside()),
         }
     }
 
@@ -386,6 +436,19 @@ impl<'a> Sink<'a> {
                             .into(),
                     ),
                 };
+            }
+        };
+        let path = match self.strip_wrapper(path, raw.name)? {
+            Some(p) => p,
+            // The wrapping directory itself becomes the root: nothing to create.
+            None if matches!(raw.kind, RawKind::Dir) => return Ok(()),
+            None => {
+                return Err(Reason::new(
+                    ReasonCode::MissingSkillMd,
+                    "the wrapping directory's name is also a non-directory entry",
+                )
+                .entry(display_name(raw.name))
+                .into());
             }
         };
         if let RawKind::Special(what) = raw.kind {
@@ -616,7 +679,10 @@ impl<'a> Sink<'a> {
             return Err(refuse("hard links are not allowed by policy"));
         }
         let source = match SafeRelPath::parse(target, self.limits) {
-            Ok(Parsed::Path(s)) => s,
+            Ok(Parsed::Path(s)) => match self.strip_wrapper(s, target) {
+                Ok(Some(s)) => s,
+                _ => return Err(refuse("hard link target is outside the wrapping directory")),
+            },
             _ => {
                 return Err(refuse(
                     "hard link target is not a valid name inside the archive",
@@ -664,6 +730,9 @@ impl<'a> Sink<'a> {
                     )
                     .into());
                 }
+                None if self.limits.accept_wrapper => {
+                    self.wrapped = Some(self.wrapping_dir()?);
+                }
                 None => {
                     let hint = if self.nodes.keys().any(|k| k.ends_with("/SKILL.md")) {
                         " (one exists in a subdirectory; the package root must hold it)"
@@ -679,6 +748,37 @@ impl<'a> Sink<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The `.skill` packager's layout, `<name>/SKILL.md` inside one top-level directory that
+    /// holds everything: that directory's name, or why the tree is not that layout.
+    fn wrapping_dir(&self) -> Result<String, Stop> {
+        let refuse =
+            |detail: String| -> Stop { Reason::new(ReasonCode::MissingSkillMd, detail).into() };
+        let tops: std::collections::BTreeSet<&str> = self
+            .nodes
+            .keys()
+            .map(|k| k.split('/').next().unwrap_or(k))
+            .collect();
+        let mut it = tops.iter();
+        let (Some(w), None) = (it.next(), it.next()) else {
+            return Err(refuse(format!(
+                "no SKILL.md at the archive root, and {} top-level entries, not one wrapping directory",
+                tops.len()
+            )));
+        };
+        let is_dir = self.nodes.get(*w).is_some_and(|n| n.kind == Kind::Dir);
+        let has_skill = self
+            .nodes
+            .get(format!("{w}/SKILL.md").as_str())
+            .is_some_and(|n| n.kind == Kind::File);
+        if !is_dir || !has_skill {
+            return Err(refuse(format!(
+                "no SKILL.md at the archive root or in the wrapping directory {}",
+                display_name(w.as_bytes())
+            )));
+        }
+        Ok((*w).to_owned())
     }
 
     /// Resolve a symlink twice, and require both readings to stay inside. Lexically first, as

@@ -3,9 +3,9 @@
 //! Input is two saved answers (the `extract --json` object, seen as a [`Version`]) with their
 //! review reports; no package is opened. The verdict is `unchanged` when the artifact digests are equal,
 //! `needs_review` when anything a reviewer must look at again appeared (a new or changed script
-//! or executable, a new host, tool, credential touch, download or risky command, or a new review
-//! that was cut short by its bounds), and `content_only` otherwise (documentation, assets,
-//! renames, frontmatter text). Growth is judged by content, not by position: a script moved to a
+//! or executable, a new host, tool, credential touch, download, upload or risky command in code,
+//! or a new review that left bytes unread), and `content_only` otherwise (documentation, assets,
+//! renames, frontmatter text, and anything prose or data merely mentions). Growth is judged by content, not by position: a script moved to a
 //! new path with the same bytes is a rename, a host that moved to another line is not new.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -49,6 +49,7 @@ pub enum GrowthKind {
     NewHost,
     NewCredential,
     NewDownload,
+    NewUpload,
     NewRiskyCommand,
     /// The new version's review hit a bound: growth cannot be ruled out.
     IncompleteReview,
@@ -65,6 +66,7 @@ impl GrowthKind {
             GrowthKind::NewHost => "new_host",
             GrowthKind::NewCredential => "new_credential",
             GrowthKind::NewDownload => "new_download",
+            GrowthKind::NewUpload => "new_upload",
             GrowthKind::NewRiskyCommand => "new_risky_command",
             GrowthKind::IncompleteReview => "incomplete_review",
         }
@@ -238,7 +240,9 @@ pub fn diff(old: &Version<'_>, new: &Version<'_>) -> Result<Diff, DiffError> {
     }
 
     // Subjects: tools, hosts, credentials, downloads, risky commands.
-    let sets: [(GrowthKind, &[String], &[String], FindingKind); 5] = [
+    // Capabilities come from code only (scripts, code blocks): what prose or data mentions is
+    // in `mentions` and never grows anything on its own.
+    let sets: [(GrowthKind, &[String], &[String], FindingKind); 6] = [
         (
             GrowthKind::NewTool,
             &or.tools[..],
@@ -262,6 +266,12 @@ pub fn diff(old: &Version<'_>, new: &Version<'_>) -> Result<Diff, DiffError> {
             &or.capabilities.downloads,
             &nr.capabilities.downloads,
             FindingKind::Download,
+        ),
+        (
+            GrowthKind::NewUpload,
+            &or.capabilities.uploads,
+            &nr.capabilities.uploads,
+            FindingKind::Upload,
         ),
         (
             GrowthKind::NewRiskyCommand,
@@ -312,7 +322,12 @@ fn located(r: &Review, kind: FindingKind, subject: &str) -> Option<String> {
     let f = r
         .findings
         .iter()
-        .find(|f| f.kind == kind && f.subject.as_deref() == Some(subject))?;
+        .find(|f| f.kind == kind && f.context.is_code() && f.subject.as_deref() == Some(subject))
+        .or_else(|| {
+            r.findings
+                .iter()
+                .find(|f| f.kind == kind && f.subject.as_deref() == Some(subject))
+        })?;
     Some(match f.line {
         Some(l) => format!("{}:{l}", f.file),
         None => f.file.clone(),

