@@ -950,6 +950,7 @@ fn forged(files: &[(&str, &str)], listed: &[(&str, u64)]) -> Probe {
         },
         entries,
         totals,
+        wrapper: None,
         review: None,
     };
     Probe::AnswerForged {
