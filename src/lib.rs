@@ -18,7 +18,8 @@
 //! - [`urls`], [`index`]: URL resolution and discovery-index parsing.
 //! - [`fetch`]: fetch policy, HTTPS, cache and acquisition with provenance.
 //! - [`replay`]: replaying a corpus against its manifest.
-//! - [`fuzzing`]: property checks shared by the fuzz targets and their stable test.
+//! - `fuzzing` (feature `fuzzing`, for tests and `fuzz/` only): the fuzz targets' property
+//!   checks, shared with their stable test.
 //!
 //! The command line (clap types, printing, exit codes) is the binary's, in `src/cli/`.
 
@@ -28,6 +29,7 @@ pub mod convert;
 pub mod digest;
 pub mod extract;
 pub mod fetch;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;

@@ -1,0 +1,350 @@
+//! Running the cases: each as its own `skillbox extract --json` process in a fresh parent
+//! directory, its answer read under a bound, and what it left behind checked.
+
+use super::*;
+
+/// Run every case under `dir` in parallel.
+pub fn run(dir: &Path, opts: &Options) -> Result<Report, ReplayError> {
+    let start = Instant::now();
+    let cases = collect(dir)?;
+    let scratch = tempfile::Builder::new()
+        .prefix("skillbox-replay-")
+        .tempdir()
+        .map_err(ReplayError::Scratch)?;
+    fs::create_dir(scratch.path().join("io")).map_err(ReplayError::Scratch)?;
+    fs::create_dir(scratch.path().join("cases")).map_err(ReplayError::Scratch)?;
+    let dir_abs = dir.canonicalize().map_err(|source| ReplayError::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let jobs = opts.jobs.clamp(1, cases.len().max(1));
+    let next = AtomicUsize::new(0);
+    let results: Mutex<BTreeMap<usize, CaseResult>> = Mutex::new(BTreeMap::new());
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(case) = cases.get(i) else { break };
+                    let r = run_case(i, case, &dir_abs, scratch.path(), opts);
+                    if let Ok(mut m) = results.lock() {
+                        m.insert(i, r);
+                    }
+                }
+            });
+        }
+    });
+    let results = results.into_inner().unwrap_or_default();
+    Ok(Report {
+        dir: dir.to_owned(),
+        jobs,
+        duration: start.elapsed(),
+        cases: results.into_values().collect(),
+    })
+}
+
+pub(super) fn run_case(
+    i: usize,
+    case: &Case,
+    dir: &Path,
+    scratch: &Path,
+    opts: &Options,
+) -> CaseResult {
+    let start = Instant::now();
+    let mut result = CaseResult {
+        name: case.name.clone(),
+        file: case.file.to_string_lossy().into_owned(),
+        status: Status::Error,
+        expected: case.expect.clone(),
+        got: None,
+        problems: Vec::new(),
+        duration: Duration::ZERO,
+    };
+    match execute(i, case, dir, scratch, opts, &mut result.problems) {
+        Some(got) => {
+            let mut status = match &case.expect {
+                None => Status::Unexpected,
+                Some(e) if matches(e, &got) => Status::Pass,
+                Some(_) => Status::Fail,
+            };
+            if status == Status::Pass && !result.problems.is_empty() {
+                status = Status::Fail;
+            }
+            result.status = status;
+            result.got = Some(got);
+        }
+        None => {
+            result.status = if case.expect.is_none() {
+                Status::Unexpected
+            } else {
+                Status::Error
+            }
+        }
+    }
+    result.duration = start.elapsed();
+    result
+}
+
+pub(super) fn matches(expect: &Expect, got: &Got) -> bool {
+    expect.verdict == got.verdict
+        && (expect.reason.is_none() && got.verdict == Verdict::Rejected
+            || expect.reason == got.reason)
+}
+
+/// Run one case; `None` when it produced no usable answer (the problems say why).
+pub(super) fn execute(
+    i: usize,
+    case: &Case,
+    dir: &Path,
+    scratch: &Path,
+    opts: &Options,
+    problems: &mut Vec<String>,
+) -> Option<Got> {
+    let artifact = dir.join(&case.file);
+    match fs::metadata(&artifact) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => {
+            problems.push(format!("{} is not a regular file", case.file.display()));
+            return None;
+        }
+        Err(e) => {
+            problems.push(format!("cannot read {}: {e}", case.file.display()));
+            return None;
+        }
+    }
+    // A fresh, empty parent per case: the child's cwd and TMPDIR, so stray writes show up.
+    let parent = scratch.join("cases").join(i.to_string());
+    let io_dir = scratch.join("io");
+    if let Err(e) = fs::create_dir(&parent) {
+        problems.push(format!("cannot create the case directory: {e}"));
+        return None;
+    }
+    let staging = parent.join("staging");
+    let mut cmd = Command::new(&opts.exe);
+    cmd.arg("extract")
+        .arg(&artifact)
+        .arg("--json")
+        .arg("--out")
+        .arg(&staging);
+    if let Some(kind) = case.kind {
+        cmd.arg("--type").arg(kind.as_str());
+    }
+    if let Some(mt) = &case.media_type {
+        cmd.arg("--media-type").arg(mt);
+    }
+    if let Some(d) = &case.digest {
+        cmd.arg("--digest").arg(d);
+    }
+    if let Some(limits) = &case.limits {
+        let path = io_dir.join(format!("{i}.limits.json"));
+        if let Err(e) = fs::write(&path, limits.to_string()) {
+            problems.push(format!("cannot write the limits file: {e}"));
+            return None;
+        }
+        cmd.arg("--limits").arg(path);
+    }
+    cmd.args(&opts.extract_args);
+    let out_path = io_dir.join(format!("{i}.out"));
+    let err_path = io_dir.join(format!("{i}.err"));
+    let (Ok(out), Ok(err)) = (File::create(&out_path), File::create(&err_path)) else {
+        problems.push("cannot create the output files".into());
+        return None;
+    };
+    cmd.current_dir(&parent)
+        .env("TMPDIR", &parent)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    let status = wait(cmd, opts.timeout, problems);
+    let answer = status.and_then(|status| read_answer(status, &out_path, &err_path, problems));
+    check_containment(&parent, answer.as_ref().map(|(o, _)| o), problems);
+    if let Ok(dir) = File::open(&parent) {
+        let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
+    }
+    let _ = fs::remove_dir(&parent);
+    let (o, v) = answer?;
+    // A reason is printed to terminals and logs: hostile names must arrive escaped.
+    if let Some(r) = &o.reason {
+        if r.entry
+            .iter()
+            .chain(std::iter::once(&r.detail))
+            .any(|t| t.chars().any(char::is_control))
+        {
+            problems
+                .push("the reason carries a raw control character (unescaped hostile name)".into());
+        }
+    }
+    // Finding kinds are read from the JSON: the report's shape belongs to the review.
+    let findings: BTreeSet<String> = v["review"]["findings"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|f| f["kind"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(want) = &case.findings {
+        if o.verdict == Verdict::Accepted && *want != findings {
+            let show = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+            problems.push(format!(
+                "review findings [{}], expected [{}]",
+                show(&findings),
+                show(want)
+            ));
+        }
+    }
+    Some(Got {
+        verdict: o.verdict,
+        reason: o.reason.as_ref().map(|r| r.code),
+        detail: o.reason.as_ref().map(|r| r.detail.clone()),
+        entry: o.reason.as_ref().and_then(|r| r.entry.clone()),
+        findings,
+    })
+}
+
+/// Spawn and wait, killing the child past the timeout.
+pub(super) fn wait(
+    mut cmd: Command,
+    timeout: Duration,
+    problems: &mut Vec<String>,
+) -> Option<ExitStatus> {
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            problems.push(format!("cannot run skillbox extract: {e}"));
+            return None;
+        }
+    };
+    let deadline = Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status),
+            Ok(None) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                problems.push(format!(
+                    "timed out after {}s and was killed",
+                    timeout.as_secs()
+                ));
+                return None;
+            }
+            Ok(None) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            Err(e) => {
+                problems.push(format!("cannot wait for skillbox extract: {e}"));
+                let _ = child.kill();
+                return None;
+            }
+        }
+    }
+}
+
+pub(super) fn tail(path: &Path) -> String {
+    let text = fs::read(path).unwrap_or_default();
+    let start = text.len().saturating_sub(2000);
+    display_name(String::from_utf8_lossy(&text[start..]).trim().as_bytes())
+}
+
+/// Decode the child's JSON answer and hold it against its exit status.
+pub(super) fn read_answer(
+    status: ExitStatus,
+    out: &Path,
+    err: &Path,
+    problems: &mut Vec<String>,
+) -> Option<(Outcome, Value)> {
+    let mut text = Vec::new();
+    let read = File::open(out).and_then(|f| f.take(MAX_ANSWER_BYTES + 1).read_to_end(&mut text));
+    let code = status.code();
+    let answer: Option<(Outcome, Value)> = match read {
+        Ok(_) if text.len() as u64 > MAX_ANSWER_BYTES => {
+            problems.push(format!("answer larger than {MAX_ANSWER_BYTES} bytes"));
+            None
+        }
+        Ok(_) => serde_json::from_slice::<Value>(&text).ok().and_then(|v| {
+            serde_json::from_value::<Outcome>(v.clone())
+                .ok()
+                .map(|o| (o, v))
+        }),
+        Err(e) => {
+            problems.push(format!("cannot read the answer: {e}"));
+            None
+        }
+    };
+    let expected_code = answer.as_ref().map(|(o, _)| match o.verdict {
+        Verdict::Accepted => 0,
+        Verdict::Rejected => 3,
+    });
+    match (code, expected_code) {
+        (Some(c), Some(e)) if c == e => answer,
+        (Some(c), Some(_)) => {
+            problems.push(format!(
+                "exit status {c} does not match the verdict in the answer"
+            ));
+            answer
+        }
+        (code, None) => {
+            let how = match code {
+                Some(c) => format!("exited with status {c}"),
+                None => format!("was killed ({status})"),
+            };
+            problems.push(format!(
+                "skillbox extract {how} without a verdict: {}",
+                tail(err)
+            ));
+            None
+        }
+        (None, Some(_)) => {
+            problems.push(format!("skillbox extract was killed ({status})"));
+            None
+        }
+    }
+}
+
+/// Nothing outside the staging directory, nothing at all after a rejection, and an accepted
+/// staging tree that is exactly its inventory.
+pub(super) fn check_containment(
+    parent: &Path,
+    answer: Option<&Outcome>,
+    problems: &mut Vec<String>,
+) {
+    let names: Vec<String> = match fs::read_dir(parent) {
+        Ok(rd) => rd
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(e) => {
+            problems.push(format!("cannot list the case directory: {e}"));
+            return;
+        }
+    };
+    let accepted = answer.is_some_and(|o| o.verdict == Verdict::Accepted);
+    let mut stray: Vec<String> = names
+        .iter()
+        .filter(|n| !(accepted && n.as_str() == "staging"))
+        .cloned()
+        .collect();
+    stray.sort();
+    if !stray.is_empty() {
+        let what = if accepted {
+            "outside the staging directory"
+        } else {
+            "after a rejection"
+        };
+        problems.push(format!(
+            "left on disk {what}: {}",
+            display_name(stray.join(", ").as_bytes())
+        ));
+    }
+    if let Some(o) = answer.filter(|o| o.verdict == Verdict::Accepted) {
+        let staging = parent.join("staging");
+        if !staging.is_dir() {
+            problems.push("accepted, but the staging directory is missing".into());
+        } else if let Err(mut diffs) = verify_tree(&staging, &o.entries) {
+            diffs.truncate(10);
+            problems.extend(diffs.into_iter().map(|d| format!("staged tree: {d}")));
+        }
+    }
+}
