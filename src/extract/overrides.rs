@@ -12,17 +12,17 @@ use super::policy::{HardlinkPolicy, Limits};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitOverrides {
-    #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "present_size", skip_serializing_if = "Option::is_none")]
     pub max_artifact_bytes: Option<u64>,
     #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub max_entries: Option<u64>,
-    #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "present_size", skip_serializing_if = "Option::is_none")]
     pub max_expanded_bytes: Option<u64>,
-    #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "present_size", skip_serializing_if = "Option::is_none")]
     pub max_file_bytes: Option<u64>,
     #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub max_ratio: Option<u64>,
-    #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+    #[serde(deserialize_with = "present_size", skip_serializing_if = "Option::is_none")]
     pub ratio_threshold_bytes: Option<u64>,
     #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub max_path_depth: Option<u64>,
@@ -45,6 +45,25 @@ pub struct LimitOverrides {
 /// A key that is present must carry a value: `null` is not "use the default".
 fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<T>, D::Error> {
     T::deserialize(d).map(Some)
+}
+
+/// A byte size: a number, or a string with the flags' `K`/`M`/`G` suffixes (`"64M"`).
+fn present_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(d) {
+        Ok(Size::Bytes(n)) => Ok(Some(n)),
+        Ok(Size::Text(t)) => super::policy::parse_size(&t)
+            .map(Some)
+            .map_err(serde::de::Error::custom),
+        Err(_) => Err(serde::de::Error::custom(
+            "expected a size: a number of bytes, or a string such as \"64M\" (K, M, G suffixes)",
+        )),
+    }
 }
 
 impl LimitOverrides {
@@ -134,6 +153,45 @@ mod tests {
         assert_eq!(o.max_entries, Some(3));
         assert!(toml::from_str::<LimitOverrides>("max_entires = 3").is_err());
         assert!(serde_json::from_str::<LimitOverrides>(r#"{"max_entries": null}"#).is_err());
+    }
+
+    #[test]
+    fn sizes_in_a_file_take_the_flags_suffixes() {
+        let o: LimitOverrides =
+            toml::from_str("max_file_bytes = \"64M\"\nmax_artifact_bytes = 1024").expect("toml");
+        assert_eq!(o.max_file_bytes, Some(64 * 1024 * 1024));
+        assert_eq!(o.max_artifact_bytes, Some(1024));
+        let o: LimitOverrides =
+            serde_json::from_str(r#"{"max_expanded_bytes": "2G"}"#).expect("json");
+        assert_eq!(o.max_expanded_bytes, Some(2 * 1024 * 1024 * 1024));
+        let bad = toml::from_str::<LimitOverrides>("max_file_bytes = \"64Q\"");
+        assert!(bad.is_err());
+        let bad = toml::from_str::<LimitOverrides>("max_file_bytes = -1");
+        assert!(bad.is_err());
+    }
+
+    #[test]
+    fn every_limit_has_a_ceiling() {
+        let base = Limits::default();
+        for (field, _, max, _) in crate::extract::policy::CEILINGS {
+            let set = |v: u64| {
+                let text = format!("{field} = {v}");
+                let o: LimitOverrides = toml::from_str(&text).expect("toml");
+                o.apply(&base).validate()
+            };
+            assert!(set(max).is_ok(), "{field} at its ceiling {max}");
+            match set(max + 1) {
+                Err(crate::extract::policy::LimitsError::OutOfRange { field: f, .. }) => {
+                    assert_eq!(f, field);
+                }
+                other => panic!("{field} one past its ceiling: {other:?}"),
+            }
+        }
+        let o = LimitOverrides {
+            max_file_bytes: Some(u64::MAX),
+            ..LimitOverrides::default()
+        };
+        assert!(o.apply(&base).validate().is_err());
     }
 
     #[test]

@@ -145,6 +145,18 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     })
 }
 
+/// The largest value each numeric limit accepts, and the rule as the error states it.
+pub const CEILINGS: [(&str, fn(&Limits) -> u64, u64, &str); 8] = [
+    ("max_artifact_bytes", |l| l.max_artifact_bytes, 4 * GIB, "at most 4G"),
+    ("max_entries", |l| l.max_entries, 1_000_000, "at most 1000000"),
+    ("max_expanded_bytes", |l| l.max_expanded_bytes, 64 * GIB, "at most 64G"),
+    ("max_file_bytes", |l| l.max_file_bytes, 16 * GIB, "at most 16G"),
+    ("max_ratio", |l| l.max_ratio, 100_000, "at most 100000"),
+    ("ratio_threshold_bytes", |l| l.ratio_threshold_bytes, 64 * GIB, "at most 64G"),
+    ("max_path_depth", |l| l.max_path_depth, 2048, "at most 2048"),
+    ("max_path_bytes", |l| l.max_path_bytes, 4095, "at most 4095, below the Linux PATH_MAX"),
+];
+
 impl Limits {
     /// Parse a limits file: `.toml` or `.json`, keys as the field names, unknown keys refused.
     /// Keys not present keep their defaults.
@@ -183,6 +195,8 @@ impl Limits {
     }
 
     /// Reject values that would make the engine meaningless or dangerous.
+    ///
+    /// Each numeric limit must be at least 1 and at most its ceiling in [`CEILINGS`].
     pub fn validate(&self) -> Result<(), LimitsError> {
         let positive: [(&'static str, u64); 8] = [
             ("max_artifact_bytes", self.max_artifact_bytes),
@@ -201,6 +215,14 @@ impl Limits {
                     value,
                     rule: "must be at least 1",
                 });
+            }
+        }
+        // Every limit has a ceiling: a limit is a bound, and a value past these is a typo or an
+        // attempt to switch the bound off (a u64::MAX `max_file_bytes` would make the child's
+        // RLIMIT_FSIZE unlimited). The ceilings are documented in docs/limits.md.
+        for (field, value, max, rule) in CEILINGS.map(|(f, get, max, rule)| (f, get(self), max, rule)) {
+            if value > max {
+                return Err(LimitsError::OutOfRange { field, value, rule });
             }
         }
         if self.max_component_bytes > 255 {
