@@ -911,14 +911,16 @@ fn xml_identifier(line: &[u8], col: usize) -> bool {
 }
 
 /// Code blocks of a Markdown file as (start byte, end byte, context): fenced blocks (backtick or
-/// tilde fences) and indented blocks after a blank line. A fence whose info string names a data
-/// language (`json`, `xml`, `text`, ...) is example content, not code.
+/// tilde fences) and indented blocks after a blank line, outside lists (an indented paragraph
+/// after a list item continues the item). A fence whose info string names a data language
+/// (`json`, `xml`, `text`, ...) is example content, not code.
 fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     let mut open: Option<(usize, u8, usize, Context)> = None; // start, fence char, run, context
     let mut indented: Option<usize> = None;
     let mut prev_blank = true;
+    let mut in_list = false;
     while pos < content.len() {
         let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
         let line = &content[pos..end];
@@ -943,12 +945,15 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
             None => {
                 let blank = line.trim_ascii().is_empty();
                 let is_indented = !blank && (indent >= 4 || line.first() == Some(&b'\t'));
+                if !blank && !is_indented {
+                    in_list = is_list_item(body) || (in_list && indent > 0);
+                }
                 match indented {
                     Some(s) if !is_indented && !blank => {
                         out.push((s, pos, Context::CodeBlock));
                         indented = None;
                     }
-                    None if is_indented && prev_blank => indented = Some(pos),
+                    None if is_indented && prev_blank && !in_list => indented = Some(pos),
                     _ => {}
                 }
                 if let (Some((c, n)), None) = (fence, indented) {
@@ -974,6 +979,19 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
         out.push((s, content.len(), Context::CodeBlock));
     }
     out
+}
+
+/// `- x`, `* x`, `+ x`, `1. x`, `1) x`.
+fn is_list_item(body: &[u8]) -> bool {
+    match body {
+        [b'-' | b'*' | b'+', b' ' | b'\t', ..] => true,
+        _ => {
+            let digits = body.iter().take_while(|b| b.is_ascii_digit()).count();
+            (1..=9).contains(&digits)
+                && matches!(body.get(digits), Some(b'.' | b')'))
+                && matches!(body.get(digits + 1), Some(b' ' | b'\t'))
+        }
+    }
 }
 
 fn percent_decode(s: &str) -> String {
@@ -1136,6 +1154,24 @@ mod tests {
             Some("bash".into())
         );
         assert_eq!(shebang_interpreter(b"\n"), None);
+    }
+
+    #[test]
+    fn markdown_code_blocks() {
+        let md = "# T\n\nprose\n\n```bash\ncurl x\n```\n\n    sudo rm -rf /\n\n- item\n\n    continued item text\n\n~~~json\n{}\n~~~\n";
+        let b = markdown_blocks(md.as_bytes());
+        let got: Vec<(&str, Context)> = b
+            .iter()
+            .map(|&(s, e, c)| (md[s..e].lines().next().unwrap_or(""), c))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("```bash", Context::CodeBlock),
+                ("    sudo rm -rf /", Context::CodeBlock),
+                ("~~~json", Context::Data)
+            ]
+        );
     }
 
     #[test]
