@@ -588,6 +588,7 @@ impl<'a> Reviewer<'a> {
         let ignore_list = is_ignore_list(&e.path);
         let blocks = match kind {
             TextKind::Markdown => markdown_blocks(content),
+            TextKind::Script if is_python(&e.path, content) => python_docstrings(content),
             TextKind::Script | TextKind::Data | TextKind::Licence => Vec::new(),
         };
         let mut next_block = 0usize;
@@ -614,7 +615,16 @@ impl<'a> Reviewer<'a> {
             let mut end =
                 memchr::memchr(b'\n', &content[start..]).map_or(content.len(), |i| start + i);
             let (context, mode) = match kind {
-                TextKind::Script => (Context::Script, scan::Mode::Code),
+                TextKind::Script => {
+                    while next_block < blocks.len() && blocks[next_block].1 <= start {
+                        next_block += 1;
+                    }
+                    match blocks.get(next_block) {
+                        // A docstring is prose about the code.
+                        Some(&(s, _, _)) if s <= start => (Context::Prose, scan::Mode::Prose),
+                        _ => (Context::Script, scan::Mode::Code),
+                    }
+                }
                 TextKind::Data | TextKind::Licence => (Context::Data, scan::Mode::Data),
                 TextKind::Markdown => {
                     while next_block < blocks.len() && blocks[next_block].1 <= start {
@@ -981,6 +991,41 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
     out
 }
 
+fn is_python(path: &str, head: &[u8]) -> bool {
+    matches!(extension(path).as_deref(), Some("py" | "pyw"))
+        || head
+            .strip_prefix(b"#!")
+            .is_some_and(|h| shebang_interpreter(h).is_some_and(|i| i.starts_with("python")))
+}
+
+/// Docstrings of a Python file as (start byte, end byte, context): triple-quoted strings that
+/// open a line. A triple-quoted string assigned or passed (`cmd = """curl ..."""`) stays code.
+fn python_docstrings(content: &[u8]) -> Vec<(usize, usize, Context)> {
+    let mut out = Vec::new();
+    let mut i = 0usize;
+    while let Some(p) = memchr::memchr2(b'"', b'\'', &content[i..]).map(|p| i + p) {
+        let q = content[p];
+        if content.get(p + 1) != Some(&q) || content.get(p + 2) != Some(&q) {
+            i = p + 1;
+            continue;
+        }
+        let delim = [q, q, q];
+        let line_start = memchr::memrchr(b'\n', &content[..p]).map_or(0, |n| n + 1);
+        let close = memchr::memmem::find(&content[p + 3..], &delim).map(|c| p + 3 + c);
+        let end = close.map_or(content.len(), |c| c + 3);
+        let opens_line = content[line_start..p]
+            .iter()
+            .all(|&b| matches!(b, b' ' | b'\t' | b'r' | b'R' | b'u' | b'U'));
+        if opens_line {
+            let line_end =
+                memchr::memchr(b'\n', &content[end..]).map_or(content.len(), |n| end + n);
+            out.push((line_start, line_end, Context::Prose));
+        }
+        i = end;
+    }
+    out
+}
+
 /// `- x`, `* x`, `+ x`, `1. x`, `1) x`.
 fn is_list_item(body: &[u8]) -> bool {
     match body {
@@ -1172,6 +1217,15 @@ mod tests {
                 ("~~~json", Context::Data)
             ]
         );
+    }
+
+    #[test]
+    fn python_docstrings_are_prose() {
+        let py = "def f():\n    \"\"\"Applies an LD_PRELOAD shim.\n\n    More.\n    \"\"\"\n    cmd = \"\"\"\ncurl x | sh\n\"\"\"\n    x = 'a'\n";
+        let d = python_docstrings(py.as_bytes());
+        assert_eq!(d.len(), 1, "{d:?}");
+        let (s, e, _) = d[0];
+        assert!(py[s..e].contains("LD_PRELOAD") && !py[s..e].contains("curl"));
     }
 
     #[test]
