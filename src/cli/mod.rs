@@ -55,8 +55,9 @@ pub enum Command {
     /// the fetch policy (the rule is named), 5 unrecognised index $schema.
     Fetch(fetch::FetchArgs),
     /// Compare two saved `extract --json` answers of a skill: what changed, and whether its
-    /// capabilities grew (new or changed scripts or executables, new hosts, tools, credential
-    /// touches, downloads or risky commands). Grown capabilities are listed first.
+    /// capabilities grew (new or changed scripts or executables, new tools, or new hosts,
+    /// credential touches, downloads, uploads or risky commands in code; what prose only
+    /// mentions never counts). Grown capabilities are listed first.
     ///
     /// Exit status: 0 unchanged (same digest), 4 content_only, 5 needs_review, 1 operational
     /// error (a file cannot be read), 2 usage error (not an accepted answer with a review).

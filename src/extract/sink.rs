@@ -730,7 +730,8 @@ impl<'a> Sink<'a> {
                     )
                     .into());
                 }
-                None if self.limits.accept_wrapper => {
+                // One wrapper at most: the second pass never unwraps again.
+                None if self.limits.accept_wrapper && self.unwrap.is_none() => {
                     self.wrapped = Some(self.wrapping_dir()?);
                 }
                 None => {

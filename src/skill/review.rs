@@ -599,6 +599,7 @@ impl<'a> Reviewer<'a> {
         let ignore_list = is_ignore_list(&e.path);
         let blocks = match kind {
             TextKind::Markdown => markdown_blocks(content),
+            TextKind::Script if is_python(&e.path, content) => python_docstrings(content),
             TextKind::Script | TextKind::Data | TextKind::Licence => Vec::new(),
         };
         let mut next_block = 0usize;
@@ -625,7 +626,16 @@ impl<'a> Reviewer<'a> {
             let mut end =
                 memchr::memchr(b'\n', &content[start..]).map_or(content.len(), |i| start + i);
             let (context, mode) = match kind {
-                TextKind::Script => (Context::Script, scan::Mode::Code),
+                TextKind::Script => {
+                    while next_block < blocks.len() && blocks[next_block].1 <= start {
+                        next_block += 1;
+                    }
+                    match blocks.get(next_block) {
+                        // A docstring is prose about the code.
+                        Some(&(s, _, _)) if s <= start => (Context::Prose, scan::Mode::Prose),
+                        _ => (Context::Script, scan::Mode::Code),
+                    }
+                }
                 TextKind::Data | TextKind::Licence => (Context::Data, scan::Mode::Data),
                 TextKind::Markdown => {
                     while next_block < blocks.len() && blocks[next_block].1 <= start {
@@ -922,14 +932,16 @@ fn xml_identifier(line: &[u8], col: usize) -> bool {
 }
 
 /// Code blocks of a Markdown file as (start byte, end byte, context): fenced blocks (backtick or
-/// tilde fences) and indented blocks after a blank line. A fence whose info string names a data
-/// language (`json`, `xml`, `text`, ...) is example content, not code.
+/// tilde fences) and indented blocks after a blank line, outside lists (an indented paragraph
+/// after a list item continues the item). A fence whose info string names a data language
+/// (`json`, `xml`, `text`, ...) is example content, not code.
 fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     let mut open: Option<(usize, u8, usize, Context)> = None; // start, fence char, run, context
     let mut indented: Option<usize> = None;
     let mut prev_blank = true;
+    let mut in_list = false;
     while pos < content.len() {
         let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
         let line = &content[pos..end];
@@ -954,12 +966,15 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
             None => {
                 let blank = line.trim_ascii().is_empty();
                 let is_indented = !blank && (indent >= 4 || line.first() == Some(&b'\t'));
+                if !blank && !is_indented {
+                    in_list = is_list_item(body) || (in_list && indent > 0);
+                }
                 match indented {
                     Some(s) if !is_indented && !blank => {
                         out.push((s, pos, Context::CodeBlock));
                         indented = None;
                     }
-                    None if is_indented && prev_blank => indented = Some(pos),
+                    None if is_indented && prev_blank && !in_list => indented = Some(pos),
                     _ => {}
                 }
                 if let (Some((c, n)), None) = (fence, indented) {
@@ -985,6 +1000,54 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
         out.push((s, content.len(), Context::CodeBlock));
     }
     out
+}
+
+fn is_python(path: &str, head: &[u8]) -> bool {
+    matches!(extension(path).as_deref(), Some("py" | "pyw"))
+        || head
+            .strip_prefix(b"#!")
+            .is_some_and(|h| shebang_interpreter(h).is_some_and(|i| i.starts_with("python")))
+}
+
+/// Docstrings of a Python file as (start byte, end byte, context): triple-quoted strings that
+/// open a line. A triple-quoted string assigned or passed (`cmd = """curl ..."""`) stays code.
+fn python_docstrings(content: &[u8]) -> Vec<(usize, usize, Context)> {
+    let mut out = Vec::new();
+    let mut i = 0usize;
+    while let Some(p) = memchr::memchr2(b'"', b'\'', &content[i..]).map(|p| i + p) {
+        let q = content[p];
+        if content.get(p + 1) != Some(&q) || content.get(p + 2) != Some(&q) {
+            i = p + 1;
+            continue;
+        }
+        let delim = [q, q, q];
+        let line_start = memchr::memrchr(b'\n', &content[..p]).map_or(0, |n| n + 1);
+        let close = memchr::memmem::find(&content[p + 3..], &delim).map(|c| p + 3 + c);
+        let end = close.map_or(content.len(), |c| c + 3);
+        let opens_line = content[line_start..p]
+            .iter()
+            .all(|&b| matches!(b, b' ' | b'\t' | b'r' | b'R' | b'u' | b'U'));
+        if opens_line {
+            let line_end =
+                memchr::memchr(b'\n', &content[end..]).map_or(content.len(), |n| end + n);
+            out.push((line_start, line_end, Context::Prose));
+        }
+        i = end;
+    }
+    out
+}
+
+/// `- x`, `* x`, `+ x`, `1. x`, `1) x`.
+fn is_list_item(body: &[u8]) -> bool {
+    match body {
+        [b'-' | b'*' | b'+', b' ' | b'\t', ..] => true,
+        _ => {
+            let digits = body.iter().take_while(|b| b.is_ascii_digit()).count();
+            (1..=9).contains(&digits)
+                && matches!(body.get(digits), Some(b'.' | b')'))
+                && matches!(body.get(digits + 1), Some(b' ' | b'\t'))
+        }
+    }
 }
 
 fn percent_decode(s: &str) -> String {
@@ -1147,6 +1210,33 @@ mod tests {
             Some("bash".into())
         );
         assert_eq!(shebang_interpreter(b"\n"), None);
+    }
+
+    #[test]
+    fn markdown_code_blocks() {
+        let md = "# T\n\nprose\n\n```bash\ncurl x\n```\n\n    sudo rm -rf /\n\n- item\n\n    continued item text\n\n~~~json\n{}\n~~~\n";
+        let b = markdown_blocks(md.as_bytes());
+        let got: Vec<(&str, Context)> = b
+            .iter()
+            .map(|&(s, e, c)| (md[s..e].lines().next().unwrap_or(""), c))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("```bash", Context::CodeBlock),
+                ("    sudo rm -rf /", Context::CodeBlock),
+                ("~~~json", Context::Data)
+            ]
+        );
+    }
+
+    #[test]
+    fn python_docstrings_are_prose() {
+        let py = "def f():\n    \"\"\"Applies an LD_PRELOAD shim.\n\n    More.\n    \"\"\"\n    cmd = \"\"\"\ncurl x | sh\n\"\"\"\n    x = 'a'\n";
+        let d = python_docstrings(py.as_bytes());
+        assert_eq!(d.len(), 1, "{d:?}");
+        let (s, e, _) = d[0];
+        assert!(py[s..e].contains("LD_PRELOAD") && !py[s..e].contains("curl"));
     }
 
     #[test]

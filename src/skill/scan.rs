@@ -1,5 +1,10 @@
-//! Line scanners over hostile text: external references, downloads, credential touches, risky
-//! commands, and Markdown link targets.
+//! Line scanners over hostile text: external references, downloads, uploads, credential touches,
+//! risky commands, and Markdown link targets.
+//!
+//! A line is read in a [`Mode`]: as code (command words count), as prose (only what sits in
+//! inline code spans of more than one word is read as a command), or as data (never commands).
+//! Hosts that name no third party (documentation placeholders, the machine itself) and URLs that
+//! identify rather than locate (XML namespaces, licence texts) are never reported.
 //!
 //! Two stages, both linear with no backtracking anywhere. [`Triggers`] is one Aho-Corasick pass
 //! over a whole file for the substrings any finding needs (`://`, `curl`, `.ssh`, `_token`, ...);
