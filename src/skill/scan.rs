@@ -1653,9 +1653,11 @@ mod tests {
         }
     }
 
+    /// One-megabyte lines built from every trigger: a scan that went quadratic on any of them
+    /// (10^12 steps) would never finish, so this test hangs instead of passing. No clock is
+    /// asserted on: timing belongs in benchmarks, not in a test on a shared machine.
     #[test]
     fn adversarial_lines_stay_linear() {
-        let started = std::time::Instant::now();
         let mut s = Scanner::default();
         let mut out = Vec::new();
         for unit in [
@@ -1681,10 +1683,6 @@ mod tests {
             let mut links = Vec::new();
             link_targets(line.as_bytes(), &mut links);
         }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(20),
-            "{:?}",
-            started.elapsed()
-        );
+        assert!(!out.is_empty(), "the adversarial lines hold triggers");
     }
 }
