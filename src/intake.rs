@@ -118,10 +118,7 @@ pub fn run(
 }
 
 /// A wrapping directory must carry the skill's own name: `pdf/SKILL.md` naming itself `pdf`.
-fn wrapper_named_after_skill(
-    wrapper: Option<&str>,
-    review: Review,
-) -> Result<Review, ReviewError> {
+fn wrapper_named_after_skill(wrapper: Option<&str>, review: Review) -> Result<Review, ReviewError> {
     let Some(w) = wrapper else {
         return Ok(review);
     };

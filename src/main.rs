@@ -1,7 +1,27 @@
 //! The `skillbox` command line: parse the arguments and dispatch to the command in [`cli`].
 //! Exit codes are a contract, defined once in [`cli::exit`].
 
+/// `print!` and `println!` for every command, shadowing std's: writing to a reader that went
+/// away (`skillbox replay corpus/ | head`) ends the command quietly, as Unix tools do, where
+/// std's macros panic on EPIPE. SIGPIPE itself stays ignored: the CLI writes into its confined
+/// children's pipes, and a child that dies early must be an error it reports, not a signal
+/// that kills it silently. Defined before `mod cli` so the whole binary side uses them.
+macro_rules! print {
+    ($($arg:tt)*) => {
+        $crate::stdout::write(format_args!($($arg)*), false)
+    };
+}
+macro_rules! println {
+    () => {
+        $crate::stdout::write(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout::write(format_args!($($arg)*), true)
+    };
+}
+
 mod cli;
+mod stdout;
 
 use std::ffi::OsStr;
 use std::process::ExitCode;
@@ -22,11 +42,6 @@ fn main() -> ExitCode {
         std::process::exit(skillbox::sandbox::zygote::main());
     }
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Serve(_) | Command::SandboxChild) {
-        // A closed pipe ends a one-shot command quietly (`replay | head`), as Unix tools do.
-        // Not for serve: a client that hangs up must not take the broker with it.
-        let _ = skillbox::sandbox::default_sigpipe();
-    }
     let sandbox = &cli.sandbox;
     match cli.command {
         Command::SandboxChild => skillbox::sandbox::child::run(),

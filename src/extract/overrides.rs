@@ -12,17 +12,29 @@ use super::policy::{HardlinkPolicy, Limits};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitOverrides {
-    #[serde(deserialize_with = "present_size", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "present_size",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_artifact_bytes: Option<u64>,
     #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub max_entries: Option<u64>,
-    #[serde(deserialize_with = "present_size", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "present_size",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_expanded_bytes: Option<u64>,
-    #[serde(deserialize_with = "present_size", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "present_size",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub max_file_bytes: Option<u64>,
     #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub max_ratio: Option<u64>,
-    #[serde(deserialize_with = "present_size", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "present_size",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub ratio_threshold_bytes: Option<u64>,
     #[serde(deserialize_with = "present", skip_serializing_if = "Option::is_none")]
     pub max_path_depth: Option<u64>,

@@ -145,16 +145,49 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     })
 }
 
-/// The largest value each numeric limit accepts, and the rule as the error states it.
-pub const CEILINGS: [(&str, fn(&Limits) -> u64, u64, &str); 8] = [
-    ("max_artifact_bytes", |l| l.max_artifact_bytes, 4 * GIB, "at most 4G"),
-    ("max_entries", |l| l.max_entries, 1_000_000, "at most 1000000"),
-    ("max_expanded_bytes", |l| l.max_expanded_bytes, 64 * GIB, "at most 64G"),
-    ("max_file_bytes", |l| l.max_file_bytes, 16 * GIB, "at most 16G"),
+/// A limit's name, how to read it, its largest accepted value, and the rule as errors state it.
+pub type Ceiling = (&'static str, fn(&Limits) -> u64, u64, &'static str);
+
+/// The largest value each numeric limit accepts.
+pub const CEILINGS: [Ceiling; 8] = [
+    (
+        "max_artifact_bytes",
+        |l| l.max_artifact_bytes,
+        4 * GIB,
+        "at most 4G",
+    ),
+    (
+        "max_entries",
+        |l| l.max_entries,
+        1_000_000,
+        "at most 1000000",
+    ),
+    (
+        "max_expanded_bytes",
+        |l| l.max_expanded_bytes,
+        64 * GIB,
+        "at most 64G",
+    ),
+    (
+        "max_file_bytes",
+        |l| l.max_file_bytes,
+        16 * GIB,
+        "at most 16G",
+    ),
     ("max_ratio", |l| l.max_ratio, 100_000, "at most 100000"),
-    ("ratio_threshold_bytes", |l| l.ratio_threshold_bytes, 64 * GIB, "at most 64G"),
+    (
+        "ratio_threshold_bytes",
+        |l| l.ratio_threshold_bytes,
+        64 * GIB,
+        "at most 64G",
+    ),
     ("max_path_depth", |l| l.max_path_depth, 2048, "at most 2048"),
-    ("max_path_bytes", |l| l.max_path_bytes, 4095, "at most 4095, below the Linux PATH_MAX"),
+    (
+        "max_path_bytes",
+        |l| l.max_path_bytes,
+        4095,
+        "at most 4095, below the Linux PATH_MAX",
+    ),
 ];
 
 impl Limits {
@@ -220,7 +253,9 @@ impl Limits {
         // Every limit has a ceiling: a limit is a bound, and a value past these is a typo or an
         // attempt to switch the bound off (a u64::MAX `max_file_bytes` would make the child's
         // RLIMIT_FSIZE unlimited). The ceilings are documented in docs/limits.md.
-        for (field, value, max, rule) in CEILINGS.map(|(f, get, max, rule)| (f, get(self), max, rule)) {
+        for (field, value, max, rule) in
+            CEILINGS.map(|(f, get, max, rule)| (f, get(self), max, rule))
+        {
             if value > max {
                 return Err(LimitsError::OutOfRange { field, value, rule });
             }

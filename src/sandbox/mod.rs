@@ -45,10 +45,14 @@ pub use supervise::{Ended, ProbeEnd, Running};
 pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult, LandlockStatus};
 pub use zygote::{ZYGOTE_SUBCOMMAND, Zygote};
 
-/// For one-shot commands only: let SIGPIPE end the process when its reader goes away (see
-/// `sys::default_sigpipe`). Never for `serve` or the child.
-pub fn default_sigpipe() -> std::io::Result<()> {
-    sys::default_sigpipe()
+/// End the process as a Unix tool ends when its reader has gone away: killed by SIGPIPE
+/// (exit status 141 to a shell), with no message. For the CLI's stdout only, when a write
+/// failed with EPIPE; never called while a child is being supervised.
+pub fn die_of_sigpipe() -> ! {
+    let _ = sys::default_sigpipe();
+    let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGPIPE);
+    // Not reached once the signal is delivered; the shell's status for it otherwise.
+    std::process::exit(141)
 }
 
 /// Everything an operator can set about confinement.

@@ -622,13 +622,12 @@ pub(super) fn recv_with_fds(
     }
 }
 
-/// Restore the default action of SIGPIPE (Rust's runtime ignores it), so a one-shot command
-/// whose reader went away (`skillbox replay corpus/ | head`) ends quietly, as Unix tools do,
-/// instead of panicking in `println!` on EPIPE. Never called by `serve` (a hung-up client must
-/// not kill the broker) nor by the child.
+/// Restore the default action of SIGPIPE (Rust's runtime ignores it), just before the CLI
+/// raises it on itself because its stdout reader went away (see `sandbox::die_of_sigpipe`).
+/// Never while a child is supervised: its pipes must fail with EPIPE, not kill us.
 pub(crate) fn default_sigpipe() -> io::Result<()> {
-    // SAFETY: signal(2) with SIG_DFL installs no handler code; nothing else changes SIGPIPE's
-    // disposition concurrently (called first thing in main, before any thread is started).
+    // SAFETY: signal(2) with SIG_DFL installs no handler code; the process is about to end, and
+    // a concurrent change of SIGPIPE's disposition elsewhere would only decide how it ends.
     let prev = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     if prev == libc::SIG_ERR {
         return Err(io::Error::last_os_error());
