@@ -395,8 +395,36 @@ fn entry(
         description: description.to_owned(),
         url,
         digest,
-        as_listed: raw.clone(),
+        as_listed: listed_redacted(raw),
     })
+}
+
+/// The index document with every entry's `url` redacted as [`Entry::as_listed`] is, for a copy
+/// that is kept (the cache's index copy for `--offline`): `None` when no URL held user
+/// information, so the bytes are kept exactly as received.
+pub fn redacted_document(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut root: Value = serde_json::from_slice(bytes).ok()?;
+    let mut changed = false;
+    for e in root.get_mut("skills")?.as_array_mut()? {
+        let redacted = listed_redacted(e);
+        if redacted != *e {
+            *e = redacted;
+            changed = true;
+        }
+    }
+    changed.then(|| serde_json::to_vec(&root).ok()).flatten()
+}
+
+/// The entry object as listed, but with any user information in its `url` replaced by the
+/// marker: the object is shown and recorded as provenance, and a secret must reach neither.
+fn listed_redacted(raw: &Value) -> Value {
+    let mut v = raw.clone();
+    if let Some(Value::String(u)) = v.get_mut("url") {
+        if let std::borrow::Cow::Owned(r) = urls::redact_str(u) {
+            *u = r;
+        }
+    }
+    v
 }
 
 fn entry_url(text: &str, base: Option<&Url>) -> Result<EntryUrl, String> {
@@ -408,7 +436,7 @@ fn entry_url(text: &str, base: Option<&Url>) -> Result<EntryUrl, String> {
             cross_origin: r.cross_origin,
         }),
         Err(urls::UrlError::NoBase { form }) => Ok(EntryUrl {
-            as_listed: text.to_owned(),
+            as_listed: urls::redact_str(text).into_owned(),
             form,
             resolved: None,
             cross_origin: false,

@@ -318,7 +318,7 @@ fn index_check(a: CheckArgs) -> u8 {
         let url = match urls::parse_absolute(&a.source) {
             Ok(u) => u,
             Err(e) => {
-                print_error(&format!("{}: {e}", a.source));
+                print_error(&format!("{}: {e}", urls::redact_str(&a.source)));
                 return EXIT_USAGE;
             }
         };
@@ -486,7 +486,7 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     let index_url = match urls::parse_absolute(&a.index_url) {
         Ok(u) => u,
         Err(e) => {
-            print_error(&format!("{}: {e}", a.index_url));
+            print_error(&format!("{}: {e}", urls::redact_str(&a.index_url)));
             return EXIT_USAGE;
         }
     };

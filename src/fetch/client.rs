@@ -78,7 +78,7 @@ impl Client {
             What::Index => self.policy.max_index_bytes,
             What::Artifact => self.policy.max_artifact_bytes,
         };
-        let mut current = url.clone();
+        let mut current = urls::redacted(url);
         current.set_fragment(None);
         loop {
             self.policy
@@ -91,8 +91,10 @@ impl Client {
             let mut reader = BufReader::with_capacity(16 * 1024, conn);
             let head = http::read_head(&mut reader).map_err(|e| at(e, &current))?;
             if REDIRECTS.contains(&head.status) {
+                // Redacted as it enters: the hop is shown and recorded, the marker is refused.
                 let location = head
                     .one("location")
+                    .map(|l| l.map(|l| urls::redact_str(&l).into_owned()))
                     .map_err(|e| at(e, &current))?
                     .ok_or_else(|| {
                         FetchError::Http(format!(

@@ -56,7 +56,10 @@ pub struct AllowedOrigin {
 impl AllowedOrigin {
     /// Parse `https://host[:port]` (a trailing `/` is tolerated; nothing else may follow).
     pub fn parse(s: &str) -> Result<Self, String> {
-        let url = super::urls::parse_absolute(s).map_err(|e| format!("{s:?}: {e}"))?;
+        let url = super::urls::parse_absolute(s);
+        // Never echo credentials back, not even in the refusal of them.
+        let s = &*super::urls::redact_str(s);
+        let url = url.map_err(|e| format!("{s:?}: {e}"))?;
         if url.scheme() != "https" {
             return Err(format!(
                 "{s:?}: an allowed origin must be https://HOST[:PORT]"

@@ -1220,3 +1220,206 @@ fn spellings_of_local_addresses_are_refused_before_connecting() {
         assert_eq!(refused_rule(&o), rule, "{url}: {}", explain(&o));
     }
 }
+
+// ---------------------------------------------------------------- secrets in URLs
+
+const MARKER: &str = "pw-MARKER-7f3a";
+
+fn assert_no_marker(o: &Output, what: &str) {
+    for (stream, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        assert!(
+            !String::from_utf8_lossy(bytes).contains(MARKER),
+            "{what}: the password reached {stream}:\n{}",
+            explain(o)
+        );
+    }
+}
+
+fn assert_no_marker_in_dir(dir: &std::path::Path) {
+    for e in walk(dir) {
+        let bytes = std::fs::read(&e).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(MARKER)
+                && !e.display().to_string().contains(MARKER),
+            "the password reached {}",
+            e.display()
+        );
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A password in the index URL, in entry URLs (absolute and network-path), in a redirect's
+/// Location, in `--base` and in `--allow-origin` never reaches stdout, stderr (JSON or text,
+/// `fetch` or `index check`) or the cache; the marker shows where it was.
+#[test]
+fn a_password_in_any_url_is_never_echoed() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    let abs = format!("https://user:{MARKER}@{}/a/SKILL.md", w.server.addr);
+    let net = format!("//user:{MARKER}@{}/a/SKILL.md", w.server.addr);
+    w.server.route(
+        "/hop",
+        Reply::Redirect(
+            302,
+            format!("https://user:{MARKER}@{}/a/SKILL.md", w.server.addr),
+        ),
+    );
+    w.index(&index_json(&[
+        entry("abs", "skill-md", &abs, &sha(&md)),
+        entry("net", "skill-md", &net, &sha(&md)),
+        entry("hop", "skill-md", "/hop", &sha(&md)),
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+    ]));
+    let cache = w.cache().display().to_string();
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+
+    for name in ["abs", "net", "hop"] {
+        let o = w.fetch(name, &[]);
+        assert_no_marker(&o, name);
+        assert_eq!(refused_rule(&o), "no_userinfo", "{name}");
+        let v = json_of(&o);
+        let p = &v["provenance"];
+        if name == "hop" {
+            assert_eq!(
+                p["hops"][0]["location"],
+                w.server
+                    .url("/a/SKILL.md")
+                    .replace("https://", "https://***@")
+            );
+        } else {
+            assert!(
+                p["entry"]["url"]
+                    .as_str()
+                    .is_some_and(|u| u.contains("***@")),
+                "{v:#}"
+            );
+            assert!(
+                p["resolved_url"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("https://***@")),
+                "{v:#}"
+            );
+        }
+        // The same in text.
+        let o = run(&w.args(&["fetch", &index, name, "--cache-dir", &cache]));
+        assert_eq!(code(&o), 4, "{}", explain(&o));
+        assert_no_marker(&o, name);
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("***@"),
+            "{}",
+            explain(&o)
+        );
+    }
+    assert_eq!(w.server.hits("/a/SKILL.md"), 0);
+
+    // `index check URL`: url.as_listed, url.resolved, the table.
+    let o = run(&w.args(&["index", "check", &index, "--json"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "index check --json");
+    let v = json_of(&o);
+    let abs_entry = &v["index"]["entries"][0]["url"];
+    assert!(
+        abs_entry["as_listed"]
+            .as_str()
+            .is_some_and(|u| u.contains("***@")),
+        "{v:#}"
+    );
+    assert!(
+        abs_entry["resolved"]
+            .as_str()
+            .is_some_and(|u| u.contains("***@")),
+        "{v:#}"
+    );
+    let o = run(&w.args(&["index", "check", &index]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "index check");
+
+    // The index URL itself, JSON and text, `fetch` and `index check`.
+    let secret_index = index.replace("https://", &format!("https://user:{MARKER}@"));
+    for args in [
+        vec![
+            "fetch",
+            &secret_index,
+            "demo",
+            "--json",
+            "--cache-dir",
+            &cache,
+        ],
+        vec!["fetch", &secret_index, "demo", "--cache-dir", &cache],
+        vec!["index", "check", &secret_index, "--json"],
+        vec!["index", "check", &secret_index],
+    ] {
+        let o = run(&w.args(&args));
+        assert_eq!(code(&o), 4, "{args:?}: {}", explain(&o));
+        assert_no_marker(&o, &format!("{args:?}"));
+    }
+    let o = run(&w.args(&[
+        "fetch",
+        &secret_index,
+        "demo",
+        "--json",
+        "--cache-dir",
+        &cache,
+    ]));
+    assert_eq!(
+        json_of(&o)["provenance"]["index_url"],
+        index.replace("https://", "https://***@")
+    );
+
+    // --base and --allow-origin with credentials, and a URL that does not parse.
+    let file = w.tmp.path().join("index.json");
+    std::fs::write(
+        &file,
+        index_json(&[entry("demo", "skill-md", "a/SKILL.md", &sha(&md))]),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let file = file.display().to_string();
+    let o = run(&[
+        "index".into(),
+        "check".into(),
+        file.clone(),
+        "--base".into(),
+        secret_index.clone(),
+        "--json".into(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "--base");
+    let o = run(&w.args(&[
+        "fetch",
+        &index,
+        "demo",
+        "--cache-dir",
+        &cache,
+        "--allow-origin",
+        &format!("https://u:{MARKER}@example.com"),
+    ]));
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+    assert_no_marker(&o, "--allow-origin");
+    let o = run(&w.args(&[
+        "fetch",
+        &format!("https://u:{MARKER}@[::1/x"),
+        "demo",
+        "--cache-dir",
+        &cache,
+    ]));
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+    assert_no_marker(&o, "unparsable URL");
+
+    // A clean fetch beside them; nothing in the cache holds the password.
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker_in_dir(&w.cache());
+}
