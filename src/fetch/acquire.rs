@@ -119,6 +119,10 @@ pub fn load_index(
         let got = client.get(url, What::Index, &mut body, &mut hops);
         match got {
             Ok(d) => prov.index_download = Some(d),
+            Err(FetchError::IndexTooLarge { size, max, .. }) => {
+                prov.index_source = Some(Source::Network);
+                return Err(IndexError::TooLarge { size, max }.into());
+            }
             Err(e) => {
                 prov.index_download = (!hops.is_empty()).then(|| Download {
                     hops,

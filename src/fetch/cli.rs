@@ -6,7 +6,7 @@
 //! [`EXIT_SCHEMA`] (unrecognised `$schema`).
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
@@ -211,6 +211,8 @@ fn fetch_exit(e: &FetchError) -> u8 {
         | FetchError::Http(_)
         | FetchError::Status { .. }
         | FetchError::Sink(_) => EXIT_OPERATIONAL,
+        // The same status as an index file over the bound: the index is rejected.
+        FetchError::IndexTooLarge { .. } => EXIT_REJECTED,
     }
 }
 
@@ -340,11 +342,12 @@ fn index_check(a: CheckArgs) -> u8 {
             }
         };
         prov.index_url = a.source.clone();
-        match read_file_bounded(Path::new(&a.source), setup.index_limits.max_bytes) {
+        match index::read_file(Path::new(&a.source), setup.index_limits.max_bytes) {
             Ok(bytes) => {
                 index::parse(&bytes, base.as_ref(), &setup.index_limits).map_err(AcquireError::from)
             }
-            Err(m) => {
+            Err(index::ReadError::Index(e)) => Err(AcquireError::from(e)),
+            Err(index::ReadError::Io(m)) => {
                 print_error(&m);
                 return EXIT_OPERATIONAL;
             }
@@ -372,15 +375,6 @@ fn index_check(a: CheckArgs) -> u8 {
             acquire_exit(&e)
         }
     }
-}
-
-fn read_file_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(bytes)
 }
 
 fn index_json(index: &Index) -> Value {

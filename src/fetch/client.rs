@@ -140,10 +140,10 @@ impl Client {
             if let Framing::Length(n) = framing {
                 if n > limit {
                     reader.get_mut().cut();
-                    return Err(too_large(limit, n, &current, "declared by Content-Length"));
+                    return Err(too_large(what, limit, Some(n), &current));
                 }
             }
-            let bytes = stream(&mut reader, framing, limit, sink, &current)?;
+            let bytes = stream(&mut reader, framing, (what, limit), sink, &current)?;
             return Ok(Download {
                 hops: hops.clone(),
                 final_url: current.to_string(),
@@ -186,11 +186,29 @@ fn at(e: FetchError, url: &Url) -> FetchError {
     }
 }
 
-fn too_large(limit: u64, observed: u64, url: &Url, how: &str) -> FetchError {
-    FetchError::Refused(
-        Refusal::new(Rule::MaxBytes, format!("body is larger than the limit of {limit} bytes ({observed} bytes {how}); the connection was cut"))
+/// The byte limit fired: `declared` is the Content-Length when the server sent one, else
+/// reading stopped one buffer past the limit.
+fn too_large(what: What, limit: u64, declared: Option<u64>, url: &Url) -> FetchError {
+    let how = match declared {
+        Some(n) => format!("{n} bytes declared by Content-Length"),
+        None => "more arrived before reading stopped".to_owned(),
+    };
+    match what {
+        What::Index => FetchError::IndexTooLarge {
+            url: url.to_string(),
+            size: declared,
+            max: limit,
+        },
+        What::Artifact => FetchError::Refused(
+            Refusal::new(
+                Rule::MaxBytes,
+                format!(
+                    "body is larger than the limit of {limit} bytes ({how}); the connection was cut"
+                ),
+            )
             .at(url),
-    )
+        ),
+    }
 }
 
 fn send_request(conn: &mut Conn, url: &Url) -> Result<(), FetchError> {
@@ -213,7 +231,7 @@ fn send_request(conn: &mut Conn, url: &Url) -> Result<(), FetchError> {
 fn stream(
     reader: &mut BufReader<Conn>,
     framing: Framing,
-    limit: u64,
+    (what, limit): (What, u64),
     sink: &mut dyn Write,
     url: &Url,
 ) -> Result<u64, FetchError> {
@@ -230,7 +248,7 @@ fn stream(
             }
             let observed = total + n as u64;
             if observed > limit {
-                return Err(too_large(limit, observed, url, "received before stopping"));
+                return Err(too_large(what, limit, None, url));
             }
             sink.write_all(&buf[..n]).map_err(FetchError::Sink)?;
             total = observed;

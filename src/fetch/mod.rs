@@ -40,6 +40,15 @@ pub enum FetchError {
     Http(String),
     #[error("{url} answered HTTP {status}")]
     Status { url: String, status: u16 },
+    /// The index body passed `--max-index-bytes` (the connection was cut). Reported as the
+    /// index error it is, with the exit status of an index over a bound read from a file.
+    #[error("the index at {url} is over its limit of {max} bytes")]
+    IndexTooLarge {
+        url: String,
+        /// The declared Content-Length, when the server declared one.
+        size: Option<u64>,
+        max: u64,
+    },
     #[error("cannot store the download: {0}")]
     Sink(#[source] std::io::Error),
 }

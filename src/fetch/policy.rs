@@ -143,7 +143,7 @@ impl Rule {
             Self::MaxRedirects => Some("--max-redirects N"),
             Self::ConnectTimeout => Some("--connect-timeout SECONDS"),
             Self::TotalTimeout => Some("--total-timeout SECONDS"),
-            Self::MaxBytes => Some("--max-bytes N (artifacts) or --max-index-bytes N (the index)"),
+            Self::MaxBytes => Some("--max-bytes N"),
         }
     }
 }

@@ -1423,3 +1423,76 @@ fn a_password_in_any_url_is_never_echoed() {
     assert_eq!(code(&o), 0, "{}", explain(&o));
     assert_no_marker_in_dir(&w.cache());
 }
+
+/// An index over `--max-index-bytes` exits 3 whether it is fetched (declared or streamed) or
+/// read from a file, with the same message.
+#[test]
+fn an_index_over_its_bound_exits_3_from_the_network_as_from_a_file() {
+    let w = World::new();
+    let body = index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(b"x"))]);
+    let len = body.len();
+    w.index(&body);
+    w.server.route("/endless.json", Reply::Endless(8 << 20));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let under = (len - 1).to_string();
+    for args in [
+        vec![
+            "fetch",
+            &index,
+            "demo",
+            "--json",
+            "--cache-dir",
+            &cache,
+            "--max-index-bytes",
+            &under,
+        ],
+        vec![
+            "index",
+            "check",
+            &index,
+            "--json",
+            "--max-index-bytes",
+            &under,
+        ],
+    ] {
+        let o = run(&w.args(&args));
+        assert_eq!(code(&o), 3, "{args:?}: {}", explain(&o));
+        assert_eq!(json_of(&o)["error"]["kind"], "index", "{}", explain(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr)
+                .contains(&format!("index is {len} bytes, the limit is {under} bytes")),
+            "{}",
+            explain(&o)
+        );
+    }
+    let at = len.to_string();
+    let o = run(&w.args(&["index", "check", &index, "--max-index-bytes", &at]));
+    assert_eq!(code(&o), 0, "exactly at the bound: {}", explain(&o));
+    // No Content-Length: the size is not known, only that it is more.
+    let endless = w.server.url("/endless.json");
+    let o = run(&w.args(&["index", "check", &endless, "--max-index-bytes", "64K"]));
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("index is more than 65536 bytes"),
+        "{}",
+        explain(&o)
+    );
+    // The same bytes from a file: the same status and message.
+    let file = w.tmp.path().join("index.json");
+    std::fs::write(&file, &body).unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&[
+        "index".into(),
+        "check".into(),
+        file.display().to_string(),
+        "--max-index-bytes".into(),
+        under.clone(),
+    ]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains(&format!("index is {len} bytes, the limit is {under} bytes")),
+        "{}",
+        explain(&o)
+    );
+}
