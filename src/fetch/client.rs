@@ -240,9 +240,15 @@ fn stream(
     let result = (|| {
         let mut body = Body::new(reader, framing);
         loop {
-            let n = body
-                .read(&mut buf)
-                .map_err(|e| at(http::io_error(e, "reading the body"), url))?;
+            let n = body.read(&mut buf).map_err(|e| match e.kind() {
+                // Both a peer that closed without TLS close_notify (rustls refuses to call that
+                // an end: it may be a truncation attack) and one that closed short of the
+                // framing's end cut the body off.
+                std::io::ErrorKind::UnexpectedEof => FetchError::Http(format!(
+                    "{url}: the connection was closed before the body ended ({total} bytes received)"
+                )),
+                _ => at(http::io_error(e, "reading the body"), url),
+            })?;
             if n == 0 {
                 return Ok(total);
             }

@@ -131,7 +131,13 @@ fn read_line(r: &mut impl BufRead, max: u64, what: &str) -> Result<Vec<u8>, Fetc
     let mut line = Vec::new();
     r.take(max)
         .read_until(b'\n', &mut line)
-        .map_err(|e| io_error(e, what))?;
+        .map_err(|e| match e.kind() {
+            // rustls's error for a close without close_notify points at its docs; say what it is.
+            io::ErrorKind::UnexpectedEof => {
+                FetchError::Http(format!("{what}: the connection was closed before it ended"))
+            }
+            _ => io_error(e, what),
+        })?;
     if !line.ends_with(b"\n") {
         if line.len() as u64 >= max {
             return Err(FetchError::Http(format!(

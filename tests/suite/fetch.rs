@@ -119,6 +119,12 @@ enum Reply {
     Redirect(u16, String),
     /// Stream this many bytes with no Content-Length, then close.
     Endless(u64),
+    /// Declare `declared` bytes (or none: read until close), send `sent`, then close the TCP
+    /// connection without TLS close_notify.
+    Truncated {
+        declared: Option<usize>,
+        sent: usize,
+    },
     /// Declare a Content-Length, then send one byte per `delay`.
     Slow {
         len: usize,
@@ -311,6 +317,20 @@ fn serve(
                 sent += chunk.len() as u64;
                 written.store(sent, Ordering::SeqCst);
             }
+        }
+        Some(Reply::Truncated { declared, sent }) => {
+            let mut head =
+                "HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nConnection: close\r\n"
+                    .to_owned();
+            if let Some(n) = declared {
+                head.push_str(&format!("Content-Length: {n}\r\n"));
+            }
+            head.push_str("\r\n");
+            stream.write_all(head.as_bytes())?;
+            stream.write_all(&vec![b'a'; sent])?;
+            stream.flush()?;
+            // No close_notify: the TCP connection just ends.
+            return stream.sock.shutdown(std::net::Shutdown::Both);
         }
         Some(Reply::Slow { len, delay }) => {
             let head = format!(
@@ -1495,4 +1515,48 @@ fn an_index_over_its_bound_exits_3_from_the_network_as_from_a_file() {
         "{}",
         explain(&o)
     );
+}
+
+/// A body cut off (short of its Content-Length, or read-until-close without TLS close_notify)
+/// is an error naming the URL in plain words, and nothing is kept.
+#[test]
+fn a_body_cut_off_without_close_notify_is_named_as_such() {
+    let w = World::new();
+    w.server.route(
+        "/short",
+        Reply::Truncated {
+            declared: Some(1000),
+            sent: 10,
+        },
+    );
+    w.server.route(
+        "/until-close",
+        Reply::Truncated {
+            declared: None,
+            sent: 10,
+        },
+    );
+    w.index(&index_json(&[
+        entry("short", "skill-md", "/short", &sha(b"x")),
+        entry("close", "skill-md", "/until-close", &sha(b"x")),
+    ]));
+    for (name, path) in [("short", "/short"), ("close", "/until-close")] {
+        let o = w.fetch(name, &[]);
+        assert_eq!(code(&o), 1, "{}", explain(&o));
+        let detail = json_of(&o)["error"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        assert!(
+            detail.contains(&format!(
+                "{}: the connection was closed before the body ended",
+                w.server.url(path)
+            )),
+            "{}",
+            explain(&o)
+        );
+        assert!(!detail.contains("docs.rs"), "{detail}");
+        assert!(w.cache_tmp_is_empty());
+        assert_eq!(w.cached_artifacts(), 0);
+    }
 }
