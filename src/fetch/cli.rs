@@ -325,6 +325,8 @@ fn index_check(a: CheckArgs) -> u8 {
             }
         };
         prov.index_url = url.to_string();
+        let mut setup = setup;
+        setup.client.policy_mut().allow_index_origin(&url);
         acquire::load_index(
             &setup.client,
             None,
@@ -484,6 +486,8 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
             return EXIT_USAGE;
         }
     };
+    let mut setup = setup;
+    setup.client.policy_mut().allow_index_origin(&index_url);
     let limits = match &a.limits {
         Some(p) => match Limits::from_file(p) {
             Ok(l) => l,

@@ -64,6 +64,10 @@ impl Client {
         &self.policy
     }
 
+    pub fn policy_mut(&mut self) -> &mut FetchPolicy {
+        &mut self.policy
+    }
+
     /// GET `url` and stream its body into `sink`. `hops` receives every redirect as it is
     /// followed, so a refusal mid-chain still shows the chain.
     pub fn get(

@@ -939,35 +939,137 @@ fn default_policy_refuses_loopback() {
     let cache = w.cache().display().to_string();
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let ca = w.ca_file.display().to_string();
-    // The origin is allowed, the CA trusted, but no --allow-destination: loopback is refused.
+    // The origin is allowed (explicitly, and implicitly as INDEX_URL's), the CA trusted, but
+    // no --allow-destination: loopback is refused.
+    for extra in [vec!["--allow-origin".to_owned(), w.server.origin()], vec![]] {
+        let mut args = vec![
+            "fetch".into(),
+            index.clone(),
+            "demo".into(),
+            "--json".into(),
+            "--cache-dir".into(),
+            cache.clone(),
+            "--ca-file".into(),
+            ca.clone(),
+        ];
+        args.extend(extra);
+        let o = run(&args);
+        assert_eq!(refused_rule(&o), "destination_loopback");
+    }
     let o = run(&[
-        "fetch".into(),
-        index,
-        "demo".into(),
+        "index".into(),
+        "check".into(),
+        index.clone(),
         "--json".into(),
-        "--cache-dir".into(),
-        cache,
-        "--ca-file".into(),
-        ca,
-        "--allow-origin".into(),
-        w.server.origin(),
     ]);
     assert_eq!(refused_rule(&o), "destination_loopback");
     assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), 0);
-    // And with nothing allowed at all, the empty origin allow-list fires first, naming the flag.
+}
+
+/// The origin of the INDEX_URL typed is allowed for the index and same-origin artifacts
+/// (offline too) without `--allow-origin`; cross-origin artifacts and redirects still need it.
+#[test]
+fn the_typed_index_origin_needs_no_allow_origin() {
+    let w = World::new();
+    let cdn = w.second_server();
+    // Different bytes each, so no entry is a cache hit for another's digest.
+    let md = skill_md("demo", "A demo skill");
+    let md2 = skill_md("cross", "A demo skill");
+    let md3 = skill_md("hop", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    cdn.route("/c/SKILL.md", ok(&md2, "text/markdown"));
+    cdn.route("/h/SKILL.md", ok(&md3, "text/markdown"));
+    w.server
+        .route("/to-cdn", Reply::Redirect(302, cdn.url("/h/SKILL.md")));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("cross", "skill-md", &cdn.url("/c/SKILL.md"), &sha(&md2)),
+        entry("hop", "skill-md", "/to-cdn", &sha(&md3)),
+    ]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let ca = w.ca_file.display().to_string();
+    let dest = w.server.addr.to_string();
+    let cdn_dest = cdn.addr.to_string();
+    let base = |name: &str, extra: &[&str]| -> Output {
+        let mut v: Vec<String> = [
+            "fetch",
+            &index,
+            name,
+            "--json",
+            "--cache-dir",
+            &cache,
+            "--ca-file",
+            &ca,
+            "--allow-destination",
+            &dest,
+            "--allow-destination",
+            &cdn_dest,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        run(&v)
+    };
+    let o = base("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let o = base("demo", &["--offline"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["index_source"], "cache");
     let o = run(&[
-        "fetch".into(),
-        w.server.url("/i.json"),
-        "demo".into(),
-        "--cache-dir".into(),
-        w.cache().display().to_string(),
+        "index".into(),
+        "check".into(),
+        index.clone(),
+        "--ca-file".into(),
+        ca.clone(),
+        "--allow-destination".into(),
+        dest.clone(),
     ]);
-    assert_eq!(code(&o), 4, "{}", explain(&o));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+
+    // Cross-origin: refused, naming the flag, with nothing sent to that origin.
+    let o = base("cross", &[]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--allow-origin"),
+        json_of(&o)["error"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("--allow-origin {}", cdn.origin())),
         "{}",
         explain(&o)
     );
+    let o = base("hop", &[]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
+    assert_eq!(
+        json_of(&o)["provenance"]["hops"].as_array().map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(cdn.hits("/c/SKILL.md") + cdn.hits("/h/SKILL.md"), 0);
+    // Allowed on its own, it is fetched; offline, the cached copy still needs the allowance.
+    let o = base("cross", &["--allow-origin", &cdn.origin()]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let o = base("cross", &["--offline"]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
+    // An index URL redirecting to another origin needs that origin allowed too.
+    w.server.route(
+        "/moved.json",
+        Reply::Redirect(301, cdn.url("/.well-known/agent-skills/index.json")),
+    );
+    let moved = w.server.url("/moved.json");
+    let o = run(&[
+        "index".into(),
+        "check".into(),
+        moved,
+        "--json".into(),
+        "--ca-file".into(),
+        ca.clone(),
+        "--allow-destination".into(),
+        dest.clone(),
+        "--allow-destination".into(),
+        cdn_dest.clone(),
+    ]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
 }
 
 #[test]
@@ -1107,8 +1209,12 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     );
     assert_eq!(std::fs::read(out.join("SKILL.md")).ok(), Some(md));
 
-    // The URL rules hold for cached bytes too: without the origin allowed, even offline refuses.
-    let index = w.server.url("/.well-known/agent-skills/index.json");
+    // The URL rules hold for cached bytes too (cross-origin offline: see
+    // the_typed_index_origin_needs_no_allow_origin); plain http is refused offline as well.
+    let index = w
+        .server
+        .url("/.well-known/agent-skills/index.json")
+        .replace("https://", "http://");
     let cache = w.cache().display().to_string();
     let o = run(&[
         "fetch".into(),
@@ -1119,7 +1225,7 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
         "--cache-dir".into(),
         cache,
     ]);
-    assert_eq!(refused_rule(&o), "origin_allow_list");
+    assert_eq!(refused_rule(&o), "https_only");
 
     // A cached file that no longer matches its digest is dropped, and offline then fails.
     for e in std::fs::read_dir(w.cache().join("sha256"))
