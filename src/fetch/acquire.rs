@@ -42,6 +42,8 @@ pub struct Provenance {
     pub final_url: Option<String>,
     /// The address the artifact was received from.
     pub address: Option<String>,
+    /// The proxy the artifact came through (credentials redacted), if any.
+    pub via_proxy: Option<String>,
     pub content_type: Option<String>,
     /// The digest listed and verified.
     pub digest: Option<Sha256Digest>,
@@ -130,6 +132,7 @@ pub fn load_index(
                     address: String::new(),
                     content_type: None,
                     bytes: 0,
+                    via_proxy: None,
                 });
                 return Err(e.into());
             }
@@ -237,6 +240,7 @@ pub fn artifact(
     prov.artifact_source = Some(Source::Network);
     prov.final_url = Some(download.final_url.clone());
     prov.address = Some(download.address.clone());
+    prov.via_proxy = download.via_proxy.clone();
     prov.content_type = download.content_type.clone();
     prov.size = Some(download.bytes);
     let actual = pending.finish();

@@ -18,6 +18,7 @@ use url::{Host, Position, Url};
 
 use super::http::{self, Body, Conn, Framing};
 use super::policy::{FetchPolicy, Refusal, Rule};
+use super::proxy::Proxy;
 use super::{FetchError, resolve, urls};
 
 /// What is being downloaded; selects the byte limit.
@@ -44,6 +45,8 @@ pub struct Download {
     pub address: String,
     pub content_type: Option<String>,
     pub bytes: u64,
+    /// The proxy the final request went through (credentials redacted), if any.
+    pub via_proxy: Option<String>,
 }
 
 /// The fetcher: a policy and a TLS configuration.
@@ -89,7 +92,11 @@ impl Client {
                 .check_url(&current)
                 .map_err(FetchError::Refused)?;
             let addrs = resolve::checked_addresses(&current, &self.policy, deadline)?;
-            let (sock, addr) = resolve::connect(&addrs, &self.policy, deadline, &current)?;
+            let proxy = self.policy.proxy.for_url(&current);
+            let (sock, addr) = match proxy {
+                None => resolve::connect(&addrs, &self.policy, deadline, &current)?,
+                Some(p) => connect_via(p, &addrs, &self.policy, deadline, &current)?,
+            };
             let mut conn = self.handshake(&current, sock, deadline)?;
             send_request(&mut conn, &current).map_err(|e| at(e, &current))?;
             let mut reader = BufReader::with_capacity(16 * 1024, conn);
@@ -152,6 +159,7 @@ impl Client {
                 hops: hops.clone(),
                 final_url: current.to_string(),
                 address: addr.to_string(),
+                via_proxy: proxy.map(|p| p.to_string()),
                 content_type,
                 bytes,
             });
@@ -181,6 +189,28 @@ impl Client {
             )),
         })
     }
+}
+
+/// Tunnel to the first checked address the proxy connects us to; a refusal is final (the same
+/// proxy would refuse the next address for the same reason).
+fn connect_via(
+    proxy: &Proxy,
+    addrs: &[std::net::SocketAddr],
+    policy: &FetchPolicy,
+    deadline: Instant,
+    url: &Url,
+) -> Result<(std::net::TcpStream, std::net::SocketAddr), FetchError> {
+    let mut last = None;
+    for addr in addrs {
+        match proxy.connect(*addr, policy.connect_timeout, deadline, url) {
+            Ok(s) => return Ok((s, *addr)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| FetchError::Dns {
+        host: url.host_str().unwrap_or("").to_owned(),
+        detail: "no addresses".into(),
+    }))
 }
 
 fn at(e: FetchError, url: &Url) -> FetchError {

@@ -4,9 +4,10 @@
 //!
 //! Layers, bottom up: [`urls`] (RFC 3986 resolution), [`policy`] (every rule and the refusal
 //! naming it), [`resolve`] (DNS, the destination check, connecting to the checked address),
-//! [`tls`] (trust anchors), [`http`] (HTTP/1.1 framing under limits), [`client`] (one GET with
-//! redirects re-checked per hop), [`cache`], [`acquire`] (index + entry + artifact, with
-//! provenance) and [`cli`] (the `index check` and `fetch` commands).
+//! [`proxy`] (HTTP CONNECT to a checked address), [`tls`] (trust anchors), [`http`] (HTTP/1.1
+//! framing under limits), [`client`] (one GET with redirects re-checked per hop), [`cache`],
+//! [`acquire`] (index + entry + artifact, with provenance), [`config`] (defaults, policy file,
+//! environment and flags into one policy) and [`cli`] (the `index check` and `fetch` commands).
 //!
 //! This module never parses or extracts an artifact: extraction is handed to the engine the
 //! CLI uses (the confined path), with the verified file.
@@ -15,8 +16,10 @@ pub mod acquire;
 pub mod cache;
 pub mod cli;
 pub mod client;
+pub mod config;
 pub mod http;
 pub mod policy;
+pub mod proxy;
 pub mod resolve;
 pub mod tls;
 pub mod urls;
@@ -34,6 +37,10 @@ pub enum FetchError {
     Dns { host: String, detail: String },
     #[error("cannot connect to {addr}: {detail}")]
     Connect { addr: SocketAddr, detail: String },
+    /// The proxy could not be reached, or refused the tunnel (the message says which; the
+    /// proxy is shown with its credentials redacted).
+    #[error("proxy {proxy}: {detail}")]
+    Proxy { proxy: String, detail: String },
     #[error("TLS: {0}")]
     Tls(String),
     #[error("HTTP: {0}")]

@@ -35,6 +35,9 @@ pub struct FetchPolicy {
     pub max_artifact_bytes: u64,
     /// Largest index body, counted while streaming.
     pub max_index_bytes: u64,
+    /// The HTTP CONNECT proxy, if any, and the hosts reached without it. The destination
+    /// rules hold through it (see [`super::proxy`]).
+    pub proxy: super::proxy::ProxyConfig,
 }
 
 impl Default for FetchPolicy {
@@ -48,6 +51,7 @@ impl Default for FetchPolicy {
             total_timeout: Duration::from_secs(60),
             max_artifact_bytes: 256 << 20,
             max_index_bytes: 1 << 20,
+            proxy: super::proxy::ProxyConfig::default(),
         }
     }
 }

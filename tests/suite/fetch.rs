@@ -438,10 +438,37 @@ impl World {
     }
 }
 
+/// Variables that change the fetch policy; cleared so the host's proxy or settings cannot
+/// change what a test sees.
+const POLICY_VARS: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "SKILLBOX_FETCH_POLICY",
+    "SKILLBOX_ALLOW_ORIGIN",
+    "SKILLBOX_MAX_REDIRECTS",
+    "SKILLBOX_CONNECT_TIMEOUT",
+    "SKILLBOX_TOTAL_TIMEOUT",
+    "SKILLBOX_MAX_BYTES",
+    "SKILLBOX_MAX_INDEX_BYTES",
+    "SKILLBOX_MAX_INDEX_ENTRIES",
+    "SKILLBOX_CA_FILE",
+    "SKILLBOX_PROXY",
+    "SKILLBOX_NO_PROXY",
+];
+
 fn run(args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillbox"))
-        .args(args)
-        .env_remove("XDG_CACHE_HOME")
+    run_env(args, &[])
+}
+
+fn run_env(args: &[String], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    cmd.args(args).env_remove("XDG_CACHE_HOME");
+    for v in POLICY_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().copied())
         .output()
         .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
 }
@@ -1665,4 +1692,118 @@ fn a_body_cut_off_without_close_notify_is_named_as_such() {
         assert!(w.cache_tmp_is_empty());
         assert_eq!(w.cached_artifacts(), 0);
     }
+}
+
+// ---------------------------------------------------------------- policy file and environment
+
+/// A policy file sets the policy (CA file relative to it, destinations, caps); `SKILLBOX_*`
+/// variables override it, flags override those; unknown keys are refused with their line;
+/// `--print-policy` shows the result.
+#[test]
+fn policy_file_environment_and_flags_layer_in_order() {
+    let w = World::new();
+    let mut md = skill_md("demo", "A demo skill");
+    md.resize(2048, b'x');
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let policy = w.tmp.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "# test policy\nca_file = \"ca.pem\"\nallow_destinations = [\"{}\"]\nmax_bytes = \"1K\"\nconnect_timeout = 4\n",
+            w.server.addr
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let policy_s = policy.display().to_string();
+    let fetch = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut v: Vec<String> = ["fetch", &index, "demo", "--json", "--cache-dir", &cache]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        run_env(&v, env)
+    };
+    // The file alone: its 1K cap fires (so its CA and destination were used to get there).
+    let o = fetch(&["--fetch-policy", &policy_s], &[]);
+    assert_eq!(refused_rule(&o), "max_bytes");
+    // The file named by the variable, the cap raised by a variable: fetched.
+    let o = fetch(
+        &[],
+        &[
+            ("SKILLBOX_FETCH_POLICY", &policy_s),
+            ("SKILLBOX_MAX_BYTES", "4K"),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let _ = std::fs::remove_dir_all(w.cache());
+    // A flag beats the variable.
+    let o = fetch(
+        &["--fetch-policy", &policy_s, "--max-bytes", "1K"],
+        &[("SKILLBOX_MAX_BYTES", "4K")],
+    );
+    assert_eq!(refused_rule(&o), "max_bytes");
+
+    let o = run_env(
+        &[
+            "fetch".into(),
+            "--print-policy".into(),
+            "--fetch-policy".into(),
+            policy_s.clone(),
+            "--max-redirects".into(),
+            "2".into(),
+        ],
+        &[
+            ("SKILLBOX_TOTAL_TIMEOUT", "9"),
+            ("HTTPS_PROXY", &format!("http://u:{MARKER}@127.0.0.1:9")),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "--print-policy");
+    let text = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "max_bytes = 1024\n".to_owned(),
+        "max_redirects = 2\n".to_owned(),
+        "total_timeout = \"9s\"\n".to_owned(),
+        "connect_timeout = \"4s\"\n".to_owned(),
+        format!("allow_destinations = [\"{}\"]\n", w.server.addr),
+        format!(
+            "ca_file = {:?}\n",
+            w.tmp.path().join("ca.pem").display().to_string()
+        ),
+        "proxy = \"http://***@127.0.0.1:9/\"  # from HTTPS_PROXY\n".to_owned(),
+    ] {
+        assert!(text.contains(&want), "{want:?} not in:\n{text}");
+    }
+    // The printed policy is a policy file that reads back.
+    let printed = w.tmp.path().join("printed.toml");
+    std::fs::write(&printed, text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&[
+        "fetch".into(),
+        "--print-policy".into(),
+        "--fetch-policy".into(),
+        printed.display().to_string(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+
+    // An unknown key (a typo) is refused with its line; nothing is fetched.
+    let hits = w.server.hits("/.well-known/agent-skills/index.json");
+    std::fs::write(&policy, "max_bytes = \"1K\"\n\nmax_redirect = 2\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let o = fetch(&["--fetch-policy", &policy_s], &[]);
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("line 3") && err.contains("max_redirect"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), hits);
 }
