@@ -157,9 +157,11 @@ impl Proxy {
         let head = http::read_head(&mut reader).map_err(|e| err(format!("CONNECT: {e}")))?;
         if !(200..300).contains(&head.status) {
             let what = match head.status {
-                407 => {
-                    "refused the credentials (HTTP 407 Proxy Authentication Required)".to_owned()
-                }
+                // 407 is the standard answer (RFC 9110 15.5.8); some proxies (tinyproxy) say 401.
+                401 | 407 => format!(
+                    "refused the credentials for CONNECT to {target} (HTTP {})",
+                    head.status
+                ),
                 s => format!("refused CONNECT to {target} for {url} with HTTP {s}"),
             };
             return Err(err(what));

@@ -1807,3 +1807,220 @@ fn policy_file_environment_and_flags_layer_in_order() {
     );
     assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), hits);
 }
+
+// ---------------------------------------------------------------- through a real proxy
+
+/// A tinyproxy (the distribution's package) on a loopback port with its own config file,
+/// started by the test and stopped when dropped.
+struct Tinyproxy {
+    child: std::process::Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tinyproxy {
+    fn start(extra_config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        // A free port: bind, read it, release it for tinyproxy (which cannot take port 0).
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let log = dir.path().join("tinyproxy.log");
+        let conf = dir.path().join("tinyproxy.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 20\nLogLevel Info\nLogFile \"{}\"\n{extra_config}\n",
+                log.display()
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new("tinyproxy")
+            .arg("-d")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start tinyproxy ({e}): install the Debian package `tinyproxy` (.ci/run does)")
+            });
+        let mut proxy = Tinyproxy {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = proxy.child.try_wait() {
+                panic!("tinyproxy exited at start: {status}");
+            }
+            assert!(Instant::now() < until, "tinyproxy did not start listening");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        proxy
+    }
+
+    fn url(&self, userinfo: &str) -> String {
+        format!("http://{userinfo}127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// How many CONNECT requests the proxy has logged for `target`.
+    fn connects(&self, target: &str) -> usize {
+        self.log()
+            .lines()
+            // "Request (file descriptor N): CONNECT host:port HTTP/1.1"; a line starting with
+            // the level name CONNECT is a client connecting, not a request.
+            .filter(|l| l.contains("Request") && l.contains(&format!("CONNECT {target}")))
+            .count()
+    }
+}
+
+impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Through tinyproxy with Basic credentials: the name is resolved and checked here, the proxy
+/// is asked for the checked address (never the name), TLS still verifies the name; a refused
+/// destination is refused before the proxy hears of it; the credentials never show; a wrong
+/// password, a refusing proxy and a dead one are each a clear error; NO_PROXY goes direct.
+#[test]
+fn a_proxy_tunnels_to_the_checked_address_and_the_rules_still_hold() {
+    let w = World::new();
+    let proxy = Tinyproxy::start(&format!("BasicAuth alice {MARKER}"));
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let port = w.server.addr.port();
+    // By name: the certificate names localhost, so TLS verification proves the original name
+    // was used inside the tunnel while the proxy was given the address.
+    let index = format!("https://localhost:{port}/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let ca = w.ca_file.display().to_string();
+    let good = proxy.url(&format!("alice:{MARKER}@"));
+    let args = |proxy_url: &str, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "fetch",
+            &index,
+            "demo",
+            "--json",
+            "--cache-dir",
+            &cache,
+            "--ca-file",
+            &ca,
+            "--proxy",
+            proxy_url,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let dest = w.server.addr.to_string();
+    let dest6 = format!("[::1]:{port}");
+    let allowed = [
+        "--allow-destination",
+        dest.as_str(),
+        "--allow-destination",
+        dest6.as_str(),
+    ];
+
+    // Destination not exempt: refused before any CONNECT.
+    let o = run(&args(&good, &[]));
+    assert_eq!(refused_rule(&o), "destination_loopback");
+    assert_no_marker(&o, "refused through proxy");
+    assert_eq!(proxy.connects(""), 0, "{}", proxy.log());
+
+    let o = run(&args(&good, &allowed));
+    assert_eq!(code(&o), 0, "{}\nproxy log:\n{}", explain(&o), proxy.log());
+    assert_no_marker(&o, "fetch through proxy");
+    let v = json_of(&o);
+    let shown = format!("http://***@127.0.0.1:{}/", proxy.port);
+    assert_eq!(v["provenance"]["via_proxy"], shown);
+    assert_eq!(v["provenance"]["index_download"]["via_proxy"], shown);
+    assert_eq!(v["provenance"]["address"], dest);
+    assert!(proxy.connects(&dest) >= 2, "{}", proxy.log());
+    assert_eq!(
+        proxy.connects("localhost"),
+        0,
+        "the proxy was given the name: {}",
+        proxy.log()
+    );
+    assert_no_marker_in_dir(&w.cache());
+    let o = run(&[args(&good, &allowed), vec!["--print-policy".into()]].concat());
+    assert_no_marker(&o, "--print-policy with a proxy");
+
+    // The same proxy from HTTPS_PROXY; NO_PROXY sends the host direct.
+    let _ = std::fs::remove_dir_all(w.cache());
+    let before = proxy.connects(&dest);
+    let mut a = args("", &allowed);
+    let at = a.iter().position(|x| x == "--proxy").unwrap_or(0);
+    a.drain(at..at + 2);
+    let o = run_env(&a, &[("HTTPS_PROXY", &good)]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(proxy.connects(&dest) > before);
+    let _ = std::fs::remove_dir_all(w.cache());
+    let before = proxy.connects(&dest);
+    let o = run_env(&a, &[("HTTPS_PROXY", &good), ("NO_PROXY", "localhost")]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["via_proxy"], Value::Null);
+    assert_eq!(proxy.connects(&dest), before);
+
+    // Wrong password: the proxy's refusal (tinyproxy answers 401), said plainly, with neither
+    // password shown.
+    let _ = std::fs::remove_dir_all(w.cache());
+    let o = run(&args(&proxy.url("alice:wrong-pw-MARKER@"), &allowed));
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    let detail = json_of(&o)["error"]["detail"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        detail.contains("refused the credentials") && detail.contains(&shown),
+        "{detail}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("wrong-pw")
+            && !String::from_utf8_lossy(&o.stderr).contains("wrong-pw")
+    );
+
+    // A proxy that refuses the port, and a proxy that is not there.
+    let strict = Tinyproxy::start("ConnectPort 443");
+    let o = run(&args(&strict.url(""), &allowed));
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    let detail = json_of(&o)["error"]["detail"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        detail.contains(&format!("refused CONNECT to {dest}")) && detail.contains("HTTP 403"),
+        "{detail}"
+    );
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&args(&format!("http://u:{MARKER}@{dead}"), &allowed));
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    assert_no_marker(&o, "dead proxy");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot connect to the proxy"),
+        "{}",
+        explain(&o)
+    );
+}
