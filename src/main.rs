@@ -57,6 +57,8 @@ enum Command {
     /// Exit status: 0 accepted, 3 rejected, 1 operational error, 2 usage error, 4 refused by
     /// the fetch policy (the rule is named), 5 unrecognised index $schema.
     Fetch(skillbox::fetch::cli::FetchArgs),
+    /// The fetch cache: `list`, `verify` (re-hash, remove mismatches), `prune --older-than AGE`.
+    Cache(skillbox::fetch::cli::CacheArgs),
     /// Compare two saved `extract --json` answers of a skill: what changed, and whether its
     /// capabilities grew (new or changed scripts or executables, new hosts, tools, credential
     /// touches, downloads or risky commands). Grown capabilities are listed first.
@@ -217,6 +219,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => Ok(skillbox::sandbox::cli::run_doctor(sandbox, &args)),
         Command::Extract(args) => cmd_extract(args, sandbox),
         Command::Index(args) => Ok(skillbox::fetch::cli::run_index(args)),
+        Command::Cache(args) => Ok(skillbox::fetch::cli::run_cache(args)),
         Command::Fetch(args) => Ok(skillbox::fetch::cli::run_fetch(
             args,
             &|artifact, staging, req| {

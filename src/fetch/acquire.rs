@@ -215,6 +215,9 @@ pub fn artifact(
         .check_url(&resolved)
         .map_err(FetchError::Refused)?;
 
+    // Held until the bytes are committed (or this fails): a concurrent fetch of the same digest
+    // waits here, then finds them in the cache instead of downloading them again.
+    let _lock = cache.lock(&digest).map_err(AcquireError::Cache)?;
     if let Some(hit) = cache.lookup(&digest).map_err(AcquireError::Cache)? {
         prov.artifact_source = Some(Source::Cache);
         prov.size = Some(hit.size);

@@ -149,8 +149,12 @@ pub struct FetchArgs {
     #[arg(long)]
     json: bool,
     /// Use only the cache: the last index fetched from INDEX_URL and the artifact by digest.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_cache")]
     offline: bool,
+    /// Neither read nor write the cache: download the index and the artifact now, into a
+    /// temporary directory removed afterwards.
+    #[arg(long)]
+    no_cache: bool,
     /// Cache directory [default: $XDG_CACHE_HOME/skillbox or ~/.cache/skillbox].
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -538,7 +542,21 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
             return EXIT_USAGE;
         }
     }
-    let Some(cache_root) = a.cache_dir.clone().or_else(Cache::default_root) else {
+    // --no-cache: a throwaway cache, so the download path (temporary file, digest check,
+    // rename) is the same one; it is removed when this function returns.
+    let throwaway = match a.no_cache.then(tempfile::TempDir::new).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            print_error(&format!("cannot create a temporary directory: {e}"));
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let Some(cache_root) = throwaway
+        .as_ref()
+        .map(|t| t.path().to_owned())
+        .or_else(|| a.cache_dir.clone())
+        .or_else(Cache::default_root)
+    else {
         print_error("no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
         return EXIT_USAGE;
     };
@@ -559,7 +577,7 @@ pub fn run_fetch(a: FetchArgs, engine: Engine<'_>) -> u8 {
     };
     let acquired = acquire::load_index(
         &setup.client,
-        Some(&cache),
+        (!a.no_cache).then_some(&cache),
         &index_url,
         &setup.index_limits,
         a.offline,
@@ -771,4 +789,117 @@ fn print_provenance(p: &Provenance) {
         println!("  downloaded at: {}", c.fetched_at);
     }
     println!("  time:          {}", p.time);
+}
+
+// ---------------------------------------------------------------- cache
+
+/// `skillbox cache ...`
+#[derive(Args, Debug)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    command: CacheCommand,
+    /// Cache directory [default: $XDG_CACHE_HOME/skillbox or ~/.cache/skillbox].
+    #[arg(long, global = true, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum CacheCommand {
+    /// List cached artifacts: digest, size, first and last use, the URL first downloaded from.
+    List,
+    /// Re-hash every cached artifact and remove each one that does not match its digest.
+    ///
+    /// Exit status: 0 all matched, 3 some were removed, 1 the cache cannot be read.
+    Verify,
+    /// Remove artifacts not used for longer than the given age (and index copies as old).
+    Prune {
+        /// An age: 30d, 12h, 90m, 3600s, 2w.
+        #[arg(long, value_parser = super::cache::parse_age, value_name = "AGE")]
+        older_than: Duration,
+    },
+}
+
+/// Run `skillbox cache ...`; returns the exit code.
+pub fn run_cache(a: CacheArgs) -> u8 {
+    let Some(root) = a.cache_dir.clone().or_else(Cache::default_root) else {
+        print_error("no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
+        return EXIT_USAGE;
+    };
+    let cache = match Cache::open(&root) {
+        Ok(c) => c,
+        Err(e) => {
+            print_error(&format!("cannot open the cache {}: {e}", root.display()));
+            return EXIT_OPERATIONAL;
+        }
+    };
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let result = match a.command {
+        CacheCommand::List => cache.list().map(|items| {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&items).unwrap_or_default()
+                );
+            } else {
+                println!(
+                    "{:<71} {:>10} {:<20} {:<20} URL",
+                    "DIGEST", "SIZE", "FIRST USE", "LAST USE"
+                );
+                for i in &items {
+                    println!(
+                        "{:<71} {:>10} {:<20} {:<20} {}",
+                        i.digest.to_string(),
+                        i.size,
+                        dash(&i.first_used),
+                        dash(&i.last_used),
+                        dash(&i.url)
+                    );
+                }
+                println!("{} artifacts", items.len());
+            }
+            EXIT_ACCEPTED
+        }),
+        CacheCommand::Verify => cache.verify().map(|r| {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                for (d, why) in &r.removed {
+                    println!("removed  {d}: {why}");
+                }
+                for n in &r.unknown {
+                    println!(
+                        "unknown  sha256/{}: not a digest, left alone",
+                        crate::reason::display_name(n.as_bytes())
+                    );
+                }
+                println!("{} matched, {} removed", r.ok.len(), r.removed.len());
+            }
+            if r.removed.is_empty() {
+                EXIT_ACCEPTED
+            } else {
+                EXIT_REJECTED
+            }
+        }),
+        CacheCommand::Prune { older_than } => cache.prune(older_than).map(|removed| {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&removed).unwrap_or_default()
+                );
+            } else {
+                for i in &removed {
+                    println!("removed  {} (last used {})", i.digest, dash(&i.last_used));
+                }
+                println!("{} removed", removed.len());
+            }
+            EXIT_ACCEPTED
+        }),
+    };
+    result.unwrap_or_else(|e| {
+        print_error(&format!("cache {}: {e}", root.display()));
+        EXIT_OPERATIONAL
+    })
 }

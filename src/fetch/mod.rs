@@ -69,6 +69,15 @@ pub fn now_rfc3339() -> String {
     rfc3339(secs)
 }
 
+/// A time as an RFC 3339 UTC timestamp, second precision (before 1970 reads as 1970).
+pub fn rfc3339_of(t: std::time::SystemTime) -> String {
+    rfc3339(
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    )
+}
+
 fn rfc3339(secs: u64) -> String {
     let days = i64::try_from(secs / 86_400).unwrap_or(0);
     let rem = secs % 86_400;

@@ -125,6 +125,11 @@ enum Reply {
         declared: Option<usize>,
         sent: usize,
     },
+    /// This body, declared, sent in 16 pieces with `delay` between them.
+    Trickle {
+        body: Vec<u8>,
+        delay: Duration,
+    },
     /// Declare a Content-Length, then send one byte per `delay`.
     Slow {
         len: usize,
@@ -331,6 +336,18 @@ fn serve(
             stream.flush()?;
             // No close_notify: the TCP connection just ends.
             return stream.sock.shutdown(std::net::Shutdown::Both);
+        }
+        Some(Reply::Trickle { body, delay }) => {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes())?;
+            for piece in body.chunks(body.len().div_ceil(16).max(1)) {
+                stream.flush()?;
+                std::thread::sleep(delay);
+                stream.write_all(piece)?;
+            }
         }
         Some(Reply::Slow { len, delay }) => {
             let head = format!(
@@ -2023,4 +2040,159 @@ fn a_proxy_tunnels_to_the_checked_address_and_the_rules_still_hold() {
         "{}",
         explain(&o)
     );
+}
+
+// ---------------------------------------------------------------- the cache
+
+/// Concurrent fetches of one digest download it once, and every one of them extracts the
+/// complete file.
+#[test]
+fn concurrent_fetches_of_one_digest_download_once() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route(
+        "/a/SKILL.md",
+        Reply::Trickle {
+            body: md.clone(),
+            delay: Duration::from_millis(25),
+        },
+    );
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let args = w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache]);
+    let children: Vec<std::process::Child> = (0..4)
+        .map(|_| {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+            for v in POLICY_VARS {
+                cmd.env_remove(v);
+            }
+            cmd.args(&args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    let mut sources = Vec::new();
+    for c in children {
+        let o = c.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(code(&o), 0, "{}", explain(&o));
+        let v = json_of(&o);
+        assert_eq!(v["extraction"]["artifact"]["digest"], sha(&md));
+        sources.push(
+            v["provenance"]["artifact_source"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        );
+    }
+    assert_eq!(w.server.hits("/a/SKILL.md"), 1, "downloaded more than once");
+    sources.sort();
+    assert_eq!(sources, ["cache", "cache", "cache", "network"]);
+    assert_eq!(w.cached_artifacts(), 1);
+    assert!(w.cache_tmp_is_empty());
+}
+
+/// `cache list`, `cache verify`, `cache prune --older-than` and `fetch --no-cache`.
+#[test]
+fn cache_commands_list_verify_prune_and_no_cache() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    let md2 = skill_md("two", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.server.route("/b/SKILL.md", ok(&md2, "text/markdown"));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("two", "skill-md", "/b/SKILL.md", &sha(&md2)),
+    ]));
+    let cache = w.cache().display().to_string();
+    let cache_cmd = |args: &[&str]| {
+        let mut v: Vec<String> = vec!["cache".into()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        v.extend(["--cache-dir".to_owned(), cache.clone()]);
+        run(&v)
+    };
+    // --no-cache downloads, and leaves the cache as it was (empty: not even created).
+    let o = w.fetch("demo", &["--no-cache"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(!w.cache().exists(), "--no-cache wrote the cache");
+    assert_eq!(w.fetch("demo", &[]).status.code(), Some(0));
+    assert_eq!(w.fetch("two", &[]).status.code(), Some(0));
+    let o = w.fetch("demo", &["--no-cache"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
+    assert_eq!(w.server.hits("/a/SKILL.md"), 3);
+    let o = w.fetch("demo", &["--no-cache", "--offline"]);
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+
+    let o = cache_cmd(&["list", "--json"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    let items = v.as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 2, "{v:#}");
+    let demo = items
+        .iter()
+        .find(|i| i["digest"] == sha(&md))
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(demo["size"], md.len());
+    assert_eq!(demo["url"], w.server.url("/a/SKILL.md"));
+    assert!(
+        demo["first_used"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    assert!(demo["last_used"].as_str().is_some_and(|t| t.ends_with('Z')));
+    let o = cache_cmd(&["list"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&sha(&md)) && text.contains("2 artifacts"),
+        "{text}"
+    );
+
+    // Tamper with one: verify removes exactly it and says so.
+    let tampered = w.cache().join("sha256").join(&sha(&md2)["sha256:".len()..]);
+    std::fs::write(&tampered, b"tampered").unwrap_or_else(|e| panic!("{e}"));
+    let o = cache_cmd(&["verify", "--json"]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["ok"], serde_json::json!([sha(&md)]));
+    assert_eq!(v["removed"][0][0], sha(&md2));
+    assert!(!tampered.exists());
+    let o = cache_cmd(&["verify"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 matched, 0 removed"));
+
+    // Prune: nothing is a day old; make the last use old, and it goes.
+    let o = cache_cmd(&["prune", "--older-than", "1d", "--json"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o).as_array().map(Vec::len), Some(0));
+    assert_eq!(w.cached_artifacts(), 1);
+    let used = w
+        .cache()
+        .join("sha256")
+        .join(format!("{}.used", &sha(&md)["sha256:".len()..]));
+    let two_days_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(&used)
+        .and_then(|f| f.set_modified(two_days_ago))
+        .unwrap_or_else(|e| panic!("{}: {e}", used.display()));
+    let o = cache_cmd(&["prune", "--older-than", "1d"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 0);
+    let o = cache_cmd(&["prune", "--older-than", "1y"]);
+    assert_eq!(code(&o), 2, "{}", explain(&o));
 }
