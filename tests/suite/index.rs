@@ -15,8 +15,21 @@ fn fixture(name: &str) -> String {
 }
 
 fn check(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillbox"))
-        .arg("index")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    // The host's proxy and fetch settings must not change what a test sees.
+    for v in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "SKILLBOX_FETCH_POLICY",
+        "SKILLBOX_PROXY",
+        "SKILLBOX_MAX_INDEX_BYTES",
+        "SKILLBOX_MAX_INDEX_ENTRIES",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.arg("index")
         .arg("check")
         .args(args)
         .output()
