@@ -2,7 +2,7 @@
 //! streamed into the caller's sink under the byte limit.
 //!
 //! Per hop: scheme, userinfo and origin rules; the name resolved and every address checked; a
-//! TCP connection to a checked address; TLS verified against the URL's host; `GET` with
+//! TCP connection to a checked address (directly, or a proxy's CONNECT tunnel to it); TLS verified against the URL's host; `GET` with
 //! `Accept-Encoding: identity` and `Connection: close`. A redirect's `Location` is resolved
 //! against the request URL (RFC 9110 10.2.2) and goes round again. Nothing here decodes,
 //! retries, or keeps a connection.
@@ -191,8 +191,8 @@ impl Client {
     }
 }
 
-/// Tunnel to the first checked address the proxy connects us to; a refusal is final (the same
-/// proxy would refuse the next address for the same reason).
+/// Tunnel to the first of the checked addresses the proxy connects us to, trying them in order
+/// as a direct connection does; the last failure is the one reported.
 fn connect_via(
     proxy: &Proxy,
     addrs: &[std::net::SocketAddr],

@@ -13,14 +13,14 @@
 
 use std::fmt;
 use std::io::{BufReader, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
 use url::Url;
 
 use super::FetchError;
 use super::http;
-use super::resolve::bounded_wait;
+use super::resolve::{bounded_wait, lookup};
 use super::urls::{self, RedactedUrl};
 
 /// One proxy: where it listens, how it is shown, and the credentials it is sent.
@@ -119,10 +119,18 @@ impl Proxy {
                 "connecting to the proxy",
             )
         })?;
-        let addrs: Vec<SocketAddr> = (self.host.as_str(), self.port)
-            .to_socket_addrs()
-            .map_err(|e| err(format!("cannot resolve the proxy: {e}")))?
-            .collect();
+        // The proxy's name is bounded like any other (getaddrinfo has no timeout of its own).
+        let addrs: Vec<SocketAddr> = match self.host.parse::<std::net::IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, self.port)],
+            Err(_) => lookup(&self.host, self.port, connect_timeout, deadline, url).map_err(
+                |e| match e {
+                    FetchError::Dns { detail, .. } => {
+                        err(format!("cannot resolve the proxy: {detail}"))
+                    }
+                    other => other,
+                },
+            )?,
+        };
         let mut sock = None;
         let mut last = String::from("no addresses");
         for a in &addrs {
