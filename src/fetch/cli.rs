@@ -1,5 +1,7 @@
-//! The `skillbox index check` and `skillbox fetch` commands: flags to a [`FetchPolicy`], the
-//! pipeline, the printed answer and the exit code. `main.rs` only dispatches here.
+//! The `skillbox index check`, `skillbox fetch` and `skillbox cache` commands: flags (over the
+//! policy file and `SKILLBOX_*` variables, see [`super::config`]) to a
+//! [`FetchPolicy`](super::policy::FetchPolicy), the pipeline, the printed answer and the exit
+//! code. `main.rs` only dispatches here.
 //!
 //! Exit codes extend `extract`'s: 0 accepted (or index processed), 3 rejected, 1 operational
 //! error, 2 usage error, plus [`EXIT_REFUSED`] (a fetch-policy rule fired) and
