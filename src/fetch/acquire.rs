@@ -121,10 +121,6 @@ pub fn load_index(
         let got = client.get(url, What::Index, &mut body, &mut hops);
         match got {
             Ok(d) => prov.index_download = Some(d),
-            Err(FetchError::IndexTooLarge { size, max, .. }) => {
-                prov.index_source = Some(Source::Network);
-                return Err(IndexError::TooLarge { size, max }.into());
-            }
             Err(e) => {
                 prov.index_download = (!hops.is_empty()).then(|| Download {
                     hops,
@@ -134,7 +130,14 @@ pub fn load_index(
                     bytes: 0,
                     via_proxy: None,
                 });
-                return Err(e.into());
+                return Err(match e {
+                    // An index over its bound is the index error a file over it gives.
+                    FetchError::IndexTooLarge { size, max, .. } => {
+                        prov.index_source = Some(Source::Network);
+                        IndexError::TooLarge { size, max }.into()
+                    }
+                    other => other.into(),
+                });
             }
         }
         prov.index_source = Some(Source::Network);
