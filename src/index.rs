@@ -141,14 +141,24 @@ pub enum IndexError {
         "unrecognised $schema {found:?}: this skillbox processes {SCHEMA_0_2_0} only; refusing to guess at another format"
     )]
     UnrecognisedSchema { found: String },
-    #[error("index is {size} bytes, the limit is {max}")]
-    TooLarge { size: u64, max: u64 },
+    /// Over `--max-index-bytes`, read from a file or fetched: one error, one exit status.
+    /// `size` is the real size when it is known (a regular file, a declared Content-Length),
+    /// else `None`: reading stopped past the limit.
+    #[error("index is {}, the limit is {max} bytes", size_text(*.size, *.max))]
+    TooLarge { size: Option<u64>, max: u64 },
     #[error("index lists {count} entries, the limit is {max}")]
     TooManyEntries { count: usize, max: usize },
     #[error("index is not valid JSON: {0}")]
     NotJson(String),
     #[error("index must be a JSON object with a `skills` array")]
     NotAnIndex,
+}
+
+fn size_text(size: Option<u64>, max: u64) -> String {
+    match size {
+        Some(n) => format!("{n} bytes"),
+        None => format!("more than {max} bytes"),
+    }
 }
 
 /// What looking a skill up by name found.
@@ -201,11 +211,47 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Why an index file could not be read. Exhaustive: the CLI maps each variant to an exit code.
+#[derive(Debug)]
+pub enum ReadError {
+    /// Over the byte bound: the same error a fetched index over it gives.
+    Index(IndexError),
+    /// Cannot open or read it (the message names the path).
+    Io(String),
+}
+
+/// Read an index file, never more than `max` bytes plus one. A regular file's real size is
+/// known before reading; for anything else (a pipe) reading stops past the bound and the size
+/// is reported as more than `max`.
+pub fn read_file(path: &std::path::Path, max: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let shown = path.display();
+    let file = std::fs::File::open(path)
+        .map_err(|e| ReadError::Io(format!("cannot open {shown}: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| ReadError::Io(format!("cannot read {shown}: {e}")))?;
+    if meta.is_file() && meta.len() > max {
+        return Err(ReadError::Index(IndexError::TooLarge {
+            size: Some(meta.len()),
+            max,
+        }));
+    }
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| ReadError::Io(format!("cannot read {shown}: {e}")))?;
+    if bytes.len() as u64 > max {
+        return Err(ReadError::Index(IndexError::TooLarge { size: None, max }));
+    }
+    Ok(bytes)
+}
+
 /// Parse an index. `base` is the URL it was fetched from (references resolve against it).
 pub fn parse(bytes: &[u8], base: Option<&Url>, limits: &IndexLimits) -> Result<Index, IndexError> {
     if bytes.len() as u64 > limits.max_bytes {
         return Err(IndexError::TooLarge {
-            size: bytes.len() as u64,
+            size: Some(bytes.len() as u64),
             max: limits.max_bytes,
         });
     }
@@ -396,8 +442,36 @@ fn entry(
         description: description.to_owned(),
         url,
         digest,
-        as_listed: raw.clone(),
+        as_listed: listed_redacted(raw),
     })
+}
+
+/// The index document with every entry's `url` redacted as [`Entry::as_listed`] is, for a copy
+/// that is kept (the cache's index copy for `--offline`): `None` when no URL held user
+/// information, so the bytes are kept exactly as received.
+pub fn redacted_document(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut root: Value = serde_json::from_slice(bytes).ok()?;
+    let mut changed = false;
+    for e in root.get_mut("skills")?.as_array_mut()? {
+        let redacted = listed_redacted(e);
+        if redacted != *e {
+            *e = redacted;
+            changed = true;
+        }
+    }
+    changed.then(|| serde_json::to_vec(&root).ok()).flatten()
+}
+
+/// The entry object as listed, but with any user information in its `url` replaced by the
+/// marker: the object is shown and recorded as provenance, and a secret must reach neither.
+fn listed_redacted(raw: &Value) -> Value {
+    let mut v = raw.clone();
+    if let Some(Value::String(u)) = v.get_mut("url") {
+        if let std::borrow::Cow::Owned(r) = urls::redact_str(u) {
+            *u = r;
+        }
+    }
+    v
 }
 
 fn entry_url(text: &str, base: Option<&Url>) -> Result<EntryUrl, String> {
@@ -409,7 +483,7 @@ fn entry_url(text: &str, base: Option<&Url>) -> Result<EntryUrl, String> {
             cross_origin: r.cross_origin,
         }),
         Err(urls::UrlError::NoBase { form }) => Ok(EntryUrl {
-            as_listed: text.to_owned(),
+            as_listed: urls::redact_str(text).into_owned(),
             form,
             resolved: None,
             cross_origin: false,

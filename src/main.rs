@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => cli::doctor::run(sandbox, &args).into(),
         Command::Extract(args) => finish(cli::extract::run(args, sandbox)),
         Command::Index(args) => cli::index::run(args).into(),
+        Command::Cache(args) => cli::cache::run(args).into(),
         Command::Fetch(args) => cli::fetch::run(args, &|artifact, staging, req| {
             cli::extract::run_engine(sandbox, artifact, staging, req).map_err(|f| f.message)
         })

@@ -6,7 +6,14 @@
 //! also repairs malformed input (strips tabs and newlines, trims spaces, reads `\` as `/`). A
 //! reference that would need such repair is refused here first, so what is resolved is what was
 //! written.
+//!
+//! Every URL enters the program through [`parse_absolute`] or [`resolve`] (and a reference's
+//! text through [`redact_str`]), and each of them replaces user information (`user:password@`)
+//! with the marker [`REDACTED`] before anything else sees the value: what is printed, logged,
+//! cached or recorded can then never carry the secret, and the fetch policy still sees that a
+//! URL had credentials (the marker is user information too) and refuses it.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::Serialize;
@@ -110,12 +117,110 @@ fn precheck(s: &str) -> Result<(), UrlError> {
     Ok(())
 }
 
-/// Parse an absolute URL with a host (the index URL, an allowed origin).
+/// What replaces the user information of a URL: `https://user:pw@host/` becomes
+/// `https://***@host/`. It is itself user information, so a redacted URL is still refused by
+/// the `no_userinfo` rule, and it is never a credential.
+pub const REDACTED: &str = "***";
+
+/// Replace `url`'s user information (name and password) with [`REDACTED`]. Returns whether
+/// there was any.
+pub fn redact(url: &mut Url) -> bool {
+    if url.username().is_empty() && url.password().is_none() {
+        return false;
+    }
+    // Both setters only fail for URLs without a host, which carry no user information.
+    let _ = url.set_password(None);
+    let _ = url.set_username(REDACTED);
+    true
+}
+
+/// A copy of `url` with its user information replaced by [`REDACTED`].
+pub fn redacted(url: &Url) -> Url {
+    let mut u = url.clone();
+    redact(&mut u);
+    u
+}
+
+/// The same for text that may hold a URL or a reference with an authority (`scheme://...`,
+/// `//...`), as written and not yet parsed: the user information (everything before the last
+/// `@` of the authority, which ends at the first `/`, `?` or `#`, as RFC 3986 3.2 reads it) is
+/// replaced by [`REDACTED`]. Text without an authority comes back unchanged.
+pub fn redact_str(s: &str) -> Cow<'_, str> {
+    let start = match s.find("//") {
+        // Only the `//` that opens an authority: after a scheme, or at the very start.
+        Some(i) if i == 0 || (UrlForm::of(s) == UrlForm::Absolute && s[..i].ends_with(':')) => {
+            i + 2
+        }
+        _ => return Cow::Borrowed(s),
+    };
+    let rest = &s[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..end].rfind('@') {
+        Some(at) => Cow::Owned(format!("{}{REDACTED}{}", &s[..start], &rest[at..])),
+        None => Cow::Borrowed(s),
+    }
+}
+
+/// A URL that cannot carry a secret: built only through [`RedactedUrl::new`], which replaces
+/// user information with [`REDACTED`]. Shown and serialised as the redacted URL. For stores and
+/// records (the install lifecycle's provenance) that must never hold a password.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct RedactedUrl(Url);
+
+impl RedactedUrl {
+    pub fn new(mut url: Url) -> Self {
+        redact(&mut url);
+        Self(url)
+    }
+
+    /// Parse text (an absolute URL) and redact it.
+    pub fn parse(s: &str) -> Result<Self, UrlError> {
+        parse_absolute(s).map(Self)
+    }
+
+    pub fn as_url(&self) -> &Url {
+        &self.0
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+
+    /// Whether the URL had user information (now the marker).
+    pub fn had_userinfo(&self) -> bool {
+        !self.0.username().is_empty()
+    }
+}
+
+impl From<Url> for RedactedUrl {
+    fn from(url: Url) -> Self {
+        Self::new(url)
+    }
+}
+
+impl fmt::Display for RedactedUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.as_str())
+    }
+}
+
+/// Parse an absolute URL with a host (the index URL, an allowed origin, a proxy). User
+/// information is replaced by [`REDACTED`] (see [`redact`]).
 pub fn parse_absolute(s: &str) -> Result<Url, UrlError> {
+    let mut url = parse_absolute_keeping_userinfo(s)?;
+    redact(&mut url);
+    Ok(url)
+}
+
+/// As [`parse_absolute`], but the user information is kept: only for a proxy URL, whose
+/// credentials are sent to the proxy, and never for anything that is shown or stored.
+pub(crate) fn parse_absolute_keeping_userinfo(s: &str) -> Result<Url, UrlError> {
     precheck(s)?;
     if UrlForm::of(s) != UrlForm::Absolute {
         return Err(UrlError::Invalid(format!(
-            "{s:?} is not an absolute URL (scheme://host/...)"
+            "{:?} is not an absolute URL (scheme://host/...)",
+            redact_str(s)
         )));
     }
     let url = Url::parse(s).map_err(|e| UrlError::Invalid(e.to_string()))?;
@@ -152,9 +257,10 @@ pub fn resolve(reference: &str, base: Option<&Url>) -> Result<Resolved, UrlError
         return Err(UrlError::NoHost);
     }
     url.set_fragment(None);
+    redact(&mut url);
     let cross_origin = base.is_some_and(|b| b.origin() != url.origin());
     Ok(Resolved {
-        as_listed: reference.to_owned(),
+        as_listed: redact_str(reference).into_owned(),
         form,
         url,
         cross_origin,
@@ -226,6 +332,47 @@ mod tests {
         assert!(r.cross_origin);
         let r = resolve("d.zip", Some(&base())).expect("resolve");
         assert!(!r.cross_origin);
+    }
+
+    #[test]
+    fn user_information_never_survives_entry() {
+        let marker = "pw-MARKER-1";
+        let u = parse_absolute(&format!("https://alice:{marker}@example.com/i.json"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(u.as_str(), "https://***@example.com/i.json");
+        for reference in [
+            format!("https://bob:{marker}@cdn.example/x.zip"),
+            format!("//bob:{marker}@cdn.example/x.zip"),
+            format!("https://{marker}@cdn.example/x.zip"),
+            format!("https://a:b@c:{marker}@cdn.example/x.zip"),
+        ] {
+            let r = resolve(&reference, Some(&base())).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!r.as_listed.contains(marker), "{}", r.as_listed);
+            assert!(!r.url.as_str().contains(marker), "{}", r.url);
+            assert_eq!(r.url.username(), REDACTED);
+            assert!(!redact_str(&reference).contains(marker));
+        }
+        // A relative reference against a base with credentials inherits the marker, not them.
+        let b = parse_absolute(&format!("https://u:{marker}@example.com/a/i.json"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let r = resolve("x.zip", Some(&b)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.url.as_str(), "https://***@example.com/a/x.zip");
+        // Text without an authority is left alone, `@` in a path included.
+        assert_eq!(redact_str("a/b@c"), "a/b@c");
+        assert_eq!(redact_str("/p?q=//x@y"), "/p?q=//x@y");
+        assert_eq!(redact_str("https://h/p@q"), "https://h/p@q");
+        let red = RedactedUrl::new(
+            Url::parse(&format!("https://u:{marker}@h/")).unwrap_or_else(|e| panic!("{e}")),
+        );
+        assert!(red.had_userinfo());
+        assert!(!red.to_string().contains(marker));
+        assert!(
+            !serde_json::to_string(&red)
+                .unwrap_or_default()
+                .contains(marker)
+        );
+        let err = parse_absolute(&format!("u:{marker}@h/x")).err();
+        assert!(err.is_some_and(|e| !e.to_string().contains(marker)));
     }
 
     #[test]

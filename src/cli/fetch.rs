@@ -1,6 +1,8 @@
-//! `skillbox fetch INDEX_URL SKILL_NAME`: flags to a [`FetchPolicy`], the pipeline (index,
-//! entry, artifact, the confined extraction), the printed answer and the exit code. The
-//! fetch-policy flags and the failure reporting are shared with `index check` ([`super::index`]).
+//! `skillbox fetch INDEX_URL SKILL_NAME`: flags (over the policy file and `SKILLBOX_*`
+//! variables, see [`skillbox::fetch::config`]) to a fetch policy, the pipeline (index, entry,
+//! artifact, the confined extraction), the printed answer and the exit code. The fetch-policy
+//! flags and the failure reporting are shared with `index check` ([`super::index`]) and the
+//! cache directory with `cache` ([`super::cache`]).
 //!
 //! Exit codes (see [`Exit`]): 0 accepted, 3 rejected, 1 operational error, 2 usage error,
 //! 4 refused by the fetch policy (the rule is named), 5 unrecognised index `$schema`.
@@ -22,8 +24,8 @@ use skillbox::extract::{ArtifactType, Request};
 use skillbox::fetch::FetchError;
 use skillbox::fetch::acquire::{self, AcquireError, Provenance};
 use skillbox::fetch::cache::Cache;
+use skillbox::fetch::config::{self, FetchSettings, Overrides};
 use skillbox::fetch::client::{Client, Download};
-use skillbox::fetch::policy::{AllowedOrigin, FetchPolicy};
 use skillbox::fetch::tls::Trust;
 use skillbox::index::{EntryType, IndexError, IndexLimits};
 use skillbox::intake::Outcome;
@@ -39,47 +41,73 @@ use super::staging::Staging;
 /// answering with the outcome and how it was confined.
 pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Confined, String>;
 
-/// Fetch policy flags, shared by `index check URL` and `fetch`.
+/// Fetch policy flags, shared by `index check URL` and `fetch`. Each sits on top of
+/// `--fetch-policy FILE` (flags and their `SKILLBOX_*` variables win; lists add up).
 #[derive(Args, Debug, Clone)]
 pub(super) struct PolicyArgs {
-    /// Allow fetching from this origin (repeatable). The allow-list starts empty: the index's
-    /// origin and every artifact origin (each redirect hop too) must be listed.
-    #[arg(long = "allow-origin", value_name = "https://HOST[:PORT]")]
+    /// A TOML fetch policy file (keys as the flags, with underscores: allow_origins,
+    /// allow_destinations, max_redirects, connect_timeout, total_timeout, max_bytes,
+    /// max_index_bytes, max_index_entries, ca_file, proxy, no_proxy). Unknown keys are refused.
+    #[arg(long, env = "SKILLBOX_FETCH_POLICY", value_name = "FILE")]
+    fetch_policy: Option<PathBuf>,
+    /// Allow fetching from this origin (repeatable; the variable takes a comma-separated list).
+    /// The origin of the INDEX_URL given on the command line is allowed without it; every other
+    /// origin (cross-origin artifacts, redirects elsewhere) must be listed.
+    #[arg(
+        long = "allow-origin",
+        env = "SKILLBOX_ALLOW_ORIGIN",
+        value_delimiter = ',',
+        value_name = "https://HOST[:PORT]"
+    )]
     allow_origin: Vec<String>,
     /// FOR TESTS AND LOCAL DEVELOPMENT ONLY: exempt exactly this address and port from the
     /// destination rules (loopback, private, link-local, ...). Repeatable.
     #[arg(long = "allow-destination", value_name = "IP:PORT")]
     allow_destination: Vec<SocketAddr>,
     /// Most redirects followed [default: 5].
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "SKILLBOX_MAX_REDIRECTS", value_name = "N")]
     max_redirects: Option<u32>,
     /// Name resolution plus TCP connect bound, e.g. `10`, `2.5`, `500ms` [default: 10s].
-    #[arg(long, value_parser = parse_duration, value_name = "SECONDS")]
+    #[arg(long, env = "SKILLBOX_CONNECT_TIMEOUT", value_parser = config::parse_duration, value_name = "SECONDS")]
     connect_timeout: Option<Duration>,
     /// Bound on one whole download, redirects included [default: 60s].
-    #[arg(long, value_parser = parse_duration, value_name = "SECONDS")]
+    #[arg(long, env = "SKILLBOX_TOTAL_TIMEOUT", value_parser = config::parse_duration, value_name = "SECONDS")]
     total_timeout: Option<Duration>,
     /// Largest artifact body (K, M, G suffixes) [default: 256M].
-    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    #[arg(long, env = "SKILLBOX_MAX_BYTES", value_parser = parse_size, value_name = "BYTES")]
     max_bytes: Option<u64>,
-    /// Largest index body [default: 1M].
-    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    /// Largest index body; an index over it is rejected (exit 3) [default: 1M].
+    #[arg(long, env = "SKILLBOX_MAX_INDEX_BYTES", value_parser = parse_size, value_name = "BYTES")]
     max_index_bytes: Option<u64>,
     /// Most entries in an index [default: 1000].
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "SKILLBOX_MAX_INDEX_ENTRIES", value_name = "N")]
     max_index_entries: Option<usize>,
     /// Trust exactly the CA certificates in this PEM file instead of the built-in roots.
-    #[arg(long, value_name = "PEM")]
+    #[arg(long, env = "SKILLBOX_CA_FILE", value_name = "PEM")]
     ca_file: Option<PathBuf>,
+    /// HTTP CONNECT proxy, `http://[USER:PASSWORD@]HOST[:PORT]`, or `direct` for none
+    /// [default: the policy file's, else HTTPS_PROXY / https_proxy]. Credentials are never shown.
+    #[arg(long, env = "SKILLBOX_PROXY", value_name = "URL")]
+    proxy: Option<String>,
+    /// Hosts reached without the proxy, comma-separated (subdomains included, `*` for all)
+    /// [default: the policy file's, else NO_PROXY / no_proxy].
+    #[arg(long, env = "SKILLBOX_NO_PROXY", value_name = "LIST")]
+    no_proxy: Option<String>,
 }
 
 /// `skillbox fetch INDEX_URL SKILL_NAME`
 #[derive(Args, Debug)]
 pub struct FetchArgs {
     /// The discovery index URL (https://HOST/.well-known/agent-skills/index.json).
-    index_url: String,
+    #[arg(required_unless_present = "print_policy")]
+    index_url: Option<String>,
     /// The skill to fetch, as the index names it.
-    skill_name: String,
+    #[arg(required_unless_present = "print_policy")]
+    skill_name: Option<String>,
+    /// Print the effective fetch policy (defaults, --fetch-policy FILE, SKILLBOX_* variables
+    /// and flags combined; proxy credentials redacted) in the policy file's format, and exit.
+    #[arg(long)]
+    print_policy: bool,
     /// Directory to stage into; must not exist yet. Without it a temporary directory is used
     /// and removed afterwards.
     #[arg(long)]
@@ -88,8 +116,12 @@ pub struct FetchArgs {
     #[arg(long)]
     json: bool,
     /// Use only the cache: the last index fetched from INDEX_URL and the artifact by digest.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_cache")]
     offline: bool,
+    /// Neither read nor write the cache: download the index and the artifact now, into a
+    /// temporary directory removed afterwards.
+    #[arg(long)]
+    no_cache: bool,
     /// Cache directory [default: $XDG_CACHE_HOME/skillbox or ~/.cache/skillbox].
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
@@ -98,23 +130,6 @@ pub struct FetchArgs {
     limits: Option<PathBuf>,
     #[command(flatten)]
     policy: PolicyArgs,
-}
-
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, scale) = if let Some(ms) = t.strip_suffix("ms") {
-        (ms, 0.001)
-    } else {
-        (t.strip_suffix('s').unwrap_or(t), 1.0)
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (seconds, or e.g. 500ms)"))?;
-    let secs = v * scale;
-    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
-        return Err(format!("{s:?}: give a duration above 0 and at most a day"));
-    }
-    Ok(Duration::from_secs_f64(secs))
 }
 
 pub(super) fn print_error(message: &str) {
@@ -126,35 +141,32 @@ pub(super) struct Setup {
     pub(super) index_limits: IndexLimits,
 }
 
+pub(super) fn settings(p: &PolicyArgs) -> Result<FetchSettings, (Exit, String)> {
+    let file = p
+        .fetch_policy
+        .as_deref()
+        .map(config::read_file)
+        .transpose()
+        .map_err(|e| (Exit::Usage, e.to_string()))?;
+    let over = Overrides {
+        allow_origins: p.allow_origin.clone(),
+        allow_destinations: p.allow_destination.clone(),
+        max_redirects: p.max_redirects,
+        connect_timeout: p.connect_timeout,
+        total_timeout: p.total_timeout,
+        max_bytes: p.max_bytes,
+        max_index_bytes: p.max_index_bytes,
+        max_index_entries: p.max_index_entries,
+        ca_file: p.ca_file.clone(),
+        proxy: p.proxy.clone(),
+        no_proxy: p.no_proxy.clone(),
+    };
+    config::build(file, over, &|k| std::env::var(k).ok()).map_err(|e| (Exit::Usage, e.to_string()))
+}
+
 pub(super) fn setup(p: &PolicyArgs) -> Result<Setup, (Exit, String)> {
-    let mut policy = FetchPolicy::default();
-    let mut index_limits = IndexLimits::default();
-    for o in &p.allow_origin {
-        policy.allowed_origins.push(
-            AllowedOrigin::parse(o).map_err(|e| (Exit::Usage, format!("--allow-origin {e}")))?,
-        );
-    }
-    policy.allowed_destinations.clone_from(&p.allow_destination);
-    if let Some(n) = p.max_redirects {
-        policy.max_redirects = n;
-    }
-    if let Some(d) = p.connect_timeout {
-        policy.connect_timeout = d;
-    }
-    if let Some(d) = p.total_timeout {
-        policy.total_timeout = d;
-    }
-    if let Some(n) = p.max_bytes {
-        policy.max_artifact_bytes = n;
-    }
-    if let Some(n) = p.max_index_bytes {
-        policy.max_index_bytes = n;
-        index_limits.max_bytes = n;
-    }
-    if let Some(n) = p.max_index_entries {
-        index_limits.max_entries = n;
-    }
-    let trust = match &p.ca_file {
+    let s = settings(p)?;
+    let trust = match &s.ca_file {
         Some(path) => Trust::from_ca_file(path).map_err(|e| (Exit::Usage, e.to_string()))?,
         None => Trust::WebPki,
     };
@@ -162,8 +174,8 @@ pub(super) fn setup(p: &PolicyArgs) -> Result<Setup, (Exit, String)> {
         .client_config()
         .map_err(|e| (Exit::Usage, e.to_string()))?;
     Ok(Setup {
-        client: Client::new(policy, tls),
-        index_limits,
+        client: Client::new(s.policy, tls),
+        index_limits: s.index_limits,
     })
 }
 
@@ -172,10 +184,13 @@ fn fetch_exit(e: &FetchError) -> Exit {
         FetchError::Refused(_) => Exit::Refused,
         FetchError::Dns { .. }
         | FetchError::Connect { .. }
+        | FetchError::Proxy { .. }
         | FetchError::Tls(_)
         | FetchError::Http(_)
         | FetchError::Status { .. }
         | FetchError::Sink(_) => Exit::Operational,
+        // The same status as an index file over the bound: the index is rejected.
+        FetchError::IndexTooLarge { .. } => Exit::Rejected,
     }
 }
 
@@ -263,6 +278,30 @@ pub(super) fn report(e: &AcquireError) {
 
 /// Run `skillbox fetch`; returns the exit code. `engine` is the extraction path `extract` uses.
 pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
+    if a.print_policy {
+        return match settings(&a.policy) {
+            Ok(mut s) => {
+                if let Some(u) = a
+                    .index_url
+                    .as_deref()
+                    .and_then(|u| urls::parse_absolute(u).ok())
+                {
+                    s.policy.allow_index_origin(&u);
+                }
+                print!("{}", config::render(&s));
+                Exit::Ok
+            }
+            Err((code, m)) => {
+                print_error(&m);
+                code
+            }
+        };
+    }
+    let (Some(index_text), Some(skill_name)) = (a.index_url.as_deref(), a.skill_name.as_deref())
+    else {
+        print_error("INDEX_URL and SKILL_NAME are required");
+        return Exit::Usage;
+    };
     let setup = match setup(&a.policy) {
         Ok(s) => s,
         Err((code, m)) => {
@@ -270,13 +309,15 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
             return code;
         }
     };
-    let index_url = match urls::parse_absolute(&a.index_url) {
+    let index_url = match urls::parse_absolute(index_text) {
         Ok(u) => u,
         Err(e) => {
-            print_error(&format!("{}: {e}", a.index_url));
+            print_error(&format!("{}: {e}", urls::redact_str(index_text)));
             return Exit::Usage;
         }
     };
+    let mut setup = setup;
+    setup.client.policy_mut().allow_index_origin(&index_url);
     let limits = match &a.limits {
         Some(p) => match Limits::from_file(p) {
             Ok(l) => l,
@@ -296,7 +337,21 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
             return Exit::Usage;
         }
     }
-    let Some(cache_root) = a.cache_dir.clone().or_else(Cache::default_root) else {
+    // --no-cache: a throwaway cache, so the download path (temporary file, digest check,
+    // rename) is the same one; it is removed when this function returns.
+    let throwaway = match a.no_cache.then(tempfile::TempDir::new).transpose() {
+        Ok(t) => t,
+        Err(e) => {
+            print_error(&format!("cannot create a temporary directory: {e}"));
+            return Exit::Operational;
+        }
+    };
+    let Some(cache_root) = throwaway
+        .as_ref()
+        .map(|t| t.path().to_owned())
+        .or_else(|| a.cache_dir.clone())
+        .or_else(Cache::default_root)
+    else {
         print_error("no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
         return Exit::Usage;
     };
@@ -317,7 +372,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     };
     let acquired = acquire::load_index(
         &setup.client,
-        Some(&cache),
+        (!a.no_cache).then_some(&cache),
         &index_url,
         &setup.index_limits,
         a.offline,
@@ -328,7 +383,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
             eprintln!("skillbox: warning: {w}");
         }
     })
-    .and_then(|index| acquire::select(&index, &a.skill_name))
+    .and_then(|index| acquire::select(&index, skill_name))
     .and_then(|entry| acquire::artifact(&setup.client, &cache, entry, a.offline, &mut prov));
     let acquired = match acquired {
         Ok(x) => x,
@@ -516,6 +571,9 @@ fn print_provenance(p: &Provenance) {
     if let Some(addr) = &p.address {
         println!("  address:       {addr}");
     }
+    if let Some(proxy) = &p.via_proxy {
+        println!("  via proxy:     {proxy}");
+    }
     println!("  content-type:  {}", opt(&p.content_type));
     println!(
         "  digest:        {}",
@@ -528,20 +586,4 @@ fn print_provenance(p: &Provenance) {
         println!("  downloaded at: {}", c.fetched_at);
     }
     println!("  time:          {}", p.time);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(
-            parse_duration("500ms").ok(),
-            Some(Duration::from_millis(500))
-        );
-        assert_eq!(parse_duration("2").ok(), Some(Duration::from_secs(2)));
-        assert!(parse_duration("0").is_err());
-        assert!(parse_duration("-1").is_err());
-    }
 }

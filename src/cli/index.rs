@@ -5,8 +5,6 @@
 //! `$schema`, 3 not an index (not JSON, over a limit), 4 refused by the fetch policy,
 //! 1 operational error, 2 usage error.
 
-use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use clap::{Args, Subcommand};
@@ -70,11 +68,14 @@ fn index_check(a: CheckArgs) -> Exit {
         let url = match urls::parse_absolute(&a.source) {
             Ok(u) => u,
             Err(e) => {
-                print_error(&format!("{}: {e}", a.source));
+                print_error(&format!("{}: {e}", urls::redact_str(&a.source)));
                 return Exit::Usage;
             }
         };
         prov.index_url = url.to_string();
+        // The origin of the URL a person typed is theirs to choose.
+        let mut setup = setup;
+        setup.client.policy_mut().allow_index_origin(&url);
         acquire::load_index(
             &setup.client,
             None,
@@ -92,11 +93,12 @@ fn index_check(a: CheckArgs) -> Exit {
             }
         };
         prov.index_url = a.source.clone();
-        match read_file_bounded(Path::new(&a.source), setup.index_limits.max_bytes) {
+        match index::read_file(Path::new(&a.source), setup.index_limits.max_bytes) {
             Ok(bytes) => {
                 index::parse(&bytes, base.as_ref(), &setup.index_limits).map_err(AcquireError::from)
             }
-            Err(m) => {
+            Err(index::ReadError::Index(e)) => Err(AcquireError::from(e)),
+            Err(index::ReadError::Io(m)) => {
                 print_error(&m);
                 return Exit::Operational;
             }
@@ -124,15 +126,6 @@ fn index_check(a: CheckArgs) -> Exit {
             acquire_exit(&e)
         }
     }
-}
-
-fn read_file_bounded(path: &Path, max: u64) -> Result<Vec<u8>, String> {
-    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    file.take(max + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(bytes)
 }
 
 fn index_json(index: &Index) -> Value {

@@ -6,6 +6,7 @@
 //! ([`output`]), where one-shot commands stage ([`staging`]) and the one exit-code type
 //! ([`exit`]). Nothing here decides a verdict or touches artifact bytes.
 
+pub mod cache;
 pub mod diff;
 pub mod doctor;
 pub mod exit;
@@ -48,6 +49,10 @@ pub enum Command {
     SandboxChild,
     /// Discovery index tools (`index check FILE|URL`).
     Index(index::IndexArgs),
+    /// The fetch cache: `list`, `verify` (re-hash, remove mismatches), `prune --older-than AGE`.
+    ///
+    /// Exit status: 0 done, 3 `verify` removed something, 1 operational error, 2 usage error.
+    Cache(cache::CacheArgs),
     /// Fetch one skill from a discovery index over HTTPS under a strict policy, verify its
     /// digest and extract it as `extract` does; prints the answer plus a provenance block.
     ///

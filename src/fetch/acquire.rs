@@ -42,6 +42,8 @@ pub struct Provenance {
     pub final_url: Option<String>,
     /// The address the artifact was received from.
     pub address: Option<String>,
+    /// The proxy the artifact came through (credentials redacted), if any.
+    pub via_proxy: Option<String>,
     pub content_type: Option<String>,
     /// The digest listed and verified.
     pub digest: Option<Sha256Digest>,
@@ -127,8 +129,16 @@ pub fn load_index(
                     address: String::new(),
                     content_type: None,
                     bytes: 0,
+                    via_proxy: None,
                 });
-                return Err(e.into());
+                return Err(match e {
+                    // An index over its bound is the index error a file over it gives.
+                    FetchError::IndexTooLarge { size, max, .. } => {
+                        prov.index_source = Some(Source::Network);
+                        IndexError::TooLarge { size, max }.into()
+                    }
+                    other => other.into(),
+                });
             }
         }
         prov.index_source = Some(Source::Network);
@@ -138,7 +148,9 @@ pub fn load_index(
     if !offline {
         if let Some(cache) = cache {
             // Only a processed index is kept; a failure to keep it is not a failure to fetch.
-            let _ = cache.store_index(url.as_str(), &bytes);
+            // A password in an entry URL is kept out of the copy (that entry is refused anyway).
+            let kept = index::redacted_document(&bytes);
+            let _ = cache.store_index(url.as_str(), kept.as_deref().unwrap_or(&bytes));
         }
     }
     Ok(index)
@@ -207,6 +219,9 @@ pub fn artifact(
         .check_url(&resolved)
         .map_err(FetchError::Refused)?;
 
+    // Held until the bytes are committed (or this fails): a concurrent fetch of the same digest
+    // waits here, then finds them in the cache instead of downloading them again.
+    let _lock = cache.lock(&digest).map_err(AcquireError::Cache)?;
     if let Some(hit) = cache.lookup(&digest).map_err(AcquireError::Cache)? {
         prov.artifact_source = Some(Source::Cache);
         prov.size = Some(hit.size);
@@ -232,6 +247,7 @@ pub fn artifact(
     prov.artifact_source = Some(Source::Network);
     prov.final_url = Some(download.final_url.clone());
     prov.address = Some(download.address.clone());
+    prov.via_proxy = download.via_proxy.clone();
     prov.content_type = download.content_type.clone();
     prov.size = Some(download.bytes);
     let actual = pending.finish();

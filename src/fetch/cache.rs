@@ -6,11 +6,21 @@
 //! Every write is a temporary file in `tmp/` renamed into place (same filesystem, so the rename
 //! is atomic). Every read re-hashes: a file that no longer matches its name is removed and
 //! treated as absent.
+//!
+//! Concurrent fetches of one digest take its lock (`locks/<hex>.lock`, `flock(2)`, released
+//! when the holder exits however it exits) around look-up, download and commit, so the bytes
+//! are downloaded once and a reader only ever opens a complete file (a rename is atomic).
+//! `sha256/<hex>.used` is an empty file whose modification time is the last use (`cache
+//! list`, `cache prune --older-than`); access times are not used, `relatime` and `noatime`
+//! make them unreliable.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use nix::fcntl::{Flock, FlockArg};
 
 use serde::{Deserialize, Serialize};
 use tempfile::NamedTempFile;
@@ -107,7 +117,7 @@ impl Cache {
 
     /// Open (creating, mode 0700) the cache at `root`.
     pub fn open(root: &Path) -> io::Result<Self> {
-        for sub in ["", "sha256", "index", "tmp"] {
+        for sub in ["", "sha256", "index", "tmp", "locks"] {
             let dir = root.join(sub);
             match fs::DirBuilder::new()
                 .recursive(true)
@@ -178,6 +188,7 @@ impl Cache {
             .ok()
             .flatten()
             .and_then(|b| serde_json::from_slice::<Origin>(&b).ok());
+        self.touch(digest);
         Ok(Some(Hit {
             file,
             path,
@@ -197,12 +208,176 @@ impl Cache {
         let Pending { tmp, .. } = pending;
         tmp.as_file().sync_all()?;
         tmp.persist(&path).map_err(|e| e.error)?;
+        // lookup re-hashes what was stored and records the first use.
         self.lookup(&digest)?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 "the cached artifact changed while being stored",
             )
         })
+    }
+
+    /// Wait for, then hold, the lock of `digest` (until the value is dropped).
+    pub fn lock(&self, digest: &Sha256Digest) -> io::Result<DigestLock> {
+        let path = self
+            .root
+            .join("locks")
+            .join(format!("{}.lock", digest.hex()));
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(&path)?;
+        Flock::lock(file, FlockArg::LockExclusive)
+            .map(|held| DigestLock { _held: held })
+            .map_err(|(_, errno)| io::Error::from(errno))
+    }
+
+    /// Record a use of `digest` now (best effort: a failure only makes `cache list` older).
+    fn touch(&self, digest: &Sha256Digest) {
+        let used = self.artifact_path(digest).with_extension("used");
+        let _ = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&used)
+            .and_then(|f| f.set_modified(SystemTime::now()));
+    }
+
+    fn remove_entry(&self, digest: &Sha256Digest) -> io::Result<()> {
+        let path = self.artifact_path(digest);
+        let _ = fs::remove_file(path.with_extension("json"));
+        let _ = fs::remove_file(path.with_extension("used"));
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Digests of the artifacts held (names under `sha256/` that are digests), sorted; other
+    /// names are returned apart.
+    fn digests(&self) -> io::Result<(Vec<Sha256Digest>, Vec<String>)> {
+        let mut digests = Vec::new();
+        let mut other = Vec::new();
+        for e in fs::read_dir(self.root.join("sha256"))? {
+            let name = e?.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") || name.ends_with(".used") {
+                continue;
+            }
+            match format!("sha256:{name}").parse::<Sha256Digest>() {
+                Ok(d) => digests.push(d),
+                Err(_) => other.push(name),
+            }
+        }
+        digests.sort_by_key(|d| d.hex());
+        other.sort();
+        Ok((digests, other))
+    }
+
+    /// What the cache holds, without re-hashing (see [`Cache::verify`]).
+    pub fn list(&self) -> io::Result<Vec<Listed>> {
+        let (digests, _) = self.digests()?;
+        let mut out = Vec::new();
+        for digest in digests {
+            let path = self.artifact_path(&digest);
+            let Ok(meta) = fs::symlink_metadata(&path) else {
+                continue;
+            };
+            let origin = read_bounded(&path.with_extension("json"), MAX_META)
+                .ok()
+                .flatten()
+                .and_then(|b| serde_json::from_slice::<Origin>(&b).ok());
+            let last_used = fs::metadata(path.with_extension("used"))
+                .and_then(|m| m.modified())
+                .or_else(|_| meta.modified())
+                .ok();
+            out.push(Listed {
+                digest,
+                size: meta.len(),
+                // Shown and serialised: never with credentials, even from an older record.
+                url: origin
+                    .as_ref()
+                    .map(|o| crate::urls::redact_str(&o.url).into_owned()),
+                first_used: origin.as_ref().map(|o| o.fetched_at.clone()),
+                last_used: last_used.map(super::rfc3339_of),
+                last_used_at: last_used,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Re-hash every artifact; remove each one that does not match its name (with its records).
+    pub fn verify(&self) -> io::Result<VerifyReport> {
+        let (digests, unknown) = self.digests()?;
+        let mut report = VerifyReport {
+            unknown,
+            ..VerifyReport::default()
+        };
+        for digest in digests {
+            let _lock = self.lock(&digest)?;
+            let path = self.artifact_path(&digest);
+            let actual = OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&path)
+                .and_then(|f| {
+                    if f.metadata()?.is_file() {
+                        Sha256Digest::of_reader(&f).map(|(d, _)| Some(d))
+                    } else {
+                        Ok(None)
+                    }
+                });
+            match actual {
+                Ok(Some(d)) if d == digest => report.ok.push(digest),
+                Ok(Some(d)) => {
+                    self.remove_entry(&digest)?;
+                    report
+                        .removed
+                        .push((digest, format!("the bytes hash to {d}")));
+                }
+                Ok(None) => {
+                    self.remove_entry(&digest)?;
+                    report.removed.push((digest, "not a regular file".into()));
+                }
+                Err(e) => {
+                    self.remove_entry(&digest)?;
+                    report
+                        .removed
+                        .push((digest, format!("cannot be read: {e}")));
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Remove artifacts last used longer than `age` ago, and index copies not refreshed in
+    /// that time.
+    pub fn prune(&self, age: Duration) -> io::Result<Vec<Listed>> {
+        let cutoff = SystemTime::now()
+            .checked_sub(age)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut removed = Vec::new();
+        for item in self.list()? {
+            if item.last_used_at.is_some_and(|t| t < cutoff) {
+                let _lock = self.lock(&item.digest)?;
+                self.remove_entry(&item.digest)?;
+                removed.push(item);
+            }
+        }
+        for e in fs::read_dir(self.root.join("index"))? {
+            let e = e?;
+            if e.metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < cutoff)
+            {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        Ok(removed)
     }
 
     /// Keep the bytes of the index fetched from `url` (for `--offline`).
@@ -224,6 +399,62 @@ impl Cache {
         tmp.persist(path).map_err(|e| e.error)?;
         Ok(())
     }
+}
+
+/// The held lock of one digest (released when dropped, or when the process ends).
+#[derive(Debug)]
+pub struct DigestLock {
+    _held: Flock<File>,
+}
+
+/// One cached artifact, as `cache list` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listed {
+    pub digest: Sha256Digest,
+    pub size: u64,
+    /// The URL it was first downloaded from (redacted).
+    pub url: Option<String>,
+    /// When it was downloaded (RFC 3339).
+    pub first_used: Option<String>,
+    /// When a fetch last used it (RFC 3339).
+    pub last_used: Option<String>,
+    #[serde(skip)]
+    pub last_used_at: Option<SystemTime>,
+}
+
+/// What `cache verify` found.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VerifyReport {
+    pub ok: Vec<Sha256Digest>,
+    /// Removed, with why.
+    pub removed: Vec<(Sha256Digest, String)>,
+    /// Names under `sha256/` that are not digests (left alone).
+    pub unknown: Vec<String>,
+}
+
+/// An age such as `30d`, `12h`, `90m`, `3600s` or `2w` (a bare number is seconds).
+pub fn parse_age(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not an age (e.g. 30d, 12h, 90m, 3600s)"))?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 7 * 86_400,
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {s:?} (use s, m, h, d or w)"
+            ));
+        }
+    };
+    n.checked_mul(scale)
+        .map(Duration::from_secs)
+        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 fn read_bounded(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {

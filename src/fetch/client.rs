@@ -2,7 +2,7 @@
 //! streamed into the caller's sink under the byte limit.
 //!
 //! Per hop: scheme, userinfo and origin rules; the name resolved and every address checked; a
-//! TCP connection to a checked address; TLS verified against the URL's host; `GET` with
+//! TCP connection to a checked address (directly, or a proxy's CONNECT tunnel to it); TLS verified against the URL's host; `GET` with
 //! `Accept-Encoding: identity` and `Connection: close`. A redirect's `Location` is resolved
 //! against the request URL (RFC 9110 10.2.2) and goes round again. Nothing here decodes,
 //! retries, or keeps a connection.
@@ -18,6 +18,7 @@ use url::{Host, Position, Url};
 
 use super::http::{self, Body, Conn, Framing};
 use super::policy::{FetchPolicy, Refusal, Rule};
+use super::proxy::Proxy;
 use super::{FetchError, resolve};
 use crate::urls;
 
@@ -45,6 +46,8 @@ pub struct Download {
     pub address: String,
     pub content_type: Option<String>,
     pub bytes: u64,
+    /// The proxy the final request went through (credentials redacted), if any.
+    pub via_proxy: Option<String>,
 }
 
 /// The fetcher: a policy and a TLS configuration.
@@ -65,6 +68,10 @@ impl Client {
         &self.policy
     }
 
+    pub fn policy_mut(&mut self) -> &mut FetchPolicy {
+        &mut self.policy
+    }
+
     /// GET `url` and stream its body into `sink`. `hops` receives every redirect as it is
     /// followed, so a refusal mid-chain still shows the chain.
     pub fn get(
@@ -79,21 +86,27 @@ impl Client {
             What::Index => self.policy.max_index_bytes,
             What::Artifact => self.policy.max_artifact_bytes,
         };
-        let mut current = url.clone();
+        let mut current = urls::redacted(url);
         current.set_fragment(None);
         loop {
             self.policy
                 .check_url(&current)
                 .map_err(FetchError::Refused)?;
             let addrs = resolve::checked_addresses(&current, &self.policy, deadline)?;
-            let (sock, addr) = resolve::connect(&addrs, &self.policy, deadline, &current)?;
+            let proxy = self.policy.proxy.for_url(&current);
+            let (sock, addr) = match proxy {
+                None => resolve::connect(&addrs, &self.policy, deadline, &current)?,
+                Some(p) => connect_via(p, &addrs, &self.policy, deadline, &current)?,
+            };
             let mut conn = self.handshake(&current, sock, deadline)?;
             send_request(&mut conn, &current).map_err(|e| at(e, &current))?;
             let mut reader = BufReader::with_capacity(16 * 1024, conn);
             let head = http::read_head(&mut reader).map_err(|e| at(e, &current))?;
             if REDIRECTS.contains(&head.status) {
+                // Redacted as it enters: the hop is shown and recorded, the marker is refused.
                 let location = head
                     .one("location")
+                    .map(|l| l.map(|l| urls::redact_str(&l).into_owned()))
                     .map_err(|e| at(e, &current))?
                     .ok_or_else(|| {
                         FetchError::Http(format!(
@@ -139,14 +152,15 @@ impl Client {
             if let Framing::Length(n) = framing {
                 if n > limit {
                     reader.get_mut().cut();
-                    return Err(too_large(limit, n, &current, "declared by Content-Length"));
+                    return Err(too_large(what, limit, Some(n), &current));
                 }
             }
-            let bytes = stream(&mut reader, framing, limit, sink, &current)?;
+            let bytes = stream(&mut reader, framing, (what, limit), sink, &current)?;
             return Ok(Download {
                 hops: hops.clone(),
                 final_url: current.to_string(),
                 address: addr.to_string(),
+                via_proxy: proxy.map(|p| p.to_string()),
                 content_type,
                 bytes,
             });
@@ -178,6 +192,28 @@ impl Client {
     }
 }
 
+/// Tunnel to the first of the checked addresses the proxy connects us to, trying them in order
+/// as a direct connection does; the last failure is the one reported.
+fn connect_via(
+    proxy: &Proxy,
+    addrs: &[std::net::SocketAddr],
+    policy: &FetchPolicy,
+    deadline: Instant,
+    url: &Url,
+) -> Result<(std::net::TcpStream, std::net::SocketAddr), FetchError> {
+    let mut last = None;
+    for addr in addrs {
+        match proxy.connect(*addr, policy.connect_timeout, deadline, url) {
+            Ok(s) => return Ok((s, *addr)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| FetchError::Dns {
+        host: url.host_str().unwrap_or("").to_owned(),
+        detail: "no addresses".into(),
+    }))
+}
+
 fn at(e: FetchError, url: &Url) -> FetchError {
     match e {
         FetchError::Refused(r) if r.url.is_none() => FetchError::Refused(r.at(url)),
@@ -185,11 +221,29 @@ fn at(e: FetchError, url: &Url) -> FetchError {
     }
 }
 
-fn too_large(limit: u64, observed: u64, url: &Url, how: &str) -> FetchError {
-    FetchError::Refused(
-        Refusal::new(Rule::MaxBytes, format!("body is larger than the limit of {limit} bytes ({observed} bytes {how}); the connection was cut"))
+/// The byte limit fired: `declared` is the Content-Length when the server sent one, else
+/// reading stopped one buffer past the limit.
+fn too_large(what: What, limit: u64, declared: Option<u64>, url: &Url) -> FetchError {
+    let how = match declared {
+        Some(n) => format!("{n} bytes declared by Content-Length"),
+        None => "more arrived before reading stopped".to_owned(),
+    };
+    match what {
+        What::Index => FetchError::IndexTooLarge {
+            url: url.to_string(),
+            size: declared,
+            max: limit,
+        },
+        What::Artifact => FetchError::Refused(
+            Refusal::new(
+                Rule::MaxBytes,
+                format!(
+                    "body is larger than the limit of {limit} bytes ({how}); the connection was cut"
+                ),
+            )
             .at(url),
-    )
+        ),
+    }
 }
 
 fn send_request(conn: &mut Conn, url: &Url) -> Result<(), FetchError> {
@@ -212,7 +266,7 @@ fn send_request(conn: &mut Conn, url: &Url) -> Result<(), FetchError> {
 fn stream(
     reader: &mut BufReader<Conn>,
     framing: Framing,
-    limit: u64,
+    (what, limit): (What, u64),
     sink: &mut dyn Write,
     url: &Url,
 ) -> Result<u64, FetchError> {
@@ -221,15 +275,21 @@ fn stream(
     let result = (|| {
         let mut body = Body::new(reader, framing);
         loop {
-            let n = body
-                .read(&mut buf)
-                .map_err(|e| at(http::io_error(e, "reading the body"), url))?;
+            let n = body.read(&mut buf).map_err(|e| match e.kind() {
+                // Both a peer that closed without TLS close_notify (rustls refuses to call that
+                // an end: it may be a truncation attack) and one that closed short of the
+                // framing's end cut the body off.
+                std::io::ErrorKind::UnexpectedEof => FetchError::Http(format!(
+                    "{url}: the connection was closed before the body ended ({total} bytes received)"
+                )),
+                _ => at(http::io_error(e, "reading the body"), url),
+            })?;
             if n == 0 {
                 return Ok(total);
             }
             let observed = total + n as u64;
             if observed > limit {
-                return Err(too_large(limit, observed, url, "received before stopping"));
+                return Err(too_large(what, limit, None, url));
             }
             sink.write_all(&buf[..n]).map_err(FetchError::Sink)?;
             total = observed;

@@ -4,9 +4,10 @@
 //!
 //! Layers, bottom up: [`crate::urls`] (RFC 3986 resolution), [`policy`] (every rule and the refusal
 //! naming it), [`resolve`] (DNS, the destination check, connecting to the checked address),
-//! [`tls`] (trust anchors), [`http`] (HTTP/1.1 framing under limits), [`client`] (one GET with
-//! redirects re-checked per hop), [`cache`], [`acquire`] (index + entry + artifact, with
-//! provenance) and [`cli`] (the `index check` and `fetch` commands).
+//! [`proxy`] (HTTP CONNECT to a checked address), [`tls`] (trust anchors), [`http`] (HTTP/1.1
+//! framing under limits), [`client`] (one GET with redirects re-checked per hop), [`cache`],
+//! [`acquire`] (index + entry + artifact, with provenance), [`config`] (defaults, policy file,
+//! environment and flags into one policy) and [`cli`] (the `index check` and `fetch` commands).
 //!
 //! This module never parses or extracts an artifact: extraction is handed to the engine the
 //! CLI uses (the confined path), with the verified file.
@@ -14,8 +15,10 @@
 pub mod acquire;
 pub mod cache;
 pub mod client;
+pub mod config;
 pub mod http;
 pub mod policy;
+pub mod proxy;
 pub mod resolve;
 pub mod tls;
 
@@ -33,12 +36,25 @@ pub enum FetchError {
     Dns { host: String, detail: String },
     #[error("cannot connect to {addr}: {detail}")]
     Connect { addr: SocketAddr, detail: String },
+    /// The proxy could not be reached, or refused the tunnel (the message says which; the
+    /// proxy is shown with its credentials redacted).
+    #[error("proxy {proxy}: {detail}")]
+    Proxy { proxy: String, detail: String },
     #[error("TLS: {0}")]
     Tls(String),
     #[error("HTTP: {0}")]
     Http(String),
     #[error("{url} answered HTTP {status}")]
     Status { url: String, status: u16 },
+    /// The index body passed `--max-index-bytes` (the connection was cut). Reported as the
+    /// index error it is, with the exit status of an index over a bound read from a file.
+    #[error("the index at {url} is over its limit of {max} bytes")]
+    IndexTooLarge {
+        url: String,
+        /// The declared Content-Length, when the server declared one.
+        size: Option<u64>,
+        max: u64,
+    },
     #[error("cannot store the download: {0}")]
     Sink(#[source] std::io::Error),
 }
@@ -50,6 +66,15 @@ pub fn now_rfc3339() -> String {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     rfc3339(secs)
+}
+
+/// A time as an RFC 3339 UTC timestamp, second precision (before 1970 reads as 1970).
+pub fn rfc3339_of(t: std::time::SystemTime) -> String {
+    rfc3339(
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    )
 }
 
 fn rfc3339(secs: u64) -> String {

@@ -15,8 +15,13 @@ use url::{Host, Url};
 /// Everything the fetcher may and may not do. Built once at the boundary (CLI flags), then read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FetchPolicy {
-    /// Origins (always `https`) the index and artifacts may be fetched from; empty refuses all.
+    /// Origins (always `https`) the index and artifacts may be fetched from; empty refuses all
+    /// but [`Self::index_origin`].
     pub allowed_origins: Vec<AllowedOrigin>,
+    /// The origin of the INDEX_URL a person typed: naming it is the choice to trust it, so the
+    /// index and same-origin artifacts (and same-origin redirects) need no `--allow-origin`.
+    /// Never set from anything a server sent. Set with [`Self::allow_index_origin`].
+    pub index_origin: Option<AllowedOrigin>,
     /// Exact `address:port` pairs exempt from the destination-range rules. For tests and local
     /// development only (a loopback test server); never needed for a public host.
     pub allowed_destinations: Vec<SocketAddr>,
@@ -30,18 +35,23 @@ pub struct FetchPolicy {
     pub max_artifact_bytes: u64,
     /// Largest index body, counted while streaming.
     pub max_index_bytes: u64,
+    /// The HTTP CONNECT proxy, if any, and the hosts reached without it. The destination
+    /// rules hold through it (see [`super::proxy`]).
+    pub proxy: super::proxy::ProxyConfig,
 }
 
 impl Default for FetchPolicy {
     fn default() -> Self {
         Self {
             allowed_origins: Vec::new(),
+            index_origin: None,
             allowed_destinations: Vec::new(),
             max_redirects: 5,
             connect_timeout: Duration::from_secs(10),
             total_timeout: Duration::from_secs(60),
             max_artifact_bytes: 256 << 20,
             max_index_bytes: 1 << 20,
+            proxy: super::proxy::ProxyConfig::default(),
         }
     }
 }
@@ -56,7 +66,10 @@ pub struct AllowedOrigin {
 impl AllowedOrigin {
     /// Parse `https://host[:port]` (a trailing `/` is tolerated; nothing else may follow).
     pub fn parse(s: &str) -> Result<Self, String> {
-        let url = crate::urls::parse_absolute(s).map_err(|e| format!("{s:?}: {e}"))?;
+        let url = crate::urls::parse_absolute(s);
+        // Never echo credentials back, not even in the refusal of them.
+        let s = &*crate::urls::redact_str(s);
+        let url = url.map_err(|e| format!("{s:?}: {e}"))?;
         if url.scheme() != "https" {
             return Err(format!(
                 "{s:?}: an allowed origin must be https://HOST[:PORT]"
@@ -140,7 +153,7 @@ impl Rule {
             Self::MaxRedirects => Some("--max-redirects N"),
             Self::ConnectTimeout => Some("--connect-timeout SECONDS"),
             Self::TotalTimeout => Some("--total-timeout SECONDS"),
-            Self::MaxBytes => Some("--max-bytes N (artifacts) or --max-index-bytes N (the index)"),
+            Self::MaxBytes => Some("--max-bytes N"),
         }
     }
 }
@@ -345,6 +358,19 @@ fn classify_v6(ip: Ipv6Addr) -> Option<AddrClass> {
 }
 
 impl FetchPolicy {
+    /// Allow the origin of `index_url`, the URL the person gave on the command line (only an
+    /// `https` URL has an origin that can be allowed). The destination rules still apply to it.
+    pub fn allow_index_origin(&mut self, index_url: &Url) {
+        if index_url.scheme() == "https" {
+            self.index_origin = AllowedOrigin::of(index_url);
+        }
+    }
+
+    /// Whether `origin` may be fetched from.
+    pub fn origin_allowed(&self, origin: &AllowedOrigin) -> bool {
+        self.index_origin.as_ref() == Some(origin) || self.allowed_origins.contains(origin)
+    }
+
     /// Scheme, userinfo and origin rules for one URL (the index, the artifact, every redirect).
     pub fn check_url(&self, url: &Url) -> Result<(), Refusal> {
         if url.scheme() != "https" {
@@ -371,8 +397,8 @@ impl FetchPolicy {
         let Some(origin) = AllowedOrigin::of(url) else {
             return Err(Refusal::new(Rule::OriginAllowList, "URL has no host").at(url));
         };
-        if !self.allowed_origins.contains(&origin) {
-            let detail = if self.allowed_origins.is_empty() {
+        if !self.origin_allowed(&origin) {
+            let detail = if self.allowed_origins.is_empty() && self.index_origin.is_none() {
                 format!("origin {origin} is not allowed: the origin allow-list is empty")
             } else {
                 format!("origin {origin} is not on the origin allow-list")
@@ -492,6 +518,27 @@ mod tests {
         let other_port = Url::parse("https://example.com:8443/a").expect("parse");
         assert!(policy.check_url(&ok).is_ok());
         assert!(policy.check_url(&other_port).is_err());
+    }
+
+    #[test]
+    fn the_index_origin_is_allowed_and_nothing_else() {
+        let mut policy = FetchPolicy::default();
+        let index = Url::parse("https://example.com/.well-known/agent-skills/index.json")
+            .unwrap_or_else(|e| panic!("{e}"));
+        policy.allow_index_origin(&index);
+        let same = Url::parse("https://example.com/d/x.zip").unwrap_or_else(|e| panic!("{e}"));
+        let other = Url::parse("https://cdn.example.com/x.zip").unwrap_or_else(|e| panic!("{e}"));
+        assert!(policy.check_url(&index).is_ok());
+        assert!(policy.check_url(&same).is_ok());
+        assert_eq!(
+            policy.check_url(&other).err().map(|r| r.rule),
+            Some(Rule::OriginAllowList)
+        );
+        let mut plain = FetchPolicy::default();
+        plain.allow_index_origin(
+            &Url::parse("http://example.com/i.json").unwrap_or_else(|e| panic!("{e}")),
+        );
+        assert_eq!(plain.index_origin, None);
     }
 
     #[test]

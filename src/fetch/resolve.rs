@@ -47,7 +47,7 @@ pub fn checked_addresses(
 }
 
 /// getaddrinfo has no timeout of its own; run it on a thread and stop waiting at the bound.
-fn lookup(
+pub(super) fn lookup(
     host: &str,
     port: u16,
     connect_timeout: Duration,

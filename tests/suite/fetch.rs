@@ -114,6 +114,17 @@ enum Reply {
     Redirect(u16, String),
     /// Stream this many bytes with no Content-Length, then close.
     Endless(u64),
+    /// Declare `declared` bytes (or none: read until close), send `sent`, then close the TCP
+    /// connection without TLS close_notify.
+    Truncated {
+        declared: Option<usize>,
+        sent: usize,
+    },
+    /// This body, declared, sent in 16 pieces with `delay` between them.
+    Trickle {
+        body: Vec<u8>,
+        delay: Duration,
+    },
     /// Declare a Content-Length, then send one byte per `delay`.
     Slow {
         len: usize,
@@ -307,6 +318,32 @@ fn serve(
                 written.store(sent, Ordering::SeqCst);
             }
         }
+        Some(Reply::Truncated { declared, sent }) => {
+            let mut head =
+                "HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nConnection: close\r\n"
+                    .to_owned();
+            if let Some(n) = declared {
+                head.push_str(&format!("Content-Length: {n}\r\n"));
+            }
+            head.push_str("\r\n");
+            stream.write_all(head.as_bytes())?;
+            stream.write_all(&vec![b'a'; sent])?;
+            stream.flush()?;
+            // No close_notify: the TCP connection just ends.
+            return stream.sock.shutdown(std::net::Shutdown::Both);
+        }
+        Some(Reply::Trickle { body, delay }) => {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes())?;
+            for piece in body.chunks(body.len().div_ceil(16).max(1)) {
+                stream.flush()?;
+                std::thread::sleep(delay);
+                stream.write_all(piece)?;
+            }
+        }
         Some(Reply::Slow { len, delay }) => {
             let head = format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
@@ -413,10 +450,37 @@ impl World {
     }
 }
 
+/// Variables that change the fetch policy; cleared so the host's proxy or settings cannot
+/// change what a test sees.
+const POLICY_VARS: &[&str] = &[
+    "HTTPS_PROXY",
+    "https_proxy",
+    "NO_PROXY",
+    "no_proxy",
+    "SKILLBOX_FETCH_POLICY",
+    "SKILLBOX_ALLOW_ORIGIN",
+    "SKILLBOX_MAX_REDIRECTS",
+    "SKILLBOX_CONNECT_TIMEOUT",
+    "SKILLBOX_TOTAL_TIMEOUT",
+    "SKILLBOX_MAX_BYTES",
+    "SKILLBOX_MAX_INDEX_BYTES",
+    "SKILLBOX_MAX_INDEX_ENTRIES",
+    "SKILLBOX_CA_FILE",
+    "SKILLBOX_PROXY",
+    "SKILLBOX_NO_PROXY",
+];
+
 fn run(args: &[String]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillbox"))
-        .args(args)
-        .env_remove("XDG_CACHE_HOME")
+    run_env(args, &[])
+}
+
+fn run_env(args: &[String], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    cmd.args(args).env_remove("XDG_CACHE_HOME");
+    for v in POLICY_VARS {
+        cmd.env_remove(v);
+    }
+    cmd.envs(env.iter().copied())
         .output()
         .expect("spawn skillbox")
 }
@@ -914,35 +978,137 @@ fn default_policy_refuses_loopback() {
     let cache = w.cache().display().to_string();
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let ca = w.ca_file.display().to_string();
-    // The origin is allowed, the CA trusted, but no --allow-destination: loopback is refused.
+    // The origin is allowed (explicitly, and implicitly as INDEX_URL's), the CA trusted, but
+    // no --allow-destination: loopback is refused.
+    for extra in [vec!["--allow-origin".to_owned(), w.server.origin()], vec![]] {
+        let mut args = vec![
+            "fetch".into(),
+            index.clone(),
+            "demo".into(),
+            "--json".into(),
+            "--cache-dir".into(),
+            cache.clone(),
+            "--ca-file".into(),
+            ca.clone(),
+        ];
+        args.extend(extra);
+        let o = run(&args);
+        assert_eq!(refused_rule(&o), "destination_loopback");
+    }
     let o = run(&[
-        "fetch".into(),
-        index,
-        "demo".into(),
+        "index".into(),
+        "check".into(),
+        index.clone(),
         "--json".into(),
-        "--cache-dir".into(),
-        cache,
-        "--ca-file".into(),
-        ca,
-        "--allow-origin".into(),
-        w.server.origin(),
     ]);
     assert_eq!(refused_rule(&o), "destination_loopback");
     assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), 0);
-    // And with nothing allowed at all, the empty origin allow-list fires first, naming the flag.
+}
+
+/// The origin of the INDEX_URL typed is allowed for the index and same-origin artifacts
+/// (offline too) without `--allow-origin`; cross-origin artifacts and redirects still need it.
+#[test]
+fn the_typed_index_origin_needs_no_allow_origin() {
+    let w = World::new();
+    let cdn = w.second_server();
+    // Different bytes each, so no entry is a cache hit for another's digest.
+    let md = skill_md("demo", "A demo skill");
+    let md2 = skill_md("cross", "A demo skill");
+    let md3 = skill_md("hop", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    cdn.route("/c/SKILL.md", ok(&md2, "text/markdown"));
+    cdn.route("/h/SKILL.md", ok(&md3, "text/markdown"));
+    w.server
+        .route("/to-cdn", Reply::Redirect(302, cdn.url("/h/SKILL.md")));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("cross", "skill-md", &cdn.url("/c/SKILL.md"), &sha(&md2)),
+        entry("hop", "skill-md", "/to-cdn", &sha(&md3)),
+    ]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let ca = w.ca_file.display().to_string();
+    let dest = w.server.addr.to_string();
+    let cdn_dest = cdn.addr.to_string();
+    let base = |name: &str, extra: &[&str]| -> Output {
+        let mut v: Vec<String> = [
+            "fetch",
+            &index,
+            name,
+            "--json",
+            "--cache-dir",
+            &cache,
+            "--ca-file",
+            &ca,
+            "--allow-destination",
+            &dest,
+            "--allow-destination",
+            &cdn_dest,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        run(&v)
+    };
+    let o = base("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let o = base("demo", &["--offline"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["index_source"], "cache");
     let o = run(&[
-        "fetch".into(),
-        w.server.url("/i.json"),
-        "demo".into(),
-        "--cache-dir".into(),
-        w.cache().display().to_string(),
+        "index".into(),
+        "check".into(),
+        index.clone(),
+        "--ca-file".into(),
+        ca.clone(),
+        "--allow-destination".into(),
+        dest.clone(),
     ]);
-    assert_eq!(code(&o), 4, "{}", explain(&o));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+
+    // Cross-origin: refused, naming the flag, with nothing sent to that origin.
+    let o = base("cross", &[]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--allow-origin"),
+        json_of(&o)["error"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .contains(&format!("--allow-origin {}", cdn.origin())),
         "{}",
         explain(&o)
     );
+    let o = base("hop", &[]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
+    assert_eq!(
+        json_of(&o)["provenance"]["hops"].as_array().map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(cdn.hits("/c/SKILL.md") + cdn.hits("/h/SKILL.md"), 0);
+    // Allowed on its own, it is fetched; offline, the cached copy still needs the allowance.
+    let o = base("cross", &["--allow-origin", &cdn.origin()]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let o = base("cross", &["--offline"]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
+    // An index URL redirecting to another origin needs that origin allowed too.
+    w.server.route(
+        "/moved.json",
+        Reply::Redirect(301, cdn.url("/.well-known/agent-skills/index.json")),
+    );
+    let moved = w.server.url("/moved.json");
+    let o = run(&[
+        "index".into(),
+        "check".into(),
+        moved,
+        "--json".into(),
+        "--ca-file".into(),
+        ca.clone(),
+        "--allow-destination".into(),
+        dest.clone(),
+        "--allow-destination".into(),
+        cdn_dest.clone(),
+    ]);
+    assert_eq!(refused_rule(&o), "origin_allow_list");
 }
 
 #[test]
@@ -1082,8 +1248,12 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     );
     assert_eq!(std::fs::read(out.join("SKILL.md")).ok(), Some(md));
 
-    // The URL rules hold for cached bytes too: without the origin allowed, even offline refuses.
-    let index = w.server.url("/.well-known/agent-skills/index.json");
+    // The URL rules hold for cached bytes too (cross-origin offline: see
+    // the_typed_index_origin_needs_no_allow_origin); plain http is refused offline as well.
+    let index = w
+        .server
+        .url("/.well-known/agent-skills/index.json")
+        .replace("https://", "http://");
     let cache = w.cache().display().to_string();
     let o = run(&[
         "fetch".into(),
@@ -1094,7 +1264,7 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
         "--cache-dir".into(),
         cache,
     ]);
-    assert_eq!(refused_rule(&o), "origin_allow_list");
+    assert_eq!(refused_rule(&o), "https_only");
 
     // A cached file that no longer matches its digest is dropped, and offline then fails.
     for e in std::fs::read_dir(w.cache().join("sha256"))
@@ -1214,4 +1384,810 @@ fn spellings_of_local_addresses_are_refused_before_connecting() {
         ]);
         assert_eq!(refused_rule(&o), rule, "{url}: {}", explain(&o));
     }
+}
+
+// ---------------------------------------------------------------- secrets in URLs
+
+const MARKER: &str = "pw-MARKER-7f3a";
+
+fn assert_no_marker(o: &Output, what: &str) {
+    for (stream, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+        assert!(
+            !String::from_utf8_lossy(bytes).contains(MARKER),
+            "{what}: the password reached {stream}:\n{}",
+            explain(o)
+        );
+    }
+}
+
+fn assert_no_marker_in_dir(dir: &std::path::Path) {
+    for e in walk(dir) {
+        let bytes = std::fs::read(&e).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(MARKER)
+                && !e.display().to_string().contains(MARKER),
+            "the password reached {}",
+            e.display()
+        );
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// A password in the index URL, in entry URLs (absolute and network-path), in a redirect's
+/// Location, in `--base` and in `--allow-origin` never reaches stdout, stderr (JSON or text,
+/// `fetch` or `index check`) or the cache; the marker shows where it was.
+#[test]
+fn a_password_in_any_url_is_never_echoed() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    let abs = format!("https://user:{MARKER}@{}/a/SKILL.md", w.server.addr);
+    let net = format!("//user:{MARKER}@{}/a/SKILL.md", w.server.addr);
+    w.server.route(
+        "/hop",
+        Reply::Redirect(
+            302,
+            format!("https://user:{MARKER}@{}/a/SKILL.md", w.server.addr),
+        ),
+    );
+    w.index(&index_json(&[
+        entry("abs", "skill-md", &abs, &sha(&md)),
+        entry("net", "skill-md", &net, &sha(&md)),
+        entry("hop", "skill-md", "/hop", &sha(&md)),
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+    ]));
+    let cache = w.cache().display().to_string();
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+
+    for name in ["abs", "net", "hop"] {
+        let o = w.fetch(name, &[]);
+        assert_no_marker(&o, name);
+        assert_eq!(refused_rule(&o), "no_userinfo", "{name}");
+        let v = json_of(&o);
+        let p = &v["provenance"];
+        if name == "hop" {
+            assert_eq!(
+                p["hops"][0]["location"],
+                w.server
+                    .url("/a/SKILL.md")
+                    .replace("https://", "https://***@")
+            );
+        } else {
+            assert!(
+                p["entry"]["url"]
+                    .as_str()
+                    .is_some_and(|u| u.contains("***@")),
+                "{v:#}"
+            );
+            assert!(
+                p["resolved_url"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("https://***@")),
+                "{v:#}"
+            );
+        }
+        // The same in text.
+        let o = run(&w.args(&["fetch", &index, name, "--cache-dir", &cache]));
+        assert_eq!(code(&o), 4, "{}", explain(&o));
+        assert_no_marker(&o, name);
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("***@"),
+            "{}",
+            explain(&o)
+        );
+    }
+    assert_eq!(w.server.hits("/a/SKILL.md"), 0);
+
+    // `index check URL`: url.as_listed, url.resolved, the table.
+    let o = run(&w.args(&["index", "check", &index, "--json"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "index check --json");
+    let v = json_of(&o);
+    let abs_entry = &v["index"]["entries"][0]["url"];
+    assert!(
+        abs_entry["as_listed"]
+            .as_str()
+            .is_some_and(|u| u.contains("***@")),
+        "{v:#}"
+    );
+    assert!(
+        abs_entry["resolved"]
+            .as_str()
+            .is_some_and(|u| u.contains("***@")),
+        "{v:#}"
+    );
+    let o = run(&w.args(&["index", "check", &index]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "index check");
+
+    // The index URL itself, JSON and text, `fetch` and `index check`.
+    let secret_index = index.replace("https://", &format!("https://user:{MARKER}@"));
+    for args in [
+        vec![
+            "fetch",
+            &secret_index,
+            "demo",
+            "--json",
+            "--cache-dir",
+            &cache,
+        ],
+        vec!["fetch", &secret_index, "demo", "--cache-dir", &cache],
+        vec!["index", "check", &secret_index, "--json"],
+        vec!["index", "check", &secret_index],
+    ] {
+        let o = run(&w.args(&args));
+        assert_eq!(code(&o), 4, "{args:?}: {}", explain(&o));
+        assert_no_marker(&o, &format!("{args:?}"));
+    }
+    let o = run(&w.args(&[
+        "fetch",
+        &secret_index,
+        "demo",
+        "--json",
+        "--cache-dir",
+        &cache,
+    ]));
+    assert_eq!(
+        json_of(&o)["provenance"]["index_url"],
+        index.replace("https://", "https://***@")
+    );
+
+    // --base and --allow-origin with credentials, and a URL that does not parse.
+    let file = w.tmp.path().join("index.json");
+    std::fs::write(
+        &file,
+        index_json(&[entry("demo", "skill-md", "a/SKILL.md", &sha(&md))]),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let file = file.display().to_string();
+    let o = run(&[
+        "index".into(),
+        "check".into(),
+        file.clone(),
+        "--base".into(),
+        secret_index.clone(),
+        "--json".into(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "--base");
+    let o = run(&w.args(&[
+        "fetch",
+        &index,
+        "demo",
+        "--cache-dir",
+        &cache,
+        "--allow-origin",
+        &format!("https://u:{MARKER}@example.com"),
+    ]));
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+    assert_no_marker(&o, "--allow-origin");
+    let o = run(&w.args(&[
+        "fetch",
+        &format!("https://u:{MARKER}@[::1/x"),
+        "demo",
+        "--cache-dir",
+        &cache,
+    ]));
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+    assert_no_marker(&o, "unparsable URL");
+
+    // A clean fetch beside them; nothing in the cache holds the password.
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker_in_dir(&w.cache());
+}
+
+/// An index over `--max-index-bytes` exits 3 whether it is fetched (declared or streamed) or
+/// read from a file, with the same message.
+#[test]
+fn an_index_over_its_bound_exits_3_from_the_network_as_from_a_file() {
+    let w = World::new();
+    let body = index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(b"x"))]);
+    let len = body.len();
+    w.index(&body);
+    w.server.route("/endless.json", Reply::Endless(8 << 20));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let under = (len - 1).to_string();
+    for args in [
+        vec![
+            "fetch",
+            &index,
+            "demo",
+            "--json",
+            "--cache-dir",
+            &cache,
+            "--max-index-bytes",
+            &under,
+        ],
+        vec![
+            "index",
+            "check",
+            &index,
+            "--json",
+            "--max-index-bytes",
+            &under,
+        ],
+    ] {
+        let o = run(&w.args(&args));
+        assert_eq!(code(&o), 3, "{args:?}: {}", explain(&o));
+        assert_eq!(json_of(&o)["error"]["kind"], "index", "{}", explain(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr)
+                .contains(&format!("index is {len} bytes, the limit is {under} bytes")),
+            "{}",
+            explain(&o)
+        );
+    }
+    let at = len.to_string();
+    let o = run(&w.args(&["index", "check", &index, "--max-index-bytes", &at]));
+    assert_eq!(code(&o), 0, "exactly at the bound: {}", explain(&o));
+    // No Content-Length: the size is not known, only that it is more.
+    let endless = w.server.url("/endless.json");
+    let o = run(&w.args(&["index", "check", &endless, "--max-index-bytes", "64K"]));
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("index is more than 65536 bytes"),
+        "{}",
+        explain(&o)
+    );
+    // The same bytes from a file: the same status and message.
+    let file = w.tmp.path().join("index.json");
+    std::fs::write(&file, &body).unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&[
+        "index".into(),
+        "check".into(),
+        file.display().to_string(),
+        "--max-index-bytes".into(),
+        under.clone(),
+    ]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains(&format!("index is {len} bytes, the limit is {under} bytes")),
+        "{}",
+        explain(&o)
+    );
+}
+
+/// A body cut off (short of its Content-Length, or read-until-close without TLS close_notify)
+/// is an error naming the URL in plain words, and nothing is kept.
+#[test]
+fn a_body_cut_off_without_close_notify_is_named_as_such() {
+    let w = World::new();
+    w.server.route(
+        "/short",
+        Reply::Truncated {
+            declared: Some(1000),
+            sent: 10,
+        },
+    );
+    w.server.route(
+        "/until-close",
+        Reply::Truncated {
+            declared: None,
+            sent: 10,
+        },
+    );
+    w.index(&index_json(&[
+        entry("short", "skill-md", "/short", &sha(b"x")),
+        entry("close", "skill-md", "/until-close", &sha(b"x")),
+    ]));
+    for (name, path) in [("short", "/short"), ("close", "/until-close")] {
+        let o = w.fetch(name, &[]);
+        assert_eq!(code(&o), 1, "{}", explain(&o));
+        let detail = json_of(&o)["error"]["detail"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        assert!(
+            detail.contains(&format!(
+                "{}: the connection was closed before the body ended",
+                w.server.url(path)
+            )),
+            "{}",
+            explain(&o)
+        );
+        assert!(!detail.contains("docs.rs"), "{detail}");
+        assert!(w.cache_tmp_is_empty());
+        assert_eq!(w.cached_artifacts(), 0);
+    }
+}
+
+// ---------------------------------------------------------------- policy file and environment
+
+/// A policy file sets the policy (CA file relative to it, destinations, caps); `SKILLBOX_*`
+/// variables override it, flags override those; unknown keys are refused with their line;
+/// `--print-policy` shows the result.
+#[test]
+fn policy_file_environment_and_flags_layer_in_order() {
+    let w = World::new();
+    let mut md = skill_md("demo", "A demo skill");
+    md.resize(2048, b'x');
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let policy = w.tmp.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "# test policy\nca_file = \"ca.pem\"\nallow_destinations = [\"{}\"]\nmax_bytes = \"1K\"\nconnect_timeout = 4\n",
+            w.server.addr
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let policy_s = policy.display().to_string();
+    let fetch = |extra: &[&str], env: &[(&str, &str)]| {
+        let mut v: Vec<String> = ["fetch", &index, "demo", "--json", "--cache-dir", &cache]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        run_env(&v, env)
+    };
+    // The file alone: its 1K cap fires (so its CA and destination were used to get there).
+    let o = fetch(&["--fetch-policy", &policy_s], &[]);
+    assert_eq!(refused_rule(&o), "max_bytes");
+    // The file named by the variable, the cap raised by a variable: fetched.
+    let o = fetch(
+        &[],
+        &[
+            ("SKILLBOX_FETCH_POLICY", &policy_s),
+            ("SKILLBOX_MAX_BYTES", "4K"),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let _ = std::fs::remove_dir_all(w.cache());
+    // A flag beats the variable.
+    let o = fetch(
+        &["--fetch-policy", &policy_s, "--max-bytes", "1K"],
+        &[("SKILLBOX_MAX_BYTES", "4K")],
+    );
+    assert_eq!(refused_rule(&o), "max_bytes");
+
+    let o = run_env(
+        &[
+            "fetch".into(),
+            "--print-policy".into(),
+            "--fetch-policy".into(),
+            policy_s.clone(),
+            "--max-redirects".into(),
+            "2".into(),
+        ],
+        &[
+            ("SKILLBOX_TOTAL_TIMEOUT", "9"),
+            ("HTTPS_PROXY", &format!("http://u:{MARKER}@127.0.0.1:9")),
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "--print-policy");
+    let text = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "max_bytes = 1024\n".to_owned(),
+        "max_redirects = 2\n".to_owned(),
+        "total_timeout = \"9s\"\n".to_owned(),
+        "connect_timeout = \"4s\"\n".to_owned(),
+        format!("allow_destinations = [\"{}\"]\n", w.server.addr),
+        format!(
+            "ca_file = {:?}\n",
+            w.tmp.path().join("ca.pem").display().to_string()
+        ),
+        "proxy = \"http://***@127.0.0.1:9/\"  # from HTTPS_PROXY\n".to_owned(),
+    ] {
+        assert!(text.contains(&want), "{want:?} not in:\n{text}");
+    }
+    // The printed policy is a policy file that reads back.
+    let printed = w.tmp.path().join("printed.toml");
+    std::fs::write(&printed, text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&[
+        "fetch".into(),
+        "--print-policy".into(),
+        "--fetch-policy".into(),
+        printed.display().to_string(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+
+    // An unknown key (a typo) is refused with its line; nothing is fetched.
+    let hits = w.server.hits("/.well-known/agent-skills/index.json");
+    std::fs::write(&policy, "max_bytes = \"1K\"\n\nmax_redirect = 2\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let o = fetch(&["--fetch-policy", &policy_s], &[]);
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("line 3") && err.contains("max_redirect"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), hits);
+}
+
+// ---------------------------------------------------------------- through a real proxy
+
+/// A tinyproxy (the distribution's package) on a loopback port with its own config file,
+/// started by the test and stopped when dropped.
+struct Tinyproxy {
+    child: std::process::Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tinyproxy {
+    fn start(extra_config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        // A free port: bind, read it, release it for tinyproxy (which cannot take port 0).
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let log = dir.path().join("tinyproxy.log");
+        let conf = dir.path().join("tinyproxy.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "Port {port}\nListen 127.0.0.1\nTimeout 30\nMaxClients 20\nLogLevel Info\nLogFile \"{}\"\n{extra_config}\n",
+                log.display()
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new("tinyproxy")
+            .arg("-d")
+            .arg("-c")
+            .arg(&conf)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start tinyproxy ({e}): install the Debian package `tinyproxy` (.ci/run does)")
+            });
+        let mut proxy = Tinyproxy {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(status)) = proxy.child.try_wait() {
+                panic!("tinyproxy exited at start: {status}");
+            }
+            assert!(Instant::now() < until, "tinyproxy did not start listening");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        proxy
+    }
+
+    fn url(&self, userinfo: &str) -> String {
+        format!("http://{userinfo}127.0.0.1:{}", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// How many CONNECT requests the proxy has logged for `target`.
+    fn connects(&self, target: &str) -> usize {
+        self.log()
+            .lines()
+            // "Request (file descriptor N): CONNECT host:port HTTP/1.1"; a line starting with
+            // the level name CONNECT is a client connecting, not a request.
+            .filter(|l| l.contains("Request") && l.contains(&format!("CONNECT {target}")))
+            .count()
+    }
+}
+
+impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Through tinyproxy with Basic credentials: the name is resolved and checked here, the proxy
+/// is asked for the checked address (never the name), TLS still verifies the name; a refused
+/// destination is refused before the proxy hears of it; the credentials never show; a wrong
+/// password, a refusing proxy and a dead one are each a clear error; NO_PROXY goes direct.
+#[test]
+fn a_proxy_tunnels_to_the_checked_address_and_the_rules_still_hold() {
+    let w = World::new();
+    let proxy = Tinyproxy::start(&format!("BasicAuth alice {MARKER}"));
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let port = w.server.addr.port();
+    // By name: the certificate names localhost, so TLS verification proves the original name
+    // was used inside the tunnel while the proxy was given the address.
+    let index = format!("https://localhost:{port}/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let ca = w.ca_file.display().to_string();
+    let good = proxy.url(&format!("alice:{MARKER}@"));
+    let args = |proxy_url: &str, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "fetch",
+            &index,
+            "demo",
+            "--json",
+            "--cache-dir",
+            &cache,
+            "--ca-file",
+            &ca,
+            "--proxy",
+            proxy_url,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let dest = w.server.addr.to_string();
+    let dest6 = format!("[::1]:{port}");
+    let allowed = [
+        "--allow-destination",
+        dest.as_str(),
+        "--allow-destination",
+        dest6.as_str(),
+    ];
+
+    // Destination not exempt: refused before any CONNECT.
+    let o = run(&args(&good, &[]));
+    assert_eq!(refused_rule(&o), "destination_loopback");
+    assert_no_marker(&o, "refused through proxy");
+    assert_eq!(proxy.connects(""), 0, "{}", proxy.log());
+
+    let o = run(&args(&good, &allowed));
+    assert_eq!(code(&o), 0, "{}\nproxy log:\n{}", explain(&o), proxy.log());
+    assert_no_marker(&o, "fetch through proxy");
+    let v = json_of(&o);
+    let shown = format!("http://***@127.0.0.1:{}/", proxy.port);
+    assert_eq!(v["provenance"]["via_proxy"], shown);
+    assert_eq!(v["provenance"]["index_download"]["via_proxy"], shown);
+    assert_eq!(v["provenance"]["address"], dest);
+    assert!(proxy.connects(&dest) >= 2, "{}", proxy.log());
+    assert_eq!(
+        proxy.connects("localhost"),
+        0,
+        "the proxy was given the name: {}",
+        proxy.log()
+    );
+    assert_no_marker_in_dir(&w.cache());
+    let o = run(&[args(&good, &allowed), vec!["--print-policy".into()]].concat());
+    assert_no_marker(&o, "--print-policy with a proxy");
+
+    // The same proxy from HTTPS_PROXY; NO_PROXY sends the host direct.
+    let _ = std::fs::remove_dir_all(w.cache());
+    let before = proxy.connects(&dest);
+    let mut a = args("", &allowed);
+    let at = a.iter().position(|x| x == "--proxy").unwrap_or(0);
+    a.drain(at..at + 2);
+    let o = run_env(&a, &[("HTTPS_PROXY", &good)]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(proxy.connects(&dest) > before);
+    let _ = std::fs::remove_dir_all(w.cache());
+    let before = proxy.connects(&dest);
+    let o = run_env(&a, &[("HTTPS_PROXY", &good), ("NO_PROXY", "localhost")]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["via_proxy"], Value::Null);
+    assert_eq!(proxy.connects(&dest), before);
+
+    // Wrong password: the proxy's refusal (tinyproxy answers 401), said plainly, with neither
+    // password shown.
+    let _ = std::fs::remove_dir_all(w.cache());
+    let o = run(&args(&proxy.url("alice:wrong-pw-MARKER@"), &allowed));
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    let detail = json_of(&o)["error"]["detail"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        detail.contains("refused the credentials") && detail.contains(&shown),
+        "{detail}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains("wrong-pw")
+            && !String::from_utf8_lossy(&o.stderr).contains("wrong-pw")
+    );
+
+    // A proxy that refuses the port, and a proxy that is not there.
+    let strict = Tinyproxy::start("ConnectPort 443");
+    let o = run(&args(&strict.url(""), &allowed));
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    let detail = json_of(&o)["error"]["detail"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        detail.contains(&format!("refused CONNECT to {dest}")) && detail.contains("HTTP 403"),
+        "{detail}"
+    );
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&args(&format!("http://u:{MARKER}@{dead}"), &allowed));
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    assert_no_marker(&o, "dead proxy");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("cannot connect to the proxy"),
+        "{}",
+        explain(&o)
+    );
+}
+
+// ---------------------------------------------------------------- the cache
+
+/// Concurrent fetches of one digest download it once, and every one of them extracts the
+/// complete file.
+#[test]
+fn concurrent_fetches_of_one_digest_download_once() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route(
+        "/a/SKILL.md",
+        Reply::Trickle {
+            body: md.clone(),
+            delay: Duration::from_millis(25),
+        },
+    );
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let args = w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache]);
+    let children: Vec<std::process::Child> = (0..4)
+        .map(|_| {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+            for v in POLICY_VARS {
+                cmd.env_remove(v);
+            }
+            cmd.args(&args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("{e}"))
+        })
+        .collect();
+    let mut sources = Vec::new();
+    for c in children {
+        let o = c.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(code(&o), 0, "{}", explain(&o));
+        let v = json_of(&o);
+        assert_eq!(v["extraction"]["artifact"]["digest"], sha(&md));
+        sources.push(
+            v["provenance"]["artifact_source"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned(),
+        );
+    }
+    assert_eq!(w.server.hits("/a/SKILL.md"), 1, "downloaded more than once");
+    sources.sort();
+    assert_eq!(sources, ["cache", "cache", "cache", "network"]);
+    assert_eq!(w.cached_artifacts(), 1);
+    assert!(w.cache_tmp_is_empty());
+}
+
+/// `cache list`, `cache verify`, `cache prune --older-than` and `fetch --no-cache`.
+#[test]
+fn cache_commands_list_verify_prune_and_no_cache() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    let md2 = skill_md("two", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.server.route("/b/SKILL.md", ok(&md2, "text/markdown"));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("two", "skill-md", "/b/SKILL.md", &sha(&md2)),
+    ]));
+    let cache = w.cache().display().to_string();
+    let cache_cmd = |args: &[&str]| {
+        let mut v: Vec<String> = vec!["cache".into()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        v.extend(["--cache-dir".to_owned(), cache.clone()]);
+        run(&v)
+    };
+    // --no-cache downloads, and leaves the cache as it was (empty: not even created).
+    let o = w.fetch("demo", &["--no-cache"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(!w.cache().exists(), "--no-cache wrote the cache");
+    assert_eq!(w.fetch("demo", &[]).status.code(), Some(0));
+    assert_eq!(w.fetch("two", &[]).status.code(), Some(0));
+    let o = w.fetch("demo", &["--no-cache"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
+    assert_eq!(w.server.hits("/a/SKILL.md"), 3);
+    let o = w.fetch("demo", &["--no-cache", "--offline"]);
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+
+    let o = cache_cmd(&["list", "--json"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    let items = v.as_array().cloned().unwrap_or_default();
+    assert_eq!(items.len(), 2, "{v:#}");
+    let demo = items
+        .iter()
+        .find(|i| i["digest"] == sha(&md))
+        .cloned()
+        .unwrap_or(Value::Null);
+    assert_eq!(demo["size"], md.len());
+    assert_eq!(demo["url"], w.server.url("/a/SKILL.md"));
+    assert!(
+        demo["first_used"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z'))
+    );
+    assert!(demo["last_used"].as_str().is_some_and(|t| t.ends_with('Z')));
+    let o = cache_cmd(&["list"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&sha(&md)) && text.contains("2 artifacts"),
+        "{text}"
+    );
+
+    // Tamper with one: verify removes exactly it and says so.
+    let tampered = w.cache().join("sha256").join(&sha(&md2)["sha256:".len()..]);
+    std::fs::write(&tampered, b"tampered").unwrap_or_else(|e| panic!("{e}"));
+    let o = cache_cmd(&["verify", "--json"]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["ok"], serde_json::json!([sha(&md)]));
+    assert_eq!(v["removed"][0][0], sha(&md2));
+    assert!(!tampered.exists());
+    let o = cache_cmd(&["verify"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("1 matched, 0 removed"));
+
+    // Prune: nothing is a day old; make the last use old, and it goes.
+    let o = cache_cmd(&["prune", "--older-than", "1d", "--json"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o).as_array().map(Vec::len), Some(0));
+    assert_eq!(w.cached_artifacts(), 1);
+    let used = w
+        .cache()
+        .join("sha256")
+        .join(format!("{}.used", &sha(&md)["sha256:".len()..]));
+    let two_days_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
+    std::fs::File::options()
+        .write(true)
+        .open(&used)
+        .and_then(|f| f.set_modified(two_days_ago))
+        .unwrap_or_else(|e| panic!("{}: {e}", used.display()));
+    let o = cache_cmd(&["prune", "--older-than", "1d"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 0);
+    let o = cache_cmd(&["prune", "--older-than", "1y"]);
+    assert_eq!(code(&o), 2, "{}", explain(&o));
 }

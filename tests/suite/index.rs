@@ -15,8 +15,21 @@ fn fixture(name: &str) -> String {
 }
 
 fn check(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_skillbox"))
-        .arg("index")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    // The host's proxy and fetch settings must not change what a test sees.
+    for v in [
+        "HTTPS_PROXY",
+        "https_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "SKILLBOX_FETCH_POLICY",
+        "SKILLBOX_PROXY",
+        "SKILLBOX_MAX_INDEX_BYTES",
+        "SKILLBOX_MAX_INDEX_ENTRIES",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.arg("index")
         .arg("check")
         .args(args)
         .output()
@@ -199,6 +212,56 @@ fn bounds_refuse_the_whole_index() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("limit is 5"));
     let o = check(&[&fixture("v020.json"), "--max-index-bytes", "100"]);
     assert_eq!(o.status.code(), Some(3));
+    // The real size of the file, not the read cap.
+    let real = std::fs::metadata(fixture("v020.json"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains(&format!("index is {real} bytes, the limit is 100 bytes")),
+        "{stderr}"
+    );
+    // Exactly at the bound is accepted.
+    let o = check(&[
+        &fixture("v020.json"),
+        "--max-index-bytes",
+        &real.to_string(),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // From a pipe the size is unknown: "more than N".
+    let bytes = std::fs::read(fixture("v020.json")).unwrap_or_default();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args([
+            "index",
+            "check",
+            "/dev/stdin",
+            "--max-index-bytes",
+            "100",
+            "--json",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        // The child stops reading at the bound; a broken pipe after that is expected.
+        let _ = stdin.write_all(&bytes);
+    }
+    let o = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(o.status.code(), Some(3));
+    assert_eq!(json_of(&o)["error"]["kind"], "index");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("index is more than 100 bytes"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let tmp = tempfile::tempdir().expect("tempdir");
     let p = tmp.path().join("i.json");
     std::fs::write(&p, b"{\"skills\": [").expect("write");

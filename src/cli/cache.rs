@@ -1,0 +1,123 @@
+//! `skillbox cache list | verify | prune`: the fetch cache, as an operator manages it. Every
+//! URL it shows has had its credentials removed before it was recorded.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use skillbox::fetch::cache::Cache;
+
+use super::exit::Exit;
+use super::fetch::print_error;
+
+/// `skillbox cache ...`
+#[derive(Args, Debug)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    command: CacheCommand,
+    /// Cache directory [default: $XDG_CACHE_HOME/skillbox or ~/.cache/skillbox].
+    #[arg(long, global = true, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum CacheCommand {
+    /// List cached artifacts: digest, size, first and last use, the URL first downloaded from.
+    List,
+    /// Re-hash every cached artifact and remove each one that does not match its digest.
+    ///
+    /// Exit status: 0 all matched, 3 some were removed, 1 the cache cannot be read.
+    Verify,
+    /// Remove artifacts not used for longer than the given age (and index copies as old).
+    Prune {
+        /// An age: 30d, 12h, 90m, 3600s, 2w.
+        #[arg(long, value_parser = skillbox::fetch::cache::parse_age, value_name = "AGE")]
+        older_than: Duration,
+    },
+}
+
+/// Run `skillbox cache ...`; returns the exit code.
+pub fn run(a: CacheArgs) -> Exit {
+    let Some(root) = a.cache_dir.clone().or_else(Cache::default_root) else {
+        print_error("no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
+        return Exit::Usage;
+    };
+    let cache = match Cache::open(&root) {
+        Ok(c) => c,
+        Err(e) => {
+            print_error(&format!("cannot open the cache {}: {e}", root.display()));
+            return Exit::Operational;
+        }
+    };
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let result = match a.command {
+        CacheCommand::List => cache.list().map(|items| {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&items).unwrap_or_default()
+                );
+            } else {
+                println!(
+                    "{:<71} {:>10} {:<20} {:<20} URL",
+                    "DIGEST", "SIZE", "FIRST USE", "LAST USE"
+                );
+                for i in &items {
+                    println!(
+                        "{:<71} {:>10} {:<20} {:<20} {}",
+                        i.digest.to_string(),
+                        i.size,
+                        dash(&i.first_used),
+                        dash(&i.last_used),
+                        dash(&i.url)
+                    );
+                }
+                println!("{} artifacts", items.len());
+            }
+            Exit::Ok
+        }),
+        CacheCommand::Verify => cache.verify().map(|r| {
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+            } else {
+                for (d, why) in &r.removed {
+                    println!("removed  {d}: {why}");
+                }
+                for n in &r.unknown {
+                    println!(
+                        "unknown  sha256/{}: not a digest, left alone",
+                        skillbox::reason::display_name(n.as_bytes())
+                    );
+                }
+                println!("{} matched, {} removed", r.ok.len(), r.removed.len());
+            }
+            if r.removed.is_empty() {
+                Exit::Ok
+            } else {
+                Exit::Rejected
+            }
+        }),
+        CacheCommand::Prune { older_than } => cache.prune(older_than).map(|removed| {
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&removed).unwrap_or_default()
+                );
+            } else {
+                for i in &removed {
+                    println!("removed  {} (last used {})", i.digest, dash(&i.last_used));
+                }
+                println!("{} removed", removed.len());
+            }
+            Exit::Ok
+        }),
+    };
+    result.unwrap_or_else(|e| {
+        print_error(&format!("cache {}: {e}", root.display()));
+        Exit::Operational
+    })
+}

@@ -1,0 +1,346 @@
+//! HTTPS through an HTTP `CONNECT` proxy (RFC 9110 9.3.6), with the destination rules kept.
+//!
+//! The proxy is the operator's choice (`--proxy`, the policy file, `HTTPS_PROXY`), so its own
+//! address is not held to the destination rules. The target is: its name is resolved here and
+//! every address checked exactly as without a proxy, and the tunnel is asked for one checked
+//! *address* (`CONNECT 203.0.113.7:443`), never the name, so the proxy's own DNS answer cannot
+//! take the connection somewhere the check did not see. TLS then runs inside the tunnel with
+//! the original host name (SNI and certificate verification), so the proxy sees no plaintext.
+//!
+//! Proxy credentials (`http://user:password@proxy:3128`) are sent only to the proxy, in
+//! `Proxy-Authorization`; everything shown or stored uses the redacted URL. This module never
+//! decides whether a URL may be fetched: the policy does, before a proxy is involved.
+
+use std::fmt;
+use std::io::{BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+use url::Url;
+
+use super::FetchError;
+use super::http;
+use super::resolve::{bounded_wait, lookup};
+use crate::urls::{self, RedactedUrl};
+
+/// One proxy: where it listens, how it is shown, and the credentials it is sent.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Proxy {
+    host: String,
+    port: u16,
+    shown: RedactedUrl,
+    /// `Basic <base64(user:password)>`, when the URL carried user information.
+    authorization: Option<String>,
+}
+
+impl fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The credentials stay out of every debug print.
+        f.debug_struct("Proxy")
+            .field("url", &self.shown.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for Proxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.shown.as_str())
+    }
+}
+
+impl Proxy {
+    /// Parse `http://[user:password@]host[:port][/]` (port 80 when absent; a bare `host:port`
+    /// is read as `http://host:port`, as curl does). A TLS connection to the proxy itself
+    /// (`https://`) is not supported and refused.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let shown_text = urls::redact_str(s).into_owned();
+        let with_scheme;
+        let text = if s.contains("://") {
+            s
+        } else {
+            with_scheme = format!("http://{s}");
+            &with_scheme
+        };
+        let url = urls::parse_absolute_keeping_userinfo(text)
+            .map_err(|e| format!("proxy {shown_text:?}: {e}"))?;
+        if url.scheme() != "http" {
+            return Err(format!(
+                "proxy {shown_text:?}: only an http:// proxy (HTTP CONNECT) is supported"
+            ));
+        }
+        if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+            return Err(format!(
+                "proxy {shown_text:?}: give http://[USER:PASSWORD@]HOST[:PORT] without a path"
+            ));
+        }
+        let host = match url.host() {
+            Some(url::Host::Ipv6(a)) => a.to_string(),
+            Some(h) => h.to_string(),
+            None => return Err(format!("proxy {shown_text:?}: no host")),
+        };
+        let port = url.port_or_known_default().unwrap_or(80);
+        let authorization = (!url.username().is_empty() || url.password().is_some()).then(|| {
+            let user = percent_decode(url.username());
+            let pass = percent_decode(url.password().unwrap_or(""));
+            let mut pair = user;
+            pair.push(b':');
+            pair.extend_from_slice(&pass);
+            format!("Basic {}", base64(&pair))
+        });
+        Ok(Self {
+            host,
+            port,
+            shown: RedactedUrl::new(url),
+            authorization,
+        })
+    }
+
+    /// The proxy URL with its credentials replaced by the marker.
+    pub fn shown(&self) -> &RedactedUrl {
+        &self.shown
+    }
+
+    /// Open a tunnel to `target` (a checked address) through the proxy. `url` is the request
+    /// being made, for messages.
+    pub fn connect(
+        &self,
+        target: SocketAddr,
+        connect_timeout: std::time::Duration,
+        deadline: Instant,
+        url: &Url,
+    ) -> Result<TcpStream, FetchError> {
+        let err = |detail: String| FetchError::Proxy {
+            proxy: self.shown.to_string(),
+            detail,
+        };
+        let wait = bounded_wait(connect_timeout, deadline).ok_or_else(|| {
+            http::io_error(
+                std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
+                "connecting to the proxy",
+            )
+        })?;
+        // The proxy's name is bounded like any other (getaddrinfo has no timeout of its own).
+        let addrs: Vec<SocketAddr> = match self.host.parse::<std::net::IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, self.port)],
+            Err(_) => lookup(&self.host, self.port, connect_timeout, deadline, url).map_err(
+                |e| match e {
+                    FetchError::Dns { detail, .. } => {
+                        err(format!("cannot resolve the proxy: {detail}"))
+                    }
+                    other => other,
+                },
+            )?,
+        };
+        let mut sock = None;
+        let mut last = String::from("no addresses");
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, wait) {
+                Ok(s) => {
+                    sock = Some(s);
+                    break;
+                }
+                Err(e) => last = format!("cannot connect to the proxy at {a}: {e}"),
+            }
+        }
+        let mut sock = sock.ok_or_else(|| err(last))?;
+        let left = bounded_wait(connect_timeout.max(wait), deadline)
+            .ok_or_else(|| err("the total time limit passed".into()))?;
+        sock.set_read_timeout(Some(left))
+            .and_then(|()| sock.set_write_timeout(Some(left)))
+            .map_err(|e| err(e.to_string()))?;
+        // RFC 9110 9.3.6: the request target is authority-form; here always the checked
+        // address, so the proxy never resolves the name itself.
+        let mut request = format!(
+            "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\nUser-Agent: skillbox/{}\r\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        if let Some(auth) = &self.authorization {
+            request.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+        }
+        request.push_str("\r\n");
+        sock.write_all(request.as_bytes())
+            .and_then(|()| sock.flush())
+            .map_err(|e| err(format!("sending CONNECT: {e}")))?;
+        let mut reader = BufReader::with_capacity(8 * 1024, sock);
+        let head = http::read_head(&mut reader).map_err(|e| err(format!("CONNECT: {e}")))?;
+        if !(200..300).contains(&head.status) {
+            let what = match head.status {
+                // 407 is the standard answer (RFC 9110 15.5.8); some proxies (tinyproxy) say 401.
+                401 | 407 => format!(
+                    "refused the credentials for CONNECT to {target} (HTTP {})",
+                    head.status
+                ),
+                s => format!("refused CONNECT to {target} for {url} with HTTP {s}"),
+            };
+            return Err(err(what));
+        }
+        // Nothing may follow a 2xx CONNECT answer before our TLS ClientHello; bytes here would
+        // be the proxy speaking for the server.
+        if !reader.buffer().is_empty() {
+            return Err(err(
+                "sent data in the tunnel before the TLS handshake".into()
+            ));
+        }
+        Ok(reader.into_inner())
+    }
+}
+
+/// `NO_PROXY`: host names (and their subdomains; a leading `.` means the same) and literal
+/// addresses reached directly, `*` for all. Ports and CIDR ranges are not read: an entry with
+/// either is kept as text and only matches that exact text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NoProxy(Vec<String>);
+
+impl NoProxy {
+    pub fn parse(list: &str) -> Self {
+        Self::from_entries(list.split(','))
+    }
+
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = &'a str>) -> Self {
+        Self(
+            entries
+                .into_iter()
+                .map(|e| {
+                    e.trim()
+                        .trim_start_matches('.')
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .to_ascii_lowercase()
+                })
+                .filter(|e| !e.is_empty())
+                .collect(),
+        )
+    }
+
+    pub fn entries(&self) -> &[String] {
+        &self.0
+    }
+
+    /// Whether `host` (as the URL has it, IPv6 without brackets) is reached directly.
+    pub fn matches(&self, host: &str) -> bool {
+        let host = host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_ascii_lowercase();
+        self.0.iter().any(|e| {
+            e == "*"
+                || *e == host
+                || (host.len() > e.len()
+                    && host.ends_with(e.as_str())
+                    && host.as_bytes()[host.len() - e.len() - 1] == b'.')
+        })
+    }
+}
+
+/// Which proxy, if any, each request goes through.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProxyConfig {
+    pub proxy: Option<Proxy>,
+    pub no_proxy: NoProxy,
+}
+
+impl ProxyConfig {
+    /// The proxy for `url`, or `None` to connect directly.
+    pub fn for_url(&self, url: &Url) -> Option<&Proxy> {
+        let proxy = self.proxy.as_ref()?;
+        let host = url.host_str()?;
+        (!self.no_proxy.matches(host)).then_some(proxy)
+    }
+}
+
+fn percent_decode(s: &str) -> Vec<u8> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
+/// RFC 4648 base64 with padding (for `Proxy-Authorization: Basic`, RFC 7617).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = match chunk {
+            [a, b, c] => u32::from(*a) << 16 | u32::from(*b) << 8 | u32::from(*c),
+            [a, b] => u32::from(*a) << 16 | u32::from(*b) << 8,
+            [a] => u32::from(*a) << 16,
+            _ => 0,
+        };
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc4648_vectors() {
+        for (input, want) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(input.as_bytes()), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn proxy_urls_parse_and_never_show_credentials() {
+        let p = Proxy::parse("http://alice:s%40cret@proxy.example:3128")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.port, 3128);
+        assert_eq!(
+            p.authorization.as_deref(),
+            Some(format!("Basic {}", base64(b"alice:s@cret")).as_str())
+        );
+        assert!(!format!("{p} {p:?}").contains("cret"));
+        assert_eq!(p.to_string(), "http://***@proxy.example:3128/");
+        let bare = Proxy::parse("127.0.0.1:8080").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((bare.host.as_str(), bare.port), ("127.0.0.1", 8080));
+        for bad in ["https://p:1", "http://p:1/path", "socks5://p:1"] {
+            assert!(Proxy::parse(bad).is_err(), "{bad}");
+        }
+        let e = Proxy::parse("https://u:pw-MARK@p:1")
+            .err()
+            .unwrap_or_default();
+        assert!(!e.contains("pw-MARK"), "{e}");
+    }
+
+    #[test]
+    fn no_proxy_matches_hosts_and_subdomains() {
+        let n = NoProxy::parse("example.com, .corp.test,[::1],10.0.0.1");
+        assert!(n.matches("example.com"));
+        assert!(n.matches("a.example.com"));
+        assert!(!n.matches("badexample.com"));
+        assert!(n.matches("x.corp.test"));
+        assert!(n.matches("[::1]"));
+        assert!(n.matches("10.0.0.1"));
+        assert!(!n.matches("10.0.0.2"));
+        assert!(NoProxy::parse("*").matches("anything"));
+        assert!(!NoProxy::default().matches("a"));
+    }
+}
