@@ -2218,7 +2218,11 @@ fn budget(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     )
     .limits(json!({"max_entries": 4}));
     let mut t = Tar::new();
-    t.pax_file(&[("comment", b"reviewed")], b"SKILL.md", skill_md("pax").as_bytes());
+    t.pax_file(
+        &[("comment", b"reviewed")],
+        b"SKILL.md",
+        skill_md("pax").as_bytes(),
+    );
     for name in ["references/a.md", "references/b.md", "references/c.md"] {
         t.pax_file(&[("comment", b"x")], name.as_bytes(), b"x\n");
     }
