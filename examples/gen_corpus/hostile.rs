@@ -899,11 +899,36 @@ fn sizes(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     let h = header(b"assets/zeros.bin", 0o644, 4 * GIB, REG, b"", Magic::Ustar);
     prefix.block(&h);
     c.reject(
-        "tarzst_ratio_bomb_4gib",
+        "tarzst_bomb_4gib_one_file",
         "tar.zst",
         zstd_rle_bomb(&prefix.unfinished(), 4 * GIB + 1024),
+        "file_size",
+        "hand-built zstd frame: one member declaring 4 GiB of zeros as 4-byte RLE blocks: refused before decoding",
+    );
+    // 32 members of 32 MiB zeros, each under the file limit: 1 GiB from ~100 KiB.
+    let mut frame = Vec::new();
+    let mut t = tar_with_skill();
+    for i in 0..32 {
+        let name = format!("assets/z{i:02}.bin");
+        t.block(&header(
+            name.as_bytes(),
+            0o644,
+            32 << 20,
+            REG,
+            b"",
+            Magic::Ustar,
+        ));
+        let segment = zstd_rle_bomb(&t.unfinished(), 32 << 20);
+        // Concatenated zstd frames decode as one stream (RFC 8878 3.1).
+        frame.extend_from_slice(&segment);
+    }
+    frame.extend_from_slice(&zstd_rle_bomb(&[0u8; 1024], 0));
+    c.reject(
+        "tarzst_ratio_bomb_spread",
+        "tar.zst",
+        frame,
         "ratio",
-        "hand-built zstd frame: 4 GiB of zeros as 4-byte RLE blocks, 128 KiB window",
+        "32 zstd frames, each a member of 32 MiB zeros in RLE blocks: past the 200x budget at the first",
     );
 
     let zip_len = zip_basic.len();

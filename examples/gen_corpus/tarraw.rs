@@ -307,6 +307,9 @@ pub fn zstd_rle_bomb(prefix: &[u8], zeros: u64) -> Vec<u8> {
         block_header(&mut out, chunk.len() as u64, 0, false);
         out.extend_from_slice(chunk);
     }
+    if zeros == 0 {
+        block_header(&mut out, 0, 0, true); // an empty last Raw block ends the frame
+    }
     let mut left = zeros;
     while left > 0 {
         let n = left.min(MAX_BLOCK);

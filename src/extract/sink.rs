@@ -532,6 +532,9 @@ impl<'a> Sink<'a> {
         data: &mut dyn Read,
     ) -> Result<Node, Stop> {
         let p = path.as_str();
+        if let Some(d) = declared {
+            self.check_declared(p, d)?;
+        }
         let mut file = self.writer.create_file(p).map_err(|e| write_failed(e, p))?;
         let mut hasher = Hasher::new();
         let mut head: Vec<u8> = Vec::new();
@@ -596,6 +599,34 @@ impl<'a> Sink<'a> {
             target: None,
             flags,
         })
+    }
+
+    /// Refuse before decoding a member whose declared size already passes a limit. The header
+    /// is held to that size afterwards (a shorter stream is `corrupt`), so such a member is
+    /// refused either way: this only refuses it sooner (a bomb in milliseconds), with the
+    /// reason its honest decoding would reach. A small declared size is never trusted.
+    fn check_declared(&self, p: &str, declared: u64) -> Result<(), Stop> {
+        let l = self.limits;
+        if declared > l.max_file_bytes {
+            return Err(Reason::new(
+                ReasonCode::FileSize,
+                format!("the header declares {declared} bytes, more than the limit"),
+            )
+            .entry(p)
+            .limit(l.max_file_bytes, declared)
+            .into());
+        }
+        let total = self.bytes_out.saturating_add(declared);
+        if total > l.max_expanded_bytes {
+            return Err(Reason::new(
+                ReasonCode::ExpandedSize,
+                "with this member's declared size the archive expands to more than the limit",
+            )
+            .entry(p)
+            .limit(l.max_expanded_bytes, total)
+            .into());
+        }
+        Self::check_budget(l, total, self.artifact_size).map_err(|r| Stop::Reject(r.entry(p)))
     }
 
     fn make_symlink(&mut self, path: &SafeRelPath, target: &[u8]) -> Result<Node, Stop> {

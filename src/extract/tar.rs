@@ -267,12 +267,15 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
                     .into());
                 }
             };
+            // The header's size frames the member: the data is exactly that long or the stream
+            // is truncated, so the sink may refuse an oversized member before decoding it.
+            let declared_size = matches!(kind, RawKind::File).then(|| entry.size());
             sink.add(
                 RawEntry {
                     name: &name,
                     kind,
                     mode,
-                    declared_size: None,
+                    declared_size,
                 },
                 &mut entry,
             )?;
