@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::{Stream, StreamExt as _};
 
+use super::authority::FixAuthority;
 use super::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -93,11 +94,11 @@ pub fn unix_incoming(
     listener: UnixListener,
     allow: Arc<[u32]>,
     metrics: Arc<Metrics>,
-) -> impl Stream<Item = io::Result<UnixStream>> {
+) -> impl Stream<Item = io::Result<FixAuthority<UnixStream>>> {
     UnixListenerStream::new(listener).filter_map(move |conn| match conn {
         Err(e) => Some(Err(e)),
         Ok(stream) => match stream.peer_cred() {
-            Ok(cred) if allow.contains(&cred.uid()) => Some(Ok(stream)),
+            Ok(cred) if allow.contains(&cred.uid()) => Some(Ok(FixAuthority::new(stream))),
             Ok(cred) => {
                 metrics.peer_refused();
                 tracing::warn!(

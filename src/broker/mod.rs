@@ -8,6 +8,7 @@
 //! Errors become gRPC statuses in exactly one place ([`error`]).
 
 mod admission;
+mod authority;
 pub mod config;
 
 mod error;

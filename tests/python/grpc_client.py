@@ -2,7 +2,7 @@
 """An independent client of the skillbox broker: Python grpcio with stubs generated from proto/.
 
 Proves the contract outside Rust. Generates the stubs with grpc_tools.protoc into a temporary
-directory, then over the broker's Unix socket:
+directory, then over a stock channel with no options (the broker's Unix socket, or TCP+TLS):
   - sends a valid package (header with its digest, then chunks) and expects an acceptance,
     then releases the staged tree;
   - sends a package with a `../` entry and expects a rejection with REASON_CODE_PATH_TRAVERSAL;
@@ -64,16 +64,21 @@ def requests(pb, header, data):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--socket", required=True)
+    ap.add_argument("--socket", help="the broker's Unix socket")
+    ap.add_argument("--target", help="host:port of a TLS broker (instead of --socket)")
+    ap.add_argument("--ca", help="PEM CA bundle that signed the server's certificate (with --target)")
     ap.add_argument("--artifact", required=True, help="a valid skill package (tar)")
     ap.add_argument("--proto-root", required=True)
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as out_dir:
         pb, rpc = stubs(args.proto_root, out_dir)
-        # grpcio's default :authority for a Unix socket is the percent-encoded path, which
-        # HTTP/2 servers (h2) refuse as malformed; name a plain host instead.
-        channel = grpc.insecure_channel(f"unix://{args.socket}", options=[("grpc.default_authority", "localhost")])
+        # Stock channels, no options: what a user writes.
+        if args.target:
+            ca = open(args.ca, "rb").read() if args.ca else None
+            channel = grpc.secure_channel(args.target, grpc.ssl_channel_credentials(root_certificates=ca))
+        else:
+            channel = grpc.insecure_channel(f"unix://{args.socket}")
         client = rpc.SkillboxStub(channel)
         seen = {}
 

@@ -1007,41 +1007,118 @@ fn a_peer_uid_not_allowed_is_refused() {
     );
 }
 
-/// The contract outside Rust: Python grpcio generates its stubs from proto/ and calls Extract.
+/// Run one of the stock clients (tests/python, tests/node) and parse the JSON it prints.
+fn stock_client(
+    program: &str,
+    script: &str,
+    args: &[&str],
+    as_ids: Option<(u32, u32)>,
+) -> serde_json::Value {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg(format!("{root}/{script}"))
+        .args(args)
+        .args(["--proto-root", &format!("{root}/proto")]);
+    if let Some((uid, gid)) = as_ids {
+        use std::os::unix::process::CommandExt as _;
+        cmd.uid(uid).gid(gid);
+    }
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("{program} is required for this test (.ci/run installs its packages): {e}")
+    });
+    assert!(
+        out.status.success(),
+        "{script} failed (python: pip install -r tests/python/requirements.txt; node: npm ci --prefix tests/node):\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ok(serde_json::from_slice(&out.stdout), "client output")
+}
+
+fn python(args: &[&str], as_ids: Option<(u32, u32)>) -> serde_json::Value {
+    stock_client("python3", "tests/python/grpc_client.py", args, as_ids)
+}
+
+fn node(args: &[&str], as_ids: Option<(u32, u32)>) -> serde_json::Value {
+    let root = env!("CARGO_MANIFEST_DIR");
+    assert!(
+        std::path::Path::new(&format!("{root}/tests/node/node_modules/@grpc/grpc-js")).is_dir(),
+        "the Node client's packages are missing: npm ci --prefix tests/node"
+    );
+    stock_client("node", "tests/node/client.mjs", args, as_ids)
+}
+
+/// The contract outside Rust, as users would call it: stock Python grpcio (stubs generated
+/// from proto/) and stock Node @grpc/grpc-js (proto-loader), no channel options at all, over the
+/// default kind of socket and over TCP+TLS; each gets a verdict for a valid and a hostile
+/// package.
 #[test]
-fn an_independent_python_grpcio_client_gets_a_verdict() {
-    let server = Server::start(&[]);
+fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
     let dir = harness::world_readable_dir();
     let art = dir.path().join("skill.tar");
     let tar = skill_tar(&[("scripts/x.py", b"print(1)\n", 0o644)]);
     ok(std::fs::write(&art, &tar), "write");
-    let root = env!("CARGO_MANIFEST_DIR");
-    let out = std::process::Command::new("python3")
-        .arg(format!("{root}/tests/python/grpc_client.py"))
-        .args([
-            "--socket",
-            server.socket().to_str().unwrap_or(""),
+    let evil = dir.path().join("evil.tar");
+    let hostile = harness::raw_tar(&[
+        ("SKILL.md", b"---\nname: x\ndescription: y\n---\n", 0o644),
+        ("../evil.sh", b"#!/bin/sh\n", 0o755),
+    ]);
+    ok(std::fs::write(&evil, &hostile), "write");
+    let (art, evil) = (art.to_str().unwrap_or(""), evil.to_str().unwrap_or(""));
+    let digest = skillbox::digest::Sha256Digest::of_bytes(&tar).to_string();
+
+    let check_python = |v: &serde_json::Value| {
+        assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
+        assert_eq!(v["accepted"]["digest"], digest.as_str(), "{v}");
+        assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
+        assert_eq!(v["bad_digest"]["code"], "INVALID_ARGUMENT", "{v}");
+    };
+    let check_node = |v: &serde_json::Value| {
+        assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
+        assert_eq!(v["accepted"]["digest"], digest.as_str(), "{v}");
+        assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
+    };
+
+    let server = Server::start(&[]);
+    let socket = server.socket().to_str().unwrap_or("");
+    check_python(&python(&["--socket", socket, "--artifact", art], None));
+    let unix = format!("unix://{socket}");
+    check_node(&node(
+        &["--target", &unix, "--artifact", art, "--hostile", evil],
+        None,
+    ));
+    server.assert_clean();
+    drop(server);
+
+    let pki = harness::Pki::new();
+    let port = harness::free_port();
+    let server = Server::start_tcp(
+        port,
+        &[
+            "--tls-cert",
+            &pki.path("server.pem"),
+            "--tls-key",
+            &pki.path("server.key"),
+        ],
+    );
+    let target = format!("127.0.0.1:{port}");
+    let ca = pki.path("ca.pem");
+    check_python(&python(
+        &["--target", &target, "--ca", &ca, "--artifact", art],
+        None,
+    ));
+    check_node(&node(
+        &[
+            "--target",
+            &target,
+            "--ca",
+            &ca,
             "--artifact",
-            art.to_str().unwrap_or(""),
-        ])
-        .args(["--proto-root", &format!("{root}/proto")])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("python3 is required for this test (tests/python/requirements.txt): {e}")
-        });
-    assert!(
-        out.status.success(),
-        "the Python client failed (pip install -r tests/python/requirements.txt):\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = ok(serde_json::from_slice(&out.stdout), "python output");
-    assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
-    assert_eq!(
-        v["accepted"]["digest"],
-        skillbox::digest::Sha256Digest::of_bytes(&tar).to_string()
-    );
-    assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
-    assert_eq!(v["bad_digest"]["code"], "INVALID_ARGUMENT", "{v}");
+            art,
+            "--hostile",
+            evil,
+        ],
+        None,
+    ));
     server.assert_clean();
 }
