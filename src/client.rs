@@ -43,10 +43,23 @@ pub enum ClientError {
     Tls(String),
     #[error("cannot read the artifact: {0}")]
     Io(#[from] std::io::Error),
-    #[error("server answered {}: {}", .0.code(), .0.message())]
+    #[error("server answered {}: {}", code_name(.0.code()), .0.message())]
     Status(Status),
     #[error(transparent)]
     Malformed(#[from] MalformedAnswer),
+}
+
+/// The gRPC spelling of a status code (`PERMISSION_DENIED`), which is what operators search for.
+fn code_name(code: Code) -> String {
+    let camel = format!("{code:?}");
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
 }
 
 impl ClientError {

@@ -170,7 +170,15 @@ pub async fn serve(
     {
         builder = builder.tls_config(tls_config(files)?)?;
     }
+    let allow: Arc<[u32]> = match &config.listen {
+        config::Listen::Unix { allow_uids, .. } => allow_uids.clone().into(),
+        config::Listen::Tcp { .. } => Arc::from([]),
+    };
     let router = builder
+        .layer(tonic::service::InterceptorLayer::new(listen::PeerPolicy {
+            allow,
+            metrics: Arc::clone(&metrics),
+        }))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -202,11 +210,7 @@ pub async fn serve(
         } => {
             let socket = listen::bind_unix(path, *mode)?;
             tracing::info!(socket = %path.display(), mode = format!("{mode:04o}"), allow_uids = ?allow_uids, "listening");
-            let incoming = listen::unix_incoming(
-                socket.listener,
-                allow_uids.clone().into(),
-                Arc::clone(&metrics),
-            );
+            let incoming = listen::unix_incoming(socket.listener, Arc::clone(&metrics));
             unix_path = Some((socket.path, socket.ino));
             Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }

@@ -69,6 +69,7 @@ def main():
     ap.add_argument("--ca", help="PEM CA bundle that signed the server's certificate (with --target)")
     ap.add_argument("--artifact", required=True, help="a valid skill package (tar)")
     ap.add_argument("--proto-root", required=True)
+    ap.add_argument("--expect-denied", action="store_true", help="expect PERMISSION_DENIED (a refused peer uid)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as out_dir:
@@ -86,6 +87,13 @@ def main():
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         header = pb.ExtractHeader(expected_digest=digest, declared_type=pb.ARTIFACT_TYPE_ARCHIVE,
                                   file_name="skill.tar", caller_label="python-grpcio")
+        if args.expect_denied:
+            try:
+                client.Extract(requests(pb, header, data), timeout=60)
+                raise SystemExit("a refused peer was served")
+            except grpc.RpcError as e:
+                print(json.dumps({"denied": {"code": e.code().name, "details": e.details()}}))
+                return
         r = client.Extract(requests(pb, header, data), timeout=60)
         seen["accepted"] = {
             "verdict": pb.Verdict.Name(r.verdict),

@@ -962,8 +962,9 @@ fn cli_index_facts_reach_the_review_over_the_server() {
     server.assert_clean();
 }
 
-/// SO_PEERCRED: a client running as a uid not on the allow-list is cut off before it is
-/// served, even when the socket's mode lets it connect.
+/// SO_PEERCRED: a client running as a uid not on the allow-list is refused with
+/// PERMISSION_DENIED naming the rule (not a reset that looks like an outage), even when the
+/// socket's mode lets it connect; the CLI and both stock clients say so.
 #[test]
 fn a_peer_uid_not_allowed_is_refused() {
     if !nix::unistd::geteuid().is_root() {
@@ -981,16 +982,44 @@ fn a_peer_uid_not_allowed_is_refused() {
         &["extract", "--json", "--server", &server.uri(), art],
         nobody,
     );
-    assert_eq!(
-        refused.status.code(),
-        Some(1),
-        "stdout: {}",
-        String::from_utf8_lossy(&refused.stdout)
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "stderr: {stderr}");
+    assert!(
+        stderr.contains("PERMISSION_DENIED") && stderr.contains("peer uid 65534 is not allowed"),
+        "{stderr}"
     );
+    drop(server);
+
+    // The stock clients run as root (their packages are root's), on a server that allows
+    // only nobody.
+    let server = Server::start_in(&dir, &["--socket-mode", "0666", "--allow-uid", "65534"]);
+    let socket = server.socket().to_str().unwrap_or("");
+    let py = python(&["--socket", socket, "--artifact", art, "--expect-denied"]);
+    assert_eq!(py["denied"]["code"], "PERMISSION_DENIED", "{py}");
+    assert!(
+        py["denied"]["details"]
+            .as_str()
+            .is_some_and(|d| d.contains("--allow-uid")),
+        "{py}"
+    );
+    let js = node(&[
+        "--target",
+        &format!("unix://{socket}"),
+        "--artifact",
+        art,
+        "--hostile",
+        art,
+        "--expect-denied",
+    ]);
+    assert_eq!(js["denied"]["code"], "PERMISSION_DENIED", "{js}");
     assert!(
         server.log().contains("peer uid not allowed"),
         "{}",
         server.log()
+    );
+    assert!(
+        server.staging_dirs().is_empty(),
+        "a refused request got a staging directory"
     );
     drop(server);
 
@@ -1008,21 +1037,12 @@ fn a_peer_uid_not_allowed_is_refused() {
 }
 
 /// Run one of the stock clients (tests/python, tests/node) and parse the JSON it prints.
-fn stock_client(
-    program: &str,
-    script: &str,
-    args: &[&str],
-    as_ids: Option<(u32, u32)>,
-) -> serde_json::Value {
+fn stock_client(program: &str, script: &str, args: &[&str]) -> serde_json::Value {
     let root = env!("CARGO_MANIFEST_DIR");
     let mut cmd = std::process::Command::new(program);
     cmd.arg(format!("{root}/{script}"))
         .args(args)
         .args(["--proto-root", &format!("{root}/proto")]);
-    if let Some((uid, gid)) = as_ids {
-        use std::os::unix::process::CommandExt as _;
-        cmd.uid(uid).gid(gid);
-    }
     let out = cmd.output().unwrap_or_else(|e| {
         panic!("{program} is required for this test (.ci/run installs its packages): {e}")
     });
@@ -1035,17 +1055,17 @@ fn stock_client(
     ok(serde_json::from_slice(&out.stdout), "client output")
 }
 
-fn python(args: &[&str], as_ids: Option<(u32, u32)>) -> serde_json::Value {
-    stock_client("python3", "tests/python/grpc_client.py", args, as_ids)
+fn python(args: &[&str]) -> serde_json::Value {
+    stock_client("python3", "tests/python/grpc_client.py", args)
 }
 
-fn node(args: &[&str], as_ids: Option<(u32, u32)>) -> serde_json::Value {
+fn node(args: &[&str]) -> serde_json::Value {
     let root = env!("CARGO_MANIFEST_DIR");
     assert!(
         std::path::Path::new(&format!("{root}/tests/node/node_modules/@grpc/grpc-js")).is_dir(),
         "the Node client's packages are missing: npm ci --prefix tests/node"
     );
-    stock_client("node", "tests/node/client.mjs", args, as_ids)
+    stock_client("node", "tests/node/client.mjs", args)
 }
 
 /// The contract outside Rust, as users would call it: stock Python grpcio (stubs generated
@@ -1081,12 +1101,16 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
 
     let server = Server::start(&[]);
     let socket = server.socket().to_str().unwrap_or("");
-    check_python(&python(&["--socket", socket, "--artifact", art], None));
+    check_python(&python(&["--socket", socket, "--artifact", art]));
     let unix = format!("unix://{socket}");
-    check_node(&node(
-        &["--target", &unix, "--artifact", art, "--hostile", evil],
-        None,
-    ));
+    check_node(&node(&[
+        "--target",
+        &unix,
+        "--artifact",
+        art,
+        "--hostile",
+        evil,
+    ]));
     server.assert_clean();
     drop(server);
 
@@ -1103,22 +1127,23 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
     );
     let target = format!("127.0.0.1:{port}");
     let ca = pki.path("ca.pem");
-    check_python(&python(
-        &["--target", &target, "--ca", &ca, "--artifact", art],
-        None,
-    ));
-    check_node(&node(
-        &[
-            "--target",
-            &target,
-            "--ca",
-            &ca,
-            "--artifact",
-            art,
-            "--hostile",
-            evil,
-        ],
-        None,
-    ));
+    check_python(&python(&[
+        "--target",
+        &target,
+        "--ca",
+        &ca,
+        "--artifact",
+        art,
+    ]));
+    check_node(&node(&[
+        "--target",
+        &target,
+        "--ca",
+        &ca,
+        "--artifact",
+        art,
+        "--hostile",
+        evil,
+    ]));
     server.assert_clean();
 }
