@@ -322,14 +322,7 @@ impl Client {
             id: answer.staging_id.clone(),
             path: PathBuf::from(&answer.staging_path),
         });
-        let sandbox = if answer.sandbox_json.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_str(&answer.sandbox_json)
-                    .map_err(|e| MalformedAnswer(format!("sandbox: {e}")))?,
-            )
-        };
+        let sandbox = answer.sandbox.as_ref().map(convert::sandbox_from_proto);
         Ok(Extracted {
             outcome,
             staged,

@@ -130,10 +130,10 @@ pub enum JobFault {
     Sandbox(String),
 }
 
-/// What a job produced: the outcome and, when a child ran, how it was confined (JSON).
+/// What a job produced: the outcome and, when a child ran, how it was confined.
 pub struct Done {
     pub outcome: Outcome,
-    pub sandbox_json: Option<String>,
+    pub sandbox: Option<crate::proto::SandboxReport>,
 }
 
 /// How the job ended; the staging guard is handed back with an outcome.
@@ -224,8 +224,10 @@ impl Runner {
                 if let Some(w) = confined.sandbox.warning() {
                     tracing::warn!("{w}");
                 }
+                let sandbox = crate::convert::sandbox_to_proto(&confined.sandbox)
+                    .map_err(|e| JobFault::Sandbox(e.to_string()))?;
                 Ok(Done {
-                    sandbox_json: serde_json::to_string(&confined.sandbox).ok(),
+                    sandbox: Some(sandbox),
                     outcome: confined.outcome,
                 })
             }

@@ -142,6 +142,8 @@ pub async fn serve(
     health
         .set_serving::<pb::skillbox_server::SkillboxServer<SkillboxService>>()
         .await;
+    // Our descriptor set also holds the error details the broker sends (google.rpc.BadRequest,
+    // RetryInfo, QuotaFailure) and their imports, so a reflection-only client can decode them.
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)

@@ -286,7 +286,7 @@ impl State {
                 return Ok(convert::outcome_to_proto(
                     &Outcome::rejected(facts, totals, reason),
                     None,
-                ));
+                )?);
             }
             if len == 0 {
                 continue;
@@ -319,7 +319,7 @@ impl State {
                 return Ok(convert::outcome_to_proto(
                     &Outcome::rejected(facts, totals, reason),
                     None,
-                ));
+                )?);
             }
         }
 
@@ -334,8 +334,8 @@ impl State {
             .map_err(|e| RequestError::Internal(format!("the extraction worker failed: {e}")))?;
         kill.armed = false;
         drop(reservation);
-        let (outcome, sandbox_json) = match end.result {
-            Ok(done) => (done.outcome, done.sandbox_json.unwrap_or_default()),
+        let (outcome, sandbox) = match end.result {
+            Ok(done) => (done.outcome, done.sandbox),
             Err(JobFault::Abandoned) => {
                 return Err(RequestError::Internal(
                     "the upload was lost on the way to the child".into(),
@@ -343,20 +343,17 @@ impl State {
             }
             Err(JobFault::Sandbox(detail)) => return Err(RequestError::Internal(detail)),
         };
+        // Encoded before the tree is kept: an answer that cannot be sent keeps nothing.
+        let mut answer = convert::outcome_to_proto_with(&outcome, None, sandbox)?;
         match outcome.verdict {
             Verdict::Accepted => {
                 let (id, path) = self.staging.keep(end.staging);
-                Ok(convert::outcome_to_proto_with(
-                    &outcome,
-                    Some((&id, &path.display().to_string())),
-                    sandbox_json,
-                ))
+                answer.staging_id = id;
+                answer.staging_path = path.display().to_string();
             }
-            Verdict::Rejected => {
-                drop(end.staging);
-                Ok(convert::outcome_to_proto_with(&outcome, None, sandbox_json))
-            }
+            Verdict::Rejected => drop(end.staging),
         }
+        Ok(answer)
     }
 
     async fn release(self: &Arc<Self>, id: String) -> Result<(), RequestError> {

@@ -711,6 +711,70 @@ async fn health_and_reflection_answer() {
         names.iter().any(|n| n == "grpc.health.v1.Health"),
         "{names:?}"
     );
+
+    // The typed answer and the error details are described by reflection, dependencies
+    // included, so a client built from reflection alone can decode them.
+    use prost::Message as _;
+    let mut files = std::collections::BTreeMap::new();
+    let mut asks: Vec<MessageRequest> = [
+        "skillbox.v1.Review",
+        "skillbox.v1.SandboxReport",
+        "google.rpc.BadRequest",
+        "google.rpc.RetryInfo",
+        "google.rpc.QuotaFailure",
+    ]
+    .into_iter()
+    .map(|s| MessageRequest::FileContainingSymbol(s.into()))
+    .collect();
+    // As a reflection client does: every import not yet seen is asked for by name.
+    while let Some(ask) = asks.pop() {
+        let req = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(ask.clone()),
+        };
+        let mut answers = ok(
+            refl.server_reflection_info(tokio_stream::iter(vec![req]))
+                .await,
+            "reflection",
+        )
+        .into_inner();
+        let answer =
+            ok(answers.message().await, "reflection answer").unwrap_or_else(|| panic!("no answer"));
+        let Some(MessageResponse::FileDescriptorResponse(fd)) = answer.message_response else {
+            panic!("{ask:?}: {:?}", answer.message_response)
+        };
+        for raw in fd.file_descriptor_proto {
+            let file = ok(
+                prost_types::FileDescriptorProto::decode(&raw[..]),
+                "descriptor",
+            );
+            for dep in &file.dependency {
+                if !files.contains_key(dep) {
+                    asks.push(MessageRequest::FileByFilename(dep.clone()));
+                }
+            }
+            files.insert(file.name().to_owned(), file);
+        }
+    }
+    assert!(
+        files.contains_key("google/rpc/error_details.proto")
+            && files.contains_key("google/protobuf/duration.proto"),
+        "{:?}",
+        files.keys()
+    );
+    let ours = &files["skillbox/v1/skillbox.proto"];
+    let response = ours
+        .message_type
+        .iter()
+        .find(|m| m.name() == "ExtractResponse")
+        .unwrap_or_else(|| panic!("no ExtractResponse"));
+    assert!(response.reserved_name.iter().any(|n| n == "review_json"));
+    assert!(
+        response
+            .field
+            .iter()
+            .any(|f| f.name() == "review" && f.type_name() == ".skillbox.v1.Review")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
