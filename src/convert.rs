@@ -734,7 +734,7 @@ fn review_from_proto(r: &pb::Review) -> Result<Review, MalformedAnswer> {
     })
 }
 
-fn entry_to_proto(e: &Entry) -> pb::Entry {
+pub fn entry_to_proto(e: &Entry) -> pb::Entry {
     let Entry {
         path,
         kind,

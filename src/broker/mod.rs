@@ -17,6 +17,7 @@ mod listen;
 mod metrics;
 mod service;
 mod staging;
+mod tree;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -254,9 +255,17 @@ pub async fn serve(
     if let Some(t) = metrics_task {
         t.abort();
     }
+    // The grace period is over: trees nobody released go now, not at the next start (a
+    // sidecar's staging volume may outlive this process, or be handed to another).
+    let unreleased = staging_root.take_all();
+    for id in &unreleased {
+        if let Err(e) = staging_root.remove(id) {
+            tracing::error!(staging_id = %id, error = %e, "cannot remove an unreleased staging directory");
+        }
+    }
     tracing::info!(
-        kept = staging_root.kept_count(),
-        "stopped; accepted staging directories not released are removed at the next start"
+        removed = unreleased.len(),
+        "stopped; removed the accepted staging directories not released"
     );
     result
 }

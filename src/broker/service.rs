@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
@@ -22,6 +23,7 @@ use super::error::RequestError;
 use super::job::{self, Feed, JobFault, KillSwitch, Runner};
 use super::metrics::Metrics;
 use super::staging::{StagingRoot, is_staging_id};
+use super::tree;
 use crate::convert;
 use crate::digest::Hasher;
 use crate::extract::inventory::{ArtifactFacts, Totals};
@@ -99,12 +101,12 @@ fn peer_uid<T>(req: &Request<T>) -> Option<u32> {
         .map(|c| c.uid())
 }
 
-#[tonic::async_trait]
-impl pb::skillbox_server::Skillbox for SkillboxService {
-    async fn extract(
+impl SkillboxService {
+    /// One `Extract`, logged and counted; shared by `Extract` and `ExtractWithTree`.
+    async fn answer(
         &self,
         request: Request<Streaming<pb::ExtractRequest>>,
-    ) -> Result<Response<pb::ExtractResponse>, Status> {
+    ) -> Result<pb::ExtractResponse, Status> {
         let start = Instant::now();
         let deadline = deadline(request.metadata(), start);
         let span = tracing::info_span!(
@@ -150,10 +152,84 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
             }
             result
         };
-        work.instrument(span)
-            .await
-            .map(Response::new)
-            .map_err(Status::from)
+        work.instrument(span).await.map_err(Status::from)
+    }
+
+    /// Stream the kept tree `id` on a blocking thread; released afterwards when `release`.
+    fn stream_tree(
+        &self,
+        id: String,
+        first: Option<pb::TreePart>,
+        release: bool,
+    ) -> Result<ReceiverStream<tree::Part>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(tree::QUEUE_PARTS);
+        if let Some(part) = first {
+            // The channel is new and empty: the first part always fits.
+            let _ = tx.try_send(Ok(part));
+        }
+        if id.is_empty() {
+            return Ok(ReceiverStream::new(rx));
+        }
+        let opened = self
+            .state
+            .staging
+            .open_kept(&id)
+            .map_err(|e| Status::internal(format!("cannot open the staging directory: {e}")))?;
+        let Some((dir, entries)) = opened else {
+            return Err(RequestError::NotFound(id).into());
+        };
+        let staging = Arc::clone(&self.state.staging);
+        tokio::task::spawn_blocking(move || {
+            tree::send(dir, entries, tx);
+            if release && staging.take_kept(&id) {
+                if let Err(e) = staging.remove(&id) {
+                    tracing::error!(staging_id = %id, error = %e, "cannot remove a staging directory");
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::skillbox_server::Skillbox for SkillboxService {
+    async fn extract(
+        &self,
+        request: Request<Streaming<pb::ExtractRequest>>,
+    ) -> Result<Response<pb::ExtractResponse>, Status> {
+        self.answer(request).await.map(Response::new)
+    }
+
+    type GetTreeStream = ReceiverStream<tree::Part>;
+
+    #[tracing::instrument(skip_all)]
+    async fn get_tree(
+        &self,
+        request: Request<pb::GetTreeRequest>,
+    ) -> Result<Response<Self::GetTreeStream>, Status> {
+        let id = request.into_inner().staging_id;
+        if !is_staging_id(&id) {
+            return Err(RequestError::invalid(
+                "staging_id",
+                "must be 32 lowercase hex digits, as an accepted answer gave it",
+            )
+            .into());
+        }
+        self.stream_tree(id, None, false).map(Response::new)
+    }
+
+    type ExtractWithTreeStream = ReceiverStream<tree::Part>;
+
+    async fn extract_with_tree(
+        &self,
+        request: Request<Streaming<pb::ExtractRequest>>,
+    ) -> Result<Response<Self::ExtractWithTreeStream>, Status> {
+        let answer = self.answer(request).await?;
+        let id = answer.staging_id.clone();
+        let first = pb::TreePart {
+            part: Some(pb::tree_part::Part::Answer(answer)),
+        };
+        self.stream_tree(id, Some(first), true).map(Response::new)
     }
 
     #[tracing::instrument(skip_all)]
@@ -347,7 +423,7 @@ impl State {
         let mut answer = convert::outcome_to_proto_with(&outcome, None, sandbox)?;
         match outcome.verdict {
             Verdict::Accepted => {
-                let (id, path) = self.staging.keep(end.staging);
+                let (id, path) = self.staging.keep(end.staging, &outcome.entries);
                 answer.staging_id = id;
                 answer.staging_path = path.display().to_string();
             }

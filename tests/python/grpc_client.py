@@ -69,6 +69,7 @@ def main():
     ap.add_argument("--ca", help="PEM CA bundle that signed the server's certificate (with --target)")
     ap.add_argument("--artifact", required=True, help="a valid skill package (tar)")
     ap.add_argument("--proto-root", required=True)
+    ap.add_argument("--tree", action="store_true", help="read the accepted tree back (GetTree) and check every hash")
     ap.add_argument("--expect-denied", action="store_true", help="expect PERMISSION_DENIED (a refused peer uid)")
     args = ap.parse_args()
 
@@ -103,6 +104,21 @@ def main():
         }
         if r.verdict != pb.VERDICT_ACCEPTED or not r.staging_id or "SKILL.md" not in seen["accepted"]["entries"]:
             raise SystemExit(f"unexpected answer for a valid package: {r}")
+        if args.tree:
+            got, current = {}, None
+            for part in client.GetTree(pb.GetTreeRequest(staging_id=r.staging_id), timeout=60):
+                if part.HasField("entry"):
+                    current = got.setdefault(part.entry.path, hashlib.sha256())
+                elif part.HasField("chunk"):
+                    current.update(part.chunk)
+            checked = 0
+            for e in r.entries:
+                if e.kind != pb.ENTRY_KIND_FILE:
+                    continue
+                if e.path not in got or "sha256:" + got[e.path].hexdigest() != e.sha256:
+                    raise SystemExit(f"{e.path}: the tree does not match the inventory")
+                checked += 1
+            seen["tree"] = {"entries": len(got), "files_checked": checked}
         client.Release(pb.ReleaseRequest(staging_id=r.staging_id), timeout=10)
 
         evil = tar_of([("SKILL.md", SKILL), ("../evil.sh", b"#!/bin/sh\n")])

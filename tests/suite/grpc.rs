@@ -119,6 +119,11 @@ async fn accepted_trees_expire_and_stale_ones_go_at_start() {
     assert!(staged.path.exists());
     // The reaper runs every second; the TTL is one second.
     server.wait_clean(Duration::from_secs(5));
+    // The reaper logs once the removal is done, a moment after the directory is gone.
+    let until = Instant::now() + Duration::from_secs(3);
+    while !server.log().contains("past their TTL") && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(server.log().contains("past their TTL"), "{}", server.log());
 
     // A tree left by a server that died is removed when the next one starts.
@@ -849,6 +854,17 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
     let status = server.wait_exit(Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
+    // Never released: removed at shutdown, after the grace period, not left for a next start.
+    let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
+    assert!(
+        !staged.path.exists(),
+        "an unreleased tree outlived the server"
+    );
+    assert!(
+        server.staging_dirs().is_empty(),
+        "{:?}",
+        server.staging_dirs()
+    );
     // The zygote and its spare do not outlive the server (they may linger as zombies of whoever
     // adopts them). The first spare was used by the in-flight request; its successor is checked
     // by name below.
@@ -1156,16 +1172,24 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
         assert_eq!(v["accepted"]["digest"], digest.as_str(), "{v}");
         assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
         assert_eq!(v["bad_digest"]["code"], "INVALID_ARGUMENT", "{v}");
+        assert_eq!(
+            v["tree"]["files_checked"], 2,
+            "SKILL.md and the script: {v}"
+        );
     };
     let check_node = |v: &serde_json::Value| {
         assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
         assert_eq!(v["accepted"]["digest"], digest.as_str(), "{v}");
         assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
+        assert_eq!(
+            v["tree"]["files_checked"], 2,
+            "SKILL.md and the script: {v}"
+        );
     };
 
     let server = Server::start(&[]);
     let socket = server.socket().to_str().unwrap_or("");
-    check_python(&python(&["--socket", socket, "--artifact", art]));
+    check_python(&python(&["--socket", socket, "--artifact", art, "--tree"]));
     let unix = format!("unix://{socket}");
     check_node(&node(&[
         "--target",
@@ -1174,6 +1198,7 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
         art,
         "--hostile",
         evil,
+        "--tree",
     ]));
     server.assert_clean();
     drop(server);
@@ -1198,6 +1223,7 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
         &ca,
         "--artifact",
         art,
+        "--tree",
     ]));
     check_node(&node(&[
         "--target",
@@ -1208,6 +1234,135 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
         art,
         "--hostile",
         evil,
+        "--tree",
     ]));
     server.assert_clean();
+}
+
+/// GetTree over TCP+TLS: the accepted tree comes back byte for byte (the Rust client writes it
+/// with the engine's writer and checks every hash; the CLI's `--out` over `--server`), and a
+/// staged file changed after acceptance ends the stream with DATA_LOSS and leaves nothing at
+/// the destination.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_trees_are_read_back_remotely_and_checked() {
+    let pki = harness::Pki::new();
+    let port = harness::free_port();
+    let server = Server::start_tcp(
+        port,
+        &[
+            "--tls-cert",
+            &pki.path("server.pem"),
+            "--tls-key",
+            &pki.path("server.key"),
+        ],
+    );
+    let uri = format!("https://127.0.0.1:{port}");
+    let tls = skillbox::client::TlsMaterial {
+        ca: Some(pki.read("ca.pem")),
+        identity: None,
+    };
+    let mut c = ok(
+        Client::connect_to(
+            &uri,
+            ok(skillbox::client::endpoint_with(&uri, &tls), "endpoint"),
+        )
+        .await,
+        "connect",
+    );
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let tar = skill_tar(&[
+        ("scripts/run.sh", b"#!/bin/sh\necho hi\n", 0o755),
+        ("data/big.bin", &big, 0o644),
+        ("data/empty", b"", 0o644),
+    ]);
+    let done = ok(
+        c.extract(archive_header(), std::io::Cursor::new(tar.clone()), None)
+            .await,
+        "extract",
+    );
+    let staged = done.staged.clone().unwrap_or_else(|| panic!("accepted"));
+    let out = ok(tempfile::tempdir(), "tempdir");
+    let dest = out.path().join("tree");
+    let wrote = ok(
+        c.get_tree(&staged.id, &done.outcome.entries, &dest).await,
+        "get_tree",
+    );
+    assert_eq!(wrote.files, 4, "{wrote:?}");
+    assert_eq!(ok(std::fs::read(dest.join("data/big.bin")), "read"), big);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = ok(std::fs::metadata(dest.join("scripts/run.sh")), "stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755);
+
+    // Changed after acceptance (same size, other bytes): the server refuses to pass it on,
+    // and the client leaves nothing.
+    let staged_big = staged.path.join("data/big.bin");
+    let mut changed = big.clone();
+    changed[1_000_000] ^= 1;
+    ok(std::fs::write(&staged_big, &changed), "tamper");
+    let again = out.path().join("again");
+    let e = c
+        .get_tree(&staged.id, &done.outcome.entries, &again)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a changed tree was passed on"));
+    assert_eq!(e.code(), Some(Code::DataLoss), "{e}");
+    assert!(e.to_string().contains("data/big.bin"), "{e}");
+    assert!(!again.exists(), "a failed tree left {again:?}");
+    // A planted symlink in a directory's place is never followed.
+    ok(std::fs::remove_dir_all(staged.path.join("scripts")), "rm");
+    ok(
+        std::os::unix::fs::symlink("/etc", staged.path.join("scripts")),
+        "plant",
+    );
+    let e = c
+        .get_tree(&staged.id, &done.outcome.entries, &again)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a planted link was followed"));
+    assert_eq!(e.code(), Some(Code::DataLoss), "{e}");
+    assert!(!again.exists());
+    ok(c.release(&staged.id).await, "release");
+    let e = c
+        .get_tree(&staged.id, &done.outcome.entries, &again)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a released tree was sent"));
+    assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+
+    // The CLI: `extract --server https://... --out DIR` writes the tree locally.
+    let dir = harness::world_readable_dir();
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, &tar), "write");
+    let cli_out = out.path().join("cli");
+    let run = ok(
+        std::process::Command::new(harness::bin())
+            .args(["extract", "--json", "--server", &uri, "--out"])
+            .arg(&cli_out)
+            .arg(&art)
+            .env("SKILLBOX_TLS_CA", pki.path("ca.pem"))
+            .output(),
+        "cli",
+    );
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(ok(std::fs::read(cli_out.join("data/big.bin")), "read"), big);
+    assert!(cli_out.join("SKILL.md").is_file());
+    let exists = std::process::Command::new(harness::bin())
+        .args(["extract", "--server", &uri, "--out"])
+        .arg(&cli_out)
+        .arg(&art)
+        .env("SKILLBOX_TLS_CA", pki.path("ca.pem"))
+        .output();
+    assert_eq!(
+        ok(exists, "cli").status.code(),
+        Some(2),
+        "an existing --out is a usage error"
+    );
+    server.wait_clean(Duration::from_secs(5));
 }
