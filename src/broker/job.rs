@@ -4,8 +4,8 @@
 //! The upload is fed chunk by chunk through a bounded channel into a blocking reader on a
 //! worker thread, which copies it into the sealed memfd the child will read; the artifact is
 //! held once. The reader returns end-of-file only when the async side says the upload is
-//! complete, its digest matched and a child permit is held, so a bad upload never spawns
-//! anything, and nothing runs beyond the child bound.
+//! complete and its digest matched, so a bad upload never reaches the child's parser. A job is
+//! started only under a child permit, so no more children exist than the child bound.
 //!
 //! A [`KillSwitch`] covers the child from spawn to reap: when the caller hangs up or its
 //! deadline passes, the child is killed through its pidfd, never by a pid that could have been

@@ -305,6 +305,11 @@ impl State {
         let max_artifact = request.limits.max_artifact_bytes;
         let expected = request.expected_digest;
 
+        // The child permit comes before anything that makes a process: a child exists from
+        // the start of its job (it confines while the upload is sealed), so a request waiting
+        // here holds no process, no staging directory and no artifact bytes (HTTP/2 flow
+        // control holds the upload back).
+        let _child = self.admission.child().await?;
         let staging = self
             .staging
             .create()
@@ -399,7 +404,6 @@ impl State {
             }
         }
 
-        let _child = self.admission.child().await?;
         job.feed
             .send(Feed::End)
             .await

@@ -1366,3 +1366,47 @@ async fn accepted_trees_are_read_back_remotely_and_checked() {
     );
     server.wait_clean(Duration::from_secs(5));
 }
+
+/// A burst of 64 slow uploads with `--max-children 2`: every request is answered, and at no
+/// moment do more than two request children (plus the one spare) exist; the queued requests
+/// hold no process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_follow_the_admission_bound_under_a_burst() {
+    let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);
+    let c = server.client().await;
+    let calls: Vec<_> = (0..64)
+        .map(|_| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                let body = slow_stream(skill_tar(&[]), 1024, Duration::from_millis(20));
+                c.extract(archive_header(), body, Some(Duration::from_secs(120)))
+                    .await
+            })
+        })
+        .collect();
+    let (mut most, mut samples) = (0, 0u64);
+    while calls.iter().any(|h| !h.is_finished()) {
+        let n = server.children().len() + server.spares().len();
+        most = most.max(n);
+        samples += 1;
+        assert!(
+            n <= 3,
+            "{n} processes: children {:?}, spares {:?}",
+            server.children(),
+            server.spares()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for call in calls {
+        let done = ok(ok(call.await, "task"), "a request of the burst");
+        assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
+        if let Some(s) = done.staged {
+            ok(c.clone().release(&s.id).await, "release");
+        }
+    }
+    assert!(
+        most >= 1 && samples > 10,
+        "the burst was never observed ({most}, {samples})"
+    );
+    server.assert_clean();
+}
