@@ -554,6 +554,37 @@ where
     Ok(done)
 }
 
+/// The broker's `grpc.health.v1` status for `service` (`""`: the server as a whole), within
+/// `timeout`. Blocking: runs its own small runtime (`skillbox health`).
+pub fn health_blocking(
+    server: &str,
+    service: &str,
+    timeout: Duration,
+) -> Result<tonic_health::pb::health_check_response::ServingStatus, ClientError> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let channel = endpoint(server)?
+            .timeout(timeout)
+            .connect()
+            .await
+            .map_err(|source| ClientError::Connect {
+                uri: server.to_owned(),
+                source,
+            })?;
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+        let answer = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .map_err(ClientError::Status)?;
+        Ok(ServingStatus::try_from(answer.into_inner().status).unwrap_or(ServingStatus::Unknown))
+    })
+}
+
 /// `skillbox extract --server URI`: send the artifact, return the answer, release the staged
 /// tree (like the local path's temporary directory). Blocking: runs its own small runtime.
 pub fn extract_blocking(

@@ -1410,3 +1410,26 @@ async fn children_follow_the_admission_bound_under_a_burst() {
     );
     server.assert_clean();
 }
+
+/// `skillbox health --socket PATH`: the probe a container runtime can exec.
+#[test]
+fn health_probe_exits_zero_only_when_serving() {
+    let mut server = Server::start(&["--grace", "5"]);
+    let socket = server.socket().to_str().unwrap_or("").to_owned();
+    let up = harness::cli(&["health", "--socket", &socket], None);
+    assert_eq!(
+        up.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    assert!(String::from_utf8_lossy(&up.stdout).contains("SERVING"));
+    server.sigterm();
+    let _ = server.wait_exit(Duration::from_secs(15));
+    let down = harness::cli(&["health", "--socket", &socket], None);
+    assert_eq!(down.status.code(), Some(1));
+    assert!(
+        !String::from_utf8_lossy(&down.stderr).is_empty(),
+        "a failed probe says why"
+    );
+}
