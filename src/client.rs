@@ -4,10 +4,15 @@
 //! file in memory), and turns the answer back into the same [`Outcome`] the local engine
 //! returns, so callers and the CLI's JSON do not care where the extraction ran.
 //!
+//! An accepted tree can be fetched too ([`Client::get_tree`], [`write_tree`]) and is written
+//! with the engine's own writer: beneath one directory fd, no symlink followed, every file's
+//! SHA-256 checked against the inventory before success; any mismatch leaves nothing.
+//!
 //! URIs: `unix:///path/to.sock` (or `unix:` for the default socket), `http://127.0.0.1:PORT`,
 //! `https://host:PORT` (CA, and for mutual TLS a client certificate, from
 //! `SKILLBOX_TLS_CA`, `SKILLBOX_TLS_CERT`, `SKILLBOX_TLS_KEY`).
 
+use std::os::unix::fs::DirBuilderExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -43,10 +48,27 @@ pub enum ClientError {
     Tls(String),
     #[error("cannot read the artifact: {0}")]
     Io(#[from] std::io::Error),
-    #[error("server answered {}: {}", .0.code(), .0.message())]
+    #[error("server answered {}: {}", code_name(.0.code()), .0.message())]
     Status(Status),
     #[error(transparent)]
     Malformed(#[from] MalformedAnswer),
+    /// The tree sent does not match the accepted inventory, or cannot be written; nothing of
+    /// it was left at the destination.
+    #[error("tree: {0}")]
+    Tree(String),
+}
+
+/// The gRPC spelling of a status code (`PERMISSION_DENIED`), which is what operators search for.
+fn code_name(code: Code) -> String {
+    let camel = format!("{code:?}");
+    let mut out = String::with_capacity(camel.len() + 4);
+    for (i, c) in camel.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
 }
 
 impl ClientError {
@@ -62,7 +84,8 @@ impl ClientError {
             | Self::Connect { .. }
             | Self::Tls(_)
             | Self::Io(_)
-            | Self::Malformed(_) => None,
+            | Self::Malformed(_)
+            | Self::Tree(_) => None,
         }
     }
 }
@@ -309,14 +332,7 @@ impl Client {
             id: answer.staging_id.clone(),
             path: PathBuf::from(&answer.staging_path),
         });
-        let sandbox = if answer.sandbox_json.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::from_str(&answer.sandbox_json)
-                    .map_err(|e| MalformedAnswer(format!("sandbox: {e}")))?,
-            )
-        };
+        let sandbox = answer.sandbox.as_ref().map(convert::sandbox_from_proto);
         Ok(Extracted {
             outcome,
             staged,
@@ -346,6 +362,25 @@ impl Client {
             .map_err(ClientError::Status)
     }
 
+    /// Fetch the accepted tree `staged` into `dest` (see [`write_tree`]); the server keeps it
+    /// until [`Client::release`].
+    pub async fn get_tree(
+        &mut self,
+        staging_id: &str,
+        inventory: &[crate::extract::inventory::Entry],
+        dest: &Path,
+    ) -> Result<TreeWritten, ClientError> {
+        let parts = self
+            .inner
+            .get_tree(pb::GetTreeRequest {
+                staging_id: staging_id.to_owned(),
+            })
+            .await
+            .map_err(ClientError::Status)?
+            .into_inner();
+        write_tree(parts, inventory, dest).await
+    }
+
     pub async fn server_info(&mut self) -> Result<pb::ServerInfoResponse, ClientError> {
         self.inner
             .server_info(pb::ServerInfoRequest {})
@@ -355,12 +390,218 @@ impl Client {
     }
 }
 
+/// What [`write_tree`] wrote.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TreeWritten {
+    pub entries: u64,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// The file being written and what it must come to.
+struct OpenFile {
+    file: std::fs::File,
+    path: String,
+    hasher: crate::digest::Hasher,
+    written: u64,
+    size: u64,
+    sha256: Option<crate::digest::Sha256Digest>,
+    executable: bool,
+}
+
+impl OpenFile {
+    fn finish(self) -> Result<(), String> {
+        let (digest, _) = self.hasher.finish();
+        if self.written != self.size || Some(digest) != self.sha256 {
+            return Err(format!(
+                "{}: {} bytes hashing to {digest}, the inventory says {} bytes, {:?}",
+                self.path,
+                self.written,
+                self.size,
+                self.sha256.map(|d| d.to_string())
+            ));
+        }
+        crate::extract::writer::Writer::finish_file(&self.file, self.executable)
+            .map_err(|e| format!("{}: {e}", self.path))
+    }
+}
+
+/// Write a tree stream (`GetTree`'s parts) into `dest`, a directory this call creates (0700; it
+/// must not exist), holding every node against `inventory` (the accepted answer's entries, in
+/// order). Succeeds only when every entry arrived, in order, as the inventory says, and every
+/// file's bytes hash to its SHA-256; otherwise `dest` is removed with everything in it.
+pub async fn write_tree<S>(
+    mut parts: S,
+    inventory: &[crate::extract::inventory::Entry],
+    dest: &Path,
+) -> Result<TreeWritten, ClientError>
+where
+    S: tokio_stream::Stream<Item = Result<pb::TreePart, Status>> + Unpin,
+{
+    use std::os::fd::AsFd as _;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dest)
+        .map_err(|e| ClientError::Tree(format!("cannot create {}: {e}", dest.display())))?;
+    let opened = nix::fcntl::open(
+        dest,
+        nix::fcntl::OFlag::O_RDONLY
+            | nix::fcntl::OFlag::O_DIRECTORY
+            | nix::fcntl::OFlag::O_NOFOLLOW
+            | nix::fcntl::OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    );
+    let root = match opened {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = std::fs::remove_dir(dest);
+            return Err(ClientError::Tree(format!(
+                "cannot open {}: {e}",
+                dest.display()
+            )));
+        }
+    };
+    let mut writer = crate::extract::writer::Writer::new(root.as_fd());
+    let result = fill(&mut parts, inventory, &mut writer).await;
+    if result.is_err() {
+        // Nothing half-written survives: the directory was ours and new.
+        let _ = writer.clear();
+        let _ = std::fs::remove_dir(dest);
+    }
+    result
+}
+
+async fn fill<S>(
+    parts: &mut S,
+    inventory: &[crate::extract::inventory::Entry],
+    writer: &mut crate::extract::writer::Writer<'_>,
+) -> Result<TreeWritten, ClientError>
+where
+    S: tokio_stream::Stream<Item = Result<pb::TreePart, Status>> + Unpin,
+{
+    use crate::extract::inventory::Kind;
+    use std::io::Write as _;
+    use tokio_stream::StreamExt as _;
+    let tree_err = ClientError::Tree;
+    let mut next = inventory.iter();
+    let mut open: Option<OpenFile> = None;
+    let mut done = TreeWritten::default();
+    while let Some(part) = parts.next().await {
+        match part.map_err(ClientError::Status)?.part {
+            Some(pb::tree_part::Part::Entry(got)) => {
+                if let Some(f) = open.take() {
+                    f.finish().map_err(tree_err)?;
+                }
+                let want = next
+                    .next()
+                    .ok_or_else(|| tree_err(format!("{:?} is not in the inventory", got.path)))?;
+                if got != convert::entry_to_proto(want) {
+                    return Err(tree_err(format!(
+                        "{:?} arrived where the inventory has {:?}, or differs from it",
+                        got.path, want.path
+                    )));
+                }
+                done.entries += 1;
+                let io = |e: std::io::Error| tree_err(format!("{}: {e}", want.path));
+                match want.kind {
+                    Kind::Dir => writer.mkdir(&want.path).map_err(io)?,
+                    Kind::Symlink => writer
+                        .symlink(&want.path, want.link_target.as_deref().unwrap_or(""))
+                        .map_err(io)?,
+                    Kind::File => {
+                        open = Some(OpenFile {
+                            file: writer.create_file(&want.path).map_err(io)?,
+                            path: want.path.clone(),
+                            hasher: crate::digest::Hasher::new(),
+                            written: 0,
+                            size: want.size,
+                            sha256: want.sha256,
+                            executable: want.mode == "0755",
+                        });
+                        done.files += 1;
+                    }
+                }
+            }
+            Some(pb::tree_part::Part::Chunk(bytes)) => {
+                let f = open
+                    .as_mut()
+                    .ok_or_else(|| tree_err("bytes arrived outside a file".to_owned()))?;
+                let n = bytes.len() as u64;
+                if f.written + n > f.size {
+                    return Err(tree_err(format!("{}: more bytes than its size", f.path)));
+                }
+                f.hasher.update(&bytes);
+                f.file
+                    .write_all(&bytes)
+                    .map_err(|e| tree_err(format!("{}: {e}", f.path)))?;
+                f.written += n;
+                done.bytes += n;
+            }
+            Some(pb::tree_part::Part::Answer(_)) | None => {
+                return Err(tree_err("an unexpected part in the tree".to_owned()));
+            }
+        }
+    }
+    if let Some(f) = open.take() {
+        f.finish().map_err(tree_err)?;
+    }
+    if let Some(missing) = next.next() {
+        return Err(tree_err(format!(
+            "the tree ended before {:?}",
+            missing.path
+        )));
+    }
+    Ok(done)
+}
+
+/// The broker's `grpc.health.v1` status for `service` (`""`: the server as a whole), within
+/// `timeout`. Blocking: runs its own small runtime (`skillbox health`).
+pub fn health_blocking(
+    server: &str,
+    service: &str,
+    timeout: Duration,
+) -> Result<tonic_health::pb::health_check_response::ServingStatus, ClientError> {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let channel = endpoint(server)?
+            .timeout(timeout)
+            .connect()
+            .await
+            .map_err(|source| ClientError::Connect {
+                uri: server.to_owned(),
+                source,
+            })?;
+        let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+        let answer = health
+            .check(tonic_health::pb::HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .map_err(ClientError::Status)?;
+        Ok(ServingStatus::try_from(answer.into_inner().status).unwrap_or(ServingStatus::Unknown))
+    })
+}
+
 /// `skillbox extract --server URI`: send the artifact, return the answer, release the staged
 /// tree (like the local path's temporary directory). Blocking: runs its own small runtime.
 pub fn extract_blocking(
     server: &str,
     artifact: &Path,
     req: &Request,
+) -> Result<Extracted, ClientError> {
+    extract_blocking_into(server, artifact, req, None)
+}
+
+/// [`extract_blocking`], and for an acceptance with `out`, the tree written into `out` (a new
+/// directory) before the server's copy is released.
+pub fn extract_blocking_into(
+    server: &str,
+    artifact: &Path,
+    req: &Request,
+    out: Option<&Path>,
 ) -> Result<Extracted, ClientError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -369,7 +610,15 @@ pub fn extract_blocking(
         let mut client = Client::connect(server).await?;
         let done = client.extract_file(artifact, header_for(req), None).await?;
         if let Some(staged) = &done.staged {
+            let written = match out {
+                Some(dest) => client
+                    .get_tree(&staged.id, &done.outcome.entries, dest)
+                    .await
+                    .map(|_| ()),
+                None => Ok(()),
+            };
             client.release(&staged.id).await?;
+            written?;
         }
         Ok(done)
     })

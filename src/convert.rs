@@ -15,6 +15,10 @@ use crate::extract::policy::{HardlinkPolicy, Limits, LimitsError};
 use crate::intake::Outcome;
 use crate::proto as pb;
 use crate::reason::{Reason, ReasonCode, Verdict};
+use crate::sandbox::SandboxReport;
+use crate::sandbox::wire::{ConfinementReport, RlimitPlan};
+use crate::skill::frontmatter::Frontmatter;
+use crate::skill::review::{Capabilities, Coverage, Finding, Review, Script};
 
 /// Largest answer the server sends and the client accepts (an inventory of 10,000 long names
 /// fits well within it).
@@ -355,17 +359,53 @@ pub fn reason_to_proto(r: &Reason) -> pb::Reason {
     }
 }
 
-/// The answer for `outcome`; `staged` is (id, path) for an accepted, kept directory.
-pub fn outcome_to_proto(o: &Outcome, staged: Option<(&str, &str)>) -> pb::ExtractResponse {
-    outcome_to_proto_with(o, staged, String::new())
+/// A value of ours that has no wire form (a fault of the server, never of the artifact).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot encode the answer: {0}")]
+pub struct Unencodable(pub String);
+
+/// The stable snake_case spelling of one of our serde enums (`risky_command`).
+fn wire_name<T: serde::Serialize + std::fmt::Debug>(v: &T) -> Result<String, Unencodable> {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => Ok(s),
+        Ok(other) => Err(Unencodable(format!("{v:?} spells as {other}, not a name"))),
+        Err(e) => Err(Unencodable(format!("{v:?}: {e}"))),
+    }
 }
 
-/// [`outcome_to_proto`] with the request's confinement report (JSON).
+fn from_wire_name<T: serde::de::DeserializeOwned>(
+    what: &str,
+    name: &str,
+) -> Result<T, MalformedAnswer> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned()))
+        .map_err(|_| bad(format!("unknown {what} {name:?}")))
+}
+
+fn names<T: serde::Serialize + std::fmt::Debug>(v: &[T]) -> Result<Vec<String>, Unencodable> {
+    v.iter().map(wire_name).collect()
+}
+
+fn from_names<T: serde::de::DeserializeOwned>(
+    what: &str,
+    v: &[String],
+) -> Result<Vec<T>, MalformedAnswer> {
+    v.iter().map(|n| from_wire_name(what, n)).collect()
+}
+
+/// The answer for `outcome`; `staged` is (id, path) for an accepted, kept directory.
+pub fn outcome_to_proto(
+    o: &Outcome,
+    staged: Option<(&str, &str)>,
+) -> Result<pb::ExtractResponse, Unencodable> {
+    outcome_to_proto_with(o, staged, None)
+}
+
+/// [`outcome_to_proto`] with the request's confinement report.
 pub fn outcome_to_proto_with(
     o: &Outcome,
     staged: Option<(&str, &str)>,
-    sandbox_json: String,
-) -> pb::ExtractResponse {
+    sandbox: Option<pb::SandboxReport>,
+) -> Result<pb::ExtractResponse, Unencodable> {
     let Outcome {
         verdict,
         reason,
@@ -393,7 +433,7 @@ pub fn outcome_to_proto_with(
     let (staging_id, staging_path) = staged
         .map(|(i, p)| (i.to_owned(), p.to_owned()))
         .unwrap_or_default();
-    pb::ExtractResponse {
+    Ok(pb::ExtractResponse {
         verdict: match verdict {
             Verdict::Accepted => pb::Verdict::Accepted,
             Verdict::Rejected => pb::Verdict::Rejected,
@@ -416,15 +456,291 @@ pub fn outcome_to_proto_with(
         }),
         staging_path,
         staging_id,
-        review_json: review
-            .as_ref()
-            .and_then(|r| serde_json::to_string(r).ok())
-            .unwrap_or_default(),
-        sandbox_json,
+        review: review.as_ref().map(review_to_proto).transpose()?,
+        sandbox,
+    })
+}
+
+pub fn review_to_proto(r: &Review) -> Result<pb::Review, Unencodable> {
+    let Review {
+        frontmatter,
+        flags,
+        tools,
+        scripts,
+        capabilities,
+        findings,
+        coverage,
+    } = r;
+    let Capabilities {
+        hosts,
+        downloads,
+        credentials,
+        risky_commands,
+        executables,
+    } = capabilities;
+    let Coverage {
+        complete,
+        files_scanned,
+        bytes_scanned,
+        truncated_files,
+        unread_files,
+        binary_files,
+        findings_dropped,
+        max_file_bytes,
+        max_total_bytes,
+        max_findings,
+    } = coverage;
+    Ok(pb::Review {
+        frontmatter: frontmatter.as_ref().map(frontmatter_to_proto),
+        flags: names(flags)?,
+        tools: tools.clone(),
+        scripts: scripts
+            .iter()
+            .map(script_to_proto)
+            .collect::<Result<_, _>>()?,
+        capabilities: Some(pb::Capabilities {
+            hosts: hosts.clone(),
+            downloads: downloads.clone(),
+            credentials: credentials.clone(),
+            risky_commands: risky_commands.clone(),
+            executables: executables.clone(),
+        }),
+        findings: findings
+            .iter()
+            .map(finding_to_proto)
+            .collect::<Result<_, _>>()?,
+        coverage: Some(pb::Coverage {
+            complete: *complete,
+            files_scanned: *files_scanned,
+            bytes_scanned: *bytes_scanned,
+            truncated_files: truncated_files.clone(),
+            unread_files: *unread_files,
+            binary_files: *binary_files,
+            findings_dropped: *findings_dropped,
+            max_file_bytes: *max_file_bytes,
+            max_total_bytes: *max_total_bytes,
+            max_findings: *max_findings,
+        }),
+    })
+}
+
+fn frontmatter_to_proto(f: &Frontmatter) -> pb::Frontmatter {
+    let Frontmatter {
+        name,
+        description,
+        license,
+        compatibility,
+        metadata,
+        allowed_tools,
+        unknown_keys,
+    } = f;
+    pb::Frontmatter {
+        name: name.clone(),
+        description: description.clone(),
+        license: license.clone(),
+        compatibility: compatibility.clone(),
+        metadata: metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+        allowed_tools: allowed_tools.clone(),
+        unknown_keys: unknown_keys.clone(),
     }
 }
 
-fn entry_to_proto(e: &Entry) -> pb::Entry {
+fn script_to_proto(s: &Script) -> Result<pb::Script, Unencodable> {
+    let Script {
+        path,
+        interpreter,
+        size,
+        sha256,
+        executable,
+        detected_by,
+    } = s;
+    Ok(pb::Script {
+        path: path.clone(),
+        interpreter: interpreter.clone(),
+        size: *size,
+        sha256: sha256.map(|d| d.to_string()),
+        executable: *executable,
+        detected_by: names(detected_by)?,
+    })
+}
+
+fn finding_to_proto(f: &Finding) -> Result<pb::Finding, Unencodable> {
+    let Finding {
+        kind,
+        file,
+        line,
+        excerpt,
+        subject,
+    } = f;
+    Ok(pb::Finding {
+        kind: wire_name(kind)?,
+        file: file.clone(),
+        line: *line,
+        excerpt: excerpt.clone(),
+        subject: subject.clone(),
+    })
+}
+
+/// How a request was confined, for the answer.
+pub fn sandbox_to_proto(r: &SandboxReport) -> Result<pb::SandboxReport, Unencodable> {
+    let SandboxReport {
+        confined,
+        enforcement,
+        seccomp_profile,
+        verify,
+        child,
+    } = r;
+    let child = match child {
+        None => None,
+        Some(c) => {
+            let ConfinementReport {
+                uid,
+                gid,
+                landlock_abi,
+                landlock,
+                landlock_features,
+                no_new_privs,
+                seccomp,
+                rlimits,
+                missing,
+            } = c;
+            Some(pb::ChildConfinement {
+                uid: *uid,
+                gid: *gid,
+                landlock_abi: *landlock_abi,
+                landlock: landlock.clone(),
+                landlock_features: landlock_features.clone(),
+                no_new_privs: *no_new_privs,
+                seccomp: *seccomp,
+                rlimits: rlimits.map(
+                    |RlimitPlan {
+                         address_space_bytes,
+                         cpu_seconds,
+                         file_size_bytes,
+                         open_files,
+                     }| pb::Rlimits {
+                        address_space_bytes,
+                        cpu_seconds,
+                        file_size_bytes,
+                        open_files,
+                    },
+                ),
+                missing: missing.clone(),
+            })
+        }
+    };
+    Ok(pb::SandboxReport {
+        confined: *confined,
+        enforcement: wire_name(enforcement)?,
+        seccomp_profile: seccomp_profile.clone(),
+        verify: wire_name(verify)?,
+        child,
+    })
+}
+
+/// The client side of [`sandbox_to_proto`]: the `sandbox` object of `skillbox extract --json`,
+/// the same shape the local CLI prints.
+pub fn sandbox_from_proto(r: &pb::SandboxReport) -> serde_json::Value {
+    let child = r.child.as_ref().map(|c| {
+        serde_json::json!({
+            "uid": c.uid,
+            "gid": c.gid,
+            "landlock_abi": c.landlock_abi,
+            "landlock": c.landlock,
+            "landlock_features": c.landlock_features,
+            "no_new_privs": c.no_new_privs,
+            "seccomp": c.seccomp,
+            "rlimits": c.rlimits.map(|l| serde_json::json!({
+                "address_space_bytes": l.address_space_bytes,
+                "cpu_seconds": l.cpu_seconds,
+                "file_size_bytes": l.file_size_bytes,
+                "open_files": l.open_files,
+            })),
+            "missing": c.missing,
+        })
+    });
+    serde_json::json!({
+        "confined": r.confined,
+        "enforcement": r.enforcement,
+        "seccomp_profile": r.seccomp_profile,
+        "verify": r.verify,
+        "child": child,
+    })
+}
+
+fn review_from_proto(r: &pb::Review) -> Result<Review, MalformedAnswer> {
+    let c = r.capabilities.clone().unwrap_or_default();
+    let v = r.coverage.clone().unwrap_or_default();
+    let mut scripts = Vec::with_capacity(r.scripts.len());
+    for s in &r.scripts {
+        scripts.push(Script {
+            path: s.path.clone(),
+            interpreter: s.interpreter.clone(),
+            size: s.size,
+            sha256: s
+                .sha256
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| bad(format!("script digest: {e}")))?,
+            executable: s.executable,
+            detected_by: from_names("script signal", &s.detected_by)?,
+        });
+    }
+    let mut findings = Vec::with_capacity(r.findings.len());
+    for f in &r.findings {
+        findings.push(Finding {
+            kind: from_wire_name("finding kind", &f.kind)?,
+            file: f.file.clone(),
+            line: f.line,
+            excerpt: f.excerpt.clone(),
+            subject: f.subject.clone(),
+        });
+    }
+    Ok(Review {
+        frontmatter: r.frontmatter.as_ref().map(|f| Frontmatter {
+            name: f.name.clone(),
+            description: f.description.clone(),
+            license: f.license.clone(),
+            compatibility: f.compatibility.clone(),
+            metadata: f
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            allowed_tools: f.allowed_tools.clone(),
+            unknown_keys: f.unknown_keys.clone(),
+        }),
+        flags: from_names("review flag", &r.flags)?,
+        tools: r.tools.clone(),
+        scripts,
+        capabilities: Capabilities {
+            hosts: c.hosts,
+            downloads: c.downloads,
+            credentials: c.credentials,
+            risky_commands: c.risky_commands,
+            executables: c.executables,
+        },
+        findings,
+        coverage: Coverage {
+            complete: v.complete,
+            files_scanned: v.files_scanned,
+            bytes_scanned: v.bytes_scanned,
+            truncated_files: v.truncated_files,
+            unread_files: v.unread_files,
+            binary_files: v.binary_files,
+            findings_dropped: v.findings_dropped,
+            max_file_bytes: v.max_file_bytes,
+            max_total_bytes: v.max_total_bytes,
+            max_findings: v.max_findings,
+        },
+    })
+}
+
+pub fn entry_to_proto(e: &Entry) -> pb::Entry {
     let Entry {
         path,
         kind,
@@ -532,11 +848,7 @@ pub fn outcome_from_proto(r: &pb::ExtractResponse) -> Result<Outcome, MalformedA
             flags,
         });
     }
-    let review = if r.review_json.is_empty() {
-        None
-    } else {
-        Some(serde_json::from_str(&r.review_json).map_err(|e| bad(format!("review: {e}")))?)
-    };
+    let review = r.review.as_ref().map(review_from_proto).transpose()?;
     Ok(Outcome {
         verdict,
         reason,

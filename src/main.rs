@@ -56,6 +56,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => finish(cli::diff::run(&args)),
         Command::Replay(args) => cli::replay::run(args).into(),
         Command::Serve(args) => cli::serve::run(&args, sandbox).into(),
+        Command::Health(args) => cli::serve::health(&args).into(),
     }
 }
 

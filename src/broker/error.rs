@@ -57,6 +57,12 @@ impl RequestError {
     }
 }
 
+impl From<crate::convert::Unencodable> for RequestError {
+    fn from(e: crate::convert::Unencodable) -> Self {
+        Self::Internal(e.to_string())
+    }
+}
+
 impl From<crate::convert::InvalidField> for RequestError {
     fn from(e: crate::convert::InvalidField) -> Self {
         Self::InvalidArgument {

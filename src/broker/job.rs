@@ -4,8 +4,8 @@
 //! The upload is fed chunk by chunk through a bounded channel into a blocking reader on a
 //! worker thread, which copies it into the sealed memfd the child will read; the artifact is
 //! held once. The reader returns end-of-file only when the async side says the upload is
-//! complete, its digest matched and a child permit is held, so a bad upload never spawns
-//! anything, and nothing runs beyond the child bound.
+//! complete and its digest matched, so a bad upload never reaches the child's parser. A job is
+//! started only under a child permit, so no more children exist than the child bound.
 //!
 //! A [`KillSwitch`] covers the child from spawn to reap: when the caller hangs up or its
 //! deadline passes, the child is killed through its pidfd, never by a pid that could have been
@@ -124,10 +124,10 @@ pub enum JobFault {
     Sandbox(String),
 }
 
-/// What a job produced: the outcome and, when a child ran, how it was confined (JSON).
+/// What a job produced: the outcome and, when a child ran, how it was confined.
 pub struct Done {
     pub outcome: Outcome,
-    pub sandbox_json: Option<String>,
+    pub sandbox: Option<crate::proto::SandboxReport>,
 }
 
 /// How the job ended; the staging guard is handed back with an outcome.
@@ -218,8 +218,10 @@ impl Runner {
                 if let Some(w) = confined.sandbox.warning() {
                     tracing::warn!("{w}");
                 }
+                let sandbox = crate::convert::sandbox_to_proto(&confined.sandbox)
+                    .map_err(|e| JobFault::Sandbox(e.to_string()))?;
                 Ok(Done {
-                    sandbox_json: serde_json::to_string(&confined.sandbox).ok(),
+                    sandbox: Some(sandbox),
                     outcome: confined.outcome,
                 })
             }

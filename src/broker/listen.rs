@@ -3,8 +3,8 @@
 //! The Unix socket is created with a restrictive umask and then given its mode (0660 by
 //! default), so it is never briefly more open than configured. An existing path is replaced
 //! only when it is a socket nobody answers on; anything else (a live server, a regular file, a
-//! symlink) is refused, never deleted. Each accepted connection's peer uid (SO_PEERCRED) is
-//! checked against the allow-list before a single HTTP/2 byte is parsed; others are closed.
+//! symlink) is refused, never deleted. Each request's peer uid (SO_PEERCRED of its connection)
+//! is checked against the allow-list before any service sees it; others get PERMISSION_DENIED.
 //!
 //! TCP is opt-in; a non-loopback address was refused without TLS in [`super::config`].
 
@@ -17,6 +17,7 @@ use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::{Stream, StreamExt as _};
 
+use super::authority::FixAuthority;
 use super::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -88,25 +89,17 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
     })
 }
 
-/// Accepted Unix connections whose peer uid is allowed; the others are closed unread.
+/// Accepted Unix connections with their peer credentials; a peer without credentials is
+/// closed unread. A peer whose uid is not allowed is still accepted so that it can be told
+/// why ([`PeerPolicy`]): a bare reset reads as an outage, not as policy.
 pub fn unix_incoming(
     listener: UnixListener,
-    allow: Arc<[u32]>,
     metrics: Arc<Metrics>,
-) -> impl Stream<Item = io::Result<UnixStream>> {
+) -> impl Stream<Item = io::Result<FixAuthority<UnixStream>>> {
     UnixListenerStream::new(listener).filter_map(move |conn| match conn {
         Err(e) => Some(Err(e)),
         Ok(stream) => match stream.peer_cred() {
-            Ok(cred) if allow.contains(&cred.uid()) => Some(Ok(stream)),
-            Ok(cred) => {
-                metrics.peer_refused();
-                tracing::warn!(
-                    peer_uid = cred.uid(),
-                    peer_pid = cred.pid(),
-                    "connection refused: peer uid not allowed"
-                );
-                None
-            }
+            Ok(_) => Some(Ok(FixAuthority::new(stream))),
             Err(e) => {
                 metrics.peer_refused();
                 tracing::warn!(error = %e, "connection refused: no peer credentials");
@@ -114,6 +107,53 @@ pub fn unix_incoming(
             }
         },
     })
+}
+
+/// The peer-uid rule, applied to every request on a Unix connection before any service sees
+/// it: a uid not in the allow-list gets PERMISSION_DENIED naming the rule. Its bytes reach
+/// only h2's framing and this check, never a handler. TCP requests carry no peer uid and
+/// are not subject to it (TLS, and mutual TLS when configured, decides there).
+#[derive(Clone)]
+pub struct PeerPolicy {
+    pub allow: Arc<[u32]>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl tonic::service::Interceptor for PeerPolicy {
+    fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        let Some(info) = req
+            .extensions()
+            .get::<tonic::transport::server::UdsConnectInfo>()
+        else {
+            return Ok(req);
+        };
+        match info.peer_cred {
+            Some(cred) if self.allow.contains(&cred.uid()) => Ok(req),
+            Some(cred) => {
+                self.metrics.peer_refused();
+                tracing::warn!(
+                    peer_uid = cred.uid(),
+                    peer_pid = cred.pid(),
+                    "request refused: peer uid not allowed"
+                );
+                Err(tonic::Status::permission_denied(format!(
+                    "peer uid {} is not allowed on this socket (allowed: {}; the server's --allow-uid)",
+                    cred.uid(),
+                    self.allow
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )))
+            }
+            None => {
+                self.metrics.peer_refused();
+                Err(tonic::Status::permission_denied(
+                    "no peer credentials on this socket connection",
+                ))
+            }
+        }
+    }
 }
 
 /// Accepted TCP connections (TLS, when configured, is applied by the server).

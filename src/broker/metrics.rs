@@ -153,7 +153,7 @@ impl Metrics {
             ),
             (
                 "skillbox_peers_refused_total",
-                "Unix-socket connections refused by the peer uid check.",
+                "Unix-socket requests refused by the peer uid check (PERMISSION_DENIED), and connections without peer credentials.",
                 &self.peers_refused,
             ),
             (

@@ -8,6 +8,7 @@
 //! Errors become gRPC statuses in exactly one place ([`error`]).
 
 mod admission;
+mod authority;
 pub mod config;
 
 mod error;
@@ -16,6 +17,7 @@ mod listen;
 mod metrics;
 mod service;
 mod staging;
+mod tree;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -141,6 +143,8 @@ pub async fn serve(
     health
         .set_serving::<pb::skillbox_server::SkillboxServer<SkillboxService>>()
         .await;
+    // Our descriptor set also holds the error details the broker sends (google.rpc.BadRequest,
+    // RetryInfo, QuotaFailure) and their imports, so a reflection-only client can decode them.
     let reflection_v1 = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(pb::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
@@ -169,7 +173,15 @@ pub async fn serve(
     {
         builder = builder.tls_config(tls_config(files)?)?;
     }
+    let allow: Arc<[u32]> = match &config.listen {
+        config::Listen::Unix { allow_uids, .. } => allow_uids.clone().into(),
+        config::Listen::Tcp { .. } => Arc::from([]),
+    };
     let router = builder
+        .layer(tonic::service::InterceptorLayer::new(listen::PeerPolicy {
+            allow,
+            metrics: Arc::clone(&metrics),
+        }))
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -201,11 +213,7 @@ pub async fn serve(
         } => {
             let socket = listen::bind_unix(path, *mode)?;
             tracing::info!(socket = %path.display(), mode = format!("{mode:04o}"), allow_uids = ?allow_uids, "listening");
-            let incoming = listen::unix_incoming(
-                socket.listener,
-                allow_uids.clone().into(),
-                Arc::clone(&metrics),
-            );
+            let incoming = listen::unix_incoming(socket.listener, Arc::clone(&metrics));
             unix_path = Some((socket.path, socket.ino));
             Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }
@@ -247,9 +255,17 @@ pub async fn serve(
     if let Some(t) = metrics_task {
         t.abort();
     }
+    // The grace period is over: trees nobody released go now, not at the next start (a
+    // sidecar's staging volume may outlive this process, or be handed to another).
+    let unreleased = staging_root.take_all();
+    for id in &unreleased {
+        if let Err(e) = staging_root.remove(id) {
+            tracing::error!(staging_id = %id, error = %e, "cannot remove an unreleased staging directory");
+        }
+    }
     tracing::info!(
-        kept = staging_root.kept_count(),
-        "stopped; accepted staging directories not released are removed at the next start"
+        removed = unreleased.len(),
+        "stopped; removed the accepted staging directories not released"
     );
     result
 }

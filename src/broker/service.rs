@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_stream::StreamExt as _;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
@@ -22,6 +23,7 @@ use super::error::RequestError;
 use super::job::{self, Feed, JobFault, KillSwitch, Runner};
 use super::metrics::Metrics;
 use super::staging::{StagingRoot, is_staging_id};
+use super::tree;
 use crate::convert;
 use crate::digest::Hasher;
 use crate::extract::inventory::{ArtifactFacts, Totals};
@@ -99,12 +101,12 @@ fn peer_uid<T>(req: &Request<T>) -> Option<u32> {
         .map(|c| c.uid())
 }
 
-#[tonic::async_trait]
-impl pb::skillbox_server::Skillbox for SkillboxService {
-    async fn extract(
+impl SkillboxService {
+    /// One `Extract`, logged and counted; shared by `Extract` and `ExtractWithTree`.
+    async fn answer(
         &self,
         request: Request<Streaming<pb::ExtractRequest>>,
-    ) -> Result<Response<pb::ExtractResponse>, Status> {
+    ) -> Result<pb::ExtractResponse, Status> {
         let start = Instant::now();
         let deadline = deadline(request.metadata(), start);
         let span = tracing::info_span!(
@@ -150,10 +152,84 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
             }
             result
         };
-        work.instrument(span)
-            .await
-            .map(Response::new)
-            .map_err(Status::from)
+        work.instrument(span).await.map_err(Status::from)
+    }
+
+    /// Stream the kept tree `id` on a blocking thread; released afterwards when `release`.
+    fn stream_tree(
+        &self,
+        id: String,
+        first: Option<pb::TreePart>,
+        release: bool,
+    ) -> Result<ReceiverStream<tree::Part>, Status> {
+        let (tx, rx) = tokio::sync::mpsc::channel(tree::QUEUE_PARTS);
+        if let Some(part) = first {
+            // The channel is new and empty: the first part always fits.
+            let _ = tx.try_send(Ok(part));
+        }
+        if id.is_empty() {
+            return Ok(ReceiverStream::new(rx));
+        }
+        let opened = self
+            .state
+            .staging
+            .open_kept(&id)
+            .map_err(|e| Status::internal(format!("cannot open the staging directory: {e}")))?;
+        let Some((dir, entries)) = opened else {
+            return Err(RequestError::NotFound(id).into());
+        };
+        let staging = Arc::clone(&self.state.staging);
+        tokio::task::spawn_blocking(move || {
+            tree::send(dir, entries, tx);
+            if release && staging.take_kept(&id) {
+                if let Err(e) = staging.remove(&id) {
+                    tracing::error!(staging_id = %id, error = %e, "cannot remove a staging directory");
+                }
+            }
+        });
+        Ok(ReceiverStream::new(rx))
+    }
+}
+
+#[tonic::async_trait]
+impl pb::skillbox_server::Skillbox for SkillboxService {
+    async fn extract(
+        &self,
+        request: Request<Streaming<pb::ExtractRequest>>,
+    ) -> Result<Response<pb::ExtractResponse>, Status> {
+        self.answer(request).await.map(Response::new)
+    }
+
+    type GetTreeStream = ReceiverStream<tree::Part>;
+
+    #[tracing::instrument(skip_all)]
+    async fn get_tree(
+        &self,
+        request: Request<pb::GetTreeRequest>,
+    ) -> Result<Response<Self::GetTreeStream>, Status> {
+        let id = request.into_inner().staging_id;
+        if !is_staging_id(&id) {
+            return Err(RequestError::invalid(
+                "staging_id",
+                "must be 32 lowercase hex digits, as an accepted answer gave it",
+            )
+            .into());
+        }
+        self.stream_tree(id, None, false).map(Response::new)
+    }
+
+    type ExtractWithTreeStream = ReceiverStream<tree::Part>;
+
+    async fn extract_with_tree(
+        &self,
+        request: Request<Streaming<pb::ExtractRequest>>,
+    ) -> Result<Response<Self::ExtractWithTreeStream>, Status> {
+        let answer = self.answer(request).await?;
+        let id = answer.staging_id.clone();
+        let first = pb::TreePart {
+            part: Some(pb::tree_part::Part::Answer(answer)),
+        };
+        self.stream_tree(id, Some(first), true).map(Response::new)
     }
 
     #[tracing::instrument(skip_all)]
@@ -229,6 +305,11 @@ impl State {
         let max_artifact = request.limits.max_artifact_bytes;
         let expected = request.expected_digest;
 
+        // The child permit comes before anything that makes a process: a child exists from
+        // the start of its job (it confines while the upload is sealed), so a request waiting
+        // here holds no process, no staging directory and no artifact bytes (HTTP/2 flow
+        // control holds the upload back).
+        let _child = self.admission.child().await?;
         let staging = self
             .staging
             .create()
@@ -286,7 +367,7 @@ impl State {
                 return Ok(convert::outcome_to_proto(
                     &Outcome::rejected(facts, totals, reason),
                     None,
-                ));
+                )?);
             }
             if len == 0 {
                 continue;
@@ -319,11 +400,10 @@ impl State {
                 return Ok(convert::outcome_to_proto(
                     &Outcome::rejected(facts, totals, reason),
                     None,
-                ));
+                )?);
             }
         }
 
-        let _child = self.admission.child().await?;
         job.feed
             .send(Feed::End)
             .await
@@ -334,8 +414,8 @@ impl State {
             .map_err(|e| RequestError::Internal(format!("the extraction worker failed: {e}")))?;
         kill.armed = false;
         drop(reservation);
-        let (outcome, sandbox_json) = match end.result {
-            Ok(done) => (done.outcome, done.sandbox_json.unwrap_or_default()),
+        let (outcome, sandbox) = match end.result {
+            Ok(done) => (done.outcome, done.sandbox),
             Err(JobFault::Abandoned) => {
                 return Err(RequestError::Internal(
                     "the upload was lost on the way to the child".into(),
@@ -343,20 +423,17 @@ impl State {
             }
             Err(JobFault::Sandbox(detail)) => return Err(RequestError::Internal(detail)),
         };
+        // Encoded before the tree is kept: an answer that cannot be sent keeps nothing.
+        let mut answer = convert::outcome_to_proto_with(&outcome, None, sandbox)?;
         match outcome.verdict {
             Verdict::Accepted => {
-                let (id, path) = self.staging.keep(end.staging);
-                Ok(convert::outcome_to_proto_with(
-                    &outcome,
-                    Some((&id, &path.display().to_string())),
-                    sandbox_json,
-                ))
+                let (id, path) = self.staging.keep(end.staging, &outcome.entries);
+                answer.staging_id = id;
+                answer.staging_path = path.display().to_string();
             }
-            Verdict::Rejected => {
-                drop(end.staging);
-                Ok(convert::outcome_to_proto_with(&outcome, None, sandbox_json))
-            }
+            Verdict::Rejected => drop(end.staging),
         }
+        Ok(answer)
     }
 
     async fn release(self: &Arc<Self>, id: String) -> Result<(), RequestError> {

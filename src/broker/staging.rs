@@ -23,6 +23,7 @@ use nix::fcntl::{Flock, FlockArg, OFlag, openat};
 use nix::sys::stat::{Mode, fchmod, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
+use crate::extract::inventory::Entry;
 use crate::extract::writer::clear_beneath;
 
 /// The lock file inside the root; its presence is the only thing a start-up clean leaves.
@@ -46,7 +47,13 @@ pub struct StagingRoot {
     dir: OwnedFd,
     _lock: Flock<File>,
     ttl: Duration,
-    kept: Mutex<HashMap<String, Instant>>,
+    kept: Mutex<HashMap<String, Kept>>,
+}
+
+/// An accepted tree held for its client: since when, and the inventory it must match.
+struct Kept {
+    since: Instant,
+    entries: Arc<[Entry]>,
 }
 
 fn dir_flags() -> OFlag {
@@ -147,16 +154,49 @@ impl StagingRoot {
         }
     }
 
-    /// Keep an accepted tree until `Release` or the TTL. Returns (id, path).
-    pub fn keep(&self, mut guard: StagingGuard) -> (String, PathBuf) {
+    /// Keep an accepted tree, whose inventory is `entries`, until `Release` or the TTL.
+    /// Returns (id, path).
+    pub fn keep(&self, mut guard: StagingGuard, entries: &[Entry]) -> (String, PathBuf) {
         guard.armed = false;
         let id = std::mem::take(&mut guard.id);
         self.kept
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(id.clone(), Instant::now());
+            .insert(
+                id.clone(),
+                Kept {
+                    since: Instant::now(),
+                    entries: entries.into(),
+                },
+            );
         let path = self.path.join(&id);
         (id, path)
+    }
+
+    /// A kept tree's directory, opened without following a link, and its inventory; `None`
+    /// when `id` is not held.
+    pub fn open_kept(&self, id: &str) -> io::Result<Option<(OwnedFd, Arc<[Entry]>)>> {
+        let entries = match self
+            .kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+        {
+            Some(k) => Arc::clone(&k.entries),
+            None => return Ok(None),
+        };
+        let fd = openat(self.dir.as_fd(), id, dir_flags(), Mode::empty())?;
+        Ok(Some((fd, entries)))
+    }
+
+    /// Every kept id, forgotten (the caller removes them): what shutdown clears.
+    pub fn take_all(&self) -> Vec<String> {
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .map(|(id, _)| id)
+            .collect()
     }
 
     /// Forget a kept directory; the caller removes it (see [`StagingRoot::remove`]).
@@ -174,7 +214,7 @@ impl StagingRoot {
         let now = Instant::now();
         let expired: Vec<String> = kept
             .iter()
-            .filter(|(_, t)| now.duration_since(**t) >= self.ttl)
+            .filter(|(_, k)| now.duration_since(k.since) >= self.ttl)
             .map(|(id, _)| id.clone())
             .collect();
         for id in &expired {
@@ -261,7 +301,7 @@ mod tests {
         assert!(!dropped.exists(), "a dropped guard removes its directory");
 
         let g = root.create().expect("create");
-        let (id, kept) = root.keep(g);
+        let (id, kept) = root.keep(g, &[]);
         std::fs::create_dir(kept.join("sub")).expect("create_dir");
         std::os::unix::fs::symlink("/etc", kept.join("sub/link")).expect("symlink");
         assert!(kept.exists());

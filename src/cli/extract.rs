@@ -45,7 +45,8 @@ pub struct ExtractArgs {
     #[arg(long)]
     media_type: Option<String>,
     /// Directory to stage into; must not exist yet (it is created). Without it a temporary
-    /// directory is used and removed afterwards.
+    /// directory is used and removed afterwards. With --server, the accepted tree is fetched
+    /// from the broker into it (every SHA-256 checked), which works over TCP too.
     #[arg(long)]
     out: Option<PathBuf>,
     /// Limits file (.toml or .json; keys as in docs/limits.md). Flags below override it.
@@ -55,8 +56,9 @@ pub struct ExtractArgs {
     #[arg(long)]
     json: bool,
     /// Send the artifact to a running broker instead (`unix:///path/to.sock`, `unix:` for the
-    /// default socket, `http://127.0.0.1:PORT`); same output and exit codes.
-    #[arg(long, value_name = "URI", conflicts_with = "out")]
+    /// default socket, `http://127.0.0.1:PORT`, `https://HOST:PORT` with SKILLBOX_TLS_CA); same
+    /// output and exit codes. With --out the accepted tree is fetched into that directory.
+    #[arg(long, value_name = "URI")]
     server: Option<String>,
     /// The skill's name as the discovery index lists it. The review compares it with SKILL.md's
     /// `name` and raises the `name_mismatch` flag when they differ; the verdict never changes.
@@ -183,21 +185,35 @@ fn verdict_exit(v: Verdict) -> Exit {
     }
 }
 
-/// `--server`: the broker extracts and keeps nothing (the staged tree is released).
+/// `--server`: the broker extracts; with `--out` its accepted tree is fetched into the new
+/// directory; the broker keeps nothing (the staged tree is released).
 fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exit, Failure> {
-    let done = skillbox::client::extract_blocking(server, &args.artifact, req).map_err(|e| {
-        if e.is_invalid_argument() {
-            Failure::usage(e.to_string())
-        } else {
-            Failure::operational(e.to_string())
+    let out = args.out.as_deref();
+    if let Some(dir) = out {
+        if std::fs::symlink_metadata(dir).is_ok() {
+            return Err(Failure::usage(format!(
+                "--out {} already exists; give a new path",
+                dir.display()
+            )));
         }
-    })?;
+    }
+    let done =
+        skillbox::client::extract_blocking_into(server, &args.artifact, req, out).map_err(|e| {
+            if e.is_invalid_argument() {
+                Failure::usage(e.to_string())
+            } else {
+                Failure::operational(e.to_string())
+            }
+        })?;
     let summary = remote_summary(done.sandbox.as_ref());
     print_answer(
         &done.outcome,
         done.sandbox.as_ref(),
         summary.as_deref(),
-        Staged::Released,
+        match out {
+            Some(dir) if done.outcome.verdict == Verdict::Accepted => Staged::At(dir),
+            _ => Staged::Released,
+        },
         args.json,
     )?;
     Ok(verdict_exit(done.outcome.verdict))

@@ -79,4 +79,9 @@ pub enum Command {
     ///
     /// Exit status: 0 after a graceful shutdown (SIGTERM), 1 a fault, 2 a bad setting.
     Serve(serve::ServeArgs),
+    /// Ask a running broker whether it is serving (grpc.health.v1), for probes that exec a
+    /// command.
+    ///
+    /// Exit status: 0 SERVING, 1 anything else (not serving, shutting down, unreachable).
+    Health(serve::HealthArgs),
 }

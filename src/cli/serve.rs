@@ -211,6 +211,55 @@ impl ServeArgs {
 }
 
 /// Run `skillbox serve` until SIGTERM or SIGINT.
+/// Flags of `skillbox health`.
+#[derive(Args, Debug, Clone)]
+pub struct HealthArgs {
+    /// The broker's Unix socket [default: the same default as `serve --socket`].
+    #[arg(
+        long,
+        env = "SKILLBOX_SOCKET",
+        value_name = "PATH",
+        conflicts_with = "server"
+    )]
+    pub socket: Option<PathBuf>,
+    /// Or any broker URI (`http://127.0.0.1:PORT`, `https://HOST:PORT` with SKILLBOX_TLS_CA).
+    #[arg(long, value_name = "URI")]
+    pub server: Option<String>,
+    /// The service to ask about; empty for the server as a whole.
+    #[arg(long, default_value = "")]
+    pub service: String,
+    /// Seconds to wait for the answer.
+    #[arg(long, value_name = "SECS", default_value_t = 3)]
+    pub timeout: u64,
+}
+
+/// `skillbox health`: exit 0 when the broker answers SERVING, 1 otherwise (not serving, no
+/// answer, no socket), with one line saying which. For probes that exec a command (a
+/// container runtime cannot dial a Unix socket).
+pub fn health(args: &HealthArgs) -> Exit {
+    let uri = match (&args.server, &args.socket) {
+        (Some(uri), _) => uri.clone(),
+        (None, Some(path)) => format!("unix://{}", path.display()),
+        (None, None) => format!("unix://{}", skillbox::convert::default_socket().display()),
+    };
+    let timeout = std::time::Duration::from_secs(args.timeout.max(1));
+    match skillbox::client::health_blocking(&uri, &args.service, timeout) {
+        Ok(status) => {
+            let name = status.as_str_name();
+            println!("{uri}: {name}");
+            if status == tonic_health::pb::health_check_response::ServingStatus::Serving {
+                Exit::Ok
+            } else {
+                Exit::Operational
+            }
+        }
+        Err(e) => {
+            eprintln!("skillbox: {uri}: {e}");
+            Exit::Operational
+        }
+    }
+}
+
 pub fn run(args: &ServeArgs, sandbox: &SandboxArgs) -> Exit {
     init_logging(args);
     let result = Config::from_settings(&args.settings())

@@ -2,7 +2,7 @@
 """An independent client of the skillbox broker: Python grpcio with stubs generated from proto/.
 
 Proves the contract outside Rust. Generates the stubs with grpc_tools.protoc into a temporary
-directory, then over the broker's Unix socket:
+directory, then over a stock channel with no options (the broker's Unix socket, or TCP+TLS):
   - sends a valid package (header with its digest, then chunks) and expects an acceptance,
     then releases the staged tree;
   - sends a package with a `../` entry and expects a rejection with REASON_CODE_PATH_TRAVERSAL;
@@ -64,16 +64,23 @@ def requests(pb, header, data):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--socket", required=True)
+    ap.add_argument("--socket", help="the broker's Unix socket")
+    ap.add_argument("--target", help="host:port of a TLS broker (instead of --socket)")
+    ap.add_argument("--ca", help="PEM CA bundle that signed the server's certificate (with --target)")
     ap.add_argument("--artifact", required=True, help="a valid skill package (tar)")
     ap.add_argument("--proto-root", required=True)
+    ap.add_argument("--tree", action="store_true", help="read the accepted tree back (GetTree) and check every hash")
+    ap.add_argument("--expect-denied", action="store_true", help="expect PERMISSION_DENIED (a refused peer uid)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as out_dir:
         pb, rpc = stubs(args.proto_root, out_dir)
-        # grpcio's default :authority for a Unix socket is the percent-encoded path, which
-        # HTTP/2 servers (h2) refuse as malformed; name a plain host instead.
-        channel = grpc.insecure_channel(f"unix://{args.socket}", options=[("grpc.default_authority", "localhost")])
+        # Stock channels, no options: what a user writes.
+        if args.target:
+            ca = open(args.ca, "rb").read() if args.ca else None
+            channel = grpc.secure_channel(args.target, grpc.ssl_channel_credentials(root_certificates=ca))
+        else:
+            channel = grpc.insecure_channel(f"unix://{args.socket}")
         client = rpc.SkillboxStub(channel)
         seen = {}
 
@@ -81,6 +88,13 @@ def main():
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         header = pb.ExtractHeader(expected_digest=digest, declared_type=pb.ARTIFACT_TYPE_ARCHIVE,
                                   file_name="skill.tar", caller_label="python-grpcio")
+        if args.expect_denied:
+            try:
+                client.Extract(requests(pb, header, data), timeout=60)
+                raise SystemExit("a refused peer was served")
+            except grpc.RpcError as e:
+                print(json.dumps({"denied": {"code": e.code().name, "details": e.details()}}))
+                return
         r = client.Extract(requests(pb, header, data), timeout=60)
         seen["accepted"] = {
             "verdict": pb.Verdict.Name(r.verdict),
@@ -90,6 +104,21 @@ def main():
         }
         if r.verdict != pb.VERDICT_ACCEPTED or not r.staging_id or "SKILL.md" not in seen["accepted"]["entries"]:
             raise SystemExit(f"unexpected answer for a valid package: {r}")
+        if args.tree:
+            got, current = {}, None
+            for part in client.GetTree(pb.GetTreeRequest(staging_id=r.staging_id), timeout=60):
+                if part.HasField("entry"):
+                    current = got.setdefault(part.entry.path, hashlib.sha256())
+                elif part.HasField("chunk"):
+                    current.update(part.chunk)
+            checked = 0
+            for e in r.entries:
+                if e.kind != pb.ENTRY_KIND_FILE:
+                    continue
+                if e.path not in got or "sha256:" + got[e.path].hexdigest() != e.sha256:
+                    raise SystemExit(f"{e.path}: the tree does not match the inventory")
+                checked += 1
+            seen["tree"] = {"entries": len(got), "files_checked": checked}
         client.Release(pb.ReleaseRequest(staging_id=r.staging_id), timeout=10)
 
         evil = tar_of([("SKILL.md", SKILL), ("../evil.sh", b"#!/bin/sh\n")])

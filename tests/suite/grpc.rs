@@ -119,6 +119,11 @@ async fn accepted_trees_expire_and_stale_ones_go_at_start() {
     assert!(staged.path.exists());
     // The reaper runs every second; the TTL is one second.
     server.wait_clean(Duration::from_secs(5));
+    // The reaper logs once the removal is done, a moment after the directory is gone.
+    let until = Instant::now() + Duration::from_secs(3);
+    while !server.log().contains("past their TTL") && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(server.log().contains("past their TTL"), "{}", server.log());
 
     // A tree left by a server that died is removed when the next one starts.
@@ -711,6 +716,70 @@ async fn health_and_reflection_answer() {
         names.iter().any(|n| n == "grpc.health.v1.Health"),
         "{names:?}"
     );
+
+    // The typed answer and the error details are described by reflection, dependencies
+    // included, so a client built from reflection alone can decode them.
+    use prost::Message as _;
+    let mut files = std::collections::BTreeMap::new();
+    let mut asks: Vec<MessageRequest> = [
+        "skillbox.v1.Review",
+        "skillbox.v1.SandboxReport",
+        "google.rpc.BadRequest",
+        "google.rpc.RetryInfo",
+        "google.rpc.QuotaFailure",
+    ]
+    .into_iter()
+    .map(|s| MessageRequest::FileContainingSymbol(s.into()))
+    .collect();
+    // As a reflection client does: every import not yet seen is asked for by name.
+    while let Some(ask) = asks.pop() {
+        let req = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(ask.clone()),
+        };
+        let mut answers = ok(
+            refl.server_reflection_info(tokio_stream::iter(vec![req]))
+                .await,
+            "reflection",
+        )
+        .into_inner();
+        let answer =
+            ok(answers.message().await, "reflection answer").unwrap_or_else(|| panic!("no answer"));
+        let Some(MessageResponse::FileDescriptorResponse(fd)) = answer.message_response else {
+            panic!("{ask:?}: {:?}", answer.message_response)
+        };
+        for raw in fd.file_descriptor_proto {
+            let file = ok(
+                prost_types::FileDescriptorProto::decode(&raw[..]),
+                "descriptor",
+            );
+            for dep in &file.dependency {
+                if !files.contains_key(dep) {
+                    asks.push(MessageRequest::FileByFilename(dep.clone()));
+                }
+            }
+            files.insert(file.name().to_owned(), file);
+        }
+    }
+    assert!(
+        files.contains_key("google/rpc/error_details.proto")
+            && files.contains_key("google/protobuf/duration.proto"),
+        "{:?}",
+        files.keys()
+    );
+    let ours = &files["skillbox/v1/skillbox.proto"];
+    let response = ours
+        .message_type
+        .iter()
+        .find(|m| m.name() == "ExtractResponse")
+        .unwrap_or_else(|| panic!("no ExtractResponse"));
+    assert!(response.reserved_name.iter().any(|n| n == "review_json"));
+    assert!(
+        response
+            .field
+            .iter()
+            .any(|f| f.name() == "review" && f.type_name() == ".skillbox.v1.Review")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -785,6 +854,17 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
     let status = server.wait_exit(Duration::from_secs(15));
     assert_eq!(status.code(), Some(0), "exit status after SIGTERM");
+    // Never released: removed at shutdown, after the grace period, not left for a next start.
+    let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
+    assert!(
+        !staged.path.exists(),
+        "an unreleased tree outlived the server"
+    );
+    assert!(
+        server.staging_dirs().is_empty(),
+        "{:?}",
+        server.staging_dirs()
+    );
     // The zygote and its spare do not outlive the server (they may linger as zombies of whoever
     // adopts them). The first spare was used by the in-flight request; its successor is checked
     // by name below.
@@ -962,8 +1042,9 @@ fn cli_index_facts_reach_the_review_over_the_server() {
     server.assert_clean();
 }
 
-/// SO_PEERCRED: a client running as a uid not on the allow-list is cut off before it is
-/// served, even when the socket's mode lets it connect.
+/// SO_PEERCRED: a client running as a uid not on the allow-list is refused with
+/// PERMISSION_DENIED naming the rule (not a reset that looks like an outage), even when the
+/// socket's mode lets it connect; the CLI and both stock clients say so.
 #[test]
 fn a_peer_uid_not_allowed_is_refused() {
     if !nix::unistd::geteuid().is_root() {
@@ -981,16 +1062,44 @@ fn a_peer_uid_not_allowed_is_refused() {
         &["extract", "--json", "--server", &server.uri(), art],
         nobody,
     );
-    assert_eq!(
-        refused.status.code(),
-        Some(1),
-        "stdout: {}",
-        String::from_utf8_lossy(&refused.stdout)
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "stderr: {stderr}");
+    assert!(
+        stderr.contains("PERMISSION_DENIED") && stderr.contains("peer uid 65534 is not allowed"),
+        "{stderr}"
     );
+    drop(server);
+
+    // The stock clients run as root (their packages are root's), on a server that allows
+    // only nobody.
+    let server = Server::start_in(&dir, &["--socket-mode", "0666", "--allow-uid", "65534"]);
+    let socket = server.socket().to_str().unwrap_or("");
+    let py = python(&["--socket", socket, "--artifact", art, "--expect-denied"]);
+    assert_eq!(py["denied"]["code"], "PERMISSION_DENIED", "{py}");
+    assert!(
+        py["denied"]["details"]
+            .as_str()
+            .is_some_and(|d| d.contains("--allow-uid")),
+        "{py}"
+    );
+    let js = node(&[
+        "--target",
+        &format!("unix://{socket}"),
+        "--artifact",
+        art,
+        "--hostile",
+        art,
+        "--expect-denied",
+    ]);
+    assert_eq!(js["denied"]["code"], "PERMISSION_DENIED", "{js}");
     assert!(
         server.log().contains("peer uid not allowed"),
         "{}",
         server.log()
+    );
+    assert!(
+        server.staging_dirs().is_empty(),
+        "a refused request got a staging directory"
     );
     drop(server);
 
@@ -1007,41 +1116,320 @@ fn a_peer_uid_not_allowed_is_refused() {
     );
 }
 
-/// The contract outside Rust: Python grpcio generates its stubs from proto/ and calls Extract.
+/// Run one of the stock clients (tests/python, tests/node) and parse the JSON it prints.
+fn stock_client(program: &str, script: &str, args: &[&str]) -> serde_json::Value {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut cmd = std::process::Command::new(program);
+    cmd.arg(format!("{root}/{script}"))
+        .args(args)
+        .args(["--proto-root", &format!("{root}/proto")]);
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("{program} is required for this test (.ci/run installs its packages): {e}")
+    });
+    assert!(
+        out.status.success(),
+        "{script} failed (python: pip install -r tests/python/requirements.txt; node: npm ci --prefix tests/node):\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ok(serde_json::from_slice(&out.stdout), "client output")
+}
+
+fn python(args: &[&str]) -> serde_json::Value {
+    stock_client("python3", "tests/python/grpc_client.py", args)
+}
+
+fn node(args: &[&str]) -> serde_json::Value {
+    let root = env!("CARGO_MANIFEST_DIR");
+    assert!(
+        std::path::Path::new(&format!("{root}/tests/node/node_modules/@grpc/grpc-js")).is_dir(),
+        "the Node client's packages are missing: npm ci --prefix tests/node"
+    );
+    stock_client("node", "tests/node/client.mjs", args)
+}
+
+/// The contract outside Rust, as users would call it: stock Python grpcio (stubs generated
+/// from proto/) and stock Node @grpc/grpc-js (proto-loader), no channel options at all, over the
+/// default kind of socket and over TCP+TLS; each gets a verdict for a valid and a hostile
+/// package.
 #[test]
-fn an_independent_python_grpcio_client_gets_a_verdict() {
-    let server = Server::start(&[]);
+fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
     let dir = harness::world_readable_dir();
     let art = dir.path().join("skill.tar");
     let tar = skill_tar(&[("scripts/x.py", b"print(1)\n", 0o644)]);
     ok(std::fs::write(&art, &tar), "write");
-    let root = env!("CARGO_MANIFEST_DIR");
-    let out = std::process::Command::new("python3")
-        .arg(format!("{root}/tests/python/grpc_client.py"))
-        .args([
-            "--socket",
-            server.socket().to_str().unwrap_or(""),
-            "--artifact",
-            art.to_str().unwrap_or(""),
-        ])
-        .args(["--proto-root", &format!("{root}/proto")])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("python3 is required for this test (tests/python/requirements.txt): {e}")
-        });
-    assert!(
-        out.status.success(),
-        "the Python client failed (pip install -r tests/python/requirements.txt):\nstdout: {}\nstderr: {}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = ok(serde_json::from_slice(&out.stdout), "python output");
-    assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
-    assert_eq!(
-        v["accepted"]["digest"],
-        skillbox::digest::Sha256Digest::of_bytes(&tar).to_string()
-    );
-    assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
-    assert_eq!(v["bad_digest"]["code"], "INVALID_ARGUMENT", "{v}");
+    let evil = dir.path().join("evil.tar");
+    let hostile = harness::raw_tar(&[
+        ("SKILL.md", b"---\nname: x\ndescription: y\n---\n", 0o644),
+        ("../evil.sh", b"#!/bin/sh\n", 0o755),
+    ]);
+    ok(std::fs::write(&evil, &hostile), "write");
+    let (art, evil) = (art.to_str().unwrap_or(""), evil.to_str().unwrap_or(""));
+    let digest = skillbox::digest::Sha256Digest::of_bytes(&tar).to_string();
+
+    let check_python = |v: &serde_json::Value| {
+        assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
+        assert_eq!(v["accepted"]["digest"], digest.as_str(), "{v}");
+        assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
+        assert_eq!(v["bad_digest"]["code"], "INVALID_ARGUMENT", "{v}");
+        assert_eq!(
+            v["tree"]["files_checked"], 2,
+            "SKILL.md and the script: {v}"
+        );
+    };
+    let check_node = |v: &serde_json::Value| {
+        assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
+        assert_eq!(v["accepted"]["digest"], digest.as_str(), "{v}");
+        assert_eq!(v["hostile"]["reason"], "REASON_CODE_PATH_TRAVERSAL", "{v}");
+        assert_eq!(
+            v["tree"]["files_checked"], 2,
+            "SKILL.md and the script: {v}"
+        );
+    };
+
+    let server = Server::start(&[]);
+    let socket = server.socket().to_str().unwrap_or("");
+    check_python(&python(&["--socket", socket, "--artifact", art, "--tree"]));
+    let unix = format!("unix://{socket}");
+    check_node(&node(&[
+        "--target",
+        &unix,
+        "--artifact",
+        art,
+        "--hostile",
+        evil,
+        "--tree",
+    ]));
     server.assert_clean();
+    drop(server);
+
+    let pki = harness::Pki::new();
+    let port = harness::free_port();
+    let server = Server::start_tcp(
+        port,
+        &[
+            "--tls-cert",
+            &pki.path("server.pem"),
+            "--tls-key",
+            &pki.path("server.key"),
+        ],
+    );
+    let target = format!("127.0.0.1:{port}");
+    let ca = pki.path("ca.pem");
+    check_python(&python(&[
+        "--target",
+        &target,
+        "--ca",
+        &ca,
+        "--artifact",
+        art,
+        "--tree",
+    ]));
+    check_node(&node(&[
+        "--target",
+        &target,
+        "--ca",
+        &ca,
+        "--artifact",
+        art,
+        "--hostile",
+        evil,
+        "--tree",
+    ]));
+    server.assert_clean();
+}
+
+/// GetTree over TCP+TLS: the accepted tree comes back byte for byte (the Rust client writes it
+/// with the engine's writer and checks every hash; the CLI's `--out` over `--server`), and a
+/// staged file changed after acceptance ends the stream with DATA_LOSS and leaves nothing at
+/// the destination.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_trees_are_read_back_remotely_and_checked() {
+    let pki = harness::Pki::new();
+    let port = harness::free_port();
+    let server = Server::start_tcp(
+        port,
+        &[
+            "--tls-cert",
+            &pki.path("server.pem"),
+            "--tls-key",
+            &pki.path("server.key"),
+        ],
+    );
+    let uri = format!("https://127.0.0.1:{port}");
+    let tls = skillbox::client::TlsMaterial {
+        ca: Some(pki.read("ca.pem")),
+        identity: None,
+    };
+    let mut c = ok(
+        Client::connect_to(
+            &uri,
+            ok(skillbox::client::endpoint_with(&uri, &tls), "endpoint"),
+        )
+        .await,
+        "connect",
+    );
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let tar = skill_tar(&[
+        ("scripts/run.sh", b"#!/bin/sh\necho hi\n", 0o755),
+        ("data/big.bin", &big, 0o644),
+        ("data/empty", b"", 0o644),
+    ]);
+    let done = ok(
+        c.extract(archive_header(), std::io::Cursor::new(tar.clone()), None)
+            .await,
+        "extract",
+    );
+    let staged = done.staged.clone().unwrap_or_else(|| panic!("accepted"));
+    let out = ok(tempfile::tempdir(), "tempdir");
+    let dest = out.path().join("tree");
+    let wrote = ok(
+        c.get_tree(&staged.id, &done.outcome.entries, &dest).await,
+        "get_tree",
+    );
+    assert_eq!(wrote.files, 4, "{wrote:?}");
+    assert_eq!(ok(std::fs::read(dest.join("data/big.bin")), "read"), big);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = ok(std::fs::metadata(dest.join("scripts/run.sh")), "stat")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o755);
+
+    // Changed after acceptance (same size, other bytes): the server refuses to pass it on,
+    // and the client leaves nothing.
+    let staged_big = staged.path.join("data/big.bin");
+    let mut changed = big.clone();
+    changed[1_000_000] ^= 1;
+    ok(std::fs::write(&staged_big, &changed), "tamper");
+    let again = out.path().join("again");
+    let e = c
+        .get_tree(&staged.id, &done.outcome.entries, &again)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a changed tree was passed on"));
+    assert_eq!(e.code(), Some(Code::DataLoss), "{e}");
+    assert!(e.to_string().contains("data/big.bin"), "{e}");
+    assert!(!again.exists(), "a failed tree left {again:?}");
+    // A planted symlink in a directory's place is never followed.
+    ok(std::fs::remove_dir_all(staged.path.join("scripts")), "rm");
+    ok(
+        std::os::unix::fs::symlink("/etc", staged.path.join("scripts")),
+        "plant",
+    );
+    let e = c
+        .get_tree(&staged.id, &done.outcome.entries, &again)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a planted link was followed"));
+    assert_eq!(e.code(), Some(Code::DataLoss), "{e}");
+    assert!(!again.exists());
+    ok(c.release(&staged.id).await, "release");
+    let e = c
+        .get_tree(&staged.id, &done.outcome.entries, &again)
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a released tree was sent"));
+    assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+
+    // The CLI: `extract --server https://... --out DIR` writes the tree locally.
+    let dir = harness::world_readable_dir();
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, &tar), "write");
+    let cli_out = out.path().join("cli");
+    let run = ok(
+        std::process::Command::new(harness::bin())
+            .args(["extract", "--json", "--server", &uri, "--out"])
+            .arg(&cli_out)
+            .arg(&art)
+            .env("SKILLBOX_TLS_CA", pki.path("ca.pem"))
+            .output(),
+        "cli",
+    );
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(ok(std::fs::read(cli_out.join("data/big.bin")), "read"), big);
+    assert!(cli_out.join("SKILL.md").is_file());
+    let exists = std::process::Command::new(harness::bin())
+        .args(["extract", "--server", &uri, "--out"])
+        .arg(&cli_out)
+        .arg(&art)
+        .env("SKILLBOX_TLS_CA", pki.path("ca.pem"))
+        .output();
+    assert_eq!(
+        ok(exists, "cli").status.code(),
+        Some(2),
+        "an existing --out is a usage error"
+    );
+    server.wait_clean(Duration::from_secs(5));
+}
+
+/// A burst of 64 slow uploads with `--max-children 2`: every request is answered, and at no
+/// moment do more than two request children (plus the one spare) exist; the queued requests
+/// hold no process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_follow_the_admission_bound_under_a_burst() {
+    let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);
+    let c = server.client().await;
+    let calls: Vec<_> = (0..64)
+        .map(|_| {
+            let mut c = c.clone();
+            tokio::spawn(async move {
+                let body = slow_stream(skill_tar(&[]), 1024, Duration::from_millis(20));
+                c.extract(archive_header(), body, Some(Duration::from_secs(120)))
+                    .await
+            })
+        })
+        .collect();
+    let (mut most, mut samples) = (0, 0u64);
+    while calls.iter().any(|h| !h.is_finished()) {
+        let n = server.children().len() + server.spares().len();
+        most = most.max(n);
+        samples += 1;
+        assert!(
+            n <= 3,
+            "{n} processes: children {:?}, spares {:?}",
+            server.children(),
+            server.spares()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    for call in calls {
+        let done = ok(ok(call.await, "task"), "a request of the burst");
+        assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
+        if let Some(s) = done.staged {
+            ok(c.clone().release(&s.id).await, "release");
+        }
+    }
+    assert!(
+        most >= 1 && samples > 10,
+        "the burst was never observed ({most}, {samples})"
+    );
+    server.assert_clean();
+}
+
+/// `skillbox health --socket PATH`: the probe a container runtime can exec.
+#[test]
+fn health_probe_exits_zero_only_when_serving() {
+    let mut server = Server::start(&["--grace", "5"]);
+    let socket = server.socket().to_str().unwrap_or("").to_owned();
+    let up = harness::cli(&["health", "--socket", &socket], None);
+    assert_eq!(
+        up.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&up.stderr)
+    );
+    assert!(String::from_utf8_lossy(&up.stdout).contains("SERVING"));
+    server.sigterm();
+    let _ = server.wait_exit(Duration::from_secs(15));
+    let down = harness::cli(&["health", "--socket", &socket], None);
+    assert_eq!(down.status.code(), Some(1));
+    assert!(
+        !String::from_utf8_lossy(&down.stderr).is_empty(),
+        "a failed probe says why"
+    );
 }

@@ -1,0 +1,481 @@
+//! What stock gRPC clients send as `:authority` over a Unix socket, made acceptable to h2.
+//!
+//! grpc-core (Python `grpcio`, Ruby, C++) names a `unix:` target's authority after the socket
+//! path, percent-encoded (`%2Frun%2Fskillbox.sock`), and grpc-java sends the raw path. h2
+//! resets every stream whose `:authority` is not an RFC 3986 `host[:port]` and has no option to
+//! relax that, so such clients could only talk to us with a channel option nobody guesses. On a
+//! Unix socket the authority carries no information (the socket already names the peer), so
+//! this layer, between the accepted socket and the HTTP/2 server, rewrites the header blocks the
+//! client sends: an `:authority` that does not parse becomes `localhost`, every other field is
+//! kept in order with its value.
+//!
+//! It must never pass on a header block it could not decode (the connection is closed instead),
+//! never buffer more than one bounded header block, and never touch the server's direction or a
+//! non-header frame's bytes. Because every block is re-encoded as literals (no HPACK dynamic
+//! table), the server's decoder state never depends on the client's.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The HTTP/2 client connection preface (RFC 9113 §3.4), passed through unread.
+const PREFACE_LEN: usize = 24;
+const FRAME_HEADER_LEN: usize = 9;
+const HEADERS: u8 = 0x1;
+const CONTINUATION: u8 = 0x9;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const PADDED: u8 = 0x8;
+const PRIORITY: u8 = 0x20;
+/// SETTINGS_MAX_FRAME_SIZE's floor (RFC 9113 §6.5.2): any server accepts frames this large.
+const MAX_FRAME: usize = 16_384;
+/// The largest header block assembled; far above what the server accepts as a header list.
+const MAX_BLOCK: usize = 1 << 20;
+/// SETTINGS_HEADER_TABLE_SIZE's default: the server never advertises another, so the client's
+/// encoder may not use more (RFC 7541 §4.2).
+const CLIENT_TABLE_SIZE: usize = 4096;
+const READ_CHUNK: usize = 64 * 1024;
+const REPLACEMENT: &[u8] = b"localhost";
+
+enum State {
+    Preface { left: usize },
+    FrameHeader,
+    Payload { left: usize },
+}
+
+/// A header block being assembled from HEADERS and CONTINUATION frames.
+struct Block {
+    stream_id: [u8; 4],
+    end_stream: bool,
+    priority: Option<[u8; 5]>,
+    fragment: Vec<u8>,
+}
+
+/// The client's connection with its header blocks rewritten as described above.
+pub struct FixAuthority<S> {
+    inner: S,
+    state: State,
+    input: Vec<u8>,
+    start: usize,
+    output: Vec<u8>,
+    sent: usize,
+    block: Option<Block>,
+    decoder: loona_hpack::Decoder<'static>,
+    eof: bool,
+}
+
+impl<S> FixAuthority<S> {
+    pub fn new(inner: S) -> Self {
+        let mut decoder = loona_hpack::Decoder::new();
+        decoder.set_max_allowed_table_size(CLIENT_TABLE_SIZE);
+        Self {
+            inner,
+            state: State::Preface { left: PREFACE_LEN },
+            input: Vec::with_capacity(READ_CHUNK),
+            start: 0,
+            output: Vec::with_capacity(READ_CHUNK),
+            sent: 0,
+            block: None,
+            decoder,
+            eof: false,
+        }
+    }
+
+    /// Move what can be decided from `input` to `output`.
+    fn process(&mut self) -> io::Result<()> {
+        loop {
+            let avail = &self.input[self.start..];
+            match self.state {
+                State::Preface { left } | State::Payload { left } if left > 0 => {
+                    let n = left.min(avail.len());
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    self.output.extend_from_slice(&avail[..n]);
+                    self.start += n;
+                    self.state = match self.state {
+                        State::Preface { .. } => State::Preface { left: left - n },
+                        _ => State::Payload { left: left - n },
+                    };
+                }
+                State::Preface { .. } | State::Payload { .. } => self.state = State::FrameHeader,
+                State::FrameHeader => {
+                    let Some(head) = avail.get(..FRAME_HEADER_LEN) else {
+                        return Ok(());
+                    };
+                    let len = usize::from(head[0]) << 16
+                        | usize::from(head[1]) << 8
+                        | usize::from(head[2]);
+                    let (kind, flags) = (head[3], head[4]);
+                    let stream_id = [head[5], head[6], head[7], head[8]];
+                    let is_block =
+                        kind == HEADERS || (kind == CONTINUATION && self.block.is_some());
+                    if !is_block {
+                        if self.block.is_some() {
+                            return Err(protocol("a frame interrupted a header block"));
+                        }
+                        self.output.extend_from_slice(head);
+                        self.start += FRAME_HEADER_LEN;
+                        self.state = State::Payload { left: len };
+                        continue;
+                    }
+                    if len > MAX_BLOCK {
+                        return Err(protocol("header frame too large"));
+                    }
+                    let Some(payload) = avail.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + len) else {
+                        return Ok(());
+                    };
+                    if kind == HEADERS {
+                        if self.block.is_some() {
+                            return Err(protocol("HEADERS inside a header block"));
+                        }
+                        self.block = Some(headers_frame(stream_id, flags, payload)?);
+                    } else if let Some(block) = &mut self.block {
+                        if block.fragment.len() + payload.len() > MAX_BLOCK {
+                            return Err(protocol("header block too large"));
+                        }
+                        block.fragment.extend_from_slice(payload);
+                    }
+                    self.start += FRAME_HEADER_LEN + len;
+                    if flags & END_HEADERS != 0 {
+                        if let Some(block) = self.block.take() {
+                            self.emit(&block)?;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Decode one complete block and write it back as HEADERS (+ CONTINUATION) frames.
+    fn emit(&mut self, block: &Block) -> io::Result<()> {
+        let mut encoded = Vec::with_capacity(block.fragment.len() + 64);
+        self.decoder
+            .decode_with_cb(&block.fragment, |name, value| {
+                let value: &[u8] = if &*name == b":authority"
+                    && tonic::codegen::http::uri::Authority::try_from(&*value).is_err()
+                {
+                    REPLACEMENT
+                } else {
+                    &value
+                };
+                literal(&mut encoded, &name, value);
+            })
+            .map_err(|e| protocol(&format!("undecodable header block: {e:?}")))?;
+
+        let mut first = Vec::with_capacity(5 + encoded.len().min(MAX_FRAME));
+        let mut flags = 0;
+        if block.end_stream {
+            flags |= END_STREAM;
+        }
+        if let Some(p) = block.priority {
+            flags |= PRIORITY;
+            first.extend_from_slice(&p);
+        }
+        let room = MAX_FRAME - first.len();
+        let (head, mut rest) = encoded.split_at(encoded.len().min(room));
+        first.extend_from_slice(head);
+        if rest.is_empty() {
+            flags |= END_HEADERS;
+        }
+        frame(&mut self.output, HEADERS, flags, block.stream_id, &first);
+        while !rest.is_empty() {
+            let (part, more) = rest.split_at(rest.len().min(MAX_FRAME));
+            let flags = if more.is_empty() { END_HEADERS } else { 0 };
+            frame(&mut self.output, CONTINUATION, flags, block.stream_id, part);
+            rest = more;
+        }
+        Ok(())
+    }
+}
+
+/// A HEADERS frame's fragment, without its padding (RFC 9113 §6.2).
+fn headers_frame(stream_id: [u8; 4], flags: u8, payload: &[u8]) -> io::Result<Block> {
+    let mut body = payload;
+    let mut pad = 0;
+    if flags & PADDED != 0 {
+        let (&n, rest) = body
+            .split_first()
+            .ok_or_else(|| protocol("PADDED without a length"))?;
+        pad = usize::from(n);
+        body = rest;
+    }
+    let priority = if flags & PRIORITY != 0 {
+        let (p, rest) = body
+            .split_first_chunk::<5>()
+            .ok_or_else(|| protocol("PRIORITY without its fields"))?;
+        body = rest;
+        Some(*p)
+    } else {
+        None
+    };
+    let end = body
+        .len()
+        .checked_sub(pad)
+        .ok_or_else(|| protocol("padding longer than the frame"))?;
+    Ok(Block {
+        stream_id,
+        end_stream: flags & END_STREAM != 0,
+        priority,
+        fragment: body[..end].to_vec(),
+    })
+}
+
+/// A literal header field without indexing, new name, no Huffman (RFC 7541 §6.2.2).
+fn literal(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    out.push(0);
+    for s in [name, value] {
+        integer(out, s.len());
+        out.extend_from_slice(s);
+    }
+}
+
+/// An HPACK integer with a 7-bit prefix and the Huffman bit clear (RFC 7541 §5.1).
+fn integer(out: &mut Vec<u8>, mut n: usize) {
+    if n < 127 {
+        out.push(n as u8);
+        return;
+    }
+    out.push(127);
+    n -= 127;
+    while n >= 128 {
+        out.push((n % 128) as u8 | 0x80);
+        n /= 128;
+    }
+    out.push(n as u8);
+}
+
+fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream_id: [u8; 4], payload: &[u8]) {
+    let len = payload.len();
+    out.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
+    out.extend_from_slice(&stream_id);
+    out.extend_from_slice(payload);
+}
+
+fn protocol(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("HTTP/2 from the client: {what}"),
+    )
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for FixAuthority<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.sent < this.output.len() {
+                let n = buf.remaining().min(this.output.len() - this.sent);
+                buf.put_slice(&this.output[this.sent..this.sent + n]);
+                this.sent += n;
+                if this.sent == this.output.len() {
+                    this.output.clear();
+                    this.sent = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if this.eof {
+                // A truncated frame at the end is the server's to report; pass it on as is.
+                let rest = &this.input[this.start..];
+                if rest.is_empty() {
+                    return Poll::Ready(Ok(()));
+                }
+                this.output.extend_from_slice(rest);
+                this.start = this.input.len();
+                continue;
+            }
+            if this.start > 0 {
+                this.input.drain(..this.start);
+                this.start = 0;
+            }
+            let old = this.input.len();
+            this.input.resize(old + READ_CHUNK, 0);
+            let mut rb = ReadBuf::new(&mut this.input[old..]);
+            let polled = Pin::new(&mut this.inner).poll_read(cx, &mut rb);
+            let got = rb.filled().len();
+            this.input.truncate(old + got);
+            ready!(polled)?;
+            if got == 0 {
+                this.eof = true;
+            }
+            this.process()?;
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for FixAuthority<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
+    for FixAuthority<S>
+{
+    type ConnectInfo = S::ConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    fn preface() -> Vec<u8> {
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec()
+    }
+
+    /// The client's bytes as the server would read them through the layer, decoded.
+    async fn through(wire: Vec<u8>) -> (Vec<u8>, Vec<Vec<(Vec<u8>, Vec<u8>)>>) {
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        client.write_all(&wire).await.unwrap();
+        drop(client);
+        let mut fixed = FixAuthority::new(server);
+        let mut out = Vec::new();
+        fixed.read_to_end(&mut out).await.unwrap();
+        assert_eq!(&out[..PREFACE_LEN], &preface()[..]);
+        let mut blocks = Vec::new();
+        let mut non_header = Vec::new();
+        let mut dec = loona_hpack::Decoder::new();
+        let mut at = PREFACE_LEN;
+        let mut pending: Vec<u8> = Vec::new();
+        while at < out.len() {
+            let h = &out[at..at + 9];
+            let len = usize::from(h[0]) << 16 | usize::from(h[1]) << 8 | usize::from(h[2]);
+            let payload = &out[at + 9..at + 9 + len];
+            match h[3] {
+                HEADERS | CONTINUATION => {
+                    assert!(len <= MAX_FRAME);
+                    let body = if h[3] == HEADERS && h[4] & PRIORITY != 0 {
+                        &payload[5..]
+                    } else {
+                        payload
+                    };
+                    pending.extend_from_slice(body);
+                    if h[4] & END_HEADERS != 0 {
+                        blocks.push(dec.decode(&pending).unwrap());
+                        pending.clear();
+                    }
+                }
+                _ => non_header.extend_from_slice(&out[at..at + 9 + len]),
+            }
+            at += 9 + len;
+        }
+        (non_header, blocks)
+    }
+
+    fn headers(stream: u8, flags: u8, block: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        frame(&mut v, HEADERS, flags, [0, 0, 0, stream], block);
+        v
+    }
+
+    #[tokio::test]
+    async fn a_socket_path_authority_becomes_localhost_and_the_rest_is_kept() {
+        // The client's encoder indexes `te: trailers` in its dynamic table and refers to it
+        // by index in the later requests: the layer must follow the client's table.
+        let mut enc = loona_hpack::Encoder::new();
+        let req = |auth: &[u8]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            vec![
+                (b":method".to_vec(), b"POST".to_vec()),
+                (b":scheme".to_vec(), b"http".to_vec()),
+                (
+                    b":path".to_vec(),
+                    b"/skillbox.v1.Skillbox/ServerInfo".to_vec(),
+                ),
+                (b":authority".to_vec(), auth.to_vec()),
+                (b"te".to_vec(), b"trailers".to_vec()),
+            ]
+        };
+        let sock = b"%2Ftmp%2Fskillbox.sock".as_slice();
+        let first = enc.encode(req(sock).iter().map(|(n, v)| (&n[..], &v[..])));
+        let second = enc.encode(req(sock).iter().map(|(n, v)| (&n[..], &v[..])));
+        let good = enc.encode(
+            req(b"example.org:443")
+                .iter()
+                .map(|(n, v)| (&n[..], &v[..])),
+        );
+        let mut wire = preface();
+        wire.extend(headers(1, END_HEADERS, &first));
+        let mut data = Vec::new();
+        frame(&mut data, 0x0, END_STREAM, [0, 0, 0, 1], b"\0\0\0\0\0");
+        wire.extend(&data);
+        // The second request split across HEADERS + CONTINUATION, padded, with priority.
+        let (a, b) = second.split_at(second.len() / 2);
+        let mut padded = vec![3u8];
+        padded.extend_from_slice(&[0, 0, 0, 0, 16]);
+        padded.extend_from_slice(a);
+        padded.extend_from_slice(&[0, 0, 0]);
+        wire.extend(headers(3, PADDED | PRIORITY | END_STREAM, &padded));
+        frame(&mut wire, CONTINUATION, END_HEADERS, [0, 0, 0, 3], b);
+        wire.extend(headers(5, END_HEADERS, &good));
+
+        let (non_header, blocks) = through(wire).await;
+        assert_eq!(non_header, data, "DATA passes through byte for byte");
+        assert_eq!(blocks.len(), 3);
+        assert_eq!(blocks[0], req(b"localhost"));
+        assert_eq!(blocks[1], req(b"localhost"));
+        assert_eq!(
+            blocks[2],
+            req(b"example.org:443"),
+            "a valid authority is kept"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_block_closes_the_connection() {
+        let mut wire = preface();
+        // Indexed field 126: no such entry.
+        wire.extend(headers(1, END_HEADERS, &[0xfe]));
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        client.write_all(&wire).await.unwrap();
+        drop(client);
+        let mut out = Vec::new();
+        let err = FixAuthority::new(server).read_to_end(&mut out).await;
+        assert!(err.is_err(), "{out:?}");
+    }
+
+    #[test]
+    fn long_literals_decode_back_to_themselves() {
+        for len in [0, 126, 127, 128, 255, 16_383, 70_000] {
+            let name = vec![b'n'; len.min(300)];
+            let value = vec![b'v'; len];
+            let mut v = Vec::new();
+            literal(&mut v, &name, &value);
+            let got = loona_hpack::Decoder::new().decode(&v).unwrap();
+            assert_eq!(got, [(name, value)], "length {len}");
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! Reading an accepted staging tree back out for a remote client (`GetTree`).
+//!
+//! The broker moves bytes, it never parses them: every node of the inventory, in inventory
+//! order, is opened beneath the staging directory fd with `openat2(RESOLVE_BENEATH |
+//! RESOLVE_NO_SYMLINKS)` and `O_NOFOLLOW`, held against its inventory entry (kind, mode, size,
+//! link target) and, for a file, streamed in bounded chunks while it is hashed. The first node
+//! that differs ends the stream with an error: a tree changed after the child's inventory was
+//! checked is never passed on as if it were the accepted one. This runs in the broker (not in
+//! the seccomp-confined child), so `openat2`'s resolve flags are available here.
+//!
+//! It must never follow a link, never read past the inventory's size for a file, and never
+//! hold more than the channel's few chunks in memory; a client that goes away stops it.
+
+use std::fs::File;
+use std::io::{self, Read as _};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2, readlinkat};
+use nix::sys::stat::{SFlag, fstat};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use crate::convert;
+use crate::digest::Hasher;
+use crate::extract::inventory::{Entry, Kind};
+use crate::proto as pb;
+
+/// Bytes per `chunk` part: large enough for throughput, small enough for any client's default
+/// message bound (4 MiB).
+pub const CHUNK_BYTES: usize = 256 * 1024;
+/// Parts buffered between the reading thread and the connection.
+pub const QUEUE_PARTS: usize = 8;
+
+pub type Part = Result<pb::TreePart, Status>;
+
+fn open_beneath(dir: &OwnedFd, path: &str, flags: OFlag) -> io::Result<OwnedFd> {
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS
+                | ResolveFlag::RESOLVE_NO_XDEV,
+        );
+    Ok(openat2(dir.as_fd(), path, how)?)
+}
+
+/// A node that is not what the inventory says.
+fn differs(path: &str, what: impl std::fmt::Display) -> Status {
+    Status::data_loss(format!(
+        "staged {path:?} differs from the accepted inventory: {what}"
+    ))
+}
+
+/// Send every node of `entries` beneath `dir` on `tx`, ending with an error part at the first
+/// difference. Blocking: run it on a blocking thread. Returns when done or when the receiver
+/// is gone.
+pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: mpsc::Sender<Part>) {
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    for e in entries.iter() {
+        if tx.blocking_send(Ok(part_entry(e))).is_err() {
+            return;
+        }
+        if let Err(status) = send_node(&dir, e, &tx, &mut buf) {
+            let _ = tx.blocking_send(Err(status));
+            return;
+        }
+    }
+}
+
+fn part_entry(e: &Entry) -> pb::TreePart {
+    pb::TreePart {
+        part: Some(pb::tree_part::Part::Entry(convert::entry_to_proto(e))),
+    }
+}
+
+fn send_node(
+    dir: &OwnedFd,
+    e: &Entry,
+    tx: &mpsc::Sender<Part>,
+    buf: &mut [u8],
+) -> Result<(), Status> {
+    let path = e.path.as_str();
+    let io_err = |err: io::Error| differs(path, err);
+    let want_mode = u32::from_str_radix(&e.mode, 8).unwrap_or(u32::MAX);
+    match e.kind {
+        Kind::Dir => {
+            let fd = open_beneath(dir, path, OFlag::O_PATH | OFlag::O_DIRECTORY).map_err(io_err)?;
+            let st = fstat(fd.as_fd()).map_err(|err| io_err(err.into()))?;
+            if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR {
+                return Err(differs(path, "not a directory"));
+            }
+            Ok(())
+        }
+        Kind::Symlink => {
+            let fd = open_beneath(dir, path, OFlag::O_PATH).map_err(io_err)?;
+            let st = fstat(fd.as_fd()).map_err(|err| io_err(err.into()))?;
+            if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFLNK {
+                return Err(differs(path, "not a symlink"));
+            }
+            let target = readlinkat(fd.as_fd(), "").map_err(|err| io_err(err.into()))?;
+            if Some(target.as_encoded_bytes()) != e.link_target.as_deref().map(str::as_bytes) {
+                return Err(differs(path, "another link target"));
+            }
+            Ok(())
+        }
+        Kind::File => {
+            // O_NONBLOCK: a FIFO planted in a file's place must not block the reader.
+            let fd =
+                open_beneath(dir, path, OFlag::O_RDONLY | OFlag::O_NONBLOCK).map_err(io_err)?;
+            let st = fstat(fd.as_fd()).map_err(|err| io_err(err.into()))?;
+            if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+                return Err(differs(path, "not a regular file"));
+            }
+            if st.st_mode & 0o7777 != want_mode {
+                return Err(differs(path, format!("mode {:04o}", st.st_mode & 0o7777)));
+            }
+            if u64::try_from(st.st_size).ok() != Some(e.size) {
+                return Err(differs(path, format!("{} bytes", st.st_size)));
+            }
+            let mut file = File::from(fd);
+            let mut hasher = Hasher::new();
+            let mut left = e.size;
+            while left > 0 {
+                let want = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
+                let n = file.read(&mut buf[..want]).map_err(io_err)?;
+                if n == 0 {
+                    return Err(differs(path, "shorter than its size"));
+                }
+                hasher.update(&buf[..n]);
+                left -= n as u64;
+                let part = pb::TreePart {
+                    part: Some(pb::tree_part::Part::Chunk(buf[..n].to_vec())),
+                };
+                if tx.blocking_send(Ok(part)).is_err() {
+                    return Err(Status::cancelled("the client went away"));
+                }
+            }
+            if file.read(&mut buf[..1]).map_err(io_err)? != 0 {
+                return Err(differs(path, "longer than its size"));
+            }
+            let (digest, _) = hasher.finish();
+            if Some(digest) != e.sha256 {
+                return Err(differs(path, "another SHA-256"));
+            }
+            Ok(())
+        }
+    }
+}
