@@ -18,7 +18,7 @@ use crate::reason::{Reason, ReasonCode, Verdict};
 use crate::sandbox::SandboxReport;
 use crate::sandbox::wire::{ConfinementReport, RlimitPlan};
 use crate::skill::frontmatter::Frontmatter;
-use crate::skill::review::{Capabilities, Coverage, Finding, Review, Script};
+use crate::skill::review::{Capabilities, Coverage, Finding, Mentions, Review, Script};
 
 /// Largest answer the server sends and the client accepts (an inventory of 10,000 long names
 /// fits well within it).
@@ -468,16 +468,25 @@ pub fn review_to_proto(r: &Review) -> Result<pb::Review, Unencodable> {
         tools,
         scripts,
         capabilities,
+        mentions,
         findings,
         coverage,
     } = r;
     let Capabilities {
         hosts,
         downloads,
+        uploads,
         credentials,
         risky_commands,
         executables,
     } = capabilities;
+    let Mentions {
+        hosts: m_hosts,
+        downloads: m_downloads,
+        uploads: m_uploads,
+        credentials: m_credentials,
+        risky_commands: m_risky_commands,
+    } = mentions;
     let Coverage {
         complete,
         files_scanned,
@@ -486,6 +495,8 @@ pub fn review_to_proto(r: &Review) -> Result<pb::Review, Unencodable> {
         unread_files,
         binary_files,
         findings_dropped,
+        repeats_dropped,
+        subjects_dropped,
         max_file_bytes,
         max_total_bytes,
         max_findings,
@@ -504,6 +515,15 @@ pub fn review_to_proto(r: &Review) -> Result<pb::Review, Unencodable> {
             credentials: credentials.clone(),
             risky_commands: risky_commands.clone(),
             executables: executables.clone(),
+            uploads: uploads.clone(),
+        }),
+        mentions: Some(pb::Capabilities {
+            hosts: m_hosts.clone(),
+            downloads: m_downloads.clone(),
+            credentials: m_credentials.clone(),
+            risky_commands: m_risky_commands.clone(),
+            executables: Vec::new(),
+            uploads: m_uploads.clone(),
         }),
         findings: findings
             .iter()
@@ -517,6 +537,8 @@ pub fn review_to_proto(r: &Review) -> Result<pb::Review, Unencodable> {
             unread_files: *unread_files,
             binary_files: *binary_files,
             findings_dropped: *findings_dropped,
+            repeats_dropped: *repeats_dropped,
+            subjects_dropped: *subjects_dropped,
             max_file_bytes: *max_file_bytes,
             max_total_bytes: *max_total_bytes,
             max_findings: *max_findings,
@@ -570,6 +592,7 @@ fn script_to_proto(s: &Script) -> Result<pb::Script, Unencodable> {
 fn finding_to_proto(f: &Finding) -> Result<pb::Finding, Unencodable> {
     let Finding {
         kind,
+        context,
         file,
         line,
         excerpt,
@@ -577,6 +600,7 @@ fn finding_to_proto(f: &Finding) -> Result<pb::Finding, Unencodable> {
     } = f;
     Ok(pb::Finding {
         kind: wire_name(kind)?,
+        context: wire_name(context)?,
         file: file.clone(),
         line: *line,
         excerpt: excerpt.clone(),
@@ -611,7 +635,7 @@ pub fn sandbox_to_proto(r: &SandboxReport) -> Result<pb::SandboxReport, Unencoda
                 uid: *uid,
                 gid: *gid,
                 landlock_abi: *landlock_abi,
-                landlock: landlock.clone(),
+                landlock: landlock.as_str().to_owned(),
                 landlock_features: landlock_features.clone(),
                 no_new_privs: *no_new_privs,
                 seccomp: *seccomp,
@@ -694,6 +718,7 @@ fn review_from_proto(r: &pb::Review) -> Result<Review, MalformedAnswer> {
     for f in &r.findings {
         findings.push(Finding {
             kind: from_wire_name("finding kind", &f.kind)?,
+            context: from_wire_name("finding context", &f.context)?,
             file: f.file.clone(),
             line: f.line,
             excerpt: f.excerpt.clone(),
@@ -723,6 +748,17 @@ fn review_from_proto(r: &pb::Review) -> Result<Review, MalformedAnswer> {
             credentials: c.credentials,
             risky_commands: c.risky_commands,
             executables: c.executables,
+            uploads: c.uploads,
+        },
+        mentions: {
+            let m = r.mentions.clone().unwrap_or_default();
+            Mentions {
+                hosts: m.hosts,
+                downloads: m.downloads,
+                uploads: m.uploads,
+                credentials: m.credentials,
+                risky_commands: m.risky_commands,
+            }
         },
         findings,
         coverage: Coverage {
@@ -733,6 +769,8 @@ fn review_from_proto(r: &pb::Review) -> Result<Review, MalformedAnswer> {
             unread_files: v.unread_files,
             binary_files: v.binary_files,
             findings_dropped: v.findings_dropped,
+            repeats_dropped: v.repeats_dropped,
+            subjects_dropped: v.subjects_dropped,
             max_file_bytes: v.max_file_bytes,
             max_total_bytes: v.max_total_bytes,
             max_findings: v.max_findings,
