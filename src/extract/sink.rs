@@ -548,6 +548,18 @@ impl<'a> Sink<'a> {
             };
             written += n as u64;
             self.bytes_out += n as u64;
+            // The header is held to its size: a member that lies small stops at the lie.
+            if declared.is_some_and(|d| written > d) {
+                return Err(Reason::new(
+                    ReasonCode::Corrupt,
+                    format!(
+                        "the data holds more than the {} bytes its header declares",
+                        declared.unwrap_or(0)
+                    ),
+                )
+                .entry(p)
+                .into());
+            }
             // Limits are checked on bytes produced, before they reach the disk.
             if written > self.limits.max_file_bytes {
                 return Err(
