@@ -15,6 +15,7 @@ pub mod fetch;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod index;
+pub mod lifecycle;
 pub mod out_dir;
 pub mod reason;
 pub mod replay;

@@ -9,6 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod cli;
+
 use skillbox::answer::{self, Staged};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::inventory::Outcome;
@@ -76,6 +78,8 @@ enum Command {
     ///
     /// Exit status: 0 after a graceful shutdown (SIGTERM), 1 a fault, 2 a bad setting.
     Serve(skillbox::broker::ServeArgs),
+    #[command(flatten)]
+    Lifecycle(cli::lifecycle::LifecycleCommand),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -226,6 +230,7 @@ fn main() -> ExitCode {
         Command::Diff(args) => cmd_diff(&args),
         Command::Replay(args) => Ok(skillbox::replay::main(args)),
         Command::Serve(args) => return skillbox::broker::main(args, sandbox),
+        Command::Lifecycle(c) => Ok(cli::lifecycle::run(c, sandbox)),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -156,12 +156,14 @@ fn print_error(message: &str) {
     eprintln!("skillbox: {message}");
 }
 
-struct Setup {
-    client: Client,
-    index_limits: IndexLimits,
+/// A fetch client and index limits built from [`PolicyArgs`].
+pub struct Setup {
+    pub client: Client,
+    pub index_limits: IndexLimits,
 }
 
-fn setup(p: &PolicyArgs) -> Result<Setup, (u8, String)> {
+/// Build the fetch client the flags describe; `Err((exit code, message))` on a bad flag.
+pub fn setup(p: &PolicyArgs) -> Result<Setup, (u8, String)> {
     let mut policy = FetchPolicy::default();
     let mut index_limits = IndexLimits::default();
     for o in &p.allow_origin {

@@ -5,6 +5,7 @@ mod fetch;
 mod fuzz_seeds;
 mod grpc;
 mod index;
+mod lifecycle;
 mod replay;
 mod review;
 mod sandbox;
