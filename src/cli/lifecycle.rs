@@ -227,6 +227,9 @@ pub struct RollbackArgs {
     /// The approved version to go to [default: the previous approved one].
     #[arg(long, value_name = "sha256:HEX")]
     to: Option<String>,
+    /// Who decides [default: $USER].
+    #[arg(long, value_name = "NAME", value_parser = parse_person)]
+    by: Option<String>,
     #[command(flatten)]
     common: Common,
 }
@@ -526,7 +529,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     .transpose()
                     .map_err(|e| Error::new(Kind::Usage, format!("--to: {e}")))?;
             let mut store = open(&a.common, Access::Exclusive)?;
-            let r = ops::rollback(&mut store, &a.skill, &a.agents, to.as_ref())?;
+            let r = ops::rollback(&mut store, &a.skill, &a.agents, to.as_ref(), &who(&a.by))?;
             show_moves("rolled back", &r, json_out);
             Ok(if r.problems.is_empty() {
                 EXIT_OK

@@ -907,6 +907,7 @@ pub fn rollback(
     skill: &str,
     agent_args: &[AgentArg],
     to: Option<&VersionRef>,
+    who: &str,
 ) -> Result<MoveReport, Error> {
     let recovered = journal::recover(store)?;
     let target = match to {
@@ -993,9 +994,16 @@ pub fn rollback(
     }
     precheck(store, skill, &changes)?;
     let time = now();
-    let links = store
-        .records
-        .write(|tx| record_changes(tx, skill, &changes, &time, "rolled_back", "person"))?;
+    let links = store.records.write(|tx| {
+        record_changes(
+            tx,
+            skill,
+            &changes,
+            &time,
+            "rolled_back",
+            &format!("person:{who}"),
+        )
+    })?;
     crash_point("rollback", "recorded");
     let problems = journal::finish_links(store, links, skill, &changes, "rollback")?;
     Ok(MoveReport {

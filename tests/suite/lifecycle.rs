@@ -378,6 +378,12 @@ fn prepare(w: &World, op: &str) -> (Vec<String>, String, String) {
             ];
             (args, v2, v1)
         }
+        "approve" => {
+            expect_code(&w.install(&["alpha", "beta"]), 0);
+            let v3 = w.publish("demo", &package(3));
+            expect_code(&w.run(&["update"]), 6);
+            (vec!["approve".into(), format!("demo@{v3}")], v1, v3)
+        }
         other => panic!("no such op {other}"),
     }
 }
@@ -409,6 +415,7 @@ fn sigkill_at_every_step_leaves_old_or_new_and_the_next_command_works() {
         ),
         ("rollback", &["recorded", "linked-one", "linked"]),
         ("withdraw", &["recorded", "linked-one", "linked"]),
+        ("approve", &["recorded", "linked-one", "linked"]),
     ];
     for (op, steps) in cases {
         for step in *steps {
@@ -761,4 +768,35 @@ fn bad_inputs_get_clear_errors_and_their_codes() {
         "{}",
         explain(&o)
     );
+}
+
+#[test]
+fn verify_repairs_its_own_links_and_reports_a_foreign_entry() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    // A link of ours that vanished is recreated.
+    std::fs::remove_file(w.agent_dir("alpha").join("demo")).unwrap_or_else(|e| panic!("rm: {e}"));
+    let v = w.verify_ok();
+    assert!(v["repaired"].to_string().contains("recreated"), "{v}");
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    // Something else put in its place is reported and left alone.
+    let beta = w.agent_dir("beta").join("demo");
+    std::fs::remove_file(&beta).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::fs::create_dir(&beta).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let o = w.run(&["verify", "--json"]);
+    expect_code(&o, 1);
+    assert!(
+        json_of(&o)["problems"]
+            .to_string()
+            .contains("did not create"),
+        "{}",
+        explain(&o)
+    );
+    assert!(beta.is_dir());
+    // And no later command touches it: a withdrawal refuses before changing anything.
+    let o = w.run(&["withdraw", &format!("demo@{v1}"), "--reason", "x"]);
+    expect_code(&o, 1);
+    assert!(beta.is_dir());
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
 }
