@@ -31,7 +31,7 @@ def package(version):
     files = {"SKILL.md": b"---\nname: demo\ndescription: A benchmark skill\n---\nRead the docs.\n"}
     rnd = __import__("random").Random(7)
     for i in range(24):
-        body = base64.b64encode(bytes(rnd.getrandbits(8) for _ in range(7800))).decode()
+        body = base64.b64encode(bytes(rnd.getrandbits(8) for _ in range(10300))).decode()
         files[f"docs/part-{i:02}.md"] = (f"# Part {i} (v{version})\n\n" + body + "\n").encode()
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as gz:
@@ -100,12 +100,17 @@ def publish(v):
     open(f"{work}/www/.well-known/agent-skills/index.json", "w").write(json.dumps(idx))
     return d
 
-# 1. install vs fetch, alternated, each from nothing (no cache, new store).
+# 1. install vs fetch, alternated, each with an empty cache; install into an existing, empty
+# store (a copy of one `gc` initialised, made outside the timing), as on a host in use.
 publish(1)
+template = fresh("store-template")
+run(["gc", "--store", template])
+def store_copy():
+    d = fresh("store"); shutil.copytree(template, d, symlinks=True); return d
 fetch, install = [], []
 for i in range(rounds + 2):
     a, _ = run(["fetch", index, "demo", "--cache-dir", fresh("cache"), *net])
-    b, _ = run(["install", index, "demo", "--store", fresh("store"), "--agent", f"a={fresh('agent')}", *net])
+    b, _ = run(["install", index, "demo", "--store", store_copy(), "--agent", f"a={fresh('agent')}", *net])
     if i >= 2:  # two warm-up rounds
         fetch.append(a); install.append(b)
 mf, mi = statistics.median(fetch), statistics.median(install)

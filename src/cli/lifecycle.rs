@@ -555,10 +555,13 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             } else if l.skills.is_empty() {
                 println!("no skills recorded");
             } else {
+                use std::fmt::Write as _;
+                // One write: a line-buffered stdout would make 10,000 versions 10,000 writes.
+                let mut out = String::new();
                 for s in &l.skills {
-                    println!("{}", s.skill);
+                    let _ = writeln!(out, "{}", s.skill);
                     for (agent, d) in &s.active {
-                        println!("  {agent:<16} -> {}", short(d));
+                        let _ = writeln!(out, "  {agent:<16} -> {}", short(d));
                     }
                     for v in &s.versions {
                         let w = v
@@ -567,7 +570,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                             .map(|r| format!(" ({})", display_name(r.as_bytes())))
                             .unwrap_or_default();
                         let gone = if v.stored { "" } else { " [not stored]" };
-                        println!(
+                        let _ = writeln!(
+                            out,
                             "    {}  {:<9} {:<12} {}{w}{gone}",
                             short(&v.digest),
                             v.state.as_str(),
@@ -576,6 +580,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         );
                     }
                 }
+                print!("{out}");
             }
             Ok(EXIT_OK)
         }

@@ -78,6 +78,9 @@ pub fn add_links(tx: &Tx<'_>, skill: &str, changes: &[LinkChange]) -> Result<Opt
     tx.add_intent(&intent, &now()).map(Some)
 }
 
+/// Threads switching links when many agents move at once.
+const SWITCH_THREADS: usize = 16;
+
 /// The path of one agent's link.
 pub fn link_path(dir: &str, skill: &str) -> PathBuf {
     Path::new(dir).join(skill)
@@ -95,16 +98,36 @@ pub fn finish_links(
     let Some(seq) = seq else {
         return Ok(Vec::new());
     };
-    let mut problems = Vec::new();
-    for (i, c) in changes.iter().enumerate() {
-        let from = c.from.as_deref().map(|d| store.tree(d));
-        let to = c.to.as_deref().map(|d| store.tree(d));
-        if let Err(e) = agents::switch(&link_path(&c.dir, skill), from.as_deref(), to.as_deref()) {
-            problems.push(format!("agent {}: {e}", c.agent));
-        }
-        if i == 0 {
-            crash_point(op, "linked-one");
-        }
+    let versions = store.versions_root();
+    let tree = |d: &str| versions.join(store::hex_of(d)).join("tree");
+    let switch = |c: &LinkChange| -> Option<String> {
+        let from = c.from.as_deref().map(tree);
+        let to = c.to.as_deref().map(tree);
+        agents::switch(&link_path(&c.dir, skill), from.as_deref(), to.as_deref())
+            .err()
+            .map(|e| format!("agent {}: {e}", c.agent))
+    };
+    let mut problems: Vec<String> = Vec::new();
+    if let Some((first, rest)) = changes.split_first() {
+        problems.extend(switch(first));
+        crash_point(op, "linked-one");
+        // Links are independent; a long symlink target costs the filesystem a block and a
+        // journal wait per rename, so many agents are switched from a few threads at once.
+        let chunk = rest.len().div_ceil(SWITCH_THREADS).max(1);
+        let found: Vec<Vec<String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = rest
+                .chunks(chunk)
+                .map(|part| s.spawn(|| part.iter().filter_map(&switch).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| vec!["a link switch panicked".into()])
+                })
+                .collect()
+        });
+        problems.extend(found.into_iter().flatten());
     }
     crash_point(op, "linked");
     store.records.write(|tx| tx.remove_intent(seq))?;

@@ -209,18 +209,36 @@ impl Records {
     pub fn open(path: &Path) -> Result<Self, Error> {
         let conn = Connection::open(path).map_err(db_err)?;
         conn.busy_timeout(Duration::from_secs(60)).map_err(db_err)?;
-        // WAL: readers see the last committed state while a writer works; FULL: a committed
-        // change survives power loss, not only a killed process.
+        // WAL: readers see the last committed state while a writer works. NORMAL: a commit is
+        // atomic and survives a killed process (the crash model the journal is built for); a
+        // power loss may lose the newest commits, never consistency, and the next command's
+        // recovery reconciles the filesystem with what the records kept.
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(db_err)?;
-        conn.pragma_update(None, "synchronous", "FULL")
+        conn.pragma_update(None, "synchronous", "NORMAL")
             .map_err(db_err)?;
+        // Keep the WAL between commands instead of checkpointing and deleting it on every
+        // close: each command is short, and SQLite checkpoints on its own as the WAL grows.
+        conn.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .map_err(db_err)?;
         let mut r = Records { conn };
         r.migrate()?;
         Ok(r)
     }
 
     fn migrate(&mut self) -> Result<(), Error> {
+        // The common case, an up-to-date schema, takes no write lock.
+        let current: Result<Option<i64>, _> =
+            self.conn
+                .query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0));
+        if let Ok(Some(v)) = current {
+            if usize::try_from(v).is_ok_and(|v| v == MIGRATIONS.len()) {
+                return Ok(());
+            }
+        }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -375,10 +393,11 @@ impl Tx<'_> {
 
     /// Versions of one skill whose digest starts with `prefix` (a full digest is its own prefix).
     pub fn versions_matching(&self, skill: &str, prefix: &str) -> Result<Vec<Version>, Error> {
-        let pattern = format!("{}%", prefix.replace(['%', '_'], ""));
+        // A range over the primary key (hex sorts below 'g'), so the index answers it.
+        let upper = format!("{prefix}g");
         self.versions_where(
-            "WHERE skill = ? AND digest LIKE ? ORDER BY seq",
-            &[&skill, &pattern],
+            "WHERE skill = ? AND digest >= ? AND digest < ? ORDER BY seq",
+            &[&skill, &prefix, &upper],
         )
     }
 
