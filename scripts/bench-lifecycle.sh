@@ -165,7 +165,9 @@ for args in (["list", "--store", store], ["list", "--json", "--store", store],
 PY
 
 if [ "${SKILLS_CLI:-0}" = 1 ]; then
-  npm install --silent --prefix "$WORK/npm" skills@1.7.4 >/dev/null
+  # skills@1.7.4 needs Node 22 (fs/promises glob); the node@22 package brings it.
+  npm install --silent --prefix "$WORK/npm" skills@1.7.4 node@22 >/dev/null
+  export PATH="$WORK/npm/node_modules/.bin:$PATH"
   python3 - "$WORK" "$BIN" "$INDEX" "$ROUNDS" "https://127.0.0.1:$PORT" "${NET[@]}" <<'PY'
 import os, shutil, statistics, subprocess, sys, time
 work, binary, index, rounds, origin, net = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:]
