@@ -772,3 +772,34 @@ mod erased {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_apply_once_in_order_and_a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("records.db");
+        let mut r = Records::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let versions: Vec<i64> = r
+            .conn
+            .prepare("SELECT version FROM schema_version ORDER BY version")
+            .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(versions, [1, 2]);
+        r.write(|tx| tx.add_agent("a", "/x"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(r);
+        // Reopening applies nothing again and keeps the data.
+        let mut r = Records::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let dir_of = r.read(|tx| tx.agent_dir("a")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dir_of.as_deref(), Some("/x"));
+        r.conn
+            .execute("INSERT INTO schema_version (version) VALUES (99)", [])
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(r);
+        let e = Records::open(&path).err().map(|e| e.message).unwrap_or_default();
+        assert!(e.contains("schema version 99"), "{e}");
+    }
+}
