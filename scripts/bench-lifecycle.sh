@@ -173,7 +173,8 @@ import os, shutil, statistics, subprocess, sys, time
 work, binary, index, rounds, origin, net = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6:]
 cli = f"{work}/npm/node_modules/.bin/skills"
 def timed(cmd, env=None):
-    t = time.perf_counter(); p = subprocess.run(cmd, capture_output=True, env=env)
+    # In the scratch directory: the skills CLI writes skills-lock.json into its working directory.
+    t = time.perf_counter(); p = subprocess.run(cmd, capture_output=True, env=env, cwd=work)
     if p.returncode != 0: sys.exit(f"{cmd[0]} failed: {p.stderr.decode()[-2000:]}")
     return (time.perf_counter() - t) * 1000
 sk, sb = [], []

@@ -793,13 +793,18 @@ mod tests {
         drop(r);
         // Reopening applies nothing again and keeps the data.
         let mut r = Records::open(&path).unwrap_or_else(|e| panic!("{e}"));
-        let dir_of = r.read(|tx| tx.agent_dir("a")).unwrap_or_else(|e| panic!("{e}"));
+        let dir_of = r
+            .read(|tx| tx.agent_dir("a"))
+            .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(dir_of.as_deref(), Some("/x"));
         r.conn
             .execute("INSERT INTO schema_version (version) VALUES (99)", [])
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);
-        let e = Records::open(&path).err().map(|e| e.message).unwrap_or_default();
+        let e = Records::open(&path)
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default();
         assert!(e.contains("schema version 99"), "{e}");
     }
 }
