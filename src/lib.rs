@@ -34,6 +34,7 @@ pub mod fetch;
 pub mod fuzzing;
 pub mod index;
 pub mod intake;
+pub mod lifecycle;
 pub mod owned_dir;
 pub mod reason;
 pub mod replay;

@@ -57,6 +57,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => cli::replay::run(args).into(),
         Command::Serve(args) => cli::serve::run(&args, sandbox).into(),
         Command::Health(args) => cli::serve::health(&args).into(),
+        Command::Lifecycle(c) => ExitCode::from(cli::lifecycle::run(c, sandbox)),
     }
 }
 

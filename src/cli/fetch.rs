@@ -44,7 +44,7 @@ pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Conf
 /// Fetch policy flags, shared by `index check URL` and `fetch`. Each sits on top of
 /// `--fetch-policy FILE` (flags and their `SKILLBOX_*` variables win; lists add up).
 #[derive(Args, Debug, Clone)]
-pub(super) struct PolicyArgs {
+pub struct PolicyArgs {
     /// A TOML fetch policy file (keys as the flags, with underscores: allow_origins,
     /// allow_destinations, max_redirects, connect_timeout, total_timeout, max_bytes,
     /// max_index_bytes, max_index_entries, ca_file, proxy, no_proxy). Unknown keys are refused.

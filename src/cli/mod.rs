@@ -13,6 +13,7 @@ pub mod exit;
 pub mod extract;
 pub mod fetch;
 pub mod index;
+pub mod lifecycle;
 pub mod limits;
 pub mod output;
 pub mod replay;
@@ -84,4 +85,6 @@ pub enum Command {
     ///
     /// Exit status: 0 SERVING, 1 anything else (not serving, shutting down, unreachable).
     Health(serve::HealthArgs),
+    #[command(flatten)]
+    Lifecycle(lifecycle::LifecycleCommand),
 }

@@ -20,7 +20,7 @@ use serde_json::Value;
 
 const SCHEMA: &str = "https://schemas.agentskills.io/discovery/0.2.0/schema.json";
 
-fn sha(bytes: &[u8]) -> String {
+pub(super) fn sha(bytes: &[u8]) -> String {
     skillbox::digest::Sha256Digest::of_bytes(bytes).to_string()
 }
 
@@ -38,7 +38,7 @@ fn zip_of(files: &[(&str, &[u8])]) -> Vec<u8> {
     w.finish().expect("finish").into_inner()
 }
 
-fn tar_gz_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+pub(super) fn tar_gz_of(files: &[(&str, &[u8])]) -> Vec<u8> {
     let enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut b = tar::Builder::new(enc);
     for (name, data) in files {
@@ -54,12 +54,12 @@ fn tar_gz_of(files: &[(&str, &[u8])]) -> Vec<u8> {
 
 // ---------------------------------------------------------------- test PKI
 
-struct Pki {
-    ca_pem: String,
-    server: Arc<ServerConfig>,
+pub(super) struct Pki {
+    pub(super) ca_pem: String,
+    pub(super) server: Arc<ServerConfig>,
 }
 
-fn pki() -> Pki {
+pub(super) fn pki() -> Pki {
     use rcgen::{
         BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
     };
@@ -105,7 +105,7 @@ fn pki() -> Pki {
 
 /// What the server answers for one path.
 #[derive(Clone)]
-enum Reply {
+pub(super) enum Reply {
     Ok {
         body: Vec<u8>,
         content_type: Option<&'static str>,
@@ -132,7 +132,7 @@ enum Reply {
     },
 }
 
-fn ok(body: &[u8], ct: &'static str) -> Reply {
+pub(super) fn ok(body: &[u8], ct: &'static str) -> Reply {
     Reply::Ok {
         body: body.to_vec(),
         content_type: Some(ct),
@@ -148,8 +148,8 @@ struct Stats {
     headers: HashMap<String, Vec<(String, String)>>,
 }
 
-struct Server {
-    addr: SocketAddr,
+pub(super) struct Server {
+    pub(super) addr: SocketAddr,
     routes: Arc<Mutex<HashMap<String, Reply>>>,
     stats: Arc<Mutex<Stats>>,
     /// Bytes the endless body managed to hand to the kernel before the client cut it.
@@ -158,7 +158,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(config: Arc<ServerConfig>) -> Self {
+    pub(super) fn start(config: Arc<ServerConfig>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("local_addr");
         let server = Server {
@@ -194,22 +194,22 @@ impl Server {
         server
     }
 
-    fn route(&self, path: &str, reply: Reply) {
+    pub(super) fn route(&self, path: &str, reply: Reply) {
         self.routes
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(path.to_owned(), reply);
     }
 
-    fn url(&self, path: &str) -> String {
+    pub(super) fn url(&self, path: &str) -> String {
         format!("https://{}{path}", self.addr)
     }
 
-    fn origin(&self) -> String {
+    pub(super) fn origin(&self) -> String {
         format!("https://{}", self.addr)
     }
 
-    fn hits(&self, path: &str) -> u32 {
+    pub(super) fn hits(&self, path: &str) -> u32 {
         self.stats
             .lock()
             .unwrap_or_else(|e| e.into_inner())

@@ -6,6 +6,7 @@ mod fetch;
 mod fuzz_seeds;
 mod grpc;
 mod index;
+mod lifecycle;
 mod owned_dir;
 mod replay;
 mod review;

@@ -1,0 +1,971 @@
+//! The lifecycle commands' command line: clap types, printing and exit codes for install,
+//! review, approve, deny, update, rollback, withdraw, list, status, provenance, gc and verify.
+//!
+//! Everything a package wrote (names, excerpts, hosts, paths) is printed escaped; nothing here
+//! decides anything: the library does, this only shows it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use skillbox::digest::Sha256Digest;
+use skillbox::extract::policy::Limits;
+use super::fetch::PolicyArgs;
+use skillbox::lifecycle::agents::AgentArg;
+use skillbox::lifecycle::ops::{self, Fetcher, InstallReport, Intake, Source, VersionRef};
+use skillbox::lifecycle::policy::{Decision, Policy};
+use skillbox::lifecycle::store::{self, Access, Store};
+use skillbox::lifecycle::{Error, Kind, redact_url};
+use skillbox::reason::display_name;
+use super::sandbox::SandboxArgs;
+use skillbox::skill::review::{Review, escape_bounded};
+
+/// Success.
+pub const EXIT_OK: u8 = 0;
+/// Corrupt store, read-only filesystem, I/O, an entry in a skills directory skillbox did not
+/// create.
+pub const EXIT_OPERATIONAL: u8 = 1;
+/// Bad flag or argument, bad policy file, a store that is not ours.
+pub const EXIT_USAGE: u8 = 2;
+/// Rejected by the engine (digest mismatch, hostile archive, invalid SKILL.md).
+pub const EXIT_REJECTED: u8 = 3;
+/// Refused by the fetch policy (the rule is named).
+pub const EXIT_REFUSED: u8 = 4;
+/// Unrecognised index `$schema`.
+pub const EXIT_SCHEMA: u8 = 5;
+/// The version needs a person's approval (`skillbox review`, then `approve` or `deny`).
+pub const EXIT_NEEDS_APPROVAL: u8 = 6;
+/// Denied by the policy or by a person.
+pub const EXIT_DENIED: u8 = 7;
+/// Unknown skill, agent or digest, or a version not in the store.
+pub const EXIT_NOT_FOUND: u8 = 8;
+/// The version was withdrawn.
+pub const EXIT_WITHDRAWN: u8 = 9;
+
+const EXIT_CODES_HELP: &str = "Exit status: 0 ok, 1 operational (corrupt store, read-only filesystem, I/O, an entry skillbox did not create), 2 usage (bad flag, bad policy file), 3 rejected by the engine, 4 refused by the fetch policy, 5 unknown index $schema, 6 needs approval, 7 denied, 8 not found, 9 withdrawn.";
+
+fn exit_of(kind: Kind) -> u8 {
+    match kind {
+        Kind::Operational => EXIT_OPERATIONAL,
+        Kind::Usage => EXIT_USAGE,
+        Kind::Rejected => EXIT_REJECTED,
+        Kind::Refused => EXIT_REFUSED,
+        Kind::Schema => EXIT_SCHEMA,
+        Kind::NeedsApproval => EXIT_NEEDS_APPROVAL,
+        Kind::Denied => EXIT_DENIED,
+        Kind::NotFound => EXIT_NOT_FOUND,
+        Kind::Withdrawn => EXIT_WITHDRAWN,
+    }
+}
+
+fn kind_str(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Operational => "operational",
+        Kind::Usage => "usage",
+        Kind::Rejected => "rejected",
+        Kind::Refused => "refused",
+        Kind::Schema => "unrecognised_schema",
+        Kind::NeedsApproval => "needs_approval",
+        Kind::Denied => "denied",
+        Kind::NotFound => "not_found",
+        Kind::Withdrawn => "withdrawn",
+    }
+}
+
+/// Flags every lifecycle command takes.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// The store [default: $XDG_DATA_HOME/skillbox, else ~/.local/share/skillbox; as root
+    /// /var/lib/skillbox]. Created 0700; one owned by someone else, group- or world-writable,
+    /// or a symlink is refused.
+    #[arg(long, value_name = "DIR", env = "SKILLBOX_STORE")]
+    store: Option<PathBuf>,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The install lifecycle.
+#[derive(Subcommand, Debug)]
+pub enum LifecycleCommand {
+    /// Install a skill from a discovery index (INDEX_URL SKILL), or a local artifact
+    /// (ARTIFACT --digest sha256:HEX): fetch, verify, confined extraction, review, policy,
+    /// promotion into the store, activation for each --agent.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Install(InstallArgs),
+    /// Show a stored version's review (escaped) and its recorded decision.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Review(RefArgs),
+    /// Approve a pending version (a person's decision) and activate it.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Approve(ApproveArgs),
+    /// Deny a pending version; its tree leaves the store.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Deny(DenyArgs),
+    /// Re-read the index of installed skills; a new digest goes through the whole intake and is
+    /// compared with the installed version (content-only changes may be approved by policy).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Update(UpdateArgs),
+    /// Move agents back to the previous approved, non-withdrawn version (or --to).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Rollback(RollbackArgs),
+    /// Withdraw a version: never activated again; every agent using it moves back to its
+    /// previous approved version (or loses the skill); the affected agents are listed.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Withdraw(WithdrawArgs),
+    /// Skills, their versions and decisions, and the version active for each agent.
+    #[command(after_help = EXIT_CODES_HELP)]
+    List(CommonOnly),
+    /// The store at a glance: pending and withdrawn versions, agents, interrupted steps.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Status(CommonOnly),
+    /// Where a version came from and everything that happened to it.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Provenance(ProvenanceArgs),
+    /// Remove trees no agent uses beyond the newest --keep approved ones per skill.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Gc(GcArgs),
+    /// Re-hash stored trees against their inventories and check every agent link; repair what
+    /// is safe.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Verify(CommonOnly),
+}
+
+#[derive(Args, Debug)]
+pub struct CommonOnly {
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// An index URL (https://HOST/.well-known/agent-skills/index.json), or a local artifact.
+    source: String,
+    /// The skill, as the index names it (with an index URL).
+    skill: Option<String>,
+    /// The artifact's digest (required with a local artifact).
+    #[arg(long, value_name = "sha256:HEX")]
+    digest: Option<Sha256Digest>,
+    /// An agent to install for: a preset (claude-code, codex, project) or NAME=DIR.
+    /// Repeatable; without one the version is only stored.
+    #[arg(long = "agent", value_name = "NAME[=DIR]")]
+    agents: Vec<AgentArg>,
+    /// Install policy (TOML) [default: the built-in conservative policy].
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Extraction limits file (as for `extract --limits`).
+    #[arg(long, value_name = "FILE")]
+    limits: Option<PathBuf>,
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    fetch: PolicyArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RefArgs {
+    /// SKILL@sha256:HEX (a unique prefix of at least 8 hex digits will do).
+    version: VersionRef,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ApproveArgs {
+    /// SKILL@sha256:HEX.
+    version: VersionRef,
+    /// Who decides [default: $USER].
+    #[arg(long, value_name = "NAME", value_parser = parse_person)]
+    by: Option<String>,
+    /// Agents to activate it for [default: those the install named].
+    #[arg(long = "agent", value_name = "NAME[=DIR]")]
+    agents: Vec<AgentArg>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct DenyArgs {
+    /// SKILL@sha256:HEX.
+    version: VersionRef,
+    #[arg(long, value_name = "NAME", value_parser = parse_person)]
+    by: Option<String>,
+    /// Why (recorded).
+    #[arg(long, value_name = "TEXT", value_parser = parse_reason, default_value = "denied")]
+    reason: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct UpdateArgs {
+    /// Only this skill [default: every installed skill].
+    #[arg(value_parser = ops::parse_skill)]
+    skill: Option<String>,
+    /// Only these agents (and add them).
+    #[arg(long = "agent", value_name = "NAME[=DIR]")]
+    agents: Vec<AgentArg>,
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    #[arg(long, value_name = "FILE")]
+    limits: Option<PathBuf>,
+    #[command(flatten)]
+    common: Common,
+    #[command(flatten)]
+    fetch: PolicyArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct RollbackArgs {
+    #[arg(value_parser = ops::parse_skill)]
+    skill: String,
+    /// Only these agents [default: all that have the skill].
+    #[arg(long = "agent", value_name = "NAME")]
+    agents: Vec<AgentArg>,
+    /// The approved version to go to [default: the previous approved one].
+    #[arg(long, value_name = "sha256:HEX")]
+    to: Option<String>,
+    /// Who decides [default: $USER].
+    #[arg(long, value_name = "NAME", value_parser = parse_person)]
+    by: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct WithdrawArgs {
+    /// SKILL@sha256:HEX.
+    version: VersionRef,
+    /// Why (recorded and shown).
+    #[arg(long, value_name = "TEXT", value_parser = parse_reason)]
+    reason: String,
+    #[arg(long, value_name = "NAME", value_parser = parse_person)]
+    by: Option<String>,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct ProvenanceArgs {
+    /// SKILL or SKILL@sha256:HEX.
+    what: String,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Args, Debug)]
+pub struct GcArgs {
+    /// Unused approved versions kept per skill (rollback targets).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    keep: usize,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn parse_person(s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 64 || s.chars().any(char::is_control) {
+        return Err("1 to 64 characters, no control characters".into());
+    }
+    Ok(s.to_owned())
+}
+
+fn parse_reason(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() || s.len() > 1000 || s.chars().any(char::is_control) {
+        return Err("1 to 1000 characters, no control characters".into());
+    }
+    Ok(s.to_owned())
+}
+
+fn who(by: &Option<String>) -> String {
+    by.clone()
+        .or_else(|| {
+            std::env::var("USER")
+                .ok()
+                .filter(|u| parse_person(u).is_ok())
+        })
+        .unwrap_or_else(|| format!("uid:{}", nix::unistd::geteuid()))
+}
+
+fn open(c: &Common, access: Access) -> Result<Store, Error> {
+    let root = match &c.store {
+        Some(p) => p.clone(),
+        None => store::default_root().ok_or_else(|| {
+            Error::new(
+                Kind::Usage,
+                "no store: give --store, or set XDG_DATA_HOME or HOME",
+            )
+        })?,
+    };
+    Store::open(&root, access)
+}
+
+fn fail(e: &Error, json_out: bool) -> u8 {
+    let message = redact_url(&e.message);
+    if json_out {
+        let mut v = json!({"error": {"kind": kind_str(e.kind), "message": message}});
+        if let Some(d) = &e.detail {
+            v["error"]["detail"] = d.clone();
+        }
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    }
+    eprintln!("skillbox: {message}");
+    exit_of(e.kind)
+}
+
+fn print_json<T: Serialize>(v: &T) {
+    match serde_json::to_string_pretty(v) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("skillbox: {e}"),
+    }
+}
+
+/// Run one lifecycle command; returns its exit code.
+pub fn run(cmd: LifecycleCommand, sandbox: &SandboxArgs) -> u8 {
+    let json_out = match &cmd {
+        LifecycleCommand::Install(a) => a.common.json,
+        LifecycleCommand::Review(a) => a.common.json,
+        LifecycleCommand::Approve(a) => a.common.json,
+        LifecycleCommand::Deny(a) => a.common.json,
+        LifecycleCommand::Update(a) => a.common.json,
+        LifecycleCommand::Rollback(a) => a.common.json,
+        LifecycleCommand::Withdraw(a) => a.common.json,
+        LifecycleCommand::List(a) | LifecycleCommand::Status(a) | LifecycleCommand::Verify(a) => {
+            a.common.json
+        }
+        LifecycleCommand::Provenance(a) => a.common.json,
+        LifecycleCommand::Gc(a) => a.common.json,
+    };
+    match dispatch(cmd, sandbox, json_out) {
+        Ok(code) => code,
+        Err(e) => fail(&e, json_out),
+    }
+}
+
+fn load_policy(p: &Option<PathBuf>) -> Result<Policy, Error> {
+    match p {
+        Some(p) => Policy::from_file(p),
+        None => Ok(Policy::default()),
+    }
+}
+
+fn load_limits(p: &Option<PathBuf>) -> Result<Limits, Error> {
+    match p {
+        Some(p) => Limits::from_file(p).map_err(|e| Error::new(Kind::Usage, e.to_string())),
+        None => Ok(Limits::default()),
+    }
+}
+
+fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Result<u8, Error> {
+    let engine = |artifact: &std::fs::File,
+                  staging: std::os::fd::BorrowedFd<'_>,
+                  req: &skillbox::extract::Request| {
+        super::sandbox::extract(sandbox, artifact, staging, req)
+    };
+    match cmd {
+        LifecycleCommand::Install(a) => {
+            let policy = load_policy(&a.policy)?;
+            let limits = load_limits(&a.limits)?;
+            let source = if a.source.contains("://") {
+                let skill = a.skill.clone().ok_or_else(|| {
+                    Error::new(
+                        Kind::Usage,
+                        "install INDEX_URL SKILL: name the skill to install",
+                    )
+                })?;
+                ops::parse_skill(&skill).map_err(|e| Error::new(Kind::Usage, e))?;
+                if a.digest.is_some() {
+                    return Err(Error::new(
+                        Kind::Usage,
+                        "--digest is for a local artifact; the index lists the digest",
+                    ));
+                }
+                Source::Index {
+                    url: a.source.clone(),
+                    skill,
+                }
+            } else {
+                if a.skill.is_some() {
+                    return Err(Error::new(
+                        Kind::Usage,
+                        "install ARTIFACT takes no skill name (SKILL.md names it)",
+                    ));
+                }
+                let digest = a.digest.ok_or_else(|| {
+                    Error::new(
+                        Kind::Usage,
+                        "install ARTIFACT needs --digest sha256:HEX (the digest you expect)",
+                    )
+                })?;
+                Source::File {
+                    path: PathBuf::from(&a.source),
+                    digest,
+                }
+            };
+            let setup = super::fetch::setup(&a.fetch)
+                .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let intake = Intake {
+                policy: &policy,
+                fetcher: Some(Fetcher {
+                    client: &setup.client,
+                    index_limits: &setup.index_limits,
+                }),
+                engine: &engine,
+                limits,
+                agents: a.agents.clone(),
+                op: "install",
+            };
+            let report = ops::install(&mut store, &intake, &source)?;
+            Ok(show_install(&report, json_out))
+        }
+        LifecycleCommand::Update(a) => {
+            let policy = load_policy(&a.policy)?;
+            let limits = load_limits(&a.limits)?;
+            let setup = super::fetch::setup(&a.fetch)
+                .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let targets = ops::update_targets(&mut store, a.skill.as_deref())?;
+            let mut reports = Vec::new();
+            let mut code = EXIT_OK;
+            for (skill, url, agents) in targets {
+                let agents: Vec<AgentArg> = if a.agents.is_empty() {
+                    agents
+                        .into_iter()
+                        .map(|name| AgentArg { name, dir: None })
+                        .collect()
+                } else {
+                    a.agents.clone()
+                };
+                let intake = Intake {
+                    policy: &policy,
+                    fetcher: Some(Fetcher {
+                        client: &setup.client,
+                        index_limits: &setup.index_limits,
+                    }),
+                    engine: &engine,
+                    limits: limits.clone(),
+                    agents,
+                    op: "update",
+                };
+                match ops::install(
+                    &mut store,
+                    &intake,
+                    &Source::Index {
+                        url,
+                        skill: skill.clone(),
+                    },
+                ) {
+                    Ok(r) => {
+                        let c = install_code(&r);
+                        if code == EXIT_OK {
+                            code = c;
+                        }
+                        if !json_out {
+                            show_install(&r, false);
+                        }
+                        reports.push(serde_json::to_value(&r).unwrap_or(Value::Null));
+                    }
+                    Err(e) => {
+                        if code == EXIT_OK {
+                            code = exit_of(e.kind);
+                        }
+                        eprintln!("skillbox: {skill}: {}", redact_url(&e.message));
+                        reports.push(json!({"skill": skill, "error": {"kind": kind_str(e.kind), "message": redact_url(&e.message)}}));
+                    }
+                }
+            }
+            if json_out {
+                print_json(&json!({ "updates": reports }));
+            } else if reports.is_empty() {
+                println!("nothing to update");
+            }
+            Ok(code)
+        }
+        LifecycleCommand::Review(a) => {
+            let mut store = open(&a.common, Access::Read)?;
+            let (v, review) = ops::review(&mut store, &a.version)?;
+            if json_out {
+                print_json(
+                    &json!({"skill": v.skill, "digest": v.digest, "state": v.state, "findings_to_decide": v.findings, "review_sha256": v.review_sha256, "review": review}),
+                );
+            } else {
+                println!("{}@{}  {}", v.skill, v.digest, v.state.as_str());
+                if !v.findings.is_empty() {
+                    println!("needs a decision on:");
+                    for f in &v.findings {
+                        println!("  - {}", display_name(f.as_bytes()));
+                    }
+                }
+                print!("{}", render_review(&review));
+            }
+            Ok(EXIT_OK)
+        }
+        LifecycleCommand::Approve(a) => {
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let r = ops::approve(&mut store, &a.version, &who(&a.by), &a.agents)?;
+            Ok(show_install(&r, json_out))
+        }
+        LifecycleCommand::Deny(a) => {
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let v = ops::deny(&mut store, &a.version, &who(&a.by), &a.reason)?;
+            if json_out {
+                print_json(
+                    &json!({"skill": v.skill, "digest": v.digest, "state": v.state, "decided_by": v.decided_by}),
+                );
+            } else {
+                println!(
+                    "denied {}@{} (by {}); its tree left the store",
+                    v.skill, v.digest, v.decided_by
+                );
+            }
+            Ok(EXIT_OK)
+        }
+        LifecycleCommand::Rollback(a) => {
+            let to =
+                a.to.as_deref()
+                    .map(|d| format!("{}@{d}", a.skill).parse::<VersionRef>())
+                    .transpose()
+                    .map_err(|e| Error::new(Kind::Usage, format!("--to: {e}")))?;
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let r = ops::rollback(&mut store, &a.skill, &a.agents, to.as_ref(), &who(&a.by))?;
+            show_moves("rolled back", &r, json_out);
+            Ok(if r.problems.is_empty() {
+                EXIT_OK
+            } else {
+                EXIT_OPERATIONAL
+            })
+        }
+        LifecycleCommand::Withdraw(a) => {
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let r = ops::withdraw(&mut store, &a.version, &a.reason, &who(&a.by))?;
+            show_moves("withdrawn", &r, json_out);
+            Ok(if r.problems.is_empty() {
+                EXIT_OK
+            } else {
+                EXIT_OPERATIONAL
+            })
+        }
+        LifecycleCommand::List(a) => {
+            let mut store = open(&a.common, Access::Read)?;
+            let l = ops::list(&mut store)?;
+            if json_out {
+                print_json(&l);
+            } else if l.skills.is_empty() {
+                println!("no skills recorded");
+            } else {
+                use std::fmt::Write as _;
+                // One write: a line-buffered stdout would make 10,000 versions 10,000 writes.
+                let mut out = String::new();
+                for s in &l.skills {
+                    let _ = writeln!(out, "{}", s.skill);
+                    for (agent, d) in &s.active {
+                        let _ = writeln!(out, "  {agent:<16} -> {}", short(d));
+                    }
+                    for v in &s.versions {
+                        let w = v
+                            .withdrawn_reason
+                            .as_deref()
+                            .map(|r| format!(" ({})", display_name(r.as_bytes())))
+                            .unwrap_or_default();
+                        let gone = if v.stored { "" } else { " [not stored]" };
+                        let _ = writeln!(
+                            out,
+                            "    {}  {:<9} {:<12} {}{w}{gone}",
+                            short(&v.digest),
+                            v.state.as_str(),
+                            v.change,
+                            v.created_at
+                        );
+                    }
+                }
+                print!("{out}");
+            }
+            Ok(EXIT_OK)
+        }
+        LifecycleCommand::Status(a) => {
+            let mut store = open(&a.common, Access::Read)?;
+            let s = ops::status(&mut store)?;
+            if json_out {
+                print_json(&s);
+            } else {
+                println!("store        {}", s.store);
+                println!("skills       {} ({} versions)", s.skills, s.versions);
+                println!("agents       {}", s.agents.len());
+                for (n, d) in &s.agents {
+                    println!("  {n:<16} {d}");
+                }
+                println!("active       {}", s.installs.len());
+                println!("pending      {}", s.pending.len());
+                for p in &s.pending {
+                    println!("  {p}");
+                }
+                println!("withdrawn    {}", s.withdrawn.len());
+                for p in &s.withdrawn {
+                    println!("  {p}");
+                }
+                if s.interrupted > 0 {
+                    println!(
+                        "interrupted  {} step(s); the next command that changes state (or verify) finishes them",
+                        s.interrupted
+                    );
+                }
+            }
+            Ok(EXIT_OK)
+        }
+        LifecycleCommand::Provenance(a) => {
+            let (skill, r) = match a.what.split_once('@') {
+                Some(_) => {
+                    let r: VersionRef = a
+                        .what
+                        .parse()
+                        .map_err(|e: String| Error::new(Kind::Usage, e))?;
+                    (r.skill.clone(), Some(r))
+                }
+                None => (
+                    ops::parse_skill(&a.what).map_err(|e| Error::new(Kind::Usage, e))?,
+                    None,
+                ),
+            };
+            let mut store = open(&a.common, Access::Read)?;
+            let p = ops::provenance(&mut store, &skill, r.as_ref())?;
+            if json_out {
+                print_json(&p);
+            } else {
+                print_provenance(&p);
+            }
+            Ok(EXIT_OK)
+        }
+        LifecycleCommand::Gc(a) => {
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let g = ops::gc(&mut store, a.keep)?;
+            if json_out {
+                print_json(&g);
+            } else {
+                for r in &g.recovered {
+                    println!("recovered: {r}");
+                }
+                for r in &g.removed {
+                    println!("removed {r}");
+                }
+                println!("{} removed, {} kept", g.removed.len(), g.kept);
+            }
+            Ok(EXIT_OK)
+        }
+        LifecycleCommand::Verify(a) => {
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let v = ops::verify(&mut store)?;
+            if json_out {
+                print_json(&v);
+            } else {
+                for r in &v.repaired {
+                    println!("repaired: {r}");
+                }
+                for p in &v.problems {
+                    println!("PROBLEM: {p}");
+                }
+                println!(
+                    "{}: {} version(s), {} link(s) checked",
+                    if v.ok { "consistent" } else { "NOT consistent" },
+                    v.versions_checked,
+                    v.links_checked
+                );
+            }
+            Ok(if v.ok { EXIT_OK } else { EXIT_OPERATIONAL })
+        }
+    }
+}
+
+fn short(d: &str) -> String {
+    d.get(..19)
+        .map(|s| format!("{s}…"))
+        .unwrap_or_else(|| d.to_owned())
+}
+
+fn install_code(r: &InstallReport) -> u8 {
+    if !r.problems.is_empty() {
+        return EXIT_OPERATIONAL;
+    }
+    match r.decision {
+        Decision::Approved { .. } => EXIT_OK,
+        Decision::NeedsApproval { .. } => EXIT_NEEDS_APPROVAL,
+        Decision::Denied { .. } => EXIT_DENIED,
+    }
+}
+
+fn show_install(r: &InstallReport, json_out: bool) -> u8 {
+    let code = install_code(r);
+    if json_out {
+        let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+        if let Some(review) = &r.review {
+            v["review"] = serde_json::to_value(review).unwrap_or(Value::Null);
+        }
+        if let Some(d) = &r.diff {
+            v["diff"] = serde_json::to_value(d).unwrap_or(Value::Null);
+        }
+        print_json(&v);
+        return code;
+    }
+    for x in &r.recovered {
+        println!("recovered: {x}");
+    }
+    println!("{}@{}", r.skill, r.digest);
+    println!("  change:   {}", r.change);
+    println!(
+        "  review:   {} (sha256 of the review {})",
+        r.review_summary,
+        short(&r.review_sha256)
+    );
+    match &r.decision {
+        Decision::Approved { rule } => {
+            println!("  decision: approved ({})", display_name(rule.as_bytes()))
+        }
+        Decision::Denied { rule } => println!(
+            "  decision: DENIED by policy: {}",
+            display_name(rule.as_bytes())
+        ),
+        Decision::NeedsApproval { findings } => {
+            println!("  decision: NEEDS APPROVAL; a person must decide on:");
+            for f in findings {
+                println!("    - {}", display_name(f.as_bytes()));
+            }
+        }
+    }
+    if let Some(d) = &r.diff {
+        print!("{}", indent(&skillbox::skill::diff::render(d)));
+    }
+    if matches!(r.decision, Decision::NeedsApproval { .. }) {
+        if let Some(review) = &r.review {
+            print!("{}", render_review(review));
+        }
+        println!(
+            "  next: skillbox approve {}@{}  (or deny it)",
+            r.skill, r.digest
+        );
+    }
+    for a in &r.agents {
+        println!(
+            "  agent {}: {} -> {}  ({}/{})",
+            a.agent,
+            a.from
+                .as_deref()
+                .map(short)
+                .unwrap_or_else(|| "none".into()),
+            a.to.as_deref().map(short).unwrap_or_else(|| "none".into()),
+            a.dir,
+            r.skill
+        );
+    }
+    if r.intake == "unchanged" {
+        println!("  unchanged: already active for every agent named");
+    }
+    for p in &r.problems {
+        println!("  PROBLEM: {p}");
+    }
+    code
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("  {l}\n")).collect()
+}
+
+fn show_moves(what: &str, r: &ops::MoveReport, json_out: bool) {
+    if json_out {
+        print_json(r);
+        return;
+    }
+    for x in &r.recovered {
+        println!("recovered: {x}");
+    }
+    println!(
+        "{what} {}{}: {} agent(s) moved",
+        r.skill,
+        r.digest
+            .as_deref()
+            .map(|d| format!("@{d}"))
+            .unwrap_or_default(),
+        r.agents.len()
+    );
+    for a in &r.agents {
+        println!(
+            "  {:<16} {} -> {}",
+            a.agent,
+            a.from
+                .as_deref()
+                .map(short)
+                .unwrap_or_else(|| "none".into()),
+            a.to.as_deref()
+                .map(short)
+                .unwrap_or_else(|| "none (skill removed)".into())
+        );
+    }
+    for p in &r.problems {
+        println!("  PROBLEM: {p}");
+    }
+}
+
+/// The trusted rendering of a review: every string from the package escaped and bounded.
+fn render_review(r: &Review) -> String {
+    use std::fmt::Write as _;
+    let e = |s: &str| escape_bounded(s, 200);
+    let mut s = String::new();
+    let _ = writeln!(s, "  review (text from the package is escaped):");
+    if let Some(f) = &r.frontmatter {
+        let _ = writeln!(s, "    name:        {}", e(&f.name));
+        let _ = writeln!(s, "    description: {}", e(&f.description));
+    }
+    if !r.tools.is_empty() {
+        let _ = writeln!(
+            s,
+            "    tools:       {}",
+            r.tools.iter().map(|t| e(t)).collect::<Vec<_>>().join(", ")
+        );
+    }
+    for sc in &r.scripts {
+        let _ = writeln!(
+            s,
+            "    script:      {} ({}, {} bytes{})",
+            e(&sc.path),
+            sc.interpreter
+                .as_deref()
+                .map(e)
+                .unwrap_or_else(|| "unknown interpreter".into()),
+            sc.size,
+            if sc.executable { ", executable" } else { "" }
+        );
+    }
+    let c = &r.capabilities;
+    for (what, list) in [
+        ("host", &c.hosts),
+        ("download", &c.downloads),
+        ("credential", &c.credentials),
+        ("risky", &c.risky_commands),
+        ("executable", &c.executables),
+    ] {
+        for x in list {
+            let _ = writeln!(s, "    {what:<12} {}", e(x));
+        }
+    }
+    for f in r.findings.iter().take(50) {
+        let at = f.line.map(|l| format!(":{l}")).unwrap_or_default();
+        let _ = writeln!(
+            s,
+            "    finding:     {} {}{at}  {}",
+            f.kind,
+            e(&f.file),
+            e(&f.excerpt)
+        );
+    }
+    if r.findings.len() > 50 {
+        let _ = writeln!(
+            s,
+            "    … {} more findings (--json shows all)",
+            r.findings.len() - 50
+        );
+    }
+    if !r.coverage.complete {
+        let _ = writeln!(s, "    INCOMPLETE: the review hit its bounds");
+    }
+    s
+}
+
+fn print_provenance(p: &ops::ProvenanceReport) {
+    let v = &p.version;
+    let pv = &v.provenance;
+    let g = |k: &str| pv.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+    println!("{}@{}", v.skill, v.digest);
+    println!(
+        "  state:          {}{}",
+        v.state.as_str(),
+        if v.stored {
+            ""
+        } else {
+            " (tree not in the store)"
+        }
+    );
+    if let Some(r) = &v.withdrawn_reason {
+        println!("  withdrawn:      {}", display_name(r.as_bytes()));
+    }
+    println!("  index:          {}", g("index_url"));
+    if let Some(d) = pv.get("index_download").filter(|d| !d.is_null()) {
+        for h in d
+            .get("hops")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            println!(
+                "    redirect:     {} -> {}",
+                h["url"].as_str().unwrap_or("-"),
+                h["location"].as_str().unwrap_or("-")
+            );
+        }
+    }
+    if let Some(e) = pv.get("entry").filter(|e| !e.is_null()) {
+        println!(
+            "  entry:          {}",
+            display_name(e.to_string().as_bytes())
+        );
+    }
+    println!(
+        "  resolved url:   {} ({})",
+        g("resolved_url"),
+        g("url_form")
+    );
+    for h in pv
+        .get("hops")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "  redirect:       {} [{}] -> {} ({})",
+            h["url"].as_str().unwrap_or("-"),
+            h["address"].as_str().unwrap_or("-"),
+            h["location"].as_str().unwrap_or("-"),
+            h["status"]
+        );
+    }
+    println!("  final url:      {}", g("final_url"));
+    println!("  peer address:   {}", g("address"));
+    println!("  content-type:   {}", g("content_type"));
+    println!("  digest:         {}", v.digest);
+    println!(
+        "  review:         {} (sha256 {})",
+        v.review_summary, v.review_sha256
+    );
+    println!(
+        "  decision:       {} by {}{}",
+        v.state.as_str(),
+        v.decided_by,
+        v.rule
+            .as_deref()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default()
+    );
+    if !v.findings.is_empty() {
+        println!(
+            "  findings:       {}",
+            display_name(v.findings.join("; ").as_bytes())
+        );
+    }
+    println!(
+        "  agents:         {}",
+        if p.agents.is_empty() {
+            "none".into()
+        } else {
+            p.agents.join(", ")
+        }
+    );
+    println!("  events:");
+    for e in &p.events {
+        println!(
+            "    {}  {:<20} {:<20} {}",
+            e.time,
+            e.kind,
+            e.actor,
+            display_name(e.detail.as_bytes())
+        );
+    }
+}

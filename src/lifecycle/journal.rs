@@ -1,0 +1,207 @@
+//! Crash safety: every change of state is a records transaction ordered with its filesystem
+//! steps, and an intent row says what a step was about to do, so the next command can finish or
+//! undo it.
+//!
+//! Two kinds of intent:
+//! - `promote`: written (and committed) before a staged intake is renamed into `versions/`.
+//!   The transaction that records the version deletes it. A surviving one means the version was
+//!   never recorded: its tree (when this intake created it) and its staging are removed (undo).
+//! - `links`: committed in the same transaction as the new installations. The records are then
+//!   the new state; the links follow. A surviving one is finished (roll forward): each link is
+//!   switched from its recorded old target to its new one, which is idempotent.
+//!
+//! Recovery also reaps what no record backs: staging directories (only a command holding the
+//! store lock creates them, and recovery runs under that lock) and version trees whose version
+//! is not recorded as stored. It never touches an entry in a skills directory it did not make.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::records::Tx;
+use super::store::{self, Store};
+use super::{Error, Kind, agents, crash_point, now};
+
+/// One link to move: `<dir>/<skill>` from one stored version (or nothing) to another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkChange {
+    pub agent: String,
+    pub dir: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Intent {
+    Promote {
+        staging: String,
+        digest: String,
+        /// `versions/<hex>` existed before this intake (then it is never removed on undo).
+        existed: bool,
+    },
+    Links {
+        skill: String,
+        changes: Vec<LinkChange>,
+    },
+}
+
+fn to_value(i: &Intent) -> Result<Value, Error> {
+    serde_json::to_value(i).map_err(|e| Error::new(Kind::Operational, e.to_string()))
+}
+
+/// Record a `promote` intent in its own transaction; returns its sequence number.
+pub fn begin_promote(store: &mut Store, staging: &Path, digest: &str) -> Result<i64, Error> {
+    let name = staging
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let existed = store.version_dir(digest).exists();
+    let intent = to_value(&Intent::Promote {
+        staging: name,
+        digest: digest.to_owned(),
+        existed,
+    })?;
+    store.records.write(|tx| tx.add_intent(&intent, &now()))
+}
+
+/// Inside a transaction: add the `links` intent for `changes` (none when nothing moves).
+pub fn add_links(tx: &Tx<'_>, skill: &str, changes: &[LinkChange]) -> Result<Option<i64>, Error> {
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    let intent = to_value(&Intent::Links {
+        skill: skill.to_owned(),
+        changes: changes.to_vec(),
+    })?;
+    tx.add_intent(&intent, &now()).map(Some)
+}
+
+/// Threads switching links when many agents move at once.
+const SWITCH_THREADS: usize = 16;
+
+/// The path of one agent's link.
+pub fn link_path(dir: &str, skill: &str) -> PathBuf {
+    Path::new(dir).join(skill)
+}
+
+/// Switch every link of a committed `links` intent, then drop the intent. `op` names the
+/// command for the crash hook.
+pub fn finish_links(
+    store: &mut Store,
+    seq: Option<i64>,
+    skill: &str,
+    changes: &[LinkChange],
+    op: &str,
+) -> Result<Vec<String>, Error> {
+    let Some(seq) = seq else {
+        return Ok(Vec::new());
+    };
+    let versions = store.versions_root();
+    let tree = |d: &str| versions.join(store::hex_of(d)).join("tree");
+    let switch = |c: &LinkChange| -> Option<String> {
+        let from = c.from.as_deref().map(tree);
+        let to = c.to.as_deref().map(tree);
+        agents::switch(&link_path(&c.dir, skill), from.as_deref(), to.as_deref())
+            .err()
+            .map(|e| format!("agent {}: {e}", c.agent))
+    };
+    let mut problems: Vec<String> = Vec::new();
+    if let Some((first, rest)) = changes.split_first() {
+        problems.extend(switch(first));
+        crash_point(op, "linked-one");
+        // Links are independent; a long symlink target costs the filesystem a block and a
+        // journal wait per rename, so many agents are switched from a few threads at once.
+        let chunk = rest.len().div_ceil(SWITCH_THREADS).max(1);
+        let found: Vec<Vec<String>> = std::thread::scope(|s| {
+            let handles: Vec<_> = rest
+                .chunks(chunk)
+                .map(|part| s.spawn(|| part.iter().filter_map(&switch).collect::<Vec<_>>()))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| vec!["a link switch panicked".into()])
+                })
+                .collect()
+        });
+        problems.extend(found.into_iter().flatten());
+    }
+    crash_point(op, "linked");
+    store.records.write(|tx| tx.remove_intent(seq))?;
+    Ok(problems)
+}
+
+/// Finish or undo whatever an interrupted command left, and reap unrecorded trees. Returns one
+/// line per thing done. Must run with the store lock held.
+pub fn recover(store: &mut Store) -> Result<Vec<String>, Error> {
+    let mut done = Vec::new();
+    let intents = store.records.read(|tx| tx.intents())?;
+    for row in intents {
+        let intent: Intent = serde_json::from_value(row.payload.clone()).map_err(|e| {
+            Error::new(
+                Kind::Operational,
+                format!("corrupt store: intent {} cannot be read: {e}", row.seq),
+            )
+        })?;
+        match intent {
+            Intent::Promote {
+                staging,
+                digest,
+                existed,
+            } => {
+                if !staging.is_empty() && !staging.contains('/') && staging != ".." {
+                    store::remove_tree(&store.staging_root().join(&staging))?;
+                }
+                let recorded = store
+                    .records
+                    .read(|tx| tx.version(&digest))?
+                    .is_some_and(|v| v.stored);
+                if !existed && !recorded {
+                    store::remove_tree(&store.version_dir(&digest))?;
+                }
+                store.records.write(|tx| tx.remove_intent(row.seq))?;
+                done.push(format!(
+                    "undid an interrupted promotion of {digest} (it was never recorded)"
+                ));
+            }
+            Intent::Links { skill, changes } => {
+                let problems = finish_links(store, Some(row.seq), &skill, &changes, "recover")?;
+                done.push(format!(
+                    "finished switching {} link(s) of {skill}",
+                    changes.len()
+                ));
+                done.extend(problems);
+            }
+        }
+    }
+    // Staging directories: under the lock, none belongs to a running command.
+    if let Ok(rd) = std::fs::read_dir(store.staging_root()) {
+        for e in rd.flatten() {
+            store::remove_tree(&e.path())?;
+            done.push(format!(
+                "removed abandoned staging {}",
+                e.file_name().to_string_lossy()
+            ));
+        }
+    }
+    // Trees whose version is not recorded as stored (a collected, denied or undone version).
+    let stored: std::collections::BTreeSet<String> = store
+        .records
+        .read(|tx| tx.stored_digests())?
+        .into_iter()
+        .map(|d| store::hex_of(&d).to_owned())
+        .collect();
+    if let Ok(rd) = std::fs::read_dir(store.versions_root()) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !stored.contains(&name) {
+                store::remove_tree(&e.path())?;
+                done.push(format!("removed unrecorded tree sha256:{name}"));
+            }
+        }
+    }
+    Ok(done)
+}

@@ -1,0 +1,166 @@
+//! The install lifecycle: what happens to a verified, reviewed package after intake.
+//!
+//! [`store`] keeps each accepted version once, content-addressed by its artifact digest, as an
+//! immutable tree promoted by a rename from staging inside the store; [`records`] is the one
+//! interface to the records (SQLite today, portable SQL); [`policy`] turns a review into one
+//! decision; [`agents`] switches `<skills dir>/<name>` links atomically and refuses to touch
+//! anything it did not create; [`journal`] orders every change of state with its filesystem
+//! steps so a killed command leaves the old state or the new one, and the next command finishes
+//! it; [`ops`] holds the commands (install, approve, deny, update, rollback, withdraw, list,
+//! provenance, gc, verify).
+//!
+//! This module never runs package content, never hands a package's text to an agent to decide
+//! its installation (descriptions grant nothing), never writes over an existing version or an
+//! entry it did not create, and never records a URL's userinfo.
+
+pub mod agents;
+pub mod journal;
+pub mod ops;
+pub mod policy;
+pub mod records;
+pub mod store;
+
+use serde_json::Value;
+
+/// What kind of failure, so the CLI can map it to its documented exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Corrupt store, read-only filesystem, I/O, a foreign entry in a skills directory.
+    Operational,
+    /// A bad argument or a bad policy file.
+    Usage,
+    /// The engine rejected the artifact (digest mismatch, hostile archive).
+    Rejected,
+    /// The fetch policy refused a URL.
+    Refused,
+    /// The index has an unrecognised `$schema`.
+    Schema,
+    /// The version waits for a person's decision.
+    NeedsApproval,
+    /// Denied by policy or by a person.
+    Denied,
+    /// Unknown skill, agent or digest, or a version not in the store.
+    NotFound,
+    /// The version was withdrawn.
+    Withdrawn,
+}
+
+/// A lifecycle failure: its kind and a message for the operator (never holding a secret).
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Error {
+    pub kind: Kind,
+    pub message: String,
+    /// Details for `--json` output (e.g. the fetch refusal's rule and hint).
+    pub detail: Option<Value>,
+}
+
+impl Error {
+    pub fn new(kind: Kind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            detail: None,
+        }
+    }
+
+    pub fn io(what: impl std::fmt::Display, e: &std::io::Error) -> Self {
+        let hint = if e.raw_os_error() == Some(libc::EROFS) {
+            " (the store is on a read-only filesystem)"
+        } else {
+            ""
+        };
+        Self::new(Kind::Operational, format!("{what}: {e}{hint}"))
+    }
+}
+
+/// Now, RFC 3339 UTC.
+pub fn now() -> String {
+    crate::fetch::now_rfc3339()
+}
+
+/// Test-only crash injection: with `SKILLBOX_TEST_CRASH_AT=<op>:<step>` a debug build kills
+/// itself with SIGKILL at that step, so tests can prove every step is recoverable. Release
+/// builds compile this to nothing.
+pub fn crash_point(op: &str, step: &str) {
+    #[cfg(debug_assertions)]
+    {
+        if let Some(want) = std::env::var_os("SKILLBOX_TEST_CRASH_AT") {
+            if want.to_str() == Some(&format!("{op}:{step}")) {
+                let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGKILL);
+            }
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = (op, step);
+    }
+}
+
+/// `url` without its userinfo (`user:password@`): a credential never reaches the records or
+/// the output. Text that is not a URL with userinfo is returned unchanged.
+pub fn redact_url(text: &str) -> String {
+    match url::Url::parse(text) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => redact_embedded(text),
+    }
+}
+
+/// Remove `scheme://user:pass@` userinfo appearing anywhere inside free text (messages).
+fn redact_embedded(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        let end = tail
+            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '"' | '\'' | '>' | ')'))
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        match authority.rfind('@') {
+            Some(at) => out.push_str(&authority[at + 1..]),
+            None => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// [`redact_url`] over every string in a JSON value.
+pub fn redact_json(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            if s.contains("://") {
+                *s = redact_url(s);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(redact_json),
+        Value::Object(o) => o.values_mut().for_each(redact_json),
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn userinfo_is_removed_everywhere() {
+        assert_eq!(
+            redact_url("https://u:MARKER@h.example/x?y"),
+            "https://h.example/x?y"
+        );
+        assert_eq!(
+            redact_url("see https://u:MARKER@h.example/x and ftp://a@b"),
+            "see https://h.example/x and ftp://b"
+        );
+        let mut v = serde_json::json!({"a": ["https://:MARKER@h/"], "b": {"c": "x"}});
+        redact_json(&mut v);
+        assert!(!v.to_string().contains("MARKER"), "{v}");
+    }
+}

@@ -1,0 +1,1432 @@
+//! The lifecycle commands over an open [`Store`]: install (and update), approve, deny,
+//! rollback, withdraw, list, status, provenance, review, gc and verify. Each returns a report
+//! the CLI prints; none prints.
+//!
+//! Every command that changes state holds the store lock, first finishes or undoes whatever an
+//! interrupted command left ([`journal::recover`]), and changes the records in one transaction
+//! per step, ordered with the filesystem steps as [`journal`] describes.
+
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use url::Url;
+
+use super::agents::{self, AgentArg};
+use super::journal::{self, LinkChange};
+use super::policy::{Decision, Facts, Policy};
+use super::records::{Event, Install, Listed, State, Tx, Version};
+use super::store::{self, Store};
+use super::{Error, Kind, crash_point, now, redact_json, redact_url};
+use crate::digest::Sha256Digest;
+use crate::intake::Outcome;
+use crate::extract::policy::Limits;
+use crate::extract::{ArtifactType, Request};
+use crate::fetch::FetchError;
+use crate::fetch::acquire::{self, AcquireError, Provenance};
+use crate::fetch::cache::Cache;
+use crate::fetch::client::Client;
+use crate::index::{self, EntryType, IndexError, IndexLimits};
+use crate::reason::Verdict;
+use crate::sandbox::Confined;
+use crate::skill::diff;
+use crate::skill::review::Review;
+
+/// The confined extraction path (the one `skillbox extract` uses).
+pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Confined, String>;
+
+/// The network side for installs from an index.
+pub struct Fetcher<'a> {
+    pub client: &'a Client,
+    pub index_limits: &'a IndexLimits,
+}
+
+/// Where an install takes its artifact from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    Index { url: String, skill: String },
+    File { path: PathBuf, digest: Sha256Digest },
+}
+
+/// `SKILL@DIGEST`, the digest possibly a unique prefix (`sha256:` + at least 8 hex digits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionRef {
+    pub skill: String,
+    pub digest: String,
+}
+
+impl std::str::FromStr for VersionRef {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (skill, digest) = s.split_once('@').ok_or_else(|| {
+            format!(
+                "{:?}: give SKILL@sha256:HEX",
+                s.escape_default().to_string()
+            )
+        })?;
+        index::check_name(skill).map_err(|e| format!("skill {e}"))?;
+        let hex = digest
+            .strip_prefix("sha256:")
+            .ok_or_else(|| "the digest starts with sha256:".to_owned())?;
+        if hex.len() < 8
+            || hex.len() > 64
+            || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Err("the digest is sha256: followed by 8 to 64 lowercase hex digits".into());
+        }
+        Ok(VersionRef {
+            skill: skill.to_owned(),
+            digest: digest.to_owned(),
+        })
+    }
+}
+
+/// A skill name from the command line.
+pub fn parse_skill(s: &str) -> Result<String, String> {
+    index::check_name(s).map_err(|e| format!("skill {e}"))?;
+    Ok(s.to_owned())
+}
+
+/// What happened to one agent.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentChange {
+    pub agent: String,
+    pub dir: String,
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
+/// The answer of install, update and approve.
+#[derive(Debug, Clone, Serialize)]
+pub struct InstallReport {
+    pub skill: String,
+    pub digest: String,
+    /// `new` (entered the store now), `known` (already recorded), `unchanged` (already active).
+    pub intake: &'static str,
+    pub decision: Decision,
+    /// `first`, `content_only`, `needs_review`, `unchanged`.
+    pub change: String,
+    pub state: State,
+    pub agents: Vec<AgentChange>,
+    pub review_sha256: String,
+    pub review_summary: String,
+    #[serde(skip)]
+    pub review: Option<Review>,
+    #[serde(skip)]
+    pub diff: Option<diff::Diff>,
+    pub provenance: Value,
+    pub recovered: Vec<String>,
+    /// Links that could not be switched (an entry skillbox did not create).
+    pub problems: Vec<String>,
+}
+
+/// Everything an install needs besides the store.
+pub struct Intake<'a> {
+    pub policy: &'a Policy,
+    pub fetcher: Option<Fetcher<'a>>,
+    pub engine: Engine<'a>,
+    pub limits: Limits,
+    /// The agents to activate for (empty: keep it in the store only).
+    pub agents: Vec<AgentArg>,
+    /// `install` or `update` (events and the crash hook).
+    pub op: &'static str,
+}
+
+fn acquire_error(e: AcquireError) -> Error {
+    let (kind, detail) = match &e {
+        AcquireError::Fetch(FetchError::Refused(r)) => (
+            Kind::Refused,
+            Some(json!({"kind": "refused", "rule": r.rule.as_str(), "hint": r.rule.hint()})),
+        ),
+        AcquireError::Fetch(_) | AcquireError::Offline(_) | AcquireError::Cache(_) => {
+            (Kind::Operational, None)
+        }
+        AcquireError::Index(IndexError::UnrecognisedSchema { .. }) => (Kind::Schema, None),
+        AcquireError::Index(_)
+        | AcquireError::EntrySkipped(_)
+        | AcquireError::NotInstallable { .. }
+        | AcquireError::Unresolved { .. }
+        | AcquireError::DigestMismatch { .. } => (Kind::Rejected, None),
+        AcquireError::NotListed { .. } => (Kind::NotFound, None),
+    };
+    let mut err = Error::new(kind, redact_url(&e.to_string()));
+    err.detail = detail;
+    err
+}
+
+/// Resolve `--agent` arguments against the records and the presets.
+fn resolve_agents(tx: &Tx<'_>, args: &[AgentArg]) -> Result<Vec<(String, String)>, Error> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for a in args {
+        let recorded = tx.agent_dir(&a.name)?;
+        let dir = match (&a.dir, recorded) {
+            (Some(d), Some(r)) => {
+                let d = agents::absolute(d)?.display().to_string();
+                if d != r {
+                    return Err(Error::new(
+                        Kind::Usage,
+                        format!(
+                            "agent {} is recorded with {r}, not {d}; use another name",
+                            a.name
+                        ),
+                    ));
+                }
+                d
+            }
+            (Some(d), None) => agents::absolute(d)?.display().to_string(),
+            (None, Some(r)) => r,
+            (None, None) => match agents::preset_dir(&a.name)? {
+                Some(d) => d.display().to_string(),
+                None => {
+                    return Err(Error::new(
+                        Kind::NotFound,
+                        format!(
+                            "unknown agent {}: give --agent {}=DIR, or a preset ({})",
+                            a.name,
+                            a.name,
+                            agents::PRESETS
+                                .iter()
+                                .map(|(n, _)| *n)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
+            },
+        };
+        if !out.iter().any(|(n, _)| *n == a.name) {
+            out.push((a.name.clone(), dir));
+        }
+    }
+    Ok(out)
+}
+
+/// Check that each agent's entry is what the records say skillbox made, before any change.
+fn precheck(store: &Store, skill: &str, changes: &[LinkChange]) -> Result<(), Error> {
+    for c in changes {
+        let link = journal::link_path(&c.dir, skill);
+        let now = agents::inspect(&link)?;
+        let ok = match (&now, &c.from) {
+            (agents::Entry::Absent, None) => true,
+            (agents::Entry::Link(t), Some(d)) => *t == store.tree(d),
+            (agents::Entry::Link(t), None) => c.to.as_deref().is_some_and(|d| *t == store.tree(d)),
+            _ => false,
+        };
+        if !ok {
+            return Err(agents::not_ours(&link));
+        }
+    }
+    Ok(())
+}
+
+fn review_sha(review: &Review) -> String {
+    serde_json::to_vec(review)
+        .map(|b| Sha256Digest::of_bytes(&b).to_string())
+        .unwrap_or_default()
+}
+
+/// One line summing up what a package asks for.
+pub fn review_summary(r: &Review) -> String {
+    let c = &r.capabilities;
+    let mut parts = vec![
+        format!("{} script(s)", r.scripts.len()),
+        format!("{} host(s)", c.hosts.len()),
+        format!("{} tool(s)", r.tools.len()),
+    ];
+    for (n, what) in [
+        (c.executables.len(), "executable(s)"),
+        (c.downloads.len(), "download(s)"),
+        (c.credentials.len(), "credential touch(es)"),
+        (c.risky_commands.len(), "risky command(s)"),
+    ] {
+        if n > 0 {
+            parts.push(format!("{n} {what}"));
+        }
+    }
+    parts.push(format!("{} finding(s)", r.findings.len()));
+    parts.push(if r.coverage.complete {
+        "complete".into()
+    } else {
+        "INCOMPLETE".into()
+    });
+    parts.join(", ")
+}
+
+fn state_error(v: &Version) -> Option<Error> {
+    let name = format!("{}@{}", v.skill, v.digest);
+    match v.state {
+        State::Withdrawn => Some(Error::new(
+            Kind::Withdrawn,
+            format!(
+                "{name} was withdrawn ({}); it can never be activated again",
+                v.withdrawn_reason
+                    .as_deref()
+                    .unwrap_or("no reason recorded")
+            ),
+        )),
+        State::Denied => Some(Error::new(
+            Kind::Denied,
+            format!("{name} was denied by {}", v.decided_by),
+        )),
+        State::Pending => Some(Error::new(
+            Kind::NeedsApproval,
+            format!("{name} waits for a decision: skillbox review {name}, then approve or deny"),
+        )),
+        State::Approved => None,
+    }
+}
+
+/// Remove an abandoned staging directory; the error already in hand is what matters.
+fn drop_staging(staging: &Path) {
+    let _ = store::remove_tree(staging);
+}
+
+/// Install (or update) one skill: intake, review, policy, promotion, activation.
+pub fn install(
+    store: &mut Store,
+    intake: &Intake<'_>,
+    source: &Source,
+) -> Result<InstallReport, Error> {
+    let recovered = journal::recover(store)?;
+    let op = intake.op;
+    let mut prov = Provenance {
+        time: now(),
+        ..Provenance::default()
+    };
+    // Stage 1: the bytes, verified against the digest they are listed with.
+    let (artifact, artifact_type, listed_name, facts, req_base) = match source {
+        Source::Index { url, skill } => {
+            let fetcher = intake
+                .fetcher
+                .as_ref()
+                .ok_or_else(|| Error::new(Kind::Usage, "no fetch settings"))?;
+            let index_url = crate::urls::parse_absolute(url)
+                .map_err(|e| Error::new(Kind::Usage, format!("{}: {e}", redact_url(url))))?;
+            prov.index_url = redact_url(index_url.as_str());
+            let cache = Cache::open(&store.cache_root())
+                .map_err(|e| Error::io("cannot open the store's cache", &e))?;
+            // No index cache here: an index may list a URL with a password in it, and a secret
+            // never reaches the store.
+            let index = acquire::load_index(
+                fetcher.client,
+                None,
+                &index_url,
+                fetcher.index_limits,
+                false,
+                &mut prov,
+            )
+            .map_err(acquire_error)?;
+            let entry = acquire::select(&index, skill).map_err(acquire_error)?;
+            if let Some(d) = entry.digest {
+                if let Some(report) = known(store, intake, skill, &d.to_string(), &recovered)? {
+                    return Ok(report);
+                }
+            }
+            let acquired = acquire::artifact(fetcher.client, &cache, entry, false, &mut prov)
+                .map_err(acquire_error)?;
+            let origin = prov
+                .final_url
+                .as_deref()
+                .or(prov.resolved_url.as_deref())
+                .and_then(|u| Url::parse(u).ok())
+                .map(|u| u.origin().ascii_serialization());
+            let facts = Facts {
+                origin,
+                cross_origin: prov.cross_origin == Some(true),
+            };
+            let mut req = Request::new(
+                match acquired.artifact_type {
+                    EntryType::SkillMd => ArtifactType::SkillMd,
+                    EntryType::Archive => ArtifactType::Archive,
+                },
+                intake.limits.clone(),
+            );
+            req.media_type = prov.content_type.clone();
+            req.file_name = prov
+                .final_url
+                .as_deref()
+                .or(prov.resolved_url.as_deref())
+                .and_then(|u| Url::parse(u).ok())
+                .and_then(|u| {
+                    u.path_segments()
+                        .and_then(|mut s| s.next_back().map(str::to_owned))
+                })
+                .filter(|n| !n.is_empty());
+            req.expected_digest = acquired.entry.digest;
+            req.skill_name = Some(acquired.entry.name.clone());
+            req.index_description = Some(acquired.entry.description.clone());
+            (
+                acquired.hit.file,
+                acquired.artifact_type,
+                Some(acquired.entry.name.clone()),
+                facts,
+                req,
+            )
+        }
+        Source::File { path, digest } => {
+            let file = File::open(path).map_err(|e| {
+                Error::new(
+                    Kind::NotFound,
+                    format!("cannot open {}: {e}", path.display()),
+                )
+            })?;
+            if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+                return Err(Error::new(
+                    Kind::Usage,
+                    format!("{} is not a regular file", path.display()),
+                ));
+            }
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            let is_md = name
+                .as_deref()
+                .is_some_and(|n| n.to_ascii_lowercase().ends_with(".md"));
+            let ty = if is_md {
+                ArtifactType::SkillMd
+            } else {
+                ArtifactType::Archive
+            };
+            let mut req = Request::new(ty, intake.limits.clone());
+            req.file_name = name;
+            req.expected_digest = Some(*digest);
+            prov.index_url = String::new();
+            prov.digest = Some(*digest);
+            let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+            prov.final_url = Some(format!("file://{}", shown.display()));
+            let entry_ty = if is_md {
+                EntryType::SkillMd
+            } else {
+                EntryType::Archive
+            };
+            (file, entry_ty, None, Facts::default(), req)
+        }
+    };
+    let _ = artifact_type;
+    // Stage 2: confined extraction and review, into staging inside the store.
+    let staging = store.new_staging()?;
+    let tree = staging.join("tree");
+    let confined = File::open(&tree)
+        .map_err(|e| format!("cannot open {}: {e}", tree.display()))
+        .and_then(|dir| (intake.engine)(&artifact, dir.as_fd(), &req_base));
+    let outcome = match confined {
+        Ok(c) => c.outcome,
+        Err(m) => {
+            drop_staging(&staging);
+            return Err(Error::new(Kind::Operational, m));
+        }
+    };
+    let digest = match (outcome.verdict, outcome.artifact.digest) {
+        (Verdict::Accepted, Some(d)) => d.to_string(),
+        (Verdict::Accepted, None) | (Verdict::Rejected, _) => {
+            drop_staging(&staging);
+            let why = outcome
+                .reason
+                .as_ref()
+                .map(|r| format!("{}: {}", r.code, r.detail))
+                .unwrap_or_else(|| "rejected".into());
+            return Err(Error::new(
+                Kind::Rejected,
+                format!("rejected by the engine: {why}"),
+            ));
+        }
+    };
+    let Some(review) = outcome.review.clone() else {
+        drop_staging(&staging);
+        return Err(Error::new(Kind::Rejected, "the engine returned no review"));
+    };
+    let skill = match listed_name {
+        Some(n) => n,
+        None => {
+            let name = review
+                .frontmatter
+                .as_ref()
+                .map(|f| f.name.clone())
+                .unwrap_or_default();
+            if let Err(e) = index::check_name(&name) {
+                drop_staging(&staging);
+                return Err(Error::new(
+                    Kind::Rejected,
+                    format!("SKILL.md name {name:?}: {e}"),
+                ));
+            }
+            name
+        }
+    };
+    if let Source::File { .. } = source {
+        if let Some(report) = known(store, intake, &skill, &digest, &recovered)? {
+            drop_staging(&staging);
+            return Ok(report);
+        }
+    }
+    let answer =
+        serde_json::to_vec(&outcome).map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
+    if let Err(e) = std::fs::write(staging.join("answer.json"), &answer) {
+        drop_staging(&staging);
+        return Err(Error::io("cannot write the staged answer", &e));
+    }
+    crash_point(op, "staged");
+
+    // Stage 3: the decision, against the approved version this one updates.
+    let agent_list = store
+        .records
+        .read(|tx| resolve_agents(tx, &intake.agents))?;
+    let base = base_version(store, &skill, &agent_list)?;
+    let diff = match &base {
+        Some(b) => {
+            let old = store.answer(&b.digest)?;
+            Some(
+                diff::diff(&old.version(), &outcome.version())
+                    .map_err(|e| Error::new(Kind::Operational, e.to_string()))?,
+            )
+        }
+        None => None,
+    };
+    let decision = intake.policy.decide(&review, &facts, diff.as_ref());
+    let change = diff
+        .as_ref()
+        .map_or("first", |d| d.change.as_str())
+        .to_owned();
+    let mut prov_json =
+        serde_json::to_value(&prov).map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
+    redact_json(&mut prov_json);
+    let time = now();
+    let (state, decided_by, rule, findings) = match &decision {
+        Decision::Approved { rule } => (State::Approved, "policy", Some(rule.clone()), Vec::new()),
+        Decision::NeedsApproval { findings } => (State::Pending, "policy", None, findings.clone()),
+        Decision::Denied { rule } => (State::Denied, "policy", Some(rule.clone()), Vec::new()),
+    };
+    let mut version = Version {
+        digest: digest.clone(),
+        skill: skill.clone(),
+        state,
+        stored: state != State::Denied,
+        decided_by: decided_by.into(),
+        rule: rule.clone(),
+        findings: findings.clone(),
+        change: change.clone(),
+        review_sha256: review_sha(&review),
+        review_summary: review_summary(&review),
+        agents: agent_list.iter().map(|(n, _)| n.clone()).collect(),
+        provenance: prov_json.clone(),
+        withdrawn_reason: None,
+        seq: 0,
+        created_at: time.clone(),
+    };
+    let mut report = InstallReport {
+        skill: skill.clone(),
+        digest: digest.clone(),
+        intake: "new",
+        decision: decision.clone(),
+        change,
+        state,
+        agents: Vec::new(),
+        review_sha256: version.review_sha256.clone(),
+        review_summary: version.review_summary.clone(),
+        review: Some(review),
+        diff,
+        provenance: prov_json,
+        recovered,
+        problems: Vec::new(),
+    };
+    let event_detail = match &decision {
+        Decision::Approved { rule } | Decision::Denied { rule } => rule.clone(),
+        Decision::NeedsApproval { findings } => findings.join("; "),
+    };
+    let event_kind = if base.is_some() {
+        "updated"
+    } else {
+        "installed"
+    };
+    let decision_kind = match state {
+        State::Approved => "approved",
+        State::Pending => "needs_approval",
+        State::Denied | State::Withdrawn => "denied",
+    };
+    if state == State::Denied {
+        drop_staging(&staging);
+        version.stored = false;
+        store.records.write(|tx| {
+            tx.upsert_version(&version)?;
+            tx.event(
+                &time,
+                &skill,
+                Some(&digest),
+                decision_kind,
+                "policy",
+                &event_detail,
+            )
+        })?;
+        return Ok(report);
+    }
+    // Stage 4: promotion (intent first), then the records and the new installations at once.
+    let changes = if state == State::Approved {
+        plan(store, &skill, &agent_list, &digest)?
+    } else {
+        Vec::new()
+    };
+    precheck(store, &skill, &changes).inspect_err(|_| drop_staging(&staging))?;
+    let promote = journal::begin_promote(store, &staging, &digest)?;
+    crash_point(op, "promote-intent");
+    store.promote(&staging, &digest)?;
+    crash_point(op, "promoted");
+    let links = store.records.write(|tx| {
+        tx.upsert_version(&version)?;
+        tx.event(
+            &time,
+            &skill,
+            Some(&digest),
+            event_kind,
+            "skillbox",
+            &format!("change: {}", report.change),
+        )?;
+        tx.event(
+            &time,
+            &skill,
+            Some(&digest),
+            decision_kind,
+            "policy",
+            &event_detail,
+        )?;
+        let seq = record_changes(tx, &skill, &changes, &time, "activated", "policy")?;
+        tx.remove_intent(promote)?;
+        Ok(seq)
+    })?;
+    crash_point(op, "recorded");
+    report.problems = journal::finish_links(store, links, &skill, &changes, op)?;
+    report.agents = changes.into_iter().map(agent_change).collect();
+    Ok(report)
+}
+
+fn agent_change(c: LinkChange) -> AgentChange {
+    AgentChange {
+        agent: c.agent,
+        dir: c.dir,
+        from: c.from,
+        to: c.to,
+    }
+}
+
+/// The version an update is compared with: what the first named agent runs, else the newest
+/// approved stored version.
+fn base_version(
+    store: &mut Store,
+    skill: &str,
+    agents: &[(String, String)],
+) -> Result<Option<Version>, Error> {
+    store.records.read(|tx| {
+        for (a, _) in agents {
+            if let Some(d) = tx.install(a, skill)? {
+                if let Some(v) = tx.version(&d)? {
+                    if v.stored {
+                        return Ok(Some(v));
+                    }
+                }
+            }
+        }
+        tx.previous_approved(skill, i64::MAX)
+    })
+}
+
+/// The link changes that put every agent in `agents` on `digest`.
+fn plan(
+    store: &mut Store,
+    skill: &str,
+    agents: &[(String, String)],
+    digest: &str,
+) -> Result<Vec<LinkChange>, Error> {
+    store.records.read(|tx| {
+        let mut out = Vec::new();
+        for (a, dir) in agents {
+            let from = tx.install(a, skill)?;
+            if from.as_deref() != Some(digest) {
+                out.push(LinkChange {
+                    agent: a.clone(),
+                    dir: dir.clone(),
+                    from,
+                    to: Some(digest.to_owned()),
+                });
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Inside a transaction: record each agent's new installation, its event, and the links intent.
+fn record_changes(
+    tx: &Tx<'_>,
+    skill: &str,
+    changes: &[LinkChange],
+    time: &str,
+    kind: &str,
+    actor: &str,
+) -> Result<Option<i64>, Error> {
+    for c in changes {
+        tx.add_agent(&c.agent, &c.dir)?;
+        tx.set_install(&c.agent, skill, c.to.as_deref())?;
+        let detail = format!(
+            "agent {}: {} -> {}",
+            c.agent,
+            c.from.as_deref().unwrap_or("none"),
+            c.to.as_deref().unwrap_or("none")
+        );
+        // Each version's history says both who left it and who arrived.
+        if let (Some(from), false) = (c.from.as_deref(), kind == "activated") {
+            tx.event(time, skill, Some(from), kind, actor, &detail)?;
+        }
+        if let Some(to) = c.to.as_deref() {
+            tx.event(
+                time,
+                skill,
+                Some(to),
+                "activated",
+                actor,
+                &format!("{kind}: {detail}"),
+            )?;
+        }
+    }
+    journal::add_links(tx, skill, changes)
+}
+
+/// An already-recorded digest: activate it if approved, else say why not. `None` when the
+/// digest is unknown (or known but collected: the intake runs again).
+fn known(
+    store: &mut Store,
+    intake: &Intake<'_>,
+    skill: &str,
+    digest: &str,
+    recovered: &[String],
+) -> Result<Option<InstallReport>, Error> {
+    let Some(v) = store.records.read(|tx| tx.version(digest))? else {
+        return Ok(None);
+    };
+    if v.skill != skill {
+        return Err(Error::new(
+            Kind::Rejected,
+            format!("{digest} is recorded as skill {}, not {skill}", v.skill),
+        ));
+    }
+    // A policy's denial is re-evaluated (the policy may have changed); a person's stands.
+    if v.state == State::Denied && v.decided_by == "policy" {
+        return Ok(None);
+    }
+    if let Some(e) = state_error(&v) {
+        return Err(e);
+    }
+    if !v.stored {
+        return Ok(None);
+    }
+    let agent_list = store
+        .records
+        .read(|tx| resolve_agents(tx, &intake.agents))?;
+    let changes = plan(store, skill, &agent_list, digest)?;
+    precheck(store, skill, &changes)?;
+    let time = now();
+    let links = store
+        .records
+        .write(|tx| record_changes(tx, skill, &changes, &time, "activated", "skillbox"))?;
+    crash_point(intake.op, "recorded");
+    let problems = journal::finish_links(store, links, skill, &changes, intake.op)?;
+    Ok(Some(InstallReport {
+        skill: skill.to_owned(),
+        digest: digest.to_owned(),
+        intake: if changes.is_empty() {
+            "unchanged"
+        } else {
+            "known"
+        },
+        decision: Decision::Approved {
+            rule: format!("recorded decision by {}", v.decided_by),
+        },
+        change: "unchanged".into(),
+        state: v.state,
+        agents: changes.into_iter().map(agent_change).collect(),
+        review_sha256: v.review_sha256,
+        review_summary: v.review_summary,
+        review: None,
+        diff: None,
+        provenance: v.provenance,
+        recovered: recovered.to_vec(),
+        problems,
+    }))
+}
+
+/// Find the version `r` names (a unique digest prefix of that skill).
+pub fn find_version(store: &mut Store, r: &VersionRef) -> Result<Version, Error> {
+    let found = store
+        .records
+        .read(|tx| tx.versions_matching(&r.skill, &r.digest))?;
+    match found.len() {
+        1 => Ok(found
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::new(Kind::NotFound, "vanished"))?),
+        0 => Err(Error::new(
+            Kind::NotFound,
+            format!(
+                "no version {}@{} in the records (see skillbox list)",
+                r.skill, r.digest
+            ),
+        )),
+        n => Err(Error::new(
+            Kind::Usage,
+            format!(
+                "{}@{} matches {n} versions; give more of the digest",
+                r.skill, r.digest
+            ),
+        )),
+    }
+}
+
+/// `approve`: a person's decision for a pending version; activates it for the agents named
+/// (by default those the install asked for).
+pub fn approve(
+    store: &mut Store,
+    r: &VersionRef,
+    who: &str,
+    agent_args: &[AgentArg],
+) -> Result<InstallReport, Error> {
+    let recovered = journal::recover(store)?;
+    let v = find_version(store, r)?;
+    match v.state {
+        State::Pending => {}
+        State::Approved | State::Denied | State::Withdrawn => {
+            return Err(state_error(&v).unwrap_or_else(|| {
+                Error::new(
+                    Kind::Usage,
+                    format!("{}@{} is already approved", v.skill, v.digest),
+                )
+            }));
+        }
+    }
+    if !v.stored {
+        return Err(Error::new(
+            Kind::NotFound,
+            format!("{}@{} is not in the store", v.skill, v.digest),
+        ));
+    }
+    let args: Vec<AgentArg> = if agent_args.is_empty() {
+        v.agents
+            .iter()
+            .map(|n| AgentArg {
+                name: n.clone(),
+                dir: None,
+            })
+            .collect()
+    } else {
+        agent_args.to_vec()
+    };
+    let agent_list = store.records.read(|tx| resolve_agents(tx, &args))?;
+    let changes = plan(store, &v.skill, &agent_list, &v.digest)?;
+    precheck(store, &v.skill, &changes)?;
+    let time = now();
+    let actor = format!("person:{who}");
+    let covered = format!("covers: {}", v.findings.join("; "));
+    let links = store.records.write(|tx| {
+        tx.set_state(&v.digest, State::Approved, &actor, None)?;
+        tx.event(
+            &time,
+            &v.skill,
+            Some(&v.digest),
+            "approved",
+            &actor,
+            &covered,
+        )?;
+        record_changes(tx, &v.skill, &changes, &time, "activated", &actor)
+    })?;
+    crash_point("approve", "recorded");
+    let problems = journal::finish_links(store, links, &v.skill, &changes, "approve")?;
+    Ok(InstallReport {
+        skill: v.skill.clone(),
+        digest: v.digest.clone(),
+        intake: "known",
+        decision: Decision::Approved {
+            rule: format!("approved by {actor}"),
+        },
+        change: v.change.clone(),
+        state: State::Approved,
+        agents: changes.into_iter().map(agent_change).collect(),
+        review_sha256: v.review_sha256,
+        review_summary: v.review_summary,
+        review: None,
+        diff: None,
+        provenance: v.provenance,
+        recovered,
+        problems,
+    })
+}
+
+/// `deny`: a person refuses a pending (or an approved, unused) version; its tree leaves the store.
+pub fn deny(store: &mut Store, r: &VersionRef, who: &str, reason: &str) -> Result<Version, Error> {
+    journal::recover(store)?;
+    let v = find_version(store, r)?;
+    if v.state == State::Withdrawn || v.state == State::Denied {
+        return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Denied, "denied")));
+    }
+    let users = store.records.read(|tx| tx.installs_using(&v.digest))?;
+    if !users.is_empty() {
+        return Err(Error::new(
+            Kind::Usage,
+            format!(
+                "{}@{} is active for {} agent(s); withdraw it instead (skillbox withdraw {}@{} --reason ...)",
+                v.skill,
+                v.digest,
+                users.len(),
+                v.skill,
+                v.digest
+            ),
+        ));
+    }
+    let actor = format!("person:{who}");
+    let time = now();
+    store.records.write(|tx| {
+        tx.set_state(&v.digest, State::Denied, &actor, None)?;
+        tx.set_stored(&v.digest, false)?;
+        tx.event(&time, &v.skill, Some(&v.digest), "denied", &actor, reason)
+    })?;
+    // The records no longer back the tree: recovery would remove it too.
+    store::remove_tree(&store.version_dir(&v.digest))?;
+    find_version(store, r)
+}
+
+/// The answer of rollback and withdraw.
+#[derive(Debug, Clone, Serialize)]
+pub struct MoveReport {
+    pub skill: String,
+    pub digest: Option<String>,
+    pub agents: Vec<AgentChange>,
+    pub problems: Vec<String>,
+    pub recovered: Vec<String>,
+}
+
+/// `rollback`: every named agent (all by default) back to the previous approved,
+/// non-withdrawn version, or to `--to`.
+pub fn rollback(
+    store: &mut Store,
+    skill: &str,
+    agent_args: &[AgentArg],
+    to: Option<&VersionRef>,
+    who: &str,
+) -> Result<MoveReport, Error> {
+    let recovered = journal::recover(store)?;
+    let target = match to {
+        Some(r) => {
+            if r.skill != skill {
+                return Err(Error::new(
+                    Kind::Usage,
+                    format!("--to names skill {}, not {skill}", r.skill),
+                ));
+            }
+            let v = find_version(store, r)?;
+            if let Some(e) = state_error(&v) {
+                return Err(e);
+            }
+            if !v.stored {
+                return Err(Error::new(
+                    Kind::NotFound,
+                    format!("{skill}@{} is no longer in the store", v.digest),
+                ));
+            }
+            Some(v)
+        }
+        None => None,
+    };
+    let installs = store.records.read(|tx| tx.installs_of(skill))?;
+    if installs.is_empty() {
+        return Err(Error::new(
+            Kind::NotFound,
+            format!("{skill} is not installed for any agent"),
+        ));
+    }
+    let wanted = store.records.read(|tx| resolve_agents(tx, agent_args))?;
+    let mut changes = Vec::new();
+    for i in &installs {
+        if !wanted.is_empty() && !wanted.iter().any(|(n, _)| *n == i.agent) {
+            continue;
+        }
+        let to_digest = match &target {
+            Some(t) => t.digest.clone(),
+            None => {
+                let (cur, prev) = store.records.read(|tx| {
+                    let cur = tx.version(&i.digest)?;
+                    let prev = match &cur {
+                        Some(c) => tx.previous_approved(skill, c.seq)?,
+                        None => None,
+                    };
+                    Ok((cur, prev))
+                })?;
+                let _ = cur;
+                match prev {
+                    Some(p) => p.digest,
+                    None => {
+                        return Err(Error::new(
+                            Kind::NotFound,
+                            format!(
+                                "agent {}: no approved version of {skill} older than {} to roll back to",
+                                i.agent, i.digest
+                            ),
+                        ));
+                    }
+                }
+            }
+        };
+        if to_digest != i.digest {
+            let dir = store
+                .records
+                .read(|tx| tx.agent_dir(&i.agent))?
+                .unwrap_or_default();
+            changes.push(LinkChange {
+                agent: i.agent.clone(),
+                dir,
+                from: Some(i.digest.clone()),
+                to: Some(to_digest),
+            });
+        }
+    }
+    for (n, _) in &wanted {
+        if !installs.iter().any(|i| i.agent == *n) {
+            return Err(Error::new(
+                Kind::NotFound,
+                format!("agent {n} has no installation of {skill}"),
+            ));
+        }
+    }
+    precheck(store, skill, &changes)?;
+    let time = now();
+    let links = store.records.write(|tx| {
+        record_changes(
+            tx,
+            skill,
+            &changes,
+            &time,
+            "rolled_back",
+            &format!("person:{who}"),
+        )
+    })?;
+    crash_point("rollback", "recorded");
+    let problems = journal::finish_links(store, links, skill, &changes, "rollback")?;
+    Ok(MoveReport {
+        skill: skill.to_owned(),
+        digest: target.map(|t| t.digest),
+        agents: changes.into_iter().map(agent_change).collect(),
+        problems,
+        recovered,
+    })
+}
+
+/// `withdraw`: the version can never be activated again; every agent using it moves to its
+/// previous approved version, or loses the skill where there is none.
+pub fn withdraw(
+    store: &mut Store,
+    r: &VersionRef,
+    reason: &str,
+    who: &str,
+) -> Result<MoveReport, Error> {
+    let recovered = journal::recover(store)?;
+    let v = find_version(store, r)?;
+    if v.state == State::Withdrawn {
+        return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")));
+    }
+    let (users, prev) = store.records.read(|tx| {
+        Ok((
+            tx.installs_using(&v.digest)?,
+            tx.previous_approved(&v.skill, v.seq)?,
+        ))
+    })?;
+    let dirs: std::collections::HashMap<String, String> =
+        store.records.read(|tx| tx.agents())?.into_iter().collect();
+    let changes: Vec<LinkChange> = users
+        .iter()
+        .map(|i| LinkChange {
+            agent: i.agent.clone(),
+            dir: dirs.get(&i.agent).cloned().unwrap_or_default(),
+            from: Some(v.digest.clone()),
+            to: prev.as_ref().map(|p| p.digest.clone()),
+        })
+        .collect();
+    precheck(store, &v.skill, &changes)?;
+    let actor = format!("person:{who}");
+    let time = now();
+    let links = store.records.write(|tx| {
+        tx.withdraw(&v.digest, reason)?;
+        tx.event(
+            &time,
+            &v.skill,
+            Some(&v.digest),
+            "withdrawn",
+            &actor,
+            reason,
+        )?;
+        record_changes(tx, &v.skill, &changes, &time, "moved_by_withdrawal", &actor)
+    })?;
+    crash_point("withdraw", "recorded");
+    let problems = journal::finish_links(store, links, &v.skill, &changes, "withdraw")?;
+    Ok(MoveReport {
+        skill: v.skill,
+        digest: Some(v.digest),
+        agents: changes.into_iter().map(agent_change).collect(),
+        problems,
+        recovered,
+    })
+}
+
+/// The answer of `list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    pub skills: Vec<SkillListing>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SkillListing {
+    pub skill: String,
+    /// agent -> active digest.
+    pub active: std::collections::BTreeMap<String, String>,
+    pub versions: Vec<Listed>,
+}
+
+pub fn list(store: &mut Store) -> Result<Listing, Error> {
+    let (versions, installs) = store
+        .records
+        .read(|tx| Ok((tx.version_list()?, tx.installs()?)))?;
+    let mut skills: Vec<SkillListing> = Vec::new();
+    for v in versions {
+        if skills.last().is_none_or(|s| s.skill != v.skill) {
+            skills.push(SkillListing {
+                skill: v.skill.clone(),
+                active: Default::default(),
+                versions: Vec::new(),
+            });
+        }
+        if let Some(s) = skills.last_mut() {
+            s.versions.push(v);
+        }
+    }
+    for Install {
+        agent,
+        skill,
+        digest,
+    } in installs
+    {
+        if let Some(s) = skills.iter_mut().find(|s| s.skill == skill) {
+            s.active.insert(agent, digest);
+        }
+    }
+    Ok(Listing { skills })
+}
+
+/// The answer of `status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub store: String,
+    pub skills: usize,
+    pub versions: usize,
+    pub pending: Vec<String>,
+    pub withdrawn: Vec<String>,
+    pub agents: Vec<(String, String)>,
+    pub installs: Vec<Install>,
+    /// Steps an interrupted command left; the next command that changes state finishes them.
+    pub interrupted: usize,
+}
+
+pub fn status(store: &mut Store) -> Result<Status, Error> {
+    let root = store.root().display().to_string();
+    store.records.read(|tx| {
+        let versions = tx.version_list()?;
+        let mut skills: Vec<&str> = versions.iter().map(|v| v.skill.as_str()).collect();
+        skills.dedup();
+        let at = |v: &Listed| format!("{}@{}", v.skill, v.digest);
+        Ok(Status {
+            store: root,
+            skills: skills.len(),
+            versions: versions.len(),
+            pending: versions
+                .iter()
+                .filter(|v| v.state == State::Pending)
+                .map(at)
+                .collect(),
+            withdrawn: versions
+                .iter()
+                .filter(|v| v.state == State::Withdrawn)
+                .map(at)
+                .collect(),
+            agents: tx.agents()?,
+            installs: tx.installs()?,
+            interrupted: tx.intents()?.len(),
+        })
+    })
+}
+
+/// The answer of `provenance`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProvenanceReport {
+    pub version: Version,
+    pub agents: Vec<String>,
+    pub events: Vec<Event>,
+}
+
+/// `provenance SKILL[@DIGEST]`: without a digest, the version most agents run, else the newest.
+pub fn provenance(
+    store: &mut Store,
+    skill: &str,
+    digest: Option<&VersionRef>,
+) -> Result<ProvenanceReport, Error> {
+    let v = match digest {
+        Some(r) => find_version(store, r)?,
+        None => store.records.read(|tx| {
+            let installs = tx.installs_of(skill)?;
+            let d = match installs.first() {
+                Some(i) => Some(i.digest.clone()),
+                None => tx.latest_digest(skill)?,
+            };
+            match d {
+                Some(d) => tx
+                    .version(&d)?
+                    .ok_or_else(|| Error::new(Kind::NotFound, "vanished")),
+                None => Err(Error::new(
+                    Kind::NotFound,
+                    format!("no skill {skill} in the records (see skillbox list)"),
+                )),
+            }
+        })?,
+    };
+    let (agents, events) = store.records.read(|tx| {
+        Ok((
+            tx.installs_using(&v.digest)?
+                .into_iter()
+                .map(|i| i.agent)
+                .collect(),
+            tx.events_of(&v.skill, &v.digest)?,
+        ))
+    })?;
+    Ok(ProvenanceReport {
+        version: v,
+        agents,
+        events,
+    })
+}
+
+/// `review SKILL@DIGEST`: the stored answer's review plus the recorded decision.
+pub fn review(store: &mut Store, r: &VersionRef) -> Result<(Version, Review), Error> {
+    let v = find_version(store, r)?;
+    if !v.stored {
+        return Err(Error::new(
+            Kind::NotFound,
+            format!(
+                "{}@{} is not in the store ({}); its review left with it",
+                v.skill,
+                v.digest,
+                v.state.as_str()
+            ),
+        ));
+    }
+    let answer: Outcome = store.answer(&v.digest)?;
+    let review = answer.review.ok_or_else(|| {
+        Error::new(
+            Kind::Operational,
+            "corrupt store: the stored answer has no review",
+        )
+    })?;
+    Ok((v, review))
+}
+
+/// The answer of `gc`.
+#[derive(Debug, Clone, Serialize)]
+pub struct GcReport {
+    pub removed: Vec<String>,
+    pub kept: usize,
+    pub recovered: Vec<String>,
+}
+
+/// `gc`: remove trees no agent uses beyond the `keep` newest approved ones per skill; withdrawn
+/// and denied trees go too. Records stay (provenance outlives the bytes).
+pub fn gc(store: &mut Store, keep: usize) -> Result<GcReport, Error> {
+    let recovered = journal::recover(store)?;
+    let (versions, installs) = store
+        .records
+        .read(|tx| Ok((tx.version_list()?, tx.installs()?)))?;
+    let used: std::collections::HashSet<&str> =
+        installs.iter().map(|i| i.digest.as_str()).collect();
+    let mut removed = Vec::new();
+    let mut kept = 0;
+    let mut per_skill: std::collections::HashMap<&str, usize> = Default::default();
+    for v in versions.iter().rev().filter(|v| v.stored) {
+        let drop = match v.state {
+            State::Pending => false,
+            State::Withdrawn | State::Denied => !used.contains(v.digest.as_str()),
+            State::Approved if used.contains(v.digest.as_str()) => false,
+            State::Approved => {
+                let n = per_skill.entry(v.skill.as_str()).or_default();
+                *n += 1;
+                *n > keep
+            }
+        };
+        if drop {
+            removed.push(format!("{}@{}", v.skill, v.digest));
+        } else {
+            kept += 1;
+        }
+    }
+    let time = now();
+    store.records.write(|tx| {
+        for r in &removed {
+            if let Some((skill, digest)) = r.split_once('@') {
+                tx.set_stored(digest, false)?;
+                tx.event(
+                    &time,
+                    skill,
+                    Some(digest),
+                    "collected",
+                    "skillbox",
+                    "gc removed its tree",
+                )?;
+            }
+        }
+        Ok(())
+    })?;
+    crash_point("gc", "recorded");
+    for r in &removed {
+        if let Some((_, digest)) = r.split_once('@') {
+            store::remove_tree(&store.version_dir(digest))?;
+        }
+    }
+    Ok(GcReport {
+        removed,
+        kept,
+        recovered,
+    })
+}
+
+/// The answer of `verify`.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    pub ok: bool,
+    pub versions_checked: usize,
+    pub links_checked: usize,
+    pub problems: Vec<String>,
+    pub repaired: Vec<String>,
+}
+
+/// `verify`: re-hash every stored tree against its inventory and check every agent link;
+/// repair what is safe (finish interrupted steps, recreate a missing link of ours, re-point a
+/// link of ours at its recorded version, forget a tree that vanished and no agent uses).
+pub fn verify(store: &mut Store) -> Result<VerifyReport, Error> {
+    let mut repaired = journal::recover(store)?;
+    let mut problems = Vec::new();
+    let (versions, installs, dirs) = store
+        .records
+        .read(|tx| Ok((tx.version_list()?, tx.installs()?, tx.agents()?)))?;
+    let dirs: std::collections::HashMap<String, String> = dirs.into_iter().collect();
+    let used: std::collections::HashSet<&str> =
+        installs.iter().map(|i| i.digest.as_str()).collect();
+    let mut checked = 0;
+    for v in versions.iter().filter(|v| v.stored) {
+        checked += 1;
+        let dir = store.version_dir(&v.digest);
+        if !dir.exists() {
+            if used.contains(v.digest.as_str()) {
+                problems.push(format!(
+                    "{}@{}: its tree is missing and agents use it",
+                    v.skill, v.digest
+                ));
+            } else {
+                store.records.write(|tx| tx.set_stored(&v.digest, false))?;
+                repaired.push(format!(
+                    "{}@{}: tree missing; recorded as no longer stored",
+                    v.skill, v.digest
+                ));
+            }
+            continue;
+        }
+        match store.answer(&v.digest) {
+            Ok(answer) => {
+                for p in store::check_tree(&store.tree(&v.digest), &answer) {
+                    problems.push(format!("{}@{}: {p}", v.skill, v.digest));
+                }
+            }
+            Err(e) => problems.push(format!("{}@{}: {e}", v.skill, v.digest)),
+        }
+    }
+    for i in &installs {
+        let Some(dir) = dirs.get(&i.agent) else {
+            problems.push(format!(
+                "agent {} has installations but no directory",
+                i.agent
+            ));
+            continue;
+        };
+        let link = journal::link_path(dir, &i.skill);
+        let want = store.tree(&i.digest);
+        match agents::inspect(&link)? {
+            agents::Entry::Link(t) if t == want => {}
+            agents::Entry::Link(t) if t.starts_with(store.versions_root()) => {
+                let from = t.clone();
+                match agents::switch(&link, Some(&from), Some(&want)) {
+                    Ok(()) => repaired.push(format!("{}: re-pointed at {}", link.display(), i.digest)),
+                    Err(e) => problems.push(e.to_string()),
+                }
+            }
+            agents::Entry::Absent => match agents::switch(&link, None, Some(&want)) {
+                Ok(()) => repaired.push(format!("{}: recreated (-> {})", link.display(), i.digest)),
+                Err(e) => problems.push(e.to_string()),
+            },
+            agents::Entry::Link(_) | agents::Entry::Foreign => problems.push(format!(
+                "{}: recorded as {}@{} but replaced by something skillbox did not create; left untouched",
+                link.display(),
+                i.skill,
+                i.digest
+            )),
+        }
+    }
+    Ok(VerifyReport {
+        ok: problems.is_empty(),
+        versions_checked: checked,
+        links_checked: installs.len(),
+        problems,
+        repaired,
+    })
+}
+
+/// The index URL a skill was installed from (for `update`), and its agents.
+pub fn update_targets(
+    store: &mut Store,
+    skill: Option<&str>,
+) -> Result<Vec<(String, String, Vec<String>)>, Error> {
+    store.records.read(|tx| {
+        let installs = tx.installs()?;
+        let mut skills: Vec<String> = match skill {
+            Some(s) => vec![s.to_owned()],
+            None => installs.iter().map(|i| i.skill.clone()).collect(),
+        };
+        skills.dedup();
+        let mut out = Vec::new();
+        for s in skills {
+            let versions = tx.versions_of(&s)?;
+            let Some(latest) = versions.iter().rev().find(|v| {
+                v.provenance
+                    .get("index_url")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| !u.is_empty())
+            }) else {
+                if versions.is_empty() {
+                    return Err(Error::new(
+                        Kind::NotFound,
+                        format!("no skill {s} in the records (see skillbox list)"),
+                    ));
+                }
+                continue; // installed from a local file: nothing to re-read
+            };
+            let url = latest.provenance["index_url"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            let agents = installs
+                .iter()
+                .filter(|i| i.skill == s)
+                .map(|i| i.agent.clone())
+                .collect();
+            out.push((s, url, agents));
+        }
+        Ok(out)
+    })
+}

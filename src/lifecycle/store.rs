@@ -1,0 +1,356 @@
+//! The filesystem store: one immutable tree per accepted artifact digest, entered only by a
+//! rename from staging inside the store.
+//!
+//! Layout of `STORE/`: `records.db` (the records), `lock` (held with `flock` by every command
+//! that changes state, so commands on one store serialise), `cache/` (verified downloads),
+//! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
+//! `versions/<sha256 hex>/` (a promoted intake, write bits removed).
+//!
+//! The store must be ours: a directory (not a symlink) owned by us and writable by nobody else.
+//! Nothing here writes into an existing version: promotion uses `RENAME_NOREPLACE`.
+
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::{Flock, FlockArg};
+
+use super::records::Records;
+use super::{Error, Kind};
+use crate::digest::Sha256Digest;
+use crate::extract::inventory::Kind as EntryKind;
+use crate::intake::Outcome;
+
+/// An open store. Holding a [`Store`] with `locked` set means holding its lock.
+pub struct Store {
+    root: PathBuf,
+    _lock: Option<Flock<File>>,
+    pub records: Records,
+}
+
+/// How a command opens the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Take the lock (every command that changes state, and verify/gc).
+    Exclusive,
+    /// Read the last committed state without waiting for a running command.
+    Read,
+}
+
+/// The default store: `$XDG_DATA_HOME/skillbox`, else `~/.local/share/skillbox`; as root
+/// `/var/lib/skillbox`.
+pub fn default_root() -> Option<PathBuf> {
+    if nix::unistd::geteuid().is_root() {
+        return Some(PathBuf::from("/var/lib/skillbox"));
+    }
+    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
+        return Some(PathBuf::from(x).join("skillbox"));
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".local/share/skillbox"))
+}
+
+fn mkdir_private(p: &Path) -> Result<(), Error> {
+    match fs::DirBuilder::new().mode(0o700).create(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io(format!("cannot create {}", p.display()), &e)),
+    }
+}
+
+/// Refuse a store another user could change under us: a symlink, another owner, or group- or
+/// world-writable.
+fn check_ours(root: &Path) -> Result<(), Error> {
+    let md = fs::symlink_metadata(root)
+        .map_err(|e| Error::io(format!("cannot inspect the store {}", root.display()), &e))?;
+    let fix =
+        "give --store a directory you own with mode 0700, or remove it so skillbox creates it";
+    if md.file_type().is_symlink() {
+        return Err(Error::new(
+            Kind::Usage,
+            format!("the store {} is a symlink; {fix}", root.display()),
+        ));
+    }
+    if !md.is_dir() {
+        return Err(Error::new(
+            Kind::Usage,
+            format!("the store {} is not a directory; {fix}", root.display()),
+        ));
+    }
+    if md.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(Error::new(
+            Kind::Usage,
+            format!(
+                "the store {} is owned by uid {}, not by us; {fix}",
+                root.display(),
+                md.uid()
+            ),
+        ));
+    }
+    if md.mode() & 0o022 != 0 {
+        return Err(Error::new(
+            Kind::Usage,
+            format!(
+                "the store {} is group- or world-writable (mode {:o}); {fix} (chmod 700)",
+                root.display(),
+                md.mode() & 0o7777
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl Store {
+    /// Open the store at `root`, creating it (0700) when absent and `access` may write.
+    pub fn open(root: &Path, access: Access) -> Result<Self, Error> {
+        let root = if root.is_absolute() {
+            root.to_owned()
+        } else {
+            std::env::current_dir()
+                .map_err(|e| Error::io("cannot read the current directory", &e))?
+                .join(root)
+        };
+        if access == Access::Exclusive {
+            if let Some(parent) = root.parent() {
+                fs::create_dir_all(parent)
+                    .map_err(|e| Error::io(format!("cannot create {}", parent.display()), &e))?;
+            }
+            mkdir_private(&root)?;
+        } else if fs::symlink_metadata(&root).is_err() {
+            return Err(Error::new(
+                Kind::NotFound,
+                format!(
+                    "no store at {} (nothing installed yet; give --store)",
+                    root.display()
+                ),
+            ));
+        }
+        check_ours(&root)?;
+        let lock = match access {
+            Access::Exclusive => {
+                let f = File::options()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(root.join("lock"))
+                    .map_err(|e| Error::io("cannot open the store lock", &e))?;
+                Some(Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| {
+                    Error::new(Kind::Operational, format!("cannot lock the store: {e}"))
+                })?)
+            }
+            Access::Read => None,
+        };
+        if access == Access::Exclusive {
+            for d in ["staging", "versions", "cache"] {
+                mkdir_private(&root.join(d))?;
+            }
+        }
+        let records = Records::open(&root.join("records.db"))?;
+        Ok(Store {
+            root,
+            _lock: lock,
+            records,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn staging_root(&self) -> PathBuf {
+        self.root.join("staging")
+    }
+
+    pub fn versions_root(&self) -> PathBuf {
+        self.root.join("versions")
+    }
+
+    pub fn cache_root(&self) -> PathBuf {
+        self.root.join("cache")
+    }
+
+    pub fn version_dir(&self, digest: &str) -> PathBuf {
+        self.versions_root().join(hex_of(digest))
+    }
+
+    /// The tree agents' links point at.
+    pub fn tree(&self, digest: &str) -> PathBuf {
+        self.version_dir(digest).join("tree")
+    }
+
+    /// A fresh staging directory for one intake: `staging/<random>/` with an empty `tree/`.
+    pub fn new_staging(&self) -> Result<PathBuf, Error> {
+        let dir = tempfile::Builder::new()
+            .prefix("in-")
+            .tempdir_in(self.staging_root())
+            .map_err(|e| Error::io("cannot create a staging directory in the store", &e))?
+            .keep();
+        mkdir_private(&dir.join("tree"))?;
+        Ok(dir)
+    }
+
+    /// Move a staged intake to `versions/<hex>` with one rename; `false` when that version is
+    /// already there (the staging directory is then removed: same digest, same bytes).
+    pub fn promote(&self, staging: &Path, digest: &str) -> Result<bool, Error> {
+        freeze(staging)?;
+        let target = self.version_dir(digest);
+        match nix::fcntl::renameat2(
+            nix::fcntl::AT_FDCWD,
+            staging,
+            nix::fcntl::AT_FDCWD,
+            &target,
+            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => Ok(true),
+            Err(nix::errno::Errno::EEXIST) => {
+                remove_tree(staging)?;
+                Ok(false)
+            }
+            Err(e) => Err(Error::new(
+                Kind::Operational,
+                format!("cannot promote into {}: {e}", target.display()),
+            )),
+        }
+    }
+
+    /// The saved answer (inventory and review) of a stored version.
+    pub fn answer(&self, digest: &str) -> Result<Outcome, Error> {
+        read_answer(&self.version_dir(digest).join("answer.json"))
+    }
+}
+
+/// `sha256:<hex>` -> `<hex>` (digests in the records are always the full form).
+pub fn hex_of(digest: &str) -> &str {
+    digest.strip_prefix("sha256:").unwrap_or(digest)
+}
+
+pub fn read_answer(path: &Path) -> Result<Outcome, Error> {
+    let mut text = Vec::new();
+    File::open(path)
+        .and_then(|f| f.take(64 * 1024 * 1024).read_to_end(&mut text))
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), &e))?;
+    serde_json::from_slice(&text).map_err(|e| {
+        Error::new(
+            Kind::Operational,
+            format!("corrupt store: {} is not an answer: {e}", path.display()),
+        )
+    })
+}
+
+/// Remove every write bit beneath `root` (symlinks have none of their own and are skipped).
+pub fn freeze(root: &Path) -> Result<(), Error> {
+    walk_chmod(root, |mode| mode & !0o222)
+}
+
+/// Give the owner write access back to directories so a tree can be removed.
+fn thaw_dirs(root: &Path) -> Result<(), Error> {
+    walk_chmod(root, |mode| mode | 0o700)
+}
+
+fn walk_chmod(root: &Path, f: impl Fn(u32) -> u32 + Copy) -> Result<(), Error> {
+    let md = fs::symlink_metadata(root)
+        .map_err(|e| Error::io(format!("cannot inspect {}", root.display()), &e))?;
+    if md.file_type().is_symlink() {
+        return Ok(());
+    }
+    let set = |p: &Path, mode: u32| {
+        fs::set_permissions(p, fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io(format!("cannot chmod {}", p.display()), &e))
+    };
+    if md.is_dir() {
+        // Make the directory listable and enterable first (thawing), then recurse, then set it.
+        set(root, md.mode() | 0o700)?;
+        let entries = fs::read_dir(root)
+            .map_err(|e| Error::io(format!("cannot read {}", root.display()), &e))?;
+        for e in entries {
+            let e = e.map_err(|e| Error::io(format!("cannot read {}", root.display()), &e))?;
+            walk_chmod(&e.path(), f)?;
+        }
+    }
+    set(root, f(md.mode() & 0o7777))
+}
+
+/// Remove a tree of ours (a staging directory or a version), write bits restored first.
+pub fn remove_tree(root: &Path) -> Result<(), Error> {
+    match fs::symlink_metadata(root) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(format!("cannot inspect {}", root.display()), &e)),
+        Ok(md) if md.file_type().is_symlink() => {
+            return fs::remove_file(root)
+                .map_err(|e| Error::io(format!("cannot remove {}", root.display()), &e));
+        }
+        Ok(_) => {}
+    }
+    thaw_dirs(root)?;
+    fs::remove_dir_all(root).map_err(|e| Error::io(format!("cannot remove {}", root.display()), &e))
+}
+
+/// Re-hash a stored tree against its inventory: every entry present with its kind, bytes and
+/// link target, and nothing else. Returns the problems found.
+pub fn check_tree(tree: &Path, answer: &Outcome) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut expected = std::collections::BTreeSet::new();
+    for e in &answer.entries {
+        expected.insert(e.path.clone());
+        let p = tree.join(&e.path);
+        let md = match fs::symlink_metadata(&p) {
+            Ok(m) => m,
+            Err(err) => {
+                problems.push(format!("{}: {err}", e.path));
+                continue;
+            }
+        };
+        match e.kind {
+            EntryKind::File => {
+                if !md.is_file() {
+                    problems.push(format!("{}: not a regular file", e.path));
+                    continue;
+                }
+                let got = File::open(&p).and_then(Sha256Digest::of_reader);
+                match got {
+                    Ok((d, n)) if Some(d) == e.sha256 && n == e.size => {}
+                    Ok(_) => {
+                        problems.push(format!("{}: content differs from the inventory", e.path))
+                    }
+                    Err(err) => problems.push(format!("{}: {err}", e.path)),
+                }
+                if md.mode() & 0o222 != 0 {
+                    problems.push(format!("{}: writable", e.path));
+                }
+            }
+            EntryKind::Dir => {
+                if !md.is_dir() {
+                    problems.push(format!("{}: not a directory", e.path));
+                }
+            }
+            EntryKind::Symlink => match fs::read_link(&p) {
+                Ok(t) if Some(t.to_string_lossy().as_ref()) == e.link_target.as_deref() => {}
+                Ok(_) | Err(_) => problems.push(format!("{}: link target differs", e.path)),
+            },
+        }
+    }
+    let mut stack = vec![(tree.to_owned(), String::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&dir) else {
+            problems.push(format!("cannot read {}", dir.display()));
+            continue;
+        };
+        for ent in rd.flatten() {
+            let name = ent.file_name().to_string_lossy().into_owned();
+            let r = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            if !expected.contains(&r) {
+                problems.push(format!("{r}: not in the inventory"));
+            }
+            if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                stack.push((ent.path(), r));
+            }
+        }
+    }
+    problems
+}

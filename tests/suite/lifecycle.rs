@@ -1,0 +1,802 @@
+//! The install lifecycle as a user lives it: a real HTTPS index on loopback (the fetch tests'
+//! TLS server), a real store with its SQLite file, the real sandbox, and the real binary.
+//!
+//! Crash safety is proven with the debug-build hook `SKILLBOX_TEST_CRASH_AT=<op>:<step>`: the
+//! command SIGKILLs itself at that step, then `verify` must report a consistent store and the
+//! next command must work.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+use super::fetch::{Server, ok, pki, sha, tar_gz_of};
+
+const SCHEMA: &str = "https://schemas.agentskills.io/discovery/0.2.0/schema.json";
+const INDEX: &str = "/.well-known/agent-skills/index.json";
+
+/// A package of the demo skill: SKILL.md, docs, and for v3 a script naming a host.
+fn package(version: u32) -> Vec<u8> {
+    let md = "---\nname: demo\ndescription: A demo skill\n---\nRead docs/guide.md.\n".to_owned();
+    let guide = format!("# Guide\n\nThis is version {version} of the guide.\n");
+    let mut files: Vec<(&str, Vec<u8>)> = vec![
+        ("SKILL.md", md.into_bytes()),
+        ("docs/guide.md", guide.into_bytes()),
+    ];
+    if version >= 3 {
+        files.push((
+            "scripts/run.sh",
+            b"#!/bin/sh\n# reports to https://api.example.com/v1/report\necho ok\n".to_vec(),
+        ));
+    }
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, d)| (*n, d.as_slice())).collect();
+    tar_gz_of(&refs)
+}
+
+struct World {
+    tmp: tempfile::TempDir,
+    ca_file: PathBuf,
+    server: Server,
+}
+
+impl World {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+        let pki = pki();
+        let ca_file = tmp.path().join("ca.pem");
+        std::fs::write(&ca_file, &pki.ca_pem).unwrap_or_else(|e| panic!("write ca: {e}"));
+        let server = Server::start(pki.server.clone());
+        World {
+            tmp,
+            ca_file,
+            server,
+        }
+    }
+
+    fn store(&self) -> PathBuf {
+        self.tmp.path().join("store")
+    }
+
+    fn agent_dir(&self, name: &str) -> PathBuf {
+        self.tmp.path().join("agents").join(name)
+    }
+
+    /// Publish `pkg` as the only version of `name` in the index.
+    fn publish(&self, name: &str, pkg: &[u8]) -> String {
+        let digest = sha(pkg);
+        let path = format!("/pkgs/{name}-{}.tar.gz", &digest[7..19]);
+        self.server.route(&path, ok(pkg, "application/gzip"));
+        self.publish_entries(&[serde_json::json!({
+            "name": name, "type": "archive", "description": "A demo skill",
+            "url": path, "digest": digest,
+        })]);
+        digest
+    }
+
+    fn publish_entries(&self, entries: &[Value]) {
+        let body = serde_json::json!({ "$schema": SCHEMA, "skills": entries }).to_string();
+        self.server
+            .route(INDEX, ok(body.as_bytes(), "application/json"));
+    }
+
+    fn index_url(&self) -> String {
+        self.server.url(INDEX)
+    }
+
+    fn fetch_flags(&self) -> Vec<String> {
+        vec![
+            "--ca-file".into(),
+            self.ca_file.display().to_string(),
+            "--allow-origin".into(),
+            self.server.origin(),
+            "--allow-destination".into(),
+            self.server.addr.to_string(),
+        ]
+    }
+
+    fn cmd(&self, args: &[&str], crash: Option<&str>) -> Output {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+        c.args(args)
+            .arg("--store")
+            .arg(self.store())
+            .env("HOME", self.tmp.path())
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("SKILLBOX_STORE")
+            .env_remove("SKILLBOX_TEST_CRASH_AT");
+        let fetching = matches!(args.first(), Some(&"install") | Some(&"update"));
+        if fetching {
+            c.args(self.fetch_flags());
+        }
+        if let Some(at) = crash {
+            c.env("SKILLBOX_TEST_CRASH_AT", at);
+        }
+        c.output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args, None)
+    }
+
+    fn agent_arg(&self, name: &str) -> String {
+        format!("{name}={}", self.agent_dir(name).display())
+    }
+
+    fn install(&self, agents: &[&str]) -> Output {
+        let url = self.index_url();
+        let specs: Vec<String> = agents.iter().map(|a| self.agent_arg(a)).collect();
+        let mut args = vec!["install", url.as_str(), "demo", "--json"];
+        for s in &specs {
+            args.push("--agent");
+            args.push(s);
+        }
+        self.run(&args)
+    }
+
+    /// Which stored version an agent's link points at (the digest), or None when absent.
+    fn active(&self, agent: &str) -> Option<String> {
+        let link = self.agent_dir(agent).join("demo");
+        let target = std::fs::read_link(&link).ok()?;
+        let hex = target.parent()?.file_name()?.to_string_lossy().into_owned();
+        assert_eq!(
+            target,
+            self.store().join("versions").join(&hex).join("tree"),
+            "link target"
+        );
+        Some(format!("sha256:{hex}"))
+    }
+
+    fn guide(&self, agent: &str) -> String {
+        std::fs::read_to_string(self.agent_dir(agent).join("demo/docs/guide.md"))
+            .unwrap_or_default()
+    }
+
+    fn verify_ok(&self) -> Value {
+        let o = self.run(&["verify", "--json"]);
+        assert_eq!(code(&o), 0, "verify: {}", explain(&o));
+        let v = json_of(&o);
+        assert_eq!(v["ok"], true, "{v}");
+        v
+    }
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn explain(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", explain(o)))
+}
+
+fn expect_code(o: &Output, want: i32) {
+    assert_eq!(code(o), want, "{}", explain(o));
+}
+
+fn tree_exists(w: &World, digest: &str) -> bool {
+    w.store().join("versions").join(&digest[7..]).exists()
+}
+
+#[test]
+fn the_whole_story() {
+    let w = World::new();
+    // v1, installed for two agents.
+    let v1 = w.publish("demo", &package(1));
+    let o = w.install(&["alpha", "beta"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["digest"], v1.as_str());
+    assert_eq!(j["decision"]["decision"], "approved");
+    assert_eq!(j["change"], "first");
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()));
+    assert!(w.guide("alpha").contains("version 1"));
+    // The stored tree is immutable.
+    let md = std::fs::metadata(w.agent_dir("alpha").join("demo/docs/guide.md"))
+        .unwrap_or_else(|e| panic!("stat: {e}"));
+    assert_eq!(md.permissions().mode() & 0o222, 0, "write bits removed");
+
+    // v2 changes only docs: approved by policy as content_only.
+    let v2 = w.publish("demo", &package(2));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    let u = &json_of(&o)["updates"][0];
+    assert_eq!(u["change"], "content_only", "{u}");
+    assert_eq!(u["decision"]["decision"], "approved");
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    assert_eq!(w.active("beta").as_deref(), Some(v2.as_str()));
+    assert!(w.guide("beta").contains("version 2"));
+    // Unchanged digest: nothing happens.
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["updates"][0]["intake"], "unchanged");
+
+    // v3 adds a script and a host: needs approval; nothing moves until a person decides.
+    let v3 = w.publish("demo", &package(3));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 6);
+    let u = &json_of(&o)["updates"][0];
+    assert_eq!(u["change"], "needs_review", "{u}");
+    let findings = u["decision"]["findings"].to_string();
+    assert!(findings.contains("script scripts/run.sh"), "{findings}");
+    assert!(findings.contains("host api.example.com"), "{findings}");
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    let o = w.run(&["list", "--json"]);
+    expect_code(&o, 0);
+    let states: Vec<String> = json_of(&o)["skills"][0]["versions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("versions"))
+        .iter()
+        .map(|v| v["state"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(states, ["approved", "approved", "pending"]);
+    let r3 = format!("demo@{v3}");
+    let o = w.run(&["review", &r3]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("scripts/run.sh") && text.contains("api.example.com"),
+        "{text}"
+    );
+    let o = w.run(&["approve", &r3, "--by", "alice", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v3.as_str()));
+    assert_eq!(w.active("beta").as_deref(), Some(v3.as_str()));
+
+    // Withdraw v3: both agents back on v2, listed.
+    let o = w.run(&["withdraw", &r3, "--reason", "compromised release", "--json"]);
+    expect_code(&o, 0);
+    let moved = json_of(&o)["agents"].clone();
+    let names: Vec<&str> = moved
+        .as_array()
+        .unwrap_or_else(|| panic!("agents"))
+        .iter()
+        .map(|a| a["agent"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["alpha", "beta"]);
+    assert!(
+        moved
+            .as_array()
+            .is_some_and(|a| a.iter().all(|x| x["to"] == v2.as_str()))
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    assert_eq!(w.active("beta").as_deref(), Some(v2.as_str()));
+    // It can never be activated again, whether by install, approve or rollback --to.
+    expect_code(&w.install(&["alpha"]), 9);
+    expect_code(&w.run(&["approve", &r3]), 9);
+    expect_code(&w.run(&["rollback", "demo", "--to", &v3]), 9);
+
+    // Rollback: to v1.
+    let o = w.run(&["rollback", "demo", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()));
+    assert!(w.guide("alpha").contains("version 1"));
+
+    // gc keeping no spare: v2 (unused) and v3 (withdrawn) leave; v1 (in use) stays.
+    let o = w.run(&["gc", "--keep", "0", "--json"]);
+    expect_code(&o, 0);
+    assert!(tree_exists(&w, &v1));
+    assert!(!tree_exists(&w, &v2));
+    assert!(!tree_exists(&w, &v3));
+
+    // Provenance outlives the bytes: the whole chain and history of v3.
+    let o = w.run(&["provenance", &r3, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    let prov = &p["version"]["provenance"];
+    assert_eq!(prov["index_url"], w.index_url().as_str());
+    assert!(
+        prov["resolved_url"]
+            .as_str()
+            .unwrap_or("")
+            .contains("/pkgs/demo-")
+    );
+    assert_eq!(prov["final_url"], prov["resolved_url"]);
+    assert_eq!(prov["address"], w.server.addr.to_string().as_str());
+    assert_eq!(prov["content_type"], "application/gzip");
+    assert_eq!(prov["entry"]["digest"], v3.as_str());
+    assert_eq!(prov["url_form"], "path-absolute");
+    assert_eq!(p["version"]["state"], "withdrawn");
+    assert!(
+        p["version"]["review_sha256"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("sha256:")
+    );
+    let kinds: Vec<&str> = p["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("events"))
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap_or(""))
+        .collect();
+    for k in [
+        "updated",
+        "needs_approval",
+        "approved",
+        "activated",
+        "withdrawn",
+        "moved_by_withdrawal",
+        "collected",
+    ] {
+        assert!(kinds.contains(&k), "{k} in {kinds:?}");
+    }
+    assert!(p["events"].to_string().contains("person:alice"));
+    let o = w.run(&["provenance", "demo"]);
+    expect_code(&o, 0);
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&v1));
+    w.verify_ok();
+}
+
+/// Bring the store to the state before `op`, then return the command line of `op`.
+fn prepare(w: &World, op: &str) -> (Vec<String>, String, String) {
+    let v1 = w.publish("demo", &package(1));
+    match op {
+        "install" => {
+            let url = w.index_url();
+            let args = vec![
+                "install".into(),
+                url,
+                "demo".into(),
+                "--agent".into(),
+                w.agent_arg("alpha"),
+                "--agent".into(),
+                w.agent_arg("beta"),
+            ];
+            (args, String::new(), v1)
+        }
+        "update" => {
+            expect_code(&w.install(&["alpha", "beta"]), 0);
+            let v2 = w.publish("demo", &package(2));
+            (vec!["update".into()], v1, v2)
+        }
+        "rollback" => {
+            expect_code(&w.install(&["alpha", "beta"]), 0);
+            let v2 = w.publish("demo", &package(2));
+            expect_code(&w.run(&["update"]), 0);
+            (vec!["rollback".into(), "demo".into()], v2, v1)
+        }
+        "withdraw" => {
+            expect_code(&w.install(&["alpha", "beta"]), 0);
+            let v2 = w.publish("demo", &package(2));
+            expect_code(&w.run(&["update"]), 0);
+            let args = vec![
+                "withdraw".into(),
+                format!("demo@{v2}"),
+                "--reason".into(),
+                "bad".into(),
+            ];
+            (args, v2, v1)
+        }
+        "approve" => {
+            expect_code(&w.install(&["alpha", "beta"]), 0);
+            let v3 = w.publish("demo", &package(3));
+            expect_code(&w.run(&["update"]), 6);
+            (vec!["approve".into(), format!("demo@{v3}")], v1, v3)
+        }
+        other => panic!("no such op {other}"),
+    }
+}
+
+#[test]
+fn sigkill_at_every_step_leaves_old_or_new_and_the_next_command_works() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "install",
+            &[
+                "staged",
+                "promote-intent",
+                "promoted",
+                "recorded",
+                "linked-one",
+                "linked",
+            ],
+        ),
+        (
+            "update",
+            &[
+                "staged",
+                "promote-intent",
+                "promoted",
+                "recorded",
+                "linked-one",
+                "linked",
+            ],
+        ),
+        ("rollback", &["recorded", "linked-one", "linked"]),
+        ("withdraw", &["recorded", "linked-one", "linked"]),
+        ("approve", &["recorded", "linked-one", "linked"]),
+    ];
+    for (op, steps) in cases {
+        for step in *steps {
+            let w = World::new();
+            let (args, old, new) = prepare(&w, op);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let at = format!("{op}:{step}");
+            let o = w.cmd(&args, Some(&at));
+            assert_eq!(
+                o.status.signal(),
+                Some(9),
+                "{at} was not reached: {}",
+                explain(&o)
+            );
+            // The store is consistent after the next command looks at it...
+            let v = w.verify_ok();
+            let old = (!old.is_empty()).then_some(old.as_str());
+            let state = (w.active("alpha"), w.active("beta"));
+            // ... and every agent is on the old version or the new one, the same for both.
+            assert_eq!(state.0, state.1, "{at}: agents disagree; verify said {v}");
+            let now = state.0.as_deref();
+            let rolled_forward = matches!(*step, "recorded" | "linked-one" | "linked");
+            if rolled_forward {
+                assert_eq!(
+                    now,
+                    Some(new.as_str()),
+                    "{at}: a committed step is finished"
+                );
+            } else {
+                assert_eq!(now, old, "{at}: an uncommitted step is undone");
+                // Nothing half-promoted stays: no staging, no unrecorded tree.
+                let staging = std::fs::read_dir(w.store().join("staging"))
+                    .map(|d| d.count())
+                    .unwrap_or(0);
+                assert_eq!(staging, 0, "{at}: staging left");
+                assert!(!tree_exists(&w, &new), "{at}: unrecorded tree kept");
+                // The next command works: run it again.
+                expect_code(&w.run(&args), 0);
+                assert_eq!(
+                    w.active("alpha").as_deref(),
+                    Some(new.as_str()),
+                    "{at}: rerun"
+                );
+                assert_eq!(
+                    w.active("beta").as_deref(),
+                    Some(new.as_str()),
+                    "{at}: rerun"
+                );
+            }
+            expect_code(&w.run(&["list"]), 0);
+            w.verify_ok();
+        }
+    }
+}
+
+#[test]
+fn two_concurrent_installs_both_land() {
+    let w = World::new();
+    let a = package(1);
+    let b = {
+        let md = b"---\nname: other\ndescription: Another skill\n---\nHi.\n";
+        tar_gz_of(&[("SKILL.md", md)])
+    };
+    let (da, db) = (sha(&a), sha(&b));
+    w.server.route("/pkgs/a.tar.gz", ok(&a, "application/gzip"));
+    w.server.route("/pkgs/b.tar.gz", ok(&b, "application/gzip"));
+    w.publish_entries(&[
+        serde_json::json!({"name": "demo", "type": "archive", "description": "d", "url": "/pkgs/a.tar.gz", "digest": da}),
+        serde_json::json!({"name": "other", "type": "archive", "description": "d", "url": "/pkgs/b.tar.gz", "digest": db}),
+    ]);
+    let spawn = |skill: &str, agent: &str| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+        c.args([
+            "install",
+            &w.index_url(),
+            skill,
+            "--json",
+            "--agent",
+            &w.agent_arg(agent),
+        ])
+        .arg("--store")
+        .arg(w.store())
+        .args(w.fetch_flags())
+        .env_remove("SKILLBOX_TEST_CRASH_AT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+        c.spawn().unwrap_or_else(|e| panic!("spawn: {e}"))
+    };
+    // Twice over: two different skills at once, then the same skill for two agents at once.
+    let p1 = spawn("demo", "alpha");
+    let p2 = spawn("other", "alpha");
+    let p3 = spawn("demo", "beta");
+    for p in [p1, p2, p3] {
+        let o = p.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}"));
+        expect_code(&o, 0);
+    }
+    let o = w.run(&["list", "--json"]);
+    let l = json_of(&o);
+    let skills: Vec<&str> = l["skills"]
+        .as_array()
+        .unwrap_or_else(|| panic!("skills"))
+        .iter()
+        .map(|s| s["skill"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(skills, ["demo", "other"]);
+    assert_eq!(l["skills"][0]["active"]["alpha"], da.as_str());
+    assert_eq!(l["skills"][0]["active"]["beta"], da.as_str());
+    assert_eq!(l["skills"][1]["active"]["alpha"], db.as_str());
+    assert_eq!(l["skills"][0]["versions"].as_array().map(Vec::len), Some(1));
+    w.verify_ok();
+}
+
+#[test]
+fn an_entry_skillbox_did_not_create_is_left_untouched() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    let mine = w.agent_dir("alpha").join("demo");
+    std::fs::create_dir_all(&mine).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::write(mine.join("notes.txt"), b"my own work").unwrap_or_else(|e| panic!("write: {e}"));
+    let o = w.install(&["alpha", "beta"]);
+    expect_code(&o, 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&mine.display().to_string()) && err.contains("did not create"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(mine.join("notes.txt")).unwrap_or_else(|e| panic!("still there: {e}")),
+        b"my own work"
+    );
+    assert!(
+        w.active("beta").is_none(),
+        "nothing activated when one agent refuses"
+    );
+    // A symlink of someone else's is not ours either.
+    std::fs::remove_dir_all(&mine).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::os::unix::fs::symlink("/tmp", &mine).unwrap_or_else(|e| panic!("symlink: {e}"));
+    expect_code(&w.install(&["alpha"]), 1);
+    assert_eq!(
+        std::fs::read_link(&mine).unwrap_or_else(|e| panic!("link: {e}")),
+        Path::new("/tmp")
+    );
+    w.verify_ok();
+}
+
+#[test]
+fn a_url_password_never_reaches_output_or_records() {
+    let w = World::new();
+    let pkg = package(1);
+    w.server
+        .route("/pkgs/x.tar.gz", ok(&pkg, "application/gzip"));
+    let with_user = format!("https://user:MARKERPASS@{}/pkgs/x.tar.gz", w.server.addr);
+    w.publish_entries(&[serde_json::json!({
+        "name": "demo", "type": "archive", "description": "d", "url": with_user, "digest": sha(&pkg),
+    })]);
+    let o = w.install(&["alpha"]);
+    expect_code(&o, 4);
+    assert_eq!(json_of(&o)["error"]["detail"]["rule"], "no_userinfo");
+    let url = format!("https://user:MARKERPASS@{}{INDEX}", w.server.addr);
+    let o2 = w.run(&["install", &url, "demo", "--json"]);
+    expect_code(&o2, 4);
+    for o in [&o, &o2] {
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("MARKERPASS"),
+            "{}",
+            explain(o)
+        );
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("MARKERPASS"),
+            "{}",
+            explain(o)
+        );
+    }
+    // Nothing in the store holds it: records, cache, anything.
+    let mut stack = vec![w.store()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d)
+            .unwrap_or_else(|e| panic!("read: {e}"))
+            .flatten()
+        {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains("MARKERPASS"),
+                    "{}",
+                    p.display()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_get_clear_errors_and_their_codes() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let url = w.index_url();
+    let store = w.store().display().to_string();
+    // Nothing recorded yet: read commands say so.
+    expect_code(&w.run(&["list"]), 8);
+    // install
+    expect_code(&w.run(&["install", &url]), 2);
+    expect_code(&w.run(&["install", &url, "Bad_Name"]), 2);
+    expect_code(&w.run(&["install", &url, "absent"]), 8);
+    expect_code(
+        &w.run(&["install", &url, "demo", "--agent", "nosuchagent"]),
+        8,
+    );
+    expect_code(
+        &w.run(&["install", &url, "demo", "--agent", "bad/name=x"]),
+        2,
+    );
+    let http = url.replace("https://", "http://");
+    expect_code(&w.run(&["install", &http, "demo"]), 4);
+    let bad_policy = w.tmp.path().join("policy.toml");
+    std::fs::write(&bad_policy, "[hosts]\nallow = []\nalow = [\"x\"]\n")
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    let o = w.run(&[
+        "install",
+        &url,
+        "demo",
+        "--policy",
+        &bad_policy.display().to_string(),
+    ]);
+    expect_code(&o, 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("line 3"),
+        "{}",
+        explain(&o)
+    );
+    let local = w.tmp.path().join("demo.tar.gz");
+    std::fs::write(&local, package(1)).unwrap_or_else(|e| panic!("write: {e}"));
+    let local = local.display().to_string();
+    expect_code(&w.run(&["install", &local]), 2);
+    expect_code(&w.run(&["install", &local, "--digest", "sha256:nothex"]), 2);
+    let wrong = sha(b"other bytes");
+    expect_code(&w.run(&["install", &local, "--digest", &wrong]), 3);
+    expect_code(
+        &w.run(&["install", "/nonexistent.tar.gz", "--digest", &v1]),
+        8,
+    );
+    // Unknown $schema.
+    let other =
+        serde_json::json!({"$schema": "https://example.com/v9.json", "skills": []}).to_string();
+    w.server
+        .route("/v9/index.json", ok(other.as_bytes(), "application/json"));
+    expect_code(
+        &w.run(&["install", &w.server.url("/v9/index.json"), "demo"]),
+        5,
+    );
+    // A policy that denies: exit 7, nothing stored.
+    let deny = w.tmp.path().join("deny.toml");
+    std::fs::write(&deny, "[origins]\nother = \"deny\"\n").unwrap_or_else(|e| panic!("write: {e}"));
+    expect_code(
+        &w.run(&[
+            "install",
+            &url,
+            "demo",
+            "--policy",
+            &deny.display().to_string(),
+        ]),
+        7,
+    );
+    assert!(!tree_exists(&w, &v1));
+    // A local artifact installs (SKILL.md names it).
+    let o = w.run(&[
+        "install",
+        &local,
+        "--digest",
+        &v1,
+        "--json",
+        "--agent",
+        &w.agent_arg("alpha"),
+    ]);
+    expect_code(&o, 0);
+    let r1 = format!("demo@{v1}");
+    // review / approve / deny
+    expect_code(&w.run(&["review", "demo"]), 2);
+    expect_code(&w.run(&["review", "demo@sha256:0123456789"]), 8);
+    expect_code(&w.run(&["review", &r1]), 0);
+    expect_code(&w.run(&["approve", "nosuch@sha256:01234567"]), 8);
+    expect_code(&w.run(&["approve", &r1]), 2);
+    expect_code(&w.run(&["deny", &r1]), 2);
+    // update / rollback / withdraw
+    expect_code(&w.run(&["update", "nosuch"]), 8);
+    expect_code(&w.run(&["rollback", "nosuch"]), 8);
+    expect_code(&w.run(&["rollback", "demo"]), 8);
+    expect_code(&w.run(&["rollback", "demo", "--to", "nothex"]), 2);
+    expect_code(&w.run(&["rollback", "demo", "--agent", "ghost"]), 8);
+    expect_code(&w.run(&["withdraw", &r1]), 2);
+    expect_code(
+        &w.run(&["withdraw", "demo@sha256:ffffffffff", "--reason", "x"]),
+        8,
+    );
+    // provenance / gc
+    expect_code(&w.run(&["provenance", "nosuch"]), 8);
+    expect_code(&w.run(&["provenance", "Bad!"]), 2);
+    expect_code(&w.run(&["gc", "--keep", "-1"]), 2);
+    // A tampered tree is reported by verify.
+    let f = w
+        .store()
+        .join("versions")
+        .join(&v1[7..])
+        .join("tree/docs/guide.md");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    std::fs::write(&f, b"tampered").unwrap_or_else(|e| panic!("write: {e}"));
+    let o = w.run(&["verify", "--json"]);
+    expect_code(&o, 1);
+    assert!(
+        json_of(&o)["problems"]
+            .to_string()
+            .contains("docs/guide.md"),
+        "{}",
+        explain(&o)
+    );
+    // A store that is not ours, or a symlink, is refused with what to do.
+    let open = w.tmp.path().join("open");
+    std::fs::create_dir(&open).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    let o = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(["list", "--store", &open.display().to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    expect_code(&o, 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("world-writable"),
+        "{}",
+        explain(&o)
+    );
+    let link = w.tmp.path().join("link");
+    std::os::unix::fs::symlink(&store, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    let o = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(["list", "--store", &link.display().to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    expect_code(&o, 2);
+    // A corrupt records file is an operational error that says so.
+    std::fs::write(w.store().join("records.db"), vec![b'x'; 8192])
+        .unwrap_or_else(|e| panic!("write: {e}"));
+    let _ = std::fs::remove_file(w.store().join("records.db-wal"));
+    let _ = std::fs::remove_file(w.store().join("records.db-shm"));
+    let o = w.run(&["status"]);
+    expect_code(&o, 1);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("records"),
+        "{}",
+        explain(&o)
+    );
+}
+
+#[test]
+fn verify_repairs_its_own_links_and_reports_a_foreign_entry() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    // A link of ours that vanished is recreated.
+    std::fs::remove_file(w.agent_dir("alpha").join("demo")).unwrap_or_else(|e| panic!("rm: {e}"));
+    let v = w.verify_ok();
+    assert!(v["repaired"].to_string().contains("recreated"), "{v}");
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    // Something else put in its place is reported and left alone.
+    let beta = w.agent_dir("beta").join("demo");
+    std::fs::remove_file(&beta).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::fs::create_dir(&beta).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let o = w.run(&["verify", "--json"]);
+    expect_code(&o, 1);
+    assert!(
+        json_of(&o)["problems"]
+            .to_string()
+            .contains("did not create"),
+        "{}",
+        explain(&o)
+    );
+    assert!(beta.is_dir());
+    // And no later command touches it: a withdrawal refuses before changing anything.
+    let o = w.run(&["withdraw", &format!("demo@{v1}"), "--reason", "x"]);
+    expect_code(&o, 1);
+    assert!(beta.is_dir());
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+}
