@@ -10,16 +10,16 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::fetch::PolicyArgs;
+use super::sandbox::SandboxArgs;
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::policy::Limits;
-use super::fetch::PolicyArgs;
 use skillbox::lifecycle::agents::AgentArg;
 use skillbox::lifecycle::ops::{self, Fetcher, InstallReport, Intake, Source, VersionRef};
 use skillbox::lifecycle::policy::{Decision, Policy};
 use skillbox::lifecycle::store::{self, Access, Store};
 use skillbox::lifecycle::{Error, Kind, redact_url};
 use skillbox::reason::display_name;
-use super::sandbox::SandboxArgs;
 use skillbox::skill::review::{Review, escape_bounded};
 
 /// Success.
@@ -403,8 +403,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     digest,
                 }
             };
-            let setup = super::fetch::setup(&a.fetch)
-                .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
+            let setup =
+                super::fetch::setup(&a.fetch).map_err(|(_, m)| Error::new(Kind::Usage, m))?;
             let mut store = open(&a.common, Access::Exclusive)?;
             let intake = Intake {
                 policy: &policy,
@@ -423,8 +423,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
         LifecycleCommand::Update(a) => {
             let policy = load_policy(&a.policy)?;
             let limits = load_limits(&a.limits)?;
-            let setup = super::fetch::setup(&a.fetch)
-                .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
+            let setup =
+                super::fetch::setup(&a.fetch).map_err(|(_, m)| Error::new(Kind::Usage, m))?;
             let mut store = open(&a.common, Access::Exclusive)?;
             let targets = ops::update_targets(&mut store, a.skill.as_deref())?;
             let mut reports = Vec::new();

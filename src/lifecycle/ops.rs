@@ -21,7 +21,6 @@ use super::records::{Event, Install, Listed, State, Tx, Version};
 use super::store::{self, Store};
 use super::{Error, Kind, crash_point, now, redact_json, redact_url};
 use crate::digest::Sha256Digest;
-use crate::intake::Outcome;
 use crate::extract::policy::Limits;
 use crate::extract::{ArtifactType, Request};
 use crate::fetch::FetchError;
@@ -29,6 +28,7 @@ use crate::fetch::acquire::{self, AcquireError, Provenance};
 use crate::fetch::cache::Cache;
 use crate::fetch::client::Client;
 use crate::index::{self, EntryType, IndexError, IndexLimits};
+use crate::intake::Outcome;
 use crate::reason::Verdict;
 use crate::sandbox::Confined;
 use crate::skill::diff;
@@ -306,12 +306,17 @@ pub fn install(
             let index_url = crate::urls::parse_absolute(url)
                 .map_err(|e| Error::new(Kind::Usage, format!("{}: {e}", redact_url(url))))?;
             prov.index_url = redact_url(index_url.as_str());
+            // The index's own origin is the one the operator typed (or typed at install, for an
+            // update): allowed for the index and same-origin artifacts, as `fetch` does.
+            // Cross-origin artifacts and redirects still need the allow-list.
+            let mut client = fetcher.client.clone();
+            client.policy_mut().allow_index_origin(&index_url);
             let cache = Cache::open(&store.cache_root())
                 .map_err(|e| Error::io("cannot open the store's cache", &e))?;
             // No index cache here: an index may list a URL with a password in it, and a secret
             // never reaches the store.
             let index = acquire::load_index(
-                fetcher.client,
+                &client,
                 None,
                 &index_url,
                 fetcher.index_limits,
@@ -325,7 +330,7 @@ pub fn install(
                     return Ok(report);
                 }
             }
-            let acquired = acquire::artifact(fetcher.client, &cache, entry, false, &mut prov)
+            let acquired = acquire::artifact(&client, &cache, entry, false, &mut prov)
                 .map_err(acquire_error)?;
             let origin = prov
                 .final_url

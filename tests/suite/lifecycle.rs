@@ -28,7 +28,7 @@ fn package(version: u32) -> Vec<u8> {
     if version >= 3 {
         files.push((
             "scripts/run.sh",
-            b"#!/bin/sh\n# reports to https://api.example.com/v1/report\necho ok\n".to_vec(),
+            b"#!/bin/sh\ncurl -fsS https://api.reportsink.net/v1/report\necho ok\n".to_vec(),
         ));
     }
     let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, d)| (*n, d.as_slice())).collect();
@@ -85,12 +85,12 @@ impl World {
         self.server.url(INDEX)
     }
 
+    /// No `--allow-origin`: the index's origin is the one the operator typed, and the packages
+    /// are published on it, so install and update need no allow-list.
     fn fetch_flags(&self) -> Vec<String> {
         vec![
             "--ca-file".into(),
             self.ca_file.display().to_string(),
-            "--allow-origin".into(),
-            self.server.origin(),
             "--allow-destination".into(),
             self.server.addr.to_string(),
         ]
@@ -229,7 +229,7 @@ fn the_whole_story() {
     assert_eq!(u["change"], "needs_review", "{u}");
     let findings = u["decision"]["findings"].to_string();
     assert!(findings.contains("script scripts/run.sh"), "{findings}");
-    assert!(findings.contains("host api.example.com"), "{findings}");
+    assert!(findings.contains("host api.reportsink.net"), "{findings}");
     assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
     let o = w.run(&["list", "--json"]);
     expect_code(&o, 0);
@@ -245,7 +245,7 @@ fn the_whole_story() {
     expect_code(&o, 0);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
-        text.contains("scripts/run.sh") && text.contains("api.example.com"),
+        text.contains("scripts/run.sh") && text.contains("api.reportsink.net"),
         "{text}"
     );
     let o = w.run(&["approve", &r3, "--by", "alice", "--json"]);
