@@ -24,10 +24,11 @@ pub struct LimitFlags {
     /// Most bytes produced for one file [default: 64M].
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     max_file_bytes: Option<u64>,
-    /// Largest expansion ratio once past the threshold [default: 200].
+    /// Output budget: bytes produced may not pass N x the artifact's size, once past the
+    /// threshold [default: 200, at most 100000].
     #[arg(long, value_name = "N")]
     max_ratio: Option<u64>,
-    /// Bytes produced before the ratio rule applies [default: 1M].
+    /// Bytes produced before the output budget applies [default: 1M, at most 64G].
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     ratio_threshold_bytes: Option<u64>,
     /// Most path components [default: 32].

@@ -355,3 +355,50 @@ fn a_closed_pipe_ends_the_command_quietly() {
         out.status
     );
 }
+
+/// A limit is a bound: a value past its ceiling is a usage error naming the limit, from a flag
+/// and from a limits file, and a limits file takes the flags' K/M/G sizes.
+#[test]
+fn limits_past_their_ceiling_are_usage_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = tar_with(dir.path(), "pkg.tar", &[("SKILL.md", SKILL, 0o644)]);
+    let art = art.to_str().expect("utf-8");
+    for (flag, value, limit) in [
+        ("--max-file-bytes", "18446744073709551615", "max_file_bytes"),
+        ("--max-artifact-bytes", "999999999G", "max_artifact_bytes"),
+        ("--max-entries", "1000001", "max_entries"),
+    ] {
+        let o = run(&["extract", art, flag, value]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag} {value}: {stderr}");
+        assert!(stderr.contains(limit), "{flag} {value}: {stderr}");
+    }
+    let at_ceiling = run(&["extract", art, "--max-file-bytes", "16G"]);
+    assert_eq!(
+        at_ceiling.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&at_ceiling.stderr)
+    );
+
+    let file = dir.path().join("limits.toml");
+    std::fs::write(&file, "max_file_bytes = \"17G\"\n").expect("write");
+    let o = run(&["extract", art, "--limits", file.to_str().expect("utf-8")]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("max_file_bytes"), "{stderr}");
+    std::fs::write(&file, "max_file_bytes = \"1K\"\n").expect("write");
+    let o = run(&[
+        "extract",
+        "--json",
+        art,
+        "--limits",
+        file.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

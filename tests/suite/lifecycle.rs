@@ -19,11 +19,12 @@ const INDEX: &str = "/.well-known/agent-skills/index.json";
 
 /// A package of the demo skill: SKILL.md, docs, and for v3 a script naming a host.
 fn package(version: u32) -> Vec<u8> {
-    let md = "---\nname: demo\ndescription: A demo skill\n---\nRead docs/guide.md.\n".to_owned();
+    let md =
+        "---\nname: demo\ndescription: A demo skill\n---\nRead references/guide.md.\n".to_owned();
     let guide = format!("# Guide\n\nThis is version {version} of the guide.\n");
     let mut files: Vec<(&str, Vec<u8>)> = vec![
         ("SKILL.md", md.into_bytes()),
-        ("docs/guide.md", guide.into_bytes()),
+        ("references/guide.md", guide.into_bytes()),
     ];
     if version >= 3 {
         files.push((
@@ -148,7 +149,7 @@ impl World {
     }
 
     fn guide(&self, agent: &str) -> String {
-        std::fs::read_to_string(self.agent_dir(agent).join("demo/docs/guide.md"))
+        std::fs::read_to_string(self.agent_dir(agent).join("demo/references/guide.md"))
             .unwrap_or_default()
     }
 
@@ -202,7 +203,7 @@ fn the_whole_story() {
     assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()));
     assert!(w.guide("alpha").contains("version 1"));
     // The stored tree is immutable.
-    let md = std::fs::metadata(w.agent_dir("alpha").join("demo/docs/guide.md"))
+    let md = std::fs::metadata(w.agent_dir("alpha").join("demo/references/guide.md"))
         .unwrap_or_else(|e| panic!("stat: {e}"));
     assert_eq!(md.permissions().mode() & 0o222, 0, "write bits removed");
 
@@ -721,7 +722,7 @@ fn bad_inputs_get_clear_errors_and_their_codes() {
         .store()
         .join("versions")
         .join(&v1[7..])
-        .join("tree/docs/guide.md");
+        .join("tree/references/guide.md");
     std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644))
         .unwrap_or_else(|e| panic!("chmod: {e}"));
     std::fs::write(&f, b"tampered").unwrap_or_else(|e| panic!("write: {e}"));
@@ -730,7 +731,7 @@ fn bad_inputs_get_clear_errors_and_their_codes() {
     assert!(
         json_of(&o)["problems"]
             .to_string()
-            .contains("docs/guide.md"),
+            .contains("references/guide.md"),
         "{}",
         explain(&o)
     );
