@@ -801,3 +801,69 @@ fn verify_repairs_its_own_links_and_reports_a_foreign_entry() {
     assert!(beta.is_dir());
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
 }
+
+/// Unmounts the test's filesystem when the test ends, however it ends.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+fn mount(args: &[&str]) {
+    let o = Command::new("mount")
+        .args(args)
+        .output()
+        .expect("run mount");
+    assert!(o.status.success(), "mount {args:?}: {}", explain(&o));
+}
+
+/// A store whose filesystem turned read-only: a command that must write says so and changes
+/// nothing (exit 1, no panic, no half-written step); once writable again, the store is whole
+/// and the same command works.
+#[test]
+fn a_store_on_a_read_only_filesystem_is_an_operational_error() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("NOTE: not root, so no filesystem to remount read-only; CI runs this as root");
+        return;
+    }
+    let w = World::new();
+    let store = w.store();
+    std::fs::create_dir(&store).expect("mkdir store");
+    let target = store.to_str().expect("utf-8").to_owned();
+    mount(&["-t", "tmpfs", "-o", "mode=0700,size=64m", "tmpfs", &target]);
+    let _guard = Mounted(store.clone());
+
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    mount(&["-o", "remount,ro", &target]);
+
+    let _v2 = w.publish("demo", &package(2));
+    for args in [
+        vec!["update", "--json"],
+        vec!["withdraw", &format!("demo@{v1}"), "--reason", "test"],
+    ] {
+        let o = w.run(&args);
+        assert_eq!(code(&o), 1, "{args:?}: {}", explain(&o));
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(all.to_lowercase().contains("read-only"), "{args:?}: {all}");
+        assert!(!all.contains("panicked"), "{all}");
+    }
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+
+    mount(&["-o", "remount,rw", &target]);
+    w.verify_ok();
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_ne!(
+        w.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "update did not land"
+    );
+    w.verify_ok();
+}
