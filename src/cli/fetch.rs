@@ -16,18 +16,17 @@ use std::time::Duration;
 
 use clap::Args;
 use serde_json::{Value, json};
-use url::Url;
 
+use skillbox::extract::Request;
 use skillbox::extract::inventory::{ArtifactFacts, Totals};
 use skillbox::extract::policy::{Limits, parse_size};
-use skillbox::extract::{ArtifactType, Request};
 use skillbox::fetch::FetchError;
 use skillbox::fetch::acquire::{self, AcquireError, Provenance};
 use skillbox::fetch::cache::Cache;
 use skillbox::fetch::client::{Client, Download};
 use skillbox::fetch::config::{self, FetchSettings, Overrides};
 use skillbox::fetch::tls::Trust;
-use skillbox::index::{EntryType, IndexError, IndexLimits};
+use skillbox::index::{IndexError, IndexLimits};
 use skillbox::intake::Outcome;
 use skillbox::reason::{Reason, ReasonCode, Verdict};
 use skillbox::sandbox::{Confined, SandboxReport};
@@ -448,29 +447,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
             }
         },
     };
-    let mut req = Request::new(
-        match acquired.artifact_type {
-            EntryType::SkillMd => ArtifactType::SkillMd,
-            EntryType::Archive => ArtifactType::Archive,
-        },
-        limits,
-    );
-    // An index artifact's root is the skill directory (discovery draft): no wrapper accepted.
-    req.limits.accept_wrapper = false;
-    req.media_type = prov.content_type.clone();
-    req.file_name = prov
-        .final_url
-        .as_deref()
-        .or(prov.resolved_url.as_deref())
-        .and_then(|u| Url::parse(u).ok())
-        .and_then(|u| {
-            u.path_segments()
-                .and_then(|mut s| s.next_back().map(str::to_owned))
-        })
-        .filter(|n| !n.is_empty());
-    req.expected_digest = acquired.entry.digest;
-    req.skill_name = Some(acquired.entry.name.clone());
-    req.index_description = Some(acquired.entry.description.clone());
+    let req = acquire::engine_request(&acquired, &prov, limits);
 
     let confined = File::open(staging.path())
         .map_err(|e| format!("cannot open {}: {e}", staging.path().display()))

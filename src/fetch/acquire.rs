@@ -275,3 +275,39 @@ pub fn artifact(
         hit,
     })
 }
+
+/// The engine's request for an acquired index artifact: its declared type, the response
+/// Content-Type (preferred) and the URL's file name (fallback) as format hints, the digest it
+/// is listed with, and the index's name and description for the review. An index artifact's
+/// root is the skill directory (discovery draft), so the `.skill` wrapper is never accepted
+/// here, whatever `limits` say.
+pub fn engine_request(
+    acquired: &Acquired,
+    prov: &Provenance,
+    limits: crate::extract::policy::Limits,
+) -> crate::extract::Request {
+    use crate::extract::{ArtifactType, Request};
+    let mut req = Request::new(
+        match acquired.artifact_type {
+            EntryType::SkillMd => ArtifactType::SkillMd,
+            EntryType::Archive => ArtifactType::Archive,
+        },
+        limits,
+    );
+    req.limits.accept_wrapper = false;
+    req.media_type = prov.content_type.clone();
+    req.file_name = prov
+        .final_url
+        .as_deref()
+        .or(prov.resolved_url.as_deref())
+        .and_then(|u| Url::parse(u).ok())
+        .and_then(|u| {
+            u.path_segments()
+                .and_then(|mut s| s.next_back().map(str::to_owned))
+        })
+        .filter(|n| !n.is_empty());
+    req.expected_digest = acquired.entry.digest;
+    req.skill_name = Some(acquired.entry.name.clone());
+    req.index_description = Some(acquired.entry.description.clone());
+    req
+}

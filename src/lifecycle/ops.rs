@@ -342,27 +342,7 @@ pub fn install(
                 origin,
                 cross_origin: prov.cross_origin == Some(true),
             };
-            let mut req = Request::new(
-                match acquired.artifact_type {
-                    EntryType::SkillMd => ArtifactType::SkillMd,
-                    EntryType::Archive => ArtifactType::Archive,
-                },
-                intake.limits.clone(),
-            );
-            req.media_type = prov.content_type.clone();
-            req.file_name = prov
-                .final_url
-                .as_deref()
-                .or(prov.resolved_url.as_deref())
-                .and_then(|u| Url::parse(u).ok())
-                .and_then(|u| {
-                    u.path_segments()
-                        .and_then(|mut s| s.next_back().map(str::to_owned))
-                })
-                .filter(|n| !n.is_empty());
-            req.expected_digest = acquired.entry.digest;
-            req.skill_name = Some(acquired.entry.name.clone());
-            req.index_description = Some(acquired.entry.description.clone());
+            let req = acquire::engine_request(&acquired, &prov, intake.limits.clone());
             (
                 acquired.hit.file,
                 acquired.artifact_type,
