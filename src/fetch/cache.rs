@@ -117,7 +117,10 @@ impl Cache {
 
     /// Open (creating, mode 0700) the cache at `root`.
     pub fn open(root: &Path) -> io::Result<Self> {
-        for sub in ["", "sha256", "index", "tmp", "locks"] {
+        // Verified artifacts are trusted from here on a digest match: a root another user owns,
+        // can write to, or swapped for a symlink would let them plant or swap what we read.
+        crate::owned_dir::ensure(root, 0o700).map_err(io::Error::other)?;
+        for sub in ["sha256", "index", "tmp", "locks"] {
             let dir = root.join(sub);
             match fs::DirBuilder::new()
                 .recursive(true)
@@ -523,5 +526,20 @@ mod tests {
                 .unwrap_or(99),
             0
         );
+    }
+
+    #[test]
+    fn a_root_others_can_write_to_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = tmp.path().join("cache");
+        std::fs::create_dir(&root).expect("mkdir");
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        let err = Cache::open(&root).err().expect("a 0777 cache root must be refused");
+        assert!(err.to_string().contains("writable by group or others"), "{err}");
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&root, &link).expect("symlink");
+        let err = Cache::open(&link).err().expect("a symlinked cache root must be refused");
+        assert!(err.to_string().contains("symbolic link"), "{err}");
     }
 }
