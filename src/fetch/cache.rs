@@ -535,11 +535,18 @@ mod tests {
         let root = tmp.path().join("cache");
         std::fs::create_dir(&root).expect("mkdir");
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).expect("chmod");
-        let err = Cache::open(&root).err().expect("a 0777 cache root must be refused");
-        assert!(err.to_string().contains("writable by group or others"), "{err}");
+        let Err(err) = Cache::open(&root) else {
+            panic!("a 0777 cache root must be refused");
+        };
+        assert!(
+            err.to_string().contains("writable by group or others"),
+            "{err}"
+        );
         let link = tmp.path().join("link");
         std::os::unix::fs::symlink(&root, &link).expect("symlink");
-        let err = Cache::open(&link).err().expect("a symlinked cache root must be refused");
+        let Err(err) = Cache::open(&link) else {
+            panic!("a symlinked cache root must be refused");
+        };
         assert!(err.to_string().contains("symbolic link"), "{err}");
     }
 }
