@@ -474,10 +474,14 @@ impl Zygote {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let Some(l) = live.as_mut() else { return };
-        if l.spare.is_some() || l.pending || l.forks >= self.max_forks {
+        // A zygote that has exited is replaced now. Asking it is no test of that: a spare it
+        // forked just before dying may not have closed its copy of the control socket yet, so
+        // the ask can still succeed and the death would only show at the next order.
+        let exited = !matches!(l.process.try_wait(), Ok(None));
+        if !exited && (l.spare.is_some() || l.pending || l.forks >= self.max_forks) {
             return;
         }
-        if l.ask().is_err() {
+        if exited || l.ask().is_err() {
             *live = None;
             *live = self.keeper.start().ok().and_then(|mut fresh| {
                 fresh.ask().ok()?;
