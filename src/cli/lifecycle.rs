@@ -361,7 +361,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
     let engine = |artifact: &std::fs::File,
                   staging: std::os::fd::BorrowedFd<'_>,
                   req: &skillbox::extract::Request| {
-        super::sandbox::extract(sandbox, artifact, staging, req).map_err(|e| e.to_string())
+        super::sandbox::extract(sandbox, artifact, staging, req)
     };
     match cmd {
         LifecycleCommand::Install(a) => {
