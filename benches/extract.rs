@@ -30,6 +30,7 @@ use skillbox::extract::policy::Limits;
 use skillbox::extract::{ArtifactType, Request};
 use skillbox::intake::run as extract;
 use skillbox::reason::Verdict;
+use skillbox_tools::stock::{self, F as FileSpec, Member, SplitMix64 as Rng, TarStyle};
 
 type Res<T> = Result<T, Box<dyn Error>>;
 
@@ -42,30 +43,6 @@ fn fail(msg: impl Into<String>) -> Box<dyn Error> {
 
 // ---------------------------------------------------------------------------------------------
 // Deterministic data
-
-/// splitmix64: small, fast, and the same bytes on every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn fill(&mut self, out: &mut [u8]) {
-        for chunk in out.chunks_mut(8) {
-            let v = self.next().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-}
 
 /// Prose-like text from a 4,096-word pseudo-vocabulary: compresses about as well as real
 /// documentation does (3-5x with gzip), nowhere near the 200:1 ratio limit.
@@ -126,12 +103,6 @@ impl std::fmt::Write for ByteWriter<'_> {
         self.0.extend_from_slice(s.as_bytes());
         Ok(())
     }
-}
-
-struct FileSpec {
-    path: String,
-    mode: u32,
-    data: Vec<u8>,
 }
 
 struct Workload {
@@ -349,70 +320,33 @@ impl Format {
     }
 }
 
-fn tar_header(path: &str, size: u64, mode: u32, dir: bool) -> Res<tar::Header> {
-    let mut h = tar::Header::new_ustar();
-    h.set_path(path)?;
-    h.set_size(size);
-    h.set_mode(mode);
-    h.set_mtime(1_700_000_000);
-    h.set_uid(1000);
-    h.set_gid(1000);
-    h.set_entry_type(if dir {
-        tar::EntryType::Directory
-    } else {
-        tar::EntryType::Regular
-    });
-    h.set_cksum();
-    Ok(h)
+/// The headers a developer's own `tar -c` writes (ustar, a recent mtime, uid 1000).
+const TAR_STYLE: TarStyle = TarStyle::USTAR_USER;
+
+/// SKILL.md first, then the directories, then the other files: the order both writers emit.
+fn build_members<'a>(w: &'a Workload, dirs: &'a [String]) -> Res<Vec<Member<'a>>> {
+    let (root, rest) = w
+        .files
+        .split_first()
+        .ok_or_else(|| fail("empty workload"))?;
+    let mut m = vec![Member::File(root)];
+    m.extend(dirs.iter().map(|d| Member::Dir(d)));
+    m.extend(rest.iter().map(Member::File));
+    Ok(m)
+}
+
+fn dir_names(w: &Workload) -> Vec<String> {
+    w.dirs.iter().map(|d| format!("{d}/")).collect()
 }
 
 fn build_tar(w: &Workload) -> Res<Vec<u8>> {
-    let mut b = tar::Builder::new(Vec::with_capacity(
-        w.bytes() as usize + w.files.len() * 1024 + 4096,
-    ));
-    let (root, rest) = w
-        .files
-        .split_first()
-        .ok_or_else(|| fail("empty workload"))?;
-    b.append(
-        &tar_header(&root.path, root.data.len() as u64, root.mode, false)?,
-        &root.data[..],
-    )?;
-    for d in &w.dirs {
-        b.append(&tar_header(&format!("{d}/"), 0, 0o755, true)?, io::empty())?;
-    }
-    for f in rest {
-        b.append(
-            &tar_header(&f.path, f.data.len() as u64, f.mode, false)?,
-            &f.data[..],
-        )?;
-    }
-    Ok(b.into_inner()?)
-}
-
-fn zip_options(mode: u32) -> zip::write::SimpleFileOptions {
-    zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated)
-        .last_modified_time(zip::DateTime::default())
-        .unix_permissions(mode)
+    let dirs = dir_names(w);
+    Ok(stock::tar_library(&build_members(w, &dirs)?, TAR_STYLE)?)
 }
 
 fn build_zip(w: &Workload) -> Res<Vec<u8>> {
-    let mut z = zip::ZipWriter::new(io::Cursor::new(Vec::new()));
-    let (root, rest) = w
-        .files
-        .split_first()
-        .ok_or_else(|| fail("empty workload"))?;
-    z.start_file(root.path.as_str(), zip_options(root.mode))?;
-    z.write_all(&root.data)?;
-    for d in &w.dirs {
-        z.add_directory(format!("{d}/"), zip_options(0o755))?;
-    }
-    for f in rest {
-        z.start_file(f.path.as_str(), zip_options(f.mode))?;
-        z.write_all(&f.data)?;
-    }
-    Ok(z.finish()?.into_inner())
+    let dirs = dir_names(w);
+    Ok(stock::zip_library(&build_members(w, &dirs)?, false)?)
 }
 
 fn build(w: &Workload, fmt: Format, tar: &[u8]) -> Res<Vec<u8>> {
@@ -420,7 +354,7 @@ fn build(w: &Workload, fmt: Format, tar: &[u8]) -> Res<Vec<u8>> {
         Format::Zip => build_zip(w)?,
         Format::Tar => tar.to_vec(),
         Format::TarGz => {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let mut e = stock::gzip_at(Vec::new(), 6);
             e.write_all(tar)?;
             e.finish()?
         }
@@ -438,9 +372,9 @@ fn build_bomb(path: &Path, fmt: Format) -> Res<()> {
     match fmt {
         Format::Zip => {
             let mut z = zip::ZipWriter::new(out);
-            z.start_file("SKILL.md", zip_options(0o644))?;
+            z.start_file("SKILL.md", stock::zip_options(0o644))?;
             z.write_all(skill)?;
-            z.start_file("payload.bin", zip_options(0o644).large_file(true))?;
+            z.start_file("payload.bin", stock::zip_options(0o644).large_file(true))?;
             for _ in 0..(4 * GIB / CHUNK as u64) {
                 z.write_all(&zeros)?;
             }
@@ -448,20 +382,16 @@ fn build_bomb(path: &Path, fmt: Format) -> Res<()> {
         }
         Format::TarGz | Format::TarZst => {
             let sink: Box<dyn Write> = if fmt == Format::TarGz {
-                Box::new(flate2::write::GzEncoder::new(
-                    out,
-                    flate2::Compression::default(),
-                ))
+                Box::new(stock::gzip_at(out, 6))
             } else {
                 Box::new(zstd::stream::write::Encoder::new(out, 3)?.auto_finish())
             };
             let mut b = tar::Builder::new(sink);
-            b.append(
-                &tar_header("SKILL.md", skill.len() as u64, 0o644, false)?,
-                &skill[..],
-            )?;
-            b.append(
-                &tar_header("payload.bin", 4 * GIB, 0o644, false)?,
+            let regular = |size| stock::tar_header(TAR_STYLE, tar::EntryType::Regular, 0o644, size);
+            b.append_data(&mut regular(skill.len() as u64), "SKILL.md", &skill[..])?;
+            b.append_data(
+                &mut regular(4 * GIB),
+                "payload.bin",
                 io::repeat(0).take(4 * GIB),
             )?;
             b.into_inner()?.flush()?;

@@ -50,7 +50,7 @@ fn main() -> ExitCode {
         Command::Index(args) => cli::index::run(args).into(),
         Command::Cache(args) => cli::cache::run(args).into(),
         Command::Fetch(args) => cli::fetch::run(args, &|artifact, staging, req| {
-            cli::extract::run_engine(sandbox, artifact, staging, req).map_err(|f| f.message)
+            cli::sandbox::extract(sandbox, artifact, staging, req)
         })
         .into(),
         Command::Diff(args) => finish(cli::diff::run(&args)),

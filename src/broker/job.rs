@@ -28,6 +28,23 @@ use crate::sandbox::{
     Enforcement, Job as SandboxJob, LandlockStatus, Sandbox, SandboxConfig, SandboxError,
 };
 
+/// Why the broker does not start its runner.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunnerError {
+    /// The doctor's checks failed and degraded operation was not allowed.
+    #[error(
+        "confinement does not work on this host ({}); run `skillbox doctor`, or pass --allow-unconfined to run degraded",
+        failed.join("; ")
+    )]
+    Unconfined {
+        /// Each failed check as `name: detail`.
+        failed: Vec<String>,
+    },
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
+}
+
 /// What the async side sends the blocking reader.
 pub enum Feed {
     Chunk(Vec<u8>),
@@ -158,7 +175,7 @@ impl Runner {
     /// explicitly allowed.
     /// The checks run with `config` itself, so through the same spawn path (zygote or exec),
     /// profile and identity the requests will get.
-    pub fn new(config: SandboxConfig) -> Result<Self, String> {
+    pub fn new(config: SandboxConfig) -> Result<Self, RunnerError> {
         let allow_unconfined = config.enforcement == Enforcement::AllowUnconfined;
         let report = crate::sandbox::doctor::run(config.clone());
         let check = |name: &str| report.checks.iter().any(|c| c.name == name && c.ok);
@@ -170,14 +187,11 @@ impl Runner {
                 .map(|c| format!("{}: {}", c.name, c.detail))
                 .collect();
             if !allow_unconfined {
-                return Err(format!(
-                    "confinement does not work on this host ({}); run `skillbox doctor`, or pass --allow-unconfined to run degraded",
-                    failed.join("; ")
-                ));
+                return Err(RunnerError::Unconfined { failed });
             }
             tracing::warn!(failed = %failed.join("; "), "confinement is incomplete; running degraded (--allow-unconfined)");
         }
-        let sandbox = Sandbox::new(config).map_err(|e| e.to_string())?;
+        let sandbox = Sandbox::new(config)?;
         let confinement = Confinement {
             landlock_abi: report.landlock_abi,
             landlock: if check("landlock") {

@@ -46,6 +46,8 @@ pub enum ServeError {
     #[error(transparent)]
     Staging(#[from] staging::StagingError),
     #[error("sandbox: {0}")]
+    Runner(#[from] job::RunnerError),
+    #[error("sandbox: {0}")]
     Sandbox(String),
     #[error("TLS: {0}")]
     Tls(String),
@@ -96,7 +98,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let metrics = Arc::new(metrics::Metrics::default());
-    let runner = Arc::new(job::Runner::new(config.sandbox.clone()).map_err(ServeError::Sandbox)?);
+    let runner = Arc::new(job::Runner::new(config.sandbox.clone())?);
     let confinement = runner.confinement();
     if !confinement.confined {
         tracing::warn!(

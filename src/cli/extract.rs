@@ -226,5 +226,6 @@ pub fn run_engine(
     staging: BorrowedFd<'_>,
     req: &Request,
 ) -> Result<Confined, Failure> {
-    sandbox::extract(sandbox, artifact, staging, req).map_err(Failure::operational)
+    sandbox::extract(sandbox, artifact, staging, req)
+        .map_err(|e| Failure::operational(e.to_string()))
 }

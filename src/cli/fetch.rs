@@ -29,7 +29,7 @@ use skillbox::fetch::tls::Trust;
 use skillbox::index::{IndexError, IndexLimits};
 use skillbox::intake::Outcome;
 use skillbox::reason::{Reason, ReasonCode, Verdict};
-use skillbox::sandbox::{Confined, SandboxReport};
+use skillbox::sandbox::{Confined, SandboxError, SandboxReport};
 use skillbox::urls;
 
 use super::exit::Exit;
@@ -38,7 +38,7 @@ use super::staging::Staging;
 
 /// The extraction step, supplied by the CLI: the same (confined) path `skillbox extract` uses,
 /// answering with the outcome and how it was confined.
-pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Confined, String>;
+pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Confined, SandboxError>;
 
 /// Fetch policy flags, shared by `index check URL` and `fetch`. Each sits on top of
 /// `--fetch-policy FILE` (flags and their `SKILLBOX_*` variables win; lists add up).
@@ -451,7 +451,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
 
     let confined = File::open(staging.path())
         .map_err(|e| format!("cannot open {}: {e}", staging.path().display()))
-        .and_then(|dir| engine(&acquired.hit.file, dir.as_fd(), &req));
+        .and_then(|dir| engine(&acquired.hit.file, dir.as_fd(), &req).map_err(|e| e.to_string()));
     let Confined { outcome, sandbox } = match confined {
         Ok(c) => c,
         Err(m) => {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use skillbox::extract::Request;
-use skillbox::sandbox::{Confined, Enforcement, Ids, Sandbox, SandboxConfig, Verify};
+use skillbox::sandbox::{Confined, Enforcement, Ids, Sandbox, SandboxConfig, SandboxError, Verify};
 
 /// How much of the staged tree the parent re-reads before accepting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -95,16 +95,13 @@ pub fn extract(
     artifact: &File,
     staging: BorrowedFd<'_>,
     req: &Request,
-) -> Result<Confined, String> {
+) -> Result<Confined, SandboxError> {
     if args.allow_unconfined {
         eprintln!(
             "skillbox: WARNING: --allow-unconfined: extraction proceeds even if confinement cannot be applied"
         );
     }
-    let sandbox = Sandbox::new(args.config()).map_err(|e| e.to_string())?;
-    let confined = sandbox
-        .extract_at(artifact, staging, req)
-        .map_err(|e| e.to_string())?;
+    let confined = Sandbox::new(args.config())?.extract_at(artifact, staging, req)?;
     if let Some(w) = confined.sandbox.warning() {
         eprintln!("skillbox: {w}");
     }

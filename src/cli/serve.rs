@@ -282,6 +282,7 @@ fn exit_for(e: &ServeError) -> Exit {
         ServeError::Config(_) => Exit::Usage,
         ServeError::Listen(_)
         | ServeError::Staging(_)
+        | ServeError::Runner(_)
         | ServeError::Sandbox(_)
         | ServeError::Tls(_)
         | ServeError::Metrics { .. }

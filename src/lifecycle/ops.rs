@@ -30,12 +30,12 @@ use crate::fetch::client::Client;
 use crate::index::{self, EntryType, IndexError, IndexLimits};
 use crate::intake::Outcome;
 use crate::reason::Verdict;
-use crate::sandbox::Confined;
+use crate::sandbox::{Confined, SandboxError};
 use crate::skill::diff;
 use crate::skill::review::Review;
 
 /// The confined extraction path (the one `skillbox extract` uses).
-pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Confined, String>;
+pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Confined, SandboxError>;
 
 /// The network side for installs from an index.
 pub struct Fetcher<'a> {
@@ -394,7 +394,9 @@ pub fn install(
     let tree = staging.join("tree");
     let confined = File::open(&tree)
         .map_err(|e| format!("cannot open {}: {e}", tree.display()))
-        .and_then(|dir| (intake.engine)(&artifact, dir.as_fd(), &req_base));
+        .and_then(|dir| {
+            (intake.engine)(&artifact, dir.as_fd(), &req_base).map_err(|e| e.to_string())
+        });
     let outcome = match confined {
         Ok(c) => c.outcome,
         Err(m) => {

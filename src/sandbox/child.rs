@@ -180,13 +180,13 @@ pub(crate) struct ProcessSteps {
     uid: u32,
     gid: u32,
     /// A spare's first seccomp stage: `None` if none was installed (an exec'd child).
-    first_stage: Option<Result<(), String>>,
+    first_stage: Option<Result<(), seccompiler::Error>>,
 }
 
 impl ProcessSteps {
     /// Record how installing the first stage of a spare's filter went.
     pub(crate) fn first_stage(&mut self, installed: Result<(), seccompiler::Error>) {
-        self.first_stage = Some(installed.map_err(|e| e.to_string()));
+        self.first_stage = Some(installed);
     }
 }
 

@@ -42,11 +42,31 @@ pub enum CheckFailed {
     #[error("{0}")]
     NotConfined(String),
     /// The child was never seen confined.
-    #[error("{0}")]
-    Status(String),
+    #[error(transparent)]
+    Status(#[from] SeccompWait),
     /// The trivial extraction did not come back as it must.
     #[error("{0}")]
     Extraction(String),
+}
+
+/// Why a child was never seen under its own seccomp filter.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SeccompWait {
+    #[error("/proc/{pid}/status: {source}")]
+    Read { pid: u32, source: std::io::Error },
+    #[error("the child never installed its seccomp filter")]
+    NeverInstalled { pid: u32, within: Duration },
+}
+
+/// Why an embedded profile does not compile for its own architecture.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmbeddedProfileError {
+    #[error("seccompiler does not know architecture {arch}: {message}")]
+    UnknownArch { arch: &'static str, message: String },
+    #[error(transparent)]
+    Compile(#[from] seccomp::CompileError),
 }
 
 /// One finding.
@@ -347,7 +367,7 @@ fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, CheckFailed> {
         let status = wait_for_seccomp(running.pid(), Duration::from_secs(5));
         let _ = running.kill();
         let _ = running.wait(Duration::from_secs(5), 1024);
-        let status = status.map_err(CheckFailed::Status)?;
+        let status = status?;
         let field = |name: &str| {
             status
                 .lines()
@@ -382,7 +402,7 @@ fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, CheckFailed> {
 }
 
 /// Poll /proc/PID/status until the child has installed its filter (confinement is complete).
-pub fn wait_for_seccomp(pid: u32, within: Duration) -> Result<String, String> {
+pub fn wait_for_seccomp(pid: u32, within: Duration) -> Result<String, SeccompWait> {
     // Filters are inherited: under a container's seccomp policy the child shows `Seccomp: 2`
     // before it has confined itself. Its own filter is the one more than ours.
     let filters = |status: &str| {
@@ -398,7 +418,7 @@ pub fn wait_for_seccomp(pid: u32, within: Duration) -> Result<String, String> {
     let deadline = Instant::now() + within;
     loop {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+            .map_err(|source| SeccompWait::Read { pid, source })?;
         let mode2 = status
             .lines()
             .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'));
@@ -407,7 +427,7 @@ pub fn wait_for_seccomp(pid: u32, within: Duration) -> Result<String, String> {
             return Ok(status);
         }
         if Instant::now() > deadline {
-            return Err("the child never installed its seccomp filter".into());
+            return Err(SeccompWait::NeverInstalled { pid, within });
         }
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -460,13 +480,16 @@ impl DoctorReport {
 }
 
 /// Compile every embedded profile for its own architecture (used by tests and CI).
-pub fn compile_embedded() -> Vec<(&'static str, Result<usize, String>)> {
+pub fn compile_embedded() -> Vec<(&'static str, Result<usize, EmbeddedProfileError>)> {
     seccomp::EMBEDDED
         .iter()
         .map(|(arch, text)| {
             let r = seccompiler::TargetArch::try_from(*arch)
-                .map_err(|e| e.to_string())
-                .and_then(|a| seccomp::compile(text, a))
+                .map_err(|e| EmbeddedProfileError::UnknownArch {
+                    arch,
+                    message: e.to_string(),
+                })
+                .and_then(|a| Ok(seccomp::compile(text, a)?))
                 .map(|p| p.len());
             (*arch, r)
         })

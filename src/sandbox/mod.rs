@@ -330,28 +330,32 @@ impl Sandbox {
             Job::Extract(r) => r.expected_digest,
             Job::Probe(_) => None,
         };
-        let result = self
-            .start(job, seal, &dir, limits)
-            .and_then(|(running, sealed)| {
-                on_spawn(running.pid());
-                let (outcome, sandbox) = self.supervise(running, &sealed, &dir)?;
-                let checked =
-                    check_claims(&outcome, &sealed, expected).and_then(|()| {
+        let result =
+            self.start(job, seal, &dir, limits)
+                .and_then(|(running, sealed)| {
+                    on_spawn(running.pid());
+                    let (outcome, sandbox) = self.supervise(running, &sealed, &dir)?;
+                    let checked = check_claims(&outcome, &sealed, expected).and_then(|()| {
                         match outcome.verdict {
-                            Verdict::Accepted => {
-                                dir.recheck(&outcome, self.config.verify, limits.max_path_depth)
-                            }
+                            Verdict::Accepted => Ok(dir.recheck(
+                                &outcome,
+                                self.config.verify,
+                                limits.max_path_depth,
+                            )?),
                             Verdict::Rejected => Ok(()),
                         }
                     });
-                Ok(match checked {
-                    Ok(()) => Confined { outcome, sandbox },
-                    Err(why) => Confined {
-                        outcome: rejected(&sealed, Reason::new(ReasonCode::SandboxViolation, why)),
-                        sandbox,
-                    },
-                })
-            });
+                    Ok(match checked {
+                        Ok(()) => Confined { outcome, sandbox },
+                        Err(why) => Confined {
+                            outcome: rejected(
+                                &sealed,
+                                Reason::new(ReasonCode::SandboxViolation, why.to_string()),
+                            ),
+                            sandbox,
+                        },
+                    })
+                });
         match &result {
             Ok(c) if c.outcome.verdict == Verdict::Accepted => {}
             Ok(_) | Err(_) => {
@@ -516,6 +520,23 @@ fn staging_err(path: &Path) -> impl FnOnce(io::Error) -> SandboxError + '_ {
     }
 }
 
+/// Why the parent does not take the child's answer as it stands.
+#[derive(Debug, thiserror::Error)]
+enum Untrusted {
+    #[error("the child reports {reported} artifact bytes; {sealed} were sealed")]
+    Size { reported: u64, sealed: u64 },
+    #[error("the child reports a digest other than the sealed bytes'")]
+    Digest,
+    #[error("an acceptance with a rejection reason")]
+    AcceptedWithReason,
+    #[error("an acceptance of bytes that do not match the expected digest")]
+    AcceptedOtherBytes,
+    #[error("a rejection without a reason, or with entries")]
+    MalformedRejection,
+    #[error(transparent)]
+    Tree(#[from] recheck::Disagreement),
+}
+
 /// The child's claims about the artifact must match what the parent knows: the size and digest
 /// of the bytes it sealed, and the expected digest for an acceptance. A rejection carries a
 /// reason and no entries; an acceptance carries no reason.
@@ -523,29 +544,28 @@ fn check_claims(
     o: &Outcome,
     sealed: &SealedArtifact,
     expected: Option<crate::digest::Sha256Digest>,
-) -> Result<(), String> {
+) -> Result<(), Untrusted> {
     if o.artifact.size != sealed.size() {
-        return Err(format!(
-            "the child reports {} artifact bytes; {} were sealed",
-            o.artifact.size,
-            sealed.size()
-        ));
+        return Err(Untrusted::Size {
+            reported: o.artifact.size,
+            sealed: sealed.size(),
+        });
     }
     if o.artifact.digest.is_some_and(|d| d != sealed.digest()) {
-        return Err("the child reports a digest other than the sealed bytes'".into());
+        return Err(Untrusted::Digest);
     }
     match o.verdict {
         Verdict::Accepted => {
             if o.reason.is_some() {
-                return Err("an acceptance with a rejection reason".into());
+                return Err(Untrusted::AcceptedWithReason);
             }
             if o.artifact.digest.is_none() || expected.is_some_and(|e| e != sealed.digest()) {
-                return Err("an acceptance of bytes that do not match the expected digest".into());
+                return Err(Untrusted::AcceptedOtherBytes);
             }
         }
         Verdict::Rejected => {
             if o.reason.is_none() || !o.entries.is_empty() {
-                return Err("a rejection without a reason, or with entries".into());
+                return Err(Untrusted::MalformedRejection);
             }
         }
     }

@@ -36,6 +36,59 @@ pub enum Verify {
     Full,
 }
 
+/// The first way the staged tree and the child's inventory disagree.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Disagreement {
+    #[error("the inventory lists {path:?} twice")]
+    ListedTwice { path: String },
+    #[error("totals {claimed:?} disagree with the inventory {listed:?}")]
+    Totals {
+        /// Entries, files, directories, symlinks.
+        claimed: (u64, u64, u64, u64),
+        listed: (u64, u64, u64, u64),
+    },
+    #[error("the inventory lists {count} nodes that are not on disk")]
+    NotOnDisk { count: usize },
+    #[error("the staged tree is deeper than {limit} levels")]
+    TooDeep { limit: u64 },
+    #[error("cannot read staged directory {dir:?}: {source}")]
+    ReadDir { dir: String, source: io::Error },
+    #[error("staged name {:?} is not UTF-8", OsStr::from_bytes(.name))]
+    NotUtf8 { name: Vec<u8> },
+    #[error("{path:?} is on disk but not in the inventory")]
+    NotListed { path: String },
+    #[error("{path:?}: {source}")]
+    Call {
+        path: String,
+        source: nix::errno::Errno,
+    },
+    #[error("{path:?}: {source}")]
+    Read { path: String, source: io::Error },
+    #[error("{path:?}: {problem}")]
+    Node { path: String, problem: NodeProblem },
+}
+
+/// How one staged node differs from its inventory entry.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeProblem {
+    #[error("is neither a file, a directory nor a symlink")]
+    UnknownKind,
+    #[error("is a {on_disk:?} on disk, the inventory says {listed:?}")]
+    Kind { on_disk: Kind, listed: Kind },
+    #[error("has mode {on_disk}, the inventory says {listed}")]
+    Mode { on_disk: String, listed: String },
+    #[error("has {on_disk} bytes, the inventory says {listed}")]
+    Size { on_disk: i64, listed: u64 },
+    #[error("has more than one link")]
+    Links,
+    #[error("content does not match the inventory's sha256")]
+    Content,
+    #[error("link target differs from the inventory")]
+    LinkTarget,
+}
+
 /// A staging directory prepared for one child.
 pub struct StagingDir {
     /// Known when we opened it by path (and so can remove it); `None` for a caller's fd.
@@ -125,17 +178,19 @@ impl StagingDir {
     }
 
     /// Hold the staged tree against `outcome`'s inventory (see the module docs), taking every
-    /// node back from the child's uid on the way. `Err(detail)` names the first disagreement.
+    /// node back from the child's uid on the way. The error names the first disagreement.
     pub(crate) fn recheck(
         &self,
         outcome: &Outcome,
         verify: Verify,
         max_depth: u64,
-    ) -> Result<(), String> {
+    ) -> Result<(), Disagreement> {
         let mut listed: HashMap<&str, &Entry> = HashMap::with_capacity(outcome.entries.len());
         for e in &outcome.entries {
             if listed.insert(e.path.as_str(), e).is_some() {
-                return Err(format!("the inventory lists {:?} twice", e.path));
+                return Err(Disagreement::ListedTwice {
+                    path: e.path.clone(),
+                });
             }
         }
         check_totals(outcome)?;
@@ -148,10 +203,9 @@ impl StagingDir {
         };
         walk.dir(self.fd.as_fd(), "", 0)?;
         if walk.seen != listed.len() {
-            return Err(format!(
-                "the inventory lists {} nodes that are not on disk",
-                listed.len() - walk.seen
-            ));
+            return Err(Disagreement::NotOnDisk {
+                count: listed.len() - walk.seen,
+            });
         }
         Ok(())
     }
@@ -175,7 +229,7 @@ fn names(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
     Ok(out)
 }
 
-fn check_totals(outcome: &Outcome) -> Result<(), String> {
+fn check_totals(outcome: &Outcome) -> Result<(), Disagreement> {
     let count = |k: Kind| outcome.entries.iter().filter(|e| e.kind == k).count() as u64;
     let t = &outcome.totals;
     let claimed = (t.entries, t.files, t.dirs, t.symlinks);
@@ -186,9 +240,7 @@ fn check_totals(outcome: &Outcome) -> Result<(), String> {
         count(Kind::Symlink),
     );
     if claimed != listed {
-        return Err(format!(
-            "totals {claimed:?} disagree with the inventory {listed:?}"
-        ));
+        return Err(Disagreement::Totals { claimed, listed });
     }
     Ok(())
 }
@@ -202,17 +254,19 @@ struct Walk<'a> {
 }
 
 impl Walk<'_> {
-    fn dir(&mut self, dir: BorrowedFd<'_>, prefix: &str, depth: u64) -> Result<(), String> {
+    fn dir(&mut self, dir: BorrowedFd<'_>, prefix: &str, depth: u64) -> Result<(), Disagreement> {
         if depth > self.max_depth {
-            return Err(format!(
-                "the staged tree is deeper than {} levels",
-                self.max_depth
-            ));
+            return Err(Disagreement::TooDeep {
+                limit: self.max_depth,
+            });
         }
-        let shown = |e: io::Error| format!("cannot read staged directory {prefix:?}: {e}");
+        let shown = |source| Disagreement::ReadDir {
+            dir: prefix.to_owned(),
+            source,
+        };
         for raw in names(dir).map_err(shown)? {
             let name = std::str::from_utf8(&raw)
-                .map_err(|_| format!("staged name {:?} is not UTF-8", OsStr::from_bytes(&raw)))?;
+                .map_err(|_| Disagreement::NotUtf8 { name: raw.clone() })?;
             let path = if prefix.is_empty() {
                 name.to_owned()
             } else {
@@ -221,11 +275,19 @@ impl Walk<'_> {
             let entry = *self
                 .listed
                 .get(path.as_str())
-                .ok_or_else(|| format!("{path:?} is on disk but not in the inventory"))?;
+                .ok_or_else(|| Disagreement::NotListed { path: path.clone() })?;
             self.seen += 1;
-            let fail = |what: &str| Err(format!("{path:?}: {what}"));
-            let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW)
-                .map_err(|e| format!("{path:?}: {e}"))?;
+            let fail = |problem| {
+                Err(Disagreement::Node {
+                    path: path.clone(),
+                    problem,
+                })
+            };
+            let call = |source| Disagreement::Call {
+                path: path.clone(),
+                source,
+            };
+            let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(call)?;
             if let Some((uid, gid)) = self.owner {
                 fchownat(
                     dir,
@@ -234,62 +296,64 @@ impl Walk<'_> {
                     Some(gid),
                     AtFlags::AT_SYMLINK_NOFOLLOW,
                 )
-                .map_err(|e| format!("{path:?}: {e}"))?;
+                .map_err(call)?;
             }
             let kind = match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
                 SFlag::S_IFREG => Kind::File,
                 SFlag::S_IFDIR => Kind::Dir,
                 SFlag::S_IFLNK => Kind::Symlink,
-                _ => return fail("is neither a file, a directory nor a symlink"),
+                _ => return fail(NodeProblem::UnknownKind),
             };
             if kind != entry.kind {
-                return fail(&format!(
-                    "is a {kind:?} on disk, the inventory says {:?}",
-                    entry.kind
-                ));
+                return fail(NodeProblem::Kind {
+                    on_disk: kind,
+                    listed: entry.kind,
+                });
             }
             let mode = format!("{:04o}", st.st_mode & 0o7777);
             if kind != Kind::Symlink && mode != entry.mode {
-                return fail(&format!(
-                    "has mode {mode}, the inventory says {}",
-                    entry.mode
-                ));
+                return fail(NodeProblem::Mode {
+                    on_disk: mode,
+                    listed: entry.mode.clone(),
+                });
             }
             match kind {
                 Kind::File => {
                     if u64::try_from(st.st_size).ok() != Some(entry.size) {
-                        return fail(&format!(
-                            "has {} bytes, the inventory says {}",
-                            st.st_size, entry.size
-                        ));
+                        return fail(NodeProblem::Size {
+                            on_disk: st.st_size,
+                            listed: entry.size,
+                        });
                     }
                     if st.st_nlink != 1 {
-                        return fail("has more than one link");
+                        return fail(NodeProblem::Links);
                     }
                     if self.verify == Verify::Full {
                         let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
                         let f = openat(dir, name, flags, Mode::empty())
                             .map(File::from)
-                            .map_err(|e| format!("{path:?}: {e}"))?;
+                            .map_err(call)?;
                         let (digest, _) =
-                            Sha256Digest::of_reader(f).map_err(|e| format!("{path:?}: {e}"))?;
+                            Sha256Digest::of_reader(f).map_err(|source| Disagreement::Read {
+                                path: path.clone(),
+                                source,
+                            })?;
                         if Some(digest) != entry.sha256 {
-                            return fail("content does not match the inventory's sha256");
+                            return fail(NodeProblem::Content);
                         }
                     }
                 }
                 Kind::Symlink => {
-                    let target = readlinkat(dir, name).map_err(|e| format!("{path:?}: {e}"))?;
+                    let target = readlinkat(dir, name).map_err(call)?;
                     let target = target.as_bytes();
                     if Some(target) != entry.link_target.as_deref().map(str::as_bytes)
                         || target.len() as u64 != entry.size
                     {
-                        return fail("link target differs from the inventory");
+                        return fail(NodeProblem::LinkTarget);
                     }
                 }
                 Kind::Dir => {
-                    let sub = openat(dir, name, dir_flags(), Mode::empty())
-                        .map_err(|e| format!("{path:?}: {e}"))?;
+                    let sub = openat(dir, name, dir_flags(), Mode::empty()).map_err(call)?;
                     self.dir(sub.as_fd(), &path, depth + 1)?;
                 }
             }

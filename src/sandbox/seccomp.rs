@@ -130,12 +130,62 @@ pub enum ProfileError {
     NoProfileForArch(String),
     #[error("cannot read seccomp profile {path}: {source}")]
     Read { path: String, source: io::Error },
-    #[error("seccomp profile {source_name}: {message}")]
+    #[error("seccomp profile {path}: larger than {} MiB", limit_bytes >> 20)]
+    TooLarge { path: String, limit_bytes: u64 },
+    #[error("seccomp profile {source_name}: {problem}")]
     Invalid {
         source_name: String,
-        message: String,
+        #[source]
+        problem: CompileError,
     },
 }
+
+/// Why a profile's text does not compile to a filter we accept.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CompileError {
+    #[error(transparent)]
+    Rules(#[from] RuleViolation),
+    #[error("{0}")]
+    Seccompiler(#[source] seccompiler::Error),
+    #[error("no filter named `{}`", FILTER_NAME)]
+    NoFilter,
+    #[error("{instructions} BPF instructions; the kernel takes at most {limit}")]
+    TooLong { instructions: usize, limit: usize },
+    /// The built-in handover rules do not parse (a build defect, never the user's profile).
+    #[error("handover: {0}")]
+    Handover(#[source] serde_json::Error),
+}
+
+/// The first rule of the module docs a profile breaks.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RuleViolation {
+    #[error("not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error("top level must be an object of filters")]
+    NotAnObject,
+    #[error("must hold exactly one filter, named `{}`", FILTER_NAME)]
+    FilterCount,
+    #[error("mismatch_action must be \"kill_process\"")]
+    MismatchAction,
+    #[error("match_action must be \"allow\"")]
+    MatchAction,
+    #[error("`filter` must be an array")]
+    FilterNotArray,
+    #[error("every rule needs a `syscall`")]
+    RuleWithoutSyscall,
+    #[error("`{syscall}` must never be allowed")]
+    NeverAllowed { syscall: String },
+    #[error("rule for `{syscall}` has no comment saying who needs it")]
+    Uncommented { syscall: String },
+}
+
+/// The most instructions the kernel loads in one filter.
+const MAX_INSTRUCTIONS: usize = 4096;
+
+/// The largest profile file read.
+const MAX_PROFILE_BYTES: u64 = 1024 * 1024;
 
 /// A compiled, checked profile.
 #[derive(Debug, Clone)]
@@ -169,18 +219,18 @@ impl Profile {
     /// per-syscall cache); the second kills exactly those extra calls and nothing else, and is
     /// installed last, as the whole profile is on the exec path. Both stages stay in force.
     pub fn stages(&self) -> Result<(BpfProgram, BpfProgram), ProfileError> {
-        let invalid = |message: String| ProfileError::Invalid {
+        let invalid = |problem: CompileError| ProfileError::Invalid {
             source_name: self.source.clone(),
-            message,
+            problem,
         };
         let arch = host_arch()?;
-        let mut first: Value =
-            serde_json::from_str(&self.text).map_err(|e| invalid(format!("not JSON: {e}")))?;
+        let mut first: Value = serde_json::from_str(&self.text)
+            .map_err(|e| invalid(RuleViolation::NotJson(e).into()))?;
         let handover: Vec<Value> =
-            serde_json::from_str(HANDOVER).map_err(|e| invalid(format!("handover: {e}")))?;
+            serde_json::from_str(HANDOVER).map_err(|e| invalid(CompileError::Handover(e)))?;
         let rules = first[FILTER_NAME]["filter"]
             .as_array_mut()
-            .ok_or_else(|| invalid("`filter` must be an array".into()))?;
+            .ok_or_else(|| invalid(RuleViolation::FilterNotArray.into()))?;
         // A rule the profile already has (same call, same arguments, or the call without
         // arguments at all) needs neither stage.
         let same = |a: &Value, b: &Value| a["syscall"] == b["syscall"] && a["args"] == b["args"];
@@ -203,9 +253,9 @@ impl Profile {
         });
         let build = |v: &Value| -> Result<BpfProgram, ProfileError> {
             let mut map = seccompiler::compile_from_json(v.to_string().as_bytes(), arch)
-                .map_err(|e| invalid(e.to_string()))?;
+                .map_err(|e| invalid(CompileError::Seccompiler(e)))?;
             map.remove(FILTER_NAME)
-                .ok_or_else(|| invalid(format!("no filter named `{FILTER_NAME}`")))
+                .ok_or_else(|| invalid(CompileError::NoFilter))
         };
         Ok((build(&first)?, build(&second)?))
     }
@@ -227,10 +277,10 @@ pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
                 path: shown.clone(),
                 source,
             })?;
-            if meta.len() > 1024 * 1024 {
-                return Err(ProfileError::Invalid {
-                    source_name: shown,
-                    message: "larger than 1 MiB".into(),
+            if meta.len() > MAX_PROFILE_BYTES {
+                return Err(ProfileError::TooLarge {
+                    path: shown,
+                    limit_bytes: MAX_PROFILE_BYTES,
                 });
             }
             let text = std::fs::read_to_string(p).map_err(|source| ProfileError::Read {
@@ -249,9 +299,9 @@ pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
             (format!("embedded:{arch_name}"), text)
         }
     };
-    let program = compile(&text, arch).map_err(|message| ProfileError::Invalid {
+    let program = compile(&text, arch).map_err(|problem| ProfileError::Invalid {
         source_name: source.clone(),
-        message,
+        problem,
     })?;
     Ok(Profile {
         source,
@@ -261,54 +311,50 @@ pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
 }
 
 /// Check a profile against our rules, then compile its filter for `arch`.
-pub fn compile(text: &str, arch: TargetArch) -> Result<BpfProgram, String> {
+pub fn compile(text: &str, arch: TargetArch) -> Result<BpfProgram, CompileError> {
     check_profile(text)?;
     let mut map =
-        seccompiler::compile_from_json(text.as_bytes(), arch).map_err(|e| e.to_string())?;
-    let program = map
-        .remove(FILTER_NAME)
-        .ok_or_else(|| format!("no filter named `{FILTER_NAME}`"))?;
-    if program.len() > 4096 {
-        return Err(format!(
-            "{} BPF instructions; the kernel takes at most 4096",
-            program.len()
-        ));
+        seccompiler::compile_from_json(text.as_bytes(), arch).map_err(CompileError::Seccompiler)?;
+    let program = map.remove(FILTER_NAME).ok_or(CompileError::NoFilter)?;
+    if program.len() > MAX_INSTRUCTIONS {
+        return Err(CompileError::TooLong {
+            instructions: program.len(),
+            limit: MAX_INSTRUCTIONS,
+        });
     }
     Ok(program)
 }
 
 /// The rules every profile must follow (see the module docs). Returns the first violation.
-pub fn check_profile(text: &str) -> Result<(), String> {
-    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-    let obj = v
-        .as_object()
-        .ok_or("top level must be an object of filters")?;
+pub fn check_profile(text: &str) -> Result<(), RuleViolation> {
+    let v: Value = serde_json::from_str(text).map_err(RuleViolation::NotJson)?;
+    let obj = v.as_object().ok_or(RuleViolation::NotAnObject)?;
     if obj.len() != 1 || !obj.contains_key(FILTER_NAME) {
-        return Err(format!(
-            "must hold exactly one filter, named `{FILTER_NAME}`"
-        ));
+        return Err(RuleViolation::FilterCount);
     }
     let filter = &obj[FILTER_NAME];
     if filter["mismatch_action"] != "kill_process" {
-        return Err("mismatch_action must be \"kill_process\"".into());
+        return Err(RuleViolation::MismatchAction);
     }
     if filter["match_action"] != "allow" {
-        return Err("match_action must be \"allow\"".into());
+        return Err(RuleViolation::MatchAction);
     }
     let rules = filter["filter"]
         .as_array()
-        .ok_or("`filter` must be an array")?;
+        .ok_or(RuleViolation::FilterNotArray)?;
     for rule in rules {
         let name = rule["syscall"]
             .as_str()
-            .ok_or("every rule needs a `syscall`")?;
+            .ok_or(RuleViolation::RuleWithoutSyscall)?;
         if NEVER_ALLOWED.contains(&name) {
-            return Err(format!("`{name}` must never be allowed"));
+            return Err(RuleViolation::NeverAllowed {
+                syscall: name.to_owned(),
+            });
         }
         if rule["comment"].as_str().is_none_or(|c| c.trim().is_empty()) {
-            return Err(format!(
-                "rule for `{name}` has no comment saying who needs it"
-            ));
+            return Err(RuleViolation::Uncommented {
+                syscall: name.to_owned(),
+            });
         }
     }
     Ok(())

@@ -9,6 +9,7 @@ use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
+use std::sync::Arc;
 
 use nix::unistd::Pid;
 use std::time::{Duration, Instant};
@@ -46,7 +47,7 @@ pub struct Ended {
     pub timed_out: bool,
     /// The answer as decoded the moment its frame was complete (while the child was still
     /// exiting), with the length it was decoded at; used only if no byte came after.
-    decoded: Option<(usize, Result<ChildAnswer, String>)>,
+    decoded: Option<(usize, Result<ChildAnswer, Unusable>)>,
 }
 
 impl Running {
@@ -302,9 +303,19 @@ pub(crate) fn classify(ended: &mut Ended, max_answer: usize) -> Result<ChildAnsw
     }
 }
 
-fn decode(raw: &[u8], max: usize) -> Result<ChildAnswer, String> {
-    let payload = wire::single_frame(raw, max).map_err(|e| e.to_string())?;
-    serde_json::from_slice(payload).map_err(|e| format!("not a valid answer: {e}"))
+/// Why the bytes a child sent are not an answer. Shared (`Arc`): the early decode is kept in
+/// [`Running`], which is `Clone`.
+#[derive(Debug, Clone, thiserror::Error)]
+enum Unusable {
+    #[error(transparent)]
+    Frame(Arc<wire::WireError>),
+    #[error("not a valid answer: {0}")]
+    Json(Arc<serde_json::Error>),
+}
+
+fn decode(raw: &[u8], max: usize) -> Result<ChildAnswer, Unusable> {
+    let payload = wire::single_frame(raw, max).map_err(|e| Unusable::Frame(Arc::new(e)))?;
+    serde_json::from_slice(payload).map_err(|e| Unusable::Json(Arc::new(e)))
 }
 
 fn signal_reason(sig: i32, log: &[u8]) -> Reason {

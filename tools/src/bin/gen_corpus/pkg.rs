@@ -4,6 +4,7 @@
 
 use super::tarraw::Tar;
 use super::zipraw::Entry;
+pub use skillbox_tools::stock::{F, noise};
 
 /// A `SKILL.md` with the frontmatter the Agent Skills spec requires.
 pub fn skill_md(name: &str) -> String {
@@ -17,14 +18,6 @@ pub const EXTRACT_SH: &str = "#!/bin/sh\nset -eu\nexec pdftotext -layout \"$1\" 
 pub const HELPER_PY: &str = "import sys\n\nprint(sys.argv[1:])\n";
 pub const GUIDE_MD: &str = "# Guide\n\nTables come out as tab-separated text.\n";
 pub const TEMPLATE_TXT: &str = "Title: {title}\nPages: {pages}\n";
-
-/// One file of a package: path, unix mode, content.
-#[derive(Clone)]
-pub struct F {
-    pub path: String,
-    pub mode: u32,
-    pub data: Vec<u8>,
-}
 
 pub fn f(path: &str, mode: u32, data: impl AsRef<[u8]>) -> F {
     F {
@@ -92,22 +85,6 @@ pub fn tar_with_skill() -> Tar {
 /// The root SKILL.md as a zip member: the first member of every hostile zip.
 pub fn zip_skill() -> Entry {
     Entry::file("SKILL.md", skill_md("hostile"))
-}
-
-/// A small splitmix64 stream: deterministic, incompressible-looking filler.
-pub fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut state = seed;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        out.extend_from_slice(&z.to_le_bytes());
-    }
-    out.truncate(len);
-    out
 }
 
 /// PNG signature followed by noise: an opaque binary asset.

@@ -2,7 +2,6 @@
 //! every limit exactly at its boundary (the one-past twin of each lives in `hostile.rs`).
 
 use std::error::Error;
-use std::io::{Cursor, Write};
 
 use serde_json::json;
 
@@ -10,6 +9,7 @@ use super::pkg::{F, GUIDE_MD, PACKAGE_DIRS, f, noise, package, skill_md, tar_of,
 use super::tarraw::{Tar, gzip, zstd, zstd_long, zstd_window_log};
 use super::zipraw::{Entry, FLAG_DESCRIPTOR, Finish, Zip, zip_of};
 use super::{Corpus, sha256_hex};
+use skillbox_tools::stock::{self, Member, TarStyle};
 
 /// Names `SKILL.md` plus `count - 1` empty files, all at the root so that archive headers and
 /// created nodes are the same number.
@@ -81,57 +81,27 @@ pub fn total_bytes(files: &[F]) -> u64 {
     files.iter().map(|x| x.data.len() as u64).sum()
 }
 
+/// The standard package as the library writers lay it out: the directories first.
+fn library_members(files: &[F]) -> Vec<Member<'_>> {
+    let mut m: Vec<Member<'_>> = PACKAGE_DIRS.iter().map(|d| Member::Dir(d)).collect();
+    m.extend(files.iter().map(Member::File));
+    m
+}
+
 fn zip_library(files: &[F], zip64_first: bool) -> Result<Vec<u8>, Box<dyn Error>> {
-    use zip::write::SimpleFileOptions;
-    let mut w = zip::ZipWriter::new(Cursor::new(Vec::new()));
-    let base = SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated)
-        .compression_level(Some(6))
-        .last_modified_time(zip::DateTime::DEFAULT);
-    for d in PACKAGE_DIRS {
-        w.add_directory(d, base.unix_permissions(0o755))?;
-    }
-    for (i, x) in files.iter().enumerate() {
-        w.start_file(
-            x.path.as_str(),
-            base.unix_permissions(x.mode)
-                .large_file(zip64_first && i == 0),
-        )?;
-        w.write_all(&x.data)?;
-    }
-    Ok(w.finish()?.into_inner())
+    Ok(stock::zip_library(&library_members(files), zip64_first)?)
 }
 
 fn tar_library(files: &[F]) -> Result<Vec<u8>, Box<dyn Error>> {
-    let mut b = tar::Builder::new(Vec::new());
-    let header = |kind: tar::EntryType, mode: u32, size: u64| {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(kind);
-        h.set_mode(mode);
-        h.set_size(size);
-        h.set_mtime(0);
-        h.set_uid(0);
-        h.set_gid(0);
-        h
-    };
-    for d in PACKAGE_DIRS {
-        b.append_data(&mut header(tar::EntryType::Directory, 0o755, 0), d, &[][..])?;
-    }
-    for x in files {
-        b.append_data(
-            &mut header(tar::EntryType::Regular, x.mode, x.data.len() as u64),
-            &x.path,
-            &x.data[..],
-        )?;
-    }
     // Longer than the 100-byte name field: the builder emits a GNU `././@LongLink` record.
-    let long = format!("references/{}.md", "long-name-".repeat(12));
-    b.append_data(
-        &mut header(tar::EntryType::Regular, 0o644, 5),
-        &long,
-        &b"long\n"[..],
-    )?;
-    Ok(b.into_inner()?)
+    let long = f(
+        &format!("references/{}.md", "long-name-".repeat(12)),
+        0o644,
+        "long\n",
+    );
+    let mut members = library_members(files);
+    members.push(Member::File(&long));
+    Ok(stock::tar_library(&members, TarStyle::GNU_EPOCH)?)
 }
 
 /// `len` bytes of zeros with one noise byte in every `stride`: data that deflates at a chosen

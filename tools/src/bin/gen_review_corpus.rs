@@ -1,6 +1,6 @@
 //! Deterministic generator of the review and diff corpora.
 //!
-//! Usage: `cargo run --example gen_review_corpus -- corpus/`
+//! Usage: `cargo run -p skillbox-tools --bin gen_review_corpus -- corpus/`
 //!
 //! Writes `corpus/review/` (benign packages that each exercise one finding kind, and SKILL.md
 //! frontmatter edge cases, with `manifest.json`: expected verdict, reason and finding kinds) and
@@ -14,6 +14,7 @@ use std::fs;
 use std::path::Path;
 
 use serde_json::{Value, json};
+use skillbox_tools::stock::{self, F, Member, TarStyle};
 
 struct Case {
     name: String,
@@ -143,20 +144,16 @@ impl Corpus {
 
 /// A ustar archive with the given files (parents implied), deterministic headers.
 fn tar(files: &[(&str, u32, Vec<u8>)]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (path, mode, data) in files {
-        let mut h = tar::Header::new_ustar();
-        h.set_size(data.len() as u64);
-        h.set_mode(*mode);
-        h.set_entry_type(tar::EntryType::Regular);
-        h.set_mtime(0);
-        h.set_uid(0);
-        h.set_gid(0);
-        if let Err(e) = b.append_data(&mut h, path, data.as_slice()) {
-            panic!("tar {path}: {e}");
-        }
-    }
-    b.into_inner().unwrap_or_else(|e| panic!("tar: {e}"))
+    let files: Vec<F> = files
+        .iter()
+        .map(|(path, mode, data)| F {
+            path: (*path).to_owned(),
+            mode: *mode,
+            data: data.clone(),
+        })
+        .collect();
+    let members: Vec<Member<'_>> = files.iter().map(Member::File).collect();
+    stock::tar_library(&members, TarStyle::USTAR_EPOCH).unwrap_or_else(|e| panic!("tar: {e}"))
 }
 
 const DESC: &str = "Extract text and tables from PDF files. Use when the user asks about PDFs.";

@@ -7,7 +7,8 @@
 use std::io::Write;
 
 use flate2::write::GzEncoder;
-use flate2::{Compression, GzBuilder};
+
+use skillbox_tools::stock::gzip_at;
 
 pub const REG: u8 = b'0';
 pub const LINK: u8 = b'1';
@@ -269,20 +270,14 @@ pub fn gnu_sparse_header(name: &[u8], stored: u64, real_size: u64) -> [u8; BLOCK
 
 /// gzip (RFC 1952) with mtime 0, OS 255 and a fixed level.
 pub fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = GzBuilder::new()
-        .mtime(0)
-        .operating_system(255)
-        .write(Vec::new(), Compression::new(9));
+    let mut enc = gzip_stream();
     let _ = enc.write_all(data);
     enc.finish().unwrap_or_default()
 }
 
 /// A gzip encoder to stream large inputs through.
 pub fn gzip_stream() -> GzEncoder<Vec<u8>> {
-    GzBuilder::new()
-        .mtime(0)
-        .operating_system(255)
-        .write(Vec::new(), Compression::new(9))
+    gzip_at(Vec::new(), 9)
 }
 
 /// zstd (RFC 8878) at a fixed level, single-threaded.

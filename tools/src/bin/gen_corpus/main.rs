@@ -1,22 +1,17 @@
 //! Deterministic generator of the skillbox corpus: benign and hostile artifacts, their
 //! manifest of expected verdicts, and a checksum list.
 //!
-//! Usage: `cargo run --example gen_corpus -- corpus/`
+//! Usage: `cargo run -p skillbox-tools --bin gen_corpus -- corpus/`
 //!
 //! Every byte is a function of this source: no clocks, no randomness, fixed compression levels,
 //! fixed ownership. Running it twice yields identical files, and `tests/suite/corpus.rs` holds
 //! the committed files to `CHECKSUMS`. It never decides what the engine does; it only records
 //! what the policy in `docs/design.md` says a correct engine must answer.
 
-#[path = "gen_corpus/benign.rs"]
 mod benign;
-#[path = "gen_corpus/hostile.rs"]
 mod hostile;
-#[path = "gen_corpus/pkg.rs"]
 mod pkg;
-#[path = "gen_corpus/tarraw.rs"]
 mod tarraw;
-#[path = "gen_corpus/zipraw.rs"]
 mod zipraw;
 
 use std::collections::BTreeSet;
@@ -303,7 +298,7 @@ fn write(out: &Path, corpus: &Corpus) -> Result<(), Box<dyn Error>> {
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [out] = args.as_slice() else {
-        return Err("usage: cargo run --example gen_corpus -- OUT_DIR".into());
+        return Err("usage: cargo run -p skillbox-tools --bin gen_corpus -- OUT_DIR".into());
     };
     let out = Path::new(out);
     let mut corpus = Corpus::default();
@@ -326,12 +321,12 @@ fn main() -> Result<(), Box<dyn Error>> {
 const README: &str = r#"# skillbox corpus
 
 Benign and hostile Agent Skills artifacts with the verdict a correct engine must give each
-one. Generated, never edited by hand: `examples/gen_corpus.rs` is the source of every byte.
+one. Generated, never edited by hand: `tools/src/bin/gen_corpus/` is the source of every byte.
 
 ```
-cargo run --example gen_corpus -- corpus/     # regenerate (deterministic: same bytes every run)
-cargo test --test all corpus                  # checksums + replay every case through the CLI
-cd corpus && sha256sum -c CHECKSUMS           # verify the committed files by hand
+cargo run -p skillbox-tools --bin gen_corpus -- corpus/  # regenerate (same bytes every run)
+cargo test --test all corpus                             # checksums + replay every case through the CLI
+cd corpus && sha256sum -c CHECKSUMS                      # verify the committed files by hand
 ```
 
 ## Layout
