@@ -241,6 +241,11 @@ impl std::fmt::Display for SafeRelPath {
 
 /// Key under which canonical Unicode twins collide (NFC; `é` precomposed vs decomposed).
 pub fn nfc_key(path: &str) -> String {
+    // ASCII has no decompositions and nothing composes with it: NFC, NFKC and the folds below
+    // are the identity (or ASCII lowercase) there, and most names are ASCII.
+    if path.is_ascii() {
+        return path.to_owned();
+    }
     path.nfc().collect()
 }
 
@@ -248,6 +253,9 @@ pub fn nfc_key(path: &str) -> String {
 /// `ＳＫＩＬＬ.md` and `SKILL.md`): different bytes, the same text to a reader, and the same file
 /// to tools that normalise names (HFS+, some sync and packaging tools).
 pub fn nfkc_key(path: &str) -> String {
+    if path.is_ascii() {
+        return path.to_owned();
+    }
     path.nfkc().collect()
 }
 
@@ -257,6 +265,15 @@ pub fn nfkc_key(path: &str) -> String {
 /// folding: `ß` and `ss`, final `ς` and medial `σ`, the KELVIN SIGN and `k` all collide, not
 /// just ASCII letters. The result is NFC so the key reads like a name.
 pub fn fold_key(path: &str) -> String {
+    // The full case fold of an ASCII string is its ASCII lowercase. (Letters that fold to
+    // ASCII from outside it, KELVIN SIGN or long s, make the name non-ASCII: the Unicode path.)
+    if path.is_ascii() {
+        return path.to_ascii_lowercase();
+    }
+    fold_key_unicode(path)
+}
+
+fn fold_key_unicode(path: &str) -> String {
     let fold = |s: &str| unicase::UniCase::unicode(s).to_folded_case();
     let once: String = fold(&path.nfd().collect::<String>()).nfkd().collect();
     let twice: String = fold(&once).nfkd().collect();
@@ -397,6 +414,26 @@ mod tests {
         assert_eq!(nfkc_key("\u{fb01}le"), nfkc_key("file"));
         assert_ne!(nfc_key("\u{fb01}le"), nfc_key("file"));
         assert_eq!(nfkc_key("\u{ff33}KILL.md"), "SKILL.md");
+    }
+
+    #[test]
+    fn the_ascii_shortcut_agrees_with_the_unicode_path() {
+        let every: String = (0..0x80_u8).map(char::from).collect();
+        for s in [
+            every.as_str(),
+            "SKILL.md",
+            "Scripts/RUN.PY",
+            "a/B/c",
+            "~$[]{}",
+        ] {
+            assert_eq!(fold_key(s), fold_key_unicode(s), "{s:?}");
+            assert_eq!(nfc_key(s), s.nfc().collect::<String>(), "{s:?}");
+            assert_eq!(nfkc_key(s), s.nfkc().collect::<String>(), "{s:?}");
+        }
+        for b in 0..0x80_u8 {
+            let s = char::from(b).to_string();
+            assert_eq!(fold_key(&s), fold_key_unicode(&s), "{s:?}");
+        }
     }
 
     #[test]
