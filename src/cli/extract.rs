@@ -178,13 +178,9 @@ pub fn run(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<Exit, Failure> {
 /// file that is there and cannot be read is operational (1).
 pub fn open_artifact(path: &Path) -> Result<File, Failure> {
     let not_a_file = |what: &str| Failure::usage(format!("{}: {what}", path.display()));
-    match std::fs::metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(not_a_file("no such file"));
-        }
-        Ok(m) if m.is_dir() => return Err(not_a_file("is a directory, not an artifact file")),
-        Ok(m) if !m.is_file() => return Err(not_a_file("is not a regular file")),
-        _ => {}
+    names_a_file(path)?;
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(not_a_file("is not a regular file"));
     }
     let file = File::open(path)
         .map_err(|e| Failure::operational(format!("cannot open {}: {e}", path.display())))?;
@@ -193,6 +189,17 @@ pub fn open_artifact(path: &Path) -> Result<File, Failure> {
         return Err(not_a_file("is not a regular file"));
     }
     Ok(file)
+}
+
+/// A path on the command line must name something that is not a directory: anything else is
+/// a usage error (2), the same for every command.
+pub fn names_a_file(path: &Path) -> Result<(), Failure> {
+    let not_a_file = |what: &str| Failure::usage(format!("{}: {what}", path.display()));
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_a_file("no such file")),
+        Ok(m) if m.is_dir() => Err(not_a_file("is a directory, not a file")),
+        _ => Ok(()),
+    }
 }
 
 fn verdict_exit(v: Verdict) -> Exit {

@@ -407,6 +407,8 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         time: skillbox::fetch::now_rfc3339(),
         ..Provenance::default()
     };
+    // Bytes of the downloads in progress, on a terminal only (never with --json).
+    let progress = DownloadProgress::start(cache_root.join("tmp"), !a.json);
     let acquired = acquire::load_index(
         &setup.client,
         (!a.no_cache).then_some(&cache),
@@ -422,6 +424,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     })
     .and_then(|index| acquire::select(&index, skill_name))
     .and_then(|entry| acquire::artifact(&setup.client, &cache, entry, a.offline, &mut prov));
+    progress.finish();
     let acquired = match acquired {
         Ok(x) => x,
         Err(AcquireError::DigestMismatch {
@@ -607,4 +610,69 @@ fn print_provenance(p: &Provenance) {
         println!("  downloaded at: {}", c.fetched_at);
     }
     println!("  time:          {}", p.time);
+}
+
+/// The progress of a large download on a terminal: bytes so far and the rate. The fetcher
+/// writes every download into the cache's `tmp/` (a temporary file renamed into place once its
+/// digest matches), so the bytes are read from there, never from the network path itself; a
+/// download done within half a second shows nothing. Nothing at all with `--json` or when
+/// stderr is not a terminal. Another fetch into the same cache at the same moment is counted
+/// too: the line is a progress hint, not a record.
+struct DownloadProgress {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DownloadProgress {
+    fn start(tmp: PathBuf, wanted: bool) -> Self {
+        use std::io::IsTerminal as _;
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = (wanted && std::io::stderr().is_terminal()).then(|| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let bar = indicatif::ProgressBar::hidden();
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} {bytes} downloaded, {binary_bytes_per_sec}",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+                );
+                let mut shown = false;
+                while !stop.load(Ordering::Relaxed) {
+                    let bytes = in_progress_bytes(&tmp);
+                    if !shown && bytes > 0 && started.elapsed() > Duration::from_millis(500) {
+                        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                        shown = true;
+                    }
+                    bar.set_position(bytes);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                bar.finish_and_clear();
+            })
+        });
+        Self { stop, thread }
+    }
+
+    fn finish(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The bytes written so far into the files directly in `dir` (not following symlinks).
+fn in_progress_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }

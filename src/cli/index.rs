@@ -87,8 +87,9 @@ fn index_check(a: CheckArgs) -> Exit {
             Err(e) => return fail(Exit::Usage, &format!("--base: {e}"), a.json),
         };
         prov.index_url = a.source.clone();
-        // A path that names no regular file is a usage error, as for every command.
-        if let Err(f) = super::extract::open_artifact(Path::new(&a.source)) {
+        // A path that names nothing, or a directory, is a usage error, as for every command
+        // (a pipe such as /dev/stdin is read).
+        if let Err(f) = super::extract::names_a_file(Path::new(&a.source)) {
             return fail(f.exit, &f.message, a.json);
         }
         match index::read_file(Path::new(&a.source), setup.index_limits.max_bytes) {

@@ -278,6 +278,25 @@ pub fn health(args: &HealthArgs) -> Exit {
 pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     init_logging(args);
     let sandbox = leading.merge_serve(&args.sandbox);
+    // The default staging root is made inside the socket's directory, and the broker opens it
+    // before it binds: so that directory is checked first, as the socket's own check would
+    // (a squatted or symlinked directory gets nothing of ours).
+    if let (None, Some(dir)) = (
+        &args.staging_root,
+        args.socket
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .filter(|p| !p.as_os_str().is_empty()),
+    ) {
+        if let Err(e) = skillbox::owned_dir::ensure(dir, 0o755) {
+            let message = format!("socket directory: {e}");
+            match args.log_format {
+                LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
+                LogFormat::Text => eprintln!("skillbox: {message}"),
+            }
+            return Exit::Operational;
+        }
+    }
     let result = Config::from_settings(&args.settings())
         .and_then(|c| c.with_sandbox(sandbox.config(), sandbox.sandbox_timeout.is_some()))
         .map_err(ServeError::from)

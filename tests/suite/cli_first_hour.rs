@@ -575,3 +575,86 @@ fn completions_and_man_pages_come_from_the_definitions() {
     let o = run(&["man", "no-such-command"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A large download shows its bytes and rate on a terminal; with --json, nothing.
+#[test]
+fn fetch_progress_only_on_a_terminal() {
+    use super::fetch::{Reply, Server, pki, sha};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pki = pki();
+    let ca = tmp.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).expect("write");
+    let server = Server::start(pki.server.clone());
+    // About 2 MiB of SKILL.md, sent in 16 pieces 150 ms apart: a download of over 2 s.
+    let mut md = SKILL.to_vec();
+    md.extend(
+        std::iter::repeat_n(b"Plain text for the progress line.\n"[..].to_vec(), 60_000).flatten(),
+    );
+    server.route(
+        "/SKILL.md",
+        Reply::Trickle {
+            body: md.clone(),
+            delay: Duration::from_millis(150),
+        },
+    );
+    let index = serde_json::json!({
+        "$schema": "https://schemas.agentskills.io/discovery/0.2.0/schema.json",
+        "skills": [{"name": "demo", "type": "skill-md", "description": "A demo skill",
+                    "url": "/SKILL.md", "digest": sha(&md)}],
+    });
+    server.route(
+        "/index.json",
+        Reply::Ok {
+            body: index.to_string().into_bytes(),
+            content_type: Some("application/json"),
+            extra: Vec::new(),
+        },
+    );
+    let typescript = tmp.path().join("typescript");
+    let fetch = |json: &str| {
+        let cmd = format!(
+            "{} fetch {json} --no-cache --ca-file {} --allow-destination {} {} demo",
+            bin(),
+            ca.display(),
+            server.addr,
+            server.url("/index.json"),
+        );
+        let o = Command::new("script")
+            .args(["-q", "-e", "-c", &cmd])
+            .arg(&typescript)
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run script(1) from util-linux");
+        let seen = std::fs::read_to_string(&typescript).unwrap_or_default();
+        (o.status.code(), seen)
+    };
+    let (code, seen) = fetch("");
+    assert_eq!(code, Some(0), "{seen}");
+    assert!(seen.contains("downloaded, "), "{seen:?}");
+    assert!(seen.contains("MiB") || seen.contains("KiB"), "{seen:?}");
+    let (code, seen) = fetch("--json");
+    assert_eq!(code, Some(0), "{seen}");
+    assert!(!seen.contains("downloaded, "), "{seen:?}");
+    // stderr a pipe: nothing drawn either.
+    let piped = Command::new(bin())
+        .args([
+            "fetch",
+            "--no-cache",
+            "--ca-file",
+            ca.to_str().expect("utf-8"),
+        ])
+        .args(["--allow-destination", &server.addr.to_string()])
+        .args([&server.url("/index.json"), "demo"])
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .output()
+        .expect("run");
+    assert_eq!(piped.status.code(), Some(0), "{}", text(&piped.stderr));
+    assert!(
+        !text(&piped.stderr).contains("downloaded, "),
+        "{}",
+        text(&piped.stderr)
+    );
+}
