@@ -41,23 +41,35 @@ fn main() -> ExitCode {
     if first.as_deref() == Some(OsStr::new(skillbox::sandbox::ZYGOTE_SUBCOMMAND)) {
         std::process::exit(skillbox::sandbox::zygote::main());
     }
-    let cli = Cli::parse();
-    let sandbox = &cli.sandbox;
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return cli::exit::usage_error(&e),
+    };
+    let leading = &cli.leading;
     match cli.command {
         Command::SandboxChild => skillbox::sandbox::child::run(),
-        Command::Doctor(args) => cli::doctor::run(sandbox, &args).into(),
-        Command::Extract(args) => finish(cli::extract::run(args, sandbox)),
+        Command::Doctor(args) => cli::doctor::run(&leading.merge(&args.sandbox), &args).into(),
+        Command::Extract(args) => {
+            let json = args.json;
+            let sandbox = leading.merge(&args.sandbox);
+            finish(cli::extract::run(args, &sandbox), json)
+        }
         Command::Index(args) => cli::index::run(args).into(),
         Command::Cache(args) => cli::cache::run(args).into(),
-        Command::Fetch(args) => cli::fetch::run(args, &|artifact, staging, req| {
-            cli::sandbox::extract(sandbox, artifact, staging, req)
-        })
-        .into(),
-        Command::Diff(args) => finish(cli::diff::run(&args)),
+        Command::Fetch(args) => {
+            let sandbox = leading.merge(&args.sandbox);
+            cli::fetch::run(args, &|artifact, staging, req| {
+                cli::sandbox::extract(&sandbox, artifact, staging, req)
+            })
+            .into()
+        }
+        Command::Diff(args) => finish(cli::diff::run(&args), args.json),
         Command::Replay(args) => cli::replay::run(args).into(),
-        Command::Serve(args) => cli::serve::run(&args, sandbox).into(),
+        Command::Serve(args) => cli::serve::run(&args, leading).into(),
         Command::Health(args) => cli::serve::health(&args).into(),
-        Command::Lifecycle(c) => ExitCode::from(cli::lifecycle::run(c, sandbox)),
+        Command::Lifecycle(c) => ExitCode::from(cli::lifecycle::run(c, leading)),
+        Command::Completions(args) => finish(cli::completions::completions(&args), false),
+        Command::Man(args) => finish(cli::completions::man(&args), false),
     }
 }
 
@@ -67,5 +79,31 @@ mod tests {
     fn the_command_line_is_consistent() {
         use clap::CommandFactory as _;
         super::Cli::command().debug_assert();
+    }
+
+    /// `serve` is configured from the environment in containers: every flag it lists has its
+    /// `SKILLBOX_*` variable, as its help and docs/broker.md promise.
+    #[test]
+    fn every_serve_flag_has_its_variable() {
+        use clap::CommandFactory as _;
+        let mut cli = super::Cli::command();
+        cli.build();
+        let serve = cli
+            .find_subcommand("serve")
+            .unwrap_or_else(|| panic!("no serve"));
+        let mut missing = Vec::new();
+        for arg in serve.get_arguments() {
+            if arg.is_hide_set() || arg.get_long() == Some("help") {
+                continue;
+            }
+            match arg.get_env().and_then(|e| e.to_str()) {
+                Some(var) if var.starts_with("SKILLBOX_") => {}
+                _ => missing.push(arg.get_id().to_string()),
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "serve flags without a variable: {missing:?}"
+        );
     }
 }

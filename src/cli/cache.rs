@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use skillbox::fetch::cache::Cache;
 
 use super::exit::Exit;
-use super::fetch::print_error;
+use super::fetch::fail;
 
 /// `skillbox cache ...`
 #[derive(Args, Debug)]
@@ -19,7 +19,7 @@ pub struct CacheArgs {
     /// Cache directory [default: $XDG_CACHE_HOME/skillbox or ~/.cache/skillbox].
     #[arg(long, global = true, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
-    /// Print JSON.
+    /// Print JSON; a failure prints `{"error": {"kind", "exit", "message"}}`.
     #[arg(long, global = true)]
     json: bool,
 }
@@ -43,14 +43,17 @@ enum CacheCommand {
 /// Run `skillbox cache ...`; returns the exit code.
 pub fn run(a: CacheArgs) -> Exit {
     let Some(root) = a.cache_dir.clone().or_else(Cache::default_root) else {
-        print_error("no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
-        return Exit::Usage;
+        return fail(
+            Exit::Usage,
+            "no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME",
+            a.json,
+        );
     };
     let cache = match Cache::open(&root) {
         Ok(c) => c,
         Err(e) => {
-            print_error(&format!("cannot open the cache {}: {e}", root.display()));
-            return Exit::Operational;
+            let m = format!("cannot open the cache {}: {e}", root.display());
+            return fail(Exit::Operational, &m, a.json);
         }
     };
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
@@ -117,7 +120,7 @@ pub fn run(a: CacheArgs) -> Exit {
         }),
     };
     result.unwrap_or_else(|e| {
-        print_error(&format!("cache {}: {e}", root.display()));
-        Exit::Operational
+        let m = format!("cache {}: {e}", root.display());
+        fail(Exit::Operational, &m, a.json)
     })
 }

@@ -2,10 +2,9 @@
 //! what changed, grown capabilities first. Reads the two files only; never opens a package.
 //!
 //! Exit codes (see [`Exit`]): 0 unchanged (same digest), 4 content_only, 5 needs_review,
-//! 1 operational error (a file cannot be read), 2 usage error (not an accepted answer with a
-//! review).
+//! 1 operational error (a file cannot be read), 2 usage error (a path that names no file, or
+//! not an accepted answer with a review).
 
-use std::fs::File;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
@@ -23,17 +22,18 @@ pub struct DiffArgs {
     old: PathBuf,
     /// The newer version's saved answer.
     new: PathBuf,
-    /// Print one JSON object (change, digests, grown, dropped, files, frontmatter_changed).
+    /// Print one JSON object (change, digests, grown, dropped, files, frontmatter_changed); a
+    /// failure prints `{"error": {"kind", "exit", "message"}}`.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
 }
 
 /// A saved answer is at most a few MiB (10,000 entries plus a bounded review).
 const MAX_ANSWER_BYTES: u64 = 64 * 1024 * 1024;
 
 fn load(p: &Path) -> Result<Outcome, Failure> {
-    let file = File::open(p)
-        .map_err(|e| Failure::operational(format!("cannot open {}: {e}", p.display())))?;
+    // A path that names no regular file is a usage error (2), as for every command.
+    let file = super::extract::open_artifact(p)?;
     let mut text = Vec::new();
     file.take(MAX_ANSWER_BYTES + 1)
         .read_to_end(&mut text)

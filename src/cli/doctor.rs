@@ -16,6 +16,10 @@ pub struct DoctorArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The confinement to check (`--allow-unconfined` is accepted and changes nothing: the
+    /// doctor always asks for full enforcement).
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 /// Run the doctor and print its report. Exit status 0 when confinement works, 1 when it would

@@ -100,15 +100,79 @@ impl Failure {
     }
 }
 
-/// A command's result as the process ends with it: a failure is printed on stderr.
-pub fn finish(result: Result<Exit, Failure>) -> ExitCode {
+impl Exit {
+    /// The `kind` a JSON error object carries for this status.
+    pub const fn kind(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Operational => "operational",
+            Self::Usage => "usage",
+            Self::Rejected => "rejected",
+            Self::Refused => "refused",
+            Self::UnknownSchema => "unrecognised_schema",
+            Self::ContentOnly => "content_only",
+            Self::NeedsReview => "needs_review",
+            Self::NeedsApproval => "needs_approval",
+            Self::Denied => "denied",
+            Self::NotFound => "not_found",
+            Self::Withdrawn => "withdrawn",
+        }
+    }
+}
+
+/// The JSON error object every command with `--json` prints on stdout when it fails:
+/// `{"error": {"kind", "exit", "message"}}`, where `exit` is the process status and `kind` its
+/// name (a command may add fields, as `fetch` adds the refusing rule). The message also goes to
+/// stderr, once, as for a command without `--json`.
+pub fn error_object(kind: &str, exit: u8, message: &str) -> serde_json::Value {
+    serde_json::json!({ "error": { "kind": kind, "exit": exit, "message": message } })
+}
+
+/// Print a JSON value on stdout, pretty, as every `--json` answer is.
+pub fn print_json(v: &serde_json::Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
+}
+
+/// A command's result as the process ends with it: a failure is printed on stderr, and with
+/// `--json` also as the JSON error object on stdout.
+pub fn finish(result: Result<Exit, Failure>, json: bool) -> ExitCode {
     match result {
         Ok(exit) => exit.into(),
         Err(f) => {
+            if json {
+                print_json(&error_object(f.exit.kind(), f.exit.code(), &f.message));
+            }
             eprintln!("skillbox: {}", f.message);
             f.exit.into()
         }
     }
+}
+
+/// A command line clap refused: its message on stderr (exit 2), and with `--json` anywhere
+/// before `--` the JSON error object on stdout too, so a script reading stdout gets one.
+/// `--help` and `--version` print as clap prints them.
+pub fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let informational = matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion);
+    let json = std::env::args_os()
+        .skip(1)
+        .take_while(|a| a != "--")
+        .any(|a| a == "--json");
+    if json && !informational {
+        let rendered = e.render().to_string();
+        let first = rendered
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        print_json(&error_object(Exit::Usage.kind(), Exit::Usage.code(), first));
+    }
+    let _ = e.print();
+    // clap's own status: 0 for --help and --version, 2 for every usage error.
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(Exit::Usage.code()))
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
@@ -52,9 +52,10 @@ pub struct ExtractArgs {
     /// Limits file (.toml or .json; keys as in docs/limits.md). Flags below override it.
     #[arg(long)]
     limits: Option<PathBuf>,
-    /// Print one JSON object (verdict, reason, artifact, entries, totals).
+    /// Print one JSON object (verdict, reason, artifact, entries, totals, review, sandbox); a
+    /// failure prints `{"error": {"kind", "exit", "message"}}` instead.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// Send the artifact to a running broker instead (`unix:///path/to.sock`, `unix:` for the
     /// default socket, `http://127.0.0.1:PORT`, `https://HOST:PORT` with SKILLBOX_TLS_CA); same
     /// output and exit codes. With --out the accepted tree is fetched into that directory.
@@ -71,6 +72,8 @@ pub struct ExtractArgs {
     index_description: Option<String>,
     #[command(flatten)]
     overrides: LimitFlags,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 /// `--skill-name`: the broker's bound on `header.skill_name`, so the local and `--server` paths
@@ -122,15 +125,7 @@ pub fn run(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<Exit, Failure> {
         }
         None => ArtifactType::Archive,
     };
-    let artifact = File::open(&args.artifact).map_err(|e| {
-        Failure::operational(format!("cannot open {}: {e}", args.artifact.display()))
-    })?;
-    if !artifact.metadata().map(|m| m.is_file()).unwrap_or(false) {
-        return Err(Failure::usage(format!(
-            "{} is not a regular file",
-            args.artifact.display()
-        )));
-    }
+    let artifact = open_artifact(&args.artifact)?;
     let req = Request {
         media_type: args.media_type.clone(),
         file_name,
@@ -178,6 +173,35 @@ pub fn run(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<Exit, Failure> {
     Ok(verdict_exit(outcome.verdict))
 }
 
+/// Open the artifact a command line names. A path that names no regular file (nothing there,
+/// a directory, a device) is the caller's mistake, a usage error (2), whatever the case; only a
+/// file that is there and cannot be read is operational (1).
+pub fn open_artifact(path: &Path) -> Result<File, Failure> {
+    let not_a_file = |what: &str| Failure::usage(format!("{}: {what}", path.display()));
+    names_a_file(path)?;
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(not_a_file("is not a regular file"));
+    }
+    let file = File::open(path)
+        .map_err(|e| Failure::operational(format!("cannot open {}: {e}", path.display())))?;
+    // Checked again on the open file: the path may have been swapped since.
+    if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        return Err(not_a_file("is not a regular file"));
+    }
+    Ok(file)
+}
+
+/// A path on the command line must name something that is not a directory: anything else is
+/// a usage error (2), the same for every command.
+pub fn names_a_file(path: &Path) -> Result<(), Failure> {
+    let not_a_file = |what: &str| Failure::usage(format!("{}: {what}", path.display()));
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_a_file("no such file")),
+        Ok(m) if m.is_dir() => Err(not_a_file("is a directory, not a file")),
+        _ => Ok(()),
+    }
+}
+
 fn verdict_exit(v: Verdict) -> Exit {
     match v {
         Verdict::Accepted => Exit::Ok,
@@ -197,14 +221,9 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
             )));
         }
     }
-    let done =
-        skillbox::client::extract_blocking_into(server, &args.artifact, req, out).map_err(|e| {
-            if e.is_invalid_argument() {
-                Failure::usage(e.to_string())
-            } else {
-                Failure::operational(e.to_string())
-            }
-        })?;
+    let server = resolve_server(server);
+    let done = skillbox::client::extract_blocking_into(&server, &args.artifact, req, out)
+        .map_err(|e| remote_failure(&server, e))?;
     let summary = remote_summary(done.sandbox.as_ref());
     print_answer(
         &done.outcome,
@@ -217,6 +236,97 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
         args.json,
     )?;
     Ok(verdict_exit(done.outcome.verdict))
+}
+
+/// `unix:` names the default socket: spelled out, so a failure can say which path was tried.
+fn resolve_server(server: &str) -> String {
+    if server == "unix:" || server == "unix://" {
+        format!("unix://{}", skillbox::convert::default_socket().display())
+    } else {
+        server.to_owned()
+    }
+}
+
+/// What the broker's refusal means for the person at the command line: no broker at a socket
+/// says which socket and how to start one; a limit looser than the server's names the field
+/// and the server's value (asked through ServerInfo), not the transport's text.
+fn remote_failure(server: &str, e: skillbox::client::ClientError) -> Failure {
+    use skillbox::client::ClientError;
+    use tonic_types::StatusExt as _;
+    match &e {
+        ClientError::Connect { .. } => {
+            if let Some(path) = server.strip_prefix("unix://") {
+                let why = match std::fs::symlink_metadata(path) {
+                    Err(_) => "no such socket".to_owned(),
+                    Ok(_) => "nothing is listening on it".to_owned(),
+                };
+                return Failure::operational(format!(
+                    "no broker at {path} ({why}); start one with `skillbox serve` (or `skillbox serve --socket {path}`), or drop --server to extract locally"
+                ));
+            }
+            Failure::operational(format!(
+                "no broker answers at {server}; is `skillbox serve --tcp ...` running there?"
+            ))
+        }
+        ClientError::Status(status) if e.is_invalid_argument() => {
+            let field = status
+                .get_details_bad_request()
+                .and_then(|b| b.field_violations.into_iter().next());
+            match field {
+                Some(v) if v.field.starts_with("header.limits.") => {
+                    let name = v.field.trim_start_matches("header.limits.");
+                    let flag = format!("--{}", name.replace('_', "-"));
+                    let theirs = server_limit(server, name)
+                        .map_or_else(String::new, |value| format!(" (the server's: {value})"));
+                    Failure::usage(format!("{flag}: {}{theirs}", v.description))
+                }
+                Some(v) => Failure::usage(format!("{}: {}", v.field, v.description)),
+                None => Failure::usage(status.message().to_owned()),
+            }
+        }
+        _ => Failure::operational(e.to_string()),
+    }
+}
+
+/// The server's value of one limit, from ServerInfo, or nothing if it cannot be had.
+fn server_limit(server: &str, name: &str) -> Option<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .ok()?;
+    let info = rt.block_on(async {
+        let mut client = skillbox::client::Client::connect(server).await.ok()?;
+        tokio::time::timeout(std::time::Duration::from_secs(5), client.server_info())
+            .await
+            .ok()?
+            .ok()
+    })?;
+    let l = info.limits?;
+    let n = |v: Option<u64>| v.map(|v| v.to_string());
+    let b = |v: Option<bool>| v.map(|v| v.to_string());
+    match name {
+        "max_artifact_bytes" => n(l.max_artifact_bytes),
+        "max_entries" => n(l.max_entries),
+        "max_expanded_bytes" => n(l.max_expanded_bytes),
+        "max_file_bytes" => n(l.max_file_bytes),
+        "max_ratio" => n(l.max_ratio),
+        "ratio_threshold_bytes" => n(l.ratio_threshold_bytes),
+        "max_path_depth" => n(l.max_path_depth),
+        "max_path_bytes" => n(l.max_path_bytes),
+        "max_component_bytes" => n(l.max_component_bytes),
+        "zstd_window_log_max" => n(l.zstd_window_log_max.map(u64::from)),
+        "allow_symlinks" => b(l.allow_symlinks),
+        "require_skill_md" => b(l.require_skill_md),
+        "hardlinks" => l.hardlinks.and_then(|h| {
+            skillbox::proto::HardlinkPolicy::try_from(h)
+                .ok()
+                .map(|p| match p {
+                    skillbox::proto::HardlinkPolicy::CopyInternal => "copy-internal".to_owned(),
+                    _ => "reject".to_owned(),
+                })
+        }),
+        _ => None,
+    }
 }
 
 /// Run the extraction engine on the artifact into the staging directory, in a confined child.

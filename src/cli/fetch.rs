@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use skillbox::extract::Request;
 use skillbox::extract::inventory::{ArtifactFacts, Totals};
-use skillbox::extract::policy::{Limits, parse_size};
+use skillbox::extract::policy::parse_size;
 use skillbox::fetch::FetchError;
 use skillbox::fetch::acquire::{self, AcquireError, Provenance};
 use skillbox::fetch::cache::Cache;
@@ -32,8 +32,10 @@ use skillbox::reason::{Reason, ReasonCode, Verdict};
 use skillbox::sandbox::{Confined, SandboxError, SandboxReport};
 use skillbox::urls;
 
-use super::exit::Exit;
+use super::exit::{Exit, error_object, print_json};
+use super::limits::{self, LimitFlags};
 use super::output::{self as answer, Staged};
+use super::sandbox::SandboxArgs;
 use super::staging::Staging;
 
 /// The extraction step, supplied by the CLI: the same (confined) path `skillbox extract` uses,
@@ -72,9 +74,6 @@ pub struct PolicyArgs {
     /// Bound on one whole download, redirects included [default: 60s].
     #[arg(long, env = "SKILLBOX_TOTAL_TIMEOUT", value_parser = config::parse_duration, value_name = "SECONDS")]
     total_timeout: Option<Duration>,
-    /// Largest artifact body (K, M, G suffixes) [default: 256M].
-    #[arg(long, env = "SKILLBOX_MAX_BYTES", value_parser = parse_size, value_name = "BYTES")]
-    max_bytes: Option<u64>,
     /// Largest index body; an index over it is rejected (exit 3) [default: 1M].
     #[arg(long, env = "SKILLBOX_MAX_INDEX_BYTES", value_parser = parse_size, value_name = "BYTES")]
     max_index_bytes: Option<u64>,
@@ -94,6 +93,21 @@ pub struct PolicyArgs {
     no_proxy: Option<String>,
 }
 
+/// The fetch-policy bound on an artifact download: only for the commands that download one
+/// (`fetch`, `install`, `update`), not `index check`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ArtifactPolicyArgs {
+    /// Largest artifact body (K, M, G suffixes) [default: 256M].
+    #[arg(long, env = "SKILLBOX_MAX_BYTES", value_parser = parse_size, value_name = "BYTES")]
+    max_bytes: Option<u64>,
+}
+
+impl ArtifactPolicyArgs {
+    pub(super) fn max_bytes(&self) -> Option<u64> {
+        self.max_bytes
+    }
+}
+
 /// `skillbox fetch INDEX_URL SKILL_NAME`
 #[derive(Args, Debug)]
 pub struct FetchArgs {
@@ -111,7 +125,8 @@ pub struct FetchArgs {
     /// and removed afterwards.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Print one JSON object (`extraction` as `extract --json` prints it, plus `provenance`).
+    /// Print one JSON object (`extraction` as `extract --json` prints it, plus `provenance`);
+    /// a failure prints `{"error": {"kind", "exit", "message", ...}, "provenance"}`.
     #[arg(long)]
     json: bool,
     /// Use only the cache: the last index fetched from INDEX_URL and the artifact by digest.
@@ -124,11 +139,17 @@ pub struct FetchArgs {
     /// Cache directory [default: $XDG_CACHE_HOME/skillbox or ~/.cache/skillbox].
     #[arg(long, value_name = "DIR")]
     cache_dir: Option<PathBuf>,
-    /// Extraction limits file (as for `extract --limits`).
+    /// Extraction limits file (as for `extract --limits`); the limit flags below override it.
     #[arg(long, value_name = "FILE")]
     limits: Option<PathBuf>,
     #[command(flatten)]
     policy: PolicyArgs,
+    #[command(flatten)]
+    artifact_policy: ArtifactPolicyArgs,
+    #[command(flatten)]
+    overrides: LimitFlags,
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
 }
 
 pub(super) fn print_error(message: &str) {
@@ -140,7 +161,10 @@ pub(super) struct Setup {
     pub(super) index_limits: IndexLimits,
 }
 
-pub(super) fn settings(p: &PolicyArgs) -> Result<FetchSettings, (Exit, String)> {
+pub(super) fn settings(
+    p: &PolicyArgs,
+    max_bytes: Option<u64>,
+) -> Result<FetchSettings, (Exit, String)> {
     let file = p
         .fetch_policy
         .as_deref()
@@ -153,7 +177,7 @@ pub(super) fn settings(p: &PolicyArgs) -> Result<FetchSettings, (Exit, String)> 
         max_redirects: p.max_redirects,
         connect_timeout: p.connect_timeout,
         total_timeout: p.total_timeout,
-        max_bytes: p.max_bytes,
+        max_bytes,
         max_index_bytes: p.max_index_bytes,
         max_index_entries: p.max_index_entries,
         ca_file: p.ca_file.clone(),
@@ -163,8 +187,8 @@ pub(super) fn settings(p: &PolicyArgs) -> Result<FetchSettings, (Exit, String)> 
     config::build(file, over, &|k| std::env::var(k).ok()).map_err(|e| (Exit::Usage, e.to_string()))
 }
 
-pub(super) fn setup(p: &PolicyArgs) -> Result<Setup, (Exit, String)> {
-    let s = settings(p)?;
+pub(super) fn setup(p: &PolicyArgs, max_bytes: Option<u64>) -> Result<Setup, (Exit, String)> {
+    let s = settings(p, max_bytes)?;
     let trust = match &s.ca_file {
         Some(path) => Trust::from_ca_file(path).map_err(|e| (Exit::Usage, e.to_string()))?,
         None => Trust::WebPki,
@@ -218,6 +242,25 @@ pub(super) fn acquire_exit(e: &AcquireError) -> Exit {
 
 /// The JSON object describing a failure: a policy refusal names its rule and the way out.
 pub(super) fn error_json(e: &AcquireError) -> Value {
+    let mut v = error_detail(e);
+    if let Some(o) = v.as_object_mut() {
+        o.insert("exit".into(), json!(acquire_exit(e).code()));
+        o.insert("message".into(), json!(describe_error(e)));
+    }
+    v
+}
+
+/// A failure before anything was fetched, as text on stderr and, with `--json`, as the JSON
+/// error object on stdout; returns `exit`.
+pub(super) fn fail(exit: Exit, message: &str, json_out: bool) -> Exit {
+    if json_out {
+        print_json(&error_object(exit.kind(), exit.code(), message));
+    }
+    print_error(message);
+    exit
+}
+
+fn error_detail(e: &AcquireError) -> Value {
     match e {
         AcquireError::Fetch(FetchError::Refused(r)) => json!({
             "kind": "refused",
@@ -278,7 +321,7 @@ pub(super) fn report(e: &AcquireError) {
 /// Run `skillbox fetch`; returns the exit code. `engine` is the extraction path `extract` uses.
 pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     if a.print_policy {
-        return match settings(&a.policy) {
+        return match settings(&a.policy, a.artifact_policy.max_bytes) {
             Ok(mut s) => {
                 if let Some(u) = a
                     .index_url
@@ -290,50 +333,39 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
                 print!("{}", config::render(&s));
                 Exit::Ok
             }
-            Err((code, m)) => {
-                print_error(&m);
-                code
-            }
+            Err((code, m)) => fail(code, &m, a.json),
         };
     }
     let (Some(index_text), Some(skill_name)) = (a.index_url.as_deref(), a.skill_name.as_deref())
     else {
-        print_error("INDEX_URL and SKILL_NAME are required");
-        return Exit::Usage;
+        return fail(Exit::Usage, "INDEX_URL and SKILL_NAME are required", a.json);
     };
-    let setup = match setup(&a.policy) {
+    let setup = match setup(&a.policy, a.artifact_policy.max_bytes) {
         Ok(s) => s,
         Err((code, m)) => {
-            print_error(&m);
-            return code;
+            return fail(code, &m, a.json);
         }
     };
     let index_url = match urls::parse_absolute(index_text) {
         Ok(u) => u,
         Err(e) => {
-            print_error(&format!("{}: {e}", urls::redact_str(index_text)));
-            return Exit::Usage;
+            return fail(
+                Exit::Usage,
+                &format!("{}: {e}", urls::redact_str(index_text)),
+                a.json,
+            );
         }
     };
     let mut setup = setup;
     setup.client.policy_mut().allow_index_origin(&index_url);
-    let limits = match &a.limits {
-        Some(p) => match Limits::from_file(p) {
-            Ok(l) => l,
-            Err(e) => {
-                print_error(&e.to_string());
-                return Exit::Usage;
-            }
-        },
-        None => Limits::default(),
+    let limits = match limits::build(a.limits.as_deref(), &a.overrides) {
+        Ok(l) => l,
+        Err(f) => return fail(f.exit, &f.message, a.json),
     };
     if let Some(out) = &a.out {
         if out.symlink_metadata().is_ok() {
-            print_error(&format!(
-                "--out {} already exists; give a new path",
-                out.display()
-            ));
-            return Exit::Usage;
+            let m = format!("--out {} already exists; give a new path", out.display());
+            return fail(Exit::Usage, &m, a.json);
         }
     }
     // --no-cache: a throwaway cache, so the download path (temporary file, digest check,
@@ -341,8 +373,11 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     let throwaway = match a.no_cache.then(tempfile::TempDir::new).transpose() {
         Ok(t) => t,
         Err(e) => {
-            print_error(&format!("cannot create a temporary directory: {e}"));
-            return Exit::Operational;
+            return fail(
+                Exit::Operational,
+                &format!("cannot create a temporary directory: {e}"),
+                a.json,
+            );
         }
     };
     let Some(cache_root) = throwaway
@@ -351,17 +386,20 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         .or_else(|| a.cache_dir.clone())
         .or_else(Cache::default_root)
     else {
-        print_error("no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME");
-        return Exit::Usage;
+        return fail(
+            Exit::Usage,
+            "no cache directory: set --cache-dir, XDG_CACHE_HOME or HOME",
+            a.json,
+        );
     };
     let cache = match Cache::open(&cache_root) {
         Ok(c) => c,
         Err(e) => {
-            print_error(&format!(
-                "cannot open the cache {}: {e}",
-                cache_root.display()
-            ));
-            return Exit::Operational;
+            return fail(
+                Exit::Operational,
+                &format!("cannot open the cache {}: {e}", cache_root.display()),
+                a.json,
+            );
         }
     };
     let mut prov = Provenance {
@@ -369,6 +407,8 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         time: skillbox::fetch::now_rfc3339(),
         ..Provenance::default()
     };
+    // Bytes of the downloads in progress, on a terminal only (never with --json).
+    let progress = DownloadProgress::start(cache_root.join("tmp"), !a.json);
     let acquired = acquire::load_index(
         &setup.client,
         (!a.no_cache).then_some(&cache),
@@ -384,6 +424,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     })
     .and_then(|index| acquire::select(&index, skill_name))
     .and_then(|entry| acquire::artifact(&setup.client, &cache, entry, a.offline, &mut prov));
+    progress.finish();
     let acquired = match acquired {
         Ok(x) => x,
         Err(AcquireError::DigestMismatch {
@@ -417,7 +458,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         Err(e) => {
             if a.json {
                 let v = json!({ "error": error_json(&e), "provenance": prov });
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                print_json(&v);
             } else if prov.index_source.is_some() {
                 // Something was fetched: show where from, even though it stopped here.
                 print_provenance(&prov);
@@ -431,19 +472,26 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         Some(out) => match Staging::kept(out) {
             Ok(s) => s,
             Err(e) => {
-                print_error(&format!("cannot create {}: {e}", out.display()));
-                return if e.kind() == std::io::ErrorKind::AlreadyExists {
+                let code = if e.kind() == std::io::ErrorKind::AlreadyExists {
                     Exit::Usage
                 } else {
                     Exit::Operational
                 };
+                return fail(
+                    code,
+                    &format!("cannot create {}: {e}", out.display()),
+                    a.json,
+                );
             }
         },
         None => match Staging::temporary() {
             Ok(s) => s,
             Err(e) => {
-                print_error(&format!("cannot create a temporary directory: {e}"));
-                return Exit::Operational;
+                return fail(
+                    Exit::Operational,
+                    &format!("cannot create a temporary directory: {e}"),
+                    a.json,
+                );
             }
         },
     };
@@ -456,8 +504,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         Ok(c) => c,
         Err(m) => {
             staging.discard();
-            print_error(&m);
-            return Exit::Operational;
+            return fail(Exit::Operational, &m, a.json);
         }
     };
     if outcome.verdict == Verdict::Rejected {
@@ -563,4 +610,69 @@ fn print_provenance(p: &Provenance) {
         println!("  downloaded at: {}", c.fetched_at);
     }
     println!("  time:          {}", p.time);
+}
+
+/// The progress of a large download on a terminal: bytes so far and the rate. The fetcher
+/// writes every download into the cache's `tmp/` (a temporary file renamed into place once its
+/// digest matches), so the bytes are read from there, never from the network path itself; a
+/// download done within half a second shows nothing. Nothing at all with `--json` or when
+/// stderr is not a terminal. Another fetch into the same cache at the same moment is counted
+/// too: the line is a progress hint, not a record.
+struct DownloadProgress {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl DownloadProgress {
+    fn start(tmp: PathBuf, wanted: bool) -> Self {
+        use std::io::IsTerminal as _;
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let thread = (wanted && std::io::stderr().is_terminal()).then(|| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let bar = indicatif::ProgressBar::hidden();
+                bar.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} {bytes} downloaded, {binary_bytes_per_sec}",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+                );
+                let mut shown = false;
+                while !stop.load(Ordering::Relaxed) {
+                    let bytes = in_progress_bytes(&tmp);
+                    if !shown && bytes > 0 && started.elapsed() > Duration::from_millis(500) {
+                        bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                        shown = true;
+                    }
+                    bar.set_position(bytes);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                bar.finish_and_clear();
+            })
+        });
+        Self { stop, thread }
+    }
+
+    fn finish(mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The bytes written so far into the files directly in `dir` (not following symlinks).
+fn in_progress_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(std::fs::Metadata::is_file)
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }

@@ -16,7 +16,7 @@ use skillbox::index::{self, EntryType, Index};
 use skillbox::urls;
 
 use super::exit::Exit;
-use super::fetch::{PolicyArgs, acquire_exit, error_json, print_error, report, setup};
+use super::fetch::{PolicyArgs, acquire_exit, error_json, fail, report, setup};
 
 /// `skillbox index ...`
 #[derive(Args, Debug)]
@@ -41,7 +41,7 @@ struct CheckArgs {
     /// For a file: the URL it was published at, to resolve relative entry URLs against.
     #[arg(long, value_name = "URL")]
     base: Option<String>,
-    /// Print one JSON object.
+    /// Print one JSON object; a failure prints `{"error": {"kind", "exit", "message", ...}}`.
     #[arg(long)]
     json: bool,
     #[command(flatten)]
@@ -56,20 +56,17 @@ pub fn run(args: IndexArgs) -> Exit {
 }
 
 fn index_check(a: CheckArgs) -> Exit {
-    let setup = match setup(&a.policy) {
+    let setup = match setup(&a.policy, None) {
         Ok(s) => s,
-        Err((code, m)) => {
-            print_error(&m);
-            return code;
-        }
+        Err((code, m)) => return fail(code, &m, a.json),
     };
     let mut prov = Provenance::default();
     let result = if a.source.contains("://") {
         let url = match urls::parse_absolute(&a.source) {
             Ok(u) => u,
             Err(e) => {
-                print_error(&format!("{}: {e}", urls::redact_str(&a.source)));
-                return Exit::Usage;
+                let m = format!("{}: {e}", urls::redact_str(&a.source));
+                return fail(Exit::Usage, &m, a.json);
             }
         };
         prov.index_url = url.to_string();
@@ -87,21 +84,20 @@ fn index_check(a: CheckArgs) -> Exit {
     } else {
         let base = match a.base.as_deref().map(urls::parse_absolute).transpose() {
             Ok(b) => b,
-            Err(e) => {
-                print_error(&format!("--base: {e}"));
-                return Exit::Usage;
-            }
+            Err(e) => return fail(Exit::Usage, &format!("--base: {e}"), a.json),
         };
         prov.index_url = a.source.clone();
+        // A path that names nothing, or a directory, is a usage error, as for every command
+        // (a pipe such as /dev/stdin is read).
+        if let Err(f) = super::extract::names_a_file(Path::new(&a.source)) {
+            return fail(f.exit, &f.message, a.json);
+        }
         match index::read_file(Path::new(&a.source), setup.index_limits.max_bytes) {
             Ok(bytes) => {
                 index::parse(&bytes, base.as_ref(), &setup.index_limits).map_err(AcquireError::from)
             }
             Err(index::ReadError::Index(e)) => Err(AcquireError::from(e)),
-            Err(index::ReadError::Io(m)) => {
-                print_error(&m);
-                return Exit::Operational;
-            }
+            Err(index::ReadError::Io(m)) => return fail(Exit::Operational, &m, a.json),
         }
     };
     match result {

@@ -10,8 +10,8 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::fetch::PolicyArgs;
-use super::sandbox::SandboxArgs;
+use super::fetch::{ArtifactPolicyArgs, PolicyArgs};
+use super::sandbox::{LeadingSandboxArgs, SandboxArgs};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::policy::Limits;
 use skillbox::lifecycle::agents::AgentArg;
@@ -162,6 +162,10 @@ pub struct InstallArgs {
     common: Common,
     #[command(flatten)]
     fetch: PolicyArgs,
+    #[command(flatten)]
+    artifact_policy: ArtifactPolicyArgs,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 #[derive(Args, Debug)]
@@ -215,6 +219,10 @@ pub struct UpdateArgs {
     common: Common,
     #[command(flatten)]
     fetch: PolicyArgs,
+    #[command(flatten)]
+    artifact_policy: ArtifactPolicyArgs,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 #[derive(Args, Debug)]
@@ -304,7 +312,7 @@ fn open(c: &Common, access: Access) -> Result<Store, Error> {
 fn fail(e: &Error, json_out: bool) -> u8 {
     let message = redact_url(&e.message);
     if json_out {
-        let mut v = json!({"error": {"kind": kind_str(e.kind), "message": message}});
+        let mut v = json!({"error": {"kind": kind_str(e.kind), "exit": exit_of(e.kind), "message": message}});
         if let Some(d) = &e.detail {
             v["error"]["detail"] = d.clone();
         }
@@ -322,7 +330,13 @@ fn print_json<T: Serialize>(v: &T) {
 }
 
 /// Run one lifecycle command; returns its exit code.
-pub fn run(cmd: LifecycleCommand, sandbox: &SandboxArgs) -> u8 {
+pub fn run(cmd: LifecycleCommand, leading: &LeadingSandboxArgs) -> u8 {
+    let sandbox = match &cmd {
+        LifecycleCommand::Install(a) => leading.merge(&a.sandbox),
+        LifecycleCommand::Update(a) => leading.merge(&a.sandbox),
+        _ => leading.merge(&SandboxArgs::default()),
+    };
+    let sandbox = &sandbox;
     let json_out = match &cmd {
         LifecycleCommand::Install(a) => a.common.json,
         LifecycleCommand::Review(a) => a.common.json,
@@ -403,8 +417,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     digest,
                 }
             };
-            let setup =
-                super::fetch::setup(&a.fetch).map_err(|(_, m)| Error::new(Kind::Usage, m))?;
+            let setup = super::fetch::setup(&a.fetch, a.artifact_policy.max_bytes())
+                .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
             let mut store = open(&a.common, Access::Exclusive)?;
             let intake = Intake {
                 policy: &policy,
@@ -423,8 +437,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
         LifecycleCommand::Update(a) => {
             let policy = load_policy(&a.policy)?;
             let limits = load_limits(&a.limits)?;
-            let setup =
-                super::fetch::setup(&a.fetch).map_err(|(_, m)| Error::new(Kind::Usage, m))?;
+            let setup = super::fetch::setup(&a.fetch, a.artifact_policy.max_bytes())
+                .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
             let mut store = open(&a.common, Access::Exclusive)?;
             let targets = ops::update_targets(&mut store, a.skill.as_deref())?;
             let mut reports = Vec::new();

@@ -3,10 +3,12 @@
 //!
 //! One file per command ([`extract`], [`fetch`], [`index`], [`diff`], [`replay`], [`serve`],
 //! [`doctor`]), plus the flags several share ([`sandbox`], [`limits`]), the printed answer
-//! ([`output`]), where one-shot commands stage ([`staging`]) and the one exit-code type
-//! ([`exit`]). Nothing here decides a verdict or touches artifact bytes.
+//! ([`output`]), where one-shot commands stage ([`staging`]), the one exit-code type
+//! ([`exit`]), and the completion scripts and man page generated from these types
+//! ([`completions`]). Nothing here decides a verdict or touches artifact bytes.
 
 pub mod cache;
+pub mod completions;
 pub mod diff;
 pub mod doctor;
 pub mod exit;
@@ -31,7 +33,7 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
     #[command(flatten)]
-    pub sandbox: sandbox::SandboxArgs,
+    pub leading: sandbox::LeadingSandboxArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -66,7 +68,8 @@ pub enum Command {
     /// mentions never counts). Grown capabilities are listed first.
     ///
     /// Exit status: 0 unchanged (same digest), 4 content_only, 5 needs_review, 1 operational
-    /// error (a file cannot be read), 2 usage error (not an accepted answer with a review).
+    /// error (a file cannot be read), 2 usage error (a path that names no file, or not an
+    /// accepted answer with a review).
     Diff(diff::DiffArgs),
     /// Replay a corpus: run every artifact in DIR through `extract` and compare each verdict
     /// and reason with DIR/manifest.json (format in docs/corpus-and-fuzzing.md).
@@ -87,4 +90,10 @@ pub enum Command {
     Health(serve::HealthArgs),
     #[command(flatten)]
     Lifecycle(lifecycle::LifecycleCommand),
+    /// Print a shell completion script, generated from these definitions, on stdout
+    /// (`skillbox completions bash > ~/.local/share/bash-completion/completions/skillbox`).
+    Completions(completions::CompletionsArgs),
+    /// Print the man page skillbox(1), or skillbox-COMMAND(1) with `man COMMAND`, generated
+    /// from these definitions, as roff on stdout (`skillbox man extract | man -l -`).
+    Man(completions::ManArgs),
 }

@@ -5,18 +5,21 @@
 //! not run, 2 usage error or a missing or malformed manifest.
 
 use std::fs;
+use std::io::IsTerminal as _;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use skillbox::replay::{self, Options, ReplayError};
 
-use super::exit::Exit;
+use super::exit::{Exit, error_object, print_json};
 
 /// Arguments of `skillbox replay`.
 #[derive(clap::Args, Debug)]
 pub struct ReplayArgs {
-    /// Corpus directory holding `manifest.json` and the artifacts it names.
+    /// Corpus directory holding `manifest.json` and the artifacts it names, or a directory
+    /// below one (only its cases run, found through the nearest manifest above it).
     pub dir: PathBuf,
     /// Cases run in parallel [default: the number of CPUs].
     #[arg(long, value_name = "N")]
@@ -24,7 +27,8 @@ pub struct ReplayArgs {
     /// Also write a JUnit XML report to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
-    /// Print one JSON object (summary and every case) instead of the human summary.
+    /// Print one JSON object (summary and every case) instead of the human summary; a failure
+    /// to run prints `{"error": {"kind", "exit", "message"}}`.
     #[arg(long)]
     pub json: bool,
     /// Seconds one case may run before it is killed and reported as an error.
@@ -37,12 +41,16 @@ pub struct ReplayArgs {
 
 /// `skillbox replay`: run, print, write JUnit; returns the exit status.
 pub fn run(args: ReplayArgs) -> Exit {
+    let fail = |exit: Exit, message: &str| {
+        if args.json {
+            print_json(&error_object(exit.kind(), exit.code(), message));
+        }
+        eprintln!("skillbox: {message}");
+        exit
+    };
     let exe = match std::env::current_exe() {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("skillbox: {}", ReplayError::Exe(e));
-            return Exit::Usage;
-        }
+        Err(e) => return fail(Exit::Operational, &ReplayError::Exe(e).to_string()),
     };
     let jobs = args
         .jobs
@@ -52,33 +60,37 @@ pub fn run(args: ReplayArgs) -> Exit {
         jobs,
         timeout: Duration::from_secs(args.timeout.max(1)),
         exe,
-        extract_args: args.extract_args,
+        extract_args: args.extract_args.clone(),
     };
-    let report = match replay::run(&args.dir, &opts) {
+    let bar = Progress::new(!args.json);
+    let report = replay::run_observed(&args.dir, &opts, &|n| bar.start(n), &|c| bar.case(c));
+    bar.finish();
+    let report = match report {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("skillbox: {e}");
-            return match e {
+            let exit = match e {
                 ReplayError::Scratch(_) | ReplayError::Exe(_) => Exit::Operational,
                 ReplayError::MissingManifest { .. }
+                | ReplayError::NoSuchDir { .. }
+                | ReplayError::NotADir { .. }
                 | ReplayError::Read { .. }
                 | ReplayError::Malformed { .. } => Exit::Usage,
             };
+            return fail(exit, &e.to_string());
         }
     };
     if let Some(path) = &args.junit {
         if let Err(e) = fs::write(path, replay::junit(&report)) {
-            eprintln!("skillbox: cannot write {}: {e}", path.display());
-            return Exit::Operational;
+            return fail(
+                Exit::Operational,
+                &format!("cannot write {}: {e}", path.display()),
+            );
         }
     }
     if args.json {
         match serde_json::to_string_pretty(&replay::to_json(&report)) {
             Ok(text) => println!("{text}"),
-            Err(e) => {
-                eprintln!("skillbox: {e}");
-                return Exit::Operational;
-            }
+            Err(e) => return fail(Exit::Operational, &e.to_string()),
         }
     } else {
         print!("{}", replay::human(&report));
@@ -87,5 +99,54 @@ pub fn run(args: ReplayArgs) -> Exit {
         Exit::Ok
     } else {
         Exit::Operational
+    }
+}
+
+/// The progress line on a terminal: cases done of all, failures so far, time left. Nothing at
+/// all with `--json` or when stderr is not a terminal (a log, a pipe, CI).
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    failed: AtomicUsize,
+}
+
+impl Progress {
+    fn new(wanted: bool) -> Self {
+        let bar = (wanted && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::hidden();
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:30} {pos}/{len} cases, {msg}, {eta} left",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_message("0 failed");
+            bar
+        });
+        Self {
+            bar,
+            failed: AtomicUsize::new(0),
+        }
+    }
+
+    fn start(&self, total: usize) {
+        if let Some(bar) = &self.bar {
+            bar.set_length(total as u64);
+            bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        }
+    }
+
+    fn case(&self, c: &replay::CaseResult) {
+        let Some(bar) = &self.bar else { return };
+        if c.status != replay::Status::Pass {
+            let n = self.failed.fetch_add(1, Ordering::Relaxed) + 1;
+            bar.set_message(format!("{n} failed"));
+        }
+        bar.inc(1);
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
     }
 }

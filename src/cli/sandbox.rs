@@ -1,5 +1,5 @@
-//! Command-line surface of the sandbox: the global confinement flags every command that
-//! extracts accepts, and the engine call the CLI makes through the confined child.
+//! Command-line surface of the sandbox: the confinement flags of every command that extracts,
+//! and the engine call the CLI makes through the confined child.
 //!
 //! This is the only place the CLI turns flags into a [`SandboxConfig`]; it never weakens a
 //! default without the operator saying so on the command line, and says so loudly when they do.
@@ -23,25 +23,92 @@ pub enum VerifyArg {
     Full,
 }
 
-/// Confinement options (global: accepted by every command that extracts).
+/// Confinement options, flattened into each command that runs a confined child (`extract`,
+/// `fetch`, `doctor`, `install`, `update`), so that no other command's `--help` lists them.
+/// `serve` takes its own set ([`ServeSandboxArgs`]): its deadline has its own flag.
 #[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Confinement")]
 pub struct SandboxArgs {
     /// Extract even when confinement cannot be fully applied (no Landlock, no seccomp, no uid
     /// switch). DANGEROUS: a hostile artifact may then reach the host. Reported in every answer.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub allow_unconfined: bool,
     /// Wall-clock limit for one confined extraction, in seconds [default: 30].
-    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub sandbox_timeout: Option<Duration>,
     /// Re-check of the staged tree before an acceptance [default: structure].
-    #[arg(long, global = true, value_enum, value_name = "HOW")]
+    #[arg(long, value_enum, value_name = "HOW")]
     pub verify_staged: Option<VerifyArg>,
     /// Seccomp profile (seccompiler JSON) replacing the embedded one; it may only tighten.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     pub seccomp_profile: Option<PathBuf>,
     /// Identity the child switches to when skillbox runs as root [default: 65534:65534].
-    #[arg(long, global = true, value_name = "UID:GID", value_parser = parse_ids)]
+    #[arg(long, value_name = "UID:GID", value_parser = parse_ids)]
     pub sandbox_user: Option<Ids>,
+}
+
+/// The confinement flags of `serve`, each with its `SKILLBOX_*` variable as every serve flag
+/// has. `--allow-unconfined` is serve's own flag, and the deadline is `--extract-timeout-ms`.
+#[derive(Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Confinement")]
+pub struct ServeSandboxArgs {
+    /// Re-check of the staged tree before an acceptance [default: structure].
+    #[arg(long, env = "SKILLBOX_VERIFY_STAGED", value_enum, value_name = "HOW")]
+    pub verify_staged: Option<VerifyArg>,
+    /// Seccomp profile (seccompiler JSON) replacing the embedded one; it may only tighten.
+    #[arg(long, env = "SKILLBOX_SECCOMP_PROFILE", value_name = "FILE")]
+    pub seccomp_profile: Option<PathBuf>,
+    /// Identity the child switches to when skillbox runs as root [default: 65534:65534].
+    #[arg(long, env = "SKILLBOX_SANDBOX_USER", value_name = "UID:GID", value_parser = parse_ids)]
+    pub sandbox_user: Option<Ids>,
+}
+
+/// The same flags written before the command (`skillbox --verify-staged full serve`), the form
+/// earlier versions documented. Accepted, hidden from every `--help`, and merged with the
+/// command's own; `serve` refuses `--sandbox-timeout` here with the flag to use instead.
+#[derive(Args, Debug, Clone, Default)]
+pub struct LeadingSandboxArgs {
+    #[arg(long, hide = true)]
+    pub allow_unconfined: bool,
+    #[arg(long, hide = true, value_parser = parse_seconds)]
+    pub sandbox_timeout: Option<Duration>,
+    #[arg(long, hide = true, value_enum)]
+    pub verify_staged: Option<VerifyArg>,
+    #[arg(long, hide = true)]
+    pub seccomp_profile: Option<PathBuf>,
+    #[arg(long, hide = true, value_parser = parse_ids)]
+    pub sandbox_user: Option<Ids>,
+}
+
+impl LeadingSandboxArgs {
+    /// The command's own flags, with these filling what it left unset.
+    pub fn merge(&self, own: &SandboxArgs) -> SandboxArgs {
+        SandboxArgs {
+            allow_unconfined: own.allow_unconfined || self.allow_unconfined,
+            sandbox_timeout: own.sandbox_timeout.or(self.sandbox_timeout),
+            verify_staged: own.verify_staged.or(self.verify_staged),
+            seccomp_profile: own
+                .seccomp_profile
+                .clone()
+                .or_else(|| self.seccomp_profile.clone()),
+            sandbox_user: own.sandbox_user.or(self.sandbox_user),
+        }
+    }
+
+    /// `serve`'s flags, with these filling what they left unset (`allow_unconfined` is the
+    /// caller's to add).
+    pub fn merge_serve(&self, own: &ServeSandboxArgs) -> SandboxArgs {
+        SandboxArgs {
+            allow_unconfined: self.allow_unconfined,
+            sandbox_timeout: self.sandbox_timeout,
+            verify_staged: own.verify_staged.or(self.verify_staged),
+            seccomp_profile: own
+                .seccomp_profile
+                .clone()
+                .or_else(|| self.seccomp_profile.clone()),
+            sandbox_user: own.sandbox_user.or(self.sandbox_user),
+        }
+    }
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {

@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 
@@ -13,7 +14,7 @@ use skillbox::broker::{self, Config, ServeError, Settings};
 use skillbox::extract::policy::parse_size;
 
 use super::exit::Exit;
-use super::sandbox::SandboxArgs;
+use super::sandbox::{LeadingSandboxArgs, ServeSandboxArgs};
 
 /// Flags of `skillbox serve`. Every flag can also be set by the environment variable named in
 /// its help; a flag on the command line wins over the variable.
@@ -64,8 +65,8 @@ pub struct ServeArgs {
     )]
     pub tls_client_ca: Option<PathBuf>,
     /// Directory under which one new staging directory is made per request [default: a
-    /// `staging` directory beside the default socket]. Owned by this server alone: entries
-    /// left by a previous run are removed at start-up.
+    /// `staging` directory beside the socket]. Owned by this server alone: entries left by a
+    /// previous run are removed at start-up.
     #[arg(long, env = "SKILLBOX_STAGING_ROOT", value_name = "DIR")]
     pub staging_root: Option<PathBuf>,
     /// Seconds an accepted staging directory is kept without `Release`.
@@ -142,6 +143,8 @@ pub struct ServeArgs {
         default_value_t = 256
     )]
     pub zygote_max_forks: u32,
+    #[command(flatten)]
+    pub sandbox: ServeSandboxArgs,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
@@ -185,7 +188,16 @@ impl ServeArgs {
             log: _,
             allow_unconfined,
             zygote_max_forks,
+            sandbox: _,
         } = self.clone();
+        // Beside the socket actually given, so that two brokers on two sockets never share
+        // (and wipe at start-up) one staging root.
+        let staging_root = staging_root.or_else(|| {
+            socket
+                .as_deref()
+                .and_then(std::path::Path::parent)
+                .map(|dir| dir.join("staging"))
+        });
         Settings {
             socket,
             socket_mode,
@@ -260,19 +272,139 @@ pub fn health(args: &HealthArgs) -> Exit {
     }
 }
 
-pub fn run(args: &ServeArgs, sandbox: &SandboxArgs) -> Exit {
+/// Run `skillbox serve` until SIGTERM or SIGINT, then drain for the grace period; a second
+/// signal during the drain stops at once (in-flight requests are cancelled, their children
+/// killed; staging directories left behind are removed at the next start).
+pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     init_logging(args);
+    let sandbox = leading.merge_serve(&args.sandbox);
+    // The default staging root is made inside the socket's directory, and the broker opens it
+    // before it binds: so that directory is checked first, as the socket's own check would
+    // (a squatted or symlinked directory gets nothing of ours).
+    if let (None, Some(dir)) = (
+        &args.staging_root,
+        args.socket
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .filter(|p| !p.as_os_str().is_empty()),
+    ) {
+        if let Err(e) = skillbox::owned_dir::ensure(dir, 0o755) {
+            let message = format!("socket directory: {e}");
+            match args.log_format {
+                LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
+                LogFormat::Text => eprintln!("skillbox: {message}"),
+            }
+            return Exit::Operational;
+        }
+    }
     let result = Config::from_settings(&args.settings())
         .and_then(|c| c.with_sandbox(sandbox.config(), sandbox.sandbox_timeout.is_some()))
         .map_err(ServeError::from)
-        .and_then(broker::run_until_signal);
+        .and_then(|c| serve_until_signals(c, args.log_format));
     match result {
         Ok(()) => Exit::Ok,
         Err(e) => {
-            tracing::error!(error = %e, "skillbox serve failed");
-            eprintln!("skillbox: {e}");
+            // Once: a plain line for a person, a log line where logs are JSON.
+            match args.log_format {
+                LogFormat::Json => tracing::error!(error = %e, "skillbox serve failed"),
+                LogFormat::Text => eprintln!("skillbox: {e}"),
+            }
             exit_for(&e)
         }
+    }
+}
+
+/// The broker on a runtime of its own: the first SIGTERM or SIGINT starts the drain, a second
+/// one ends it.
+fn serve_until_signals(config: Config, format: LogFormat) -> Result<(), ServeError> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(ServeError::Runtime)?;
+    let (uri, listen_path) = match &config.listen {
+        broker::config::Listen::Unix { path, .. } => {
+            (format!("unix://{}", path.display()), Some(path.clone()))
+        }
+        broker::config::Listen::Tcp { addr, tls } => (
+            format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
+            None,
+        ),
+    };
+    let tcp_addr = match &config.listen {
+        broker::config::Listen::Tcp { addr, .. } => Some(*addr),
+        broker::config::Listen::Unix { .. } => None,
+    };
+    let mut stopped_at_once = false;
+    let result = runtime.block_on(async {
+        let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signal)?;
+        let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signal)?;
+        let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+        let (again_tx, mut again_rx) = tokio::sync::mpsc::channel::<&'static str>(1);
+        tokio::spawn(async move {
+            let name = |t: bool| if t { "SIGTERM" } else { "SIGINT" };
+            let first = tokio::select! {
+                _ = term.recv() => name(true),
+                _ = int.recv() => name(false),
+            };
+            tracing::info!(
+                "{first}: draining (in-flight requests get the grace period; send it again to stop now)"
+            );
+            let _ = first_tx.send(());
+            let again = tokio::select! {
+                _ = term.recv() => name(true),
+                _ = int.recv() => name(false),
+            };
+            let _ = again_tx.send(again).await;
+        });
+        let shutdown = async move {
+            let _ = first_rx.await;
+        };
+        tokio::spawn(announce_when_ready(uri, listen_path, tcp_addr, format));
+        tokio::select! {
+            r = broker::serve(config, shutdown) => r,
+            Some(again) = again_rx.recv() => {
+                tracing::warn!("{again} again: stopping now, cancelling the requests in flight");
+                stopped_at_once = true;
+                Ok(())
+            }
+        }
+    });
+    // Requests cancelled at the end of the grace period kill their children on drop; give
+    // the workers a moment to reap them and remove their staging directories (a moment only
+    // when told twice to stop).
+    let wait = if stopped_at_once {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(5)
+    };
+    runtime.shutdown_timeout(wait);
+    result
+}
+
+/// Once the broker answers on its address, say once where it listens and the command that
+/// talks to it. Asked of the socket itself, so the line never precedes a listener.
+async fn announce_when_ready(
+    uri: String,
+    unix: Option<PathBuf>,
+    tcp: Option<SocketAddr>,
+    format: LogFormat,
+) {
+    for _ in 0..1000 {
+        let up = match (&unix, tcp) {
+            (Some(path), _) => tokio::net::UnixStream::connect(path).await.is_ok(),
+            (None, Some(addr)) => tokio::net::TcpStream::connect(addr).await.is_ok(),
+            (None, None) => false,
+        };
+        if up {
+            let hint = format!("skillbox extract --server {uri} ARTIFACT");
+            match format {
+                LogFormat::Json => tracing::info!(listen = %uri, try_it = %hint, "ready"),
+                LogFormat::Text => eprintln!("skillbox: serving on {uri}; talk to it with: {hint}"),
+            }
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -66,6 +66,84 @@ pub fn collect(dir: &Path) -> Result<Vec<Case>, ReplayError> {
     Ok(cases)
 }
 
+/// Where the corpus of `dir` is: `(root, sub)`, with `root` the nearest directory at or above
+/// `dir` holding a manifest and `sub` the path of `dir` below it (empty when `dir` is the
+/// root). Only the cases under `sub` are run, so a suite's subdirectory replays on its own.
+pub fn locate(dir: &Path) -> Result<(PathBuf, PathBuf), ReplayError> {
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(ReplayError::NotADir {
+                path: dir.to_owned(),
+            });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(ReplayError::NoSuchDir {
+                path: dir.to_owned(),
+            });
+        }
+        Err(source) => {
+            return Err(ReplayError::Read {
+                path: dir.to_owned(),
+                source,
+            });
+        }
+    }
+    if dir.join(MANIFEST).exists() {
+        return Ok((dir.to_owned(), PathBuf::new()));
+    }
+    let abs = dir.canonicalize().map_err(|source| ReplayError::Read {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let mut sub = Vec::new();
+    let mut at = abs.as_path();
+    while let Some(parent) = at.parent() {
+        if let Some(name) = at.file_name() {
+            sub.push(name.to_owned());
+        }
+        if parent.join(MANIFEST).is_file() {
+            let rel: PathBuf = sub.iter().rev().collect();
+            return Ok((parent.to_owned(), rel));
+        }
+        at = parent;
+    }
+    Err(ReplayError::MissingManifest {
+        path: dir.to_owned(),
+        suggestions: suites_below(dir, 2),
+    })
+}
+
+/// Directories at most `depth` levels below `dir` that hold a manifest (not below one that
+/// does), for the "did you mean" of a missing manifest; bounded, so a large tree costs little.
+fn suites_below(dir: &Path, depth: usize) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut level = vec![dir.to_owned()];
+    for _ in 0..depth {
+        let mut next = Vec::new();
+        for d in level {
+            let Ok(entries) = fs::read_dir(&d) else {
+                continue;
+            };
+            let mut subs: Vec<PathBuf> = entries
+                .filter_map(Result::ok)
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path())
+                .collect();
+            subs.sort();
+            for s in subs {
+                if s.join(MANIFEST).is_file() {
+                    out.push(s);
+                } else {
+                    next.push(s);
+                }
+            }
+        }
+        level = next;
+    }
+    out
+}
+
 /// Read `dir/<prefix>/manifest.json` and, recursively, every nested suite below it.
 pub(super) fn load_suite(
     root: &Path,
@@ -82,7 +160,10 @@ pub(super) fn load_suite(
     let meta = match fs::metadata(&path) {
         Ok(m) => m,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(ReplayError::MissingManifest { path });
+            return Err(ReplayError::MissingManifest {
+                path,
+                suggestions: Vec::new(),
+            });
         }
         Err(source) => return Err(ReplayError::Read { path, source }),
     };

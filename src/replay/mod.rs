@@ -41,9 +41,9 @@ mod report;
 mod runner;
 mod tree;
 
-pub use manifest::collect;
+pub use manifest::{collect, locate};
 pub use report::{human, junit, to_json, xml_escape};
-pub use runner::run;
+pub use runner::{run, run_observed};
 pub use tree::verify_tree;
 
 /// The manifest's file name inside a corpus directory.
@@ -57,8 +57,16 @@ const MAX_ANSWER_BYTES: u64 = 64 * 1024 * 1024;
 // Not `non_exhaustive`: the CLI maps every variant to an exit status, and a new one must
 // not compile until it has one.
 pub enum ReplayError {
-    #[error("{path}: no manifest (a corpus directory needs a {MANIFEST} naming its cases)")]
-    MissingManifest { path: PathBuf },
+    #[error("{}", missing_manifest(path, suggestions))]
+    MissingManifest {
+        path: PathBuf,
+        /// Directories below `path` that hold a manifest (what the caller may have meant).
+        suggestions: Vec<PathBuf>,
+    },
+    #[error("{path}: the directory does not exist")]
+    NoSuchDir { path: PathBuf },
+    #[error("{path}: not a directory (give the corpus directory holding {MANIFEST})")]
+    NotADir { path: PathBuf },
     #[error("{path}: cannot read: {source}")]
     Read { path: PathBuf, source: io::Error },
     #[error("{path}: malformed manifest: {message}")]
@@ -67,6 +75,21 @@ pub enum ReplayError {
     Scratch(#[source] io::Error),
     #[error("cannot find the skillbox binary to run cases with: {0}")]
     Exe(#[source] io::Error),
+}
+
+fn missing_manifest(path: &Path, suggestions: &[PathBuf]) -> String {
+    let mut s = format!(
+        "{} has no {MANIFEST} (nor has any directory above it); a corpus directory needs one naming its cases",
+        path.display()
+    );
+    if !suggestions.is_empty() {
+        let list: Vec<String> = suggestions
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        s.push_str(&format!("; did you mean {}?", list.join(" or ")));
+    }
+    s
 }
 
 /// Declared artifact type, as `skillbox extract --type` spells it.

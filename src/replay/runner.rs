@@ -5,8 +5,27 @@ use super::*;
 
 /// Run every case under `dir` in parallel.
 pub fn run(dir: &Path, opts: &Options) -> Result<Report, ReplayError> {
+    run_observed(dir, opts, &|_| {}, &|_| {})
+}
+
+/// [`run`], telling `started` how many cases there are once they are known and `finished`
+/// each case's result as it ends (from the worker threads, in completion order): what a
+/// progress display needs.
+pub fn run_observed(
+    dir: &Path,
+    opts: &Options,
+    started: &(dyn Fn(usize) + Sync),
+    finished: &(dyn Fn(&CaseResult) + Sync),
+) -> Result<Report, ReplayError> {
     let start = Instant::now();
-    let cases = collect(dir)?;
+    let given = dir;
+    let (root, sub) = locate(dir)?;
+    let mut cases = collect(&root)?;
+    if !sub.as_os_str().is_empty() {
+        cases.retain(|c| c.file.starts_with(&sub));
+    }
+    let dir = root.as_path();
+    started(cases.len());
     let scratch = tempfile::Builder::new()
         .prefix("skillbox-replay-")
         .tempdir()
@@ -27,6 +46,7 @@ pub fn run(dir: &Path, opts: &Options) -> Result<Report, ReplayError> {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(case) = cases.get(i) else { break };
                     let r = run_case(i, case, &dir_abs, scratch.path(), opts);
+                    finished(&r);
                     if let Ok(mut m) = results.lock() {
                         m.insert(i, r);
                     }
@@ -36,7 +56,7 @@ pub fn run(dir: &Path, opts: &Options) -> Result<Report, ReplayError> {
     });
     let results = results.into_inner().unwrap_or_default();
     Ok(Report {
-        dir: dir.to_owned(),
+        dir: given.to_owned(),
         jobs,
         duration: start.elapsed(),
         cases: results.into_values().collect(),

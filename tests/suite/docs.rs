@@ -112,3 +112,197 @@ fn walk(dir: &Path, cited: &mut Vec<String>) {
         }
     }
 }
+
+// The samples of real output in the documents, compared with what the binary prints today.
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skillbox")
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).expect("read document")
+}
+
+/// The fenced block of `doc` that starts with `first` (its first line), up to the fence.
+fn block<'a>(doc: &'a str, first: &str) -> &'a str {
+    let start = doc
+        .find(first)
+        .unwrap_or_else(|| panic!("no sample starting {first:?}"));
+    let rest = &doc[start..];
+    &rest[..rest.find("```").expect("closing fence")]
+}
+
+/// The README's `extract --json` sample has the keys of a real rejection, reason and sandbox.
+#[test]
+fn readme_json_sample_has_the_keys_of_a_real_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("evil.tar.gz");
+    let mut gz = flate2::write::GzEncoder::new(
+        std::fs::File::create(&path).expect("create"),
+        flate2::Compression::default(),
+    );
+    let mut tar = tar::Builder::new(&mut gz);
+    for (name, data) in [
+        ("SKILL.md", &b"---\nname: x\ndescription: y\n---\n"[..]),
+        ("../evil.sh", b"x"),
+    ] {
+        let mut h = tar::Header::new_gnu();
+        // Written into the header directly: the tar crate refuses a `..` path, as it should.
+        h.as_gnu_mut().expect("gnu").name[..name.len()].copy_from_slice(name.as_bytes());
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_cksum();
+        tar.append(&h, data).expect("append");
+    }
+    tar.into_inner().expect("tar");
+    gz.finish().expect("gzip");
+    let out = std::process::Command::new(bin())
+        .args(["extract", "--json", path.to_str().expect("utf-8")])
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let real: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let readme = read("README.md");
+    let sample = block(&readme, "{\n  \"verdict\"");
+    // The sample elides with `…`; its keys are what matter.
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+        k.sort();
+        k
+    };
+    let mut shown: Vec<String> = sample
+        .lines()
+        .filter_map(|l| l.strip_prefix("  \""))
+        .filter_map(|l| l.split('"').next())
+        .map(str::to_owned)
+        .collect();
+    shown.sort();
+    assert_eq!(shown, keys(&real), "README sample:\n{sample}");
+    for key in ["code", "entry", "detail"] {
+        assert!(sample.contains(&format!("\"{key}\"")), "{key}");
+        assert!(real["reason"].get(key).is_some(), "{key}: {real}");
+    }
+    assert_eq!(real["reason"]["code"], "path_traversal");
+    assert!(sample.contains(&format!(
+        "\"enforcement\": {}",
+        real["sandbox"]["enforcement"]
+    )));
+    for key in keys(&real["totals"]) {
+        assert!(
+            sample.contains(&format!("\"{key}\"")),
+            "totals.{key} missing from the sample"
+        );
+    }
+}
+
+/// The line `serve` prints at start is the README's, but for the socket path.
+#[test]
+fn readme_serve_line_is_what_serve_prints() {
+    let readme = read("README.md");
+    let sample = block(&readme, "$ skillbox serve\n");
+    let line = sample.lines().nth(1).expect("the printed line");
+    let shown_socket = "/run/user/1000/skillbox/skillbox.sock";
+    assert!(line.contains(shown_socket), "{line}");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("skillbox.sock");
+    let log = dir.path().join("log");
+    let mut child = std::process::Command::new(bin())
+        .arg("serve")
+        .arg("--socket")
+        .arg(&socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("spawn serve");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut printed = String::new();
+    while std::time::Instant::now() < until {
+        printed = std::fs::read_to_string(&log).unwrap_or_default();
+        if printed.contains("talk to it with") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let real = printed
+        .lines()
+        .find(|l| l.contains("talk to it with"))
+        .unwrap_or_else(|| panic!("serve printed no start line:\n{printed}"));
+    assert_eq!(
+        real.replace(&socket.display().to_string(), shown_socket),
+        line
+    );
+}
+
+/// docs/sandbox.md's `skillbox doctor` sample counts the instructions of today's profile.
+#[test]
+fn doctor_sample_counts_the_real_instructions() {
+    let doc = read("docs/sandbox.md");
+    let sample = block(&doc, "$ skillbox doctor\n");
+    let profile = |text: &str| {
+        text.lines()
+            .find(|l| l.contains("profile: embedded:"))
+            .map(|l| l.trim().to_owned())
+    };
+    let shown = profile(sample).expect("the sample shows the profile line");
+    let out = std::process::Command::new(bin())
+        .arg("doctor")
+        .output()
+        .expect("run doctor");
+    let real = profile(&String::from_utf8_lossy(&out.stdout)).expect("doctor prints the profile");
+    if !real.contains(std::env::consts::ARCH) || !shown.contains(std::env::consts::ARCH) {
+        // The sample is of one architecture; another's profile differs by design.
+        assert!(!shown.contains(std::env::consts::ARCH), "{shown} vs {real}");
+        return;
+    }
+    assert_eq!(shown, real);
+}
+
+/// docs/review.md's `skillbox diff` sample is the real output for the corpus pair it names.
+#[test]
+fn diff_sample_is_real_output() {
+    let doc = read("docs/review.md");
+    let sample = block(&doc, "$ skillbox extract --json corpus/diff/base.tar");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, file) in [("v1.json", "base.tar"), ("v2.json", "url_in_script.tar")] {
+        assert!(
+            sample.contains(&format!("corpus/diff/{file} > {name}")),
+            "{sample}"
+        );
+        let out = std::process::Command::new(bin())
+            .arg("extract")
+            .arg("--json")
+            .arg(root().join("corpus/diff").join(file))
+            .output()
+            .expect("extract");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::write(dir.path().join(name), &out.stdout).expect("write");
+    }
+    let out = std::process::Command::new(bin())
+        .args(["diff", "v1.json", "v2.json"])
+        .current_dir(dir.path())
+        .output()
+        .expect("diff");
+    assert_eq!(out.status.code(), Some(5));
+    let printed: String = sample
+        .split("$ skillbox diff v1.json v2.json\n")
+        .nth(1)
+        .expect("the diff command")
+        .split("$ echo")
+        .next()
+        .unwrap_or("")
+        .to_owned();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), printed);
+}

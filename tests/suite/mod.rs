@@ -1,4 +1,5 @@
 mod cli;
+mod cli_first_hour;
 mod corpus;
 mod diff;
 mod docs;

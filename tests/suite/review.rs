@@ -332,11 +332,10 @@ fn cli_index_facts_are_bounded_like_the_header() {
     ] {
         let (code, v, stderr) = extract_with(&md, &extra);
         assert_eq!(code, Some(2), "{}: {stderr}", extra[0]);
-        assert_eq!(
-            v,
-            Value::Null,
-            "nothing is printed on stdout for a usage error"
-        );
+        // Under --json a usage error is the JSON error object, nothing else.
+        assert_eq!(v["error"]["kind"], "usage", "{v}");
+        assert_eq!(v["error"]["exit"], 2, "{v}");
+        assert!(v.get("verdict").is_none(), "{v}");
         assert!(
             stderr.contains(extra[0]),
             "the message names the flag: {stderr}"

@@ -1,0 +1,660 @@
+//! What a new user meets in the first hour: each command's `--help` lists only what it uses,
+//! errors say what to do (and come as a JSON object under `--json`, with one exit-code meaning
+//! everywhere), `serve` says where it listens and keeps its staging beside its socket, a
+//! second Ctrl-C ends a drain, `replay` finds a corpus from a subdirectory, completions and a
+//! man page come from the clap definitions. Real processes, real sockets, real archives.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skillbox")
+}
+
+fn run(args: &[&str]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .output()
+        .expect("spawn skillbox")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+const SKILL: &[u8] = b"---\nname: demo\ndescription: A demo skill\n---\nUse it.\n";
+
+fn tar_at(path: &Path, entries: &[(&str, &[u8])]) {
+    let mut b = tar::Builder::new(std::fs::File::create(path).expect("create"));
+    for (p, data) in entries {
+        let mut h = tar::Header::new_ustar();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mtime(0);
+        b.append_data(&mut h, p, *data).expect("append_data");
+    }
+    b.into_inner().expect("into_inner");
+}
+
+fn skill_tar(dir: &Path, name: &str) -> PathBuf {
+    let path = dir.join(name);
+    tar_at(&path, &[("SKILL.md", SKILL)]);
+    path
+}
+
+/// The `--long` flags a help text lists.
+fn flags_of(help: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in help.lines() {
+        let t = line.trim_start();
+        if !t.starts_with('-') {
+            continue;
+        }
+        for word in t.split([' ', ',', '=', '[', '<']) {
+            if let Some(name) = word.strip_prefix("--") {
+                if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+                    out.push(format!("--{name}"));
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn help(cmd: &[&str]) -> Vec<String> {
+    let mut args = cmd.to_vec();
+    args.push("--help");
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{cmd:?}: {}", text(&o.stderr));
+    flags_of(&text(&o.stdout))
+}
+
+/// Every limit the engine has, by the limits-file key, as a flag name.
+fn limit_flags() -> Vec<String> {
+    let limits = serde_json::to_value(skillbox::extract::policy::Limits::default()).expect("json");
+    let keys: Vec<String> = limits
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(|k| format!("--{}", k.replace('_', "-")))
+        .collect();
+    assert!(keys.len() >= 14, "{keys:?}");
+    keys
+}
+
+const SANDBOX_FLAGS: [&str; 5] = [
+    "--allow-unconfined",
+    "--sandbox-timeout",
+    "--verify-staged",
+    "--seccomp-profile",
+    "--sandbox-user",
+];
+
+#[test]
+fn help_lists_only_the_flags_a_command_uses() {
+    for cmd in [
+        &["diff"][..],
+        &["index", "check"],
+        &["cache", "list"],
+        &["replay"],
+        &["health"],
+        &["list"],
+        &["approve"],
+        &["completions"],
+    ] {
+        let flags = help(cmd);
+        for f in SANDBOX_FLAGS {
+            assert!(!flags.contains(&f.to_owned()), "{cmd:?} --help lists {f}");
+        }
+    }
+    assert!(!help(&["index", "check"]).contains(&"--max-bytes".to_owned()));
+    assert!(
+        !help(&[])
+            .iter()
+            .any(|f| SANDBOX_FLAGS.contains(&f.as_str()))
+    );
+
+    let serve = help(&["serve"]);
+    assert!(
+        !serve.contains(&"--sandbox-timeout".to_owned()),
+        "{serve:?}"
+    );
+    for f in [
+        "--verify-staged",
+        "--seccomp-profile",
+        "--sandbox-user",
+        "--allow-unconfined",
+    ] {
+        assert!(serve.contains(&f.to_owned()), "serve --help lacks {f}");
+    }
+    // The commands that run a confined child list the confinement flags, and the two that
+    // extract take every limit the engine has, through the same flags.
+    for cmd in [
+        &["extract"][..],
+        &["fetch"],
+        &["doctor"],
+        &["install"],
+        &["update"],
+    ] {
+        let flags = help(cmd);
+        for f in SANDBOX_FLAGS {
+            assert!(flags.contains(&f.to_owned()), "{cmd:?} --help lacks {f}");
+        }
+    }
+    for cmd in ["extract", "fetch"] {
+        let flags = help(&[cmd]);
+        for f in limit_flags() {
+            assert!(flags.contains(&f), "{cmd} --help lacks {f}");
+        }
+    }
+    assert!(help(&["fetch"]).contains(&"--max-bytes".to_owned()));
+}
+
+/// The form earlier versions documented, flags before the command, still works.
+#[test]
+fn confinement_flags_before_the_command_still_apply() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let o = run(&[
+        "--verify-staged",
+        "full",
+        "extract",
+        "--json",
+        art.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["sandbox"]["verify"], "full", "{v}");
+}
+
+/// `fetch` takes the per-limit flags `extract` takes, checked the same way before anything
+/// is fetched.
+#[test]
+fn fetch_takes_the_limit_flags_of_extract() {
+    let o = run(&[
+        "fetch",
+        "--json",
+        "https://127.0.0.1:9/index.json",
+        "demo",
+        "--max-file-bytes",
+        "17G",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("max_file_bytes"),
+        "{}",
+        text(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("a JSON error object");
+    assert_eq!(v["error"]["exit"], 2, "{v}");
+}
+
+/// One JSON error object on stdout for every command with `--json`, its `exit` the process
+/// status, the message once on stderr; a missing path and a directory get the same status.
+#[test]
+fn every_json_command_fails_with_a_json_error_object() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().to_str().expect("utf-8");
+    let missing = dir.path().join("missing.tar");
+    let missing = missing.to_str().expect("utf-8");
+    let not_a_dir = skill_tar(dir.path(), "file.tar");
+    let not_a_dir = not_a_dir.to_str().expect("utf-8");
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["extract", "--json", missing], 2),
+        (vec!["extract", "--json", d], 2),
+        (vec!["extract", "--json", "--bogus-flag", missing], 2),
+        (
+            vec!["extract", "--json", not_a_dir, "--digest", "sha256:xyz"],
+            2,
+        ),
+        (vec!["diff", "--json", missing, missing], 2),
+        (vec!["diff", "--json", d, d], 2),
+        (vec!["replay", "--json", missing], 2),
+        (vec!["index", "check", "--json", missing], 2),
+        (vec!["index", "check", "--json", d], 2),
+        (vec!["fetch", "--json", "not a url", "demo"], 2),
+        (vec!["cache", "list", "--json", "--cache-dir", not_a_dir], 1),
+        (vec!["list", "--json", "--store", not_a_dir], 2),
+    ];
+    for (args, code) in cases {
+        let o = run(&args);
+        let stderr = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {stderr}");
+        let v: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{args:?}: stdout is not JSON ({e}): {}", text(&o.stdout)));
+        assert_eq!(v["error"]["exit"], code, "{args:?}: {v}");
+        assert!(v["error"]["kind"].is_string(), "{args:?}: {v}");
+        let message = v["error"]["message"].as_str().unwrap_or("");
+        assert!(!message.is_empty(), "{args:?}: {v}");
+        if !args.contains(&"--bogus-flag") {
+            // Printed once: one `skillbox:` line on stderr, carrying the same message.
+            let lines: Vec<&str> = stderr
+                .lines()
+                .filter(|l| l.starts_with("skillbox: ") && !l.contains("warning"))
+                .collect();
+            assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+            assert!(
+                stderr.contains(message.lines().next().unwrap_or("")),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+    // The same statuses without --json, and nothing on stdout.
+    for args in [vec!["extract", missing], vec!["extract", d]] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+}
+
+/// A running `skillbox serve` in `dir`, with what it printed, killed when dropped.
+struct Serve {
+    child: Option<Child>,
+    log: PathBuf,
+    socket: PathBuf,
+}
+
+impl Serve {
+    fn start(dir: &Path, args: &[&str]) -> Self {
+        let socket = dir.join("skillbox.sock");
+        let log = dir.join("serve.log");
+        let child = Command::new(bin())
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .args(args)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("SKILLBOX_STAGING_ROOT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("spawn serve");
+        let mut s = Self {
+            child: Some(child),
+            log,
+            socket,
+        };
+        let until = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&s.socket).is_err() {
+            if let Some(Ok(Some(status))) = s.child.as_mut().map(Child::try_wait) {
+                panic!("serve exited with {status}:\n{}", s.log());
+            }
+            assert!(Instant::now() < until, "serve did not listen:\n{}", s.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        s
+    }
+
+    fn uri(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = self.child.as_ref().map_or(0, Child::id);
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"));
+        nix::sys::signal::kill(pid, sig).expect("kill");
+    }
+
+    fn wait_exit(&mut self, within: Duration) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let until = Instant::now() + within;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            if Instant::now() >= until {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve did not exit within {within:?}:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Two brokers on two sockets each stage beside their own socket, and say once, at start,
+/// where they listen and the command that talks to them.
+#[test]
+fn serve_stages_beside_its_socket_and_says_where_it_listens() {
+    let one = tempfile::tempdir().expect("tempdir");
+    let two = tempfile::tempdir().expect("tempdir");
+    let a = Serve::start(one.path(), &[]);
+    let b = Serve::start(two.path(), &[]);
+    assert!(one.path().join("staging").is_dir(), "{}", a.log());
+    assert!(two.path().join("staging").is_dir(), "{}", b.log());
+    let until = Instant::now() + Duration::from_secs(5);
+    while !a.log().contains("talk to it with") && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = a.log();
+    let hint = format!("skillbox extract --server {} ARTIFACT", a.uri());
+    assert_eq!(log.matches(&hint).count(), 1, "{log}");
+    assert!(log.contains(&format!("serving on {}", a.uri())), "{log}");
+    // Both answer, each through its own staging root.
+    let art = skill_tar(one.path(), "ok.tar");
+    for s in [&a, &b] {
+        let o = run(&[
+            "extract",
+            "--server",
+            &s.uri(),
+            art.to_str().expect("utf-8"),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}\n{}", text(&o.stderr), s.log());
+    }
+}
+
+/// `--server unix:PATH` with nobody there names the path and the command to start a broker;
+/// a limit looser than the broker's names the flag and the broker's value.
+#[test]
+fn extract_through_a_server_explains_what_went_wrong() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let nobody = dir.path().join("nobody.sock");
+    let o = run(&[
+        "extract",
+        "--server",
+        &format!("unix://{}", nobody.display()),
+        art,
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&nobody.display().to_string()), "{err}");
+    assert!(err.contains("skillbox serve"), "{err}");
+
+    // `unix:` alone: the default socket, spelled out.
+    let runtime = tempfile::tempdir().expect("tempdir");
+    let o = Command::new(bin())
+        .args(["extract", "--server", "unix:", art])
+        .env("XDG_RUNTIME_DIR", runtime.path())
+        .output()
+        .expect("run");
+    let err = text(&o.stderr);
+    let default = runtime.path().join("skillbox").join("skillbox.sock");
+    assert!(err.contains(&default.display().to_string()), "{err}");
+    assert!(err.contains("skillbox serve"), "{err}");
+
+    let limits = dir.path().join("limits.toml");
+    std::fs::write(&limits, "max_file_bytes = \"1M\"\n").expect("write");
+    let s = Serve::start(dir.path(), &["--limits", limits.to_str().expect("utf-8")]);
+    let o = run(&[
+        "extract",
+        "--server",
+        &s.uri(),
+        "--max-file-bytes",
+        "2M",
+        art,
+    ]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--max-file-bytes"), "{err}");
+    assert!(err.contains("1048576"), "{err}");
+    assert!(!err.contains("INVALID_ARGUMENT"), "{err}");
+}
+
+/// The first SIGINT drains (the grace period is long here), a second one stops at once.
+#[test]
+fn a_second_ctrl_c_ends_the_drain_at_once() {
+    use nix::sys::signal::Signal;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = Serve::start(dir.path(), &["--grace", "120"]);
+    // A request in flight: the header and a few bytes, then nothing more for a long time.
+    let uri = s.uri();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (_writer, reader) = tokio::io::duplex(64);
+    let inflight = rt.spawn(async move {
+        let mut c = skillbox::client::Client::connect(&uri)
+            .await
+            .expect("connect");
+        let header = skillbox::client::header_for(&skillbox::extract::Request::new(
+            skillbox::extract::ArtifactType::Archive,
+            skillbox::extract::policy::Limits::default(),
+        ));
+        c.extract(header, reader, Some(Duration::from_secs(300)))
+            .await
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!inflight.is_finished(), "the request is in flight");
+    s.signal(Signal::SIGINT);
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        s.child
+            .as_mut()
+            .expect("child")
+            .try_wait()
+            .expect("wait")
+            .is_none(),
+        "the first SIGINT drains, it does not stop:\n{}",
+        s.log()
+    );
+    let second = Instant::now();
+    s.signal(Signal::SIGINT);
+    let status = s.wait_exit(Duration::from_secs(30));
+    assert!(second.elapsed() < Duration::from_secs(30));
+    assert!(status.success(), "{status}: {}", s.log());
+    assert!(s.log().contains("again: stopping now"), "{}", s.log());
+    drop(rt);
+}
+
+/// A corpus subdirectory replays its own cases through the nearest manifest; a directory
+/// with none says so and names the corpora below it; a missing one says it does not exist.
+#[test]
+fn replay_finds_the_corpus_of_a_subdirectory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("work").join("corpus");
+    std::fs::create_dir_all(root.join("sub")).expect("mkdir");
+    skill_tar(&root, "top.tar");
+    skill_tar(&root.join("sub"), "inner.tar");
+    let manifest = serde_json::json!({"version": 1, "cases": [
+        {"name": "top", "file": "top.tar", "type": "archive", "expect": {"verdict": "accepted"}},
+        {"name": "inner", "file": "sub/inner.tar", "type": "archive", "expect": {"verdict": "accepted"}},
+    ]});
+    std::fs::write(root.join("manifest.json"), manifest.to_string()).expect("write");
+    let o = run(&[
+        "replay",
+        "--json",
+        root.join("sub").to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    let names: Vec<&str> = v["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(names, ["inner"], "{v}");
+
+    let above = tmp.path().join("work");
+    let o = run(&["replay", above.to_str().expect("utf-8")]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("has no manifest.json"), "{err}");
+    assert!(
+        err.contains(&format!("did you mean {}", root.display())),
+        "{err}"
+    );
+
+    let o = run(&["replay", "/nonexistent/corpus"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("/nonexistent/corpus: the directory does not exist"),
+        "{err}"
+    );
+}
+
+/// On a terminal `replay` shows its progress; with stderr a pipe, or with --json, nothing.
+#[test]
+fn replay_progress_only_on_a_terminal() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("c");
+    std::fs::create_dir(&root).expect("mkdir");
+    skill_tar(&root, "a.tar");
+    let manifest = serde_json::json!({"version": 1, "cases": [
+        {"name": "a", "file": "a.tar", "type": "archive", "expect": {"verdict": "accepted"}},
+    ]});
+    std::fs::write(root.join("manifest.json"), manifest.to_string()).expect("write");
+    let dir = root.to_str().expect("utf-8");
+    let piped = run(&["replay", dir]);
+    assert_eq!(piped.status.code(), Some(0), "{}", text(&piped.stderr));
+    assert!(piped.stderr.is_empty(), "{:?}", text(&piped.stderr));
+    // A pseudo-terminal from util-linux `script`: stdout and stderr are both the terminal.
+    let typescript = tmp.path().join("typescript");
+    let shown = Command::new("script")
+        .args(["-q", "-e", "-c"])
+        .arg(format!("{} replay {dir}", bin()))
+        .arg(&typescript)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script(1) from util-linux");
+    let seen = std::fs::read_to_string(&typescript).unwrap_or_default();
+    assert_eq!(shown.status.code(), Some(0), "{seen}");
+    assert!(seen.contains("cases, 0 failed"), "{seen:?}");
+    let json = Command::new("script")
+        .args(["-q", "-e", "-c"])
+        .arg(format!("{} replay --json {dir}", bin()))
+        .arg(&typescript)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run script(1)");
+    let seen = std::fs::read_to_string(&typescript).unwrap_or_default();
+    assert_eq!(json.status.code(), Some(0), "{seen}");
+    assert!(!seen.contains("cases, 0 failed"), "{seen:?}");
+}
+
+/// Completion scripts and man pages are generated from the command definitions.
+#[test]
+fn completions_and_man_pages_come_from_the_definitions() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let o = run(&["completions", shell]);
+        assert_eq!(o.status.code(), Some(0), "{shell}: {}", text(&o.stderr));
+        let script = text(&o.stdout);
+        for word in ["extract", "replay", "max-file-bytes", "verify-staged"] {
+            assert!(script.contains(word), "{shell} completion lacks {word}");
+        }
+    }
+    let o = run(&["man"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let page = text(&o.stdout);
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH skillbox"),
+        "{page}"
+    );
+    assert!(page.contains("extract"), "{page}");
+    let o = run(&["man", "extract"]);
+    let page = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(page.contains(".TH skillbox-extract"), "{page}");
+    assert!(page.contains("max\\-file\\-bytes"), "{page}");
+    let o = run(&["man", "no-such-command"]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+/// A large download shows its bytes and rate on a terminal; with --json, nothing.
+#[test]
+fn fetch_progress_only_on_a_terminal() {
+    use super::fetch::{Reply, Server, pki, sha};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let pki = pki();
+    let ca = tmp.path().join("ca.pem");
+    std::fs::write(&ca, &pki.ca_pem).expect("write");
+    let server = Server::start(pki.server.clone());
+    // About 2 MiB of SKILL.md, sent in 16 pieces 150 ms apart: a download of over 2 s.
+    let mut md = SKILL.to_vec();
+    md.extend(
+        std::iter::repeat_n(b"Plain text for the progress line.\n"[..].to_vec(), 60_000).flatten(),
+    );
+    server.route(
+        "/SKILL.md",
+        Reply::Trickle {
+            body: md.clone(),
+            delay: Duration::from_millis(150),
+        },
+    );
+    let index = serde_json::json!({
+        "$schema": "https://schemas.agentskills.io/discovery/0.2.0/schema.json",
+        "skills": [{"name": "demo", "type": "skill-md", "description": "A demo skill",
+                    "url": "/SKILL.md", "digest": sha(&md)}],
+    });
+    server.route(
+        "/index.json",
+        Reply::Ok {
+            body: index.to_string().into_bytes(),
+            content_type: Some("application/json"),
+            extra: Vec::new(),
+        },
+    );
+    let typescript = tmp.path().join("typescript");
+    let fetch = |json: &str| {
+        let cmd = format!(
+            "{} fetch {json} --no-cache --ca-file {} --allow-destination {} {} demo",
+            bin(),
+            ca.display(),
+            server.addr,
+            server.url("/index.json"),
+        );
+        let o = Command::new("script")
+            .args(["-q", "-e", "-c", &cmd])
+            .arg(&typescript)
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run script(1) from util-linux");
+        let seen = std::fs::read_to_string(&typescript).unwrap_or_default();
+        (o.status.code(), seen)
+    };
+    let (code, seen) = fetch("");
+    assert_eq!(code, Some(0), "{seen}");
+    assert!(seen.contains("downloaded, "), "{seen:?}");
+    assert!(seen.contains("MiB") || seen.contains("KiB"), "{seen:?}");
+    let (code, seen) = fetch("--json");
+    assert_eq!(code, Some(0), "{seen}");
+    assert!(!seen.contains("downloaded, "), "{seen:?}");
+    // stderr a pipe: nothing drawn either.
+    let piped = Command::new(bin())
+        .args([
+            "fetch",
+            "--no-cache",
+            "--ca-file",
+            ca.to_str().expect("utf-8"),
+        ])
+        .args(["--allow-destination", &server.addr.to_string()])
+        .args([&server.url("/index.json"), "demo"])
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .output()
+        .expect("run");
+    assert_eq!(piped.status.code(), Some(0), "{}", text(&piped.stderr));
+    assert!(
+        !text(&piped.stderr).contains("downloaded, "),
+        "{}",
+        text(&piped.stderr)
+    );
+}
