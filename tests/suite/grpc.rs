@@ -1486,6 +1486,49 @@ async fn children_follow_the_admission_bound_under_a_burst() {
     server.assert_clean();
 }
 
+/// 64 uploads of a package larger than a quarter of hyper's default connection window, at once
+/// on one channel (as stock clients multiplex), with two children: the queued streams must not
+/// take the flow-control credit the admitted ones need. With the default windows every request
+/// stalled until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_uploads_on_one_channel_do_not_stall_the_admitted_ones() {
+    let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);
+    let c = server.client().await;
+    // 300 KB that gzip cannot shrink much in a tar: the upload is what fills the windows.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let noise: Vec<u8> = (0..300_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let package = skill_tar(&[("noise.bin", &noise, 0o644)]);
+    let calls: Vec<_> = (0..64)
+        .map(|_| {
+            let mut c = c.clone();
+            let package = package.clone();
+            tokio::spawn(async move {
+                c.extract(
+                    archive_header(),
+                    std::io::Cursor::new(package),
+                    Some(Duration::from_secs(60)),
+                )
+                .await
+            })
+        })
+        .collect();
+    for call in calls {
+        let done = ok(ok(call.await, "task"), "a request of the burst");
+        assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
+        if let Some(s) = done.staged {
+            ok(c.clone().release(&s.id).await, "release");
+        }
+    }
+    server.assert_clean();
+}
+
 /// `skillbox health --socket PATH`: the probe a container runtime can exec.
 #[test]
 fn health_probe_exits_zero_only_when_serving() {
