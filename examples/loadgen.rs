@@ -4,7 +4,7 @@
 //! ```sh
 //! cargo build --release --bin skillbox --example loadgen
 //! target/release/examples/loadgen --bin target/release/skillbox \
-//!     [--artifact corpus/benign/typical.zip] [--concurrency 1,8,64] [--seconds 10]
+//!     [--artifact PATH] [--concurrency 1,8,64] [--seconds 10]
 //! ```
 //!
 //! It starts `skillbox serve` itself (its own socket and staging root in a temporary
@@ -64,44 +64,132 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-/// A typical skill package: SKILL.md, a few scripts, references and assets (about 40 KiB).
+/// A deterministic xorshift generator (the package is the same on every run).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn fill(&mut self, buf: &mut [u8]) {
+        for c in buf.chunks_mut(8) {
+            let x = self.next().to_le_bytes();
+            c.copy_from_slice(&x[..c.len()]);
+        }
+    }
+}
+
+/// Prose from a fixed vocabulary of 4,096 made-up words: compresses about as well as real
+/// documentation and scripts do with gzip (roughly 3:1).
+struct Text {
+    rng: Rng,
+    words: Vec<Vec<u8>>,
+}
+
+impl Text {
+    fn new() -> Self {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let words = (0..4096)
+            .map(|_| {
+                let len = 2 + rng.below(9) as usize;
+                (0..len).map(|_| b'a' + rng.below(26) as u8).collect()
+            })
+            .collect();
+        Self { rng, words }
+    }
+
+    fn text(&mut self, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 16);
+        let mut in_line = 0;
+        while out.len() < len {
+            let w = &self.words[self.rng.below(4096) as usize];
+            out.extend_from_slice(w);
+            out.push(b' ');
+            in_line += 1;
+            if in_line > 10 + self.rng.below(5) {
+                out.push(b'\n');
+                in_line = 0;
+            }
+        }
+        out.truncate(len);
+        out
+    }
+}
+
+/// The typical skill package, the shape of a real one: 26 files (SKILL.md, 7 scripts, 12
+/// references, 4 binary assets, a template and a licence) in 4 directories, about 420 KB
+/// unpacked and 250 KB as a tar.gz written by the `tar` and `flate2` crates.
 fn typical_package() -> Vec<u8> {
     use std::io::Write as _;
-    let mut zip = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let opts = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated);
-    let mut add = |name: &str, body: &[u8]| {
-        let _ = zip.start_file(name, opts);
-        let _ = zip.write_all(body);
-    };
-    add("SKILL.md", b"---\nname: pdf-tools\ndescription: Fill, merge and inspect PDF forms\nallowed-tools: Bash Read\n---\n# PDF tools\n\nRun `scripts/fill.py` to fill a form. See [the reference](references/forms.md).\n");
-    for i in 0..6 {
-        add(
-            &format!("scripts/tool{i}.py"),
-            format!(
-                "#!/usr/bin/env python3\nimport sys\n{}\n",
-                "print('line')\n".repeat(200)
-            )
-            .as_bytes(),
-        );
+    let mut t = Text::new();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut files: Vec<(String, u32, Vec<u8>)> = Vec::new();
+    let mut skill = b"---\nname: pdf-tools\ndescription: Fill, merge and inspect PDF forms; render pages to images.\nallowed-tools: Bash Read\n---\n# PDF tools\n\nRun `scripts/tool_0.py` to fill a form. See [the reference](references/topic-00.md).\n\n".to_vec();
+    skill.extend(t.text(5_500));
+    files.push(("SKILL.md".into(), 0o644, skill));
+    for (i, ext) in ["py", "py", "py", "sh", "sh", "py"].iter().enumerate() {
+        let mut data: Vec<u8> = if *ext == "py" {
+            b"#!/usr/bin/env python3\n".to_vec()
+        } else {
+            b"#!/bin/sh\nset -eu\n".to_vec()
+        };
+        data.extend(t.text(7_000 + 500 * i));
+        files.push((format!("scripts/tool_{i}.{ext}"), 0o755, data));
     }
-    for i in 0..6 {
-        add(
-            &format!("references/doc{i}.md"),
-            "Lorem ipsum dolor sit amet, consectetur adipiscing elit. "
-                .repeat(80)
-                .as_bytes(),
-        );
+    files.push(("scripts/lib/util.py".into(), 0o644, t.text(4_000)));
+    for i in 0..12 {
+        files.push((
+            format!("references/topic-{i:02}.md"),
+            0o644,
+            t.text(11_000 + 300 * i),
+        ));
     }
-    add("references/forms.md", b"# Forms\n");
-    add(
-        "assets/template.json",
-        "{\"field\": \"value\"}\n".repeat(100).as_bytes(),
-    );
-    match zip.finish() {
-        Ok(c) => c.into_inner(),
-        Err(_) => Vec::new(),
+    for (name, len) in [
+        ("assets/logo.png", 48_000usize),
+        ("assets/font.woff2", 64_000),
+        ("assets/diagram.png", 40_000),
+        ("assets/sample.pdf", 24_000),
+    ] {
+        let mut data = vec![0u8; len];
+        rng.fill(&mut data);
+        files.push((name.into(), 0o644, data));
     }
+    files.push(("assets/template.json".into(), 0o644, t.text(6_000)));
+    files.push(("LICENSE.txt".into(), 0o644, t.text(10_000)));
+
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    for dir in ["scripts/", "scripts/lib/", "references/", "assets/"] {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_size(0);
+        h.set_mtime(1_700_000_000);
+        let _ = tar.append_data(&mut h, dir, std::io::empty());
+    }
+    for (name, mode, data) in &files {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(*mode);
+        h.set_size(data.len() as u64);
+        h.set_mtime(1_700_000_000);
+        let _ = tar.append_data(&mut h, name, data.as_slice());
+    }
+    // An empty package is refused by main.
+    tar.into_inner()
+        .and_then(|mut gz| {
+            gz.flush()?;
+            gz.finish()
+        })
+        .unwrap_or_default()
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -153,6 +241,7 @@ struct Level {
 async fn run_level(
     uri: &str,
     package: Arc<Vec<u8>>,
+    file_name: &str,
     concurrency: usize,
     seconds: u64,
     server_pid: u32,
@@ -175,6 +264,7 @@ async fn run_level(
         let mut c = client.clone();
         let package = Arc::clone(&package);
         let digest = digest.clone();
+        let file_name = file_name.to_owned();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors: BTreeMap<String, usize> = BTreeMap::new();
@@ -186,7 +276,7 @@ async fn run_level(
                 let header = pb::ExtractHeader {
                     declared_type: pb::ArtifactType::Archive as i32,
                     expected_digest: Some(digest.clone()),
-                    file_name: Some("typical.zip".into()),
+                    file_name: Some(file_name.clone()),
                     ..Default::default()
                 };
                 let t = Instant::now();
@@ -283,7 +373,7 @@ fn main() {
         Some(p) => (std::fs::read(p).unwrap_or_default(), p.clone()),
         None => {
             let bytes = typical_package();
-            let p = tmp.path().join("typical.zip");
+            let p = tmp.path().join("typical.tar.gz");
             let _ = std::fs::write(&p, &bytes);
             (bytes, p)
         }
@@ -326,6 +416,9 @@ fn main() {
         }
     };
     let package = Arc::new(package);
+    let file_name = artifact
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let idle_rss = rss_kib(server.id());
     println!(
         "package: {} bytes; broker idle RSS {:.1} MiB; {} s per level\n",
@@ -339,10 +432,18 @@ fn main() {
     println!("|---:|---:|---:|---:|---:|---:|---|---:|---:|");
     for &c in &args.concurrency {
         // Warm-up: the first requests pay for page faults and lazy initialisation.
-        let _ = runtime.block_on(run_level(&uri, Arc::clone(&package), 1, 1, server.id()));
+        let _ = runtime.block_on(run_level(
+            &uri,
+            Arc::clone(&package),
+            &file_name,
+            1,
+            1,
+            server.id(),
+        ));
         match runtime.block_on(run_level(
             &uri,
             Arc::clone(&package),
+            &file_name,
             c,
             args.seconds,
             server.id(),

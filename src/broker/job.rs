@@ -9,8 +9,11 @@
 //!
 //! A [`KillSwitch`] covers the child from spawn to reap: when the caller hangs up or its
 //! deadline passes, the child is killed through its pidfd, never by a pid that could have been
-//! recycled. The staging guard travels with the job and is dropped (removing the directory)
-//! after the child is gone, unless the async side takes the accepted tree.
+//! recycled. The child exists from the start of the job, while the upload is still arriving; an
+//! upload that ends without [`Feed::End`] (hang-up, deadline, oversize, digest mismatch) makes the
+//! sandbox kill and reap it. The job itself counts every child killed either way, once, because
+//! only it sees both. The staging guard travels with the job and is dropped (removing the
+//! directory) after the child is gone, unless the async side takes the accepted tree.
 
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
@@ -20,9 +23,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::metrics::Metrics;
 use super::staging::StagingGuard;
 use crate::extract::Request;
 use crate::intake::Outcome;
+use crate::reason::ReasonCode;
 use crate::sandbox::sys;
 use crate::sandbox::{
     Enforcement, Job as SandboxJob, LandlockStatus, Sandbox, SandboxConfig, SandboxError,
@@ -97,6 +102,8 @@ pub struct KillSwitch(Arc<Mutex<KillState>>);
 #[derive(Default)]
 struct KillState {
     tripped: bool,
+    /// A SIGKILL reached the child through its pidfd.
+    signalled: bool,
     pidfd: Option<OwnedFd>,
 }
 
@@ -108,25 +115,27 @@ impl KillSwitch {
         let pidfd = sys::pidfd_open(pid).ok();
         if s.tripped {
             if let Some(fd) = &pidfd {
-                let _ = sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL);
+                s.signalled |= sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL).is_ok();
             }
         }
         s.pidfd = pidfd;
     }
 
-    /// Kill the child (now, or as soon as it is spawned). True when a child was signalled.
-    pub fn trip(&self) -> bool {
+    /// Kill the child (now, or as soon as it is spawned). A job whose upload is not complete
+    /// has no armed pidfd yet; dropping its feed is what ends that child.
+    pub fn trip(&self) {
         let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         s.tripped = true;
-        match &s.pidfd {
-            Some(fd) => sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL).is_ok(),
-            None => false,
+        if let Some(fd) = &s.pidfd {
+            s.signalled |= sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL).is_ok();
         }
     }
 
-    /// The child was reaped: forget its pidfd.
-    fn disarm(&self) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).pidfd = None;
+    /// The child was reaped: forget its pidfd. True when it had been signalled.
+    fn disarm(&self) -> bool {
+        let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        s.pidfd = None;
+        s.signalled
     }
 }
 
@@ -257,8 +266,30 @@ pub struct Job {
 /// Chunks buffered between the upload and the worker (backpressure beyond this).
 const FEED_DEPTH: usize = 4;
 
+/// Whether the job's child was killed before it answered: signalled by the kill switch, killed
+/// by the sandbox when the upload was abandoned (the child had started and read nothing), or
+/// killed by the sandbox at the extraction timeout (that reason is the supervisor's; a child
+/// claiming it could only move this counter, never a decision).
+fn child_was_killed(signalled: bool, result: &Result<Done, JobFault>) -> bool {
+    signalled
+        || match result {
+            Err(JobFault::Abandoned) => true,
+            Ok(done) => done
+                .outcome
+                .reason
+                .as_ref()
+                .is_some_and(|r| r.code == ReasonCode::Timeout),
+            Err(JobFault::Sandbox(_)) => false,
+        }
+}
+
 /// Start the worker for one request; it waits for the upload.
-pub fn start(runner: Arc<Runner>, req: Request, staging: StagingGuard) -> Job {
+pub fn start(
+    runner: Arc<Runner>,
+    metrics: Arc<Metrics>,
+    req: Request,
+    staging: StagingGuard,
+) -> Job {
     let (tx, rx) = mpsc::channel(FEED_DEPTH);
     let kill = KillSwitch::default();
     let k = kill.clone();
@@ -271,7 +302,9 @@ pub fn start(runner: Arc<Runner>, req: Request, staging: StagingGuard) -> Job {
         };
         let path = staging.path();
         let result = runner.run_blocking(reader, &path, &req, |pid| k.arm(pid));
-        k.disarm();
+        if child_was_killed(k.disarm(), &result) {
+            metrics.child_killed();
+        }
         JobEnd { result, staging }
     });
     Job {

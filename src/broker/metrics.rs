@@ -148,7 +148,7 @@ impl Metrics {
         let counters = [
             (
                 "skillbox_children_killed_total",
-                "Children killed for a deadline or a client hang-up.",
+                "Children killed before they answered: a deadline or a client hang-up (during the upload too), an upload refused (oversize, digest mismatch, malformed), the extraction timeout, shutdown.",
                 &self.children_killed,
             ),
             (

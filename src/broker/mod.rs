@@ -64,6 +64,31 @@ pub enum ServeError {
     Runtime(std::io::Error),
 }
 
+/// HTTP/2 receive window of one upload stream.
+const STREAM_WINDOW: u32 = 128 * 1024;
+
+/// The receive windows: per stream, and for a connection.
+///
+/// A queued request does not read its upload until it gets a child permit, so the bytes its
+/// client has already sent sit in the connection's window. If the queued streams of one
+/// connection could fill it, the admitted ones would get no credit: every request on that
+/// connection would stall until its deadline (64 uploads of 290 KB on one channel did, with
+/// hyper's 1 MiB default). So the connection window holds one full stream window for every
+/// request the admission bounds let in, plus one for the other services; what is buffered
+/// while queued stays bounded by that product too (8.4 MiB with the defaults).
+fn flow_control_windows(bounds: &config::Bounds) -> (u32, u32) {
+    let streams = u64::from(bounds.max_children)
+        .saturating_add(u64::from(bounds.max_queued))
+        .saturating_add(1);
+    let connection = streams
+        .saturating_mul(u64::from(STREAM_WINDOW))
+        .min(i32::MAX as u64);
+    (
+        STREAM_WINDOW,
+        u32::try_from(connection).unwrap_or(i32::MAX as u32),
+    )
+}
+
 /// Run the broker on a runtime of its own until SIGTERM or SIGINT, then drain (`skillbox serve`).
 pub fn run_until_signal(config: Config) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -165,7 +190,10 @@ pub async fn serve(
             .max_decoding_message_size(max_decode)
             .max_encoding_message_size(MAX_RESPONSE_BYTES);
 
+    let (stream_window, connection_window) = flow_control_windows(&config.bounds);
     let mut builder = Server::builder()
+        .initial_stream_window_size(Some(stream_window))
+        .initial_connection_window_size(Some(connection_window))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
         .max_concurrent_streams(Some(1024));

@@ -52,17 +52,17 @@ impl SkillboxService {
     }
 }
 
-/// Trips the kill switch unless the job ended normally: a dropped request kills its child.
+/// Trips the kill switch unless the job ended normally: a dropped request kills its child (the
+/// job counts it).
 struct KillOnDrop {
     kill: KillSwitch,
-    metrics: Arc<Metrics>,
     armed: bool,
 }
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        if self.armed && self.kill.trip() {
-            self.metrics.child_killed();
+        if self.armed {
+            self.kill.trip();
         }
     }
 }
@@ -314,10 +314,14 @@ impl State {
             .staging
             .create()
             .map_err(|e| RequestError::Internal(format!("cannot make a staging directory: {e}")))?;
-        let job = job::start(Arc::clone(&self.runner), request, staging);
+        let job = job::start(
+            Arc::clone(&self.runner),
+            Arc::clone(&self.metrics),
+            request,
+            staging,
+        );
         let mut kill = KillOnDrop {
             kill: job.kill.clone(),
-            metrics: Arc::clone(&self.metrics),
             armed: true,
         };
 

@@ -911,6 +911,81 @@ async fn metrics_are_served_when_asked() {
     );
 }
 
+/// The value of an unlabelled counter in the server's metrics.
+fn counter(addr: &str, name: &str) -> u64 {
+    let text = harness::http_get(addr, "/metrics");
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+/// Wait until the counter reads `want` (the job counts once its child is reaped), or panic.
+fn wait_counter(addr: &str, name: &str, want: u64) {
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut got = counter(addr, name);
+    while got != want && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(25));
+        got = counter(addr, name);
+    }
+    assert_eq!(got, want, "{name}");
+}
+
+/// The child exists while the upload arrives (it confines meanwhile), so a client that hangs up
+/// mid-upload, or whose deadline passes mid-upload, gets its child killed: the counter counts
+/// those too, and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn children_killed_counts_hangups_and_deadlines_during_upload() {
+    const KILLED: &str = "skillbox_children_killed_total";
+    let port = harness::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = Server::start(&["--metrics", &addr]);
+    let c = server.client().await;
+    // An answered request kills nothing.
+    let done = ok(
+        c.clone()
+            .extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None)
+            .await,
+        "extract",
+    );
+    if let Some(s) = done.staged {
+        ok(c.clone().release(&s.id).await, "release");
+    }
+    assert_eq!(counter(&addr, KILLED), 0);
+
+    // A hang-up mid-upload, once the request's child exists.
+    let task = {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            let body = slow_stream(vec![0u8; 64 << 20], 64 << 10, Duration::from_millis(50));
+            c.extract(archive_header(), body, None).await
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while server.children().is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !server.children().is_empty() && !task.is_finished(),
+        "the request's child was not seen during the upload"
+    );
+    task.abort();
+    let _ = task.await;
+    wait_counter(&addr, KILLED, 1);
+    server.wait_clean(Duration::from_secs(5));
+
+    // A deadline mid-upload.
+    let mut c2 = c.clone();
+    let body = slow_stream(vec![0u8; 64 << 20], 64 << 10, Duration::from_millis(50));
+    let e = c2
+        .extract(archive_header(), body, Some(Duration::from_millis(500)))
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("a 64 MiB upload at 1.3 MB/s finished within 500 ms"));
+    assert_eq!(status_of(e).code(), Code::DeadlineExceeded);
+    wait_counter(&addr, KILLED, 2);
+    server.wait_clean(Duration::from_secs(5));
+}
+
 /// The global sandbox flags reach the broker's children (`--verify-staged full` shows in every
 /// answer), and `--sandbox-timeout`, which serve has its own flag for, is refused, not ignored.
 #[test]
@@ -1408,6 +1483,49 @@ async fn children_follow_the_admission_bound_under_a_burst() {
         most >= 1 && samples > 10,
         "the burst was never observed ({most}, {samples})"
     );
+    server.assert_clean();
+}
+
+/// 64 uploads of a package larger than a quarter of hyper's default connection window, at once
+/// on one channel (as stock clients multiplex), with two children: the queued streams must not
+/// take the flow-control credit the admitted ones need. With the default windows every request
+/// stalled until its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_uploads_on_one_channel_do_not_stall_the_admitted_ones() {
+    let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);
+    let c = server.client().await;
+    // 300 KB that gzip cannot shrink much in a tar: the upload is what fills the windows.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let noise: Vec<u8> = (0..300_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let package = skill_tar(&[("noise.bin", &noise, 0o644)]);
+    let calls: Vec<_> = (0..64)
+        .map(|_| {
+            let mut c = c.clone();
+            let package = package.clone();
+            tokio::spawn(async move {
+                c.extract(
+                    archive_header(),
+                    std::io::Cursor::new(package),
+                    Some(Duration::from_secs(60)),
+                )
+                .await
+            })
+        })
+        .collect();
+    for call in calls {
+        let done = ok(ok(call.await, "task"), "a request of the burst");
+        assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
+        if let Some(s) = done.staged {
+            ok(c.clone().release(&s.id).await, "release");
+        }
+    }
     server.assert_clean();
 }
 
