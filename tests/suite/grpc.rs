@@ -86,6 +86,20 @@ async fn accepted_is_staged_until_release() {
         b"#!/bin/sh\necho hi\n"
     );
     assert_eq!(server.staging_dirs().len(), 1);
+    // The log line says the duration the way a person reads it: at most one decimal.
+    let log = server.log();
+    let answered = log
+        .lines()
+        .find(|l| l.contains("answered"))
+        .unwrap_or_else(|| panic!("no answered line in the log:\n{log}"));
+    let ms = answered
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ms="))
+        .unwrap_or_else(|| panic!("no ms= in {answered:?}"));
+    assert!(
+        ms.parse::<f64>().is_ok() && ms.split_once('.').is_none_or(|(_, f)| f.len() <= 1),
+        "{answered:?}"
+    );
 
     ok(c.release(&staged.id).await, "release");
     assert!(!staged.path.exists());
