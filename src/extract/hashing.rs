@@ -365,14 +365,20 @@ impl<'h> FileHash<'h> {
         if buf.len() != CHUNK {
             buf.resize(CHUNK, 0);
         }
-        let n = match read_some(data, &mut buf) {
-            Ok(n) => n,
-            Err(e) => {
-                drop(buf);
-                h.give_back(slot);
-                return Err(read_err(e));
+        // The whole buffer, unless the file ends first: a reader that yields small pieces (the
+        // zip crate's) must not cost a message and a wake-up per piece.
+        let mut n = 0;
+        while n < buf.len() {
+            match read_some(data, &mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) => {
+                    drop(buf);
+                    h.give_back(slot);
+                    return Err(read_err(e));
+                }
             }
-        };
+        }
         if n == 0 {
             drop(buf);
             h.give_back(slot);

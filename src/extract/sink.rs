@@ -624,6 +624,8 @@ impl<'a> Sink<'a> {
         let executable = mode & 0o111 != 0;
         Writer::finish_file(&file, executable).map_err(|e| write_failed(e, p))?;
         let flags = inventory::file_flags(p, &head, executable, mode & 0o7022 != 0);
+        // Set on the node by `finish`, once the hashing thread has it.
+        self.pending.push((p.to_owned(), digest));
         Ok(Node {
             kind: Kind::File,
             explicit: true,
@@ -632,10 +634,6 @@ impl<'a> Sink<'a> {
             sha256: None,
             target: None,
             flags,
-        })
-        .map(|node| {
-            self.pending.push((p.to_owned(), digest));
-            node
         })
     }
 
