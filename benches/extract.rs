@@ -14,7 +14,8 @@
 //! `SKILLBOX_BENCH_NO_DISK=1`, `SKILLBOX_BENCH_DISK_DIR`, `SKILLBOX_BENCH_REPORT`,
 //! `SKILLBOX_BENCH_KEEP` (a directory to keep the generated artifacts in, for profiling),
 //! `SKILLBOX_BENCH_HASHER` (default: `examples/sha256_files` next to the CLI binary),
-//! `SKILLBOX_BENCH_REVISION` (what the report names as the code measured; default `git describe`).
+//! `SKILLBOX_BENCH_REVISION` (what the report names as the code measured; default `git describe`),
+//! `SKILLBOX_BENCH_CLI` (the CLI binary to time; default the one cargo built with the bench).
 
 use std::error::Error;
 use std::fmt::Write as _;
@@ -991,7 +992,11 @@ fn command_line(prog: &str, args: &[&str]) -> String {
 }
 
 fn run() -> Res<()> {
-    let cli = PathBuf::from(env!("CARGO_BIN_EXE_skillbox"));
+    // Another build of the CLI (the commit before, to compare against in one sitting).
+    let cli = std::env::var_os("SKILLBOX_BENCH_CLI").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_skillbox")),
+        PathBuf::from,
+    );
     let hasher = match std::env::var_os("SKILLBOX_BENCH_HASHER") {
         Some(p) => PathBuf::from(p),
         None => cli

@@ -2,11 +2,13 @@
 //! rejection with a reason, and never anything in between.
 //!
 //! It is written to run inside the confined child unchanged: its only inputs are a readable
-//! file (read with positioned reads, never mapped), a directory fd to create entries beneath,
+//! file (read through a mapping when it is a sealed memfd, which nobody can change under it, and
+//! with positioned reads otherwise), a directory fd to create entries beneath,
 //! and a [`Request`]. It never opens a path by name outside that directory and never spawns.
 //! On rejection everything it created is removed before it returns.
 
 pub mod detect;
+pub mod hashing;
 pub mod inventory;
 pub mod overrides;
 pub mod path;
@@ -207,8 +209,7 @@ fn run_format(
     size: u64,
     sink: &mut sink::Sink<'_>,
 ) -> Result<(), Stop> {
-    let raw = input::ArtifactReader::new(artifact, size);
-    let buffered = input::SeekBuf::new(raw, size, 64 * 1024);
+    let buffered = input::SeekBuf::new(artifact, size, 64 * 1024);
     match format {
         Format::SkillMd => {
             let mut r = buffered;

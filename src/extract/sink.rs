@@ -15,12 +15,13 @@ use std::os::fd::BorrowedFd;
 
 use nix::errno::Errno;
 
+use super::hashing::{FileHash, InlineBuf, Pending};
 use super::inventory::{self, Entry, Flag, Kind, Totals};
 use super::path::{Parsed, SafeRelPath, drive_like, fold_key, hidden_char, nfc_key, nfkc_key};
 use super::policy::{HardlinkPolicy, Limits};
 use super::writer::Writer;
 use super::{EngineError, Format, Stop};
-use crate::digest::{Hasher, Sha256Digest};
+use crate::digest::Sha256Digest;
 use crate::reason::{Reason, ReasonCode, display_name};
 
 /// Symlink hops followed when resolving a target, as Linux's `MAXSYMLINKS`.
@@ -151,7 +152,10 @@ pub(crate) struct Sink<'a> {
     bytes_out: u64,
     /// The size of the artifact: what the ratio budget is a multiple of.
     artifact_size: u64,
-    buf: Vec<u8>,
+    buf: InlineBuf,
+    /// Digests of written files, some still being computed on the hashing thread: set on their
+    /// nodes by [`Sink::finish`].
+    pending: Vec<(String, Pending<'static>)>,
     /// The `.skill` packager's wrapping directory: when set, `<wrapper>/` is taken off every
     /// name and anything outside it is refused. Found by a first pass (see [`Sink::wrapper`]).
     unwrap: Option<String>,
@@ -214,7 +218,8 @@ impl<'a> Sink<'a> {
             implicit_dirs: 0,
             bytes_out: 0,
             artifact_size,
-            buf: vec![0u8; 64 * 1024],
+            buf: InlineBuf(vec![0u8; 64 * 1024]),
+            pending: Vec::new(),
             unwrap: None,
             wrapped: None,
         }
@@ -536,58 +541,73 @@ impl<'a> Sink<'a> {
             self.check_declared(p, d)?;
         }
         let mut file = self.writer.create_file(p).map_err(|e| write_failed(e, p))?;
-        let mut hasher = Hasher::new();
         let mut head: Vec<u8> = Vec::new();
         let mut written: u64 = 0;
-        loop {
-            let n = match data.read(&mut self.buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(classify(&e, Some(p.as_bytes())).into()),
-            };
-            written += n as u64;
-            self.bytes_out += n as u64;
-            // The header is held to its size: a member that lies small stops at the lie.
-            if declared.is_some_and(|d| written > d) {
-                return Err(Reason::new(
-                    ReasonCode::Corrupt,
-                    format!(
-                        "the data holds more than the {} bytes its header declares",
-                        declared.unwrap_or(0)
-                    ),
-                )
-                .entry(p)
-                .into());
-            }
-            // Limits are checked on bytes produced, before they reach the disk.
-            if written > self.limits.max_file_bytes {
-                return Err(
-                    Reason::new(ReasonCode::FileSize, "file is larger than the limit")
+        // Hashed while written: on the hashing thread when the process has one (the confined
+        // child), inline otherwise (`hashing.rs`).
+        let mut hash = FileHash::new();
+        let mut buf = std::mem::take(&mut self.buf);
+        let limits = self.limits;
+        let artifact_size = self.artifact_size;
+        let bytes_out = &mut self.bytes_out;
+        let streamed = loop {
+            let n = hash.fill(
+                &mut buf,
+                data,
+                |chunk: &[u8]| -> Result<(), Stop> {
+                    let n = chunk.len();
+                    written += n as u64;
+                    *bytes_out += n as u64;
+                    // The header is held to its size: a member that lies small stops at the lie.
+                    if declared.is_some_and(|d| written > d) {
+                        return Err(Reason::new(
+                            ReasonCode::Corrupt,
+                            format!(
+                                "the data holds more than the {} bytes its header declares",
+                                declared.unwrap_or(0)
+                            ),
+                        )
                         .entry(p)
-                        .limit(self.limits.max_file_bytes, written)
-                        .into(),
-                );
+                        .into());
+                    }
+                    // Limits are checked on bytes produced, before they reach the disk.
+                    if written > limits.max_file_bytes {
+                        return Err(Reason::new(
+                            ReasonCode::FileSize,
+                            "file is larger than the limit",
+                        )
+                        .entry(p)
+                        .limit(limits.max_file_bytes, written)
+                        .into());
+                    }
+                    if *bytes_out > limits.max_expanded_bytes {
+                        return Err(Reason::new(
+                            ReasonCode::ExpandedSize,
+                            "the archive expands to more than the limit",
+                        )
+                        .entry(p)
+                        .limit(limits.max_expanded_bytes, *bytes_out)
+                        .into());
+                    }
+                    Self::check_budget(limits, *bytes_out, artifact_size)
+                        .map_err(|r| r.entry(p))?;
+                    if head.len() < 512 {
+                        let take = (512 - head.len()).min(n);
+                        head.extend_from_slice(&chunk[..take]);
+                    }
+                    file.write_all(chunk).map_err(|e| write_failed(e, p))
+                },
+                |e| classify(&e, Some(p.as_bytes())).into(),
+                |e| Stop::Fault(EngineError::Staging(e)),
+            );
+            match n {
+                Ok(0) => break Ok(()),
+                Ok(_) => {}
+                Err(e) => break Err(e),
             }
-            if self.bytes_out > self.limits.max_expanded_bytes {
-                return Err(Reason::new(
-                    ReasonCode::ExpandedSize,
-                    "the archive expands to more than the limit",
-                )
-                .entry(p)
-                .limit(self.limits.max_expanded_bytes, self.bytes_out)
-                .into());
-            }
-            Self::check_budget(self.limits, self.bytes_out, self.artifact_size)
-                .map_err(|r| r.entry(p))?;
-            let chunk = &self.buf[..n];
-            if head.len() < 512 {
-                let take = (512 - head.len()).min(n);
-                head.extend_from_slice(&chunk[..take]);
-            }
-            hasher.update(chunk);
-            file.write_all(chunk).map_err(|e| write_failed(e, p))?;
-        }
+        };
+        self.buf = buf;
+        streamed?;
         if let Some(declared) = declared {
             if declared != written {
                 return Err(Reason::new(
@@ -598,16 +618,20 @@ impl<'a> Sink<'a> {
                 .into());
             }
         }
+        let digest = hash
+            .finish()
+            .map_err(|e| Stop::Fault(EngineError::Staging(e)))?;
         let executable = mode & 0o111 != 0;
         Writer::finish_file(&file, executable).map_err(|e| write_failed(e, p))?;
-        let (digest, _) = hasher.finish();
         let flags = inventory::file_flags(p, &head, executable, mode & 0o7022 != 0);
+        // Set on the node by `finish`, once the hashing thread has it.
+        self.pending.push((p.to_owned(), digest));
         Ok(Node {
             kind: Kind::File,
             explicit: true,
             size: written,
             mode: if executable { 0o755 } else { 0o644 },
-            sha256: Some(digest),
+            sha256: None,
             target: None,
             flags,
         })
@@ -751,6 +775,14 @@ impl<'a> Sink<'a> {
 
     /// Checks that need the complete tree: symlink targets, and `SKILL.md` at the root.
     pub(crate) fn finish(&mut self, format: Format) -> Result<(), Stop> {
+        for (path, pending) in std::mem::take(&mut self.pending) {
+            let digest = pending
+                .resolve()
+                .map_err(|e| Stop::Fault(EngineError::Staging(e)))?;
+            if let Some(node) = self.nodes.get_mut(&path) {
+                node.sha256 = Some(digest);
+            }
+        }
         let mut links: Vec<(&String, &Node)> = self
             .nodes
             .iter()

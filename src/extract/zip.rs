@@ -13,7 +13,7 @@ use zip::CompressionMethod;
 use zip::result::ZipError;
 
 use super::Stop;
-use super::input::{ArtifactReader, SeekBuf};
+use super::input::SeekBuf;
 use super::sink::{RawEntry, RawKind, Sink, classify};
 use super::zip_records;
 use crate::reason::{Reason, ReasonCode, display_name};
@@ -51,10 +51,7 @@ fn zip_error(err: ZipError, entry: Option<&[u8]>) -> Stop {
     Stop::Reject(reason)
 }
 
-pub(crate) fn read(
-    mut reader: SeekBuf<ArtifactReader<'_>>,
-    sink: &mut Sink<'_>,
-) -> Result<(), Stop> {
+pub(crate) fn read(mut reader: SeekBuf<'_>, sink: &mut Sink<'_>) -> Result<(), Stop> {
     let limits = sink.limits().clone();
     let size = reader
         .seek(SeekFrom::End(0))

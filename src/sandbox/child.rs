@@ -9,7 +9,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::signal::Signal;
@@ -21,6 +21,7 @@ use super::wire::{
     LandlockStatus, SeccompStage,
 };
 use super::{landlock, probe, rlimits, seccomp, sys};
+use crate::extract::hashing::{self, HashThread};
 
 /// Exit status after a complete answer (the verdict is in the answer, not the status).
 pub const EXIT_ANSWERED: i32 = 0;
@@ -181,6 +182,10 @@ pub(crate) struct ProcessSteps {
     gid: u32,
     /// A spare's first seccomp stage: `None` if none was installed (an exec'd child).
     first_stage: Option<Result<(), seccompiler::Error>>,
+    /// The thread that hashes files while they are written, started here so that every later
+    /// step (the first seccomp stage of a spare included) covers it; `None` if it could not
+    /// be started (files are then hashed inline).
+    hash_thread: Option<HashThread>,
 }
 
 impl ProcessSteps {
@@ -277,7 +282,33 @@ pub(crate) fn confine_process(run_as: Option<Ids>, parent_pid: u32) -> ProcessSt
         uid: geteuid().as_raw(),
         gid: getegid().as_raw(),
         first_stage: None,
+        // Started after the identity, capability and no_new_privs steps, which a new thread
+        // inherits (credentials, capability sets and no_new_privs are per thread, copied at
+        // creation); the process-wide ones (dumpable, rlimits) cover it anyway. Landlock and
+        // seccomp come later, for both threads (`confine`, steps 8 and 9).
+        hash_thread: spawn_hash_thread().ok(),
     }
+}
+
+/// The hashing thread, its pipes on fds 5 to 8 (between the staging fd and a spare's socket: a
+/// spare's order must still land on 0 to 4).
+fn spawn_hash_thread() -> io::Result<HashThread> {
+    let pipe = |at: i32| -> io::Result<(File, File)> {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        // The write end first: when the pipe came out at 0 and 1, moving the read end to `at`
+        // must not close the other one.
+        sys::move_fd(w, at + 1)?;
+        sys::move_fd(r, at)?;
+        Ok((
+            File::from(sys::inherited_fd(at)?),
+            File::from(sys::inherited_fd(at + 1)?),
+        ))
+    };
+    #[cfg(target_env = "gnu")]
+    sys::malloc_one_arena()?;
+    let work = pipe(sys::CHILD_HASH_FDS)?;
+    let replies = pipe(sys::CHILD_HASH_FDS + 2)?;
+    HashThread::spawn_with(work, replies)
 }
 
 /// Confine this process before it reads a byte of the artifact. Every step is irreversible,
@@ -372,6 +403,42 @@ fn confine(
             degrade(report, failed("landlock", e))?;
         }
     }
+    // Landlock restricts the calling thread only: the hashing thread restricts itself with the
+    // same ruleset, and must end up exactly as restricted as this one, or the job does not run
+    // (a thread of this process left outside the domain could be made to open any path).
+    let mut hash_thread = process.hash_thread;
+    if let Some(t) = hash_thread.take() {
+        // By number: this thread holds the staging fd open, and waits while the other runs.
+        let (dir, enforcement) = (staging.as_raw_fd(), req.enforcement);
+        let restricted = t
+            .run(move || {
+                sys::with_fd(dir, |dir| landlock::restrict_to(dir, enforcement))
+                    .map_err(|e| e.to_string())
+                    .and_then(|r| r.map(|a| a.status).map_err(|e| e.to_string()))
+            })
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+        // Restricted exactly as this thread (unrestricted alike only where the operator allowed
+        // running unconfined and the kernel has no Landlock).
+        let mismatch = match restricted {
+            Ok(status) if status == report.landlock => None,
+            Ok(status) => Some(format!(
+                "the hashing thread is {status:?}, the main thread {:?}",
+                report.landlock
+            )),
+            Err(e) => Some(format!("hashing thread: {e}")),
+        };
+        match mismatch {
+            None => hash_thread = Some(t),
+            Some(detail) => {
+                // Never used, and never ended either: a thread exiting while the filter is
+                // installed on every thread could fail the install, and after it would need
+                // calls the filter kills. It stays blocked on its pipe until the process exits.
+                std::mem::forget(t);
+                degrade(report, failed("landlock", detail))?;
+            }
+        }
+    }
 
     // 9. Seccomp, last: the whole profile, or the second stage of a spare's filter, which only
     // completes the first stage it installed before its order.
@@ -385,6 +452,13 @@ fn confine(
         Err(e) => degrade(report, failed("seccomp", e))?,
     }
 
+    // Both threads are confined: from here on, extractions hash on the second one.
+    // (Unconfined by the operator's choice, it is not used: nothing would vouch for it.)
+    if let Some(t) = hash_thread.filter(|_| report.seccomp) {
+        // A second install cannot happen (one confinement per process); were it to, the
+        // extraction would hash inline.
+        let _ = hashing::install(t);
+    }
     Ok(Inherited {
         artifact: File::from(artifact),
         staging,

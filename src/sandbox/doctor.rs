@@ -254,6 +254,7 @@ fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
         base: Base::Cwd,
         path: outside.display().to_string(),
     };
+    let hash_thread_probe = Probe::OnHashThread(Box::new(landlock_probe.clone()));
     out.push((
         "landlock enforced",
         readable
@@ -270,6 +271,29 @@ fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
                     })
                 })
             }),
+    ));
+    // The child's second thread (it hashes files) enters the Landlock domain itself and shares
+    // the filter: the same walls, probed from it.
+    out.push((
+        "hashing thread",
+        probe_check(
+            sandbox,
+            &tmp.join("hash-landlock"),
+            hash_thread_probe,
+            |end| {
+                matches!(end, ProbeEnd::Reported(ProbeResult::Errno(libc::EACCES)))
+                    .then(|| "from the hashing thread too: read refused (EACCES)".to_owned())
+            },
+        )
+        .and_then(|landlock| {
+            let exec = Probe::OnHashThread(Box::new(Probe::Exec {
+                path: "/bin/sh".into(),
+            }));
+            probe_check(sandbox, &tmp.join("hash-exec"), exec, |end| {
+                matches!(end, ProbeEnd::Signaled(libc::SIGSYS))
+                    .then(|| format!("{landlock}, execve killed the child (SIGSYS)"))
+            })
+        }),
     ));
     out
 }

@@ -135,6 +135,10 @@ pub enum Probe {
     WriteThenSpin {
         path: String,
     },
+    /// Run this probe on the child's hashing thread instead of its main thread: the second
+    /// thread must be walled in exactly as the first. Only probes that need nothing but the
+    /// staging fd (not the artifact, not the answer).
+    OnHashThread(Box<Probe>),
     /// Write these raw bytes as the whole answer.
     AnswerRaw {
         bytes: Vec<u8>,
@@ -222,6 +226,60 @@ pub(crate) fn run(
     report: &ConfinementReport,
 ) -> Option<ProbeResult> {
     let r: Result<i64, i32> = match probe {
+        // write(2), not pwrite: the filter has no pwrite, and the seal is what is under test.
+        Probe::WriteArtifact => (&*artifact).write(b"x").map(|n| n as i64).map_err(errno),
+        Probe::OnHashThread(inner) => on_hash_thread(inner, staging.as_raw_fd()),
+        Probe::AnswerRaw { bytes } => {
+            let _ = answer.write_all(bytes);
+            return None;
+        }
+        Probe::AnswerOversized { declared, sent } => {
+            let _ = answer.write_all(&declared.to_le_bytes());
+            let chunk = vec![b'{'; 64 * 1024];
+            let mut left = *sent;
+            while left > 0 {
+                let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+                if answer.write_all(&chunk[..n]).is_err() {
+                    break;
+                }
+                left -= n as u64;
+            }
+            return None;
+        }
+        Probe::AnswerForged { files, outcome } => {
+            for (path, content) in files {
+                if let Err(e) = create(staging, path)
+                    .and_then(|mut f| f.write_all(content.as_bytes()).map_err(errno))
+                {
+                    return Some(ProbeResult::Errno(e));
+                }
+            }
+            let _ = send(answer, JobResult::Extracted(outcome.clone()), report);
+            return None;
+        }
+        other => attempt(other, staging),
+    };
+    Some(r.into())
+}
+
+/// `probe` on the hashing thread, the main thread waiting (it holds the staging fd meanwhile).
+fn on_hash_thread(probe: &Probe, staging: i32) -> Result<i64, i32> {
+    let Some(t) = crate::extract::hashing::installed() else {
+        return Err(libc::ESRCH);
+    };
+    let probe = probe.clone();
+    t.run(move || {
+        super::sys::with_fd(staging, |dir| attempt(&probe, dir))
+            .map_err(errno)
+            .and_then(|r| r)
+    })
+    .map_err(errno)
+    .and_then(|r| r)
+}
+
+/// The probes that need only the staging fd, on whichever thread runs this.
+fn attempt(probe: &Probe, staging: BorrowedFd<'_>) -> Result<i64, i32> {
+    match probe {
         Probe::ReadFile { base, path } => cstr(path).and_then(|p| {
             let fd = forbidden::openat(
                 base_fd(*base, staging),
@@ -254,8 +312,6 @@ pub(crate) fn run(
         Probe::Truncate { path } => nix::unistd::truncate(path.as_str(), 0)
             .map(|()| 0)
             .map_err(errno),
-        // write(2), not pwrite: the filter has no pwrite, and the seal is what is under test.
-        Probe::WriteArtifact => (&*artifact).write(b"x").map(|n| n as i64).map_err(errno),
         Probe::TcpConnect { port } => forbidden::tcp_connect(*port),
         Probe::UnixConnect { path } => forbidden::unix_connect(path.as_bytes()),
         Probe::Exec { path } => cstr(path).and_then(|p| forbidden::execve(&p)),
@@ -320,34 +376,10 @@ pub(crate) fn run(
                 Err(e) => Err(e),
             }
         }
-        Probe::AnswerRaw { bytes } => {
-            let _ = answer.write_all(bytes);
-            return None;
-        }
-        Probe::AnswerOversized { declared, sent } => {
-            let _ = answer.write_all(&declared.to_le_bytes());
-            let chunk = vec![b'{'; 64 * 1024];
-            let mut left = *sent;
-            while left > 0 {
-                let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
-                if answer.write_all(&chunk[..n]).is_err() {
-                    break;
-                }
-                left -= n as u64;
-            }
-            return None;
-        }
-        Probe::AnswerForged { files, outcome } => {
-            for (path, content) in files {
-                if let Err(e) = create(staging, path)
-                    .and_then(|mut f| f.write_all(content.as_bytes()).map_err(errno))
-                {
-                    return Some(ProbeResult::Errno(e));
-                }
-            }
-            let _ = send(answer, JobResult::Extracted(outcome.clone()), report);
-            return None;
-        }
-    };
-    Some(r.into())
+        Probe::WriteArtifact
+        | Probe::OnHashThread(_)
+        | Probe::AnswerRaw { .. }
+        | Probe::AnswerOversized { .. }
+        | Probe::AnswerForged { .. } => Err(libc::EINVAL),
+    }
 }

@@ -390,9 +390,10 @@ pub fn from_bytes(bytes: &[u8]) -> Option<BpfProgram> {
     )
 }
 
-/// Install `program` on the calling thread (the child is single-threaded). Irreversible.
+/// Install `program` on every thread of the process (`SECCOMP_FILTER_FLAG_TSYNC`): the child's
+/// hashing thread exists before the filter, and must be under it too. Irreversible.
 pub fn install(program: &[seccompiler::sock_filter]) -> Result<(), seccompiler::Error> {
-    seccompiler::apply_filter(program)
+    seccompiler::apply_filter_all_threads(program)
 }
 
 #[cfg(test)]

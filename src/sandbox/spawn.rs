@@ -116,13 +116,16 @@ const ASIDE_CHUNK: usize = 1024 * 1024;
 /// Copy the rest of `src` into `file` while another thread feeds every chunk, once written, to
 /// `hasher`. The digest is still of exactly the bytes written: both work on the same buffer.
 fn copy_hashing_aside(src: &mut impl Read, file: &mut File, hasher: Hasher) -> io::Result<Hasher> {
-    let (to_hash, hashing) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+    // Chunks travel with their filled length: a buffer is zeroed once, when first made, not
+    // before every read (`read_to_end` over a plain `Read` zeroes its spare capacity each time,
+    // some 40 ms for a 100 MB artifact).
+    let (to_hash, hashing) = std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(2);
     let (give_back, recycled) = std::sync::mpsc::channel::<Vec<u8>>();
     std::thread::scope(|s| {
         let worker = s.spawn(move || {
             let mut hasher = hasher;
-            for chunk in hashing {
-                hasher.update(&chunk);
+            for (chunk, len) in hashing {
+                hasher.update(&chunk[..len]);
                 // The copying side may be gone already; then the buffer is simply freed.
                 let _ = give_back.send(chunk);
             }
@@ -132,19 +135,22 @@ fn copy_hashing_aside(src: &mut impl Read, file: &mut File, hasher: Hasher) -> i
             loop {
                 let mut chunk = recycled
                     .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(ASIDE_CHUNK));
-                chunk.clear();
-                // A whole chunk unless the source ends first (read_to_end retries EINTR).
-                if src
-                    .by_ref()
-                    .take(ASIDE_CHUNK as u64)
-                    .read_to_end(&mut chunk)?
-                    == 0
-                {
+                    .unwrap_or_else(|_| vec![0u8; ASIDE_CHUNK]);
+                // A whole chunk unless the source ends first.
+                let mut len = 0;
+                while len < chunk.len() {
+                    match src.read(&mut chunk[len..]) {
+                        Ok(0) => break,
+                        Ok(n) => len += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                if len == 0 {
                     return Ok(());
                 }
-                file.write_all(&chunk)?;
-                if to_hash.send(chunk).is_err() {
+                file.write_all(&chunk[..len])?;
+                if to_hash.send((chunk, len)).is_err() {
                     return Err(io::Error::other("the hashing thread stopped"));
                 }
             }

@@ -17,6 +17,9 @@ pub(crate) const CHILD_ARTIFACT_FD: RawFd = 3;
 pub(crate) const CHILD_STAGING_FD: RawFd = 4;
 /// The first fd number that must not exist in the child.
 pub(crate) const CHILD_FIRST_FOREIGN_FD: u32 = 5;
+/// The child's hashing thread's two pipes, placed by the child itself once the foreign fds are
+/// closed: 5 and 6 carry work to it, 7 and 8 its replies.
+pub(crate) const CHILD_HASH_FDS: RawFd = 5;
 
 fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
     if rc < 0 {
@@ -154,6 +157,98 @@ pub(crate) fn fd_is_open(fd: RawFd) -> bool {
 /// Take ownership of an fd the parent placed at a fixed number. Fails if it is not open.
 ///
 /// Must be called at most once per number: the returned `OwnedFd` closes it on drop.
+/// Run `f` with a borrow of `fd`, which the caller holds open until `f` returns (the child's
+/// staging fd, owned by its main thread, which waits while the hashing thread runs `f`).
+pub(crate) fn with_fd<R>(fd: RawFd, f: impl FnOnce(BorrowedFd<'_>) -> R) -> io::Result<R> {
+    if !fd_is_open(fd) {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: the fd is open (checked above) and the caller keeps it open until `f` returns;
+    // the borrow is handed to `f` only and cannot outlive it.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    Ok(f(fd))
+}
+
+/// Keep every thread on glibc's main arena (heap grown with `brk`). With a second thread, glibc
+/// would otherwise give it, or a failing allocation's retry, an arena of its own, made with
+/// `mmap` and grown with `mprotect`, which the child's filter kills: an allocation past the
+/// address-space limit must still end in an abort (`resource_limit`), not SIGSYS.
+#[cfg(target_env = "gnu")]
+pub(crate) fn malloc_one_arena() -> io::Result<()> {
+    // SAFETY: mallopt takes two integers and changes only the allocator's tuning.
+    if unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) } == 1 {
+        Ok(())
+    } else {
+        Err(io::Error::other("mallopt(M_ARENA_MAX) refused"))
+    }
+}
+
+/// A read-only view of part of a sealed memfd: the engine reads the artifact through it instead
+/// of copying it out with `pread`. Unmapped on drop.
+pub(crate) struct SealedMapping {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl SealedMapping {
+    /// Map `len` bytes of `file` from `offset` (a multiple of the page size), read-only and
+    /// populated at once. Refused unless `file` carries the write and shrink seals, and unless
+    /// the range lies inside the file.
+    pub(crate) fn new(file: &std::fs::File, offset: u64, len: usize) -> io::Result<Self> {
+        let wanted = libc::F_SEAL_WRITE | libc::F_SEAL_SHRINK;
+        // SAFETY: F_GET_SEALS takes no pointer argument.
+        let seals = check_int(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) })?;
+        if seals & wanted != wanted {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "only a sealed memfd is mapped",
+            ));
+        }
+        let size = file.metadata()?.len();
+        let end = offset.checked_add(len as u64);
+        if len == 0 || end.is_none_or(|e| e > size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "mapping outside the artifact",
+            ));
+        }
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset out of range"))?;
+        // SAFETY: a fresh mapping at an address the kernel chooses aliases nothing of ours. It
+        // is read-only, and the seals checked above mean no one can write the pages or shrink
+        // the file under it (no change to the bytes, no SIGBUS past a new end) for as long as it
+        // exists; the range was checked to lie inside the file.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                file.as_raw_fd(),
+                off,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let ptr = std::ptr::NonNull::new(ptr.cast::<u8>()).ok_or_else(io::Error::last_os_error)?;
+        Ok(Self { ptr, len })
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` points at `len` readable bytes mapped in `new` until `drop`, and they
+        // cannot change (sealed against writing): a shared borrow for `self`'s lifetime is sound.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for SealedMapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range mapped in `new`; no borrow of it outlives `self`.
+        let _ = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
 pub(crate) fn inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     // SAFETY: F_GETFD only reads the fd-table entry.
     check_int(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;

@@ -428,6 +428,113 @@ fn the_running_child_has_no_privileges_and_a_filter() {
 }
 }
 
+both_spawn_paths! {
+fn every_thread_of_the_running_child_is_confined_alike() {
+    // The child has a second thread, which hashes files while they are written: it must hold
+    // no more than the main thread, from the same filter.
+    let f = fixture();
+    let sb = sandbox();
+    let dir = f.prepare(&sb);
+    let sealed = SealedArtifact::copy_from(&b"x"[..], 1).expect("copy_from");
+    let running = sb
+        .spawn(Job::Probe(Probe::Spin), &sealed, &dir, &Limits::default())
+        .expect("spawn");
+    let status = doctor::wait_for_seccomp(running.pid(), Duration::from_secs(10));
+    let tasks: Vec<String> = fs::read_dir(format!("/proc/{}/task", running.pid()))
+        .expect("read_dir")
+        .map(|e| {
+            let path = e.expect("entry").path().join("status");
+            fs::read_to_string(path).expect("task status")
+        })
+        .collect();
+    let _ = running.kill();
+    let _ = running.wait(Duration::from_secs(10), 1024).expect("wait");
+    status.expect("status");
+    let field = |status: &str, name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert_eq!(tasks.len(), 2, "the main thread and the hashing thread");
+    let fields = [
+        "Uid:", "Gid:", "Groups:", "NoNewPrivs:", "Seccomp:", "Seccomp_filters:", "CapEff:",
+        "CapPrm:", "CapInh:", "CapAmb:", "CapBnd:",
+    ];
+    for name in fields {
+        let main = field(&tasks[0], name);
+        for t in &tasks[1..] {
+            assert_eq!(field(t, name), main, "{name} differs between the child's threads");
+        }
+    }
+    for t in &tasks {
+        assert_eq!(field(t, "Seccomp:"), "2");
+        assert_eq!(field(t, "NoNewPrivs:"), "1");
+        assert_eq!(field(t, "CapEff:"), "0000000000000000");
+        assert_eq!(field(t, "CapPrm:"), "0000000000000000");
+    }
+}
+}
+
+both_spawn_paths! {
+fn the_hashing_thread_is_walled_in_as_the_main_thread() {
+    // Landlock restricts a thread, not a process: the hashing thread restricts itself, and
+    // these are the main thread's probes, run on it.
+    let f = fixture();
+    let on = |p: Probe| f.probe(Probe::OnHashThread(Box::new(p)));
+    assert_eq!(
+        on(Probe::Create {
+            base: Base::Staging,
+            path: "inside".into()
+        }),
+        ProbeEnd::Reported(ProbeResult::Ok(1)),
+        "the control: what the main thread may do, the hashing thread may too"
+    );
+    assert_errno(
+        on(Probe::ReadFile {
+            base: Base::Cwd,
+            path: "/etc/passwd".into(),
+        }),
+        libc::EACCES,
+    );
+    assert_errno(
+        on(Probe::ReadFile {
+            base: Base::Cwd,
+            path: f.outside.join("victim.txt").display().to_string(),
+        }),
+        libc::EACCES,
+    );
+    assert_errno(
+        on(Probe::Create {
+            base: Base::Cwd,
+            path: f.outside.join("from-hash-thread").display().to_string(),
+        }),
+        libc::EACCES,
+    );
+    assert_errno(
+        on(Probe::Create {
+            base: Base::Staging,
+            path: "../outside/dotdot".into(),
+        }),
+        libc::EACCES,
+    );
+    // The filter: the same calls kill the process from either thread.
+    assert_killed_by_seccomp(on(Probe::Exec {
+        path: "/bin/sh".into(),
+    }));
+    assert_killed_by_seccomp(on(Probe::Fork));
+    assert_killed_by_seccomp(on(Probe::Clone3));
+    assert_killed_by_seccomp(on(Probe::BecomeRoot));
+    assert_killed_by_seccomp(on(Probe::MakeExecutable));
+    assert_killed_by_seccomp(on(Probe::Truncate {
+        path: f.outside.join("victim.txt").display().to_string(),
+    }));
+    f.outside_untouched();
+}
+}
+
 // ---- Files -------------------------------------------------------------------------------------
 
 both_spawn_paths! {
@@ -1197,14 +1304,15 @@ fn misbehaving_children_leave_no_fds_zombies_or_staging() {
 // ---- The zygote ----------------------------------------------------------------------------
 
 both_spawn_paths! {
-fn a_child_holds_exactly_its_five_fds() {
+fn a_child_holds_exactly_its_fds() {
     // Answer, log, artifact, staging (fds 1 to 4; the request on fd 0 was read and closed
     // before the job ran): the zygote's control socket must not survive into a forked child,
     // nor anything of the parent's into an exec'd one.
     let f = fixture();
     assert_eq!(
+        // ... and the hashing thread's two pipes, which the child places on 5 to 8 itself.
         f.probe(Probe::OpenFds),
-        ProbeEnd::Reported(ProbeResult::Ok(0b1_1110))
+        ProbeEnd::Reported(ProbeResult::Ok(0b1_1111_1110))
     );
 }
 }
@@ -1326,7 +1434,8 @@ fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
             .map(|v| v.trim().to_owned())
     };
     assert_eq!(field("Name:").as_deref(), Some("skillbox-spare"));
-    assert_eq!(field("Threads:").as_deref(), Some("1"));
+    // Its main thread and the hashing thread, started with the process steps.
+    assert_eq!(field("Threads:").as_deref(), Some("2"));
     // The process steps of confinement, and the first stage of the seccomp filter, are taken
     // before the order, not after.
     assert_eq!(field("NoNewPrivs:").as_deref(), Some("1"));
@@ -1352,9 +1461,16 @@ fn a_spare_waits_holding_only_its_socket_and_goes_with_the_sandbox() {
         // A non-dumpable process's fds and environment are readable only with CAP_SYS_PTRACE.
         let fds = fds_of(spare);
         let numbers: Vec<u32> = fds.iter().map(|(n, _)| *n).collect();
-        // Only its socket, at 9: fds 0 to 4 stay free for the order's five.
-        assert_eq!(numbers, [9], "spare fds: {fds:?}");
-        assert!(fds[0].1.starts_with("socket:"), "fd 9 is {:?}", fds[0].1);
+        // Only its hashing thread's two pipes, at 5 to 8, and its socket, at 9: fds 0 to 4 stay
+        // free for the order's five.
+        assert_eq!(numbers, [5, 6, 7, 8, 9], "spare fds: {fds:?}");
+        assert!(
+            fds[..4].iter().all(|(_, what)| what.starts_with("pipe:")),
+            "fds 5 to 8: {fds:?}"
+        );
+        assert_eq!(fds[0].1, fds[1].1, "5 and 6 are one pipe: {fds:?}");
+        assert_eq!(fds[2].1, fds[3].1, "7 and 8 are one pipe: {fds:?}");
+        assert!(fds[4].1.starts_with("socket:"), "fd 9 is {:?}", fds[4].1);
         let environ = fs::read(proc_dir.join("environ")).expect("read");
         assert!(environ.is_empty(), "the spare has an environment");
     } else {
