@@ -10,8 +10,10 @@
 //!   outside that directory. It knows nothing of review, sandbox or broker.
 //! - [`skill`]: SKILL.md frontmatter, the review of a staged tree, the diff of two answers.
 //! - [`intake`]: one job as the confined child runs it: the engine, then the review.
-//! - [`sandbox`]: starting, confining and supervising the child that runs [`intake`];
-//!   `sandbox::sys` is the only module with `unsafe`.
+//! - [`sandbox`]: starting, confining and supervising the child that runs [`intake`].
+//! - `sys`: the raw system calls (pidfd, seccomp, Landlock, memfd seals, the mapped read of a
+//!   sealed artifact); the only module with `unsafe`, used by the sandbox, the engine and the
+//!   broker, and depending on nothing in the crate.
 //! - [`convert`]: the one conversion between the gRPC messages ([`proto`]) and these types.
 //! - [`broker`]: the tonic gRPC service.
 //! - [`client`]: the Rust client installers embed.
@@ -40,6 +42,7 @@ pub mod reason;
 pub mod replay;
 pub mod sandbox;
 pub mod skill;
+pub(crate) mod sys;
 pub mod urls;
 
 /// The gRPC contract (`proto/skillbox/v1/skillbox.proto`), generated at build time.

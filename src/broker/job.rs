@@ -28,10 +28,10 @@ use super::staging::StagingGuard;
 use crate::extract::Request;
 use crate::intake::Outcome;
 use crate::reason::ReasonCode;
-use crate::sandbox::sys;
 use crate::sandbox::{
     Enforcement, Job as SandboxJob, LandlockStatus, Sandbox, SandboxConfig, SandboxError,
 };
+use crate::sys;
 
 /// Why the broker does not start its runner.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 
-use crate::sandbox::sys::SealedMapping;
+use crate::sys::SealedMapping;
 
 /// `Read + Seek` over the artifact file using `pread`, so no shared file offset is involved.
 pub(crate) struct ArtifactReader<'f> {

@@ -10,7 +10,7 @@
 //!
 //! This module must never parse artifact bytes in the parent, never run the engine unconfined
 //! unless the operator passed `--allow-unconfined`, and never return an acceptance the staged
-//! tree does not back. Raw system calls live in `sys.rs` only.
+//! tree does not back. Raw system calls live in `crate::sys` (`src/sys.rs`) only.
 
 pub mod child;
 pub mod doctor;
@@ -21,7 +21,9 @@ pub mod rlimits;
 pub mod seccomp;
 mod spawn;
 mod supervise;
-pub(crate) mod sys;
+// The system-call module is the crate's, shared with the engine's mapped reads; its old path
+// inside the sandbox stays for the sandbox's own modules.
+pub(crate) use crate::sys;
 pub mod wire;
 pub mod zygote;
 
