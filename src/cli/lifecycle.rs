@@ -11,6 +11,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::fetch::{ArtifactPolicyArgs, PolicyArgs};
+use super::limits::LimitFlags;
 use super::sandbox::{LeadingSandboxArgs, SandboxArgs};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::policy::Limits;
@@ -155,9 +156,11 @@ pub struct InstallArgs {
     /// Install policy (TOML) [default: the built-in conservative policy].
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
-    /// Extraction limits file (as for `extract --limits`).
+    /// Extraction limits file (as for `extract --limits`); the limit flags override it.
     #[arg(long, value_name = "FILE")]
     limits: Option<PathBuf>,
+    #[command(flatten)]
+    overrides: LimitFlags,
     #[command(flatten)]
     common: Common,
     #[command(flatten)]
@@ -213,8 +216,11 @@ pub struct UpdateArgs {
     agents: Vec<AgentArg>,
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
+    /// Extraction limits file (as for `extract --limits`); the limit flags override it.
     #[arg(long, value_name = "FILE")]
     limits: Option<PathBuf>,
+    #[command(flatten)]
+    overrides: LimitFlags,
     #[command(flatten)]
     common: Common,
     #[command(flatten)]
@@ -364,11 +370,9 @@ fn load_policy(p: &Option<PathBuf>) -> Result<Policy, Error> {
     }
 }
 
-fn load_limits(p: &Option<PathBuf>) -> Result<Limits, Error> {
-    match p {
-        Some(p) => Limits::from_file(p).map_err(|e| Error::new(Kind::Usage, e.to_string())),
-        None => Ok(Limits::default()),
-    }
+/// The limits file, then the limit flags over it, checked against the ceilings (as `extract`).
+fn load_limits(p: &Option<PathBuf>, flags: &LimitFlags) -> Result<Limits, Error> {
+    super::limits::build(p.as_deref(), flags).map_err(|f| Error::new(Kind::Usage, f.message))
 }
 
 fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Result<u8, Error> {
@@ -380,7 +384,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
     match cmd {
         LifecycleCommand::Install(a) => {
             let policy = load_policy(&a.policy)?;
-            let limits = load_limits(&a.limits)?;
+            let limits = load_limits(&a.limits, &a.overrides)?;
             let source = if a.source.contains("://") {
                 let skill = a.skill.clone().ok_or_else(|| {
                     Error::new(
@@ -436,7 +440,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
         }
         LifecycleCommand::Update(a) => {
             let policy = load_policy(&a.policy)?;
-            let limits = load_limits(&a.limits)?;
+            let limits = load_limits(&a.limits, &a.overrides)?;
             let setup = super::fetch::setup(&a.fetch, a.artifact_policy.max_bytes())
                 .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
             let mut store = open(&a.common, Access::Exclusive)?;

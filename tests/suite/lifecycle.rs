@@ -772,6 +772,33 @@ fn bad_inputs_get_clear_errors_and_their_codes() {
 }
 
 #[test]
+fn install_and_update_take_the_limit_flags_as_extract_does() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    let url = w.index_url();
+    // Two files: one entry is too few, and the engine names the limit.
+    let o = w.run(&["install", &url, "demo", "--max-entries", "1", "--json"]);
+    expect_code(&o, 3);
+    assert!(explain(&o).contains("entry_count"), "{}", explain(&o));
+    // Past its ceiling: a usage error naming the limit, before anything is fetched.
+    let o = w.run(&["install", &url, "demo", "--max-entries", "1000001"]);
+    expect_code(&o, 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("max_entries"),
+        "{}",
+        explain(&o)
+    );
+    expect_code(&w.install(&["alpha"]), 0);
+    let v1 = w.active("alpha");
+    assert!(v1.is_some(), "installed");
+    w.publish("demo", &package(2));
+    expect_code(&w.run(&["update", "--max-entries", "1"]), 3);
+    assert_eq!(w.active("alpha"), v1, "a refused update moves nothing");
+    expect_code(&w.run(&["update", "--max-entries", "10"]), 0);
+    assert_ne!(w.active("alpha"), v1);
+}
+
+#[test]
 fn verify_repairs_its_own_links_and_reports_a_foreign_entry() {
     let w = World::new();
     let v1 = w.publish("demo", &package(1));
