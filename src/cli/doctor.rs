@@ -12,6 +12,9 @@ use super::sandbox::SandboxArgs;
 
 /// `skillbox doctor` options.
 #[derive(Args, Debug)]
+// The doctor always asks for full enforcement, so `--allow-unconfined` changes nothing here:
+// still accepted (scripts pass the same flags to every command), but not offered in the help.
+#[command(mut_arg("allow_unconfined", |a| a.hide(true)))]
 pub struct DoctorArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
