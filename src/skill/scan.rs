@@ -533,6 +533,19 @@ impl Scanner {
                 continue;
             }
 
+            // SDK file uploads, as the API clients spell them: `client.beta.files.upload(…)`
+            // (Python, TypeScript, Ruby), `Files.Upload(…)` (Go, C#), `files().upload(…)`
+            // (Java, where the call splits the token). Before the command words: API names are mixed case.
+            if line.get(t.e) == Some(&b'(') {
+                let prev = if i > 0 { tok(i - 1) } else { &[][..] };
+                let sdk = [&b"files.upload"[..], b"files.uploadasync"]
+                    .iter()
+                    .any(|m| lt.ends_with(m))
+                    || ((lt == b".upload" || lt == b".uploadasync") && prev.ends_with(b"files"));
+                if sdk {
+                    push(out, HitKind::Upload, t.s, "SDK file upload".into());
+                }
+            }
             // Command words. Commands are lower case (`cURL` in a sentence is the project's
             // name); PowerShell's are not, and PowerShell does not care.
             let w = base(lt);
@@ -1438,6 +1451,16 @@ mod tests {
         assert!(up("npm publish --access public"));
         assert!(up("twine upload dist/*"));
         assert!(up("s3.upload_file(path, bucket, key)"));
+        assert!(up(
+            "f = client.beta.files.upload(file=open(\"sales.csv\", \"rb\"))"
+        ));
+        assert!(up(
+            "const f = await client.beta.files.upload({ file: stream });"
+        ));
+        assert!(up("f, err := client.Beta.Files.Upload(ctx, params)"));
+        assert!(up("var f = client.beta().files().upload(params);"));
+        assert!(!up("files.upload_dir = tmp"), "not a call");
+        assert!(!up("print(files.uploaded)"), "not the upload call");
         assert!(up("requests.put(url, data=open(p, 'rb'))"));
         let fh = hits_in(
             "    requests.put(url, data=fh)",
