@@ -778,10 +778,11 @@ fn measure(
         cell.status = Some(s);
     }
     run_peer(tools, a, out, false)?;
-    if first_fs && cell.status.is_none() {
-        if let Some(o) = &outcome {
-            cross_check(tools, o, out, w)?;
-        }
+    if first_fs
+        && cell.status.is_none()
+        && let Some(o) = &outcome
+    {
+        cross_check(tools, o, out, w)?;
     }
     remove(out)?;
     let (_, st) = run_cli(tools, a, out)?;

@@ -129,10 +129,10 @@ async fn connect(uri: &str, tls: &TlsMaterial) -> Client {
     let until = Instant::now() + Duration::from_secs(30);
     loop {
         let ep = endpoint_with(uri, tls).unwrap_or_else(|e| panic!("{e}"));
-        if let Ok(mut c) = Client::connect_to(uri, ep).await {
-            if c.server_info().await.is_ok() {
-                return c;
-            }
+        if let Ok(mut c) = Client::connect_to(uri, ep).await
+            && c.server_info().await.is_ok()
+        {
+            return c;
         }
         assert!(Instant::now() < until, "the server does not answer");
         tokio::time::sleep(Duration::from_millis(50)).await;

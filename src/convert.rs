@@ -135,13 +135,13 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
 /// A short, printable, single-line field.
 fn text_field(field: &str, v: Option<String>, max: usize) -> Result<Option<String>, InvalidField> {
     let v = bounded_field(field, v, max)?;
-    if let Some(s) = &v {
-        if s.chars().any(char::is_control) {
-            return Err(InvalidField::new(
-                field,
-                "must not contain control characters",
-            ));
-        }
+    if let Some(s) = &v
+        && s.chars().any(char::is_control)
+    {
+        return Err(InvalidField::new(
+            field,
+            "must not contain control characters",
+        ));
     }
     Ok(v)
 }

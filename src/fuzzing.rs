@@ -308,13 +308,13 @@ fn check_inventory(entries: &[Entry], limits: &Limits) {
                 e.path
             ));
         }
-        if let Some((parent, _)) = e.path.rsplit_once('/') {
-            if kinds.get(parent) != Some(&Kind::Dir) {
-                fail(format!(
-                    "{:?} is listed before or without its parent directory",
-                    e.path
-                ));
-            }
+        if let Some((parent, _)) = e.path.rsplit_once('/')
+            && kinds.get(parent) != Some(&Kind::Dir)
+        {
+            fail(format!(
+                "{:?} is listed before or without its parent directory",
+                e.path
+            ));
         }
         kinds.insert(&e.path, e.kind);
         let executable = e.flags.contains(&Flag::Executable);
@@ -830,12 +830,12 @@ pub fn skill_md(data: &[u8]) {
     } else {
         frontmatter::parse(md, &default)
     };
-    if let Ok(p) = &first {
-        if with_default.as_ref().ok() != Some(p) {
-            fail(format!(
-                "accepted under tight budgets but not identically under defaults: {with_default:?}"
-            ));
-        }
+    if let Ok(p) = &first
+        && with_default.as_ref().ok() != Some(p)
+    {
+        fail(format!(
+            "accepted under tight budgets but not identically under defaults: {with_default:?}"
+        ));
     }
     // Line endings are not content: the CRLF spelling of an accepted document says the same.
     if first.is_ok() && !md.contains(&b'\r') {
@@ -927,13 +927,13 @@ pub fn wire(data: &[u8]) {
             )),
         }
         // A reader never returns more than the bound, whatever the stream says.
-        if let Ok(v) = wire::read_frame(raw, max) {
-            if v.len() > max {
-                fail(format!(
-                    "read_frame returned {} bytes over the bound {max}",
-                    v.len()
-                ));
-            }
+        if let Ok(v) = wire::read_frame(raw, max)
+            && v.len() > max
+        {
+            fail(format!(
+                "read_frame returned {} bytes over the bound {max}",
+                v.len()
+            ));
         }
     }
     // Round trip: framing any payload and decoding it yields the payload.

@@ -466,10 +466,10 @@ pub fn redacted_document(bytes: &[u8]) -> Option<Vec<u8>> {
 /// marker: the object is shown and recorded as provenance, and a secret must reach neither.
 fn listed_redacted(raw: &Value) -> Value {
     let mut v = raw.clone();
-    if let Some(Value::String(u)) = v.get_mut("url") {
-        if let std::borrow::Cow::Owned(r) = urls::redact_str(u) {
-            *u = r;
-        }
+    if let Some(Value::String(u)) = v.get_mut("url")
+        && let std::borrow::Cow::Owned(r) = urls::redact_str(u)
+    {
+        *u = r;
     }
     v
 }

@@ -139,10 +139,10 @@ impl<S> FixAuthority<S> {
                         block.fragment.extend_from_slice(payload);
                     }
                     self.start += FRAME_HEADER_LEN + len;
-                    if flags & END_HEADERS != 0 {
-                        if let Some(block) = self.block.take() {
-                            self.emit(&block)?;
-                        }
+                    if flags & END_HEADERS != 0
+                        && let Some(block) = self.block.take()
+                    {
+                        self.emit(&block)?;
                     }
                 }
             }

@@ -113,10 +113,10 @@ impl KillSwitch {
     fn arm(&self, pid: u32) {
         let mut s = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let pidfd = sys::pidfd_open(pid).ok();
-        if s.tripped {
-            if let Some(fd) = &pidfd {
-                s.signalled |= sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL).is_ok();
-            }
+        if s.tripped
+            && let Some(fd) = &pidfd
+        {
+            s.signalled |= sys::pidfd_send_signal(fd.as_fd(), libc::SIGKILL).is_ok();
         }
         s.pidfd = pidfd;
     }

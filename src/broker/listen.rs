@@ -43,10 +43,10 @@ pub struct UnixSocket {
 
 /// Remove the socket at `path` if it is still the one we created (`ino`).
 pub fn unlink_if_ours(path: &Path, ino: (u64, u64)) {
-    if let Ok(m) = std::fs::symlink_metadata(path) {
-        if (m.dev(), m.ino()) == ino {
-            let _ = std::fs::remove_file(path);
-        }
+    if let Ok(m) = std::fs::symlink_metadata(path)
+        && (m.dev(), m.ino()) == ino
+    {
+        let _ = std::fs::remove_file(path);
     }
 }
 

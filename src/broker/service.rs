@@ -182,10 +182,11 @@ impl SkillboxService {
         let staging = Arc::clone(&self.state.staging);
         tokio::task::spawn_blocking(move || {
             tree::send(dir, entries, tx);
-            if release && staging.take_kept(&id) {
-                if let Err(e) = staging.remove(&id) {
-                    tracing::error!(staging_id = %id, error = %e, "cannot remove a staging directory");
-                }
+            if release
+                && staging.take_kept(&id)
+                && let Err(e) = staging.remove(&id)
+            {
+                tracing::error!(staging_id = %id, error = %e, "cannot remove a staging directory");
             }
         });
         Ok(ReceiverStream::new(rx))
@@ -387,26 +388,26 @@ impl State {
                 .map_err(|_| RequestError::Internal("the extraction worker ended early".into()))?;
         }
         let (digest, _) = hasher.finish();
-        if let Some(expected) = expected {
-            if expected != digest {
-                let reason = Reason::new(
-                    ReasonCode::DigestMismatch,
-                    format!("expected {expected}, the bytes received hash to {digest}"),
-                );
-                let facts = ArtifactFacts {
-                    digest: Some(digest),
-                    format: None,
-                    size,
-                };
-                let totals = Totals {
-                    bytes_in: size,
-                    ..Totals::default()
-                };
-                return Ok(convert::outcome_to_proto(
-                    &Outcome::rejected(facts, totals, reason),
-                    None,
-                )?);
-            }
+        if let Some(expected) = expected
+            && expected != digest
+        {
+            let reason = Reason::new(
+                ReasonCode::DigestMismatch,
+                format!("expected {expected}, the bytes received hash to {digest}"),
+            );
+            let facts = ArtifactFacts {
+                digest: Some(digest),
+                format: None,
+                size,
+            };
+            let totals = Totals {
+                bytes_in: size,
+                ..Totals::default()
+            };
+            return Ok(convert::outcome_to_proto(
+                &Outcome::rejected(facts, totals, reason),
+                None,
+            )?);
         }
 
         job.feed

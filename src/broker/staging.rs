@@ -119,10 +119,10 @@ impl StagingRoot {
         let mut names = Vec::new();
         for ent in d.iter() {
             let ent = ent?;
-            if let Ok(name) = ent.file_name().to_str() {
-                if is_staging_id(name) {
-                    names.push(name.to_owned());
-                }
+            if let Ok(name) = ent.file_name().to_str()
+                && is_staging_id(name)
+            {
+                names.push(name.to_owned());
             }
         }
         for name in &names {

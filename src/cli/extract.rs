@@ -213,13 +213,13 @@ fn verdict_exit(v: Verdict) -> Exit {
 /// directory; the broker keeps nothing (the staged tree is released).
 fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exit, Failure> {
     let out = args.out.as_deref();
-    if let Some(dir) = out {
-        if std::fs::symlink_metadata(dir).is_ok() {
-            return Err(Failure::usage(format!(
-                "--out {} already exists; give a new path",
-                dir.display()
-            )));
-        }
+    if let Some(dir) = out
+        && std::fs::symlink_metadata(dir).is_ok()
+    {
+        return Err(Failure::usage(format!(
+            "--out {} already exists; give a new path",
+            dir.display()
+        )));
     }
     let server = resolve_server(server);
     let done = skillbox::client::extract_blocking_into(&server, &args.artifact, req, out)

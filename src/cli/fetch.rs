@@ -362,11 +362,11 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         Ok(l) => l,
         Err(f) => return fail(f.exit, &f.message, a.json),
     };
-    if let Some(out) = &a.out {
-        if out.symlink_metadata().is_ok() {
-            let m = format!("--out {} already exists; give a new path", out.display());
-            return fail(Exit::Usage, &m, a.json);
-        }
+    if let Some(out) = &a.out
+        && out.symlink_metadata().is_ok()
+    {
+        let m = format!("--out {} already exists; give a new path", out.display());
+        return fail(Exit::Usage, &m, a.json);
     }
     // --no-cache: a throwaway cache, so the download path (temporary file, digest check,
     // rename) is the same one; it is removed when this function returns.

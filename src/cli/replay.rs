@@ -79,13 +79,13 @@ pub fn run(args: ReplayArgs) -> Exit {
             return fail(exit, &e.to_string());
         }
     };
-    if let Some(path) = &args.junit {
-        if let Err(e) = fs::write(path, replay::junit(&report)) {
-            return fail(
-                Exit::Operational,
-                &format!("cannot write {}: {e}", path.display()),
-            );
-        }
+    if let Some(path) = &args.junit
+        && let Err(e) = fs::write(path, replay::junit(&report))
+    {
+        return fail(
+            Exit::Operational,
+            &format!("cannot write {}: {e}", path.display()),
+        );
     }
     if args.json {
         match serde_json::to_string_pretty(&replay::to_json(&report)) {

@@ -287,15 +287,14 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
             .as_deref()
             .and_then(std::path::Path::parent)
             .filter(|p| !p.as_os_str().is_empty()),
-    ) {
-        if let Err(e) = skillbox::owned_dir::ensure(dir, 0o755) {
-            let message = format!("socket directory: {e}");
-            match args.log_format {
-                LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
-                LogFormat::Text => eprintln!("skillbox: {message}"),
-            }
-            return Exit::Operational;
+    ) && let Err(e) = skillbox::owned_dir::ensure(dir, 0o755)
+    {
+        let message = format!("socket directory: {e}");
+        match args.log_format {
+            LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
+            LogFormat::Text => eprintln!("skillbox: {message}"),
         }
+        return Exit::Operational;
     }
     let result = Config::from_settings(&args.settings())
         .and_then(|c| c.with_sandbox(sandbox.config(), sandbox.sandbox_timeout.is_some()))

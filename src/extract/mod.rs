@@ -137,14 +137,14 @@ pub fn extract(
         None => hash_all(artifact, size).map_err(EngineError::Artifact)?,
     };
     facts.digest = Some(digest);
-    if let Some(expected) = req.expected_digest {
-        if expected != digest {
-            let reason = Reason::new(
-                ReasonCode::DigestMismatch,
-                format!("expected {expected}, the bytes received hash to {digest}"),
-            );
-            return Ok(rejected(facts, totals, reason));
-        }
+    if let Some(expected) = req.expected_digest
+        && expected != digest
+    {
+        let reason = Reason::new(
+            ReasonCode::DigestMismatch,
+            format!("expected {expected}, the bytes received hash to {digest}"),
+        );
+        return Ok(rejected(facts, totals, reason));
     }
 
     // 2. Format from the magic bytes, hints cross-checked.

@@ -102,13 +102,12 @@ pub(crate) fn classify(err: &io::Error, entry: Option<&[u8]>) -> Reason {
         if let Some(ReasonError(r)) = e.downcast_ref::<ReasonError>() {
             return r.clone();
         }
-        if let Some(inner) = e.downcast_ref::<io::Error>() {
-            if let Some(ReasonError(r)) = inner
+        if let Some(inner) = e.downcast_ref::<io::Error>()
+            && let Some(ReasonError(r)) = inner
                 .get_ref()
                 .and_then(|x| x.downcast_ref::<ReasonError>())
-            {
-                return r.clone();
-            }
+        {
+            return r.clone();
         }
         messages.push(e.to_string());
         cur = e.source();
@@ -608,15 +607,15 @@ impl<'a> Sink<'a> {
         };
         self.buf = buf;
         streamed?;
-        if let Some(declared) = declared {
-            if declared != written {
-                return Err(Reason::new(
-                    ReasonCode::Corrupt,
-                    format!("header declares {declared} bytes, the data holds {written}"),
-                )
-                .entry(p)
-                .into());
-            }
+        if let Some(declared) = declared
+            && declared != written
+        {
+            return Err(Reason::new(
+                ReasonCode::Corrupt,
+                format!("header declares {declared} bytes, the data holds {written}"),
+            )
+            .entry(p)
+            .into());
         }
         let digest = hash
             .finish()

@@ -227,15 +227,15 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
                 .or_else(|| long_link.take())
                 .or_else(|| entry.link_name_bytes().map(|c| c.into_owned()));
             long_link = None;
-            if let Some(size) = pax_size {
-                if size != entry.size() {
-                    return Err(Reason::new(
-                        ReasonCode::HeaderMismatch,
-                        "PAX size disagrees with the header size",
-                    )
-                    .entry(display_name(&name))
-                    .into());
-                }
+            if let Some(size) = pax_size
+                && size != entry.size()
+            {
+                return Err(Reason::new(
+                    ReasonCode::HeaderMismatch,
+                    "PAX size disagrees with the header size",
+                )
+                .entry(display_name(&name))
+                .into());
             }
             let mode = entry.header().mode().unwrap_or(0o644);
             let link_or_empty = || link.clone().unwrap_or_default();

@@ -145,13 +145,11 @@ pub fn load_index(
         body
     };
     let index = index::parse(&bytes, Some(url), limits)?;
-    if !offline {
-        if let Some(cache) = cache {
-            // Only a processed index is kept; a failure to keep it is not a failure to fetch.
-            // A password in an entry URL is kept out of the copy (that entry is refused anyway).
-            let kept = index::redacted_document(&bytes);
-            let _ = cache.store_index(url.as_str(), kept.as_deref().unwrap_or(&bytes));
-        }
+    if !offline && let Some(cache) = cache {
+        // Only a processed index is kept; a failure to keep it is not a failure to fetch.
+        // A password in an entry URL is kept out of the copy (that entry is refused anyway).
+        let kept = index::redacted_document(&bytes);
+        let _ = cache.store_index(url.as_str(), kept.as_deref().unwrap_or(&bytes));
     }
     Ok(index)
 }

@@ -149,11 +149,11 @@ impl Client {
             http::check_content_encoding(&head).map_err(|r| FetchError::Refused(r.at(&current)))?;
             let framing = http::framing(&head).map_err(|e| at(e, &current))?;
             let content_type = head.one("content-type").map_err(|e| at(e, &current))?;
-            if let Framing::Length(n) = framing {
-                if n > limit {
-                    reader.get_mut().cut();
-                    return Err(too_large(what, limit, Some(n), &current));
-                }
+            if let Framing::Length(n) = framing
+                && n > limit
+            {
+                reader.get_mut().cut();
+                return Err(too_large(what, limit, Some(n), &current));
             }
             let bytes = stream(&mut reader, framing, (what, limit), sink, &current)?;
             return Ok(Download {

@@ -142,10 +142,10 @@ pub fn read_file(path: &Path) -> Result<PolicyFile, ConfigError> {
             None => msg,
         })
     })?;
-    if let Some(ca) = &file.ca_file {
-        if ca.is_relative() {
-            file.ca_file = Some(path.parent().unwrap_or(Path::new(".")).join(ca));
-        }
+    if let Some(ca) = &file.ca_file
+        && ca.is_relative()
+    {
+        file.ca_file = Some(path.parent().unwrap_or(Path::new(".")).join(ca));
     }
     Ok(file)
 }

@@ -85,10 +85,10 @@ pub fn now() -> String {
 pub fn crash_point(op: &str, step: &str) {
     #[cfg(debug_assertions)]
     {
-        if let Some(want) = std::env::var_os("SKILLBOX_TEST_CRASH_AT") {
-            if want.to_str() == Some(&format!("{op}:{step}")) {
-                let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGKILL);
-            }
+        if let Some(want) = std::env::var_os("SKILLBOX_TEST_CRASH_AT")
+            && want.to_str() == Some(&format!("{op}:{step}"))
+        {
+            let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGKILL);
         }
     }
     #[cfg(not(debug_assertions))]

@@ -325,10 +325,10 @@ pub fn install(
             )
             .map_err(acquire_error)?;
             let entry = acquire::select(&index, skill).map_err(acquire_error)?;
-            if let Some(d) = entry.digest {
-                if let Some(report) = known(store, intake, skill, &d.to_string(), &recovered)? {
-                    return Ok(report);
-                }
+            if let Some(d) = entry.digest
+                && let Some(report) = known(store, intake, skill, &d.to_string(), &recovered)?
+            {
+                return Ok(report);
             }
             let acquired = acquire::artifact(&client, &cache, entry, false, &mut prov)
                 .map_err(acquire_error)?;
@@ -441,11 +441,11 @@ pub fn install(
             name
         }
     };
-    if let Source::File { .. } = source {
-        if let Some(report) = known(store, intake, &skill, &digest, &recovered)? {
-            drop_staging(&staging);
-            return Ok(report);
-        }
+    if let Source::File { .. } = source
+        && let Some(report) = known(store, intake, &skill, &digest, &recovered)?
+    {
+        drop_staging(&staging);
+        return Ok(report);
     }
     let answer =
         serde_json::to_vec(&outcome).map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
@@ -604,12 +604,11 @@ fn base_version(
 ) -> Result<Option<Version>, Error> {
     store.records.read(|tx| {
         for (a, _) in agents {
-            if let Some(d) = tx.install(a, skill)? {
-                if let Some(v) = tx.version(&d)? {
-                    if v.stored {
-                        return Ok(Some(v));
-                    }
-                }
+            if let Some(d) = tx.install(a, skill)?
+                && let Some(v) = tx.version(&d)?
+                && v.stored
+            {
+                return Ok(Some(v));
             }
         }
         tx.previous_approved(skill, i64::MAX)

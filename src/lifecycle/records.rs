@@ -237,10 +237,10 @@ impl Records {
         let current: Result<Option<i64>, _> =
             self.conn
                 .query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0));
-        if let Ok(Some(v)) = current {
-            if usize::try_from(v).is_ok_and(|v| v == MIGRATIONS.len()) {
-                return Ok(());
-            }
+        if let Ok(Some(v)) = current
+            && usize::try_from(v).is_ok_and(|v| v == MIGRATIONS.len())
+        {
+            return Ok(());
         }
         let tx = self
             .conn

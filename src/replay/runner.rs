@@ -184,15 +184,13 @@ pub(super) fn execute(
     let _ = fs::remove_dir(&parent);
     let (o, v) = answer?;
     // A reason is printed to terminals and logs: hostile names must arrive escaped.
-    if let Some(r) = &o.reason {
-        if r.entry
+    if let Some(r) = &o.reason
+        && r.entry
             .iter()
             .chain(std::iter::once(&r.detail))
             .any(|t| t.chars().any(char::is_control))
-        {
-            problems
-                .push("the reason carries a raw control character (unescaped hostile name)".into());
-        }
+    {
+        problems.push("the reason carries a raw control character (unescaped hostile name)".into());
     }
     // Finding kinds are read from the JSON: the report's shape belongs to the review.
     let findings: BTreeSet<String> = v["review"]["findings"]
@@ -203,15 +201,16 @@ pub(super) fn execute(
                 .collect()
         })
         .unwrap_or_default();
-    if let Some(want) = &case.findings {
-        if o.verdict == Verdict::Accepted && *want != findings {
-            let show = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
-            problems.push(format!(
-                "review findings [{}], expected [{}]",
-                show(&findings),
-                show(want)
-            ));
-        }
+    if let Some(want) = &case.findings
+        && o.verdict == Verdict::Accepted
+        && *want != findings
+    {
+        let show = |s: &BTreeSet<String>| s.iter().cloned().collect::<Vec<_>>().join(", ");
+        problems.push(format!(
+            "review findings [{}], expected [{}]",
+            show(&findings),
+            show(want)
+        ));
     }
     Some(Got {
         verdict: o.verdict,

@@ -132,15 +132,15 @@ impl StagingDir {
         }
         fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700))?;
         let mut owner = None;
-        if let Some((uid, gid)) = child {
-            if uid != st.st_uid || gid != st.st_gid {
-                fchown(
-                    fd.as_fd(),
-                    Some(Uid::from_raw(uid)),
-                    Some(Gid::from_raw(gid)),
-                )?;
-                owner = Some((Uid::from_raw(st.st_uid), Gid::from_raw(st.st_gid)));
-            }
+        if let Some((uid, gid)) = child
+            && (uid != st.st_uid || gid != st.st_gid)
+        {
+            fchown(
+                fd.as_fd(),
+                Some(Uid::from_raw(uid)),
+                Some(Gid::from_raw(gid)),
+            )?;
+            owner = Some((Uid::from_raw(st.st_uid), Gid::from_raw(st.st_gid)));
         }
         Ok(Self { path, fd, owner })
     }

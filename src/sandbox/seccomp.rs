@@ -374,7 +374,7 @@ pub fn to_bytes(program: &[seccompiler::sock_filter]) -> Vec<u8> {
 
 /// Inverse of [`to_bytes`].
 pub fn from_bytes(bytes: &[u8]) -> Option<BpfProgram> {
-    if bytes.is_empty() || bytes.len() % 8 != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(8) {
         return None;
     }
     Some(

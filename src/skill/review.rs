@@ -444,20 +444,19 @@ impl<'a> Reviewer<'a> {
                 subject: Some(issue.key),
             });
         }
-        if let Some(index_name) = &listed.skill_name {
-            if *index_name != fm.name {
-                self.out.flags.push(ReviewFlag::NameMismatch);
-                let excerpt =
-                    self.excerpt(&format!("index: {index_name:?}, SKILL.md: {:?}", fm.name));
-                self.push(Finding {
-                    kind: FindingKind::NameMismatch,
-                    context: Context::Metadata,
-                    file: "SKILL.md".into(),
-                    line: line_of("name"),
-                    excerpt,
-                    subject: None,
-                });
-            }
+        if let Some(index_name) = &listed.skill_name
+            && *index_name != fm.name
+        {
+            self.out.flags.push(ReviewFlag::NameMismatch);
+            let excerpt = self.excerpt(&format!("index: {index_name:?}, SKILL.md: {:?}", fm.name));
+            self.push(Finding {
+                kind: FindingKind::NameMismatch,
+                context: Context::Metadata,
+                file: "SKILL.md".into(),
+                line: line_of("name"),
+                excerpt,
+                subject: None,
+            });
         }
         if let Some(index_desc) = &listed.description {
             let norm = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -956,11 +955,13 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
             .filter(|(_, n)| *n >= 3);
         match open {
             Some((s, c, n, ctx)) => {
-                if let Some((fc, fnn)) = fence {
-                    if fc == c && fnn >= n && body[fnn..].trim_ascii().is_empty() {
-                        out.push((s, next, ctx));
-                        open = None;
-                    }
+                if let Some((fc, fnn)) = fence
+                    && fc == c
+                    && fnn >= n
+                    && body[fnn..].trim_ascii().is_empty()
+                {
+                    out.push((s, next, ctx));
+                    open = None;
                 }
             }
             None => {

@@ -1243,16 +1243,17 @@ pub fn link_targets(line: &[u8], out: &mut Vec<(usize, Vec<u8>)>) {
     out.clear();
     let trimmed_start = line.iter().take(4).take_while(|&&b| b == b' ').count();
     let rest = &line[trimmed_start..];
-    if rest.starts_with(b"[") && trimmed_start <= 3 {
-        if let Some(close) = memchr::memmem::find(rest, b"]:") {
-            let target = rest[close + 2..].trim_ascii_start();
-            let end = target
-                .iter()
-                .position(u8::is_ascii_whitespace)
-                .unwrap_or(target.len());
-            if end > 0 {
-                out.push((trimmed_start + close + 2, target[..end].to_vec()));
-            }
+    if rest.starts_with(b"[")
+        && trimmed_start <= 3
+        && let Some(close) = memchr::memmem::find(rest, b"]:")
+    {
+        let target = rest[close + 2..].trim_ascii_start();
+        let end = target
+            .iter()
+            .position(u8::is_ascii_whitespace)
+            .unwrap_or(target.len());
+        if end > 0 {
+            out.push((trimmed_start + close + 2, target[..end].to_vec()));
         }
     }
     let mut from = 0;

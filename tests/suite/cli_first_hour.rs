@@ -56,10 +56,11 @@ fn flags_of(help: &str) -> Vec<String> {
             continue;
         }
         for word in t.split([' ', ',', '=', '[', '<']) {
-            if let Some(name) = word.strip_prefix("--") {
-                if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
-                    out.push(format!("--{name}"));
-                }
+            if let Some(name) = word.strip_prefix("--")
+                && !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            {
+                out.push(format!("--{name}"));
             }
         }
     }

@@ -216,10 +216,10 @@ fn check(corpus: &Corpus) -> Result<(), Box<dyn Error>> {
         if !names.insert(c.name.as_str()) {
             return Err(format!("duplicate case name {}", c.name).into());
         }
-        if let Some(r) = c.reason {
-            if !CORPUS_CODES.contains(&r) {
-                return Err(format!("case {}: unknown reason code {r}", c.name).into());
-            }
+        if let Some(r) = c.reason
+            && !CORPUS_CODES.contains(&r)
+        {
+            return Err(format!("case {}: unknown reason code {r}", c.name).into());
         }
         if c.bytes.len() > 1_600_000 {
             return Err(format!(
