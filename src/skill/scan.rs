@@ -535,13 +535,16 @@ impl Scanner {
 
             // SDK file uploads, as the API clients spell them: `client.beta.files.upload(…)`
             // (Python, TypeScript, Ruby), `Files.Upload(…)` (Go, C#), `files().upload(…)`
-            // (Java, where the call splits the token). Before the command words: API names are mixed case.
+            // (Java, where the call splits the token), `->files->upload(…)` (PHP). Before the
+            // command words: API names are mixed case.
             if line.get(t.e) == Some(&b'(') {
                 let prev = if i > 0 { tok(i - 1) } else { &[][..] };
                 let sdk = [&b"files.upload"[..], b"files.uploadasync"]
                     .iter()
                     .any(|m| lt.ends_with(m))
-                    || ((lt == b".upload" || lt == b".uploadasync") && prev.ends_with(b"files"));
+                    || ((lt == b".upload" || lt == b".uploadasync") && prev.ends_with(b"files"))
+                    // PHP's `->files->upload(`: `>` delimits, so the arrow splits the words.
+                    || (lt == b"upload" && prev.ends_with(b"files-"));
                 if sdk {
                     push(out, HitKind::Upload, t.s, "SDK file upload".into());
                 }
@@ -1460,6 +1463,7 @@ mod tests {
         ));
         assert!(up("f, err := client.Beta.Files.Upload(ctx, params)"));
         assert!(up("var f = client.beta().files().upload(params);"));
+        assert!(up("$file = $client->beta->files->upload("));
         assert!(!up("files.upload_dir = tmp"), "not a call");
         assert!(!up("print(files.uploaded)"), "not the upload call");
         assert!(up("requests.put(url, data=open(p, 'rb'))"));
