@@ -407,8 +407,13 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         time: skillbox::fetch::now_rfc3339(),
         ..Provenance::default()
     };
-    // Bytes of the downloads in progress, on a terminal only (never with --json).
-    let progress = DownloadProgress::start(cache_root.join("tmp"), !a.json);
+    // Bytes of the artifact download, counted by the fetcher; on a terminal only (never with
+    // --json).
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    setup
+        .client
+        .count_artifact_bytes(std::sync::Arc::clone(&received));
+    let progress = DownloadProgress::start(received, !a.json);
     let acquired = acquire::load_index(
         &setup.client,
         (!a.no_cache).then_some(&cache),
@@ -612,19 +617,16 @@ fn print_provenance(p: &Provenance) {
     println!("  time:          {}", p.time);
 }
 
-/// The progress of a large download on a terminal: bytes so far and the rate. The fetcher
-/// writes every download into the cache's `tmp/` (a temporary file renamed into place once its
-/// digest matches), so the bytes are read from there, never from the network path itself; a
-/// download done within half a second shows nothing. Nothing at all with `--json` or when
-/// stderr is not a terminal. Another fetch into the same cache at the same moment is counted
-/// too: the line is a progress hint, not a record.
+/// The progress of a large download on a terminal: the bytes the fetcher counted so far, and
+/// the rate; a download done within half a second shows nothing. Nothing at all with `--json`
+/// or when stderr is not a terminal.
 struct DownloadProgress {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl DownloadProgress {
-    fn start(tmp: PathBuf, wanted: bool) -> Self {
+    fn start(received: std::sync::Arc<std::sync::atomic::AtomicU64>, wanted: bool) -> Self {
         use std::io::IsTerminal as _;
         use std::sync::atomic::Ordering;
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -641,7 +643,7 @@ impl DownloadProgress {
                 );
                 let mut shown = false;
                 while !stop.load(Ordering::Relaxed) {
-                    let bytes = in_progress_bytes(&tmp);
+                    let bytes = received.load(Ordering::Relaxed);
                     if !shown && bytes > 0 && started.elapsed() > Duration::from_millis(500) {
                         bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
                         shown = true;
@@ -661,18 +663,4 @@ impl DownloadProgress {
             let _ = t.join();
         }
     }
-}
-
-/// The bytes written so far into the files directly in `dir` (not following symlinks).
-fn in_progress_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter_map(|e| e.metadata().ok())
-                .filter(std::fs::Metadata::is_file)
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }

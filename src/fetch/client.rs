@@ -9,6 +9,7 @@
 
 use std::io::{BufReader, Read, Write};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rustls::pki_types::ServerName;
@@ -55,13 +56,24 @@ pub struct Download {
 pub struct Client {
     policy: FetchPolicy,
     tls: Arc<ClientConfig>,
+    /// Where the bytes of artifact bodies are counted as they arrive (a progress display).
+    progress: Option<Arc<AtomicU64>>,
 }
 
 const REDIRECTS: [u16; 5] = [301, 302, 303, 307, 308];
 
 impl Client {
     pub fn new(policy: FetchPolicy, tls: Arc<ClientConfig>) -> Self {
-        Self { policy, tls }
+        Self {
+            policy,
+            tls,
+            progress: None,
+        }
+    }
+
+    /// Count every artifact body byte written to the sink into `counter`, as it arrives.
+    pub fn count_artifact_bytes(&mut self, counter: Arc<AtomicU64>) {
+        self.progress = Some(counter);
     }
 
     pub fn policy(&self) -> &FetchPolicy {
@@ -155,6 +167,14 @@ impl Client {
                 reader.get_mut().cut();
                 return Err(too_large(what, limit, Some(n), &current));
             }
+            let mut counted;
+            let sink: &mut dyn Write = match (&self.progress, what) {
+                (Some(count), What::Artifact) => {
+                    counted = Counted { sink, count };
+                    &mut counted
+                }
+                _ => sink,
+            };
             let bytes = stream(&mut reader, framing, (what, limit), sink, &current)?;
             return Ok(Download {
                 hops: hops.clone(),
@@ -260,6 +280,24 @@ fn send_request(conn: &mut Conn, url: &Url) -> Result<(), FetchError> {
         .map_err(|e| http::io_error(e, "sending the request"))?;
     conn.flush()
         .map_err(|e| http::io_error(e, "sending the request"))
+}
+
+/// A sink that counts what passes through it.
+struct Counted<'a> {
+    sink: &'a mut dyn Write,
+    count: &'a AtomicU64,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.sink.write(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.sink.flush()
+    }
 }
 
 /// Copy the body to `sink`, never holding more than one buffer and never writing past `limit`.
