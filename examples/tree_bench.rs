@@ -4,7 +4,7 @@
 //! follows is not timed).
 //!
 //! cargo build --release --bin skillbox --example tree_bench
-//! target/release/examples/tree_bench --bin target/release/skillbox [--runs 100]
+//! target/release/examples/tree_bench --bin target/release/skillbox [--runs 100] [--current-thread]
 //!
 //! It starts its own `skillbox serve` twice (TLS on a loopback port, then a Unix socket), with a
 //! self-signed certificate made by rcgen, staging under $TMPDIR. Both sides of the latency
@@ -139,23 +139,52 @@ async fn connect(uri: &str, tls: &TlsMaterial) -> Client {
     }
 }
 
+/// CPU seconds (user + system) used so far by process `pid`, all its threads, from /proc.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // The clock tick is 100 Hz on every Linux configuration we run on (USER_HZ).
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
     let mut bin = PathBuf::from("target/release/skillbox");
     let mut runs = 100usize;
+    let mut current_thread = false;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--bin" => bin = PathBuf::from(it.next().unwrap_or_default()),
             "--runs" => runs = it.next().and_then(|r| r.parse().ok()).unwrap_or(runs),
+            // The runtime `skillbox extract --server` builds: one thread for the connection,
+            // the decoding and (before the file worker) the hashing and writing.
+            "--current-thread" => current_thread = true,
             other => panic!("unknown argument {other}"),
         }
     }
+    let runtime = if current_thread {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    };
+    let runtime = runtime.unwrap_or_else(|e| panic!("{e}"));
+    runtime.block_on(run(bin, runs));
+}
+
+async fn run(bin: PathBuf, runs: usize) {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
 
     // 1. GetTree of the 200 MB tree over loopback TCP+TLS.
@@ -199,14 +228,20 @@ async fn main() {
         .unwrap_or_else(|| panic!("not accepted"));
     let tree_bytes: u64 = done.outcome.entries.iter().map(|e| e.size).sum();
     let mut rates = Vec::new();
+    let me = std::process::id();
+    let server_pid = server.0.id();
+    let (mut cpu_server, mut cpu_client) = (0.0, 0.0);
     for i in 0..5 {
         let dest = tmp.path().join(format!("big-{i}"));
+        let (s0, c0) = (cpu_seconds(server_pid), cpu_seconds(me));
         let t = Instant::now();
         let wrote = c
             .get_tree(&staged.id, &done.outcome.entries, &dest)
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let s = t.elapsed().as_secs_f64();
+        cpu_server += cpu_seconds(server_pid) - s0;
+        cpu_client += cpu_seconds(me) - c0;
         assert_eq!(wrote.bytes, tree_bytes);
         rates.push(tree_bytes as f64 / s / 1e6);
         std::fs::remove_dir_all(&dest).unwrap_or_else(|e| panic!("{e}"));
@@ -247,6 +282,14 @@ async fn main() {
         rates.iter().copied().fold(f64::MAX, f64::min),
         rates.iter().copied().fold(0.0, f64::max),
         median(&mut wire)
+    );
+    // CPU per MB moved, written and checked: the figure a loaded machine disturbs least.
+    let mb = 5.0 * tree_bytes as f64 / 1e6;
+    println!(
+        "GetTree CPU per MB written and checked: server {:.2} ms, client {:.2} ms, together {:.2} ms",
+        cpu_server * 1e3 / mb,
+        cpu_client * 1e3 / mb,
+        (cpu_server + cpu_client) * 1e3 / mb
     );
 
     // 2. Typical package over the Unix socket: Extract + Release vs ExtractWithTree.

@@ -57,12 +57,11 @@ fn differs(path: &str, what: impl std::fmt::Display) -> Status {
 /// difference. Blocking: run it on a blocking thread. Returns when done or when the receiver
 /// is gone.
 pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: mpsc::Sender<Part>) {
-    let mut buf = vec![0u8; CHUNK_BYTES];
     for e in entries.iter() {
         if tx.blocking_send(Ok(part_entry(e))).is_err() {
             return;
         }
-        if let Err(status) = send_node(&dir, e, &tx, &mut buf) {
+        if let Err(status) = send_node(&dir, e, &tx) {
             let _ = tx.blocking_send(Err(status));
             return;
         }
@@ -75,12 +74,7 @@ fn part_entry(e: &Entry) -> pb::TreePart {
     }
 }
 
-fn send_node(
-    dir: &OwnedFd,
-    e: &Entry,
-    tx: &mpsc::Sender<Part>,
-    buf: &mut [u8],
-) -> Result<(), Status> {
+fn send_node(dir: &OwnedFd, e: &Entry, tx: &mpsc::Sender<Part>) -> Result<(), Status> {
     let path = e.path.as_str();
     let io_err = |err: io::Error| differs(path, err);
     let want_mode = u32::from_str_radix(&e.mode, 8).unwrap_or(u32::MAX);
@@ -123,21 +117,27 @@ fn send_node(
             let mut hasher = Hasher::new();
             let mut left = e.size;
             while left > 0 {
-                let want = usize::try_from(left).unwrap_or(usize::MAX).min(buf.len());
-                let n = file.read(&mut buf[..want]).map_err(io_err)?;
+                // Read straight into the part's own buffer: the bytes are copied once from
+                // the file, hashed there and handed on, never copied again here.
+                let want = usize::try_from(left).unwrap_or(usize::MAX).min(CHUNK_BYTES);
+                let mut chunk = Vec::with_capacity(want);
+                let n = (&mut file)
+                    .take(want as u64)
+                    .read_to_end(&mut chunk)
+                    .map_err(io_err)?;
                 if n == 0 {
                     return Err(differs(path, "shorter than its size"));
                 }
-                hasher.update(&buf[..n]);
+                hasher.update(&chunk);
                 left -= n as u64;
                 let part = pb::TreePart {
-                    part: Some(pb::tree_part::Part::Chunk(buf[..n].to_vec())),
+                    part: Some(pb::tree_part::Part::Chunk(chunk)),
                 };
                 if tx.blocking_send(Ok(part)).is_err() {
                     return Err(Status::cancelled("the client went away"));
                 }
             }
-            if file.read(&mut buf[..1]).map_err(io_err)? != 0 {
+            if file.read(&mut [0u8; 1]).map_err(io_err)? != 0 {
                 return Err(differs(path, "longer than its size"));
             }
             let (digest, _) = hasher.finish();
