@@ -57,13 +57,22 @@ struct Block {
 pub struct FixAuthority<S> {
     inner: S,
     state: State,
+    /// Bytes read from the client: `input[start..end]` are not yet passed on. Its length is
+    /// its capacity, initialised once (reads go into `input[end..]` with no zeroing per read);
+    /// it grows only for a header frame larger than it.
     input: Vec<u8>,
     start: usize,
+    end: usize,
+    /// Rewritten header frames (and the frame headers before pass-through payloads), sent
+    /// before anything after them.
     output: Vec<u8>,
     sent: usize,
     block: Option<Block>,
     decoder: loona_hpack::Decoder<'static>,
     eof: bool,
+    /// An error found after bytes were already handed to the caller in the same read: it is
+    /// returned by the next read (a read that fails must hand out nothing).
+    failed: Option<io::Error>,
 }
 
 impl<S> FixAuthority<S> {
@@ -73,37 +82,34 @@ impl<S> FixAuthority<S> {
         Self {
             inner,
             state: State::Preface { left: PREFACE_LEN },
-            input: Vec::with_capacity(READ_CHUNK),
+            input: vec![0; READ_CHUNK],
             start: 0,
+            end: 0,
             output: Vec::with_capacity(READ_CHUNK),
             sent: 0,
             block: None,
             decoder,
             eof: false,
+            failed: None,
         }
     }
 
-    /// Move what can be decided from `input` to `output`.
-    fn process(&mut self) -> io::Result<()> {
+    /// Decide what the buffered input allows: frame headers (passed on), header blocks
+    /// (assembled, then rewritten into `output`). Stops at a pass-through run (the preface, a
+    /// non-header frame's payload), which `poll_read` copies straight to its caller, and when
+    /// the buffered bytes end mid-frame. Returns whether it consumed anything.
+    fn process(&mut self) -> io::Result<bool> {
+        let mut progressed = false;
         loop {
-            let avail = &self.input[self.start..];
+            let avail = &self.input[self.start..self.end];
             match self.state {
                 State::Preface { left } | State::Payload { left } if left > 0 => {
-                    let n = left.min(avail.len());
-                    if n == 0 {
-                        return Ok(());
-                    }
-                    self.output.extend_from_slice(&avail[..n]);
-                    self.start += n;
-                    self.state = match self.state {
-                        State::Preface { .. } => State::Preface { left: left - n },
-                        _ => State::Payload { left: left - n },
-                    };
+                    return Ok(progressed);
                 }
                 State::Preface { .. } | State::Payload { .. } => self.state = State::FrameHeader,
                 State::FrameHeader => {
                     let Some(head) = avail.get(..FRAME_HEADER_LEN) else {
-                        return Ok(());
+                        return Ok(progressed);
                     };
                     let len = usize::from(head[0]) << 16
                         | usize::from(head[1]) << 8
@@ -119,13 +125,14 @@ impl<S> FixAuthority<S> {
                         self.output.extend_from_slice(head);
                         self.start += FRAME_HEADER_LEN;
                         self.state = State::Payload { left: len };
+                        progressed = true;
                         continue;
                     }
                     if len > MAX_BLOCK {
                         return Err(protocol("header frame too large"));
                     }
                     let Some(payload) = avail.get(FRAME_HEADER_LEN..FRAME_HEADER_LEN + len) else {
-                        return Ok(());
+                        return Ok(progressed);
                     };
                     if kind == HEADERS {
                         if self.block.is_some() {
@@ -139,6 +146,7 @@ impl<S> FixAuthority<S> {
                         block.fragment.extend_from_slice(payload);
                     }
                     self.start += FRAME_HEADER_LEN + len;
+                    progressed = true;
                     if flags & END_HEADERS != 0
                         && let Some(block) = self.block.take()
                     {
@@ -268,7 +276,15 @@ impl<S: AsyncRead + Unpin> AsyncRead for FixAuthority<S> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        let before = buf.filled().len();
+        if let Some(e) = this.failed.take() {
+            return Poll::Ready(Err(e));
+        }
         loop {
+            if buf.remaining() == 0 {
+                return Poll::Ready(Ok(()));
+            }
+            // What was decided goes out first, in order.
             if this.sent < this.output.len() {
                 let n = buf.remaining().min(this.output.len() - this.sent);
                 buf.put_slice(&this.output[this.sent..this.sent + n]);
@@ -277,33 +293,60 @@ impl<S: AsyncRead + Unpin> AsyncRead for FixAuthority<S> {
                     this.output.clear();
                     this.sent = 0;
                 }
+                continue;
+            }
+            // Pass-through bytes (the bulk of a connection: DATA payloads) are copied once,
+            // from the input straight to the caller; nothing in them is looked at.
+            if let State::Preface { left } | State::Payload { left } = &mut this.state
+                && *left > 0
+                && this.start < this.end
+            {
+                let n = (*left).min(this.end - this.start).min(buf.remaining());
+                buf.put_slice(&this.input[this.start..this.start + n]);
+                this.start += n;
+                *left -= n;
+                continue;
+            }
+            match this.process() {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) if buf.filled().len() > before => {
+                    this.failed = Some(e);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            // Nothing more can be decided from what is buffered.
+            if buf.filled().len() > before {
                 return Poll::Ready(Ok(()));
             }
             if this.eof {
                 // A truncated frame at the end is the server's to report; pass it on as is.
-                let rest = &this.input[this.start..];
-                if rest.is_empty() {
+                if this.start == this.end {
                     return Poll::Ready(Ok(()));
                 }
-                this.output.extend_from_slice(rest);
-                this.start = this.input.len();
+                this.output
+                    .extend_from_slice(&this.input[this.start..this.end]);
+                this.start = this.end;
                 continue;
             }
             if this.start > 0 {
-                this.input.drain(..this.start);
+                this.input.copy_within(this.start..this.end, 0);
+                this.end -= this.start;
                 this.start = 0;
             }
-            let old = this.input.len();
-            this.input.resize(old + READ_CHUNK, 0);
-            let mut rb = ReadBuf::new(&mut this.input[old..]);
-            let polled = Pin::new(&mut this.inner).poll_read(cx, &mut rb);
+            if this.end == this.input.len() {
+                // A header frame larger than the buffer (bounded: `process` refuses frames
+                // over MAX_BLOCK before the buffer could grow past twice that).
+                this.input.resize(this.input.len() * 2, 0);
+            }
+            let mut rb = ReadBuf::new(&mut this.input[this.end..]);
+            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
             let got = rb.filled().len();
-            this.input.truncate(old + got);
-            ready!(polled)?;
+            this.end += got;
             if got == 0 {
                 this.eof = true;
             }
-            this.process()?;
         }
     }
 }
@@ -452,6 +495,87 @@ mod tests {
             req(b"example.org:443"),
             "a valid authority is kept"
         );
+    }
+
+    /// A reader that hands out its bytes `step` at a time, as a slow socket would.
+    struct Trickle {
+        data: Vec<u8>,
+        at: usize,
+        step: usize,
+    }
+
+    impl AsyncRead for Trickle {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let this = self.get_mut();
+            let n = this
+                .step
+                .min(buf.remaining())
+                .min(this.data.len() - this.at);
+            buf.put_slice(&this.data[this.at..this.at + n]);
+            this.at += n;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn any_split_of_reads_gives_the_same_bytes() {
+        // Large DATA frames (passed through) between header blocks (rewritten), read through
+        // every combination of small and large reads on either side of the layer.
+        let mut enc = loona_hpack::Encoder::new();
+        let block = |enc: &mut loona_hpack::Encoder<'_>, auth: &[u8]| {
+            enc.encode([
+                (&b":method"[..], &b"POST"[..]),
+                (b":authority", auth),
+                (b":path", b"/skillbox.v1.Skillbox/Extract"),
+            ])
+        };
+        let mut wire = preface();
+        let mut data = Vec::new();
+        for stream in [1u8, 3, 5] {
+            wire.extend(headers(stream, END_HEADERS, &block(&mut enc, b"%2Fs.sock")));
+            for i in 0..7u8 {
+                let payload: Vec<u8> = (0..MAX_FRAME).map(|j| (j as u8) ^ i ^ stream).collect();
+                let mut f = Vec::new();
+                frame(&mut f, 0x0, 0, [0, 0, 0, stream], &payload);
+                wire.extend(&f);
+                data.extend(f);
+            }
+        }
+        let (want_data, want_blocks) = through(wire.clone()).await;
+        assert_eq!(want_data, data);
+        assert_eq!(want_blocks.len(), 3);
+        let whole = {
+            let mut out = Vec::new();
+            FixAuthority::new(&wire[..])
+                .read_to_end(&mut out)
+                .await
+                .unwrap();
+            out
+        };
+        for (step, caller) in [(1, 7), (9, 16_384), (100_000, 3), (4_096, 100_000), (17, 1)] {
+            let mut fixed = FixAuthority::new(Trickle {
+                data: wire.clone(),
+                at: 0,
+                step,
+            });
+            let mut out = Vec::new();
+            let mut buf = vec![0u8; caller];
+            loop {
+                let n = fixed.read(&mut buf).await.unwrap();
+                if n == 0 {
+                    break;
+                }
+                out.extend_from_slice(&buf[..n]);
+            }
+            assert!(
+                out == whole,
+                "reads of {step} under reads of {caller} differ"
+            );
+        }
     }
 
     #[tokio::test]
