@@ -243,6 +243,21 @@ fn main() {
             ms(mi),
             ms(pct(inproc, 90))
         );
+        if other.is_some() {
+            // The two child binaries against each other, iteration by iteration (each pair
+            // ran back to back), so the host's drift cancels out of the difference.
+            let mut d: Vec<f64> = conf
+                .iter()
+                .zip(&conf_other)
+                .map(|(a, b)| a.as_secs_f64() - b.as_secs_f64())
+                .collect();
+            d.sort_by(f64::total_cmp);
+            println!(
+                "{:8} exec: EXE minus OTHER, paired median {:+.3} ms",
+                c.name,
+                d[d.len() / 2] * 1e3
+            );
+        }
         let mut variants = vec![
             ("confined, exec ", conf),
             ("confined, zygote", conf_zyg),
