@@ -5,8 +5,11 @@
 //! ```text
 //! cargo run --release --example bench_sandbox -- EXE WORKDIR [RUNS [typical]]
 //! ```
-//! EXE is the release `skillbox` binary the child re-executes; WORKDIR should be on tmpfs
-//! (/dev/shm) so disk noise stays out of the numbers.
+//! EXE is the binary children start from: the release `skillbox-child` (what `skillbox` uses),
+//! or a `skillbox` binary (its own hidden child subcommand, the fallback and what builds before
+//! the child binary used). With `SKILLBOX_BENCH_ALSO_EXE=OTHER` the exec path is also run from
+//! OTHER, interleaved in the same iterations, so two child binaries are compared in one run.
+//! WORKDIR on tmpfs (/dev/shm) keeps disk noise out; on a disk it shows what staging there costs.
 
 use std::fs::{self, File};
 use std::os::fd::AsFd;
@@ -141,7 +144,7 @@ fn main() {
     fs::create_dir_all(&work).unwrap_or_else(|e| fail("workdir", e));
     let sandbox = |verify, zygote_max_forks| {
         Sandbox::new(SandboxConfig {
-            exe: exe.clone(),
+            exe: Some(exe.clone()),
             verify,
             zygote_max_forks,
             ..SandboxConfig::default()
@@ -151,20 +154,46 @@ fn main() {
     // exec per child (the CLI's path) and zygote-forked children (the broker's default).
     let (structure, full) = (sandbox(Verify::Structure, 0), sandbox(Verify::Full, 0));
     let zygote = sandbox(Verify::Structure, 256);
+    let also = std::env::var_os("SKILLBOX_BENCH_ALSO_EXE").map(PathBuf::from);
+    let other = also.as_ref().map(|other| {
+        Sandbox::new(SandboxConfig {
+            exe: Some(other.clone()),
+            zygote_max_forks: 0,
+            ..SandboxConfig::default()
+        })
+        .unwrap_or_else(|e| fail("sandbox", e))
+    });
 
-    // Floor: exec the same binary doing nothing (clap parses, prints the version, exits).
-    let mut spawn = Vec::new();
-    for _ in 0..runs {
-        let t = Instant::now();
-        let ok = Command::new(&exe)
-            .arg("--version")
-            .env_clear()
-            .stdout(std::process::Stdio::null())
-            .status();
-        spawn.push(t.elapsed());
-        if !ok.map(|s| s.success()).unwrap_or(false) {
-            fail("spawn", "skillbox --version failed");
+    // Floor: exec the binary as a child that gets no request (it closes its fds, finds fd 0
+    // empty and exits): the loader, relocation and start-up, and nothing else.
+    let bare = |exe: &Path| {
+        let mut spawn = Vec::new();
+        for _ in 0..runs {
+            let t = Instant::now();
+            let ok = Command::new(exe)
+                .arg(skillbox::sandbox::CHILD_SUBCOMMAND)
+                .env_clear()
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+            spawn.push(t.elapsed());
+            if ok.ok().and_then(|s| s.code()) != Some(skillbox::sandbox::child::EXIT_BAD_SETUP) {
+                fail(
+                    "spawn",
+                    format!("{} sandbox-child did not refuse", exe.display()),
+                );
+            }
         }
+        spawn
+    };
+    let spawn = bare(&exe);
+    if let Some(other) = &also {
+        println!(
+            "bare spawn+wait   OTHER sandbox-child median {:7.3} ms  ({})",
+            ms(median(bare(other))),
+            other.display()
+        );
     }
     let mut spawn_true = Vec::new();
     for _ in 0..runs {
@@ -177,8 +206,9 @@ fn main() {
         ms(median(spawn_true))
     );
     println!(
-        "bare spawn+wait   skillbox --version median {:7.3} ms",
-        ms(median(spawn))
+        "bare spawn+wait   EXE sandbox-child   median {:7.3} ms  ({})",
+        ms(median(spawn)),
+        exe.display()
     );
 
     let typical = case(&work, "typical", package(25, 250 * 1024));
@@ -187,15 +217,21 @@ fn main() {
     let typical_only = args.get(3).is_some_and(|a| a == "typical");
     let cases = [(&typical, runs), (&large, (runs / 20).max(5))];
     for &(c, n) in cases.iter().take(if typical_only { 1 } else { 2 }) {
-        let (mut inproc, mut conf, mut conf_full, mut conf_zyg) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        // Warm-up, then interleave so drift hits all four alike.
+        let (mut inproc, mut conf, mut conf_full, mut conf_zyg, mut conf_other) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Warm-up, then interleave so drift hits all of them alike.
         once(&work, c, None);
         once(&work, c, Some(&structure));
         once(&work, c, Some(&zygote));
+        if let Some(o) = &other {
+            once(&work, c, Some(o));
+        }
         for _ in 0..n {
             inproc.push(once(&work, c, None));
             conf.push(once(&work, c, Some(&structure)));
+            if let Some(o) = &other {
+                conf_other.push(once(&work, c, Some(o)));
+            }
             conf_full.push(once(&work, c, Some(&full)));
             conf_zyg.push(once(&work, c, Some(&zygote)));
         }
@@ -207,11 +243,30 @@ fn main() {
             ms(mi),
             ms(pct(inproc, 90))
         );
-        for (label, runs) in [
+        if other.is_some() {
+            // The two child binaries against each other, iteration by iteration (each pair
+            // ran back to back), so the host's drift cancels out of the difference.
+            let mut d: Vec<f64> = conf
+                .iter()
+                .zip(&conf_other)
+                .map(|(a, b)| a.as_secs_f64() - b.as_secs_f64())
+                .collect();
+            d.sort_by(f64::total_cmp);
+            println!(
+                "{:8} exec: EXE minus OTHER, paired median {:+.3} ms",
+                c.name,
+                d[d.len() / 2] * 1e3
+            );
+        }
+        let mut variants = vec![
             ("confined, exec ", conf),
             ("confined, zygote", conf_zyg),
             ("confined+rehash", conf_full),
-        ] {
+        ];
+        if other.is_some() {
+            variants.insert(1, ("exec from OTHER", conf_other));
+        }
+        for (label, runs) in variants {
             let m = median(runs.clone());
             // The same difference taken run by run against the in-process run just before it,
             // then the median: slow drift on a shared host hits both sides of each pair alike.

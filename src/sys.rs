@@ -257,6 +257,16 @@ pub(crate) fn inherited_fd(fd: RawFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// `F_DUPFD_CLOEXEC`: a close-on-exec duplicate of `fd` at the lowest free number from `min`
+/// up (the child binary's fd is kept above the numbers a child's fds are placed on).
+pub(crate) fn dup_at_least(fd: BorrowedFd<'_>, min: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl(F_DUPFD_CLOEXEC) only adds an fd-table entry; the new fd is returned to us
+    // alone, so owning it cannot double-close.
+    let new = check_int(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, min) })?;
+    // SAFETY: `new` was just created by the call above and nothing else refers to it.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
 /// pidfd_open(2): an fd that becomes readable when `pid` exits and addresses exactly that
 /// process (no pid-reuse race, as long as the caller has not reaped it).
 pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {

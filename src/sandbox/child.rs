@@ -52,6 +52,9 @@ struct Inherited {
 /// The exec'd child: run [`main`] and end the process with its status at once (`_exit`: no
 /// destructors).
 pub fn run() -> ! {
+    // Started through an fd (`/proc/self/fd/N`), the kernel named us `N`: the name a spare
+    // takes too, for ps and /proc/PID/comm. Before confinement; nothing depends on it.
+    let _ = nix::sys::prctl::set_name(c"skillbox-child");
     sys::exit_now(main(None))
 }
 

@@ -94,6 +94,8 @@ pub struct DoctorReport {
     pub timeout_ms: u128,
     /// The child's resource limits under the default extraction limits.
     pub limits: Option<RlimitPlan>,
+    /// The binary the children were started from (absent when none could be used).
+    pub child_binary: Option<super::ChildBinaryInfo>,
     pub checks: Vec<Check>,
 }
 
@@ -159,6 +161,7 @@ fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
         child_ids: None,
         timeout_ms: config.timeout.as_millis(),
         limits: None,
+        child_binary: None,
         checks: Vec::new(),
     };
 
@@ -169,8 +172,12 @@ fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
         ..config.clone()
     });
     match Sandbox::new(config) {
+        Err(e @ super::SandboxError::ChildBinary(_)) => push("child binary", false, e.to_string()),
         Err(e) => push("profile", false, e.to_string()),
         Ok(sandbox) => {
+            let binary = sandbox.child_binary().clone();
+            push("child binary", true, binary.summary());
+            report.child_binary = Some(binary);
             let (source, len) = sandbox.profile_summary();
             push("profile", true, format!("{source}: {len} BPF instructions"));
             report.seccomp_profile = Some(source);

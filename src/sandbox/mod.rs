@@ -13,6 +13,7 @@
 //! tree does not back. Raw system calls live in `crate::sys` (`src/sys.rs`) only.
 
 pub mod child;
+pub mod child_binary;
 pub mod doctor;
 mod landlock;
 pub mod probe;
@@ -40,6 +41,7 @@ use crate::extract::inventory::{ArtifactFacts, Totals};
 use crate::extract::policy::Limits;
 use crate::intake::Outcome;
 use crate::reason::{Reason, ReasonCode, Verdict, display_name};
+pub use child_binary::{ChildBinary, ChildBinaryInfo, ChildBinaryKind};
 pub use probe::{Base, Probe, ProbeResult};
 pub use recheck::{StagingDir, Verify};
 pub use spawn::{CHILD_SUBCOMMAND, RequestTail, SealedArtifact};
@@ -60,8 +62,10 @@ pub fn die_of_sigpipe() -> ! {
 /// Everything an operator can set about confinement.
 #[derive(Debug, Clone)]
 pub struct SandboxConfig {
-    /// The binary to re-exec; `/proc/self/exe` in production, the built binary in tests.
-    pub exe: PathBuf,
+    /// The binary children and zygotes are started from. `None` (the default): `skillbox-child`
+    /// next to the running executable, or the running executable when there is none
+    /// ([`child_binary`]); tests and benchmarks name a built binary.
+    pub exe: Option<PathBuf>,
     /// Wall-clock limit per request, from spawn to answer.
     pub timeout: Duration,
     /// The identity a root-started child switches to (default nobody/nogroup, 65534).
@@ -82,7 +86,7 @@ pub struct SandboxConfig {
 impl Default for SandboxConfig {
     fn default() -> Self {
         Self {
-            exe: PathBuf::from("/proc/self/exe"),
+            exe: None,
             timeout: Duration::from_secs(30),
             run_as: Ids {
                 uid: 65534,
@@ -171,6 +175,8 @@ pub enum SandboxError {
     Artifact(#[source] io::Error),
     #[error("staging directory {path}: {source}")]
     Staging { path: String, source: io::Error },
+    #[error(transparent)]
+    ChildBinary(#[from] child_binary::ChildBinaryError),
     #[error("cannot start the confined child ({exe}): {source}")]
     Spawn { exe: String, source: io::Error },
     #[error("supervising the confined child: {0}")]
@@ -185,6 +191,8 @@ pub enum SandboxError {
 pub struct Sandbox {
     config: SandboxConfig,
     profile: seccomp::Profile,
+    /// Opened and checked once; every child and zygote is executed through its fd.
+    binary: ChildBinary,
     /// The BPF frame every child's request carries: the whole profile for an exec'd child, the
     /// second stage for a zygote's spares.
     program: (wire::SeccompStage, Vec<u8>),
@@ -195,6 +203,7 @@ impl Sandbox {
     /// Compile the profile and, when `zygote_max_forks` is above 0, start the zygote.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         let profile = seccomp::load(config.seccomp_profile.as_deref())?;
+        let binary = ChildBinary::resolve(config.exe.as_deref())?;
         // Spares install the profile in two stages (see `seccomp::Profile::stages`): the
         // zygote gets the first, every request to a spare carries the second.
         let (zygote, program) = match config.zygote_max_forks {
@@ -207,12 +216,11 @@ impl Sandbox {
             ),
             n => {
                 let (first, second) = profile.stages()?;
-                let zygote =
-                    Zygote::start(&config.exe, n, config.run_as, seccomp::to_bytes(&first))
-                        .map_err(|source| SandboxError::Spawn {
-                            exe: config.exe.display().to_string(),
-                            source,
-                        })?;
+                let zygote = Zygote::start(&binary, n, config.run_as, seccomp::to_bytes(&first))
+                    .map_err(|source| SandboxError::Spawn {
+                        exe: binary.info().path.display().to_string(),
+                        source,
+                    })?;
                 (
                     Some(zygote),
                     (wire::SeccompStage::Second, seccomp::to_bytes(&second)),
@@ -222,6 +230,7 @@ impl Sandbox {
         Ok(Self {
             config,
             profile,
+            binary,
             program,
             zygote,
         })
@@ -234,6 +243,11 @@ impl Sandbox {
 
     pub fn config(&self) -> &SandboxConfig {
         &self.config
+    }
+
+    /// The binary children are started from, and where it came from.
+    pub fn child_binary(&self) -> &ChildBinaryInfo {
+        self.binary.info()
     }
 
     /// Where the profile came from and how many BPF instructions it compiled to.
@@ -488,7 +502,7 @@ impl Sandbox {
             return Err(SandboxError::RequestTooLarge(json.len()));
         }
         spawn::spawn(
-            &self.config.exe,
+            &self.binary,
             self.zygote.as_ref(),
             &json,
             program,
@@ -496,7 +510,7 @@ impl Sandbox {
             dir.fd(),
         )
         .map_err(|source| SandboxError::Spawn {
-            exe: self.config.exe.display().to_string(),
+            exe: self.binary.info().path.display().to_string(),
             source,
         })
     }

@@ -11,12 +11,13 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::os::unix::process::CommandExt as _;
 use std::process::{Command, Stdio};
 
 use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
+use super::child_binary::{CHILD_BINARY as CHILD_BINARY_NAME, ChildBinary};
 use super::supervise::Running;
 use super::sys;
 use super::zygote::Zygote;
@@ -183,7 +184,7 @@ impl Read for Positioned<'_> {
 /// caller fills and seals `artifact`; it reads nothing of the artifact before the caller has
 /// [`RequestTail::finish`]ed the request with the sealed digest.
 pub(crate) fn spawn(
-    exe: &Path,
+    binary: &ChildBinary,
     zygote: Option<&Zygote>,
     request_json: &[u8],
     program: &[u8],
@@ -214,8 +215,10 @@ pub(crate) fn spawn(
     }
     let artifact_raw = artifact.as_raw_fd();
     let staging_raw = staging.as_raw_fd();
-    let mut cmd = Command::new(exe);
-    cmd.arg(CHILD_SUBCOMMAND)
+    // Through the fd opened and checked once (`child_binary.rs`), never the path again.
+    let mut cmd = Command::new(binary.exec_path());
+    cmd.arg0(CHILD_BINARY_NAME)
+        .arg(CHILD_SUBCOMMAND)
         .env_clear()
         .current_dir("/")
         .stdin(Stdio::from(request_r))

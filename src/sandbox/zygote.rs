@@ -39,7 +39,7 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, mpsc};
 use std::thread::JoinHandle;
@@ -52,6 +52,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
+use super::child_binary::{CHILD_BINARY, ChildBinary};
 use super::wire::Ids;
 use super::{child, seccomp, sys, wire};
 
@@ -440,12 +441,12 @@ impl Zygote {
     /// Start a zygote of `exe` now, and have it fork the first spare. `max_forks` must be at
     /// least 1.
     pub fn start(
-        exe: &Path,
+        binary: &ChildBinary,
         max_forks: u32,
         run_as: Ids,
         first_stage: Vec<u8>,
     ) -> io::Result<Self> {
-        let keeper = Keeper::new(exe.to_owned(), run_as, first_stage)?;
+        let keeper = Keeper::new(binary.clone(), run_as, first_stage)?;
         let mut live = keeper.start()?;
         live.ask()?;
         Ok(Self {
@@ -606,13 +607,13 @@ struct Keeper {
 }
 
 impl Keeper {
-    fn new(exe: PathBuf, run_as: Ids, first_stage: Vec<u8>) -> io::Result<Self> {
+    fn new(binary: ChildBinary, run_as: Ids, first_stage: Vec<u8>) -> io::Result<Self> {
         let (orders, rx) = mpsc::channel::<mpsc::Sender<io::Result<Live>>>();
         let thread = std::thread::Builder::new()
             .name("skillbox-zygote-keeper".into())
             .spawn(move || {
                 for reply in rx {
-                    let _ = reply.send(launch(&exe, run_as, &first_stage));
+                    let _ = reply.send(launch(&binary, run_as, &first_stage));
                 }
             })?;
         Ok(Self {
@@ -642,8 +643,9 @@ impl Drop for Keeper {
     }
 }
 
-/// `exe sandbox-zygote <our pid>` with the control socket on fd 0 and an empty environment.
-fn launch(exe: &Path, run_as: Ids, first_stage: &[u8]) -> io::Result<Live> {
+/// `skillbox-child sandbox-zygote <our pid> <uid>:<gid>` with the control socket on fd 0 and an
+/// empty environment, executed through the child binary's fd (`child_binary.rs`).
+fn launch(binary: &ChildBinary, run_as: Ids, first_stage: &[u8]) -> io::Result<Live> {
     let (ours, theirs) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -657,7 +659,8 @@ fn launch(exe: &Path, run_as: Ids, first_stage: &[u8]) -> io::Result<Live> {
     )?;
     // No pre_exec hook, so std can use posix_spawn (vfork) instead of copying the broker's page
     // tables; the zygote closes every fd above 2 itself before doing anything else.
-    let process = Command::new(exe)
+    let process = Command::new(binary.exec_path())
+        .arg0(CHILD_BINARY)
         .arg(ZYGOTE_SUBCOMMAND)
         .arg(std::process::id().to_string())
         .arg(format!("{}:{}", run_as.uid, run_as.gid))

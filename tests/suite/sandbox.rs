@@ -1,7 +1,8 @@
 //! The walls around the extraction child, tested by climbing them.
 //!
-//! Every escape attempt runs inside the real confinement: the built `skillbox` binary is
-//! re-executed as its hidden child subcommand, applies the same `confine()` as production, and
+//! Every escape attempt runs inside the real confinement: the built `skillbox-child` binary
+//! (what `skillbox` starts its children from) is executed as the child, or as a zygote whose
+//! spares are the children; it applies the same `confine()` as production, and
 //! then runs a named probe instead of the engine. A probe reports the errno of its one attempt,
 //! or never reports because seccomp killed it (SIGSYS). The test harness itself is never
 //! confined. Nothing here is mocked, and nothing is skipped: a kernel without what a test needs
@@ -58,9 +59,19 @@ macro_rules! both_spawn_paths {
     };
 }
 
+/// The binary the suite's children start from: the dedicated child binary, as in production,
+/// unless `SKILLBOX_TEST_CHILD_BINARY` names another (the `skillbox` binary itself, the
+/// fallback when `skillbox-child` is missing, takes the same subcommands).
+fn child_binary() -> PathBuf {
+    std::env::var_os("SKILLBOX_TEST_CHILD_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_skillbox-child")),
+        PathBuf::from,
+    )
+}
+
 fn sandbox_with(tweak: impl FnOnce(&mut SandboxConfig)) -> Sandbox {
     let mut config = SandboxConfig {
-        exe: PathBuf::from(env!("CARGO_BIN_EXE_skillbox")),
+        exe: Some(child_binary()),
         zygote_max_forks: ZYGOTE_MAX_FORKS.with(std::cell::Cell::get),
         ..SandboxConfig::default()
     };
@@ -183,7 +194,7 @@ fn assert_errno(end: ProbeEnd, errno: i32) {
 #[test]
 fn the_kernel_offers_every_wall_these_tests_need() {
     let report = doctor::run(SandboxConfig {
-        exe: PathBuf::from(env!("CARGO_BIN_EXE_skillbox")),
+        exe: Some(child_binary()),
         ..SandboxConfig::default()
     });
     assert!(
@@ -1772,16 +1783,295 @@ fn without_landlock_extraction_fails_closed_unless_allowed() {
 
 #[test]
 fn the_child_and_zygote_subcommands_refuse_to_run_by_hand() {
-    for sub in [
-        skillbox::sandbox::CHILD_SUBCOMMAND,
-        skillbox::sandbox::ZYGOTE_SUBCOMMAND,
+    for bin in [
+        env!("CARGO_BIN_EXE_skillbox"),
+        env!("CARGO_BIN_EXE_skillbox-child"),
     ] {
-        let out = skillbox_cmd().arg(sub).output().expect("output");
-        assert_eq!(
-            out.status.code(),
-            Some(skillbox::sandbox::child::EXIT_BAD_SETUP),
-            "{sub}"
+        for sub in [
+            skillbox::sandbox::CHILD_SUBCOMMAND,
+            skillbox::sandbox::ZYGOTE_SUBCOMMAND,
+        ] {
+            let out = std::process::Command::new(bin)
+                .arg(sub)
+                .output()
+                .expect("output");
+            assert_eq!(
+                out.status.code(),
+                Some(skillbox::sandbox::child::EXIT_BAD_SETUP),
+                "{bin} {sub}"
+            );
+            assert!(out.stdout.is_empty(), "{bin} {sub}");
+        }
+    }
+    // Anything else is refused too, with a word on what the binary is.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_skillbox-child"))
+        .arg("--help")
+        .output()
+        .expect("output");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("confined child"));
+}
+
+// ---- The child binary: what it links, how it is found, when it is refused --------------------
+
+/// The bytes of an ELF file that are loaded into memory (every `SHF_ALLOC` section: code, read-only
+/// data with its panic locations, symbols for the dynamic linker), leaving out debug info, which
+/// names every compile unit linked even when all its code was garbage-collected.
+fn loaded_sections(elf: &[u8]) -> Vec<u8> {
+    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
+    let u64_at = |o: usize| {
+        let b: [u8; 8] = elf[o..o + 8].try_into().expect("8 bytes");
+        usize::try_from(u64::from_le_bytes(b)).expect("fits")
+    };
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "not a 64-bit ELF file");
+    let (shoff, shentsize, shnum) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c));
+    let mut out = Vec::new();
+    for i in 0..shnum {
+        let h = shoff + i * shentsize;
+        let (flags, offset, size) = (u64_at(h + 8), u64_at(h + 24), u64_at(h + 32));
+        let nobits = u32::from_le_bytes(elf[h + 4..h + 8].try_into().expect("4 bytes")) == 8;
+        if flags & 2 != 0 && !nobits {
+            out.extend_from_slice(&elf[offset..offset + size]);
+        }
+    }
+    out
+}
+
+/// The child binary links the child's side only: none of the broker's, fetcher's or CLI's
+/// crates is loaded with it, and every one of them is in `skillbox` (so the test can fail).
+/// Searched for as their source paths, which the panic locations of any linked code carry.
+#[test]
+fn the_child_binary_links_no_async_runtime_grpc_tls_or_sqlite() {
+    let child = fs::read(env!("CARGO_BIN_EXE_skillbox-child")).expect("read skillbox-child");
+    let full = fs::read(env!("CARGO_BIN_EXE_skillbox")).expect("read skillbox");
+    let (child, full) = (loaded_sections(&child), loaded_sections(&full));
+    let mut linked_in_full = 0;
+    for needle in [
+        "/tokio-1.",
+        "/tonic-0.",
+        "/h2-0.",
+        "/hyper-1.",
+        "/rustls-0.",
+        "/rusqlite-0.",
+        "/clap_builder-4.",
+        "/indicatif-0.",
+        "sqlite3_",
+    ] {
+        assert!(
+            memchr::memmem::find(&child, needle.as_bytes()).is_none(),
+            "skillbox-child links {needle}"
         );
-        assert!(out.stdout.is_empty(), "{sub}");
+        if memchr::memmem::find(&full, needle.as_bytes()).is_some() {
+            linked_in_full += 1;
+        }
+    }
+    assert!(
+        linked_in_full >= 7,
+        "skillbox itself shows only {linked_in_full} of the crates: the search proves nothing"
+    );
+    assert!(
+        child.len() * 3 < full.len(),
+        "skillbox-child loads {} bytes, skillbox {}",
+        child.len(),
+        full.len()
+    );
+}
+
+/// A directory in the target directory (same filesystem as the built binaries, so they can be
+/// hard-linked in) holding a hard link of `skillbox`, and `skillbox-child` if `child` says so.
+fn install_dir(name: &str, child: Option<&Path>) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("install-{name}"));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("create_dir_all");
+    fs::hard_link(env!("CARGO_BIN_EXE_skillbox"), dir.join("skillbox")).expect("hard_link");
+    if let Some(c) = child {
+        fs::hard_link(c, dir.join("skillbox-child")).expect("hard_link");
+    }
+    dir
+}
+
+fn doctor_json(skillbox: &Path) -> (Option<i32>, serde_json::Value) {
+    let out = std::process::Command::new(skillbox)
+        .args(["doctor", "--json"])
+        .output()
+        .expect("output");
+    (out.status.code(), json_of(&out))
+}
+
+/// Installed side by side, `skillbox` starts its children from `skillbox-child`, and doctor
+/// says so (and proves the confinement of those children, on both spawn paths).
+#[test]
+fn doctor_names_the_dedicated_child_binary_next_to_skillbox() {
+    let (code, v) = doctor_json(Path::new(env!("CARGO_BIN_EXE_skillbox")));
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(v["child_binary"]["kind"], "dedicated", "{v:#}");
+    let path = fs::canonicalize(env!("CARGO_BIN_EXE_skillbox-child")).expect("canonicalize");
+    assert_eq!(
+        v["child_binary"]["path"].as_str().map(PathBuf::from),
+        Some(path),
+        "{v:#}"
+    );
+    assert!(v["child_binary"]["fallback"].is_null(), "{v:#}");
+}
+
+/// Without `skillbox-child` beside it, `skillbox` starts its children from itself: the same
+/// confinement (doctor passes on both spawn paths, an extraction is confined), reported.
+#[test]
+fn without_the_child_binary_skillbox_falls_back_to_itself_and_says_so() {
+    let dir = install_dir("fallback", None);
+    let skillbox = dir.join("skillbox");
+    let (code, v) = doctor_json(&skillbox);
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(v["child_binary"]["kind"], "running_executable", "{v:#}");
+    let why = v["child_binary"]["fallback"].as_str().unwrap_or_default();
+    assert!(
+        why.contains(&dir.join("skillbox-child").display().to_string()),
+        "{v:#}"
+    );
+    let check = v["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "child binary"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(check["ok"], true, "{v:#}");
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let art = tmp.path().join("pkg.tar");
+    fs::write(&art, tar_of(&[("SKILL.md", SKILL, 0o644)])).expect("write");
+    let out = std::process::Command::new(&skillbox)
+        .arg("extract")
+        .arg(&art)
+        .arg("--json")
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .output()
+        .expect("output");
+    let v = json_of(&out);
+    assert_eq!(out.status.code(), Some(0), "{v:#}");
+    assert_eq!(v["sandbox"]["confined"], true, "{v:#}");
+    assert_eq!(v["sandbox"]["child"]["seccomp"], true, "{v:#}");
+}
+
+/// A `skillbox-child` that someone else could have written is refused, naming its path: no
+/// child runs, and there is no fallback to another binary.
+#[test]
+fn an_untrusted_child_binary_is_refused_by_name() {
+    let dir = install_dir("untrusted", None);
+    let planted = dir.join("skillbox-child");
+    // Its content never matters: it is refused before anything is executed.
+    fs::write(&planted, b"#!/bin/sh\nexit 0\n").expect("write");
+    let mut cases: Vec<(u32, Option<u32>, &str)> = vec![
+        (0o775, None, "writable by group or others"),
+        (0o757, None, "writable by group or others"),
+        (0o4755, None, "set-user-ID"),
+    ];
+    if nix::unistd::geteuid().is_root() {
+        cases.push((0o755, Some(4321), "owned by uid 4321"));
+    }
+    for (mode, owner, says) in cases {
+        if let Some(uid) = owner {
+            std::os::unix::fs::chown(&planted, Some(uid), None).expect("chown");
+        }
+        fs::set_permissions(&planted, fs::Permissions::from_mode(mode)).expect("chmod");
+        let (code, v) = doctor_json(&dir.join("skillbox"));
+        assert_eq!(code, Some(1), "{mode:o}: {v:#}");
+        assert_eq!(v["ok"], false);
+        let check = v["checks"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["name"] == "child binary"))
+            .cloned()
+            .unwrap_or_default();
+        let detail = check["detail"].as_str().unwrap_or_default();
+        assert_eq!(check["ok"], false, "{mode:o}: {v:#}");
+        assert!(
+            detail.contains(&planted.display().to_string()) && detail.contains(says),
+            "{mode:o}: {detail}"
+        );
+        // The library refuses it the same way when it is named explicitly.
+        let err = Sandbox::new(SandboxConfig {
+            exe: Some(planted.clone()),
+            ..SandboxConfig::default()
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(err.contains(says), "{mode:o}: {err}");
+        if owner.is_some() {
+            std::os::unix::fs::chown(&planted, Some(0), None).expect("chown");
+        }
+    }
+    // And extract, which starts a child, refuses before reading the artifact.
+    fs::set_permissions(&planted, fs::Permissions::from_mode(0o775)).expect("chmod");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let art = tmp.path().join("pkg.tar");
+    fs::write(&art, tar_of(&[("SKILL.md", SKILL, 0o644)])).expect("write");
+    let out = std::process::Command::new(dir.join("skillbox"))
+        .arg("extract")
+        .arg(&art)
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .output()
+        .expect("output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&planted.display().to_string()),
+        "the error does not name the binary: {stderr}"
+    );
+    assert!(!tmp.path().join("out").exists());
+}
+
+/// A child binary swapped on disk after the sandbox opened it changes nothing: children are
+/// executed through the fd opened at start, never by the path again.
+#[test]
+fn a_child_binary_swapped_after_start_is_never_executed() {
+    let dir = install_dir(
+        "swap",
+        Some(Path::new(env!("CARGO_BIN_EXE_skillbox-child"))),
+    );
+    let path = dir.join("skillbox-child");
+    for zygote in [0, 2] {
+        let sb = Sandbox::new(SandboxConfig {
+            exe: Some(path.clone()),
+            zygote_max_forks: zygote,
+            ..SandboxConfig::default()
+        })
+        .expect("sandbox");
+        // Replace the path with a script that would leave a mark (renamed over it, as an
+        // attacker with write access to the directory could).
+        let mark = dir.join(format!("ran-{zygote}"));
+        let evil = dir.join("evil");
+        fs::write(
+            &evil,
+            format!("#!/bin/sh\ntouch {}\nexit 1\n", mark.display()),
+        )
+        .expect("write");
+        fs::set_permissions(&evil, fs::Permissions::from_mode(0o755)).expect("chmod");
+        fs::rename(&evil, &path).expect("rename");
+        // Several children, so a zygote is replaced (exec'd again) on the way.
+        for _ in 0..5 {
+            let f = fixture();
+            let staging = f.staging_path();
+            let c = sb
+                .run_job(
+                    Job::Extract(Request::new(ArtifactType::Archive, Limits::default())),
+                    std::io::Cursor::new(tar_of(&[("SKILL.md", SKILL, 0o644)])),
+                    &staging,
+                    &Limits::default(),
+                    |_| {},
+                )
+                .expect("run_job");
+            assert_eq!(
+                c.outcome.verdict,
+                Verdict::Accepted,
+                "{:?}",
+                c.outcome.reason
+            );
+        }
+        assert!(!mark.exists(), "the swapped-in file was executed");
+        // Put the real binary back for the next round.
+        fs::remove_file(&path).expect("remove");
+        fs::hard_link(env!("CARGO_BIN_EXE_skillbox-child"), &path).expect("hard_link");
     }
 }
