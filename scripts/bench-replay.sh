@@ -8,8 +8,9 @@
 # CPU's SHA instructions) and `bsdtar -xf FILE -C DIR` into a fresh directory, JOBS loops in
 # parallel, under `ulimit -f` at skillbox's default max_file_bytes (64 MiB: without a bound
 # bsdtar writes the corpus's 1 and 4 GiB bombs out whole). The directories are made before the
-# clock starts and removed after it stops, so the peer pays for neither; skillbox pays for its
-# own.
+# clock starts; each is removed right after its case (`rm -rf`, in the timed loop: bsdtar has
+# no bound on an archive's total output, and the spread bombs of 10,000 cases fill a 24 GiB
+# tmpfs otherwise).
 #
 # Each round runs, alternated: skillbox `--isolate process` (an `extract` process per case, the
 # path before spares), `--isolate spare` (the default), and the peer. The figure is the median
@@ -56,6 +57,8 @@ peer_loop() {
         [ $(((i - 1) % JOBS)) -eq "$k" ] || continue
         "$SHA" "$f" </dev/null >/dev/null
         bsdtar -xf "$f" -C "$root/$i" </dev/null 2>/dev/null || true
+        # Removed at once: the corpus's bombs expand to gigabytes in bsdtar (no total bound).
+        rm -rf "$root/$i"
     done <"$list"
 }
 
