@@ -62,10 +62,9 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout: u64,
     /// Extra argument for every case's `extract` (repeatable), e.g. `--extract-arg
-    /// --max-entries=50000`. `extract`'s limit flags and confinement flags (--allow-unconfined,
-    /// --sandbox-timeout, --verify-staged, --seccomp-profile, --sandbox-user) apply to the
-    /// spares; any other argument (e.g. --server) runs every case as its own `extract` process,
-    /// as `--isolate process` does.
+    /// --max-entries=50000`. `extract`'s limit flags and its confinement flags (see `skillbox
+    /// extract --help`) apply to the spares; any other argument (e.g. --server) runs every case
+    /// as its own `extract` process, as `--isolate process` does.
     #[arg(long = "extract-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub extract_args: Vec<String>,
     /// How each case's confined child is started: `spare`, forked ahead by a zygote in this
