@@ -11,9 +11,36 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use skillbox::replay::{self, Options, ReplayError};
+use clap::{Parser, ValueEnum};
+
+use skillbox::replay::{self, Isolate, Options, ReplayError, SpareOptions};
 
 use super::exit::{Exit, error_object, print_json};
+use super::limits::LimitFlags;
+use super::sandbox::SandboxArgs;
+
+/// Children forked from one zygote before it is replaced by a fresh `exec`, as the broker's
+/// default: children of one zygote share its address-space layout (see `sandbox::zygote`).
+const ZYGOTE_MAX_FORKS: u32 = 256;
+
+/// Where each case's confined child comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum IsolateArg {
+    /// A spare forked ahead by one sandbox's zygote in the replay process (no exec per case).
+    Spare,
+    /// Each case as its own `skillbox extract --json` process (a CLI exec and a child exec).
+    Process,
+}
+
+/// The `--extract-arg`s a spare run applies itself: `extract`'s limit and confinement flags.
+#[derive(Parser, Debug)]
+#[command(no_binary_name = true, disable_help_flag = true)]
+struct MappedExtractArgs {
+    #[command(flatten)]
+    limits: LimitFlags,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
+}
 
 /// Arguments of `skillbox replay`.
 #[derive(clap::Args, Debug)]
@@ -34,9 +61,17 @@ pub struct ReplayArgs {
     /// Seconds one case may run before it is killed and reported as an error.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout: u64,
-    /// Extra argument for every `skillbox extract` run (repeatable), e.g. a sandbox option.
+    /// Extra argument for every case's `extract` (repeatable), e.g. `--extract-arg
+    /// --max-entries=50000`. `extract`'s limit flags and its confinement flags (see `skillbox
+    /// extract --help`) apply to the spares; any other argument (e.g. --server) runs every case
+    /// as its own `extract` process, as `--isolate process` does.
     #[arg(long = "extract-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub extract_args: Vec<String>,
+    /// How each case's confined child is started: `spare`, forked ahead by a zygote in this
+    /// process, or `process`, a `skillbox extract --json` process per case. Both confine the
+    /// child exactly as `extract` does and give the same report.
+    #[arg(long, value_enum, value_name = "HOW", default_value_t = IsolateArg::Spare)]
+    pub isolate: IsolateArg,
 }
 
 /// `skillbox replay`: run, print, write JUnit; returns the exit status.
@@ -56,11 +91,14 @@ pub fn run(args: ReplayArgs) -> Exit {
         .jobs
         .or_else(|| std::thread::available_parallelism().ok())
         .map_or(1, NonZeroUsize::get);
+    let isolate = match isolate(&args, exe) {
+        Ok(i) => i,
+        Err(message) => return fail(Exit::Usage, &message),
+    };
     let opts = Options {
         jobs,
         timeout: Duration::from_secs(args.timeout.max(1)),
-        exe,
-        extract_args: args.extract_args.clone(),
+        isolate,
     };
     let bar = Progress::new(!args.json);
     let report = replay::run_observed(&args.dir, &opts, &|n| bar.start(n), &|c| bar.case(c));
@@ -69,7 +107,9 @@ pub fn run(args: ReplayArgs) -> Exit {
         Ok(r) => r,
         Err(e) => {
             let exit = match e {
-                ReplayError::Scratch(_) | ReplayError::Exe(_) => Exit::Operational,
+                ReplayError::Scratch(_) | ReplayError::Exe(_) | ReplayError::Sandbox(_) => {
+                    Exit::Operational
+                }
                 ReplayError::MissingManifest { .. }
                 | ReplayError::NoSuchDir { .. }
                 | ReplayError::NotADir { .. }
@@ -100,6 +140,38 @@ pub fn run(args: ReplayArgs) -> Exit {
     } else {
         Exit::Operational
     }
+}
+
+/// The run's isolation: spares, unless asked for processes or given an `--extract-arg` the
+/// spares cannot apply (then every case is an `extract` process, which takes any of them).
+fn isolate(args: &ReplayArgs, exe: std::path::PathBuf) -> Result<Isolate, String> {
+    let process = || Isolate::Process {
+        exe: exe.clone(),
+        extract_args: args.extract_args.clone(),
+    };
+    if args.isolate == IsolateArg::Process {
+        return Ok(process());
+    }
+    let Ok(mapped) = MappedExtractArgs::try_parse_from(&args.extract_args) else {
+        return Ok(process());
+    };
+    let overrides = mapped.limits.overrides();
+    // A flag `extract` would refuse is the caller's mistake here too, not every case's error.
+    let limits = overrides.apply(&skillbox::extract::policy::Limits::default());
+    if let Err(e) = limits.validate() {
+        return Err(format!("--extract-arg: {e}"));
+    }
+    if mapped.sandbox.allow_unconfined {
+        eprintln!(
+            "skillbox: WARNING: --allow-unconfined: extraction proceeds even if confinement cannot be applied"
+        );
+    }
+    let mut sandbox = mapped.sandbox.config();
+    sandbox.zygote_max_forks = ZYGOTE_MAX_FORKS;
+    Ok(Isolate::Spare(Box::new(SpareOptions {
+        sandbox,
+        overrides,
+    })))
 }
 
 /// The progress line on a terminal: cases done of all, failures so far, time left. Nothing at

@@ -1,14 +1,17 @@
 //! Replaying a corpus of artifacts against their expected verdicts (`skillbox replay DIR`).
 //!
 //! A corpus is a directory with a `manifest.json` (the format of the project's own
-//! `corpus/manifest.json`, see docs/corpus-and-fuzzing.md) next to the artifacts. Every case runs as its own
-//! `skillbox extract --json` process, exactly the path an operator's `extract` takes (and so
-//! confined the same way), with a fresh parent directory as its working directory and
-//! `TMPDIR`. Afterwards the parent must hold nothing but the staging directory (accepted) or
-//! nothing at all (rejected), and an accepted staging tree must be exactly its inventory.
+//! `corpus/manifest.json`, see docs/corpus-and-fuzzing.md) next to the artifacts. Every case runs
+//! in its own confined child, confined exactly as `skillbox extract`'s, with a fresh parent
+//! directory holding its staging directory: by default a spare forked ahead by one sandbox's
+//! zygote in this process ([`Isolate::Spare`], what the broker does), or as its own `skillbox
+//! extract --json` process with the parent as its working directory and `TMPDIR`
+//! ([`Isolate::Process`]). Afterwards the parent must hold nothing but the staging directory
+//! (accepted) or nothing at all (rejected), and an accepted staging tree must be exactly its
+//! inventory.
 //!
-//! This module never parses an artifact itself: it only reads manifests, spawns, and reads the
-//! children's JSON answers. Files no manifest names are run too and reported `unexpected`; a
+//! This module never parses an artifact itself: it only reads manifests, hands artifacts to
+//! confined children (through the sandbox, or an `extract` process), and reads their answers. Files no manifest names are run too and reported `unexpected`; a
 //! subdirectory with its own `manifest.json` is a nested suite whose case names carry its path.
 //!
 //! By job: [`manifest`] reads the suites into cases, [`runner`] runs them, [`tree`] checks a
@@ -32,9 +35,12 @@ use serde_json::{Value, json};
 
 use crate::digest::{Hasher, Sha256Digest};
 use crate::extract::inventory::{Entry, Kind};
+use crate::extract::overrides::LimitOverrides;
 use crate::extract::policy::Limits;
+use crate::extract::{ArtifactType, Request};
 use crate::intake::Outcome;
 use crate::reason::{ReasonCode, Verdict, display_name};
+use crate::sandbox::{Sandbox, SandboxConfig};
 
 mod manifest;
 mod report;
@@ -75,6 +81,8 @@ pub enum ReplayError {
     Scratch(#[source] io::Error),
     #[error("cannot find the skillbox binary to run cases with: {0}")]
     Exe(#[source] io::Error),
+    #[error("cannot start the sandbox the cases run in: {0}")]
+    Sandbox(#[source] crate::sandbox::SandboxError),
 }
 
 fn missing_manifest(path: &Path, suggestions: &[PathBuf]) -> String {
@@ -196,6 +204,8 @@ fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
 pub struct Report {
     pub dir: PathBuf,
     pub jobs: usize,
+    /// How the children were started: `spare` or `process` ([`Isolate::name`]).
+    pub isolate: &'static str,
     pub duration: Duration,
     pub cases: Vec<CaseResult>,
 }
@@ -215,10 +225,47 @@ impl Report {
 #[derive(Debug, Clone)]
 pub struct Options {
     pub jobs: usize,
+    /// How long one case may run before its child is killed and the case is an error.
     pub timeout: Duration,
-    /// The `skillbox` binary whose `extract` runs each case.
-    pub exe: PathBuf,
-    pub extract_args: Vec<String>,
+    pub isolate: Isolate,
+}
+
+/// Where each case's confined child comes from. Either way the child is confined exactly as
+/// `skillbox extract`'s is, and the case gets a fresh parent directory holding its staging
+/// directory; the reports of the two are the same case by case.
+#[derive(Debug, Clone)]
+pub enum Isolate {
+    /// Each case as its own `skillbox extract --json` process (`exe`), which starts its own
+    /// child: two `exec`s per case. `extract_args` are passed on to every `extract`.
+    Process {
+        exe: PathBuf,
+        extract_args: Vec<String>,
+    },
+    /// Each case in a confined child of one [`Sandbox`] in this process, taken from its
+    /// zygote's pre-started spares (`SandboxConfig::zygote_max_forks` above 0): no `exec` per
+    /// case, and the parent's checks run here exactly as `extract` runs them.
+    Spare(Box<SpareOptions>),
+}
+
+impl Isolate {
+    /// `spare` or `process`, as `--isolate` spells it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Isolate::Process { .. } => "process",
+            Isolate::Spare(_) => "spare",
+        }
+    }
+}
+
+/// What `extract`'s flags would have set, for [`Isolate::Spare`].
+#[derive(Debug, Clone)]
+pub struct SpareOptions {
+    /// Confinement, as `extract`'s sandbox flags give it. Its `timeout` is lowered to the
+    /// replay's per-case timeout when that is shorter.
+    pub sandbox: SandboxConfig,
+    /// `extract`'s limit flags: applied over each case's `limits`, as flags override a limits
+    /// file.
+    pub overrides: LimitOverrides,
 }
 
 #[cfg(test)]

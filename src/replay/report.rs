@@ -86,6 +86,7 @@ pub fn to_json(report: &Report) -> Value {
     json!({
         "dir": report.dir.to_string_lossy(),
         "ok": report.all_passed(),
+        "isolate": report.isolate,
         "summary": {
             "total": report.cases.len(),
             "passed": report.count(Status::Pass),

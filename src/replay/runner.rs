@@ -1,5 +1,6 @@
-//! Running the cases: each as its own `skillbox extract --json` process in a fresh parent
-//! directory, its answer read under a bound, and what it left behind checked.
+//! Running the cases: each in its own confined child (a sandbox's spare in this process, or a
+//! `skillbox extract --json` process) over a fresh parent directory, its answer taken, and what
+//! it left behind checked.
 
 use super::*;
 
@@ -37,6 +38,18 @@ pub fn run_observed(
         source,
     })?;
     let jobs = opts.jobs.clamp(1, cases.len().max(1));
+    let sandbox = match &opts.isolate {
+        Isolate::Spare(spare) => Some(start_sandbox(spare, opts.timeout)?),
+        Isolate::Process { .. } => None,
+    };
+    let how = match (&opts.isolate, &sandbox) {
+        (Isolate::Spare(spare), Some(sandbox)) => How::Spare(sandbox, spare),
+        (Isolate::Process { exe, extract_args }, _) => How::Process { exe, extract_args },
+        // Not reached: a sandbox is started for every spare run above.
+        (Isolate::Spare(_), None) => {
+            return Err(ReplayError::Scratch(io::Error::other("no sandbox")));
+        }
+    };
     let next = AtomicUsize::new(0);
     let results: Mutex<BTreeMap<usize, CaseResult>> = Mutex::new(BTreeMap::new());
     std::thread::scope(|s| {
@@ -45,7 +58,7 @@ pub fn run_observed(
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(case) = cases.get(i) else { break };
-                    let r = run_case(i, case, &dir_abs, scratch.path(), opts);
+                    let r = run_case(i, case, &dir_abs, scratch.path(), opts.timeout, &how);
                     finished(&r);
                     if let Ok(mut m) = results.lock() {
                         m.insert(i, r);
@@ -58,9 +71,27 @@ pub fn run_observed(
     Ok(Report {
         dir: given.to_owned(),
         jobs,
+        isolate: opts.isolate.name(),
         duration: start.elapsed(),
         cases: results.into_values().collect(),
     })
+}
+
+/// The one sandbox of a spare run: its deadline is the replay's per-case timeout when that is
+/// shorter, so the child is killed there (and that case alone is an error).
+fn start_sandbox(spare: &SpareOptions, timeout: Duration) -> Result<Sandbox, ReplayError> {
+    let mut config = spare.sandbox.clone();
+    config.timeout = config.timeout.min(timeout);
+    Sandbox::new(config).map_err(ReplayError::Sandbox)
+}
+
+/// How the cases of one run are started.
+pub(super) enum How<'a> {
+    Process {
+        exe: &'a Path,
+        extract_args: &'a [String],
+    },
+    Spare(&'a Sandbox, &'a SpareOptions),
 }
 
 pub(super) fn run_case(
@@ -68,7 +99,8 @@ pub(super) fn run_case(
     case: &Case,
     dir: &Path,
     scratch: &Path,
-    opts: &Options,
+    timeout: Duration,
+    how: &How<'_>,
 ) -> CaseResult {
     let start = Instant::now();
     let mut result = CaseResult {
@@ -80,7 +112,7 @@ pub(super) fn run_case(
         problems: Vec::new(),
         duration: Duration::ZERO,
     };
-    match execute(i, case, dir, scratch, opts, &mut result.problems) {
+    match execute(i, case, dir, scratch, timeout, how, &mut result.problems) {
         Some(got) => {
             let mut status = match &case.expect {
                 None => Status::Unexpected,
@@ -117,7 +149,8 @@ pub(super) fn execute(
     case: &Case,
     dir: &Path,
     scratch: &Path,
-    opts: &Options,
+    timeout: Duration,
+    how: &How<'_>,
     problems: &mut Vec<String>,
 ) -> Option<Got> {
     let artifact = dir.join(&case.file);
@@ -132,51 +165,29 @@ pub(super) fn execute(
             return None;
         }
     }
-    // A fresh, empty parent per case: the child's cwd and TMPDIR, so stray writes show up.
+    // A fresh, empty parent per case (the `extract` process's cwd and TMPDIR, so stray writes
+    // show up), holding the staging directory.
     let parent = scratch.join("cases").join(i.to_string());
-    let io_dir = scratch.join("io");
     if let Err(e) = fs::create_dir(&parent) {
         problems.push(format!("cannot create the case directory: {e}"));
         return None;
     }
-    let staging = parent.join("staging");
-    let mut cmd = Command::new(&opts.exe);
-    cmd.arg("extract")
-        .arg(&artifact)
-        .arg("--json")
-        .arg("--out")
-        .arg(&staging);
-    if let Some(kind) = case.kind {
-        cmd.arg("--type").arg(kind.as_str());
-    }
-    if let Some(mt) = &case.media_type {
-        cmd.arg("--media-type").arg(mt);
-    }
-    if let Some(d) = &case.digest {
-        cmd.arg("--digest").arg(d);
-    }
-    if let Some(limits) = &case.limits {
-        let path = io_dir.join(format!("{i}.limits.json"));
-        if let Err(e) = fs::write(&path, limits.to_string()) {
-            problems.push(format!("cannot write the limits file: {e}"));
-            return None;
+    let answer = match how {
+        How::Process { exe, extract_args } => run_process(
+            i,
+            case,
+            &artifact,
+            &parent,
+            &scratch.join("io"),
+            exe,
+            extract_args,
+            timeout,
+            problems,
+        ),
+        How::Spare(sandbox, spare) => {
+            run_spare(case, &artifact, &parent, sandbox, spare, timeout, problems)
         }
-        cmd.arg("--limits").arg(path);
-    }
-    cmd.args(&opts.extract_args);
-    let out_path = io_dir.join(format!("{i}.out"));
-    let err_path = io_dir.join(format!("{i}.err"));
-    let (Ok(out), Ok(err)) = (File::create(&out_path), File::create(&err_path)) else {
-        problems.push("cannot create the output files".into());
-        return None;
     };
-    cmd.current_dir(&parent)
-        .env("TMPDIR", &parent)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    let status = wait(cmd, opts.timeout, problems);
-    let answer = status.and_then(|status| read_answer(status, &out_path, &err_path, problems));
     check_containment(&parent, answer.as_ref().map(|(o, _)| o), problems);
     if let Ok(dir) = File::open(&parent) {
         let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
@@ -221,6 +232,203 @@ pub(super) fn execute(
     })
 }
 
+/// The case as its own `skillbox extract --json --out PARENT/staging` process.
+#[allow(clippy::too_many_arguments)]
+fn run_process(
+    i: usize,
+    case: &Case,
+    artifact: &Path,
+    parent: &Path,
+    io_dir: &Path,
+    exe: &Path,
+    extract_args: &[String],
+    timeout: Duration,
+    problems: &mut Vec<String>,
+) -> Option<(Outcome, Value)> {
+    let staging = parent.join("staging");
+    let mut cmd = Command::new(exe);
+    cmd.arg("extract")
+        .arg(artifact)
+        .arg("--json")
+        .arg("--out")
+        .arg(&staging);
+    if let Some(kind) = case.kind {
+        cmd.arg("--type").arg(kind.as_str());
+    }
+    if let Some(mt) = &case.media_type {
+        cmd.arg("--media-type").arg(mt);
+    }
+    if let Some(d) = &case.digest {
+        cmd.arg("--digest").arg(d);
+    }
+    if let Some(limits) = &case.limits {
+        let path = io_dir.join(format!("{i}.limits.json"));
+        if let Err(e) = fs::write(&path, limits.to_string()) {
+            problems.push(format!("cannot write the limits file: {e}"));
+            return None;
+        }
+        cmd.arg("--limits").arg(path);
+    }
+    cmd.args(extract_args);
+    let out_path = io_dir.join(format!("{i}.out"));
+    let err_path = io_dir.join(format!("{i}.err"));
+    let (Ok(out), Ok(err)) = (File::create(&out_path), File::create(&err_path)) else {
+        problems.push("cannot create the output files".into());
+        return None;
+    };
+    cmd.current_dir(parent)
+        .env("TMPDIR", parent)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    let status = wait(cmd, timeout, problems);
+    status.and_then(|status| read_answer(status, &out_path, &err_path, problems))
+}
+
+/// The case in a confined child taken from `sandbox`'s spares, staged into `PARENT/staging`
+/// exactly as `skillbox extract --out PARENT/staging` stages: the directory is created fresh,
+/// the sandbox re-checks an acceptance against the tree, and anything else leaves nothing.
+fn run_spare(
+    case: &Case,
+    artifact: &Path,
+    parent: &Path,
+    sandbox: &Sandbox,
+    spare: &SpareOptions,
+    timeout: Duration,
+    problems: &mut Vec<String>,
+) -> Option<(Outcome, Value)> {
+    let req = match request(case, artifact, &spare.overrides) {
+        Ok(r) => r,
+        Err(e) => {
+            problems.push(e);
+            return None;
+        }
+    };
+    // Checked again on the open file: the path may have been swapped since.
+    let file = match File::open(artifact) {
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
+        Ok(_) => {
+            problems.push(format!("{} is not a regular file", case.file.display()));
+            return None;
+        }
+        Err(e) => {
+            problems.push(format!("cannot open {}: {e}", case.file.display()));
+            return None;
+        }
+    };
+    let staging = parent.join("staging");
+    if let Err(e) = fs::create_dir(&staging) {
+        problems.push(format!("cannot create the staging directory: {e}"));
+        return None;
+    }
+    let confined = File::open(&staging)
+        .map_err(|e| format!("cannot open the staging directory: {e}"))
+        .and_then(|dir| {
+            sandbox
+                .extract_at(&file, dir.as_fd(), &req)
+                .map_err(|e| format!("the confined child could not run the case: {e}"))
+        });
+    let discard = || {
+        // Beneath the fd, never following a symlink: the tree may hold hostile links.
+        if let Ok(dir) = File::open(&staging) {
+            let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
+        }
+        let _ = fs::remove_dir(&staging);
+    };
+    let confined = match confined {
+        Ok(c) => c,
+        Err(e) => {
+            discard();
+            problems.push(e);
+            return None;
+        }
+    };
+    // The sandbox's deadline is the replay's timeout when that is the shorter: then a timeout
+    // is this case's error, as it is when the timeout kills an `extract` process.
+    let killed_by_us = timeout < spare.sandbox.timeout
+        && confined
+            .outcome
+            .reason
+            .as_ref()
+            .is_some_and(|r| r.code == ReasonCode::Timeout);
+    if confined.outcome.verdict == Verdict::Rejected || killed_by_us {
+        discard();
+    }
+    if killed_by_us {
+        problems.push(timed_out(timeout));
+        return None;
+    }
+    // Findings are read from the answer's JSON, as from an `extract` process's (only the
+    // review: encoding a 10,000-entry inventory to read none of it costs a case milliseconds).
+    let value = match serde_json::to_value(&confined.outcome.review) {
+        Ok(review) => json!({ "review": review }),
+        Err(e) => {
+            problems.push(format!("cannot encode the answer: {e}"));
+            return None;
+        }
+    };
+    Some((confined.outcome, value))
+}
+
+/// The request `skillbox extract` would build for this case: the case's limits as its limits
+/// file, the overrides as its limit flags, the file's name as the format hint, a `.skill` file
+/// with its wrapper accepted, and the type from the extension when the manifest gives none.
+pub(super) fn request(
+    case: &Case,
+    artifact: &Path,
+    overrides: &LimitOverrides,
+) -> Result<Request, String> {
+    let expected_digest = match &case.digest {
+        Some(d) => Some(
+            d.parse::<Sha256Digest>()
+                .map_err(|e| format!("--digest: {e}"))?,
+        ),
+        None => None,
+    };
+    let base = match &case.limits {
+        Some(v) => {
+            let file: LimitOverrides =
+                serde_json::from_value(v.clone()).map_err(|e| format!("limits: {e}"))?;
+            let limits = file.apply(&Limits::default());
+            limits.validate().map_err(|e| format!("limits: {e}"))?;
+            limits
+        }
+        None => Limits::default(),
+    };
+    let mut limits = overrides.apply(&base);
+    limits.validate().map_err(|e| format!("limits: {e}"))?;
+    let file_name = artifact
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned());
+    let lower = file_name.as_deref().map(str::to_ascii_lowercase);
+    let ends = |ext: &str| lower.as_deref().is_some_and(|n| n.ends_with(ext));
+    limits.accept_wrapper |= ends(".skill");
+    let artifact_type = match case.kind {
+        Some(CaseType::SkillMd) => ArtifactType::SkillMd,
+        Some(CaseType::Archive) => ArtifactType::Archive,
+        None if ends(".md") => ArtifactType::SkillMd,
+        None => ArtifactType::Archive,
+    };
+    Ok(Request {
+        media_type: case.media_type.clone(),
+        file_name,
+        expected_digest,
+        ..Request::new(artifact_type, limits)
+    })
+}
+
+/// A case past the replay's timeout.
+fn timed_out(timeout: Duration) -> String {
+    if timeout.subsec_nanos() == 0 {
+        format!("timed out after {}s and was killed", timeout.as_secs())
+    } else {
+        format!(
+            "timed out after {:.3}s and was killed",
+            timeout.as_secs_f64()
+        )
+    }
+}
+
 /// Spawn and wait, killing the child past the timeout.
 pub(super) fn wait(
     mut cmd: Command,
@@ -242,10 +450,7 @@ pub(super) fn wait(
             Ok(None) if Instant::now() >= deadline => {
                 let _ = child.kill();
                 let _ = child.wait();
-                problems.push(format!(
-                    "timed out after {}s and was killed",
-                    timeout.as_secs()
-                ));
+                problems.push(timed_out(timeout));
                 return None;
             }
             Ok(None) => {

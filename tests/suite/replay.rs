@@ -419,8 +419,10 @@ fn writes_outside_the_staging_directory_are_caught() {
     let opts = skillbox::replay::Options {
         jobs: 2,
         timeout: Duration::from_secs(30),
-        exe: fake,
-        extract_args: Vec::new(),
+        isolate: skillbox::replay::Isolate::Process {
+            exe: fake,
+            extract_args: Vec::new(),
+        },
     };
     let report = skillbox::replay::run(&dir, &opts).expect("run");
     let a = &report.cases[0];
@@ -453,6 +455,288 @@ fn the_project_fuzz_regressions_replay_green() {
     }
     let o = replay(&[dir.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+}
+
+/// The JSON report without what differs from run to run (seconds) or names the path taken.
+fn comparable_json(stdout: &[u8]) -> Value {
+    let mut v: Value =
+        serde_json::from_slice(stdout).unwrap_or_else(|e| panic!("{e}: {}", text(stdout)));
+    if let Some(o) = v.as_object_mut() {
+        o.remove("isolate");
+    }
+    if let Some(s) = v["summary"].as_object_mut() {
+        s.remove("seconds");
+    }
+    for c in v["cases"]
+        .as_array_mut()
+        .map(Vec::as_mut_slice)
+        .unwrap_or_default()
+    {
+        if let Some(c) = c.as_object_mut() {
+            c.remove("duration");
+        }
+    }
+    v
+}
+
+/// JUnit XML with every `time="..."` attribute blanked.
+fn comparable_junit(path: &Path) -> String {
+    let xml = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = String::new();
+    let mut rest = xml.as_str();
+    while let Some(i) = rest.find(" time=\"") {
+        out.push_str(&rest[..i]);
+        rest = &rest[i + 7..];
+        let end = rest.find('"').unwrap_or(rest.len());
+        out.push_str(" time=\"\"");
+        rest = rest.get(end + 1..).unwrap_or("");
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Replay `dir` both ways with `extra` arguments: the JSON reports (seconds aside) and the
+/// JUnit files (times aside) must be the same case by case. Returns the spare run's JSON.
+fn both_paths_agree(dir: &Path, extra: &[&str], spare_expected: bool) -> Value {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut reports = Vec::new();
+    for isolate in ["process", "spare"] {
+        let junit = tmp.path().join(format!("{isolate}.xml"));
+        let mut args = vec![
+            dir.to_str().unwrap_or(""),
+            "--json",
+            "--jobs",
+            "2",
+            "--isolate",
+            isolate,
+            "--junit",
+            junit.to_str().unwrap_or(""),
+        ];
+        args.extend_from_slice(extra);
+        let o = replay(&args);
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{isolate}: {}\n{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_default();
+        let expect = if isolate == "spare" && spare_expected {
+            "spare"
+        } else {
+            "process"
+        };
+        assert_eq!(v["isolate"], expect, "{isolate}");
+        reports.push((
+            o.status.code(),
+            comparable_json(&o.stdout),
+            comparable_junit(&junit),
+            v,
+        ));
+    }
+    let (spare, process) = (
+        reports.pop().unwrap_or_default(),
+        reports.pop().unwrap_or_default(),
+    );
+    assert_eq!(process.0, spare.0, "exit status");
+    let (p, s) = (&process.1["cases"], &spare.1["cases"]);
+    assert_eq!(
+        p.as_array().map(Vec::len),
+        s.as_array().map(Vec::len),
+        "case count"
+    );
+    for (a, b) in p
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(s.as_array().into_iter().flatten())
+    {
+        assert_eq!(a, b, "the case differs between --isolate process and spare");
+    }
+    assert_eq!(process.1, spare.1, "JSON report");
+    assert_eq!(process.2, spare.2, "JUnit report");
+    spare.3
+}
+
+/// Copy `from` to `to` (directories and regular files only, as the corpus holds).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("create_dir_all");
+    for e in std::fs::read_dir(from).expect("read_dir").flatten() {
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn spares_and_processes_give_the_same_report_over_the_project_corpus() {
+    // The project's corpus, every suite, without its few cases that stage 10,000 entries or
+    // expand 300 MiB (seconds each in a debug build; `scripts/bench-replay.sh` compares the
+    // reports of the whole corpus in release builds).
+    let heavy = |name: &str| name.contains("entries_1000") || name.contains("expanded_300mib");
+    let root: PathBuf = [env!("CARGO_MANIFEST_DIR"), "corpus"].iter().collect();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("corpus");
+    let mut m: Value =
+        serde_json::from_slice(&std::fs::read(root.join("manifest.json")).expect("read"))
+            .expect("parse the manifest");
+    let mut kept = Vec::new();
+    for c in m["cases"].as_array().cloned().unwrap_or_default() {
+        if heavy(c["name"].as_str().unwrap_or("")) {
+            continue;
+        }
+        let file = c["file"].as_str().unwrap_or("");
+        write(
+            &dir,
+            file,
+            &std::fs::read(root.join(file)).expect("read a case"),
+        );
+        kept.push(c);
+    }
+    let dropped = m["cases"].as_array().map_or(0, Vec::len) - kept.len();
+    assert!(dropped <= 10, "{dropped} cases left out");
+    m["cases"] = Value::Array(kept);
+    write(&dir, "manifest.json", m.to_string().as_bytes());
+    for e in std::fs::read_dir(&root).expect("read_dir").flatten() {
+        if e.path().join("manifest.json").is_file() {
+            copy_tree(&e.path(), &dir.join(e.file_name()));
+        }
+    }
+    let v = both_paths_agree(&dir, &[], true);
+    assert_eq!(v["ok"], true, "{}", v["summary"]);
+    assert!(
+        v["summary"]["total"].as_u64().unwrap_or(0) > 300,
+        "{}",
+        v["summary"]
+    );
+}
+
+#[test]
+fn a_child_killed_by_seccomp_is_that_cases_alone_on_both_paths() {
+    // A replacement profile without `mkdirat` (it may only tighten): a package with a
+    // directory kills its child with SIGSYS; a flat one is still accepted beside it.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    write(
+        &dir,
+        "flat.tar",
+        &tar_bytes(&[(b"SKILL.md", SKILL), (b"a.md", b"a")]),
+    );
+    write(
+        &dir,
+        "nested.tar",
+        &tar_bytes(&[(b"SKILL.md", SKILL), (b"docs/a.md", b"a")]),
+    );
+    write(&dir, "SKILL.md", SKILL);
+    manifest(
+        &dir,
+        &[
+            case(
+                "flat",
+                "flat.tar",
+                "archive",
+                Value::Null,
+                "accepted",
+                Value::Null,
+            ),
+            case(
+                "nested",
+                "nested.tar",
+                "archive",
+                Value::Null,
+                "accepted",
+                Value::Null,
+            ),
+            case(
+                "md",
+                "SKILL.md",
+                "skill-md",
+                Value::Null,
+                "accepted",
+                Value::Null,
+            ),
+        ],
+    );
+    let arch = if cfg!(target_arch = "aarch64") {
+        "aarch64"
+    } else {
+        "x86_64"
+    };
+    let embedded: Value = serde_json::from_slice(
+        &std::fs::read(
+            [
+                env!("CARGO_MANIFEST_DIR"),
+                "sandbox-profiles",
+                &format!("{arch}.json"),
+            ]
+            .iter()
+            .collect::<PathBuf>(),
+        )
+        .expect("read the embedded profile"),
+    )
+    .expect("parse the embedded profile");
+    let mut tighter = embedded.clone();
+    if let Some(f) = tighter["skillbox_child"]["filter"].as_array_mut() {
+        f.retain(|rule| rule["syscall"] != "mkdirat");
+    }
+    assert_ne!(tighter, embedded, "the profile allows mkdirat");
+    let profile = tmp.path().join("no-mkdirat.json");
+    std::fs::write(&profile, tighter.to_string()).expect("write");
+    let arg = format!("--seccomp-profile={}", profile.display());
+    let v = both_paths_agree(&dir, &["--extract-arg", &arg], true);
+    let by_name: BTreeMap<&str, &Value> = v["cases"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| (c["name"].as_str().unwrap_or(""), c))
+        .collect();
+    assert_eq!(by_name["flat"]["status"], "pass", "{v}");
+    assert_eq!(by_name["md"]["status"], "pass", "{v}");
+    let nested = by_name["nested"];
+    assert_eq!(nested["status"], "fail", "{v}");
+    assert_eq!(nested["got"]["reason"], "sandbox_violation", "{v}");
+    assert!(
+        nested["got"]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("SIGSYS")),
+        "{v}"
+    );
+}
+
+#[test]
+fn extract_args_the_spares_cannot_take_run_cases_as_processes() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let cases = corpus(&dir);
+    manifest(&dir, &cases);
+    // A limit flag is the spares' to apply, over each case's own limits as `extract` applies
+    // flags over a limits file: the two-entry `ok` is now refused, on both paths alike.
+    let v = both_paths_agree(&dir, &["--extract-arg", "--max-entries=1"], true);
+    let ok = v["cases"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == "ok"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(ok["got"]["verdict"], "rejected", "{v}");
+    assert_eq!(ok["got"]["reason"], "entry_count", "{v}");
+    // `--skill-name` is not: every case runs as an `extract` process, which takes it.
+    let v = both_paths_agree(&dir, &["--extract-arg", "--skill-name=demo"], false);
+    assert_eq!(v["ok"], true, "{v}");
+    // An invalid limit flag is refused once, before anything runs.
+    let o = replay(&[
+        dir.to_str().unwrap_or(""),
+        "--extract-arg",
+        "--max-entries=0",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("max_entries"),
+        "{}",
+        text(&o.stderr)
+    );
 }
 
 /// Parse with python3's xml.etree when python3 is installed (a second, independent parser).
