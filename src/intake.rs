@@ -87,7 +87,7 @@ pub fn run(
     staging: BorrowedFd<'_>,
     req: &Request,
 ) -> Result<Outcome, EngineError> {
-    let extraction = extract::extract(artifact, staging, req)?;
+    let (extraction, captured) = extract::extract_capturing(artifact, staging, req)?;
     if extraction.verdict != Verdict::Accepted {
         return Ok(extraction.into());
     }
@@ -95,8 +95,10 @@ pub fn run(
         skill_name: req.skill_name.clone(),
         description: req.index_description.clone(),
     };
-    let reviewed = review::review(staging, &extraction.entries, &listed)
-        .and_then(|r| wrapper_named_after_skill(extraction.wrapper.as_deref(), r));
+    let limits = review::ReviewLimits::default();
+    let reviewed =
+        review::review_captured(staging, &extraction.entries, &listed, &limits, &captured)
+            .and_then(|r| wrapper_named_after_skill(extraction.wrapper.as_deref(), r));
     match reviewed {
         Ok(review) => {
             let mut outcome = Outcome::from(extraction);

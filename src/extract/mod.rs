@@ -7,6 +7,7 @@
 //! and a [`Request`]. It never opens a path by name outside that directory and never spawns.
 //! On rejection everything it created is removed before it returns.
 
+pub mod captured;
 pub mod detect;
 pub mod hashing;
 pub mod inventory;
@@ -30,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::{Hasher, Sha256Digest};
 use crate::reason::{Reason, ReasonCode, Verdict};
+pub use captured::Captured;
 pub use detect::{ArtifactType, Format};
 use inventory::{ArtifactFacts, Extraction, Totals};
 use policy::Limits;
@@ -110,6 +112,16 @@ pub fn extract(
     staging: BorrowedFd<'_>,
     req: &Request,
 ) -> Result<Extraction, EngineError> {
+    extract_capturing(artifact, staging, req).map(|(e, _)| e)
+}
+
+/// [`extract`], also returning the first bytes of each file as written ([`Captured`]), which
+/// the review reads instead of the staged copy. Empty unless the extraction was accepted.
+pub fn extract_capturing(
+    artifact: &File,
+    staging: BorrowedFd<'_>,
+    req: &Request,
+) -> Result<(Extraction, Captured), EngineError> {
     let size = artifact.metadata().map_err(EngineError::Artifact)?.len();
     let mut facts = ArtifactFacts {
         digest: None,
@@ -128,7 +140,7 @@ pub fn extract(
             "artifact is larger than the limit",
         )
         .limit(req.limits.max_artifact_bytes, size);
-        return Ok(rejected(facts, totals, reason));
+        return Ok((rejected(facts, totals, reason), Captured::default()));
     }
 
     // 1. Digest over the exact bytes, before any parsing.
@@ -144,7 +156,7 @@ pub fn extract(
             ReasonCode::DigestMismatch,
             format!("expected {expected}, the bytes received hash to {digest}"),
         );
-        return Ok(rejected(facts, totals, reason));
+        return Ok((rejected(facts, totals, reason), Captured::default()));
     }
 
     // 2. Format from the magic bytes, hints cross-checked.
@@ -162,7 +174,7 @@ pub fn extract(
         req.file_name.as_deref(),
     ) {
         Ok(f) => f,
-        Err(reason) => return Ok(rejected(facts, totals, reason)),
+        Err(reason) => return Ok((rejected(facts, totals, reason), Captured::default())),
     };
     facts.format = Some(format.as_str().to_owned());
 
@@ -181,22 +193,23 @@ pub fn extract(
     }
     match result {
         Ok(()) => {
-            let (entries, totals) = sink.into_inventory(size);
-            Ok(Extraction {
+            let (entries, totals, captured) = sink.into_inventory(size);
+            let extraction = Extraction {
                 verdict: Verdict::Accepted,
                 reason: None,
                 artifact: facts,
                 entries,
                 totals,
                 wrapper,
-            })
+            };
+            Ok((extraction, captured))
         }
         Err(stop) => {
             let totals = sink.partial_totals(size);
             // Nothing of a rejected artifact may survive.
             sink.clear().map_err(EngineError::Cleanup)?;
             match stop {
-                Stop::Reject(reason) => Ok(rejected(facts, totals, reason)),
+                Stop::Reject(reason) => Ok((rejected(facts, totals, reason), Captured::default())),
                 Stop::Fault(err) => Err(err),
             }
         }

@@ -15,6 +15,7 @@ use std::os::fd::BorrowedFd;
 
 use nix::errno::Errno;
 
+use super::captured::Captured;
 use super::hashing::{FileHash, InlineBuf, Pending};
 use super::inventory::{self, Entry, Flag, Kind, Totals};
 use super::path::{Parsed, SafeRelPath, drive_like, fold_key, hidden_char, nfc_key, nfkc_key};
@@ -160,6 +161,8 @@ pub(crate) struct Sink<'a> {
     unwrap: Option<String>,
     /// Set by [`Sink::finish`] when the tree is one wrapping directory holding `SKILL.md`.
     wrapped: Option<String>,
+    /// The first bytes of each file written, for the review (bounded: `captured.rs`).
+    captured: Captured,
 }
 
 /// Whether `components`, applied as text from a directory `depth` levels below the root, pass
@@ -221,6 +224,7 @@ impl<'a> Sink<'a> {
             pending: Vec::new(),
             unwrap: None,
             wrapped: None,
+            captured: Captured::default(),
         }
     }
 
@@ -549,6 +553,8 @@ impl<'a> Sink<'a> {
         let limits = self.limits;
         let artifact_size = self.artifact_size;
         let bytes_out = &mut self.bytes_out;
+        let captured = &mut self.captured;
+        let mut capture = captured.begin();
         let streamed = loop {
             let n = hash.fill(
                 &mut buf,
@@ -594,6 +600,11 @@ impl<'a> Sink<'a> {
                         let take = (512 - head.len()).min(n);
                         head.extend_from_slice(&chunk[..take]);
                     }
+                    if let Some(start) = capture
+                        && !captured.push(start, chunk)
+                    {
+                        capture = None;
+                    }
                     file.write_all(chunk).map_err(|e| write_failed(e, p))
                 },
                 |e| classify(&e, Some(p.as_bytes())).into(),
@@ -607,6 +618,9 @@ impl<'a> Sink<'a> {
         };
         self.buf = buf;
         streamed?;
+        if let Some(start) = capture {
+            self.captured.commit(p, start);
+        }
         if let Some(declared) = declared
             && declared != written
         {
@@ -950,8 +964,8 @@ impl<'a> Sink<'a> {
         self.writer.clear()
     }
 
-    /// The sorted inventory and totals of an accepted extraction.
-    pub(crate) fn into_inventory(self, bytes_in: u64) -> (Vec<Entry>, Totals) {
+    /// The sorted inventory, the totals and the kept file bytes of an accepted extraction.
+    pub(crate) fn into_inventory(self, bytes_in: u64) -> (Vec<Entry>, Totals, Captured) {
         let totals = self.totals(bytes_in);
         let mut entries: Vec<Entry> = self
             .nodes
@@ -967,6 +981,6 @@ impl<'a> Sink<'a> {
             })
             .collect();
         entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-        (entries, totals)
+        (entries, totals, self.captured)
     }
 }

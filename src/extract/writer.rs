@@ -1,13 +1,14 @@
 //! The only code that creates files: everything beneath one directory fd, no symlink followed.
 //!
 //! Every parent directory is reached by a component-wise `openat(O_NOFOLLOW | O_DIRECTORY)`
-//! walk from the staging fd, and every leaf is created with `O_CREAT | O_EXCL | O_NOFOLLOW`
+//! walk from the staging fd (each directory's fd kept open for the next file: [`DirCache`]), and every leaf is created with `O_CREAT | O_EXCL | O_NOFOLLOW`
 //! (or `mkdirat` / `symlinkat`, which never follow the final component). We deliberately do not
 //! use `openat2(RESOLVE_BENEATH)`: its flags sit behind a pointer seccomp cannot inspect, while
 //! `openat`'s flags can be pinned by the filter (docs/sandbox.md, trap 2). A planted symlink in a
 //! parent position therefore fails with `ELOOP`/`ENOTDIR` instead of being followed.
 //! No chown, no timestamps, no xattrs: only names, bytes and sanitised modes.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -17,11 +18,87 @@ use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, fchmod, mkdirat};
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
 
-/// Creates entries beneath a root directory fd, caching the open chain of the last directory.
-pub struct Writer<'a> {
+/// Directories kept open beneath the root at once (see [`DirCache`]). The confined child may
+/// hold 64 fds in all; with its pipes, the memfd, the staging fd and one file it stays well
+/// under that.
+const MAX_CACHED_DIRS: usize = 24;
+
+/// Open directory fds beneath a root, by relative (normalised) path. Every one was opened by
+/// `openat(O_RDONLY | O_DIRECTORY | O_NOFOLLOW)` of one component relative to its own parent's
+/// fd (the root's for the first level), so a symlink anywhere on the way fails instead of
+/// being followed, exactly as a component-wise walk from the root does; the walk is only not
+/// repeated for the next file in the same directory, or in a sibling. When a walk would pass
+/// [`MAX_CACHED_DIRS`], every fd is closed first and the walk starts again from the root.
+pub struct DirCache<'a> {
     root: BorrowedFd<'a>,
-    /// Open directories from the root down to the last parent used: (component, fd).
-    chain: Vec<(String, OwnedFd)>,
+    dirs: HashMap<String, OwnedFd>,
+}
+
+impl<'a> DirCache<'a> {
+    pub fn new(root: BorrowedFd<'a>) -> Self {
+        Self {
+            root,
+            dirs: HashMap::new(),
+        }
+    }
+
+    /// The fd of directory `parent` (relative, normalised; `None`: the root).
+    pub fn get(&mut self, parent: Option<&str>) -> io::Result<BorrowedFd<'_>> {
+        let Some(parent) = parent else {
+            return Ok(self.root);
+        };
+        if !self.dirs.contains_key(parent) {
+            self.open(parent)?;
+        }
+        Ok(self.dirs.get(parent).map_or(self.root, |fd| fd.as_fd()))
+    }
+
+    fn open(&mut self, parent: &str) -> io::Result<()> {
+        // Where each component ends: `a/b/c` -> 1, 3, 5.
+        let ends: Vec<usize> = parent
+            .match_indices('/')
+            .map(|(i, _)| i)
+            .chain(std::iter::once(parent.len()))
+            .collect();
+        // The nearest ancestor already open; the walk continues from there.
+        let mut from = ends
+            .iter()
+            .rposition(|&e| self.dirs.contains_key(&parent[..e]))
+            .map_or(0, |i| i + 1);
+        if self.dirs.len() + (ends.len() - from) > MAX_CACHED_DIRS {
+            self.dirs.clear();
+            from = 0;
+        }
+        for k in from..ends.len() {
+            let (start, end) = (if k == 0 { 0 } else { ends[k - 1] + 1 }, ends[k]);
+            let fd = {
+                let base = match k {
+                    0 => self.root,
+                    _ => self
+                        .dirs
+                        .get(&parent[..ends[k - 1]])
+                        .map_or(self.root, |fd| fd.as_fd()),
+                };
+                openat(base, &parent[start..end], dir_flags(), Mode::empty())?
+            };
+            self.dirs.insert(parent[..end].to_owned(), fd);
+        }
+        Ok(())
+    }
+
+    /// Close every cached fd (before the tree beneath the root is removed).
+    pub fn clear(&mut self) {
+        self.dirs.clear();
+    }
+
+    pub fn root(&self) -> BorrowedFd<'a> {
+        self.root
+    }
+}
+
+/// Creates entries beneath a root directory fd, keeping the directories it used open.
+pub struct Writer<'a> {
+    dirs: DirCache<'a>,
 }
 
 fn dir_flags() -> OFlag {
@@ -38,29 +115,13 @@ fn split(path: &str) -> (Option<&str>, &str) {
 impl<'a> Writer<'a> {
     pub fn new(root: BorrowedFd<'a>) -> Self {
         Self {
-            root,
-            chain: Vec::new(),
+            dirs: DirCache::new(root),
         }
     }
 
     /// The fd of directory `parent` (relative, normalised), opened without following symlinks.
     fn parent_fd(&mut self, parent: Option<&str>) -> io::Result<BorrowedFd<'_>> {
-        let wanted: Vec<&str> = parent.map(|p| p.split('/').collect()).unwrap_or_default();
-        let common = self
-            .chain
-            .iter()
-            .zip(wanted.iter())
-            .take_while(|((have, _), want)| have == *want)
-            .count();
-        self.chain.truncate(common);
-        for comp in &wanted[common..] {
-            let fd = {
-                let base = self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd());
-                openat(base, *comp, dir_flags(), Mode::empty())?
-            };
-            self.chain.push(((*comp).to_owned(), fd));
-        }
-        Ok(self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd()))
+        self.dirs.get(parent)
     }
 
     /// Create directory `path` with mode 0755. Fails if anything exists there.
@@ -111,8 +172,8 @@ impl<'a> Writer<'a> {
 
     /// Remove everything beneath the root (not the root itself). Used on every rejection.
     pub fn clear(&mut self) -> io::Result<()> {
-        self.chain.clear();
-        clear_beneath(self.root, 0)
+        self.dirs.clear();
+        clear_beneath(self.dirs.root(), 0)
     }
 }
 
@@ -188,6 +249,25 @@ mod tests {
         assert!(
             matches!(err, Some(Some(libc_eloop)) if libc_eloop == Errno::ELOOP as i32 || libc_eloop == Errno::ENOTDIR as i32)
         );
+        // ... nor beneath a directory whose fd is kept open for the next file.
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("a/evil")).expect("symlink");
+        let err = w
+            .create_file("a/evil/owned")
+            .err()
+            .map(|e| e.raw_os_error());
+        assert!(
+            matches!(err, Some(Some(e)) if e == Errno::ELOOP as i32 || e == Errno::ENOTDIR as i32)
+        );
+        w.mkdir("a/b").expect("mkdir");
+        w.create_file("a/b/y").expect("create_file");
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("a/b/evil")).expect("symlink");
+        let err = w
+            .create_file("a/b/evil/owned")
+            .err()
+            .map(|e| e.raw_os_error());
+        assert!(
+            matches!(err, Some(Some(e)) if e == Errno::ELOOP as i32 || e == Errno::ENOTDIR as i32)
+        );
         // ... nor as a leaf.
         let err = w.create_file("evil").err().map(|e| e.raw_os_error());
         assert_eq!(err, Some(Some(Errno::EEXIST as i32)));
@@ -196,6 +276,25 @@ mod tests {
                 .map(|d| d.count())
                 .unwrap_or(99),
             0
+        );
+
+        // More directories than the cache keeps open: the walk starts again from the root.
+        for i in 0..(2 * MAX_CACHED_DIRS) {
+            w.mkdir(&format!("d{i}")).expect("mkdir");
+            w.mkdir(&format!("d{i}/e")).expect("mkdir");
+        }
+        for round in 0..2 {
+            for i in 0..(2 * MAX_CACHED_DIRS) {
+                let mut f = w
+                    .create_file(&format!("d{i}/e/f{round}"))
+                    .expect("create_file");
+                f.write_all(b"x").expect("write_all");
+            }
+        }
+        assert!(w.dirs.dirs.len() <= MAX_CACHED_DIRS);
+        assert_eq!(
+            std::fs::read(dir.path().join("d3/e/f1")).unwrap_or_default(),
+            b"x"
         );
 
         w.clear().expect("clear");

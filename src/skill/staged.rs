@@ -1,65 +1,48 @@
 //! Reading the staged tree back for review: beneath the staging fd, never by path, bounded.
 //!
-//! Like the writer, every parent is reached by a component-wise
-//! `openat(O_RDONLY | O_DIRECTORY | O_NOFOLLOW)` walk and every leaf is opened with
+//! Like the writer (and through the same [`DirCache`]), every parent is reached by a
+//! component-wise `openat(O_RDONLY | O_DIRECTORY | O_NOFOLLOW)` walk and every leaf is opened with
 //! `O_RDONLY | O_NOFOLLOW`, so a symlink anywhere fails instead of being followed. The only
 //! system calls used are `openat` (with `O_NOFOLLOW`, never `O_PATH`), `fstat`, `read` and
 //! `close`: what the confined child's seccomp filter allows. No `lseek`, no `mmap`.
 
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, SFlag, fstat};
 
-/// Opens files beneath a root directory fd, caching the open chain of the last directory.
+use crate::extract::writer::DirCache;
+
+/// Opens files beneath a root directory fd, keeping the directories it used open.
 pub struct StagedReader<'a> {
-    root: BorrowedFd<'a>,
-    chain: Vec<(String, OwnedFd)>,
+    dirs: DirCache<'a>,
 }
 
 impl<'a> StagedReader<'a> {
     pub fn new(root: BorrowedFd<'a>) -> Self {
         Self {
-            root,
-            chain: Vec::new(),
+            dirs: DirCache::new(root),
         }
-    }
-
-    fn parent_fd(&mut self, parent: &[&str]) -> io::Result<BorrowedFd<'_>> {
-        let common = self
-            .chain
-            .iter()
-            .zip(parent.iter())
-            .take_while(|((have, _), want)| have == *want)
-            .count();
-        self.chain.truncate(common);
-        for comp in &parent[common..] {
-            let fd = {
-                let base = self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd());
-                let flags =
-                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                openat(base, *comp, flags, Mode::empty())?
-            };
-            self.chain.push(((*comp).to_owned(), fd));
-        }
-        Ok(self.chain.last().map_or(self.root, |(_, fd)| fd.as_fd()))
     }
 
     /// Read at most `cap` bytes of regular file `path` (relative, normalised) into `buf`
     /// (cleared first). Returns the file's size as `fstat` reports it.
     pub fn read_capped(&mut self, path: &str, cap: usize, buf: &mut Vec<u8>) -> io::Result<u64> {
         buf.clear();
-        let comps: Vec<&str> = path.split('/').collect();
-        let Some((leaf, parent)) = comps.split_last() else {
+        if path.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty path"));
+        }
+        let (parent, leaf) = match path.rfind('/') {
+            Some(i) => (Some(&path[..i]), &path[i + 1..]),
+            None => (None, path),
         };
         let file = {
-            let dir = self.parent_fd(parent)?;
+            let dir = self.dirs.get(parent)?;
             File::from(openat(
                 dir,
-                *leaf,
+                leaf,
                 OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
                 Mode::empty(),
             )?)

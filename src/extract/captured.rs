@@ -1,0 +1,105 @@
+//! The first bytes of each file as the engine wrote it, kept for the review.
+//!
+//! The review scans every text file of the staged tree. Reading the tree back costs an `openat`,
+//! an `fstat`, a `read` and a `close` per file and a copy out of the page cache; for a package
+//! of many small files that is a large part of the child's time. The engine already holds
+//! every byte in its buffer while it writes it, so it keeps a bounded copy here (the same bytes
+//! it wrote, in the same process) and the review reads a file back from the staged tree only
+//! when its bytes are not here (past the bounds below, or a hard-link copy).
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// Bytes kept of one file: what the review reads of a file at most (its `max_file_bytes`
+/// default, and more than SKILL.md's frontmatter bound).
+pub const FILE_BYTES: usize = 1024 * 1024;
+/// Bytes kept in all: a bound on the child's memory; later files are read back instead.
+pub const TOTAL_BYTES: usize = 8 * 1024 * 1024;
+
+/// The kept bytes of written files, by inventory path.
+#[derive(Debug, Default)]
+pub struct Captured {
+    bytes: Vec<u8>,
+    files: HashMap<String, Range<usize>>,
+}
+
+impl Captured {
+    /// The first bytes of `path` as written: the whole file when it held at most
+    /// [`FILE_BYTES`], else exactly its first [`FILE_BYTES`]. `None` when not kept.
+    pub fn get(&self, path: &str) -> Option<&[u8]> {
+        self.files.get(path).and_then(|r| self.bytes.get(r.clone()))
+    }
+
+    /// Start keeping a file's bytes: returns where they begin, or `None` when the total bound
+    /// leaves no room for a file at all.
+    pub(crate) fn begin(&self) -> Option<usize> {
+        (self.bytes.len() < TOTAL_BYTES).then_some(self.bytes.len())
+    }
+
+    /// Keep the next `chunk` of the file begun at `start`; `false` once it no longer fits (the
+    /// partial copy is dropped, and the file is read back by the review instead).
+    pub(crate) fn push(&mut self, start: usize, chunk: &[u8]) -> bool {
+        let held = self.bytes.len() - start;
+        let take = chunk.len().min(FILE_BYTES - held.min(FILE_BYTES));
+        if self.bytes.len() + take > TOTAL_BYTES {
+            self.bytes.truncate(start);
+            return false;
+        }
+        self.bytes.extend_from_slice(&chunk[..take]);
+        true
+    }
+
+    /// The file begun at `start` is complete: keep it under `path`.
+    pub(crate) fn commit(&mut self, path: &str, start: usize) {
+        self.files.insert(path.to_owned(), start..self.bytes.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_whole_small_files_and_the_head_of_large_ones() {
+        let mut c = Captured::default();
+        let s = c.begin().unwrap_or(usize::MAX);
+        assert!(c.push(s, b"hello "));
+        assert!(c.push(s, b"world"));
+        c.commit("a.txt", s);
+        let big = vec![7u8; FILE_BYTES + 10];
+        let s = c.begin().unwrap_or(usize::MAX);
+        assert!(c.push(s, &big[..100]));
+        assert!(c.push(s, &big[100..]));
+        c.commit("big.bin", s);
+        assert_eq!(c.get("a.txt"), Some(&b"hello world"[..]));
+        assert_eq!(c.get("big.bin").map(<[u8]>::len), Some(FILE_BYTES));
+        assert_eq!(c.get("missing"), None);
+    }
+
+    #[test]
+    fn stops_at_the_total_bound_and_drops_the_partial_file() {
+        let mut c = Captured::default();
+        let chunk = vec![1u8; FILE_BYTES];
+        for i in 0..(TOTAL_BYTES / FILE_BYTES) {
+            let s = c.begin().unwrap_or(usize::MAX);
+            assert!(c.push(s, &chunk));
+            c.commit(&format!("f{i}"), s);
+        }
+        assert_eq!(c.begin(), None);
+        // Room for less than the next file: its partial copy is dropped.
+        let mut c2 = Captured::default();
+        for i in 0..(TOTAL_BYTES / FILE_BYTES - 1) {
+            let s = c2.begin().unwrap_or(usize::MAX);
+            assert!(c2.push(s, &chunk));
+            c2.commit(&format!("f{i}"), s);
+        }
+        let s = c2.begin().unwrap_or(usize::MAX);
+        assert!(c2.push(s, &chunk[..FILE_BYTES - 5]));
+        c2.commit("x", s);
+        let s = c2.begin().unwrap_or(usize::MAX);
+        assert!(!c2.push(s, b"0123456789"));
+        assert_eq!(c2.get("y"), None);
+        assert_eq!(c2.get("x").map(<[u8]>::len), Some(FILE_BYTES - 5));
+        assert_eq!(c2.begin(), Some(TOTAL_BYTES - 5));
+    }
+}
