@@ -78,6 +78,21 @@ fn main(process: Option<ProcessSteps>) -> i32 {
     let Some((input, mut request, program)) = read_request() else {
         return EXIT_BAD_SETUP;
     };
+    if request.build != wire::SOURCE_ID {
+        let result = JobResult::Unavailable {
+            step: "build".to_owned(),
+            detail: format!(
+                "the child binary was built from other sources ({}) than its parent ({}); rebuild both (`cargo build` builds skillbox and skillbox-child)",
+                wire::SOURCE_ID,
+                request.build
+            ),
+        };
+        let report = ConfinementReport::default();
+        return match send(&mut answer, &ChildAnswer { report, result }) {
+            Ok(()) => EXIT_UNAVAILABLE,
+            Err(_) => EXIT_BAD_SETUP,
+        };
+    }
     let process = process.unwrap_or_else(|| confine_process(request.run_as, request.parent_pid));
     let mut report = ConfinementReport::default();
     let confined = confine(&request, &program, process, &mut report).and_then(|inherited| {

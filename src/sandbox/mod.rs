@@ -487,6 +487,7 @@ impl Sandbox {
     ) -> Result<(Running, RequestTail), SandboxError> {
         let (seccomp_stage, program) = &self.program;
         let request = wire::ChildRequest {
+            build: wire::SOURCE_ID.to_owned(),
             parent_pid: std::process::id(),
             run_as: Some(self.config.run_as),
             rlimits: self.rlimit_plan(limits),

@@ -139,9 +139,16 @@ pub enum Job {
     Probe(Probe),
 }
 
+/// What this build's sources hash to (build.rs). The parent sends it and the child refuses a
+/// request from another build: a `skillbox-child` left from an older build (`cargo run` rebuilds
+/// only `skillbox`) would otherwise run another engine and review without a word.
+pub const SOURCE_ID: &str = env!("SKILLBOX_SOURCE_ID");
+
 /// The first frame on the child's fd 0.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ChildRequest {
+    /// The parent's [`SOURCE_ID`].
+    pub build: String,
     /// Our pid: after setting the parent-death signal the child checks it still has this parent.
     pub parent_pid: u32,
     /// Identity to switch to when the child starts as root; `None` keeps root (refused unless

@@ -288,6 +288,8 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
         open_files: 64,
     };
     let request = ChildRequest {
+        // A fixed id, so the seeds do not change with every source change.
+        build: "0123456789abcdef-100".into(),
         parent_pid: 4242,
         run_as: Some(Ids {
             uid: 65534,

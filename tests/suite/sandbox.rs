@@ -1813,6 +1813,80 @@ fn the_child_and_zygote_subcommands_refuse_to_run_by_hand() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("confined child"));
 }
 
+#[test]
+fn a_child_binary_from_another_build_refuses_the_request() {
+    // What a `skillbox-child` left from an older build sees: a well-formed request whose
+    // parent was built from other sources. It must answer "unavailable" and name the cause,
+    // before it confines itself or reads anything else.
+    use skillbox::extract::policy::Limits;
+    use skillbox::extract::{ArtifactType, Request};
+    use skillbox::sandbox::wire::{self, ChildAnswer, ChildRequest, Job, JobResult, RlimitPlan};
+    use std::io::{Read as _, Write as _};
+    let request = ChildRequest {
+        build: "another-build".into(),
+        parent_pid: std::process::id(),
+        run_as: None,
+        rlimits: RlimitPlan {
+            address_space_bytes: 1 << 30,
+            cpu_seconds: 30,
+            file_size_bytes: 64 << 20,
+            open_files: 64,
+        },
+        enforcement: skillbox::sandbox::Enforcement::Required,
+        seccomp_stage: wire::SeccompStage::Whole,
+        job: Job::Extract(Request::new(ArtifactType::Archive, Limits::default())),
+    };
+    assert_ne!(request.build, wire::SOURCE_ID);
+    let json = serde_json::to_vec(&request).expect("json");
+    // One BPF instruction (`ret ALLOW`): well-formed; the child must stop before installing it.
+    let mut program = vec![0x06, 0x00, 0, 0];
+    program.extend_from_slice(&0x7fff_0000u32.to_ne_bytes());
+    for bin in [
+        env!("CARGO_BIN_EXE_skillbox-child"),
+        env!("CARGO_BIN_EXE_skillbox"),
+    ] {
+        let mut child = std::process::Command::new(bin)
+            .arg(skillbox::sandbox::CHILD_SUBCOMMAND)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(&wire::frame(&json).expect("frame"))
+            .expect("write");
+        stdin
+            .write_all(&wire::frame(&program).expect("frame"))
+            .expect("write");
+        drop(stdin);
+        let mut answer = Vec::new();
+        child
+            .stdout
+            .take()
+            .expect("stdout")
+            .read_to_end(&mut answer)
+            .expect("read");
+        let status = child.wait().expect("wait");
+        assert_eq!(
+            status.code(),
+            Some(skillbox::sandbox::child::EXIT_UNAVAILABLE),
+            "{bin}"
+        );
+        assert!(answer.len() > 4, "{bin}: no answer");
+        let answer: ChildAnswer = serde_json::from_slice(&answer[4..]).expect("answer");
+        match answer.result {
+            JobResult::Unavailable { step, detail } => {
+                assert_eq!(step, "build", "{bin}");
+                assert!(detail.contains("another-build"), "{bin}: {detail}");
+                assert!(detail.contains(wire::SOURCE_ID), "{bin}: {detail}");
+            }
+            other => panic!("{bin}: {other:?}"),
+        }
+        assert!(!answer.report.seccomp, "{bin}: confined itself first");
+    }
+}
+
 // ---- The child binary: what it links, how it is found, when it is refused --------------------
 
 /// The bytes of an ELF file that are loaded into memory (every `SHF_ALLOC` section: code, read-only
