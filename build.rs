@@ -56,6 +56,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         served.encode_to_vec(),
     )?;
     tonic_prost_build::configure()
+        // A tree's chunks decode as slices of the received buffer (no copy per chunk); the
+        // client hashes and writes them from there.
+        .bytes(".skillbox.v1.TreePart.chunk")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

@@ -131,7 +131,7 @@ fn send_node(dir: &OwnedFd, e: &Entry, tx: &mpsc::Sender<Part>) -> Result<(), St
                 hasher.update(&chunk);
                 left -= n as u64;
                 let part = pb::TreePart {
-                    part: Some(pb::tree_part::Part::Chunk(chunk)),
+                    part: Some(pb::tree_part::Part::Chunk(chunk.into())),
                 };
                 if tx.blocking_send(Ok(part)).is_err() {
                     return Err(Status::cancelled("the client went away"));
