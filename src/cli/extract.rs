@@ -105,34 +105,18 @@ pub fn run(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<Exit, Failure> {
         ),
         None => None,
     };
-    let mut limits = limits::build(args.limits.as_deref(), &args.overrides)?;
-    let file_name = args
-        .artifact
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    // A local `.skill` file is what the skill packagers write: one wrapping directory.
-    limits.accept_wrapper |= file_name
-        .as_deref()
-        .is_some_and(|n| n.to_ascii_lowercase().ends_with(".skill"));
-    let artifact_type = match args.artifact_type {
-        Some(TypeArg::SkillMd) => ArtifactType::SkillMd,
-        Some(TypeArg::Archive) => ArtifactType::Archive,
-        None if file_name
-            .as_deref()
-            .is_some_and(|n| n.to_ascii_lowercase().ends_with(".md")) =>
-        {
-            ArtifactType::SkillMd
-        }
-        None => ArtifactType::Archive,
-    };
+    let limits = limits::build(args.limits.as_deref(), &args.overrides)?;
+    let given = args.artifact_type.map(|t| match t {
+        TypeArg::SkillMd => ArtifactType::SkillMd,
+        TypeArg::Archive => ArtifactType::Archive,
+    });
     let artifact = open_artifact(&args.artifact)?;
     let req = Request {
         media_type: args.media_type.clone(),
-        file_name,
         expected_digest,
         skill_name: args.skill_name.clone(),
         index_description: args.index_description.clone(),
-        ..Request::new(artifact_type, limits)
+        ..Request::for_local_file(&args.artifact, given, limits)
     };
     if let Some(server) = &args.server {
         return extract_remote(server, &args, &req);

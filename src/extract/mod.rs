@@ -26,6 +26,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::BorrowedFd;
 use std::os::unix::fs::FileExt;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -74,6 +75,26 @@ impl Request {
             skill_name: None,
             index_description: None,
             sealed_digest: None,
+        }
+    }
+
+    /// The request for a local file at `path`, as `skillbox extract FILE` (and each case of
+    /// `replay`) builds it: the file's name as the format hint; a `.skill` file (what the skill
+    /// packagers write: one wrapping directory) with its wrapper accepted; the type `given`, else
+    /// a SKILL.md for a `.md` name and an archive otherwise.
+    pub fn for_local_file(path: &Path, given: Option<ArtifactType>, mut limits: Limits) -> Self {
+        let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let lower = file_name.as_deref().map(str::to_ascii_lowercase);
+        let ends = |ext: &str| lower.as_deref().is_some_and(|n| n.ends_with(ext));
+        limits.accept_wrapper |= ends(".skill");
+        let artifact_type = given.unwrap_or(if ends(".md") {
+            ArtifactType::SkillMd
+        } else {
+            ArtifactType::Archive
+        });
+        Self {
+            file_name,
+            ..Self::new(artifact_type, limits)
         }
     }
 }

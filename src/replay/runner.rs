@@ -395,25 +395,16 @@ pub(super) fn request(
         }
         None => Limits::default(),
     };
-    let mut limits = overrides.apply(&base);
+    let limits = overrides.apply(&base);
     limits.validate().map_err(|e| format!("limits: {e}"))?;
-    let file_name = artifact
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
-    let lower = file_name.as_deref().map(str::to_ascii_lowercase);
-    let ends = |ext: &str| lower.as_deref().is_some_and(|n| n.ends_with(ext));
-    limits.accept_wrapper |= ends(".skill");
-    let artifact_type = match case.kind {
-        Some(CaseType::SkillMd) => ArtifactType::SkillMd,
-        Some(CaseType::Archive) => ArtifactType::Archive,
-        None if ends(".md") => ArtifactType::SkillMd,
-        None => ArtifactType::Archive,
-    };
+    let given = case.kind.map(|k| match k {
+        CaseType::SkillMd => ArtifactType::SkillMd,
+        CaseType::Archive => ArtifactType::Archive,
+    });
     Ok(Request {
         media_type: case.media_type.clone(),
-        file_name,
         expected_digest,
-        ..Request::new(artifact_type, limits)
+        ..Request::for_local_file(artifact, given, limits)
     })
 }
 
