@@ -88,7 +88,7 @@ impl Default for Settings {
             grace: 10,
             metrics: None,
             allow_unconfined: false,
-            zygote_max_forks: 256,
+            zygote_max_forks: crate::sandbox::zygote::DEFAULT_MAX_FORKS,
         }
     }
 }

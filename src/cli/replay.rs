@@ -19,10 +19,6 @@ use super::exit::{Exit, error_object, print_json};
 use super::limits::LimitFlags;
 use super::sandbox::SandboxArgs;
 
-/// Children forked from one zygote before it is replaced by a fresh `exec`, as the broker's
-/// default: children of one zygote share its address-space layout (see `sandbox::zygote`).
-const ZYGOTE_MAX_FORKS: u32 = 256;
-
 /// Where each case's confined child comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum IsolateArg {
@@ -167,7 +163,7 @@ fn isolate(args: &ReplayArgs, exe: std::path::PathBuf) -> Result<Isolate, String
         );
     }
     let mut sandbox = mapped.sandbox.config();
-    sandbox.zygote_max_forks = ZYGOTE_MAX_FORKS;
+    sandbox.zygote_max_forks = skillbox::sandbox::zygote::DEFAULT_MAX_FORKS;
     Ok(Isolate::Spare(Box::new(SpareOptions {
         sandbox,
         overrides,

@@ -140,7 +140,7 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_ZYGOTE_MAX_FORKS",
         value_name = "N",
-        default_value_t = 256
+        default_value_t = skillbox::sandbox::zygote::DEFAULT_MAX_FORKS
     )]
     pub zygote_max_forks: u32,
     #[command(flatten)]

@@ -59,6 +59,10 @@ use super::{child, seccomp, sys, wire};
 /// The hidden subcommand the zygote runs under.
 pub const ZYGOTE_SUBCOMMAND: &str = "sandbox-zygote";
 
+/// Children forked from one zygote before it is replaced by a fresh `exec`, by default (the
+/// broker's and replay's): children of one zygote share its address-space layout.
+pub const DEFAULT_MAX_FORKS: u32 = 256;
+
 /// The broker's request for one spare; anything else is refused.
 const SPARE_REQUEST: &[u8] = b"skillbox-zygote-spare-1";
 /// The order a spare waits for, with its [`ORDER_FDS`] fds.
