@@ -1,11 +1,12 @@
 //! The only code that creates files: everything beneath one directory fd, no symlink followed.
 //!
 //! Every parent directory is reached by a component-wise `openat(O_NOFOLLOW | O_DIRECTORY)`
-//! walk from the staging fd (each directory's fd kept open for the next file: [`DirCache`]), and every leaf is created with `O_CREAT | O_EXCL | O_NOFOLLOW`
-//! (or `mkdirat` / `symlinkat`, which never follow the final component). We deliberately do not
-//! use `openat2(RESOLVE_BENEATH)`: its flags sit behind a pointer seccomp cannot inspect, while
-//! `openat`'s flags can be pinned by the filter (docs/sandbox.md, trap 2). A planted symlink in a
-//! parent position therefore fails with `ELOOP`/`ENOTDIR` instead of being followed.
+//! walk from the staging fd (each directory's fd kept open for the next file: [`DirCache`]),
+//! and every leaf is created with `O_CREAT | O_EXCL | O_NOFOLLOW` (or `mkdirat` / `symlinkat`,
+//! which never follow the final component). We deliberately do not use
+//! `openat2(RESOLVE_BENEATH)`: its flags sit behind a pointer seccomp cannot inspect, while
+//! `openat`'s flags can be pinned by the filter (docs/sandbox.md, trap 2). A planted symlink in
+//! a parent position therefore fails with `ELOOP`/`ENOTDIR` instead of being followed.
 //! No chown, no timestamps, no xattrs: only names, bytes and sanitised modes.
 
 use std::collections::HashMap;

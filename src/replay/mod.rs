@@ -11,8 +11,9 @@
 //! inventory.
 //!
 //! This module never parses an artifact itself: it only reads manifests, hands artifacts to
-//! confined children (through the sandbox, or an `extract` process), and reads their answers. Files no manifest names are run too and reported `unexpected`; a
-//! subdirectory with its own `manifest.json` is a nested suite whose case names carry its path.
+//! confined children (through the sandbox, or an `extract` process), and reads their answers.
+//! Files no manifest names are run too and reported `unexpected`; a subdirectory with its own
+//! `manifest.json` is a nested suite whose case names carry its path.
 //!
 //! By job: [`manifest`] reads the suites into cases, [`runner`] runs them, [`tree`] checks a
 //! staged tree against its inventory, [`report`] prints the human, JSON and JUnit forms; this
