@@ -343,10 +343,13 @@ impl<'h> FileHash<'h> {
     }
 
     /// Read the next chunk of `data` and hand it to `sink` (which writes it and may refuse it);
-    /// returns the number of bytes, 0 at the end.
+    /// returns the number of bytes, 0 at the end. `expect` is how many bytes the file should
+    /// still hold (its header's word, or `None`): a buffer is grown only as far as that needs,
+    /// so a package of small files does not zero and fault in every buffer whole.
     pub(crate) fn fill<E>(
         &mut self,
         inline: &mut InlineBuf,
+        expect: Option<u64>,
         data: &mut dyn Read,
         mut sink: impl FnMut(&[u8]) -> Result<(), E>,
         read_err: impl FnOnce(io::Error) -> E,
@@ -362,8 +365,13 @@ impl<'h> FileHash<'h> {
         };
         let slot = h.take_slot().map_err(&fault)?;
         let mut buf = lock(&h.shared.slots[slot]);
-        if buf.len() != CHUNK {
-            buf.resize(CHUNK, 0);
+        // One byte more than expected, so a file that holds what it says ends in this call;
+        // never less than a page. A file that holds more only takes more calls.
+        let want = expect.map_or(CHUNK, |left| {
+            usize::try_from(left.saturating_add(1)).map_or(CHUNK, |w| w.clamp(4096, CHUNK))
+        });
+        if buf.len() < want {
+            buf.resize(want, 0);
         }
         // The whole buffer, unless the file ends first: a reader that yields small pieces (the
         // zip crate's) must not cost a message and a wake-up per piece.
@@ -448,15 +456,18 @@ fn read_some(data: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
 mod tests {
     use super::*;
 
-    fn through(t: Option<&HashThread>, data: &[u8]) -> (Vec<u8>, Sha256Digest) {
+    /// `data` through a [`FileHash`], the file's header claiming `claim` bytes (true or not).
+    fn through(t: Option<&HashThread>, data: &[u8], claim: Option<u64>) -> (Vec<u8>, Sha256Digest) {
         let mut fh = FileHash::using(t);
         let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
         let mut src = data;
         let mut out = Vec::new();
         loop {
+            let left = claim.map(|c| c.saturating_sub(out.len() as u64));
             let n = fh
                 .fill(
                     &mut inline,
+                    left,
                     &mut src,
                     |c: &[u8]| -> Result<(), io::Error> {
                         out.extend_from_slice(c);
@@ -476,9 +487,8 @@ mod tests {
 
     #[test]
     fn digests_match_inline_and_on_the_thread_at_every_size() {
-        let t = HashThread::spawn().expect("spawn");
         let data: Vec<u8> = (0..3 * CHUNK + 77).map(|i| (i * 31 % 251) as u8).collect();
-        for len in [
+        let sizes = [
             0,
             1,
             OFFLOAD_MIN - 1,
@@ -488,14 +498,40 @@ mod tests {
             CHUNK + 1,
             2 * CHUNK,
             data.len(),
-        ] {
-            let want = Sha256Digest::of_bytes(&data[..len]);
-            for helper in [None, Some(&t)] {
-                let (written, got) = through(helper, &data[..len]);
-                assert_eq!(written, &data[..len], "{len} bytes written");
-                assert_eq!(got, want, "{len} bytes, helper {}", helper.is_some());
+        ];
+        // The header's word sizes the buffers only: a claim that is right, too small, too large
+        // or absent changes neither the bytes nor the digest. A fresh thread for each kind of
+        // claim, so its buffers start small and grow as that kind of claim makes them.
+        let claims: [fn(u64) -> Option<u64>; 6] = [
+            |_| None,
+            Some,
+            |_| Some(0),
+            |l| Some(l / 2),
+            |l| Some(l + 1),
+            |l| Some(2 * l + 9000),
+        ];
+        for (k, claim) in claims.iter().enumerate() {
+            let t = HashThread::spawn().expect("spawn");
+            for len in sizes {
+                let want = Sha256Digest::of_bytes(&data[..len]);
+                let claim = claim(len as u64);
+                for helper in [None, Some(&t)] {
+                    let (written, got) = through(helper, &data[..len], claim);
+                    assert_eq!(written, &data[..len], "{len} bytes written, claim {k}");
+                    assert_eq!(
+                        got,
+                        want,
+                        "{len} bytes, claim {k}, helper {}",
+                        helper.is_some()
+                    );
+                }
+            }
+            if k == 2 {
+                // Claims of nothing never grew a buffer past a page.
+                assert!(t.shared.slots.iter().all(|b| lock(b).len() <= 4096));
             }
         }
+        let t = HashThread::spawn().expect("spawn");
         // Many files in flight at once: digests come back by file, whatever the order.
         let mut pending = Vec::new();
         for i in 0..40usize {
@@ -506,6 +542,7 @@ mod tests {
             while fh
                 .fill(
                     &mut inline,
+                    None,
                     &mut src,
                     |_| Ok::<(), io::Error>(()),
                     |e| e,

@@ -558,6 +558,7 @@ impl<'a> Sink<'a> {
         let streamed = loop {
             let n = hash.fill(
                 &mut buf,
+                declared.map(|d| d.saturating_sub(written)),
                 data,
                 |chunk: &[u8]| -> Result<(), Stop> {
                     let n = chunk.len();
