@@ -59,6 +59,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // A tree's chunks decode as slices of the received buffer (no copy per chunk); the
         // client hashes and writes them from there.
         .bytes(".skillbox.v1.TreePart.chunk")
+        // An upload's chunks likewise: the broker hashes them where they were received and
+        // hands them to the extraction worker without a copy.
+        .bytes(".skillbox.v1.ExtractRequest.chunk")
         .build_client(true)
         .build_server(true)
         .compile_fds(fds)?;

@@ -96,7 +96,7 @@ fn requests(data: &[u8]) -> Vec<pb::ExtractRequest> {
     }];
     for c in data.chunks(256 * 1024) {
         v.push(pb::ExtractRequest {
-            msg: Some(pb::extract_request::Msg::Chunk(c.to_vec())),
+            msg: Some(pb::extract_request::Msg::Chunk(c.to_vec().into())),
         });
     }
     v

@@ -283,7 +283,7 @@ impl Client {
                 // The server may answer early (e.g. the artifact passed its size limit).
                 if tx
                     .send(pb::ExtractRequest {
-                        msg: Some(pb::extract_request::Msg::Chunk(buf)),
+                        msg: Some(pb::extract_request::Msg::Chunk(buf.into())),
                     })
                     .await
                     .is_err()

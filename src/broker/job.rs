@@ -52,7 +52,7 @@ pub enum RunnerError {
 
 /// What the async side sends the blocking reader.
 pub enum Feed {
-    Chunk(Vec<u8>),
+    Chunk(prost::bytes::Bytes),
     /// The upload is complete and may be processed.
     End,
 }
@@ -61,7 +61,7 @@ pub enum Feed {
 /// abandoned upload (hang-up, oversize, digest mismatch, deadline) never reaches a child.
 struct FeedReader {
     rx: mpsc::Receiver<Feed>,
-    cur: Vec<u8>,
+    cur: prost::bytes::Bytes,
     pos: usize,
     ended: bool,
 }
@@ -296,7 +296,7 @@ pub fn start(
     let handle = tokio::task::spawn_blocking(move || {
         let reader = FeedReader {
             rx,
-            cur: Vec::new(),
+            cur: prost::bytes::Bytes::new(),
             pos: 0,
             ended: false,
         };

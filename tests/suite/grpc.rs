@@ -620,7 +620,7 @@ async fn malformed_streams_are_invalid_arguments_naming_the_field() {
         msg: Some(Msg::Header(archive_header())),
     };
     let chunk = || pb::ExtractRequest {
-        msg: Some(Msg::Chunk(b"abc".to_vec())),
+        msg: Some(Msg::Chunk(b"abc".to_vec().into())),
     };
     let cases: Vec<(&str, Vec<pb::ExtractRequest>, &str)> = vec![
         ("no messages at all", vec![], "header"),
