@@ -1,12 +1,12 @@
 //! Spawning and confining the child that runs the extraction engine, and deciding what its
 //! answer is worth.
 //!
-//! One request is: lend a fresh staging directory to the child's uid, start the child (a
-//! re-exec of our own binary as the hidden `sandbox-child` subcommand, or a zygote's spare) with
-//! exactly five fds, copy the artifact into its memfd (hashing it) and seal it while the child
-//! confines itself ([`child`]), send it the sealed digest, supervise it with a deadline, decode
-//! its bounded answer, check its claims and the staged tree, and remove the staging directory
-//! on anything but an acceptance.
+//! One request is: lend a fresh staging directory to the child's uid, start the child (an
+//! `exec` of the child binary as the hidden `sandbox-child` subcommand, possibly started ahead
+//! of the request, or a zygote's spare) and hand it exactly five fds, copy the artifact into
+//! its memfd (hashing it) and seal it while the child confines itself ([`child`]), send it the
+//! sealed digest, supervise it with a deadline, decode its bounded answer, check its claims and
+//! the staged tree, and remove the staging directory on anything but an acceptance.
 //!
 //! This module must never parse artifact bytes in the parent, never run the engine unconfined
 //! unless the operator passed `--allow-unconfined`, and never return an acceptance the staged
