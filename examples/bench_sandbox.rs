@@ -10,6 +10,9 @@
 //! the child binary used). With `SKILLBOX_BENCH_ALSO_EXE=OTHER` the exec path is also run from
 //! OTHER, interleaved in the same iterations, so two child binaries are compared in one run.
 //! WORKDIR on tmpfs (/dev/shm) keeps disk noise out; on a disk it shows what staging there costs.
+//! The two one-shot rows build a sandbox per request, as `skillbox extract` does: "fresh" starts
+//! its child on demand, "ahead" starts it first (`start_child_ahead`), so the child's start
+//! overlaps the profile's compilation and the parent's work on the artifact.
 
 use std::fs::{self, File};
 use std::os::fd::AsFd;
@@ -106,22 +109,50 @@ fn case(work: &Path, name: &'static str, bytes: Vec<u8>) -> Case {
     }
 }
 
-/// One extraction into a fresh directory under `work`; returns its wall time.
+/// How one extraction runs.
+#[derive(Clone, Copy)]
+enum Way<'a> {
+    InProcess,
+    /// Through this sandbox, built once.
+    Confined(&'a Sandbox),
+    /// As `skillbox extract` runs: a sandbox built for the one request, compiling its profile,
+    /// with its child started just before (`start_child_ahead`, which the CLI calls before
+    /// parsing its command line) when the flag says so, else started on demand.
+    OneShot(&'a SandboxConfig, bool),
+}
+
 fn once(work: &Path, case: &Case, sandbox: Option<&Sandbox>) -> Duration {
+    once_by(work, case, sandbox.map_or(Way::InProcess, Way::Confined))
+}
+
+/// One extraction into a fresh directory under `work`; returns its wall time.
+fn once_by(work: &Path, case: &Case, way: Way<'_>) -> Duration {
     let out = work.join("out");
     let _ = fs::remove_dir_all(&out);
     fs::create_dir(&out).unwrap_or_else(|e| fail("mkdir", e));
     let artifact = File::open(&case.artifact).unwrap_or_else(|e| fail("open", e));
     let dir = File::open(&out).unwrap_or_else(|e| fail("open out", e));
     let started = Instant::now();
-    let verdict = match sandbox {
-        None => {
+    let verdict = match way {
+        Way::InProcess => {
             skillbox::intake::run(&artifact, dir.as_fd(), &case.req)
                 .unwrap_or_else(|e| fail("engine", e))
                 .verdict
         }
-        Some(sb) => {
+        Way::Confined(sb) => {
             sb.extract_at(&artifact, dir.as_fd(), &case.req)
+                .unwrap_or_else(|e| fail("sandbox", e))
+                .outcome
+                .verdict
+        }
+        Way::OneShot(config, ahead) => {
+            let ahead = ahead.then(|| {
+                skillbox::sandbox::start_child_ahead(config.exe.as_deref(), config.run_as)
+                    .unwrap_or_else(|e| fail("start ahead", e))
+            });
+            Sandbox::with_child_ahead(config.clone(), ahead)
+                .unwrap_or_else(|e| fail("sandbox", e))
+                .extract_at(&artifact, dir.as_fd(), &case.req)
                 .unwrap_or_else(|e| fail("sandbox", e))
                 .outcome
                 .verdict
@@ -154,6 +185,10 @@ fn main() {
     // exec per child (the CLI's path) and zygote-forked children (the broker's default).
     let (structure, full) = (sandbox(Verify::Structure, 0), sandbox(Verify::Full, 0));
     let zygote = sandbox(Verify::Structure, 256);
+    let one_shot = SandboxConfig {
+        exe: Some(exe.clone()),
+        ..SandboxConfig::default()
+    };
     let also = std::env::var_os("SKILLBOX_BENCH_ALSO_EXE").map(PathBuf::from);
     let other = also.as_ref().map(|other| {
         Sandbox::new(SandboxConfig {
@@ -219,6 +254,7 @@ fn main() {
     for &(c, n) in cases.iter().take(if typical_only { 1 } else { 2 }) {
         let (mut inproc, mut conf, mut conf_full, mut conf_zyg, mut conf_other) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut fresh, mut ahead) = (Vec::new(), Vec::new());
         // Warm-up, then interleave so drift hits all of them alike.
         once(&work, c, None);
         once(&work, c, Some(&structure));
@@ -234,6 +270,8 @@ fn main() {
             }
             conf_full.push(once(&work, c, Some(&full)));
             conf_zyg.push(once(&work, c, Some(&zygote)));
+            fresh.push(once_by(&work, c, Way::OneShot(&one_shot, false)));
+            ahead.push(once_by(&work, c, Way::OneShot(&one_shot, true)));
         }
         let mi = median(inproc.clone());
         let inproc_runs = inproc.clone();
@@ -262,6 +300,8 @@ fn main() {
             ("confined, exec ", conf),
             ("confined, zygote", conf_zyg),
             ("confined+rehash", conf_full),
+            ("one-shot, fresh", fresh),
+            ("one-shot, ahead", ahead),
         ];
         if other.is_some() {
             variants.insert(1, ("exec from OTHER", conf_other));

@@ -10,10 +10,48 @@
 # extracted in-process, confined with a fresh exec of `skillbox-child` per child (the CLI's
 # path), the same from the `skillbox` binary itself (the fallback when `skillbox-child` is
 # missing, and what every child was before it existed), confined with children forked by a
-# zygote (the broker's default), and confined with `--verify-staged full`. Not a test: numbers
-# go to stdout (bench-results/sandbox.md keeps a run).
+# zygote (the broker's default), confined with `--verify-staged full`, and "one-shot" as
+# `skillbox extract` runs (a sandbox built per request, its child started on demand or ahead of
+# it). Not a test: numbers go to stdout (bench-results/sandbox.md keeps a run).
+#
+#   scripts/bench-sandbox.sh cli OTHER_SKILLBOX [RUNS [STAGING_PARENT]]
+#
+# instead times `skillbox extract typical.tar.gz` end to end as a user runs it, this build
+# alternated with OTHER_SKILLBOX (another build, with its skillbox-child next to it), RUNS
+# rounds (default 300), staging in TMPDIR=STAGING_PARENT (default /dev/shm; give a directory on
+# a disk for ext4): medians and the paired median difference, round by round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = cli ]; then
+  other="$(realpath "$2")" runs="${3:-300}" staging="${4:-/dev/shm}"
+  cargo build --release --quiet --bin skillbox --bin skillbox-child --example bench_sandbox
+  bin="${CARGO_TARGET_DIR:-target}/release"
+  work="$(mktemp -d "$staging/skillbox-bench-cli.XXXXXX")"
+  trap 'rm -rf "$work"' EXIT
+  # One iteration only: it writes the typical package into $work.
+  "$bin/examples/bench_sandbox" "$(realpath "$bin/skillbox-child")" "$work" 1 typical >/dev/null
+  mkdir "$work/tmp"
+  echo "load average: $(cut -d' ' -f1-3 /proc/loadavg); staging under $staging"
+  TMPDIR="$work/tmp" python3 - "$runs" "$work/typical.tar.gz" "$other" "$(realpath "$bin/skillbox")" <<'PY'
+import os, statistics, subprocess, sys, time
+runs, art, bins = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+took = {b: [] for b in bins}
+with open(os.devnull, "w") as null:
+    for i in range(runs + 3):  # three warm-up rounds
+        for b in bins if i % 2 == 0 else bins[::-1]:
+            t = time.perf_counter()
+            if subprocess.run([b, "extract", art], stdout=null).returncode != 0:
+                sys.exit(f"{b}: extract failed")
+            if i >= 3:
+                took[b].append((time.perf_counter() - t) * 1e3)
+other, this = (took[b] for b in bins)
+paired = sorted(a - b for a, b in zip(this, other))
+for name, v in (("OTHER", other), ("this build", this)):
+    print(f"{name:10} median {statistics.median(v):7.3f} ms  p90 {sorted(v)[len(v) * 9 // 10]:7.3f} ms")
+print(f"this build minus OTHER, paired median {paired[len(paired) // 2]:+.3f} ms ({runs} rounds)")
+PY
+  exit 0
+fi
 runs="${1:-200}"
 cargo build --release --quiet --bin skillbox --bin skillbox-child --example bench_sandbox
 bin="${CARGO_TARGET_DIR:-target}/release"

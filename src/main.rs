@@ -41,6 +41,8 @@ fn main() -> ExitCode {
     if first.as_deref() == Some(OsStr::new(skillbox::sandbox::ZYGOTE_SUBCOMMAND)) {
         std::process::exit(skillbox::sandbox::zygote::main());
     }
+    // `extract` starts its confined child now, so the child's start overlaps the parsing below.
+    let ahead = cli::extract::start_child_ahead();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return cli::exit::usage_error(&e),
@@ -52,7 +54,7 @@ fn main() -> ExitCode {
         Command::Extract(args) => {
             let json = args.json;
             let sandbox = leading.merge(&args.sandbox);
-            finish(cli::extract::run(args, &sandbox), json)
+            finish(cli::extract::run(args, &sandbox, ahead), json)
         }
         Command::Index(args) => cli::index::run(args).into(),
         Command::Cache(args) => cli::cache::run(args).into(),

@@ -15,9 +15,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 /// Fd numbers the child finds its inheritance at (0, 1 and 2 are request, answer and log).
 pub(crate) const CHILD_ARTIFACT_FD: RawFd = 3;
 pub(crate) const CHILD_STAGING_FD: RawFd = 4;
-/// The first fd number that must not exist in the child.
-pub(crate) const CHILD_FIRST_FOREIGN_FD: u32 = 5;
-/// The child's hashing thread's two pipes, placed by the child itself once the foreign fds are
+/// The child's hashing thread's two pipes, placed by the child itself once every other fd is
 /// closed: 5 and 6 carry work to it, 7 and 8 its replies.
 pub(crate) const CHILD_HASH_FDS: RawFd = 5;
 
@@ -35,31 +33,6 @@ fn check_int(rc: libc::c_int) -> io::Result<libc::c_int> {
     } else {
         Ok(rc)
     }
-}
-
-/// Runs in the forked child before `exec` (std's `pre_exec`), so only async-signal-safe calls:
-/// move `artifact` and `staging` to fds 3 and 4 without `FD_CLOEXEC`, and mark every fd from 5
-/// up close-on-exec, so the new image starts with exactly fds 0 to 4.
-///
-/// The sources are first duplicated above 9, so a source already sitting at 3 or 4 cannot be
-/// overwritten by the other `dup2`; the duplicates are close-on-exec and vanish at `exec`.
-/// `close_range(CLOSE_RANGE_CLOEXEC)` rather than closing keeps std's own exec-error pipe alive.
-pub(crate) fn place_child_fds(artifact: RawFd, staging: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl/dup2/close_range on integer fds touch no memory; all three are
-    // async-signal-safe (signal-safety(7)), which is what the caller between fork and exec needs.
-    unsafe {
-        let a = check_int(libc::fcntl(artifact, libc::F_DUPFD_CLOEXEC, 10))?;
-        let s = check_int(libc::fcntl(staging, libc::F_DUPFD_CLOEXEC, 10))?;
-        check_int(libc::dup2(a, CHILD_ARTIFACT_FD))?;
-        check_int(libc::dup2(s, CHILD_STAGING_FD))?;
-        check(libc::syscall(
-            libc::SYS_close_range,
-            CHILD_FIRST_FOREIGN_FD,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        ))?;
-    }
-    Ok(())
 }
 
 /// madvise(2) `MADV_POPULATE_WRITE` over one writable private mapping of this process: map its
@@ -672,23 +645,6 @@ pub(crate) mod forbidden {
             )
         };
         ret(libc::c_long::from(rc))
-    }
-}
-
-/// Make `cmd` place the child's inherited fds (artifact at 3, staging at 4) between fork and
-/// exec. Both raw fds must stay open until `cmd` has spawned: the caller borrows them from
-/// values that outlive the spawn.
-pub(super) fn place_fds_before_exec(
-    cmd: &mut std::process::Command,
-    artifact: RawFd,
-    staging: RawFd,
-) {
-    use std::os::unix::process::CommandExt as _;
-    // SAFETY: the closure runs between fork and exec and only calls place_child_fds, which
-    // performs fcntl/dup2/close_range on integers: async-signal-safe, no allocation, no locks.
-    // The two raw fds stay open in the parent until the spawn (see above).
-    unsafe {
-        cmd.pre_exec(move || place_child_fds(artifact, staging));
     }
 }
 

@@ -6,7 +6,7 @@
 //! error, 2 usage error.
 
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
@@ -15,12 +15,12 @@ use skillbox::convert::{MAX_INDEX_DESCRIPTION, MAX_SKILL_NAME};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::{ArtifactType, Request};
 use skillbox::reason::Verdict;
-use skillbox::sandbox::Confined;
+use skillbox::sandbox::{ChildAhead, Sandbox, SandboxConfig};
 
 use super::exit::{Exit, Failure};
 use super::limits::{self, LimitFlags};
 use super::output::{Staged, print_answer, remote_summary};
-use super::sandbox::{self, SandboxArgs};
+use super::sandbox::SandboxArgs;
 use super::staging::Staging;
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -96,8 +96,31 @@ fn parse_index_description(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-/// Run `skillbox extract`.
-pub fn run(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<Exit, Failure> {
+/// Start the confined child of a local `skillbox extract` now, before the command line is
+/// parsed: its `exec`, start-up and process steps then overlap the parent's parsing and its
+/// work on the artifact and staging directory, instead of following them. Only for `skillbox
+/// extract ...` without `--server` (looked up crudely; the parsed command decides, and a child
+/// it does not use is killed and reaped when the value is dropped). The child holds nothing but
+/// its socket until [`run`] hands it the request; it is started for the default identity, and
+/// [`Sandbox::with_child_ahead`] drops it for any other. `None` if it cannot be started (the
+/// extraction then starts its child as usual, and reports why that fails).
+pub fn start_child_ahead() -> Option<ChildAhead> {
+    let mut args = std::env::args_os().skip(1);
+    if args.next().as_deref() != Some(std::ffi::OsStr::new("extract")) {
+        return None;
+    }
+    if args.any(|a| a == "--server" || a.as_encoded_bytes().starts_with(b"--server=")) {
+        return None;
+    }
+    skillbox::sandbox::start_child_ahead(None, SandboxConfig::default().run_as).ok()
+}
+
+/// Run `skillbox extract`; `ahead` is the child [`start_child_ahead`] started, if any.
+pub fn run(
+    args: ExtractArgs,
+    sandbox: &SandboxArgs,
+    ahead: Option<ChildAhead>,
+) -> Result<Exit, Failure> {
     let expected_digest = match &args.digest {
         Some(d) => Some(
             d.parse::<Sha256Digest>()
@@ -119,6 +142,7 @@ pub fn run(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<Exit, Failure> {
         ..Request::for_local_file(&args.artifact, given, limits)
     };
     if let Some(server) = &args.server {
+        drop(ahead);
         return extract_remote(server, &args, &req);
     }
     let staging = match &args.out {
@@ -136,7 +160,20 @@ pub fn run(args: ExtractArgs, sandbox: &SandboxArgs) -> Result<Exit, Failure> {
     let dir = File::open(staging.path()).map_err(|e| {
         Failure::operational(format!("cannot open {}: {e}", staging.path().display()))
     });
-    let confined = dir.and_then(|dir| run_engine(sandbox, &artifact, dir.as_fd(), &req));
+    let confined = dir.and_then(|dir| {
+        if sandbox.allow_unconfined {
+            eprintln!(
+                "skillbox: WARNING: --allow-unconfined: extraction proceeds even if confinement cannot be applied"
+            );
+        }
+        let confined = Sandbox::with_child_ahead(sandbox.config(), ahead)
+            .and_then(|sb| sb.extract_at(&artifact, dir.as_fd(), &req))
+            .map_err(|e| Failure::operational(e.to_string()))?;
+        if let Some(w) = confined.sandbox.warning() {
+            eprintln!("skillbox: {w}");
+        }
+        Ok(confined)
+    });
     let (outcome, report) = match confined {
         Ok(c) => (c.outcome, c.sandbox),
         Err(f) => {
@@ -311,15 +348,4 @@ fn server_limit(server: &str, name: &str) -> Option<String> {
         }),
         _ => None,
     }
-}
-
-/// Run the extraction engine on the artifact into the staging directory, in a confined child.
-pub fn run_engine(
-    sandbox: &SandboxArgs,
-    artifact: &File,
-    staging: BorrowedFd<'_>,
-    req: &Request,
-) -> Result<Confined, Failure> {
-    sandbox::extract(sandbox, artifact, staging, req)
-        .map_err(|e| Failure::operational(e.to_string()))
 }

@@ -1,9 +1,9 @@
 //! The child's entry point (the hidden `sandbox-child` subcommand): read the parent's request,
 //! confine, and only then run the job over the artifact.
 //!
-//! This process is a fresh `exec` of our own binary or a zygote's spare (`zygote.rs`):
-//! single-threaded, no async runtime, an empty environment, and exactly the fds the parent
-//! placed (0 request, 1 answer, 2 log, 3 artifact memfd, 4 staging directory). It must never
+//! This process is a fresh `exec` of our own binary or a zygote's spare (`zygote.rs`): no async
+//! runtime, an empty environment, and exactly the fds of its order (0 request, 1 answer, 2 log,
+//! 3 artifact memfd, 4 staging directory) besides its hashing thread's pipes. It must never
 //! read a byte of the artifact before [`confine`] has returned and the memfd's seals are
 //! checked, and never answer on any fd but 1.
 
@@ -49,29 +49,62 @@ struct Inherited {
     staging: OwnedFd,
 }
 
-/// The exec'd child: run [`main`] and end the process with its status at once (`_exit`: no
-/// destructors).
+/// The exec'd child: `sandbox-child PARENT_PID UID:GID`, its socket to the parent on fd 0.
+///
+/// Like a zygote's spare it takes the process steps at once, for the parent and identity on
+/// its command line ([`confine_process`]), then waits for its order: the five fds of one request,
+/// which land on 0 to 4 (`zygote::receive_order`). So the parent can start it before it has a
+/// request (`skillbox extract` does, before parsing its command line), and its `exec` and
+/// start-up overlap the parent's own work. It reads nothing but the order before [`main`], which
+/// reads the request, confines and only then touches the artifact. Started any other way (by
+/// hand, or by a process other than the one named), it exits at once with
+/// [`EXIT_BAD_SETUP`]. Ends the process with `_exit` (no destructors).
 pub fn run() -> ! {
     // Started through an fd (`/proc/self/fd/N`), the kernel named us `N`: the name a spare
     // takes too, for ps and /proc/PID/comm. Before confinement; nothing depends on it.
     let _ = nix::sys::prctl::set_name(c"skillbox-child");
-    sys::exit_now(main(None))
+    let mut args = std::env::args_os().skip(2);
+    let parent = args
+        .next()
+        .and_then(|a| a.to_str()?.parse::<u32>().ok())
+        .filter(|&p| u32::try_from(getppid().as_raw()).ok() == Some(p));
+    let run_as = args
+        .next()
+        .and_then(|a| super::zygote::parse_ids(a.to_str()?));
+    let (Some(parent), Some(run_as), None) = (parent, run_as, args.next()) else {
+        sys::exit_now(EXIT_BAD_SETUP)
+    };
+    // The socket goes to the spare's place and every other fd is closed, so the order's five
+    // fds land on 0 to 4 (received fds take the lowest free numbers, in order).
+    let socket = sys::inherited_fd(0).and_then(|s| sys::move_fd(s, super::zygote::SPARE_SOCKET_FD));
+    if socket.is_err()
+        || sys::close_fd_range(0, super::zygote::SPARE_SOCKET_FD.unsigned_abs() - 1).is_err()
+        || sys::close_fds_from(super::zygote::SPARE_SOCKET_FD.unsigned_abs() + 1).is_err()
+    {
+        sys::exit_now(EXIT_BAD_SETUP);
+    }
+    let Ok(control) = sys::inherited_fd(super::zygote::SPARE_SOCKET_FD) else {
+        sys::exit_now(EXIT_BAD_SETUP)
+    };
+    let process = confine_process(Some(run_as), parent);
+    // End of stream (the parent gave up on us) or anything but a well-formed order: exit.
+    if super::zygote::receive_order(control.as_fd()).is_none() {
+        sys::exit_now(EXIT_BAD_SETUP);
+    }
+    drop(control);
+    sys::exit_now(main(process))
 }
 
 /// [`run`] for a spare that took the process steps already.
 pub(crate) fn run_prepared(process: ProcessSteps) -> ! {
-    sys::exit_now(main(Some(process)))
+    sys::exit_now(main(process))
 }
 
-/// The child's `main`, returning its exit status: `process` holds the process steps when a
-/// spare took them before its order; otherwise they are taken here, once the request names the
-/// identity and parent.
-fn main(process: Option<ProcessSteps>) -> i32 {
-    // Anything beyond fd 4 is a leak from the parent's side: close before doing anything else.
-    // (A spare holds exactly 0 to 4 by now, and its first seccomp stage would not allow it.)
-    if process.is_none() && sys::close_fds_from(sys::CHILD_FIRST_FOREIGN_FD).is_err() {
-        return EXIT_BAD_SETUP;
-    }
+/// The child's `main`, returning its exit status: `process` holds the process steps, taken
+/// before the order came (by an exec'd child or a zygote's spare), for the identity and parent
+/// the request must name; fds 0 to 4 are the order's, 5 to 8 the hashing thread's pipes, and
+/// nothing else is open.
+fn main(process: ProcessSteps) -> i32 {
     let Ok(mut answer) = sys::inherited_fd(1).map(File::from) else {
         return EXIT_BAD_SETUP;
     };
@@ -93,7 +126,6 @@ fn main(process: Option<ProcessSteps>) -> i32 {
             Err(_) => EXIT_BAD_SETUP,
         };
     }
-    let process = process.unwrap_or_else(|| confine_process(request.run_as, request.parent_pid));
     let mut report = ConfinementReport::default();
     let confined = confine(&request, &program, process, &mut report).and_then(|inherited| {
         // The parent seals the artifact while we confine; its digest is the last frame, and
@@ -186,10 +218,11 @@ fn send(answer: &mut File, msg: &ChildAnswer) -> io::Result<()> {
 }
 
 /// The steps of confinement that concern the process rather than the request (3 to 6 of
-/// [`confine`]): identity, capabilities, process attributes and no_new_privs. A spare runs them
-/// before its order arrives, so they are off the request's path; an exec'd child runs them
-/// right after reading its request. Failures are kept, in order, until the request says whether
-/// a step may be skipped.
+/// [`confine`]): identity, capabilities, process attributes and no_new_privs. Every child runs
+/// them before its order arrives (a zygote's spare, and an exec'd child, for the identity and
+/// parent on their command lines), so they are off the request's path whenever the child was
+/// started ahead. Failures are kept, in order, until the request says whether a step may be
+/// skipped.
 pub(crate) struct ProcessSteps {
     /// The identity switched to (started as root) or that would have been.
     run_as: Option<Ids>,

@@ -1,12 +1,12 @@
 //! Spawning and confining the child that runs the extraction engine, and deciding what its
 //! answer is worth.
 //!
-//! One request is: lend a fresh staging directory to the child's uid, start the child (a
-//! re-exec of our own binary as the hidden `sandbox-child` subcommand, or a zygote's spare) with
-//! exactly five fds, copy the artifact into its memfd (hashing it) and seal it while the child
-//! confines itself ([`child`]), send it the sealed digest, supervise it with a deadline, decode
-//! its bounded answer, check its claims and the staged tree, and remove the staging directory
-//! on anything but an acceptance.
+//! One request is: lend a fresh staging directory to the child's uid, start the child (an
+//! `exec` of the child binary as the hidden `sandbox-child` subcommand, possibly started ahead
+//! of the request, or a zygote's spare) and hand it exactly five fds, copy the artifact into
+//! its memfd (hashing it) and seal it while the child confines itself ([`child`]), send it the
+//! sealed digest, supervise it with a deadline, decode its bounded answer, check its claims and
+//! the staged tree, and remove the staging directory on anything but an acceptance.
 //!
 //! This module must never parse artifact bytes in the parent, never run the engine unconfined
 //! unless the operator passed `--allow-unconfined`, and never return an acceptance the staged
@@ -44,7 +44,7 @@ use crate::reason::{Reason, ReasonCode, Verdict, display_name};
 pub use child_binary::{ChildBinary, ChildBinaryInfo, ChildBinaryKind};
 pub use probe::{Base, Probe, ProbeResult};
 pub use recheck::{StagingDir, Verify};
-pub use spawn::{CHILD_SUBCOMMAND, RequestTail, SealedArtifact};
+pub use spawn::{CHILD_SUBCOMMAND, ExecChild, RequestTail, SealedArtifact};
 pub use supervise::{Ended, ProbeEnd, Running};
 pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult, LandlockStatus};
 pub use zygote::{ZYGOTE_SUBCOMMAND, Zygote};
@@ -197,13 +197,63 @@ pub struct Sandbox {
     /// second stage for a zygote's spares.
     program: (wire::SeccompStage, Vec<u8>),
     zygote: Option<Zygote>,
+    /// An exec'd child started before this sandbox ([`Sandbox::with_child_ahead`]), for its
+    /// first request.
+    ahead: std::sync::Mutex<Option<ExecChild>>,
+}
+
+/// A child started ahead of its sandbox and request ([`start_child_ahead`]).
+pub struct ChildAhead {
+    exe: Option<PathBuf>,
+    child: ExecChild,
+}
+
+impl ChildAhead {
+    /// Its pid (tests check that an unused one is gone).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.pid()
+    }
+}
+
+/// Start an exec'd child now, before there is a request or even a [`Sandbox`]: `skillbox
+/// extract` calls this before it parses its command line, so the child's `exec`, start-up and
+/// process steps (identity `run_as`, capabilities, no_new_privs) overlap the parent's parsing,
+/// reading and sealing. The child holds nothing but its socket until it is handed a request
+/// ([`Sandbox::with_child_ahead`]); dropped unused, it is killed and reaped. `exe` as in
+/// [`SandboxConfig::exe`].
+pub fn start_child_ahead(exe: Option<&Path>, run_as: Ids) -> Result<ChildAhead, SandboxError> {
+    let binary = ChildBinary::resolve(exe)?;
+    let child = ExecChild::start(&binary, run_as).map_err(|source| SandboxError::Spawn {
+        exe: binary.info().path.display().to_string(),
+        source,
+    })?;
+    Ok(ChildAhead {
+        exe: exe.map(Path::to_owned),
+        child,
+    })
 }
 
 impl Sandbox {
     /// Compile the profile and, when `zygote_max_forks` is above 0, start the zygote.
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
+        Self::with_child_ahead(config, None)
+    }
+
+    /// [`Sandbox::new`], whose first child is `ahead` when it was started for this
+    /// configuration (the same binary and identity, and no zygote); otherwise `ahead` is killed
+    /// and reaped, and children start as usual.
+    pub fn with_child_ahead(
+        config: SandboxConfig,
+        ahead: Option<ChildAhead>,
+    ) -> Result<Self, SandboxError> {
+        let ahead = ahead.filter(|a| {
+            a.exe == config.exe && a.child.run_as() == config.run_as && config.zygote_max_forks == 0
+        });
         let profile = seccomp::load(config.seccomp_profile.as_deref())?;
-        let binary = ChildBinary::resolve(config.exe.as_deref())?;
+        let binary = match &ahead {
+            Some(a) => a.child.binary().clone(),
+            None => ChildBinary::resolve(config.exe.as_deref())?,
+        };
         // Spares install the profile in two stages (see `seccomp::Profile::stages`): the
         // zygote gets the first, every request to a spare carries the second.
         let (zygote, program) = match config.zygote_max_forks {
@@ -233,6 +283,7 @@ impl Sandbox {
             binary,
             program,
             zygote,
+            ahead: std::sync::Mutex::new(ahead.map(|a| a.child)),
         })
     }
 
@@ -502,17 +553,23 @@ impl Sandbox {
         if json.len() > wire::MAX_REQUEST_BYTES {
             return Err(SandboxError::RequestTooLarge(json.len()));
         }
-        spawn::spawn(
-            &self.binary,
-            self.zygote.as_ref(),
-            &json,
-            program,
-            artifact,
-            dir.fd(),
-        )
-        .map_err(|source| SandboxError::Spawn {
-            exe: self.binary.info().path.display().to_string(),
-            source,
+        let start = match &self.zygote {
+            Some(z) => spawn::Start::Zygote(z),
+            None => spawn::Start::Exec {
+                binary: &self.binary,
+                run_as: self.config.run_as,
+                ahead: self
+                    .ahead
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take(),
+            },
+        };
+        spawn::spawn(start, &json, program, artifact, dir.fd()).map_err(|source| {
+            SandboxError::Spawn {
+                exe: self.binary.info().path.display().to_string(),
+                source,
+            }
         })
     }
 

@@ -1,25 +1,26 @@
 //! Starting the child: the artifact memfd (copied, hashed and sealed by [`SealedArtifact`]), the
-//! request pipe whose last frame follows once the memfd is sealed ([`RequestTail`]), and a
-//! re-exec of our own binary (or a zygote's spare) with exactly five fds and an empty
-//! environment.
+//! request pipe whose last frame follows once the memfd is sealed ([`RequestTail`]), and an
+//! exec'd child ([`ExecChild`], possibly started ahead of the request) or a zygote's spare,
+//! handed exactly five fds, with an empty environment.
 //!
-//! Never a bare `fork` of the (possibly multi-threaded) parent: std's `Command` forks and execs
-//! at once, and the only code between the two is [`sys::place_child_fds`], which is
-//! async-signal-safe (docs/sandbox.md, trap 1). All confinement happens in the new image.
+//! Never a bare `fork` of the (possibly multi-threaded) parent: std's `Command` spawns with no
+//! code of ours between fork and exec (posix_spawn; docs/sandbox.md, trap 1), and the request's
+//! fds are sent to the new image over its socket. All confinement happens in the new image.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::process::CommandExt as _;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 
 use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 
 use super::child_binary::{CHILD_BINARY as CHILD_BINARY_NAME, ChildBinary};
 use super::supervise::Running;
-use super::sys;
+use super::wire::Ids;
 use super::zygote::Zygote;
 use crate::digest::{Hasher, Sha256Digest};
 use crate::extract::policy::Limits;
@@ -179,13 +180,13 @@ impl Read for Positioned<'_> {
 }
 
 /// Start a child with the request's first two frames (`request_json`, then the BPF `program`)
-/// on fd 0: a fresh `exe sandbox-child`, or a spare of the `zygote` when one is given. Either
-/// way the child starts `child::main` with the same five fds, and confines itself while the
-/// caller fills and seals `artifact`; it reads nothing of the artifact before the caller has
-/// [`RequestTail::finish`]ed the request with the sealed digest.
+/// on fd 0: a spare of the `zygote` when one is given, else an exec'd child (the one started
+/// `ahead` when there is one, or one started now). Either way the child starts `child::main`
+/// with the same five fds, and confines itself while the caller fills and seals `artifact`; it
+/// reads nothing of the artifact before the caller has [`RequestTail::finish`]ed the request
+/// with the sealed digest.
 pub(crate) fn spawn(
-    binary: &ChildBinary,
-    zygote: Option<&Zygote>,
+    start: Start<'_>,
     request_json: &[u8],
     program: &[u8],
     artifact: BorrowedFd<'_>,
@@ -199,39 +200,124 @@ pub(crate) fn spawn(
     // The child's ends must block: it writes with plain write_all.
     set_blocking(&answer_w)?;
     set_blocking(&log_w)?;
+    let fds = [
+        request_r.as_fd(),
+        answer_w.as_fd(),
+        log_w.as_fd(),
+        artifact,
+        staging.as_fd(),
+    ];
+    let pid = match start {
+        Start::Zygote(zygote) => zygote.fork(fds)?,
+        Start::Exec {
+            binary,
+            run_as,
+            ahead,
+        } => {
+            let child = match ahead.map(|a| a.hand(&fds)) {
+                Some(Ok(child)) => child,
+                // None started ahead, or it died while it waited (it was reaped then): one now.
+                None | Some(Err(_)) => ExecChild::start(binary, run_as)?.hand(&fds)?,
+            };
+            child.id()
+        }
+    };
+    // Our copies of the child's ends go now, so EOF means the child is done.
+    drop((request_r, answer_w, log_w));
+    let running = Running::from_pid(pid, File::from(answer_r), File::from(log_r))?;
+    Ok((running, tail))
+}
 
-    if let Some(zygote) = zygote {
-        let pid = zygote.fork([
-            request_r.as_fd(),
-            answer_w.as_fd(),
-            log_w.as_fd(),
-            artifact,
-            staging.as_fd(),
-        ])?;
-        // Our copies of the child's ends go now, so EOF means the child is done.
-        drop((request_r, answer_w, log_w));
-        let running = Running::from_pid(pid, File::from(answer_r), File::from(log_r))?;
-        return Ok((running, tail));
+/// How [`spawn`] starts the child.
+pub(crate) enum Start<'a> {
+    /// A spare forked by this zygote.
+    Zygote(&'a Zygote),
+    /// An `exec` of `binary` for `run_as`: the child started `ahead`, if any, else a new one.
+    Exec {
+        binary: &'a ChildBinary,
+        run_as: Ids,
+        ahead: Option<ExecChild>,
+    },
+}
+
+/// An exec'd child waiting for its order (`child::run`): started with the parent's pid and the
+/// identity on its command line and a socket on fd 0, it has taken (or is taking) the process
+/// steps of confinement and holds no fd of any request. Dropped unused, it is killed and
+/// reaped.
+pub struct ExecChild {
+    child: Option<Child>,
+    socket: OwnedFd,
+    run_as: Ids,
+    /// The binary it was executed from.
+    binary: ChildBinary,
+}
+
+impl ExecChild {
+    /// `skillbox-child sandbox-child <our pid> <uid>:<gid>` with the socket on fd 0, `/dev/null`
+    /// on 1 and 2 and an empty environment, executed through the child binary's fd
+    /// (`child_binary.rs`), never its path.
+    pub(crate) fn start(binary: &ChildBinary, run_as: Ids) -> io::Result<Self> {
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        // No pre_exec hook, so std can use posix_spawn (vfork): the parent's page tables are
+        // not copied and the child starts sooner. The child closes every fd but its socket
+        // itself, before anything else (`child::run`).
+        let child = Command::new(binary.exec_path())
+            .arg0(CHILD_BINARY_NAME)
+            .arg(CHILD_SUBCOMMAND)
+            .arg(std::process::id().to_string())
+            .arg(format!("{}:{}", run_as.uid, run_as.gid))
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::from(theirs))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        Ok(Self {
+            child: Some(child),
+            socket: ours,
+            run_as,
+            binary: binary.clone(),
+        })
     }
-    let artifact_raw = artifact.as_raw_fd();
-    let staging_raw = staging.as_raw_fd();
-    // Through the fd opened and checked once (`child_binary.rs`), never the path again.
-    let mut cmd = Command::new(binary.exec_path());
-    cmd.arg0(CHILD_BINARY_NAME)
-        .arg(CHILD_SUBCOMMAND)
-        .env_clear()
-        .current_dir("/")
-        .stdin(Stdio::from(request_r))
-        .stdout(Stdio::from(answer_w))
-        .stderr(Stdio::from(log_w));
-    sys::place_fds_before_exec(&mut cmd, artifact_raw, staging_raw);
-    let child = cmd.spawn()?;
-    // Dropping the command closes our copies of the child's ends, so EOF means the child is done.
-    drop(cmd);
-    Ok((
-        Running::new(child, File::from(answer_r), File::from(log_r))?,
-        tail,
-    ))
+
+    /// The identity it takes.
+    pub(crate) fn run_as(&self) -> Ids {
+        self.run_as
+    }
+
+    /// The binary it runs.
+    pub(crate) fn binary(&self) -> &ChildBinary {
+        &self.binary
+    }
+
+    /// Its pid (tests check that it is gone).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Send the order; the child is then the request's, for the caller to supervise and reap.
+    fn hand(mut self, fds: &[BorrowedFd<'_>; 5]) -> io::Result<Child> {
+        super::zygote::send_order(self.socket.as_fd(), fds)?;
+        self.child
+            .take()
+            .ok_or_else(|| io::Error::other("the child was handed an order already"))
+    }
+}
+
+impl Drop for ExecChild {
+    fn drop(&mut self) {
+        // Unused: it holds nothing of any request; kill and reap it (our unreaped child, so the
+        // pid cannot have been recycled).
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// The parent's end of a child's request pipe, for the last frame.

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::Arc;
 
 use nix::unistd::Pid;
@@ -51,12 +51,6 @@ pub struct Ended {
 }
 
 impl Running {
-    pub(crate) fn new(child: Child, answer: File, log: File) -> io::Result<Self> {
-        // From here on the child is waited for by pid (std's `Child` neither kills nor reaps on
-        // drop, so letting it go changes nothing).
-        Self::from_pid(child.id(), answer, log)
-    }
-
     /// A child of this process known by pid; it must not have been waited for yet (so the pid
     /// cannot have been recycled when the pidfd is opened).
     pub(crate) fn from_pid(pid: u32, answer: File, log: File) -> io::Result<Self> {

@@ -68,12 +68,12 @@ const SPARE_REQUEST: &[u8] = b"skillbox-zygote-spare-1";
 /// The order a spare waits for, with its [`ORDER_FDS`] fds.
 const ORDER: &[u8] = b"skillbox-spare-order-1";
 /// Fds per order: request, answer, log, artifact, staging (their numbers in the child).
-const ORDER_FDS: usize = 5;
+pub(super) const ORDER_FDS: usize = 5;
 /// How long the broker waits for the zygote's answer to one request (a fork takes well under a
 /// millisecond; this only keeps a wedged zygote from wedging the broker).
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where a spare keeps its socket while it waits (fds 0 to 4 stay free for the order).
-const SPARE_SOCKET_FD: RawFd = 9;
+pub(super) const SPARE_SOCKET_FD: RawFd = 9;
 
 /// The zygote's `main`. Returns the process exit status (0 when the broker hung up).
 pub fn main() -> i32 {
@@ -196,25 +196,48 @@ fn spare(
     process.first_stage(seccomp::install(first_stage));
     // End of stream (the broker dropped us) or anything but a well-formed order: exit. A spare
     // that exits unused is reaped by the broker, which knows its pid.
-    let fds = match receive(control.as_fd(), ORDER, ORDER_FDS) {
-        Ok(Some(fds)) => fds,
-        Ok(None) | Err(_) => sys::exit_now(child::EXIT_BAD_SETUP),
-    };
-    // Exactly where `child::main` expects them: 0 request, 1 answer, 2 log, 3 artifact,
-    // 4 staging. From here they are the child's, found by number.
-    if fds.iter().zip(0..).any(|(fd, n)| fd.as_raw_fd() != n) {
+    if receive_order(control.as_fd()).is_none() {
         sys::exit_now(child::EXIT_BAD_SETUP);
-    }
-    for fd in fds {
-        let _ = fd.into_raw_fd();
     }
     drop(control);
     let _ = nix::sys::prctl::set_name(c"skillbox-child");
     child::run_prepared(process)
 }
 
+/// Wait for the one order a spare (or an exec'd child) takes, and leave its five fds open at
+/// 0 to 4, exactly where `child::main` expects them (request, answer, log, artifact, staging):
+/// from then on they are the child's, found by number. `None` at end of stream or for anything
+/// but a well-formed order.
+pub(super) fn receive_order(control: BorrowedFd<'_>) -> Option<()> {
+    let fds = receive(control, ORDER, ORDER_FDS).ok()??;
+    if fds.iter().zip(0..).any(|(fd, n)| fd.as_raw_fd() != n) {
+        return None;
+    }
+    for fd in fds {
+        let _ = fd.into_raw_fd();
+    }
+    Some(())
+}
+
+/// Send one order: `fds` land on 0 to 4 of the process at the other end of `socket`.
+pub(super) fn send_order(
+    socket: BorrowedFd<'_>,
+    fds: &[BorrowedFd<'_>; ORDER_FDS],
+) -> io::Result<()> {
+    let raw = fds.each_ref().map(AsRawFd::as_raw_fd);
+    let cmsg = [ControlMessage::ScmRights(&raw)];
+    sendmsg::<()>(
+        socket.as_raw_fd(),
+        &[IoSlice::new(ORDER)],
+        &cmsg,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    Ok(())
+}
+
 /// `UID:GID`, as the broker passes it.
-fn parse_ids(s: &str) -> Option<Ids> {
+pub(super) fn parse_ids(s: &str) -> Option<Ids> {
     let (uid, gid) = s.split_once(':')?;
     Some(Ids {
         uid: uid.parse().ok()?,
@@ -363,15 +386,7 @@ struct Spare {
 impl Spare {
     /// Send the order; the spare is then the request's child, for the caller to supervise.
     fn hand(mut self, fds: &[BorrowedFd<'_>; ORDER_FDS]) -> io::Result<u32> {
-        let raw = fds.each_ref().map(AsRawFd::as_raw_fd);
-        let cmsg = [ControlMessage::ScmRights(&raw)];
-        sendmsg::<()>(
-            self.socket.as_raw_fd(),
-            &[IoSlice::new(ORDER)],
-            &cmsg,
-            MsgFlags::MSG_NOSIGNAL,
-            None,
-        )?;
+        send_order(self.socket.as_fd(), fds)?;
         // Handed over: now the request's child, which the caller supervises and reaps. Our end
         // of its socket closes with `self`; the order is already queued on the spare's end.
         self.unused = false;

@@ -1802,6 +1802,29 @@ fn the_child_and_zygote_subcommands_refuse_to_run_by_hand() {
             );
             assert!(out.stdout.is_empty(), "{bin} {sub}");
         }
+        // The child started for another parent than the one running it, or with its
+        // arguments wrong, refuses too, before it takes a step.
+        for args in [
+            vec!["1".to_owned(), "65534:65534".to_owned()],
+            vec![std::process::id().to_string(), "nobody".to_owned()],
+            vec![std::process::id().to_string()],
+            vec![
+                std::process::id().to_string(),
+                "65534:65534".to_owned(),
+                "extra".to_owned(),
+            ],
+        ] {
+            let out = std::process::Command::new(bin)
+                .arg(skillbox::sandbox::CHILD_SUBCOMMAND)
+                .args(&args)
+                .output()
+                .expect("output");
+            assert_eq!(
+                out.status.code(),
+                Some(skillbox::sandbox::child::EXIT_BAD_SETUP),
+                "{bin} {args:?}"
+            );
+        }
     }
     // Anything else is refused too, with a word on what the binary is.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_skillbox-child"))
@@ -1817,7 +1840,8 @@ fn the_child_and_zygote_subcommands_refuse_to_run_by_hand() {
 fn a_child_binary_from_another_build_refuses_the_request() {
     // What a `skillbox-child` left from an older build sees: a well-formed request whose
     // parent was built from other sources. It must answer "unavailable" and name the cause,
-    // before it confines itself or reads anything else.
+    // before it reads anything else or finishes confining itself (the process steps, which
+    // need nothing from the request, come first).
     use skillbox::extract::policy::Limits;
     use skillbox::extract::{ArtifactType, Request};
     use skillbox::sandbox::wire::{self, ChildAnswer, ChildRequest, Job, JobResult, RlimitPlan};
@@ -1845,14 +1869,50 @@ fn a_child_binary_from_another_build_refuses_the_request() {
         env!("CARGO_BIN_EXE_skillbox-child"),
         env!("CARGO_BIN_EXE_skillbox"),
     ] {
+        // Started as the parent starts it: our pid and the identity on its command line, its
+        // socket on fd 0, and then the order's five fds.
+        let (ours, theirs) = nix::sys::socket::socketpair(
+            nix::sys::socket::AddressFamily::Unix,
+            nix::sys::socket::SockType::SeqPacket,
+            None,
+            nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        )
+        .expect("socketpair");
         let mut child = std::process::Command::new(bin)
             .arg(skillbox::sandbox::CHILD_SUBCOMMAND)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
+            .arg(std::process::id().to_string())
+            .arg("65534:65534")
+            .stdin(std::process::Stdio::from(theirs))
+            .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("spawn");
-        let mut stdin = child.stdin.take().expect("stdin");
+        let (request_r, request_w) = std::io::pipe().expect("pipe");
+        let (mut answer_r, answer_w) = std::io::pipe().expect("pipe");
+        let log = fs::File::create("/dev/null").expect("/dev/null");
+        let artifact = SealedArtifact::memfd().expect("memfd");
+        let staging = tempfile::tempdir().expect("tempdir");
+        let staging_fd = fs::File::open(staging.path()).expect("open staging");
+        {
+            use std::os::fd::AsRawFd as _;
+            let fds = [
+                request_r.as_raw_fd(),
+                answer_w.as_raw_fd(),
+                log.as_raw_fd(),
+                artifact.as_raw_fd(),
+                staging_fd.as_raw_fd(),
+            ];
+            nix::sys::socket::sendmsg::<()>(
+                ours.as_raw_fd(),
+                &[std::io::IoSlice::new(b"skillbox-spare-order-1")],
+                &[nix::sys::socket::ControlMessage::ScmRights(&fds)],
+                nix::sys::socket::MsgFlags::empty(),
+                None,
+            )
+            .expect("send the order");
+        }
+        drop((request_r, answer_w, log, ours));
+        let mut stdin = request_w;
         stdin
             .write_all(&wire::frame(&json).expect("frame"))
             .expect("write");
@@ -1861,12 +1921,7 @@ fn a_child_binary_from_another_build_refuses_the_request() {
             .expect("write");
         drop(stdin);
         let mut answer = Vec::new();
-        child
-            .stdout
-            .take()
-            .expect("stdout")
-            .read_to_end(&mut answer)
-            .expect("read");
+        answer_r.read_to_end(&mut answer).expect("read");
         let status = child.wait().expect("wait");
         assert_eq!(
             status.code(),
@@ -2147,5 +2202,212 @@ fn a_child_binary_swapped_after_start_is_never_executed() {
         // Put the real binary back for the next round.
         fs::remove_file(&path).expect("remove");
         fs::hard_link(env!("CARGO_BIN_EXE_skillbox-child"), &path).expect("hard_link");
+    }
+}
+
+// ---- A child started ahead of its request (`skillbox extract` starts one before parsing) ------
+
+/// The `/proc/PID/status` field `name` of `pid`, once `ready` holds for the status (or after 3 s).
+fn status_when(pid: u32, ready: impl Fn(&str) -> bool) -> String {
+    let read = || fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    let mut status = read();
+    while !ready(&status) && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+        status = read();
+    }
+    status
+}
+
+fn status_field(status: &str, name: &str) -> Option<String> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(|v| v.trim().to_owned())
+}
+
+/// Before its order, a child started ahead has taken the process steps and holds nothing of
+/// any request (no request, artifact or staging fd: it cannot read an artifact byte); its
+/// first request is then run by it, confined as every child is; later requests start their own.
+#[test]
+fn a_child_started_ahead_holds_nothing_until_its_request_and_then_runs_it() {
+    let f = fixture();
+    let run_as = SandboxConfig::default().run_as;
+    let exe = child_binary();
+    let ahead = skillbox::sandbox::start_child_ahead(Some(&exe), run_as).expect("start ahead");
+    let pid = ahead.pid().unwrap_or_else(|| panic!("no pid"));
+    let status = status_when(pid, |s| {
+        status_field(s, "Threads:").as_deref() == Some("2")
+            && status_field(s, "NoNewPrivs:").as_deref() == Some("1")
+    });
+    assert_eq!(
+        status_field(&status, "Name:").as_deref(),
+        Some("skillbox-child")
+    );
+    assert_eq!(status_field(&status, "NoNewPrivs:").as_deref(), Some("1"));
+    assert_eq!(status_field(&status, "Threads:").as_deref(), Some("2"));
+    assert_eq!(
+        status_field(&status, "CapEff:").as_deref(),
+        Some("0000000000000000")
+    );
+    // No filter of its own yet: it has no request, so no profile (which comes with it).
+    assert_eq!(
+        status_field(&status, "Seccomp_filters:"),
+        status_field(
+            &fs::read_to_string("/proc/self/status").unwrap_or_default(),
+            "Seccomp_filters:"
+        )
+    );
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(
+            status_field(&status, "Uid:").as_deref(),
+            Some("65534\t65534\t65534\t65534"),
+            "a root-started child switches identity before its order"
+        );
+        let fds = fds_of(pid);
+        let numbers: Vec<u32> = fds.iter().map(|(n, _)| *n).collect();
+        // The hashing thread's pipes and its socket: fds 0 to 4, where a request's go, are
+        // free, and nothing of ours (no artifact memfd, no staging directory) is there.
+        assert_eq!(numbers, [5, 6, 7, 8, 9], "fds before the order: {fds:?}");
+        assert!(fds[4].1.starts_with("socket:"), "fd 9 is {:?}", fds[4].1);
+        assert!(
+            fds.iter()
+                .all(|(_, what)| !what.contains("memfd") && !what.starts_with('/')),
+            "{fds:?}"
+        );
+        let environ = fs::read(format!("/proc/{pid}/environ")).expect("read");
+        assert!(environ.is_empty(), "the child has an environment");
+    } else {
+        eprintln!(
+            "NOTE: not root: the early child's identity switch and fds are checked only as root (CI runs as root)"
+        );
+    }
+
+    let sb = Sandbox::with_child_ahead(
+        SandboxConfig {
+            exe: Some(exe),
+            zygote_max_forks: 0,
+            ..SandboxConfig::default()
+        },
+        Some(ahead),
+    )
+    .expect("sandbox");
+    let art = tar_of(&[("SKILL.md", SKILL, 0o644), ("a/b.txt", b"b", 0o644)]);
+    let req = archive_request(&art);
+    let mut pids = Vec::new();
+    for _ in 0..2 {
+        let staging = f.staging_path();
+        let mut used = 0;
+        let confined = sb
+            .run_job(
+                Job::Extract(req.clone()),
+                &art[..],
+                &staging,
+                &req.limits,
+                |p| used = p,
+            )
+            .expect("run_job");
+        assert_eq!(
+            confined.outcome.verdict,
+            Verdict::Accepted,
+            "{:?}",
+            confined.outcome.reason
+        );
+        assert!(confined.sandbox.confined);
+        let child = confined.sandbox.child.expect("report");
+        assert!(child.seccomp && child.no_new_privs, "{child:?}");
+        assert_eq!(
+            fs::read(staging.join("SKILL.md")).unwrap_or_default(),
+            SKILL
+        );
+        pids.push(used);
+    }
+    assert_eq!(
+        pids[0], pid,
+        "the first request did not go to the child started ahead"
+    );
+    assert_ne!(pids[1], pid, "a child ran two requests");
+    assert!(reaped(pid));
+}
+
+/// A child started ahead that is not used (dropped, or started for another configuration than
+/// the sandbox's) is killed and reaped, and the sandbox starts its own.
+#[test]
+fn a_child_started_ahead_and_not_used_is_killed_and_reaped() {
+    let f = fixture();
+    let run_as = SandboxConfig::default().run_as;
+    let exe = child_binary();
+    let ahead = skillbox::sandbox::start_child_ahead(Some(&exe), run_as).expect("start ahead");
+    let pid = ahead.pid().unwrap_or_else(|| panic!("no pid"));
+    drop(ahead);
+    assert!(reaped(pid), "a dropped child started ahead was left behind");
+
+    let other = skillbox::sandbox::Ids {
+        uid: 65533,
+        gid: 65533,
+    };
+    for (run_as, zygote) in [(other, 0), (run_as, 2)] {
+        let ahead = skillbox::sandbox::start_child_ahead(Some(&exe), run_as).expect("ahead");
+        let pid = ahead.pid().unwrap_or_else(|| panic!("no pid"));
+        let sb = Sandbox::with_child_ahead(
+            SandboxConfig {
+                exe: Some(exe.clone()),
+                zygote_max_forks: zygote,
+                ..SandboxConfig::default()
+            },
+            Some(ahead),
+        )
+        .expect("sandbox");
+        assert!(
+            reaped(pid),
+            "a child started for another configuration was kept"
+        );
+        quick_probe_ok(&f, &sb);
+    }
+}
+
+/// `skillbox extract` starts its child before it parses its command line. When it then fails
+/// before it sends the request (a bad flag, a profile that does not load, the artifact
+/// missing), it leaves neither that child nor a staging directory behind.
+#[test]
+fn an_extract_that_fails_before_its_request_leaves_no_child_and_no_staging() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let art_path = tmp.path().join("pkg.tar");
+    fs::write(&art_path, tar_of(&[("SKILL.md", SKILL, 0o644)])).expect("write");
+    let scratch = tmp.path().join("tmp");
+    let missing = tmp.path().join("missing.json");
+    let art = art_path.display().to_string();
+    let profile = missing.display().to_string();
+    for (args, code) in [
+        (vec![art.as_str(), "--seccomp-profile", profile.as_str()], 1),
+        (vec![art.as_str(), "--no-such-flag"], 2),
+        (vec![profile.as_str()], 2),
+        (vec![art.as_str(), "--digest", "sha256:00"], 2),
+    ] {
+        fs::create_dir(&scratch).expect("mkdir");
+        let mut child = skillbox_cmd()
+            .arg("extract")
+            .args(&args)
+            .env("TMPDIR", &scratch)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let cli = child.id();
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(code), "{args:?}");
+        let left: Vec<_> = fs::read_dir(&scratch).expect("read_dir").collect();
+        assert!(left.is_empty(), "{args:?} left {left:?}");
+        // No process anywhere is a child started for that CLI (its pid is on the command line).
+        let tag = format!("{}\0{cli}\0", skillbox::sandbox::CHILD_SUBCOMMAND);
+        for e in fs::read_dir("/proc").expect("/proc").filter_map(Result::ok) {
+            let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&cmdline).contains(&tag),
+                "{args:?}: {} is still there",
+                e.path().display()
+            );
+        }
+        fs::remove_dir(&scratch).expect("rmdir");
     }
 }
