@@ -965,6 +965,7 @@ async fn children_killed_counts_hangups_and_deadlines_during_upload() {
         ok(c.clone().release(&s.id).await, "release");
     }
     assert_eq!(counter(&addr, KILLED), 0);
+    server.wait_clean(Duration::from_secs(5));
 
     // A hang-up mid-upload, once the request's child exists.
     let task = {
@@ -975,11 +976,11 @@ async fn children_killed_counts_hangups_and_deadlines_during_upload() {
         })
     };
     let until = Instant::now() + Duration::from_secs(5);
-    while server.children().is_empty() && Instant::now() < until {
+    while server.request_children().is_empty() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(
-        !server.children().is_empty() && !task.is_finished(),
+        !server.request_children().is_empty() && !task.is_finished(),
         "the request's child was not seen during the upload"
     );
     task.abort();

@@ -308,6 +308,16 @@ impl Server {
             .collect()
     }
 
+    /// The spares that were given a request and run it now (a spare renames itself
+    /// `skillbox-child` on its order): strictly the children of requests, never a process whose
+    /// name could not be read or a spare just forked.
+    pub fn request_children(&self) -> Vec<u32> {
+        self.all_children()
+            .into_iter()
+            .filter(|&p| Self::comm_is(p, "skillbox-child"))
+            .collect()
+    }
+
     /// The server's zygotes: one while it runs with the default settings.
     pub fn zygotes(&self) -> Vec<u32> {
         self.all_children()
