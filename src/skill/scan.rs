@@ -1524,6 +1524,75 @@ mod tests {
         }
     }
 
+    /// The word triggers count only at a token's start: the scanner's delimiters (and `/`) are
+    /// exactly what may precede them.
+    #[test]
+    fn word_starts_are_the_scanner_delimiters() {
+        use super::super::triggers::WORD_START;
+        for b in 0..=255u8 {
+            assert_eq!(
+                WORD_START.contains(&b),
+                is_delim(b) || b == b'/',
+                "byte {b:#04x}"
+            );
+        }
+    }
+
+    /// Each word trigger's command reports where a token starts (after any delimiter or a
+    /// `/`) and is found by the trigger pass there; glued to a word it reports nothing, which
+    /// is why the trigger pass may pass it over.
+    #[test]
+    fn word_triggers_report_only_as_tokens() {
+        let Some(t) = Triggers::get() else {
+            panic!("trigger automaton did not build")
+        };
+        let commands = [
+            ("rm", "rm -rf build"),
+            ("nc", "nc 10.1.2.3 4444"),
+            ("nc", "ncat 10.1.2.3 4444"),
+            ("ping", "ping 10.1.2.3"),
+            ("dig", "dig 10.1.2.3"),
+            ("irm", "irm 10.1.2.3/x"),
+            ("apt", "apt install foo"),
+            ("apt", "apt-get install foo"),
+        ];
+        for w in super::super::triggers::WORD_TRIGGERS {
+            assert!(commands.iter().any(|(c, _)| c == w), "no example for {w}");
+        }
+        for (_, cmd) in commands {
+            for pre in [
+                "",
+                "x ",
+                "x\t",
+                "a;",
+                "a&&",
+                "a|",
+                "(",
+                "`",
+                "/usr/bin/",
+                "x=",
+                "{",
+            ] {
+                let line = format!("{pre}{cmd}");
+                let mut s = Scanner::default();
+                let mut out = Vec::new();
+                s.line(line.as_bytes(), &mut out);
+                assert!(!out.is_empty(), "no hit for {line:?}");
+                assert!(
+                    t.next_line(line.as_bytes(), 0).is_some(),
+                    "no trigger: {line:?}"
+                );
+            }
+            for pre in ["x", "form", "9", "_", "-", ".", "@"] {
+                let line = format!("{pre}{cmd}");
+                let mut s = Scanner::default();
+                let mut out = Vec::new();
+                s.line(line.as_bytes(), &mut out);
+                assert!(out.is_empty(), "{line:?}: {out:?}");
+            }
+        }
+    }
+
     /// One-megabyte lines built from every trigger: a scan that went quadratic on any of them
     /// (10^12 steps) would never finish, so this test hangs instead of passing. No clock is
     /// asserted on: timing belongs in benchmarks, not in a test on a shared machine.

@@ -7,13 +7,16 @@
 //! bytes go through a 256-entry class table (ASCII case folded, every byte no trigger holds in
 //! one class), states are `u16` row offsets, and every state that completes a trigger is one
 //! sentinel, since the scan stops at the first trigger of a line and skips to the next line.
-//! No trigger holds a newline, so the automaton is back at its start after every `\n`: a file
+//! A [`WORD_TRIGGERS`] word counts only where a token starts: after a newline, a delimiter or
+//! a `/` (the text starts as if after a newline). No trigger holds a newline but as a word's
+//! start, so the automaton is in its start state after every `\n`: a file
 //! can be cut at line boundaries into segments scanned independently, and four of them are
 //! stepped in lock-step, which hides the latency of each table load behind the others'.
 //! The answer, the start of every line holding a trigger, is exact: a test holds it to a naive
 //! substring search over generated and real text.
 
-/// Substrings (ASCII case-insensitive) without which [`Scanner::line`] reports nothing.
+/// Substrings (ASCII case-insensitive) without which [`super::scan::Scanner::line`] reports
+/// nothing (with the [`WORD_TRIGGERS`]).
 pub(crate) const TRIGGERS: &[&str] = &[
     // URLs, scp-style and bare hosts.
     "://",
@@ -41,16 +44,12 @@ pub(crate) const TRIGGERS: &[&str] = &[
     "wget",
     "iwr",
     "invoke-",
-    "irm",
     "aria2c",
     "ssh",
     "scp",
     "ftp",
     "rsync",
-    "nc",
     "telnet",
-    "ping",
-    "dig",
     "nslookup",
     "urlopen",
     "urlretrieve",
@@ -71,7 +70,6 @@ pub(crate) const TRIGGERS: &[&str] = &[
     "uv add",
     "go get",
     "pacman",
-    "apt",
     "apk",
     "yum",
     "dnf",
@@ -111,7 +109,6 @@ pub(crate) const TRIGGERS: &[&str] = &[
     // Risky commands.
     "sudo",
     "doas",
-    "rm",
     "chmod",
     // Credentials.
     ".ssh",
@@ -143,6 +140,18 @@ pub(crate) const TRIGGERS: &[&str] = &[
     "]:",
 ];
 
+/// Command words (ASCII case-insensitive) that count only where a token of the line scanner
+/// starts, or after a `/` (a path's last component): the line scanner compares them with a
+/// whole token's last path component (`rm`, `/bin/rm`, `nc`, `ping`, `dig`, `irm`, `apt`,
+/// `apt-get`) and never looks for them inside a word. As plain substrings they are in most
+/// lines of prose (`form`, `once`, `shipping`, `digit`, `confirm`, `adapt`), each then read by
+/// the line scanner for nothing.
+pub(crate) const WORD_TRIGGERS: &[&str] = &["rm", "nc", "ping", "dig", "irm", "apt"];
+
+/// What may precede a token's first byte: the line scanner's delimiters, the newline, and `/`
+/// (a test in `scan` holds this to the scanner's delimiter table).
+pub(crate) const WORD_START: &[u8] = b" \t\r\n\"'`(){}[]<>;|&,=/";
+
 /// One past the largest byte value: the class table's size.
 const BYTES: usize = 256;
 
@@ -157,8 +166,12 @@ const ALPHABET: ([u8; BYTES], usize) = {
     let mut class = [0u8; BYTES];
     let mut n = 1usize;
     let mut i = 0;
-    while i < TRIGGERS.len() {
-        let p = TRIGGERS[i].as_bytes();
+    while i < TRIGGERS.len() + WORD_TRIGGERS.len() {
+        let p = if i < TRIGGERS.len() {
+            TRIGGERS[i].as_bytes()
+        } else {
+            WORD_TRIGGERS[i - TRIGGERS.len()].as_bytes()
+        };
         let mut j = 0;
         while j < p.len() {
             let b = fold(p[j]) as usize;
@@ -175,32 +188,96 @@ const ALPHABET: ([u8; BYTES], usize) = {
         class[b as usize] = class[fold(b) as usize];
         b += 1;
     }
-    (class, n)
+    // The word-start bytes no trigger holds share one class (the newline among them).
+    let mut j = 0;
+    while j < WORD_START.len() {
+        if class[WORD_START[j] as usize] == 0 {
+            class[WORD_START[j] as usize] = n as u8;
+        }
+        j += 1;
+    }
+    (class, n + 1)
 };
+/// The class of the word-start bytes that no trigger holds, the newline among them.
+const WORD_CLASS: usize = ALPHABET.1 - 1;
 const CLASSES: usize = ALPHABET.1;
 
-/// At most one trie node per trigger byte, plus the root.
+/// The word triggers' first classes: each word-start byte's class (those no trigger holds are
+/// one class, and bytes of one class are one edge).
+const STARTS: ([u8; WORD_START.len()], usize) = {
+    let mut out = [0u8; WORD_START.len()];
+    let mut n = 0;
+    let mut j = 0;
+    while j < WORD_START.len() {
+        let c = ALPHABET.0[WORD_START[j] as usize];
+        let mut k = 0;
+        while k < n && out[k] != c {
+            k += 1;
+        }
+        if k == n {
+            out[n] = c;
+            n += 1;
+        }
+        j += 1;
+    }
+    (out, n)
+};
+
+/// The patterns as class sequences: every trigger, and every word trigger after each start.
+const PATTERNS: usize = TRIGGERS.len() + WORD_TRIGGERS.len() * STARTS.1;
+
+/// Pattern `i`'s class at `j` (`None` past its end).
+const fn pattern_class(i: usize, j: usize) -> Option<u8> {
+    if i < TRIGGERS.len() {
+        let p = TRIGGERS[i].as_bytes();
+        return if j < p.len() {
+            Some(ALPHABET.0[p[j] as usize])
+        } else {
+            None
+        };
+    }
+    let k = i - TRIGGERS.len();
+    let (w, start) = (
+        WORD_TRIGGERS[k / STARTS.1].as_bytes(),
+        STARTS.0[k % STARTS.1],
+    );
+    if j == 0 {
+        Some(start)
+    } else if j <= w.len() {
+        Some(ALPHABET.0[w[j - 1] as usize])
+    } else {
+        None
+    }
+}
+
+/// At most one trie node per pattern class, plus the root.
 const NODES: usize = {
     let mut n = 1;
     let mut i = 0;
-    while i < TRIGGERS.len() {
-        n += TRIGGERS[i].len();
+    while i < PATTERNS {
+        let mut j = 0;
+        while pattern_class(i, j).is_some() {
+            j += 1;
+        }
+        n += j;
         i += 1;
     }
     n
 };
 
 /// The transition table's size: a power of two, so an index masked to it needs no bounds check.
-const TABLE: usize = 1 << 15;
+const TABLE: usize = 1 << 16;
 const MASK: usize = TABLE - 1;
 
 /// The state every completed trigger leads to (never a row offset: rows are below `TABLE`).
 const MATCH: u16 = u16::MAX;
 
-/// The automaton: `next[state + class[byte]]`, states being row offsets, the start at 0.
+/// The automaton: `next[state + class[byte]]`, states being row offsets (the root at 0).
 struct Dfa {
     class: [u8; BYTES],
     next: [u16; TABLE],
+    /// The state after a newline, where every line (and the text) starts.
+    start: u16,
 }
 
 /// Aho-Corasick over the folded triggers: a trie, failure links in breadth-first order, every
@@ -213,12 +290,11 @@ const fn build() -> Dfa {
     let mut ends = [false; NODES];
     let mut nodes = 1usize;
     let mut i = 0;
-    while i < TRIGGERS.len() {
-        let p = TRIGGERS[i].as_bytes();
+    while i < PATTERNS {
         let mut s = 0usize;
         let mut j = 0;
-        while j < p.len() {
-            let c = class[p[j] as usize] as usize;
+        while let Some(c) = pattern_class(i, j) {
+            let c = c as usize;
             if trie[s * CLASSES + c] == 0 {
                 trie[s * CLASSES + c] = nodes as u16;
                 nodes += 1;
@@ -286,7 +362,10 @@ const fn build() -> Dfa {
         }
         s += 1;
     }
-    Dfa { class, next }
+    // Text starts as if after a newline (a token may start there).
+    let start = row[trie[WORD_CLASS] as usize];
+    assert!(start != MATCH, "a word-start byte alone is no trigger");
+    Dfa { class, next, start }
 }
 
 static DFA: Dfa = build();
@@ -322,7 +401,7 @@ impl Triggers {
         let mut at = from;
         while at < hay.len() {
             let end = chunk_end(hay, at, CHUNK);
-            single(hay, at, at, end, 0, &mut out);
+            single(hay, at, at, end, DFA.start, &mut out);
             if let Some(&first) = out.first() {
                 return Some(first);
             }
@@ -422,7 +501,7 @@ fn single(
             Some(i) => {
                 at = record(hay, line, at + i, end, out);
                 line = at;
-                s = 0;
+                s = DFA.start;
             }
             None => return,
         }
@@ -435,7 +514,7 @@ fn lockstep(hay: &[u8], cut: [usize; 5], out: &mut Vec<usize>) {
     let mut at = [cut[0], cut[1], cut[2], cut[3]];
     let end = [cut[1], cut[2], cut[3], cut[4]];
     let mut line = at;
-    let mut s = [0u16; 4];
+    let mut s = [DFA.start; 4];
     loop {
         let n = (0..4).map(|k| end[k] - at[k]).min().unwrap_or(0);
         if n == 0 {
@@ -468,7 +547,7 @@ fn lockstep(hay: &[u8], cut: [usize; 5], out: &mut Vec<usize>) {
             if s[k] == MATCH {
                 at[k] = record(hay, line[k], at[k] + done, end[k], out);
                 line[k] = at[k];
-                s[k] = 0;
+                s[k] = DFA.start;
             } else {
                 at[k] += done + 1;
             }
@@ -489,9 +568,14 @@ mod tests {
         let mut start = 0;
         for line in hay.split(|&b| b == b'\n') {
             let folded: Vec<u8> = line.iter().map(|b| b.to_ascii_lowercase()).collect();
+            let word_at = |w: &str| {
+                memchr::memmem::find_iter(&folded, w.as_bytes())
+                    .any(|p| p == 0 || WORD_START.contains(&folded[p - 1]))
+            };
             if TRIGGERS
                 .iter()
                 .any(|t| memchr::memmem::find(&folded, t.as_bytes()).is_some())
+                || WORD_TRIGGERS.iter().any(|w| word_at(w))
             {
                 out.push(start);
             }
@@ -538,7 +622,7 @@ mod tests {
 
     #[test]
     fn every_trigger_alone_in_any_case_and_nowhere_split() {
-        for t in TRIGGERS {
+        for t in TRIGGERS.iter().chain(WORD_TRIGGERS) {
             let upper = t.to_ascii_uppercase();
             for hay in [
                 t.to_string(),
@@ -583,7 +667,11 @@ mod tests {
                     hay.extend_from_slice(filler[rng.below(filler.len())]);
                     continue;
                 }
-                let t = TRIGGERS[rng.below(TRIGGERS.len())].as_bytes();
+                let k = rng.below(TRIGGERS.len() + WORD_TRIGGERS.len());
+                let t = TRIGGERS
+                    .get(k)
+                    .unwrap_or_else(|| &WORD_TRIGGERS[k - TRIGGERS.len()]);
+                let t = t.as_bytes();
                 let (a, b) = (rng.below(t.len() + 1), rng.below(t.len() + 1));
                 let piece = if rng.below(4) == 0 {
                     t
