@@ -2,7 +2,7 @@
 //!
 //! Usage: `cargo run --release --example review_bench [-- RUNS [SKILLBOX_BIN]]`
 //!
-//! 1. The trigger automaton's one-time build (first use in a process).
+//! 1. The trigger automaton's first use in a process (built at compile time: nothing to build).
 //! 2. A typical package (25 files, ~250 KB: SKILL.md, scripts, references, assets; prose with
 //!    the occasional URL, command and variable) as a tar: RUNS full `extract()` calls (which
 //!    include the review) and RUNS `review()` calls alone over the same staged tree. Reported as
@@ -224,7 +224,7 @@ fn main() {
     let bin = std::env::args().nth(2);
     let (_, build, _) = timed(skillbox::skill::scan::Triggers::get);
     println!(
-        "trigger automaton build (once per process): {:.3} ms",
+        "trigger automaton first use (built at compile time): {:.3} ms",
         ms(build)
     );
 

@@ -543,7 +543,11 @@ impl<'a> Sink<'a> {
         if let Some(d) = declared {
             self.check_declared(p, d)?;
         }
-        let mut file = self.writer.create_file(p).map_err(|e| write_failed(e, p))?;
+        let executable = mode & 0o111 != 0;
+        let (mut file, final_mode) = self
+            .writer
+            .create_file_as(p, executable)
+            .map_err(|e| write_failed(e, p))?;
         let mut head: Vec<u8> = Vec::new();
         let mut written: u64 = 0;
         // Hashed while written: on the hashing thread when the process has one (the confined
@@ -635,8 +639,9 @@ impl<'a> Sink<'a> {
         let digest = hash
             .finish()
             .map_err(|e| Stop::Fault(EngineError::Staging(e)))?;
-        let executable = mode & 0o111 != 0;
-        Writer::finish_file(&file, executable).map_err(|e| write_failed(e, p))?;
+        if !final_mode {
+            Writer::finish_file(&file, executable).map_err(|e| write_failed(e, p))?;
+        }
         let flags = inventory::file_flags(p, &head, executable, mode & 0o7022 != 0);
         // Set on the node by `finish`, once the hashing thread has it.
         self.pending.push((p.to_owned(), digest));

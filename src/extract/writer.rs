@@ -13,11 +13,30 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, fchmod, mkdirat};
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+
+/// Set once this process's umask is 0 (see [`clear_umask`]): files are then created with their
+/// final mode, and need no `fchmod` after.
+static UMASK_CLEARED: AtomicBool = AtomicBool::new(false);
+
+/// Clear the process's file mode creation mask, so that what the writer creates gets exactly
+/// the modes it asks for (0644 or 0755 files, 0755 directories) whatever umask the caller had:
+/// a file is then created with its final mode (one system call per file fewer than an
+/// `fchmod` after), and a directory is 0755 as the inventory says (under an inherited umask
+/// of 077 it came out 0700, which the parent's re-check refuses). The confined child calls it
+/// before confinement (`umask` is not on its allow-list); it is process-wide, so only a process
+/// that creates nothing but the staged tree may call it. The staged tree is the caller's alone
+/// (its root is the parent's private staging directory), so a file being readable by its mode
+/// while it is written gives nobody anything.
+pub fn clear_umask() {
+    nix::sys::stat::umask(Mode::empty());
+    UMASK_CLEARED.store(true, Ordering::Release);
+}
 
 /// Directories kept open beneath the root at once (see [`DirCache`]). The confined child may
 /// hold 64 fds in all; with its pipes, the memfd, the staging fd and one file it stays well
@@ -141,6 +160,25 @@ impl<'a> Writer<'a> {
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o600))?;
         Ok(File::from(fd))
+    }
+
+    /// Create regular file `path` (must not exist) for writing, with its final, sanitised mode
+    /// (0644, or 0755 if `executable`) when the umask was cleared ([`clear_umask`]): then the
+    /// answer's flag is `true` and the file needs no [`Self::finish_file`]. Otherwise it is
+    /// created 0600 (`false`), its mode set by [`Self::finish_file`].
+    pub fn create_file_as(&mut self, path: &str, executable: bool) -> io::Result<(File, bool)> {
+        let (parent, name) = split(path);
+        let dir = self.parent_fd(parent)?;
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let cleared = UMASK_CLEARED.load(Ordering::Acquire);
+        let mode = match (cleared, executable) {
+            (true, true) => 0o755,
+            (true, false) => 0o644,
+            (false, _) => 0o600,
+        };
+        let fd = openat(dir, name, flags, Mode::from_bits_truncate(mode))?;
+        Ok((File::from(fd), cleared))
     }
 
     /// Set the final, sanitised mode (0644 or 0755) on a file we created; independent of umask.

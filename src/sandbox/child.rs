@@ -312,6 +312,9 @@ pub(crate) fn confine_process(run_as: Option<Ids>, parent_pid: u32) -> ProcessSt
     if let Err(f) = attrs {
         failures.push(f);
     }
+    // Files and directories are created with exactly the modes the writer gives, whatever
+    // umask the caller had (`umask` is not on the allow-list: now, before confinement).
+    crate::extract::writer::clear_umask();
     if u32::try_from(getppid().as_raw()).ok() != Some(parent_pid) {
         // The parent died before the death signal was armed: nobody is waiting for an answer.
         sys::exit_now(EXIT_BAD_SETUP);

@@ -12,3 +12,4 @@ pub mod frontmatter;
 pub mod review;
 pub mod scan;
 pub mod staged;
+pub mod triggers;

@@ -640,15 +640,17 @@ impl<'a> Reviewer<'a> {
         let mut links = Vec::new();
         let mut per_subject: HashMap<(FindingKind, String), usize> = HashMap::new();
         let mut scanner = std::mem::take(&mut self.scanner);
-        let triggers = scan::Triggers::get();
-        // Only lines holding a trigger are scanned; line numbers are counted in between.
+        // Only lines holding a trigger are scanned; line numbers are counted in between. The
+        // automaton is built at compile time (`get` is always `Some`); without it every line
+        // would be scanned.
+        let mut triggers = scan::Triggers::get().map(|t| t.lines(content));
         let (mut pos, mut lineno, mut counted) = (0usize, 1u64, 0usize);
         loop {
-            let start = match triggers {
-                Some(t) => match t.next(content, pos) {
-                    Some(m) => {
-                        memchr::memrchr(b'\n', &content[pos..m]).map_or(pos, |i| pos + i + 1)
-                    }
+            let start = match &mut triggers {
+                // The first line at or after `pos` (a line start) holding a trigger; lines a
+                // continued command already took in are passed over.
+                Some(lines) => match lines.find(|&l| l >= pos) {
+                    Some(l) => l,
                     None => break,
                 },
                 None if pos < content.len() => pos,

@@ -6,12 +6,15 @@
 //! Hosts that name no third party (documentation placeholders, the machine itself) and URLs that
 //! identify rather than locate (XML namespaces, licence texts) are never reported.
 //!
-//! Two stages, both linear with no backtracking anywhere. [`Triggers`] is one Aho-Corasick pass
-//! over a whole file for the substrings any finding needs (`://`, `curl`, `.ssh`, `_token`, ...);
+//! Two stages, both linear with no backtracking anywhere. [`Triggers`] (built at compile time,
+//! in [`super::triggers`]) is one Aho-Corasick pass over a whole file for the substrings any
+//! finding needs (`://`, `curl`, `.ssh`, `_token`, ...);
 //! only lines holding one reach [`Scanner::line`], which splits the line once into tokens and
 //! makes constant-size comparisons on each token and its neighbours. The trigger set is a
 //! superset of what the line scanner can report (a test holds it to that). The scanners only ever
 //! report; what is worth a finding, and how many, is decided by the caller.
+
+pub use super::triggers::Triggers;
 
 /// What a scanner saw.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,166 +62,6 @@ const DELIMS: [bool; 256] = {
 
 fn is_delim(b: u8) -> bool {
     DELIMS[b as usize]
-}
-
-/// Substrings (ASCII case-insensitive) without which [`Scanner::line`] reports nothing.
-const TRIGGERS: &[&str] = &[
-    // URLs, scp-style and bare hosts.
-    "://",
-    "@",
-    ".com",
-    ".net",
-    ".org",
-    ".io",
-    ".dev",
-    ".ai",
-    ".co",
-    ".gov",
-    ".edu",
-    ".xyz",
-    ".biz",
-    ".us",
-    ".uk",
-    ".de",
-    ".fr",
-    ".cn",
-    ".ru",
-    ".jp",
-    // Network commands and fetchers.
-    "curl",
-    "wget",
-    "iwr",
-    "invoke-",
-    "irm",
-    "aria2c",
-    "ssh",
-    "scp",
-    "ftp",
-    "rsync",
-    "nc",
-    "telnet",
-    "ping",
-    "dig",
-    "nslookup",
-    "urlopen",
-    "urlretrieve",
-    "requests.",
-    "httpx.",
-    "axios.",
-    // Installers.
-    "install",
-    "clone",
-    "submodule",
-    "npm",
-    "npx",
-    "pnpx",
-    "yarn",
-    "bunx",
-    "uvx",
-    "pipx",
-    "uv add",
-    "go get",
-    "pacman",
-    "apt",
-    "apk",
-    "yum",
-    "dnf",
-    "bun",
-    // Uploads and shell strings (`files=`, `shell=True`, `os.system`, `execSync`).
-    "files",
-    "data",
-    "content",
-    "upload_",
-    "put_object",
-    "publish",
-    "twine",
-    "gem push",
-    "docker push",
-    "podman push",
-    "gh release",
-    "shell",
-    "os.system",
-    "os.popen",
-    "getoutput",
-    "exec",
-    // Native code.
-    "gcc",
-    "g++",
-    "clang",
-    "nvcc",
-    "tcc",
-    "rustc",
-    "zig cc",
-    "cc -",
-    "c++ -",
-    "build_ext",
-    "node-gyp",
-    "cmake",
-    "ld_preload",
-    "dyld_insert",
-    // Risky commands.
-    "sudo",
-    "doas",
-    "rm",
-    "chmod",
-    // Credentials.
-    ".ssh",
-    ".aws",
-    ".netrc",
-    ".git-credentials",
-    ".gnupg",
-    ".npmrc",
-    ".pypirc",
-    ".kube",
-    ".docker",
-    ".azure",
-    ".env",
-    "id_rsa",
-    "id_ed25519",
-    "id_ecdsa",
-    "id_dsa",
-    ".config/",
-    "/shadow",
-    "dotenv",
-    "_token",
-    "_secret",
-    "_key",
-    "_passw",
-    "_credentials",
-    "_apikey",
-    // Markdown links (checked in SKILL.md).
-    "](",
-    "]:",
-];
-
-/// The trigger automaton, built once per process.
-pub struct Triggers(aho_corasick::AhoCorasick);
-
-impl Triggers {
-    /// The shared instance, built on first use (a DFA over ~90 short patterns). `None` only if
-    /// the fixed pattern set failed to build; callers then scan every line.
-    pub fn get() -> Option<&'static Triggers> {
-        static T: std::sync::OnceLock<Option<Triggers>> = std::sync::OnceLock::new();
-        T.get_or_init(|| {
-            aho_corasick::AhoCorasick::builder()
-                .ascii_case_insensitive(true)
-                .kind(Some(aho_corasick::AhoCorasickKind::DFA))
-                .build(TRIGGERS)
-                .ok()
-                .map(Triggers)
-        })
-        .as_ref()
-    }
-
-    /// Byte offset of the next trigger at or after `from`, if any.
-    pub fn next(&self, hay: &[u8], from: usize) -> Option<usize> {
-        if from >= hay.len() {
-            return None;
-        }
-        self.0
-            .find(aho_corasick::Input::new(hay).span(from..hay.len()))
-            .map(|m| m.start())
-    }
 }
 
 fn tokenize(line: &[u8], out: &mut Vec<Tok>) {
@@ -1675,9 +1518,78 @@ mod tests {
             link_targets(line.as_bytes(), &mut links);
             assert!(!out.is_empty() || !links.is_empty(), "no hit for {line:?}");
             assert!(
-                t.next(line.as_bytes(), 0).is_some(),
+                t.next_line(line.as_bytes(), 0).is_some(),
                 "hit without a trigger: {line:?}"
             );
+        }
+    }
+
+    /// The word triggers count only at a token's start: the scanner's delimiters (and `/`) are
+    /// exactly what may precede them.
+    #[test]
+    fn word_starts_are_the_scanner_delimiters() {
+        use super::super::triggers::WORD_START;
+        for b in 0..=255u8 {
+            assert_eq!(
+                WORD_START.contains(&b),
+                is_delim(b) || b == b'/',
+                "byte {b:#04x}"
+            );
+        }
+    }
+
+    /// Each word trigger's command reports where a token starts (after any delimiter or a
+    /// `/`) and is found by the trigger pass there; glued to a word it reports nothing, which
+    /// is why the trigger pass may pass it over.
+    #[test]
+    fn word_triggers_report_only_as_tokens() {
+        let Some(t) = Triggers::get() else {
+            panic!("trigger automaton did not build")
+        };
+        let commands = [
+            ("rm", "rm -rf build"),
+            ("nc", "nc 10.1.2.3 4444"),
+            ("nc", "ncat 10.1.2.3 4444"),
+            ("ping", "ping 10.1.2.3"),
+            ("dig", "dig 10.1.2.3"),
+            ("irm", "irm 10.1.2.3/x"),
+            ("apt", "apt install foo"),
+            ("apt", "apt-get install foo"),
+        ];
+        for w in super::super::triggers::WORD_TRIGGERS {
+            assert!(commands.iter().any(|(c, _)| c == w), "no example for {w}");
+        }
+        for (_, cmd) in commands {
+            for pre in [
+                "",
+                "x ",
+                "x\t",
+                "a;",
+                "a&&",
+                "a|",
+                "(",
+                "`",
+                "/usr/bin/",
+                "x=",
+                "{",
+            ] {
+                let line = format!("{pre}{cmd}");
+                let mut s = Scanner::default();
+                let mut out = Vec::new();
+                s.line(line.as_bytes(), &mut out);
+                assert!(!out.is_empty(), "no hit for {line:?}");
+                assert!(
+                    t.next_line(line.as_bytes(), 0).is_some(),
+                    "no trigger: {line:?}"
+                );
+            }
+            for pre in ["x", "form", "9", "_", "-", ".", "@"] {
+                let line = format!("{pre}{cmd}");
+                let mut s = Scanner::default();
+                let mut out = Vec::new();
+                s.line(line.as_bytes(), &mut out);
+                assert!(out.is_empty(), "{line:?}: {out:?}");
+            }
         }
     }
 

@@ -114,6 +114,63 @@ fn accepted_archive_json_and_files_on_disk() {
     assert_eq!(mode, 0o755);
 }
 
+/// Modes on disk are the inventory's whatever umask the caller has: the child clears it and
+/// creates each file with its final mode (no `fchmod` after). Under umask 077 a file created
+/// with its final mode but an inherited umask would be 0600, and a directory 0700 (which the
+/// parent's re-check refuses).
+#[test]
+fn modes_on_disk_whatever_the_umask() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let art = tar_with(
+        tmp.path(),
+        "pkg.tar",
+        &[
+            ("SKILL.md", SKILL, 0o600),
+            ("scripts/sub/run.sh", b"#!/bin/sh\necho hi\n", 0o700),
+            ("data/big.txt", &[b'x'; 40_000], 0o640),
+        ],
+    );
+    let out = tmp.path().join("out");
+    let bytes = std::fs::read(&art).unwrap_or_default();
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg("umask 077 && exec \"$0\" \"$@\"")
+        .arg(bin())
+        .args([
+            "extract",
+            art.to_str().unwrap_or(""),
+            "--digest",
+            &sha(&bytes),
+            "--out",
+            out.to_str().unwrap_or(""),
+            "--json",
+        ])
+        .output()
+        .expect("spawn sh");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "stdout: {} stderr: {}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(json_of(&o)["verdict"], "accepted");
+    use std::os::unix::fs::PermissionsExt;
+    for (path, want) in [
+        ("SKILL.md", 0o644),
+        ("scripts", 0o755),
+        ("scripts/sub", 0o755),
+        ("scripts/sub/run.sh", 0o755),
+        ("data", 0o755),
+        ("data/big.txt", 0o644),
+    ] {
+        let mode = std::fs::metadata(out.join(path))
+            .map(|m| m.permissions().mode() & 0o7777)
+            .unwrap_or(0);
+        assert_eq!(mode, want, "{path}: {mode:o}");
+    }
+}
+
 #[test]
 fn skill_md_artifact_is_staged_byte_for_byte() {
     let tmp = tempfile::tempdir().expect("tempdir");

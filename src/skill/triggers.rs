@@ -1,0 +1,738 @@
+//! The review's trigger automaton: which lines of a file hold one of [`TRIGGERS`], the
+//! substrings without which the line scanner reports nothing (see [`super::scan`]).
+//!
+//! An Aho-Corasick DFA built by `const` evaluation, so it sits in the binary's read-only data:
+//! nothing to build or validate when a child starts (building it at run time cost more
+//! instructions than scanning a typical package's text). Its shape is chosen for the scan:
+//! bytes go through a 256-entry class table (ASCII case folded, every byte no trigger holds in
+//! one class), states are `u16` row offsets, and every state that completes a trigger is one
+//! sentinel, since the scan stops at the first trigger of a line and skips to the next line.
+//! A [`WORD_TRIGGERS`] word counts only where a token starts: after a newline, a delimiter or
+//! a `/` (the text starts as if after a newline). No trigger holds a newline but as a word's
+//! start, so the automaton is in its start state after every `\n`: a file
+//! can be cut at line boundaries into segments scanned independently, and four of them are
+//! stepped in lock-step, which hides the latency of each table load behind the others'.
+//! The answer, the start of every line holding a trigger, is exact: a test holds it to a naive
+//! substring search over generated and real text.
+
+/// Substrings (ASCII case-insensitive) without which [`super::scan::Scanner::line`] reports
+/// nothing (with the [`WORD_TRIGGERS`]).
+pub(crate) const TRIGGERS: &[&str] = &[
+    // URLs, scp-style and bare hosts.
+    "://",
+    "@",
+    ".com",
+    ".net",
+    ".org",
+    ".io",
+    ".dev",
+    ".ai",
+    ".co",
+    ".gov",
+    ".edu",
+    ".xyz",
+    ".biz",
+    ".us",
+    ".uk",
+    ".de",
+    ".fr",
+    ".cn",
+    ".ru",
+    ".jp",
+    // Network commands and fetchers.
+    "curl",
+    "wget",
+    "iwr",
+    "invoke-",
+    "aria2c",
+    "ssh",
+    "scp",
+    "ftp",
+    "rsync",
+    "telnet",
+    "nslookup",
+    "urlopen",
+    "urlretrieve",
+    "requests.",
+    "httpx.",
+    "axios.",
+    // Installers.
+    "install",
+    "clone",
+    "submodule",
+    "npm",
+    "npx",
+    "pnpx",
+    "yarn",
+    "bunx",
+    "uvx",
+    "pipx",
+    "uv add",
+    "go get",
+    "pacman",
+    "apk",
+    "yum",
+    "dnf",
+    "bun",
+    // Uploads and shell strings (`files=`, `shell=True`, `os.system`, `execSync`).
+    "files",
+    "data",
+    "content",
+    "upload_",
+    "put_object",
+    "publish",
+    "twine",
+    "gem push",
+    "docker push",
+    "podman push",
+    "gh release",
+    "shell",
+    "os.system",
+    "os.popen",
+    "getoutput",
+    "exec",
+    // Native code.
+    "gcc",
+    "g++",
+    "clang",
+    "nvcc",
+    "tcc",
+    "rustc",
+    "zig cc",
+    "cc -",
+    "c++ -",
+    "build_ext",
+    "node-gyp",
+    "cmake",
+    "ld_preload",
+    "dyld_insert",
+    // Risky commands.
+    "sudo",
+    "doas",
+    "chmod",
+    // Credentials.
+    ".ssh",
+    ".aws",
+    ".netrc",
+    ".git-credentials",
+    ".gnupg",
+    ".npmrc",
+    ".pypirc",
+    ".kube",
+    ".docker",
+    ".azure",
+    ".env",
+    "id_rsa",
+    "id_ed25519",
+    "id_ecdsa",
+    "id_dsa",
+    ".config/",
+    "/shadow",
+    "dotenv",
+    "_token",
+    "_secret",
+    "_key",
+    "_passw",
+    "_credentials",
+    "_apikey",
+    // Markdown links (checked in SKILL.md).
+    "](",
+    "]:",
+];
+
+/// Command words (ASCII case-insensitive) that count only where a token of the line scanner
+/// starts, or after a `/` (a path's last component): the line scanner compares them with a
+/// whole token's last path component (`rm`, `/bin/rm`, `nc`, `ping`, `dig`, `irm`, `apt`,
+/// `apt-get`) and never looks for them inside a word. As plain substrings they are in most
+/// lines of prose (`form`, `once`, `shipping`, `digit`, `confirm`, `adapt`), each then read by
+/// the line scanner for nothing.
+pub(crate) const WORD_TRIGGERS: &[&str] = &["rm", "nc", "ping", "dig", "irm", "apt"];
+
+/// What may precede a token's first byte: the line scanner's delimiters, the newline, and `/`
+/// (a test in `scan` holds this to the scanner's delimiter table).
+pub(crate) const WORD_START: &[u8] = b" \t\r\n\"'`(){}[]<>;|&,=/";
+
+/// One past the largest byte value: the class table's size.
+const BYTES: usize = 256;
+
+/// ASCII case folding, the same for the triggers and the text.
+const fn fold(b: u8) -> u8 {
+    b.to_ascii_lowercase()
+}
+
+/// Byte classes: 0 for every byte no trigger holds, 1.. for the others (upper-case letters
+/// share their lower-case letter's class), and the number of classes.
+const ALPHABET: ([u8; BYTES], usize) = {
+    let mut class = [0u8; BYTES];
+    let mut n = 1usize;
+    let mut i = 0;
+    while i < TRIGGERS.len() + WORD_TRIGGERS.len() {
+        let p = if i < TRIGGERS.len() {
+            TRIGGERS[i].as_bytes()
+        } else {
+            WORD_TRIGGERS[i - TRIGGERS.len()].as_bytes()
+        };
+        let mut j = 0;
+        while j < p.len() {
+            let b = fold(p[j]) as usize;
+            if class[b] == 0 {
+                class[b] = n as u8;
+                n += 1;
+            }
+            j += 1;
+        }
+        i += 1;
+    }
+    let mut b = b'A';
+    while b <= b'Z' {
+        class[b as usize] = class[fold(b) as usize];
+        b += 1;
+    }
+    // The word-start bytes no trigger holds share one class (the newline among them).
+    let mut j = 0;
+    while j < WORD_START.len() {
+        if class[WORD_START[j] as usize] == 0 {
+            class[WORD_START[j] as usize] = n as u8;
+        }
+        j += 1;
+    }
+    (class, n + 1)
+};
+/// The class of the word-start bytes that no trigger holds, the newline among them.
+const WORD_CLASS: usize = ALPHABET.1 - 1;
+const CLASSES: usize = ALPHABET.1;
+
+/// The word triggers' first classes: each word-start byte's class (those no trigger holds are
+/// one class, and bytes of one class are one edge).
+const STARTS: ([u8; WORD_START.len()], usize) = {
+    let mut out = [0u8; WORD_START.len()];
+    let mut n = 0;
+    let mut j = 0;
+    while j < WORD_START.len() {
+        let c = ALPHABET.0[WORD_START[j] as usize];
+        let mut k = 0;
+        while k < n && out[k] != c {
+            k += 1;
+        }
+        if k == n {
+            out[n] = c;
+            n += 1;
+        }
+        j += 1;
+    }
+    (out, n)
+};
+
+/// The patterns as class sequences: every trigger, and every word trigger after each start.
+const PATTERNS: usize = TRIGGERS.len() + WORD_TRIGGERS.len() * STARTS.1;
+
+/// Pattern `i`'s class at `j` (`None` past its end).
+const fn pattern_class(i: usize, j: usize) -> Option<u8> {
+    if i < TRIGGERS.len() {
+        let p = TRIGGERS[i].as_bytes();
+        return if j < p.len() {
+            Some(ALPHABET.0[p[j] as usize])
+        } else {
+            None
+        };
+    }
+    let k = i - TRIGGERS.len();
+    let (w, start) = (
+        WORD_TRIGGERS[k / STARTS.1].as_bytes(),
+        STARTS.0[k % STARTS.1],
+    );
+    if j == 0 {
+        Some(start)
+    } else if j <= w.len() {
+        Some(ALPHABET.0[w[j - 1] as usize])
+    } else {
+        None
+    }
+}
+
+/// At most one trie node per pattern class, plus the root.
+const NODES: usize = {
+    let mut n = 1;
+    let mut i = 0;
+    while i < PATTERNS {
+        let mut j = 0;
+        while pattern_class(i, j).is_some() {
+            j += 1;
+        }
+        n += j;
+        i += 1;
+    }
+    n
+};
+
+/// The transition table's size: a power of two, so an index masked to it needs no bounds check.
+const TABLE: usize = 1 << 16;
+const MASK: usize = TABLE - 1;
+
+/// The state every completed trigger leads to (never a row offset: rows are below `TABLE`).
+const MATCH: u16 = u16::MAX;
+
+/// The automaton: `next[state + class[byte]]`, states being row offsets (the root at 0).
+struct Dfa {
+    class: [u8; BYTES],
+    next: [u16; TABLE],
+    /// The state after a newline, where every line (and the text) starts.
+    start: u16,
+}
+
+/// Aho-Corasick over the folded triggers: a trie, failure links in breadth-first order, every
+/// missing edge filled from the failure state's row, then the rows renumbered with the
+/// completing states merged into [`MATCH`].
+const fn build() -> Dfa {
+    let class = ALPHABET.0;
+    // The trie, then the full automaton, over node numbers (0 is the root, never a child).
+    let mut trie = [0u16; NODES * CLASSES];
+    let mut ends = [false; NODES];
+    let mut nodes = 1usize;
+    let mut i = 0;
+    while i < PATTERNS {
+        let mut s = 0usize;
+        let mut j = 0;
+        while let Some(c) = pattern_class(i, j) {
+            let c = c as usize;
+            if trie[s * CLASSES + c] == 0 {
+                trie[s * CLASSES + c] = nodes as u16;
+                nodes += 1;
+            }
+            s = trie[s * CLASSES + c] as usize;
+            j += 1;
+        }
+        ends[s] = true;
+        i += 1;
+    }
+    let mut fail = [0u16; NODES];
+    let mut matching = [false; NODES];
+    let mut order = [0u16; NODES];
+    let (mut head, mut tail) = (0usize, 1usize);
+    while head < tail {
+        let s = order[head] as usize;
+        head += 1;
+        let mut c = 0;
+        while c < CLASSES {
+            let t = trie[s * CLASSES + c] as usize;
+            // From the root, a byte no trigger starts with stays at the root.
+            let via_fail = if s == 0 {
+                0
+            } else {
+                trie[fail[s] as usize * CLASSES + c]
+            };
+            if t != 0 {
+                fail[t] = via_fail;
+                matching[t] = ends[t] || matching[via_fail as usize];
+                order[tail] = t as u16;
+                tail += 1;
+            } else {
+                trie[s * CLASSES + c] = via_fail;
+            }
+            c += 1;
+        }
+    }
+    // Rows for the states that complete nothing, in breadth-first order (the root first, the
+    // shallow states that ordinary text keeps visiting next to it).
+    let mut row = [MATCH; NODES];
+    let mut rows = 0usize;
+    let mut k = 0;
+    while k < nodes {
+        let s = order[k] as usize;
+        if !matching[s] {
+            row[s] = (rows * CLASSES) as u16;
+            rows += 1;
+        }
+        k += 1;
+    }
+    assert!(
+        rows * CLASSES <= TABLE,
+        "the trigger automaton outgrew its table"
+    );
+    let mut next = [0u16; TABLE];
+    let mut s = 0;
+    while s < nodes {
+        if !matching[s] {
+            let r = row[s] as usize;
+            let mut c = 0;
+            while c < CLASSES {
+                next[r + c] = row[trie[s * CLASSES + c] as usize];
+                c += 1;
+            }
+        }
+        s += 1;
+    }
+    // Text starts as if after a newline (a token may start there).
+    let start = row[trie[WORD_CLASS] as usize];
+    assert!(start != MATCH, "a word-start byte alone is no trigger");
+    Dfa { class, next, start }
+}
+
+static DFA: Dfa = build();
+
+#[inline(always)]
+fn step(s: u16, b: u8) -> u16 {
+    DFA.next[(s as usize + DFA.class[b as usize] as usize) & MASK]
+}
+
+/// Text scanned per refill of [`Lines`] (cut at the next line end), so that the line starts it
+/// holds stay bounded however long the file is.
+const CHUNK: usize = 16 * 1024;
+
+/// The trigger automaton (built at compile time).
+pub struct Triggers(());
+
+impl Triggers {
+    /// The shared instance. Always `Some`: the automaton is built when the binary is compiled
+    /// (the `Option` remains for callers written for a run-time build that could fail).
+    pub fn get() -> Option<&'static Triggers> {
+        static T: Triggers = Triggers(());
+        Some(&T)
+    }
+
+    /// The start of every line of `hay` that holds a trigger, in order.
+    pub fn lines<'h>(&self, hay: &'h [u8]) -> Lines<'h> {
+        Lines::new(hay, CHUNK)
+    }
+
+    /// The start of the first line at or after `from` (a line start) that holds a trigger.
+    pub fn next_line(&self, hay: &[u8], from: usize) -> Option<usize> {
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < hay.len() {
+            let end = chunk_end(hay, at, CHUNK);
+            single(hay, at, at, end, DFA.start, &mut out);
+            if let Some(&first) = out.first() {
+                return Some(first);
+            }
+            at = end;
+        }
+        None
+    }
+}
+
+/// Where the chunk starting at `at` ends: `chunk` bytes on, then to the end of that line.
+fn chunk_end(hay: &[u8], at: usize, chunk: usize) -> usize {
+    if hay.len() - at <= chunk {
+        return hay.len();
+    }
+    let cut = at + chunk;
+    memchr::memchr(b'\n', &hay[cut..]).map_or(hay.len(), |i| cut + i + 1)
+}
+
+/// The start of every line of `hay` holding a trigger, found a chunk at a time.
+pub struct Lines<'h> {
+    hay: &'h [u8],
+    chunk: usize,
+    scanned: usize,
+    found: Vec<usize>,
+    taken: usize,
+}
+
+impl<'h> Lines<'h> {
+    fn new(hay: &'h [u8], chunk: usize) -> Self {
+        Lines {
+            hay,
+            chunk: chunk.max(1),
+            scanned: 0,
+            found: Vec::new(),
+            taken: 0,
+        }
+    }
+
+    fn refill(&mut self) {
+        let (hay, from) = (self.hay, self.scanned);
+        let end = chunk_end(hay, from, self.chunk);
+        self.found.clear();
+        self.taken = 0;
+        // Four segments cut after a newline (the automaton is at its start there).
+        let mut cut = [from, 0, 0, 0, end];
+        for k in 1..4 {
+            let aim = (from + (end - from) * k / 4).max(cut[k - 1]);
+            cut[k] = memchr::memchr(b'\n', &hay[aim..end]).map_or(end, |i| aim + i + 1);
+        }
+        lockstep(hay, cut, &mut self.found);
+        // The segments report in the order their matches came; each line once.
+        self.found.sort_unstable();
+        self.scanned = end;
+    }
+}
+
+impl Iterator for Lines<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        loop {
+            if let Some(&l) = self.found.get(self.taken) {
+                self.taken += 1;
+                return Some(l);
+            }
+            if self.scanned >= self.hay.len() {
+                return None;
+            }
+            self.refill();
+        }
+    }
+}
+
+/// A trigger ended at `at`, in the line that starts after the last newline since `from` (a
+/// line start): record that line, and return where the next one starts (or `end`).
+fn record(hay: &[u8], from: usize, at: usize, end: usize, out: &mut Vec<usize>) -> usize {
+    out.push(memchr::memrchr(b'\n', &hay[from..at]).map_or(from, |i| from + i + 1));
+    memchr::memchr(b'\n', &hay[at..end]).map_or(end, |i| at + i + 1)
+}
+
+/// Scan `hay[at..end]` one byte at a time from state `s`; `line` is a line start at or
+/// before `at` with no trigger line recorded since.
+fn single(
+    hay: &[u8],
+    mut line: usize,
+    mut at: usize,
+    end: usize,
+    mut s: u16,
+    out: &mut Vec<usize>,
+) {
+    while at < end {
+        let hit = hay[at..end].iter().position(|&b| {
+            s = step(s, b);
+            s == MATCH
+        });
+        match hit {
+            Some(i) => {
+                at = record(hay, line, at + i, end, out);
+                line = at;
+                s = DFA.start;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Scan the four segments `cut[k]..cut[k + 1]` in lock-step while all four have bytes left,
+/// then what is left of each alone.
+fn lockstep(hay: &[u8], cut: [usize; 5], out: &mut Vec<usize>) {
+    let mut at = [cut[0], cut[1], cut[2], cut[3]];
+    let end = [cut[1], cut[2], cut[3], cut[4]];
+    let mut line = at;
+    let mut s = [DFA.start; 4];
+    loop {
+        let n = (0..4).map(|k| end[k] - at[k]).min().unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        let (a, b, c, d) = (
+            &hay[at[0]..at[0] + n],
+            &hay[at[1]..at[1] + n],
+            &hay[at[2]..at[2] + n],
+            &hay[at[3]..at[3] + n],
+        );
+        let mut done = n;
+        for (i, (((&x0, &x1), &x2), &x3)) in a.iter().zip(b).zip(c).zip(d).enumerate() {
+            s[0] = step(s[0], x0);
+            s[1] = step(s[1], x1);
+            s[2] = step(s[2], x2);
+            s[3] = step(s[3], x3);
+            if (s[0] == MATCH) | (s[1] == MATCH) | (s[2] == MATCH) | (s[3] == MATCH) {
+                done = i;
+                break;
+            }
+        }
+        if done == n {
+            for p in &mut at {
+                *p += n;
+            }
+            continue;
+        }
+        for k in 0..4 {
+            if s[k] == MATCH {
+                at[k] = record(hay, line[k], at[k] + done, end[k], out);
+                line[k] = at[k];
+                s[k] = DFA.start;
+            } else {
+                at[k] += done + 1;
+            }
+        }
+    }
+    for k in 0..4 {
+        single(hay, line[k], at[k], end[k], s[k], out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The answer by the plainest means: every line, folded, searched for every trigger.
+    fn naive(hay: &[u8]) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut start = 0;
+        for line in hay.split(|&b| b == b'\n') {
+            let folded: Vec<u8> = line.iter().map(|b| b.to_ascii_lowercase()).collect();
+            let word_at = |w: &str| {
+                memchr::memmem::find_iter(&folded, w.as_bytes())
+                    .any(|p| p == 0 || WORD_START.contains(&folded[p - 1]))
+            };
+            if TRIGGERS
+                .iter()
+                .any(|t| memchr::memmem::find(&folded, t.as_bytes()).is_some())
+                || WORD_TRIGGERS.iter().any(|w| word_at(w))
+            {
+                out.push(start);
+            }
+            start += line.len() + 1;
+        }
+        out
+    }
+
+    fn check(hay: &[u8]) {
+        let want = naive(hay);
+        for chunk in [1, 2, 7, 64, 1000, CHUNK] {
+            let got: Vec<usize> = Lines::new(hay, chunk).collect();
+            assert_eq!(
+                got,
+                want,
+                "chunk {chunk}: {:?}",
+                String::from_utf8_lossy(hay)
+            );
+        }
+        let t = Triggers::get().unwrap_or_else(|| panic!("no automaton"));
+        assert_eq!(t.lines(hay).collect::<Vec<_>>(), want);
+        // From every line start, the next trigger line.
+        let mut start = 0;
+        for line in hay.split(|&b| b == b'\n') {
+            let next = want.iter().copied().find(|&l| l >= start);
+            assert_eq!(t.next_line(hay, start), next, "from {start}");
+            start += line.len() + 1;
+        }
+    }
+
+    /// xorshift64: reproducible text without a dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn every_trigger_alone_in_any_case_and_nowhere_split() {
+        for t in TRIGGERS.iter().chain(WORD_TRIGGERS) {
+            let upper = t.to_ascii_uppercase();
+            for hay in [
+                t.to_string(),
+                upper.clone(),
+                format!("x\n{t}\ny"),
+                format!("{upper}\n"),
+            ] {
+                check(hay.as_bytes());
+                assert!(!naive(hay.as_bytes()).is_empty(), "{hay:?}");
+            }
+            if t.len() > 1 {
+                // Cut by a newline, a trigger is in no line.
+                let (a, b) = t.split_at(1);
+                let cut = format!("{a}\n{b}");
+                let got: Vec<usize> = Lines::new(cut.as_bytes(), CHUNK).collect();
+                assert_eq!(got, naive(cut.as_bytes()), "{cut:?}");
+            }
+        }
+    }
+
+    /// Text dense with pieces of triggers (prefixes, suffixes, overlaps), in mixed case, with
+    /// newlines, other bytes and non-ASCII bytes between them: where an automaton's failure
+    /// links go wrong.
+    #[test]
+    fn generated_text_matches_a_naive_search() {
+        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let filler: &[&[u8]] = &[
+            b"\n",
+            b" ",
+            b"x",
+            b"\xc3\xa9",
+            b"\xff",
+            b"\t",
+            b"Q",
+            b"\n\n",
+        ];
+        for round in 0..400 {
+            let mut hay = Vec::new();
+            let pieces = 1 + rng.below(if round % 10 == 0 { 400 } else { 40 });
+            for _ in 0..pieces {
+                if rng.below(3) == 0 {
+                    hay.extend_from_slice(filler[rng.below(filler.len())]);
+                    continue;
+                }
+                let k = rng.below(TRIGGERS.len() + WORD_TRIGGERS.len());
+                let t = TRIGGERS
+                    .get(k)
+                    .unwrap_or_else(|| &WORD_TRIGGERS[k - TRIGGERS.len()]);
+                let t = t.as_bytes();
+                let (a, b) = (rng.below(t.len() + 1), rng.below(t.len() + 1));
+                let piece = if rng.below(4) == 0 {
+                    t
+                } else {
+                    &t[a.min(b)..a.max(b)]
+                };
+                for &c in piece {
+                    hay.push(if rng.below(2) == 0 {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c
+                    });
+                }
+            }
+            check(&hay);
+        }
+    }
+
+    /// Real text: the labelled review set, the corpus and this crate's own sources.
+    #[test]
+    fn real_text_matches_a_naive_search() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.push(p);
+                }
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut files = Vec::new();
+        for d in [
+            "tests/fixtures/review-labelled",
+            "corpus/review",
+            "src/skill",
+            "docs",
+        ] {
+            walk(&root.join(d), &mut files);
+        }
+        assert!(files.len() > 20, "{} files", files.len());
+        let mut lines = 0;
+        for f in files {
+            let bytes = std::fs::read(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+            let want = naive(&bytes);
+            lines += want.len();
+            assert_eq!(
+                Triggers::get().map(|t| t.lines(&bytes).collect::<Vec<_>>()),
+                Some(want)
+            );
+            assert_eq!(
+                Lines::new(&bytes, 64).collect::<Vec<_>>(),
+                naive(&bytes),
+                "{}",
+                f.display()
+            );
+        }
+        assert!(lines > 1000, "{lines} trigger lines");
+    }
+}
