@@ -286,10 +286,10 @@ fn writable_mappings() -> Vec<(usize, usize)> {
     out
 }
 
-/// Build, once, what every child would otherwise build on its first request: the review's
-/// trigger automaton, and the CPU feature caches (CPUID traps to the hypervisor on a VM).
+/// Fill, once, what every child would otherwise fill on its first request: the CPU feature
+/// caches (CPUID traps to the hypervisor on a VM). The review's trigger automaton needs nothing:
+/// it is built when the binary is compiled.
 fn warm_up() {
-    let _ = crate::skill::scan::Triggers::get();
     #[cfg(target_arch = "x86_64")]
     let _ = std::arch::is_x86_feature_detected!("avx2");
     let _ = memchr::memchr(b'\n', b"warm up memchr's CPU feature dispatch\n");

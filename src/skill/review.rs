@@ -640,21 +640,14 @@ impl<'a> Reviewer<'a> {
         let mut links = Vec::new();
         let mut per_subject: HashMap<(FindingKind, String), usize> = HashMap::new();
         let mut scanner = std::mem::take(&mut self.scanner);
-        // Only lines holding a trigger are scanned; line numbers are counted in between. The
-        // automaton is built at compile time (`get` is always `Some`); without it every line
-        // would be scanned.
-        let mut triggers = scan::Triggers::get().map(|t| t.lines(content));
+        // Only lines holding a trigger are scanned; line numbers are counted in between.
+        let mut triggers = scan::Triggers::get().lines(content);
         let (mut pos, mut lineno, mut counted) = (0usize, 1u64, 0usize);
         loop {
-            let start = match &mut triggers {
-                // The first line at or after `pos` (a line start) holding a trigger; lines a
-                // continued command already took in are passed over.
-                Some(lines) => match lines.find(|&l| l >= pos) {
-                    Some(l) => l,
-                    None => break,
-                },
-                None if pos < content.len() => pos,
-                None => break,
+            // The first line at or after `pos` (a line start) holding a trigger; lines a
+            // continued command already took in are passed over.
+            let Some(start) = triggers.find(|&l| l >= pos) else {
+                break;
             };
             lineno += memchr::memchr_iter(b'\n', &content[counted..start]).count() as u64;
             counted = start;

@@ -1507,9 +1507,7 @@ mod tests {
             "[x](a.md)",
             "[r]: b.md",
         ];
-        let Some(t) = Triggers::get() else {
-            panic!("trigger automaton did not build")
-        };
+        let t = Triggers::get();
         for line in lines {
             let mut s = Scanner::default();
             let mut out = Vec::new();
@@ -1543,9 +1541,7 @@ mod tests {
     /// is why the trigger pass may pass it over.
     #[test]
     fn word_triggers_report_only_as_tokens() {
-        let Some(t) = Triggers::get() else {
-            panic!("trigger automaton did not build")
-        };
+        let t = Triggers::get();
         let commands = [
             ("rm", "rm -rf build"),
             ("nc", "nc 10.1.2.3 4444"),
