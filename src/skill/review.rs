@@ -643,12 +643,9 @@ impl<'a> Reviewer<'a> {
         // Only lines holding a trigger are scanned; line numbers are counted in between.
         let mut triggers = scan::Triggers::get().lines(content);
         let (mut pos, mut lineno, mut counted) = (0usize, 1u64, 0usize);
-        loop {
-            // The first line at or after `pos` (a line start) holding a trigger; lines a
-            // continued command already took in are passed over.
-            let Some(start) = triggers.find(|&l| l >= pos) else {
-                break;
-            };
+        // The first line at or after `pos` (a line start) holding a trigger; lines a continued
+        // command already took in are passed over.
+        while let Some(start) = triggers.find(|&l| l >= pos) {
             lineno += memchr::memchr_iter(b'\n', &content[counted..start]).count() as u64;
             counted = start;
             let mut end =
