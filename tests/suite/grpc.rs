@@ -1475,13 +1475,25 @@ async fn children_follow_the_admission_bound_under_a_burst() {
         })
         .collect();
     let (mut most, mut samples) = (0, 0u64);
+    let count = || server.children().len() + server.spares().len();
     while calls.iter().any(|h| !h.is_finished()) {
-        let n = server.children().len() + server.spares().len();
+        let mut n = count();
+        // Names trail what a process is by a moment: a spare renames itself `skillbox-child`
+        // only once it has its order, and the next spare may be forked by then. So a count
+        // over the bound is looked at again: a queued request holding a process would hold it
+        // for its whole slow upload (seconds), never for a few milliseconds.
+        for _ in 0..5 {
+            if n <= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            n = count();
+        }
         most = most.max(n);
         samples += 1;
         assert!(
             n <= 3,
-            "{n} processes: children {:?}, spares {:?}",
+            "{n} processes for 10 ms: children {:?}, spares {:?}",
             server.children(),
             server.spares()
         );

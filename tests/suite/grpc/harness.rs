@@ -303,7 +303,9 @@ impl Server {
         self.all_children()
             .into_iter()
             .filter(|&p| {
-                !Self::comm_is(p, "skillbox-zygote") && !Self::comm_is(p, "skillbox-spare")
+                // A pid whose name cannot be read any more was reaped after the list was read.
+                std::fs::read_to_string(format!("/proc/{p}/comm"))
+                    .is_ok_and(|c| !matches!(c.trim_end(), "skillbox-zygote" | "skillbox-spare"))
             })
             .collect()
     }
