@@ -1481,7 +1481,7 @@ async fn children_follow_the_admission_bound_under_a_burst() {
         // Names trail what a process is by a moment: a spare renames itself `skillbox-child`
         // only once it has its order, and the next spare may be forked by then. So a count
         // over the bound is looked at again: a queued request holding a process would hold it
-        // for its whole slow upload (seconds), never for a few milliseconds.
+        // while its slow upload lasts (20 ms per KiB), not for a few milliseconds.
         for _ in 0..5 {
             if n <= 3 {
                 break;
