@@ -164,8 +164,9 @@ fn main() {
         match a.as_str() {
             "--bin" => bin = PathBuf::from(it.next().unwrap_or_default()),
             "--runs" => runs = it.next().and_then(|r| r.parse().ok()).unwrap_or(runs),
-            // The runtime `skillbox extract --server` builds: one thread for the connection,
-            // the decoding and (before the file worker) the hashing and writing.
+            // One thread for the connection, the decoding, the hashing and the writing (what
+            // `skillbox extract --server` builds without `--out`); by default two workers, as
+            // it builds with `--out`.
             "--current-thread" => current_thread = true,
             other => panic!("unknown argument {other}"),
         }
