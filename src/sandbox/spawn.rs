@@ -11,14 +11,13 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::os::unix::process::CommandExt as _;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
 use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 
-use super::child_binary::{CHILD_BINARY as CHILD_BINARY_NAME, ChildBinary};
+use super::child_binary::ChildBinary;
 use super::supervise::Running;
 use super::wire::Ids;
 use super::zygote::Zygote;
@@ -263,20 +262,8 @@ impl ExecChild {
             None,
             SockFlag::SOCK_CLOEXEC,
         )?;
-        // No pre_exec hook, so std can use posix_spawn (vfork): the parent's page tables are
-        // not copied and the child starts sooner. The child closes every fd but its socket
-        // itself, before anything else (`child::run`).
-        let child = Command::new(binary.exec_path())
-            .arg0(CHILD_BINARY_NAME)
-            .arg(CHILD_SUBCOMMAND)
-            .arg(std::process::id().to_string())
-            .arg(format!("{}:{}", run_as.uid, run_as.gid))
-            .env_clear()
-            .current_dir("/")
-            .stdin(Stdio::from(theirs))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
+        // The child closes every fd but its socket itself, before anything else (`child::run`).
+        let child = binary.spawn(CHILD_SUBCOMMAND, run_as, theirs, Stdio::null())?;
         Ok(Self {
             child: Some(child),
             socket: ours,

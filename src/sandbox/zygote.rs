@@ -39,8 +39,7 @@
 
 use std::io::{self, IoSlice};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt as _;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -52,7 +51,7 @@ use nix::sys::socket::{
 };
 use nix::sys::time::TimeVal;
 
-use super::child_binary::{CHILD_BINARY, ChildBinary};
+use super::child_binary::ChildBinary;
 use super::wire::Ids;
 use super::{child, seccomp, sys, wire};
 
@@ -676,19 +675,8 @@ fn launch(binary: &ChildBinary, run_as: Ids, first_stage: &[u8]) -> io::Result<L
         sockopt::ReceiveTimeout,
         &TimeVal::new(ANSWER_TIMEOUT.as_secs().try_into().unwrap_or(5), 0),
     )?;
-    // No pre_exec hook, so std can use posix_spawn (vfork) instead of copying the broker's page
-    // tables; the zygote closes every fd above 2 itself before doing anything else.
-    let process = Command::new(binary.exec_path())
-        .arg0(CHILD_BINARY)
-        .arg(ZYGOTE_SUBCOMMAND)
-        .arg(std::process::id().to_string())
-        .arg(format!("{}:{}", run_as.uid, run_as.gid))
-        .env_clear()
-        .current_dir("/")
-        .stdin(Stdio::from(theirs))
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()?;
+    // The zygote closes every fd above 2 itself before doing anything else.
+    let process = binary.spawn(ZYGOTE_SUBCOMMAND, run_as, theirs, Stdio::inherit())?;
     let live = Live {
         control: ours,
         process,
