@@ -154,11 +154,17 @@ impl<'a> Writer<'a> {
 
     /// Create regular file `path` (must not exist) for writing; mode set by [`Self::finish_file`].
     pub fn create_file(&mut self, path: &str) -> io::Result<File> {
+        self.create_with_mode(path, 0o600)
+    }
+
+    /// Create regular file `path` with `mode` (less the umask), never following a symlink and
+    /// never opening something that already exists.
+    fn create_with_mode(&mut self, path: &str, mode: u32) -> io::Result<File> {
         let (parent, name) = split(path);
         let dir = self.parent_fd(parent)?;
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(dir, name, flags, Mode::from_bits_truncate(0o600))?;
+        let fd = openat(dir, name, flags, Mode::from_bits_truncate(mode))?;
         Ok(File::from(fd))
     }
 
@@ -167,18 +173,13 @@ impl<'a> Writer<'a> {
     /// answer's flag is `true` and the file needs no [`Self::finish_file`]. Otherwise it is
     /// created 0600 (`false`), its mode set by [`Self::finish_file`].
     pub fn create_file_as(&mut self, path: &str, executable: bool) -> io::Result<(File, bool)> {
-        let (parent, name) = split(path);
-        let dir = self.parent_fd(parent)?;
-        let flags =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let cleared = UMASK_CLEARED.load(Ordering::Acquire);
         let mode = match (cleared, executable) {
             (true, true) => 0o755,
             (true, false) => 0o644,
             (false, _) => 0o600,
         };
-        let fd = openat(dir, name, flags, Mode::from_bits_truncate(mode))?;
-        Ok((File::from(fd), cleared))
+        Ok((self.create_with_mode(path, mode)?, cleared))
     }
 
     /// Set the final, sanitised mode (0644 or 0755) on a file we created; independent of umask.
