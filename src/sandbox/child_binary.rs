@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
+use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 use serde::Serialize;
 
 use super::sys;
@@ -211,28 +212,35 @@ impl ChildBinary {
     }
 
     /// Start `skillbox-child SUBCOMMAND <our pid> <uid>:<gid>` (a zygote or an exec'd child),
-    /// with `socket` on fd 0, `/dev/null` on 1, `stderr` on 2, an empty environment and `/`
-    /// as its directory, executed through the opened file, never its path. No `pre_exec` hook,
-    /// so std can use `posix_spawn` (vfork): the parent's page tables are not copied and the
-    /// child starts sooner. The child closes every other fd itself before anything else.
+    /// with one end of a new `SOCK_SEQPACKET` pair on fd 0, `/dev/null` on 1, `stderr` on 2, an
+    /// empty environment and `/` as its directory, executed through the opened file, never its
+    /// path; returns the child and our end of the pair. No `pre_exec` hook, so std can use
+    /// `posix_spawn` (vfork): the parent's page tables are not copied and the child starts
+    /// sooner. The child closes every other fd itself before anything else.
     pub(crate) fn spawn(
         &self,
         subcommand: &str,
         run_as: Ids,
-        socket: OwnedFd,
         stderr: Stdio,
-    ) -> io::Result<Child> {
-        Command::new(self.exec_path())
+    ) -> io::Result<(Child, OwnedFd)> {
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )?;
+        let child = Command::new(self.exec_path())
             .arg0(CHILD_BINARY)
             .arg(subcommand)
             .arg(std::process::id().to_string())
             .arg(format!("{}:{}", run_as.uid, run_as.gid))
             .env_clear()
             .current_dir("/")
-            .stdin(Stdio::from(socket))
+            .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .stderr(stderr)
-            .spawn()
+            .spawn()?;
+        Ok((child, ours))
     }
 }
 

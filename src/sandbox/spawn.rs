@@ -15,7 +15,6 @@ use std::process::{Child, Stdio};
 
 use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
-use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
 
 use super::child_binary::ChildBinary;
 use super::supervise::Running;
@@ -256,14 +255,8 @@ impl ExecChild {
     /// on 1 and 2 and an empty environment, executed through the child binary's fd
     /// (`child_binary.rs`), never its path.
     pub(crate) fn start(binary: &ChildBinary, run_as: Ids) -> io::Result<Self> {
-        let (ours, theirs) = socketpair(
-            AddressFamily::Unix,
-            SockType::SeqPacket,
-            None,
-            SockFlag::SOCK_CLOEXEC,
-        )?;
         // The child closes every fd but its socket itself, before anything else (`child::run`).
-        let child = binary.spawn(CHILD_SUBCOMMAND, run_as, theirs, Stdio::null())?;
+        let (child, ours) = binary.spawn(CHILD_SUBCOMMAND, run_as, Stdio::null())?;
         Ok(Self {
             child: Some(child),
             socket: ours,

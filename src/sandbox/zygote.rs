@@ -664,19 +664,9 @@ impl Drop for Keeper {
 /// `skillbox-child sandbox-zygote <our pid> <uid>:<gid>` with the control socket on fd 0 and an
 /// empty environment, executed through the child binary's fd (`child_binary.rs`).
 fn launch(binary: &ChildBinary, run_as: Ids, first_stage: &[u8]) -> io::Result<Live> {
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )?;
-    setsockopt(
-        &ours,
-        sockopt::ReceiveTimeout,
-        &TimeVal::new(ANSWER_TIMEOUT.as_secs().try_into().unwrap_or(5), 0),
-    )?;
     // The zygote closes every fd above 2 itself before doing anything else.
-    let process = binary.spawn(ZYGOTE_SUBCOMMAND, run_as, theirs, Stdio::inherit())?;
+    let (process, ours) = binary.spawn(ZYGOTE_SUBCOMMAND, run_as, Stdio::inherit())?;
+    // From here a failure kills and reaps it (`Live`'s drop).
     let live = Live {
         control: ours,
         process,
@@ -684,6 +674,11 @@ fn launch(binary: &ChildBinary, run_as: Ids, first_stage: &[u8]) -> io::Result<L
         pending: false,
         spare: None,
     };
+    setsockopt(
+        &live.control,
+        sockopt::ReceiveTimeout,
+        &TimeVal::new(ANSWER_TIMEOUT.as_secs().try_into().unwrap_or(5), 0),
+    )?;
     // Its first word is 0 once it has closed what it inherited and warmed up; anything else
     // (or silence past the timeout) and it is killed and reaped by `Live`'s drop.
     match read_word(live.control.as_fd())?.0 {
