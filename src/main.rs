@@ -61,7 +61,7 @@ fn main() -> ExitCode {
         Command::Fetch(args) => {
             let sandbox = leading.merge(&args.sandbox);
             cli::fetch::run(args, &|artifact, staging, req| {
-                cli::sandbox::extract(&sandbox, artifact, staging, req)
+                cli::sandbox::extract(&sandbox, artifact, staging, req, None)
             })
             .into()
         }

@@ -15,7 +15,7 @@ use skillbox::convert::{MAX_INDEX_DESCRIPTION, MAX_SKILL_NAME};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::{ArtifactType, Request};
 use skillbox::reason::Verdict;
-use skillbox::sandbox::{ChildAhead, Sandbox, SandboxConfig};
+use skillbox::sandbox::{ChildAhead, SandboxConfig};
 
 use super::exit::{Exit, Failure};
 use super::limits::{self, LimitFlags};
@@ -102,7 +102,7 @@ fn parse_index_description(s: &str) -> Result<String, String> {
 /// extract ...` without `--server` (looked up crudely; the parsed command decides, and a child
 /// it does not use is killed and reaped when the value is dropped). The child holds nothing but
 /// its socket until [`run`] hands it the request; it is started for the default identity, and
-/// [`Sandbox::with_child_ahead`] drops it for any other. `None` if it cannot be started (the
+/// [`skillbox::sandbox::Sandbox::with_child_ahead`] drops it for any other. `None` if it cannot be started (the
 /// extraction then starts its child as usual, and reports why that fails).
 pub fn start_child_ahead() -> Option<ChildAhead> {
     let mut args = std::env::args_os().skip(1);
@@ -161,18 +161,8 @@ pub fn run(
         Failure::operational(format!("cannot open {}: {e}", staging.path().display()))
     });
     let confined = dir.and_then(|dir| {
-        if sandbox.allow_unconfined {
-            eprintln!(
-                "skillbox: WARNING: --allow-unconfined: extraction proceeds even if confinement cannot be applied"
-            );
-        }
-        let confined = Sandbox::with_child_ahead(sandbox.config(), ahead)
-            .and_then(|sb| sb.extract_at(&artifact, dir.as_fd(), &req))
-            .map_err(|e| Failure::operational(e.to_string()))?;
-        if let Some(w) = confined.sandbox.warning() {
-            eprintln!("skillbox: {w}");
-        }
-        Ok(confined)
+        super::sandbox::extract(sandbox, &artifact, dir.as_fd(), &req, ahead)
+            .map_err(|e| Failure::operational(e.to_string()))
     });
     let (outcome, report) = match confined {
         Ok(c) => (c.outcome, c.sandbox),

@@ -379,7 +379,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
     let engine = |artifact: &std::fs::File,
                   staging: std::os::fd::BorrowedFd<'_>,
                   req: &skillbox::extract::Request| {
-        super::sandbox::extract(sandbox, artifact, staging, req)
+        super::sandbox::extract(sandbox, artifact, staging, req, None)
     };
     match cmd {
         LifecycleCommand::Install(a) => {

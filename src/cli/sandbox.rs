@@ -12,7 +12,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use skillbox::extract::Request;
-use skillbox::sandbox::{Confined, Enforcement, Ids, Sandbox, SandboxConfig, SandboxError, Verify};
+use skillbox::sandbox::{
+    ChildAhead, Confined, Enforcement, Ids, Sandbox, SandboxConfig, SandboxError, Verify,
+};
 
 /// How much of the staged tree the parent re-reads before accepting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -155,20 +157,23 @@ impl SandboxArgs {
 }
 
 /// The CLI's engine call: extract `artifact` into the directory open at `staging` inside a
-/// confined child. Warnings about missing confinement go to stderr; the caller prints the
-/// report with the answer.
+/// confined child (`ahead`, when one was started for this configuration: see
+/// [`Sandbox::with_child_ahead`]). Warnings about missing confinement go to stderr; the caller
+/// prints the report with the answer.
 pub fn extract(
     args: &SandboxArgs,
     artifact: &File,
     staging: BorrowedFd<'_>,
     req: &Request,
+    ahead: Option<ChildAhead>,
 ) -> Result<Confined, SandboxError> {
     if args.allow_unconfined {
         eprintln!(
             "skillbox: WARNING: --allow-unconfined: extraction proceeds even if confinement cannot be applied"
         );
     }
-    let confined = Sandbox::new(args.config())?.extract_at(artifact, staging, req)?;
+    let confined =
+        Sandbox::with_child_ahead(args.config(), ahead)?.extract_at(artifact, staging, req)?;
     if let Some(w) = confined.sandbox.warning() {
         eprintln!("skillbox: {w}");
     }
