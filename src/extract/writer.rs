@@ -125,7 +125,8 @@ fn dir_flags() -> OFlag {
     OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
-fn split(path: &str) -> (Option<&str>, &str) {
+/// A relative path as (parent directory, if any; last component).
+pub(crate) fn split(path: &str) -> (Option<&str>, &str) {
     match path.rfind('/') {
         Some(i) => (Some(&path[..i]), &path[i + 1..]),
         None => (None, path),

@@ -34,10 +34,7 @@ impl<'a> StagedReader<'a> {
         if path.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty path"));
         }
-        let (parent, leaf) = match path.rfind('/') {
-            Some(i) => (Some(&path[..i]), &path[i + 1..]),
-            None => (None, path),
-        };
+        let (parent, leaf) = crate::extract::writer::split(path);
         let file = {
             let dir = self.dirs.get(parent)?;
             File::from(openat(
