@@ -395,7 +395,11 @@ fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, CheckFailed> {
             &staging,
             &Limits::default(),
         )?;
-        let status = wait_for_seccomp(running.pid(), Duration::from_secs(5));
+        let status = wait_for_seccomp(
+            running.pid(),
+            sandbox.seccomp_stages(),
+            Duration::from_secs(5),
+        );
         let _ = running.kill();
         let _ = running.wait(Duration::from_secs(5), 1024);
         let status = status?;
@@ -432,10 +436,13 @@ fn status_check(sandbox: &Sandbox, dir: &Path) -> Result<String, CheckFailed> {
     result
 }
 
-/// Poll /proc/PID/status until the child has installed its filter (confinement is complete).
-pub fn wait_for_seccomp(pid: u32, within: Duration) -> Result<String, SeccompWait> {
+/// Poll /proc/PID/status until the child has installed its whole filter, `stages` filters more
+/// than this process holds ([`Sandbox::seccomp_stages`]: a zygote's spare installs its profile
+/// in two, the first before its order), so confinement is complete. Waiting for the first
+/// alone would read a spare between its stages, before its Landlock step and last filter.
+pub fn wait_for_seccomp(pid: u32, stages: u64, within: Duration) -> Result<String, SeccompWait> {
     // Filters are inherited: under a container's seccomp policy the child shows `Seccomp: 2`
-    // before it has confined itself. Its own filter is the one more than ours.
+    // before it has confined itself. Its own filters are the ones beyond ours.
     let filters = |status: &str| {
         status
             .lines()
@@ -454,7 +461,7 @@ pub fn wait_for_seccomp(pid: u32, within: Duration) -> Result<String, SeccompWai
             .lines()
             .any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2'));
         // Kernels before 5.9 lack the count; there, mode 2 is all there is to go by.
-        if mode2 && filters(&status).is_none_or(|n| n > ours) {
+        if mode2 && filters(&status).is_none_or(|n| n >= ours + stages) {
             return Ok(status);
         }
         if Instant::now() > deadline {

@@ -287,6 +287,15 @@ impl Sandbox {
         })
     }
 
+    /// How many seccomp filters each child installs: two for a zygote's spare (the first stage
+    /// before its order, the second as its last step), one for an exec'd child.
+    pub fn seccomp_stages(&self) -> u64 {
+        match self.program.0 {
+            wire::SeccompStage::Whole => 1,
+            wire::SeccompStage::Second => 2,
+        }
+    }
+
     /// The zygote children are forked from, when there is one.
     pub fn zygote(&self) -> Option<&Zygote> {
         self.zygote.as_ref()

@@ -399,7 +399,7 @@ fn the_running_child_has_no_privileges_and_a_filter() {
     let running = sb
         .spawn(Job::Probe(Probe::Spin), &sealed, &dir, &Limits::default())
         .expect("spawn");
-    let status = doctor::wait_for_seccomp(running.pid(), Duration::from_secs(10));
+    let status = doctor::wait_for_seccomp(running.pid(), sb.seccomp_stages(), Duration::from_secs(10));
     let _ = running.kill();
     let ended = running
         .wait(Duration::from_secs(10), 1024)
@@ -450,7 +450,7 @@ fn every_thread_of_the_running_child_is_confined_alike() {
     let running = sb
         .spawn(Job::Probe(Probe::Spin), &sealed, &dir, &Limits::default())
         .expect("spawn");
-    let status = doctor::wait_for_seccomp(running.pid(), Duration::from_secs(10));
+    let status = doctor::wait_for_seccomp(running.pid(), sb.seccomp_stages(), Duration::from_secs(10));
     let tasks: Vec<String> = fs::read_dir(format!("/proc/{}/task", running.pid()))
         .expect("read_dir")
         .map(|e| {
