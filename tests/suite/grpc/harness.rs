@@ -328,6 +328,20 @@ impl Server {
             .collect()
     }
 
+    /// The zygotes once there are `want` of them or `within` has passed (a replacement names
+    /// itself a moment after it starts, and the zygote it replaces is reaped a moment after
+    /// it retires).
+    pub fn wait_zygotes(&self, want: usize, within: Duration) -> Vec<u32> {
+        let until = Instant::now() + within;
+        loop {
+            let now = self.zygotes();
+            if now.len() == want || Instant::now() >= until {
+                return now;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// The spares forked ahead of the next request: at most one per zygote.
     pub fn spares(&self) -> Vec<u32> {
         self.all_children()
