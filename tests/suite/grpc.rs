@@ -28,7 +28,7 @@ fn archive_header() -> pb::ExtractHeader {
 
 /// A slow 64 MiB upload, and a header naming its digest. A client that goes away mid-upload
 /// is not always seen as gone: its stream may reach the server as an orderly end (observed
-/// with this client, about one run in ten under load), and an upload cut short that way is
+/// with this client in 5 of 24 runs three at a time), and an upload cut short that way is
 /// indistinguishable from a whole one unless the digest is given. With it, a cut upload is
 /// refused before the child reads a byte, so either way the child is killed.
 fn slow_upload() -> (
