@@ -259,25 +259,38 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<Extracted, ClientError> {
         let (tx, rx) = tokio::sync::mpsc::channel::<pb::ExtractRequest>(4);
+        // Set before the server hears of it, so the answer to a refused upload finds it.
+        let (failed_tx, mut failed) = tokio::sync::oneshot::channel::<std::io::Error>();
         let reader = tokio::spawn(async move {
             let header = pb::ExtractRequest {
                 msg: Some(pb::extract_request::Msg::Header(header)),
             };
             if tx.send(header).await.is_err() {
-                return Ok(());
+                return;
             }
             loop {
                 let mut buf = vec![0u8; CHUNK_BYTES];
                 let mut filled = 0;
                 while filled < buf.len() {
-                    let n = artifact.read(&mut buf[filled..]).await?;
+                    let n = match artifact.read(&mut buf[filled..]).await {
+                        Ok(n) => n,
+                        Err(e) => {
+                            // Ending the stream would tell the server the upload is whole:
+                            // what was sent so far would be extracted (and, with no digest
+                            // to refuse it, kept). A message with neither field is refused
+                            // as malformed, so the upload is refused and nothing is kept.
+                            let _ = failed_tx.send(e);
+                            let _ = tx.send(pb::ExtractRequest { msg: None }).await;
+                            return;
+                        }
+                    };
                     if n == 0 {
                         break;
                     }
                     filled += n;
                 }
                 if filled == 0 {
-                    return Ok::<(), std::io::Error>(());
+                    return;
                 }
                 buf.truncate(filled);
                 // The server may answer early (e.g. the artifact passed its size limit).
@@ -288,7 +301,7 @@ impl Client {
                     .await
                     .is_err()
                 {
-                    return Ok(());
+                    return;
                 }
             }
         });
@@ -312,6 +325,10 @@ impl Client {
             Ok(r) => r.into_inner(),
             Err(status) => {
                 reader.abort();
+                // The server refused the upload because our source failed: that is the cause.
+                if let Ok(e) = failed.try_recv() {
+                    return Err(ClientError::Io(e));
+                }
                 // tonic's server-side timer answers CANCELLED "Timeout expired" for a deadline.
                 if timeout.is_some()
                     && status.code() == Code::Cancelled
@@ -324,7 +341,10 @@ impl Client {
                 return Err(ClientError::Status(status));
             }
         };
-        if let Ok(Err(e)) = reader.await {
+        // An answer before our source failed is about the bytes the server took, and cannot
+        // have kept them (only a stream that ended is extracted); the failure is still ours.
+        let _ = reader.await;
+        if let Ok(e) = failed.try_recv() {
             return Err(ClientError::Io(e));
         }
         let outcome = convert::outcome_from_proto(&answer)?;

@@ -482,6 +482,58 @@ async fn a_hangup_mid_upload_leaves_nothing() {
     server.wait_clean(Duration::from_secs(5));
 }
 
+/// Reads `data`, then fails instead of ending: a local file that cannot be read to its end.
+struct FailsAfter(std::io::Cursor<Vec<u8>>);
+
+impl tokio::io::AsyncRead for FailsAfter {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use std::io::Read as _;
+        let mut chunk = vec![0u8; buf.remaining()];
+        let n = self.0.read(&mut chunk)?;
+        if n == 0 {
+            return std::task::Poll::Ready(Err(std::io::Error::other("the disk went away")));
+        }
+        buf.put_slice(&chunk[..n]);
+        std::task::Poll::Ready(Ok(()))
+    }
+}
+
+/// The client cannot read its artifact to the end: the upload must not look whole to the
+/// server. What was sent is a complete package (no digest given), so a stream that merely
+/// ended would be extracted and kept, unreleased, while the client reports its error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_artifact_that_fails_to_read_is_not_taken_for_a_whole_one() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    // One whole chunk (the client sends a chunk once it is full), a complete tar padded with
+    // zeros past its end; the read after it fails.
+    let mut tar = skill_tar(&[]);
+    tar.resize(skillbox::client::CHUNK_BYTES, 0);
+    let e = c
+        .extract(
+            archive_header(),
+            FailsAfter(std::io::Cursor::new(tar)),
+            None,
+        )
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("an upload whose source failed was answered"));
+    match e {
+        ClientError::Io(e) => assert!(e.to_string().contains("the disk went away"), "{e}"),
+        other => panic!("expected the read error, got {other}"),
+    }
+    server.wait_clean(Duration::from_secs(5));
+    let log = server.log();
+    assert!(
+        !log.contains("verdict=\"accepted\""),
+        "the partial upload was extracted:\n{log}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_over_the_limit_is_stopped_and_rejected() {
     let server = Server::start(&[]);
