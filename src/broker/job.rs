@@ -2,9 +2,10 @@
 //! bytes to something that parses them.
 //!
 //! The upload is fed chunk by chunk through a bounded channel into a blocking reader on a
-//! worker thread, which copies it into the sealed memfd the child will read; the artifact is
-//! held once. The reader returns end-of-file only when the async side says the upload is
-//! complete and its digest matched, so a bad upload never reaches the child's parser. A job is
+//! worker thread, which writes each chunk into the sealed memfd the child will read; the
+//! artifact is held once, and hashed once, by the async side as it arrives. The reader ends
+//! only when the async side says the upload is complete and its digest matched, and that
+//! digest is the sealed one, so a bad upload never reaches the child's parser. A job is
 //! started only under a child permit, so no more children exist than the child bound.
 //!
 //! A [`KillSwitch`] covers the child from spawn to reap: when the caller hangs up or its
@@ -15,7 +16,7 @@
 //! only it sees both. The staging guard travels with the job and is dropped (removing the
 //! directory) after the child is gone, unless the async side takes the accepted tree.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -25,11 +26,13 @@ use tokio::task::JoinHandle;
 
 use super::metrics::Metrics;
 use super::staging::StagingGuard;
+use crate::digest::Sha256Digest;
 use crate::extract::Request;
 use crate::intake::Outcome;
 use crate::reason::ReasonCode;
 use crate::sandbox::{
-    Enforcement, Job as SandboxJob, LandlockStatus, Sandbox, SandboxConfig, SandboxError,
+    Enforcement, HashedSource, Job as SandboxJob, LandlockStatus, Sandbox, SandboxConfig,
+    SandboxError,
 };
 use crate::sys;
 
@@ -52,38 +55,38 @@ pub enum RunnerError {
 
 /// What the async side sends the blocking reader.
 pub enum Feed {
+    /// The next chunk, already hashed by the async side.
     Chunk(prost::bytes::Bytes),
-    /// The upload is complete and may be processed.
-    End,
+    /// The upload is complete, and its digest (of every chunk sent, in order) matched the
+    /// expected one if there was one: it may be processed.
+    End(Sha256Digest),
 }
 
-/// A blocking `Read` over the feed. A closed channel without [`Feed::End`] is an error, so an
-/// abandoned upload (hang-up, oversize, digest mismatch, deadline) never reaches a child.
+/// The feed, chunk by chunk, for the sandbox to copy into the sealed memfd as it comes. A closed
+/// channel without [`Feed::End`] is an error, so an abandoned upload (hang-up, oversize, digest
+/// mismatch, deadline) never reaches a child.
 struct FeedReader {
     rx: mpsc::Receiver<Feed>,
     cur: prost::bytes::Bytes,
-    pos: usize,
-    ended: bool,
+    digest: Option<Sha256Digest>,
 }
 
-impl Read for FeedReader {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+impl HashedSource for FeedReader {
+    fn next_piece(&mut self) -> io::Result<&[u8]> {
+        if self.digest.is_some() {
+            return Ok(&[]);
+        }
         loop {
-            if self.pos < self.cur.len() {
-                let n = buf.len().min(self.cur.len() - self.pos);
-                buf[..n].copy_from_slice(&self.cur[self.pos..self.pos + n]);
-                self.pos += n;
-                return Ok(n);
-            }
-            if self.ended {
-                return Ok(0);
-            }
             match self.rx.blocking_recv() {
+                Some(Feed::Chunk(c)) if c.is_empty() => {}
                 Some(Feed::Chunk(c)) => {
                     self.cur = c;
-                    self.pos = 0;
+                    return Ok(&self.cur);
                 }
-                Some(Feed::End) => self.ended = true,
+                Some(Feed::End(d)) => {
+                    self.digest = Some(d);
+                    return Ok(&[]);
+                }
                 None => {
                     return Err(io::Error::new(
                         io::ErrorKind::ConnectionAborted,
@@ -92,6 +95,10 @@ impl Read for FeedReader {
                 }
             }
         }
+    }
+
+    fn digest(&self) -> Option<Sha256Digest> {
+        self.digest
     }
 }
 
@@ -225,12 +232,12 @@ impl Runner {
     /// `staging`; `on_spawn` receives its pid.
     fn run_blocking(
         &self,
-        artifact: impl Read,
+        artifact: impl HashedSource,
         staging: &Path,
         req: &Request,
         on_spawn: impl FnOnce(u32),
     ) -> Result<Done, JobFault> {
-        match self.sandbox.run_job(
+        match self.sandbox.run_job_hashed(
             SandboxJob::Extract(req.clone()),
             artifact,
             staging,
@@ -297,8 +304,7 @@ pub fn start(
         let reader = FeedReader {
             rx,
             cur: prost::bytes::Bytes::new(),
-            pos: 0,
-            ended: false,
+            digest: None,
         };
         let path = staging.path();
         let result = runner.run_blocking(reader, &path, &req, |pid| k.arm(pid));

@@ -327,6 +327,9 @@ impl State {
             armed: true,
         };
 
+        // The one pass over the upload's bytes: each chunk is hashed here as it arrives, so a
+        // mismatch is refused before the child is told anything, and this digest is the one
+        // the sandbox seals the artifact with (it copies the chunks without hashing them again).
         let mut hasher = Hasher::new();
         let mut size = 0u64;
         let mut reservation = self.admission.reservation();
@@ -411,7 +414,7 @@ impl State {
         }
 
         job.feed
-            .send(Feed::End)
+            .send(Feed::End(digest))
             .await
             .map_err(|_| RequestError::Internal("the extraction worker ended early".into()))?;
         let end = job

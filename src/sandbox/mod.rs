@@ -44,7 +44,7 @@ use crate::reason::{Reason, ReasonCode, Verdict, display_name};
 pub use child_binary::{ChildBinary, ChildBinaryInfo, ChildBinaryKind};
 pub use probe::{Base, Probe, ProbeResult};
 pub use recheck::{StagingDir, Verify};
-pub use spawn::{CHILD_SUBCOMMAND, ExecChild, RequestTail, SealedArtifact};
+pub use spawn::{CHILD_SUBCOMMAND, ExecChild, HashedSource, RequestTail, SealedArtifact};
 pub use supervise::{Ended, ProbeEnd, Running};
 pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult, LandlockStatus};
 pub use zygote::{ZYGOTE_SUBCOMMAND, Zygote};
@@ -384,6 +384,27 @@ impl Sandbox {
         self.run_in(
             job,
             |memfd| SealedArtifact::fill(memfd, artifact, max),
+            dir,
+            limits,
+            on_spawn,
+        )
+    }
+
+    /// [`Sandbox::run_job`] over bytes their source hashed on the way in (the broker's upload):
+    /// copied into the memfd as they come, not hashed again ([`SealedArtifact::fill_hashed`]).
+    pub fn run_job_hashed(
+        &self,
+        job: Job,
+        artifact: impl HashedSource,
+        staging: &Path,
+        limits: &Limits,
+        on_spawn: impl FnOnce(u32),
+    ) -> Result<Confined, SandboxError> {
+        let dir = StagingDir::prepare(staging, self.child_ids()).map_err(staging_err(staging))?;
+        let max = limits.max_artifact_bytes.saturating_add(1);
+        self.run_in(
+            job,
+            |memfd| SealedArtifact::fill_hashed(memfd, artifact, max),
             dir,
             limits,
             on_spawn,

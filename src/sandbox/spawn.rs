@@ -75,6 +75,40 @@ impl SealedArtifact {
             }
         }
         let (digest, size) = hasher.finish();
+        Self::seal(file, size, digest)
+    }
+
+    /// [`SealedArtifact::fill`] from a source that hashed its bytes on their way in: they are
+    /// written as they come, without a second pass, and the digest is the source's. At most
+    /// `max_bytes`: a source that yields more is refused (cutting it would seal bytes other
+    /// than those its digest covers).
+    pub fn fill_hashed(
+        mut file: File,
+        mut src: impl HashedSource,
+        max_bytes: u64,
+    ) -> io::Result<Self> {
+        let mut size = 0u64;
+        loop {
+            let piece = src.next_piece()?;
+            if piece.is_empty() {
+                break;
+            }
+            size = size.saturating_add(piece.len() as u64);
+            if size > max_bytes {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("the source yielded more than {max_bytes} bytes"),
+                ));
+            }
+            file.write_all(piece)?;
+        }
+        let digest = src.digest().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "the source named no digest")
+        })?;
+        Self::seal(file, size, digest)
+    }
+
+    fn seal(file: File, size: u64, digest: Sha256Digest) -> io::Result<Self> {
         let seals = SealFlag::F_SEAL_WRITE
             | SealFlag::F_SEAL_GROW
             | SealFlag::F_SEAL_SHRINK
@@ -104,6 +138,16 @@ impl SealedArtifact {
     pub fn file(&self) -> &File {
         &self.file
     }
+}
+
+/// Bytes hashed on their way in by a caller that refuses a mismatch before the child is told
+/// anything: the broker hashes an upload chunk by chunk as it arrives, so the sandbox need not
+/// hash it again ([`SealedArtifact::fill_hashed`]).
+pub trait HashedSource {
+    /// The next piece, empty at the end.
+    fn next_piece(&mut self) -> io::Result<&[u8]>;
+    /// Once the end was reached: the digest of every piece returned, in order.
+    fn digest(&self) -> Option<Sha256Digest>;
 }
 
 /// Past this many bytes the rest of an artifact is hashed on a second thread while this one
@@ -411,5 +455,80 @@ mod tests {
                 .unwrap_or_else(|| panic!("{ok}: a broken source was sealed"));
             assert_eq!(err.to_string(), "source broke", "{ok}");
         }
+    }
+
+    /// Pieces as a caller that hashed them hands them over, with the digest it names.
+    struct Pieces {
+        pieces: std::vec::IntoIter<Vec<u8>>,
+        cur: Vec<u8>,
+        named: Option<Sha256Digest>,
+        ended: bool,
+    }
+
+    impl Pieces {
+        fn new(pieces: Vec<Vec<u8>>, named: Option<Sha256Digest>) -> Self {
+            Pieces {
+                pieces: pieces.into_iter(),
+                cur: Vec::new(),
+                named,
+                ended: false,
+            }
+        }
+    }
+
+    impl HashedSource for Pieces {
+        fn next_piece(&mut self) -> io::Result<&[u8]> {
+            match self.pieces.next() {
+                Some(p) => self.cur = p,
+                None => {
+                    self.ended = true;
+                    self.cur.clear();
+                }
+            }
+            Ok(&self.cur)
+        }
+
+        fn digest(&self) -> Option<Sha256Digest> {
+            self.named.filter(|_| self.ended)
+        }
+    }
+
+    #[test]
+    fn pieces_hashed_on_their_way_in_are_sealed_with_the_digest_named() {
+        let data = bytes(300_001);
+        let pieces: Vec<Vec<u8>> = data.chunks(65_536).map(<[u8]>::to_vec).collect();
+        let digest = Sha256Digest::of_bytes(&data);
+        let sealed = SealedArtifact::fill_hashed(
+            SealedArtifact::memfd().expect("memfd"),
+            Pieces::new(pieces.clone(), Some(digest)),
+            300_001,
+        )
+        .expect("fill_hashed");
+        assert_eq!(sealed.size(), 300_001);
+        assert_eq!(sealed.digest(), digest);
+        assert!(contents(&sealed) == data, "the memfd differs");
+        // Sealed: no more writing.
+        assert!((&sealed.file).write_all(b"x").is_err());
+
+        // More than the bound is refused, not cut (the digest would cover other bytes).
+        let over = SealedArtifact::fill_hashed(
+            SealedArtifact::memfd().expect("memfd"),
+            Pieces::new(pieces.clone(), Some(digest)),
+            300_000,
+        );
+        assert_eq!(
+            over.err().map(|e| e.kind()),
+            Some(io::ErrorKind::InvalidData)
+        );
+        // A source that names no digest is refused.
+        let unnamed = SealedArtifact::fill_hashed(
+            SealedArtifact::memfd().expect("memfd"),
+            Pieces::new(pieces, None),
+            u64::MAX,
+        );
+        assert_eq!(
+            unnamed.err().map(|e| e.kind()),
+            Some(io::ErrorKind::InvalidData)
+        );
     }
 }
