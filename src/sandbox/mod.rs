@@ -379,15 +379,9 @@ impl Sandbox {
         limits: &Limits,
         on_spawn: impl FnOnce(u32),
     ) -> Result<Confined, SandboxError> {
-        let dir = StagingDir::prepare(staging, self.child_ids()).map_err(staging_err(staging))?;
-        let max = limits.max_artifact_bytes.saturating_add(1);
-        self.run_in(
-            job,
-            |memfd| SealedArtifact::fill(memfd, artifact, max),
-            dir,
-            limits,
-            on_spawn,
-        )
+        self.run_job_sealed(job, staging, limits, on_spawn, |memfd, max| {
+            SealedArtifact::fill(memfd, artifact, max)
+        })
     }
 
     /// [`Sandbox::run_job`] over bytes their source hashed on the way in (the broker's upload):
@@ -400,15 +394,24 @@ impl Sandbox {
         limits: &Limits,
         on_spawn: impl FnOnce(u32),
     ) -> Result<Confined, SandboxError> {
+        self.run_job_sealed(job, staging, limits, on_spawn, |memfd, max| {
+            SealedArtifact::fill_hashed(memfd, artifact, max)
+        })
+    }
+
+    /// Both forms: a staging directory prepared at `staging`, and `seal` given the memfd and
+    /// the bound (one byte past the size limit, so an oversized artifact is still recognised).
+    fn run_job_sealed(
+        &self,
+        job: Job,
+        staging: &Path,
+        limits: &Limits,
+        on_spawn: impl FnOnce(u32),
+        seal: impl FnOnce(File, u64) -> io::Result<SealedArtifact>,
+    ) -> Result<Confined, SandboxError> {
         let dir = StagingDir::prepare(staging, self.child_ids()).map_err(staging_err(staging))?;
         let max = limits.max_artifact_bytes.saturating_add(1);
-        self.run_in(
-            job,
-            |memfd| SealedArtifact::fill_hashed(memfd, artifact, max),
-            dir,
-            limits,
-            on_spawn,
-        )
+        self.run_in(job, |memfd| seal(memfd, max), dir, limits, on_spawn)
     }
 
     /// Start the child over an empty memfd, have `seal` copy the artifact into it (hashing and
