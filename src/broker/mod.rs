@@ -12,6 +12,7 @@ mod authority;
 pub mod config;
 
 mod error;
+mod hangup;
 mod job;
 mod listen;
 mod metrics;
@@ -215,7 +216,7 @@ pub async fn serve(
         .add_service(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(skillbox);
+        .add_service(hangup::HangupAware(skillbox));
 
     // Draining starts when `shutdown` resolves; the grace timer starts then too.
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
