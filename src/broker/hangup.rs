@@ -10,8 +10,8 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use http_body::{Frame, SizeHint};
 use tonic::body::Body;
-use tonic::codegen::http_body::{Body as _, Frame, SizeHint};
 use tonic::codegen::{Bytes, Service, http};
 use tonic::server::NamedService;
 use tonic::{Code, Status};
@@ -45,7 +45,7 @@ where
 /// which the decoder passes on as the error it is.
 struct ResetIsError(Body);
 
-impl tonic::codegen::http_body::Body for ResetIsError {
+impl http_body::Body for ResetIsError {
     type Data = Bytes;
     type Error = Status;
 
