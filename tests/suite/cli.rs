@@ -48,6 +48,25 @@ fn sha(bytes: &[u8]) -> String {
     skillbox::digest::Sha256Digest::of_bytes(bytes).to_string()
 }
 
+/// `extract ART --digest SHA256 --out OUT --json`, the digest being the artifact's own.
+fn extract_digested(art: &Path, out: &Path) -> Vec<String> {
+    let digest = sha(&std::fs::read(art).unwrap_or_default());
+    let (art, out) = (art.to_string_lossy(), out.to_string_lossy());
+    [
+        "extract", &art, "--digest", &digest, "--out", &out, "--json",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// The permission bits of `path` on disk (0 when it cannot be read).
+fn mode_on_disk(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.permissions().mode() & 0o7777)
+        .unwrap_or(0)
+}
+
 #[test]
 fn accepted_archive_json_and_files_on_disk() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -61,15 +80,8 @@ fn accepted_archive_json_and_files_on_disk() {
     );
     let out = tmp.path().join("out");
     let bytes = std::fs::read(&art).unwrap_or_default();
-    let o = run(&[
-        "extract",
-        art.to_str().unwrap_or(""),
-        "--digest",
-        &sha(&bytes),
-        "--out",
-        out.to_str().unwrap_or(""),
-        "--json",
-    ]);
+    let args = extract_digested(&art, &out);
+    let o = run(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(
         o.status.code(),
         Some(0),
@@ -107,11 +119,7 @@ fn accepted_archive_json_and_files_on_disk() {
         std::fs::read(out.join("SKILL.md")).unwrap_or_default(),
         SKILL
     );
-    use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(out.join("scripts/run.sh"))
-        .map(|m| m.permissions().mode() & 0o7777)
-        .unwrap_or(0);
-    assert_eq!(mode, 0o755);
+    assert_eq!(mode_on_disk(&out.join("scripts/run.sh")), 0o755);
 }
 
 /// Modes on disk are the inventory's whatever umask the caller has: the child clears it and
@@ -131,20 +139,11 @@ fn modes_on_disk_whatever_the_umask() {
         ],
     );
     let out = tmp.path().join("out");
-    let bytes = std::fs::read(&art).unwrap_or_default();
     let o = Command::new("sh")
         .arg("-c")
         .arg("umask 077 && exec \"$0\" \"$@\"")
         .arg(bin())
-        .args([
-            "extract",
-            art.to_str().unwrap_or(""),
-            "--digest",
-            &sha(&bytes),
-            "--out",
-            out.to_str().unwrap_or(""),
-            "--json",
-        ])
+        .args(extract_digested(&art, &out))
         .output()
         .expect("spawn sh");
     assert_eq!(
@@ -155,7 +154,6 @@ fn modes_on_disk_whatever_the_umask() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert_eq!(json_of(&o)["verdict"], "accepted");
-    use std::os::unix::fs::PermissionsExt;
     for (path, want) in [
         ("SKILL.md", 0o644),
         ("scripts", 0o755),
@@ -164,9 +162,7 @@ fn modes_on_disk_whatever_the_umask() {
         ("data", 0o755),
         ("data/big.txt", 0o644),
     ] {
-        let mode = std::fs::metadata(out.join(path))
-            .map(|m| m.permissions().mode() & 0o7777)
-            .unwrap_or(0);
+        let mode = mode_on_disk(&out.join(path));
         assert_eq!(mode, want, "{path}: {mode:o}");
     }
 }
