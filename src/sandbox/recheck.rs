@@ -5,7 +5,8 @@
 //! The child's inventory is a claim. The re-check walks the staged tree through directory fds
 //! without following a symlink, and requires node-for-node agreement: the same paths (nothing
 //! extra, nothing missing), kinds, sizes, modes, link targets, a single link per file, and, with
-//! [`Verify::Full`], the same SHA-256 for every file. It never opens a file for writing.
+//! [`Verify::Full`], the same SHA-256 for every file. It never opens a file for writing. A large
+//! tree is walked on two threads, in batches of one directory's names.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -14,6 +15,8 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use nix::fcntl::{AtFlags, OFlag, openat, readlinkat};
 use nix::sys::stat::{Mode, SFlag, fchmod, fstat, fstatat};
@@ -178,7 +181,8 @@ impl StagingDir {
     }
 
     /// Hold the staged tree against `outcome`'s inventory (see the module docs), taking every
-    /// node back from the child's uid on the way. The error names the first disagreement.
+    /// node back from the child's uid on the way. The error names a disagreement (the first
+    /// found: on two threads, which one comes first may vary).
     pub(crate) fn recheck(
         &self,
         outcome: &Outcome,
@@ -194,22 +198,57 @@ impl StagingDir {
             }
         }
         check_totals(outcome)?;
-        let mut walk = Walk {
+        let walk = Walk {
             listed: &listed,
-            seen: 0,
+            seen: AtomicUsize::new(0),
             verify,
             owner: self.owner,
             max_depth,
+            queue: Mutex::new(Queue::default()),
+            ready: Condvar::new(),
         };
-        walk.dir(self.fd.as_fd(), "", 0)?;
-        if walk.seen != listed.len() {
+        let root = openat(self.fd.as_fd(), ".", dir_flags(), Mode::empty()).map_err(|e| {
+            Disagreement::ReadDir {
+                dir: String::new(),
+                source: e.into(),
+            }
+        })?;
+        walk.list(Arc::new(root), String::new(), 0)?;
+        // Past this many nodes the per-node calls (two or three each) are most of the parent's
+        // time after the child; the second core is idle then (the child has exited).
+        if listed.len() >= PARALLEL_MIN {
+            std::thread::scope(|s| {
+                let other = s.spawn(|| walk.work());
+                walk.work();
+                // A panic on the other thread is a bug; re-raised here, never taken for agreement.
+                if let Err(p) = other.join() {
+                    std::panic::resume_unwind(p);
+                }
+            });
+        } else {
+            walk.work();
+        }
+        let q = walk
+            .queue
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(e) = q.failed {
+            return Err(e);
+        }
+        let seen = walk.seen.into_inner();
+        if seen != listed.len() {
             return Err(Disagreement::NotOnDisk {
-                count: listed.len() - walk.seen,
+                count: listed.len() - seen,
             });
         }
         Ok(())
     }
 }
+
+/// Inventories of at least this many nodes are re-checked on two threads.
+const PARALLEL_MIN: usize = 1024;
+/// Names of one directory taken as one piece of work.
+const BATCH: usize = 256;
 
 fn is_empty(dir: BorrowedFd<'_>) -> io::Result<bool> {
     Ok(names(dir)?.is_empty())
@@ -245,119 +284,306 @@ fn check_totals(outcome: &Outcome) -> Result<(), Disagreement> {
     Ok(())
 }
 
+/// Names of one staged directory still to check.
+struct Batch {
+    dir: Arc<OwnedFd>,
+    prefix: Arc<str>,
+    /// Levels beneath the staging directory.
+    depth: u64,
+    names: Vec<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    todo: Vec<Batch>,
+    /// Threads holding a batch: the walk is over when none does and nothing is left.
+    busy: usize,
+    failed: Option<Disagreement>,
+}
+
 struct Walk<'a> {
     listed: &'a HashMap<&'a str, &'a Entry>,
-    seen: usize,
+    seen: AtomicUsize,
     verify: Verify,
     owner: Option<(Uid, Gid)>,
     max_depth: u64,
+    queue: Mutex<Queue>,
+    ready: Condvar,
 }
 
 impl Walk<'_> {
-    fn dir(&mut self, dir: BorrowedFd<'_>, prefix: &str, depth: u64) -> Result<(), Disagreement> {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// List the directory `dir` (at `prefix`, `depth` levels down) into batches of work.
+    fn list(&self, dir: Arc<OwnedFd>, prefix: String, depth: u64) -> Result<(), Disagreement> {
         if depth > self.max_depth {
             return Err(Disagreement::TooDeep {
                 limit: self.max_depth,
             });
         }
-        let shown = |source| Disagreement::ReadDir {
-            dir: prefix.to_owned(),
+        let mut names = names(dir.as_fd()).map_err(|source| Disagreement::ReadDir {
+            dir: prefix.clone(),
+            source,
+        })?;
+        let prefix: Arc<str> = prefix.into();
+        let mut q = self.lock();
+        while !names.is_empty() {
+            let rest = names.split_off(names.len().saturating_sub(BATCH));
+            q.todo.push(Batch {
+                dir: Arc::clone(&dir),
+                prefix: Arc::clone(&prefix),
+                depth,
+                names: rest,
+            });
+        }
+        drop(q);
+        self.ready.notify_all();
+        Ok(())
+    }
+
+    /// Take batches until none is left and no thread can add more, or one disagreed.
+    fn work(&self) {
+        loop {
+            let batch = {
+                let mut q = self.lock();
+                loop {
+                    if q.failed.is_some() {
+                        return;
+                    }
+                    if let Some(b) = q.todo.pop() {
+                        q.busy += 1;
+                        break b;
+                    }
+                    if q.busy == 0 {
+                        return;
+                    }
+                    q = self.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            let result = batch
+                .names
+                .iter()
+                .try_for_each(|raw| self.node(&batch, raw));
+            let mut q = self.lock();
+            q.busy -= 1;
+            if let Err(e) = result {
+                q.failed.get_or_insert(e);
+            }
+            let over = q.failed.is_some() || (q.busy == 0 && q.todo.is_empty());
+            drop(q);
+            if over {
+                self.ready.notify_all();
+            }
+        }
+    }
+
+    /// Check one staged node against its entry; a directory is listed for later batches.
+    fn node(&self, batch: &Batch, raw: &[u8]) -> Result<(), Disagreement> {
+        let prefix = &*batch.prefix;
+        let name =
+            std::str::from_utf8(raw).map_err(|_| Disagreement::NotUtf8 { name: raw.to_vec() })?;
+        let path = if prefix.is_empty() {
+            name.to_owned()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let entry = *self
+            .listed
+            .get(path.as_str())
+            .ok_or_else(|| Disagreement::NotListed { path: path.clone() })?;
+        self.seen.fetch_add(1, Ordering::Relaxed);
+        let fail = |problem| {
+            Err(Disagreement::Node {
+                path: path.clone(),
+                problem,
+            })
+        };
+        let call = |source| Disagreement::Call {
+            path: path.clone(),
             source,
         };
-        for raw in names(dir).map_err(shown)? {
-            let name = std::str::from_utf8(&raw)
-                .map_err(|_| Disagreement::NotUtf8 { name: raw.clone() })?;
-            let path = if prefix.is_empty() {
-                name.to_owned()
-            } else {
-                format!("{prefix}/{name}")
-            };
-            let entry = *self
-                .listed
-                .get(path.as_str())
-                .ok_or_else(|| Disagreement::NotListed { path: path.clone() })?;
-            self.seen += 1;
-            let fail = |problem| {
-                Err(Disagreement::Node {
-                    path: path.clone(),
-                    problem,
-                })
-            };
-            let call = |source| Disagreement::Call {
-                path: path.clone(),
-                source,
-            };
-            let st = fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(call)?;
-            if let Some((uid, gid)) = self.owner {
-                fchownat(
-                    dir,
-                    name,
-                    Some(uid),
-                    Some(gid),
-                    AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .map_err(call)?;
-            }
-            let kind = match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
-                SFlag::S_IFREG => Kind::File,
-                SFlag::S_IFDIR => Kind::Dir,
-                SFlag::S_IFLNK => Kind::Symlink,
-                _ => return fail(NodeProblem::UnknownKind),
-            };
-            if kind != entry.kind {
-                return fail(NodeProblem::Kind {
-                    on_disk: kind,
-                    listed: entry.kind,
-                });
-            }
-            let mode = format!("{:04o}", st.st_mode & 0o7777);
-            if kind != Kind::Symlink && mode != entry.mode {
-                return fail(NodeProblem::Mode {
-                    on_disk: mode,
-                    listed: entry.mode.clone(),
-                });
-            }
-            match kind {
-                Kind::File => {
-                    if u64::try_from(st.st_size).ok() != Some(entry.size) {
-                        return fail(NodeProblem::Size {
-                            on_disk: st.st_size,
-                            listed: entry.size,
-                        });
-                    }
-                    if st.st_nlink != 1 {
-                        return fail(NodeProblem::Links);
-                    }
-                    if self.verify == Verify::Full {
-                        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                        let f = openat(dir, name, flags, Mode::empty())
-                            .map(File::from)
-                            .map_err(call)?;
-                        let (digest, _) =
-                            Sha256Digest::of_reader(f).map_err(|source| Disagreement::Read {
-                                path: path.clone(),
-                                source,
-                            })?;
-                        if Some(digest) != entry.sha256 {
-                            return fail(NodeProblem::Content);
-                        }
+        let dir_fd = batch.dir.as_fd();
+        let st = fstatat(dir_fd, name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(call)?;
+        if let Some((uid, gid)) = self.owner {
+            fchownat(
+                dir_fd,
+                name,
+                Some(uid),
+                Some(gid),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            )
+            .map_err(call)?;
+        }
+        let kind = match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+            SFlag::S_IFREG => Kind::File,
+            SFlag::S_IFDIR => Kind::Dir,
+            SFlag::S_IFLNK => Kind::Symlink,
+            _ => return fail(NodeProblem::UnknownKind),
+        };
+        if kind != entry.kind {
+            return fail(NodeProblem::Kind {
+                on_disk: kind,
+                listed: entry.kind,
+            });
+        }
+        let mode = format!("{:04o}", st.st_mode & 0o7777);
+        if kind != Kind::Symlink && mode != entry.mode {
+            return fail(NodeProblem::Mode {
+                on_disk: mode,
+                listed: entry.mode.clone(),
+            });
+        }
+        match kind {
+            Kind::File => {
+                if u64::try_from(st.st_size).ok() != Some(entry.size) {
+                    return fail(NodeProblem::Size {
+                        on_disk: st.st_size,
+                        listed: entry.size,
+                    });
+                }
+                if st.st_nlink != 1 {
+                    return fail(NodeProblem::Links);
+                }
+                if self.verify == Verify::Full {
+                    let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                    let f = openat(dir_fd, name, flags, Mode::empty())
+                        .map(File::from)
+                        .map_err(call)?;
+                    let (digest, _) =
+                        Sha256Digest::of_reader(f).map_err(|source| Disagreement::Read {
+                            path: path.clone(),
+                            source,
+                        })?;
+                    if Some(digest) != entry.sha256 {
+                        return fail(NodeProblem::Content);
                     }
                 }
-                Kind::Symlink => {
-                    let target = readlinkat(dir, name).map_err(call)?;
-                    let target = target.as_bytes();
-                    if Some(target) != entry.link_target.as_deref().map(str::as_bytes)
-                        || target.len() as u64 != entry.size
-                    {
-                        return fail(NodeProblem::LinkTarget);
-                    }
+            }
+            Kind::Symlink => {
+                let target = readlinkat(dir_fd, name).map_err(call)?;
+                let target = target.as_bytes();
+                if Some(target) != entry.link_target.as_deref().map(str::as_bytes)
+                    || target.len() as u64 != entry.size
+                {
+                    return fail(NodeProblem::LinkTarget);
                 }
-                Kind::Dir => {
-                    let sub = openat(dir, name, dir_flags(), Mode::empty()).map_err(call)?;
-                    self.dir(sub.as_fd(), &path, depth + 1)?;
-                }
+            }
+            Kind::Dir => {
+                let sub = openat(dir_fd, name, dir_flags(), Mode::empty()).map_err(call)?;
+                self.list(Arc::new(sub), path, batch.depth + 1)?;
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::inventory::{ArtifactFacts, Totals};
+    use crate::reason::Verdict;
+
+    fn entry(path: &str, kind: Kind, size: u64, mode: &str) -> Entry {
+        Entry {
+            path: path.to_owned(),
+            kind,
+            size,
+            mode: mode.to_owned(),
+            sha256: (kind == Kind::File).then(|| Sha256Digest::of_bytes(b"abc")),
+            link_target: (kind == Kind::Symlink).then(|| "../SKILL.md".to_owned()),
+            flags: Vec::new(),
+        }
+    }
+
+    /// A staged tree of `files` files in three directories (and one symlink), and the
+    /// inventory that matches it.
+    fn tree(files: usize) -> (tempfile::TempDir, StagingDir, Outcome) {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let root = tmp.path().join("staging");
+        std::fs::create_dir(&root).unwrap_or_else(|e| panic!("{e}"));
+        let dir = StagingDir::prepare(&root, None).unwrap_or_else(|e| panic!("{e}"));
+        let mut entries = Vec::new();
+        for d in 0..3 {
+            let name = format!("d{d}");
+            std::fs::create_dir(root.join(&name)).unwrap_or_else(|e| panic!("{e}"));
+            entries.push(entry(&name, Kind::Dir, 0, "0755"));
+        }
+        for i in 0..files {
+            let path = format!("d{}/f{i:05}.txt", i % 3);
+            std::fs::write(root.join(&path), b"abc").unwrap_or_else(|e| panic!("{e}"));
+            entries.push(entry(&path, Kind::File, 3, "0644"));
+        }
+        std::os::unix::fs::symlink("../SKILL.md", root.join("d0/link"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        entries.push(entry("d0/link", Kind::Symlink, 11, "0777"));
+        let count = |k: Kind| entries.iter().filter(|e| e.kind == k).count() as u64;
+        let totals = Totals {
+            entries: entries.len() as u64,
+            files: count(Kind::File),
+            dirs: count(Kind::Dir),
+            symlinks: count(Kind::Symlink),
+            ..Totals::default()
+        };
+        let outcome = Outcome {
+            verdict: Verdict::Accepted,
+            reason: None,
+            artifact: ArtifactFacts {
+                digest: None,
+                format: Some("tar".into()),
+                size: 0,
+            },
+            entries,
+            totals,
+            wrapper: None,
+            review: None,
+        };
+        (tmp, dir, outcome)
+    }
+
+    fn check(dir: &StagingDir, outcome: &Outcome) -> Result<(), String> {
+        dir.recheck(outcome, Verify::Full, 8)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn agreement_and_each_disagreement_on_one_thread_and_on_two() {
+        // Below and above PARALLEL_MIN.
+        for files in [200, 3 * PARALLEL_MIN] {
+            let (tmp, dir, outcome) = tree(files);
+            let root = tmp.path().join("staging");
+            assert_eq!(check(&dir, &outcome), Ok(()), "{files} files");
+
+            // The last file of the last batch some thread takes, and one in the middle.
+            let last = format!("d{}/f{:05}.txt", (files - 1) % 3, files - 1);
+            let middle = format!("d{}/f{:05}.txt", (files / 2) % 3, files / 2);
+
+            std::fs::write(root.join("d2/unlisted.sh"), b"x").unwrap_or_else(|e| panic!("{e}"));
+            let e = check(&dir, &outcome).expect_err("an unlisted file");
+            assert!(e.contains("d2/unlisted.sh"), "{files}: {e}");
+            std::fs::remove_file(root.join("d2/unlisted.sh")).unwrap_or_else(|e| panic!("{e}"));
+
+            std::fs::write(root.join(&middle), b"abcd").unwrap_or_else(|e| panic!("{e}"));
+            let e = check(&dir, &outcome).expect_err("a wrong size");
+            assert!(e.contains(&middle) && e.contains("4 bytes"), "{files}: {e}");
+            std::fs::write(root.join(&middle), b"abc").unwrap_or_else(|e| panic!("{e}"));
+
+            std::fs::write(root.join(&last), b"abd").unwrap_or_else(|e| panic!("{e}"));
+            let e = check(&dir, &outcome).expect_err("other content");
+            assert!(e.contains(&last) && e.contains("sha256"), "{files}: {e}");
+            std::fs::remove_file(root.join(&last)).unwrap_or_else(|e| panic!("{e}"));
+            let e = check(&dir, &outcome).expect_err("a missing file");
+            assert!(e.contains("1 nodes that are not on disk"), "{files}: {e}");
+            std::fs::write(root.join(&last), b"abc").unwrap_or_else(|e| panic!("{e}"));
+
+            let e = dir
+                .recheck(&outcome, Verify::Structure, 0)
+                .expect_err("too deep")
+                .to_string();
+            assert!(e.contains("deeper than 0"), "{files}: {e}");
+
+            assert_eq!(check(&dir, &outcome), Ok(()), "{files} files, restored");
+        }
     }
 }

@@ -1235,6 +1235,46 @@ fn a_forged_inventory_that_matches_the_disk_is_the_only_one_accepted() {
 }
 }
 
+/// Above the size at which the parent re-checks on two threads (1,024 nodes): a real package of
+/// 1,500 files in three directories, every file re-hashed (`Verify::Full`), is accepted, and
+/// every node is handed back to us whichever thread took it. (Disagreements found on two
+/// threads: the unit tests of `recheck`, which forge the tree; a forged answer this large does
+/// not fit the child's request.)
+#[test]
+fn a_package_of_many_nodes_is_rechecked_and_handed_back_whole() {
+    let f = fixture();
+    let names: Vec<String> = (0..1500)
+        .map(|i| format!("d{}/f{i:04}.txt", i % 3))
+        .collect();
+    let mut entries: Vec<(&str, &[u8], u32)> = vec![("SKILL.md", SKILL, 0o644)];
+    entries.extend(names.iter().map(|n| (n.as_str(), &b"abc\n"[..], 0o644)));
+    let art = tar_of(&entries);
+    let req = archive_request(&art);
+    let staging = f.staging_path();
+    let confined = sandbox_with(|c| c.verify = Verify::Full)
+        .run_job(
+            Job::Extract(req.clone()),
+            &art[..],
+            &staging,
+            &req.limits,
+            |_| {},
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        confined.outcome.verdict,
+        Verdict::Accepted,
+        "{:?}",
+        confined.outcome.reason
+    );
+    assert_eq!(confined.outcome.entries.len(), 1 + 3 + 1500);
+    let me = nix::unistd::geteuid().as_raw();
+    for e in &confined.outcome.entries {
+        let m = fs::symlink_metadata(staging.join(&e.path))
+            .unwrap_or_else(|err| panic!("{}: {err}", e.path));
+        assert_eq!(m.uid(), me, "{} is owned by {}", e.path, m.uid());
+    }
+}
+
 fn open_fds() -> Vec<String> {
     let mut fds: Vec<String> = fs::read_dir("/proc/self/fd")
         .expect("read_dir")
