@@ -6,14 +6,25 @@
 //! does that: `sandbox::child`); here is only what it does and how the two threads talk.
 //!
 //! The two threads talk through two pipes and share a few fixed buffers, so that, once confined,
-//! the helper makes no system call but `read` and `write` on its pipes, both already on the
-//! child's allow-list: no `futex` (a buffer's lock is only ever taken by the thread the pipe
-//! protocol hands it to, so it is never contended and never waits), and no allocation (the
-//! buffers are allocated by the decoding thread, and a glibc thread arena growing would need
-//! `mprotect`, which the filter kills).
+//! the helper makes no system call but `read` and `write` on its pipes, `write` of file contents
+//! and `close`, all already on the child's allow-list (the same filter confines both threads):
+//! no `futex` (a buffer's lock is only ever taken by the thread the pipe protocol hands it to, so
+//! it is never contended and never waits), and no allocation (the buffers are allocated by the
+//! decoding thread, and a glibc thread arena growing would need `mprotect`, which the filter
+//! kills).
 //!
-//! A file under 16 KiB is hashed by the decoding thread itself: a message through the pipes
-//! costs more than hashing a few kilobytes.
+//! A file of more than one buffer, or of one buffer of at least 16 KiB, is also *written* by the
+//! helper: the decoding thread opens it, checks every chunk against the limits (before it reaches
+//! the disk, as always), and hands the open file over in a shared table; the helper writes each
+//! chunk, hashes it, and closes the file once told the file is complete (or abandoned). So the
+//! decoding thread of a compressed artifact only decodes, and the two cores share the rest. The
+//! file is the helper's from the handover to its close: the decoding thread never touches it
+//! again, and its fd number cannot be reused before the helper has closed it. A write error is
+//! reported with the file's digest, and refuses the package as it would have on the decoding
+//! thread.
+//!
+//! A file under 16 KiB is hashed and written by the decoding thread itself: a message through the
+//! pipes costs more than hashing a few kilobytes.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -29,6 +40,11 @@ pub(crate) const CHUNK: usize = 256 * 1024;
 const OFFLOAD_MIN: usize = 16 * 1024;
 /// Buffers in flight: the decoder fills one while the helper hashes another.
 const SLOTS: usize = 4;
+/// Files the helper may hold open at once: each handed-over file holds a buffer until its last
+/// chunk is written, so a few more than the buffers (well under the child's 64 fds).
+const FILES: usize = SLOTS + 2;
+/// No file entry: the helper only hashes.
+const NO_FILE: u8 = u8::MAX;
 /// Every message is this long: a pipe write of at most `PIPE_BUF` bytes is atomic, so a read of
 /// this many bytes always gets exactly one message.
 const MSG: usize = 48;
@@ -36,14 +52,18 @@ const MSG: usize = 48;
 const OP_DATA: u8 = 1;
 const OP_FINISH: u8 = 2;
 const OP_RUN: u8 = 3;
+const OP_ABORT: u8 = 4;
 const OP_FREE: u8 = 11;
 const OP_DIGEST: u8 = 12;
 const OP_RAN: u8 = 13;
+const OP_ABORTED: u8 = 14;
 
 type Task = Box<dyn FnOnce() + Send>;
 
 struct Shared {
     slots: Vec<Mutex<Vec<u8>>>,
+    /// Files handed over to the helper, by entry; taken (and so closed) by the helper only.
+    files: Vec<Mutex<Option<File>>>,
     /// A job for the helper itself (its own Landlock restriction; a probe).
     task: Mutex<Option<Task>>,
 }
@@ -65,15 +85,21 @@ pub struct HashThread {
 #[derive(Default)]
 struct State {
     free: Vec<usize>,
+    /// File entries not held by the helper.
+    free_files: Vec<usize>,
     next_seq: u64,
-    /// Digests that arrived while waiting for something else, by file sequence number.
-    done: std::collections::HashMap<u64, Sha256Digest>,
+    /// Digests (or the errno of a failed write) that arrived while waiting for something else,
+    /// by file sequence number.
+    done: std::collections::HashMap<u64, Result<Sha256Digest, i32>>,
 }
 
-fn msg(op: u8, slot: usize, len: usize, seq: u64, digest: &[u8; 32]) -> [u8; MSG] {
+/// One message. `file` is a file entry ([`NO_FILE`] for none); `len` carries the errno of a
+/// failed write in an [`OP_DIGEST`] reply.
+fn msg(op: u8, slot: usize, file: u8, len: usize, seq: u64, digest: &[u8; 32]) -> [u8; MSG] {
     let mut m = [0u8; MSG];
     m[0] = op;
     m[1] = u8::try_from(slot).unwrap_or(u8::MAX);
+    m[2] = file;
     m[4..8].copy_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
     m[8..16].copy_from_slice(&seq.to_le_bytes());
     m[16..48].copy_from_slice(digest);
@@ -83,6 +109,7 @@ fn msg(op: u8, slot: usize, len: usize, seq: u64, digest: &[u8; 32]) -> [u8; MSG
 struct Msg {
     op: u8,
     slot: usize,
+    file: u8,
     len: usize,
     seq: u64,
     digest: [u8; 32],
@@ -94,6 +121,7 @@ fn parse(m: &[u8; MSG]) -> Msg {
     Msg {
         op: m[0],
         slot: usize::from(m[1]),
+        file: m[2],
         len: u32::from_le_bytes([m[4], m[5], m[6], m[7]]) as usize,
         seq: u64::from_le_bytes([m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15]]),
         digest,
@@ -103,6 +131,8 @@ fn parse(m: &[u8; MSG]) -> Msg {
 fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
     let mut hasher = Hasher::new();
     let mut current: Option<u64> = None;
+    // The first write error of the current file (an errno): later chunks are not written.
+    let mut failed: i32 = 0;
     let mut raw = [0u8; MSG];
     let zero = [0u8; 32];
     loop {
@@ -117,27 +147,54 @@ fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
                 if current != Some(m.seq) {
                     hasher = Hasher::new();
                     current = Some(m.seq);
+                    failed = 0;
                 }
                 if let Some(slot) = shared.slots.get(m.slot) {
                     let buf = lock(slot);
-                    hasher.update(&buf[..m.len.min(buf.len())]);
+                    let chunk = &buf[..m.len.min(buf.len())];
+                    if let Some(entry) = shared.files.get(usize::from(m.file))
+                        && failed == 0
+                        && let Some(file) = lock(entry).as_ref()
+                        && let Err(e) = (&*file).write_all(chunk)
+                    {
+                        failed = e.raw_os_error().unwrap_or(libc::EIO);
+                    }
+                    hasher.update(chunk);
                 }
-                msg(OP_FREE, m.slot, 0, m.seq, &zero)
+                msg(OP_FREE, m.slot, NO_FILE, 0, m.seq, &zero)
             }
             OP_FINISH => {
                 if current != Some(m.seq) {
                     hasher = Hasher::new();
+                    failed = 0;
                 }
                 let (digest, _) = std::mem::replace(&mut hasher, Hasher::new()).finish();
                 current = None;
-                msg(OP_DIGEST, 0, 0, m.seq, digest.as_bytes())
+                // Closed here, after its last write; the entry is free again once the decoding
+                // thread reads this reply.
+                if let Some(entry) = shared.files.get(usize::from(m.file)) {
+                    drop(lock(entry).take());
+                }
+                let errno = usize::try_from(std::mem::take(&mut failed)).unwrap_or(0);
+                msg(OP_DIGEST, 0, m.file, errno, m.seq, digest.as_bytes())
+            }
+            OP_ABORT => {
+                if current == Some(m.seq) {
+                    hasher = Hasher::new();
+                    current = None;
+                    failed = 0;
+                }
+                if let Some(entry) = shared.files.get(usize::from(m.file)) {
+                    drop(lock(entry).take());
+                }
+                msg(OP_ABORTED, 0, m.file, 0, m.seq, &zero)
             }
             OP_RUN => {
                 let task = lock(&shared.task).take();
                 if let Some(task) = task {
                     task();
                 }
-                msg(OP_RAN, 0, 0, 0, &zero)
+                msg(OP_RAN, 0, NO_FILE, 0, 0, &zero)
             }
             _ => continue,
         };
@@ -162,6 +219,7 @@ impl HashThread {
         let (from, to_main) = replies;
         let shared = Arc::new(Shared {
             slots: (0..SLOTS).map(|_| Mutex::new(Vec::new())).collect(),
+            files: (0..FILES).map(|_| Mutex::new(None)).collect(),
             task: Mutex::new(None),
         });
         let theirs = Arc::clone(&shared);
@@ -180,6 +238,7 @@ impl HashThread {
             shared,
             state: Mutex::new(State {
                 free: (0..SLOTS).collect(),
+                free_files: (0..FILES).collect(),
                 ..State::default()
             }),
             owner: OnceLock::new(),
@@ -199,7 +258,7 @@ impl HashThread {
             let r = f();
             *lock(&theirs) = Some(r);
         }));
-        self.send(&msg(OP_RUN, 0, 0, 0, &[0; 32]))?;
+        self.send(&msg(OP_RUN, 0, NO_FILE, 0, 0, &[0; 32]))?;
         loop {
             let m = self.recv()?;
             if m.op == OP_RAN {
@@ -228,9 +287,29 @@ impl HashThread {
         match m.op {
             OP_FREE => st.free.push(m.slot),
             OP_DIGEST => {
-                st.done.insert(m.seq, Sha256Digest::from_bytes(m.digest));
+                let got = match i32::try_from(m.len) {
+                    Ok(0) => Ok(Sha256Digest::from_bytes(m.digest)),
+                    Ok(errno) => Err(errno),
+                    Err(_) => Err(libc::EIO),
+                };
+                st.done.insert(m.seq, got);
+                if usize::from(m.file) < FILES {
+                    st.free_files.push(usize::from(m.file));
+                }
             }
+            OP_ABORTED if usize::from(m.file) < FILES => st.free_files.push(usize::from(m.file)),
             _ => {}
+        }
+    }
+
+    /// A free file entry, waiting for the helper to close one if it holds them all.
+    fn take_file_entry(&self) -> io::Result<usize> {
+        loop {
+            if let Some(e) = lock(&self.state).free_files.pop() {
+                return Ok(e);
+            }
+            let m = self.recv()?;
+            self.note(m);
         }
     }
 
@@ -249,12 +328,12 @@ impl HashThread {
         lock(&self.state).free.push(slot);
     }
 
-    /// The digest of file `seq`, waiting for it.
+    /// The digest of file `seq`, waiting for it; the error of the helper's write, if one failed.
     pub(crate) fn digest(&self, seq: u64) -> io::Result<Sha256Digest> {
         loop {
             {
                 if let Some(d) = lock(&self.state).done.remove(&seq) {
-                    return Ok(d);
+                    return d.map_err(io::Error::from_raw_os_error);
                 }
             }
             let m = self.recv()?;
@@ -277,10 +356,10 @@ fn pipe() -> io::Result<(File, File)> {
 static HELPER: OnceLock<HashThread> = OnceLock::new();
 
 /// Make `t` the hashing thread of this process's extractions (the confined child, once).
-/// Only the calling thread uses it.
-pub fn install(t: HashThread) -> Result<(), HashThread> {
+/// Only the calling thread uses it. `false` when one was installed already (`t` is dropped).
+pub fn install(t: HashThread) -> bool {
     let _ = t.owner.set(std::thread::current().id());
-    HELPER.set(t)
+    HELPER.set(t).is_ok()
 }
 
 /// The installed hashing thread, if any.
@@ -304,16 +383,34 @@ impl Pending<'_> {
     }
 }
 
+/// How feeding a [`FileHash`] failed.
+pub(crate) enum Failure {
+    /// Reading the member's data (the decoder).
+    Read(io::Error),
+    /// Writing the file.
+    Write(io::Error),
+    /// Talking to the helper.
+    Fault(io::Error),
+}
+
 /// One file's bytes on their way to the disk and the hasher. Feed it with [`FileHash::fill`],
-/// which reads into a buffer and returns it to be written; end with [`FileHash::finish`].
+/// which reads into a buffer, has `sink` check it, and writes it (or has the helper write it);
+/// end with [`FileHash::finish`].
 pub(crate) struct FileHash<'h> {
     helper: Option<&'h HashThread>,
     seq: u64,
     /// Sent to the helper already: whether this file is hashed there.
     offloaded: bool,
-    /// The last chunk read, not yet hashed (the helper's slot, or the inline buffer).
+    /// The last chunk read, not yet hashed (the helper's slot, or the inline buffer), nor
+    /// written when the helper may write the file.
     held: Option<(usize, usize)>,
     inline: Hasher,
+    /// The file, while it is ours.
+    file: Option<File>,
+    /// Whether the helper may take the file over (else this thread writes every chunk).
+    hand_over: bool,
+    /// The helper's entry holding the file, once handed over and until finished or abandoned.
+    entry: Option<usize>,
 }
 
 /// Where [`FileHash`] reads into when hashing inline.
@@ -322,48 +419,74 @@ pub(crate) struct InlineBuf(pub Vec<u8>);
 
 impl FileHash<'static> {
     /// On the installed hashing thread, when there is one and this is the thread that installed
-    /// it (the protocol has one client: replies are read by whoever waits).
-    pub(crate) fn new() -> Self {
+    /// it (the protocol has one client: replies are read by whoever waits). `hand_over`: the
+    /// helper may write `file` (a file that needs nothing more of us once its bytes are in).
+    pub(crate) fn new(file: File, hand_over: bool) -> Self {
         let helper = HELPER
             .get()
             .filter(|h| h.owner.get() == Some(&std::thread::current().id()));
-        FileHash::using(helper)
+        FileHash::using(helper, file, hand_over)
     }
 }
 
 impl<'h> FileHash<'h> {
-    pub(crate) fn using(helper: Option<&'h HashThread>) -> Self {
+    pub(crate) fn using(helper: Option<&'h HashThread>, file: File, hand_over: bool) -> Self {
         FileHash {
             helper,
             seq: helper.map_or(0, HashThread::new_seq),
             offloaded: false,
             held: None,
             inline: Hasher::new(),
+            file: Some(file),
+            hand_over: hand_over && helper.is_some(),
+            entry: None,
         }
     }
 
-    /// Read the next chunk of `data` and hand it to `sink` (which writes it and may refuse it);
-    /// returns the number of bytes, 0 at the end. `expect` is how many bytes the file should
-    /// still hold (its header's word, or `None`): a buffer is grown only as far as that needs,
-    /// so a package of small files does not zero and fault in every buffer whole.
+    /// Write `chunk` here (the file is still ours).
+    fn write_here(&self, chunk: &[u8]) -> Result<(), Failure> {
+        match &self.file {
+            Some(f) => (&*f).write_all(chunk).map_err(Failure::Write),
+            None => Err(Failure::Fault(io::Error::other("the file was handed over"))),
+        }
+    }
+
+    /// The helper's entry for the file, handing it over first if it is still ours (and may be).
+    fn entry_for_helper(&mut self, h: &HashThread) -> Result<u8, Failure> {
+        if !self.hand_over {
+            return Ok(NO_FILE);
+        }
+        if self.entry.is_none() {
+            let e = h.take_file_entry().map_err(Failure::Fault)?;
+            *lock(&h.shared.files[e]) = self.file.take();
+            self.entry = Some(e);
+        }
+        Ok(self.entry.map_or(NO_FILE, |e| e as u8))
+    }
+
+    /// Read the next chunk of `data`, have `sink` check it (it may refuse it: nothing of a
+    /// refused chunk is written), and write it; returns the number of bytes, 0 at the end.
+    /// `expect` is how many bytes the file should still hold (its header's word, or `None`): a
+    /// buffer is grown only as far as that needs, so a package of small files does not zero and
+    /// fault in every buffer whole.
     pub(crate) fn fill<E>(
         &mut self,
         inline: &mut InlineBuf,
         expect: Option<u64>,
         data: &mut dyn Read,
         mut sink: impl FnMut(&[u8]) -> Result<(), E>,
-        read_err: impl FnOnce(io::Error) -> E,
-        fault: impl Fn(io::Error) -> E,
+        failed: impl Fn(Failure) -> E,
     ) -> Result<usize, E> {
         let Some(h) = self.helper else {
-            let n = read_some(data, &mut inline.0).map_err(read_err)?;
+            let n = read_some(data, &mut inline.0).map_err(|e| failed(Failure::Read(e)))?;
             if n > 0 {
                 sink(&inline.0[..n])?;
+                self.write_here(&inline.0[..n]).map_err(&failed)?;
                 self.inline.update(&inline.0[..n]);
             }
             return Ok(n);
         };
-        let slot = h.take_slot().map_err(&fault)?;
+        let slot = h.take_slot().map_err(|e| failed(Failure::Fault(e)))?;
         let mut buf = lock(&h.shared.slots[slot]);
         // One byte more than expected, so a file that holds what it says ends in this call;
         // never less than a page. A file that holds more only takes more calls.
@@ -383,7 +506,7 @@ impl<'h> FileHash<'h> {
                 Err(e) => {
                     drop(buf);
                     h.give_back(slot);
-                    return Err(read_err(e));
+                    return Err(failed(Failure::Read(e)));
                 }
             }
         }
@@ -392,53 +515,91 @@ impl<'h> FileHash<'h> {
             h.give_back(slot);
             return Ok(0);
         }
-        if let Err(e) = sink(&buf[..n]) {
-            drop(buf);
+        let checked = sink(&buf[..n]);
+        // Written now unless the helper may write it (then it is written with its hashing).
+        let written = match (&checked, self.hand_over) {
+            (Ok(()), false) => self.write_here(&buf[..n]).map_err(&failed),
+            _ => Ok(()),
+        };
+        drop(buf);
+        if let Err(e) = checked.and(written) {
             h.give_back(slot);
             return Err(e);
         }
-        drop(buf);
         // The chunk before this one goes to the helper now that the file is known to span more
         // than one buffer.
         if let Some((prev, len)) = self.held.replace((slot, n)) {
             self.offloaded = true;
-            h.send(&msg(OP_DATA, prev, len, self.seq, &[0; 32]))
-                .map_err(fault)?;
+            let file = match self.entry_for_helper(h) {
+                Ok(f) => f,
+                Err(e) => {
+                    h.give_back(prev);
+                    return Err(failed(e));
+                }
+            };
+            h.send(&msg(OP_DATA, prev, file, len, self.seq, &[0; 32]))
+                .map_err(|e| failed(Failure::Fault(e)))?;
         }
         Ok(n)
     }
 
-    /// The file is complete: its digest, now or from the helper later.
-    pub(crate) fn finish(mut self) -> io::Result<Pending<'h>> {
+    /// The file is complete: its digest, now or from the helper later (with the error of the
+    /// helper's write, if one failed), and the file unless the helper took it over.
+    pub(crate) fn finish(mut self) -> Result<(Pending<'h>, Option<File>), Failure> {
         let Some(h) = self.helper else {
             let (d, _) = std::mem::replace(&mut self.inline, Hasher::new()).finish();
-            return Ok(Pending::Ready(d));
+            return Ok((Pending::Ready(d), self.file.take()));
         };
         match self.held.take() {
             Some((slot, len)) if self.offloaded || len >= OFFLOAD_MIN => {
+                let file = match self.entry_for_helper(h) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        h.give_back(slot);
+                        return Err(e);
+                    }
+                };
+                // Closed by the helper with this message: no longer ours to abandon.
+                self.entry = None;
                 // One write of two messages (atomic: under PIPE_BUF), one wake-up.
                 let mut both = [0u8; 2 * MSG];
-                both[..MSG].copy_from_slice(&msg(OP_DATA, slot, len, self.seq, &[0; 32]));
-                both[MSG..].copy_from_slice(&msg(OP_FINISH, 0, 0, self.seq, &[0; 32]));
-                (&h.to).write_all(&both)?;
-                Ok(Pending::Helper(self.seq, h))
+                both[..MSG].copy_from_slice(&msg(OP_DATA, slot, file, len, self.seq, &[0; 32]));
+                both[MSG..].copy_from_slice(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]));
+                (&h.to).write_all(&both).map_err(Failure::Fault)?;
+                Ok((Pending::Helper(self.seq, h), self.file.take()))
             }
             Some((slot, len)) => {
                 let mut hasher = Hasher::new();
-                hasher.update(&lock(&h.shared.slots[slot])[..len]);
+                let written = {
+                    let buf = lock(&h.shared.slots[slot]);
+                    hasher.update(&buf[..len]);
+                    if self.hand_over {
+                        self.write_here(&buf[..len])
+                    } else {
+                        Ok(())
+                    }
+                };
                 h.give_back(slot);
-                Ok(Pending::Ready(hasher.finish().0))
+                written?;
+                Ok((Pending::Ready(hasher.finish().0), self.file.take()))
             }
-            None => Ok(Pending::Ready(Hasher::new().finish().0)),
+            None => Ok((Pending::Ready(Hasher::new().finish().0), self.file.take())),
         }
     }
 }
 
 impl Drop for FileHash<'_> {
     fn drop(&mut self) {
-        // A file abandoned half-way (a rejection): its held buffer is free again.
-        if let (Some(h), Some((slot, _))) = (self.helper, self.held.take()) {
+        let Some(h) = self.helper else {
+            return;
+        };
+        // A file abandoned half-way (a rejection): its held buffer is free again, and the
+        // helper closes the file it holds (nothing more is written to it).
+        if let Some((slot, _)) = self.held.take() {
             h.give_back(slot);
+        }
+        if let Some(e) = self.entry.take() {
+            let _ = h.send(&msg(OP_ABORT, 0, e as u8, 0, self.seq, &[0; 32]));
         }
     }
 }
@@ -456,33 +617,52 @@ fn read_some(data: &mut dyn Read, buf: &mut [u8]) -> io::Result<usize> {
 mod tests {
     use super::*;
 
-    /// `data` through a [`FileHash`], the file's header claiming `claim` bytes (true or not).
-    fn through(t: Option<&HashThread>, data: &[u8], claim: Option<u64>) -> (Vec<u8>, Sha256Digest) {
-        let mut fh = FileHash::using(t);
+    fn fail(f: Failure) -> io::Error {
+        match f {
+            Failure::Read(e) | Failure::Write(e) | Failure::Fault(e) => e,
+        }
+    }
+
+    /// `data` through a [`FileHash`] into a file, the file's header claiming `claim` bytes (true
+    /// or not), the helper writing it when `hand_over`: what the sink saw, what the file holds
+    /// once the digest is in, and the digest.
+    fn through(
+        t: Option<&HashThread>,
+        data: &[u8],
+        claim: Option<u64>,
+        hand_over: bool,
+    ) -> (Vec<u8>, Vec<u8>, Sha256Digest) {
+        let file = tempfile::tempfile().expect("tempfile");
+        let mut back = file.try_clone().expect("try_clone");
+        let mut fh = FileHash::using(t, file, hand_over);
         let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
         let mut src = data;
-        let mut out = Vec::new();
+        let mut seen = Vec::new();
         loop {
-            let left = claim.map(|c| c.saturating_sub(out.len() as u64));
+            let left = claim.map(|c| c.saturating_sub(seen.len() as u64));
             let n = fh
                 .fill(
                     &mut inline,
                     left,
                     &mut src,
                     |c: &[u8]| -> Result<(), io::Error> {
-                        out.extend_from_slice(c);
+                        seen.extend_from_slice(c);
                         Ok(())
                     },
-                    |e| e,
-                    |e| e,
+                    fail,
                 )
                 .expect("fill");
             if n == 0 {
                 break;
             }
         }
-        let d = fh.finish().and_then(Pending::resolve).expect("digest");
-        (out, d)
+        let (pending, file) = fh.finish().map_err(fail).expect("finish");
+        let d = pending.resolve().expect("digest");
+        drop(file);
+        let mut on_disk = Vec::new();
+        std::io::Seek::rewind(&mut back).expect("rewind");
+        back.read_to_end(&mut on_disk).expect("read back");
+        (seen, on_disk, d)
     }
 
     #[test]
@@ -515,15 +695,15 @@ mod tests {
             for len in sizes {
                 let want = Sha256Digest::of_bytes(&data[..len]);
                 let claim = claim(len as u64);
-                for helper in [None, Some(&t)] {
-                    let (written, got) = through(helper, &data[..len], claim);
-                    assert_eq!(written, &data[..len], "{len} bytes written, claim {k}");
-                    assert_eq!(
-                        got,
-                        want,
-                        "{len} bytes, claim {k}, helper {}",
+                for (helper, hand_over) in [(None, false), (Some(&t), false), (Some(&t), true)] {
+                    let (seen, on_disk, got) = through(helper, &data[..len], claim, hand_over);
+                    let how = format!(
+                        "claim {k}, helper {}, hand-over {hand_over}",
                         helper.is_some()
                     );
+                    assert_eq!(seen, &data[..len], "{len} bytes checked, {how}");
+                    assert!(on_disk == data[..len], "{len} bytes on disk, {how}");
+                    assert_eq!(got, want, "{len} bytes, {how}");
                 }
             }
             if k == 2 {
@@ -534,9 +714,13 @@ mod tests {
         let t = HashThread::spawn().expect("spawn");
         // Many files in flight at once: digests come back by file, whatever the order.
         let mut pending = Vec::new();
+        // More files than the helper has file entries, each handed over: it closes each once
+        // written, and entries are reused.
         for i in 0..40usize {
             let part = &data[i * 1000..i * 1000 + OFFLOAD_MIN + i];
-            let mut fh = FileHash::using(Some(&t));
+            let file = tempfile::tempfile().expect("tempfile");
+            let back = file.try_clone().expect("try_clone");
+            let mut fh = FileHash::using(Some(&t), file, i % 2 == 0);
             let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
             let mut src = part;
             while fh
@@ -545,17 +729,97 @@ mod tests {
                     None,
                     &mut src,
                     |_| Ok::<(), io::Error>(()),
-                    |e| e,
-                    |e| e,
+                    fail,
                 )
                 .expect("fill")
                 > 0
             {}
-            pending.push((Sha256Digest::of_bytes(part), fh.finish().expect("finish")));
+            let (p, _file) = fh.finish().map_err(fail).expect("finish");
+            pending.push((part, back, p));
         }
-        for (want, p) in pending.into_iter().rev() {
-            assert_eq!(p.resolve().expect("resolve"), want);
+        for (part, mut back, p) in pending.into_iter().rev() {
+            assert_eq!(p.resolve().expect("resolve"), Sha256Digest::of_bytes(part));
+            let mut on_disk = Vec::new();
+            std::io::Seek::rewind(&mut back).expect("rewind");
+            back.read_to_end(&mut on_disk).expect("read back");
+            assert!(on_disk == part, "a file written by the helper differs");
         }
+        assert_eq!(
+            lock(&t.state).free_files.len(),
+            FILES,
+            "every file entry is free"
+        );
+
+        // A file abandoned half-way: the helper closes it, writes nothing more, frees its entry,
+        // and the next file is whole.
+        let file = tempfile::tempfile().expect("tempfile");
+        let mut fh = FileHash::using(Some(&t), file, true);
+        let mut inline = InlineBuf(Vec::new());
+        let mut src = &data[..];
+        for _ in 0..2 {
+            fh.fill(
+                &mut inline,
+                None,
+                &mut src,
+                |_| Ok::<(), io::Error>(()),
+                fail,
+            )
+            .expect("fill");
+        }
+        // Refused by the sink: nothing of this chunk is written.
+        let refused = fh.fill(
+            &mut inline,
+            None,
+            &mut src,
+            |_| Err(io::Error::other("refused")),
+            fail,
+        );
+        assert!(refused.is_err());
+        drop(fh);
+        let (seen, on_disk, got) = through(Some(&t), &data[..CHUNK + 5], None, true);
+        assert!(seen == data[..CHUNK + 5] && on_disk == seen);
+        assert_eq!(got, Sha256Digest::of_bytes(&data[..CHUNK + 5]));
+        assert_eq!(
+            lock(&t.state).free_files.len(),
+            FILES,
+            "the abandoned file's entry is free"
+        );
+
+        // A write that fails on the helper comes back with the file's digest, as its errno;
+        // on this thread it fails the chunk itself.
+        let named = tempfile::NamedTempFile::new().expect("tempfile");
+        for hand_over in [true, false] {
+            let read_only = File::open(named.path()).expect("open");
+            let mut fh = FileHash::using(Some(&t), read_only, hand_over);
+            let mut inline = InlineBuf(Vec::new());
+            let mut src = &data[..];
+            let mut failed = None;
+            loop {
+                match fh.fill(
+                    &mut inline,
+                    None,
+                    &mut src,
+                    |_| Ok::<(), io::Error>(()),
+                    fail,
+                ) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            let errno = if hand_over {
+                assert!(failed.is_none(), "the helper's write fails later");
+                let (p, _) = fh.finish().map_err(fail).expect("finish");
+                p.resolve().expect_err("a failed write").raw_os_error()
+            } else {
+                failed.expect("a failed write").raw_os_error()
+            };
+            assert_eq!(errno, Some(libc::EBADF), "hand-over {hand_over}");
+        }
+        assert_eq!(lock(&t.state).free_files.len(), FILES);
         // A task runs on the thread itself.
         let me = std::thread::current().id();
         let there = t

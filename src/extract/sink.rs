@@ -10,13 +10,13 @@
 //! still stopped the moment its output passes the budget.
 
 use std::collections::HashMap;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::BorrowedFd;
 
 use nix::errno::Errno;
 
 use super::captured::Captured;
-use super::hashing::{FileHash, InlineBuf, Pending};
+use super::hashing::{Failure, FileHash, InlineBuf, Pending};
 use super::inventory::{self, Entry, Flag, Kind, Totals};
 use super::path::{Parsed, SafeRelPath, drive_like, fold_key, hidden_char, nfc_key, nfkc_key};
 use super::policy::{HardlinkPolicy, Limits};
@@ -163,7 +163,15 @@ pub(crate) struct Sink<'a> {
     wrapped: Option<String>,
     /// The first bytes of each file written, for the review (bounded: `captured.rs`).
     captured: Captured,
+    /// Whether member data is being decompressed (set by the format readers): then this thread
+    /// is the one that limits, and the hashing thread also writes files.
+    decoding: bool,
 }
+
+/// A member of an uncompressed archive at least this large is written by this thread: copying
+/// it is all this thread has to do, while the hashing thread hashes it. Smaller ones are handed
+/// over, so this thread's share is their creation, not their writes.
+const HAND_OVER_STORED_BELOW: u64 = 1024 * 1024;
 
 /// Whether `components`, applied as text from a directory `depth` levels below the root, pass
 /// above the root at any point.
@@ -180,6 +188,15 @@ fn lexical_escape<'c>(depth: usize, components: impl Iterator<Item = &'c str>) -
         }
     }
     false
+}
+
+/// A [`FileHash`] failure of the file at `path`.
+fn hash_failed(f: Failure, path: &str) -> Stop {
+    match f {
+        Failure::Read(e) => classify(&e, Some(path.as_bytes())).into(),
+        Failure::Write(e) => write_failed(e, path),
+        Failure::Fault(e) => Stop::Fault(EngineError::Staging(e)),
+    }
 }
 
 fn write_failed(err: io::Error, path: &str) -> Stop {
@@ -224,6 +241,7 @@ impl<'a> Sink<'a> {
             pending: Vec::new(),
             unwrap: None,
             wrapped: None,
+            decoding: false,
             captured: Captured::default(),
         }
     }
@@ -269,6 +287,11 @@ impl<'a> Sink<'a> {
             Parsed::Path(p) => Ok(Some(p)),
             Parsed::Root => Err(outside()),
         }
+    }
+
+    /// Tell whether the members that follow are decompressed on their way in.
+    pub(crate) fn set_decoding(&mut self, decoding: bool) {
+        self.decoding = decoding;
     }
 
     pub(crate) fn limits(&self) -> &Limits {
@@ -544,15 +567,19 @@ impl<'a> Sink<'a> {
             self.check_declared(p, d)?;
         }
         let executable = mode & 0o111 != 0;
-        let (mut file, final_mode) = self
+        let (file, final_mode) = self
             .writer
             .create_file_as(p, executable)
             .map_err(|e| write_failed(e, p))?;
         let mut head: Vec<u8> = Vec::new();
         let mut written: u64 = 0;
         // Hashed while written: on the hashing thread when the process has one (the confined
-        // child), inline otherwise (`hashing.rs`).
-        let mut hash = FileHash::new();
+        // child), inline otherwise (`hashing.rs`). That thread may also write a file that
+        // needs nothing more of us (created with its final mode); every chunk is checked below
+        // before it is written, by whichever thread.
+        let hand_over =
+            final_mode && (self.decoding || declared.is_some_and(|d| d < HAND_OVER_STORED_BELOW));
+        let mut hash = FileHash::new(file, hand_over);
         let mut buf = std::mem::take(&mut self.buf);
         let limits = self.limits;
         let artifact_size = self.artifact_size;
@@ -610,10 +637,9 @@ impl<'a> Sink<'a> {
                     {
                         capture = None;
                     }
-                    file.write_all(chunk).map_err(|e| write_failed(e, p))
+                    Ok(())
                 },
-                |e| classify(&e, Some(p.as_bytes())).into(),
-                |e| Stop::Fault(EngineError::Staging(e)),
+                |f| hash_failed(f, p),
             );
             match n {
                 Ok(0) => break Ok(()),
@@ -636,12 +662,16 @@ impl<'a> Sink<'a> {
             .entry(p)
             .into());
         }
-        let digest = hash
-            .finish()
-            .map_err(|e| Stop::Fault(EngineError::Staging(e)))?;
+        let (digest, file) = hash.finish().map_err(|f| hash_failed(f, p))?;
         if !final_mode {
-            Writer::finish_file(&file, executable).map_err(|e| write_failed(e, p))?;
+            let Some(file) = &file else {
+                return Err(Stop::Fault(EngineError::Staging(io::Error::other(
+                    "a file without its final mode was handed over",
+                ))));
+            };
+            Writer::finish_file(file, executable).map_err(|e| write_failed(e, p))?;
         }
+        drop(file);
         let flags = inventory::file_flags(p, &head, executable, mode & 0o7022 != 0);
         // Set on the node by `finish`, once the hashing thread has it.
         self.pending.push((p.to_owned(), digest));
@@ -784,6 +814,9 @@ impl<'a> Sink<'a> {
                 "hard link target is not a regular file extracted earlier",
             ));
         }
+        // The source's bytes may still be on their way to the disk on the hashing thread: wait
+        // for every file in flight before reading one back.
+        self.settle()?;
         let mut src = self
             .writer
             .open_for_copy(source.as_str())
@@ -792,16 +825,23 @@ impl<'a> Sink<'a> {
         self.write_file(path, mode, None, &mut src)
     }
 
-    /// Checks that need the complete tree: symlink targets, and `SKILL.md` at the root.
-    pub(crate) fn finish(&mut self, format: Format) -> Result<(), Stop> {
+    /// Wait for every file still with the hashing thread: its digest set on its node, its
+    /// bytes written and the file closed.
+    fn settle(&mut self) -> Result<(), Stop> {
         for (path, pending) in std::mem::take(&mut self.pending) {
-            let digest = pending
-                .resolve()
-                .map_err(|e| Stop::Fault(EngineError::Staging(e)))?;
+            // The helper's write of the file failed, if it wrote it: refused as it would have
+            // been on this thread.
+            let digest = pending.resolve().map_err(|e| write_failed(e, &path))?;
             if let Some(node) = self.nodes.get_mut(&path) {
                 node.sha256 = Some(digest);
             }
         }
+        Ok(())
+    }
+
+    /// Checks that need the complete tree: symlink targets, and `SKILL.md` at the root.
+    pub(crate) fn finish(&mut self, format: Format) -> Result<(), Stop> {
+        self.settle()?;
         let mut links: Vec<(&String, &Node)> = self
             .nodes
             .iter()

@@ -94,6 +94,7 @@ pub(crate) fn read_decoded<R: Read>(decoder: R, sink: &mut Sink<'_>) -> Result<(
         .into());
     }
     head.truncate(filled);
+    sink.set_decoding(true);
     read(Cursor::new(head).chain(guard), sink)
 }
 

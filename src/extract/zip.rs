@@ -172,6 +172,7 @@ pub(crate) fn read(mut reader: SeekBuf<'_>, sink: &mut Sink<'_>) -> Result<(), S
             mode: mode.unwrap_or(default_mode),
             declared_size: if is_file { Some(size) } else { None },
         };
+        sink.set_decoding(method == CompressionMethod::Deflated);
         sink.add(raw, &mut file)?;
     }
     Ok(())
