@@ -905,6 +905,23 @@ fn archive_request(bytes: &[u8]) -> Request {
     req
 }
 
+/// Extract the tar `art` through `sb` into `staging` (which must not exist yet).
+fn confined_tar(sb: &Sandbox, art: &[u8], staging: &Path) -> skillbox::sandbox::Confined {
+    let req = archive_request(art);
+    sb.run_job(Job::Extract(req.clone()), art, staging, &req.limits, |_| {})
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every staged node of `entries` is owned by us, not left to the child's uid.
+fn assert_handed_back(staging: &Path, entries: &[Entry]) {
+    let me = nix::unistd::geteuid().as_raw();
+    for e in entries {
+        let m = fs::symlink_metadata(staging.join(&e.path))
+            .unwrap_or_else(|err| panic!("{}: {err}", e.path));
+        assert_eq!(m.uid(), me, "{} is owned by {}", e.path, m.uid());
+    }
+}
+
 both_spawn_paths! {
 fn a_confined_extraction_matches_the_engine_in_process() {
     let f = fixture();
@@ -955,12 +972,8 @@ fn a_confined_extraction_matches_the_engine_in_process() {
     assert_eq!(confined.outcome, inproc);
 
     // Staged files are handed back to us, not left owned by the child's uid.
+    assert_handed_back(&staging, &confined.outcome.entries);
     let me = nix::unistd::geteuid().as_raw();
-    for e in &confined.outcome.entries {
-        let m = fs::symlink_metadata(staging.join(&e.path))
-            .unwrap_or_else(|err| panic!("{}: {err}", e.path));
-        assert_eq!(m.uid(), me, "{} is owned by {}", e.path, m.uid());
-    }
     assert_eq!(
         fs::metadata(&staging).map(|m| m.uid()).unwrap_or(u32::MAX),
         me
@@ -983,16 +996,7 @@ fn a_confined_rejection_leaves_no_staging_directory() {
         ("a.txt", b"b", 0o644),
     ]);
     let staging = f.staging_path();
-    let req = archive_request(&art);
-    let confined = sandbox()
-        .run_job(
-            Job::Extract(req.clone()),
-            &art[..],
-            &staging,
-            &req.limits,
-            |_| {},
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+    let confined = confined_tar(&sandbox(), &art, &staging);
     assert_eq!(confined.outcome.verdict, Verdict::Rejected);
     assert_eq!(
         confined.outcome.reason.map(|r| r.code),
@@ -1249,17 +1253,8 @@ fn a_package_of_many_nodes_is_rechecked_and_handed_back_whole() {
     let mut entries: Vec<(&str, &[u8], u32)> = vec![("SKILL.md", SKILL, 0o644)];
     entries.extend(names.iter().map(|n| (n.as_str(), &b"abc\n"[..], 0o644)));
     let art = tar_of(&entries);
-    let req = archive_request(&art);
     let staging = f.staging_path();
-    let confined = sandbox_with(|c| c.verify = Verify::Full)
-        .run_job(
-            Job::Extract(req.clone()),
-            &art[..],
-            &staging,
-            &req.limits,
-            |_| {},
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+    let confined = confined_tar(&sandbox_with(|c| c.verify = Verify::Full), &art, &staging);
     assert_eq!(
         confined.outcome.verdict,
         Verdict::Accepted,
@@ -1267,12 +1262,7 @@ fn a_package_of_many_nodes_is_rechecked_and_handed_back_whole() {
         confined.outcome.reason
     );
     assert_eq!(confined.outcome.entries.len(), 1 + 3 + 1500);
-    let me = nix::unistd::geteuid().as_raw();
-    for e in &confined.outcome.entries {
-        let m = fs::symlink_metadata(staging.join(&e.path))
-            .unwrap_or_else(|err| panic!("{}: {err}", e.path));
-        assert_eq!(m.uid(), me, "{} is owned by {}", e.path, m.uid());
-    }
+    assert_handed_back(&staging, &confined.outcome.entries);
 }
 
 fn open_fds() -> Vec<String> {
