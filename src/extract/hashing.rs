@@ -302,10 +302,11 @@ impl HashThread {
         }
     }
 
-    /// A free file entry, waiting for the helper to close one if it holds them all.
-    fn take_file_entry(&self) -> io::Result<usize> {
+    /// A free entry of the list `which` picks, waiting for the helper to give one back if it
+    /// holds them all.
+    fn take_free(&self, which: fn(&mut State) -> &mut Vec<usize>) -> io::Result<usize> {
         loop {
-            if let Some(e) = lock(&self.state).free_files.pop() {
+            if let Some(e) = which(&mut lock(&self.state)).pop() {
                 return Ok(e);
             }
             let m = self.recv()?;
@@ -313,15 +314,14 @@ impl HashThread {
         }
     }
 
+    /// A free file entry, waiting for the helper to close a file if it holds them all.
+    fn take_file_entry(&self) -> io::Result<usize> {
+        self.take_free(|st| &mut st.free_files)
+    }
+
     /// A free buffer, waiting for one if all are with the helper.
     fn take_slot(&self) -> io::Result<usize> {
-        loop {
-            if let Some(s) = lock(&self.state).free.pop() {
-                return Ok(s);
-            }
-            let m = self.recv()?;
-            self.note(m);
-        }
+        self.take_free(|st| &mut st.free)
     }
 
     fn give_back(&self, slot: usize) {
