@@ -215,6 +215,14 @@ impl SealedMapping {
     }
 }
 
+// SAFETY: the mapping is read-only and its bytes cannot change (sealed against writing), so
+// shared borrows from several threads are sound (`Sync`); `munmap` may be called from any
+// thread, so the owner may move between threads (`Send`). The engine hands a window to its
+// hashing thread this way and takes it back before dropping it.
+unsafe impl Send for SealedMapping {}
+// SAFETY: as above: nothing mutates the mapped bytes while a `&SealedMapping` exists.
+unsafe impl Sync for SealedMapping {}
+
 impl Drop for SealedMapping {
     fn drop(&mut self) {
         // SAFETY: exactly the range mapped in `new`; no borrow of it outlives `self`.

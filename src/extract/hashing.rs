@@ -25,12 +25,21 @@
 //!
 //! A file under 16 KiB is hashed and written by the decoding thread itself: a message through the
 //! pipes costs more than hashing a few kilobytes.
+//!
+//! A plain tarball's members are not copied into buffers at all: they lie in the mapped artifact
+//! as they will lie on the disk, so the decoding thread checks and writes each piece straight from
+//! the mapping and hands the helper a *view* of it (the window's mapping, shared, with an offset
+//! and a length) to hash. The decoding thread puts the window in a view entry before the message
+//! and takes it back (and unmaps it, if nothing else holds it) when the helper says it is done:
+//! the helper only reads the mapped bytes, and never unmaps or frees anything.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use super::input::View;
 use crate::digest::{Hasher, Sha256Digest};
+use crate::sys::SealedMapping;
 
 /// Bytes per buffer handed to the helper: large enough that the pipe round trip per buffer is
 /// small against hashing it (about 0.2 ms at 1.5 GB/s), small enough to stay in the caches.
@@ -43,6 +52,11 @@ const SLOTS: usize = 4;
 /// Files the helper may hold open at once: each handed-over file holds a buffer until its last
 /// chunk is written, so a few more than the buffers (well under the child's 64 fds).
 const FILES: usize = SLOTS + 2;
+/// Views of the mapped artifact in flight (see the module's doc).
+const VIEWS: usize = 4;
+/// The largest piece of a mapped member handed over at once: fewer messages than [`CHUNK`], no
+/// buffer to fill; at most [`VIEWS`] of them ahead of the helper.
+pub(crate) const VIEW_CHUNK: usize = 1024 * 1024;
 /// No file entry: the helper only hashes.
 const NO_FILE: u8 = u8::MAX;
 /// Every message is this long: a pipe write of at most `PIPE_BUF` bytes is atomic, so a read of
@@ -53,10 +67,12 @@ const OP_DATA: u8 = 1;
 const OP_FINISH: u8 = 2;
 const OP_RUN: u8 = 3;
 const OP_ABORT: u8 = 4;
+const OP_VIEW: u8 = 5;
 const OP_FREE: u8 = 11;
 const OP_DIGEST: u8 = 12;
 const OP_RAN: u8 = 13;
 const OP_ABORTED: u8 = 14;
+const OP_VIEW_DONE: u8 = 15;
 
 type Task = Box<dyn FnOnce() + Send>;
 
@@ -64,6 +80,9 @@ struct Shared {
     slots: Vec<Mutex<Vec<u8>>>,
     /// Files handed over to the helper, by entry; taken (and so closed) by the helper only.
     files: Vec<Mutex<Option<File>>>,
+    /// Windows of the mapped artifact the helper hashes from, by view entry; put and taken by the
+    /// decoding thread only (so the last reference, and the `munmap`, is always its own).
+    views: Vec<Mutex<Option<Arc<SealedMapping>>>>,
     /// A job for the helper itself (its own Landlock restriction; a probe).
     task: Mutex<Option<Task>>,
 }
@@ -87,6 +106,8 @@ struct State {
     free: Vec<usize>,
     /// File entries not held by the helper.
     free_files: Vec<usize>,
+    /// View entries not with the helper.
+    free_views: Vec<usize>,
     next_seq: u64,
     /// Digests (or the errno of a failed write) that arrived while waiting for something else,
     /// by file sequence number.
@@ -94,7 +115,8 @@ struct State {
 }
 
 /// One message. `file` is a file entry ([`NO_FILE`] for none); `len` carries the errno of a
-/// failed write in an [`OP_DIGEST`] reply.
+/// failed write in an [`OP_DIGEST`] reply; an [`OP_VIEW`] carries the piece's offset in its
+/// window where the other messages carry a digest.
 fn msg(op: u8, slot: usize, file: u8, len: usize, seq: u64, digest: &[u8; 32]) -> [u8; MSG] {
     let mut m = [0u8; MSG];
     m[0] = op;
@@ -113,6 +135,22 @@ struct Msg {
     len: usize,
     seq: u64,
     digest: [u8; 32],
+}
+
+impl Msg {
+    /// An [`OP_VIEW`]'s offset in its window (the first 8 bytes of the digest field).
+    fn view_offset(&self) -> usize {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.digest[..8]);
+        usize::try_from(u64::from_le_bytes(b)).unwrap_or(usize::MAX)
+    }
+}
+
+/// An [`OP_VIEW`] message: `len` bytes at `offset` of view entry `slot`.
+fn view_msg(slot: usize, file: u8, offset: usize, len: usize, seq: u64) -> [u8; MSG] {
+    let mut at = [0u8; 32];
+    at[..8].copy_from_slice(&(offset as u64).to_le_bytes());
+    msg(OP_VIEW, slot, file, len, seq, &at)
 }
 
 fn parse(m: &[u8; MSG]) -> Msg {
@@ -162,6 +200,28 @@ fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
                     hasher.update(chunk);
                 }
                 msg(OP_FREE, m.slot, NO_FILE, 0, m.seq, &zero)
+            }
+            OP_VIEW => {
+                if current != Some(m.seq) {
+                    hasher = Hasher::new();
+                    current = Some(m.seq);
+                    failed = 0;
+                }
+                if let Some(view) = shared.views.get(m.slot) {
+                    let map = lock(view);
+                    let bytes = map.as_ref().map_or(&[][..], |w| w.bytes());
+                    let start = m.view_offset();
+                    let chunk = bytes.get(start..start.saturating_add(m.len)).unwrap_or(&[]);
+                    if let Some(entry) = shared.files.get(usize::from(m.file))
+                        && failed == 0
+                        && let Some(file) = lock(entry).as_ref()
+                        && let Err(e) = (&*file).write_all(chunk)
+                    {
+                        failed = e.raw_os_error().unwrap_or(libc::EIO);
+                    }
+                    hasher.update(chunk);
+                }
+                msg(OP_VIEW_DONE, m.slot, NO_FILE, 0, m.seq, &zero)
             }
             OP_FINISH => {
                 if current != Some(m.seq) {
@@ -220,6 +280,7 @@ impl HashThread {
         let shared = Arc::new(Shared {
             slots: (0..SLOTS).map(|_| Mutex::new(Vec::new())).collect(),
             files: (0..FILES).map(|_| Mutex::new(None)).collect(),
+            views: (0..VIEWS).map(|_| Mutex::new(None)).collect(),
             task: Mutex::new(None),
         });
         let theirs = Arc::clone(&shared);
@@ -239,6 +300,7 @@ impl HashThread {
             state: Mutex::new(State {
                 free: (0..SLOTS).collect(),
                 free_files: (0..FILES).collect(),
+                free_views: (0..VIEWS).collect(),
                 ..State::default()
             }),
             owner: OnceLock::new(),
@@ -283,6 +345,15 @@ impl HashThread {
 
     /// Book a reply that is not the one being waited for.
     fn note(&self, m: Msg) {
+        if m.op == OP_VIEW_DONE
+            && let Some(view) = self.shared.views.get(m.slot)
+        {
+            // Taken back here, on this thread: the window is unmapped here when this was its
+            // last reference.
+            drop(lock(view).take());
+            lock(&self.state).free_views.push(m.slot);
+            return;
+        }
         let mut st = lock(&self.state);
         match m.op {
             OP_FREE => st.free.push(m.slot),
@@ -543,6 +614,48 @@ impl<'h> FileHash<'h> {
         Ok(n)
     }
 
+    /// Take the next piece of a member from the mapped artifact (see the module's doc): have
+    /// `sink` check it (a refused piece is not written), write it straight from the mapping, and
+    /// hash it (on the helper, from the same mapping, once the file is known to be large:
+    /// `expect`, the bytes the member still holds, says so). Returns the piece's length.
+    pub(crate) fn fill_view<E>(
+        &mut self,
+        view: View,
+        expect: u64,
+        mut sink: impl FnMut(&[u8]) -> Result<(), E>,
+        failed: impl Fn(Failure) -> E,
+    ) -> Result<usize, E> {
+        let n = view.len;
+        sink(view.bytes())?;
+        let helper = self
+            .helper
+            .filter(|_| self.offloaded || expect >= OFFLOAD_MIN as u64);
+        let Some(h) = helper else {
+            // Small: hashed and written here (a message would cost more than hashing it).
+            self.write_here(view.bytes()).map_err(&failed)?;
+            self.inline.update(view.bytes());
+            return Ok(n);
+        };
+        if self.held.is_some() {
+            return Err(failed(Failure::Fault(io::Error::other(
+                "a file read both into buffers and in place",
+            ))));
+        }
+        let file = self.entry_for_helper(h).map_err(&failed)?;
+        if !self.hand_over {
+            self.write_here(view.bytes()).map_err(&failed)?;
+        }
+        let v = h
+            .take_free(|st| &mut st.free_views)
+            .map_err(|e| failed(Failure::Fault(e)))?;
+        let (offset, map) = (view.offset, view.map);
+        *lock(&h.shared.views[v]) = Some(map);
+        self.offloaded = true;
+        h.send(&view_msg(v, file, offset, n, self.seq))
+            .map_err(|e| failed(Failure::Fault(e)))?;
+        Ok(n)
+    }
+
     /// The file is complete: its digest, now or from the helper later (with the error of the
     /// helper's write, if one failed), and the file unless the helper took it over.
     pub(crate) fn finish(mut self) -> Result<(Pending<'h>, Option<File>), Failure> {
@@ -583,7 +696,19 @@ impl<'h> FileHash<'h> {
                 written?;
                 Ok((Pending::Ready(hasher.finish().0), self.file.take()))
             }
-            None => Ok((Pending::Ready(Hasher::new().finish().0), self.file.take())),
+            // Every piece went to the helper as a view (`fill_view`).
+            None if self.offloaded => {
+                let file = self.entry_for_helper(h)?;
+                self.entry = None;
+                h.send(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]))
+                    .map_err(Failure::Fault)?;
+                Ok((Pending::Helper(self.seq, h), self.file.take()))
+            }
+            // Nothing, or only pieces hashed here (`fill_view` of a small file).
+            None => {
+                let (d, _) = std::mem::replace(&mut self.inline, Hasher::new()).finish();
+                Ok((Pending::Ready(d), self.file.take()))
+            }
         }
     }
 }
@@ -663,6 +788,119 @@ mod tests {
         std::io::Seek::rewind(&mut back).expect("rewind");
         back.read_to_end(&mut on_disk).expect("read back");
         (seen, on_disk, d)
+    }
+
+    /// `data` in a sealed memfd, as the confined child's artifact is.
+    fn sealed(data: &[u8]) -> File {
+        use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+        use nix::sys::memfd::{MFdFlags, memfd_create};
+        let fd = memfd_create("test", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
+            .expect("memfd");
+        let mut f = File::from(fd);
+        f.write_all(data).expect("fill");
+        let all = SealFlag::F_SEAL_WRITE
+            | SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_SEAL;
+        fcntl(&f, FcntlArg::F_ADD_SEALS(all)).expect("seal");
+        f
+    }
+
+    /// The member at `start`, `len` bytes long by its header, through [`FileHash::fill_view`]
+    /// as the tar reader feeds it: what the sink saw, what the file holds, and the digest.
+    fn through_views(
+        t: Option<&HashThread>,
+        views: &mut super::super::input::Views<'_>,
+        start: u64,
+        len: u64,
+        hand_over: bool,
+    ) -> (Vec<u8>, Vec<u8>, Sha256Digest) {
+        let file = tempfile::tempfile().expect("tempfile");
+        let mut back = file.try_clone().expect("try_clone");
+        let mut fh = FileHash::using(t, file, hand_over);
+        let mut seen: Vec<u8> = Vec::new();
+        while let Some(view) = views
+            .view(start + seen.len() as u64, start + len, VIEW_CHUNK)
+            .expect("view")
+        {
+            let left = len - seen.len() as u64;
+            fh.fill_view(
+                view,
+                left,
+                |c: &[u8]| -> Result<(), io::Error> {
+                    seen.extend_from_slice(c);
+                    Ok(())
+                },
+                fail,
+            )
+            .expect("fill_view");
+        }
+        let (pending, file) = fh.finish().map_err(fail).expect("finish");
+        let d = pending.resolve().expect("digest");
+        drop(file);
+        let mut on_disk = Vec::new();
+        std::io::Seek::rewind(&mut back).expect("rewind");
+        back.read_to_end(&mut on_disk).expect("read back");
+        (seen, on_disk, d)
+    }
+
+    #[test]
+    fn members_read_in_place_from_the_mapping_are_written_and_hashed_whole() {
+        use super::super::input::{Views, WINDOW};
+        let window = WINDOW as usize;
+        let data: Vec<u8> = (0..2 * window + 12_345)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        let memfd = sealed(&data);
+        // Only a sealed memfd is read in place.
+        let plain = tempfile::tempfile().expect("tempfile");
+        (&plain).write_all(&data[..4096]).expect("write");
+        assert!(
+            Views::new(&plain, 4096).is_none(),
+            "an unsealed file is mapped"
+        );
+        let mut views = Views::new(&memfd, data.len() as u64).expect("views");
+        let t = HashThread::spawn().expect("spawn");
+        let n = data.len();
+        // (start, length by the header): empty, small (hashed here), just large enough for the
+        // helper, across a window's end, the whole artifact, unaligned, and a member whose header
+        // claims more than the artifact holds (cut at its end: the sink sees what is there).
+        let members = [
+            (0, 0),
+            (1, 100),
+            (5000, OFFLOAD_MIN),
+            (window - 1000, 3 * VIEW_CHUNK),
+            (0, n),
+            (17, n - 17),
+            (2 * window - 1, 2),
+            (n - 10, 100),
+        ];
+        for (start, len) in members {
+            let want = &data[start..(start + len).min(n)];
+            for (helper, hand_over) in [(None, false), (Some(&t), false), (Some(&t), true)] {
+                let (seen, on_disk, got) =
+                    through_views(helper, &mut views, start as u64, len as u64, hand_over);
+                let how = format!(
+                    "member at {start}, {len} bytes, helper {}, hand-over {hand_over}",
+                    helper.is_some()
+                );
+                assert!(seen == want, "bytes checked differ: {how}");
+                assert!(on_disk == want, "bytes on disk differ: {how}");
+                assert_eq!(got, Sha256Digest::of_bytes(want), "{how}");
+            }
+        }
+        // Every window the helper had is back, and none is still held by its entries.
+        assert_eq!(
+            lock(&t.state).free_views.len(),
+            VIEWS,
+            "every view entry is free"
+        );
+        assert!(t.shared.views.iter().all(|v| lock(v).is_none()));
+        assert_eq!(
+            lock(&t.state).free_files.len(),
+            FILES,
+            "every file entry is free"
+        );
     }
 
     #[test]

@@ -250,7 +250,11 @@ fn run_format(
             sink.add(sink::RawEntry::file(b"SKILL.md", 0o644), &mut r)
         }
         Format::Zip => zip::read(buffered, sink),
-        Format::Tar => tar::read(buffered, sink),
+        // A sealed memfd: members are written and hashed from the mapping, not copied out.
+        Format::Tar => match buffered.views() {
+            Some(views) => tar::read_mapped(buffered, views, sink),
+            None => tar::read(buffered, sink),
+        },
         Format::TarGz => {
             let decoder = flate2::bufread::MultiGzDecoder::new(buffered);
             tar::read_decoded(decoder, sink)

@@ -16,7 +16,8 @@ use std::os::fd::BorrowedFd;
 use nix::errno::Errno;
 
 use super::captured::Captured;
-use super::hashing::{Failure, FileHash, InlineBuf, Pending};
+use super::hashing::{Failure, FileHash, InlineBuf, Pending, VIEW_CHUNK};
+use super::input::Views;
 use super::inventory::{self, Entry, Flag, Kind, Totals};
 use super::path::{Parsed, SafeRelPath, drive_like, fold_key, hidden_char, nfc_key, nfkc_key};
 use super::policy::{HardlinkPolicy, Limits};
@@ -172,6 +173,14 @@ pub(crate) struct Sink<'a> {
 /// it is all this thread has to do, while the hashing thread hashes it. Smaller ones are handed
 /// over, so this thread's share is their creation, not their writes.
 const HAND_OVER_STORED_BELOW: u64 = 1024 * 1024;
+
+/// Where a file's contents come from.
+enum Data<'d, 'f> {
+    /// A reader (a decoder, a zip entry, the artifact).
+    Stream(&'d mut dyn Read),
+    /// The mapped artifact, from this offset (a plain tarball's member).
+    Mapped(&'d mut Views<'f>, u64),
+}
 
 /// Whether `components`, applied as text from a directory `depth` levels below the root, pass
 /// above the root at any point.
@@ -454,6 +463,22 @@ impl<'a> Sink<'a> {
 
     /// Admit one archive entry; `data` yields its content (files) and is otherwise unused.
     pub(crate) fn add(&mut self, raw: RawEntry<'_>, data: &mut dyn Read) -> Result<(), Stop> {
+        self.add_from(raw, Data::Stream(data))
+    }
+
+    /// Admit one entry of a plain tarball whose data lies at `at` in the mapped artifact: read in
+    /// place (`Views`), never copied into a buffer. The header frames the member: its declared
+    /// size is all that is read, and a member cut short by the artifact's end is `corrupt`.
+    pub(crate) fn add_mapped(
+        &mut self,
+        raw: RawEntry<'_>,
+        views: &mut Views<'_>,
+        at: u64,
+    ) -> Result<(), Stop> {
+        self.add_from(raw, Data::Mapped(views, at))
+    }
+
+    fn add_from(&mut self, raw: RawEntry<'_>, data: Data<'_, '_>) -> Result<(), Stop> {
         self.count_member()?;
         let path = match SafeRelPath::parse(raw.name, self.limits)? {
             Parsed::Path(p) => p,
@@ -560,7 +585,7 @@ impl<'a> Sink<'a> {
         path: &SafeRelPath,
         mode: u32,
         declared: Option<u64>,
-        data: &mut dyn Read,
+        data: Data<'_, '_>,
     ) -> Result<Node, Stop> {
         let p = path.as_str();
         if let Some(d) = declared {
@@ -586,61 +611,69 @@ impl<'a> Sink<'a> {
         let bytes_out = &mut self.bytes_out;
         let captured = &mut self.captured;
         let mut capture = captured.begin();
+        let mut data = data;
         let streamed = loop {
-            let n = hash.fill(
-                &mut buf,
-                declared.map(|d| d.saturating_sub(written)),
-                data,
-                |chunk: &[u8]| -> Result<(), Stop> {
-                    let n = chunk.len();
-                    written += n as u64;
-                    *bytes_out += n as u64;
-                    // The header is held to its size: a member that lies small stops at the lie.
-                    if declared.is_some_and(|d| written > d) {
-                        return Err(Reason::new(
-                            ReasonCode::Corrupt,
-                            format!(
-                                "the data holds more than the {} bytes its header declares",
-                                declared.unwrap_or(0)
-                            ),
-                        )
-                        .entry(p)
-                        .into());
+            let expect = declared.map(|d| d.saturating_sub(written));
+            let from = written;
+            let check = |chunk: &[u8]| -> Result<(), Stop> {
+                let n = chunk.len();
+                written += n as u64;
+                *bytes_out += n as u64;
+                // The header is held to its size: a member that lies small stops at the lie.
+                if declared.is_some_and(|d| written > d) {
+                    return Err(Reason::new(
+                        ReasonCode::Corrupt,
+                        format!(
+                            "the data holds more than the {} bytes its header declares",
+                            declared.unwrap_or(0)
+                        ),
+                    )
+                    .entry(p)
+                    .into());
+                }
+                // Limits are checked on bytes produced, before they reach the disk.
+                if written > limits.max_file_bytes {
+                    return Err(
+                        Reason::new(ReasonCode::FileSize, "file is larger than the limit")
+                            .entry(p)
+                            .limit(limits.max_file_bytes, written)
+                            .into(),
+                    );
+                }
+                if *bytes_out > limits.max_expanded_bytes {
+                    return Err(Reason::new(
+                        ReasonCode::ExpandedSize,
+                        "the archive expands to more than the limit",
+                    )
+                    .entry(p)
+                    .limit(limits.max_expanded_bytes, *bytes_out)
+                    .into());
+                }
+                Self::check_budget(limits, *bytes_out, artifact_size).map_err(|r| r.entry(p))?;
+                if head.len() < 512 {
+                    let take = (512 - head.len()).min(n);
+                    head.extend_from_slice(&chunk[..take]);
+                }
+                if let Some(start) = capture
+                    && !captured.push(start, chunk)
+                {
+                    capture = None;
+                }
+                Ok(())
+            };
+            let n = match &mut data {
+                Data::Stream(r) => hash.fill(&mut buf, expect, *r, check, |f| hash_failed(f, p)),
+                Data::Mapped(views, at) => {
+                    let end = at.saturating_add(declared.unwrap_or(0));
+                    match views.view(at.saturating_add(from), end, VIEW_CHUNK) {
+                        Ok(Some(view)) => {
+                            hash.fill_view(view, expect.unwrap_or(0), check, |f| hash_failed(f, p))
+                        }
+                        Ok(None) => Ok(0),
+                        Err(e) => Err(hash_failed(Failure::Read(e), p)),
                     }
-                    // Limits are checked on bytes produced, before they reach the disk.
-                    if written > limits.max_file_bytes {
-                        return Err(Reason::new(
-                            ReasonCode::FileSize,
-                            "file is larger than the limit",
-                        )
-                        .entry(p)
-                        .limit(limits.max_file_bytes, written)
-                        .into());
-                    }
-                    if *bytes_out > limits.max_expanded_bytes {
-                        return Err(Reason::new(
-                            ReasonCode::ExpandedSize,
-                            "the archive expands to more than the limit",
-                        )
-                        .entry(p)
-                        .limit(limits.max_expanded_bytes, *bytes_out)
-                        .into());
-                    }
-                    Self::check_budget(limits, *bytes_out, artifact_size)
-                        .map_err(|r| r.entry(p))?;
-                    if head.len() < 512 {
-                        let take = (512 - head.len()).min(n);
-                        head.extend_from_slice(&chunk[..take]);
-                    }
-                    if let Some(start) = capture
-                        && !captured.push(start, chunk)
-                    {
-                        capture = None;
-                    }
-                    Ok(())
-                },
-                |f| hash_failed(f, p),
-            );
+                }
+            };
             match n {
                 Ok(0) => break Ok(()),
                 Ok(_) => {}
@@ -822,7 +855,7 @@ impl<'a> Sink<'a> {
             .open_for_copy(source.as_str())
             .map_err(|e| write_failed(e, source.as_str()))?;
         // The copy counts as produced bytes: link farms cannot multiply output for free.
-        self.write_file(path, mode, None, &mut src)
+        self.write_file(path, mode, None, Data::Stream(&mut src))
     }
 
     /// Wait for every file still with the hashing thread: its digest set on its node, its

@@ -12,6 +12,7 @@ use std::io::{self, Cursor, Read};
 
 use super::Stop;
 use super::detect::is_tar_header;
+use super::input::{SeekBuf, Views};
 use super::policy::Limits;
 use super::sink::{RawEntry, RawKind, Sink, classify, reason_io};
 use crate::reason::{Reason, ReasonCode, display_name};
@@ -170,10 +171,34 @@ fn tar_error(e: &io::Error) -> Stop {
 
 /// Read a (decoded) tar stream entry by entry into the sink.
 pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> {
-    let limits = sink.limits().clone();
     let mut archive = tar::Archive::new(reader);
+    let entries = archive.entries().map_err(|e| tar_error(&e))?;
+    members(entries, sink, None)?;
+    trailer(archive.into_inner())
+}
+
+/// Read a plain tarball from the mapped artifact: the headers through `reader`, each file's data
+/// in place through `views` (the parser seeks over it instead of copying it out).
+pub(crate) fn read_mapped(
+    reader: SeekBuf<'_>,
+    mut views: Views<'_>,
+    sink: &mut Sink<'_>,
+) -> Result<(), Stop> {
+    let mut archive = tar::Archive::new(reader);
+    let entries = archive.entries_with_seek().map_err(|e| tar_error(&e))?;
+    members(entries, sink, Some(&mut views))?;
+    trailer(archive.into_inner())
+}
+
+/// Every member, into the sink; file data from `views` at the member's offset when given.
+fn members<R: Read>(
+    entries: tar::Entries<'_, R>,
+    sink: &mut Sink<'_>,
+    mut views: Option<&mut Views<'_>>,
+) -> Result<(), Stop> {
+    let limits = sink.limits().clone();
     {
-        let entries = archive.entries().map_err(|e| tar_error(&e))?.raw(true);
+        let entries = entries.raw(true);
         let mut long_name: Option<Vec<u8>> = None;
         let mut long_link: Option<Vec<u8>> = None;
         let mut pax: Option<Pax> = None;
@@ -271,15 +296,18 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
             // The header's size frames the member: the data is exactly that long or the stream
             // is truncated, so the sink may refuse an oversized member before decoding it.
             let declared_size = matches!(kind, RawKind::File).then(|| entry.size());
-            sink.add(
-                RawEntry {
-                    name: &name,
-                    kind,
-                    mode,
-                    declared_size,
-                },
-                &mut entry,
-            )?;
+            let raw = RawEntry {
+                name: &name,
+                kind,
+                mode,
+                declared_size,
+            };
+            match views.as_deref_mut() {
+                // In the artifact as it is: `raw_file_position` is the data's offset in the
+                // stream the parser reads, which here is the artifact itself.
+                Some(v) => sink.add_mapped(raw, v, entry.raw_file_position())?,
+                None => sink.add(raw, &mut entry)?,
+            }
         }
         if long_name.is_some() || long_link.is_some() || pax.is_some() {
             return Err(Reason::new(
@@ -289,9 +317,12 @@ pub(crate) fn read<R: Read>(reader: R, sink: &mut Sink<'_>) -> Result<(), Stop> 
             .into());
         }
     }
-    // Whatever follows the end marker must be zero padding; draining it also makes the
-    // decoder verify the gzip/zstd trailer checksum.
-    let mut rest = archive.into_inner();
+    Ok(())
+}
+
+/// Whatever follows the end marker must be zero padding; draining it also makes the decoder
+/// verify the gzip/zstd trailer checksum.
+fn trailer<R: Read>(mut rest: R) -> Result<(), Stop> {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = match rest.read(&mut buf) {
