@@ -78,9 +78,7 @@ pub fn walk(root: &Path, skill: &str, limits: &Limits) -> Result<SourceTree, Wal
         total_bytes: 0,
     };
     w.dir(root, "")?;
-    if w.refusals.is_empty() {
-        w.links();
-    }
+    w.links();
     let has_skill_md = matches!(w.entries.get("SKILL.md"), Some(SourceKind::File { .. }));
     if w.refusals.is_empty() && !has_skill_md {
         let refusal = w.refuse(
