@@ -286,9 +286,10 @@ fn fail(e: PublishError) -> Fail {
             r.iter().map(ToString::to_string).collect(),
             Some(json!(r)),
         ),
-        PublishError::Io { .. } | PublishError::Sandbox(_) | PublishError::Inconsistent(_) => {
-            (Exit::Operational, Vec::new(), None)
-        }
+        PublishError::Io { .. }
+        | PublishError::Sandbox(_)
+        | PublishError::Confinement { .. }
+        | PublishError::Inconsistent(_) => (Exit::Operational, Vec::new(), None),
     };
     let message = match &e {
         PublishError::Refused(r) => format!(

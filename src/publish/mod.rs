@@ -30,7 +30,7 @@ use crate::extract::{ArtifactType, Request};
 use crate::index::{self, IndexError, IndexLimits, SCHEMA_0_2_0};
 use crate::intake::Outcome;
 use crate::lifecycle::policy::{Decision, Facts, Policy};
-use crate::reason::{Reason, Verdict, display_name};
+use crate::reason::{Reason, ReasonCode, Verdict, display_name};
 use crate::sandbox::{Sandbox, SandboxError};
 use crate::skill::review::{Capabilities, Review, ReviewFlag};
 
@@ -138,7 +138,7 @@ pub struct Refusal {
     pub observed: Option<u64>,
     /// The engine's reason, for [`RefusalCode::Rejected`].
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<Reason>,
+    pub reason: Option<Box<Reason>>,
 }
 
 impl std::fmt::Display for Refusal {
@@ -167,6 +167,16 @@ pub enum PublishError {
     },
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
+    /// The confined child could not be confined here (or timed out, or broke its rules): a
+    /// fault of this host or run, not a verdict on the sources.
+    #[error(
+        "{skill}: the check extraction could not run as a consumer's would: {reason}: {detail}"
+    )]
+    Confinement {
+        skill: String,
+        reason: ReasonCode,
+        detail: String,
+    },
     /// What the confined extraction staged, or the written index read back, is not what was
     /// built: a fault of the writer, never of the sources.
     #[error("internal check failed: {0}")]
@@ -493,6 +503,13 @@ fn build_one(
         }
         (Verdict::Rejected, _) => {
             let reason = outcome.reason.clone();
+            if let Some(why) = reason.as_ref().filter(|why| host_fault(why.code)) {
+                return Err(PublishError::Confinement {
+                    skill: skill.name.clone(),
+                    reason: why.code,
+                    detail: why.detail.clone(),
+                });
+            }
             let mut r = refuse(
                 RefusalCode::Rejected,
                 match &reason {
@@ -504,7 +521,7 @@ fn build_one(
                 },
             );
             r.path = reason.as_ref().and_then(|why| why.entry.clone());
-            r.reason = reason;
+            r.reason = reason.map(Box::new);
             return Ok(Err(vec![r]));
         }
     };
@@ -580,6 +597,15 @@ fn build_one(
         decision,
         review,
     }))
+}
+
+/// Reasons that say the confined run itself failed here, not that the package is bad: the
+/// sources are not refused for them (a consumer's host would decide on its own).
+fn host_fault(code: ReasonCode) -> bool {
+    matches!(
+        code,
+        ReasonCode::SandboxUnavailable | ReasonCode::SandboxViolation | ReasonCode::Timeout
+    )
 }
 
 /// The consumer's path: the artifact file, its digest expected, the folder name as the index

@@ -80,6 +80,11 @@ pub fn write(built: Built, out: &Path) -> Result<Vec<Written>, PublishError> {
             source: e,
         }),
         Ok(m) if m.is_dir() => into_existing(built, out),
+        Ok(m) if m.file_type().is_symlink() => Err(PublishError::Usage(format!(
+            "--out {}: is a symlink; publish does not write through one (give the directory \
+             it points at)",
+            out.display()
+        ))),
         Ok(_) => Err(PublishError::Usage(format!(
             "--out {}: exists and is not a directory",
             out.display()
@@ -229,12 +234,15 @@ fn place(
             status: FileStatus::Written,
         });
     }
-    for d in created.dirs.iter().chain(
-        plan.iter()
-            .filter_map(|(rel, _)| out.join(rel).parent().map(Path::to_owned))
-            .collect::<Vec<_>>()
-            .iter(),
-    ) {
+    // The new artifacts' names are on disk before the index that lists them.
+    let mut dirs: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
+    for d in &created.dirs {
+        dirs.extend(d.parent().map(Path::to_owned));
+    }
+    for f in &created.files {
+        dirs.extend(f.parent().map(Path::to_owned));
+    }
+    for d in &dirs {
         sync_dir(d)?;
     }
     let index_rel = format!("{INDEX_DIR}/{INDEX_FILE}");

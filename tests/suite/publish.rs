@@ -703,8 +703,16 @@ fn published_skills_install_and_fetch_over_https_with_their_digests() {
     );
     expect_code(&o, 0);
     let v = json_of(&o);
-    assert_eq!(v["index"]["entries"].as_array().map(Vec::len), Some(2), "{v}");
-    assert_eq!(v["index"]["skipped"].as_array().map(Vec::len), Some(0), "{v}");
+    assert_eq!(
+        v["index"]["entries"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
+    assert_eq!(
+        v["index"]["skipped"].as_array().map(Vec::len),
+        Some(0),
+        "{v}"
+    );
     let o = site.cmd(&["index", "check", &index_url, "--json"]);
     expect_code(&o, 0);
 
@@ -809,4 +817,70 @@ fn published_skills_install_and_fetch_over_https_with_their_digests() {
         let v = json_of(&o);
         assert_eq!(v["extraction"]["artifact"]["format"], "zip", "{v}");
     }
+}
+
+#[test]
+fn one_skill_folder_and_usage_errors() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = skills_dir(
+        tmp.path(),
+        false,
+        (0o644, 0o755, 0o755),
+        SystemTime::UNIX_EPOCH,
+    );
+    // SKILLS_DIR holding SKILL.md is the one skill, named after the folder.
+    let out = tmp.path().join("one");
+    let o = publish(&src.join("pdf-tools"), &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let skills = v["skills"].as_array().expect("skills");
+    assert_eq!(skills.len(), 1, "{v}");
+    assert_eq!(skills[0]["name"], "pdf-tools");
+    assert_eq!(skills[0]["type"], "archive");
+    assert_eq!(
+        skills[0]["findings"]["scripts"][0], "scripts/extract.sh (sh)",
+        "{v}"
+    );
+    assert_eq!(skills[0]["decision"]["decision"], "needs_approval", "{v}");
+
+    // Usage errors, each as one JSON error object, and nothing created.
+    let missing = tmp.path().join("missing");
+    let file = src.join("notes/SKILL.md");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&out, &link).expect("symlink");
+    let fresh = tmp.path().join("fresh");
+    let orphan = tmp.path().join("no/such/parent");
+    let cases: Vec<(&Path, &Path, Vec<&str>)> = vec![
+        (&missing, &fresh, vec![]),
+        (&file, &fresh, vec![]),
+        (&empty, &fresh, vec![]),
+        (&src, &fresh, vec!["--base-url", "http://example.com/"]),
+        (&src, &fresh, vec!["--base-url", "https://u:p@example.com/"]),
+        (&src, &fresh, vec!["--format", "rar"]),
+        (&src, &link, vec![]),
+        (&src, &orphan, vec![]),
+    ];
+    for (skills, out, extra) in cases {
+        let mut extra = extra.clone();
+        extra.push("--json");
+        let o = publish(skills, out, &extra);
+        expect_code(&o, 2);
+        let v = json_of(&o);
+        assert_eq!(v["error"]["exit"], 2, "{extra:?}: {v}");
+        assert!(!fresh.exists(), "{extra:?}");
+    }
+    let o = run(
+        &[
+            OsStr::new("publish"),
+            src.as_os_str(),
+            OsStr::new("--out"),
+            fresh.as_os_str(),
+        ],
+        &[("SOURCE_DATE_EPOCH", "yesterday")],
+    );
+    expect_code(&o, 2);
+    assert!(!fresh.exists());
+    no_stage_left(tmp.path());
 }
