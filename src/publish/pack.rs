@@ -174,9 +174,12 @@ mod tests {
     #[test]
     fn civil_dates() {
         assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(3653), (1980, 1, 1));
+        assert_eq!(civil_from_days(3652), (1980, 1, 1));
         assert_eq!(civil_from_days(19_723), (2024, 1, 1));
         assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        let t = zip::DateTime::from_date_and_time(2023, 11, 14, 22, 13, 20).expect("time");
+        assert_eq!(dos_time(1_700_000_000), t);
+        assert_eq!(dos_time(0), zip::DateTime::default());
     }
 
     #[test]
