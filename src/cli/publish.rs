@@ -167,6 +167,7 @@ fn source_date_epoch() -> Result<u64, Failure> {
 fn publish(args: &PublishArgs, sandbox_args: &SandboxArgs) -> Result<Exit, Fail> {
     let opts = options(args)?;
     let (skills, prior) = publish::discover(&args.skills_dir).map_err(fail)?;
+    out_outside_skills(&args.out, &skills)?;
     if sandbox_args.allow_unconfined {
         eprintln!(
             "skillbox: WARNING: --allow-unconfined: the check extraction proceeds even if confinement cannot be applied"
@@ -210,6 +211,35 @@ fn publish(args: &PublishArgs, sandbox_args: &SandboxArgs) -> Result<Exit, Fail>
         );
     }
     Ok(Exit::Ok)
+}
+
+/// OUT_DIR inside a skill folder would be packed into that skill on the next run.
+fn out_outside_skills(out: &Path, skills: &[publish::SkillSource]) -> Result<(), Fail> {
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(parent) = std::fs::canonicalize(parent) else {
+        return Ok(());
+    };
+    let out = match out.file_name() {
+        Some(n) => parent.join(n),
+        None => parent,
+    };
+    for s in skills {
+        if let Ok(dir) = std::fs::canonicalize(&s.dir)
+            && out.starts_with(&dir)
+        {
+            return Err(Failure::usage(format!(
+                "--out {} is inside the skill folder {}; it would be published in it \
+                 (put it elsewhere)",
+                out.display(),
+                s.dir.display()
+            ))
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Where the build is staged: beside OUT_DIR, on its file system, so it can be renamed in.

@@ -852,6 +852,8 @@ fn one_skill_folder_and_usage_errors() {
     std::os::unix::fs::symlink(&out, &link).expect("symlink");
     let fresh = tmp.path().join("fresh");
     let orphan = tmp.path().join("no/such/parent");
+    let notes = src.join("notes");
+    let inside = src.join("notes/site");
     let cases: Vec<(&Path, &Path, Vec<&str>)> = vec![
         (&missing, &fresh, vec![]),
         (&file, &fresh, vec![]),
@@ -861,6 +863,7 @@ fn one_skill_folder_and_usage_errors() {
         (&src, &fresh, vec!["--format", "rar"]),
         (&src, &link, vec![]),
         (&src, &orphan, vec![]),
+        (&notes, &inside, vec![]),
     ];
     for (skills, out, extra) in cases {
         let mut extra = extra.clone();
@@ -869,7 +872,7 @@ fn one_skill_folder_and_usage_errors() {
         expect_code(&o, 2);
         let v = json_of(&o);
         assert_eq!(v["error"]["exit"], 2, "{extra:?}: {v}");
-        assert!(!fresh.exists(), "{extra:?}");
+        assert!(!fresh.exists() && !inside.exists(), "{extra:?}");
     }
     let o = run(
         &[
