@@ -887,3 +887,48 @@ fn one_skill_folder_and_usage_errors() {
     assert!(!fresh.exists());
     no_stage_left(tmp.path());
 }
+
+/// The README's `publish` sample is what the binary prints for that folder, digest included:
+/// the artifact's bytes do not depend on the host.
+#[test]
+fn readme_sample_is_real_output() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README");
+    let start = readme
+        .find("$ skillbox publish skills --out site\n")
+        .expect("the sample");
+    let sample = &readme[start..];
+    let sample = &sample[..sample.find("```").expect("fence")];
+    let printed: String = sample
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with('$'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("skills/pdf-tools");
+    std::fs::create_dir_all(dir.join("scripts")).expect("mkdir");
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: pdf-tools\ndescription: Extract text and tables from PDF files.\n---\nRun scripts/extract.sh FILE.\n",
+    )
+    .expect("write");
+    let script = dir.join("scripts/extract.sh");
+    std::fs::write(&script, "#!/bin/sh\npdftotext \"$1\" -\n").expect("write");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let o = Command::new(bin())
+        .args(["publish", "skills", "--out", "site"])
+        .current_dir(tmp.path())
+        .env_remove("SOURCE_DATE_EPOCH")
+        .output()
+        .expect("spawn");
+    expect_code(&o, 0);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), printed);
+    let o = Command::new(bin())
+        .args(["publish", "skills", "--out", "site", "--check"])
+        .current_dir(tmp.path())
+        .env_remove("SOURCE_DATE_EPOCH")
+        .output()
+        .expect("spawn");
+    expect_code(&o, 0);
+}
