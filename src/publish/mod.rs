@@ -525,7 +525,7 @@ fn build_one(
             return Ok(Err(vec![r]));
         }
     };
-    same_tree(&skill.name, &tree, &outcome.entries)?;
+    same_tree(&skill.name, &tree, &outcome.entries, ty)?;
     let Some(fm) = review.frontmatter.clone() else {
         return Ok(Err(vec![refuse(
             RefusalCode::MissingSkillMd,
@@ -646,12 +646,18 @@ fn verify(
 }
 
 /// What the engine staged must be what was packed: same paths, kinds, bytes, executable bits
-/// and link targets. A difference is a fault of the writer, and nothing is published.
+/// (archives only: a lone SKILL.md carries no mode) and link targets. A difference is a fault
+/// of the writer, and nothing is published.
 fn same_tree(
     name: &str,
     tree: &SourceTree,
     staged: &[crate::extract::inventory::Entry],
+    ty: index::EntryType,
 ) -> Result<(), PublishError> {
+    let modes_kept = match ty {
+        index::EntryType::Archive => true,
+        index::EntryType::SkillMd => false,
+    };
     use crate::extract::inventory::Kind;
     let bad = |what: String| Err(PublishError::Inconsistent(format!("{name}: {what}")));
     if staged.len() != tree.entries.len() {
@@ -670,7 +676,8 @@ fn same_tree(
         let ok = match (&e.kind, s.kind) {
             (SourceKind::Dir, Kind::Dir) => true,
             (SourceKind::File { bytes, executable }, Kind::File) => {
-                s.sha256 == Some(Sha256Digest::of_bytes(bytes)) && (s.mode == "0755") == *executable
+                s.sha256 == Some(Sha256Digest::of_bytes(bytes))
+                    && (!modes_kept || (s.mode == "0755") == *executable)
             }
             (SourceKind::Symlink { target }, Kind::Symlink) => {
                 s.link_target.as_deref() == Some(target.as_str())

@@ -201,9 +201,15 @@ impl Walker<'_> {
             } else if ft.is_symlink() {
                 let target = std::fs::read_link(&full).map_err(self.io(&full))?;
                 match target.into_os_string().into_string() {
-                    Ok(t) => {
-                        self.entries.insert(path, SourceKind::Symlink { target: t });
-                    }
+                    Ok(t) => match self.link_target(&t) {
+                        Ok(t) => {
+                            self.entries.insert(path, SourceKind::Symlink { target: t });
+                        }
+                        Err(why) => {
+                            let r = self.refuse(RefusalCode::InvalidName, Some(&path), why);
+                            self.refusals.push(r);
+                        }
+                    },
                     Err(t) => {
                         let r = self.refuse(
                             RefusalCode::InvalidName,
@@ -227,6 +233,42 @@ impl Walker<'_> {
             }
         }
         Ok(())
+    }
+
+    /// A link target as the engine takes it (no control, bidi or invisible characters, no
+    /// backslash, within `max_path_bytes`), written in its plain form: empty and `.`
+    /// components dropped (`./a//b` is `a/b`, the same file to the kernel), as tar writers
+    /// store it anyway, so every format carries the same target.
+    fn link_target(&self, t: &str) -> Result<String, String> {
+        let shown = display_name(t.as_bytes());
+        if t.chars()
+            .any(|c| c.is_control() || path::hidden_char(c).is_some())
+        {
+            return Err(format!(
+                "the link target {shown} holds control, bidirectional or invisible characters"
+            ));
+        }
+        if t.contains('\\') {
+            return Err(format!("the link target {shown} holds a backslash"));
+        }
+        if t.len() as u64 > self.limits.max_path_bytes {
+            return Err(format!(
+                "the link target is {} bytes, over the consumers' default max_path_bytes ({})",
+                t.len(),
+                self.limits.max_path_bytes
+            ));
+        }
+        let plain: Vec<&str> = t
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
+        Ok(match (t.starts_with('/'), plain.is_empty()) {
+            // Absolute: kept as written, to be refused as an escape by name.
+            (true, _) => t.to_owned(),
+            (false, true) if t.is_empty() => String::new(),
+            (false, true) => ".".to_owned(),
+            (false, false) => plain.join("/"),
+        })
     }
 
     /// The engine's name rules, then its twin rule: a name a consumer's engine would refuse

@@ -843,6 +843,65 @@ fn one_skill_folder_and_usage_errors() {
     );
     assert_eq!(skills[0]["decision"]["decision"], "needs_approval", "{v}");
 
+    // An executable lone SKILL.md is still a skill-md (it carries no mode); link targets in
+    // odd spellings are published in their plain form, in both formats, and verify.
+    let odd = tmp.path().join("odd");
+    copy_tree(&src.join("notes"), &odd.join("notes"));
+    std::fs::set_permissions(
+        odd.join("notes/SKILL.md"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    copy_tree(&src.join("pdf-tools"), &odd.join("pdf-tools"));
+    for (link, target) in [
+        ("dot", "./SKILL.md"),
+        ("double", "references//guide.md"),
+        ("through", "refs/guide.md"),
+        ("refs", "references"),
+        ("up-and-back", "scripts/../SKILL.md"),
+    ] {
+        std::os::unix::fs::symlink(target, odd.join("pdf-tools").join(link)).expect("symlink");
+    }
+    for format in ["tar.gz", "zip"] {
+        let o = publish(
+            &odd,
+            &tmp.path().join(format!("odd-{format}")),
+            &["--format", format, "--json"],
+        );
+        expect_code(&o, 0);
+        let v = json_of(&o);
+        assert_eq!(v["skills"][0]["type"], "skill-md", "{v}");
+    }
+    let staged = tmp.path().join("odd-staged");
+    let listed: Value = serde_json::from_slice(
+        &std::fs::read(tmp.path().join("odd-zip").join(INDEX)).expect("index"),
+    )
+    .expect("json");
+    let artifact = tmp
+        .path()
+        .join("odd-zip/.well-known/agent-skills")
+        .join(listed["skills"][1]["url"].as_str().expect("url"));
+    let o = run(
+        &[
+            OsStr::new("extract"),
+            artifact.as_os_str(),
+            OsStr::new("--out"),
+            staged.as_os_str(),
+        ],
+        &[],
+    );
+    expect_code(&o, 0);
+    for (link, plain) in [
+        ("dot", "SKILL.md"),
+        ("double", "references/guide.md"),
+        ("up-and-back", "scripts/../SKILL.md"),
+    ] {
+        assert_eq!(
+            std::fs::read_link(staged.join(link)).expect("link"),
+            Path::new(plain)
+        );
+    }
+
     // Usage errors, each as one JSON error object, and nothing created.
     let missing = tmp.path().join("missing");
     let file = src.join("notes/SKILL.md");
