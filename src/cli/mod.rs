@@ -75,7 +75,8 @@ pub enum Command {
     /// Build a reviewed, reproducible discovery index from a directory of skill folders:
     /// OUT_DIR/.well-known/agent-skills/index.json and content-addressed artifacts, each run
     /// through the same confined extraction and review a consumer runs first. With --check,
-    /// write nothing and compare with a published tree (a CI gate).
+    /// write nothing and compare with a published tree (a CI gate). Every archive entry's mtime
+    /// is SOURCE_DATE_EPOCH when set, else 0 (docs/publish.md: the reproducibility rules).
     ///
     /// Exit status: 0 published (--check: up to date), 3 a skill was refused (nothing is
     /// written), 4 --check: the published tree differs, 1 operational error, 2 usage error.

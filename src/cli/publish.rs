@@ -374,6 +374,9 @@ fn print_skills(skills: &[Published]) {
         if !f.review_complete {
             println!("    review incomplete: a bound left bytes unread");
         }
+        if !s.sandbox.starts_with("confined") {
+            println!("    check extraction: {}", s.sandbox);
+        }
         match &s.decision {
             Decision::Approved { rule } => println!("    install policy: approved ({rule})"),
             Decision::NeedsApproval { findings } => println!(

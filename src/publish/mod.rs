@@ -356,6 +356,8 @@ pub struct Published {
     pub findings: Findings,
     /// What the install policy decides for it on a first install.
     pub decision: Decision,
+    /// How its check extraction was confined (`confined (landlock ..., seccomp on, uid ...)`).
+    pub sandbox: String,
     /// The full review report.
     #[serde(skip)]
     pub review: Review,
@@ -492,7 +494,7 @@ fn build_one(
     let at = stage.join(INDEX_DIR).join(&rel);
     tree::write_file(&at, &bytes)?;
 
-    let outcome = verify(&at, ty, &digest, &skill.name, opts, sandbox)?;
+    let (outcome, confinement) = verify(&at, ty, &digest, &skill.name, opts, sandbox)?;
     let review = match (&outcome.verdict, outcome.review) {
         (Verdict::Accepted, Some(review)) => review,
         (Verdict::Accepted, None) => {
@@ -595,6 +597,7 @@ fn build_one(
         entries: tree.entries.len(),
         findings: Findings::of(&review),
         decision,
+        sandbox: confinement,
         review,
     }))
 }
@@ -617,7 +620,7 @@ fn verify(
     name: &str,
     opts: &Options,
     sandbox: &Sandbox,
-) -> Result<Outcome, PublishError> {
+) -> Result<(Outcome, String), PublishError> {
     let file = File::open(artifact).map_err(io_err(artifact))?;
     let req = Request {
         file_name: artifact
@@ -642,7 +645,8 @@ fn verify(
     if let Ok(dir) = File::open(staging.path()) {
         let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
     }
-    Ok(confined?.outcome)
+    let confined = confined?;
+    Ok((confined.outcome, confined.sandbox.summary()))
 }
 
 /// What the engine staged must be what was packed: same paths, kinds, bytes, executable bits

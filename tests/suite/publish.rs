@@ -842,6 +842,13 @@ fn one_skill_folder_and_usage_errors() {
         "{v}"
     );
     assert_eq!(skills[0]["decision"]["decision"], "needs_approval", "{v}");
+    // The check extraction ran in the confined child, as a consumer's does.
+    assert!(
+        skills[0]["sandbox"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("confined (")),
+        "{v}"
+    );
 
     // An executable lone SKILL.md is still a skill-md (it carries no mode); link targets in
     // odd spellings are published in their plain form, in both formats, and verify.
