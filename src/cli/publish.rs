@@ -166,8 +166,8 @@ fn source_date_epoch() -> Result<u64, Failure> {
 
 fn publish(args: &PublishArgs, sandbox_args: &SandboxArgs) -> Result<Exit, Fail> {
     let opts = options(args)?;
-    let (skills, prior) = publish::discover(&args.skills_dir).map_err(fail)?;
-    out_outside_skills(&args.out, &skills)?;
+    let (mut skills, prior) = publish::discover(&args.skills_dir).map_err(fail)?;
+    out_outside_skills(&args.out, &mut skills)?;
     if sandbox_args.allow_unconfined {
         eprintln!(
             "skillbox: WARNING: --allow-unconfined: the check extraction proceeds even if confinement cannot be applied"
@@ -213,8 +213,9 @@ fn publish(args: &PublishArgs, sandbox_args: &SandboxArgs) -> Result<Exit, Fail>
     Ok(Exit::Ok)
 }
 
-/// OUT_DIR inside a skill folder would be packed into that skill on the next run.
-fn out_outside_skills(out: &Path, skills: &[publish::SkillSource]) -> Result<(), Fail> {
+/// OUT_DIR inside a skill folder would be packed into that skill on the next run: refused.
+/// OUT_DIR as a subfolder of SKILLS_DIR is not a skill: left out.
+fn out_outside_skills(out: &Path, skills: &mut Vec<publish::SkillSource>) -> Result<(), Fail> {
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -226,7 +227,8 @@ fn out_outside_skills(out: &Path, skills: &[publish::SkillSource]) -> Result<(),
         Some(n) => parent.join(n),
         None => parent,
     };
-    for s in skills {
+    skills.retain(|s| std::fs::canonicalize(&s.dir).map_or(true, |dir| dir != out));
+    for s in skills.iter() {
         if let Ok(dir) = std::fs::canonicalize(&s.dir)
             && out.starts_with(&dir)
         {

@@ -850,6 +850,15 @@ fn one_skill_folder_and_usage_errors() {
         "{v}"
     );
 
+    // OUT_DIR as a subfolder of SKILLS_DIR is not read as a skill, then or on the next run.
+    let inner = tmp.path().join("inner");
+    copy_tree(&src, &inner);
+    for _ in 0..2 {
+        let o = publish(&inner, &inner.join("site"), &["--json"]);
+        expect_code(&o, 0);
+        assert_eq!(json_of(&o)["skills"].as_array().map(Vec::len), Some(2));
+    }
+
     // An executable lone SKILL.md is still a skill-md (it carries no mode); link targets in
     // odd spellings are published in their plain form, in both formats, and verify.
     let odd = tmp.path().join("odd");
