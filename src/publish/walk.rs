@@ -76,6 +76,7 @@ pub fn walk(root: &Path, skill: &str, limits: &Limits) -> Result<SourceTree, Wal
         refusals: Vec::new(),
         folded: HashMap::new(),
         total_bytes: 0,
+        full: false,
     };
     w.dir(root, "")?;
     w.links();
@@ -121,6 +122,8 @@ struct Walker<'a> {
     /// Case-folded and Unicode-normalised keys seen, for the engine's twin rule.
     folded: HashMap<String, String>,
     total_bytes: u64,
+    /// `max_entries` was reached and refused: the walk is over.
+    full: bool,
 }
 
 impl Walker<'_> {
@@ -166,6 +169,16 @@ impl Walker<'_> {
         // Creation order (what read_dir returns) must not matter: sorted by bytes.
         names.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
         for name in names {
+            if self.full {
+                return Ok(());
+            }
+            if self.entries.len() as u64 >= self.limits.max_entries {
+                self.full = true;
+                let n = self.entries.len() as u64 + 1;
+                let at = format!("{prefix}{}", display_name(name.as_encoded_bytes()));
+                self.refuse_limit(Some(&at), "max_entries", self.limits.max_entries, n);
+                return Ok(());
+            }
             if self.enough() {
                 return Ok(());
             }
@@ -188,11 +201,6 @@ impl Walker<'_> {
             // lstat: a symlink is looked at, never through.
             let meta = std::fs::symlink_metadata(&full).map_err(self.io(&full))?;
             let ft = meta.file_type();
-            if self.entries.len() as u64 >= self.limits.max_entries {
-                let n = self.entries.len() as u64 + 1;
-                self.refuse_limit(Some(&path), "max_entries", self.limits.max_entries, n);
-                return Ok(());
-            }
             if ft.is_dir() {
                 self.entries.insert(path.clone(), SourceKind::Dir);
                 self.dir(&full, &format!("{path}/"))?;
@@ -529,5 +537,17 @@ mod tests {
         assert_eq!(v[0].code, RefusalCode::Limit);
         assert!(v[0].detail.contains("max_file_bytes"), "{v:?}");
         assert_eq!((v[0].limit, v[0].observed), (Some(99), Some(100)));
+        std::fs::remove_file(r.join("big")).expect("rm");
+        for d in ["a", "b", "c"] {
+            std::fs::create_dir_all(r.join(d).join("x")).expect("mkdir");
+        }
+        let limits = Limits {
+            max_entries: 4,
+            ..Limits::default()
+        };
+        let v = refusals(walk(r, "s", &limits));
+        assert_eq!(v.len(), 1, "one refusal, then the walk stops: {v:?}");
+        assert!(v[0].detail.contains("max_entries"), "{v:?}");
+        assert_eq!((v[0].limit, v[0].observed), (Some(4), Some(5)));
     }
 }
