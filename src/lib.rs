@@ -20,6 +20,8 @@
 //! - [`urls`], [`index`]: URL resolution and discovery-index parsing.
 //! - [`fetch`]: fetch policy, HTTPS, cache and acquisition with provenance.
 //! - [`replay`]: replaying a corpus against its manifest.
+//! - [`publish`]: the publisher's side: skill folders in, a reviewed, reproducible discovery
+//!   index out, every artifact checked by the same confined extraction a consumer runs.
 //! - `fuzzing` (feature `fuzzing`, for tests and `fuzz/` only): the fuzz targets' property
 //!   checks, shared with their stable test.
 //!
@@ -38,6 +40,7 @@ pub mod index;
 pub mod intake;
 pub mod lifecycle;
 pub mod owned_dir;
+pub mod publish;
 pub mod reason;
 pub mod replay;
 pub mod sandbox;

@@ -66,6 +66,10 @@ fn main() -> ExitCode {
             .into()
         }
         Command::Diff(args) => finish(cli::diff::run(&args), args.json),
+        Command::Publish(args) => {
+            let sandbox = leading.merge(&args.sandbox);
+            cli::publish::run(&args, &sandbox).into()
+        }
         Command::Replay(args) => cli::replay::run(args).into(),
         Command::Serve(args) => cli::serve::run(&args, leading).into(),
         Command::Health(args) => cli::serve::health(&args).into(),

@@ -11,7 +11,7 @@
 //! | 1 | operational error: a file, the network, the sandbox or the server failed |
 //! | 2 | usage error: bad flags or input that is not what the command takes |
 //! | 3 | rejected: the artifact (or index) was refused, with the reason printed |
-//! | 4 | `fetch`, `index check`: refused by the fetch policy (the rule is named); `diff`: content_only |
+//! | 4 | `fetch`, `index check`: refused by the fetch policy (the rule is named); `diff`: content_only; `publish --check`: the published tree differs |
 //! | 5 | `fetch`, `index check`: unrecognised index `$schema`; `diff`: needs_review |
 //! | 6 | reserved, install lifecycle: needs_approval (pending a person's decision) |
 //! | 7 | reserved, install lifecycle: denied, by policy or by a person |
@@ -39,6 +39,8 @@ pub enum Exit {
     ContentOnly,
     /// 5 (`diff`): a capability grew; a reviewer must look again.
     NeedsReview,
+    /// 4 (`publish --check`): the published tree is not what the sources build.
+    Differs,
     /// 6 (install lifecycle): the version waits for a person's approval.
     #[allow(dead_code, reason = "reserved for the install lifecycle commands")]
     NeedsApproval,
@@ -61,7 +63,7 @@ impl Exit {
             Self::Operational => 1,
             Self::Usage => 2,
             Self::Rejected => 3,
-            Self::Refused | Self::ContentOnly => 4,
+            Self::Refused | Self::ContentOnly | Self::Differs => 4,
             Self::UnknownSchema | Self::NeedsReview => 5,
             Self::NeedsApproval => 6,
             Self::Denied => 7,
@@ -112,6 +114,7 @@ impl Exit {
             Self::UnknownSchema => "unrecognised_schema",
             Self::ContentOnly => "content_only",
             Self::NeedsReview => "needs_review",
+            Self::Differs => "differs",
             Self::NeedsApproval => "needs_approval",
             Self::Denied => "denied",
             Self::NotFound => "not_found",
@@ -188,6 +191,7 @@ mod tests {
             (Exit::Rejected, 3),
             (Exit::Refused, 4),
             (Exit::ContentOnly, 4),
+            (Exit::Differs, 4),
             (Exit::UnknownSchema, 5),
             (Exit::NeedsReview, 5),
             (Exit::NeedsApproval, 6),

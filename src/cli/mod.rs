@@ -2,7 +2,7 @@
 //! `main.rs` parses and dispatches here; the work is the library's.
 //!
 //! One file per command ([`extract`], [`fetch`], [`index`], [`diff`], [`replay`], [`serve`],
-//! [`doctor`]), plus the flags several share ([`sandbox`], [`limits`]), the printed answer
+//! [`doctor`], [`publish`]), plus the flags several share ([`sandbox`], [`limits`]), the printed answer
 //! ([`output`]), where one-shot commands stage ([`staging`]), the one exit-code type
 //! ([`exit`]), and the completion scripts and man page generated from these types
 //! ([`completions`]). Nothing here decides a verdict or touches artifact bytes.
@@ -18,6 +18,7 @@ pub mod index;
 pub mod lifecycle;
 pub mod limits;
 pub mod output;
+pub mod publish;
 pub mod replay;
 pub mod sandbox;
 pub mod serve;
@@ -71,6 +72,15 @@ pub enum Command {
     /// error (a file cannot be read), 2 usage error (a path that names no file, or not an
     /// accepted answer with a review).
     Diff(diff::DiffArgs),
+    /// Build a reviewed, reproducible discovery index from a directory of skill folders:
+    /// OUT_DIR/.well-known/agent-skills/index.json and content-addressed artifacts, each run
+    /// through the same confined extraction and review a consumer runs first. With --check,
+    /// write nothing and compare with a published tree (a CI gate). Every archive entry's mtime
+    /// is SOURCE_DATE_EPOCH when set, else 0 (docs/publish.md: the reproducibility rules).
+    ///
+    /// Exit status: 0 published (--check: up to date), 3 a skill was refused (nothing is
+    /// written), 4 --check: the published tree differs, 1 operational error, 2 usage error.
+    Publish(publish::PublishArgs),
     /// Replay a corpus: run every artifact in DIR through `extract` and compare each verdict
     /// and reason with DIR/manifest.json (format in docs/corpus-and-fuzzing.md).
     ///

@@ -9,6 +9,7 @@ mod grpc;
 mod index;
 mod lifecycle;
 mod owned_dir;
+mod publish;
 mod replay;
 mod review;
 mod sandbox;

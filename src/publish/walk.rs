@@ -1,0 +1,553 @@
+//! Reading one skill folder of the publisher's source tree into a sorted, checked list of
+//! entries, refusing what a consumer's engine would refuse.
+//!
+//! The walk never follows a symlink: a link is kept as a link, and only when its target,
+//! resolved through the tree as the kernel would (in-tree links followed, `..` included), stays
+//! inside the folder and names something there. Names go through the engine's own
+//! [`SafeRelPath::parse`] and collision keys, and the default [`Limits`] are held here on the
+//! source so the refusal names the file and the limit; the confined extraction of the built
+//! artifact is still the final word. This module reads the source and never writes anything.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::extract::path::{self, Parsed, SafeRelPath};
+use crate::extract::policy::Limits;
+use crate::reason::{ReasonCode, display_name};
+
+use super::{Refusal, RefusalCode};
+
+/// Most symlinks followed while resolving one link's target (the kernel's own bound).
+const MAX_LINK_HOPS: usize = 40;
+
+/// What one source entry is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceKind {
+    Dir,
+    /// A regular file's bytes and whether any execute bit was set.
+    File {
+        bytes: Vec<u8>,
+        executable: bool,
+    },
+    /// A relative symlink that resolves inside the folder; its target as written.
+    Symlink {
+        target: String,
+    },
+}
+
+/// One entry of a skill folder: its package-relative path (`/`-separated, validated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceEntry {
+    pub path: String,
+    pub kind: SourceKind,
+}
+
+/// A walked skill folder: every entry, sorted by path bytes.
+#[derive(Debug, Clone)]
+pub struct SourceTree {
+    pub entries: Vec<SourceEntry>,
+}
+
+impl SourceTree {
+    /// The tree holds exactly one entry, a regular `SKILL.md`: publishable as `skill-md`.
+    pub fn only_skill_md(&self) -> Option<&[u8]> {
+        match self.entries.as_slice() {
+            [
+                SourceEntry {
+                    path,
+                    kind: SourceKind::File { bytes, .. },
+                },
+            ] if path == "SKILL.md" => Some(bytes),
+            _ => None,
+        }
+    }
+}
+
+/// Walk the skill folder `root` (named `skill` in refusals) under `limits`. `Err` carries every
+/// refusal found (the walk goes on past a refusal so the publisher sees them all, up to the
+/// limits), or an I/O error that stopped it.
+pub fn walk(root: &Path, skill: &str, limits: &Limits) -> Result<SourceTree, WalkError> {
+    let mut w = Walker {
+        skill,
+        limits,
+        entries: BTreeMap::new(),
+        refusals: Vec::new(),
+        folded: HashMap::new(),
+        total_bytes: 0,
+        full: false,
+    };
+    w.dir(root, "")?;
+    w.links();
+    let has_skill_md = matches!(w.entries.get("SKILL.md"), Some(SourceKind::File { .. }));
+    if w.refusals.is_empty() && !has_skill_md {
+        let refusal = w.refuse(
+            RefusalCode::MissingSkillMd,
+            None,
+            "the folder holds no regular file SKILL.md at its root".into(),
+        );
+        w.refusals.push(refusal);
+    }
+    if !w.refusals.is_empty() {
+        return Err(WalkError::Refused(w.refusals));
+    }
+    Ok(SourceTree {
+        entries: w
+            .entries
+            .into_iter()
+            .map(|(path, kind)| SourceEntry { path, kind })
+            .collect(),
+    })
+}
+
+/// Why a walk failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WalkError {
+    #[error("{} refusal(s)", .0.len())]
+    Refused(Vec<Refusal>),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+struct Walker<'a> {
+    skill: &'a str,
+    limits: &'a Limits,
+    /// Sorted by path bytes (`String`'s order is its bytes' order).
+    entries: BTreeMap<String, SourceKind>,
+    refusals: Vec<Refusal>,
+    /// Case-folded and Unicode-normalised keys seen, for the engine's twin rule.
+    folded: HashMap<String, String>,
+    total_bytes: u64,
+    /// `max_entries` was reached and refused: the walk is over.
+    full: bool,
+}
+
+impl Walker<'_> {
+    fn refuse(&self, code: RefusalCode, path: Option<&str>, detail: String) -> Refusal {
+        Refusal {
+            skill: self.skill.to_owned(),
+            code,
+            path: path.map(str::to_owned),
+            detail,
+            limit: None,
+            observed: None,
+            reason: None,
+        }
+    }
+
+    fn refuse_limit(&mut self, path: Option<&str>, limit: &str, max: u64, observed: u64) {
+        let mut r = self.refuse(
+            RefusalCode::Limit,
+            path,
+            format!("over the consumers' default {limit} ({observed} > {max})"),
+        );
+        r.limit = Some(max);
+        r.observed = Some(observed);
+        self.refusals.push(r);
+    }
+
+    fn io(&self, path: &Path) -> impl FnOnce(std::io::Error) -> WalkError {
+        let path = path.to_owned();
+        move |source| WalkError::Io { path, source }
+    }
+
+    /// Past this many refusals the walk stops: the publisher has enough to fix.
+    fn enough(&self) -> bool {
+        self.refusals.len() >= 50
+    }
+
+    fn dir(&mut self, dir: &Path, prefix: &str) -> Result<(), WalkError> {
+        let mut names: Vec<std::ffi::OsString> = std::fs::read_dir(dir)
+            .map_err(self.io(dir))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(self.io(dir))?;
+        // Creation order (what read_dir returns) must not matter: sorted by bytes.
+        names.sort_by(|a, b| a.as_encoded_bytes().cmp(b.as_encoded_bytes()));
+        for name in names {
+            if self.full {
+                return Ok(());
+            }
+            if self.entries.len() as u64 >= self.limits.max_entries {
+                self.full = true;
+                let n = self.entries.len() as u64 + 1;
+                let at = format!("{prefix}{}", display_name(name.as_encoded_bytes()));
+                self.refuse_limit(Some(&at), "max_entries", self.limits.max_entries, n);
+                return Ok(());
+            }
+            if self.enough() {
+                return Ok(());
+            }
+            let full = dir.join(&name);
+            let raw = name.as_encoded_bytes();
+            let Some(name) = name.to_str() else {
+                let shown = format!("{prefix}{}", display_name(raw));
+                let r = self.refuse(
+                    RefusalCode::InvalidName,
+                    Some(&shown),
+                    "the name is not valid UTF-8; consumers refuse it (invalid_name)".into(),
+                );
+                self.refusals.push(r);
+                continue;
+            };
+            let rel = format!("{prefix}{name}");
+            let Some(path) = self.checked_name(&rel) else {
+                continue;
+            };
+            // lstat: a symlink is looked at, never through.
+            let meta = std::fs::symlink_metadata(&full).map_err(self.io(&full))?;
+            let ft = meta.file_type();
+            if ft.is_dir() {
+                self.entries.insert(path.clone(), SourceKind::Dir);
+                self.dir(&full, &format!("{path}/"))?;
+            } else if ft.is_file() {
+                self.file(&full, &path, &meta)?;
+            } else if ft.is_symlink() {
+                let target = std::fs::read_link(&full).map_err(self.io(&full))?;
+                match target.into_os_string().into_string() {
+                    Ok(t) => match self.link_target(&t) {
+                        Ok(t) => {
+                            self.entries.insert(path, SourceKind::Symlink { target: t });
+                        }
+                        Err(why) => {
+                            let r = self.refuse(RefusalCode::InvalidName, Some(&path), why);
+                            self.refusals.push(r);
+                        }
+                    },
+                    Err(t) => {
+                        let r = self.refuse(
+                            RefusalCode::InvalidName,
+                            Some(&path),
+                            format!(
+                                "the link target {} is not valid UTF-8",
+                                display_name(t.as_encoded_bytes())
+                            ),
+                        );
+                        self.refusals.push(r);
+                    }
+                }
+            } else {
+                let what = special_kind(&ft);
+                let r = self.refuse(
+                    RefusalCode::SpecialFile,
+                    Some(&path),
+                    format!("a {what} is not a file a package can carry (device_entry)"),
+                );
+                self.refusals.push(r);
+            }
+        }
+        Ok(())
+    }
+
+    /// A link target as the engine takes it (no control, bidi or invisible characters, no
+    /// backslash, within `max_path_bytes`), written in its plain form: empty and `.`
+    /// components dropped (`./a//b` is `a/b`, the same file to the kernel), as tar writers
+    /// store it anyway, so every format carries the same target.
+    fn link_target(&self, t: &str) -> Result<String, String> {
+        let shown = display_name(t.as_bytes());
+        if t.chars()
+            .any(|c| c.is_control() || path::hidden_char(c).is_some())
+        {
+            return Err(format!(
+                "the link target {shown} holds control, bidirectional or invisible characters"
+            ));
+        }
+        if t.contains('\\') {
+            return Err(format!("the link target {shown} holds a backslash"));
+        }
+        if t.len() as u64 > self.limits.max_path_bytes {
+            return Err(format!(
+                "the link target is {} bytes, over the consumers' default max_path_bytes ({})",
+                t.len(),
+                self.limits.max_path_bytes
+            ));
+        }
+        let plain: Vec<&str> = t
+            .split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .collect();
+        Ok(match (t.starts_with('/'), plain.is_empty()) {
+            // Absolute: kept as written, to be refused as an escape by name.
+            (true, _) => t.to_owned(),
+            (false, true) if t.is_empty() => String::new(),
+            (false, true) => ".".to_owned(),
+            (false, false) => plain.join("/"),
+        })
+    }
+
+    /// The engine's name rules, then its twin rule: a name a consumer's engine would refuse
+    /// is refused here with the engine's reason.
+    fn checked_name(&mut self, rel: &str) -> Option<String> {
+        match SafeRelPath::parse(rel.as_bytes(), self.limits) {
+            Ok(Parsed::Path(p)) if p.as_str() == rel => {
+                let key = path::fold_key(&path::nfkc_key(p.as_str()));
+                if let Some(first) = self.folded.get(&key) {
+                    let r = self.refuse(
+                        RefusalCode::InvalidName,
+                        Some(rel),
+                        format!(
+                            "{rel:?} and {first:?} are one name to a case-insensitive or \
+                             Unicode-normalising file system; consumers refuse the pair \
+                             (case_collision / unicode_collision)"
+                        ),
+                    );
+                    self.refusals.push(r);
+                    return None;
+                }
+                self.folded.insert(key, rel.to_owned());
+                Some(rel.to_owned())
+            }
+            Ok(_) => {
+                let r = self.refuse(
+                    RefusalCode::InvalidName,
+                    Some(rel),
+                    "the name does not survive the engine's normalisation unchanged".into(),
+                );
+                self.refusals.push(r);
+                None
+            }
+            Err(reason) => {
+                let limit = match reason.code {
+                    ReasonCode::PathDepth => Some("max_path_depth"),
+                    ReasonCode::PathLength if reason.detail.contains("component") => {
+                        Some("max_component_bytes")
+                    }
+                    ReasonCode::PathLength => Some("max_path_bytes"),
+                    _ => None,
+                };
+                let mut r = match limit {
+                    Some(l) => self.refuse(
+                        RefusalCode::Limit,
+                        Some(rel),
+                        format!("over the consumers' default {l}: {}", reason.detail),
+                    ),
+                    None => self.refuse(
+                        RefusalCode::InvalidName,
+                        Some(&display_name(rel.as_bytes())),
+                        format!("{} ({})", reason.detail, reason.code),
+                    ),
+                };
+                r.limit = reason.limit;
+                r.observed = reason.observed;
+                self.refusals.push(r);
+                None
+            }
+        }
+    }
+
+    fn file(&mut self, full: &Path, path: &str, meta: &std::fs::Metadata) -> Result<(), WalkError> {
+        let max = self.limits.max_file_bytes;
+        if meta.len() > max {
+            self.refuse_limit(Some(path), "max_file_bytes", max, meta.len());
+            return Ok(());
+        }
+        // O_NOFOLLOW: the file checked above must not have become a link to elsewhere.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(full)
+            .map_err(self.io(full))?;
+        let mut bytes = Vec::new();
+        file.take(max.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(self.io(full))?;
+        let size = bytes.len() as u64;
+        if size > max {
+            self.refuse_limit(Some(path), "max_file_bytes", max, size);
+            return Ok(());
+        }
+        self.total_bytes = self.total_bytes.saturating_add(size);
+        if self.total_bytes > self.limits.max_expanded_bytes {
+            let (max, seen) = (self.limits.max_expanded_bytes, self.total_bytes);
+            self.refuse_limit(Some(path), "max_expanded_bytes", max, seen);
+            return Ok(());
+        }
+        let executable = meta.mode() & 0o111 != 0;
+        self.entries
+            .insert(path.to_owned(), SourceKind::File { bytes, executable });
+        Ok(())
+    }
+
+    /// Every symlink must be relative and resolve, through the tree, to something in it.
+    fn links(&mut self) {
+        let links: Vec<(String, String)> = self
+            .entries
+            .iter()
+            .filter_map(|(p, k)| match k {
+                SourceKind::Symlink { target } => Some((p.clone(), target.clone())),
+                SourceKind::Dir | SourceKind::File { .. } => None,
+            })
+            .collect();
+        for (link, target) in links {
+            if let Err((code, why)) = self.resolve_link(&link, &target) {
+                let r = self.refuse(
+                    code,
+                    Some(&link),
+                    format!("symlink -> {}: {why}", display_name(target.as_bytes())),
+                );
+                self.refusals.push(r);
+            }
+        }
+    }
+
+    fn resolve_link(&self, link: &str, target: &str) -> Result<(), (RefusalCode, String)> {
+        if target.is_empty() {
+            return Err((RefusalCode::DanglingSymlink, "the target is empty".into()));
+        }
+        if target.starts_with('/') {
+            return Err((
+                RefusalCode::SymlinkEscape,
+                "an absolute target leaves the package (link_escape)".into(),
+            ));
+        }
+        let parent: Vec<&str> = match link.rfind('/') {
+            Some(i) => link[..i].split('/').collect(),
+            None => Vec::new(),
+        };
+        let mut hops = 0;
+        let resolved = self.resolve(parent, target, &mut hops)?;
+        let joined = resolved.join("/");
+        if joined.is_empty() || self.entries.contains_key(&joined) {
+            return Ok(());
+        }
+        Err((
+            RefusalCode::DanglingSymlink,
+            format!(
+                "it points at {}, which is not in the folder",
+                display_name(joined.as_bytes())
+            ),
+        ))
+    }
+
+    /// Resolve `target` from the directory `at` as the kernel would, following the tree's own
+    /// links on the way; `..` past the folder's root is an escape.
+    fn resolve<'p>(
+        &'p self,
+        mut at: Vec<&'p str>,
+        target: &'p str,
+        hops: &mut usize,
+    ) -> Result<Vec<&'p str>, (RefusalCode, String)> {
+        for comp in target.split('/') {
+            match comp {
+                "" | "." => {}
+                ".." => {
+                    if at.pop().is_none() {
+                        return Err((
+                            RefusalCode::SymlinkEscape,
+                            "the target climbs out of the package (link_escape)".into(),
+                        ));
+                    }
+                }
+                c => {
+                    at.push(c);
+                    let here = at.join("/");
+                    if let Some((key, SourceKind::Symlink { target: next })) =
+                        self.entries.get_key_value(&here)
+                    {
+                        *hops += 1;
+                        if *hops > MAX_LINK_HOPS {
+                            return Err((
+                                RefusalCode::DanglingSymlink,
+                                "too many levels of symbolic links".into(),
+                            ));
+                        }
+                        if next.starts_with('/') {
+                            return Err((
+                                RefusalCode::SymlinkEscape,
+                                format!("it goes through {key}, whose target is absolute"),
+                            ));
+                        }
+                        at.pop();
+                        at = self.resolve(at, next, hops)?;
+                    }
+                }
+            }
+        }
+        Ok(at)
+    }
+}
+
+fn special_kind(ft: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_char_device() {
+        "character device"
+    } else {
+        "special file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusals(r: Result<SourceTree, WalkError>) -> Vec<Refusal> {
+        match r {
+            Err(WalkError::Refused(v)) => v,
+            Err(e) => panic!("{e}"),
+            Ok(t) => panic!("accepted: {:?}", t.entries),
+        }
+    }
+
+    #[test]
+    fn links_resolve_through_the_tree() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = d.path();
+        std::fs::write(r.join("SKILL.md"), "x").expect("write");
+        std::fs::create_dir_all(r.join("a/b")).expect("mkdir");
+        std::fs::write(r.join("a/b/f"), "x").expect("write");
+        std::os::unix::fs::symlink("a/b", r.join("l1")).expect("link");
+        std::os::unix::fs::symlink("l1/f", r.join("l2")).expect("link");
+        std::os::unix::fs::symlink("../SKILL.md", r.join("a/up")).expect("link");
+        let t = walk(r, "s", &Limits::default()).expect("walk");
+        let paths: Vec<&str> = t.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["SKILL.md", "a", "a/b", "a/b/f", "a/up", "l1", "l2"]);
+
+        // Lexically inside, but through l1 it climbs out: l1/../../x is b/../../x = ../x.
+        std::os::unix::fs::symlink("l1/../../x", r.join("l3")).expect("link");
+        let v = refusals(walk(r, "s", &Limits::default()));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].code, RefusalCode::DanglingSymlink, "{v:?}");
+        std::fs::remove_file(r.join("l3")).expect("rm");
+        std::os::unix::fs::symlink("l1/../../../x", r.join("l4")).expect("link");
+        let v = refusals(walk(r, "s", &Limits::default()));
+        assert_eq!(v[0].code, RefusalCode::SymlinkEscape, "{v:?}");
+    }
+
+    #[test]
+    fn limits_are_named() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = d.path();
+        std::fs::write(r.join("SKILL.md"), "x").expect("write");
+        std::fs::write(r.join("big"), vec![0u8; 100]).expect("write");
+        let limits = Limits {
+            max_file_bytes: 99,
+            ..Limits::default()
+        };
+        let v = refusals(walk(r, "s", &limits));
+        assert_eq!(v[0].code, RefusalCode::Limit);
+        assert!(v[0].detail.contains("max_file_bytes"), "{v:?}");
+        assert_eq!((v[0].limit, v[0].observed), (Some(99), Some(100)));
+        std::fs::remove_file(r.join("big")).expect("rm");
+        for d in ["a", "b", "c"] {
+            std::fs::create_dir_all(r.join(d).join("x")).expect("mkdir");
+        }
+        let limits = Limits {
+            max_entries: 4,
+            ..Limits::default()
+        };
+        let v = refusals(walk(r, "s", &limits));
+        assert_eq!(v.len(), 1, "one refusal, then the walk stops: {v:?}");
+        assert!(v[0].detail.contains("max_entries"), "{v:?}");
+        assert_eq!((v[0].limit, v[0].observed), (Some(4), Some(5)));
+    }
+}

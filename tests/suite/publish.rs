@@ -1,0 +1,1009 @@
+//! `skillbox publish`: reproducible artifacts and index, the refusals, `--check`, and a round
+//! trip through the consumer's side (the real binary, the real confined child, the fetch
+//! tests' HTTPS server on loopback, `skillbox install` and `skillbox fetch`).
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+
+use super::fetch::{Server, ok, pki, sha};
+
+const INDEX: &str = ".well-known/agent-skills/index.json";
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_skillbox")
+}
+
+fn run(args: &[&OsStr], env: &[(&str, &str)]) -> Output {
+    Command::new(bin())
+        .args(args)
+        .env_remove("SOURCE_DATE_EPOCH")
+        .envs(env.iter().copied())
+        .output()
+        .expect("spawn skillbox")
+}
+
+fn publish(skills: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<&OsStr> = vec![
+        OsStr::new("publish"),
+        skills.as_os_str(),
+        OsStr::new("--out"),
+        out.as_os_str(),
+    ];
+    args.extend(extra.iter().map(OsStr::new));
+    run(&args, &[])
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn explain(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn expect_code(o: &Output, want: i32) {
+    assert_eq!(code(o), want, "{}", explain(o));
+}
+
+fn json_of(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", explain(o)))
+}
+
+/// The files of one skill folder: (path, bytes, executable).
+type Files = Vec<(&'static str, &'static [u8], bool)>;
+
+fn pdf_files() -> Files {
+    vec![
+        (
+            "SKILL.md",
+            b"---\nname: pdf-tools\ndescription: Extract text and tables from PDF files.\n---\nRun scripts/extract.sh, read references/guide.md.\n",
+            false,
+        ),
+        (
+            "scripts/extract.sh",
+            b"#!/bin/sh\npdftotext \"$1\" -\n",
+            true,
+        ),
+        (
+            "references/guide.md",
+            b"# Guide\n\nOne page per table.\n",
+            false,
+        ),
+        ("references/deep/more/notes.txt", b"notes\n", false),
+        ("assets/empty.txt", b"", false),
+    ]
+}
+
+fn notes_files() -> Files {
+    vec![(
+        "SKILL.md",
+        b"---\nname: notes\ndescription: Take notes in Markdown.\n---\nWrite notes as lists.\n",
+        false,
+    )]
+}
+
+/// A skills directory with `pdf-tools` (an archive, with an in-tree symlink) and `notes` (a
+/// lone SKILL.md), written in the given order, with these modes for plain and executable
+/// files and directories (what a umask decides), every mtime set to `mtime`.
+fn skills_dir(root: &Path, reverse: bool, modes: (u32, u32, u32), mtime: SystemTime) -> PathBuf {
+    let dir = root.join("skills");
+    let mut all: Vec<(String, &[u8], bool)> = Vec::new();
+    for (skill, files) in [("pdf-tools", pdf_files()), ("notes", notes_files())] {
+        for (p, b, x) in files {
+            all.push((format!("{skill}/{p}"), b, x));
+        }
+    }
+    if reverse {
+        all.reverse();
+    }
+    for (p, bytes, exec) in &all {
+        let at = dir.join(p);
+        std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&at, bytes).expect("write");
+        let mode = if *exec { modes.1 } else { modes.0 };
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    std::os::unix::fs::symlink("../SKILL.md", dir.join("pdf-tools/references/skill.md"))
+        .expect("symlink");
+    for e in walk(&dir) {
+        let meta = std::fs::symlink_metadata(&e).expect("lstat");
+        if meta.is_dir() {
+            std::fs::set_permissions(&e, std::fs::Permissions::from_mode(modes.2)).expect("chmod");
+        }
+    }
+    // Files first, then directories deepest first, so writing a child does not move a
+    // parent's mtime again.
+    let mut paths = walk(&dir);
+    paths.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in paths {
+        if std::fs::symlink_metadata(&p).expect("lstat").is_symlink() {
+            continue;
+        }
+        std::fs::File::open(&p)
+            .and_then(|f| f.set_modified(mtime))
+            .expect("set mtime");
+    }
+    dir
+}
+
+/// Every path beneath `dir` (not following links).
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read_dir") {
+        let p = e.expect("entry").path();
+        out.push(p.clone());
+        if std::fs::symlink_metadata(&p).expect("lstat").is_dir() {
+            out.extend(walk(&p));
+        }
+    }
+    out
+}
+
+/// A tree as (relative path -> kind, mode, bytes or link target), for byte-for-byte equality.
+fn snapshot(dir: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
+    let mut m = BTreeMap::new();
+    if !dir.exists() {
+        return m;
+    }
+    for p in walk(dir) {
+        let meta = std::fs::symlink_metadata(&p).expect("lstat");
+        let rel = p
+            .strip_prefix(dir)
+            .expect("beneath")
+            .to_string_lossy()
+            .into_owned();
+        let mode = meta.mode() & 0o7777;
+        let v = if meta.is_symlink() {
+            let t = std::fs::read_link(&p).expect("readlink");
+            ('l', 0, t.as_os_str().as_bytes().to_vec())
+        } else if meta.is_dir() {
+            ('d', mode, Vec::new())
+        } else {
+            ('f', mode, std::fs::read(&p).expect("read"))
+        };
+        m.insert(rel, v);
+    }
+    m
+}
+
+/// Nothing is left beside the output directory but what was there.
+fn no_stage_left(parent: &Path) {
+    let left: Vec<String> = std::fs::read_dir(parent)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".skillbox-publish-"))
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+}
+
+#[test]
+fn the_same_sources_give_the_same_bytes_whatever_mtimes_order_modes_and_umask() {
+    let a = tempfile::tempdir().expect("tempdir");
+    let b = tempfile::tempdir().expect("tempdir");
+    let t1 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    let t2 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    let src_a = skills_dir(a.path(), false, (0o644, 0o755, 0o755), t1);
+    let src_b = skills_dir(b.path(), true, (0o600, 0o700, 0o700), t2);
+    // As root, the owner differs too.
+    if nix::unistd::geteuid().is_root() {
+        for p in walk(&src_b) {
+            std::os::unix::fs::lchown(&p, Some(4321), Some(4321)).expect("lchown");
+        }
+    }
+    for (format, extra) in [("tar.gz", vec![]), ("zip", vec!["--format", "zip"])] {
+        let out_a = a.path().join(format!("site-{format}"));
+        let out_b = b.path().join(format!("site-{format}"));
+        expect_code(&publish(&src_a, &out_a, &extra), 0);
+        // Another umask for the run that writes the output.
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg("umask 077; exec \"$@\"")
+            .arg("sh")
+            .arg(bin())
+            .arg("publish")
+            .arg(&src_b)
+            .arg("--out")
+            .arg(&out_b)
+            .args(&extra)
+            .env_remove("SOURCE_DATE_EPOCH")
+            .output()
+            .expect("spawn");
+        expect_code(&o, 0);
+        let (sa, sb) = (snapshot(&out_a), snapshot(&out_b));
+        assert_eq!(sa.len(), 8, "{format}: {:?}", sa.keys().collect::<Vec<_>>());
+        assert_eq!(sa, sb, "{format}: the two builds differ");
+        for (path, (kind, mode, _)) in &sa {
+            let want = if *kind == 'd' { 0o755 } else { 0o644 };
+            assert_eq!(*mode, want, "{format}: {path} has mode {mode:o}");
+        }
+    }
+
+    // Inside the tar.gz: sorted entries, directories listed, mtime 0, owner 0 and no names,
+    // modes 0644/0755 with the executable bit kept, the link kept as a link; a gzip header
+    // with no name and no time.
+    let out = a.path().join("site-tar.gz");
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(out.join(INDEX)).expect("index")).expect("json");
+    let pdf = &index["skills"][1];
+    assert_eq!(pdf["name"], "pdf-tools");
+    let url = pdf["url"].as_str().expect("url");
+    let digest = pdf["digest"].as_str().expect("digest");
+    assert_eq!(
+        url,
+        format!("pdf-tools/pdf-tools-{}.tar.gz", &digest[7..19]),
+        "content-addressed"
+    );
+    let bytes = std::fs::read(out.join(".well-known/agent-skills").join(url)).expect("artifact");
+    assert_eq!(sha(&bytes), digest);
+    assert_eq!(&bytes[..10], &[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 2, 255]);
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(bytes.as_slice()));
+    let mut seen = Vec::new();
+    for e in ar.entries().expect("entries") {
+        let e = e.expect("entry");
+        let h = e.header();
+        let path = String::from_utf8(e.path_bytes().into_owned()).expect("utf-8");
+        assert_eq!(h.mtime().expect("mtime"), 0, "{path}");
+        assert_eq!(
+            (h.uid().expect("uid"), h.gid().expect("gid")),
+            (0, 0),
+            "{path}"
+        );
+        assert_eq!(h.username_bytes(), Some(&b""[..]), "{path}");
+        assert_eq!(h.groupname_bytes(), Some(&b""[..]), "{path}");
+        let mode = h.mode().expect("mode");
+        match h.entry_type() {
+            tar::EntryType::Directory => assert_eq!(mode, 0o755, "{path}"),
+            tar::EntryType::Symlink => {
+                assert_eq!(
+                    h.link_name_bytes().as_deref(),
+                    Some(&b"../SKILL.md"[..]),
+                    "{path}"
+                );
+            }
+            tar::EntryType::Regular => {
+                let want = if path.starts_with("scripts/") {
+                    0o755
+                } else {
+                    0o644
+                };
+                assert_eq!(mode, want, "{path}");
+            }
+            other => panic!("{path}: entry type {other:?}"),
+        }
+        seen.push(path);
+    }
+    assert_eq!(
+        seen,
+        [
+            "SKILL.md",
+            "assets/",
+            "assets/empty.txt",
+            "references/",
+            "references/deep/",
+            "references/deep/more/",
+            "references/deep/more/notes.txt",
+            "references/guide.md",
+            "references/skill.md",
+            "scripts/",
+            "scripts/extract.sh",
+        ]
+    );
+
+    // SOURCE_DATE_EPOCH is the one time that goes in: a different one, different bytes.
+    let out_epoch = a.path().join("site-epoch");
+    let o = run(
+        &[
+            OsStr::new("publish"),
+            src_a.as_os_str(),
+            OsStr::new("--out"),
+            out_epoch.as_os_str(),
+            OsStr::new("--json"),
+        ],
+        &[("SOURCE_DATE_EPOCH", "1700000000")],
+    );
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    assert_ne!(v["skills"][1]["digest"], pdf["digest"], "{v}");
+    assert_eq!(v["skills"][0]["digest"], index["skills"][0]["digest"]);
+}
+
+#[test]
+fn refusals_exit_3_name_the_problem_and_leave_the_output_untouched() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = skills_dir(
+        tmp.path(),
+        false,
+        (0o644, 0o755, 0o755),
+        SystemTime::UNIX_EPOCH,
+    );
+    let out = tmp.path().join("site");
+    expect_code(&publish(&src, &out, &[]), 0);
+    std::fs::write(out.join("index.html"), "the rest of the site").expect("write");
+    let before = snapshot(&out);
+
+    let md = |name: &str| format!("---\nname: {name}\ndescription: A skill.\n---\nBody.\n");
+    type Setup = Box<dyn Fn(&Path)>;
+    let cases: Vec<(&str, Setup, &str, Option<&str>)> = vec![
+        (
+            "escaping symlink",
+            Box::new(move |d: &Path| {
+                std::fs::create_dir(d.join("leaky")).expect("mkdir");
+                std::fs::write(d.join("leaky/SKILL.md"), md("leaky")).expect("write");
+                std::os::unix::fs::symlink("../../secrets.txt", d.join("leaky/notes.txt"))
+                    .expect("symlink");
+            }),
+            "symlink_escape",
+            Some("notes.txt"),
+        ),
+        (
+            "dangling symlink",
+            Box::new(move |d: &Path| {
+                std::fs::create_dir(d.join("dangly")).expect("mkdir");
+                std::fs::write(d.join("dangly/SKILL.md"), md("dangly")).expect("write");
+                std::os::unix::fs::symlink("gone.md", d.join("dangly/link.md")).expect("symlink");
+            }),
+            "dangling_symlink",
+            Some("link.md"),
+        ),
+        (
+            "name mismatch",
+            Box::new(move |d: &Path| {
+                std::fs::create_dir(d.join("folder-name")).expect("mkdir");
+                std::fs::write(d.join("folder-name/SKILL.md"), md("other-name")).expect("write");
+            }),
+            "name_mismatch",
+            Some("SKILL.md"),
+        ),
+        (
+            "missing SKILL.md",
+            Box::new(|d: &Path| {
+                std::fs::create_dir(d.join("no-skill")).expect("mkdir");
+                std::fs::write(d.join("no-skill/README.md"), "# hi\n").expect("write");
+            }),
+            "missing_skill_md",
+            None,
+        ),
+        (
+            "hostile folder name",
+            Box::new(move |d: &Path| {
+                let name = OsStr::from_bytes(b"evil\xff\x1b[2J");
+                std::fs::create_dir(d.join(name)).expect("mkdir");
+                std::fs::write(d.join(name).join("SKILL.md"), md("evil")).expect("write");
+            }),
+            "invalid_skill_name",
+            None,
+        ),
+        (
+            "hostile file name",
+            Box::new(move |d: &Path| {
+                std::fs::create_dir(d.join("rtl")).expect("mkdir");
+                std::fs::write(d.join("rtl/SKILL.md"), md("rtl")).expect("write");
+                std::fs::write(d.join("rtl/invoice\u{202e}fdp.sh"), "x").expect("write");
+            }),
+            "invalid_name",
+            None,
+        ),
+        (
+            "a FIFO",
+            Box::new(move |d: &Path| {
+                std::fs::create_dir(d.join("piped")).expect("mkdir");
+                std::fs::write(d.join("piped/SKILL.md"), md("piped")).expect("write");
+                nix::unistd::mkfifo(&d.join("piped/fifo"), nix::sys::stat::Mode::S_IRWXU)
+                    .expect("mkfifo");
+            }),
+            "special_file",
+            Some("fifo"),
+        ),
+        (
+            "too deep",
+            Box::new(move |d: &Path| {
+                let deep: PathBuf = std::iter::repeat_n("d", 40).collect();
+                std::fs::create_dir_all(d.join("deep").join(&deep)).expect("mkdir");
+                std::fs::write(d.join("deep/SKILL.md"), md("deep")).expect("write");
+            }),
+            "limit",
+            None,
+        ),
+    ];
+    for (what, setup, want, path) in cases {
+        let case_src = tmp.path().join(format!("src-{}", what.replace(' ', "-")));
+        copy_tree(&src, &case_src);
+        setup(&case_src);
+        let o = publish(&case_src, &out, &["--json"]);
+        expect_code(&o, 3);
+        let v = json_of(&o);
+        assert_eq!(v["error"]["exit"], 3, "{what}: {v}");
+        assert_eq!(v["error"]["kind"], "rejected", "{what}: {v}");
+        let refusals = v["error"]["refusals"].as_array().expect("refusals");
+        assert_eq!(refusals.len(), 1, "{what}: {v}");
+        assert_eq!(refusals[0]["code"], want, "{what}: {v}");
+        if let Some(p) = path {
+            assert_eq!(refusals[0]["path"], p, "{what}: {v}");
+        }
+        if want == "limit" {
+            assert!(
+                refusals[0]["detail"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("max_path_depth")),
+                "{what}: {v}"
+            );
+        }
+        assert_eq!(snapshot(&out), before, "{what}: the output changed");
+        no_stage_left(tmp.path());
+        // A new output directory is not even created.
+        let fresh = tmp.path().join("fresh");
+        expect_code(&publish(&case_src, &fresh, &[]), 3);
+        assert!(!fresh.exists(), "{what}");
+        no_stage_left(tmp.path());
+    }
+
+    // An artifact the engine rejects, though every file passes the walk: a nested archive is
+    // fine, but a SKILL.md without frontmatter is `invalid_skill_md` in the confined review.
+    let case_src = tmp.path().join("src-invalid-md");
+    copy_tree(&src, &case_src);
+    std::fs::write(case_src.join("notes/SKILL.md"), "no frontmatter\n").expect("write");
+    let o = publish(&case_src, &out, &["--json"]);
+    expect_code(&o, 3);
+    let v = json_of(&o);
+    let r = &v["error"]["refusals"][0];
+    assert_eq!(r["code"], "rejected", "{v}");
+    assert_eq!(r["reason"]["code"], "invalid_skill_md", "{v}");
+    assert_eq!(snapshot(&out), before);
+
+    // --deny-findings: pdf-tools holds a script, which the default install policy asks about.
+    let o = publish(&src, &out, &["--deny-findings", "--json"]);
+    expect_code(&o, 3);
+    let v = json_of(&o);
+    let r = &v["error"]["refusals"][0];
+    assert_eq!(
+        (&r["skill"], &r["code"]),
+        (&"pdf-tools".into(), &"not_approved".into()),
+        "{v}"
+    );
+    assert!(
+        r["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("script scripts/extract.sh")),
+        "{v}"
+    );
+    assert_eq!(snapshot(&out), before);
+
+    // A file at a content-addressed name with other bytes is never replaced.
+    let listed: Value =
+        serde_json::from_slice(&std::fs::read(out.join(INDEX)).expect("index")).expect("json");
+    let url = listed["skills"][1]["url"].as_str().expect("url").to_owned();
+    let artifact = out.join(".well-known/agent-skills").join(&url);
+    std::fs::remove_file(out.join(INDEX)).expect("rm index");
+    std::fs::write(&artifact, "tampered").expect("write");
+    let before = snapshot(&out);
+    let o = publish(&src, &out, &[]);
+    expect_code(&o, 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("never changes meaning"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(snapshot(&out), before);
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let meta = std::fs::symlink_metadata(&src).expect("lstat");
+        if meta.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).expect("readlink"), &dst)
+                .expect("symlink");
+        } else if meta.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).expect("copy");
+        }
+    }
+}
+
+#[test]
+fn check_passes_on_the_published_tree_and_fails_after_a_one_byte_change() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = skills_dir(
+        tmp.path(),
+        false,
+        (0o644, 0o755, 0o755),
+        SystemTime::UNIX_EPOCH,
+    );
+    let out = tmp.path().join("site");
+    expect_code(&publish(&src, &out, &[]), 0);
+    let before = snapshot(&out);
+    let o = publish(&src, &out, &["--check", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["up_to_date"], true);
+    // Publishing again changes nothing.
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    assert!(
+        v["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .all(|f| f["status"] == "unchanged"),
+        "{v}"
+    );
+    assert_eq!(snapshot(&out), before);
+
+    // One byte of one source file.
+    let guide = src.join("pdf-tools/references/guide.md");
+    let mut bytes = std::fs::read(&guide).expect("read");
+    bytes[0] ^= 1;
+    std::fs::write(&guide, &bytes).expect("write");
+    let o = publish(&src, &out, &["--check", "--json"]);
+    expect_code(&o, 4);
+    let v = json_of(&o);
+    assert_eq!(v["error"]["kind"], "differs", "{v}");
+    let diffs = v["error"]["differences"].as_array().expect("differences");
+    let named: Vec<(&str, &str)> = diffs
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap_or(""),
+                d["path"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(named.len(), 2, "{v}");
+    assert_eq!(named[0].0, "missing", "{v}");
+    assert!(
+        named[0]
+            .1
+            .starts_with(".well-known/agent-skills/pdf-tools/pdf-tools-"),
+        "{v}"
+    );
+    assert_eq!(named[1], ("differs", INDEX), "{v}");
+    assert!(
+        diffs[1]["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("pdf-tools") && d.contains("digest")),
+        "{v}"
+    );
+    let text = publish(&src, &out, &["--check"]);
+    expect_code(&text, 4);
+    assert!(
+        String::from_utf8_lossy(&text.stderr)
+            .contains("differs .well-known/agent-skills/index.json")
+    );
+    // --check wrote nothing.
+    assert_eq!(snapshot(&out), before);
+
+    // Published again: the old artifact stays (a consumer mid-install may still fetch it),
+    // the new one is added, the index names it, and --check passes.
+    expect_code(&publish(&src, &out, &[]), 0);
+    let after = snapshot(&out);
+    assert_eq!(after.len(), before.len() + 1);
+    for (k, v) in &before {
+        if k != INDEX {
+            assert_eq!(after.get(k), Some(v), "{k}");
+        }
+    }
+    expect_code(&publish(&src, &out, &["--check"]), 0);
+    no_stage_left(tmp.path());
+}
+
+struct Site {
+    tmp: tempfile::TempDir,
+    ca_file: PathBuf,
+    server: Server,
+}
+
+impl Site {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let pki = pki();
+        let ca_file = tmp.path().join("ca.pem");
+        std::fs::write(&ca_file, &pki.ca_pem).expect("write");
+        let server = Server::start(pki.server.clone());
+        Site {
+            tmp,
+            ca_file,
+            server,
+        }
+    }
+
+    /// Serve every file of `out` at its path.
+    fn serve(&self, out: &Path) {
+        for p in walk(out) {
+            if !std::fs::symlink_metadata(&p).expect("lstat").is_file() {
+                continue;
+            }
+            let rel = p
+                .strip_prefix(out)
+                .expect("beneath")
+                .to_string_lossy()
+                .into_owned();
+            let ct = if rel.ends_with(".json") {
+                "application/json"
+            } else if rel.ends_with(".md") {
+                "text/markdown"
+            } else if rel.ends_with(".zip") {
+                "application/zip"
+            } else {
+                "application/gzip"
+            };
+            self.server.route(
+                &format!("/{rel}"),
+                ok(&std::fs::read(&p).expect("read"), ct),
+            );
+        }
+    }
+
+    fn net(&self) -> Vec<String> {
+        vec![
+            "--ca-file".into(),
+            self.ca_file.display().to_string(),
+            "--allow-destination".into(),
+            self.server.addr.to_string(),
+        ]
+    }
+
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .args(args)
+            .args(self.net())
+            .env("HOME", self.tmp.path())
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("SKILLBOX_STORE")
+            .env_remove("HTTPS_PROXY")
+            .env_remove("https_proxy")
+            .output()
+            .expect("spawn skillbox")
+    }
+}
+
+#[test]
+fn published_skills_install_and_fetch_over_https_with_their_digests() {
+    let site = Site::new();
+    let src = skills_dir(
+        site.tmp.path(),
+        false,
+        (0o644, 0o755, 0o755),
+        SystemTime::UNIX_EPOCH,
+    );
+    // Relative URLs (the default), a zip site with absolute URLs under --base-url.
+    let out = site.tmp.path().join("site");
+    expect_code(&publish(&src, &out, &[]), 0);
+    site.serve(&out);
+    let index_url = site.server.url(&format!("/{INDEX}"));
+
+    // `index check` accepts what publish wrote, from the file and over HTTPS.
+    let file = out.join(INDEX);
+    let o = run(
+        &[
+            OsStr::new("index"),
+            OsStr::new("check"),
+            file.as_os_str(),
+            OsStr::new("--base"),
+            OsStr::new(&index_url),
+            OsStr::new("--json"),
+        ],
+        &[],
+    );
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(
+        v["index"]["entries"].as_array().map(Vec::len),
+        Some(2),
+        "{v}"
+    );
+    assert_eq!(
+        v["index"]["skipped"].as_array().map(Vec::len),
+        Some(0),
+        "{v}"
+    );
+    let o = site.cmd(&["index", "check", &index_url, "--json"]);
+    expect_code(&o, 0);
+
+    // `install` of the skill-md skill: approved by the default policy (it asks for nothing).
+    let store = site.tmp.path().join("store");
+    let agent = site.tmp.path().join("agents/alpha");
+    let agent_arg = format!("alpha={}", agent.display());
+    let store_s = store.display().to_string();
+    let o = site.cmd(&[
+        "install", &index_url, "notes", "--agent", &agent_arg, "--store", &store_s, "--json",
+    ]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let listed: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("index")).expect("json");
+    assert_eq!(listed["skills"][0]["name"], "notes");
+    assert_eq!(listed["skills"][0]["type"], "skill-md");
+    assert_eq!(v["digest"], listed["skills"][0]["digest"], "{v}");
+    assert_eq!(
+        std::fs::read(agent.join("notes/SKILL.md")).expect("installed"),
+        notes_files()[0].1
+    );
+
+    // `fetch` of the archive: the digest verifies, and the staged tree is the source's.
+    let staged = site.tmp.path().join("fetched");
+    let staged_s = staged.display().to_string();
+    let cache = site.tmp.path().join("cache").display().to_string();
+    let o = site.cmd(&[
+        "fetch",
+        &index_url,
+        "pdf-tools",
+        "--out",
+        &staged_s,
+        "--cache-dir",
+        &cache,
+        "--json",
+    ]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["extraction"]["verdict"], "accepted", "{v}");
+    assert_eq!(
+        v["extraction"]["artifact"]["digest"], listed["skills"][1]["digest"],
+        "{v}"
+    );
+    for (p, bytes, exec) in pdf_files() {
+        assert_eq!(std::fs::read(staged.join(p)).expect("staged"), bytes, "{p}");
+        let mode = std::fs::metadata(staged.join(p)).expect("stat").mode() & 0o777;
+        assert_eq!(mode, if exec { 0o755 } else { 0o644 }, "{p}");
+    }
+    assert_eq!(
+        std::fs::read_link(staged.join("references/skill.md")).expect("link"),
+        Path::new("../SKILL.md")
+    );
+
+    // A zip site with absolute URLs under --base-url, fetched the same way.
+    let zsite = site.tmp.path().join("zsite");
+    let base = format!("{}/mirror", site.server.origin());
+    expect_code(
+        &publish(
+            &src,
+            &zsite,
+            &["--format", "zip", "--base-url", &base, "--archive-all"],
+        ),
+        0,
+    );
+    let zindex: Value =
+        serde_json::from_slice(&std::fs::read(zsite.join(INDEX)).expect("index")).expect("json");
+    for (i, name) in ["notes", "pdf-tools"].into_iter().enumerate() {
+        let e = &zindex["skills"][i];
+        assert_eq!(e["name"], name);
+        assert_eq!(e["type"], "archive", "{e}");
+        let url = e["url"].as_str().expect("url");
+        assert!(
+            url.starts_with(&format!("{base}/.well-known/agent-skills/{name}/{name}-")),
+            "{url}"
+        );
+        assert!(url.ends_with(".zip"), "{url}");
+    }
+    // Served under /mirror/, as --base-url said.
+    for p in walk(&zsite) {
+        if std::fs::symlink_metadata(&p).expect("lstat").is_file() {
+            let rel = p
+                .strip_prefix(&zsite)
+                .expect("beneath")
+                .to_string_lossy()
+                .into_owned();
+            let ct = if rel.ends_with(".json") {
+                "application/json"
+            } else {
+                "application/zip"
+            };
+            site.server.route(
+                &format!("/mirror/{rel}"),
+                ok(&std::fs::read(&p).expect("read"), ct),
+            );
+        }
+    }
+    let zindex_url = format!("{base}/{INDEX}");
+    for name in ["notes", "pdf-tools"] {
+        let o = site.cmd(&["fetch", &zindex_url, name, "--no-cache", "--json"]);
+        expect_code(&o, 0);
+        let v = json_of(&o);
+        assert_eq!(v["extraction"]["artifact"]["format"], "zip", "{v}");
+    }
+}
+
+#[test]
+fn one_skill_folder_and_usage_errors() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = skills_dir(
+        tmp.path(),
+        false,
+        (0o644, 0o755, 0o755),
+        SystemTime::UNIX_EPOCH,
+    );
+    // SKILLS_DIR holding SKILL.md is the one skill, named after the folder.
+    let out = tmp.path().join("one");
+    let o = publish(&src.join("pdf-tools"), &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let skills = v["skills"].as_array().expect("skills");
+    assert_eq!(skills.len(), 1, "{v}");
+    assert_eq!(skills[0]["name"], "pdf-tools");
+    assert_eq!(skills[0]["type"], "archive");
+    assert_eq!(
+        skills[0]["findings"]["scripts"][0], "scripts/extract.sh (sh)",
+        "{v}"
+    );
+    assert_eq!(skills[0]["decision"]["decision"], "needs_approval", "{v}");
+    // The check extraction ran in the confined child, as a consumer's does.
+    assert!(
+        skills[0]["sandbox"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("confined (")),
+        "{v}"
+    );
+
+    // OUT_DIR as a subfolder of SKILLS_DIR is not read as a skill, then or on the next run.
+    let inner = tmp.path().join("inner");
+    copy_tree(&src, &inner);
+    for _ in 0..2 {
+        let o = publish(&inner, &inner.join("site"), &["--json"]);
+        expect_code(&o, 0);
+        assert_eq!(json_of(&o)["skills"].as_array().map(Vec::len), Some(2));
+    }
+
+    // An executable lone SKILL.md is still a skill-md (it carries no mode); link targets in
+    // odd spellings are published in their plain form, in both formats, and verify.
+    let odd = tmp.path().join("odd");
+    copy_tree(&src.join("notes"), &odd.join("notes"));
+    std::fs::set_permissions(
+        odd.join("notes/SKILL.md"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    copy_tree(&src.join("pdf-tools"), &odd.join("pdf-tools"));
+    for (link, target) in [
+        ("dot", "./SKILL.md"),
+        ("double", "references//guide.md"),
+        ("through", "refs/guide.md"),
+        ("refs", "references"),
+        ("up-and-back", "scripts/../SKILL.md"),
+    ] {
+        std::os::unix::fs::symlink(target, odd.join("pdf-tools").join(link)).expect("symlink");
+    }
+    for format in ["tar.gz", "zip"] {
+        let o = publish(
+            &odd,
+            &tmp.path().join(format!("odd-{format}")),
+            &["--format", format, "--json"],
+        );
+        expect_code(&o, 0);
+        let v = json_of(&o);
+        assert_eq!(v["skills"][0]["type"], "skill-md", "{v}");
+    }
+    let staged = tmp.path().join("odd-staged");
+    let listed: Value = serde_json::from_slice(
+        &std::fs::read(tmp.path().join("odd-zip").join(INDEX)).expect("index"),
+    )
+    .expect("json");
+    let artifact = tmp
+        .path()
+        .join("odd-zip/.well-known/agent-skills")
+        .join(listed["skills"][1]["url"].as_str().expect("url"));
+    let o = run(
+        &[
+            OsStr::new("extract"),
+            artifact.as_os_str(),
+            OsStr::new("--out"),
+            staged.as_os_str(),
+        ],
+        &[],
+    );
+    expect_code(&o, 0);
+    for (link, plain) in [
+        ("dot", "SKILL.md"),
+        ("double", "references/guide.md"),
+        ("up-and-back", "scripts/../SKILL.md"),
+    ] {
+        assert_eq!(
+            std::fs::read_link(staged.join(link)).expect("link"),
+            Path::new(plain)
+        );
+    }
+
+    // Usage errors, each as one JSON error object, and nothing created.
+    let missing = tmp.path().join("missing");
+    let file = src.join("notes/SKILL.md");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&out, &link).expect("symlink");
+    let fresh = tmp.path().join("fresh");
+    let orphan = tmp.path().join("no/such/parent");
+    let notes = src.join("notes");
+    let inside = src.join("notes/site");
+    let cases: Vec<(&Path, &Path, Vec<&str>)> = vec![
+        (&missing, &fresh, vec![]),
+        (&file, &fresh, vec![]),
+        (&empty, &fresh, vec![]),
+        (&src, &fresh, vec!["--base-url", "http://example.com/"]),
+        (&src, &fresh, vec!["--base-url", "https://u:p@example.com/"]),
+        (&src, &fresh, vec!["--format", "rar"]),
+        (&src, &link, vec![]),
+        (&src, &orphan, vec![]),
+        (&notes, &inside, vec![]),
+    ];
+    for (skills, out, extra) in cases {
+        let mut extra = extra.clone();
+        extra.push("--json");
+        let o = publish(skills, out, &extra);
+        expect_code(&o, 2);
+        let v = json_of(&o);
+        assert_eq!(v["error"]["exit"], 2, "{extra:?}: {v}");
+        assert!(!fresh.exists() && !inside.exists(), "{extra:?}");
+    }
+    let o = run(
+        &[
+            OsStr::new("publish"),
+            src.as_os_str(),
+            OsStr::new("--out"),
+            fresh.as_os_str(),
+        ],
+        &[("SOURCE_DATE_EPOCH", "yesterday")],
+    );
+    expect_code(&o, 2);
+    assert!(!fresh.exists());
+    no_stage_left(tmp.path());
+}
+
+/// The README's `publish` sample is what the binary prints for that folder, digest included:
+/// the artifact's bytes do not depend on the host.
+#[test]
+fn readme_sample_is_real_output() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README");
+    let start = readme
+        .find("$ skillbox publish skills --out site\n")
+        .expect("the sample");
+    let sample = &readme[start..];
+    let sample = &sample[..sample.find("```").expect("fence")];
+    let printed: String = sample
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with('$'))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("skills/pdf-tools");
+    std::fs::create_dir_all(dir.join("scripts")).expect("mkdir");
+    std::fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: pdf-tools\ndescription: Extract text and tables from PDF files.\n---\nRun scripts/extract.sh FILE.\n",
+    )
+    .expect("write");
+    let script = dir.join("scripts/extract.sh");
+    std::fs::write(&script, "#!/bin/sh\npdftotext \"$1\" -\n").expect("write");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let o = Command::new(bin())
+        .args(["publish", "skills", "--out", "site"])
+        .current_dir(tmp.path())
+        .env_remove("SOURCE_DATE_EPOCH")
+        .output()
+        .expect("spawn");
+    expect_code(&o, 0);
+    assert_eq!(String::from_utf8_lossy(&o.stdout), printed);
+    let o = Command::new(bin())
+        .args(["publish", "skills", "--out", "site", "--check"])
+        .current_dir(tmp.path())
+        .env_remove("SOURCE_DATE_EPOCH")
+        .output()
+        .expect("spawn");
+    expect_code(&o, 0);
+}
