@@ -94,7 +94,12 @@ pub struct Common {
     /// password: --records-password-file, else the URL's, else PGPASSWORD; never printed.
     // Taken as text and parsed by us: clap would quote a bad value, password and all, and the
     // environment's value is never shown in --help.
-    #[arg(long, value_name = "URL", env = "SKILLBOX_RECORDS", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "SKILLBOX_RECORDS",
+        hide_env_values = true
+    )]
     records: Option<String>,
     /// A file holding the PostgreSQL password (its first line; mode 0600 or stricter).
     #[arg(long, value_name = "FILE", env = "SKILLBOX_RECORDS_PASSWORD_FILE")]

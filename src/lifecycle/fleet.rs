@@ -48,9 +48,15 @@ impl std::fmt::Debug for Secret {
 /// Where a PostgreSQL server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PgHost {
-    Tcp { host: String, port: u16 },
+    Tcp {
+        host: String,
+        port: u16,
+    },
     /// The directory holding the server's socket (`.s.PGSQL.<port>`).
-    Socket { dir: PathBuf, port: u16 },
+    Socket {
+        dir: PathBuf,
+        port: u16,
+    },
 }
 
 /// A PostgreSQL database to keep the records in.
@@ -185,10 +191,7 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
             "host" if v.starts_with('/') => socket = Some(PathBuf::from(v)),
             "host" => return Err(usage("?host= takes a socket directory (an absolute path)")),
             "port" => {
-                query_port = Some(
-                    v.parse()
-                        .map_err(|_| usage("?port= takes a port number"))?,
-                )
+                query_port = Some(v.parse().map_err(|_| usage("?port= takes a port number"))?)
             }
             "sslmode" => {
                 return Err(usage(
@@ -219,8 +222,7 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
             // Security: without TLS a password and every record would cross the network in
             // clear, so only loopback is accepted over TCP (a name only if it is `localhost`:
             // another name could resolve anywhere).
-            let loopback = h == "localhost"
-                || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+            let loopback = h == "localhost" || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
             if !loopback {
                 return Err(Error::new(
                     Kind::Usage,
@@ -300,12 +302,8 @@ pub fn resolve_password(loc: &mut Location, file: Option<&Path>) -> Result<(), E
 
 fn read_password_file(path: &Path) -> Result<Secret, Error> {
     let shown = path.display();
-    let f = std::fs::File::open(path).map_err(|e| {
-        Error::new(
-            Kind::Usage,
-            format!("--records-password-file {shown}: {e}"),
-        )
-    })?;
+    let f = std::fs::File::open(path)
+        .map_err(|e| Error::new(Kind::Usage, format!("--records-password-file {shown}: {e}")))?;
     let md = f
         .metadata()
         .map_err(|e| Error::io(format!("--records-password-file {shown}"), &e))?;

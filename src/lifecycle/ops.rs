@@ -1013,7 +1013,9 @@ pub fn deny(store: &mut Store, r: &VersionRef, who: &str, reason: &str) -> Resul
         return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Denied, "denied")));
     }
     // Any host's agents: a denial is the fleet's, and an active version is withdrawn instead.
-    let users = store.records.read(|tx| tx.fleet_installs_using(&v.digest))?;
+    let users = store
+        .records
+        .read(|tx| tx.fleet_installs_using(&v.digest))?;
     if !users.is_empty() {
         return Err(Error::new(
             Kind::Usage,
@@ -1184,9 +1186,7 @@ pub fn withdraw(
     let mut report = if v.state == State::Withdrawn {
         let users = store.records.read(|tx| tx.installs_using(&v.digest))?;
         if users.is_empty() {
-            return Err(
-                state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn"))
-            );
+            return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")));
         }
         move_off(store, &v, &actor, None, "withdraw")?
     } else {
@@ -1228,14 +1228,7 @@ fn move_off(
     let links = store.records.write(|tx| {
         if let Some(reason) = withdraw {
             tx.withdraw(&v.digest, reason)?;
-            tx.event(
-                &time,
-                &v.skill,
-                Some(&v.digest),
-                "withdrawn",
-                actor,
-                reason,
-            )?;
+            tx.event(&time, &v.skill, Some(&v.digest), "withdrawn", actor, reason)?;
         }
         record_changes(tx, &v.skill, &changes, &time, "moved_by_withdrawal", actor)
     })?;

@@ -639,13 +639,18 @@ impl Records {
                 .map(|r| r.text(0))
                 .transpose()?;
             let by_name = tx
-                .rows("SELECT store_id FROM hosts WHERE name = ?", args![&host.name])?
+                .rows(
+                    "SELECT store_id FROM hosts WHERE name = ?",
+                    args![&host.name],
+                )?
                 .first()
                 .map(|r| r.text(0))
                 .transpose()?;
             Ok((by_id, by_name))
         };
-        let decide = |by_id: Option<String>, by_name: Option<String>| -> Result<Option<String>, Error> {
+        let decide = |by_id: Option<String>,
+                      by_name: Option<String>|
+         -> Result<Option<String>, Error> {
             match (by_id, by_name) {
                 (Some(n), _) if n == host.name => Ok(Some(n)),
                 (Some(n), _) if !host.explicit => Ok(Some(n)),
@@ -798,7 +803,9 @@ impl Tx<'_> {
                 let mut st = tx.prepare_cached(sql).map_err(db_err)?;
                 let n = st.column_count();
                 let rows = st
-                    .query_map(rusqlite::params_from_iter(args.iter()), |r| sqlite_row(r, n))
+                    .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                        sqlite_row(r, n)
+                    })
                     .map_err(db_err)?;
                 rows.collect::<Result<_, _>>().map_err(db_err)
             }
@@ -843,10 +850,7 @@ impl Tx<'_> {
     }
 
     fn one_text(&self, sql: &str, args: &[Cell]) -> Result<Option<String>, Error> {
-        self.rows(sql, args)?
-            .first()
-            .map(|r| r.text(0))
-            .transpose()
+        self.rows(sql, args)?.first().map(|r| r.text(0)).transpose()
     }
 
     /// This transaction's host.
@@ -1319,3 +1323,156 @@ mod erased {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn host(name: &str) -> HostChoice {
+        HostChoice {
+            name: name.into(),
+            explicit: true,
+        }
+    }
+
+    fn open(path: &Path, name: &str) -> Result<Records, Error> {
+        Records::open_at(
+            &Location::Sqlite,
+            path,
+            &host(name),
+            "0123456789abcdef0123456789abcdef",
+        )
+    }
+
+    fn sqlite(r: &Records) -> &Connection {
+        match &r.conn {
+            Backend::Sqlite(c) => c,
+            Backend::Postgres(_) => panic!("not sqlite"),
+        }
+    }
+
+    #[test]
+    fn migrations_apply_once_in_order_and_a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("records.db");
+        let mut r = open(&path, "h1").unwrap_or_else(|e| panic!("{e}"));
+        let versions: Vec<i64> = sqlite(&r)
+            .prepare("SELECT version FROM schema_version ORDER BY version")
+            .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(versions, [1, 2, 3]);
+        r.write(|tx| tx.add_agent("a", "/x"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(r);
+        // Reopening applies nothing again and keeps the data.
+        let mut r = open(&path, "h1").unwrap_or_else(|e| panic!("{e}"));
+        let dir_of = r
+            .read(|tx| tx.agent_dir("a"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(dir_of.as_deref(), Some("/x"));
+        sqlite(&r)
+            .execute("INSERT INTO schema_version (version) VALUES (99)", [])
+            .unwrap_or_else(|e| panic!("{e}"));
+        drop(r);
+        let e = open(&path, "h1")
+            .err()
+            .map(|e| e.message)
+            .unwrap_or_default();
+        assert!(e.contains("schema version 99"), "{e}");
+    }
+
+    /// A records.db made by the schema before hosts (migrations 1 and 2, as main wrote it)
+    /// migrates forward: everything it held becomes this host's, and keeps working.
+    #[test]
+    fn a_single_host_database_migrates_to_hosts() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("records.db");
+        {
+            let c = Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(
+                "CREATE TABLE schema_version (version INTEGER NOT NULL);
+                 INSERT INTO schema_version (version) VALUES (1), (2);",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(MIGRATIONS[0])
+                .unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(MIGRATIONS[1])
+                .unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(
+                "INSERT INTO versions VALUES ('sha256:aa', 'demo', 'approved', 1, 'policy', 'r', '[]', 'first', 'sha256:r1', 's', '[\"alpha\"]', '{}', NULL, 1, 't1');
+                 INSERT INTO versions VALUES ('sha256:bb', 'demo', 'approved', 0, 'person:al', NULL, '[]', 'content_only', 'sha256:r2', 's', '[]', '{}', NULL, 2, 't2');
+                 INSERT INTO agents VALUES ('alpha', '/agents/alpha');
+                 INSERT INTO installs VALUES ('alpha', 'demo', 'sha256:aa');
+                 INSERT INTO events VALUES (1, 't1', 'demo', 'sha256:aa', 'installed', 'skillbox', 'change: first');
+                 INSERT INTO intents VALUES (7, '{\"op\":\"links\",\"skill\":\"demo\",\"changes\":[]}', 't3');",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let mut r = open(&path, "old-host").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.host(), "old-host");
+        let (a, b, agents, installs, events, intents, hosts) = r
+            .read(|tx| {
+                Ok((
+                    tx.version("sha256:aa")?,
+                    tx.version("sha256:bb")?,
+                    tx.agents()?,
+                    tx.installs()?,
+                    tx.events_of("demo", "sha256:aa")?,
+                    tx.intents()?,
+                    tx.hosts()?,
+                ))
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        let a = a.unwrap_or_else(|| panic!("version aa"));
+        assert!(a.stored);
+        assert_eq!(a.agents, ["alpha"]);
+        assert!(!b.unwrap_or_else(|| panic!("version bb")).stored);
+        assert_eq!(agents, [("alpha".to_owned(), "/agents/alpha".to_owned())]);
+        assert_eq!(installs.len(), 1);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].host, None);
+        assert_eq!(intents.len(), 1);
+        assert_eq!(intents[0].seq, 7);
+        assert_eq!(hosts.len(), 1);
+        assert_eq!(hosts[0].name, "old-host");
+        // It keeps working: new rows take the next sequence numbers, per host.
+        r.write(|tx| {
+            tx.event("t4", "demo", Some("sha256:aa"), "activated", "x", "y")?;
+            tx.remove_intent(7)?;
+            tx.set_stored("sha256:bb", true)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (events, stored) = r
+            .read(|tx| Ok((tx.events_of("demo", "sha256:aa")?, tx.stored_digests()?)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(events[1].seq, 2);
+        assert_eq!(events[1].host.as_deref(), Some("old-host"));
+        assert_eq!(stored.len(), 2);
+        // Another host name for the same store is refused; the system hostname yields.
+        drop(r);
+        let e = open(&path, "new-name").err().map(|e| e.message);
+        assert!(
+            e.as_deref()
+                .is_some_and(|m| m.contains("this store is host old-host")),
+            "{e:?}"
+        );
+        let r = Records::open_at(
+            &Location::Sqlite,
+            &path,
+            &HostChoice {
+                name: "renamed-machine".into(),
+                explicit: false,
+            },
+            "0123456789abcdef0123456789abcdef",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.host(), "old-host");
+    }
+
+    #[test]
+    fn placeholders_become_numbered_outside_quotes() {
+        assert_eq!(
+            pg_sql("SELECT a FROM t WHERE b = ? AND c = '?' AND d IN (?, ?)"),
+            "SELECT a FROM t WHERE b = $1 AND c = '?' AND d IN ($2, $3)"
+        );
+    }
+}

@@ -273,9 +273,8 @@ fn store_id(root: &Path) -> Result<String, Error> {
     let _ = fs::remove_file(&tmp);
     match linked {
         Ok(()) => Ok(id),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read(&path)?.ok_or_else(|| {
-            Error::new(Kind::Operational, "corrupt store: store-id vanished")
-        }),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read(&path)?
+            .ok_or_else(|| Error::new(Kind::Operational, "corrupt store: store-id vanished")),
         Err(e) => Err(Error::io(format!("cannot create {}", path.display()), &e)),
     }
 }

@@ -373,7 +373,10 @@ impl Host<'_> {
     }
 
     fn agent_arg(&self, agent: &str) -> String {
-        format!("{agent}={}", self.root().join("agents").join(agent).display())
+        format!(
+            "{agent}={}",
+            self.root().join("agents").join(agent).display()
+        )
     }
 
     fn command(&self, args: &[&str]) -> Command {
@@ -536,7 +539,13 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
     assert_eq!(b.active("beta").as_deref(), Some(v3.as_str()));
 
     // Withdrawn on A: A's agent moves now; B's two are listed as still on it.
-    let o = a.run(&["withdraw", &v3ref, "--reason", "exfiltrates documents", "--json"]);
+    let o = a.run(&[
+        "withdraw",
+        &v3ref,
+        "--reason",
+        "exfiltrates documents",
+        "--json",
+    ]);
     expect_code(&o, 0);
     let j = json_of(&o);
     assert_eq!(j["agents"][0]["agent"], "alpha", "{j}");
@@ -546,7 +555,11 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
         pairs(&[("host-b", "alpha"), ("host-b", "beta")])
     );
     assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
-    assert_eq!(b.active("alpha").as_deref(), Some(v3.as_str()), "B untouched");
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v3.as_str()),
+        "B untouched"
+    );
 
     let o = a.run(&["status", "--json"]);
     expect_code(&o, 0);
@@ -564,28 +577,34 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
     let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();
     assert!(text.contains("STILL ON host-b: alpha, beta"), "{text}");
 
-    // B does not take it again: the fleet withdrew it.
-    expect_code(&b.install(&["alpha"]), 9);
-
     // sync on B, killed after its first link: the next command finishes the move.
     let mut c = b.command(&["sync"]);
     c.env("SKILLBOX_TEST_CRASH_AT", "sync:linked-one");
     let o = b.keep(c.output().unwrap_or_else(|e| panic!("spawn: {e}")));
     assert_eq!(o.status.signal(), Some(9), "{}", explain(&o));
+    let moved = [b.active("alpha"), b.active("beta")]
+        .iter()
+        .filter(|d| d.as_deref() == Some(v1.as_str()))
+        .count();
+    assert_eq!(moved, 1, "killed after the first of two links");
     b.verify_ok();
+    assert_eq!(
+        b.active("beta").as_deref(),
+        Some(v1.as_str()),
+        "verify finished it"
+    );
     let o = b.run(&["sync", "--json"]);
     expect_code(&o, 0);
     assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
     assert_eq!(b.active("beta").as_deref(), Some(v1.as_str()));
+    // B does not take it again: the fleet withdrew it.
+    expect_code(&b.install(&["alpha"]), 9);
 
     // Contained: status shows nobody on it, and B's last sync.
     let o = a.run(&["status", "--json"]);
     let s = json_of(&o);
     assert_eq!(s["withdrawn_in_use"][0]["still_on"], serde_json::json!([]));
-    assert!(
-        s["hosts"][1]["last_sync"].is_string(),
-        "host-b synced: {s}"
-    );
+    assert!(s["hosts"][1]["last_sync"].is_string(), "host-b synced: {s}");
     let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();
     assert!(text.contains("contained"), "{text}");
 
@@ -615,7 +634,10 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
     // The password is in no record and was never printed.
     let dump = pg.dump("fleet_story");
     assert!(dump.contains("host-b"), "the dump has the records");
-    assert!(!dump.contains(&pg.password), "the password is in the records");
+    assert!(
+        !dump.contains(&pg.password),
+        "the password is in the records"
+    );
     let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
     assert!(printed.contains("host-b"));
     assert!(!printed.contains(&pg.password), "the password was printed");
@@ -732,7 +754,10 @@ fn a_password_never_reaches_output() {
     assert_eq!(json_of(&o)["error"]["kind"], "operational");
 
     // Nothing listening.
-    let closed = format!("postgres://{ADMIN}:WrongSecret3@127.0.0.1:{}/x", free_port());
+    let closed = format!(
+        "postgres://{ADMIN}:WrongSecret3@127.0.0.1:{}/x",
+        free_port()
+    );
     let o = status(&closed, None, false);
     expect_code(&o, 1);
     let all = leaks(&o, "WrongSecret3");
@@ -747,10 +772,7 @@ fn a_password_never_reaches_output() {
     // --help shows no value of SKILLBOX_RECORDS.
     let o = Command::new(env!("CARGO_BIN_EXE_skillbox"))
         .args(["status", "--help"])
-        .env(
-            "SKILLBOX_RECORDS",
-            "postgres://u:WrongSecret5@127.0.0.1/x",
-        )
+        .env("SKILLBOX_RECORDS", "postgres://u:WrongSecret5@127.0.0.1/x")
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     expect_code(&o, 0);
