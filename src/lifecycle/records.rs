@@ -594,7 +594,6 @@ impl Records {
                 "corrupt store: the store id is not hex",
             ));
         }
-        let pg = matches!(self.conn, Backend::Postgres(_));
         self.write(|tx| {
             tx.exec(
                 "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)",
@@ -623,7 +622,6 @@ impl Records {
                     args![i64::try_from(i + 1).unwrap_or(i64::MAX)],
                 )?;
             }
-            let _ = pg;
             Ok(())
         })
     }

@@ -1,7 +1,8 @@
 //! The filesystem store: one immutable tree per accepted artifact digest, entered only by a
 //! rename from staging inside the store.
 //!
-//! Layout of `STORE/`: `records.db` (the records), `lock` (held with `flock` by every command
+//! Layout of `STORE/`: `records.db` (the records, unless they are shared elsewhere), `store-id`
+//! (the random id the records bind this store's host name to), `lock` (held with `flock` by every command
 //! that changes state, so commands on one store serialise), `cache/` (verified downloads),
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
 //! `versions/<sha256 hex>/` (a promoted intake, write bits removed).
