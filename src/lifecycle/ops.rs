@@ -587,6 +587,10 @@ pub fn install(
             FleetWrite::Record => tx.upsert_version(&version)?,
             FleetWrite::Keep => tx.set_host_version(&digest, Some(&version.agents))?,
         }
+        // The agents named are recorded now, so an approval (of a pending version) finds them.
+        for (name, dir) in &agent_list {
+            tx.add_agent(name, dir)?;
+        }
         tx.event(
             &time,
             &skill,

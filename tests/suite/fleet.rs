@@ -848,3 +848,58 @@ fn a_password_never_reaches_output() {
         explain(&o)
     );
 }
+
+/// A person's approval covers one review: when another host's review of the same digest
+/// differs (here: the recorded one is made to differ, as another skillbox version's would), the
+/// decision is not applied there silently; the version waits for a person again, and an
+/// approval on that host records its review.
+#[test]
+fn a_different_review_on_another_host_asks_again() {
+    let pg = server();
+    let db = "fleet_review";
+    let url = pg.database(db);
+    let f = Fleet::new(url, &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    let v3 = f.publish(&package(3));
+    expect_code(&a.install(&["alpha"]), 6);
+    let v3ref = format!("demo@{v3}");
+    expect_code(&a.run(&["approve", &v3ref, "--by", "alice"]), 0);
+    let real: String = {
+        let mut c = pg.admin(db).unwrap_or_else(|e| panic!("{e}"));
+        let real = c
+            .query_one(
+                "SELECT review_sha256 FROM versions WHERE digest = $1",
+                &[&v3],
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+            .get(0);
+        c.execute(
+            "UPDATE versions SET review_sha256 = 'sha256:0000' WHERE digest = $1",
+            &[&v3],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        real
+    };
+
+    let o = b.install(&["alpha"]);
+    expect_code(&o, 6);
+    let j = json_of(&o);
+    assert_eq!(j["decision"]["decision"], "needs_approval", "{j}");
+    let findings = j["decision"]["findings"].to_string();
+    assert!(
+        findings.contains("review differs") && findings.contains("person:alice"),
+        "{j}"
+    );
+    assert_eq!(b.active("alpha"), None);
+    // A person looks at B's review and approves it there: B's review is the approved one now.
+    expect_code(&b.run(&["review", &v3ref]), 0);
+    expect_code(&b.run(&["approve", &v3ref, "--by", "bob"]), 0);
+    assert_eq!(b.active("alpha").as_deref(), Some(v3.as_str()));
+    let o = b.run(&["provenance", &v3ref, "--json"]);
+    let p = json_of(&o);
+    assert_eq!(p["version"]["review_sha256"], real.as_str(), "{p}");
+    assert_eq!(p["version"]["decided_by"], "person:bob");
+    assert_eq!(a.active("alpha").as_deref(), Some(v3.as_str()), "A untouched");
+}
