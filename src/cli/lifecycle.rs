@@ -90,8 +90,9 @@ pub struct Common {
     json: bool,
     /// Where the records are: the store's SQLite file [default], or a PostgreSQL database a
     /// fleet of hosts shares: postgres://USER@HOST:PORT/DB (or postgresql://; a Unix socket as
-    /// postgres://USER@/DB?host=/DIR). TCP beyond loopback is refused (no TLS yet). The
-    /// password: --records-password-file, else the URL's, else PGPASSWORD; never printed.
+    /// postgres://USER@/DB?host=/DIR). A host beyond loopback is reached over TLS only
+    /// (verify-full; ?sslmode=verify-full asks for it on loopback too). The password:
+    /// --records-password-file, else the URL's, else PGPASSWORD; never printed.
     // Taken as text and parsed by us: clap would quote a bad value, password and all, and the
     // environment's value is never shown in --help.
     #[arg(
@@ -104,6 +105,9 @@ pub struct Common {
     /// A file holding the PostgreSQL password (its first line; mode 0600 or stricter).
     #[arg(long, value_name = "FILE", env = "SKILLBOX_RECORDS_PASSWORD_FILE")]
     records_password_file: Option<PathBuf>,
+    /// PEM trust anchors for TLS to PostgreSQL, replacing Mozilla's (a private CA).
+    #[arg(long, value_name = "FILE", env = "SKILLBOX_RECORDS_CA_FILE")]
+    records_ca_file: Option<PathBuf>,
     /// This host's name in shared records [default: the system hostname]: 1 to 64 letters,
     /// digits, '.', '-', '_'. The records bind it to this store.
     #[arg(long = "host", value_name = "NAME", env = "SKILLBOX_HOST")]
@@ -343,6 +347,7 @@ fn open(c: &Common, access: Access) -> Result<Store, Error> {
         None => Location::Sqlite,
     };
     fleet::resolve_password(&mut location, c.records_password_file.as_deref())?;
+    fleet::set_ca_file(&mut location, c.records_ca_file.as_deref())?;
     let host = HostChoice::new(c.host_name.as_deref())?;
     Store::open_with(&root, access, &location, &host)
 }

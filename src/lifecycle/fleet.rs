@@ -10,9 +10,10 @@
 //! A password comes from the URL, `--records-password-file` or `PGPASSWORD`, lives only in the
 //! connection settings, and never reaches output, errors, records or provenance: every printed
 //! form of the URL is [`Location::display`], which has none, and connection errors are scrubbed
-//! of it. TLS to PostgreSQL is not implemented: a TCP host beyond loopback is refused (as the
-//! broker refuses TCP beyond loopback without TLS), so a password never crosses a network in
-//! clear; a Unix socket or a loopback address (a tunnel) is accepted.
+//! of it. A TCP host beyond loopback is reached over TLS only (verify-full: the chain against
+//! Mozilla's roots or `--records-ca-file`, and the host name), as the broker refuses TCP beyond
+//! loopback without TLS, so a password never crosses a network in clear; a Unix socket or a
+//! loopback address may go without (`?sslmode=verify-full` asks for TLS there too).
 
 use std::io::Read;
 use std::net::IpAddr;
@@ -66,6 +67,15 @@ pub struct PgLocation {
     pub password: Option<Secret>,
     pub host: PgHost,
     pub dbname: String,
+    /// TLS (verify-full), and the CA file its trust anchors come from (none: Mozilla's).
+    pub tls: Option<Tls>,
+}
+
+/// TLS to the server: the certificate chain and the host name are always verified.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tls {
+    /// PEM trust anchors replacing Mozilla's (`--records-ca-file`).
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Where the records are.
@@ -89,7 +99,12 @@ impl Location {
                     } else {
                         host.clone()
                     };
-                    format!("postgres://{}@{host}:{port}/{}", p.user, p.dbname)
+                    let tls = if p.tls.is_some() {
+                        "?sslmode=verify-full"
+                    } else {
+                        ""
+                    };
+                    format!("postgres://{}@{host}:{port}/{}{tls}", p.user, p.dbname)
                 }
                 PgHost::Socket { dir, port } => format!(
                     "postgres://{}@/{}?host={}&port={port}",
@@ -184,6 +199,7 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
     }
     let mut socket: Option<PathBuf> = None;
     let mut query_port: Option<u16> = None;
+    let mut sslmode: Option<bool> = None;
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
         let v = percent_decode(v).map_err(|e| usage(format!("parameter {k}: {e}")))?;
@@ -193,14 +209,18 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
             "port" => {
                 query_port = Some(v.parse().map_err(|_| usage("?port= takes a port number"))?)
             }
+            "sslmode" if v == "verify-full" => sslmode = Some(true),
+            "sslmode" if v == "disable" => sslmode = Some(false),
             "sslmode" => {
+                // Security: libpq's require and verify-ca accept a server of any name (require
+                // any certificate): a man in the middle would get the password.
                 return Err(usage(
-                    "TLS to PostgreSQL is not implemented yet; use a Unix socket or a loopback address (a tunnel) and leave out sslmode",
+                    "sslmode: verify-full (the certificate chain and the host name checked) or disable; others are not supported",
                 ));
             }
             other => {
                 return Err(usage(format!(
-                    "unknown parameter {:?} (host and port are known)",
+                    "unknown parameter {:?} (host, port and sslmode are known)",
                     other.escape_default().to_string()
                 )));
             }
@@ -218,21 +238,35 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
             dir: PathBuf::from(h),
             port,
         },
-        (None, h) => {
+        (None, h) => PgHost::Tcp { host: h, port },
+    };
+    let tls = match (&host, sslmode) {
+        (PgHost::Socket { .. }, Some(true)) => {
+            return Err(usage(
+                "sslmode=verify-full is for a TCP host; a Unix socket stays on this machine",
+            ));
+        }
+        (PgHost::Socket { .. }, _) => None,
+        (PgHost::Tcp { host, .. }, mode) => {
             // Security: without TLS a password and every record would cross the network in
-            // clear, so only loopback is accepted over TCP (a name only if it is `localhost`:
+            // clear, so plain TCP is only for loopback (a name only if it is `localhost`:
             // another name could resolve anywhere).
-            let loopback = h == "localhost" || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
-            if !loopback {
-                return Err(Error::new(
-                    Kind::Usage,
-                    format!(
-                        "--records: PostgreSQL host {} is not loopback, and TLS to PostgreSQL is not implemented yet: connect through a Unix socket (?host=/DIR) or a loopback address (an SSH or TLS tunnel to the server)",
-                        h.escape_default()
-                    ),
-                ));
+            let loopback =
+                host == "localhost" || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+            match mode {
+                Some(true) => Some(Tls::default()),
+                None | Some(false) if loopback => None,
+                None => Some(Tls::default()),
+                Some(false) => {
+                    return Err(Error::new(
+                        Kind::Usage,
+                        format!(
+                            "--records: PostgreSQL host {} is not loopback: skillbox reaches it over TLS only (leave out sslmode=disable; a private CA: --records-ca-file)",
+                            host.escape_default()
+                        ),
+                    ));
+                }
             }
-            PgHost::Tcp { host: h, port }
         }
     };
     Ok(Location::Postgres(PgLocation {
@@ -240,7 +274,25 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
         password,
         host,
         dbname,
+        tls,
     }))
+}
+
+/// `--records-ca-file`: the trust anchors for TLS to the server (replacing Mozilla's).
+pub fn set_ca_file(loc: &mut Location, ca_file: Option<&Path>) -> Result<(), Error> {
+    let Some(path) = ca_file else {
+        return Ok(());
+    };
+    match loc {
+        Location::Postgres(PgLocation { tls: Some(t), .. }) => {
+            t.ca_file = Some(path.to_owned());
+            Ok(())
+        }
+        _ => Err(Error::new(
+            Kind::Usage,
+            "--records-ca-file is for TLS to PostgreSQL: a host beyond loopback, or ?sslmode=verify-full",
+        )),
+    }
 }
 
 /// `HOST[:PORT]`, `[V6][:PORT]`, or a %-encoded socket directory.
@@ -446,9 +498,10 @@ mod tests {
     #[test]
     fn bad_urls_are_refused_without_quoting_the_password() {
         for bad in [
-            "postgres://sb:MARKER@db.example.com/fleet",
-            "postgres://sb:MARKER@10.0.0.5:5432/fleet",
+            "postgres://sb:MARKER@db.example.com/fleet?sslmode=disable",
+            "postgres://sb:MARKER@10.0.0.5:5432/fleet?sslmode=disable",
             "postgres://sb:MARKER@127.0.0.1/fleet?sslmode=require",
+            "postgres://sb:MARKER@/fleet?host=/run/postgresql&sslmode=verify-full",
             "postgres://sb:MARKER@127.0.0.1/fleet?password=MARKER",
             "postgres://sb:MARKER@127.0.0.1:port/fleet",
             "postgres://:MARKER@127.0.0.1/fleet",
@@ -461,11 +514,35 @@ mod tests {
             assert_eq!(e.kind, Kind::Usage, "{bad}");
             assert!(!e.message.contains("MARKER"), "{bad}: {}", e.message);
         }
-        let e = parse_location("postgres://sb@db.example.com/fleet")
+        let e = parse_location("postgres://sb@db.example.com/fleet?sslmode=disable")
             .err()
             .map(|e| e.message)
             .unwrap_or_default();
         assert!(e.contains("not loopback") && e.contains("TLS"), "{e}");
+    }
+
+    #[test]
+    fn tls_is_required_beyond_loopback_and_optional_on_it() {
+        assert!(pg("postgres://sb@db.example.com/fleet").tls.is_some());
+        assert!(
+            pg("postgres://sb@10.0.0.5/fleet?sslmode=verify-full")
+                .tls
+                .is_some()
+        );
+        assert!(pg("postgres://sb@127.0.0.1/fleet").tls.is_none());
+        assert!(
+            pg("postgres://sb@localhost/fleet?sslmode=disable")
+                .tls
+                .is_none()
+        );
+        let mut loc = Location::Postgres(pg("postgres://sb@localhost/fleet?sslmode=verify-full"));
+        assert_eq!(
+            loc.display(),
+            "postgres://sb@localhost:5432/fleet?sslmode=verify-full"
+        );
+        assert!(set_ca_file(&mut loc, Some(Path::new("/ca.pem"))).is_ok());
+        let mut plain = Location::Postgres(pg("postgres://sb@127.0.0.1/fleet"));
+        assert!(set_ca_file(&mut plain, Some(Path::new("/ca.pem"))).is_err());
     }
 
     #[test]

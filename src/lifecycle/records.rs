@@ -26,7 +26,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::fleet::{HostChoice, Location, PgHost, PgLocation};
+use super::fleet::{HostChoice, Location, PgHost, PgLocation, Tls};
 use super::{Error, Kind};
 
 /// The schema versions, in order; `migrate` applies the ones a database has not seen. Migration
@@ -515,7 +515,17 @@ fn pg_connect(p: &PgLocation) -> Result<postgres::Client, Error> {
         cfg.password(pw.expose());
     }
     let shown = Location::Postgres(p.clone()).display();
-    cfg.connect(postgres::NoTls).map_err(|e| {
+    let connected = match &p.tls {
+        None => cfg.connect(postgres::NoTls),
+        Some(tls) => {
+            // verify-full: never fall back to plain text, check the chain and the host name.
+            cfg.ssl_mode(postgres::config::SslMode::Require);
+            cfg.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(
+                tls,
+            )?))
+        }
+    };
+    connected.map_err(|e| {
         let mut err = pg_err(e);
         if let Some(pw) = p.password.as_ref().filter(|pw| !pw.is_empty()) {
             err.message = err.message.replace(pw.expose(), "[password]");
@@ -523,6 +533,27 @@ fn pg_connect(p: &PgLocation) -> Result<postgres::Client, Error> {
         err.message = format!("cannot open the records at {shown}: {}", err.message);
         err
     })
+}
+
+/// The rustls client settings for the server: the fetcher's (ring, TLS 1.2 and 1.3, Mozilla's
+/// roots or exactly the CA file's), with PostgreSQL's ALPN protocol name.
+fn tls_config(tls: &Tls) -> Result<rustls::ClientConfig, Error> {
+    let trust = match &tls.ca_file {
+        Some(f) => crate::fetch::tls::Trust::from_ca_file(f),
+        None => Ok(crate::fetch::tls::Trust::WebPki),
+    };
+    let config = trust.and_then(|t| t.client_config()).map_err(|e| {
+        Error::new(
+            Kind::Usage,
+            format!(
+                "--records-ca-file: {}",
+                e.to_string().replace("--ca-file", "the CA file")
+            ),
+        )
+    })?;
+    let mut config = (*config).clone();
+    config.alpn_protocols = vec![b"postgresql".to_vec()];
+    Ok(config)
 }
 
 impl Records {

@@ -142,6 +142,33 @@ impl Pg {
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
+        // TLS: a CA of this run and a certificate for localhost and 127.0.0.1 (the key private
+        // to the server's user, as PostgreSQL requires); role `tlsonly` may only come over TLS.
+        let (ca_pem, cert_pem, key_pem) = server_pki();
+        std::fs::write(tmp.path().join("ca.pem"), ca_pem).unwrap_or_else(|e| panic!("{e}"));
+        for (name, text) in [("server.crt", cert_pem), ("server.key", key_pem)] {
+            let p = data.join(name);
+            std::fs::write(&p, text).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600))
+                .unwrap_or_else(|e| panic!("{e}"));
+            if let Some((uid, gid)) = ids {
+                nix::unistd::chown(
+                    &p,
+                    Some(nix::unistd::Uid::from_raw(uid)),
+                    Some(nix::unistd::Gid::from_raw(gid)),
+                )
+                .unwrap_or_else(|e| panic!("chown: {e}"));
+            }
+        }
+        let hba = data.join("pg_hba.conf");
+        let rules = std::fs::read_to_string(&hba).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            &hba,
+            format!(
+                "hostnossl all tlsonly 0.0.0.0/0 reject\nhostnossl all tlsonly ::/0 reject\n{rules}"
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let port = free_port();
         let log = std::fs::File::create(tmp.path().join("server.log"))
             .unwrap_or_else(|e| panic!("log: {e}"));
@@ -153,6 +180,8 @@ impl Pg {
             .arg("-c")
             .arg(format!("unix_socket_directories={}", sock.display()))
             .args(["-c", "fsync=off", "-c", "max_connections=60"])
+            .args(["-c", "ssl=on", "-c", "ssl_cert_file=server.crt"])
+            .args(["-c", "ssl_key_file=server.key"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -196,6 +225,14 @@ impl Pg {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        let mut c = pg
+            .admin("postgres")
+            .unwrap_or_else(|e| panic!("admin connection: {e}"));
+        c.batch_execute(&format!(
+            "CREATE ROLE tlsonly LOGIN PASSWORD '{}'",
+            pg.password
+        ))
+        .unwrap_or_else(|e| panic!("CREATE ROLE: {e}"));
         pg
     }
 
@@ -287,6 +324,27 @@ impl Drop for Pg {
             let _ = w.wait();
         }
     }
+}
+
+/// A CA, and a certificate for localhost and 127.0.0.1 it signed, with its key (PEM).
+fn server_pki() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap_or_else(|e| panic!("{e}"));
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "skillbox fleet test CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap_or_else(|e| panic!("{e}"));
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let mut leaf = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .unwrap_or_else(|e| panic!("{e}"));
+    leaf.distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let cert = leaf
+        .signed_by(&key, &issuer)
+        .unwrap_or_else(|e| panic!("{e}"));
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
 }
 
 // ------------------------------------------------------------------ two hosts, one registry
@@ -763,8 +821,13 @@ fn a_password_never_reaches_output() {
     let all = leaks(&o, "WrongSecret3");
     assert!(all.contains("cannot open the records"), "{all}");
 
-    // Beyond loopback: refused before connecting (no TLS yet).
-    let o = status("postgres://u:WrongSecret4@192.0.2.7:5432/x", None, false);
+    // Beyond loopback in plain text: refused before any connection is tried (this test never
+    // connects anywhere but loopback).
+    let o = status(
+        "postgres://u:WrongSecret4@192.0.2.7:5432/x?sslmode=disable",
+        None,
+        false,
+    );
     expect_code(&o, 2);
     let all = leaks(&o, "WrongSecret4");
     assert!(all.contains("not loopback"), "{all}");
@@ -901,5 +964,67 @@ fn a_different_review_on_another_host_asks_again() {
     let p = json_of(&o);
     assert_eq!(p["version"]["review_sha256"], real.as_str(), "{p}");
     assert_eq!(p["version"]["decided_by"], "person:bob");
-    assert_eq!(a.active("alpha").as_deref(), Some(v3.as_str()), "A untouched");
+    assert_eq!(
+        a.active("alpha").as_deref(),
+        Some(v3.as_str()),
+        "A untouched"
+    );
+}
+
+/// TLS to the records: verify-full against `--records-ca-file`; the role the server only
+/// admits over TLS gets in that way, not in plain text, and a server the CA did not sign is
+/// refused.
+#[test]
+fn tls_to_the_records_is_verified() {
+    let pg = server();
+    let db = "fleet_tls";
+    {
+        let mut c = pg.admin("postgres").unwrap_or_else(|e| panic!("{e}"));
+        c.batch_execute(&format!("CREATE DATABASE {db} OWNER tlsonly"))
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let tls_url = format!(
+        "postgres://tlsonly@localhost:{}/{db}?sslmode=verify-full",
+        pg.port
+    );
+    let f = Fleet::new(tls_url.clone(), &pg.password);
+    let h = f.host("host-t");
+    let ca = pg.tmp.path().join("ca.pem");
+    let run = |records: &str, ca_file: Option<&std::path::Path>| {
+        let mut c = h.command_as(&["sync", "--json"], records, "host-t");
+        if let Some(ca) = ca_file {
+            c.arg("--records-ca-file").arg(ca);
+        }
+        h.keep(c.output().unwrap_or_else(|e| panic!("spawn: {e}")))
+    };
+    let o = run(&tls_url, Some(&ca));
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["host"], "host-t");
+    assert!(pg.query_i64(db, "SELECT COUNT(*) FROM hosts") == 1);
+
+    // The same role in plain text: the server refuses it.
+    let plain = format!("postgres://tlsonly@127.0.0.1:{}/{db}", pg.port);
+    let o = run(&plain, None);
+    expect_code(&o, 1);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no encryption"),
+        "{}",
+        explain(&o)
+    );
+    // Another CA: the server's certificate does not verify.
+    let other = f.tmp.path().join("other-ca.pem");
+    std::fs::write(&other, server_pki().0).unwrap_or_else(|e| panic!("{e}"));
+    let o = run(&tls_url, Some(&other));
+    expect_code(&o, 1);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("certificate"),
+        "{}",
+        explain(&o)
+    );
+    // Mozilla's roots do not know the test CA either.
+    expect_code(&run(&tls_url, None), 1);
+    // A CA file without TLS is a usage error.
+    expect_code(&run(&plain, Some(&ca)), 2);
+    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
+    assert!(!printed.contains(&pg.password), "the password was printed");
 }
