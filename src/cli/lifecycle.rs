@@ -348,7 +348,13 @@ fn open(c: &Common, access: Access) -> Result<Store, Error> {
     };
     fleet::resolve_password(&mut location, c.records_password_file.as_deref())?;
     fleet::set_ca_file(&mut location, c.records_ca_file.as_deref())?;
-    let host = HostChoice::new(c.host_name.as_deref())?;
+    let host = match HostChoice::new(c.host_name.as_deref()) {
+        Ok(h) => h,
+        // The store's own records serve one host: an unusable system hostname need not stop
+        // it (the records keep whatever name the store was bound under first).
+        Err(_) if c.host_name.is_none() && !location.is_shared() => HostChoice::local(),
+        Err(e) => return Err(e),
+    };
     Store::open_with(&root, access, &location, &host)
 }
 

@@ -416,6 +416,15 @@ pub fn check_host_name(name: &str) -> Result<(), String> {
 }
 
 impl HostChoice {
+    /// `localhost`, not given by the operator: for a store's own records when the system
+    /// hostname is not a usable name.
+    pub fn local() -> Self {
+        HostChoice {
+            name: "localhost".into(),
+            explicit: false,
+        }
+    }
+
     /// `--host NAME` when given, else the system hostname.
     pub fn new(given: Option<&str>) -> Result<Self, Error> {
         if let Some(n) = given {

@@ -557,16 +557,6 @@ fn tls_config(tls: &Tls) -> Result<rustls::ClientConfig, Error> {
 }
 
 impl Records {
-    /// Open (creating if needed) the store's SQLite records for the system's host; for tests
-    /// and tools. Commands use [`Records::open_at`].
-    pub fn open(path: &Path) -> Result<Self, Error> {
-        let host = HostChoice::new(None).unwrap_or(HostChoice {
-            name: "localhost".into(),
-            explicit: false,
-        });
-        Self::open_at(&Location::Sqlite, path, &host, "unknown-store")
-    }
-
     /// Open the records at `location` (`sqlite_path` for the SQLite default), bring the schema
     /// up to date, and bind this store (`store_id`) to its host name.
     pub fn open_at(

@@ -107,7 +107,8 @@ fn check_ours(root: &Path) -> Result<(), Error> {
 impl Store {
     /// Open the store at `root` with its own SQLite records, as the system's host.
     pub fn open(root: &Path, access: Access) -> Result<Self, Error> {
-        Self::open_with(root, access, &Location::Sqlite, &HostChoice::new(None)?)
+        let host = HostChoice::new(None).unwrap_or_else(|_| HostChoice::local());
+        Self::open_with(root, access, &Location::Sqlite, &host)
     }
 
     /// Open the store at `root`, creating it (0700) when absent and `access` may write, with
