@@ -8,7 +8,7 @@
 //! anything it did not create; [`journal`] orders every change of state with its filesystem
 //! steps so a killed command leaves the old state or the new one, and the next command finishes
 //! it; [`ops`] holds the commands (install, approve, deny, update, rollback, withdraw, list,
-//! provenance, gc, verify).
+//! provenance, gc, verify, sync).
 //!
 //! This module never runs package content, never hands a package's text to an agent to decide
 //! its installation (descriptions grant nothing), never writes over an existing version or an

@@ -942,7 +942,10 @@ pub fn approve(
     if !v.stored {
         return Err(Error::new(
             Kind::NotFound,
-            format!("{}@{} is not in the store", v.skill, v.digest),
+            format!(
+                "{}@{} is not in this host's store (install it here first, or approve it on a host that has it: `skillbox review` there shows the review)",
+                v.skill, v.digest
+            ),
         ));
     }
     let args: Vec<AgentArg> = if agent_args.is_empty() {
