@@ -1,5 +1,6 @@
 //! The lifecycle commands' command line: clap types, printing and exit codes for install,
-//! review, approve, deny, update, rollback, withdraw, list, status, provenance, gc and verify.
+//! review, approve, deny, update, rollback, withdraw, list, status, provenance, gc, verify and
+//! sync, and the flags saying where the records are (`--records`) and which host this is.
 //!
 //! Everything a package wrote (names, excerpts, hosts, paths) is printed escaped; nothing here
 //! decides anything: the library does, this only shows it.
@@ -16,6 +17,7 @@ use super::sandbox::{LeadingSandboxArgs, SandboxArgs};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::policy::Limits;
 use skillbox::lifecycle::agents::AgentArg;
+use skillbox::lifecycle::fleet::{self, HostChoice, Location};
 use skillbox::lifecycle::ops::{self, Fetcher, InstallReport, Intake, Source, VersionRef};
 use skillbox::lifecycle::policy::{Decision, Policy};
 use skillbox::lifecycle::store::{self, Access, Store};
@@ -86,6 +88,30 @@ pub struct Common {
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
+    /// Where the records are: the store's SQLite file [default], or a PostgreSQL database a
+    /// fleet of hosts shares: postgres://USER@HOST:PORT/DB (or postgresql://; a Unix socket as
+    /// postgres://USER@/DB?host=/DIR). A host beyond loopback is reached over TLS only
+    /// (verify-full; ?sslmode=verify-full asks for it on loopback too). The password:
+    /// --records-password-file, else the URL's, else PGPASSWORD; never printed.
+    // Taken as text and parsed by us: clap would quote a bad value, password and all, and the
+    // environment's value is never shown in --help.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "SKILLBOX_RECORDS",
+        hide_env_values = true
+    )]
+    records: Option<String>,
+    /// A file holding the PostgreSQL password (its first line; mode 0600 or stricter).
+    #[arg(long, value_name = "FILE", env = "SKILLBOX_RECORDS_PASSWORD_FILE")]
+    records_password_file: Option<PathBuf>,
+    /// PEM trust anchors for TLS to PostgreSQL, replacing Mozilla's (a private CA).
+    #[arg(long, value_name = "FILE", env = "SKILLBOX_RECORDS_CA_FILE")]
+    records_ca_file: Option<PathBuf>,
+    /// This host's name in shared records [default: the system hostname]: 1 to 64 letters,
+    /// digits, '.', '-', '_'. The records bind it to this store.
+    #[arg(long = "host", value_name = "NAME", env = "SKILLBOX_HOST")]
+    host_name: Option<String>,
 }
 
 /// The install lifecycle.
@@ -132,6 +158,10 @@ pub enum LifecycleCommand {
     /// is safe.
     #[command(after_help = EXIT_CODES_HELP)]
     Verify(CommonOnly),
+    /// Apply the fleet's decisions to this host: every agent here on a version withdrawn in
+    /// the shared records moves back to its previous approved version (or loses the skill).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Sync(CommonOnly),
 }
 
 #[derive(Args, Debug)]
@@ -312,7 +342,20 @@ fn open(c: &Common, access: Access) -> Result<Store, Error> {
             )
         })?,
     };
-    Store::open(&root, access)
+    let mut location = match &c.records {
+        Some(text) => fleet::parse_location(text)?,
+        None => Location::Sqlite,
+    };
+    fleet::resolve_password(&mut location, c.records_password_file.as_deref())?;
+    fleet::set_ca_file(&mut location, c.records_ca_file.as_deref())?;
+    let host = match HostChoice::new(c.host_name.as_deref()) {
+        Ok(h) => h,
+        // The store's own records serve one host: an unusable system hostname need not stop
+        // it (the records keep whatever name the store was bound under first).
+        Err(_) if c.host_name.is_none() && !location.is_shared() => HostChoice::local(),
+        Err(e) => return Err(e),
+    };
+    Store::open_with(&root, access, &location, &host)
 }
 
 fn fail(e: &Error, json_out: bool) -> u8 {
@@ -351,9 +394,10 @@ pub fn run(cmd: LifecycleCommand, leading: &LeadingSandboxArgs) -> u8 {
         LifecycleCommand::Update(a) => a.common.json,
         LifecycleCommand::Rollback(a) => a.common.json,
         LifecycleCommand::Withdraw(a) => a.common.json,
-        LifecycleCommand::List(a) | LifecycleCommand::Status(a) | LifecycleCommand::Verify(a) => {
-            a.common.json
-        }
+        LifecycleCommand::List(a)
+        | LifecycleCommand::Status(a)
+        | LifecycleCommand::Verify(a)
+        | LifecycleCommand::Sync(a) => a.common.json,
         LifecycleCommand::Provenance(a) => a.common.json,
         LifecycleCommand::Gc(a) => a.common.json,
     };
@@ -609,6 +653,18 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 print_json(&s);
             } else {
                 println!("store        {}", s.store);
+                println!("records      {}", s.records);
+                println!("host         {}", s.host);
+                if s.hosts.len() > 1 {
+                    println!("hosts        {}", s.hosts.len());
+                    for h in &s.hosts {
+                        println!(
+                            "  {:<16} last sync {}",
+                            h.name,
+                            h.last_sync.as_deref().unwrap_or("never")
+                        );
+                    }
+                }
                 println!("skills       {} ({} versions)", s.skills, s.versions);
                 println!("agents       {}", s.agents.len());
                 for (n, d) in &s.agents {
@@ -620,8 +676,13 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     println!("  {p}");
                 }
                 println!("withdrawn    {}", s.withdrawn.len());
-                for p in &s.withdrawn {
-                    println!("  {p}");
+                for w in &s.withdrawn_in_use {
+                    println!("  {}", w.version);
+                    if w.still_on.is_empty() {
+                        println!("    contained: no agent on any host runs it");
+                    } else {
+                        println!("    STILL ON {}", host_agents(&w.still_on));
+                    }
                 }
                 if s.interrupted > 0 {
                     println!(
@@ -670,6 +731,40 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 println!("{} removed, {} kept", g.removed.len(), g.kept);
             }
             Ok(EXIT_OK)
+        }
+        LifecycleCommand::Sync(a) => {
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let r = ops::sync(&mut store)?;
+            if json_out {
+                print_json(&r);
+            } else {
+                for x in &r.recovered {
+                    println!("recovered: {x}");
+                }
+                let n: usize = r.moved.iter().map(|m| m.agents.len()).sum();
+                println!("host {}: {n} agent(s) moved off withdrawn versions", r.host);
+                for m in &r.moved {
+                    for x in &m.agents {
+                        println!(
+                            "  {}@{}  {:<16} -> {}",
+                            m.skill,
+                            m.digest.as_deref().map(short).unwrap_or_default(),
+                            x.agent,
+                            x.to.as_deref()
+                                .map(short)
+                                .unwrap_or_else(|| "none (skill removed)".into())
+                        );
+                    }
+                }
+                for p in &r.problems {
+                    println!("  PROBLEM: {p}");
+                }
+            }
+            Ok(if r.problems.is_empty() {
+                EXIT_OK
+            } else {
+                EXIT_OPERATIONAL
+            })
         }
         LifecycleCommand::Verify(a) => {
             let mut store = open(&a.common, Access::Exclusive)?;
@@ -818,9 +913,34 @@ fn show_moves(what: &str, r: &ops::MoveReport, json_out: bool) {
                 .unwrap_or_else(|| "none (skill removed)".into())
         );
     }
+    if what == "withdrawn" {
+        if r.still_on.is_empty() {
+            println!("  no agent on any host sharing the records runs it any more");
+        } else {
+            println!(
+                "  still on it (skillbox sync on those hosts moves them): {}",
+                host_agents(&r.still_on)
+            );
+        }
+    }
     for p in &r.problems {
         println!("  PROBLEM: {p}");
     }
+}
+
+/// `host-a: alpha, beta; host-b: alpha`.
+fn host_agents(list: &[ops::HostAgent]) -> String {
+    let mut out: Vec<(String, Vec<&str>)> = Vec::new();
+    for h in list {
+        match out.last_mut() {
+            Some((host, agents)) if *host == h.host => agents.push(&h.agent),
+            _ => out.push((h.host.clone(), vec![&h.agent])),
+        }
+    }
+    out.iter()
+        .map(|(h, a)| format!("{h}: {}", a.join(", ")))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The trusted rendering of a review: every string from the package escaped and bounded.
@@ -976,13 +1096,20 @@ fn print_provenance(p: &ops::ProvenanceReport) {
             p.agents.join(", ")
         }
     );
+    if !p.hosts.is_empty() {
+        println!("  hosts:          {}", host_agents(&p.hosts));
+    }
     println!("  events:");
     for e in &p.events {
         println!(
-            "    {}  {:<20} {:<20} {}",
+            "    {}  {:<20} {:<20} {}{}",
             e.time,
             e.kind,
             e.actor,
+            e.host
+                .as_deref()
+                .map(|h| format!("[{h}] "))
+                .unwrap_or_default(),
             display_name(e.detail.as_bytes())
         );
     }

@@ -10,6 +10,9 @@
 //!   the new state; the links follow. A surviving one is finished (roll forward): each link is
 //!   switched from its recorded old target to its new one, which is idempotent.
 //!
+//! Intents belong to the host that wrote them (in records a fleet shares, each host reads and
+//! finishes only its own: the steps are on its filesystem).
+//!
 //! Recovery also reaps what no record backs: staging directories (only a command holding the
 //! store lock creates them, and recovery runs under that lock) and version trees whose version
 //! is not recorded as stored. It never touches an entry in a skills directory it did not make.

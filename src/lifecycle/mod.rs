@@ -2,18 +2,20 @@
 //!
 //! [`store`] keeps each accepted version once, content-addressed by its artifact digest, as an
 //! immutable tree promoted by a rename from staging inside the store; [`records`] is the one
-//! interface to the records (SQLite today, portable SQL); [`policy`] turns a review into one
+//! interface to the records (the store's SQLite file, or a PostgreSQL database a fleet of hosts
+//! shares: [`fleet`] says where and which host this is); [`policy`] turns a review into one
 //! decision; [`agents`] switches `<skills dir>/<name>` links atomically and refuses to touch
 //! anything it did not create; [`journal`] orders every change of state with its filesystem
 //! steps so a killed command leaves the old state or the new one, and the next command finishes
 //! it; [`ops`] holds the commands (install, approve, deny, update, rollback, withdraw, list,
-//! provenance, gc, verify).
+//! provenance, gc, verify, sync).
 //!
 //! This module never runs package content, never hands a package's text to an agent to decide
 //! its installation (descriptions grant nothing), never writes over an existing version or an
 //! entry it did not create, and never records a URL's userinfo.
 
 pub mod agents;
+pub mod fleet;
 pub mod journal;
 pub mod ops;
 pub mod policy;

@@ -17,7 +17,7 @@ use url::Url;
 use super::agents::{self, AgentArg};
 use super::journal::{self, LinkChange};
 use super::policy::{Decision, Facts, Policy};
-use super::records::{Event, Install, Listed, State, Tx, Version};
+use super::records::{Event, HostRow, Install, Listed, State, Tx, Version};
 use super::store::{self, Store};
 use super::{Error, Kind, crash_point, now, redact_json, redact_url};
 use crate::digest::Sha256Digest;
@@ -290,7 +290,7 @@ pub fn install(
     intake: &Intake<'_>,
     source: &Source,
 ) -> Result<InstallReport, Error> {
-    let recovered = journal::recover(store)?;
+    let recovered = prepare(store)?;
     let op = intake.op;
     let mut prov = Provenance {
         time: now(),
@@ -470,7 +470,19 @@ pub fn install(
         }
         None => None,
     };
-    let decision = intake.policy.decide(&review, &facts, diff.as_ref());
+    let policy_decision = intake.policy.decide(&review, &facts, diff.as_ref());
+    let review_sha256 = review_sha(&review);
+    // The fleet's record of this digest, if another host (or an earlier intake) made one: a
+    // person's decision holds here too, a policy's is this host's own.
+    let recorded = store.records.read(|tx| tx.version(&digest))?;
+    let merged = match merge(recorded.as_ref(), &policy_decision, &review_sha256) {
+        Ok(m) => m,
+        Err(e) => {
+            drop_staging(&staging);
+            return Err(e);
+        }
+    };
+    let decision = merged.decision.clone();
     let change = diff
         .as_ref()
         .map_or("first", |d| d.change.as_str())
@@ -479,10 +491,17 @@ pub fn install(
         serde_json::to_value(&prov).map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
     redact_json(&mut prov_json);
     let time = now();
-    let (state, decided_by, rule, findings) = match &decision {
-        Decision::Approved { rule } => (State::Approved, "policy", Some(rule.clone()), Vec::new()),
-        Decision::NeedsApproval { findings } => (State::Pending, "policy", None, findings.clone()),
-        Decision::Denied { rule } => (State::Denied, "policy", Some(rule.clone()), Vec::new()),
+    let state = merged.state;
+    let decided_by = merged.decided_by.as_str();
+    let rule = match &decision {
+        Decision::Approved { rule } | Decision::Denied { rule } if decided_by == "policy" => {
+            Some(rule.clone())
+        }
+        _ => None,
+    };
+    let findings = match &decision {
+        Decision::NeedsApproval { findings } => findings.clone(),
+        _ => Vec::new(),
     };
     let mut version = Version {
         digest: digest.clone(),
@@ -493,7 +512,7 @@ pub fn install(
         rule: rule.clone(),
         findings: findings.clone(),
         change: change.clone(),
-        review_sha256: review_sha(&review),
+        review_sha256,
         review_summary: review_summary(&review),
         agents: agent_list.iter().map(|(n, _)| n.clone()).collect(),
         provenance: prov_json.clone(),
@@ -531,17 +550,22 @@ pub fn install(
         State::Pending => "needs_approval",
         State::Denied | State::Withdrawn => "denied",
     };
+    let actor = merged.actor.clone();
     if state == State::Denied {
         drop_staging(&staging);
         version.stored = false;
         store.records.write(|tx| {
-            tx.upsert_version(&version)?;
+            match merged.fleet {
+                FleetWrite::Record => tx.upsert_version(&version)?,
+                // This host's policy denies a version the fleet keeps: only this host refuses.
+                FleetWrite::Keep => tx.set_stored(&digest, false)?,
+            }
             tx.event(
                 &time,
                 &skill,
                 Some(&digest),
                 decision_kind,
-                "policy",
+                &actor,
                 &event_detail,
             )
         })?;
@@ -559,7 +583,14 @@ pub fn install(
     store.promote(&staging, &digest)?;
     crash_point(op, "promoted");
     let links = store.records.write(|tx| {
-        tx.upsert_version(&version)?;
+        match merged.fleet {
+            FleetWrite::Record => tx.upsert_version(&version)?,
+            FleetWrite::Keep => tx.set_host_version(&digest, Some(&version.agents))?,
+        }
+        // The agents named are recorded now, so an approval (of a pending version) finds them.
+        for (name, dir) in &agent_list {
+            tx.add_agent(name, dir)?;
+        }
         tx.event(
             &time,
             &skill,
@@ -573,10 +604,10 @@ pub fn install(
             &skill,
             Some(&digest),
             decision_kind,
-            "policy",
+            &actor,
             &event_detail,
         )?;
-        let seq = record_changes(tx, &skill, &changes, &time, "activated", "policy")?;
+        let seq = record_changes(tx, &skill, &changes, &time, "activated", &actor)?;
         tx.remove_intent(promote)?;
         Ok(seq)
     })?;
@@ -584,6 +615,114 @@ pub fn install(
     report.problems = journal::finish_links(store, links, &skill, &changes, op)?;
     report.agents = changes.into_iter().map(agent_change).collect();
     Ok(report)
+}
+
+/// Whether an intake writes its decision into the fleet's record of the version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FleetWrite {
+    /// Record (or re-record) the version with this intake's decision.
+    Record,
+    /// Keep the fleet's record as it is; only this host's store changes.
+    Keep,
+}
+
+/// The decision of one intake on this host, given what the fleet recorded.
+#[derive(Debug, Clone)]
+struct Merged {
+    decision: Decision,
+    state: State,
+    /// `policy` or the recorded `person:NAME`.
+    decided_by: String,
+    /// Who the decision event names.
+    actor: String,
+    fleet: FleetWrite,
+}
+
+/// Combine this host's policy decision with the fleet's record of the same digest:
+/// - nothing recorded, or a policy's denial (re-evaluated, as on one host): this decision.
+/// - a person's approval, and this host's review is the one they approved: approved, without
+///   asking again; with another review, the decision is not applied silently: it waits for a
+///   person again (fleet-wide, failing closed), saying why.
+/// - a policy's approval or a pending version: this host's policy cannot approve for others
+///   (another host's laxer policy must not activate what a stricter one asked about); it may
+///   ask (the version waits, fleet-wide) or deny (here only).
+/// - a person's denial, a withdrawal: refused.
+fn merge(
+    recorded: Option<&Version>,
+    policy: &Decision,
+    review_sha256: &str,
+) -> Result<Merged, Error> {
+    let own = |fleet| {
+        let state = match policy {
+            Decision::Approved { .. } => State::Approved,
+            Decision::NeedsApproval { .. } => State::Pending,
+            Decision::Denied { .. } => State::Denied,
+        };
+        Merged {
+            decision: policy.clone(),
+            state,
+            decided_by: "policy".into(),
+            actor: "policy".into(),
+            fleet,
+        }
+    };
+    let Some(r) = recorded else {
+        return Ok(own(FleetWrite::Record));
+    };
+    let by_person = r.decided_by.starts_with("person:");
+    match (r.state, policy) {
+        (State::Withdrawn, _) => {
+            Err(state_error(r).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")))
+        }
+        (State::Denied, _) if by_person => {
+            Err(state_error(r).unwrap_or_else(|| Error::new(Kind::Denied, "denied")))
+        }
+        (State::Denied, _) => Ok(own(FleetWrite::Record)),
+        (_, Decision::Denied { .. }) => Ok(own(FleetWrite::Keep)),
+        (State::Approved, _) if by_person && r.review_sha256 != review_sha256 => {
+            let mut findings = vec![format!(
+                "review differs: this host's review {review_sha256} is not the one {} approved ({})",
+                r.decided_by, r.review_sha256
+            )];
+            if let Decision::NeedsApproval { findings: f } = policy {
+                findings.extend(f.iter().cloned());
+            }
+            Ok(Merged {
+                decision: Decision::NeedsApproval { findings },
+                state: State::Pending,
+                decided_by: "policy".into(),
+                actor: "policy".into(),
+                fleet: FleetWrite::Record,
+            })
+        }
+        (State::Approved, _) if by_person => Ok(Merged {
+            decision: Decision::Approved {
+                rule: format!(
+                    "recorded decision: approved by {}; this host's review is the one approved",
+                    r.decided_by
+                ),
+            },
+            state: State::Approved,
+            decided_by: r.decided_by.clone(),
+            actor: "skillbox".into(),
+            fleet: FleetWrite::Keep,
+        }),
+        (State::Approved, Decision::Approved { .. }) => Ok(own(FleetWrite::Keep)),
+        (State::Approved, Decision::NeedsApproval { .. }) => Ok(own(FleetWrite::Record)),
+        (State::Pending, _) => {
+            let mut findings = r.findings.clone();
+            if let Decision::NeedsApproval { findings: f } = policy {
+                findings.extend(f.iter().filter(|x| !r.findings.contains(x)).cloned());
+            }
+            Ok(Merged {
+                decision: Decision::NeedsApproval { findings },
+                state: State::Pending,
+                decided_by: "policy".into(),
+                actor: "policy".into(),
+                fleet: FleetWrite::Keep,
+            })
+        }
+    }
 }
 
 fn agent_change(c: LinkChange) -> AgentChange {
@@ -648,6 +787,20 @@ fn record_changes(
     kind: &str,
     actor: &str,
 ) -> Result<Option<i64>, Error> {
+    // Checked inside the writing transaction (write transactions serialise fleet-wide): once a
+    // withdrawal is committed on any host, no host records an agent moving onto the version.
+    let mut checked: Vec<&str> = Vec::new();
+    for to in changes.iter().filter_map(|c| c.to.as_deref()) {
+        if checked.contains(&to) {
+            continue;
+        }
+        checked.push(to);
+        if let Some(v) = tx.version(to)?
+            && v.state == State::Withdrawn
+        {
+            return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")));
+        }
+    }
     for c in changes {
         tx.add_agent(&c.agent, &c.dir)?;
         tx.set_install(&c.agent, skill, c.to.as_deref())?;
@@ -773,7 +926,7 @@ pub fn approve(
     who: &str,
     agent_args: &[AgentArg],
 ) -> Result<InstallReport, Error> {
-    let recovered = journal::recover(store)?;
+    let recovered = prepare(store)?;
     let v = find_version(store, r)?;
     match v.state {
         State::Pending => {}
@@ -789,7 +942,10 @@ pub fn approve(
     if !v.stored {
         return Err(Error::new(
             Kind::NotFound,
-            format!("{}@{} is not in the store", v.skill, v.digest),
+            format!(
+                "{}@{} is not in this host's store (install it here first, or approve it on a host that has it: `skillbox review` there shows the review)",
+                v.skill, v.digest
+            ),
         ));
     }
     let args: Vec<AgentArg> = if agent_args.is_empty() {
@@ -806,11 +962,24 @@ pub fn approve(
     let agent_list = store.records.read(|tx| resolve_agents(tx, &args))?;
     let changes = plan(store, &v.skill, &agent_list, &v.digest)?;
     precheck(store, &v.skill, &changes)?;
+    // The person decides on the review this host made (`skillbox review` shows it here); in a
+    // fleet another host's review of the same digest may differ, so the approval records this one.
+    let answer = store.answer(&v.digest)?;
+    let review = answer.review.as_ref().ok_or_else(|| {
+        Error::new(
+            Kind::Operational,
+            "corrupt store: the stored answer has no review",
+        )
+    })?;
+    let (sha, summary) = (review_sha(review), review_summary(review));
     let time = now();
     let actor = format!("person:{who}");
-    let covered = format!("covers: {}", v.findings.join("; "));
+    let covered = format!("covers: {} (review {sha})", v.findings.join("; "));
     let links = store.records.write(|tx| {
         tx.set_state(&v.digest, State::Approved, &actor, None)?;
+        if sha != v.review_sha256 {
+            tx.set_review(&v.digest, &sha, &summary)?;
+        }
         tx.event(
             &time,
             &v.skill,
@@ -833,8 +1002,8 @@ pub fn approve(
         change: v.change.clone(),
         state: State::Approved,
         agents: changes.into_iter().map(agent_change).collect(),
-        review_sha256: v.review_sha256,
-        review_summary: v.review_summary,
+        review_sha256: sha,
+        review_summary: summary,
         review: None,
         diff: None,
         provenance: v.provenance,
@@ -845,12 +1014,15 @@ pub fn approve(
 
 /// `deny`: a person refuses a pending (or an approved, unused) version; its tree leaves the store.
 pub fn deny(store: &mut Store, r: &VersionRef, who: &str, reason: &str) -> Result<Version, Error> {
-    journal::recover(store)?;
+    prepare(store)?;
     let v = find_version(store, r)?;
     if v.state == State::Withdrawn || v.state == State::Denied {
         return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Denied, "denied")));
     }
-    let users = store.records.read(|tx| tx.installs_using(&v.digest))?;
+    // Any host's agents: a denial is the fleet's, and an active version is withdrawn instead.
+    let users = store
+        .records
+        .read(|tx| tx.fleet_installs_using(&v.digest))?;
     if !users.is_empty() {
         return Err(Error::new(
             Kind::Usage,
@@ -884,6 +1056,8 @@ pub struct MoveReport {
     pub agents: Vec<AgentChange>,
     pub problems: Vec<String>,
     pub recovered: Vec<String>,
+    /// After a withdrawal: the agents, on any host sharing the records, still on the version.
+    pub still_on: Vec<HostAgent>,
 }
 
 /// `rollback`: every named agent (all by default) back to the previous approved,
@@ -895,7 +1069,7 @@ pub fn rollback(
     to: Option<&VersionRef>,
     who: &str,
 ) -> Result<MoveReport, Error> {
-    let recovered = journal::recover(store)?;
+    let recovered = prepare(store)?;
     let target = match to {
         Some(r) => {
             if r.skill != skill {
@@ -998,11 +1172,15 @@ pub fn rollback(
         agents: changes.into_iter().map(agent_change).collect(),
         problems,
         recovered,
+        still_on: Vec::new(),
     })
 }
 
-/// `withdraw`: the version can never be activated again; every agent using it moves to its
-/// previous approved version, or loses the skill where there is none.
+/// `withdraw`: the version can never be activated again, on any host sharing the records;
+/// every agent of this host using it moves to its previous approved version, or loses the skill
+/// where there is none; the hosts and agents still on it elsewhere are listed (`skillbox sync`
+/// there moves them). Withdrawing an already withdrawn version moves this host's agents off it,
+/// or, when none is on it, is refused (exit 9).
 pub fn withdraw(
     store: &mut Store,
     r: &VersionRef,
@@ -1011,9 +1189,30 @@ pub fn withdraw(
 ) -> Result<MoveReport, Error> {
     let recovered = journal::recover(store)?;
     let v = find_version(store, r)?;
-    if v.state == State::Withdrawn {
-        return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")));
-    }
+    let actor = format!("person:{who}");
+    let mut report = if v.state == State::Withdrawn {
+        let users = store.records.read(|tx| tx.installs_using(&v.digest))?;
+        if users.is_empty() {
+            return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")));
+        }
+        move_off(store, &v, &actor, None, "withdraw")?
+    } else {
+        move_off(store, &v, &actor, Some(reason), "withdraw")?
+    };
+    report.recovered = recovered;
+    Ok(report)
+}
+
+/// Move this host's agents off `v` (to the previous approved version in this host's store, or
+/// to nothing), in one transaction with the withdrawal when `withdraw` gives its reason, then
+/// switch the links (journaled, as every move).
+fn move_off(
+    store: &mut Store,
+    v: &Version,
+    actor: &str,
+    withdraw: Option<&str>,
+    op: &str,
+) -> Result<MoveReport, Error> {
     let (users, prev) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?,
@@ -1032,26 +1231,115 @@ pub fn withdraw(
         })
         .collect();
     precheck(store, &v.skill, &changes)?;
-    let actor = format!("person:{who}");
     let time = now();
     let links = store.records.write(|tx| {
-        tx.withdraw(&v.digest, reason)?;
-        tx.event(
-            &time,
-            &v.skill,
-            Some(&v.digest),
-            "withdrawn",
-            &actor,
-            reason,
-        )?;
-        record_changes(tx, &v.skill, &changes, &time, "moved_by_withdrawal", &actor)
+        if let Some(reason) = withdraw {
+            tx.withdraw(&v.digest, reason)?;
+            tx.event(&time, &v.skill, Some(&v.digest), "withdrawn", actor, reason)?;
+        }
+        record_changes(tx, &v.skill, &changes, &time, "moved_by_withdrawal", actor)
     })?;
-    crash_point("withdraw", "recorded");
-    let problems = journal::finish_links(store, links, &v.skill, &changes, "withdraw")?;
+    crash_point(op, "recorded");
+    let problems = journal::finish_links(store, links, &v.skill, &changes, op)?;
+    let still_on = store
+        .records
+        .read(|tx| tx.fleet_installs_using(&v.digest))?
+        .into_iter()
+        .map(|i| HostAgent {
+            host: i.host,
+            agent: i.agent,
+        })
+        .collect();
     Ok(MoveReport {
-        skill: v.skill,
-        digest: Some(v.digest),
+        skill: v.skill.clone(),
+        digest: Some(v.digest.clone()),
         agents: changes.into_iter().map(agent_change).collect(),
+        problems,
+        recovered: Vec::new(),
+        still_on,
+    })
+}
+
+/// One agent on one host.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HostAgent {
+    pub host: String,
+    pub agent: String,
+}
+
+/// The answer of `sync`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SyncReport {
+    pub host: String,
+    /// One entry per withdrawn version this host's agents were moved off.
+    pub moved: Vec<MoveReport>,
+    /// Versions whose agents could not be moved (an entry skillbox did not create, ...).
+    pub problems: Vec<String>,
+    pub recovered: Vec<String>,
+}
+
+/// Apply the fleet's withdrawals to this host: every agent here on a withdrawn version moves
+/// off it exactly as a local `withdraw` moves it. A version that cannot be moved (an entry
+/// skillbox did not create) is reported and the others still move.
+fn apply_withdrawals(store: &mut Store) -> Result<(Vec<MoveReport>, Vec<String>), Error> {
+    let host = store.records.host().to_owned();
+    let stale: Vec<String> = {
+        let mut d: Vec<String> = store
+            .records
+            .read(|tx| tx.fleet_installs_of_withdrawn())?
+            .into_iter()
+            .filter(|i| i.host == host)
+            .map(|i| i.digest)
+            .collect();
+        d.dedup();
+        d
+    };
+    let mut moved = Vec::new();
+    let mut problems = Vec::new();
+    for digest in stale {
+        let Some(v) = store.records.read(|tx| tx.version(&digest))? else {
+            continue;
+        };
+        match move_off(store, &v, &format!("skillbox:sync@{host}"), None, "sync") {
+            Ok(r) => {
+                problems.extend(r.problems.iter().cloned());
+                moved.push(r);
+            }
+            Err(e) => problems.push(format!("{}@{}: {e}", v.skill, v.digest)),
+        }
+    }
+    Ok((moved, problems))
+}
+
+/// What every command that changes state does first: finish or undo what an interrupted
+/// command left, then move this host's agents off versions the fleet withdrew.
+fn prepare(store: &mut Store) -> Result<Vec<String>, Error> {
+    let mut done = journal::recover(store)?;
+    let (moved, problems) = apply_withdrawals(store)?;
+    for m in &moved {
+        for a in &m.agents {
+            done.push(format!(
+                "sync: agent {} moved off withdrawn {}@{} (to {})",
+                a.agent,
+                m.skill,
+                a.from.as_deref().unwrap_or("none"),
+                a.to.as_deref().unwrap_or("none")
+            ));
+        }
+    }
+    done.extend(problems.into_iter().map(|p| format!("sync: {p}")));
+    Ok(done)
+}
+
+/// `sync`: apply the fleet's decisions to this host (see [`apply_withdrawals`]) and note when.
+pub fn sync(store: &mut Store) -> Result<SyncReport, Error> {
+    let recovered = journal::recover(store)?;
+    let (moved, problems) = apply_withdrawals(store)?;
+    let time = now();
+    store.records.write(|tx| tx.set_last_sync(&time))?;
+    Ok(SyncReport {
+        host: store.records.host().to_owned(),
+        moved,
         problems,
         recovered,
     })
@@ -1105,25 +1393,65 @@ pub fn list(store: &mut Store) -> Result<Listing, Error> {
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     pub store: String,
+    /// Where the records are (never a password).
+    pub records: String,
+    /// This host, as the records know it.
+    pub host: String,
     pub skills: usize,
     pub versions: usize,
     pub pending: Vec<String>,
     pub withdrawn: Vec<String>,
+    /// Per withdrawn version, the hosts and agents still on it (empty: contained).
+    pub withdrawn_in_use: Vec<WithdrawnUse>,
+    /// This host's agents and installations.
     pub agents: Vec<(String, String)>,
     pub installs: Vec<Install>,
+    /// Every host sharing the records, with its last `sync`.
+    pub hosts: Vec<HostRow>,
     /// Steps an interrupted command left; the next command that changes state finishes them.
     pub interrupted: usize,
 }
 
+/// A withdrawn version and who still runs it.
+#[derive(Debug, Clone, Serialize)]
+pub struct WithdrawnUse {
+    pub version: String,
+    pub still_on: Vec<HostAgent>,
+}
+
 pub fn status(store: &mut Store) -> Result<Status, Error> {
     let root = store.root().display().to_string();
+    let records = store.records.location().to_owned();
+    let host = store.records.host().to_owned();
     store.records.read(|tx| {
         let versions = tx.version_list()?;
         let mut skills: Vec<&str> = versions.iter().map(|v| v.skill.as_str()).collect();
         skills.dedup();
         let at = |v: &Listed| format!("{}@{}", v.skill, v.digest);
+        let stale = tx.fleet_installs_of_withdrawn()?;
+        let withdrawn: Vec<String> = versions
+            .iter()
+            .filter(|v| v.state == State::Withdrawn)
+            .map(at)
+            .collect();
+        let withdrawn_in_use = withdrawn
+            .iter()
+            .map(|w| WithdrawnUse {
+                version: w.clone(),
+                still_on: stale
+                    .iter()
+                    .filter(|i| format!("{}@{}", i.skill, i.digest) == *w)
+                    .map(|i| HostAgent {
+                        host: i.host.clone(),
+                        agent: i.agent.clone(),
+                    })
+                    .collect(),
+            })
+            .collect();
         Ok(Status {
             store: root,
+            records,
+            host,
             skills: skills.len(),
             versions: versions.len(),
             pending: versions
@@ -1131,13 +1459,11 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                 .filter(|v| v.state == State::Pending)
                 .map(at)
                 .collect(),
-            withdrawn: versions
-                .iter()
-                .filter(|v| v.state == State::Withdrawn)
-                .map(at)
-                .collect(),
+            withdrawn,
+            withdrawn_in_use,
             agents: tx.agents()?,
             installs: tx.installs()?,
+            hosts: tx.hosts()?,
             interrupted: tx.intents()?.len(),
         })
     })
@@ -1147,7 +1473,10 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProvenanceReport {
     pub version: Version,
+    /// This host's agents using it.
     pub agents: Vec<String>,
+    /// Every host's agents using it.
+    pub hosts: Vec<HostAgent>,
     pub events: Vec<Event>,
 }
 
@@ -1176,11 +1505,18 @@ pub fn provenance(
             }
         })?,
     };
-    let (agents, events) = store.records.read(|tx| {
+    let (agents, hosts, events) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?
                 .into_iter()
                 .map(|i| i.agent)
+                .collect(),
+            tx.fleet_installs_using(&v.digest)?
+                .into_iter()
+                .map(|i| HostAgent {
+                    host: i.host,
+                    agent: i.agent,
+                })
                 .collect(),
             tx.events_of(&v.skill, &v.digest)?,
         ))
@@ -1188,6 +1524,7 @@ pub fn provenance(
     Ok(ProvenanceReport {
         version: v,
         agents,
+        hosts,
         events,
     })
 }
@@ -1227,7 +1564,7 @@ pub struct GcReport {
 /// `gc`: remove trees no agent uses beyond the `keep` newest approved ones per skill; withdrawn
 /// and denied trees go too. Records stay (provenance outlives the bytes).
 pub fn gc(store: &mut Store, keep: usize) -> Result<GcReport, Error> {
-    let recovered = journal::recover(store)?;
+    let recovered = prepare(store)?;
     let (versions, installs) = store
         .records
         .read(|tx| Ok((tx.version_list()?, tx.installs()?)))?;

@@ -1,25 +1,37 @@
 //! The records: versions, decisions, installations, agents, events and the intent journal,
-//! behind one interface ([`Records`] and its transaction [`Tx`]).
+//! behind one interface ([`Records`] and its transaction [`Tx`]), kept in the store's SQLite file
+//! or in a PostgreSQL database a fleet of hosts shares ([`fleet`](super::fleet)).
 //!
-//! Every statement is plain SQL that PostgreSQL runs unchanged apart from the placeholder
-//! spelling (`?` here, `$n` there): no `AUTOINCREMENT`, no `INSERT OR REPLACE`, no `rowid`;
-//! sequence numbers are taken as `MAX(seq) + 1` inside the writing transaction, which the store
-//! lock already serialises. SQLite runs in WAL mode with a busy timeout, so a reader never
-//! blocks a writer and a second writer waits instead of failing.
+//! Every statement is plain SQL both run unchanged apart from the placeholder spelling (`?`
+//! here, rewritten to `$n` for PostgreSQL): no `AUTOINCREMENT`, no `INSERT OR REPLACE`, no
+//! `rowid`, every integer column `BIGINT`; sequence numbers are taken as `MAX(seq) + 1` inside
+//! the writing transaction, and write transactions serialise: SQLite's `BEGIN IMMEDIATE`, and on
+//! PostgreSQL a transaction-level advisory lock taken first in each (migrations too, so two
+//! hosts migrating at once apply each step once). SQLite runs in WAL mode with a busy timeout,
+//! so a reader never blocks a writer; PostgreSQL reads run in one `REPEATABLE READ` snapshot.
+//!
+//! What describes one machine is kept per host (the `host` column): which versions are in its
+//! store (`host_versions`), its agents, their installations and its intents. A [`Tx`] reads and
+//! writes those for its own host only; the `fleet_*` reads look across hosts.
 //!
 //! This module never touches the filesystem beyond the database file, and never stores a
-//! secret: callers hand it URLs already stripped of userinfo.
+//! secret: callers hand it URLs already stripped of userinfo, and the PostgreSQL password is
+//! only in the connection settings.
 
+use std::cell::RefCell;
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 use serde::Serialize;
 use serde_json::Value;
 
+use super::fleet::{HostChoice, Location, PgHost, PgLocation, Tls};
 use super::{Error, Kind};
 
-/// The schema versions, in order; `migrate` applies the ones a database has not seen.
+/// The schema versions, in order; `migrate` applies the ones a database has not seen. Migration
+/// 3 takes the migrating host's name, store id and the time (`{host}`, `{store_id}`, `{now}`):
+/// what a single-host database held becomes that host's.
 const MIGRATIONS: &[&str] = &[
     // 1: the first schema.
     "CREATE TABLE versions (
@@ -62,7 +74,57 @@ const MIGRATIONS: &[&str] = &[
     // 2: `list` and `status` read every version; this index holds all they select, so they
     // never read the large provenance column (10,000 versions: the index, not 20 MB of rows).
     "CREATE INDEX versions_listed ON versions (skill, seq, digest, state, stored, decided_by, change_kind, created_at, withdrawn_reason);",
+    // 3: a fleet. Hosts, bound to their store's id; what a host has in its store (and which
+    // agents its install asked for); agents, installations and intents per host; the host an
+    // event happened on.
+    "CREATE TABLE hosts (
+        name TEXT PRIMARY KEY,
+        store_id TEXT NOT NULL UNIQUE,
+        first_seen TEXT NOT NULL,
+        last_sync TEXT
+    );
+    INSERT INTO hosts (name, store_id, first_seen) VALUES ('{host}', '{store_id}', '{now}');
+    CREATE TABLE host_versions (
+        host TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        agents TEXT NOT NULL,
+        PRIMARY KEY (host, digest)
+    );
+    INSERT INTO host_versions (host, digest, agents) SELECT '{host}', digest, agents FROM versions WHERE stored = 1;
+    DROP INDEX versions_listed;
+    ALTER TABLE versions DROP COLUMN stored;
+    CREATE INDEX versions_listed ON versions (skill, seq, digest, state, decided_by, change_kind, created_at, withdrawn_reason);
+    CREATE TABLE agents3 (host TEXT NOT NULL, name TEXT NOT NULL, dir TEXT NOT NULL, PRIMARY KEY (host, name));
+    INSERT INTO agents3 (host, name, dir) SELECT '{host}', name, dir FROM agents;
+    DROP TABLE agents;
+    ALTER TABLE agents3 RENAME TO agents;
+    CREATE TABLE installs3 (
+        host TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        skill TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        PRIMARY KEY (host, agent, skill)
+    );
+    INSERT INTO installs3 (host, agent, skill, digest) SELECT '{host}', agent, skill, digest FROM installs;
+    DROP TABLE installs;
+    ALTER TABLE installs3 RENAME TO installs;
+    CREATE INDEX installs_by_digest ON installs (digest);
+    CREATE TABLE intents3 (
+        host TEXT NOT NULL,
+        seq BIGINT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        PRIMARY KEY (host, seq)
+    );
+    INSERT INTO intents3 (host, seq, payload, created_at) SELECT '{host}', seq, payload, created_at FROM intents;
+    DROP TABLE intents;
+    ALTER TABLE intents3 RENAME TO intents;
+    ALTER TABLE events ADD COLUMN host TEXT;",
 ];
+
+/// The PostgreSQL advisory lock every write transaction (and migration) takes first: writes
+/// from every host serialise as SQLite's `BEGIN IMMEDIATE` makes them on one.
+const PG_WRITE_LOCK: i64 = 0x736b_696c_6c62_6f78; // "skillbox"
 
 /// Where a version stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -108,7 +170,8 @@ pub struct Version {
     pub digest: String,
     pub skill: String,
     pub state: State,
-    /// Its tree is in the store (false once garbage-collected, or for a policy denial).
+    /// Its tree is in this host's store (false once garbage-collected, for a policy denial, or
+    /// when only other hosts have it).
     pub stored: bool,
     /// `policy` or `person:NAME`.
     pub decided_by: String,
@@ -120,7 +183,7 @@ pub struct Version {
     pub change: String,
     pub review_sha256: String,
     pub review_summary: String,
-    /// The agents the install asked for (activated on approval).
+    /// The agents this host's install asked for (activated on approval).
     pub agents: Vec<String>,
     pub provenance: Value,
     pub withdrawn_reason: Option<String>,
@@ -158,6 +221,8 @@ pub struct Event {
     pub kind: String,
     pub actor: String,
     pub detail: String,
+    /// The host it happened on (none for events recorded before hosts were).
+    pub host: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -167,11 +232,234 @@ pub struct Intent {
     pub created_at: String,
 }
 
-/// The records of one store.
-pub struct Records {
-    conn: Connection,
+/// A host of the fleet as the records know it.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostRow {
+    pub name: String,
+    pub first_seen: String,
+    /// The last `skillbox sync` on that host (none yet: never).
+    pub last_sync: Option<String>,
 }
 
+/// One installation anywhere in the fleet.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct FleetInstall {
+    pub host: String,
+    pub agent: String,
+    pub skill: String,
+    pub digest: String,
+}
+
+/// One value in or out of a statement: the types the schema uses.
+#[derive(Debug, Clone, PartialEq)]
+enum Cell {
+    Null,
+    Int(i64),
+    Text(String),
+}
+
+impl From<&str> for Cell {
+    fn from(s: &str) -> Self {
+        Cell::Text(s.to_owned())
+    }
+}
+
+impl From<&String> for Cell {
+    fn from(s: &String) -> Self {
+        Cell::Text(s.clone())
+    }
+}
+
+impl From<String> for Cell {
+    fn from(s: String) -> Self {
+        Cell::Text(s)
+    }
+}
+
+impl From<i64> for Cell {
+    fn from(i: i64) -> Self {
+        Cell::Int(i)
+    }
+}
+
+impl<T: Into<Cell>> From<Option<T>> for Cell {
+    fn from(o: Option<T>) -> Self {
+        o.map_or(Cell::Null, Into::into)
+    }
+}
+
+impl rusqlite::ToSql for Cell {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, Value as V};
+        Ok(match self {
+            Cell::Null => ToSqlOutput::Owned(V::Null),
+            Cell::Int(i) => ToSqlOutput::Owned(V::Integer(*i)),
+            Cell::Text(s) => ToSqlOutput::Borrowed(rusqlite::types::ValueRef::Text(s.as_bytes())),
+        })
+    }
+}
+
+/// `[c1, c2, ...]` as statement arguments.
+macro_rules! args {
+    ($($x:expr),* $(,)?) => { &[$(Cell::from($x)),*][..] };
+}
+
+/// One result row.
+struct Row(Vec<Cell>);
+
+impl Row {
+    fn cell(&self, i: usize) -> Result<&Cell, Error> {
+        self.0
+            .get(i)
+            .ok_or_else(|| Error::new(Kind::Operational, format!("records: no column {i}")))
+    }
+
+    fn text(&self, i: usize) -> Result<String, Error> {
+        match self.cell(i)? {
+            Cell::Text(s) => Ok(s.clone()),
+            other => Err(corrupt(i, other)),
+        }
+    }
+
+    fn opt_text(&self, i: usize) -> Result<Option<String>, Error> {
+        match self.cell(i)? {
+            Cell::Null => Ok(None),
+            Cell::Text(s) => Ok(Some(s.clone())),
+            other => Err(corrupt(i, other)),
+        }
+    }
+
+    fn int(&self, i: usize) -> Result<i64, Error> {
+        match self.cell(i)? {
+            Cell::Int(n) => Ok(*n),
+            other => Err(corrupt(i, other)),
+        }
+    }
+
+    fn opt_int(&self, i: usize) -> Result<Option<i64>, Error> {
+        match self.cell(i)? {
+            Cell::Null => Ok(None),
+            Cell::Int(n) => Ok(Some(*n)),
+            other => Err(corrupt(i, other)),
+        }
+    }
+}
+
+fn corrupt(i: usize, c: &Cell) -> Error {
+    Error::new(
+        Kind::Operational,
+        format!("corrupt records: column {i} holds {c:?}, not the type the schema says"),
+    )
+}
+
+fn sqlite_row(r: &rusqlite::Row<'_>, n: usize) -> rusqlite::Result<Row> {
+    use rusqlite::types::ValueRef;
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        out.push(match r.get_ref(i)? {
+            ValueRef::Null => Cell::Null,
+            ValueRef::Integer(v) => Cell::Int(v),
+            ValueRef::Text(t) => Cell::Text(String::from_utf8_lossy(t).into_owned()),
+            ValueRef::Real(_) | ValueRef::Blob(_) => {
+                return Err(rusqlite::Error::InvalidColumnType(
+                    i,
+                    "value".into(),
+                    rusqlite::types::Type::Blob,
+                ));
+            }
+        });
+    }
+    Ok(Row(out))
+}
+
+fn pg_row(r: &postgres::Row) -> Result<Row, Error> {
+    use postgres::types::Type;
+    let mut out = Vec::with_capacity(r.len());
+    for (i, col) in r.columns().iter().enumerate() {
+        let ty = col.type_();
+        let cell = if *ty == Type::INT8 {
+            r.try_get::<_, Option<i64>>(i).map(|v| v.map(Cell::Int))
+        } else if *ty == Type::INT4 {
+            r.try_get::<_, Option<i32>>(i)
+                .map(|v| v.map(|n| Cell::Int(n.into())))
+        } else if *ty == Type::INT2 {
+            r.try_get::<_, Option<i16>>(i)
+                .map(|v| v.map(|n| Cell::Int(n.into())))
+        } else if *ty == Type::BOOL {
+            r.try_get::<_, Option<bool>>(i)
+                .map(|v| v.map(|b| Cell::Int(b.into())))
+        } else {
+            r.try_get::<_, Option<String>>(i).map(|v| v.map(Cell::Text))
+        };
+        out.push(cell.map_err(pg_err)?.unwrap_or(Cell::Null));
+    }
+    Ok(Row(out))
+}
+
+/// `?` placeholders as PostgreSQL's `$1, $2, ...` (none of our statements has a `?` in a string
+/// literal, but quoted text is skipped all the same).
+fn pg_sql(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    let mut quoted = false;
+    for c in sql.chars() {
+        match c {
+            '\'' => {
+                quoted = !quoted;
+                out.push(c);
+            }
+            '?' if !quoted => {
+                n += 1;
+                out.push('$');
+                out.push_str(&n.to_string());
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn pg_args(args: &[Cell]) -> Vec<Box<dyn postgres::types::ToSql + Sync>> {
+    args.iter()
+        .map(|c| -> Box<dyn postgres::types::ToSql + Sync> {
+            match c {
+                Cell::Null => Box::new(Option::<String>::None),
+                Cell::Int(i) => Box::new(*i),
+                Cell::Text(s) => Box::new(s.clone()),
+            }
+        })
+        .collect()
+}
+
+fn pg_err(e: postgres::Error) -> Error {
+    // The server's own message (e.g. "password authentication failed for user ...") and the
+    // I/O cause; neither holds the password, and callers scrub connection errors of it too.
+    let mut msg = match e.as_db_error() {
+        Some(db) => format!("{}: {}", db.severity(), db.message()),
+        None => e.to_string(),
+    };
+    if let Some(src) = std::error::Error::source(&e)
+        && e.as_db_error().is_none()
+    {
+        let s = src.to_string();
+        if !msg.contains(&s) {
+            msg = format!("{msg}: {s}");
+        }
+    }
+    Error::new(Kind::Operational, format!("records (postgres): {msg}"))
+}
+
+/// The records of one store, for one host.
+pub struct Records {
+    conn: Backend,
+    host: String,
+    location: String,
+}
+
+enum Backend {
+    Sqlite(Connection),
+    Postgres(Box<postgres::Client>),
+}
 fn db_err(e: rusqlite::Error) -> Error {
     let kind = match &e {
         rusqlite::Error::SqliteFailure(f, _)
@@ -207,220 +495,482 @@ fn json_err(e: serde_json::Error) -> Error {
     Error::new(Kind::Operational, format!("corrupt records: {e}"))
 }
 
-impl Records {
-    /// Open (creating if needed) the database and bring its schema up to date.
-    pub fn open(path: &Path) -> Result<Self, Error> {
-        let conn = Connection::open(path).map_err(db_err)?;
-        conn.busy_timeout(Duration::from_secs(60)).map_err(db_err)?;
-        // WAL: readers see the last committed state while a writer works. NORMAL: a commit is
-        // atomic and survives a killed process (the crash model the journal is built for); a
-        // power loss may lose the newest commits, never consistency, and the next command's
-        // recovery reconciles the filesystem with what the records kept.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(db_err)?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(db_err)?;
-        // Keep the WAL between commands instead of checkpointing and deleting it on every
-        // close: each command is short, and SQLite checkpoints on its own as the WAL grows.
-        conn.set_db_config(
-            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-            true,
+/// Connect to PostgreSQL. Errors never hold the password: the message is the server's or the
+/// socket's, scrubbed of the password all the same.
+fn pg_connect(p: &PgLocation) -> Result<postgres::Client, Error> {
+    let mut cfg = postgres::Config::new();
+    cfg.user(&p.user)
+        .dbname(&p.dbname)
+        .application_name("skillbox")
+        .connect_timeout(Duration::from_secs(10));
+    match &p.host {
+        PgHost::Tcp { host, port } => {
+            cfg.host(host).port(*port);
+        }
+        PgHost::Socket { dir, port } => {
+            cfg.host_path(dir).port(*port);
+        }
+    }
+    if let Some(pw) = &p.password {
+        cfg.password(pw.expose());
+    }
+    let shown = Location::Postgres(p.clone()).display();
+    let connected = match &p.tls {
+        None => cfg.connect(postgres::NoTls),
+        Some(tls) => {
+            // verify-full: never fall back to plain text, check the chain and the host name.
+            cfg.ssl_mode(postgres::config::SslMode::Require);
+            cfg.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls_config(
+                tls,
+            )?))
+        }
+    };
+    connected.map_err(|e| {
+        let mut err = pg_err(e);
+        if let Some(pw) = p.password.as_ref().filter(|pw| !pw.is_empty()) {
+            err.message = err.message.replace(pw.expose(), "[password]");
+        }
+        err.message = format!("cannot open the records at {shown}: {}", err.message);
+        err
+    })
+}
+
+/// The rustls client settings for the server: the fetcher's (ring, TLS 1.2 and 1.3, Mozilla's
+/// roots or exactly the CA file's), with PostgreSQL's ALPN protocol name.
+fn tls_config(tls: &Tls) -> Result<rustls::ClientConfig, Error> {
+    let trust = match &tls.ca_file {
+        Some(f) => crate::fetch::tls::Trust::from_ca_file(f),
+        None => Ok(crate::fetch::tls::Trust::WebPki),
+    };
+    let config = trust.and_then(|t| t.client_config()).map_err(|e| {
+        Error::new(
+            Kind::Usage,
+            format!(
+                "--records-ca-file: {}",
+                e.to_string().replace("--ca-file", "the CA file")
+            ),
         )
-        .map_err(db_err)?;
-        let mut r = Records { conn };
-        r.migrate()?;
+    })?;
+    let mut config = (*config).clone();
+    config.alpn_protocols = vec![b"postgresql".to_vec()];
+    Ok(config)
+}
+
+impl Records {
+    /// Open the records at `location` (`sqlite_path` for the SQLite default), bring the schema
+    /// up to date, and bind this store (`store_id`) to its host name.
+    pub fn open_at(
+        location: &Location,
+        sqlite_path: &Path,
+        host: &HostChoice,
+        store_id: &str,
+    ) -> Result<Self, Error> {
+        let conn = match location {
+            Location::Sqlite => Backend::Sqlite(open_sqlite(sqlite_path)?),
+            Location::Postgres(p) => Backend::Postgres(Box::new(pg_connect(p)?)),
+        };
+        let mut r = Records {
+            conn,
+            host: host.name.clone(),
+            location: location.display(),
+        };
+        r.migrate(store_id)?;
+        r.register(host, store_id)?;
         Ok(r)
     }
 
-    fn migrate(&mut self) -> Result<(), Error> {
+    /// This host's name, as the records know it.
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Where the records are, printable (never a password).
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn migrate(&mut self, store_id: &str) -> Result<(), Error> {
         // The common case, an up-to-date schema, takes no write lock.
-        let current: Result<Option<i64>, _> =
-            self.conn
-                .query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0));
-        if let Ok(Some(v)) = current
+        let fresh = self.read(|tx| {
+            let rows = tx.rows("SELECT MAX(version) FROM schema_version", &[])?;
+            Ok(rows.first().map(|r| r.opt_int(0)).transpose()?.flatten())
+        });
+        if let Ok(Some(v)) = fresh
             && usize::try_from(v).is_ok_and(|v| v == MIGRATIONS.len())
         {
             return Ok(());
         }
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(db_err)?;
-        tx.execute(
-            "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)",
-            [],
-        )
-        .map_err(db_err)?;
-        let have: Option<i64> = tx
-            .query_row("SELECT MAX(version) FROM schema_version", [], |r| r.get(0))
-            .map_err(db_err)?;
-        let have = usize::try_from(have.unwrap_or(0)).unwrap_or(0);
-        if have > MIGRATIONS.len() {
+        // Security: these are substituted into SQL text, so each is checked to be of a charset
+        // that cannot end a string literal (a host name, a hex id, an RFC 3339 time).
+        let host = self.host.clone();
+        super::fleet::check_host_name(&host).map_err(|e| Error::new(Kind::Usage, e))?;
+        let safe = |s: &str| {
+            s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b':' | b'.' | b'+'))
+        };
+        let now = super::now();
+        if !safe(store_id) || !safe(&now) {
             return Err(Error::new(
                 Kind::Operational,
-                format!(
-                    "the records use schema version {have}; this skillbox knows up to {}: use a newer skillbox",
-                    MIGRATIONS.len()
-                ),
+                "corrupt store: the store id is not hex",
             ));
         }
-        for (i, m) in MIGRATIONS.iter().enumerate().skip(have) {
-            tx.execute_batch(m).map_err(db_err)?;
-            tx.execute(
-                "INSERT INTO schema_version (version) VALUES (?)",
-                params![i64::try_from(i + 1).unwrap_or(i64::MAX)],
-            )
-            .map_err(db_err)?;
-        }
-        tx.commit().map_err(db_err)
+        self.write(|tx| {
+            tx.exec(
+                "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)",
+                &[],
+            )?;
+            let have = tx.rows("SELECT MAX(version) FROM schema_version", &[])?;
+            let have = have.first().map(|r| r.opt_int(0)).transpose()?.flatten();
+            let have = usize::try_from(have.unwrap_or(0)).unwrap_or(0);
+            if have > MIGRATIONS.len() {
+                return Err(Error::new(
+                    Kind::Operational,
+                    format!(
+                        "the records use schema version {have}; this skillbox knows up to {}: use a newer skillbox",
+                        MIGRATIONS.len()
+                    ),
+                ));
+            }
+            for (i, m) in MIGRATIONS.iter().enumerate().skip(have) {
+                let sql = m
+                    .replace("{host}", &host)
+                    .replace("{store_id}", store_id)
+                    .replace("{now}", &now);
+                tx.batch(&sql)?;
+                tx.exec(
+                    "INSERT INTO schema_version (version) VALUES (?)",
+                    args![i64::try_from(i + 1).unwrap_or(i64::MAX)],
+                )?;
+            }
+            Ok(())
+        })
     }
 
-    /// Run `f` in one write transaction; it commits only if `f` succeeds.
+    /// Bind this store to its host name: a name already bound to another store is refused (two
+    /// machines acting as one host would replay each other's journal and share a store view);
+    /// a store already bound under another name keeps that name unless `--host` said otherwise.
+    fn register(&mut self, host: &HostChoice, store_id: &str) -> Result<(), Error> {
+        let lookup = |tx: &Tx<'_>| -> Result<(Option<String>, Option<String>), Error> {
+            let by_id = tx
+                .rows("SELECT name FROM hosts WHERE store_id = ?", args![store_id])?
+                .first()
+                .map(|r| r.text(0))
+                .transpose()?;
+            let by_name = tx
+                .rows(
+                    "SELECT store_id FROM hosts WHERE name = ?",
+                    args![&host.name],
+                )?
+                .first()
+                .map(|r| r.text(0))
+                .transpose()?;
+            Ok((by_id, by_name))
+        };
+        let decide = |by_id: Option<String>,
+                      by_name: Option<String>|
+         -> Result<Option<String>, Error> {
+            match (by_id, by_name) {
+                (Some(n), _) if n == host.name => Ok(Some(n)),
+                (Some(n), _) if !host.explicit => Ok(Some(n)),
+                (Some(n), _) => Err(Error::new(
+                    Kind::Usage,
+                    format!(
+                        "this store is host {n} in the records; --host {} names another host (give --host {n}, or another store)",
+                        host.name
+                    ),
+                )),
+                (None, Some(_)) => Err(Error::new(
+                    Kind::Usage,
+                    format!(
+                        "host name {} is already in the records for another store (another machine, or a store made anew); give this store its own --host NAME",
+                        host.name
+                    ),
+                )),
+                (None, None) => Ok(None),
+            }
+        };
+        let (by_id, by_name) = self.read(lookup)?;
+        if let Some(name) = decide(by_id, by_name)? {
+            self.host = name;
+            return Ok(());
+        }
+        let now = super::now();
+        let name = self.write(|tx| {
+            let (by_id, by_name) = lookup(tx)?;
+            if let Some(name) = decide(by_id, by_name)? {
+                return Ok(name);
+            }
+            tx.exec(
+                "INSERT INTO hosts (name, store_id, first_seen) VALUES (?, ?, ?)",
+                args![&host.name, store_id, &now],
+            )?;
+            Ok(host.name.clone())
+        })?;
+        self.host = name;
+        Ok(())
+    }
+
+    /// Run `f` in one write transaction; it commits only if `f` succeeds. Write transactions
+    /// serialise, on one host and across the fleet.
     pub fn write<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T, Error>) -> Result<T, Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(db_err)?;
-        let out = f(&Tx { tx: &tx })?;
-        tx.commit().map_err(db_err)?;
-        Ok(out)
+        let host = self.host.as_str();
+        match &mut self.conn {
+            Backend::Sqlite(c) => {
+                let tx = c
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(db_err)?;
+                let out = f(&Tx {
+                    conn: TxConn::Sqlite(&tx),
+                    host,
+                })?;
+                tx.commit().map_err(db_err)?;
+                Ok(out)
+            }
+            Backend::Postgres(c) => {
+                let mut tx = c.transaction().map_err(pg_err)?;
+                // The sequence numbers (MAX(seq) + 1) and the migrations rely on one writer at
+                // a time, as SQLite's BEGIN IMMEDIATE gives: taken first, held to commit.
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PG_WRITE_LOCK])
+                    .map_err(pg_err)?;
+                let t = Tx {
+                    conn: TxConn::Postgres(RefCell::new(tx)),
+                    host,
+                };
+                let out = f(&t)?;
+                if let TxConn::Postgres(tx) = t.conn {
+                    tx.into_inner().commit().map_err(pg_err)?;
+                }
+                Ok(out)
+            }
+        }
     }
 
     /// Run `f` over one consistent snapshot (a read transaction).
     pub fn read<T>(&mut self, f: impl FnOnce(&Tx<'_>) -> Result<T, Error>) -> Result<T, Error> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Deferred)
-            .map_err(db_err)?;
-        let out = f(&Tx { tx: &tx })?;
-        tx.finish().map_err(db_err)?;
-        Ok(out)
+        let host = self.host.as_str();
+        match &mut self.conn {
+            Backend::Sqlite(c) => {
+                let tx = c
+                    .transaction_with_behavior(TransactionBehavior::Deferred)
+                    .map_err(db_err)?;
+                let out = f(&Tx {
+                    conn: TxConn::Sqlite(&tx),
+                    host,
+                })?;
+                tx.finish().map_err(db_err)?;
+                Ok(out)
+            }
+            Backend::Postgres(c) => {
+                let tx = c
+                    .build_transaction()
+                    .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()
+                    .map_err(pg_err)?;
+                let t = Tx {
+                    conn: TxConn::Postgres(RefCell::new(tx)),
+                    host,
+                };
+                let out = f(&t)?;
+                if let TxConn::Postgres(tx) = t.conn {
+                    tx.into_inner().commit().map_err(pg_err)?;
+                }
+                Ok(out)
+            }
+        }
     }
 }
 
-/// One transaction over the records.
+fn open_sqlite(path: &Path) -> Result<Connection, Error> {
+    let conn = Connection::open(path).map_err(db_err)?;
+    conn.busy_timeout(Duration::from_secs(60)).map_err(db_err)?;
+    // WAL: readers see the last committed state while a writer works. NORMAL: a commit is
+    // atomic and survives a killed process (the crash model the journal is built for); a
+    // power loss may lose the newest commits, never consistency, and the next command's
+    // recovery reconciles the filesystem with what the records kept.
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(db_err)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(db_err)?;
+    // Keep the WAL between commands instead of checkpointing and deleting it on every
+    // close: each command is short, and SQLite checkpoints on its own as the WAL grows.
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )
+    .map_err(db_err)?;
+    Ok(conn)
+}
+
+/// One transaction over the records, for one host.
 pub struct Tx<'a> {
-    tx: &'a rusqlite::Transaction<'a>,
+    conn: TxConn<'a>,
+    host: &'a str,
 }
 
-const VERSION_COLUMNS: &str = "digest, skill, state, stored, decided_by, rule, findings, change_kind, review_sha256, review_summary, agents, provenance, withdrawn_reason, seq, created_at";
-
-/// A `versions` row as stored, before its JSON columns are decoded.
-struct RawVersion {
-    digest: String,
-    skill: String,
-    state: String,
-    stored: i64,
-    decided_by: String,
-    rule: Option<String>,
-    findings: String,
-    change: String,
-    review_sha256: String,
-    review_summary: String,
-    agents: String,
-    provenance: String,
-    withdrawn_reason: Option<String>,
-    seq: i64,
-    created_at: String,
+enum TxConn<'a> {
+    Sqlite(&'a rusqlite::Transaction<'a>),
+    /// The sync client needs `&mut` for every statement; a transaction is used by one thread.
+    Postgres(RefCell<postgres::Transaction<'a>>),
 }
 
-fn raw_version(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawVersion> {
-    Ok(RawVersion {
-        digest: r.get(0)?,
-        skill: r.get(1)?,
-        state: r.get(2)?,
-        stored: r.get(3)?,
-        decided_by: r.get(4)?,
-        rule: r.get(5)?,
-        findings: r.get(6)?,
-        change: r.get(7)?,
-        review_sha256: r.get(8)?,
-        review_summary: r.get(9)?,
-        agents: r.get(10)?,
-        provenance: r.get(11)?,
-        withdrawn_reason: r.get(12)?,
-        seq: r.get(13)?,
-        created_at: r.get(14)?,
+impl Tx<'_> {
+    fn rows(&self, sql: &str, args: &[Cell]) -> Result<Vec<Row>, Error> {
+        match &self.conn {
+            TxConn::Sqlite(tx) => {
+                let mut st = tx.prepare_cached(sql).map_err(db_err)?;
+                let n = st.column_count();
+                let rows = st
+                    .query_map(rusqlite::params_from_iter(args.iter()), |r| {
+                        sqlite_row(r, n)
+                    })
+                    .map_err(db_err)?;
+                rows.collect::<Result<_, _>>().map_err(db_err)
+            }
+            TxConn::Postgres(tx) => {
+                let params = pg_args(args);
+                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    params.iter().map(|b| b.as_ref()).collect();
+                let rows = tx
+                    .borrow_mut()
+                    .query(pg_sql(sql).as_str(), &refs)
+                    .map_err(pg_err)?;
+                rows.iter().map(pg_row).collect()
+            }
+        }
+    }
+
+    fn exec(&self, sql: &str, args: &[Cell]) -> Result<u64, Error> {
+        match &self.conn {
+            TxConn::Sqlite(tx) => {
+                let mut st = tx.prepare_cached(sql).map_err(db_err)?;
+                st.execute(rusqlite::params_from_iter(args.iter()))
+                    .map(|n| n as u64)
+                    .map_err(db_err)
+            }
+            TxConn::Postgres(tx) => {
+                let params = pg_args(args);
+                let refs: Vec<&(dyn postgres::types::ToSql + Sync)> =
+                    params.iter().map(|b| b.as_ref()).collect();
+                tx.borrow_mut()
+                    .execute(pg_sql(sql).as_str(), &refs)
+                    .map_err(pg_err)
+            }
+        }
+    }
+
+    /// Several statements without arguments (migrations).
+    fn batch(&self, sql: &str) -> Result<(), Error> {
+        match &self.conn {
+            TxConn::Sqlite(tx) => tx.execute_batch(sql).map_err(db_err),
+            TxConn::Postgres(tx) => tx.borrow_mut().batch_execute(sql).map_err(pg_err),
+        }
+    }
+
+    fn one_text(&self, sql: &str, args: &[Cell]) -> Result<Option<String>, Error> {
+        self.rows(sql, args)?.first().map(|r| r.text(0)).transpose()
+    }
+
+    /// This transaction's host.
+    pub fn host(&self) -> &str {
+        self.host
+    }
+}
+/// The columns of a version, with `stored` and `agents` as this host sees them.
+const VERSION_SELECT: &str = "SELECT v.digest, v.skill, v.state, CASE WHEN hv.digest IS NULL THEN 0 ELSE 1 END, v.decided_by, v.rule, v.findings, v.change_kind, v.review_sha256, v.review_summary, COALESCE(hv.agents, v.agents), v.provenance, v.withdrawn_reason, v.seq, v.created_at FROM versions v LEFT JOIN host_versions hv ON hv.digest = v.digest AND hv.host = ?";
+
+const INSERT_COLUMNS: &str = "digest, skill, state, decided_by, rule, findings, change_kind, review_sha256, review_summary, agents, provenance, withdrawn_reason, seq, created_at";
+
+fn decode_version(r: &Row) -> Result<Version, Error> {
+    Ok(Version {
+        digest: r.text(0)?,
+        skill: r.text(1)?,
+        state: State::parse(&r.text(2)?)?,
+        stored: r.int(3)? != 0,
+        decided_by: r.text(4)?,
+        rule: r.opt_text(5)?,
+        findings: serde_json::from_str(&r.text(6)?).map_err(json_err)?,
+        change: r.text(7)?,
+        review_sha256: r.text(8)?,
+        review_summary: r.text(9)?,
+        agents: serde_json::from_str(&r.text(10)?).map_err(json_err)?,
+        provenance: serde_json::from_str(&r.text(11)?).map_err(json_err)?,
+        withdrawn_reason: r.opt_text(12)?,
+        seq: r.int(13)?,
+        created_at: r.text(14)?,
     })
 }
 
-impl RawVersion {
-    fn decode(self) -> Result<Version, Error> {
-        Ok(Version {
-            state: State::parse(&self.state)?,
-            findings: serde_json::from_str(&self.findings).map_err(json_err)?,
-            agents: serde_json::from_str(&self.agents).map_err(json_err)?,
-            provenance: serde_json::from_str(&self.provenance).map_err(json_err)?,
-            digest: self.digest,
-            skill: self.skill,
-            stored: self.stored != 0,
-            decided_by: self.decided_by,
-            rule: self.rule,
-            change: self.change,
-            review_sha256: self.review_sha256,
-            review_summary: self.review_summary,
-            withdrawn_reason: self.withdrawn_reason,
-            seq: self.seq,
-            created_at: self.created_at,
-        })
-    }
+fn decode_install(r: &Row) -> Result<Install, Error> {
+    Ok(Install {
+        agent: r.text(0)?,
+        skill: r.text(1)?,
+        digest: r.text(2)?,
+    })
+}
+
+fn decode_fleet_install(r: &Row) -> Result<FleetInstall, Error> {
+    Ok(FleetInstall {
+        host: r.text(0)?,
+        agent: r.text(1)?,
+        skill: r.text(2)?,
+        digest: r.text(3)?,
+    })
 }
 
 impl Tx<'_> {
     fn next_seq(&self, table: &str) -> Result<i64, Error> {
         let sql = format!("SELECT COALESCE(MAX(seq), 0) + 1 FROM {table}");
-        self.tx.query_row(&sql, [], |r| r.get(0)).map_err(db_err)
+        self.rows(&sql, &[])?
+            .first()
+            .map(|r| r.int(0))
+            .transpose()?
+            .ok_or_else(|| Error::new(Kind::Operational, "records: no sequence number"))
     }
 
-    fn versions_where(
-        &self,
-        clause: &str,
-        args: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<Version>, Error> {
-        let sql = format!("SELECT {VERSION_COLUMNS} FROM versions {clause}");
-        let mut st = self.tx.prepare_cached(&sql).map_err(db_err)?;
-        let rows = st.query_map(args, raw_version).map_err(db_err)?;
-        let mut out = Vec::new();
-        for row in rows {
-            out.push(row.map_err(db_err)?.decode()?);
-        }
-        Ok(out)
+    fn versions_where(&self, clause: &str, more: &[Cell]) -> Result<Vec<Version>, Error> {
+        let sql = format!("{VERSION_SELECT} {clause}");
+        let mut a = vec![Cell::from(self.host)];
+        a.extend_from_slice(more);
+        self.rows(&sql, &a)?.iter().map(decode_version).collect()
     }
 
     pub fn version(&self, digest: &str) -> Result<Option<Version>, Error> {
         Ok(self
-            .versions_where("WHERE digest = ?", &[&digest])?
+            .versions_where("WHERE v.digest = ?", args![digest])?
             .into_iter()
             .next())
     }
 
     /// Versions of one skill whose digest starts with `prefix` (a full digest is its own prefix).
     pub fn versions_matching(&self, skill: &str, prefix: &str) -> Result<Vec<Version>, Error> {
-        // A range over the primary key (hex sorts below 'g'), so the index answers it.
+        // A range over the primary key (hex sorts below 'g'), so the index answers it; the
+        // prefix is checked again here, whatever the database's collation.
         let upper = format!("{prefix}g");
         let mut found = self.versions_where(
-            "WHERE digest >= ? AND digest < ? ORDER BY seq",
-            &[&prefix, &upper],
+            "WHERE v.digest >= ? AND v.digest < ? ORDER BY v.seq",
+            args![prefix, upper],
         )?;
-        found.retain(|v| v.skill == skill);
+        found.retain(|v| v.skill == skill && v.digest.starts_with(prefix));
         Ok(found)
     }
 
     /// Every version of `skill`, oldest first.
     pub fn versions_of(&self, skill: &str) -> Result<Vec<Version>, Error> {
-        self.versions_where("WHERE skill = ? ORDER BY seq", &[&skill])
+        self.versions_where("WHERE v.skill = ? ORDER BY v.seq", args![skill])
     }
 
     pub fn all_versions(&self) -> Result<Vec<Version>, Error> {
-        self.versions_where("ORDER BY skill, seq", &[])
+        self.versions_where("ORDER BY v.skill, v.seq", &[])
     }
 
-    /// The newest approved, stored version of `skill` older than `before` (by store order).
+    /// The newest approved version of `skill` in this host's store older than `before`.
     pub fn previous_approved(&self, skill: &str, before: i64) -> Result<Option<Version>, Error> {
         Ok(self
             .versions_where(
-                "WHERE skill = ? AND state = 'approved' AND stored = 1 AND seq < ? ORDER BY seq DESC LIMIT 1",
-                &[&skill, &before],
+                "WHERE v.skill = ? AND v.state = 'approved' AND hv.digest IS NOT NULL AND v.seq < ? ORDER BY v.seq DESC LIMIT 1",
+                args![skill, before],
             )?
             .into_iter()
             .next())
@@ -428,86 +978,71 @@ impl Tx<'_> {
 
     /// The digest of the newest version of `skill`.
     pub fn latest_digest(&self, skill: &str) -> Result<Option<String>, Error> {
-        self.tx
-            .query_row(
-                "SELECT digest FROM versions WHERE skill = ? ORDER BY seq DESC LIMIT 1",
-                params![skill],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err)
+        self.one_text(
+            "SELECT digest FROM versions WHERE skill = ? ORDER BY seq DESC LIMIT 1",
+            args![skill],
+        )
     }
 
-    /// Digests of every version whose tree is in the store.
+    /// Digests of every version whose tree is in this host's store.
     pub fn stored_digests(&self) -> Result<Vec<String>, Error> {
-        let mut st = self
-            .tx
-            .prepare_cached("SELECT digest FROM versions WHERE stored = 1")
-            .map_err(db_err)?;
-        let rows = st.query_map([], |r| r.get(0)).map_err(db_err)?;
-        rows.collect::<Result<_, _>>().map_err(db_err)
+        self.rows(
+            "SELECT digest FROM host_versions WHERE host = ?",
+            args![self.host],
+        )?
+        .iter()
+        .map(|r| r.text(0))
+        .collect()
     }
 
     /// Every version without its JSON columns (what `list` shows), by skill then store order.
     pub fn version_list(&self) -> Result<Vec<Listed>, Error> {
-        let mut st = self
-            .tx
-            .prepare_cached(
-                "SELECT digest, skill, state, stored, decided_by, change_kind, seq, created_at, withdrawn_reason FROM versions ORDER BY skill, seq",
-            )
-            .map_err(db_err)?;
-        let rows = st
-            .query_map([], |r| {
-                Ok((
-                    Listed {
-                        digest: r.get(0)?,
-                        skill: r.get(1)?,
-                        state: State::Pending,
-                        stored: r.get::<_, i64>(3)? != 0,
-                        decided_by: r.get(4)?,
-                        change: r.get(5)?,
-                        seq: r.get(6)?,
-                        created_at: r.get(7)?,
-                        withdrawn_reason: r.get(8)?,
-                    },
-                    r.get::<_, String>(2)?,
-                ))
+        self.rows(
+            "SELECT v.digest, v.skill, v.state, CASE WHEN hv.digest IS NULL THEN 0 ELSE 1 END, v.decided_by, v.change_kind, v.seq, v.created_at, v.withdrawn_reason FROM versions v LEFT JOIN host_versions hv ON hv.digest = v.digest AND hv.host = ? ORDER BY v.skill, v.seq",
+            args![self.host],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(Listed {
+                digest: r.text(0)?,
+                skill: r.text(1)?,
+                state: State::parse(&r.text(2)?)?,
+                stored: r.int(3)? != 0,
+                decided_by: r.text(4)?,
+                change: r.text(5)?,
+                seq: r.int(6)?,
+                created_at: r.text(7)?,
+                withdrawn_reason: r.opt_text(8)?,
             })
-            .map_err(db_err)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (mut l, state) = row.map_err(db_err)?;
-            l.state = State::parse(&state)?;
-            out.push(l);
-        }
-        Ok(out)
+        })
+        .collect()
     }
 
     pub fn insert_version(&self, v: &Version) -> Result<i64, Error> {
         let seq = self.next_seq("versions")?;
         let j = |x: &dyn erased::Ser| x.to_json();
-        self.tx
-            .execute(
-                &format!("INSERT INTO versions ({VERSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                params![
-                    v.digest,
-                    v.skill,
-                    v.state.as_str(),
-                    i64::from(v.stored),
-                    v.decided_by,
-                    v.rule,
-                    j(&v.findings)?,
-                    v.change,
-                    v.review_sha256,
-                    v.review_summary,
-                    j(&v.agents)?,
-                    j(&v.provenance)?,
-                    v.withdrawn_reason,
-                    seq,
-                    v.created_at,
-                ],
-            )
-            .map_err(db_err)?;
+        self.exec(
+            &format!(
+                "INSERT INTO versions ({INSERT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            args![
+                &v.digest,
+                &v.skill,
+                v.state.as_str(),
+                &v.decided_by,
+                v.rule.as_ref(),
+                j(&v.findings)?,
+                &v.change,
+                &v.review_sha256,
+                &v.review_summary,
+                j(&v.agents)?,
+                j(&v.provenance)?,
+                v.withdrawn_reason.as_ref(),
+                seq,
+                &v.created_at,
+            ],
+        )?;
+        self.set_host_version(&v.digest, v.stored.then_some(&v.agents[..]))?;
         Ok(seq)
     }
 
@@ -517,22 +1052,19 @@ impl Tx<'_> {
         if self.version(&v.digest)?.is_none() {
             return self.insert_version(v).map(|_| ());
         }
-        self.tx
-            .execute(
-                "UPDATE versions SET state = ?, stored = ?, decided_by = ?, rule = ?, findings = ?, change_kind = ?, agents = ? WHERE digest = ?",
-                params![
-                    v.state.as_str(),
-                    i64::from(v.stored),
-                    v.decided_by,
-                    v.rule,
-                    erased::Ser::to_json(&v.findings)?,
-                    v.change,
-                    erased::Ser::to_json(&v.agents)?,
-                    v.digest,
-                ],
-            )
-            .map_err(db_err)?;
-        Ok(())
+        self.exec(
+            "UPDATE versions SET state = ?, decided_by = ?, rule = ?, findings = ?, change_kind = ?, agents = ? WHERE digest = ?",
+            args![
+                v.state.as_str(),
+                &v.decided_by,
+                v.rule.as_ref(),
+                erased::Ser::to_json(&v.findings)?,
+                &v.change,
+                erased::Ser::to_json(&v.agents)?,
+                &v.digest,
+            ],
+        )?;
+        self.set_host_version(&v.digest, v.stored.then_some(&v.agents[..]))
     }
 
     pub fn set_state(
@@ -542,132 +1074,183 @@ impl Tx<'_> {
         decided_by: &str,
         rule: Option<&str>,
     ) -> Result<(), Error> {
-        self.tx
-            .execute(
-                "UPDATE versions SET state = ?, decided_by = ?, rule = ? WHERE digest = ?",
-                params![state.as_str(), decided_by, rule, digest],
-            )
-            .map_err(db_err)?;
+        self.exec(
+            "UPDATE versions SET state = ?, decided_by = ?, rule = ? WHERE digest = ?",
+            args![state.as_str(), decided_by, rule, digest],
+        )?;
+        Ok(())
+    }
+
+    /// The review a person's decision covers (the one on the host they decided on).
+    pub fn set_review(&self, digest: &str, sha256: &str, summary: &str) -> Result<(), Error> {
+        self.exec(
+            "UPDATE versions SET review_sha256 = ?, review_summary = ? WHERE digest = ?",
+            args![sha256, summary, digest],
+        )?;
         Ok(())
     }
 
     pub fn withdraw(&self, digest: &str, reason: &str) -> Result<(), Error> {
-        self.tx
-            .execute(
-                "UPDATE versions SET state = 'withdrawn', withdrawn_reason = ? WHERE digest = ?",
-                params![reason, digest],
-            )
-            .map_err(db_err)?;
+        self.exec(
+            "UPDATE versions SET state = 'withdrawn', withdrawn_reason = ? WHERE digest = ?",
+            args![reason, digest],
+        )?;
         Ok(())
     }
 
+    /// Whether this host's store holds the version's tree.
     pub fn set_stored(&self, digest: &str, stored: bool) -> Result<(), Error> {
-        self.tx
-            .execute(
-                "UPDATE versions SET stored = ? WHERE digest = ?",
-                params![i64::from(stored), digest],
-            )
-            .map_err(db_err)?;
+        if stored {
+            self.exec(
+                "INSERT INTO host_versions (host, digest, agents) VALUES (?, ?, '[]') ON CONFLICT (host, digest) DO NOTHING",
+                args![self.host, digest],
+            )?;
+            return Ok(());
+        }
+        self.set_host_version(digest, None)
+    }
+
+    /// Record the version in this host's store with the agents its install asked for, or (None)
+    /// out of it.
+    pub fn set_host_version(&self, digest: &str, agents: Option<&[String]>) -> Result<(), Error> {
+        match agents {
+            Some(a) => self.exec(
+                "INSERT INTO host_versions (host, digest, agents) VALUES (?, ?, ?)
+                 ON CONFLICT (host, digest) DO UPDATE SET agents = excluded.agents",
+                args![self.host, digest, erased::Ser::to_json(&a)?],
+            ),
+            None => self.exec(
+                "DELETE FROM host_versions WHERE host = ? AND digest = ?",
+                args![self.host, digest],
+            ),
+        }?;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ hosts
+
+    pub fn hosts(&self) -> Result<Vec<HostRow>, Error> {
+        self.rows(
+            "SELECT name, first_seen, last_sync FROM hosts ORDER BY name",
+            &[],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(HostRow {
+                name: r.text(0)?,
+                first_seen: r.text(1)?,
+                last_sync: r.opt_text(2)?,
+            })
+        })
+        .collect()
+    }
+
+    /// Note that this host applied the fleet's decisions at `time`.
+    pub fn set_last_sync(&self, time: &str) -> Result<(), Error> {
+        self.exec(
+            "UPDATE hosts SET last_sync = ? WHERE name = ?",
+            args![time, self.host],
+        )?;
         Ok(())
     }
 
     // ------------------------------------------------------------ agents
 
     pub fn agent_dir(&self, name: &str) -> Result<Option<String>, Error> {
-        self.tx
-            .query_row(
-                "SELECT dir FROM agents WHERE name = ?",
-                params![name],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err)
+        self.one_text(
+            "SELECT dir FROM agents WHERE host = ? AND name = ?",
+            args![self.host, name],
+        )
     }
 
     pub fn agents(&self) -> Result<Vec<(String, String)>, Error> {
-        let mut st = self
-            .tx
-            .prepare_cached("SELECT name, dir FROM agents ORDER BY name")
-            .map_err(db_err)?;
-        let rows = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(db_err)?;
-        rows.collect::<Result<_, _>>().map_err(db_err)
+        self.rows(
+            "SELECT name, dir FROM agents WHERE host = ? ORDER BY name",
+            args![self.host],
+        )?
+        .iter()
+        .map(|r| Ok((r.text(0)?, r.text(1)?)))
+        .collect()
     }
 
     pub fn add_agent(&self, name: &str, dir: &str) -> Result<(), Error> {
-        self.tx
-            .execute(
-                "INSERT INTO agents (name, dir) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-                params![name, dir],
-            )
-            .map_err(db_err)?;
+        self.exec(
+            "INSERT INTO agents (host, name, dir) VALUES (?, ?, ?) ON CONFLICT (host, name) DO NOTHING",
+            args![self.host, name, dir],
+        )?;
         Ok(())
     }
 
     // ------------------------------------------------------------ installs
 
-    fn installs_where(
-        &self,
-        clause: &str,
-        args: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<Install>, Error> {
-        let sql = format!("SELECT agent, skill, digest FROM installs {clause}");
-        let mut st = self.tx.prepare_cached(&sql).map_err(db_err)?;
-        let rows = st
-            .query_map(args, |r| {
-                Ok(Install {
-                    agent: r.get(0)?,
-                    skill: r.get(1)?,
-                    digest: r.get(2)?,
-                })
-            })
-            .map_err(db_err)?;
-        rows.collect::<Result<_, _>>().map_err(db_err)
+    fn installs_where(&self, clause: &str, more: &[Cell]) -> Result<Vec<Install>, Error> {
+        let sql = format!("SELECT agent, skill, digest FROM installs WHERE host = ? {clause}");
+        let mut a = vec![Cell::from(self.host)];
+        a.extend_from_slice(more);
+        self.rows(&sql, &a)?.iter().map(decode_install).collect()
     }
 
+    /// This host's installations.
     pub fn installs(&self) -> Result<Vec<Install>, Error> {
         self.installs_where("ORDER BY skill, agent", &[])
     }
 
     pub fn installs_of(&self, skill: &str) -> Result<Vec<Install>, Error> {
-        self.installs_where("WHERE skill = ? ORDER BY agent", &[&skill])
+        self.installs_where("AND skill = ? ORDER BY agent", args![skill])
     }
 
     pub fn installs_using(&self, digest: &str) -> Result<Vec<Install>, Error> {
-        self.installs_where("WHERE digest = ? ORDER BY agent", &[&digest])
+        self.installs_where("AND digest = ? ORDER BY agent", args![digest])
+    }
+
+    /// Every host's installations of `digest`, by host then agent.
+    pub fn fleet_installs_using(&self, digest: &str) -> Result<Vec<FleetInstall>, Error> {
+        self.rows(
+            "SELECT host, agent, skill, digest FROM installs WHERE digest = ? ORDER BY host, agent",
+            args![digest],
+        )?
+        .iter()
+        .map(decode_fleet_install)
+        .collect()
+    }
+
+    /// Every installation, on any host, of a withdrawn version: what containment waits for.
+    pub fn fleet_installs_of_withdrawn(&self) -> Result<Vec<FleetInstall>, Error> {
+        self.rows(
+            "SELECT i.host, i.agent, i.skill, i.digest FROM installs i JOIN versions v ON v.digest = i.digest WHERE v.state = 'withdrawn' ORDER BY i.skill, i.digest, i.host, i.agent",
+            &[],
+        )?
+        .iter()
+        .map(decode_fleet_install)
+        .collect()
     }
 
     pub fn install(&self, agent: &str, skill: &str) -> Result<Option<String>, Error> {
-        self.tx
-            .query_row(
-                "SELECT digest FROM installs WHERE agent = ? AND skill = ?",
-                params![agent, skill],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db_err)
+        self.one_text(
+            "SELECT digest FROM installs WHERE host = ? AND agent = ? AND skill = ?",
+            args![self.host, agent, skill],
+        )
     }
 
     /// Point `agent`'s `skill` at `digest`, or remove the installation (`None`).
     pub fn set_install(&self, agent: &str, skill: &str, digest: Option<&str>) -> Result<(), Error> {
         match digest {
-            Some(d) => self.tx.execute(
-                "INSERT INTO installs (agent, skill, digest) VALUES (?, ?, ?)
-                 ON CONFLICT (agent, skill) DO UPDATE SET digest = excluded.digest",
-                params![agent, skill, d],
+            Some(d) => self.exec(
+                "INSERT INTO installs (host, agent, skill, digest) VALUES (?, ?, ?, ?)
+                 ON CONFLICT (host, agent, skill) DO UPDATE SET digest = excluded.digest",
+                args![self.host, agent, skill, d],
             ),
-            None => self.tx.execute(
-                "DELETE FROM installs WHERE agent = ? AND skill = ?",
-                params![agent, skill],
+            None => self.exec(
+                "DELETE FROM installs WHERE host = ? AND agent = ? AND skill = ?",
+                args![self.host, agent, skill],
             ),
-        }
-        .map_err(db_err)?;
+        }?;
         Ok(())
     }
 
     // ------------------------------------------------------------ events
 
+    /// Record an event of this host.
     pub fn event(
         &self,
         time: &str,
@@ -678,82 +1261,68 @@ impl Tx<'_> {
         detail: &str,
     ) -> Result<(), Error> {
         let seq = self.next_seq("events")?;
-        self.tx
-            .execute(
-                "INSERT INTO events (seq, time, skill, digest, kind, actor, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                params![seq, time, skill, digest, kind, actor, detail],
-            )
-            .map_err(db_err)?;
+        self.exec(
+            "INSERT INTO events (seq, time, skill, digest, kind, actor, detail, host) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            args![seq, time, skill, digest, kind, actor, detail, self.host],
+        )?;
         Ok(())
     }
 
-    /// The events of one version of `skill`, oldest first.
+    /// The events of one version of `skill`, oldest first, from every host.
     pub fn events_of(&self, skill: &str, digest: &str) -> Result<Vec<Event>, Error> {
-        let mut st = self
-            .tx
-            .prepare_cached(
-                "SELECT seq, time, skill, digest, kind, actor, detail FROM events WHERE digest = ? AND skill = ? ORDER BY seq",
-            )
-            .map_err(db_err)?;
-        let rows = st
-            .query_map(params![digest, skill], |r| {
-                Ok(Event {
-                    seq: r.get(0)?,
-                    time: r.get(1)?,
-                    skill: r.get(2)?,
-                    digest: r.get(3)?,
-                    kind: r.get(4)?,
-                    actor: r.get(5)?,
-                    detail: r.get(6)?,
-                })
+        self.rows(
+            "SELECT seq, time, skill, digest, kind, actor, detail, host FROM events WHERE digest = ? AND skill = ? ORDER BY seq",
+            args![digest, skill],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(Event {
+                seq: r.int(0)?,
+                time: r.text(1)?,
+                skill: r.text(2)?,
+                digest: r.opt_text(3)?,
+                kind: r.text(4)?,
+                actor: r.text(5)?,
+                detail: r.text(6)?,
+                host: r.opt_text(7)?,
             })
-            .map_err(db_err)?;
-        rows.collect::<Result<_, _>>().map_err(db_err)
+        })
+        .collect()
     }
 
     // ------------------------------------------------------------ intents
 
     pub fn add_intent(&self, payload: &Value, time: &str) -> Result<i64, Error> {
         let seq = self.next_seq("intents")?;
-        self.tx
-            .execute(
-                "INSERT INTO intents (seq, payload, created_at) VALUES (?, ?, ?)",
-                params![seq, payload.to_string(), time],
-            )
-            .map_err(db_err)?;
+        self.exec(
+            "INSERT INTO intents (host, seq, payload, created_at) VALUES (?, ?, ?, ?)",
+            args![self.host, seq, payload.to_string(), time],
+        )?;
         Ok(seq)
     }
 
+    /// This host's intents: only it can finish the filesystem steps they describe.
     pub fn intents(&self) -> Result<Vec<Intent>, Error> {
-        let mut st = self
-            .tx
-            .prepare_cached("SELECT seq, payload, created_at FROM intents ORDER BY seq")
-            .map_err(db_err)?;
-        let rows = st
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                ))
+        self.rows(
+            "SELECT seq, payload, created_at FROM intents WHERE host = ? ORDER BY seq",
+            args![self.host],
+        )?
+        .iter()
+        .map(|r| {
+            Ok(Intent {
+                seq: r.int(0)?,
+                payload: serde_json::from_str(&r.text(1)?).map_err(json_err)?,
+                created_at: r.text(2)?,
             })
-            .map_err(db_err)?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (seq, payload, created_at) = row.map_err(db_err)?;
-            out.push(Intent {
-                seq,
-                payload: serde_json::from_str(&payload).map_err(json_err)?,
-                created_at,
-            });
-        }
-        Ok(out)
+        })
+        .collect()
     }
 
     pub fn remove_intent(&self, seq: i64) -> Result<(), Error> {
-        self.tx
-            .execute("DELETE FROM intents WHERE seq = ?", params![seq])
-            .map_err(db_err)?;
+        self.exec(
+            "DELETE FROM intents WHERE host = ? AND seq = ?",
+            args![self.host, seq],
+        )?;
         Ok(())
     }
 }
@@ -777,34 +1346,152 @@ mod erased {
 mod tests {
     use super::*;
 
+    fn host(name: &str) -> HostChoice {
+        HostChoice {
+            name: name.into(),
+            explicit: true,
+        }
+    }
+
+    fn open(path: &Path, name: &str) -> Result<Records, Error> {
+        Records::open_at(
+            &Location::Sqlite,
+            path,
+            &host(name),
+            "0123456789abcdef0123456789abcdef",
+        )
+    }
+
+    fn sqlite(r: &Records) -> &Connection {
+        match &r.conn {
+            Backend::Sqlite(c) => c,
+            Backend::Postgres(_) => panic!("not sqlite"),
+        }
+    }
+
     #[test]
     fn migrations_apply_once_in_order_and_a_newer_schema_is_refused() {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("records.db");
-        let mut r = Records::open(&path).unwrap_or_else(|e| panic!("{e}"));
-        let versions: Vec<i64> = r
-            .conn
+        let mut r = open(&path, "h1").unwrap_or_else(|e| panic!("{e}"));
+        let versions: Vec<i64> = sqlite(&r)
             .prepare("SELECT version FROM schema_version ORDER BY version")
             .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(versions, [1, 2]);
+        assert_eq!(versions, [1, 2, 3]);
         r.write(|tx| tx.add_agent("a", "/x"))
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);
         // Reopening applies nothing again and keeps the data.
-        let mut r = Records::open(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mut r = open(&path, "h1").unwrap_or_else(|e| panic!("{e}"));
         let dir_of = r
             .read(|tx| tx.agent_dir("a"))
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(dir_of.as_deref(), Some("/x"));
-        r.conn
+        sqlite(&r)
             .execute("INSERT INTO schema_version (version) VALUES (99)", [])
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);
-        let e = Records::open(&path)
+        let e = open(&path, "h1")
             .err()
             .map(|e| e.message)
             .unwrap_or_default();
         assert!(e.contains("schema version 99"), "{e}");
+    }
+
+    /// A records.db made by the schema before hosts (migrations 1 and 2, as main wrote it)
+    /// migrates forward: everything it held becomes this host's, and keeps working.
+    #[test]
+    fn a_single_host_database_migrates_to_hosts() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("records.db");
+        {
+            let c = Connection::open(&path).unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(
+                "CREATE TABLE schema_version (version INTEGER NOT NULL);
+                 INSERT INTO schema_version (version) VALUES (1), (2);",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(MIGRATIONS[0])
+                .unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(MIGRATIONS[1])
+                .unwrap_or_else(|e| panic!("{e}"));
+            c.execute_batch(
+                "INSERT INTO versions VALUES ('sha256:aa', 'demo', 'approved', 1, 'policy', 'r', '[]', 'first', 'sha256:r1', 's', '[\"alpha\"]', '{}', NULL, 1, 't1');
+                 INSERT INTO versions VALUES ('sha256:bb', 'demo', 'approved', 0, 'person:al', NULL, '[]', 'content_only', 'sha256:r2', 's', '[]', '{}', NULL, 2, 't2');
+                 INSERT INTO agents VALUES ('alpha', '/agents/alpha');
+                 INSERT INTO installs VALUES ('alpha', 'demo', 'sha256:aa');
+                 INSERT INTO events VALUES (1, 't1', 'demo', 'sha256:aa', 'installed', 'skillbox', 'change: first');
+                 INSERT INTO intents VALUES (7, '{\"op\":\"links\",\"skill\":\"demo\",\"changes\":[]}', 't3');",
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let mut r = open(&path, "old-host").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.host(), "old-host");
+        let (a, b, agents, installs, events, intents, hosts) = r
+            .read(|tx| {
+                Ok((
+                    tx.version("sha256:aa")?,
+                    tx.version("sha256:bb")?,
+                    tx.agents()?,
+                    tx.installs()?,
+                    tx.events_of("demo", "sha256:aa")?,
+                    tx.intents()?,
+                    tx.hosts()?,
+                ))
+            })
+            .unwrap_or_else(|e| panic!("{e}"));
+        let a = a.unwrap_or_else(|| panic!("version aa"));
+        assert!(a.stored);
+        assert_eq!(a.agents, ["alpha"]);
+        assert!(!b.unwrap_or_else(|| panic!("version bb")).stored);
+        assert_eq!(agents, [("alpha".to_owned(), "/agents/alpha".to_owned())]);
+        assert_eq!(installs.len(), 1);
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].host, None);
+        assert_eq!(intents.len(), 1);
+        assert_eq!(intents[0].seq, 7);
+        assert_eq!(hosts.len(), 1);
+        assert_eq!(hosts[0].name, "old-host");
+        // It keeps working: new rows take the next sequence numbers, per host.
+        r.write(|tx| {
+            tx.event("t4", "demo", Some("sha256:aa"), "activated", "x", "y")?;
+            tx.remove_intent(7)?;
+            tx.set_stored("sha256:bb", true)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (events, stored) = r
+            .read(|tx| Ok((tx.events_of("demo", "sha256:aa")?, tx.stored_digests()?)))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(events[1].seq, 2);
+        assert_eq!(events[1].host.as_deref(), Some("old-host"));
+        assert_eq!(stored.len(), 2);
+        // Another host name for the same store is refused; the system hostname yields.
+        drop(r);
+        let e = open(&path, "new-name").err().map(|e| e.message);
+        assert!(
+            e.as_deref()
+                .is_some_and(|m| m.contains("this store is host old-host")),
+            "{e:?}"
+        );
+        let r = Records::open_at(
+            &Location::Sqlite,
+            &path,
+            &HostChoice {
+                name: "renamed-machine".into(),
+                explicit: false,
+            },
+            "0123456789abcdef0123456789abcdef",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.host(), "old-host");
+    }
+
+    #[test]
+    fn placeholders_become_numbered_outside_quotes() {
+        assert_eq!(
+            pg_sql("SELECT a FROM t WHERE b = ? AND c = '?' AND d IN (?, ?)"),
+            "SELECT a FROM t WHERE b = $1 AND c = '?' AND d IN ($2, $3)"
+        );
     }
 }

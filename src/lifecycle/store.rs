@@ -1,7 +1,8 @@
 //! The filesystem store: one immutable tree per accepted artifact digest, entered only by a
 //! rename from staging inside the store.
 //!
-//! Layout of `STORE/`: `records.db` (the records), `lock` (held with `flock` by every command
+//! Layout of `STORE/`: `records.db` (the records, unless they are shared elsewhere), `store-id`
+//! (the random id the records bind this store's host name to), `lock` (held with `flock` by every command
 //! that changes state, so commands on one store serialise), `cache/` (verified downloads),
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
 //! `versions/<sha256 hex>/` (a promoted intake, write bits removed).
@@ -16,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
 
+use super::fleet::{HostChoice, Location};
 use super::records::Records;
 use super::{Error, Kind};
 use crate::digest::Sha256Digest;
@@ -103,8 +105,21 @@ fn check_ours(root: &Path) -> Result<(), Error> {
 }
 
 impl Store {
-    /// Open the store at `root`, creating it (0700) when absent and `access` may write.
+    /// Open the store at `root` with its own SQLite records, as the system's host.
     pub fn open(root: &Path, access: Access) -> Result<Self, Error> {
+        let host = HostChoice::new(None).unwrap_or_else(|_| HostChoice::local());
+        Self::open_with(root, access, &Location::Sqlite, &host)
+    }
+
+    /// Open the store at `root`, creating it (0700) when absent and `access` may write, with
+    /// the records at `location` (the store's SQLite file, or a shared PostgreSQL database),
+    /// as host `host`.
+    pub fn open_with(
+        root: &Path,
+        access: Access,
+        location: &Location,
+        host: &HostChoice,
+    ) -> Result<Self, Error> {
         let root = if root.is_absolute() {
             root.to_owned()
         } else {
@@ -147,7 +162,8 @@ impl Store {
                 mkdir_private(&root.join(d))?;
             }
         }
-        let records = Records::open(&root.join("records.db"))?;
+        let id = store_id(&root)?;
+        let records = Records::open_at(location, &root.join("records.db"), host, &id)?;
         Ok(Store {
             root,
             _lock: lock,
@@ -218,6 +234,50 @@ impl Store {
     /// The saved answer (inventory and review) of a stored version.
     pub fn answer(&self, digest: &str) -> Result<Outcome, Error> {
         read_answer(&self.version_dir(digest).join("answer.json"))
+    }
+}
+
+/// The store's random id (`STORE/store-id`, 32 hex digits), made on first use: the records
+/// bind a host name to it, so two stores (two machines) can never share one host's records.
+fn store_id(root: &Path) -> Result<String, Error> {
+    let path = root.join("store-id");
+    let read = |p: &Path| -> Result<Option<String>, Error> {
+        match fs::read_to_string(p) {
+            Ok(s) => {
+                let s = s.trim().to_owned();
+                if s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    Ok(Some(s))
+                } else {
+                    Err(Error::new(
+                        Kind::Operational,
+                        format!("corrupt store: {} is not 32 hex digits", p.display()),
+                    ))
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(format!("cannot read {}", p.display()), &e)),
+        }
+    };
+    if let Some(id) = read(&path)? {
+        return Ok(id);
+    }
+    let mut raw = [0u8; 16];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .map_err(|e| Error::io("cannot read /dev/urandom", &e))?;
+    let id = hex::encode(raw);
+    // Written under a temporary name and linked into place: link(2) never replaces, so two
+    // commands making it at once agree on the one that landed first.
+    let tmp = root.join(format!("store-id.{}", std::process::id()));
+    fs::write(&tmp, format!("{id}\n"))
+        .map_err(|e| Error::io(format!("cannot write {}", tmp.display()), &e))?;
+    let linked = fs::hard_link(&tmp, &path);
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(id),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read(&path)?
+            .ok_or_else(|| Error::new(Kind::Operational, "corrupt store: store-id vanished")),
+        Err(e) => Err(Error::io(format!("cannot create {}", path.display()), &e)),
     }
 }
 

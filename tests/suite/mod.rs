@@ -4,6 +4,7 @@ mod corpus;
 mod diff;
 mod docs;
 mod fetch;
+mod fleet;
 mod fuzz_seeds;
 mod grpc;
 mod index;
