@@ -181,47 +181,40 @@ fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
         }
         let m = parse(&raw);
         let reply = match m.op {
-            OP_DATA => {
+            OP_DATA | OP_VIEW => {
                 if current != Some(m.seq) {
                     hasher = Hasher::new();
                     current = Some(m.seq);
                     failed = 0;
                 }
-                if let Some(slot) = shared.slots.get(m.slot) {
-                    let buf = lock(slot);
-                    let chunk = &buf[..m.len.min(buf.len())];
-                    if let Some(entry) = shared.files.get(usize::from(m.file))
-                        && failed == 0
-                        && let Some(file) = lock(entry).as_ref()
-                        && let Err(e) = (&*file).write_all(chunk)
-                    {
-                        failed = e.raw_os_error().unwrap_or(libc::EIO);
-                    }
-                    hasher.update(chunk);
-                }
-                msg(OP_FREE, m.slot, NO_FILE, 0, m.seq, &zero)
-            }
-            OP_VIEW => {
-                if current != Some(m.seq) {
-                    hasher = Hasher::new();
-                    current = Some(m.seq);
-                    failed = 0;
-                }
-                if let Some(view) = shared.views.get(m.slot) {
-                    let map = lock(view);
-                    let bytes = map.as_ref().map_or(&[][..], |w| w.bytes());
+                // The piece: in a buffer, or in a window of the mapped artifact.
+                let (buf, map);
+                let chunk: &[u8] = if m.op == OP_DATA {
+                    buf = shared.slots.get(m.slot).map(lock);
+                    buf.as_deref().map_or(&[], |b| &b[..m.len.min(b.len())])
+                } else {
+                    map = shared.views.get(m.slot).map(lock);
+                    let bytes = map
+                        .as_deref()
+                        .and_then(Option::as_ref)
+                        .map_or(&[][..], |w| w.bytes());
                     let start = m.view_offset();
-                    let chunk = bytes.get(start..start.saturating_add(m.len)).unwrap_or(&[]);
-                    if let Some(entry) = shared.files.get(usize::from(m.file))
-                        && failed == 0
-                        && let Some(file) = lock(entry).as_ref()
-                        && let Err(e) = (&*file).write_all(chunk)
-                    {
-                        failed = e.raw_os_error().unwrap_or(libc::EIO);
-                    }
-                    hasher.update(chunk);
+                    bytes.get(start..start.saturating_add(m.len)).unwrap_or(&[])
+                };
+                if let Some(entry) = shared.files.get(usize::from(m.file))
+                    && failed == 0
+                    && let Some(file) = lock(entry).as_ref()
+                    && let Err(e) = (&*file).write_all(chunk)
+                {
+                    failed = e.raw_os_error().unwrap_or(libc::EIO);
                 }
-                msg(OP_VIEW_DONE, m.slot, NO_FILE, 0, m.seq, &zero)
+                hasher.update(chunk);
+                let done = if m.op == OP_DATA {
+                    OP_FREE
+                } else {
+                    OP_VIEW_DONE
+                };
+                msg(done, m.slot, NO_FILE, 0, m.seq, &zero)
             }
             OP_FINISH => {
                 if current != Some(m.seq) {

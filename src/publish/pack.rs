@@ -134,7 +134,7 @@ fn dos_time(secs: u64) -> zip::DateTime {
     }
     let days = secs / 86_400;
     let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
+    let (y, m, d) = crate::fetch::civil_from_days(days);
     let (hour, minute, second) = (rem / 3600, rem % 3600 / 60, rem % 60);
     let fields = (
         u16::try_from(y),
@@ -152,31 +152,16 @@ fn dos_time(secs: u64) -> zip::DateTime {
     zip::DateTime::from_date_and_time(2107, 12, 31, 23, 59, 58).unwrap_or_default()
 }
 
-/// Days since 1970-01-01 to a (year, month, day) of the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(3652), (1980, 1, 1));
-        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        assert_eq!(crate::fetch::civil_from_days(0), (1970, 1, 1));
+        assert_eq!(crate::fetch::civil_from_days(3652), (1980, 1, 1));
+        assert_eq!(crate::fetch::civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(crate::fetch::civil_from_days(19_782), (2024, 2, 29));
         let t = zip::DateTime::from_date_and_time(2023, 11, 14, 22, 13, 20).expect("time");
         assert_eq!(dos_time(1_700_000_000), t);
         assert_eq!(dos_time(0), zip::DateTime::default());

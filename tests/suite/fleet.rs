@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::fetch::{Server, ok, pki, sha, tar_gz_of};
+use super::output::{code, expect_code, explain, json_of};
 
 // ------------------------------------------------------------------ the PostgreSQL server
 
@@ -510,28 +511,6 @@ impl Host<'_> {
         expect_code(&o, 0);
         assert_eq!(json_of(&o)["ok"], true, "{}", explain(&o));
     }
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn explain(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn json_of(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", explain(o)))
-}
-
-fn expect_code(o: &Output, want: i32) {
-    assert_eq!(code(o), want, "{}", explain(o));
 }
 
 fn host_agents(v: &Value) -> Vec<(String, String)> {

@@ -13,6 +13,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use super::fetch::{Server, ok, pki, sha, tar_gz_of};
+use super::output::{code, expect_code, explain, json_of};
 
 const SCHEMA: &str = "https://schemas.agentskills.io/discovery/0.2.0/schema.json";
 const INDEX: &str = "/.well-known/agent-skills/index.json";
@@ -160,28 +161,6 @@ impl World {
         assert_eq!(v["ok"], true, "{v}");
         v
     }
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn explain(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn json_of(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", explain(o)))
-}
-
-fn expect_code(o: &Output, want: i32) {
-    assert_eq!(code(o), want, "{}", explain(o));
 }
 
 fn tree_exists(w: &World, digest: &str) -> bool {

@@ -9,6 +9,7 @@ mod fuzz_seeds;
 mod grpc;
 mod index;
 mod lifecycle;
+mod output;
 mod owned_dir;
 mod publish;
 mod replay;

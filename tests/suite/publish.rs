@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::fetch::{Server, ok, pki, sha};
+use super::output::{expect_code, explain, json_of};
 
 const INDEX: &str = ".well-known/agent-skills/index.json";
 
@@ -38,28 +39,6 @@ fn publish(skills: &Path, out: &Path, extra: &[&str]) -> Output {
     ];
     args.extend(extra.iter().map(OsStr::new));
     run(&args, &[])
-}
-
-fn code(o: &Output) -> i32 {
-    o.status.code().unwrap_or(-1)
-}
-
-fn explain(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn expect_code(o: &Output, want: i32) {
-    assert_eq!(code(o), want, "{}", explain(o));
-}
-
-fn json_of(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", explain(o)))
 }
 
 /// The files of one skill folder: (path, bytes, executable).
