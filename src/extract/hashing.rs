@@ -741,6 +741,17 @@ mod tests {
         }
     }
 
+    /// End `fh`, wait for its digest, and read back what its file (`back`) holds.
+    fn finished(fh: FileHash<'_>, back: &mut File) -> (Vec<u8>, Sha256Digest) {
+        let (pending, file) = fh.finish().map_err(fail).expect("finish");
+        let d = pending.resolve().expect("digest");
+        drop(file);
+        let mut on_disk = Vec::new();
+        std::io::Seek::rewind(back).expect("rewind");
+        back.read_to_end(&mut on_disk).expect("read back");
+        (on_disk, d)
+    }
+
     /// `data` through a [`FileHash`] into a file, the file's header claiming `claim` bytes (true
     /// or not), the helper writing it when `hand_over`: what the sink saw, what the file holds
     /// once the digest is in, and the digest.
@@ -774,12 +785,7 @@ mod tests {
                 break;
             }
         }
-        let (pending, file) = fh.finish().map_err(fail).expect("finish");
-        let d = pending.resolve().expect("digest");
-        drop(file);
-        let mut on_disk = Vec::new();
-        std::io::Seek::rewind(&mut back).expect("rewind");
-        back.read_to_end(&mut on_disk).expect("read back");
+        let (on_disk, d) = finished(fh, &mut back);
         (seen, on_disk, d)
     }
 
@@ -828,12 +834,7 @@ mod tests {
             )
             .expect("fill_view");
         }
-        let (pending, file) = fh.finish().map_err(fail).expect("finish");
-        let d = pending.resolve().expect("digest");
-        drop(file);
-        let mut on_disk = Vec::new();
-        std::io::Seek::rewind(&mut back).expect("rewind");
-        back.read_to_end(&mut on_disk).expect("read back");
+        let (on_disk, d) = finished(fh, &mut back);
         (seen, on_disk, d)
     }
 
