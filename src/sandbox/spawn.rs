@@ -113,7 +113,7 @@ impl SealedArtifact {
             | SealFlag::F_SEAL_GROW
             | SealFlag::F_SEAL_SHRINK
             | SealFlag::F_SEAL_SEAL;
-        fcntl(file.as_fd(), FcntlArg::F_ADD_SEALS(seals))?;
+        retry_busy(|| fcntl(file.as_fd(), FcntlArg::F_ADD_SEALS(seals)).map(drop))?;
         Ok(Self { file, size, digest })
     }
 
@@ -137,6 +137,29 @@ impl SealedArtifact {
 
     pub fn file(&self) -> &File {
         &self.file
+    }
+}
+
+/// Attempts at sealing before its `EBUSY` is the answer.
+const SEAL_ATTEMPTS: u32 = 5;
+
+/// Run `seal` again while it fails with `EBUSY`, a few times. `F_SEAL_WRITE` is refused with
+/// `EBUSY` while some page of the memfd holds a reference besides its mappings; nobody maps
+/// ours writable, but the kernel itself may hold a page a moment (migrating or compacting
+/// memory after a large artifact, we think: seen once in some hundreds of 200 MB copies, a
+/// `skillbox extract` failing with "Device or resource busy"), and it waits only about 150 ms
+/// for such a page before answering. Only `EBUSY` is retried; the memfd is never used unsealed:
+/// the last failure is the answer.
+fn retry_busy(mut seal: impl FnMut() -> nix::Result<()>) -> io::Result<()> {
+    let mut attempt = 1;
+    loop {
+        match seal() {
+            Err(nix::errno::Errno::EBUSY) if attempt < SEAL_ATTEMPTS => {
+                std::thread::sleep(std::time::Duration::from_millis(20 * u64::from(attempt)));
+                attempt += 1;
+            }
+            r => return r.map_err(io::Error::from),
+        }
     }
 }
 
@@ -384,6 +407,47 @@ fn set_blocking(fd: &OwnedFd) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sealing_is_tried_again_while_busy_and_only_then() {
+        for (busy, want) in [
+            (0, Ok(())),
+            (2, Ok(())),
+            (SEAL_ATTEMPTS - 1, Ok(())),
+            (SEAL_ATTEMPTS, Err(libc::EBUSY)),
+        ] {
+            let mut calls = 0;
+            let got = retry_busy(|| {
+                calls += 1;
+                if calls <= busy {
+                    Err(nix::errno::Errno::EBUSY)
+                } else {
+                    Ok(())
+                }
+            });
+            assert_eq!(
+                got.map_err(|e| e.raw_os_error().unwrap_or(0)),
+                want,
+                "{busy} busy answers"
+            );
+            assert_eq!(
+                calls,
+                busy.min(SEAL_ATTEMPTS - 1) + 1,
+                "{busy} busy answers"
+            );
+        }
+        // Any other error is the answer at once.
+        let mut calls = 0;
+        let got = retry_busy(|| {
+            calls += 1;
+            Err(nix::errno::Errno::EPERM)
+        });
+        assert_eq!(
+            got.map_err(|e| e.raw_os_error()).err(),
+            Some(Some(libc::EPERM))
+        );
+        assert_eq!(calls, 1);
+    }
     use std::io::Cursor;
 
     /// Not a multiple of any chunk size, and different at every offset.
