@@ -299,8 +299,9 @@ fn the_same_sources_give_the_same_bytes_whatever_mtimes_order_modes_and_umask() 
     assert_eq!(v["skills"][0]["digest"], index["skills"][0]["digest"]);
 }
 
-#[test]
-fn refusals_exit_3_name_the_problem_and_leave_the_output_untouched() {
+/// The two skills of [`skills_dir`], published into `site` beside them: (the temporary
+/// directory holding both, the skills, the site).
+fn a_published_site() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = skills_dir(
         tmp.path(),
@@ -310,6 +311,12 @@ fn refusals_exit_3_name_the_problem_and_leave_the_output_untouched() {
     );
     let out = tmp.path().join("site");
     expect_code(&publish(&src, &out, &[]), 0);
+    (tmp, src, out)
+}
+
+#[test]
+fn refusals_exit_3_name_the_problem_and_leave_the_output_untouched() {
+    let (tmp, src, out) = a_published_site();
     std::fs::write(out.join("index.html"), "the rest of the site").expect("write");
     let before = snapshot(&out);
 
@@ -497,15 +504,7 @@ fn copy_tree(from: &Path, to: &Path) {
 
 #[test]
 fn check_passes_on_the_published_tree_and_fails_after_a_one_byte_change() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let src = skills_dir(
-        tmp.path(),
-        false,
-        (0o644, 0o755, 0o755),
-        SystemTime::UNIX_EPOCH,
-    );
-    let out = tmp.path().join("site");
-    expect_code(&publish(&src, &out, &[]), 0);
+    let (tmp, src, out) = a_published_site();
     let before = snapshot(&out);
     let o = publish(&src, &out, &["--check", "--json"]);
     expect_code(&o, 0);
