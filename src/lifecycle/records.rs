@@ -733,15 +733,7 @@ impl Records {
                 // a time, as SQLite's BEGIN IMMEDIATE gives: taken first, held to commit.
                 tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PG_WRITE_LOCK])
                     .map_err(pg_err)?;
-                let t = Tx {
-                    conn: TxConn::Postgres(RefCell::new(tx)),
-                    host,
-                };
-                let out = f(&t)?;
-                if let TxConn::Postgres(tx) = t.conn {
-                    tx.into_inner().commit().map_err(pg_err)?;
-                }
-                Ok(out)
+                in_pg(tx, host, f)
             }
         }
     }
@@ -768,18 +760,28 @@ impl Records {
                     .read_only(true)
                     .start()
                     .map_err(pg_err)?;
-                let t = Tx {
-                    conn: TxConn::Postgres(RefCell::new(tx)),
-                    host,
-                };
-                let out = f(&t)?;
-                if let TxConn::Postgres(tx) = t.conn {
-                    tx.into_inner().commit().map_err(pg_err)?;
-                }
-                Ok(out)
+                in_pg(tx, host, f)
             }
         }
     }
+}
+
+/// Run `f` in PostgreSQL transaction `tx`, committing it only if `f` succeeds (dropped
+/// uncommitted, it rolls back).
+fn in_pg<T>(
+    tx: postgres::Transaction<'_>,
+    host: &str,
+    f: impl FnOnce(&Tx<'_>) -> Result<T, Error>,
+) -> Result<T, Error> {
+    let t = Tx {
+        conn: TxConn::Postgres(RefCell::new(tx)),
+        host,
+    };
+    let out = f(&t)?;
+    if let TxConn::Postgres(tx) = t.conn {
+        tx.into_inner().commit().map_err(pg_err)?;
+    }
+    Ok(out)
 }
 
 fn open_sqlite(path: &Path) -> Result<Connection, Error> {

@@ -299,16 +299,16 @@ fn the_same_sources_give_the_same_bytes_whatever_mtimes_order_modes_and_umask() 
     assert_eq!(v["skills"][0]["digest"], index["skills"][0]["digest"]);
 }
 
+/// [`skills_dir`] as an author leaves it: the usual order and modes, epoch mtimes.
+fn plain_skills(root: &Path) -> PathBuf {
+    skills_dir(root, false, (0o644, 0o755, 0o755), SystemTime::UNIX_EPOCH)
+}
+
 /// The two skills of [`skills_dir`], published into `site` beside them: (the temporary
 /// directory holding both, the skills, the site).
 fn a_published_site() -> (tempfile::TempDir, PathBuf, PathBuf) {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = skills_dir(
-        tmp.path(),
-        false,
-        (0o644, 0o755, 0o755),
-        SystemTime::UNIX_EPOCH,
-    );
+    let src = plain_skills(tmp.path());
     let out = tmp.path().join("site");
     expect_code(&publish(&src, &out, &[]), 0);
     (tmp, src, out)
@@ -654,12 +654,7 @@ impl Site {
 #[test]
 fn published_skills_install_and_fetch_over_https_with_their_digests() {
     let site = Site::new();
-    let src = skills_dir(
-        site.tmp.path(),
-        false,
-        (0o644, 0o755, 0o755),
-        SystemTime::UNIX_EPOCH,
-    );
+    let src = plain_skills(site.tmp.path());
     // Relative URLs (the default), a zip site with absolute URLs under --base-url.
     let out = site.tmp.path().join("site");
     expect_code(&publish(&src, &out, &[]), 0);
@@ -800,12 +795,7 @@ fn published_skills_install_and_fetch_over_https_with_their_digests() {
 #[test]
 fn one_skill_folder_and_usage_errors() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = skills_dir(
-        tmp.path(),
-        false,
-        (0o644, 0o755, 0o755),
-        SystemTime::UNIX_EPOCH,
-    );
+    let src = plain_skills(tmp.path());
     // SKILLS_DIR holding SKILL.md is the one skill, named after the folder.
     let out = tmp.path().join("one");
     let o = publish(&src.join("pdf-tools"), &out, &["--json"]);
