@@ -10,17 +10,25 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
+use super::hashing::Scanned;
+
 /// Bytes kept of one file: what the review reads of a file at most (its `max_file_bytes`
 /// default, and more than SKILL.md's frontmatter bound).
 pub const FILE_BYTES: usize = 1024 * 1024;
 /// Bytes kept in all: a bound on the child's memory; later files are read back instead.
 pub const TOTAL_BYTES: usize = 8 * 1024 * 1024;
+/// Scan marks kept in all (4 bytes each): past them, a file's marks are cut short (and its
+/// reader scans the rest itself).
+pub const TOTAL_MARKS: usize = 256 * 1024;
 
-/// The kept bytes of written files, by inventory path.
+/// The kept bytes of written files, by inventory path, and what the hashing thread's scan
+/// found in the files it hashed ([`super::hashing::FileScan`]).
 #[derive(Debug, Default)]
 pub struct Captured {
     bytes: Vec<u8>,
     files: HashMap<String, Range<usize>>,
+    scans: HashMap<String, Scanned>,
+    marks: usize,
 }
 
 impl Captured {
@@ -28,6 +36,22 @@ impl Captured {
     /// [`FILE_BYTES`], else exactly its first [`FILE_BYTES`]. `None` when not kept.
     pub fn get(&self, path: &str) -> Option<&[u8]> {
         self.files.get(path).and_then(|r| self.bytes.get(r.clone()))
+    }
+
+    /// The hashing thread's scan of `path`'s first bytes, when it hashed the file with one.
+    pub fn scanned(&self, path: &str) -> Option<&Scanned> {
+        self.scans.get(path)
+    }
+
+    /// Keep the scan of the file written at `path`, its marks cut short at [`TOTAL_MARKS`].
+    pub(crate) fn keep_scan(&mut self, path: String, mut scanned: Scanned) {
+        let room = TOTAL_MARKS - self.marks;
+        if scanned.marks.len() > room {
+            scanned.complete = u64::from(scanned.marks[room]);
+            scanned.marks.truncate(room);
+        }
+        self.marks += scanned.marks.len();
+        self.scans.insert(path, scanned);
     }
 
     /// Start keeping a file's bytes: returns where they begin, or `None` when the total bound

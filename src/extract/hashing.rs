@@ -26,6 +26,12 @@
 //! A file under 16 KiB is hashed and written by the decoding thread itself: a message through the
 //! pipes costs more than hashing a few kilobytes.
 //!
+//! The helper may also run a [`FileScan`] over the first [`FILE_BYTES`] of each file it hashes
+//! (the review's trigger pass, given by the child: this module knows nothing of what it finds),
+//! while the bytes are in its caches; the scan's fixed-size summary comes back with the digest
+//! and is kept for the review ([`super::captured::Captured::keep_scan`]). A scan holds everything it needs from
+//! its creation, before confinement: on the helper it allocates nothing and makes no system call.
+//!
 //! A plain tarball's members are not copied into buffers at all: they lie in the mapped artifact
 //! as they will lie on the disk, so the decoding thread checks and writes each piece straight from
 //! the mapping and hands the helper a *view* of it (the window's mapping, shared, with an offset
@@ -37,6 +43,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use super::captured::FILE_BYTES;
 use super::input::View;
 use crate::digest::{Hasher, Sha256Digest};
 use crate::sys::SealedMapping;
@@ -59,9 +66,17 @@ const VIEWS: usize = 4;
 pub(crate) const VIEW_CHUNK: usize = 1024 * 1024;
 /// No file entry: the helper only hashes.
 const NO_FILE: u8 = u8::MAX;
-/// Every message is this long: a pipe write of at most `PIPE_BUF` bytes is atomic, so a read of
-/// this many bytes always gets exactly one message.
+/// Every message to the helper is this long: a pipe write of at most `PIPE_BUF` bytes is
+/// atomic, so a read of this many bytes always gets exactly one message.
 const MSG: usize = 48;
+/// Every reply is this long (a message, then the bytes a scan covered and its summary); the
+/// protocol keeps a few dozen replies in flight at most, far under a pipe's 64 KiB.
+const REPLY: usize = 1024;
+/// Where a scan's marks sit in a reply (after the message, the bytes the scan covered, where its
+/// marks stop being complete, and how many there are).
+const MARKS_AT: usize = MSG + 12;
+/// The most marks a [`FileScan`] reports of one file (they travel in the digest's reply).
+pub const MARKS: usize = (REPLY - MARKS_AT) / 4;
 
 const OP_DATA: u8 = 1;
 const OP_FINISH: u8 = 2;
@@ -75,6 +90,32 @@ const OP_ABORTED: u8 = 14;
 const OP_VIEW_DONE: u8 = 15;
 
 type Task = Box<dyn FnOnce() + Send>;
+
+/// Work the helper does on the first [`FILE_BYTES`] of every file it hashes, for whoever reads
+/// the file next: it marks offsets in them (what a mark means is the scan's business). It runs
+/// on the confined helper: it must not allocate, free or make a system call (whatever it needs,
+/// it holds from its creation), and must not panic.
+pub trait FileScan: Send {
+    /// A new file starts.
+    fn begin(&mut self);
+    /// The file's next bytes, in order (at most its first [`FILE_BYTES`] in all).
+    fn feed(&mut self, bytes: &[u8]);
+    /// The file is complete: its marks (ascending, at most [`MARKS`]), and the offset below which
+    /// they are all of them (the bytes fed, unless it stopped early).
+    fn finish(&self) -> (&[u32], u32);
+}
+
+/// What a [`FileScan`] found in one file: its first `covered` bytes (all of them, up to
+/// [`FILE_BYTES`]) were scanned, and `marks` are every mark below `complete`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scanned {
+    pub covered: u64,
+    pub complete: u64,
+    pub marks: Vec<u32>,
+}
+
+/// A digest from the helper, with its scan's summary when it has a scan.
+type Done = Result<(Sha256Digest, Option<Scanned>), i32>;
 
 struct Shared {
     slots: Vec<Mutex<Vec<u8>>>,
@@ -111,7 +152,7 @@ struct State {
     next_seq: u64,
     /// Digests (or the errno of a failed write) that arrived while waiting for something else,
     /// by file sequence number.
-    done: std::collections::HashMap<u64, Result<Sha256Digest, i32>>,
+    done: std::collections::HashMap<u64, Done>,
 }
 
 /// One message. `file` is a file entry ([`NO_FILE`] for none); `len` carries the errno of a
@@ -135,6 +176,8 @@ struct Msg {
     len: usize,
     seq: u64,
     digest: [u8; 32],
+    /// An [`OP_DIGEST`]'s scan, when the helper has one.
+    scanned: Option<Scanned>,
 }
 
 impl Msg {
@@ -153,9 +196,26 @@ fn view_msg(slot: usize, file: u8, offset: usize, len: usize, seq: u64) -> [u8; 
     msg(OP_VIEW, slot, file, len, seq, &at)
 }
 
-fn parse(m: &[u8; MSG]) -> Msg {
+/// `m` as a reply.
+fn long(m: [u8; MSG]) -> [u8; REPLY] {
+    let mut r = [0u8; REPLY];
+    r[..MSG].copy_from_slice(&m);
+    r
+}
+
+/// A message, or a reply (which may carry a scan).
+fn parse(m: &[u8]) -> Msg {
     let mut digest = [0u8; 32];
     digest.copy_from_slice(&m[16..48]);
+    let word = |at: usize| u32::from_le_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]]);
+    let scanned = (m.len() == REPLY && m[3] == 1).then(|| {
+        let n = (word(MSG + 8) as usize).min(MARKS);
+        Scanned {
+            covered: u64::from(word(MSG)),
+            complete: u64::from(word(MSG + 4)),
+            marks: (0..n).map(|k| word(MARKS_AT + 4 * k)).collect(),
+        }
+    });
     Msg {
         op: m[0],
         slot: usize::from(m[1]),
@@ -163,12 +223,20 @@ fn parse(m: &[u8; MSG]) -> Msg {
         len: u32::from_le_bytes([m[4], m[5], m[6], m[7]]) as usize,
         seq: u64::from_le_bytes([m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15]]),
         digest,
+        scanned,
     }
 }
 
-fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
+fn helper_loop(
+    mut from_main: File,
+    mut to_main: File,
+    shared: Arc<Shared>,
+    mut scan: Option<Box<dyn FileScan>>,
+) {
     let mut hasher = Hasher::new();
     let mut current: Option<u64> = None;
+    // Bytes of the current file given to the scan (at most FILE_BYTES).
+    let mut fed = 0usize;
     // The first write error of the current file (an errno): later chunks are not written.
     let mut failed: i32 = 0;
     let mut raw = [0u8; MSG];
@@ -186,6 +254,10 @@ fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
                     hasher = Hasher::new();
                     current = Some(m.seq);
                     failed = 0;
+                    fed = 0;
+                    if let Some(s) = scan.as_deref_mut() {
+                        s.begin();
+                    }
                 }
                 // The piece: in a buffer, or in a window of the mapped artifact.
                 let (buf, map);
@@ -209,17 +281,28 @@ fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
                     failed = e.raw_os_error().unwrap_or(libc::EIO);
                 }
                 hasher.update(chunk);
+                if let Some(s) = scan.as_deref_mut()
+                    && fed < FILE_BYTES
+                {
+                    let take = chunk.len().min(FILE_BYTES - fed);
+                    s.feed(&chunk[..take]);
+                    fed += take;
+                }
                 let done = if m.op == OP_DATA {
                     OP_FREE
                 } else {
                     OP_VIEW_DONE
                 };
-                msg(done, m.slot, NO_FILE, 0, m.seq, &zero)
+                long(msg(done, m.slot, NO_FILE, 0, m.seq, &zero))
             }
             OP_FINISH => {
                 if current != Some(m.seq) {
                     hasher = Hasher::new();
                     failed = 0;
+                    fed = 0;
+                    if let Some(s) = scan.as_deref_mut() {
+                        s.begin();
+                    }
                 }
                 let (digest, _) = std::mem::replace(&mut hasher, Hasher::new()).finish();
                 current = None;
@@ -229,7 +312,21 @@ fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
                     drop(lock(entry).take());
                 }
                 let errno = usize::try_from(std::mem::take(&mut failed)).unwrap_or(0);
-                msg(OP_DIGEST, 0, m.file, errno, m.seq, digest.as_bytes())
+                let mut reply = long(msg(OP_DIGEST, 0, m.file, errno, m.seq, digest.as_bytes()));
+                if let Some(s) = scan.as_deref() {
+                    let (marks, complete) = s.finish();
+                    let marks = &marks[..marks.len().min(MARKS)];
+                    reply[3] = 1;
+                    // FILE_BYTES fits a u32 (a compile-time check below).
+                    reply[MSG..MSG + 4].copy_from_slice(&(fed as u32).to_le_bytes());
+                    reply[MSG + 4..MSG + 8].copy_from_slice(&complete.to_le_bytes());
+                    reply[MSG + 8..MARKS_AT].copy_from_slice(&(marks.len() as u32).to_le_bytes());
+                    for (k, mark) in marks.iter().enumerate() {
+                        reply[MARKS_AT + 4 * k..MARKS_AT + 4 * k + 4]
+                            .copy_from_slice(&mark.to_le_bytes());
+                    }
+                }
+                reply
             }
             OP_ABORT => {
                 if current == Some(m.seq) {
@@ -240,14 +337,14 @@ fn helper_loop(mut from_main: File, mut to_main: File, shared: Arc<Shared>) {
                 if let Some(entry) = shared.files.get(usize::from(m.file)) {
                     drop(lock(entry).take());
                 }
-                msg(OP_ABORTED, 0, m.file, 0, m.seq, &zero)
+                long(msg(OP_ABORTED, 0, m.file, 0, m.seq, &zero))
             }
             OP_RUN => {
                 let task = lock(&shared.task).take();
                 if let Some(task) = task {
                     task();
                 }
-                msg(OP_RAN, 0, NO_FILE, 0, 0, &zero)
+                long(msg(OP_RAN, 0, NO_FILE, 0, 0, &zero))
             }
             _ => continue,
         };
@@ -262,12 +359,17 @@ impl HashThread {
     /// helper's allocator (a glibc arena is created with `mmap` and `mprotect` on a thread's
     /// first allocation, which the confined child could not do).
     pub fn spawn() -> io::Result<Self> {
-        Self::spawn_with(pipe()?, pipe()?)
+        Self::spawn_with(pipe()?, pipe()?, None)
     }
 
     /// [`HashThread::spawn`] over two pipes the caller made, each as (read end, write end):
-    /// the first carries work to the helper, the second its replies.
-    pub fn spawn_with(work: (File, File), replies: (File, File)) -> io::Result<Self> {
+    /// the first carries work to the helper, the second its replies; `scan` runs over every
+    /// file the helper hashes.
+    pub fn spawn_with(
+        work: (File, File),
+        replies: (File, File),
+        scan: Option<Box<dyn FileScan>>,
+    ) -> io::Result<Self> {
         let (from_main, to) = work;
         let (from, to_main) = replies;
         let shared = Arc::new(Shared {
@@ -284,7 +386,7 @@ impl HashThread {
             .spawn(move || {
                 let warm = std::hint::black_box(vec![0u8; 96 * 1024]);
                 drop(warm);
-                helper_loop(from_main, to_main, theirs)
+                helper_loop(from_main, to_main, theirs, scan)
             })?;
         let t = Self {
             to,
@@ -331,7 +433,7 @@ impl HashThread {
     }
 
     fn recv(&self) -> io::Result<Msg> {
-        let mut raw = [0u8; MSG];
+        let mut raw = [0u8; REPLY];
         (&self.from).read_exact(&mut raw)?;
         Ok(parse(&raw))
     }
@@ -352,7 +454,7 @@ impl HashThread {
             OP_FREE => st.free.push(m.slot),
             OP_DIGEST => {
                 let got = match i32::try_from(m.len) {
-                    Ok(0) => Ok(Sha256Digest::from_bytes(m.digest)),
+                    Ok(0) => Ok((Sha256Digest::from_bytes(m.digest), m.scanned)),
                     Ok(errno) => Err(errno),
                     Err(_) => Err(libc::EIO),
                 };
@@ -392,8 +494,9 @@ impl HashThread {
         lock(&self.state).free.push(slot);
     }
 
-    /// The digest of file `seq`, waiting for it; the error of the helper's write, if one failed.
-    pub(crate) fn digest(&self, seq: u64) -> io::Result<Sha256Digest> {
+    /// The digest of file `seq` and its scan, waiting for them; the error of the helper's write,
+    /// if one failed.
+    pub(crate) fn digest(&self, seq: u64) -> io::Result<(Sha256Digest, Option<Scanned>)> {
         loop {
             {
                 if let Some(d) = lock(&self.state).done.remove(&seq) {
@@ -439,13 +542,22 @@ pub(crate) enum Pending<'h> {
 }
 
 impl Pending<'_> {
+    #[cfg(test)]
     pub(crate) fn resolve(self) -> io::Result<Sha256Digest> {
+        self.resolve_scanned().map(|(d, _)| d)
+    }
+
+    /// The digest, and the helper's scan of the file when it hashed it with one.
+    pub(crate) fn resolve_scanned(self) -> io::Result<(Sha256Digest, Option<Scanned>)> {
         match self {
-            Pending::Ready(d) => Ok(d),
+            Pending::Ready(d) => Ok((d, None)),
             Pending::Helper(seq, h) => h.digest(seq),
         }
     }
 }
+
+// The bytes a scan covers travel as a u32.
+const _: () = assert!(FILE_BYTES <= u32::MAX as usize);
 
 /// How feeding a [`FileHash`] failed.
 pub(crate) enum Failure {
@@ -836,6 +948,126 @@ mod tests {
         }
         let (on_disk, d) = finished(fh, &mut back);
         (seen, on_disk, d)
+    }
+
+    /// Marks every `#` of the bytes fed, up to [`MARKS`] of them.
+    struct Hashes {
+        pos: usize,
+        marks: Vec<u32>,
+        full_at: Option<u32>,
+    }
+
+    impl FileScan for Hashes {
+        fn begin(&mut self) {
+            self.pos = 0;
+            self.marks.clear();
+            self.full_at = None;
+        }
+        fn feed(&mut self, bytes: &[u8]) {
+            for (i, &b) in bytes.iter().enumerate() {
+                let at = (self.pos + i) as u32;
+                if b == b'#' && self.full_at.is_none() {
+                    if self.marks.len() == MARKS {
+                        self.full_at = Some(at);
+                    } else {
+                        self.marks.push(at);
+                    }
+                }
+            }
+            self.pos += bytes.len();
+        }
+        fn finish(&self) -> (&[u32], u32) {
+            (&self.marks, self.full_at.unwrap_or(self.pos as u32))
+        }
+    }
+
+    /// What the reference scan finds in `data`'s first [`FILE_BYTES`].
+    fn expected_scan(data: &[u8]) -> Scanned {
+        let head = &data[..data.len().min(FILE_BYTES)];
+        let all: Vec<u32> = (0..head.len())
+            .filter(|&i| head[i] == b'#')
+            .map(|i| i as u32)
+            .collect();
+        let complete = all.get(MARKS).map_or(head.len() as u64, |&m| u64::from(m));
+        Scanned {
+            covered: head.len() as u64,
+            complete,
+            marks: all.into_iter().take(MARKS).collect(),
+        }
+    }
+
+    #[test]
+    fn the_helpers_scan_covers_the_first_bytes_of_every_file_it_hashes() {
+        let scan = Hashes {
+            pos: 0,
+            marks: Vec::with_capacity(MARKS),
+            full_at: None,
+        };
+        let t = HashThread::spawn_with(
+            pipe().expect("pipe"),
+            pipe().expect("pipe"),
+            Some(Box::new(scan)),
+        )
+        .expect("spawn");
+        let sparse: Vec<u8> = (0..3 * FILE_BYTES / 2)
+            .map(|i| if i % 4099 == 7 { b'#' } else { b'.' })
+            .collect();
+        let dense = b"ab#".repeat(OFFLOAD_MIN);
+        // (data, scanned by the helper): hashed here when small, else on the helper, through
+        // buffers (`fill`) and from the mapping (`fill_view`).
+        let cases: [(&[u8], bool); 5] = [
+            (b"# small, hashed here", false),
+            (&sparse[..OFFLOAD_MIN], true),
+            (&sparse, true),
+            (&dense, true),
+            (&sparse[..CHUNK + 1], true),
+        ];
+        for (data, on_helper) in cases {
+            for hand_over in [false, true] {
+                let file = tempfile::tempfile().expect("tempfile");
+                let mut fh = FileHash::using(Some(&t), file, hand_over);
+                let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
+                let mut src = data;
+                while fh
+                    .fill(
+                        &mut inline,
+                        Some(data.len() as u64),
+                        &mut src,
+                        |_: &[u8]| Ok::<(), io::Error>(()),
+                        fail,
+                    )
+                    .expect("fill")
+                    > 0
+                {}
+                let (pending, _) = fh.finish().map_err(fail).expect("finish");
+                let (d, scanned) = pending.resolve_scanned().expect("digest");
+                assert_eq!(d, Sha256Digest::of_bytes(data));
+                let how = format!("{} bytes, hand-over {hand_over}", data.len());
+                assert_eq!(scanned, on_helper.then(|| expected_scan(data)), "{how}");
+            }
+        }
+        let memfd = sealed(&sparse);
+        let mut views =
+            super::super::input::Views::new(&memfd, sparse.len() as u64).expect("views");
+        let file = tempfile::tempfile().expect("tempfile");
+        let mut fh = FileHash::using(Some(&t), file, true);
+        let mut at = 0u64;
+        while let Some(view) = views
+            .view(at, sparse.len() as u64, VIEW_CHUNK)
+            .expect("view")
+        {
+            at += view.len as u64;
+            fh.fill_view(
+                view,
+                sparse.len() as u64 - at,
+                |_: &[u8]| Ok::<(), io::Error>(()),
+                fail,
+            )
+            .expect("fill_view");
+        }
+        let (pending, _) = fh.finish().map_err(fail).expect("finish");
+        let (_, scanned) = pending.resolve_scanned().expect("digest");
+        assert_eq!(scanned, Some(expected_scan(&sparse)), "from the mapping");
     }
 
     #[test]

@@ -864,9 +864,14 @@ impl<'a> Sink<'a> {
         for (path, pending) in std::mem::take(&mut self.pending) {
             // The helper's write of the file failed, if it wrote it: refused as it would have
             // been on this thread.
-            let digest = pending.resolve().map_err(|e| write_failed(e, &path))?;
+            let (digest, scanned) = pending
+                .resolve_scanned()
+                .map_err(|e| write_failed(e, &path))?;
             if let Some(node) = self.nodes.get_mut(&path) {
                 node.sha256 = Some(digest);
+            }
+            if let Some(scanned) = scanned {
+                self.captured.keep_scan(path, scanned);
             }
         }
         Ok(())

@@ -362,7 +362,9 @@ fn spawn_hash_thread() -> io::Result<HashThread> {
     sys::malloc_one_arena()?;
     let work = pipe(sys::CHILD_HASH_FDS)?;
     let replies = pipe(sys::CHILD_HASH_FDS + 2)?;
-    HashThread::spawn_with(work, replies)
+    // The review's trigger pass runs on the helper too, over the bytes it hashes.
+    let scan = Box::new(crate::skill::triggers::Prescan::new());
+    HashThread::spawn_with(work, replies, Some(scan))
 }
 
 /// Confine this process before it reads a byte of the artifact. Every step is irreversible,

@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::frontmatter::{self, Frontmatter, FrontmatterLimits};
 use super::scan::{self, Hit, HitKind, Scanner};
 use super::staged::StagedReader;
+use super::triggers;
 use crate::digest::Sha256Digest;
 use crate::extract::Captured;
 use crate::extract::inventory::{Entry, Flag, Kind};
@@ -352,7 +353,8 @@ pub fn review_captured(
         r.read(&mut reader, e, cap, &mut buf)?;
         let parsed = frontmatter::parse(&buf, &limits.frontmatter).map_err(ReviewError::Invalid)?;
         r.frontmatter(parsed, listed);
-        r.text(e, &buf, TextKind::Markdown, true);
+        let mut lines = scan::Triggers::get().lines(&buf);
+        r.text(e, &buf, TextKind::Markdown, true, &mut lines);
     }
     for e in entries
         .iter()
@@ -365,14 +367,30 @@ pub fn review_captured(
         }
         let left = usize::try_from(limits.max_total_bytes.saturating_sub(r.total_read))
             .unwrap_or(usize::MAX);
-        r.read(&mut reader, e, limits.max_file_bytes.min(left), &mut buf)?;
+        let cap = limits.max_file_bytes.min(left);
+        // What a read of the file gives: its first `full` bytes. When the hashing thread's
+        // trigger pass covered exactly those, its answer stands in for the review's own.
+        let full = e.size.min(cap as u64);
+        let pre = captured.scanned(&e.path).filter(|s| s.covered == full);
+        if pre.is_some_and(triggers::lists_none) {
+            // No line of it holds a trigger: only what `classify` reads is needed.
+            r.read_head(&mut reader, e, full, &mut buf)?;
+            if r.classify(e, Some(&buf)).0 {
+                r.out.coverage.binary_files += 1;
+            }
+            continue;
+        }
+        r.read(&mut reader, e, cap, &mut buf)?;
         let (binary, script) = r.classify(e, Some(&buf));
         if binary {
             r.out.coverage.binary_files += 1;
         } else {
             let kind = text_kind(&e.path, script);
             r.scanner.js = script && is_js(&e.path, &buf);
-            r.text(e, &buf, kind, false);
+            match pre.and_then(|s| triggers::prescanned(s, &buf)) {
+                Some(mut lines) => r.text(e, &buf, kind, false, &mut lines),
+                None => r.text(e, &buf, kind, false, &mut scan::Triggers::get().lines(&buf)),
+            }
         }
     }
     Ok(r.finish())
@@ -383,6 +401,33 @@ struct Source<'s, 'c> {
     staged: StagedReader<'s>,
     captured: &'c Captured,
 }
+
+impl Source<'_, '_> {
+    /// At most `cap` bytes of `e` into `buf` (cleared first).
+    fn fetch(&mut self, e: &Entry, cap: usize, buf: &mut Vec<u8>) -> Result<(), ReviewError> {
+        match self.captured.get(&e.path) {
+            // Kept whole, or at least as far as this read goes: exactly what a read of the
+            // staged file would return.
+            Some(kept) if kept.len() as u64 == e.size || kept.len() >= cap => {
+                buf.clear();
+                buf.extend_from_slice(&kept[..kept.len().min(cap)]);
+                Ok(())
+            }
+            _ => self
+                .staged
+                .read_capped(&e.path, cap, buf)
+                .map(drop)
+                .map_err(|source| ReviewError::Io {
+                    path: crate::reason::display_name(e.path.as_bytes()),
+                    source,
+                }),
+        }
+    }
+}
+
+/// What [`Reviewer::classify`] reads of a file at most, bar a long first line: `is_binary`'s
+/// window (shebangs and magic numbers are shorter).
+const HEAD: usize = 8192;
 
 struct Reviewer<'a> {
     limits: &'a ReviewLimits,
@@ -414,6 +459,7 @@ impl<'a> Reviewer<'a> {
         }
     }
 
+    /// Read at most `cap` bytes of `e` into `buf`, counted as scanned.
     fn read(
         &mut self,
         reader: &mut Source<'_, '_>,
@@ -421,29 +467,37 @@ impl<'a> Reviewer<'a> {
         cap: usize,
         buf: &mut Vec<u8>,
     ) -> Result<(), ReviewError> {
-        match reader.captured.get(&e.path) {
-            // Kept whole, or at least as far as this read goes: exactly what a read of the
-            // staged file would return.
-            Some(kept) if kept.len() as u64 == e.size || kept.len() >= cap => {
-                buf.clear();
-                buf.extend_from_slice(&kept[..kept.len().min(cap)]);
-            }
-            _ => {
-                reader
-                    .staged
-                    .read_capped(&e.path, cap, buf)
-                    .map_err(|source| ReviewError::Io {
-                        path: crate::reason::display_name(e.path.as_bytes()),
-                        source,
-                    })?;
-            }
-        }
-        self.total_read += buf.len() as u64;
-        self.out.coverage.bytes_scanned += buf.len() as u64;
+        reader.fetch(e, cap, buf)?;
+        self.scanned(e, buf.len() as u64);
+        Ok(())
+    }
+
+    /// `full` bytes of `e` were scanned.
+    fn scanned(&mut self, e: &Entry, full: u64) {
+        self.total_read += full;
+        self.out.coverage.bytes_scanned += full;
         self.out.coverage.files_scanned += 1;
-        if (buf.len() as u64) < e.size && self.out.coverage.truncated_files.len() < 100 {
+        if full < e.size && self.out.coverage.truncated_files.len() < 100 {
             self.out.coverage.truncated_files.push(e.path.clone());
         }
+    }
+
+    /// For a file whose first `full` bytes were scanned on the hashing thread: read what
+    /// [`Reviewer::classify`] looks at ([`HEAD`] bytes, and the whole first line of a shebang)
+    /// into `buf`, and count the `full` bytes as scanned.
+    fn read_head(
+        &mut self,
+        reader: &mut Source<'_, '_>,
+        e: &Entry,
+        full: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<(), ReviewError> {
+        let full_len = usize::try_from(full).unwrap_or(usize::MAX);
+        reader.fetch(e, HEAD.min(full_len), buf)?;
+        if (buf.len() as u64) < full && buf.starts_with(b"#!") && !buf.contains(&b'\n') {
+            reader.fetch(e, full_len, buf)?;
+        }
+        self.scanned(e, full);
         Ok(())
     }
 
@@ -624,7 +678,16 @@ impl<'a> Reviewer<'a> {
     }
 
     /// Scan a text file line by line; for SKILL.md also check the links of its prose.
-    fn text(&mut self, e: &Entry, content: &[u8], kind: TextKind, skill_md: bool) {
+    /// `triggers`: the start of every line of `content` that holds a trigger, in order
+    /// ([`scan::Triggers::lines`], or the hashing thread's answer for the same bytes).
+    fn text(
+        &mut self,
+        e: &Entry,
+        content: &[u8],
+        kind: TextKind,
+        skill_md: bool,
+        mut triggers: &mut dyn Iterator<Item = usize>,
+    ) {
         if kind == TextKind::Licence {
             // Licence text names licences and their stewards, never what the package does.
             return;
@@ -641,11 +704,10 @@ impl<'a> Reviewer<'a> {
         let mut per_subject: HashMap<(FindingKind, String), usize> = HashMap::new();
         let mut scanner = std::mem::take(&mut self.scanner);
         // Only lines holding a trigger are scanned; line numbers are counted in between.
-        let mut triggers = scan::Triggers::get().lines(content);
         let (mut pos, mut lineno, mut counted) = (0usize, 1u64, 0usize);
         // The first line at or after `pos` (a line start) holding a trigger; lines a continued
         // command already took in are passed over.
-        while let Some(start) = triggers.find(|&l| l >= pos) {
+        while let Some(start) = Iterator::find(&mut triggers, |&l| l >= pos) {
             lineno += memchr::memchr_iter(b'\n', &content[counted..start]).count() as u64;
             counted = start;
             let mut end =
@@ -1161,7 +1223,7 @@ fn native_kind(h: &[u8]) -> Option<(&'static str, &'static str)> {
 
 /// Binary when the first 8 KiB hold a NUL byte (as git and grep decide).
 fn is_binary(h: &[u8]) -> bool {
-    memchr::memchr(0, &h[..h.len().min(8192)]).is_some()
+    memchr::memchr(0, &h[..h.len().min(HEAD)]).is_some()
 }
 
 /// Escape control characters and cut at `max` characters (an ellipsis marks the cut).
@@ -1229,6 +1291,11 @@ mod tests {
             ("references/r.md", big, 0o644),
             ("assets/x.bin", vec![0u8, 159, 146, 150, 1, 2, 3], 0o644),
             ("data/c.json", br#"{"url": "https://api.pdfhost.net/v1", "token": "$API_TOKEN"}"#.to_vec(), 0o644),
+            // Files the hashing thread would scan: none of its lines holds a trigger, many do
+            // (more than it lists), a first line longer than the head `classify` reads.
+            ("references/plain.md", b"plain words and nothing more\n".repeat(1000), 0o644),
+            ("references/many.md", b"see https://a.pdfhost.net/x\n".repeat(2000), 0o644),
+            ("scripts/long", [&b"#!/usr/bin/env "[..], &b" ".repeat(HEAD + 10), b"python3\nprint(1)\n"].concat(), 0o755),
         ];
         let mut tar = tar::Builder::new(Vec::new());
         for (path, data, mode) in &files {
@@ -1249,7 +1316,7 @@ mod tests {
         let staging = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
         let artifact = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
         let req = Request::new(ArtifactType::Archive, Limits::default());
-        let (x, kept) =
+        let (x, mut kept) =
             extract_capturing(&artifact, staging.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             x.verdict,
@@ -1274,14 +1341,65 @@ mod tests {
                 ..ReviewLimits::default()
             },
         ];
-        for limits in &bounds {
-            let read_back = review_with(staging.as_fd(), &x.entries, &listed, limits)
-                .unwrap_or_else(|e| panic!("{e}"));
-            let from_kept = review_captured(staging.as_fd(), &x.entries, &listed, limits, &kept)
-                .unwrap_or_else(|e| panic!("{e}"));
-            assert_eq!(read_back, from_kept, "{limits:?}");
-            assert!(!from_kept.findings.is_empty());
+        let review_all = |kept: &Captured| -> Vec<(Review, Review)> {
+            bounds
+                .iter()
+                .map(|limits| {
+                    let read_back = review_with(staging.as_fd(), &x.entries, &listed, limits)
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    let from_kept =
+                        review_captured(staging.as_fd(), &x.entries, &listed, limits, kept)
+                            .unwrap_or_else(|e| panic!("{e}"));
+                    assert!(!from_kept.findings.is_empty());
+                    (read_back, from_kept)
+                })
+                .collect()
+        };
+        for (read_back, from_kept) in review_all(&kept) {
+            assert_eq!(read_back, from_kept);
         }
+        // With the hashing thread's trigger pass of every file as the confined child has it
+        // (the first FILE_BYTES of each, in pieces), the same reports again.
+        let scan_of = |data: &[u8], lie: bool| {
+            use crate::extract::hashing::FileScan;
+            let head = &data[..data.len().min(crate::extract::captured::FILE_BYTES)];
+            let mut p = triggers::Prescan::new();
+            p.begin();
+            for piece in head.chunks(100_000) {
+                p.feed(piece);
+            }
+            let (marks, complete) = p.finish();
+            crate::extract::hashing::Scanned {
+                covered: head.len() as u64,
+                complete: if lie {
+                    head.len() as u64
+                } else {
+                    u64::from(complete)
+                },
+                marks: if lie { Vec::new() } else { marks.to_vec() },
+            }
+        };
+        for (path, data, _) in &files {
+            kept.keep_scan((*path).to_owned(), scan_of(data, false));
+        }
+        for (read_back, from_kept) in review_all(&kept) {
+            assert_eq!(read_back, from_kept);
+        }
+        // And the scans are what the review used: one that says a file holds no trigger line
+        // loses that file's findings.
+        kept.keep_scan("references/many.md".to_owned(), scan_of(&files[6].1, true));
+        let (read_back, from_lie) = review_all(&kept).swap_remove(0);
+        assert!(
+            read_back
+                .findings
+                .iter()
+                .any(|f| f.file == "references/many.md")
+                && !from_lie
+                    .findings
+                    .iter()
+                    .any(|f| f.file == "references/many.md"),
+            "the scan was not used"
+        );
     }
 
     #[test]

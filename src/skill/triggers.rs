@@ -394,6 +394,14 @@ impl Triggers {
         Lines::new(hay, CHUNK)
     }
 
+    /// [`Triggers::lines`] of `hay` from `from` on (a line start): the lines before it are
+    /// taken as scanned.
+    pub fn lines_from<'h>(&self, hay: &'h [u8], from: usize) -> Lines<'h> {
+        let mut lines = Lines::new(hay, CHUNK);
+        lines.scanned = from.min(hay.len());
+        lines
+    }
+
     /// The start of the first line at or after `from` (a line start) that holds a trigger.
     pub fn next_line(&self, hay: &[u8], from: usize) -> Option<usize> {
         let mut out = Vec::new();
@@ -444,17 +452,198 @@ impl<'h> Lines<'h> {
         let end = chunk_end(hay, from, self.chunk);
         self.found.clear();
         self.taken = 0;
-        // Four segments cut after a newline (the automaton is at its start there).
-        let mut cut = [from, 0, 0, 0, end];
-        for k in 1..4 {
-            let aim = (from + (end - from) * k / 4).max(cut[k - 1]);
-            cut[k] = memchr::memchr(b'\n', &hay[aim..end]).map_or(end, |i| aim + i + 1);
-        }
-        lockstep(hay, cut, &mut self.found);
-        // The segments report in the order their matches came; each line once.
-        self.found.sort_unstable();
+        aligned(hay, from, end, &mut self.found);
         self.scanned = end;
     }
+}
+
+/// The trigger lines of `hay[from..end]`, `from` a line start and `end` the end of `hay` or just
+/// after a newline, appended to `out` in order: one at most per line, so at most as many as the
+/// newlines in the range, plus one.
+fn aligned(hay: &[u8], from: usize, end: usize, out: &mut Vec<usize>) {
+    let first = out.len();
+    // Four segments cut after a newline (the automaton is at its start there).
+    let mut cut = [from, 0, 0, 0, end];
+    for k in 1..4 {
+        let aim = (from + (end - from) * k / 4).max(cut[k - 1]);
+        cut[k] = memchr::memchr(b'\n', &hay[aim..end]).map_or(end, |i| aim + i + 1);
+    }
+    lockstep(hay, cut, out);
+    // The segments report in the order their matches came; each line once.
+    out[first..].sort_unstable();
+}
+
+/// Trigger lines a [`Prescan`] lists; the rest of the file is scanned by the review.
+const LISTED: usize = crate::extract::hashing::MARKS;
+use crate::extract::hashing::Scanned;
+
+/// Text a [`Prescan`] scans at once between two line ends, like [`Lines`]' refills.
+const PRESCAN_PIECE: usize = 16 * 1024;
+
+/// The trigger pass run on the hashing thread while it hashes a file (see
+/// [`crate::extract::hashing::FileScan`]): the same answer as [`Triggers::lines`] over the file's
+/// first bytes, found a piece at a time as they arrive, with the lines it holds the automaton's
+/// state across pieces. It marks the first [`LISTED`] trigger lines and where the list stops
+/// being complete ([`prescanned`] reads them back). Allocates only in [`Prescan::new`].
+pub struct Prescan {
+    /// Bytes fed so far in this file.
+    pos: usize,
+    /// The automaton's state at `pos`, unless `skipping`.
+    s: u16,
+    /// Where the line holding `pos` starts.
+    line: usize,
+    /// The line holding `pos` is listed already: skip to its end.
+    skipping: bool,
+    listed: [u32; LISTED],
+    n: usize,
+    /// The list is full: the first line not listed (nothing more is scanned).
+    full_at: Option<usize>,
+    /// The aligned scan's output, with room for every line of one piece (so never grown).
+    found: Vec<usize>,
+}
+
+impl Default for Prescan {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Prescan {
+    pub fn new() -> Self {
+        Prescan {
+            pos: 0,
+            s: DFA.start,
+            line: 0,
+            skipping: false,
+            listed: [0; LISTED],
+            n: 0,
+            full_at: None,
+            // A piece is PRESCAN_PIECE bytes and then the rest of one line: at most
+            // PRESCAN_PIECE + 1 newlines, so at most PRESCAN_PIECE + 2 lines.
+            found: Vec::with_capacity(PRESCAN_PIECE + 2),
+        }
+    }
+
+    /// List the line starting at `line`; `false` once the list is full (scanning stops).
+    fn list(&mut self, line: usize) -> bool {
+        match u32::try_from(line) {
+            Ok(l) if self.n < LISTED => {
+                self.listed[self.n] = l;
+                self.n += 1;
+                true
+            }
+            _ => {
+                self.full_at = Some(line);
+                false
+            }
+        }
+    }
+
+    /// Go on with the line holding `pos` through `bytes` (which hold no newline, or end with
+    /// the first one), from the carried state.
+    fn carry(&mut self, bytes: &[u8]) -> bool {
+        if self.skipping {
+            return true;
+        }
+        let mut s = self.s;
+        let hit = bytes.iter().any(|&b| {
+            s = step(s, b);
+            s == MATCH
+        });
+        self.s = s;
+        if hit {
+            self.skipping = true;
+            return self.list(self.line);
+        }
+        true
+    }
+
+    fn feed_piece(&mut self, bytes: &[u8]) {
+        let base = self.pos;
+        self.pos += bytes.len();
+        let Some(first) = memchr::memchr(b'\n', bytes) else {
+            self.carry(bytes);
+            return;
+        };
+        if !self.carry(&bytes[..=first]) {
+            return;
+        }
+        // Whole lines from here to the last newline, scanned as `Lines` scans them.
+        let last = memchr::memrchr(b'\n', bytes).unwrap_or(first);
+        let (mut at, end) = (first + 1, last + 1);
+        while at < end {
+            let to = chunk_end(&bytes[..end], at, PRESCAN_PIECE);
+            self.found.clear();
+            aligned(bytes, at, to, &mut self.found);
+            debug_assert!(self.found.capacity() == PRESCAN_PIECE + 2);
+            for k in 0..self.found.len() {
+                if !self.list(base + self.found[k]) {
+                    return;
+                }
+            }
+            at = to;
+        }
+        // The last line, not ended yet.
+        self.line = base + end;
+        self.s = DFA.start;
+        self.skipping = false;
+        self.carry(&bytes[end..]);
+    }
+}
+
+impl crate::extract::hashing::FileScan for Prescan {
+    fn begin(&mut self) {
+        self.pos = 0;
+        self.s = DFA.start;
+        self.line = 0;
+        self.skipping = false;
+        self.n = 0;
+        self.full_at = None;
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        if self.full_at.is_none() {
+            self.feed_piece(bytes);
+        }
+    }
+
+    fn finish(&self) -> (&[u32], u32) {
+        let complete = self.full_at.unwrap_or(self.pos);
+        // A file's first bytes are at most FILE_BYTES, far under u32::MAX.
+        (&self.listed[..self.n], u32::try_from(complete).unwrap_or(0))
+    }
+}
+
+/// Whether the hashing thread's scan of a file's first `covered` bytes found no line of them
+/// holding a trigger.
+pub fn lists_none(scanned: &Scanned) -> bool {
+    scanned.complete == scanned.covered && scanned.marks.is_empty()
+}
+
+/// The trigger lines of `content` (the `covered` first bytes of a file, exactly) from the
+/// hashing thread's scan of it: those it lists, then the rest found by [`Triggers::lines_from`]
+/// where its list stopped. `None` when the scan does not read back as one of `content` (then
+/// scan it whole).
+pub fn prescanned<'h>(
+    scanned: &'h Scanned,
+    content: &'h [u8],
+) -> Option<impl Iterator<Item = usize> + 'h> {
+    let complete = usize::try_from(scanned.complete).ok()?;
+    let marks = &scanned.marks;
+    if scanned.covered != content.len() as u64
+        || complete > content.len()
+        || marks.last().is_some_and(|&l| l as usize >= complete)
+        || marks.windows(2).any(|w| w[0] >= w[1])
+    {
+        return None;
+    }
+    let rest = (complete < content.len()).then(|| Triggers::get().lines_from(content, complete));
+    Some(
+        marks
+            .iter()
+            .map(|&l| l as usize)
+            .chain(rest.into_iter().flatten()),
+    )
 }
 
 impl Iterator for Lines<'_> {
@@ -602,6 +791,110 @@ mod tests {
             let next = want.iter().copied().find(|&l| l >= start);
             assert_eq!(t.next_line(hay, start), next, "from {start}");
             start += line.len() + 1;
+        }
+    }
+
+    /// `hay` through a [`Prescan`] in pieces of the sizes `cuts` cycles through: its marks are
+    /// the trigger lines below where it says they are complete, and [`prescanned`] gives back
+    /// every trigger line; nothing it holds grew.
+    fn check_prescan(hay: &[u8], cuts: &[usize]) {
+        use crate::extract::hashing::FileScan;
+        let want: Vec<usize> = Triggers::get().lines(hay).collect();
+        let mut p = Prescan::new();
+        let cap = p.found.capacity();
+        // A previous file's state must not leak into the next.
+        p.feed(b"curl x\n@ trailing, no newline");
+        p.begin();
+        let (mut at, mut k) = (0, 0);
+        while at < hay.len() {
+            let n = cuts[k % cuts.len()].clamp(1, hay.len() - at);
+            p.feed(&hay[at..at + n]);
+            at += n;
+            k += 1;
+        }
+        let (marks, complete) = p.finish();
+        let complete = complete as usize;
+        let below: Vec<usize> = want.iter().copied().filter(|&l| l < complete).collect();
+        assert_eq!(
+            marks.iter().map(|&m| m as usize).collect::<Vec<_>>(),
+            below,
+            "{cuts:?}"
+        );
+        assert!(
+            complete == hay.len() || marks.len() == LISTED,
+            "{complete} of {}",
+            hay.len()
+        );
+        assert_eq!(p.found.capacity(), cap, "the scan's buffer grew");
+        let scanned = Scanned {
+            covered: hay.len() as u64,
+            complete: complete as u64,
+            marks: marks.to_vec(),
+        };
+        let got: Vec<usize> = prescanned(&scanned, hay)
+            .map(Iterator::collect)
+            .unwrap_or_default();
+        assert_eq!(got, want, "{cuts:?}");
+        assert_eq!(lists_none(&scanned), want.is_empty());
+    }
+
+    #[test]
+    fn the_hashing_threads_pass_in_pieces_finds_the_same_lines() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let words: &[&[u8]] = &[
+            b"plain", b"words", b" ", b"\n", b"curl", b"@", b".com", b"rm", b"x\n", b"\n\n",
+            b"ins", b"tall",
+        ];
+        for round in 0..300 {
+            let mut hay = Vec::new();
+            let pieces = 1 + rng.below(if round % 10 == 0 { 20_000 } else { 300 });
+            for _ in 0..pieces {
+                hay.extend_from_slice(words[rng.below(words.len())]);
+            }
+            let cuts = [1 + rng.below(7), 1 + rng.below(5000), 1 + rng.below(70_000)];
+            check_prescan(&hay, &cuts);
+            check_prescan(&hay, &[hay.len()]);
+        }
+        // Dense: a trigger line per two bytes, far more than it lists; a piece of nothing but
+        // newlines; one long line holding a trigger at its very end.
+        check_prescan(&b"@\n".repeat(40_000), &[256 * 1024]);
+        check_prescan(&b"\n".repeat(100_000), &[1024 * 1024, 3]);
+        let mut long = vec![b'a'; 300_000];
+        long.extend_from_slice(b" curl");
+        check_prescan(&long, &[4096]);
+        check_prescan(b"", &[1]);
+    }
+
+    #[test]
+    fn a_scan_that_reads_back_wrong_is_not_used() {
+        let hay = b"one\ncurl two\nthree\n";
+        let bad = [
+            // Covers other bytes than these.
+            Scanned {
+                covered: 3,
+                complete: 3,
+                marks: vec![],
+            },
+            // Complete past the end.
+            Scanned {
+                covered: hay.len() as u64,
+                complete: 99,
+                marks: vec![],
+            },
+            // A mark at or past where it says it is complete, or out of order.
+            Scanned {
+                covered: hay.len() as u64,
+                complete: 4,
+                marks: vec![4],
+            },
+            Scanned {
+                covered: hay.len() as u64,
+                complete: 14,
+                marks: vec![4, 4],
+            },
+        ];
+        for s in &bad {
+            assert!(prescanned(s, hay).is_none(), "{s:?}");
         }
     }
 
