@@ -371,12 +371,25 @@ pub fn review_captured(
         // What a read of the file gives: its first `full` bytes. When the hashing thread's
         // trigger pass covered exactly those, its answer stands in for the review's own.
         let full = e.size.min(cap as u64);
-        let pre = captured.scanned(&e.path).filter(|s| s.covered == full);
-        if pre.is_some_and(triggers::lists_none) {
-            // No line of it holds a trigger: only what `classify` reads is needed.
+        if let Some(pre) = captured.scanned(&e.path).filter(|s| s.covered == full) {
+            // What `classify` reads first: a binary file, or one whose lines hold no trigger,
+            // needs nothing more.
             r.read_head(&mut reader, e, full, &mut buf)?;
-            if r.classify(e, Some(&buf)).0 {
+            let (binary, script) = r.classify(e, Some(&buf));
+            if binary {
                 r.out.coverage.binary_files += 1;
+                continue;
+            }
+            if triggers::lists_none(pre) {
+                continue;
+            }
+            let kind = text_kind(&e.path, script);
+            r.scanner.js = script && is_js(&e.path, &buf);
+            // The bytes `read_head` counted.
+            reader.fetch(e, cap, &mut buf)?;
+            match triggers::prescanned(pre, &buf) {
+                Some(mut lines) => r.text(e, &buf, kind, false, &mut lines),
+                None => r.text(e, &buf, kind, false, &mut scan::Triggers::get().lines(&buf)),
             }
             continue;
         }
@@ -387,10 +400,7 @@ pub fn review_captured(
         } else {
             let kind = text_kind(&e.path, script);
             r.scanner.js = script && is_js(&e.path, &buf);
-            match pre.and_then(|s| triggers::prescanned(s, &buf)) {
-                Some(mut lines) => r.text(e, &buf, kind, false, &mut lines),
-                None => r.text(e, &buf, kind, false, &mut scan::Triggers::get().lines(&buf)),
-            }
+            r.text(e, &buf, kind, false, &mut scan::Triggers::get().lines(&buf));
         }
     }
     Ok(r.finish())
@@ -427,7 +437,7 @@ impl Source<'_, '_> {
 
 /// What [`Reviewer::classify`] reads of a file at most, bar a long first line: `is_binary`'s
 /// window (shebangs and magic numbers are shorter).
-const HEAD: usize = 8192;
+const HEAD: usize = triggers::BINARY_HEAD;
 
 struct Reviewer<'a> {
     limits: &'a ReviewLimits,

@@ -473,6 +473,10 @@ fn aligned(hay: &[u8], from: usize, end: usize, out: &mut Vec<usize>) {
     out[first..].sort_unstable();
 }
 
+/// The review takes a file with a NUL byte in its first `BINARY_HEAD` bytes for binary, and never
+/// scans its lines.
+pub const BINARY_HEAD: usize = 8192;
+
 /// Trigger lines a [`Prescan`] lists; the rest of the file is scanned by the review.
 const LISTED: usize = crate::extract::hashing::MARKS;
 use crate::extract::hashing::Scanned;
@@ -484,7 +488,9 @@ const PRESCAN_PIECE: usize = 16 * 1024;
 /// [`crate::extract::hashing::FileScan`]): the same answer as [`Triggers::lines`] over the file's
 /// first bytes, found a piece at a time as they arrive, with the lines it holds the automaton's
 /// state across pieces. It marks the first [`LISTED`] trigger lines and where the list stops
-/// being complete ([`prescanned`] reads them back). Allocates only in [`Prescan::new`].
+/// being complete ([`prescanned`] reads them back); it stops at a NUL byte in the first
+/// [`BINARY_HEAD`] bytes, listing nothing (the review does not scan binary files). Allocates only
+/// in [`Prescan::new`].
 pub struct Prescan {
     /// Bytes fed so far in this file.
     pos: usize,
@@ -602,9 +608,19 @@ impl crate::extract::hashing::FileScan for Prescan {
     }
 
     fn feed(&mut self, bytes: &[u8]) {
-        if self.full_at.is_none() {
-            self.feed_piece(bytes);
+        if self.full_at.is_some() {
+            return;
         }
+        // A binary file is never scanned by the review: stop, listing nothing.
+        if self.pos < BINARY_HEAD {
+            let look = &bytes[..bytes.len().min(BINARY_HEAD - self.pos)];
+            if memchr::memchr(0, look).is_some() {
+                self.n = 0;
+                self.full_at = Some(0);
+                return;
+            }
+        }
+        self.feed_piece(bytes);
     }
 
     fn finish(&self) -> (&[u32], u32) {
@@ -820,8 +836,9 @@ mod tests {
             below,
             "{cuts:?}"
         );
+        let binary = hay[..hay.len().min(BINARY_HEAD)].contains(&0);
         assert!(
-            complete == hay.len() || marks.len() == LISTED,
+            complete == hay.len() || marks.len() == LISTED || (binary && complete == 0),
             "{complete} of {}",
             hay.len()
         );
@@ -863,6 +880,14 @@ mod tests {
         long.extend_from_slice(b" curl");
         check_prescan(&long, &[4096]);
         check_prescan(b"", &[1]);
+        // Binary: a NUL early on stops the scan (the review never scans such a file); one past
+        // the review's window does not.
+        let mut bin = b"curl https://x.example.com\n".repeat(400);
+        bin[BINARY_HEAD - 1] = 0;
+        check_prescan(&bin, &[1000]);
+        bin[BINARY_HEAD - 1] = b'x';
+        bin[BINARY_HEAD] = 0;
+        check_prescan(&bin, &[1000]);
     }
 
     #[test]

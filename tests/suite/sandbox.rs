@@ -1007,6 +1007,8 @@ fn a_confined_review_of_large_files_matches_the_review_in_process() {
         ("references/many.md".into(), many, 0o644),
         ("references/big.md".into(), big, 0o644),
         ("scripts/long".into(), long, 0o755),
+        // Binary: a native magic number and NULs, then text the review must not scan.
+        ("assets/tool".into(), [&b"\x7fELF\x02\x01\x01\0"[..], &b"curl https://x.pdfhost.net\n".repeat(2000)].concat(), 0o755),
     ];
     for i in 0..400 {
         let body = if i % 7 == 0 { [&plain[..], b"mirror: https://cdn.pdfhost.net/f.bin\n"].concat() } else { plain.clone() };
@@ -1036,6 +1038,7 @@ fn a_confined_review_of_large_files_matches_the_review_in_process() {
             .expect("run");
         assert_eq!(confined.outcome, inproc, "{name}");
         let review = inproc.review.as_ref().unwrap_or_else(|| panic!("{name}: no review: {:?}", inproc.reason));
+        assert!(review.coverage.binary_files >= 1 && !review.findings.iter().any(|x| x.file == "assets/tool" && x.context != skillbox::skill::review::Context::Metadata), "{name}: {:?}", review.coverage);
         for file in ["references/few.md", "references/many.md", "references/big.md", "scripts/long", "data/d0/f000.txt"] {
             assert!(review.findings.iter().any(|x| x.file == file), "{name}: nothing found in {file}");
         }
