@@ -20,6 +20,21 @@ pub const TOTAL_BYTES: usize = 8 * 1024 * 1024;
 /// Scan marks kept in all (4 bytes each): past them, a file's marks are cut short (and its
 /// reader scans the rest itself).
 pub const TOTAL_MARKS: usize = 256 * 1024;
+/// The first bytes kept of a file whose bytes are not kept ([`Head`]): enough for a magic
+/// number and a short first line.
+pub const HEAD_BYTES: usize = 256;
+/// The window [`Head::nul`] looks at: a NUL in a file's first `NUL_WINDOW` bytes.
+pub const NUL_WINDOW: usize = 8192;
+/// Bytes of heads kept in all; later files' heads are read back instead.
+pub const TOTAL_HEAD_BYTES: usize = 2 * 1024 * 1024;
+
+/// The start of a file whose bytes are not kept: its first [`HEAD_BYTES`] (all of it when
+/// shorter), and whether a NUL byte is in its first [`NUL_WINDOW`] bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub bytes: Box<[u8]>,
+    pub nul: bool,
+}
 
 /// The kept bytes of written files, by inventory path, and what the hashing thread's scan
 /// found in the files it hashed ([`super::hashing::FileScan`]).
@@ -29,6 +44,8 @@ pub struct Captured {
     files: HashMap<String, Range<usize>>,
     scans: HashMap<String, Scanned>,
     marks: usize,
+    heads: HashMap<String, Head>,
+    head_bytes: usize,
 }
 
 impl Captured {
@@ -36,6 +53,28 @@ impl Captured {
     /// [`FILE_BYTES`], else exactly its first [`FILE_BYTES`]. `None` when not kept.
     pub fn get(&self, path: &str) -> Option<&[u8]> {
         self.files.get(path).and_then(|r| self.bytes.get(r.clone()))
+    }
+
+    /// The start of `path` when its bytes are not kept (and its head was, within the bound).
+    pub fn head(&self, path: &str) -> Option<&Head> {
+        self.heads.get(path)
+    }
+
+    /// Keep the start of the file written at `path` (its first bytes, up to [`HEAD_BYTES`]),
+    /// unless the bound on heads is reached.
+    pub(crate) fn keep_head(&mut self, path: &str, first: &[u8], nul: bool) {
+        let bytes = &first[..first.len().min(HEAD_BYTES)];
+        if self.head_bytes + bytes.len() > TOTAL_HEAD_BYTES {
+            return;
+        }
+        self.head_bytes += bytes.len();
+        self.heads.insert(
+            path.to_owned(),
+            Head {
+                bytes: bytes.into(),
+                nul,
+            },
+        );
     }
 
     /// The hashing thread's scan of `path`'s first bytes, when it hashed the file with one.

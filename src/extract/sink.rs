@@ -15,7 +15,7 @@ use std::os::fd::BorrowedFd;
 
 use nix::errno::Errno;
 
-use super::captured::Captured;
+use super::captured::{Captured, NUL_WINDOW};
 use super::hashing::{Failure, FileHash, InlineBuf, Pending, VIEW_CHUNK};
 use super::input::Views;
 use super::inventory::{self, Entry, Flag, Kind, Totals};
@@ -597,6 +597,9 @@ impl<'a> Sink<'a> {
             .create_file_as(p, executable)
             .map_err(|e| write_failed(e, p))?;
         let mut head: Vec<u8> = Vec::new();
+        // A NUL in the first NUL_WINDOW bytes (what the review takes for binary), for the head
+        // kept of a file whose bytes are not.
+        let mut nul = false;
         let mut written: u64 = 0;
         // Hashed while written: on the hashing thread when the process has one (the confined
         // child), inline otherwise (`hashing.rs`). That thread may also write a file that
@@ -654,6 +657,10 @@ impl<'a> Sink<'a> {
                     let take = (512 - head.len()).min(n);
                     head.extend_from_slice(&chunk[..take]);
                 }
+                let seen = usize::try_from(written).unwrap_or(usize::MAX) - n;
+                if !nul && seen < NUL_WINDOW {
+                    nul = memchr::memchr(0, &chunk[..n.min(NUL_WINDOW - seen)]).is_some();
+                }
                 if let Some(start) = capture
                     && !captured.push(start, chunk)
                 {
@@ -682,8 +689,9 @@ impl<'a> Sink<'a> {
         };
         self.buf = buf;
         streamed?;
-        if let Some(start) = capture {
-            self.captured.commit(p, start);
+        match capture {
+            Some(start) => self.captured.commit(p, start),
+            None => self.captured.keep_head(p, &head, nul),
         }
         if let Some(declared) = declared
             && declared != written

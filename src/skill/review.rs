@@ -362,7 +362,7 @@ pub fn review_captured(
     {
         if r.total_read >= limits.max_total_bytes {
             r.out.coverage.unread_files += 1;
-            r.classify(e, None);
+            r.classify(e, None, None);
             continue;
         }
         let left = usize::try_from(limits.max_total_bytes.saturating_sub(r.total_read))
@@ -372,10 +372,23 @@ pub fn review_captured(
         // trigger pass covered exactly those, its answer stands in for the review's own.
         let full = e.size.min(cap as u64);
         if let Some(pre) = captured.scanned(&e.path).filter(|s| s.covered == full) {
-            // What `classify` reads first: a binary file, or one whose lines hold no trigger,
-            // needs nothing more.
-            r.read_head(&mut reader, e, full, &mut buf)?;
-            let (binary, script) = r.classify(e, Some(&buf));
+            // What `classify` reads first (the head the engine kept, when it is enough): a
+            // binary file, or one whose lines hold no trigger, needs nothing more.
+            let kept = captured
+                .head(&e.path)
+                .filter(|h| !h.bytes.starts_with(b"#!") || h.bytes.contains(&b'\n'));
+            let (binary, script) = match kept {
+                Some(h) => {
+                    r.scanned(e, full);
+                    buf.clear();
+                    buf.extend_from_slice(&h.bytes);
+                    r.classify(e, Some(&buf), Some(h.nul))
+                }
+                None => {
+                    r.read_head(&mut reader, e, full, &mut buf)?;
+                    r.classify(e, Some(&buf), None)
+                }
+            };
             if binary {
                 r.out.coverage.binary_files += 1;
                 continue;
@@ -394,7 +407,7 @@ pub fn review_captured(
             continue;
         }
         r.read(&mut reader, e, cap, &mut buf)?;
-        let (binary, script) = r.classify(e, Some(&buf));
+        let (binary, script) = r.classify(e, Some(&buf), None);
         if binary {
             r.out.coverage.binary_files += 1;
         } else {
@@ -438,6 +451,8 @@ impl Source<'_, '_> {
 /// What [`Reviewer::classify`] reads of a file at most, bar a long first line: `is_binary`'s
 /// window (shebangs and magic numbers are shorter).
 const HEAD: usize = triggers::BINARY_HEAD;
+// The engine's NUL flag of a kept head looks at the same window.
+const _: () = assert!(crate::extract::captured::NUL_WINDOW == HEAD);
 
 struct Reviewer<'a> {
     limits: &'a ReviewLimits,
@@ -594,7 +609,9 @@ impl<'a> Reviewer<'a> {
     /// Scripts, executables and binaries. `head` is the file's content as read (None: unread).
     /// Returns whether the content is binary (not to be scanned as text) and whether the file
     /// is a script.
-    fn classify(&mut self, e: &Entry, head: Option<&[u8]>) -> (bool, bool) {
+    /// `nul`: whether a NUL byte is in the file's first [`HEAD`] bytes, when `head` holds fewer
+    /// (a head the engine kept); else `is_binary` looks at `head`.
+    fn classify(&mut self, e: &Entry, head: Option<&[u8]>, nul: Option<bool>) -> (bool, bool) {
         let executable = e.flags.contains(&Flag::Executable);
         let nested = e.flags.contains(&Flag::NestedArchive);
         let ext = extension(&e.path);
@@ -603,7 +620,7 @@ impl<'a> Reviewer<'a> {
             .and_then(|h| h.strip_prefix(b"#!"))
             .map(shebang_interpreter);
         let native = head.and_then(native_kind);
-        let binary = head.is_some_and(|h| native.is_some() || is_binary(h));
+        let binary = head.is_some_and(|h| native.is_some() || nul.unwrap_or_else(|| is_binary(h)));
 
         let mut signals = Vec::new();
         // `scripts/` makes a script of what could be one: a script extension or none. Schemas,

@@ -1014,6 +1014,15 @@ fn a_confined_review_of_large_files_matches_the_review_in_process() {
         let body = if i % 7 == 0 { [&plain[..], b"mirror: https://cdn.pdfhost.net/f.bin\n"].concat() } else { plain.clone() };
         entries.push((format!("data/d{}/f{i:03}.txt", i % 5), body, 0o644));
     }
+    // Past what the engine keeps in memory (so the review sees only the head it kept): a binary
+    // file whose NUL comes after the head, scripts with a short and a long first line.
+    let mut late_bin = plain.clone();
+    late_bin[5000] = 0;
+    late_bin.extend_from_slice(b"curl https://x.pdfhost.net\n");
+    entries.push(("zz/late.dat".into(), late_bin, 0o644));
+    let tail = b"import requests\nrequests.get('https://x.pdfhost.net')\n";
+    entries.push(("zz/short".into(), [&b"#!/usr/bin/python3\n"[..], &plain[..], tail].concat(), 0o755));
+    entries.push(("zz/long".into(), [&b"#!/usr/bin/env "[..], &b" ".repeat(300), b"python3\n", &plain[..], tail].concat(), 0o755));
     let refs: Vec<(&str, &[u8], u32)> = entries.iter().map(|(p, d, m)| (p.as_str(), &d[..], *m)).collect();
     let tar = tar_of(&refs);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -1043,6 +1052,8 @@ fn a_confined_review_of_large_files_matches_the_review_in_process() {
             assert!(review.findings.iter().any(|x| x.file == file), "{name}: nothing found in {file}");
         }
         assert!(!review.findings.iter().any(|x| x.file == "data/d1/f001.txt"), "{name}");
+        let late = |f: &str| review.findings.iter().filter(|x| x.file == f).count();
+        assert!(late("zz/late.dat") == 0 && late("zz/short") > 1 && late("zz/long") > 1, "{name}: {:?}", review.findings.iter().filter(|x| x.file.starts_with("zz/")).collect::<Vec<_>>());
     }
 }
 }
