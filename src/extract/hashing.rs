@@ -114,6 +114,16 @@ pub struct Scanned {
     pub marks: Vec<u32>,
 }
 
+/// Replies one `read` of the reply pipe takes at most.
+const INBOX: usize = 16;
+
+struct Inbox {
+    buf: Vec<u8>,
+    /// `buf[at..len]` holds whole replies not yet taken.
+    at: usize,
+    len: usize,
+}
+
 /// A digest from the helper, with its scan's summary when it has a scan.
 type Done = Result<(Sha256Digest, Option<Scanned>), i32>;
 
@@ -138,6 +148,9 @@ pub struct HashThread {
     from: File,
     shared: Arc<Shared>,
     state: Mutex<State>,
+    /// Replies read from the pipe and not yet taken: every `read` takes all that are there (up
+    /// to [`INBOX`]), not one per call.
+    inbox: Mutex<Inbox>,
     /// The one thread that may use it, set by [`install`].
     owner: OnceLock<std::thread::ThreadId>,
 }
@@ -398,6 +411,11 @@ impl HashThread {
                 free_views: (0..VIEWS).collect(),
                 ..State::default()
             }),
+            inbox: Mutex::new(Inbox {
+                buf: vec![0u8; INBOX * REPLY],
+                at: 0,
+                len: 0,
+            }),
             owner: OnceLock::new(),
         };
         // One round trip, so the thread has started (and taken its first allocation) before
@@ -433,9 +451,27 @@ impl HashThread {
     }
 
     fn recv(&self) -> io::Result<Msg> {
-        let mut raw = [0u8; REPLY];
-        (&self.from).read_exact(&mut raw)?;
-        Ok(parse(&raw))
+        let mut inbox = lock(&self.inbox);
+        let inbox = &mut *inbox;
+        if inbox.at == inbox.len {
+            // Every reply is written whole in one `write` of at most PIPE_BUF bytes, so the pipe
+            // only ever holds whole replies: a read takes as many as are there.
+            let n = loop {
+                match (&self.from).read(&mut inbox.buf) {
+                    Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            // Never seen; completed rather than misread if it were.
+            let whole = n.div_ceil(REPLY) * REPLY;
+            (&self.from).read_exact(&mut inbox.buf[n..whole])?;
+            (inbox.at, inbox.len) = (0, whole);
+        }
+        let m = parse(&inbox.buf[inbox.at..inbox.at + REPLY]);
+        inbox.at += REPLY;
+        Ok(m)
     }
 
     /// Book a reply that is not the one being waited for.
@@ -587,6 +623,8 @@ pub(crate) struct FileHash<'h> {
     hand_over: bool,
     /// The helper's entry holding the file, once handed over and until finished or abandoned.
     entry: Option<usize>,
+    /// The helper was told the file is complete with its last piece ([`FileHash::fill_view`]).
+    told_finish: bool,
 }
 
 /// Where [`FileHash`] reads into when hashing inline.
@@ -616,6 +654,7 @@ impl<'h> FileHash<'h> {
             file: Some(file),
             hand_over: hand_over && helper.is_some(),
             entry: None,
+            told_finish: false,
         }
     }
 
@@ -741,9 +780,9 @@ impl<'h> FileHash<'h> {
             self.inline.update(view.bytes());
             return Ok(n);
         };
-        if self.held.is_some() {
+        if self.held.is_some() || self.told_finish {
             return Err(failed(Failure::Fault(io::Error::other(
-                "a file read both into buffers and in place",
+                "a file read both into buffers and in place, or past its end",
             ))));
         }
         let file = self.entry_for_helper(h).map_err(&failed)?;
@@ -756,8 +795,22 @@ impl<'h> FileHash<'h> {
         let (offset, map) = (view.offset, view.map);
         *lock(&h.shared.views[v]) = Some(map);
         self.offloaded = true;
-        h.send(&view_msg(v, file, offset, n, self.seq))
-            .map_err(|e| failed(Failure::Fault(e)))?;
+        let piece = view_msg(v, file, offset, n, self.seq);
+        if n as u64 == expect {
+            // The member's last piece (its header's size, checked by `sink` above): the file is
+            // complete with it, so the helper is told both in one write (atomic: under PIPE_BUF)
+            // and one wake-up. The helper closes the file with the second message.
+            let mut both = [0u8; 2 * MSG];
+            both[..MSG].copy_from_slice(&piece);
+            both[MSG..].copy_from_slice(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]));
+            self.entry = None;
+            self.told_finish = true;
+            (&h.to)
+                .write_all(&both)
+                .map_err(|e| failed(Failure::Fault(e)))?;
+        } else {
+            h.send(&piece).map_err(|e| failed(Failure::Fault(e)))?;
+        }
         Ok(n)
     }
 
@@ -801,6 +854,8 @@ impl<'h> FileHash<'h> {
                 written?;
                 Ok((Pending::Ready(hasher.finish().0), self.file.take()))
             }
+            // Told already, with the last piece.
+            None if self.told_finish => Ok((Pending::Helper(self.seq, h), self.file.take())),
             // Every piece went to the helper as a view (`fill_view`).
             None if self.offloaded => {
                 let file = self.entry_for_helper(h)?;
