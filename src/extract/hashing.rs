@@ -23,7 +23,7 @@
 //! reported with the file's digest, and refuses the package as it would have on the decoding
 //! thread.
 //!
-//! A file under 16 KiB is hashed and written by the decoding thread itself: a message through the
+//! A file under 4 KiB (16 KiB read in place, below) is hashed and written by the decoding thread itself: a message through the
 //! pipes costs more than hashing a few kilobytes.
 //!
 //! The helper may also run a [`FileScan`] over the first [`FILE_BYTES`] of each file it hashes
@@ -52,8 +52,14 @@ use crate::sys::SealedMapping;
 /// small against hashing it (about 0.2 ms at 1.5 GB/s), small enough to stay in the caches.
 pub(crate) const CHUNK: usize = 256 * 1024;
 /// A file in one buffer goes to the helper from this size on; a smaller one is hashed where it
-/// was read (the message and the wake-up would cost more than hashing it).
-const OFFLOAD_MIN: usize = 16 * 1024;
+/// was read (the message and the wake-up would cost more than hashing and scanning it). 4 KiB,
+/// not 16: once the helper also runs the review's trigger pass, handing over the 4-16 KiB
+/// files of a compressed package took 20-30 ms off 2,000 files (bench-results/throughput.md).
+const OFFLOAD_MIN: usize = 4 * 1024;
+/// The same for a member read in place from the mapping (`fill_view`): there the decoding
+/// thread only writes what it hands over, and a small one costs it more to hand over (a view
+/// entry, a message, a reply) than to hash and scan here.
+const VIEW_OFFLOAD_MIN: usize = 16 * 1024;
 /// Buffers in flight: the decoder fills one while the helper hashes another.
 const SLOTS: usize = 4;
 /// Files the helper may hold open at once: each handed-over file holds a buffer until its last
@@ -773,7 +779,7 @@ impl<'h> FileHash<'h> {
         sink(view.bytes())?;
         let helper = self
             .helper
-            .filter(|_| self.offloaded || expect >= OFFLOAD_MIN as u64);
+            .filter(|_| self.offloaded || expect >= VIEW_OFFLOAD_MIN as u64);
         let Some(h) = helper else {
             // Small: hashed and written here (a message would cost more than hashing it).
             self.write_here(view.bytes()).map_err(&failed)?;
@@ -1149,7 +1155,7 @@ mod tests {
         let members = [
             (0, 0),
             (1, 100),
-            (5000, OFFLOAD_MIN),
+            (5000, VIEW_OFFLOAD_MIN),
             (window - 1000, 3 * VIEW_CHUNK),
             (0, n),
             (17, n - 17),
