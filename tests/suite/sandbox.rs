@@ -1437,12 +1437,17 @@ fn zygote_pid(sb: &Sandbox) -> u32 {
         .unwrap_or_else(|| panic!("no zygote running"))
 }
 
-/// A process that has exited and waits to be reaped.
+/// A process that has exited, every thread of it, and waits to be reaped. The main thread shows
+/// `Z` as soon as it exits; the process's fds (a spare's socket among them) are closed only when
+/// its last thread has (a spare has its hashing thread already), and until then an order sent
+/// to it is taken. Exited threads other than the main one leave `/proc/PID/task` as they go.
 fn zombie(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+    let leader_exited = fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit_once(") ")
             .is_some_and(|(_, rest)| rest.starts_with('Z'))
-    })
+    });
+    leader_exited
+        && fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|d| d.flatten().count() == 1)
 }
 
 /// A process that is gone and reaped: no /proc entry (a zombie still has one).
