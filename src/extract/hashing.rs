@@ -23,14 +23,15 @@
 //! reported with the file's digest, and refuses the package as it would have on the decoding
 //! thread.
 //!
-//! A file under 4 KiB (16 KiB read in place, below) is hashed and written by the decoding thread itself: a message through the
-//! pipes costs more than hashing a few kilobytes.
+//! A file under 4 KiB (16 KiB read in place, below) is hashed and written by the decoding thread
+//! itself: a message through the pipes costs more than hashing a few kilobytes.
 //!
 //! The helper may also run a [`FileScan`] over the first [`FILE_BYTES`] of each file it hashes
 //! (the review's trigger pass, given by the child: this module knows nothing of what it finds),
-//! while the bytes are in its caches; the scan's fixed-size summary comes back with the digest
-//! and is kept for the review ([`super::captured::Captured::keep_scan`]). A scan holds everything it needs from
-//! its creation, before confinement: on the helper it allocates nothing and makes no system call.
+//! while the bytes are in its caches; the offsets it marks come back in the digest's reply and
+//! are kept for the review ([`super::captured::Captured::keep_scan`]). A scan holds everything
+//! it needs from its creation, before confinement: on the helper it allocates nothing and makes
+//! no system call.
 //!
 //! A plain tarball's members are not copied into buffers at all: they lie in the mapped artifact
 //! as they will lie on the disk, so the decoding thread checks and writes each piece straight from
@@ -1117,14 +1118,11 @@ mod tests {
             .view(at, sparse.len() as u64, VIEW_CHUNK)
             .expect("view")
         {
+            // What the member still holds, this piece included (as the sink says).
+            let left = sparse.len() as u64 - at;
             at += view.len as u64;
-            fh.fill_view(
-                view,
-                sparse.len() as u64 - at,
-                |_: &[u8]| Ok::<(), io::Error>(()),
-                fail,
-            )
-            .expect("fill_view");
+            fh.fill_view(view, left, |_: &[u8]| Ok::<(), io::Error>(()), fail)
+                .expect("fill_view");
         }
         let (pending, _) = fh.finish().map_err(fail).expect("finish");
         let (_, scanned) = pending.resolve_scanned().expect("digest");

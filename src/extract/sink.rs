@@ -657,9 +657,11 @@ impl<'a> Sink<'a> {
                     let take = (512 - head.len()).min(n);
                     head.extend_from_slice(&chunk[..take]);
                 }
-                let seen = usize::try_from(written).unwrap_or(usize::MAX) - n;
-                if !nul && seen < NUL_WINDOW {
-                    nul = memchr::memchr(0, &chunk[..n.min(NUL_WINDOW - seen)]).is_some();
+                // Bytes of the file before this chunk.
+                let seen = written - n as u64;
+                if !nul && seen < NUL_WINDOW as u64 {
+                    let look = n.min(NUL_WINDOW - seen as usize);
+                    nul = memchr::memchr(0, &chunk[..look]).is_some();
                 }
                 if let Some(start) = capture
                     && !captured.push(start, chunk)

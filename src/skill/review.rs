@@ -376,7 +376,7 @@ pub fn review_captured(
             // binary file, or one whose lines hold no trigger, needs nothing more.
             let kept = captured
                 .head(&e.path)
-                .filter(|h| !h.bytes.starts_with(b"#!") || h.bytes.contains(&b'\n'));
+                .filter(|h| first_line_whole(&h.bytes));
             let (binary, script) = match kept {
                 Some(h) => {
                     r.scanned(e, full);
@@ -451,8 +451,12 @@ impl Source<'_, '_> {
 /// What [`Reviewer::classify`] reads of a file at most, bar a long first line: `is_binary`'s
 /// window (shebangs and magic numbers are shorter).
 const HEAD: usize = triggers::BINARY_HEAD;
-// The engine's NUL flag of a kept head looks at the same window.
-const _: () = assert!(crate::extract::captured::NUL_WINDOW == HEAD);
+
+/// Whether `head` (a file's first bytes) holds all [`Reviewer::classify`] quotes of the first
+/// line: a shebang's whole line.
+fn first_line_whole(head: &[u8]) -> bool {
+    !head.starts_with(b"#!") || head.contains(&b'\n')
+}
 
 struct Reviewer<'a> {
     limits: &'a ReviewLimits,
@@ -519,7 +523,7 @@ impl<'a> Reviewer<'a> {
     ) -> Result<(), ReviewError> {
         let full_len = usize::try_from(full).unwrap_or(usize::MAX);
         reader.fetch(e, HEAD.min(full_len), buf)?;
-        if (buf.len() as u64) < full && buf.starts_with(b"#!") && !buf.contains(&b'\n') {
+        if (buf.len() as u64) < full && !first_line_whole(buf) {
             reader.fetch(e, full_len, buf)?;
         }
         self.scanned(e, full);

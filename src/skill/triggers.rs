@@ -14,6 +14,7 @@
 //! stepped in lock-step, which hides the latency of each table load behind the others'.
 //! The answer, the start of every line holding a trigger, is exact: a test holds it to a naive
 //! substring search over generated and real text.
+use crate::extract::hashing::Scanned;
 
 /// Substrings (ASCII case-insensitive) without which [`super::scan::Scanner::line`] reports
 /// nothing (with the [`WORD_TRIGGERS`]).
@@ -474,13 +475,11 @@ fn aligned(hay: &[u8], from: usize, end: usize, out: &mut Vec<usize>) {
 }
 
 /// The review takes a file with a NUL byte in its first `BINARY_HEAD` bytes for binary, and never
-/// scans its lines.
-pub const BINARY_HEAD: usize = 8192;
+/// scans its lines (the window of the engine's kept heads, too).
+pub const BINARY_HEAD: usize = crate::extract::captured::NUL_WINDOW;
 
 /// Trigger lines a [`Prescan`] lists; the rest of the file is scanned by the review.
 const LISTED: usize = crate::extract::hashing::MARKS;
-use crate::extract::hashing::Scanned;
-
 /// Text a [`Prescan`] scans at once between two line ends, like [`Lines`]' refills.
 const PRESCAN_PIECE: usize = 16 * 1024;
 
