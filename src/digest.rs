@@ -64,29 +64,65 @@ impl FromStr for Sha256Digest {
     type Err = DigestParseError;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let Some(hex_part) = s.strip_prefix("sha256:") else {
+        let Some(hex_part) = s.strip_prefix(PREFIX) else {
             let shown: String = s.chars().take(16).collect();
             return Err(DigestParseError::MissingPrefix(shown));
         };
-        if let Some(bad) = hex_part
-            .chars()
-            .find(|c| !matches!(c, '0'..='9' | 'a'..='f'))
-        {
+        // Byte by byte: every byte before the first bad one is ASCII, so it starts a char.
+        if let Some(at) = hex_part.bytes().position(|b| nibble(b).is_none()) {
+            let bad = hex_part[at..].chars().next().unwrap_or('\0');
             return Err(DigestParseError::NotLowercaseHex(bad));
         }
+        let hex_part = hex_part.as_bytes();
         if hex_part.len() != 64 {
             return Err(DigestParseError::WrongLength(hex_part.len()));
         }
         let mut out = [0u8; 32];
-        hex::decode_to_slice(hex_part, &mut out)
-            .map_err(|_| DigestParseError::WrongLength(hex_part.len()))?;
+        for (o, pair) in out.iter_mut().zip(hex_part.chunks_exact(2)) {
+            // Both are lowercase hex digits: checked above.
+            *o = (nibble(pair[0]).unwrap_or(0) << 4) | nibble(pair[1]).unwrap_or(0);
+        }
         Ok(Self(out))
+    }
+}
+
+const PREFIX: &str = "sha256:";
+/// `sha256:` and 64 hex digits.
+const TEXT_LEN: usize = PREFIX.len() + 64;
+
+/// A lowercase hex digit's value.
+fn nibble(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    }
+}
+
+impl Sha256Digest {
+    /// The text form in a buffer of its own: inventories print and parse thousands of these, so
+    /// neither direction allocates.
+    fn text(&self) -> [u8; TEXT_LEN] {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = [0u8; TEXT_LEN];
+        out[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
+        for (pair, b) in out[PREFIX.len()..].chunks_exact_mut(2).zip(self.0) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 15)];
+        }
+        out
+    }
+
+    fn with_text<R>(&self, f: impl FnOnce(&str) -> R) -> R {
+        let text = self.text();
+        // ASCII by construction.
+        f(std::str::from_utf8(&text).unwrap_or_default())
     }
 }
 
 impl fmt::Display for Sha256Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sha256:{}", self.hex())
+        self.with_text(|t| f.write_str(t))
     }
 }
 
@@ -98,14 +134,24 @@ impl fmt::Debug for Sha256Digest {
 
 impl serde::Serialize for Sha256Digest {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
+        self.with_text(|t| s.serialize_str(t))
     }
 }
 
 impl<'de> serde::Deserialize<'de> for Sha256Digest {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Sha256Digest;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a `sha256:<64 lowercase hex>` digest")
+            }
+            // Parsed where it lies (a borrowed or a scratch str): no String per digest.
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Sha256Digest, E> {
+                v.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Text)
     }
 }
 
@@ -176,5 +222,39 @@ mod tests {
             format!("{EMPTY} ").parse::<Sha256Digest>(),
             Err(DigestParseError::NotLowercaseHex(' '))
         ));
+    }
+
+    #[test]
+    fn text_and_json_forms_agree_with_the_hex_crate() {
+        for seed in 0u8..=255 {
+            let d = Sha256Digest::of_bytes(&[seed; 3]);
+            let text = format!("sha256:{}", hex::encode(d.as_bytes()));
+            assert_eq!(d.to_string(), text);
+            assert_eq!(text.parse::<Sha256Digest>(), Ok(d));
+            let json = serde_json::to_string(&d).expect("serialize");
+            assert_eq!(json, format!("\"{text}\""));
+            assert_eq!(
+                serde_json::from_str::<Sha256Digest>(&json).expect("borrowed"),
+                d
+            );
+            // An escape makes serde_json hand over a scratch copy instead of a borrowed str.
+            let escaped = json.replacen("sha", "\\u0073ha", 1);
+            assert_eq!(
+                serde_json::from_str::<Sha256Digest>(&escaped).expect("escaped"),
+                d
+            );
+            let owned: serde_json::Value = serde_json::from_str(&json).expect("value");
+            assert_eq!(
+                serde_json::from_value::<Sha256Digest>(owned).expect("owned"),
+                d
+            );
+        }
+        let accented = EMPTY.replacen('e', "\u{e9}", 2);
+        assert_eq!(
+            accented.parse::<Sha256Digest>(),
+            Err(DigestParseError::NotLowercaseHex('\u{e9}'))
+        );
+        assert!(serde_json::from_str::<Sha256Digest>("42").is_err());
+        assert!(serde_json::from_str::<Sha256Digest>("\"sha256:00\"").is_err());
     }
 }
