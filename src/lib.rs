@@ -45,6 +45,7 @@ pub mod reason;
 pub mod replay;
 pub mod sandbox;
 pub mod skill;
+pub mod staging_fs;
 pub(crate) mod sys;
 pub mod urls;
 

@@ -138,6 +138,14 @@ pub async fn serve(
     if stale > 0 {
         tracing::info!(stale, root = %config.staging_root.display(), "removed staging directories left by a previous run");
     }
+    // Said once at start: such a disk makes every request slower than the one before.
+    if let Some(w) = crate::staging_fs::filesystem(&config.staging_root)
+        .ok()
+        .as_ref()
+        .and_then(crate::staging_fs::warning)
+    {
+        tracing::warn!(root = %config.staging_root.display(), "staging on {w}");
+    }
     let state = Arc::new(State {
         admission: admission::Admission::new(config.bounds),
         staging: Arc::clone(&staging_root),

@@ -97,6 +97,9 @@ pub struct DoctorReport {
     /// The binary the children were started from (absent when none could be used).
     pub child_binary: Option<super::ChildBinaryInfo>,
     pub checks: Vec<Check>,
+    /// The filesystem under the temporary directory, where `extract` stages without `--out`
+    /// (absent when it cannot be read); its warning does not make confinement fail.
+    pub staging: Option<crate::staging_fs::StagingFs>,
 }
 
 const TINY_SKILL: &[u8] =
@@ -163,6 +166,7 @@ fn run_checks(mut config: SandboxConfig, both_paths: bool) -> DoctorReport {
         limits: None,
         child_binary: None,
         checks: Vec::new(),
+        staging: crate::staging_fs::describe(&std::env::temp_dir()).ok(),
     };
 
     // `serve` forks its children from a zygote by default; when the configuration at hand
@@ -512,6 +516,16 @@ impl DoctorReport {
                 c.name,
                 c.detail
             ));
+        }
+        if let Some(st) = &self.staging {
+            match &st.warning {
+                Some(w) => s.push_str(&format!("  [warn] staging under {}: {w}\n", st.path)),
+                None => s.push_str(&format!(
+                    "  [ ok ] staging under {}: {}\n",
+                    st.path,
+                    st.filesystem.label()
+                )),
+            }
         }
         s
     }

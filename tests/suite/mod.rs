@@ -15,3 +15,4 @@ mod publish;
 mod replay;
 mod review;
 mod sandbox;
+mod staging_fs;
