@@ -1059,6 +1059,51 @@ fn a_confined_review_of_large_files_matches_the_review_in_process() {
 }
 
 both_spawn_paths! {
+fn the_deepest_tree_with_files_in_flight_fits_the_childs_open_files() {
+    // The child may hold 64 fds: its own, a chain of directory fds down to the deepest path the
+    // limits allow (32 components), and the files the hashing thread holds open while it
+    // writes them (16 KiB and more in place, 4 KiB and more decoded). Files alternate between
+    // two branches that deep, so every file walks the chain again while the helper may still
+    // hold the ones before. (How many it holds depends on its pace: this is the deepest tree
+    // done whole on both paths, not a proof of the bound, which hashing.rs's FILES states.)
+    let limits = Limits::default();
+    let depth = usize::try_from(limits.max_path_depth).expect("depth");
+    let branch = |b: usize| (1..depth).map(|i| format!("{b}{i}")).collect::<Vec<_>>().join("/");
+    let body: Vec<u8> = (0..20_000u32).map(|i| b"abcdefghij\n"[(i % 11) as usize]).collect();
+    let mut entries: Vec<(String, Vec<u8>, u32)> = vec![("SKILL.md".into(), SKILL.to_vec(), 0o644)];
+    for i in 0..60 {
+        let mut data = body.clone();
+        data.extend_from_slice(format!("file {i}\n").as_bytes());
+        entries.push((format!("{}/f{i:02}.txt", branch(i % 2)), data, 0o644));
+    }
+    let refs: Vec<(&str, &[u8], u32)> = entries.iter().map(|(p, d, m)| (p.as_str(), &d[..], *m)).collect();
+    let tar = tar_of(&refs);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).expect("gzip");
+    let gz = gz.finish().expect("gzip");
+    let sb = sandbox();
+    for (name, art) in [("pkg.tar", &tar), ("pkg.tar.gz", &gz)] {
+        let f = fixture();
+        let mut req = archive_request(art);
+        req.file_name = Some(name.into());
+        let staging = f.staging_path();
+        let staging_fd = fs::File::open(&staging).expect("open");
+        let sealed = SealedArtifact::copy_from(&art[..], u64::MAX).expect("copy_from");
+        let confined = sb
+            .extract_at(sealed.file(), std::os::fd::AsFd::as_fd(&staging_fd), &req)
+            .expect("extract_at");
+        assert!(confined.sandbox.confined, "{name}");
+        assert_eq!(confined.outcome.verdict, Verdict::Accepted, "{name}: {:?}", confined.outcome.reason);
+        for (path, data, _) in &entries {
+            let e = confined.outcome.entries.iter().find(|e| &e.path == path).unwrap_or_else(|| panic!("{name}: {path} not listed"));
+            assert_eq!(e.sha256, Some(skillbox::digest::Sha256Digest::of_bytes(data)), "{name}: {path}");
+            assert_eq!(&fs::read(staging.join(path)).unwrap_or_default(), data, "{name}: {path}");
+        }
+    }
+}
+}
+
+both_spawn_paths! {
 fn a_confined_rejection_leaves_no_staging_directory() {
     let f = fixture();
     // Two files are written before the duplicate is found: the child must clear them, and the
