@@ -59,10 +59,11 @@ impl<'n> RawEntry<'n> {
     }
 }
 
-/// The collision keys of one path (see `path.rs`).
+/// The collision keys of one path (see `path.rs`). An ASCII path is its own NFC and NFKC key:
+/// those two are kept only for the other paths, and an ASCII key is looked up in `nodes`.
 struct Keys {
-    nfc: String,
-    nfkc: String,
+    nfc: Option<String>,
+    nfkc: Option<String>,
     fold: String,
 }
 
@@ -362,8 +363,11 @@ impl<'a> Sink<'a> {
 
     /// Refuse a new path whose Unicode or case-folded spelling is already taken.
     fn check_twins(&self, path: &str) -> Result<Keys, Stop> {
-        let nfc = nfc_key(path);
-        if let Some(other) = self.nfc.get(&nfc) {
+        // Most names are ASCII: NFC and NFKC are the identity there (`path.rs`), so such a
+        // path needs neither key made nor kept.
+        let ascii = path.is_ascii();
+        let nfc = (!ascii).then(|| nfc_key(path));
+        if let Some(other) = self.twin(&self.nfc, nfc.as_deref().unwrap_or(path)) {
             return Err(Reason::new(
                 ReasonCode::UnicodeCollision,
                 format!(
@@ -374,8 +378,8 @@ impl<'a> Sink<'a> {
             .entry(path)
             .into());
         }
-        let nfkc = nfkc_key(path);
-        if let Some(other) = self.nfkc.get(&nfkc) {
+        let nfkc = (!ascii).then(|| nfkc_key(path));
+        if let Some(other) = self.twin(&self.nfkc, nfkc.as_deref().unwrap_or(path)) {
             return Err(Reason::new(
                 ReasonCode::UnicodeCollision,
                 format!(
@@ -401,9 +405,26 @@ impl<'a> Sink<'a> {
         Ok(Keys { nfc, nfkc, fold })
     }
 
+    /// The staged path whose key in `keys` (the NFC or the NFKC map) is `key`: one of the
+    /// non-ASCII paths the map holds, or, for an ASCII key, the ASCII path that is its own key.
+    /// (Never the path being checked: it is not staged yet.)
+    fn twin<'s>(&'s self, keys: &'s HashMap<String, String>, key: &str) -> Option<&'s str> {
+        if let Some(other) = keys.get(key) {
+            return Some(other);
+        }
+        if !key.is_ascii() {
+            return None;
+        }
+        self.nodes.get_key_value(key).map(|(k, _)| k.as_str())
+    }
+
     fn insert(&mut self, path: String, keys: Keys, node: Node) {
-        self.nfc.insert(keys.nfc, path.clone());
-        self.nfkc.insert(keys.nfkc, path.clone());
+        if let Some(k) = keys.nfc {
+            self.nfc.insert(k, path.clone());
+        }
+        if let Some(k) = keys.nfkc {
+            self.nfkc.insert(k, path.clone());
+        }
         self.fold.insert(keys.fold, path.clone());
         self.nodes.insert(path, node);
     }

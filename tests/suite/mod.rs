@@ -16,3 +16,4 @@ mod replay;
 mod review;
 mod sandbox;
 mod staging_fs;
+mod twins;
