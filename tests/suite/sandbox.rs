@@ -912,6 +912,45 @@ fn confined_tar(sb: &Sandbox, art: &[u8], staging: &Path) -> skillbox::sandbox::
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `entries` as a tar and as a tar.gz.
+fn tar_and_gz(entries: &[(String, Vec<u8>, u32)]) -> (Vec<u8>, Vec<u8>) {
+    let refs: Vec<(&str, &[u8], u32)> = entries
+        .iter()
+        .map(|(p, d, m)| (p.as_str(), &d[..], *m))
+        .collect();
+    let tar = tar_of(&refs);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).expect("gzip");
+    let gz = gz.finish().expect("gzip");
+    (tar, gz)
+}
+
+/// Extract `art`, named `name`, from a sealed copy through `sb` into a fresh staging directory
+/// of `f`; the child must have been confined. Also returns the copy, the request and the
+/// staging path, for an in-process run over the same bytes.
+fn confined_named(
+    sb: &Sandbox,
+    f: &Fixture,
+    name: &str,
+    art: &[u8],
+) -> (
+    skillbox::sandbox::Confined,
+    SealedArtifact,
+    Request,
+    PathBuf,
+) {
+    let mut req = archive_request(art);
+    req.file_name = Some(name.into());
+    let staging = f.staging_path();
+    let staging_fd = fs::File::open(&staging).expect("open");
+    let sealed = SealedArtifact::copy_from(art, u64::MAX).expect("copy_from");
+    let confined = sb
+        .extract_at(sealed.file(), std::os::fd::AsFd::as_fd(&staging_fd), &req)
+        .expect("extract_at");
+    assert!(confined.sandbox.confined, "{name}");
+    (confined, sealed, req, staging)
+}
+
 /// Every staged node of `entries` is owned by us, not left to the child's uid.
 fn assert_handed_back(staging: &Path, entries: &[Entry]) {
     let me = nix::unistd::geteuid().as_raw();
@@ -1023,23 +1062,11 @@ fn a_confined_review_of_large_files_matches_the_review_in_process() {
     let tail = b"import requests\nrequests.get('https://x.pdfhost.net')\n";
     entries.push(("zz/short".into(), [&b"#!/usr/bin/python3\n"[..], &plain[..], tail].concat(), 0o755));
     entries.push(("zz/long".into(), [&b"#!/usr/bin/env "[..], &b" ".repeat(300), b"python3\n", &plain[..], tail].concat(), 0o755));
-    let refs: Vec<(&str, &[u8], u32)> = entries.iter().map(|(p, d, m)| (p.as_str(), &d[..], *m)).collect();
-    let tar = tar_of(&refs);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    std::io::Write::write_all(&mut gz, &tar).expect("gzip");
-    let gz = gz.finish().expect("gzip");
+    let (tar, gz) = tar_and_gz(&entries);
     let sb = sandbox_with(|c| c.verify = Verify::Full);
     for (name, art) in [("pkg.tar", &tar), ("pkg.tar.gz", &gz)] {
         let f = fixture();
-        let mut req = archive_request(art);
-        req.file_name = Some(name.into());
-        let staging = f.staging_path();
-        let staging_fd = fs::File::open(&staging).expect("open");
-        let sealed = SealedArtifact::copy_from(&art[..], u64::MAX).expect("copy_from");
-        let confined = sb
-            .extract_at(sealed.file(), std::os::fd::AsFd::as_fd(&staging_fd), &req)
-            .expect("extract_at");
-        assert!(confined.sandbox.confined, "{name}");
+        let (confined, sealed, req, _) = confined_named(&sb, &f, name, art);
         let other = f.root.join("inproc");
         fs::create_dir(&other).expect("create_dir");
         let dir = fs::File::open(&other).expect("open");
@@ -1076,23 +1103,11 @@ fn the_deepest_tree_with_files_in_flight_fits_the_childs_open_files() {
         data.extend_from_slice(format!("file {i}\n").as_bytes());
         entries.push((format!("{}/f{i:02}.txt", branch(i % 2)), data, 0o644));
     }
-    let refs: Vec<(&str, &[u8], u32)> = entries.iter().map(|(p, d, m)| (p.as_str(), &d[..], *m)).collect();
-    let tar = tar_of(&refs);
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    std::io::Write::write_all(&mut gz, &tar).expect("gzip");
-    let gz = gz.finish().expect("gzip");
+    let (tar, gz) = tar_and_gz(&entries);
     let sb = sandbox();
     for (name, art) in [("pkg.tar", &tar), ("pkg.tar.gz", &gz)] {
         let f = fixture();
-        let mut req = archive_request(art);
-        req.file_name = Some(name.into());
-        let staging = f.staging_path();
-        let staging_fd = fs::File::open(&staging).expect("open");
-        let sealed = SealedArtifact::copy_from(&art[..], u64::MAX).expect("copy_from");
-        let confined = sb
-            .extract_at(sealed.file(), std::os::fd::AsFd::as_fd(&staging_fd), &req)
-            .expect("extract_at");
-        assert!(confined.sandbox.confined, "{name}");
+        let (confined, _, _, staging) = confined_named(&sb, &f, name, art);
         assert_eq!(confined.outcome.verdict, Verdict::Accepted, "{name}: {:?}", confined.outcome.reason);
         for (path, data, _) in &entries {
             let e = confined.outcome.entries.iter().find(|e| &e.path == path).unwrap_or_else(|| panic!("{name}: {path} not listed"));
