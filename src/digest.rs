@@ -69,19 +69,19 @@ impl FromStr for Sha256Digest {
             return Err(DigestParseError::MissingPrefix(shown));
         };
         // Byte by byte: every byte before the first bad one is ASCII, so it starts a char.
-        if let Some(at) = hex_part.bytes().position(|b| nibble(b).is_none()) {
+        if let Some(at) = hex_part
+            .bytes()
+            .position(|b| !matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
             let bad = hex_part[at..].chars().next().unwrap_or('\0');
             return Err(DigestParseError::NotLowercaseHex(bad));
         }
-        let hex_part = hex_part.as_bytes();
         if hex_part.len() != 64 {
             return Err(DigestParseError::WrongLength(hex_part.len()));
         }
         let mut out = [0u8; 32];
-        for (o, pair) in out.iter_mut().zip(hex_part.chunks_exact(2)) {
-            // Both are lowercase hex digits: checked above.
-            *o = (nibble(pair[0]).unwrap_or(0) << 4) | nibble(pair[1]).unwrap_or(0);
-        }
+        hex::decode_to_slice(hex_part, &mut out)
+            .map_err(|_| DigestParseError::WrongLength(hex_part.len()))?;
         Ok(Self(out))
     }
 }
@@ -90,26 +90,14 @@ const PREFIX: &str = "sha256:";
 /// `sha256:` and 64 hex digits.
 const TEXT_LEN: usize = PREFIX.len() + 64;
 
-/// A lowercase hex digit's value.
-fn nibble(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
-    }
-}
-
 impl Sha256Digest {
     /// The text form in a buffer of its own: inventories print and parse thousands of these, so
     /// neither direction allocates.
     fn text(&self) -> [u8; TEXT_LEN] {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
         let mut out = [0u8; TEXT_LEN];
         out[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
-        for (pair, b) in out[PREFIX.len()..].chunks_exact_mut(2).zip(self.0) {
-            pair[0] = DIGITS[usize::from(b >> 4)];
-            pair[1] = DIGITS[usize::from(b & 15)];
-        }
+        // 64 bytes for 32: cannot fail.
+        let _ = hex::encode_to_slice(self.0, &mut out[PREFIX.len()..]);
         out
     }
 
