@@ -20,8 +20,32 @@
 # alternated with OTHER_SKILLBOX (another build, with its skillbox-child next to it), RUNS
 # rounds (default 300), staging in TMPDIR=STAGING_PARENT (default /dev/shm; give a directory on
 # a disk for ext4): medians and the paired median difference, round by round.
+#
+#   scripts/bench-sandbox.sh static [RUNS]
+#
+# instead compares the static-pie child (docs/sandbox.md, "A static child") with the default
+# one on the typical package, RUNS iterations (default 300): both are built the same way
+# (`cargo rustc`, with and without crt-static) and copied side by side into the work directory
+# (a binary copied long before another runs measurably slower: bench-results/sandbox.md), the
+# static one as EXE and the default one as SKILLBOX_BENCH_ALSO_EXE, so "exec: EXE minus OTHER"
+# is static minus default; the default child is rebuilt in target/ afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = static ]; then
+  runs="${2:-300}"
+  cargo build --release --quiet --bin skillbox --example bench_sandbox
+  bin="${CARGO_TARGET_DIR:-target}/release"
+  work="$(mktemp -d "${BENCH_DIR:-/dev/shm}/skillbox-bench-static.XXXXXX")"
+  trap 'rm -rf "$work"; cargo build --release --quiet --bin skillbox-child' EXIT
+  cargo rustc --release --quiet --bin skillbox-child
+  cp "$bin/skillbox-child" "$work/default-child"
+  cargo rustc --release --quiet --bin skillbox-child -- -C target-feature=+crt-static
+  cp "$bin/skillbox-child" "$work/static-child"
+  echo "kernel $(uname -r), $(nproc) cores, euid $(id -u); workdir $work; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+  SKILLBOX_BENCH_ALSO_EXE="$work/default-child" \
+    "$bin/examples/bench_sandbox" "$work/static-child" "$work" "$runs" typical
+  exit 0
+fi
 if [ "${1:-}" = cli ]; then
   other="$(realpath "$2")" runs="${3:-300}" staging="${4:-/dev/shm}"
   cargo build --release --quiet --bin skillbox --bin skillbox-child --example bench_sandbox
