@@ -11,7 +11,6 @@
 # directory and a rename, so neither is ever half-written. Then runs `skillbox doctor` from
 # there: exit 0 when confinement works, 1 (after installing) when it does not, 2 for bad usage.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 usage() { echo "usage: scripts/install.sh [--debug] [PREFIX]" >&2; exit 2; }
 flags=(--release) dir=release
 if [ "${1:-}" = --debug ]; then
@@ -21,6 +20,9 @@ fi
 case "${1:-}" in -*) usage ;; esac
 [ $# -le 1 ] || usage
 prefix="${1:-$HOME/.local}"
+# PREFIX as the caller meant it, before moving to the checkout.
+case "$prefix" in /*) ;; *) prefix="$PWD/$prefix" ;; esac
+cd "$(dirname "$0")/.."
 built="${CARGO_TARGET_DIR:-target}/$dir"
 
 cargo build --locked "${flags[@]}" --bin skillbox
