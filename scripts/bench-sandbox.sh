@@ -24,11 +24,12 @@
 #   scripts/bench-sandbox.sh static [RUNS]
 #
 # instead compares the static-pie child (docs/sandbox.md, "A static child") with the default
-# one on the typical package, RUNS iterations (default 300): both are built the same way
-# (`cargo rustc`, with and without crt-static) and copied side by side into the work directory
-# (a binary copied long before another runs measurably slower: bench-results/sandbox.md), the
-# static one as EXE and the default one as SKILLBOX_BENCH_ALSO_EXE, so "exec: EXE minus OTHER"
-# is static minus default; the default child is rebuilt in target/ afterwards.
+# one on the typical package, RUNS iterations (default 300): the default child built with
+# `cargo rustc` and the static one by scripts/install.sh, both copied side by side into the work
+# directory (a binary copied long before another runs measurably slower:
+# bench-results/sandbox.md), the static one as EXE and the default one as
+# SKILLBOX_BENCH_ALSO_EXE, so "exec: EXE minus OTHER" is static minus default; the default
+# child is rebuilt in target/ afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = static ]; then
@@ -39,11 +40,10 @@ if [ "${1:-}" = static ]; then
   trap 'rm -rf "$work"; cargo build --release --quiet --bin skillbox-child' EXIT
   cargo rustc --release --quiet --bin skillbox-child
   cp "$bin/skillbox-child" "$work/default-child"
-  cargo rustc --release --quiet --bin skillbox-child -- -C target-feature=+crt-static
-  cp "$bin/skillbox-child" "$work/static-child"
+  scripts/install.sh "$work/static" >/dev/null
   echo "kernel $(uname -r), $(nproc) cores, euid $(id -u); workdir $work; load average $(cut -d' ' -f1-3 /proc/loadavg)"
   SKILLBOX_BENCH_ALSO_EXE="$work/default-child" \
-    "$bin/examples/bench_sandbox" "$work/static-child" "$work" "$runs" typical
+    "$bin/examples/bench_sandbox" "$work/static/bin/skillbox-child" "$work" "$runs" typical
   exit 0
 fi
 if [ "${1:-}" = cli ]; then

@@ -65,9 +65,10 @@ def runs_of(path):
     return runs
 
 
-def first(ev, who, name, after=0.0, main_thread=True):
+def first(ev, who, name):
+    """When and on which CPU `who`'s main thread first did `name`."""
     for t, w, main, cpu, n in ev:
-        if w == who and n == name and t >= after and (main or not main_thread):
+        if w == who and n == name and main:
             return t, cpu
     return None, None
 
