@@ -44,6 +44,7 @@ use crate::reason::{Reason, ReasonCode, Verdict, display_name};
 pub use child_binary::{ChildBinary, ChildBinaryInfo, ChildBinaryKind};
 pub use probe::{Base, Probe, ProbeResult};
 pub use recheck::{StagingDir, Verify};
+use spawn::SealedFacts;
 pub use spawn::{CHILD_SUBCOMMAND, ExecChild, HashedSource, RequestTail, SealedArtifact};
 pub use supervise::{Ended, ProbeEnd, Running};
 pub use wire::{ConfinementReport, Enforcement, Ids, Job, JobResult, LandlockStatus};
@@ -430,32 +431,35 @@ impl Sandbox {
             Job::Extract(r) => r.expected_digest,
             Job::Probe(_) => None,
         };
-        let result =
-            self.start(job, seal, &dir, limits)
-                .and_then(|(running, sealed)| {
-                    on_spawn(running.pid());
-                    let (outcome, sandbox) = self.supervise(running, &sealed, &dir)?;
-                    let checked = check_claims(&outcome, &sealed, expected).and_then(|()| {
-                        match outcome.verdict {
-                            Verdict::Accepted => Ok(dir.recheck(
-                                &outcome,
-                                self.config.verify,
-                                limits.max_path_depth,
-                            )?),
-                            Verdict::Rejected => Ok(()),
+        let result = self
+            .start(job, seal, &dir, limits)
+            .and_then(|(running, sealed)| {
+                on_spawn(running.pid());
+                let ended = running
+                    .wait(self.config.timeout, self.config.max_answer_bytes)
+                    .map_err(SandboxError::Supervise)?;
+                // The child is gone: nothing maps the memfd any more. Its pages are freed
+                // while the answer is read and the tree re-checked (joined at the end).
+                let (sealed, _freeing) = sealed.release();
+                let (outcome, sandbox) = self.supervise(ended, sealed, &dir)?;
+                let checked =
+                    check_claims(&outcome, sealed, expected).and_then(|()| match outcome.verdict {
+                        Verdict::Accepted => {
+                            Ok(dir.recheck(&outcome, self.config.verify, limits.max_path_depth)?)
                         }
+                        Verdict::Rejected => Ok(()),
                     });
-                    Ok(match checked {
-                        Ok(()) => Confined { outcome, sandbox },
-                        Err(why) => Confined {
-                            outcome: rejected(
-                                &sealed,
-                                Reason::new(ReasonCode::SandboxViolation, why.to_string()),
-                            ),
-                            sandbox,
-                        },
-                    })
-                });
+                Ok(match checked {
+                    Ok(()) => Confined { outcome, sandbox },
+                    Err(why) => Confined {
+                        outcome: rejected(
+                            sealed,
+                            Reason::new(ReasonCode::SandboxViolation, why.to_string()),
+                        ),
+                        sandbox,
+                    },
+                })
+            });
         match &result {
             Ok(c) if c.outcome.verdict == Verdict::Accepted => {}
             Ok(_) | Err(_) => {
@@ -484,16 +488,13 @@ impl Sandbox {
         Ok((running, sealed))
     }
 
-    /// Wait for the child; the staging root is taken back before the answer is looked at.
+    /// Read the ended child's answer; the staging root is taken back before it is looked at.
     fn supervise(
         &self,
-        running: Running,
-        sealed: &SealedArtifact,
+        mut ended: Ended,
+        sealed: SealedFacts,
         dir: &StagingDir,
     ) -> Result<(Outcome, SandboxReport), SandboxError> {
-        let mut ended = running
-            .wait(self.config.timeout, self.config.max_answer_bytes)
-            .map_err(SandboxError::Supervise)?;
         dir.reclaim_root()
             .map_err(staging_err(dir.path().unwrap_or(Path::new("(fd)"))))?;
         let mut report = SandboxReport {
@@ -649,16 +650,16 @@ enum Untrusted {
 /// reason and no entries; an acceptance carries no reason.
 fn check_claims(
     o: &Outcome,
-    sealed: &SealedArtifact,
+    sealed: SealedFacts,
     expected: Option<crate::digest::Sha256Digest>,
 ) -> Result<(), Untrusted> {
-    if o.artifact.size != sealed.size() {
+    if o.artifact.size != sealed.size {
         return Err(Untrusted::Size {
             reported: o.artifact.size,
-            sealed: sealed.size(),
+            sealed: sealed.size,
         });
     }
-    if o.artifact.digest.is_some_and(|d| d != sealed.digest()) {
+    if o.artifact.digest.is_some_and(|d| d != sealed.digest) {
         return Err(Untrusted::Digest);
     }
     match o.verdict {
@@ -666,7 +667,7 @@ fn check_claims(
             if o.reason.is_some() {
                 return Err(Untrusted::AcceptedWithReason);
             }
-            if o.artifact.digest.is_none() || expected.is_some_and(|e| e != sealed.digest()) {
+            if o.artifact.digest.is_none() || expected.is_some_and(|e| e != sealed.digest) {
                 return Err(Untrusted::AcceptedOtherBytes);
             }
         }
@@ -680,16 +681,16 @@ fn check_claims(
 }
 
 /// A rejection decided by the parent (the child's answer was not usable).
-fn rejected(sealed: &SealedArtifact, reason: Reason) -> Outcome {
+fn rejected(sealed: SealedFacts, reason: Reason) -> Outcome {
     let facts = ArtifactFacts {
-        digest: Some(sealed.digest()),
+        digest: Some(sealed.digest),
         format: None,
-        size: sealed.size(),
+        size: sealed.size,
     };
     Outcome::rejected(
         facts,
         Totals {
-            bytes_in: sealed.size(),
+            bytes_in: sealed.size,
             ..Totals::default()
         },
         reason,

@@ -138,6 +138,51 @@ impl SealedArtifact {
     pub fn file(&self) -> &File {
         &self.file
     }
+
+    /// Give the memfd up once the child has ended, keeping its size and digest. Freeing a
+    /// large memfd's pages is the last close's work (about 0.85 ms per 4 MiB here: 8.5 ms for
+    /// the 2,000-file tar, with the other core idle), so past [`FREE_ASIDE_FROM`] bytes it is
+    /// closed on a thread of its own while the caller re-checks the tree; the thread is joined
+    /// when the returned [`Freeing`] is dropped, so no work outlives the call.
+    pub(crate) fn release(self) -> (SealedFacts, Freeing) {
+        let facts = SealedFacts {
+            size: self.size,
+            digest: self.digest,
+        };
+        if self.size < FREE_ASIDE_FROM {
+            return (facts, Freeing(None));
+        }
+        let file = self.file;
+        // If the thread cannot be made, the closure (and with it the memfd) is dropped here.
+        let handle = std::thread::Builder::new()
+            .name("skillbox-free".into())
+            .spawn(move || drop(file))
+            .ok();
+        (facts, Freeing(handle))
+    }
+}
+
+/// From this size on a released memfd is closed on a thread of its own: below it, freeing its
+/// pages costs less than starting and joining the thread.
+const FREE_ASIDE_FROM: u64 = 4 * 1024 * 1024;
+
+/// What the parent keeps of a [`SealedArtifact`] once the child has ended.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SealedFacts {
+    pub(crate) size: u64,
+    pub(crate) digest: Sha256Digest,
+}
+
+/// A released memfd being closed on its own thread; dropping this waits for it.
+pub(crate) struct Freeing(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for Freeing {
+    fn drop(&mut self) {
+        if let Some(h) = self.0.take() {
+            // The thread only closes a file: it cannot panic in a way worth reporting.
+            let _ = h.join();
+        }
+    }
 }
 
 /// Attempts at sealing before its `EBUSY` is the answer.
@@ -455,6 +500,24 @@ mod tests {
         (0..len)
             .map(|i| u8::try_from((i * 7 + i / 4093) % 251).unwrap_or(0))
             .collect()
+    }
+
+    #[test]
+    fn a_released_artifact_keeps_its_facts_and_a_large_one_is_closed_aside() {
+        for (len, aside) in [(1000usize, false), (FREE_ASIDE_FROM as usize + 1, true)] {
+            let data = vec![7u8; len];
+            let sealed = SealedArtifact::copy_from(Cursor::new(&data), u64::MAX).expect("copy");
+            let (size, digest) = (sealed.size(), sealed.digest());
+            let (facts, freeing) = sealed.release();
+            assert_eq!((facts.size, facts.digest), (size, digest), "{len}");
+            assert_eq!(facts.size, len as u64);
+            assert_eq!(
+                freeing.0.is_some(),
+                aside,
+                "{len}: closed on a thread of its own"
+            );
+            drop(freeing);
+        }
     }
 
     fn contents(sealed: &SealedArtifact) -> Vec<u8> {
