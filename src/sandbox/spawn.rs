@@ -29,8 +29,7 @@ pub const CHILD_SUBCOMMAND: &str = "sandbox-child";
 /// The artifact bytes in a sealed memfd: the child reads exactly what the parent hashed.
 pub struct SealedArtifact {
     file: File,
-    size: u64,
-    digest: Sha256Digest,
+    facts: SealedFacts,
 }
 
 impl SealedArtifact {
@@ -114,7 +113,10 @@ impl SealedArtifact {
             | SealFlag::F_SEAL_SHRINK
             | SealFlag::F_SEAL_SEAL;
         retry_busy(|| fcntl(file.as_fd(), FcntlArg::F_ADD_SEALS(seals)).map(drop))?;
-        Ok(Self { file, size, digest })
+        Ok(Self {
+            file,
+            facts: SealedFacts { size, digest },
+        })
     }
 
     /// [`SealedArtifact::fill`] `memfd` from a file, from offset 0 whatever its current position
@@ -128,11 +130,11 @@ impl SealedArtifact {
     }
 
     pub fn size(&self) -> u64 {
-        self.size
+        self.facts.size
     }
 
     pub fn digest(&self) -> Sha256Digest {
-        self.digest
+        self.facts.digest
     }
 
     pub fn file(&self) -> &File {
@@ -145,11 +147,8 @@ impl SealedArtifact {
     /// closed on a thread of its own while the caller re-checks the tree; the thread is joined
     /// when the returned [`Freeing`] is dropped, so no work outlives the call.
     pub(crate) fn release(self) -> (SealedFacts, Freeing) {
-        let facts = SealedFacts {
-            size: self.size,
-            digest: self.digest,
-        };
-        if self.size < FREE_ASIDE_FROM {
+        let facts = self.facts;
+        if facts.size < FREE_ASIDE_FROM {
             return (facts, Freeing(None));
         }
         let file = self.file;
