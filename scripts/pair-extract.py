@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Paired, alternated timing of `skillbox extract` across builds copied side by side.
+
+    python3 scripts/pair-extract.py ROUNDS ARTIFACT BIN...
+
+Each round runs every BIN once (order reversed every other round; two warm-up rounds), each
+run as `BIN extract ARTIFACT --digest sha256:<its digest> --out /dev/shm/pair-out --json`
+after removing the output. Prints each build's median and the median of its per-round
+differences from the first BIN, the figure for a step on these noisy machines. Not a test:
+numbers go to stdout (bench-results/throughput.md keeps runs).
+"""
+import hashlib
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+WARMUP = 2
+OUT = "/dev/shm/pair-out"
+
+
+def main() -> None:
+    if len(sys.argv) < 4:
+        sys.exit(__doc__)
+    rounds, artifact, bins = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    with open(artifact, "rb") as f:
+        digest = "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
+    took = {b: [] for b in bins}
+    with open(os.devnull, "w") as null:
+        for i in range(rounds + WARMUP):
+            for b in bins if i % 2 == 0 else bins[::-1]:
+                shutil.rmtree(OUT, ignore_errors=True)
+                t = time.perf_counter()
+                run = subprocess.run(
+                    [b, "extract", artifact, "--digest", digest, "--out", OUT, "--json"],
+                    stdout=null,
+                )
+                ms = (time.perf_counter() - t) * 1e3
+                if run.returncode != 0:
+                    sys.exit(f"{b}: extract failed ({run.returncode})")
+                if i >= WARMUP:
+                    took[b].append(ms)
+    shutil.rmtree(OUT, ignore_errors=True)
+    first = took[bins[0]]
+    for b in bins:
+        diffs = sorted(x - y for x, y in zip(took[b], first))
+        print(
+            f"{b:24} median {statistics.median(took[b]):8.2f} ms  "
+            f"paired minus first {diffs[len(diffs) // 2]:+.2f} ms  ({rounds} rounds)"
+        )
+
+
+if __name__ == "__main__":
+    main()
