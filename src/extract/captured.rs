@@ -99,6 +99,16 @@ impl Captured {
         (self.bytes.len() < TOTAL_BYTES).then_some(self.bytes.len())
     }
 
+    /// [`Captured::begin`] for a file of `size` bytes, when known: `None` also when its kept
+    /// part would not fit (it would be dropped at its end, as [`Captured::push`] does).
+    pub(crate) fn begin_sized(&self, size: Option<u64>) -> Option<usize> {
+        let start = self.begin()?;
+        let want = size.map_or(0, |s| {
+            usize::try_from(s).unwrap_or(usize::MAX).min(FILE_BYTES)
+        });
+        (start.saturating_add(want) <= TOTAL_BYTES).then_some(start)
+    }
+
     /// Keep the next `chunk` of the file begun at `start`; `false` once it no longer fits (the
     /// partial copy is dropped, and the file is read back by the review instead).
     pub(crate) fn push(&mut self, start: usize, chunk: &[u8]) -> bool {

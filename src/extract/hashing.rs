@@ -33,6 +33,12 @@
 //! it needs from its creation, before confinement: on the helper it allocates nothing and makes
 //! no system call.
 //!
+//! A file hashed on the decoding thread itself (too small to hand over) that the engine keeps
+//! none of for the review (past [`super::captured::TOTAL_BYTES`]) gets the same trigger pass
+//! there, from a second [`FileScan`] the child gives ([`HashThread::scan_inline`]): otherwise
+//! the review would read it back from the staged tree (an `openat`, `fstat`, `read` and `close`
+//! after the last file) only to find no trigger in most such files.
+//!
 //! A plain tarball's members are not copied into buffers at all: they lie in the mapped artifact
 //! as they will lie on the disk, so the decoding thread checks and writes each piece straight from
 //! the mapping and hands the helper a *view* of it (the window's mapping, shared, with an offset
@@ -167,6 +173,9 @@ pub struct HashThread {
     inbox: Mutex<Inbox>,
     /// The one thread that may use it, set by [`install`].
     owner: OnceLock<std::thread::ThreadId>,
+    /// The trigger pass for files hashed on that thread ([`HashThread::scan_inline`]); only
+    /// ever locked by it.
+    inline_scan: Mutex<Option<Box<dyn FileScan>>>,
 }
 
 #[derive(Default)]
@@ -431,11 +440,20 @@ impl HashThread {
                 len: 0,
             }),
             owner: OnceLock::new(),
+            inline_scan: Mutex::new(None),
         };
         // One round trip, so the thread has started (and taken its first allocation) before
         // the caller goes on to confine the process.
         t.run(|| ())?;
         Ok(t)
+    }
+
+    /// Run `scan` over the first [`FILE_BYTES`] of every file hashed on the decoding thread
+    /// itself that the engine keeps none of ([`FileHash::scan_here`]), as the helper's scan
+    /// runs over the files it hashes.
+    pub fn scan_inline(self, scan: Box<dyn FileScan>) -> Self {
+        *lock(&self.inline_scan) = Some(scan);
+        self
     }
 
     /// Run `f` on the helper thread and wait for it. For what the helper must do to itself
@@ -587,7 +605,8 @@ pub fn installed() -> Option<&'static HashThread> {
 /// The digest of a file being written: computed on the helper when one is installed and the file
 /// is larger than one buffer, inline otherwise.
 pub(crate) enum Pending<'h> {
-    Ready(Sha256Digest),
+    /// Hashed here, with the inline scan's summary when it ran ([`FileHash::scan_here`]).
+    Ready(Sha256Digest, Option<Scanned>),
     Helper(u64, &'h HashThread),
 }
 
@@ -600,7 +619,7 @@ impl Pending<'_> {
     /// The digest, and the helper's scan of the file when it hashed it with one.
     pub(crate) fn resolve_scanned(self) -> io::Result<(Sha256Digest, Option<Scanned>)> {
         match self {
-            Pending::Ready(d) => Ok((d, None)),
+            Pending::Ready(d, scanned) => Ok((d, scanned)),
             Pending::Helper(seq, h) => h.digest(seq),
         }
     }
@@ -639,6 +658,10 @@ pub(crate) struct FileHash<'h> {
     entry: Option<usize>,
     /// The helper was told the file is complete with its last piece ([`FileHash::fill_view`]).
     told_finish: bool,
+    /// Bytes of the file given to the inline scan, once begun ([`FileHash::scan_here`]).
+    scanned_here: Option<usize>,
+    /// Whether the inline scan runs over what is hashed here.
+    scan_here: bool,
 }
 
 /// Where [`FileHash`] reads into when hashing inline.
@@ -669,7 +692,46 @@ impl<'h> FileHash<'h> {
             hand_over: hand_over && helper.is_some(),
             entry: None,
             told_finish: false,
+            scanned_here: None,
+            scan_here: false,
         }
+    }
+
+    /// The engine keeps none of this file's bytes for the review: what is hashed here also goes
+    /// through the inline scan (see the module's doc), when the helper has one. Set before the
+    /// first piece.
+    pub(crate) fn scan_here(&mut self, yes: bool) {
+        self.scan_here = yes;
+    }
+
+    /// `bytes`, hashed here, through the inline scan when it runs.
+    fn feed_here(&mut self, bytes: &[u8]) {
+        let Some(h) = self.helper.filter(|_| self.scan_here) else {
+            return;
+        };
+        let mut scan = lock(&h.inline_scan);
+        let Some(s) = scan.as_deref_mut() else {
+            return;
+        };
+        let fed = *self.scanned_here.get_or_insert_with(|| {
+            s.begin();
+            0
+        });
+        let take = bytes.len().min(FILE_BYTES - fed.min(FILE_BYTES));
+        s.feed(&bytes[..take]);
+        self.scanned_here = Some(fed + take);
+    }
+
+    /// The inline scan's summary of this file, when it ran.
+    fn scanned_here(&self) -> Option<Scanned> {
+        let (fed, h) = (self.scanned_here?, self.helper?);
+        let scan = lock(&h.inline_scan);
+        let (marks, complete) = scan.as_deref()?.finish();
+        Some(Scanned {
+            covered: fed as u64,
+            complete: u64::from(complete),
+            marks: marks[..marks.len().min(MARKS)].to_vec(),
+        })
     }
 
     /// Write `chunk` here (the file is still ours).
@@ -792,6 +854,7 @@ impl<'h> FileHash<'h> {
             // Small: hashed and written here (a message would cost more than hashing it).
             self.write_here(view.bytes()).map_err(&failed)?;
             self.inline.update(view.bytes());
+            self.feed_here(view.bytes());
             return Ok(n);
         };
         if self.held.is_some() || self.told_finish {
@@ -833,7 +896,7 @@ impl<'h> FileHash<'h> {
     pub(crate) fn finish(mut self) -> Result<(Pending<'h>, Option<File>), Failure> {
         let Some(h) = self.helper else {
             let (d, _) = std::mem::replace(&mut self.inline, Hasher::new()).finish();
-            return Ok((Pending::Ready(d), self.file.take()));
+            return Ok((Pending::Ready(d, None), self.file.take()));
         };
         match self.held.take() {
             Some((slot, len)) if self.offloaded || len >= OFFLOAD_MIN => {
@@ -858,6 +921,7 @@ impl<'h> FileHash<'h> {
                 let written = {
                     let buf = lock(&h.shared.slots[slot]);
                     hasher.update(&buf[..len]);
+                    self.feed_here(&buf[..len]);
                     if self.hand_over {
                         self.write_here(&buf[..len])
                     } else {
@@ -866,7 +930,8 @@ impl<'h> FileHash<'h> {
                 };
                 h.give_back(slot);
                 written?;
-                Ok((Pending::Ready(hasher.finish().0), self.file.take()))
+                let scanned = self.scanned_here();
+                Ok((Pending::Ready(hasher.finish().0, scanned), self.file.take()))
             }
             // Told already, with the last piece.
             None if self.told_finish => Ok((Pending::Helper(self.seq, h), self.file.take())),
@@ -881,7 +946,8 @@ impl<'h> FileHash<'h> {
             // Nothing, or only pieces hashed here (`fill_view` of a small file).
             None => {
                 let (d, _) = std::mem::replace(&mut self.inline, Hasher::new()).finish();
-                Ok((Pending::Ready(d), self.file.take()))
+                let scanned = self.scanned_here();
+                Ok((Pending::Ready(d, scanned), self.file.take()))
             }
         }
     }
@@ -1062,6 +1128,77 @@ mod tests {
             covered: head.len() as u64,
             complete,
             marks: all.into_iter().take(MARKS).collect(),
+        }
+    }
+
+    #[test]
+    fn the_inline_scan_covers_small_files_hashed_here_when_asked() {
+        let scan = |_: ()| Hashes {
+            pos: 0,
+            marks: Vec::with_capacity(MARKS),
+            full_at: None,
+        };
+        let t = HashThread::spawn_with(
+            pipe().expect("pipe"),
+            pipe().expect("pipe"),
+            Some(Box::new(scan(()))),
+        )
+        .expect("spawn")
+        .scan_inline(Box::new(scan(())));
+        // Under OFFLOAD_MIN (one buffer, hashed here), and under VIEW_OFFLOAD_MIN from the
+        // mapping (hashed here too).
+        let small = b"a # b\n".repeat(OFFLOAD_MIN / 8);
+        let view = b"c ## d\n".repeat(VIEW_OFFLOAD_MIN / 10);
+        assert!(small.len() < OFFLOAD_MIN && view.len() < VIEW_OFFLOAD_MIN);
+        let memfd = sealed(&view);
+        for here in [true, false] {
+            let file = tempfile::tempfile().expect("tempfile");
+            let mut fh = FileHash::using(Some(&t), file, true);
+            fh.scan_here(here);
+            let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
+            let mut src = &small[..];
+            while fh
+                .fill(
+                    &mut inline,
+                    Some(small.len() as u64),
+                    &mut src,
+                    |_: &[u8]| Ok::<(), io::Error>(()),
+                    fail,
+                )
+                .expect("fill")
+                > 0
+            {}
+            let (pending, _) = fh.finish().map_err(fail).expect("finish");
+            assert!(matches!(pending, Pending::Ready(..)), "hashed here");
+            let (d, scanned) = pending.resolve_scanned().expect("digest");
+            assert_eq!(d, Sha256Digest::of_bytes(&small));
+            assert_eq!(
+                scanned,
+                here.then(|| expected_scan(&small)),
+                "buffered, {here}"
+            );
+
+            let file = tempfile::tempfile().expect("tempfile");
+            let mut fh = FileHash::using(Some(&t), file, true);
+            fh.scan_here(here);
+            let mut views =
+                super::super::input::Views::new(&memfd, view.len() as u64).expect("views");
+            let mut at = 0u64;
+            while let Some(v) = views.view(at, view.len() as u64, VIEW_CHUNK).expect("view") {
+                let left = view.len() as u64 - at;
+                at += v.len as u64;
+                fh.fill_view(v, left, |_: &[u8]| Ok::<(), io::Error>(()), fail)
+                    .expect("fill_view");
+            }
+            let (pending, _) = fh.finish().map_err(fail).expect("finish");
+            assert!(matches!(pending, Pending::Ready(..)), "hashed here");
+            let (d, scanned) = pending.resolve_scanned().expect("digest");
+            assert_eq!(d, Sha256Digest::of_bytes(&view));
+            assert_eq!(
+                scanned,
+                here.then(|| expected_scan(&view)),
+                "in place, {here}"
+            );
         }
     }
 

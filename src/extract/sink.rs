@@ -634,7 +634,9 @@ impl<'a> Sink<'a> {
         let artifact_size = self.artifact_size;
         let bytes_out = &mut self.bytes_out;
         let captured = &mut self.captured;
-        let mut capture = captured.begin();
+        let mut capture = captured.begin_sized(declared);
+        // Not kept for the review: scanned for it where it is hashed, here or on the helper.
+        hash.scan_here(capture.is_none());
         let mut data = data;
         let streamed = loop {
             let expect = declared.map(|d| d.saturating_sub(written));

@@ -362,9 +362,11 @@ fn spawn_hash_thread() -> io::Result<HashThread> {
     sys::malloc_one_arena()?;
     let work = pipe(sys::CHILD_HASH_FDS)?;
     let replies = pipe(sys::CHILD_HASH_FDS + 2)?;
-    // The review's trigger pass runs on the helper too, over the bytes it hashes.
+    // The review's trigger pass runs on the helper too, over the bytes it hashes, and here over
+    // the small files hashed here that the engine keeps none of.
     let scan = Box::new(crate::skill::triggers::Prescan::new());
     HashThread::spawn_with(work, replies, Some(scan))
+        .map(|t| t.scan_inline(Box::new(crate::skill::triggers::Prescan::new())))
 }
 
 /// Confine this process before it reads a byte of the artifact. Every step is irreversible,

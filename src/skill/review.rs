@@ -1455,6 +1455,15 @@ mod tests {
         for (read_back, from_kept) in review_all(&kept) {
             assert_eq!(read_back, from_kept);
         }
+        // Past the kept bytes with the trigger pass of each file (where it was hashed, the
+        // helper or the decoding thread): the same reports, reading back only files with a
+        // trigger line.
+        for (path, data, _) in &files {
+            heads.keep_scan((*path).to_owned(), scan_of(data, false));
+        }
+        for (read_back, from_heads) in review_all(&heads) {
+            assert_eq!(read_back, from_heads);
+        }
         // And the scans are what the review used: one that says a file holds no trigger line
         // loses that file's findings.
         kept.keep_scan(
