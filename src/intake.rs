@@ -88,6 +88,31 @@ pub fn run(
     req: &Request,
 ) -> Result<Outcome, EngineError> {
     let (extraction, captured) = extract::extract_capturing(artifact, staging, req)?;
+    review_extraction(staging, req, extraction, &captured)
+}
+
+/// [`run`], handing the artifact to `release` once the engine is done with it and before the
+/// review: the confined child closes it on its hashing thread, so freeing a large artifact's
+/// pages overlaps the review instead of the child's exit (docs/sandbox.md).
+pub fn run_releasing(
+    artifact: File,
+    staging: BorrowedFd<'_>,
+    req: &Request,
+    release: impl FnOnce(File),
+) -> Result<Outcome, EngineError> {
+    let extracted = extract::extract_capturing(&artifact, staging, req);
+    release(artifact);
+    let (extraction, captured) = extracted?;
+    review_extraction(staging, req, extraction, &captured)
+}
+
+/// The review of an extraction (an accepted one: any other is returned as it is).
+fn review_extraction(
+    staging: BorrowedFd<'_>,
+    req: &Request,
+    extraction: extract::inventory::Extraction,
+    captured: &extract::Captured,
+) -> Result<Outcome, EngineError> {
     if extraction.verdict != Verdict::Accepted {
         return Ok(extraction.into());
     }
@@ -97,7 +122,7 @@ pub fn run(
     };
     let limits = review::ReviewLimits::default();
     let reviewed =
-        review::review_captured(staging, &extraction.entries, &listed, &limits, &captured)
+        review::review_captured(staging, &extraction.entries, &listed, &limits, captured)
             .and_then(|r| wrapper_named_after_skill(extraction.wrapper.as_deref(), r));
     match reviewed {
         Ok(review) => {

@@ -154,7 +154,16 @@ fn main(process: ProcessSteps) -> i32 {
     // Confined. From here on the artifact may be read.
     let result = match &request.job {
         Job::Extract(req) => {
-            match crate::intake::run(&inherited.artifact, inherited.staging.as_fd(), req) {
+            // The artifact is closed on the hashing thread once extracted (its last reference:
+            // the parent let go of its own once it sent the last frame), so freeing its pages
+            // overlaps the review.
+            let release = crate::extract::hashing::close_aside;
+            match crate::intake::run_releasing(
+                inherited.artifact,
+                inherited.staging.as_fd(),
+                req,
+                release,
+            ) {
                 Ok(outcome) => JobResult::Extracted(Box::new(outcome)),
                 Err(e) => JobResult::EngineFault {
                     detail: e.to_string(),

@@ -434,13 +434,15 @@ impl Sandbox {
         let result = self
             .start(job, seal, &dir, limits)
             .and_then(|(running, sealed)| {
+                // The child holds the sealed memfd now (inherited, or in flight to a spare) and
+                // needs nothing more of ours: let go of it, so the child's close of its own is
+                // the last and frees the pages while the child reviews (`close_aside`). If the
+                // child has ended already, ours is the last, closed aside (joined at the end).
+                let (sealed, _freeing) = sealed.release();
                 on_spawn(running.pid());
                 let ended = running
                     .wait(self.config.timeout, self.config.max_answer_bytes)
                     .map_err(SandboxError::Supervise)?;
-                // The child is gone: nothing maps the memfd any more. Its pages are freed
-                // while the answer is read and the tree re-checked (joined at the end).
-                let (sealed, _freeing) = sealed.release();
                 let (outcome, sandbox) = self.supervise(ended, sealed, &dir)?;
                 let checked =
                     check_claims(&outcome, sealed, expected).and_then(|()| match outcome.verdict {

@@ -141,10 +141,12 @@ impl SealedArtifact {
         &self.file
     }
 
-    /// Give the memfd up once the child has ended, keeping its size and digest. Freeing a
-    /// large memfd's pages is the last close's work (about 0.85 ms per 4 MiB here: 8.5 ms for
-    /// the 2,000-file tar, with the other core idle), so past [`FREE_ASIDE_FROM`] bytes it is
-    /// closed on a thread of its own while the caller re-checks the tree; the thread is joined
+    /// Give the memfd up once the child holds it (inherited, or in flight to a spare, and the
+    /// last frame sent), keeping its size and digest. Freeing a large memfd's pages is the last
+    /// close's work (about 0.85 ms per 4 MiB here: 8.5 ms for the 2,000-file tar): usually the
+    /// child's, on its hashing thread while it reviews (`hashing::close_aside`); when the child
+    /// has ended first it is ours, so past [`FREE_ASIDE_FROM`] bytes the memfd is closed on a
+    /// thread of its own while the caller waits and re-checks the tree; the thread is joined
     /// when the returned [`Freeing`] is dropped, so no work outlives the call.
     pub(crate) fn release(self) -> (SealedFacts, Freeing) {
         let facts = self.facts;
@@ -165,7 +167,7 @@ impl SealedArtifact {
 /// pages costs less than starting and joining the thread.
 const FREE_ASIDE_FROM: u64 = 4 * 1024 * 1024;
 
-/// What the parent keeps of a [`SealedArtifact`] once the child has ended.
+/// What the parent keeps of a [`SealedArtifact`] once the child holds it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SealedFacts {
     pub(crate) size: u64,
