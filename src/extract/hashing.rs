@@ -1193,6 +1193,38 @@ mod tests {
         }
     }
 
+    /// All of `data` through `fh` in buffers (its header claiming its length), then its end.
+    fn buffered<'h>(mut fh: FileHash<'h>, data: &[u8]) -> Pending<'h> {
+        let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
+        let mut src = data;
+        while fh
+            .fill(
+                &mut inline,
+                Some(data.len() as u64),
+                &mut src,
+                |_: &[u8]| Ok::<(), io::Error>(()),
+                fail,
+            )
+            .expect("fill")
+            > 0
+        {}
+        fh.finish().map_err(fail).expect("finish").0
+    }
+
+    /// All of `data` (which `memfd` holds) through `fh` as views of the mapping, then its end.
+    fn in_place<'h>(mut fh: FileHash<'h>, memfd: &File, data: &[u8]) -> Pending<'h> {
+        let mut views = super::super::input::Views::new(memfd, data.len() as u64).expect("views");
+        let mut at = 0u64;
+        while let Some(view) = views.view(at, data.len() as u64, VIEW_CHUNK).expect("view") {
+            // What the member still holds, this piece included (as the sink says).
+            let left = data.len() as u64 - at;
+            at += view.len as u64;
+            fh.fill_view(view, left, |_: &[u8]| Ok::<(), io::Error>(()), fail)
+                .expect("fill_view");
+        }
+        fh.finish().map_err(fail).expect("finish").0
+    }
+
     #[test]
     fn the_inline_scan_covers_small_files_hashed_here_when_asked() {
         let scan = |_: ()| Hashes {
@@ -1217,20 +1249,7 @@ mod tests {
             let file = tempfile::tempfile().expect("tempfile");
             let mut fh = FileHash::using(Some(&t), file, true);
             fh.scan_here(here);
-            let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
-            let mut src = &small[..];
-            while fh
-                .fill(
-                    &mut inline,
-                    Some(small.len() as u64),
-                    &mut src,
-                    |_: &[u8]| Ok::<(), io::Error>(()),
-                    fail,
-                )
-                .expect("fill")
-                > 0
-            {}
-            let (pending, _) = fh.finish().map_err(fail).expect("finish");
+            let pending = buffered(fh, &small);
             assert!(matches!(pending, Pending::Ready(..)), "hashed here");
             let (d, scanned) = pending.resolve_scanned().expect("digest");
             assert_eq!(d, Sha256Digest::of_bytes(&small));
@@ -1243,16 +1262,7 @@ mod tests {
             let file = tempfile::tempfile().expect("tempfile");
             let mut fh = FileHash::using(Some(&t), file, true);
             fh.scan_here(here);
-            let mut views =
-                super::super::input::Views::new(&memfd, view.len() as u64).expect("views");
-            let mut at = 0u64;
-            while let Some(v) = views.view(at, view.len() as u64, VIEW_CHUNK).expect("view") {
-                let left = view.len() as u64 - at;
-                at += v.len as u64;
-                fh.fill_view(v, left, |_: &[u8]| Ok::<(), io::Error>(()), fail)
-                    .expect("fill_view");
-            }
-            let (pending, _) = fh.finish().map_err(fail).expect("finish");
+            let pending = in_place(fh, &memfd, &view);
             assert!(matches!(pending, Pending::Ready(..)), "hashed here");
             let (d, scanned) = pending.resolve_scanned().expect("digest");
             assert_eq!(d, Sha256Digest::of_bytes(&view));
@@ -1293,45 +1303,19 @@ mod tests {
         for (data, on_helper) in cases {
             for hand_over in [false, true] {
                 let file = tempfile::tempfile().expect("tempfile");
-                let mut fh = FileHash::using(Some(&t), file, hand_over);
-                let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
-                let mut src = data;
-                while fh
-                    .fill(
-                        &mut inline,
-                        Some(data.len() as u64),
-                        &mut src,
-                        |_: &[u8]| Ok::<(), io::Error>(()),
-                        fail,
-                    )
-                    .expect("fill")
-                    > 0
-                {}
-                let (pending, _) = fh.finish().map_err(fail).expect("finish");
-                let (d, scanned) = pending.resolve_scanned().expect("digest");
+                let fh = FileHash::using(Some(&t), file, hand_over);
+                let (d, scanned) = buffered(fh, data).resolve_scanned().expect("digest");
                 assert_eq!(d, Sha256Digest::of_bytes(data));
                 let how = format!("{} bytes, hand-over {hand_over}", data.len());
                 assert_eq!(scanned, on_helper.then(|| expected_scan(data)), "{how}");
             }
         }
         let memfd = sealed(&sparse);
-        let mut views =
-            super::super::input::Views::new(&memfd, sparse.len() as u64).expect("views");
         let file = tempfile::tempfile().expect("tempfile");
-        let mut fh = FileHash::using(Some(&t), file, true);
-        let mut at = 0u64;
-        while let Some(view) = views
-            .view(at, sparse.len() as u64, VIEW_CHUNK)
-            .expect("view")
-        {
-            // What the member still holds, this piece included (as the sink says).
-            let left = sparse.len() as u64 - at;
-            at += view.len as u64;
-            fh.fill_view(view, left, |_: &[u8]| Ok::<(), io::Error>(()), fail)
-                .expect("fill_view");
-        }
-        let (pending, _) = fh.finish().map_err(fail).expect("finish");
-        let (_, scanned) = pending.resolve_scanned().expect("digest");
+        let fh = FileHash::using(Some(&t), file, true);
+        let (_, scanned) = in_place(fh, &memfd, &sparse)
+            .resolve_scanned()
+            .expect("digest");
         assert_eq!(scanned, Some(expected_scan(&sparse)), "from the mapping");
     }
 
