@@ -1134,6 +1134,26 @@ mod tests {
         full_at: Option<u32>,
     }
 
+    impl Hashes {
+        fn new() -> Self {
+            Hashes {
+                pos: 0,
+                marks: Vec::with_capacity(MARKS),
+                full_at: None,
+            }
+        }
+    }
+
+    /// A helper running [`Hashes`] over every file it hashes.
+    fn scanning_helper() -> HashThread {
+        HashThread::spawn_with(
+            pipe().expect("pipe"),
+            pipe().expect("pipe"),
+            Some(Box::new(Hashes::new())),
+        )
+        .expect("spawn")
+    }
+
     impl FileScan for Hashes {
         fn begin(&mut self) {
             self.pos = 0;
@@ -1227,66 +1247,35 @@ mod tests {
 
     #[test]
     fn the_inline_scan_covers_small_files_hashed_here_when_asked() {
-        let scan = |_: ()| Hashes {
-            pos: 0,
-            marks: Vec::with_capacity(MARKS),
-            full_at: None,
-        };
-        let t = HashThread::spawn_with(
-            pipe().expect("pipe"),
-            pipe().expect("pipe"),
-            Some(Box::new(scan(()))),
-        )
-        .expect("spawn")
-        .scan_inline(Box::new(scan(())));
+        let t = scanning_helper().scan_inline(Box::new(Hashes::new()));
         // Under OFFLOAD_MIN (one buffer, hashed here), and under VIEW_OFFLOAD_MIN from the
         // mapping (hashed here too).
         let small = b"a # b\n".repeat(OFFLOAD_MIN / 8);
         let view = b"c ## d\n".repeat(VIEW_OFFLOAD_MIN / 10);
         assert!(small.len() < OFFLOAD_MIN && view.len() < VIEW_OFFLOAD_MIN);
         let memfd = sealed(&view);
-        for here in [true, false] {
+        for (here, data, mapped) in [true, false]
+            .into_iter()
+            .flat_map(|here| [(here, &small, None), (here, &view, Some(&memfd))])
+        {
             let file = tempfile::tempfile().expect("tempfile");
             let mut fh = FileHash::using(Some(&t), file, true);
             fh.scan_here(here);
-            let pending = buffered(fh, &small);
+            let pending = match mapped {
+                Some(memfd) => in_place(fh, memfd, data),
+                None => buffered(fh, data),
+            };
             assert!(matches!(pending, Pending::Ready(..)), "hashed here");
             let (d, scanned) = pending.resolve_scanned().expect("digest");
-            assert_eq!(d, Sha256Digest::of_bytes(&small));
-            assert_eq!(
-                scanned,
-                here.then(|| expected_scan(&small)),
-                "buffered, {here}"
-            );
-
-            let file = tempfile::tempfile().expect("tempfile");
-            let mut fh = FileHash::using(Some(&t), file, true);
-            fh.scan_here(here);
-            let pending = in_place(fh, &memfd, &view);
-            assert!(matches!(pending, Pending::Ready(..)), "hashed here");
-            let (d, scanned) = pending.resolve_scanned().expect("digest");
-            assert_eq!(d, Sha256Digest::of_bytes(&view));
-            assert_eq!(
-                scanned,
-                here.then(|| expected_scan(&view)),
-                "in place, {here}"
-            );
+            assert_eq!(d, Sha256Digest::of_bytes(data));
+            let how = format!("scan {here}, mapped {}", mapped.is_some());
+            assert_eq!(scanned, here.then(|| expected_scan(data)), "{how}");
         }
     }
 
     #[test]
     fn the_helpers_scan_covers_the_first_bytes_of_every_file_it_hashes() {
-        let scan = Hashes {
-            pos: 0,
-            marks: Vec::with_capacity(MARKS),
-            full_at: None,
-        };
-        let t = HashThread::spawn_with(
-            pipe().expect("pipe"),
-            pipe().expect("pipe"),
-            Some(Box::new(scan)),
-        )
-        .expect("spawn");
+        let t = scanning_helper();
         let sparse: Vec<u8> = (0..3 * FILE_BYTES / 2)
             .map(|i| if i % 4099 == 7 { b'#' } else { b'.' })
             .collect();
