@@ -371,13 +371,23 @@ pub fn review_captured(
         // What a read of the file gives: its first `full` bytes. When the hashing thread's
         // trigger pass covered exactly those, its answer stands in for the review's own.
         let full = e.size.min(cap as u64);
-        if let Some(pre) = captured.scanned(&e.path).filter(|s| s.covered == full) {
-            // What `classify` reads first (the head the engine kept, when it is enough): a
-            // binary file, or one whose lines hold no trigger, needs nothing more.
-            let kept = captured
-                .head(&e.path)
-                .filter(|h| first_line_whole(&h.bytes));
-            let (binary, script) = match kept {
+        let pre = captured.scanned(&e.path).filter(|s| s.covered == full);
+        // The head the engine kept stands in for a read of the first bytes (what `classify`
+        // looks at) when the trigger pass covered the file; without a scan, only when the file
+        // is not kept whole and its head shows a NUL (a binary file is then known without a
+        // read back). The head's NUL flag covers its first NUL_WINDOW bytes, so only when a
+        // read would give as many bytes as the engine saw.
+        let head = captured
+            .head(&e.path)
+            .filter(|h| first_line_whole(&h.bytes))
+            .filter(|h| {
+                pre.is_some()
+                    || (h.nul
+                        && captured.get(&e.path).is_none()
+                        && e.size.min(crate::extract::captured::FILE_BYTES as u64) == full)
+            });
+        if pre.is_some() || head.is_some() {
+            let (binary, script) = match head {
                 Some(h) => {
                     r.scanned(e, full);
                     buf.clear();
@@ -393,40 +403,17 @@ pub fn review_captured(
                 r.out.coverage.binary_files += 1;
                 continue;
             }
-            if triggers::lists_none(pre) {
+            // A file whose lines the trigger pass found no trigger in needs nothing more.
+            if pre.is_some_and(triggers::lists_none) {
                 continue;
             }
             let kind = text_kind(&e.path, script);
             r.scanner.js = script && is_js(&e.path, &buf);
-            // The bytes `read_head` counted.
+            // The bytes `scanned` / `read_head` counted.
             reader.fetch(e, cap, &mut buf)?;
-            match triggers::prescanned(pre, &buf) {
+            match pre.and_then(|p| triggers::prescanned(p, &buf)) {
                 Some(mut lines) => r.text(e, &buf, kind, false, &mut lines),
                 None => r.text(e, &buf, kind, false, &mut scan::Triggers::get().lines(&buf)),
-            }
-            continue;
-        }
-        // No scan and the bytes not kept, but the head is, and it holds a NUL where `classify`
-        // looks: a binary file, classified from that head (as above) and not read back. The
-        // head's NUL flag covers its first NUL_WINDOW bytes, so only when a read would give
-        // as many as the engine saw (`covered == full` above).
-        if captured.get(&e.path).is_none()
-            && e.size.min(crate::extract::captured::FILE_BYTES as u64) == full
-            && let Some(h) = captured
-                .head(&e.path)
-                .filter(|h| h.nul && first_line_whole(&h.bytes))
-        {
-            r.scanned(e, full);
-            buf.clear();
-            buf.extend_from_slice(&h.bytes);
-            let (binary, script) = r.classify(e, Some(&buf), Some(true));
-            if binary {
-                r.out.coverage.binary_files += 1;
-            } else {
-                let kind = text_kind(&e.path, script);
-                r.scanner.js = script && is_js(&e.path, &buf);
-                reader.fetch(e, cap, &mut buf)?;
-                r.text(e, &buf, kind, false, &mut scan::Triggers::get().lines(&buf));
             }
             continue;
         }
