@@ -172,7 +172,9 @@ pub(crate) struct Sink<'a> {
 
 /// A member of an uncompressed archive at least this large is written by this thread: copying
 /// it is all this thread has to do, while the hashing thread hashes it. Smaller ones are handed
-/// over, so this thread's share is their creation, not their writes.
+/// over when the hashing thread will only hash them (kept for the review, or binary), so this
+/// thread's share is their creation, not their writes; one that thread also scans for the
+/// review's triggers is written here (the 2,000-file tar -8 ms; bench-results/throughput.md).
 const HAND_OVER_STORED_BELOW: u64 = 1024 * 1024;
 
 /// Where a file's contents come from.
@@ -181,6 +183,18 @@ enum Data<'d, 'f> {
     Stream(&'d mut dyn Read),
     /// The mapped artifact, from this offset (a plain tarball's member).
     Mapped(&'d mut Views<'f>, u64),
+}
+
+/// Whether a mapped member shows a NUL in its first [`NUL_WINDOW`] bytes (in the window that
+/// holds its start), which the trigger pass takes for binary and stops at. Only where the work
+/// goes depends on it: the bytes are checked, hashed and written the same either way, and a
+/// view that cannot be had here is reported when the member is read.
+fn starts_binary(data: &mut Data<'_, '_>, declared: Option<u64>) -> bool {
+    let Data::Mapped(views, at) = data else {
+        return false;
+    };
+    let end = at.saturating_add(declared.unwrap_or(0).min(NUL_WINDOW as u64));
+    matches!(views.view(*at, end, NUL_WINDOW), Ok(Some(v)) if memchr::memchr(0, v.bytes()).is_some())
 }
 
 /// Whether `components`, applied as text from a directory `depth` levels below the root, pass
@@ -622,22 +636,26 @@ impl<'a> Sink<'a> {
         // kept of a file whose bytes are not.
         let mut nul = false;
         let mut written: u64 = 0;
+        let mut capture = self.captured.begin_sized(declared);
+        let mut data = data;
         // Hashed while written: on the hashing thread when the process has one (the confined
         // child), inline otherwise (`hashing.rs`). That thread may also write a file that
         // needs nothing more of us (created with its final mode); every chunk is checked below
-        // before it is written, by whichever thread.
-        let hand_over =
-            final_mode && (self.decoding || declared.is_some_and(|d| d < HAND_OVER_STORED_BELOW));
+        // before it is written, by whichever thread. A stored member is handed over only when
+        // that thread will not also run the trigger pass over it (kept for the review, whose
+        // scan runs here, or binary): writing one it scans too left it the slower of the two.
+        let hand_over = final_mode
+            && (self.decoding
+                || (declared.is_some_and(|d| d < HAND_OVER_STORED_BELOW)
+                    && (capture.is_some() || starts_binary(&mut data, declared))));
         let mut hash = FileHash::new(file, hand_over);
         let mut buf = std::mem::take(&mut self.buf);
         let limits = self.limits;
         let artifact_size = self.artifact_size;
         let bytes_out = &mut self.bytes_out;
         let captured = &mut self.captured;
-        let mut capture = captured.begin_sized(declared);
         // Not kept for the review: scanned for it where it is hashed, here or on the helper.
         hash.scan_here(capture.is_none());
-        let mut data = data;
         let streamed = loop {
             let expect = declared.map(|d| d.saturating_sub(written));
             let from = written;
@@ -1099,5 +1117,33 @@ impl<'a> Sink<'a> {
             .collect();
         entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
         (entries, totals, self.captured)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mapped_member_is_binary_by_a_nul_in_its_first_window_only() {
+        let mut art = vec![b'x'; 4 * NUL_WINDOW];
+        // A member at 100: a NUL at its byte 10 (binary), another member at 20,000 with none
+        // in its first window but one just past it (text), and one whose NUL lies past its size.
+        art[110] = 0;
+        art[20_000 + NUL_WINDOW] = 0;
+        let sealed = crate::sandbox::SealedArtifact::copy_from(&art[..], u64::MAX).expect("seal");
+        let mut views = Views::new(sealed.file(), art.len() as u64).expect("views");
+        let mut at =
+            |pos: u64, size: u64| starts_binary(&mut Data::Mapped(&mut views, pos), Some(size));
+        assert!(at(100, 5_000));
+        assert!(!at(20_000, 2 * NUL_WINDOW as u64));
+        assert!(!at(100, 10), "the NUL lies past the member's end");
+        assert!(at(110, 1), "the NUL is the member's only byte");
+        assert!(!at(art.len() as u64, 0), "nothing left to look at");
+        let mut stream: &[u8] = b"\0\0\0";
+        assert!(
+            !starts_binary(&mut Data::Stream(&mut stream), Some(3)),
+            "a stream is not looked ahead into"
+        );
     }
 }
