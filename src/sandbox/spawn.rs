@@ -244,10 +244,10 @@ pub trait HashedSource {
 /// artifact then cost about one (a 40 MB artifact spends some 20 ms in each here), for one
 /// thread start.
 const HASH_ASIDE_AFTER: u64 = 4 * 1024 * 1024;
-/// The chunk handed between the two threads. Small enough that the chunks in flight stay in the
-/// copying core's cache while the other hashes them: 128 KiB filled a 40 MB memfd in 25.2 ms
-/// and a 104 MB one in 60.2, 1 MiB in 26.5 and 65.9 (64 KiB: 26.3, 63.1; 32 KiB: 29.7, 71.3;
-/// bench-results/throughput.md).
+/// The chunk handed between the two threads. Small enough, we think, that the chunks in flight
+/// are still in the copying core's cache when the other hashes them: 128 KiB filled a 40 MB
+/// memfd in 25.2 ms and a 104 MB one in 60.2, 1 MiB in 26.5 and 65.9 (64 KiB: 26.3, 63.1;
+/// 32 KiB: 29.7, 71.3; bench-results/throughput.md).
 const ASIDE_CHUNK: usize = 128 * 1024;
 
 /// Copy the rest of `src` into `file` while another thread feeds every chunk, once written, to
