@@ -194,7 +194,10 @@ fn starts_binary(data: &mut Data<'_, '_>, declared: Option<u64>) -> bool {
         return false;
     };
     let end = at.saturating_add(declared.unwrap_or(0).min(NUL_WINDOW as u64));
-    matches!(views.view(*at, end, NUL_WINDOW), Ok(Some(v)) if memchr::memchr(0, v.bytes()).is_some())
+    match views.view(*at, end, NUL_WINDOW) {
+        Ok(Some(v)) => memchr::memchr(0, v.bytes()).is_some(),
+        _ => false,
+    }
 }
 
 /// Whether `components`, applied as text from a directory `depth` levels below the root, pass
