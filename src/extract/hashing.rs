@@ -1078,21 +1078,7 @@ mod tests {
         (seen, on_disk, d)
     }
 
-    /// `data` in a sealed memfd, as the confined child's artifact is.
-    fn sealed(data: &[u8]) -> File {
-        use nix::fcntl::{FcntlArg, SealFlag, fcntl};
-        use nix::sys::memfd::{MFdFlags, memfd_create};
-        let fd = memfd_create("test", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING)
-            .expect("memfd");
-        let mut f = File::from(fd);
-        f.write_all(data).expect("fill");
-        let all = SealFlag::F_SEAL_WRITE
-            | SealFlag::F_SEAL_SHRINK
-            | SealFlag::F_SEAL_GROW
-            | SealFlag::F_SEAL_SEAL;
-        fcntl(&f, FcntlArg::F_ADD_SEALS(all)).expect("seal");
-        f
-    }
+    use super::super::input::sealed;
 
     /// The member at `start`, `len` bytes long by its header, through [`FileHash::fill_view`]
     /// as the tar reader feeds it: what the sink saw, what the file holds, and the digest.

@@ -162,6 +162,24 @@ pub(crate) struct Views<'f> {
     size: u64,
 }
 
+/// `data` in a sealed memfd, as the confined child's artifact is (for tests of what reads it).
+#[cfg(test)]
+pub(crate) fn sealed(data: &[u8]) -> File {
+    use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+    use nix::sys::memfd::{MFdFlags, memfd_create};
+    use std::io::Write;
+    let fd =
+        memfd_create("test", MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING).expect("memfd");
+    let mut f = File::from(fd);
+    f.write_all(data).expect("fill");
+    let all = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SEAL;
+    fcntl(&f, FcntlArg::F_ADD_SEALS(all)).expect("seal");
+    f
+}
+
 impl<'f> Views<'f> {
     /// Over a sealed memfd only (the confined child's artifact); `None` for anything else.
     #[cfg(test)]

@@ -1134,8 +1134,8 @@ mod tests {
         // in its first window but one just past it (text), and one whose NUL lies past its size.
         art[110] = 0;
         art[20_000 + NUL_WINDOW] = 0;
-        let sealed = crate::sandbox::SealedArtifact::copy_from(&art[..], u64::MAX).expect("seal");
-        let mut views = Views::new(sealed.file(), art.len() as u64).expect("views");
+        let sealed = super::super::input::sealed(&art);
+        let mut views = Views::new(&sealed, art.len() as u64).expect("views");
         let mut at =
             |pos: u64, size: u64| starts_binary(&mut Data::Mapped(&mut views, pos), Some(size));
         assert!(at(100, 5_000));
