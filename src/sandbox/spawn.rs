@@ -69,15 +69,15 @@ impl SealedArtifact {
     ) -> io::Result<Self> {
         let mut hasher = Hasher::new();
         let mut src = src.take(max_bytes);
-        if expected.is_some_and(|n| n.min(max_bytes) >= HASH_ASIDE_AFTER) {
-            let hasher = copy_hashing_aside(&mut src, &mut file, hasher)?;
-            let (digest, size) = hasher.finish();
-            return Self::seal(file, size, digest);
-        }
+        // Hashed on this thread up to here, the rest on a second one.
+        let here = match expected {
+            Some(n) if n.min(max_bytes) >= HASH_ASIDE_AFTER => 0,
+            _ => HASH_ASIDE_AFTER,
+        };
         // Below glibc's mmap threshold (128 KiB), so the buffer comes from the heap and is not
         // mapped, faulted in and unmapped again on every request.
         let mut buf = vec![0u8; 64 * 1024];
-        loop {
+        while hasher.bytes_hashed() < here {
             let n = match src.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
@@ -86,10 +86,9 @@ impl SealedArtifact {
             };
             hasher.update(&buf[..n]);
             file.write_all(&buf[..n])?;
-            if hasher.bytes_hashed() >= HASH_ASIDE_AFTER {
-                hasher = copy_hashing_aside(&mut src, &mut file, hasher)?;
-                break;
-            }
+        }
+        if hasher.bytes_hashed() >= here {
+            hasher = copy_hashing_aside(&mut src, &mut file, hasher)?;
         }
         let (digest, size) = hasher.finish();
         Self::seal(file, size, digest)
