@@ -6,8 +6,10 @@
 //! does that: `sandbox::child`); here is only what it does and how the two threads talk.
 //!
 //! The two threads talk through two pipes and share a few fixed buffers, so that, once confined,
-//! the helper makes no system call but `read` and `write` on its pipes, `write` of file contents
-//! and `close`, all already on the child's allow-list (the same filter confines both threads):
+//! the helper makes no system call but `read` and `write` on its pipes, `write` of file contents,
+//! `close`, and the writer's own `openat(O_CREAT | O_EXCL | O_NOFOLLOW)` of a file it is handed
+//! to create (below), all already on the child's allow-list (the same filter confines both
+//! threads, and the helper restricts itself with the same Landlock ruleset):
 //! no `futex` (a buffer's lock is only ever taken by the thread the pipe protocol hands it to, so
 //! it is never contended and never waits), and no allocation (the buffers are allocated by the
 //! decoding thread, and a glibc thread arena growing would need `mprotect`, which the filter
@@ -24,7 +26,19 @@
 //! thread.
 //!
 //! A file under 4 KiB (16 KiB read in place, below) is hashed and written by the decoding thread
-//! itself: a message through the pipes costs more than hashing a few kilobytes.
+//! itself while the helper is busy: a message through the pipes costs more than hashing a few
+//! kilobytes. But while fewer than [`ROOM`] files handed over are in the helper's hands, such a
+//! file (one the helper may write) goes to it whole, and the helper also *creates* it: the
+//! sink reaches its parent directory as for any entry (the component-wise walk, on the decoding
+//! thread) and hands over that directory's fd, the name and the final mode
+//! ([`super::writer::Create`]); the helper makes the same `openat` the writer would, on the
+//! file's first piece. So the kernel's side of creating many small files, most of their cost,
+//! is shared by both cores (10,000 tiny files -15 ms, bench-results/throughput.md), and the
+//! decoding thread never waits for the helper to get it. A create that fails there comes back
+//! with the file's digest, as a failed write does, and refuses the package the same way; the
+//! writer waits for the helper to be quiet ([`quiesce`]) before it closes a directory such a
+//! file may still need, and before the staged tree is cleared. Larger files are still created
+//! on the decoding thread: creating those too left the helper the slower of the two.
 //!
 //! The helper may also run a [`FileScan`] over the first [`FILE_BYTES`] of each file it hashes
 //! (the review's trigger pass, given by the child: this module knows nothing of what it finds),
@@ -48,10 +62,12 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use super::captured::FILE_BYTES;
 use super::input::View;
+use super::writer::Create;
 use crate::digest::{Hasher, Sha256Digest};
 use crate::sys::SealedMapping;
 
@@ -84,6 +100,11 @@ const VIEWS: usize = 12;
 /// The largest piece of a mapped member handed over at once: fewer messages than [`CHUNK`], no
 /// buffer to fill; at most [`VIEWS`] of them ahead of the helper.
 pub(crate) const VIEW_CHUNK: usize = 1024 * 1024;
+/// A file small enough to be hashed where it was read goes to the helper all the same (created,
+/// written, hashed and closed there) while fewer than this many files handed over are in its
+/// hands: so the helper takes what it has time for, and the decoding thread, never waiting for
+/// it, does the rest itself.
+const ROOM: usize = 4;
 /// No file entry: the helper only hashes.
 const NO_FILE: u8 = u8::MAX;
 /// Every message to the helper is this long: a pipe write of at most `PIPE_BUF` bytes is
@@ -104,11 +125,13 @@ const OP_RUN: u8 = 3;
 const OP_ABORT: u8 = 4;
 const OP_VIEW: u8 = 5;
 const OP_CLOSE: u8 = 6;
+const OP_SYNC: u8 = 7;
 const OP_FREE: u8 = 11;
 const OP_DIGEST: u8 = 12;
 const OP_RAN: u8 = 13;
 const OP_ABORTED: u8 = 14;
 const OP_VIEW_DONE: u8 = 15;
+const OP_SYNCED: u8 = 16;
 
 type Task = Box<dyn FnOnce() + Send>;
 
@@ -148,10 +171,36 @@ struct Inbox {
 /// A digest from the helper, with its scan's summary when it has a scan.
 type Done = Result<(Sha256Digest, Option<Scanned>), i32>;
 
+/// A file handed over to the helper: open already, or to be created by it on its first piece
+/// (or its end, when it has none).
+#[derive(Default)]
+struct FileEntry {
+    /// Taken (and so closed) by the helper only.
+    file: Option<File>,
+    /// Left where it is by the helper once used (it frees nothing): taken back by the decoding
+    /// thread with the file's digest, so the directory's fd is closed there, if at all.
+    create: Option<Create>,
+}
+
+impl FileEntry {
+    /// The open file, created first if it is still to be; the errno of a failed create.
+    fn open(&mut self) -> Result<Option<&File>, i32> {
+        if self.file.is_none()
+            && let Some(c) = &self.create
+        {
+            self.file = Some(
+                c.open()
+                    .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?,
+            );
+        }
+        Ok(self.file.as_ref())
+    }
+}
+
 struct Shared {
     slots: Vec<Mutex<Vec<u8>>>,
-    /// Files handed over to the helper, by entry; taken (and so closed) by the helper only.
-    files: Vec<Mutex<Option<File>>>,
+    /// Files handed over to the helper, by entry.
+    files: Vec<Mutex<FileEntry>>,
     /// Windows of the mapped artifact the helper hashes from, by view entry; put and taken by the
     /// decoding thread only (so the last reference, and the `munmap`, is always its own).
     views: Vec<Mutex<Option<Arc<SealedMapping>>>>,
@@ -159,6 +208,9 @@ struct Shared {
     task: Mutex<Option<Task>>,
     /// A file for the helper to close ([`close_aside`]).
     closing: Mutex<Option<File>>,
+    /// Replies the helper has written whole to its pipe: while more than the decoding thread has
+    /// read, a read of the pipe cannot block ([`HashThread::has_room`]).
+    replied: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -188,6 +240,8 @@ struct State {
     free_files: Vec<usize>,
     /// View entries not with the helper.
     free_views: Vec<usize>,
+    /// Replies read from the pipe (see [`Shared::replied`]).
+    read: u64,
     next_seq: u64,
     /// Digests (or the errno of a failed write) that arrived while waiting for something else,
     /// by file sequence number.
@@ -314,10 +368,17 @@ fn helper_loop(
                 };
                 if let Some(entry) = shared.files.get(usize::from(m.file))
                     && failed == 0
-                    && let Some(file) = lock(entry).as_ref()
-                    && let Err(e) = (&*file).write_all(chunk)
                 {
-                    failed = e.raw_os_error().unwrap_or(libc::EIO);
+                    // Created here on its first piece when it was handed over to be.
+                    match lock(entry).open() {
+                        Ok(Some(file)) => {
+                            if let Err(e) = (&*file).write_all(chunk) {
+                                failed = e.raw_os_error().unwrap_or(libc::EIO);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(errno) => failed = errno,
+                    }
                 }
                 hasher.update(chunk);
                 if let Some(s) = scan.as_deref_mut()
@@ -345,10 +406,16 @@ fn helper_loop(
                 }
                 let (digest, _) = std::mem::replace(&mut hasher, Hasher::new()).finish();
                 current = None;
-                // Closed here, after its last write; the entry is free again once the decoding
-                // thread reads this reply.
+                // Closed here, after its last write (created first if it had no piece); the entry
+                // is free again once the decoding thread reads this reply.
                 if let Some(entry) = shared.files.get(usize::from(m.file)) {
-                    drop(lock(entry).take());
+                    let mut entry = lock(entry);
+                    if failed == 0
+                        && let Err(errno) = entry.open()
+                    {
+                        failed = errno;
+                    }
+                    drop(entry.file.take());
                 }
                 let errno = usize::try_from(std::mem::take(&mut failed)).unwrap_or(0);
                 let mut reply = long(msg(OP_DIGEST, 0, m.file, errno, m.seq, digest.as_bytes()));
@@ -374,7 +441,7 @@ fn helper_loop(
                     failed = 0;
                 }
                 if let Some(entry) = shared.files.get(usize::from(m.file)) {
-                    drop(lock(entry).take());
+                    drop(lock(entry).file.take());
                 }
                 long(msg(OP_ABORTED, 0, m.file, 0, m.seq, &zero))
             }
@@ -390,11 +457,14 @@ fn helper_loop(
                 }
                 long(msg(OP_RAN, 0, NO_FILE, 0, 0, &zero))
             }
+            // Everything sent before it is done: every file handed over is created or failed.
+            OP_SYNC => long(msg(OP_SYNCED, 0, NO_FILE, 0, 0, &zero)),
             _ => continue,
         };
         if to_main.write_all(&reply).is_err() {
             return;
         }
+        shared.replied.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -418,10 +488,13 @@ impl HashThread {
         let (from, to_main) = replies;
         let shared = Arc::new(Shared {
             slots: (0..SLOTS).map(|_| Mutex::new(Vec::new())).collect(),
-            files: (0..FILES).map(|_| Mutex::new(None)).collect(),
+            files: (0..FILES)
+                .map(|_| Mutex::new(FileEntry::default()))
+                .collect(),
             views: (0..VIEWS).map(|_| Mutex::new(None)).collect(),
             task: Mutex::new(None),
             closing: Mutex::new(None),
+            replied: AtomicU64::new(0),
         });
         let theirs = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -527,6 +600,7 @@ impl HashThread {
             let whole = n.div_ceil(REPLY) * REPLY;
             (&self.from).read_exact(&mut inbox.buf[n..whole])?;
             (inbox.at, inbox.len) = (0, whole);
+            lock(&self.state).read += (whole / REPLY) as u64;
         }
         let m = parse(&inbox.buf[inbox.at..inbox.at + REPLY]);
         inbox.at += REPLY;
@@ -554,12 +628,55 @@ impl HashThread {
                     Err(_) => Err(libc::EIO),
                 };
                 st.done.insert(m.seq, got);
-                if usize::from(m.file) < FILES {
-                    st.free_files.push(usize::from(m.file));
-                }
+                drop(st);
+                self.free_file_entry(m.file);
             }
-            OP_ABORTED if usize::from(m.file) < FILES => st.free_files.push(usize::from(m.file)),
+            OP_ABORTED => {
+                drop(st);
+                self.free_file_entry(m.file);
+            }
             _ => {}
+        }
+    }
+
+    /// File entry `e` is the helper's no more: what it was to create is taken back (and its
+    /// directory's fd closed here when this was its last holder), and the entry is free.
+    fn free_file_entry(&self, e: u8) {
+        let Some(entry) = self.shared.files.get(usize::from(e)) else {
+            return;
+        };
+        drop(lock(entry).create.take());
+        lock(&self.state).free_files.push(usize::from(e));
+    }
+
+    /// Whether the helper may take one more small file (see [`ROOM`]): fewer than that many of
+    /// the files handed over are still in its hands once the replies it has already written are
+    /// read (which never blocks: they are in the pipe or the inbox).
+    fn has_room(&self) -> io::Result<bool> {
+        loop {
+            let waiting = {
+                let inbox = lock(&self.inbox);
+                inbox.at < inbox.len
+                    || self.shared.replied.load(Ordering::Acquire) > lock(&self.state).read
+            };
+            if !waiting {
+                break;
+            }
+            let m = self.recv()?;
+            self.note(m);
+        }
+        Ok(FILES - lock(&self.state).free_files.len() < ROOM)
+    }
+
+    /// Wait for the helper to have done all it was sent (see [`quiesce`]).
+    fn quiesce(&self) -> io::Result<()> {
+        self.send(&msg(OP_SYNC, 0, NO_FILE, 0, 0, &[0; 32]))?;
+        loop {
+            let m = self.recv()?;
+            if m.op == OP_SYNCED {
+                return Ok(());
+            }
+            self.note(m);
         }
     }
 
@@ -629,16 +746,46 @@ pub fn installed() -> Option<&'static HashThread> {
     HELPER.get()
 }
 
+/// The installed hashing thread when this thread installed it (the protocol has one client).
+fn mine() -> Option<&'static HashThread> {
+    HELPER
+        .get()
+        .filter(|h| h.owner.get() == Some(&std::thread::current().id()))
+}
+
+/// Whether files written on this thread are hashed (and may be created) on the helper.
+pub(crate) fn helps_here() -> bool {
+    mine().is_some()
+}
+
+/// Whether a file of `size` bytes (read in place from the mapping when `mapped`) is one this
+/// thread would hash and write itself, unless the helper has room for it (see [`ROOM`]).
+pub(crate) fn small(size: u64, mapped: bool) -> bool {
+    size < if mapped {
+        VIEW_OFFLOAD_MIN
+    } else {
+        OFFLOAD_MIN
+    } as u64
+}
+
+/// Wait until the installed helper has done everything sent to it so far, when this thread
+/// installed it: every file it was handed is created (or failed), written and closed, and
+/// what it was to create taken back. Before the staged tree is cleared (nothing may appear in
+/// it after), and before the writer closes directories a file still to be created needs.
+pub(crate) fn quiesce() -> io::Result<()> {
+    match mine() {
+        Some(h) => h.quiesce(),
+        None => Ok(()),
+    }
+}
+
 /// Close `file` on the installed helper when this thread installed it (and there is no file
 /// still waiting for it there), else here. For the artifact once the engine is done with it:
 /// when it holds the last reference to a large memfd, its close frees every page, and on the
 /// helper that overlaps the decoding thread's review. Nothing waits for it but the process's
 /// exit.
 pub fn close_aside(file: File) {
-    match HELPER
-        .get()
-        .filter(|h| h.owner.get() == Some(&std::thread::current().id()))
-    {
+    match mine() {
         Some(h) => h.close_aside(file),
         None => drop(file),
     }
@@ -692,8 +839,8 @@ pub(crate) struct FileHash<'h> {
     /// written when the helper may write the file.
     held: Option<(usize, usize)>,
     inline: Hasher,
-    /// The file, while it is ours.
-    file: Option<File>,
+    /// The file (or what will create it), while it is ours.
+    file: Option<Target>,
     /// Whether the helper may take the file over (else this thread writes every chunk).
     hand_over: bool,
     /// The helper's entry holding the file, once handed over and until finished or abandoned.
@@ -704,6 +851,21 @@ pub(crate) struct FileHash<'h> {
     scanned_here: Option<usize>,
     /// Whether the inline scan runs over what is hashed here.
     scan_here: bool,
+    /// Some of the file was hashed here already (`fill_view` of a small file): the rest is too.
+    hashed_here: bool,
+}
+
+/// The file a [`FileHash`] writes: open, or to be created by whoever writes it first (the helper,
+/// when the file is handed over before anything is written to it).
+pub(crate) enum Target {
+    Open(File),
+    Create(Create),
+}
+
+impl From<File> for Target {
+    fn from(f: File) -> Self {
+        Target::Open(f)
+    }
 }
 
 /// Where [`FileHash`] reads into when hashing inline.
@@ -714,28 +876,30 @@ impl FileHash<'static> {
     /// On the installed hashing thread, when there is one and this is the thread that installed
     /// it (the protocol has one client: replies are read by whoever waits). `hand_over`: the
     /// helper may write `file` (a file that needs nothing more of us once its bytes are in).
-    pub(crate) fn new(file: File, hand_over: bool) -> Self {
-        let helper = HELPER
-            .get()
-            .filter(|h| h.owner.get() == Some(&std::thread::current().id()));
-        FileHash::using(helper, file, hand_over)
+    pub(crate) fn new(file: Target, hand_over: bool) -> Self {
+        FileHash::using(mine(), file, hand_over)
     }
 }
 
 impl<'h> FileHash<'h> {
-    pub(crate) fn using(helper: Option<&'h HashThread>, file: File, hand_over: bool) -> Self {
+    pub(crate) fn using(
+        helper: Option<&'h HashThread>,
+        file: impl Into<Target>,
+        hand_over: bool,
+    ) -> Self {
         FileHash {
             helper,
             seq: helper.map_or(0, HashThread::new_seq),
             offloaded: false,
             held: None,
             inline: Hasher::new(),
-            file: Some(file),
+            file: Some(file.into()),
             hand_over: hand_over && helper.is_some(),
             entry: None,
             told_finish: false,
             scanned_here: None,
             scan_here: false,
+            hashed_here: false,
         }
     }
 
@@ -776,11 +940,41 @@ impl<'h> FileHash<'h> {
         })
     }
 
-    /// Write `chunk` here (the file is still ours).
-    fn write_here(&self, chunk: &[u8]) -> Result<(), Failure> {
+    /// The file, created here first if it is still to be (it is still ours).
+    fn open_here(&mut self) -> Result<&File, Failure> {
+        if let Some(Target::Create(c)) = &self.file {
+            self.file = Some(Target::Open(c.open().map_err(Failure::Write)?));
+        }
         match &self.file {
-            Some(f) => (&*f).write_all(chunk).map_err(Failure::Write),
-            None => Err(Failure::Fault(io::Error::other("the file was handed over"))),
+            Some(Target::Open(f)) => Ok(f),
+            _ => Err(Failure::Fault(io::Error::other("the file was handed over"))),
+        }
+    }
+
+    /// Write `chunk` here (the file is still ours).
+    fn write_here(&mut self, chunk: &[u8]) -> Result<(), Failure> {
+        let f = self.open_here()?;
+        (&*f).write_all(chunk).map_err(Failure::Write)
+    }
+
+    /// Whether a small file may go to the helper all the same (see [`ROOM`]): the helper may
+    /// take it over, and has room for it.
+    fn room_for_small(&self, h: &HashThread) -> bool {
+        self.hand_over && h.has_room().unwrap_or(false)
+    }
+
+    /// The file, ours still, open (created here if it was not yet): to be returned by
+    /// [`Self::finish`].
+    fn take_open(&mut self) -> Result<Option<File>, Failure> {
+        match self.file {
+            None => Ok(None),
+            Some(_) => {
+                self.open_here()?;
+                match self.file.take() {
+                    Some(Target::Open(f)) => Ok(Some(f)),
+                    _ => Ok(None),
+                }
+            }
         }
     }
 
@@ -791,7 +985,13 @@ impl<'h> FileHash<'h> {
         }
         if self.entry.is_none() {
             let e = h.take_file_entry().map_err(Failure::Fault)?;
-            *lock(&h.shared.files[e]) = self.file.take();
+            let mut entry = lock(&h.shared.files[e]);
+            match self.file.take() {
+                Some(Target::Open(f)) => entry.file = Some(f),
+                Some(Target::Create(c)) => entry.create = Some(c),
+                None => {}
+            }
+            drop(entry);
             self.entry = Some(e);
         }
         Ok(self.entry.map_or(NO_FILE, |e| e as u8))
@@ -889,13 +1089,18 @@ impl<'h> FileHash<'h> {
     ) -> Result<usize, E> {
         let n = view.len;
         sink(view.bytes())?;
-        let helper = self
-            .helper
-            .filter(|_| self.offloaded || expect >= VIEW_OFFLOAD_MIN as u64);
+        // A small member in one piece goes too when the helper has room for it (see [`ROOM`]);
+        // not the last piece of one whose first was hashed here (cut short by a window's end).
+        let helper = self.helper.filter(|h| {
+            self.offloaded
+                || expect >= VIEW_OFFLOAD_MIN as u64
+                || (!self.hashed_here && n as u64 == expect && self.room_for_small(h))
+        });
         let Some(h) = helper else {
             // Small: hashed and written here (a message would cost more than hashing it).
             self.write_here(view.bytes()).map_err(&failed)?;
             self.inline.update(view.bytes());
+            self.hashed_here = true;
             self.feed_here(view.bytes());
             return Ok(n);
         };
@@ -938,10 +1143,10 @@ impl<'h> FileHash<'h> {
     pub(crate) fn finish(mut self) -> Result<(Pending<'h>, Option<File>), Failure> {
         let Some(h) = self.helper else {
             let (d, _) = std::mem::replace(&mut self.inline, Hasher::new()).finish();
-            return Ok((Pending::Ready(d, None), self.file.take()));
+            return Ok((Pending::Ready(d, None), self.take_open()?));
         };
         match self.held.take() {
-            Some((slot, len)) if self.offloaded || len >= OFFLOAD_MIN => {
+            Some((slot, len)) if self.offloaded || len >= OFFLOAD_MIN || self.room_for_small(h) => {
                 let file = match self.entry_for_helper(h) {
                     Ok(f) => f,
                     Err(e) => {
@@ -956,7 +1161,7 @@ impl<'h> FileHash<'h> {
                 both[..MSG].copy_from_slice(&msg(OP_DATA, slot, file, len, self.seq, &[0; 32]));
                 both[MSG..].copy_from_slice(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]));
                 (&h.to).write_all(&both).map_err(Failure::Fault)?;
-                Ok((Pending::Helper(self.seq, h), self.file.take()))
+                Ok((Pending::Helper(self.seq, h), self.take_open()?))
             }
             Some((slot, len)) => {
                 let mut hasher = Hasher::new();
@@ -973,23 +1178,26 @@ impl<'h> FileHash<'h> {
                 h.give_back(slot);
                 written?;
                 let scanned = self.scanned_here();
-                Ok((Pending::Ready(hasher.finish().0, scanned), self.file.take()))
+                Ok((
+                    Pending::Ready(hasher.finish().0, scanned),
+                    self.take_open()?,
+                ))
             }
             // Told already, with the last piece.
-            None if self.told_finish => Ok((Pending::Helper(self.seq, h), self.file.take())),
+            None if self.told_finish => Ok((Pending::Helper(self.seq, h), self.take_open()?)),
             // Every piece went to the helper as a view (`fill_view`).
             None if self.offloaded => {
                 let file = self.entry_for_helper(h)?;
                 self.entry = None;
                 h.send(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]))
                     .map_err(Failure::Fault)?;
-                Ok((Pending::Helper(self.seq, h), self.file.take()))
+                Ok((Pending::Helper(self.seq, h), self.take_open()?))
             }
             // Nothing, or only pieces hashed here (`fill_view` of a small file).
             None => {
                 let (d, _) = std::mem::replace(&mut self.inline, Hasher::new()).finish();
                 let scanned = self.scanned_here();
-                Ok((Pending::Ready(d, scanned), self.file.take()))
+                Ok((Pending::Ready(d, scanned), self.take_open()?))
             }
         }
     }
@@ -1232,6 +1440,138 @@ mod tests {
     }
 
     #[test]
+    fn files_handed_over_to_be_created_are_created_where_they_are_written() {
+        use std::os::fd::OwnedFd;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = Arc::new(OwnedFd::from(File::open(dir.path()).expect("open")));
+        let create = |name: &str, mode| Target::Create(Create::at(Arc::clone(&root), name, mode));
+        let t = HashThread::spawn().expect("spawn");
+        let large: Vec<u8> = (0..CHUNK + 777).map(|i| (i % 253) as u8).collect();
+        let cases: [(&str, &[u8], u32); 4] = [
+            ("small", b"tiny file\n", 0o644),
+            ("script", b"#!/bin/sh\n", 0o755),
+            ("empty", b"", 0o644),
+            ("large", &large, 0o644),
+        ];
+        for (name, data, mode) in cases {
+            let pending = buffered(FileHash::using(Some(&t), create(name, mode), true), data);
+            // An idle helper has room: a small file is created there too.
+            if !data.is_empty() {
+                assert!(
+                    matches!(pending, Pending::Helper(..)),
+                    "{name} not on the helper"
+                );
+            }
+            assert_eq!(
+                pending.resolve().expect("digest"),
+                Sha256Digest::of_bytes(data),
+                "{name}"
+            );
+            let path = dir.path().join(name);
+            assert_eq!(std::fs::read(&path).expect("read back"), data, "{name}");
+            let got = std::fs::metadata(&path)
+                .expect("metadata")
+                .permissions()
+                .mode();
+            assert_eq!(got & 0o100, mode & 0o100, "{name}: mode {got:o}");
+        }
+        // A create the helper fails comes back with the digest; the file there is untouched.
+        let again = buffered(
+            FileHash::using(Some(&t), create("small", 0o644), true),
+            b"other",
+        );
+        let err = again.resolve().err().and_then(|e| e.raw_os_error());
+        assert_eq!(err, Some(libc::EEXIST));
+        assert_eq!(
+            std::fs::read(dir.path().join("small")).expect("read back"),
+            b"tiny file\n"
+        );
+        // Read in place from the mapping, small and large.
+        let memfd = sealed(&large);
+        for (name, len) in [("viewed-small", 100), ("viewed-large", large.len())] {
+            let mut fh = FileHash::using(Some(&t), create(name, 0o644), true);
+            let mut views = super::super::input::Views::new(&memfd, len as u64).expect("views");
+            let mut at = 0u64;
+            while let Some(view) = views.view(at, len as u64, VIEW_CHUNK).expect("view") {
+                let left = len as u64 - at;
+                at += view.len as u64;
+                fh.fill_view(view, left, |_: &[u8]| Ok::<(), io::Error>(()), fail)
+                    .expect("fill_view");
+            }
+            let (pending, file) = fh.finish().map_err(fail).expect("finish");
+            assert!(file.is_none(), "{name}: the file was handed over");
+            assert_eq!(
+                pending.resolve().expect("digest"),
+                Sha256Digest::of_bytes(&large[..len])
+            );
+            assert_eq!(
+                std::fs::read(dir.path().join(name)).expect("read back"),
+                &large[..len]
+            );
+        }
+        // A file abandoned half-way: once the helper is quiet, nothing of it is held there.
+        {
+            let mut fh = FileHash::using(Some(&t), create("abandoned", 0o644), true);
+            let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
+            let mut src: &[u8] = &large;
+            for _ in 0..2 {
+                fh.fill(
+                    &mut inline,
+                    Some(large.len() as u64),
+                    &mut src,
+                    |_: &[u8]| Ok::<(), io::Error>(()),
+                    fail,
+                )
+                .expect("fill");
+            }
+        }
+        t.quiesce().expect("quiesce");
+        assert!(
+            t.shared
+                .files
+                .iter()
+                .all(|e| lock(e).file.is_none() && lock(e).create.is_none()),
+            "an entry still holds a file or a create"
+        );
+        assert_eq!(lock(&t.state).free_files.len(), FILES);
+        assert_eq!(Arc::strong_count(&root), 1, "a directory is still held");
+    }
+
+    #[test]
+    fn a_small_file_is_hashed_here_while_the_helper_has_no_room() {
+        let t = HashThread::spawn().expect("spawn");
+        // The helper waits on a task of ours: what is handed to it stays in its hands.
+        let (go, wait) = std::sync::mpsc::channel::<()>();
+        *lock(&t.shared.task) = Some(Box::new(move || {
+            let _ = wait.recv();
+        }));
+        t.send(&msg(OP_RUN, 0, NO_FILE, 0, 0, &[0; 32]))
+            .expect("send");
+        let mut held = Vec::new();
+        for k in 0..ROOM {
+            let file = tempfile::tempfile().expect("tempfile");
+            let p = buffered(FileHash::using(Some(&t), file, true), b"small");
+            assert!(matches!(p, Pending::Helper(..)), "file {k} not handed over");
+            held.push(p);
+        }
+        let file = tempfile::tempfile().expect("tempfile");
+        let here = buffered(FileHash::using(Some(&t), file, true), b"one more");
+        assert!(matches!(here, Pending::Ready(..)), "hashed here: no room");
+        assert_eq!(
+            here.resolve().expect("digest"),
+            Sha256Digest::of_bytes(b"one more")
+        );
+        go.send(()).expect("release the helper");
+        for p in held {
+            assert_eq!(
+                p.resolve().expect("digest"),
+                Sha256Digest::of_bytes(b"small")
+            );
+        }
+    }
+
+    #[test]
     fn the_inline_scan_covers_small_files_hashed_here_when_asked() {
         let t = scanning_helper().scan_inline(Box::new(Hashes::new()));
         // Under OFFLOAD_MIN (one buffer, hashed here), and under VIEW_OFFLOAD_MIN from the
@@ -1244,8 +1584,9 @@ mod tests {
             .into_iter()
             .flat_map(|here| [(here, &small, None), (here, &view, Some(&memfd))])
         {
+            // Not the helper's to write: it would take a small file it has room for.
             let file = tempfile::tempfile().expect("tempfile");
-            let mut fh = FileHash::using(Some(&t), file, true);
+            let mut fh = FileHash::using(Some(&t), file, false);
             fh.scan_here(here);
             let pending = match mapped {
                 Some(memfd) => in_place(fh, memfd, data),
@@ -1266,8 +1607,9 @@ mod tests {
             .map(|i| if i % 4099 == 7 { b'#' } else { b'.' })
             .collect();
         let dense = b"ab#".repeat(OFFLOAD_MIN);
-        // (data, scanned by the helper): hashed here when small, else on the helper, through
-        // buffers (`fill`) and from the mapping (`fill_view`).
+        // (data, scanned by the helper): hashed here when small (unless the helper may write it
+        // and has room for it, as an idle one has), else on the helper, through buffers (`fill`)
+        // and from the mapping (`fill_view`).
         let cases: [(&[u8], bool); 5] = [
             (b"# small, hashed here", false),
             (&sparse[..OFFLOAD_MIN], true),
@@ -1282,6 +1624,7 @@ mod tests {
                 let (d, scanned) = buffered(fh, data).resolve_scanned().expect("digest");
                 assert_eq!(d, Sha256Digest::of_bytes(data));
                 let how = format!("{} bytes, hand-over {hand_over}", data.len());
+                let on_helper = on_helper || hand_over;
                 assert_eq!(scanned, on_helper.then(|| expected_scan(data)), "{how}");
             }
         }

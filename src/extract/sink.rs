@@ -16,12 +16,12 @@ use std::os::fd::BorrowedFd;
 use nix::errno::Errno;
 
 use super::captured::{Captured, NUL_WINDOW};
-use super::hashing::{Failure, FileHash, InlineBuf, Pending, VIEW_CHUNK};
+use super::hashing::{self, Failure, FileHash, InlineBuf, Pending, Target, VIEW_CHUNK};
 use super::input::Views;
 use super::inventory::{self, Entry, Flag, Kind, Totals};
 use super::path::{Parsed, SafeRelPath, drive_like, fold_key, hidden_char, nfc_key, nfkc_key};
 use super::policy::{HardlinkPolicy, Limits};
-use super::writer::Writer;
+use super::writer::{self, Writer};
 use super::{EngineError, Format, Stop};
 use crate::digest::Sha256Digest;
 use crate::reason::{Reason, ReasonCode, display_name};
@@ -630,15 +630,7 @@ impl<'a> Sink<'a> {
             self.check_declared(p, d)?;
         }
         let executable = mode & 0o111 != 0;
-        let (file, final_mode) = self
-            .writer
-            .create_file_as(p, executable)
-            .map_err(|e| write_failed(e, p))?;
-        let mut head: Vec<u8> = Vec::new();
-        // A NUL in the first NUL_WINDOW bytes (what the review takes for binary), for the head
-        // kept of a file whose bytes are not.
-        let mut nul = false;
-        let mut written: u64 = 0;
+        let final_mode = writer::umask_cleared();
         let mut capture = self.captured.begin_sized(declared);
         let mut data = data;
         // Hashed while written: on the hashing thread when the process has one (the confined
@@ -651,6 +643,27 @@ impl<'a> Sink<'a> {
             && (self.decoding
                 || (declared.is_some_and(|d| d < HAND_OVER_STORED_BELOW)
                     && (capture.is_some() || starts_binary(&mut data, declared))));
+        // A small file that thread may write is also created by whichever thread writes it
+        // first (that thread when it has room for it: `hashing.rs`): its parent is reached here,
+        // now (a planted symlink on the way is refused at once), and a create the hashing thread
+        // fails comes back with the file's digest, refused then as it would have been here. A
+        // larger one is created here: creating those too left the hashing thread the slower.
+        let mapped = matches!(data, Data::Mapped(..));
+        let small = declared.is_some_and(|d| hashing::small(d, mapped));
+        let (file, final_mode) = if hand_over && small && hashing::helps_here() {
+            match self.writer.deferred(p, executable) {
+                Ok(Some(create)) => (Target::Create(create), true),
+                Ok(None) => self.create_now(p, executable)?,
+                Err(e) => return Err(write_failed(e, p)),
+            }
+        } else {
+            self.create_now(p, executable)?
+        };
+        let mut head: Vec<u8> = Vec::new();
+        // A NUL in the first NUL_WINDOW bytes (what the review takes for binary), for the head
+        // kept of a file whose bytes are not.
+        let mut nul = false;
+        let mut written: u64 = 0;
         let mut hash = FileHash::new(file, hand_over);
         let mut buf = std::mem::take(&mut self.buf);
         let limits = self.limits;
@@ -771,6 +784,15 @@ impl<'a> Sink<'a> {
             target: None,
             flags,
         })
+    }
+
+    /// Create regular file `p` here, now: the file, and whether it has its final mode already.
+    fn create_now(&mut self, p: &str, executable: bool) -> Result<(Target, bool), Stop> {
+        let (file, final_mode) = self
+            .writer
+            .create_file_as(p, executable)
+            .map_err(|e| write_failed(e, p))?;
+        Ok((Target::Open(file), final_mode))
     }
 
     /// Refuse before decoding a member whose declared size already passes a limit. The header

@@ -10,9 +10,11 @@
 //! No chown, no timestamps, no xattrs: only names, bytes and sanitised modes.
 
 use std::collections::HashMap;
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::errno::Errno;
@@ -38,9 +40,16 @@ pub fn clear_umask() {
     UMASK_CLEARED.store(true, Ordering::Release);
 }
 
+/// Whether files are created with their final mode ([`clear_umask`] was called).
+pub(crate) fn umask_cleared() -> bool {
+    UMASK_CLEARED.load(Ordering::Acquire)
+}
+
 /// Directories kept open beneath the root at once (see [`DirCache`]). The confined child may
 /// hold 64 fds in all; with its pipes, the memfd, the staging fd and one file it stays well
-/// under that.
+/// under that. A file the hashing thread is to create holds its directory's fd too ([`Create`]),
+/// but only ever one the cache holds as well: the cache waits for the hashing thread to be done
+/// with them before it closes any ([`super::hashing::quiesce`]).
 const MAX_CACHED_DIRS: usize = 24;
 
 /// Open directory fds beneath a root, by relative (normalised) path. Every one was opened by
@@ -51,7 +60,10 @@ const MAX_CACHED_DIRS: usize = 24;
 /// [`MAX_CACHED_DIRS`], every fd is closed first and the walk starts again from the root.
 pub struct DirCache<'a> {
     root: BorrowedFd<'a>,
-    dirs: HashMap<String, OwnedFd>,
+    dirs: HashMap<String, Arc<OwnedFd>>,
+    /// The root opened once more (`openat(root, ".")`), for files in it that the hashing thread
+    /// creates: that thread may hold it past this borrow.
+    shared_root: Option<Arc<OwnedFd>>,
 }
 
 impl<'a> DirCache<'a> {
@@ -59,6 +71,7 @@ impl<'a> DirCache<'a> {
         Self {
             root,
             dirs: HashMap::new(),
+            shared_root: None,
         }
     }
 
@@ -71,6 +84,38 @@ impl<'a> DirCache<'a> {
             self.open(parent)?;
         }
         Ok(self.dirs.get(parent).map_or(self.root, |fd| fd.as_fd()))
+    }
+
+    /// [`Self::get`], as a handle another thread may hold (see [`Create`]).
+    fn get_shared(&mut self, parent: Option<&str>) -> io::Result<Arc<OwnedFd>> {
+        let Some(parent) = parent else {
+            if let Some(root) = &self.shared_root {
+                return Ok(Arc::clone(root));
+            }
+            let root = Arc::new(openat(self.root, ".", dir_flags(), Mode::empty())?);
+            self.shared_root = Some(Arc::clone(&root));
+            return Ok(root);
+        };
+        if !self.dirs.contains_key(parent) {
+            self.open(parent)?;
+        }
+        match self.dirs.get(parent) {
+            Some(fd) => Ok(Arc::clone(fd)),
+            None => Err(io::Error::other(
+                "a directory just opened is not in the cache",
+            )),
+        }
+    }
+
+    /// Close every cached fd, once the hashing thread holds none of them: a file it is still to
+    /// create holds its directory ([`Create`]), and closing the cache's copy would leave that
+    /// fd open past the cache's bound.
+    fn evict(&mut self) -> io::Result<()> {
+        if self.dirs.values().any(|fd| Arc::strong_count(fd) > 1) {
+            super::hashing::quiesce()?;
+        }
+        self.dirs.clear();
+        Ok(())
     }
 
     fn open(&mut self, parent: &str) -> io::Result<()> {
@@ -86,7 +131,7 @@ impl<'a> DirCache<'a> {
             .rposition(|&e| self.dirs.contains_key(&parent[..e]))
             .map_or(0, |i| i + 1);
         if self.dirs.len() + (ends.len() - from) > MAX_CACHED_DIRS {
-            self.dirs.clear();
+            self.evict()?;
             from = 0;
         }
         for k in from..ends.len() {
@@ -101,19 +146,61 @@ impl<'a> DirCache<'a> {
                 };
                 openat(base, &parent[start..end], dir_flags(), Mode::empty())?
             };
-            self.dirs.insert(parent[..end].to_owned(), fd);
+            self.dirs.insert(parent[..end].to_owned(), Arc::new(fd));
         }
         Ok(())
     }
 
-    /// Close every cached fd (before the tree beneath the root is removed).
-    pub fn clear(&mut self) {
+    /// Close every cached fd (before the tree beneath the root is removed), once the hashing
+    /// thread has created every file it was given (after it, nothing may appear in the tree).
+    pub fn clear(&mut self) -> io::Result<()> {
+        super::hashing::quiesce()?;
         self.dirs.clear();
+        self.shared_root = None;
+        Ok(())
     }
 
     pub fn root(&self) -> BorrowedFd<'a> {
         self.root
     }
+}
+
+/// A regular file to be created by whoever first writes it (the hashing thread, for a file it
+/// is handed: `hashing.rs`): its parent directory, reached by the same component-wise walk as
+/// every other entry's (so a planted symlink on the way is refused here, at once), its name and
+/// its final mode. [`Create::open`] is the writer's own `openat(O_CREAT | O_EXCL | O_NOFOLLOW)`.
+/// Only made when the umask is cleared ([`clear_umask`]): the file needs nothing after its bytes.
+pub(crate) struct Create {
+    dir: Arc<OwnedFd>,
+    name: CString,
+    mode: u32,
+}
+
+impl Create {
+    /// Create the file, never following a symlink and never opening something that exists.
+    /// Allocates nothing (the hashing thread calls it once confined).
+    pub(crate) fn open(&self) -> io::Result<File> {
+        let fd = openat(
+            self.dir.as_fd(),
+            self.name.as_c_str(),
+            create_flags(),
+            Mode::from_bits_truncate(self.mode),
+        )?;
+        Ok(File::from(fd))
+    }
+}
+
+#[cfg(test)]
+impl Create {
+    /// `name` in `dir`, with `mode` (less the umask unless it is cleared).
+    pub(crate) fn at(dir: Arc<OwnedFd>, name: &str, mode: u32) -> Create {
+        let name = CString::new(name).unwrap_or_default();
+        Create { dir, name, mode }
+    }
+}
+
+fn create_flags() -> OFlag {
+    OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
 }
 
 /// Creates entries beneath a root directory fd, keeping the directories it used open.
@@ -163,10 +250,23 @@ impl<'a> Writer<'a> {
     fn create_with_mode(&mut self, path: &str, mode: u32) -> io::Result<File> {
         let (parent, name) = split(path);
         let dir = self.parent_fd(parent)?;
-        let flags =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(dir, name, flags, Mode::from_bits_truncate(mode))?;
+        let fd = openat(dir, name, create_flags(), Mode::from_bits_truncate(mode))?;
         Ok(File::from(fd))
+    }
+
+    /// Regular file `path` to be created later, with its final mode (0644, or 0755 if
+    /// `executable`), by whoever first writes it ([`Create`]); its parent is reached now.
+    /// `None` when the umask is not cleared (then use [`Self::create_file_as`]).
+    pub(crate) fn deferred(&mut self, path: &str, executable: bool) -> io::Result<Option<Create>> {
+        if !umask_cleared() {
+            return Ok(None);
+        }
+        let (parent, name) = split(path);
+        // As `openat` would refuse the name (no path holds a NUL: `path.rs`).
+        let name = CString::new(name).map_err(|_| io::Error::from(Errno::EINVAL))?;
+        let dir = self.dirs.get_shared(parent)?;
+        let mode = if executable { 0o755 } else { 0o644 };
+        Ok(Some(Create { dir, name, mode }))
     }
 
     /// Create regular file `path` (must not exist) for writing, with its final, sanitised mode
@@ -174,7 +274,7 @@ impl<'a> Writer<'a> {
     /// answer's flag is `true` and the file needs no [`Self::finish_file`]. Otherwise it is
     /// created 0600 (`false`), its mode set by [`Self::finish_file`].
     pub fn create_file_as(&mut self, path: &str, executable: bool) -> io::Result<(File, bool)> {
-        let cleared = UMASK_CLEARED.load(Ordering::Acquire);
+        let cleared = umask_cleared();
         let mode = match (cleared, executable) {
             (true, true) => 0o755,
             (true, false) => 0o644,
@@ -213,7 +313,7 @@ impl<'a> Writer<'a> {
 
     /// Remove everything beneath the root (not the root itself). Used on every rejection.
     pub fn clear(&mut self) -> io::Result<()> {
-        self.dirs.clear();
+        self.dirs.clear()?;
         clear_beneath(self.dirs.root(), 0)
     }
 }
