@@ -132,6 +132,13 @@ const OP_RAN: u8 = 13;
 const OP_ABORTED: u8 = 14;
 const OP_VIEW_DONE: u8 = 15;
 const OP_SYNCED: u8 = 16;
+/// In a message's flags: the piece is its file's last (the helper finishes the file with it).
+const LAST: u8 = 1;
+/// In a reply's flags: it carries a scan's summary.
+const SCANNED: u8 = 1;
+/// In a digest's flags: it also gives back the buffer (or the view) its last piece came in.
+const FREES_SLOT: u8 = 2;
+const FREES_VIEW: u8 = 4;
 
 type Task = Box<dyn FnOnce() + Send>;
 
@@ -208,9 +215,9 @@ struct Shared {
     task: Mutex<Option<Task>>,
     /// A file for the helper to close ([`close_aside`]).
     closing: Mutex<Option<File>>,
-    /// Replies the helper has written whole to its pipe: while more than the decoding thread has
-    /// read, a read of the pipe cannot block ([`HashThread::has_room`]).
-    replied: AtomicU64,
+    /// Files the helper is done with (finished or abandoned, and replied to): against the
+    /// files the decoding thread told it to end, how many it still has ([`HashThread::has_room`]).
+    ended: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -240,8 +247,8 @@ struct State {
     free_files: Vec<usize>,
     /// View entries not with the helper.
     free_views: Vec<usize>,
-    /// Replies read from the pipe (see [`Shared::replied`]).
-    read: u64,
+    /// Files the helper was told to end (finish, or abandon): see [`Shared::ended`].
+    ending: u64,
     next_seq: u64,
     /// Digests (or the errno of a failed write) that arrived while waiting for something else,
     /// by file sequence number.
@@ -266,6 +273,8 @@ struct Msg {
     op: u8,
     slot: usize,
     file: u8,
+    /// [`LAST`] in a message; [`SCANNED`], [`FREES_SLOT`] and [`FREES_VIEW`] in a reply.
+    flags: u8,
     len: usize,
     seq: u64,
     digest: [u8; 32],
@@ -289,6 +298,12 @@ fn view_msg(slot: usize, file: u8, offset: usize, len: usize, seq: u64) -> [u8; 
     msg(OP_VIEW, slot, file, len, seq, &at)
 }
 
+/// `m` as the last piece of its file: the helper finishes the file with it.
+fn last(mut m: [u8; MSG]) -> [u8; MSG] {
+    m[3] = LAST;
+    m
+}
+
 /// `m` as a reply.
 fn long(m: [u8; MSG]) -> [u8; REPLY] {
     let mut r = [0u8; REPLY];
@@ -301,7 +316,7 @@ fn parse(m: &[u8]) -> Msg {
     let mut digest = [0u8; 32];
     digest.copy_from_slice(&m[16..48]);
     let word = |at: usize| u32::from_le_bytes([m[at], m[at + 1], m[at + 2], m[at + 3]]);
-    let scanned = (m.len() == REPLY && m[3] == 1).then(|| {
+    let scanned = (m.len() == REPLY && m[3] & SCANNED != 0).then(|| {
         let n = (word(MSG + 8) as usize).min(MARKS);
         Scanned {
             covered: u64::from(word(MSG)),
@@ -313,6 +328,7 @@ fn parse(m: &[u8]) -> Msg {
         op: m[0],
         slot: usize::from(m[1]),
         file: m[2],
+        flags: m[3],
         len: u32::from_le_bytes([m[4], m[5], m[6], m[7]]) as usize,
         seq: u64::from_le_bytes([m[8], m[9], m[10], m[11], m[12], m[13], m[14], m[15]]),
         digest,
@@ -320,151 +336,205 @@ fn parse(m: &[u8]) -> Msg {
     }
 }
 
+/// What the helper keeps of the file it is hashing.
+struct Helping {
+    hasher: Hasher,
+    current: Option<u64>,
+    /// Bytes of the current file given to the scan (at most FILE_BYTES).
+    fed: usize,
+    /// The first write (or create) error of the current file (an errno): later chunks are not
+    /// written.
+    failed: i32,
+    scan: Option<Box<dyn FileScan>>,
+}
+
+impl Helping {
+    /// File `seq` is the one being hashed (a new one starts when it was not).
+    fn start(&mut self, seq: u64) {
+        if self.current != Some(seq) {
+            self.hasher = Hasher::new();
+            self.current = Some(seq);
+            self.failed = 0;
+            self.fed = 0;
+            if let Some(s) = self.scan.as_deref_mut() {
+                s.begin();
+            }
+        }
+    }
+
+    /// The next piece of the current file: written to its entry's file (created first if it is
+    /// still to be), hashed, scanned.
+    fn piece(&mut self, shared: &Shared, m: &Msg) {
+        // The piece: in a buffer, or in a window of the mapped artifact.
+        let (buf, map);
+        let chunk: &[u8] = if m.op == OP_DATA {
+            buf = shared.slots.get(m.slot).map(lock);
+            buf.as_deref().map_or(&[], |b| &b[..m.len.min(b.len())])
+        } else {
+            map = shared.views.get(m.slot).map(lock);
+            let bytes = map
+                .as_deref()
+                .and_then(Option::as_ref)
+                .map_or(&[][..], |w| w.bytes());
+            let start = m.view_offset();
+            bytes.get(start..start.saturating_add(m.len)).unwrap_or(&[])
+        };
+        if let Some(entry) = shared.files.get(usize::from(m.file))
+            && self.failed == 0
+        {
+            // Created here on its first piece when it was handed over to be.
+            match lock(entry).open() {
+                Ok(Some(file)) => {
+                    if let Err(e) = (&*file).write_all(chunk) {
+                        self.failed = e.raw_os_error().unwrap_or(libc::EIO);
+                    }
+                }
+                Ok(None) => {}
+                Err(errno) => self.failed = errno,
+            }
+        }
+        self.hasher.update(chunk);
+        if let Some(s) = self.scan.as_deref_mut()
+            && self.fed < FILE_BYTES
+        {
+            let take = chunk.len().min(FILE_BYTES - self.fed);
+            s.feed(&chunk[..take]);
+            self.fed += take;
+        }
+    }
+
+    /// File `seq` (in entry `file`) is complete: its file closed (created first if it had no
+    /// piece), and its digest's reply, with the scan's summary and the errno of a failed write.
+    fn finish(&mut self, shared: &Shared, file: u8, seq: u64) -> [u8; REPLY] {
+        self.start(seq);
+        let (digest, _) = std::mem::replace(&mut self.hasher, Hasher::new()).finish();
+        self.current = None;
+        // Closed here, after its last write; the entry is free again once the decoding thread
+        // reads this reply.
+        if let Some(entry) = shared.files.get(usize::from(file)) {
+            let mut entry = lock(entry);
+            if self.failed == 0
+                && let Err(errno) = entry.open()
+            {
+                self.failed = errno;
+            }
+            drop(entry.file.take());
+        }
+        let errno = usize::try_from(std::mem::take(&mut self.failed)).unwrap_or(0);
+        let mut reply = long(msg(OP_DIGEST, 0, file, errno, seq, digest.as_bytes()));
+        if let Some(s) = self.scan.as_deref() {
+            let (marks, complete) = s.finish();
+            let marks = &marks[..marks.len().min(MARKS)];
+            reply[3] = SCANNED;
+            // FILE_BYTES fits a u32 (a compile-time check below).
+            reply[MSG..MSG + 4].copy_from_slice(&(self.fed as u32).to_le_bytes());
+            reply[MSG + 4..MSG + 8].copy_from_slice(&complete.to_le_bytes());
+            reply[MSG + 8..MARKS_AT].copy_from_slice(&(marks.len() as u32).to_le_bytes());
+            for (k, mark) in marks.iter().enumerate() {
+                reply[MARKS_AT + 4 * k..MARKS_AT + 4 * k + 4].copy_from_slice(&mark.to_le_bytes());
+            }
+        }
+        reply
+    }
+}
+
+/// Messages one `read` of the work pipe takes at most.
+const BATCH: usize = 16;
+
 fn helper_loop(
     mut from_main: File,
     mut to_main: File,
     shared: Arc<Shared>,
-    mut scan: Option<Box<dyn FileScan>>,
+    scan: Option<Box<dyn FileScan>>,
 ) {
-    let mut hasher = Hasher::new();
-    let mut current: Option<u64> = None;
-    // Bytes of the current file given to the scan (at most FILE_BYTES).
-    let mut fed = 0usize;
-    // The first write error of the current file (an errno): later chunks are not written.
-    let mut failed: i32 = 0;
-    let mut raw = [0u8; MSG];
+    let mut h = Helping {
+        hasher: Hasher::new(),
+        current: None,
+        fed: 0,
+        failed: 0,
+        scan,
+    };
     let zero = [0u8; 32];
+    let mut raw = [0u8; BATCH * MSG];
     loop {
-        // The decoding side is gone (only outside the child, whose helper lives as long as the
-        // process): nothing left to do.
-        if from_main.read_exact(&mut raw).is_err() {
-            return;
-        }
-        let m = parse(&raw);
-        let reply = match m.op {
-            OP_DATA | OP_VIEW => {
-                if current != Some(m.seq) {
-                    hasher = Hasher::new();
-                    current = Some(m.seq);
-                    failed = 0;
-                    fed = 0;
-                    if let Some(s) = scan.as_deref_mut() {
-                        s.begin();
-                    }
-                }
-                // The piece: in a buffer, or in a window of the mapped artifact.
-                let (buf, map);
-                let chunk: &[u8] = if m.op == OP_DATA {
-                    buf = shared.slots.get(m.slot).map(lock);
-                    buf.as_deref().map_or(&[], |b| &b[..m.len.min(b.len())])
-                } else {
-                    map = shared.views.get(m.slot).map(lock);
-                    let bytes = map
-                        .as_deref()
-                        .and_then(Option::as_ref)
-                        .map_or(&[][..], |w| w.bytes());
-                    let start = m.view_offset();
-                    bytes.get(start..start.saturating_add(m.len)).unwrap_or(&[])
-                };
-                if let Some(entry) = shared.files.get(usize::from(m.file))
-                    && failed == 0
-                {
-                    // Created here on its first piece when it was handed over to be.
-                    match lock(entry).open() {
-                        Ok(Some(file)) => {
-                            if let Err(e) = (&*file).write_all(chunk) {
-                                failed = e.raw_os_error().unwrap_or(libc::EIO);
-                            }
-                        }
-                        Ok(None) => {}
-                        Err(errno) => failed = errno,
-                    }
-                }
-                hasher.update(chunk);
-                if let Some(s) = scan.as_deref_mut()
-                    && fed < FILE_BYTES
-                {
-                    let take = chunk.len().min(FILE_BYTES - fed);
-                    s.feed(&chunk[..take]);
-                    fed += take;
-                }
-                let done = if m.op == OP_DATA {
-                    OP_FREE
-                } else {
-                    OP_VIEW_DONE
-                };
-                long(msg(done, m.slot, NO_FILE, 0, m.seq, &zero))
-            }
-            OP_FINISH => {
-                if current != Some(m.seq) {
-                    hasher = Hasher::new();
-                    failed = 0;
-                    fed = 0;
-                    if let Some(s) = scan.as_deref_mut() {
-                        s.begin();
-                    }
-                }
-                let (digest, _) = std::mem::replace(&mut hasher, Hasher::new()).finish();
-                current = None;
-                // Closed here, after its last write (created first if it had no piece); the entry
-                // is free again once the decoding thread reads this reply.
-                if let Some(entry) = shared.files.get(usize::from(m.file)) {
-                    let mut entry = lock(entry);
-                    if failed == 0
-                        && let Err(errno) = entry.open()
-                    {
-                        failed = errno;
-                    }
-                    drop(entry.file.take());
-                }
-                let errno = usize::try_from(std::mem::take(&mut failed)).unwrap_or(0);
-                let mut reply = long(msg(OP_DIGEST, 0, m.file, errno, m.seq, digest.as_bytes()));
-                if let Some(s) = scan.as_deref() {
-                    let (marks, complete) = s.finish();
-                    let marks = &marks[..marks.len().min(MARKS)];
-                    reply[3] = 1;
-                    // FILE_BYTES fits a u32 (a compile-time check below).
-                    reply[MSG..MSG + 4].copy_from_slice(&(fed as u32).to_le_bytes());
-                    reply[MSG + 4..MSG + 8].copy_from_slice(&complete.to_le_bytes());
-                    reply[MSG + 8..MARKS_AT].copy_from_slice(&(marks.len() as u32).to_le_bytes());
-                    for (k, mark) in marks.iter().enumerate() {
-                        reply[MARKS_AT + 4 * k..MARKS_AT + 4 * k + 4]
-                            .copy_from_slice(&mark.to_le_bytes());
-                    }
-                }
-                reply
-            }
-            OP_ABORT => {
-                if current == Some(m.seq) {
-                    hasher = Hasher::new();
-                    current = None;
-                    failed = 0;
-                }
-                if let Some(entry) = shared.files.get(usize::from(m.file)) {
-                    drop(lock(entry).file.take());
-                }
-                long(msg(OP_ABORTED, 0, m.file, 0, m.seq, &zero))
-            }
-            // Closed here (freeing what only it held, on this thread); no reply.
-            OP_CLOSE => {
-                drop(lock(&shared.closing).take());
-                continue;
-            }
-            OP_RUN => {
-                let task = lock(&shared.task).take();
-                if let Some(task) = task {
-                    task();
-                }
-                long(msg(OP_RAN, 0, NO_FILE, 0, 0, &zero))
-            }
-            // Everything sent before it is done: every file handed over is created or failed.
-            OP_SYNC => long(msg(OP_SYNCED, 0, NO_FILE, 0, 0, &zero)),
-            _ => continue,
+        // Every message is written whole in one `write` (of at most PIPE_BUF bytes), so the pipe
+        // only ever holds whole messages: a read takes as many as are there. The decoding side
+        // gone (only outside the child, whose helper lives as long as the process): nothing left
+        // to do.
+        let n = match from_main.read(&mut raw) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
         };
-        if to_main.write_all(&reply).is_err() {
+        // Never seen; completed rather than misread if it were.
+        let whole = n.div_ceil(MSG) * MSG;
+        if from_main.read_exact(&mut raw[n..whole]).is_err() {
             return;
         }
-        shared.replied.fetch_add(1, Ordering::Release);
+        for one in raw[..whole].chunks_exact(MSG) {
+            let m = parse(one);
+            let (reply, ended) = match m.op {
+                OP_DATA | OP_VIEW => {
+                    h.start(m.seq);
+                    h.piece(&shared, &m);
+                    let frees = if m.op == OP_DATA {
+                        FREES_SLOT
+                    } else {
+                        FREES_VIEW
+                    };
+                    if m.flags & LAST != 0 {
+                        // The file's last piece: one reply gives back its buffer or view and
+                        // brings the digest.
+                        let mut reply = h.finish(&shared, m.file, m.seq);
+                        reply[1] = m.slot as u8;
+                        reply[3] |= frees;
+                        (reply, true)
+                    } else {
+                        let done = if m.op == OP_DATA {
+                            OP_FREE
+                        } else {
+                            OP_VIEW_DONE
+                        };
+                        (long(msg(done, m.slot, NO_FILE, 0, m.seq, &zero)), false)
+                    }
+                }
+                OP_FINISH => (h.finish(&shared, m.file, m.seq), true),
+                OP_ABORT => {
+                    if h.current == Some(m.seq) {
+                        h.hasher = Hasher::new();
+                        h.current = None;
+                        h.failed = 0;
+                    }
+                    if let Some(entry) = shared.files.get(usize::from(m.file)) {
+                        drop(lock(entry).file.take());
+                    }
+                    (long(msg(OP_ABORTED, 0, m.file, 0, m.seq, &zero)), true)
+                }
+                // Closed here (freeing what only it held, on this thread); no reply.
+                OP_CLOSE => {
+                    drop(lock(&shared.closing).take());
+                    continue;
+                }
+                OP_RUN => {
+                    let task = lock(&shared.task).take();
+                    if let Some(task) = task {
+                        task();
+                    }
+                    (long(msg(OP_RAN, 0, NO_FILE, 0, 0, &zero)), false)
+                }
+                // Everything sent before it is done: every file handed over is created or
+                // failed.
+                OP_SYNC => (long(msg(OP_SYNCED, 0, NO_FILE, 0, 0, &zero)), false),
+                _ => continue,
+            };
+            if to_main.write_all(&reply).is_err() {
+                return;
+            }
+            if ended {
+                shared.ended.fetch_add(1, Ordering::Release);
+            }
+        }
     }
 }
 
@@ -494,7 +564,7 @@ impl HashThread {
             views: (0..VIEWS).map(|_| Mutex::new(None)).collect(),
             task: Mutex::new(None),
             closing: Mutex::new(None),
-            replied: AtomicU64::new(0),
+            ended: AtomicU64::new(0),
         });
         let theirs = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -600,7 +670,6 @@ impl HashThread {
             let whole = n.div_ceil(REPLY) * REPLY;
             (&self.from).read_exact(&mut inbox.buf[n..whole])?;
             (inbox.at, inbox.len) = (0, whole);
-            lock(&self.state).read += (whole / REPLY) as u64;
         }
         let m = parse(&inbox.buf[inbox.at..inbox.at + REPLY]);
         inbox.at += REPLY;
@@ -609,14 +678,8 @@ impl HashThread {
 
     /// Book a reply that is not the one being waited for.
     fn note(&self, m: Msg) {
-        if m.op == OP_VIEW_DONE
-            && let Some(view) = self.shared.views.get(m.slot)
-        {
-            // Taken back here, on this thread: the window is unmapped here when this was its
-            // last reference.
-            drop(lock(view).take());
-            lock(&self.state).free_views.push(m.slot);
-            return;
+        if m.op == OP_VIEW_DONE {
+            return self.view_back(m.slot);
         }
         let mut st = lock(&self.state);
         match m.op {
@@ -628,7 +691,14 @@ impl HashThread {
                     Err(_) => Err(libc::EIO),
                 };
                 st.done.insert(m.seq, got);
+                // It came with the file's last piece: the piece's buffer is free too.
+                if m.flags & FREES_SLOT != 0 {
+                    st.free.push(m.slot);
+                }
                 drop(st);
+                if m.flags & FREES_VIEW != 0 {
+                    self.view_back(m.slot);
+                }
                 self.free_file_entry(m.file);
             }
             OP_ABORTED => {
@@ -636,6 +706,15 @@ impl HashThread {
                 self.free_file_entry(m.file);
             }
             _ => {}
+        }
+    }
+
+    /// View entry `v` is the helper's no more: its window is taken back here, on this thread
+    /// (and unmapped here when this was its last reference).
+    fn view_back(&self, v: usize) {
+        if let Some(view) = self.shared.views.get(v) {
+            drop(lock(view).take());
+            lock(&self.state).free_views.push(v);
         }
     }
 
@@ -650,22 +729,17 @@ impl HashThread {
     }
 
     /// Whether the helper may take one more small file (see [`ROOM`]): fewer than that many of
-    /// the files handed over are still in its hands once the replies it has already written are
-    /// read (which never blocks: they are in the pipe or the inbox).
-    fn has_room(&self) -> io::Result<bool> {
-        loop {
-            let waiting = {
-                let inbox = lock(&self.inbox);
-                inbox.at < inbox.len
-                    || self.shared.replied.load(Ordering::Acquire) > lock(&self.state).read
-            };
-            if !waiting {
-                break;
-            }
-            let m = self.recv()?;
-            self.note(m);
-        }
-        Ok(FILES - lock(&self.state).free_files.len() < ROOM)
+    /// the files it was told to end are not done yet. Reads nothing: its replies wait in the
+    /// pipe until an entry, a buffer or a view is wanted back.
+    fn has_room(&self) -> bool {
+        let ending = lock(&self.state).ending;
+        ending.saturating_sub(self.shared.ended.load(Ordering::Acquire)) < ROOM as u64
+    }
+
+    /// Send `m`, which ends a file on the helper (its finish, or its abandonment).
+    fn send_end(&self, m: &[u8; MSG]) -> io::Result<()> {
+        lock(&self.state).ending += 1;
+        self.send(m)
     }
 
     /// Wait for the helper to have done all it was sent (see [`quiesce`]).
@@ -960,7 +1034,7 @@ impl<'h> FileHash<'h> {
     /// Whether a small file may go to the helper all the same (see [`ROOM`]): the helper may
     /// take it over, and has room for it.
     fn room_for_small(&self, h: &HashThread) -> bool {
-        self.hand_over && h.has_room().unwrap_or(false)
+        self.hand_over && h.has_room()
     }
 
     /// The file, ours still, open (created here if it was not yet): to be returned by
@@ -1122,15 +1196,11 @@ impl<'h> FileHash<'h> {
         let piece = view_msg(v, file, offset, n, self.seq);
         if n as u64 == expect {
             // The member's last piece (its header's size, checked by `sink` above): the file is
-            // complete with it, so the helper is told both in one write (atomic: under PIPE_BUF)
-            // and one wake-up. The helper closes the file with the second message.
-            let mut both = [0u8; 2 * MSG];
-            both[..MSG].copy_from_slice(&piece);
-            both[MSG..].copy_from_slice(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]));
+            // complete with it, so the helper finishes (and closes) it with this message, and one
+            // reply brings the view back with the digest.
             self.entry = None;
             self.told_finish = true;
-            (&h.to)
-                .write_all(&both)
+            h.send_end(&last(piece))
                 .map_err(|e| failed(Failure::Fault(e)))?;
         } else {
             h.send(&piece).map_err(|e| failed(Failure::Fault(e)))?;
@@ -1156,11 +1226,9 @@ impl<'h> FileHash<'h> {
                 };
                 // Closed by the helper with this message: no longer ours to abandon.
                 self.entry = None;
-                // One write of two messages (atomic: under PIPE_BUF), one wake-up.
-                let mut both = [0u8; 2 * MSG];
-                both[..MSG].copy_from_slice(&msg(OP_DATA, slot, file, len, self.seq, &[0; 32]));
-                both[MSG..].copy_from_slice(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]));
-                (&h.to).write_all(&both).map_err(Failure::Fault)?;
+                // Its last piece, which ends it: one message, one wake-up, one reply.
+                h.send_end(&last(msg(OP_DATA, slot, file, len, self.seq, &[0; 32])))
+                    .map_err(Failure::Fault)?;
                 Ok((Pending::Helper(self.seq, h), self.take_open()?))
             }
             Some((slot, len)) => {
@@ -1189,7 +1257,7 @@ impl<'h> FileHash<'h> {
             None if self.offloaded => {
                 let file = self.entry_for_helper(h)?;
                 self.entry = None;
-                h.send(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]))
+                h.send_end(&msg(OP_FINISH, 0, file, 0, self.seq, &[0; 32]))
                     .map_err(Failure::Fault)?;
                 Ok((Pending::Helper(self.seq, h), self.take_open()?))
             }
@@ -1214,7 +1282,7 @@ impl Drop for FileHash<'_> {
             h.give_back(slot);
         }
         if let Some(e) = self.entry.take() {
-            let _ = h.send(&msg(OP_ABORT, 0, e as u8, 0, self.seq, &[0; 32]));
+            let _ = h.send_end(&msg(OP_ABORT, 0, e as u8, 0, self.seq, &[0; 32]));
         }
     }
 }
