@@ -842,6 +842,11 @@ pub(crate) fn small(size: u64, mapped: bool) -> bool {
     } as u64
 }
 
+/// Whether the installed helper (this thread's) has room for one more file (see [`ROOM`]).
+pub(crate) fn room_here() -> bool {
+    mine().is_some_and(HashThread::has_room)
+}
+
 /// Wait until the installed helper has done everything sent to it so far, when this thread
 /// installed it: every file it was handed is created (or failed), written and closed, and
 /// what it was to create taken back. Before the staged tree is cleared (nothing may appear in

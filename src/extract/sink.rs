@@ -636,21 +636,23 @@ impl<'a> Sink<'a> {
         // Hashed while written: on the hashing thread when the process has one (the confined
         // child), inline otherwise (`hashing.rs`). That thread may also write a file that
         // needs nothing more of us (created with its final mode); every chunk is checked below
-        // before it is written, by whichever thread. A stored member is handed over only when
-        // that thread will not also run the trigger pass over it (kept for the review, whose
-        // scan runs here, or binary): writing one it scans too left it the slower of the two.
+        // before it is written, by whichever thread. A stored member is handed over when that
+        // thread will not also run the trigger pass over it (kept for the review, whose scan
+        // runs here, or binary), or when it has room for one more file: writing every one it
+        // scans too left it the slower of the two.
+        let room = hashing::room_here();
         let hand_over = final_mode
             && (self.decoding
                 || (declared.is_some_and(|d| d < HAND_OVER_STORED_BELOW)
-                    && (capture.is_some() || starts_binary(&mut data, declared))));
-        // A small file that thread may write is also created by whichever thread writes it
-        // first (that thread when it has room for it: `hashing.rs`): its parent is reached here,
-        // now (a planted symlink on the way is refused at once), and a create the hashing thread
-        // fails comes back with the file's digest, refused then as it would have been here. A
-        // larger one is created here: creating those too left the hashing thread the slower.
-        let mapped = matches!(data, Data::Mapped(..));
-        let small = declared.is_some_and(|d| hashing::small(d, mapped));
-        let (file, final_mode) = if hand_over && small && hashing::helps_here() {
+                    && (capture.is_some() || room || starts_binary(&mut data, declared))));
+        // Such a file is also created by whichever thread writes it first when it is small (the
+        // hashing thread then takes it whole if it has room for it: `hashing.rs`) or that thread
+        // has room for it now: its parent is reached here, now (a planted symlink on the way is
+        // refused at once), and a create the hashing thread fails comes back with the file's
+        // digest, refused then as it would have been here. Otherwise it is created here:
+        // creating every file there left that thread the slower of the two.
+        let small = declared.is_some_and(|d| hashing::small(d, matches!(data, Data::Mapped(..))));
+        let (file, final_mode) = if hand_over && (small || room) && hashing::helps_here() {
             match self.writer.deferred(p, executable) {
                 Ok(Some(create)) => (Target::Create(create), true),
                 Ok(None) => self.create_now(p, executable)?,
