@@ -91,7 +91,9 @@ const SLOTS: usize = 12;
 /// Files the helper may hold open at once: each handed-over file holds its entry until the
 /// helper has closed it. In practice fewer are: a file in flight also holds a view (in place)
 /// or a buffer. Within the child's 64 fds: 9 of its own, a directory chain of at most 32 at the
-/// deepest path the default limits allow, these, and the file being opened.
+/// deepest path the default limits allow, the staging root opened once more for files created
+/// on the helper (a file it is to create holds only a directory the writer's cache also holds:
+/// `writer::DirCache::evict`), these, and the file being opened.
 const FILES: usize = 14;
 /// Views of the mapped artifact in flight (see the module's doc). 12, not 4: with four, the two
 /// threads waited on each other for a third of a 2,000-file tar (11.5 ms of 135); 16 measured
