@@ -438,6 +438,45 @@ mod tests {
             b"x"
         );
 
+        // A file still to be created holds its directory past the cache's eviction of it.
+        w.mkdir("later").expect("mkdir");
+        let create = Create {
+            dir: w.dirs.get_shared(Some("later")).expect("shared"),
+            name: CString::new("f").unwrap_or_default(),
+            mode: 0o644,
+        };
+        let root_file = Create {
+            dir: w.dirs.get_shared(None).expect("shared root"),
+            name: CString::new("at-root").unwrap_or_default(),
+            mode: 0o644,
+        };
+        for i in 0..(2 * MAX_CACHED_DIRS) {
+            w.create_file(&format!("d{i}/e/g")).expect("create_file");
+        }
+        assert!(w.dirs.dirs.len() <= MAX_CACHED_DIRS);
+        let mut f = create.open().expect("create after eviction");
+        f.write_all(b"late").expect("write_all");
+        root_file.open().expect("create at the root");
+        assert_eq!(
+            std::fs::read(dir.path().join("later/f")).unwrap_or_default(),
+            b"late"
+        );
+        assert!(dir.path().join("at-root").is_file());
+        // ... and never opens what exists, nor follows a symlink put in its place.
+        assert_eq!(
+            create.open().err().and_then(|e| e.raw_os_error()),
+            Some(Errno::EEXIST as i32)
+        );
+        std::fs::remove_file(dir.path().join("later/f")).expect("remove");
+        std::os::unix::fs::symlink(outside.path().join("x"), dir.path().join("later/f"))
+            .expect("symlink");
+        assert_eq!(
+            create.open().err().and_then(|e| e.raw_os_error()),
+            Some(Errno::EEXIST as i32)
+        );
+        assert!(!outside.path().join("x").exists());
+        drop((create, root_file, f));
+
         w.clear().expect("clear");
         assert_eq!(
             std::fs::read_dir(dir.path())
