@@ -228,6 +228,12 @@ impl Runner {
         self.confinement.clone()
     }
 
+    /// Announce a request to the sandbox, from its admission until its job starts (see
+    /// [`Sandbox::expect`]).
+    pub fn expect(&self) -> crate::sandbox::Expected {
+        self.sandbox.expect()
+    }
+
     /// The blocking part: the child reads the sealed copy of `artifact` and extracts beneath
     /// `staging`; `on_spawn` receives its pid.
     fn run_blocking(

@@ -273,6 +273,9 @@ impl State {
         mut stream: Streaming<pb::ExtractRequest>,
     ) -> Result<pb::ExtractResponse, RequestError> {
         let _slot = self.admission.slot()?;
+        // While this request reads its header and waits for a child, a request before it that
+        // takes the ready spare has the next one forked at once.
+        let announced = self.runner.expect();
         let header = match stream.next().await {
             None => {
                 return Err(RequestError::invalid(
@@ -312,6 +315,8 @@ impl State {
         // here holds no process, no staging directory and no artifact bytes (HTTP/2 flow
         // control holds the upload back).
         let _child = self.admission.child().await?;
+        // The job counts itself from here (`Sandbox::run_in`).
+        drop(announced);
         let staging = self
             .staging
             .create()

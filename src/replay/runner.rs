@@ -58,6 +58,12 @@ pub fn run_observed(
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(case) = cases.get(i) else { break };
+                    // Cases still to come want the next spare as soon as this one takes the
+                    // ready one, not once its child has ended (`Sandbox::expect`).
+                    let _more = match &how {
+                        How::Spare(sandbox, _) if i + 1 < cases.len() => Some(sandbox.expect()),
+                        _ => None,
+                    };
                     let r = run_case(i, case, &dir_abs, scratch.path(), opts.timeout, &how);
                     finished(&r);
                     if let Ok(mut m) = results.lock() {

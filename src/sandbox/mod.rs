@@ -32,6 +32,8 @@ use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -201,6 +203,30 @@ pub struct Sandbox {
     /// An exec'd child started before this sandbox ([`Sandbox::with_child_ahead`]), for its
     /// first request.
     ahead: std::sync::Mutex<Option<ExecChild>>,
+    /// Requests in [`Sandbox::run_in`] and those announced ahead ([`Sandbox::expect`]): while
+    /// there is more than the one asking, the next spare is forked at once.
+    demand: Arc<AtomicUsize>,
+}
+
+/// One request counted in a sandbox's demand while this lives ([`Sandbox::expect`]).
+pub struct Expected(Arc<AtomicUsize>);
+
+impl Expected {
+    fn new(demand: &Arc<AtomicUsize>) -> Self {
+        demand.fetch_add(1, Ordering::Relaxed);
+        Expected(Arc::clone(demand))
+    }
+
+    /// Whether requests other than this one are under way or on their way.
+    fn others(&self) -> bool {
+        self.0.load(Ordering::Relaxed) > 1
+    }
+}
+
+impl Drop for Expected {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A child started ahead of its sandbox and request ([`start_child_ahead`]).
@@ -285,6 +311,7 @@ impl Sandbox {
             program,
             zygote,
             ahead: std::sync::Mutex::new(ahead.map(|a| a.child)),
+            demand: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -431,18 +458,27 @@ impl Sandbox {
             Job::Extract(r) => r.expected_digest,
             Job::Probe(_) => None,
         };
+        let working = Expected::new(&self.demand);
         let result = self
             .start(job, seal, &dir, limits)
             .and_then(|(running, sealed)| {
+                // The next spare: forked now when other requests are under way or announced
+                // (one of them may want it before this child ends), else once this child is
+                // gone, on the core it leaves idle while we re-check and answer, not beside it
+                // while it works (the fork and the spare's prefault took the second core from
+                // the child's hashing thread for about 0.4 ms: bench-results/load.md).
+                if working.others() {
+                    self.replenish();
+                }
                 // The child holds the sealed memfd now (inherited, or in flight to a spare) and
                 // needs nothing more of ours: let go of it, so the child's close of its own is
                 // the last and frees the pages while the child reviews (`close_aside`). If the
                 // child has ended already, ours is the last, closed aside (joined at the end).
                 let (sealed, _freeing) = sealed.release();
                 on_spawn(running.pid());
-                let ended = running
-                    .wait(self.config.timeout, self.config.max_answer_bytes)
-                    .map_err(SandboxError::Supervise)?;
+                let ended = running.wait(self.config.timeout, self.config.max_answer_bytes);
+                self.replenish();
+                let ended = ended.map_err(SandboxError::Supervise)?;
                 let (outcome, sandbox) = self.supervise(ended, sealed, &dir)?;
                 let checked =
                     check_claims(&outcome, sealed, expected).and_then(|()| match outcome.verdict {
@@ -544,14 +580,21 @@ impl Sandbox {
     ) -> Result<Running, SandboxError> {
         let (running, tail) = self.spawn_unsealed(job, sealed.file().as_fd(), dir, limits)?;
         self.finish(tail, sealed);
+        self.replenish();
         Ok(running)
     }
 
-    /// Send a started child the digest of its sealed artifact, then have the next spare forked.
+    /// Send a started child the digest of its sealed artifact.
     fn finish(&self, tail: RequestTail, sealed: &SealedArtifact) {
         // A child that is already gone cannot take the last frame; its end says why.
         let _ = tail.finish(&sealed.digest());
-        self.replenish();
+    }
+
+    /// Announce a request that will come (the broker's, from its admission until its job
+    /// starts): while the returned guard lives, a request that takes the ready spare has the
+    /// next one forked at once rather than after its child has ended.
+    pub fn expect(&self) -> Expected {
+        Expected::new(&self.demand)
     }
 
     /// With a zygote, have the spare for the next request forked (see [`Zygote::replenish`]).

@@ -22,8 +22,9 @@
 //! straight to the spare, where they land on 0 to 4 (the lowest free numbers); it closes its
 //! socket, renames itself `skillbox-child` and runs the same `child::main` as an exec'd child:
 //! the same bounded request read, the same linear `confine()` (ending with the second seccomp
-//! stage) before a byte of the artifact is read. Once the child is under way the broker asks the
-//! zygote for the next spare, which is forked while this child works.
+//! stage) before a byte of the artifact is read. The broker asks the zygote for the next spare
+//! once the child is under way when other requests want one, else once the child has ended
+//! (`Sandbox::run_in`), so a lone child does not share its cores with the fork.
 //!
 //! Because of `CLONE_PARENT` every spare is the broker's own child: the broker knows its pid
 //! before it is used, holds its pidfd once it is, kills it at the deadline and reaps it with
@@ -484,8 +485,9 @@ impl Zygote {
     }
 
     /// Have the next spare forked, unless one is ready or on its way, or the quota is spent.
-    /// Callers ask once the child they just ordered is under way, so the fork does not compete
-    /// with that child's start. A zygote that cannot take the request is replaced now, so the
+    /// Callers ask once the child they just ordered is under way (so the fork does not compete
+    /// with that child's start), or once it has ended when no other request wants a spare
+    /// sooner (so the fork does not compete with the child at all). A zygote that cannot take the request is replaced now, so the
     /// next order finds a spare waiting.
     pub fn replenish(&self) {
         let mut live = self
@@ -522,7 +524,7 @@ impl Zygote {
 
     /// Have a spare take these fds at 0 to 4 (request, answer, log, artifact, staging) and run
     /// the request. The child is ours: the caller must wait for it, and should
-    /// [`Zygote::replenish`] once it is under way.
+    /// [`Zygote::replenish`] once it is under way or has ended.
     pub fn fork(&self, fds: [BorrowedFd<'_>; ORDER_FDS]) -> io::Result<u32> {
         let mut live = self
             .live
