@@ -1707,6 +1707,54 @@ fn a_killed_zygote_is_reaped_and_replaced() {
     f.outside_untouched();
 }
 
+/// A lone request's next spare is forked once its child has ended, not beside it while it
+/// works; with another request announced (`Sandbox::expect`, as the broker does from a
+/// request's admission) it is forked at once.
+#[test]
+fn the_next_spare_waits_for_a_lone_child_but_not_for_an_announced_request() {
+    let f = fixture();
+    let sb = sandbox_with(|c| c.zygote_max_forks = 100);
+    let art = tar_of(&[("SKILL.md", SKILL, 0o644), ("notes.txt", b"hello\n", 0o644)]);
+    let req = archive_request(&art);
+    let run = |announced: bool| {
+        let _more = announced.then(|| sb.expect());
+        let mut during = None;
+        let confined = sb
+            .run_job(
+                Job::Extract(req.clone()),
+                &art[..],
+                &f.staging_path(),
+                &req.limits,
+                |_| during = Some(sb.zygote().and_then(skillbox::sandbox::Zygote::spare_pid)),
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            confined.outcome.verdict,
+            Verdict::Accepted,
+            "{:?}",
+            confined.outcome.reason
+        );
+        let after = sb.zygote().and_then(skillbox::sandbox::Zygote::spare_pid);
+        (during.flatten(), after)
+    };
+    let (during, after) = run(false);
+    assert_eq!(during, None, "a spare was forked beside a lone child");
+    assert!(
+        after.is_some(),
+        "no spare was forked once the lone child ended"
+    );
+    let (during, after) = run(true);
+    let Some(spare) = during else {
+        panic!("no spare was forked while an announced request waited")
+    };
+    assert_eq!(
+        after,
+        Some(spare),
+        "the spare forked ahead was not kept for the next request"
+    );
+    f.outside_untouched();
+}
+
 #[test]
 fn a_zygote_is_retired_after_max_forks_children() {
     let f = fixture();
