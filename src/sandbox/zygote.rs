@@ -487,8 +487,8 @@ impl Zygote {
     /// Have the next spare forked, unless one is ready or on its way, or the quota is spent.
     /// Callers ask once the child they just ordered is under way (so the fork does not compete
     /// with that child's start), or once it has ended when no other request wants a spare
-    /// sooner (so the fork does not compete with the child at all). A zygote that cannot take the request is replaced now, so the
-    /// next order finds a spare waiting.
+    /// sooner (so the fork does not compete with the child at all). A zygote that cannot take
+    /// the request is replaced now, so the next order finds a spare waiting.
     pub fn replenish(&self) {
         let mut live = self
             .live

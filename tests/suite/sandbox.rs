@@ -907,9 +907,25 @@ fn archive_request(bytes: &[u8]) -> Request {
 
 /// Extract the tar `art` through `sb` into `staging` (which must not exist yet).
 fn confined_tar(sb: &Sandbox, art: &[u8], staging: &Path) -> skillbox::sandbox::Confined {
+    confined_tar_observed(sb, art, staging, |_| {})
+}
+
+/// [`confined_tar`], with `on_spawn` told the child's pid once it is under way.
+fn confined_tar_observed(
+    sb: &Sandbox,
+    art: &[u8],
+    staging: &Path,
+    on_spawn: impl FnOnce(u32),
+) -> skillbox::sandbox::Confined {
     let req = archive_request(art);
-    sb.run_job(Job::Extract(req.clone()), art, staging, &req.limits, |_| {})
-        .unwrap_or_else(|e| panic!("{e}"))
+    sb.run_job(
+        Job::Extract(req.clone()),
+        art,
+        staging,
+        &req.limits,
+        on_spawn,
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// `entries` as a tar and as a tar.gz.
@@ -1715,19 +1731,12 @@ fn the_next_spare_waits_for_a_lone_child_but_not_for_an_announced_request() {
     let f = fixture();
     let sb = sandbox_with(|c| c.zygote_max_forks = 100);
     let art = tar_of(&[("SKILL.md", SKILL, 0o644), ("notes.txt", b"hello\n", 0o644)]);
-    let req = archive_request(&art);
     let run = |announced: bool| {
         let _more = announced.then(|| sb.expect());
         let mut during = None;
-        let confined = sb
-            .run_job(
-                Job::Extract(req.clone()),
-                &art[..],
-                &f.staging_path(),
-                &req.limits,
-                |_| during = Some(sb.zygote().and_then(skillbox::sandbox::Zygote::spare_pid)),
-            )
-            .unwrap_or_else(|e| panic!("{e}"));
+        let confined = confined_tar_observed(&sb, &art, &f.staging_path(), |_| {
+            during = Some(sb.zygote().and_then(skillbox::sandbox::Zygote::spare_pid));
+        });
         assert_eq!(
             confined.outcome.verdict,
             Verdict::Accepted,
