@@ -269,10 +269,12 @@ impl Client {
                 return;
             }
             loop {
-                let mut buf = vec![0u8; CHUNK_BYTES];
-                let mut filled = 0;
-                while filled < buf.len() {
-                    let n = match artifact.read(&mut buf[filled..]).await {
+                // Filled in place, not zeroed first: a chunk is sent away whole (it becomes
+                // the message's bytes), so each is a fresh allocation.
+                let mut buf = prost::bytes::BytesMut::with_capacity(CHUNK_BYTES);
+                while buf.len() < CHUNK_BYTES {
+                    let room = (CHUNK_BYTES - buf.len()) as u64;
+                    let n = match (&mut artifact).take(room).read_buf(&mut buf).await {
                         Ok(n) => n,
                         Err(e) => {
                             // Ending the stream would tell the server the upload is whole:
@@ -287,16 +289,14 @@ impl Client {
                     if n == 0 {
                         break;
                     }
-                    filled += n;
                 }
-                if filled == 0 {
+                if buf.is_empty() {
                     return;
                 }
-                buf.truncate(filled);
                 // The server may answer early (e.g. the artifact passed its size limit).
                 if tx
                     .send(pb::ExtractRequest {
-                        msg: Some(pb::extract_request::Msg::Chunk(buf.into())),
+                        msg: Some(pb::extract_request::Msg::Chunk(buf.freeze())),
                     })
                     .await
                     .is_err()
