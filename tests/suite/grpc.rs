@@ -378,7 +378,9 @@ async fn concurrent_clients_each_get_their_own_answer() {
     }
     assert_eq!(accepted, 16);
     server.assert_clean();
-    assert_eq!(server.zygotes().len(), 1, "one zygote forks every child");
+    // A spare just forked carries the zygote's name until its first step renames it.
+    let zygotes = server.wait_zygotes(1, Duration::from_secs(3));
+    assert_eq!(zygotes.len(), 1, "one zygote forks every child");
     assert_eq!(
         server.wait_spares(1, Duration::from_secs(3)),
         1,
@@ -392,7 +394,7 @@ async fn concurrent_clients_each_get_their_own_answer() {
 async fn zygotes_are_replaced_after_their_quota_or_not_used_at_all() {
     for (max_forks, zygotes) in [("3", 1), ("0", 0)] {
         let server = Server::start(&["--zygote-max-forks", max_forks]);
-        let first = server.zygotes();
+        let first = server.wait_zygotes(zygotes, Duration::from_secs(3));
         assert_eq!(first.len(), zygotes, "--zygote-max-forks {max_forks}");
         let mut c = server.client().await;
         for i in 0..7 {
@@ -896,7 +898,7 @@ async fn deadline_mid_extraction_kills_the_child() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_flight_requests_then_exits() {
     let mut server = Server::start(&["--grace", "20"]);
-    let zygotes = server.zygotes();
+    let zygotes = server.wait_zygotes(1, Duration::from_secs(3));
     assert_eq!(zygotes.len(), 1, "the server runs one zygote");
     assert_eq!(server.wait_spares(1, Duration::from_secs(3)), 1);
     let spares = server.spares();

@@ -320,7 +320,8 @@ impl Server {
             .collect()
     }
 
-    /// The server's zygotes: one while it runs with the default settings.
+    /// The server's zygotes: one while it runs with the default settings. A spare forked a moment
+    /// ago is counted too until it renames itself (its first step): see [`Self::wait_zygotes`].
     pub fn zygotes(&self) -> Vec<u32> {
         self.all_children()
             .into_iter()
