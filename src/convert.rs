@@ -616,6 +616,7 @@ pub fn sandbox_to_proto(r: &SandboxReport) -> Result<pb::SandboxReport, Unencoda
         seccomp_profile,
         verify,
         child,
+        hashed_inline: _,
     } = r;
     let child = match child {
         None => None,

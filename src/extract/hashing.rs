@@ -62,7 +62,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use super::captured::FILE_BYTES;
@@ -822,8 +822,28 @@ pub fn installed() -> Option<&'static HashThread> {
     HELPER.get()
 }
 
-/// The installed hashing thread when this thread installed it (the protocol has one client).
+/// Set once, for the rest of the process, by [`hash_here_only`].
+static HERE_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Artifacts under this size are extracted without the helper when the child's request says
+/// other requests keep the cores busy (`sandbox::wire::ChildRequest::busy`): the hand-over then
+/// only adds work (a message, a wake-up and a reply per file; no idle core runs the helper
+/// beside this thread). Larger ones keep it: their hashing is more than the hand-over.
+pub const BUSY_INLINE_BELOW: u64 = 1024 * 1024;
+
+/// From now on this process's extractions hash, scan and write every file on the calling
+/// thread, as with no helper installed; the helper stays as it is (confined, waiting on its
+/// pipe) and is never sent anything. The confined child's choice for one busy request.
+pub fn hash_here_only() {
+    HERE_ONLY.store(true, Ordering::Relaxed);
+}
+
+/// The installed hashing thread when this thread installed it (the protocol has one client),
+/// unless [`hash_here_only`] was called.
 fn mine() -> Option<&'static HashThread> {
+    if HERE_ONLY.load(Ordering::Relaxed) {
+        return None;
+    }
     HELPER
         .get()
         .filter(|h| h.owner.get() == Some(&std::thread::current().id()))

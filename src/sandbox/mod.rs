@@ -115,6 +115,11 @@ pub struct SandboxReport {
     pub verify: Verify,
     /// What the child reported applying; absent when it never answered.
     pub child: Option<ConfinementReport>,
+    /// The child extracted on its main thread alone (a small artifact while other requests
+    /// kept the cores busy: [`crate::extract::hashing::BUSY_INLINE_BELOW`]); not part of the
+    /// answer, only how the work was spread.
+    #[serde(skip)]
+    pub hashed_inline: bool,
 }
 
 impl SandboxReport {
@@ -460,7 +465,7 @@ impl Sandbox {
         };
         let working = Expected::new(&self.demand);
         let result = self
-            .start(job, seal, &dir, limits)
+            .start(job, seal, &dir, limits, working.others())
             .and_then(|(running, sealed)| {
                 // The next spare: forked now when other requests are under way or announced
                 // (one of them may want it before this child ends), else once this child is
@@ -517,9 +522,10 @@ impl Sandbox {
         seal: impl FnOnce(File) -> io::Result<SealedArtifact>,
         dir: &StagingDir,
         limits: &Limits,
+        busy: bool,
     ) -> Result<(Running, SealedArtifact), SandboxError> {
         let memfd = SealedArtifact::memfd().map_err(SandboxError::Artifact)?;
-        let (running, tail) = self.spawn_unsealed(job, memfd.as_fd(), dir, limits)?;
+        let (running, tail) = self.spawn_child(job, memfd.as_fd(), dir, limits, busy)?;
         // `running` kills and reaps the child when dropped on the error path.
         let sealed = seal(memfd).map_err(SandboxError::Artifact)?;
         self.finish(tail, &sealed);
@@ -542,6 +548,7 @@ impl Sandbox {
             seccomp_profile: self.profile.source.clone(),
             verify: self.config.verify,
             child: None,
+            hashed_inline: false,
         };
         let answer = match supervise::classify(&mut ended, self.config.max_answer_bytes) {
             Ok(a) => a,
@@ -554,6 +561,7 @@ impl Sandbox {
                 && r.no_new_privs
                 && r.landlock != LandlockStatus::NotEnforced);
         report.child = Some(answer.report);
+        report.hashed_inline = answer.hashed_inline;
         let outcome = match answer.result {
             JobResult::Extracted(o) => *o,
             JobResult::EngineFault { detail } => {
@@ -615,6 +623,19 @@ impl Sandbox {
         dir: &StagingDir,
         limits: &Limits,
     ) -> Result<(Running, RequestTail), SandboxError> {
+        self.spawn_child(job, artifact, dir, limits, false)
+    }
+
+    /// [`Sandbox::spawn_unsealed`]; `busy` when other requests are under way or announced
+    /// (`wire::ChildRequest::busy`).
+    fn spawn_child(
+        &self,
+        job: Job,
+        artifact: BorrowedFd<'_>,
+        dir: &StagingDir,
+        limits: &Limits,
+        busy: bool,
+    ) -> Result<(Running, RequestTail), SandboxError> {
         let (seccomp_stage, program) = &self.program;
         let request = wire::ChildRequest {
             build: wire::SOURCE_ID.to_owned(),
@@ -623,6 +644,7 @@ impl Sandbox {
             rlimits: self.rlimit_plan(limits),
             enforcement: self.config.enforcement,
             seccomp_stage: *seccomp_stage,
+            busy,
             job,
         };
         let json = serde_json::to_vec(&request).map_err(|e| SandboxError::Spawn {

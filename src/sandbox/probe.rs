@@ -209,6 +209,7 @@ fn send(answer: &mut File, result: JobResult, report: &ConfinementReport) -> Res
     let json = serde_json::to_vec(&ChildAnswer {
         report: report.clone(),
         result,
+        hashed_inline: false,
     })
     .map_err(|_| libc::EINVAL)?;
     let framed = wire::frame(&json).map_err(errno)?;

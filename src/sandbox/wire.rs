@@ -159,6 +159,10 @@ pub struct ChildRequest {
     /// What the BPF frame is: the whole profile, or the second stage of a spare's filter.
     #[serde(default)]
     pub seccomp_stage: SeccompStage,
+    /// Other requests keep the parent's cores busy: a small artifact is then extracted on the
+    /// child's one main thread, without its hashing thread ([`crate::extract::hashing::BUSY_INLINE_BELOW`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub busy: bool,
     pub job: Job,
 }
 
@@ -227,6 +231,10 @@ pub struct ConfinementReport {
 pub struct ChildAnswer {
     pub report: ConfinementReport,
     pub result: JobResult,
+    /// The extraction hashed every file on the main thread although the hashing thread was
+    /// there (the request was `busy` and the artifact small).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hashed_inline: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

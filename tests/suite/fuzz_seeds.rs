@@ -298,6 +298,7 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
         rlimits,
         enforcement: Enforcement::Required,
         seccomp_stage: skillbox::sandbox::wire::SeccompStage::Second,
+        busy: false,
         job: Job::Extract(Request {
             media_type: Some("application/zip".into()),
             ..Request::new(ArtifactType::Archive, Limits::default())
@@ -353,6 +354,7 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
                 serde_json::to_vec(&ChildAnswer {
                     report: report.clone(),
                     result,
+                    hashed_inline: false,
                 })
                 .unwrap_or_default(),
             )

@@ -1764,6 +1764,63 @@ fn the_next_spare_waits_for_a_lone_child_but_not_for_an_announced_request() {
     f.outside_untouched();
 }
 
+/// With other requests announced (as the broker's are while they wait, and replay's cases still
+/// to come), a child extracts a small artifact on its main thread alone, leaving its hashing
+/// thread idle, and answers exactly what it answers with the helper; a large one keeps the
+/// helper. On the exec path and on a zygote's spare alike.
+#[test]
+fn a_busy_sandbox_extracts_a_small_artifact_on_one_thread_with_the_same_answer() {
+    let f = fixture();
+    let text: Vec<u8> = (0..40_000u32)
+        .flat_map(|i| format!("line {i} of the reference\n").into_bytes())
+        .collect();
+    let binary: Vec<u8> = (0..9_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let small = tar_of(&[
+        ("SKILL.md", SKILL, 0o644),
+        (
+            "scripts/run.sh",
+            b"#!/bin/sh\ncurl -fsSL https://example.com/x | sh\n",
+            0o755,
+        ),
+        ("references/long.md", &text[..20_000], 0o644),
+        ("assets/blob.bin", &binary, 0o644),
+        ("notes.txt", b"hello\n", 0o644),
+    ]);
+    let large = tar_of(&[
+        ("SKILL.md", SKILL, 0o644),
+        ("references/big.md", &text, 0o644),
+    ]);
+    assert!(small.len() < 100_000 && large.len() > 1 << 20);
+    for forks in [0, 100] {
+        let sb = sandbox_with(|c| c.zygote_max_forks = forks);
+        let run = |art: &[u8], busy: bool| {
+            let _other = busy.then(|| sb.expect());
+            let confined = confined_tar(&sb, art, &f.staging_path());
+            assert_eq!(
+                confined.outcome.verdict,
+                Verdict::Accepted,
+                "{:?}",
+                confined.outcome.reason
+            );
+            let answer = serde_json::to_value(&confined.outcome).expect("outcome as JSON");
+            (answer, confined.sandbox.hashed_inline)
+        };
+        let (alone, inline) = run(&small, false);
+        assert!(!inline, "a lone request did not use the hashing thread");
+        let (busy, inline) = run(&small, true);
+        assert!(
+            inline,
+            "a busy request's small artifact went to the hashing thread"
+        );
+        assert_eq!(busy, alone, "the answer depends on the thread that hashed");
+        let (big_alone, _) = run(&large, false);
+        let (big_busy, inline) = run(&large, true);
+        assert!(!inline, "a busy request's large artifact was hashed inline");
+        assert_eq!(big_busy, big_alone);
+    }
+    f.outside_untouched();
+}
+
 #[test]
 fn a_zygote_is_retired_after_max_forks_children() {
     let f = fixture();
@@ -2083,6 +2140,7 @@ fn a_child_binary_from_another_build_refuses_the_request() {
         },
         enforcement: skillbox::sandbox::Enforcement::Required,
         seccomp_stage: wire::SeccompStage::Whole,
+        busy: false,
         job: Job::Extract(Request::new(ArtifactType::Archive, Limits::default())),
     };
     assert_ne!(request.build, wire::SOURCE_ID);
