@@ -121,12 +121,7 @@ fn main(process: ProcessSteps) -> i32 {
             ),
         };
         let report = ConfinementReport::default();
-        let answer_frame = ChildAnswer {
-            report,
-            result,
-            hashed_inline: false,
-        };
-        return match send(&mut answer, &answer_frame) {
+        return match send(&mut answer, &ChildAnswer::new(report, result)) {
             Ok(()) => EXIT_UNAVAILABLE,
             Err(_) => EXIT_BAD_SETUP,
         };
@@ -150,12 +145,7 @@ fn main(process: ProcessSteps) -> i32 {
                 step: step.to_owned(),
                 detail,
             };
-            let answer_frame = ChildAnswer {
-                report,
-                result,
-                hashed_inline: false,
-            };
-            return match send(&mut answer, &answer_frame) {
+            return match send(&mut answer, &ChildAnswer::new(report, result)) {
                 Ok(()) => EXIT_UNAVAILABLE,
                 Err(_) => EXIT_BAD_SETUP,
             };
@@ -206,12 +196,12 @@ fn main(process: ProcessSteps) -> i32 {
             None => return EXIT_ANSWERED,
         },
     };
-    let answer_frame = ChildAnswer {
+    let frame = ChildAnswer {
         report,
         result,
         hashed_inline,
     };
-    match send(&mut answer, &answer_frame) {
+    match send(&mut answer, &frame) {
         Ok(()) => EXIT_ANSWERED,
         Err(_) => EXIT_BAD_SETUP,
     }

@@ -206,12 +206,8 @@ fn spin() -> ! {
 }
 
 fn send(answer: &mut File, result: JobResult, report: &ConfinementReport) -> Result<i64, i32> {
-    let json = serde_json::to_vec(&ChildAnswer {
-        report: report.clone(),
-        result,
-        hashed_inline: false,
-    })
-    .map_err(|_| libc::EINVAL)?;
+    let json =
+        serde_json::to_vec(&ChildAnswer::new(report.clone(), result)).map_err(|_| libc::EINVAL)?;
     let framed = wire::frame(&json).map_err(errno)?;
     answer.write_all(&framed).map_err(errno)?;
     Ok(0)

@@ -237,6 +237,17 @@ pub struct ChildAnswer {
     pub hashed_inline: bool,
 }
 
+impl ChildAnswer {
+    /// The answer of a job that did not take the busy path (`hashed_inline` false).
+    pub fn new(report: ConfinementReport, result: JobResult) -> Self {
+        ChildAnswer {
+            report,
+            result,
+            hashed_inline: false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobResult {

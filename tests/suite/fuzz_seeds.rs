@@ -351,12 +351,7 @@ fn wire_messages() -> Vec<(&'static str, Vec<u8>)> {
         .map(|(n, result)| {
             (
                 n,
-                serde_json::to_vec(&ChildAnswer {
-                    report: report.clone(),
-                    result,
-                    hashed_inline: false,
-                })
-                .unwrap_or_default(),
+                serde_json::to_vec(&ChildAnswer::new(report.clone(), result)).unwrap_or_default(),
             )
         })
         .collect();
