@@ -973,6 +973,10 @@ impl From<File> for Target {
 #[derive(Default)]
 pub(crate) struct InlineBuf(pub Vec<u8>);
 
+/// The read buffer of a file hashed without the helper: sized at its first use, since a process
+/// with a helper never reads into it (zeroed ahead, it cost 16 fresh pages per child).
+const INLINE_BYTES: usize = 64 * 1024;
+
 impl FileHash<'static> {
     /// On the installed hashing thread, when there is one and this is the thread that installed
     /// it (the protocol has one client: replies are read by whoever waits). `hand_over`: the
@@ -1112,6 +1116,9 @@ impl<'h> FileHash<'h> {
         failed: impl Fn(Failure) -> E,
     ) -> Result<usize, E> {
         let Some(h) = self.helper else {
+            if inline.0.is_empty() {
+                inline.0.resize(INLINE_BYTES, 0);
+            }
             let n = read_some(data, &mut inline.0).map_err(|e| failed(Failure::Read(e)))?;
             if n > 0 {
                 sink(&inline.0[..n])?;

@@ -264,7 +264,7 @@ impl<'a> Sink<'a> {
             implicit_dirs: 0,
             bytes_out: 0,
             artifact_size,
-            buf: InlineBuf(vec![0u8; 64 * 1024]),
+            buf: InlineBuf::default(),
             pending: Vec::new(),
             unwrap: None,
             wrapped: None,
