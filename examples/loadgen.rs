@@ -16,9 +16,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use prost::bytes::Bytes;
 use skillbox::client::{Client, ClientError};
 use skillbox::proto as pb;
 
@@ -238,19 +238,9 @@ struct Level {
     cpu_ms: f64,
 }
 
-/// The package, shared by every request: each reads it from the start without a copy of its
-/// own (a client streaming a file has no such copy either).
-struct Shared(Arc<Vec<u8>>);
-
-impl AsRef<[u8]> for Shared {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
 async fn run_level(
     uri: &str,
-    package: Arc<Vec<u8>>,
+    package: Bytes,
     file_name: &str,
     concurrency: usize,
     seconds: u64,
@@ -272,7 +262,7 @@ async fn run_level(
     let mut tasks = Vec::new();
     for _ in 0..concurrency {
         let mut c = client.clone();
-        let package = Arc::clone(&package);
+        let package = package.clone();
         let digest = digest.clone();
         let file_name = file_name.to_owned();
         tasks.push(tokio::spawn(async move {
@@ -293,7 +283,8 @@ async fn run_level(
                 let r = c
                     .extract(
                         header,
-                        std::io::Cursor::new(Shared(Arc::clone(&package))),
+                        // Shared, not copied: a client streaming a file has no copy of its own.
+                        std::io::Cursor::new(package.clone()),
                         Some(Duration::from_secs(30)),
                     )
                     .await;
@@ -425,7 +416,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let package = Arc::new(package);
+    let package = Bytes::from(package);
     let file_name = artifact
         .file_name()
         .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
@@ -444,7 +435,7 @@ fn main() {
         // Warm-up: the first requests pay for page faults and lazy initialisation.
         let _ = runtime.block_on(run_level(
             &uri,
-            Arc::clone(&package),
+            package.clone(),
             &file_name,
             1,
             1,
@@ -452,7 +443,7 @@ fn main() {
         ));
         match runtime.block_on(run_level(
             &uri,
-            Arc::clone(&package),
+            package.clone(),
             &file_name,
             c,
             args.seconds,

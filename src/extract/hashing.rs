@@ -1363,7 +1363,7 @@ mod tests {
         let file = tempfile::tempfile().expect("tempfile");
         let mut back = file.try_clone().expect("try_clone");
         let mut fh = FileHash::using(t, file, hand_over);
-        let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
+        let mut inline = InlineBuf::default();
         let mut src = data;
         let mut seen = Vec::new();
         loop {
@@ -1511,7 +1511,7 @@ mod tests {
 
     /// All of `data` through `fh` in buffers (its header claiming its length), then its end.
     fn buffered<'h>(mut fh: FileHash<'h>, data: &[u8]) -> Pending<'h> {
-        let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
+        let mut inline = InlineBuf::default();
         let mut src = data;
         while fh
             .fill(
@@ -1615,7 +1615,7 @@ mod tests {
         // A file abandoned half-way: once the helper is quiet, nothing of it is held there.
         {
             let mut fh = FileHash::using(Some(&t), create("abandoned", 0o644), true);
-            let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
+            let mut inline = InlineBuf::default();
             let mut src: &[u8] = &large;
             for _ in 0..2 {
                 fh.fill(
@@ -1854,7 +1854,7 @@ mod tests {
             let file = tempfile::tempfile().expect("tempfile");
             let back = file.try_clone().expect("try_clone");
             let mut fh = FileHash::using(Some(&t), file, i % 2 == 0);
-            let mut inline = InlineBuf(vec![0u8; 64 * 1024]);
+            let mut inline = InlineBuf::default();
             let mut src = part;
             while fh
                 .fill(
