@@ -61,11 +61,11 @@ impl Captured {
     }
 
     /// Keep the start of the file written at `path` (its first bytes, up to [`HEAD_BYTES`]),
-    /// unless the bound on heads is reached.
-    pub(crate) fn keep_head(&mut self, path: &str, first: &[u8], nul: bool) {
+    /// unless the bound on heads is reached (then `false`).
+    pub(crate) fn keep_head(&mut self, path: &str, first: &[u8], nul: bool) -> bool {
         let bytes = &first[..first.len().min(HEAD_BYTES)];
         if self.head_bytes + bytes.len() > TOTAL_HEAD_BYTES {
-            return;
+            return false;
         }
         self.head_bytes += bytes.len();
         self.heads.insert(
@@ -75,6 +75,7 @@ impl Captured {
                 nul,
             },
         );
+        true
     }
 
     /// The hashing thread's scan of `path`'s first bytes, when it hashed the file with one.
@@ -127,6 +128,12 @@ impl Captured {
         }
         self.bytes.extend_from_slice(&chunk[..take]);
         true
+    }
+
+    /// The file begun at `start` is not kept after all: its bytes are given back, for the next
+    /// file's to take their place (and pages).
+    pub(crate) fn give_back(&mut self, start: usize) {
+        self.bytes.truncate(start);
     }
 
     /// The file begun at `start` is complete: keep it under `path`.

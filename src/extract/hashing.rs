@@ -145,7 +145,9 @@ const FREES_VIEW: u8 = 4;
 type Task = Box<dyn FnOnce() + Send>;
 
 /// Work the helper does on the first [`FILE_BYTES`] of every file it hashes, for whoever reads
-/// the file next: it marks offsets in them (what a mark means is the scan's business). It runs
+/// the file next: it marks offsets in them (what a mark means is the scan's business, but a
+/// file it covered whole and marked nothing in is one whose reader needs only its head: the
+/// engine then keeps no more of it, `sink.rs`). It runs
 /// on the confined helper: it must not allocate, free or make a system call (whatever it needs,
 /// it holds from its creation), and must not panic.
 pub trait FileScan: Send {
@@ -844,6 +846,13 @@ fn mine() -> Option<&'static HashThread> {
     if HERE_ONLY.load(Ordering::Relaxed) {
         return None;
     }
+    scanner()
+}
+
+/// The installed hashing thread when this thread installed it, even after [`hash_here_only`]:
+/// for its inline scan ([`HashThread::scan_inline`]), which runs on this thread. A busy child
+/// hashes every file here, and so runs the trigger pass over every one here too.
+fn scanner() -> Option<&'static HashThread> {
     HELPER
         .get()
         .filter(|h| h.owner.get() == Some(&std::thread::current().id()))
@@ -901,6 +910,14 @@ pub(crate) enum Pending<'h> {
 }
 
 impl Pending<'_> {
+    /// The inline scan's summary, when the file was hashed here with one.
+    pub(crate) fn scanned_here(&self) -> Option<&Scanned> {
+        match self {
+            Pending::Ready(_, scanned) => scanned.as_ref(),
+            Pending::Helper(..) => None,
+        }
+    }
+
     #[cfg(test)]
     pub(crate) fn resolve(self) -> io::Result<Sha256Digest> {
         self.resolve_scanned().map(|(d, _)| d)
@@ -933,6 +950,9 @@ pub(crate) enum Failure {
 /// end with [`FileHash::finish`].
 pub(crate) struct FileHash<'h> {
     helper: Option<&'h HashThread>,
+    /// Whose inline scan runs over what is hashed here: the helper's, also when it hashes
+    /// nothing for this thread ([`hash_here_only`]).
+    scanner: Option<&'h HashThread>,
     seq: u64,
     /// Sent to the helper already: whether this file is hashed there.
     offloaded: bool,
@@ -982,7 +1002,9 @@ impl FileHash<'static> {
     /// it (the protocol has one client: replies are read by whoever waits). `hand_over`: the
     /// helper may write `file` (a file that needs nothing more of us once its bytes are in).
     pub(crate) fn new(file: Target, hand_over: bool) -> Self {
-        FileHash::using(mine(), file, hand_over)
+        let mut fh = FileHash::using(mine(), file, hand_over);
+        fh.scanner = scanner();
+        fh
     }
 }
 
@@ -994,6 +1016,7 @@ impl<'h> FileHash<'h> {
     ) -> Self {
         FileHash {
             helper,
+            scanner: helper,
             seq: helper.map_or(0, HashThread::new_seq),
             offloaded: false,
             held: None,
@@ -1017,7 +1040,7 @@ impl<'h> FileHash<'h> {
 
     /// `bytes`, hashed here, through the inline scan when it runs.
     fn feed_here(&mut self, bytes: &[u8]) {
-        let Some(h) = self.helper.filter(|_| self.scan_here) else {
+        let Some(h) = self.scanner.filter(|_| self.scan_here) else {
             return;
         };
         let mut scan = lock(&h.inline_scan);
@@ -1035,7 +1058,7 @@ impl<'h> FileHash<'h> {
 
     /// The inline scan's summary of this file, when it ran.
     fn scanned_here(&self) -> Option<Scanned> {
-        let (fed, h) = (self.scanned_here?, self.helper?);
+        let (fed, h) = (self.scanned_here?, self.scanner?);
         let scan = lock(&h.inline_scan);
         let (marks, complete) = scan.as_deref()?.finish();
         Some(Scanned {
@@ -1124,6 +1147,7 @@ impl<'h> FileHash<'h> {
                 sink(&inline.0[..n])?;
                 self.write_here(&inline.0[..n]).map_err(&failed)?;
                 self.inline.update(&inline.0[..n]);
+                self.feed_here(&inline.0[..n]);
             }
             return Ok(n);
         };
@@ -1247,7 +1271,8 @@ impl<'h> FileHash<'h> {
     pub(crate) fn finish(mut self) -> Result<(Pending<'h>, Option<File>), Failure> {
         let Some(h) = self.helper else {
             let (d, _) = std::mem::replace(&mut self.inline, Hasher::new()).finish();
-            return Ok((Pending::Ready(d, None), self.take_open()?));
+            let scanned = self.scanned_here();
+            return Ok((Pending::Ready(d, scanned), self.take_open()?));
         };
         match self.held.take() {
             Some((slot, len)) if self.offloaded || len >= OFFLOAD_MIN || self.room_for_small(h) => {

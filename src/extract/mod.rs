@@ -36,6 +36,8 @@ pub use captured::Captured;
 pub use detect::{ArtifactType, Format};
 use inventory::{ArtifactFacts, Extraction, Totals};
 use policy::Limits;
+#[cfg(test)]
+pub(crate) use sink::review_reads;
 
 /// What to extract and under which rules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -15,7 +15,7 @@ use std::os::fd::BorrowedFd;
 
 use nix::errno::Errno;
 
-use super::captured::{Captured, NUL_WINDOW};
+use super::captured::{Captured, HEAD_BYTES, NUL_WINDOW};
 use super::hashing::{self, Failure, FileHash, InlineBuf, Pending, Target, VIEW_CHUNK};
 use super::input::Views;
 use super::inventory::{self, Entry, Flag, Kind, Totals};
@@ -176,6 +176,29 @@ pub(crate) struct Sink<'a> {
 /// thread's share is their creation, not their writes; one that thread also scans for the
 /// review's triggers is written here (the 2,000-file tar -8 ms; bench-results/throughput.md).
 const HAND_OVER_STORED_BELOW: u64 = 1024 * 1024;
+
+/// The file the review always reads whole (its frontmatter decides whether there is a skill).
+const SKILL_MD: &str = "SKILL.md";
+
+/// Whether the review reads more than the head of the file of `len` bytes at `path` that
+/// starts with `head` (its bytes are then kept, within the bounds). It does not when the head
+/// shows `nul` (a NUL in its first `NUL_WINDOW` bytes: binary) or a trigger pass `scanned` all
+/// of it and marked nothing (`FileScan`'s contract, `hashing.rs`), unless it is SKILL.md (always
+/// read whole) or starts with a shebang line longer than the head kept (the review quotes it).
+pub(crate) fn review_reads(
+    path: &str,
+    head: &[u8],
+    len: u64,
+    nul: bool,
+    scanned: Option<&hashing::Scanned>,
+) -> bool {
+    let marks_nothing =
+        |s: &hashing::Scanned| s.covered == len && s.complete == len && s.marks.is_empty();
+    let kept = &head[..head.len().min(HEAD_BYTES)];
+    path == SKILL_MD
+        || (kept.starts_with(b"#!") && !kept.contains(&b'\n'))
+        || !(nul || scanned.is_some_and(marks_nothing))
+}
 
 /// Where a file's contents come from.
 enum Data<'d, 'f> {
@@ -672,8 +695,10 @@ impl<'a> Sink<'a> {
         let artifact_size = self.artifact_size;
         let bytes_out = &mut self.bytes_out;
         let captured = &mut self.captured;
-        // Not kept for the review: scanned for it where it is hashed, here or on the helper.
-        hash.scan_here(capture.is_none());
+        // Scanned for the review where it is hashed, here or on the helper, when not kept for
+        // it; when kept, here too, so that the bytes of a file the review would read nothing
+        // of can be given back at its end (below). Not SKILL.md: the review reads it whole.
+        hash.scan_here(capture.is_none() || p != SKILL_MD);
         let streamed = loop {
             let expect = declared.map(|d| d.saturating_sub(written));
             let from = written;
@@ -750,10 +775,6 @@ impl<'a> Sink<'a> {
         };
         self.buf = buf;
         streamed?;
-        match capture {
-            Some(start) => self.captured.commit(p, start),
-            None => self.captured.keep_head(p, &head, nul),
-        }
         if let Some(declared) = declared
             && declared != written
         {
@@ -765,6 +786,23 @@ impl<'a> Sink<'a> {
             .into());
         }
         let (digest, file) = hash.finish().map_err(|f| hash_failed(f, p))?;
+        // The review reads nothing past the head of a file the head shows binary (a NUL in its
+        // first NUL_WINDOW bytes), nor of one whose trigger pass, run here over all of it,
+        // marked nothing: such a file's kept bytes are given back, so the next file's reuse
+        // their pages (fresh pages cost a busy child about a third of its faults:
+        // bench-results/load.md), and its head is kept instead.
+        match capture {
+            Some(start)
+                if review_reads(p, &head, written, nul, digest.scanned_here())
+                    || !self.captured.keep_head(p, &head, nul) =>
+            {
+                self.captured.commit(p, start);
+            }
+            Some(start) => self.captured.give_back(start),
+            None => {
+                self.captured.keep_head(p, &head, nul);
+            }
+        }
         if !final_mode {
             let Some(file) = &file else {
                 return Err(Stop::Fault(EngineError::Staging(io::Error::other(
@@ -971,7 +1009,7 @@ impl<'a> Sink<'a> {
             })?;
         }
         if format != Format::SkillMd && self.limits.require_skill_md {
-            match self.nodes.get("SKILL.md").map(|n| n.kind) {
+            match self.nodes.get(SKILL_MD).map(|n| n.kind) {
                 Some(Kind::File) => {}
                 Some(Kind::Dir) | Some(Kind::Symlink) => {
                     return Err(Reason::new(

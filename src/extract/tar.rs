@@ -323,7 +323,9 @@ fn members<R: Read>(
 /// Whatever follows the end marker must be zero padding; draining it also makes the decoder
 /// verify the gzip/zstd trailer checksum.
 fn trailer<R: Read>(mut rest: R) -> Result<(), Stop> {
-    let mut buf = vec![0u8; 64 * 1024];
+    // Small and on the stack: the padding is usually a few blocks, and a fresh 64 KiB heap
+    // buffer cost a busy child about ten page faults, each dearer than a read call here.
+    let mut buf = [0u8; 4096];
     loop {
         let n = match rest.read(&mut buf) {
             Ok(0) => break,

@@ -1451,6 +1451,45 @@ mod tests {
         for (read_back, from_heads) in review_all(&heads) {
             assert_eq!(read_back, from_heads);
         }
+        // As a busy child leaves them (hashing and scanning every file on one thread): the
+        // bytes of SKILL.md and of each file whose scan marked a line, only the head and the
+        // scan of the others (`sink::review_reads`). The same reports again.
+        let mut mixed = Captured::default();
+        let (mut whole, mut headed) = (0, 0);
+        for (path, data, _) in &files {
+            let window = &data[..data.len().min(crate::extract::captured::NUL_WINDOW)];
+            let nul = memchr::memchr(0, window).is_some();
+            let scanned = (*path != "SKILL.md").then(|| scan_of(data, false));
+            let len = data.len() as u64;
+            if crate::extract::review_reads(path, data, len, nul, scanned.as_ref()) {
+                let start = mixed.begin().unwrap_or(usize::MAX);
+                assert!(mixed.push(start, data));
+                mixed.commit(path, start);
+                whole += 1;
+            } else {
+                assert!(mixed.keep_head(path, data, nul));
+                headed += 1;
+            }
+            if let Some(s) = scanned {
+                mixed.keep_scan((*path).to_owned(), s);
+            }
+        }
+        assert!(
+            whole >= 3 && headed >= 3,
+            "{whole} kept whole, {headed} heads"
+        );
+        for (read_back, from_mixed) in review_all(&mixed) {
+            assert_eq!(read_back, from_mixed);
+        }
+        // Within the default bounds nothing is read back: the same report from an empty tree.
+        let empty = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let empty = std::fs::File::open(empty.path()).unwrap_or_else(|e| panic!("{e}"));
+        let limits = ReviewLimits::default();
+        let from_mixed = review_captured(empty.as_fd(), &x.entries, &listed, &limits, &mixed)
+            .unwrap_or_else(|e| panic!("a file was read back: {e}"));
+        let read_back = review_with(staging.as_fd(), &x.entries, &listed, &limits)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_back, from_mixed);
         // And the scans are what the review used: one that says a file holds no trigger line
         // loses that file's findings.
         kept.keep_scan(
