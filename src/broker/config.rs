@@ -41,7 +41,7 @@ pub struct Settings {
     pub staging_ttl: u64,
     /// Server limits file (.toml or .json, keys as in docs/limits.md); requests may only tighten it.
     pub limits: Option<PathBuf>,
-    /// Concurrent confined children [default: the CPU count plus one].
+    /// Concurrent confined children [default: the CPU count plus two].
     pub max_children: Option<u32>,
     /// Requests admitted beyond the running children (uploading or waiting for a child); past
     /// it a request fails at once with RESOURCE_EXHAUSTED.
@@ -209,16 +209,17 @@ impl Config {
             None => Limits::default(),
         };
         limits.validate()?;
-        // One child more than CPUs by default: a request holds its child from before its
+        // Two children more than CPUs by default: a request holds its child from before its
         // upload has arrived until its tree is re-checked and answered, stretches in which that
-        // child uses no CPU, so with exactly one per CPU the cores idle at full load (2 cores:
-        // 3 children gave about 11 % more requests a second than 2 at concurrency 8, 4 no more
-        // than 3; bench-results/load.md).
+        // child uses no CPU, so with one per CPU the cores idle at full load (2 cores: 3
+        // children gave about 11 % more requests a second than 2 at concurrency 8). Since a
+        // busy child extracts on one thread (`ChildRequest::busy`), 4 gave about 5 % more than
+        // 3, on tmpfs and on a journaled disk, and 5 or 6 no more than 4 (bench-results/load.md).
         let max_children = match args.max_children {
             Some(n) => n,
             None => std::thread::available_parallelism()
                 .map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
-                .saturating_add(1),
+                .saturating_add(2),
         };
         if max_children == 0 {
             return Err(ConfigError::TooSmall {
@@ -330,9 +331,9 @@ mod tests {
             }
             Listen::Tcp { .. } => panic!("TCP without a flag"),
         }
-        // One child more than CPUs (see `from_settings`).
+        // Two children more than CPUs (see `from_settings`).
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-        assert_eq!(usize::try_from(c.bounds.max_children).ok(), Some(cpus + 1));
+        assert_eq!(usize::try_from(c.bounds.max_children).ok(), Some(cpus + 2));
     }
 
     #[test]

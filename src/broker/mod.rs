@@ -65,8 +65,12 @@ pub enum ServeError {
     Runtime(std::io::Error),
 }
 
-/// HTTP/2 receive window of one upload stream.
-const STREAM_WINDOW: u32 = 128 * 1024;
+/// HTTP/2 receive window of one upload stream: a typical package (about 250 KB) fits in one,
+/// so once admitted its upload is already here; with 128 KiB its client had to be woken for
+/// the rest while the child waited, and at concurrency 8 on a journaled disk 384 KiB served
+/// about a tenth more requests a second (broker RSS at concurrency 64: 32 -> 42 MiB;
+/// bench-results/load.md).
+const STREAM_WINDOW: u32 = 384 * 1024;
 
 /// The receive windows: per stream, and for a connection.
 ///
@@ -76,7 +80,7 @@ const STREAM_WINDOW: u32 = 128 * 1024;
 /// connection would stall until its deadline (64 uploads of 290 KB on one channel did, with
 /// hyper's 1 MiB default). So the connection window holds one full stream window for every
 /// request the admission bounds let in, plus one for the other services; what is buffered
-/// while queued stays bounded by that product too (8.4 MiB with the defaults).
+/// while queued stays bounded by that product too (about 26 MiB with the defaults on 2 CPUs).
 fn flow_control_windows(bounds: &config::Bounds) -> (u32, u32) {
     let streams = u64::from(bounds.max_children)
         .saturating_add(u64::from(bounds.max_queued))

@@ -80,7 +80,7 @@ pub struct ServeArgs {
     /// Server limits file (.toml or .json, keys as in docs/limits.md); requests may only tighten it.
     #[arg(long, env = "SKILLBOX_LIMITS", value_name = "FILE")]
     pub limits: Option<PathBuf>,
-    /// Concurrent confined children [default: the CPU count plus one].
+    /// Concurrent confined children [default: the CPU count plus two].
     #[arg(long, env = "SKILLBOX_MAX_CHILDREN", value_name = "N")]
     pub max_children: Option<u32>,
     /// Requests admitted beyond the running children (uploading or waiting for a child); past
