@@ -37,7 +37,7 @@ pub use detect::{ArtifactType, Format};
 use inventory::{ArtifactFacts, Extraction, Totals};
 use policy::Limits;
 #[cfg(test)]
-pub(crate) use sink::review_reads;
+pub(crate) use sink::keeps_bytes;
 
 /// What to extract and under which rules.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

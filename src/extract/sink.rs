@@ -180,12 +180,19 @@ const HAND_OVER_STORED_BELOW: u64 = 1024 * 1024;
 /// The file the review always reads whole (its frontmatter decides whether there is a skill).
 const SKILL_MD: &str = "SKILL.md";
 
-/// Whether the review reads more than the head of the file of `len` bytes at `path` that
-/// starts with `head` (its bytes are then kept, within the bounds). It does not when the head
-/// shows `nul` (a NUL in its first `NUL_WINDOW` bytes: binary) or a trigger pass `scanned` all
-/// of it and marked nothing (`FileScan`'s contract, `hashing.rs`), unless it is SKILL.md (always
-/// read whole) or starts with a shebang line longer than the head kept (the review quotes it).
-pub(crate) fn review_reads(
+/// Kept bytes are given back only for a file of at least this size: a smaller one would free
+/// less than a page, and its head alone (an allocation, an entry) costs about as much as its
+/// bytes (10,000 tiny files were 4-10 % slower with every one given back).
+const GIVE_BACK_MIN: u64 = 4096;
+
+/// Whether the engine keeps the bytes of the file of `len` bytes at `path` that starts with
+/// `head` for the review (within the bounds), rather than only its head: it keeps them unless
+/// the review would read no more than the head, when the head shows `nul` (a NUL in its first
+/// `NUL_WINDOW` bytes: binary) or a trigger pass `scanned` all of it and marked nothing
+/// (`FileScan`'s contract, `hashing.rs`). Kept all the same: SKILL.md (always read whole), a
+/// file that starts with a shebang line longer than the head kept (the review quotes it), and
+/// one under [`GIVE_BACK_MIN`].
+pub(crate) fn keeps_bytes(
     path: &str,
     head: &[u8],
     len: u64,
@@ -196,6 +203,7 @@ pub(crate) fn review_reads(
         |s: &hashing::Scanned| s.covered == len && s.complete == len && s.marks.is_empty();
     let kept = &head[..head.len().min(HEAD_BYTES)];
     path == SKILL_MD
+        || len < GIVE_BACK_MIN
         || (kept.starts_with(b"#!") && !kept.contains(&b'\n'))
         || !(nul || scanned.is_some_and(marks_nothing))
 }
@@ -696,9 +704,10 @@ impl<'a> Sink<'a> {
         let bytes_out = &mut self.bytes_out;
         let captured = &mut self.captured;
         // Scanned for the review where it is hashed, here or on the helper, when not kept for
-        // it; when kept, here too, so that the bytes of a file the review would read nothing
-        // of can be given back at its end (below). Not SKILL.md: the review reads it whole.
-        hash.scan_here(capture.is_none() || p != SKILL_MD);
+        // it; when kept, here too if its bytes may be given back at its end (below).
+        hash.scan_here(
+            capture.is_none() || (p != SKILL_MD && declared.is_some_and(|d| d >= GIVE_BACK_MIN)),
+        );
         let streamed = loop {
             let expect = declared.map(|d| d.saturating_sub(written));
             let from = written;
@@ -793,7 +802,7 @@ impl<'a> Sink<'a> {
         // bench-results/load.md), and its head is kept instead.
         match capture {
             Some(start)
-                if review_reads(p, &head, written, nul, digest.scanned_here())
+                if keeps_bytes(p, &head, written, nul, digest.scanned_here())
                     || !self.captured.keep_head(p, &head, nul) =>
             {
                 self.captured.commit(p, start);

@@ -1340,6 +1340,9 @@ mod tests {
             // Files the hashing thread would scan: none of its lines holds a trigger, many do
             // (more than it lists), a first line longer than the head `classify` reads.
             ("references/plain.md", b"plain words and nothing more\n".repeat(1000), 0o644),
+            ("references/calm.md", b"quiet lines only\n".repeat(400), 0o644),
+            // Binary and larger than the smallest file whose bytes are given back.
+            ("assets/photo.bin", (0..6000u32).map(|i| (i * 7 % 251) as u8).collect(), 0o644),
             ("references/many.md", b"see https://a.pdfhost.net/x\n".repeat(2000), 0o644),
             ("scripts/long", [&b"#!/usr/bin/env "[..], &b" ".repeat(HEAD + 10), b"python3\nprint(1)\n"].concat(), 0o755),
         ];
@@ -1453,7 +1456,7 @@ mod tests {
         }
         // As a busy child leaves them (hashing and scanning every file on one thread): the
         // bytes of SKILL.md and of each file whose scan marked a line, only the head and the
-        // scan of the others (`sink::review_reads`). The same reports again.
+        // scan of the others (`sink::keeps_bytes`). The same reports again.
         let mut mixed = Captured::default();
         let (mut whole, mut headed) = (0, 0);
         for (path, data, _) in &files {
@@ -1461,7 +1464,7 @@ mod tests {
             let nul = memchr::memchr(0, window).is_some();
             let scanned = (*path != "SKILL.md").then(|| scan_of(data, false));
             let len = data.len() as u64;
-            if crate::extract::review_reads(path, data, len, nul, scanned.as_ref()) {
+            if crate::extract::keeps_bytes(path, data, len, nul, scanned.as_ref()) {
                 let start = mixed.begin().unwrap_or(usize::MAX);
                 assert!(mixed.push(start, data));
                 mixed.commit(path, start);
