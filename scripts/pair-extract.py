@@ -6,8 +6,9 @@
 Each round runs every BIN once (order reversed every other round; two warm-up rounds), each
 run as `BIN extract ARTIFACT --digest sha256:<its digest> --out /dev/shm/pair-out --json`
 after removing the output. Prints each build's median and the median of its per-round
-differences from the first BIN, the figure for a step on these noisy machines. Not a test:
-numbers go to stdout (bench-results/throughput.md keeps runs).
+differences from the first BIN, the figure for a step on these noisy machines. The builds run
+from copies made side by side at the start (scripts/fresh_copies.py); the report names the
+paths given. Not a test: numbers go to stdout (bench-results/throughput.md keeps runs).
 """
 import hashlib
 import os
@@ -17,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from fresh_copies import fresh_copies
+
 WARMUP = 2
 OUT = "/dev/shm/pair-out"
 
@@ -24,7 +27,8 @@ OUT = "/dev/shm/pair-out"
 def main() -> None:
     if len(sys.argv) < 4:
         sys.exit(__doc__)
-    rounds, artifact, bins = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    rounds, artifact, named = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
+    bins = fresh_copies(named)
     with open(artifact, "rb") as f:
         digest = "sha256:" + hashlib.file_digest(f, "sha256").hexdigest()
     took = {b: [] for b in bins}
@@ -44,10 +48,10 @@ def main() -> None:
                     took[b].append(ms)
     shutil.rmtree(OUT, ignore_errors=True)
     first = took[bins[0]]
-    for b in bins:
+    for name, b in zip(named, bins):
         diffs = sorted(x - y for x, y in zip(took[b], first))
         print(
-            f"{b:24} median {statistics.median(took[b]):8.2f} ms  "
+            f"{name:24} median {statistics.median(took[b]):8.2f} ms  "
             f"paired minus first {diffs[len(diffs) // 2]:+.2f} ms  ({rounds} rounds)"
         )
 

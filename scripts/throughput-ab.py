@@ -7,10 +7,14 @@ bsdtar, sha256 of every extracted file (examples/sha256_files, SHA instructions)
 
 Prints medians (ms), new/old, each build's ratio to the peer, and each build's peak RSS (the CLI
 and the child it reaps, getrusage RUSAGE_CHILDREN in a fresh process). A report, not a test.
+The two builds run from copies made side by side at the start (scripts/fresh_copies.py).
 """
 import hashlib, os, resource, shutil, statistics, subprocess, sys, time
 
-reps, outb, hasher, old, new = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+from fresh_copies import fresh_copies
+
+reps, outb, hasher = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+old, new = fresh_copies(sys.argv[4:6])
 arts = sys.argv[6:]
 bins = [old, new]
 digs = {a: hashlib.sha256(open(a, 'rb').read()).hexdigest() for a in arts}
