@@ -35,7 +35,9 @@ MEDIA=${MEDIA:-tmpfs disk}
 DISK_DIR=${DISK_DIR:-$PWD/target/bench-replay}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 
-cargo build --release --locked --bin skillbox --example sha256_files >&2
+# Both binaries: `skillbox replay` starts the `skillbox-child` beside it, which must come from
+# the same sources (a stale one refuses every case).
+cargo build --release --locked --bin skillbox --bin skillbox-child --example sha256_files >&2
 cargo build --release --locked -p skillbox-tools --bin gen_replay_corpus >&2
 SKILLBOX=$CARGO_TARGET_DIR/release/skillbox
 SHA=$CARGO_TARGET_DIR/release/examples/sha256_files

@@ -18,7 +18,8 @@ if ((${#need[@]})); then
     $sudo apt-get install -y "${need[@]}" || { $sudo apt-get update && $sudo apt-get install -y "${need[@]}"; }
 fi
 
-cargo build --release --bin skillbox --example sha256_files
+# Both binaries: the CLI starts the `skillbox-child` beside it, built from the same sources.
+cargo build --release --bin skillbox --bin skillbox-child --example sha256_files
 cargo bench --bench extract --no-run
 # The host may be shared (other builds). Under load, every process start and wake-up waits
 # for a CPU, which buries millisecond figures. So the measurements (ours and the peer's alike:
