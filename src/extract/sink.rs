@@ -185,13 +185,19 @@ const SKILL_MD: &str = "SKILL.md";
 /// bytes (10,000 tiny files were 4-10 % slower with every one given back).
 const GIVE_BACK_MIN: u64 = 4096;
 
+/// Whether the kept bytes of the file of `len` bytes at `path` may be given back at its end:
+/// not SKILL.md (always read whole), nor one under [`GIVE_BACK_MIN`].
+fn may_give_back(path: &str, len: u64) -> bool {
+    path != SKILL_MD && len >= GIVE_BACK_MIN
+}
+
 /// Whether the engine keeps the bytes of the file of `len` bytes at `path` that starts with
 /// `head` for the review (within the bounds), rather than only its head: it keeps them unless
 /// the review would read no more than the head, when the head shows `nul` (a NUL in its first
 /// `NUL_WINDOW` bytes: binary) or a trigger pass `scanned` all of it and marked nothing
-/// (`FileScan`'s contract, `hashing.rs`). Kept all the same: SKILL.md (always read whole), a
-/// file that starts with a shebang line longer than the head kept (the review quotes it), and
-/// one under [`GIVE_BACK_MIN`].
+/// (`FileScan`'s contract, `hashing.rs`). Kept all the same: a file whose bytes may not be
+/// given back ([`may_give_back`]), and one that starts with a shebang line longer than the head
+/// kept (the review quotes it).
 pub(crate) fn keeps_bytes(
     path: &str,
     head: &[u8],
@@ -202,8 +208,7 @@ pub(crate) fn keeps_bytes(
     let marks_nothing =
         |s: &hashing::Scanned| s.covered == len && s.complete == len && s.marks.is_empty();
     let kept = &head[..head.len().min(HEAD_BYTES)];
-    path == SKILL_MD
-        || len < GIVE_BACK_MIN
+    !may_give_back(path, len)
         || (kept.starts_with(b"#!") && !kept.contains(&b'\n'))
         || !(nul || scanned.is_some_and(marks_nothing))
 }
@@ -705,9 +710,7 @@ impl<'a> Sink<'a> {
         let captured = &mut self.captured;
         // Scanned for the review where it is hashed, here or on the helper, when not kept for
         // it; when kept, here too if its bytes may be given back at its end (below).
-        hash.scan_here(
-            capture.is_none() || (p != SKILL_MD && declared.is_some_and(|d| d >= GIVE_BACK_MIN)),
-        );
+        hash.scan_here(capture.is_none() || declared.is_some_and(|d| may_give_back(p, d)));
         let streamed = loop {
             let expect = declared.map(|d| d.saturating_sub(written));
             let from = written;
