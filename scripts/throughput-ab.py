@@ -9,7 +9,7 @@ Prints medians (ms), new/old, each build's ratio to the peer, and each build's p
 and the child it reaps, getrusage RUSAGE_CHILDREN in a fresh process). A report, not a test.
 The two builds run from copies made side by side at the start (scripts/fresh_copies.py).
 """
-import hashlib, os, resource, shutil, statistics, subprocess, sys, time
+import hashlib, itertools, os, resource, shutil, statistics, subprocess, sys, time
 
 from fresh_copies import fresh_copies
 
@@ -45,19 +45,30 @@ def rss(cmd):
     r = subprocess.run([sys.executable, '-c', code] + cmd, capture_output=True, text=True)
     return int(r.stdout.strip()) / 1024
 
+ORDERS = list(itertools.permutations([('old', old), ('new', new), ('peer', None)]))
 res = {}
 for r in range(reps):
     for a in arts:
-        order = [('old', old), ('new', new), ('peer', None)]
-        if r % 2:
-            order.reverse()
+        # Every order of the three in turn (give REPS as a multiple of 6): each run then comes
+        # first, second and last, and right after each of the others, as often as the others.
+        # With old, new, peer and its reverse only, "new" never ran right after itself and
+        # "old" and "peer" did, at every turn: the same build as both came out 2 to 7 % apart.
+        order = ORDERS[r % len(ORDERS)]
         for name, b in order:
             res.setdefault((a, name), []).append(run(peer(a) if b is None else [cli(b, a)]))
 print(f"{'artifact':24s} {'old ms':>8s} {'new ms':>8s} {'peer ms':>8s} {'new/old':>8s} "
       f"{'old/peer':>8s} {'new/peer':>8s} {'old RSS':>8s} {'new RSS':>8s}")
+paired = {}
 for a in arts:
     o, n, p = (statistics.median(res[(a, k)]) for k in ('old', 'new', 'peer'))
+    # Each repetition's own ratios (its old, new and peer ran back to back), then their median:
+    # a machine slower for a while slows all three runs of a repetition.
+    paired[a] = tuple(statistics.median(x / y for x, y in zip(res[(a, k)], res[(a, 'peer')]))
+                      for k in ('old', 'new'))
     ro, rn = rss(cli(old, a)), rss(cli(new, a))
     print(f"{os.path.basename(a):24s} {o:8.1f} {n:8.1f} {p:8.1f} {n/o:8.3f} {o/p:8.3f} {n/p:8.3f} "
           f"{ro:7.1f}M {rn:7.1f}M")
+print(f"{'paired, per repetition':24s} {'old/peer':>8s} {'new/peer':>8s}")
+for a in arts:
+    print(f"{os.path.basename(a):24s} {paired[a][0]:8.3f} {paired[a][1]:8.3f}")
 shutil.rmtree(out, ignore_errors=True)
