@@ -82,7 +82,9 @@ pub enum Command {
     /// written), 4 --check: the published tree differs, 1 operational error, 2 usage error.
     Publish(publish::PublishArgs),
     /// Replay a corpus: run every artifact in DIR through `extract` and compare each verdict
-    /// and reason with DIR/manifest.json (format in docs/corpus-and-fuzzing.md).
+    /// and reason with DIR/manifest.json (format in docs/corpus-and-fuzzing.md). Each case is
+    /// staged under TMPDIR (/tmp by default) and deleted after; a warning says when that
+    /// filesystem slows down as trees are deleted (ext4 without a journal).
     ///
     /// Exit status: 0 every case matched, 1 a case failed, was unexpected or could not run,
     /// 2 usage error or a missing or malformed manifest.

@@ -908,3 +908,39 @@ mod xml {
         root.ok_or_else(|| "no root element".into())
     }
 }
+
+/// Replay warns, once and before its cases, exactly when the filesystem of its scratch
+/// directory (under TMPDIR) slows down as trees are deleted (`staging_fs::warning`: ext4
+/// without a journal, the disk under /var/tmp on the machines CI runs on): never on tmpfs.
+#[test]
+fn replay_warns_when_its_scratch_directory_slows_down_as_trees_are_deleted() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    let cases = corpus(&dir);
+    manifest(&dir, &cases);
+    for scratch in ["/dev/shm", "/var/tmp"] {
+        let fs = skillbox::staging_fs::filesystem(Path::new(scratch))
+            .unwrap_or_else(|e| panic!("statfs {scratch}: {e}"));
+        let expected = skillbox::staging_fs::warning(&fs).is_some();
+        eprintln!("{scratch}: {fs:?}, a warning expected: {expected}");
+        let o = Command::new(bin())
+            .arg("replay")
+            .arg(&dir)
+            .env("TMPDIR", scratch)
+            .output()
+            .expect("spawn skillbox");
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        let said = format!("skillbox: WARNING: the cases are staged under {scratch} (TMPDIR), on ");
+        assert_eq!(
+            err.matches(&said).count(),
+            usize::from(expected),
+            "{scratch} ({fs:?}): {err}"
+        );
+    }
+    assert_eq!(
+        skillbox::staging_fs::filesystem(Path::new("/dev/shm")).ok(),
+        Some(skillbox::staging_fs::Filesystem::Tmpfs),
+        "the test needs /dev/shm on tmpfs, where no warning is due"
+    );
+}
