@@ -147,8 +147,8 @@ pub fn run(args: ReplayArgs) -> Exit {
 
 /// What to tell the caller when the scratch directory (under `tmp`, the temporary directory)
 /// sits on a filesystem that slows down as trees are staged and deleted: replay stages one per
-/// case, so such a disk makes its cases slower one after another (corpus/ three times in a row on
-/// ext4 without a journal: 3.1, 6.6 and 7.1 s, against 1.3 s each on tmpfs).
+/// case, so such a disk makes its cases slower one after another (corpus/ run after run on ext4
+/// without a journal: 3.1 to 7.9 s a run, slower each time; 1.3 to 1.4 s on tmpfs).
 fn scratch_warning(tmp: &std::path::Path) -> Option<String> {
     let fs = skillbox::staging_fs::filesystem(tmp).ok()?;
     scratch_warning_on(tmp, &fs)
