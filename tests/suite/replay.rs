@@ -113,6 +113,15 @@ fn corpus(dir: &Path) -> Vec<Value> {
     ]
 }
 
+/// [`corpus`] with a manifest that names every case rightly, in `c` of a new temporary
+/// directory (returned too: it lives as long as the caller holds it).
+fn passing_corpus() -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    manifest(&dir, &corpus(&dir));
+    (tmp, dir)
+}
+
 fn manifest(dir: &Path, cases: &[Value]) {
     let m = json!({"version": 1, "cases": cases});
     write(dir, "manifest.json", m.to_string().as_bytes());
@@ -120,10 +129,7 @@ fn manifest(dir: &Path, cases: &[Value]) {
 
 #[test]
 fn a_correct_manifest_passes_with_json_and_junit() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let cases = corpus(&dir);
-    manifest(&dir, &cases);
+    let (tmp, dir) = passing_corpus();
     let junit = tmp.path().join("junit.xml");
     let o = replay(&[
         dir.to_str().unwrap_or(""),
@@ -351,10 +357,7 @@ fn missing_or_malformed_manifests_are_clear_usage_errors() {
 
 #[test]
 fn nested_suites_are_replayed_under_their_directory() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let cases = corpus(&dir);
-    manifest(&dir, &cases);
+    let (_tmp, dir) = passing_corpus();
     let sub = dir.join("fuzz");
     write(&sub, "crash-1.tar", &tar_bytes(&[(b"a\x00b", b"x")]));
     manifest(
@@ -708,10 +711,7 @@ fn a_child_killed_by_seccomp_is_that_cases_alone_on_both_paths() {
 
 #[test]
 fn extract_args_the_spares_cannot_take_run_cases_as_processes() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let cases = corpus(&dir);
-    manifest(&dir, &cases);
+    let (_tmp, dir) = passing_corpus();
     // A limit flag is the spares' to apply, over each case's own limits as `extract` applies
     // flags over a limits file: the two-entry `ok` is now refused, on both paths alike.
     let v = both_paths_agree(&dir, &["--extract-arg", "--max-entries=1"], true);
@@ -914,10 +914,7 @@ mod xml {
 /// without a journal, the disk under /var/tmp on the machines CI runs on): never on tmpfs.
 #[test]
 fn replay_warns_when_its_scratch_directory_slows_down_as_trees_are_deleted() {
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = tmp.path().join("c");
-    let cases = corpus(&dir);
-    manifest(&dir, &cases);
+    let (_tmp, dir) = passing_corpus();
     for scratch in ["/dev/shm", "/var/tmp"] {
         let fs = skillbox::staging_fs::filesystem(Path::new(scratch))
             .unwrap_or_else(|e| panic!("statfs {scratch}: {e}"));
