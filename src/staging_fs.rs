@@ -118,6 +118,11 @@ pub fn warning(fs: &Filesystem) -> Option<String> {
     }
 }
 
+/// [`warning`] for the filesystem holding `path`; `None` too when it cannot be told.
+pub fn warning_at(path: &Path) -> Option<String> {
+    warning(&filesystem(path).ok()?)
+}
+
 /// [`filesystem`] and [`warning`] for `path`, for a report.
 pub fn describe(path: &Path) -> io::Result<StagingFs> {
     let filesystem = filesystem(path)?;
@@ -138,6 +143,8 @@ mod tests {
         assert_eq!(fs, Filesystem::Tmpfs);
         assert_eq!(warning(&fs), None);
         assert!(filesystem(Path::new("/no/such/dir")).is_err());
+        assert_eq!(warning_at(Path::new("/dev/shm")), None);
+        assert_eq!(warning_at(Path::new("/no/such/dir")), None);
     }
 
     #[test]

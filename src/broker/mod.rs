@@ -143,11 +143,7 @@ pub async fn serve(
         tracing::info!(stale, root = %config.staging_root.display(), "removed staging directories left by a previous run");
     }
     // Said once at start: such a disk makes every request slower than the one before.
-    if let Some(w) = crate::staging_fs::filesystem(&config.staging_root)
-        .ok()
-        .as_ref()
-        .and_then(crate::staging_fs::warning)
-    {
+    if let Some(w) = crate::staging_fs::warning_at(&config.staging_root) {
         tracing::warn!(root = %config.staging_root.display(), "staging on {w}");
     }
     let state = Arc::new(State {

@@ -150,20 +150,15 @@ pub fn run(args: ReplayArgs) -> Exit {
 /// case, so such a disk makes its cases slower one after another (corpus/ run after run on ext4
 /// without a journal: 3.1 to 7.9 s a run, slower each time; 1.3 to 1.4 s on tmpfs).
 fn scratch_warning(tmp: &std::path::Path) -> Option<String> {
-    let fs = skillbox::staging_fs::filesystem(tmp).ok()?;
-    scratch_warning_on(tmp, &fs)
+    skillbox::staging_fs::warning_at(tmp).map(|w| scratch_message(tmp, &w))
 }
 
-/// [`scratch_warning`] for `tmp` on `fs`.
-fn scratch_warning_on(
-    tmp: &std::path::Path,
-    fs: &skillbox::staging_fs::Filesystem,
-) -> Option<String> {
-    let w = skillbox::staging_fs::warning(fs)?;
-    Some(format!(
-        "the cases are staged under {} (TMPDIR), on {w}: e.g. TMPDIR=/dev/shm",
+/// [`scratch_warning`]'s line for `tmp`, whose filesystem warrants `warning`.
+fn scratch_message(tmp: &std::path::Path, warning: &str) -> String {
+    format!(
+        "the cases are staged under {} (TMPDIR), on {warning}: e.g. TMPDIR=/dev/shm",
         tmp.display()
-    ))
+    )
 }
 
 /// The run's isolation: spares, unless asked for processes or given an `--extract-arg` the
@@ -250,26 +245,25 @@ impl Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use skillbox::staging_fs::Filesystem;
+    use skillbox::staging_fs::{Filesystem, warning};
     use std::path::Path;
 
     #[test]
-    fn the_scratch_warning_names_a_journal_less_ext4_and_nothing_else() {
+    fn the_scratch_warning_names_the_directory_and_the_filesystems_warning() {
         let tmp = Path::new("/tmp");
         let bare = Filesystem::Ext4 {
             device: Some("vda".into()),
             journal: Some(false),
         };
-        let w = scratch_warning_on(tmp, &bare).expect("a warning for ext4 without a journal");
-        assert!(w.contains("under /tmp (TMPDIR)"), "{w}");
-        assert!(w.contains("without a journal (vda)"), "{w}");
-        assert!(w.ends_with("e.g. TMPDIR=/dev/shm"), "{w}");
-        let journaled = Filesystem::Ext4 {
-            device: Some("vda".into()),
-            journal: Some(true),
-        };
-        assert_eq!(scratch_warning_on(tmp, &journaled), None);
-        assert_eq!(scratch_warning_on(tmp, &Filesystem::Tmpfs), None);
+        let w = warning(&bare).expect("a warning for ext4 without a journal");
+        let line = scratch_message(tmp, &w);
+        assert!(
+            line.starts_with(
+                "the cases are staged under /tmp (TMPDIR), on ext4 without a journal (vda): "
+            ),
+            "{line}"
+        );
+        assert!(line.ends_with("e.g. TMPDIR=/dev/shm"), "{line}");
         // The real one, where the test runs: tmpfs never warns.
         assert_eq!(scratch_warning(Path::new("/dev/shm")), None);
     }
