@@ -2290,6 +2290,62 @@ fn the_child_binary_links_no_async_runtime_grpc_tls_or_sqlite() {
     );
 }
 
+/// The shared libraries an ELF file names as `DT_NEEDED` (none for a static-pie file): the
+/// `SHT_DYNAMIC` section's entries, their names read from the string table its `sh_link` names.
+fn needed_libraries(elf: &[u8]) -> Vec<String> {
+    let at = |o: usize, n: usize| {
+        let mut b = [0u8; 8];
+        b[..n].copy_from_slice(&elf[o..o + n]);
+        usize::try_from(u64::from_le_bytes(b)).expect("fits")
+    };
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "not a 64-bit ELF file");
+    let (shoff, shentsize, shnum) = (at(0x28, 8), at(0x3a, 2), at(0x3c, 2));
+    let mut names = Vec::new();
+    for h in (0..shnum).map(|i| shoff + i * shentsize) {
+        if at(h + 4, 4) != 6 {
+            continue; // not SHT_DYNAMIC
+        }
+        let (offset, size, link) = (at(h + 24, 8), at(h + 32, 8), at(h + 40, 4));
+        let strtab = at(shoff + link * shentsize + 24, 8);
+        for entry in (offset..offset + size).step_by(16) {
+            if at(entry, 8) == 1 {
+                let name = &elf[strtab + at(entry + 8, 8)..];
+                let end = name.iter().position(|&b| b == 0).expect("NUL-terminated");
+                names.push(String::from_utf8_lossy(&name[..end]).into_owned());
+            }
+        }
+    }
+    names
+}
+
+/// The child binary needs no shared library but glibc's own: its unwinder is linked in from
+/// `libgcc_eh.a` (build.rs), so every start maps and binds one library fewer than `skillbox`,
+/// which still loads `libgcc_s.so.1` (so the parser is seen to find it). A static-pie child
+/// (scripts/install.sh) needs none at all.
+#[test]
+fn the_child_binary_needs_no_shared_library_but_glibc() {
+    let full = needed_libraries(&fs::read(env!("CARGO_BIN_EXE_skillbox")).expect("read"));
+    assert!(
+        full.iter().any(|n| n == "libgcc_s.so.1") && full.iter().any(|n| n == "libc.so.6"),
+        "skillbox needs {full:?}: the search proves nothing"
+    );
+    let path = env!("CARGO_BIN_EXE_skillbox-child");
+    let child = needed_libraries(&fs::read(path).expect("read skillbox-child"));
+    for name in &child {
+        assert!(
+            [
+                "libc.so.6",
+                "libm.so.6",
+                "ld-linux-x86-64.so.2",
+                "ld-linux-aarch64.so.1"
+            ]
+            .contains(&name.as_str()),
+            "{path} needs {name} (all: {child:?}); without libgcc_eh.a build.rs leaves \
+             libgcc_s and says so in a warning"
+        );
+    }
+}
+
 /// A directory in the target directory (same filesystem as the built binaries, so they can be
 /// hard-linked in) holding a hard link of `skillbox`, and `skillbox-child` if `child` says so.
 fn install_dir(name: &str, child: Option<&Path>) -> PathBuf {
