@@ -43,20 +43,21 @@ fn source_id() -> std::io::Result<String> {
     Ok(format!("{:016x}-{}", h.finish(), files.len()))
 }
 
-/// Links `skillbox-child`'s unwinder in from libgcc's static `libgcc_eh.a` instead of loading
-/// `libgcc_s.so.1` at every start: the child is `exec`'d once per one-shot request, and the
-/// dynamic loader mapping and binding one library fewer takes about 0.1 ms off each start
-/// (bench-results/sandbox.md, "ninth session"); a confined child also has one library's code
-/// fewer at hand. `skillbox` itself is left as it is (it starts once per command).
+/// Links both binaries' unwinder in from libgcc's static `libgcc_eh.a` instead of loading
+/// `libgcc_s.so.1` at every start: `skillbox-child` is `exec`'d once per one-shot request and
+/// `skillbox` once per command, and the dynamic loader mapping and binding one library fewer
+/// takes about 0.1 ms off each start (bench-results/sandbox.md, "ninth session"); a confined
+/// child also has one library's code fewer at hand.
 ///
 /// Rust's standard library asks for `-lgcc_s` on linux-gnu, and a build script's link arguments
-/// come after it, where a static archive no longer wins. So this gives the child's link alone
-/// a directory, searched before the compiler's own, holding a `libgcc_s.so` linker script that names the static
-/// unwinder, plus `-lgcc` as the real `libgcc_s.so` script does: what `gcc -static-libgcc`
-/// links. Works with GNU ld and lld alike. Without a `libgcc_eh.a` (no gcc installed, another
-/// libc) nothing changes but a warning; a static-pie child (`crt-static`, scripts/install.sh)
-/// links the static unwinder anyway and never reads the script.
-fn child_unwinder_linked_in(out: &std::path::Path) -> std::io::Result<()> {
+/// come after it, where a static archive no longer wins. So this gives the binaries' links a
+/// directory, searched before the compiler's own, holding a `libgcc_s.so` linker script that
+/// names the static unwinder, plus `-lgcc` as the real `libgcc_s.so` script does: what `gcc
+/// -static-libgcc` links. Works with GNU ld and lld alike. Tests, examples and benchmarks link
+/// as before. Without a `libgcc_eh.a` (no gcc installed, another libc) nothing changes but a
+/// warning; a static-pie child (`crt-static`, scripts/install.sh) links the static unwinder
+/// anyway and never reads the script.
+fn unwinder_linked_in(out: &std::path::Path) -> std::io::Result<()> {
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     if var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" {
@@ -76,31 +77,27 @@ fn child_unwinder_linked_in(out: &std::path::Path) -> std::io::Result<()> {
         .ok()
         .filter(|o| o.status.success())
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
-        .filter(|p| p.is_absolute() && p.is_file());
+        // A `"` could not be quoted in the linker script below.
+        .filter(|p| p.is_absolute() && p.is_file() && !p.to_string_lossy().contains('"'));
     let Some(archive) = archive else {
         println!(
-            "cargo:warning=no libgcc_eh.a from `{linker} -print-file-name`: skillbox-child \
-             will load libgcc_s.so.1 at every start (about 0.1 ms slower, nothing else differs)"
+            "cargo:warning=no libgcc_eh.a from `{linker} -print-file-name`: skillbox and \
+             skillbox-child will load libgcc_s.so.1 at every start (about 0.1 ms slower, nothing \
+             else differs)"
         );
         return Ok(());
     };
-    let dir = out.join("child-unwinder");
+    let dir = out.join("static-unwinder");
     std::fs::create_dir_all(&dir)?;
     let path = archive.to_string_lossy();
-    if path.contains('"') {
-        return Ok(()); // cannot be quoted in a linker script; keep the default
-    }
     std::fs::write(
         dir.join("libgcc_s.so"),
         format!(
-            "/* skillbox build.rs: skillbox-child links libgcc's unwinder statically. */\n\
+            "/* skillbox build.rs: the binaries link libgcc's unwinder statically. */\n\
              GROUP ( \"{path}\" -lgcc )\n"
         ),
     )?;
-    println!(
-        "cargo:rustc-link-arg-bin=skillbox-child=-L{}",
-        dir.display()
-    );
+    println!("cargo:rustc-link-arg-bins=-L{}", dir.display());
     Ok(())
 }
 
@@ -110,7 +107,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("cargo:rustc-env=SKILLBOX_SOURCE_ID={}", source_id()?);
     let out = PathBuf::from(std::env::var("OUT_DIR")?);
-    child_unwinder_linked_in(&out)?;
+    unwinder_linked_in(&out)?;
     let fds = protox::compile(PROTOS, ["proto"])?;
     let served = protox::compile(PROTOS.iter().chain(SERVED_ALSO), ["proto"])?;
     std::fs::write(
