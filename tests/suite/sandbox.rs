@@ -2227,24 +2227,47 @@ fn a_child_binary_from_another_build_refuses_the_request() {
 
 // ---- The child binary: what it links, how it is found, when it is refused --------------------
 
+/// One section header of a 64-bit little-endian ELF file: type, flags, file offset, size, link.
+struct Section {
+    kind: u32,
+    flags: usize,
+    offset: usize,
+    size: usize,
+    link: usize,
+}
+
+/// Reads a little-endian integer of `n` bytes (at most 8) at `at`.
+fn le(elf: &[u8], at: usize, n: usize) -> usize {
+    let mut b = [0u8; 8];
+    b[..n].copy_from_slice(&elf[at..at + n]);
+    usize::try_from(u64::from_le_bytes(b)).expect("fits")
+}
+
+/// Every section header of `elf`, in order.
+fn sections(elf: &[u8]) -> Vec<Section> {
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "not a 64-bit ELF file");
+    let (shoff, shentsize, shnum) = (le(elf, 0x28, 8), le(elf, 0x3a, 2), le(elf, 0x3c, 2));
+    (0..shnum)
+        .map(|i| shoff + i * shentsize)
+        .map(|h| Section {
+            kind: u32::try_from(le(elf, h + 4, 4)).expect("fits"),
+            flags: le(elf, h + 8, 8),
+            offset: le(elf, h + 24, 8),
+            size: le(elf, h + 32, 8),
+            link: le(elf, h + 40, 4),
+        })
+        .collect()
+}
+
 /// The bytes of an ELF file that are loaded into memory (every `SHF_ALLOC` section: code, read-only
 /// data with its panic locations, symbols for the dynamic linker), leaving out debug info, which
 /// names every compile unit linked even when all its code was garbage-collected.
 fn loaded_sections(elf: &[u8]) -> Vec<u8> {
-    let u16_at = |o: usize| u16::from_le_bytes([elf[o], elf[o + 1]]) as usize;
-    let u64_at = |o: usize| {
-        let b: [u8; 8] = elf[o..o + 8].try_into().expect("8 bytes");
-        usize::try_from(u64::from_le_bytes(b)).expect("fits")
-    };
-    assert_eq!(&elf[..5], b"\x7fELF\x02", "not a 64-bit ELF file");
-    let (shoff, shentsize, shnum) = (u64_at(0x28), u16_at(0x3a), u16_at(0x3c));
     let mut out = Vec::new();
-    for i in 0..shnum {
-        let h = shoff + i * shentsize;
-        let (flags, offset, size) = (u64_at(h + 8), u64_at(h + 24), u64_at(h + 32));
-        let nobits = u32::from_le_bytes(elf[h + 4..h + 8].try_into().expect("4 bytes")) == 8;
-        if flags & 2 != 0 && !nobits {
-            out.extend_from_slice(&elf[offset..offset + size]);
+    for s in sections(elf) {
+        // SHF_ALLOC, and not SHT_NOBITS (no bytes in the file).
+        if s.flags & 2 != 0 && s.kind != 8 {
+            out.extend_from_slice(&elf[s.offset..s.offset + s.size]);
         }
     }
     out
@@ -2293,23 +2316,13 @@ fn the_child_binary_links_no_async_runtime_grpc_tls_or_sqlite() {
 /// The shared libraries an ELF file names as `DT_NEEDED` (none for a static-pie file): the
 /// `SHT_DYNAMIC` section's entries, their names read from the string table its `sh_link` names.
 fn needed_libraries(elf: &[u8]) -> Vec<String> {
-    let at = |o: usize, n: usize| {
-        let mut b = [0u8; 8];
-        b[..n].copy_from_slice(&elf[o..o + n]);
-        usize::try_from(u64::from_le_bytes(b)).expect("fits")
-    };
-    assert_eq!(&elf[..5], b"\x7fELF\x02", "not a 64-bit ELF file");
-    let (shoff, shentsize, shnum) = (at(0x28, 8), at(0x3a, 2), at(0x3c, 2));
+    let all = sections(elf);
     let mut names = Vec::new();
-    for h in (0..shnum).map(|i| shoff + i * shentsize) {
-        if at(h + 4, 4) != 6 {
-            continue; // not SHT_DYNAMIC
-        }
-        let (offset, size, link) = (at(h + 24, 8), at(h + 32, 8), at(h + 40, 4));
-        let strtab = at(shoff + link * shentsize + 24, 8);
-        for entry in (offset..offset + size).step_by(16) {
-            if at(entry, 8) == 1 {
-                let name = &elf[strtab + at(entry + 8, 8)..];
+    for dynamic in all.iter().filter(|s| s.kind == 6) {
+        let strtab = all[dynamic.link].offset;
+        for entry in (dynamic.offset..dynamic.offset + dynamic.size).step_by(16) {
+            if le(elf, entry, 8) == 1 {
+                let name = &elf[strtab + le(elf, entry + 8, 8)..];
                 let end = name.iter().position(|&b| b == 0).expect("NUL-terminated");
                 names.push(String::from_utf8_lossy(&name[..end]).into_owned());
             }
