@@ -12,6 +12,7 @@
 //! unless the operator passed `--allow-unconfined`, and never return an acceptance the staged
 //! tree does not back. Raw system calls live in `crate::sys` (`src/sys.rs`) only.
 
+mod bpf_layout;
 pub mod child;
 pub mod child_binary;
 pub mod doctor;

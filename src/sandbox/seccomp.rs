@@ -13,6 +13,8 @@ use std::path::Path;
 use seccompiler::{BpfProgram, TargetArch};
 use serde_json::Value;
 
+use super::bpf_layout;
+
 /// The filter's name inside a profile file.
 pub const FILTER_NAME: &str = "skillbox_child";
 
@@ -155,6 +157,9 @@ pub enum CompileError {
     /// The built-in handover rules do not parse (a build defect, never the user's profile).
     #[error("handover: {0}")]
     Handover(#[source] serde_json::Error),
+    /// Writing the calls' filters for seccompiler failed (a defect, never the user's profile).
+    #[error("laying out the filter: {0}")]
+    Layout(#[source] serde_json::Error),
 }
 
 /// The first rule of the module docs a profile breaks.
@@ -180,6 +185,12 @@ pub enum RuleViolation {
     #[error("rule for `{syscall}` has no comment saying who needs it")]
     Uncommented { syscall: String },
 }
+
+/// The names of the filters compiled for the layout: no rules (its architecture check and
+/// mismatch return frame the layout), and the calls allowed by number alone; the calls with
+/// argument checks are `call 0`, `call 1`, ...
+const EMPTY: &str = "empty";
+const PLAIN: &str = "plain";
 
 /// The most instructions the kernel loads in one filter.
 const MAX_INSTRUCTIONS: usize = 4096;
@@ -219,11 +230,22 @@ impl Profile {
     /// per-syscall cache); the second kills exactly those extra calls and nothing else, and is
     /// installed last, as the whole profile is on the exec path. Both stages stay in force.
     pub fn stages(&self) -> Result<(BpfProgram, BpfProgram), ProfileError> {
-        let invalid = |problem: CompileError| ProfileError::Invalid {
+        let arch = host_arch()?;
+        let (first, second) = self.stage_documents()?;
+        let build = |v: &Value| compile_filter(v, arch).map_err(|e| self.invalid(e));
+        Ok((build(&first)?, build(&second)?))
+    }
+
+    fn invalid(&self, problem: CompileError) -> ProfileError {
+        ProfileError::Invalid {
             source_name: self.source.clone(),
             problem,
-        };
-        let arch = host_arch()?;
+        }
+    }
+
+    /// The two stages' filters as profile documents.
+    pub(super) fn stage_documents(&self) -> Result<(Value, Value), ProfileError> {
+        let invalid = |problem: CompileError| self.invalid(problem);
         let mut first: Value = serde_json::from_str(&self.text)
             .map_err(|e| invalid(RuleViolation::NotJson(e).into()))?;
         let handover: Vec<Value> =
@@ -251,13 +273,7 @@ impl Profile {
                 "filter": extra,
             }
         });
-        let build = |v: &Value| -> Result<BpfProgram, ProfileError> {
-            let mut map = seccompiler::compile_from_json(v.to_string().as_bytes(), arch)
-                .map_err(|e| invalid(CompileError::Seccompiler(e)))?;
-            map.remove(FILTER_NAME)
-                .ok_or_else(|| invalid(CompileError::NoFilter))
-        };
-        Ok((build(&first)?, build(&second)?))
+        Ok((first, second))
     }
 }
 
@@ -312,10 +328,69 @@ pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
 
 /// Check a profile against our rules, then compile its filter for `arch`.
 pub fn compile(text: &str, arch: TargetArch) -> Result<BpfProgram, CompileError> {
-    check_profile(text)?;
+    let doc: Value = serde_json::from_str(text).map_err(RuleViolation::NotJson)?;
+    check_document(&doc)?;
+    compile_filter(&doc, arch)
+}
+
+/// Compile the filter of `doc` (a checked profile's JSON) with seccompiler, laid out as a search
+/// over call numbers ([`bpf_layout`]). In one call seccompiler compiles the filter with no
+/// rules, the calls allowed by number alone together, and every call with argument checks on
+/// its own; where its output is not in the shape the layout relies on, the program is
+/// seccompiler's own chain for the whole filter.
+fn compile_filter(doc: &Value, arch: TargetArch) -> Result<BpfProgram, CompileError> {
+    let filter = &doc[FILTER_NAME];
+    let rules = filter["filter"]
+        .as_array()
+        .ok_or(RuleViolation::FilterNotArray)?;
+    // The rules grouped by call, in the profile's order, so that seccompiler decides how one
+    // call's rules combine (a rule without arguments beside rules with them, for one).
+    let mut calls: Vec<(&Value, Vec<WithoutComment>)> = Vec::new();
+    for rule in rules {
+        let name = &rule["syscall"];
+        match calls.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, group)) => group.push(WithoutComment(rule)),
+            None => calls.push((name, vec![WithoutComment(rule)])),
+        }
+    }
+    let checks_arguments = |rule: &WithoutComment| rule.0.get("args").is_some_and(|a| !a.is_null());
+    let (checked, plain): (Vec<_>, Vec<_>) = calls
+        .into_iter()
+        .partition(|(_, group)| group.iter().any(checks_arguments));
+    let (mismatch_action, match_action) = (&filter["mismatch_action"], &filter["match_action"]);
+    let job = |filter| Job {
+        mismatch_action,
+        match_action,
+        filter,
+    };
+    let mut jobs = std::collections::BTreeMap::new();
+    jobs.insert(EMPTY.to_owned(), job(Vec::new()));
+    jobs.insert(
+        PLAIN.to_owned(),
+        job(plain.into_iter().flat_map(|(_, g)| g).collect()),
+    );
+    let count = checked.len();
+    for (i, (_, group)) in checked.into_iter().enumerate() {
+        jobs.insert(format!("call {i}"), job(group));
+    }
+    let text = serde_json::to_string(&jobs).map_err(CompileError::Layout)?;
     let mut map =
         seccompiler::compile_from_json(text.as_bytes(), arch).map_err(CompileError::Seccompiler)?;
-    let program = map.remove(FILTER_NAME).ok_or(CompileError::NoFilter)?;
+    let mut take = |name: &str| map.remove(name).ok_or(CompileError::NoFilter);
+    let empty = take(EMPTY)?;
+    let plain = take(PLAIN)?;
+    let checked = (0..count)
+        .map(|i| take(&format!("call {i}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let program = match bpf_layout::compact(&empty, &plain, &checked) {
+        Some(program) => program,
+        None => {
+            let whole = serde_json::json!({ FILTER_NAME: filter });
+            let mut map = seccompiler::compile_from_json(whole.to_string().as_bytes(), arch)
+                .map_err(CompileError::Seccompiler)?;
+            map.remove(FILTER_NAME).ok_or(CompileError::NoFilter)?
+        }
+    };
     if program.len() > MAX_INSTRUCTIONS {
         return Err(CompileError::TooLong {
             instructions: program.len(),
@@ -325,9 +400,40 @@ pub fn compile(text: &str, arch: TargetArch) -> Result<BpfProgram, CompileError>
     Ok(program)
 }
 
+/// One filter for seccompiler, borrowing the profile's values.
+#[derive(serde::Serialize)]
+struct Job<'a> {
+    mismatch_action: &'a Value,
+    match_action: &'a Value,
+    filter: Vec<WithoutComment<'a>>,
+}
+
+/// A rule as seccompiler reads it: without its `comment`, which was checked already, is most of
+/// a profile's text, and which seccompiler parses byte by byte.
+struct WithoutComment<'a>(&'a Value);
+
+impl serde::Serialize for WithoutComment<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(fields) = self.0.as_object() else {
+            return self.0.serialize(serializer);
+        };
+        let kept = fields.iter().filter(|(k, _)| *k != "comment");
+        let mut map = serializer.serialize_map(None)?;
+        for (k, v) in kept {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+}
+
 /// The rules every profile must follow (see the module docs). Returns the first violation.
 pub fn check_profile(text: &str) -> Result<(), RuleViolation> {
-    let v: Value = serde_json::from_str(text).map_err(RuleViolation::NotJson)?;
+    check_document(&serde_json::from_str(text).map_err(RuleViolation::NotJson)?)
+}
+
+/// [`check_profile`] on the parsed profile.
+fn check_document(v: &Value) -> Result<(), RuleViolation> {
     let obj = v.as_object().ok_or(RuleViolation::NotAnObject)?;
     if obj.len() != 1 || !obj.contains_key(FILTER_NAME) {
         return Err(RuleViolation::FilterCount);
