@@ -558,6 +558,21 @@ impl HashThread {
         replies: (File, File),
         scan: Option<Box<dyn FileScan>>,
     ) -> io::Result<Self> {
+        let t = Self::start_with(work, replies, scan)?;
+        // One round trip, so the thread has started (and taken its first allocation) before
+        // the caller goes on to confine the process.
+        t.run(|| ())?;
+        Ok(t)
+    }
+
+    /// [`HashThread::spawn_with`] without waiting for the thread to start. The caller's first
+    /// [`HashThread::run`] returns only once it has, and must come before any step that would
+    /// forbid the calls of a thread's start (a seccomp filter).
+    pub fn start_with(
+        work: (File, File),
+        replies: (File, File),
+        scan: Option<Box<dyn FileScan>>,
+    ) -> io::Result<Self> {
         let (from_main, to) = work;
         let (from, to_main) = replies;
         let shared = Arc::new(Shared {
@@ -598,9 +613,6 @@ impl HashThread {
             owner: OnceLock::new(),
             inline_scan: Mutex::new(None),
         };
-        // One round trip, so the thread has started (and taken its first allocation) before
-        // the caller goes on to confine the process.
-        t.run(|| ())?;
         Ok(t)
     }
 

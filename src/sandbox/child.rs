@@ -269,9 +269,18 @@ pub(crate) struct ProcessSteps {
 }
 
 impl ProcessSteps {
-    /// Record how installing the first stage of a spare's filter went.
-    pub(crate) fn first_stage(&mut self, installed: Result<(), seccompiler::Error>) {
-        self.first_stage = Some(installed);
+    /// Install the first stage of a spare's filter, and record how it went. The hashing thread
+    /// is waited for first: its start makes calls the filter does not allow, and the filter
+    /// covers every thread.
+    pub(crate) fn install_first_stage(&mut self, program: &[seccompiler::sock_filter]) {
+        if let Some(t) = self.hash_thread.take() {
+            match t.run(|| ()) {
+                Ok(()) => self.hash_thread = Some(t),
+                // Not used, and not ended either (see `confine`): files are hashed inline.
+                Err(_) => std::mem::forget(t),
+            }
+        }
+        self.first_stage = Some(seccomp::install(program));
     }
 }
 
@@ -368,14 +377,16 @@ pub(crate) fn confine_process(run_as: Option<Ids>, parent_pid: u32) -> ProcessSt
         // Started after the identity, capability and no_new_privs steps, which a new thread
         // inherits (credentials, capability sets and no_new_privs are per thread, copied at
         // creation); the process-wide ones (dumpable, rlimits) cover it anyway. Landlock and
-        // seccomp come later, for both threads (`confine`, steps 8 and 9).
-        hash_thread: spawn_hash_thread().ok(),
+        // seccomp come later, for both threads (`confine`, steps 8 and 9). Not waited for:
+        // it starts while this thread reads its request, and the first round trip with it
+        // (its Landlock step, or a spare's first seccomp stage) comes before any filter.
+        hash_thread: start_hash_thread().ok(),
     }
 }
 
 /// The hashing thread, its pipes on fds 5 to 8 (between the staging fd and a spare's socket: a
-/// spare's order must still land on 0 to 4).
-fn spawn_hash_thread() -> io::Result<HashThread> {
+/// spare's order must still land on 0 to 4), started but not waited for.
+fn start_hash_thread() -> io::Result<HashThread> {
     let pipe = |at: i32| -> io::Result<(File, File)> {
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
         // The write end first: when the pipe came out at 0 and 1, moving the read end to `at`
@@ -394,7 +405,7 @@ fn spawn_hash_thread() -> io::Result<HashThread> {
     // The review's trigger pass runs on the helper too, over the bytes it hashes, and here over
     // the small files hashed here that the engine keeps none of.
     let scan = Box::new(crate::skill::triggers::Prescan::new());
-    HashThread::spawn_with(work, replies, Some(scan))
+    HashThread::start_with(work, replies, Some(scan))
         .map(|t| t.scan_inline(Box::new(crate::skill::triggers::Prescan::new())))
 }
 

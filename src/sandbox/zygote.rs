@@ -193,7 +193,7 @@ fn spare(
     // seccomp filter: nothing of these depends on the request, so they are taken now rather
     // than after the order (`child::confine_process`, `seccomp::Profile::stages`).
     let mut process = child::confine_process(Some(run_as), broker);
-    process.first_stage(seccomp::install(first_stage));
+    process.install_first_stage(first_stage);
     // End of stream (the broker dropped us) or anything but a well-formed order: exit. A spare
     // that exits unused is reaped by the broker, which knows its pid.
     if receive_order(control.as_fd()).is_none() {
