@@ -277,11 +277,13 @@ mod tests {
 
     /// A classic BPF interpreter for the instructions seccompiler and the layout emit; anything
     /// else fails the test, so a new instruction kind is looked at before it is trusted.
-    fn run(program: &[sock_filter], data: &Data) -> u32 {
+    /// `seen` is shown every instruction run.
+    fn interpret(program: &[sock_filter], data: &Data, mut seen: impl FnMut(&sock_filter)) -> u32 {
         let mut a: u32 = 0;
         let mut pc = 0usize;
         loop {
             let ins = &program[pc];
+            seen(ins);
             pc += 1;
             let branch = |taken: bool| usize::from(if taken { ins.jt } else { ins.jf });
             match ins.code {
@@ -296,6 +298,10 @@ mod tests {
                 code => panic!("instruction code {code:#x} at {} not interpreted", pc - 1),
             }
         }
+    }
+
+    fn run(program: &[sock_filter], data: &Data) -> u32 {
+        interpret(program, data, |_| {})
     }
 
     /// A small deterministic generator (xorshift64*), so a failure reproduces.
@@ -318,33 +324,20 @@ mod tests {
         reads: &mut BTreeSet<usize>,
         constants: &mut BTreeSet<u32>,
     ) {
-        let mut pc = 0usize;
-        let mut a: u32 = 0;
         let mut on_argument = false;
-        loop {
-            let ins = &program[pc];
-            pc += 1;
-            let branch = |taken: bool| usize::from(if taken { ins.jt } else { ins.jf });
-            if on_argument && ins.code != JMP_JA && ins.code != RET_K {
+        interpret(program, data, |ins| match ins.code {
+            LD_W_ABS => {
+                on_argument = ins.k >= 16;
+                if on_argument {
+                    reads.insert((ins.k as usize - 16) / 8);
+                }
+            }
+            JMP_JA | RET_K => {}
+            _ if on_argument => {
                 constants.insert(ins.k);
             }
-            match ins.code {
-                LD_W_ABS => {
-                    on_argument = ins.k >= 16;
-                    if on_argument {
-                        reads.insert((ins.k as usize - 16) / 8);
-                    }
-                    a = data.word(ins.k);
-                }
-                ALU_AND_K => a &= ins.k,
-                JMP_JA => pc += ins.k as usize,
-                JMP_JEQ_K => pc += branch(a == ins.k),
-                JMP_JGE_K => pc += branch(a >= ins.k),
-                JMP_JGT_K => pc += branch(a > ins.k),
-                JMP_JSET_K => pc += branch(a & ins.k != 0),
-                _ => return,
-            }
-        }
+            _ => {}
+        });
     }
 
     /// 64-bit argument values at and around the edges of `constants`: each constant, its
