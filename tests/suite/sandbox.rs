@@ -289,6 +289,40 @@ fn the_handover_calls_are_killed_once_the_child_is_confined() {
 }
 }
 
+// ---- The filter's search over call numbers ---------------------------------------------------
+
+both_spawn_paths! {
+fn numbers_beyond_the_search_and_x32_aliases_are_killed() {
+    let f = fixture();
+    // The filter is a binary search over the numbers the profile names
+    // (src/sandbox/bpf_layout.rs): numbers past its last bucket, the top of the number space,
+    // and on x86_64 the x32 aliases of calls it allows (the ABI bit set, an unsigned number
+    // above all others), must all meet the mismatch action, as seccompiler's chain did.
+    let mut calls: Vec<(String, i64)> = vec![
+        ("999".into(), 999),
+        ("0x3fffffff".into(), 0x3fff_ffff),
+        ("-1 (0xffffffff)".into(), -1),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        for (name, nr) in [
+            ("read", libc::SYS_read),
+            ("write", libc::SYS_write),
+            ("exit_group", libc::SYS_exit_group),
+        ] {
+            calls.push((format!("x32 {name}"), nr | 0x4000_0000));
+        }
+    }
+    for (name, nr) in calls {
+        assert_eq!(
+            f.probe(Probe::Syscall { nr, args: [0, 0, 0] }),
+            ProbeEnd::Signaled(libc::SIGSYS),
+            "{name} was not killed"
+        );
+    }
+    f.outside_untouched();
+}
+}
+
 // ---- Sealing while the child confines --------------------------------------------------------
 
 both_spawn_paths! {
