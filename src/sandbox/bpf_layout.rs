@@ -9,10 +9,10 @@
 //!
 //! [`compact`] keeps seccompiler as the only compiler of the profile's argument checks and
 //! changes where its output sits:
-//! - seccompiler compiles the calls allowed by number alone together, and every call with
-//!   argument checks on its own (the same rules, the same actions), which gives a
-//!   self-contained block: its own number comparison, its argument checks, and a return on
-//!   every path;
+//! - seccompiler compiles the calls allowed by number alone together (five instructions each,
+//!   read for the call's number and return value), and every call with argument checks on its
+//!   own (the same rules, the same actions), which gives that call a self-contained block: its
+//!   own number comparison, its argument checks, and a return on every path;
 //! - the program is seccompiler's architecture check, the load of the call number, a binary
 //!   search over the sorted numbers that ends in small buckets of `JEQ`s, and the blocks;
 //! - a number in no bucket returns the mismatch action; a call allowed by number alone returns
