@@ -559,15 +559,19 @@ impl HashThread {
         scan: Option<Box<dyn FileScan>>,
     ) -> io::Result<Self> {
         let t = Self::start_with(work, replies, scan)?;
-        // One round trip, so the thread has started (and taken its first allocation) before
-        // the caller goes on to confine the process.
-        t.run(|| ())?;
+        t.wait_started()?;
         Ok(t)
     }
 
+    /// Return once the helper has started (and taken its first allocation): one round trip.
+    /// Before any confinement step that forbids the calls of a thread's start.
+    pub fn wait_started(&self) -> io::Result<()> {
+        self.run(|| ())
+    }
+
     /// [`HashThread::spawn_with`] without waiting for the thread to start. The caller's first
-    /// [`HashThread::run`] returns only once it has, and must come before any step that would
-    /// forbid the calls of a thread's start (a seccomp filter).
+    /// [`HashThread::run`] (or [`HashThread::wait_started`]) returns only once it has, and must
+    /// come before any step that would forbid the calls of a thread's start (a seccomp filter).
     pub fn start_with(
         work: (File, File),
         replies: (File, File),

@@ -462,6 +462,18 @@ mod tests {
         compared
     }
 
+    /// seccompiler's program for `rules` (numbers to their rules) with these actions.
+    fn backend_chain(
+        rules: BTreeMap<i64, Vec<SeccompRule>>,
+        mismatch: &SeccompAction,
+        matched: &SeccompAction,
+        arch: TargetArch,
+    ) -> BpfProgram {
+        SeccompFilter::new(rules, mismatch.clone(), matched.clone(), arch)
+            .and_then(BpfProgram::try_from)
+            .expect("seccompiler")
+    }
+
     fn seccompiler_chain(doc: &serde_json::Value, arch: TargetArch) -> BpfProgram {
         let mut map =
             seccompiler::compile_from_json(doc.to_string().as_bytes(), arch).expect("compile");
@@ -558,11 +570,7 @@ mod tests {
             (SeccompAction::KillProcess, SeccompAction::Allow),
             (SeccompAction::Allow, SeccompAction::KillProcess),
         ] {
-            let compile = |rules: BTreeMap<i64, Vec<SeccompRule>>| -> BpfProgram {
-                SeccompFilter::new(rules, mismatch.clone(), matched.clone(), arch)
-                    .and_then(BpfProgram::try_from)
-                    .expect("seccompiler")
-            };
+            let compile = |rules| backend_chain(rules, &mismatch, &matched, arch);
             let chain = compile(rules.clone());
             let empty = compile(BTreeMap::new());
             let (plain, checked): (BTreeMap<_, _>, BTreeMap<_, _>) = rules
@@ -588,16 +596,8 @@ mod tests {
     #[test]
     fn an_output_in_another_shape_keeps_the_chain() {
         let arch = seccomp::host_arch().expect("arch");
-        let compile = |rules: BTreeMap<i64, Vec<SeccompRule>>| -> BpfProgram {
-            SeccompFilter::new(
-                rules,
-                SeccompAction::KillProcess,
-                SeccompAction::Allow,
-                arch,
-            )
-            .and_then(BpfProgram::try_from)
-            .expect("seccompiler")
-        };
+        let (kill, allow) = (SeccompAction::KillProcess, SeccompAction::Allow);
+        let compile = |rules| backend_chain(rules, &kill, &allow, arch);
         let eq = |arg: u8, value: u64| {
             SeccompRule::new(vec![
                 SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, value)
@@ -631,14 +631,7 @@ mod tests {
         // A call with argument checks given as a plain one.
         assert!(compact(&empty, &mmap, &[]).is_none());
         // A different architecture check than the empty filter's.
-        let other = SeccompFilter::new(
-            [(0, Vec::new())].into(),
-            SeccompAction::KillProcess,
-            SeccompAction::Allow,
-            TargetArch::aarch64,
-        )
-        .and_then(BpfProgram::try_from)
-        .expect("seccompiler");
+        let other = backend_chain([(0, Vec::new())].into(), &kill, &allow, TargetArch::aarch64);
         assert!(compact(&empty, &other, &[]).is_none());
         assert!(compact(&empty, &empty, &[other]).is_none());
     }

@@ -274,7 +274,7 @@ impl ProcessSteps {
     /// covers every thread.
     pub(crate) fn install_first_stage(&mut self, program: &[seccompiler::sock_filter]) {
         if let Some(t) = self.hash_thread.take() {
-            match t.run(|| ()) {
+            match t.wait_started() {
                 Ok(()) => self.hash_thread = Some(t),
                 // Not used, and not ended either (see `confine`): files are hashed inline.
                 Err(_) => std::mem::forget(t),
