@@ -514,6 +514,104 @@ mod tests {
         }
     }
 
+    /// A replacement profile may allow a handover call only under conditions of its own. Both of
+    /// a spare's stages in force must then still leave exactly the profile (the kernel takes the
+    /// stricter verdict of two filters, a kill before an allow), and the first stage must still
+    /// let the handover make the call as it does.
+    #[test]
+    fn stages_of_a_profile_that_conditions_a_handover_call_leave_exactly_the_profile() {
+        let arch = seccomp::host_arch().expect("arch");
+        let (_, text) = seccomp::EMBEDDED
+            .iter()
+            .find(|(a, _)| *a == std::env::consts::ARCH)
+            .expect("an embedded profile for this architecture");
+        let base: serde_json::Value = serde_json::from_str(text).expect("json");
+        let stricter = |a: u32, b: u32| if (a as i32) < (b as i32) { a } else { b };
+        let eq = |index: u8, val: u32| serde_json::json!([{ "index": index, "type": "dword", "op": "eq", "val": val }]);
+        let (recvmsg, prlimit64) = (libc::SYS_recvmsg as u32, libc::SYS_prlimit64 as u32);
+        for (name, nr, args, handover_args) in [
+            (
+                "recvmsg",
+                recvmsg,
+                eq(0, 0),
+                [9_u32, 0x7fff_0000, 0x4000_0000, 0, 0, 0],
+            ),
+            (
+                "prlimit64",
+                prlimit64,
+                eq(1, 7),
+                [0, 4, 0, 0x7fff_0000, 0, 0],
+            ),
+        ] {
+            let mut doc = base.clone();
+            doc[seccomp::FILTER_NAME]["filter"]
+                .as_array_mut()
+                .expect("rules")
+                .push(serde_json::json!({ "syscall": name, "comment": "test", "args": args }));
+            let profile = seccomp::Profile::from_text("test".into(), doc.to_string(), arch)
+                .expect("a profile that conditions a handover call");
+            let (first, second) = profile.stages().expect("stages");
+            let whole = &profile.program;
+            let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+            let mut compared = 0;
+            let mut check = |data: &Data| {
+                let (want, got) = (
+                    run(whole, data),
+                    stricter(run(&first, data), run(&second, data)),
+                );
+                assert_eq!(
+                    want, got,
+                    "{name}: nr {} args {:x?}: the profile {want:#x}, both stages {got:#x}",
+                    data.nr, data.args
+                );
+                compared += 1;
+            };
+            let audit = whole[1].k;
+            for nr in 0..1100 {
+                check(&Data {
+                    nr,
+                    arch: audit,
+                    args: [0; 6],
+                });
+                for _ in 0..4 {
+                    check(&Data {
+                        nr,
+                        arch: audit,
+                        args: std::array::from_fn(|_| rng.next()),
+                    });
+                }
+            }
+            let values = edge_values(&[0, 7, 15, 38].into());
+            for i in 0..3 {
+                for &v in &values {
+                    let mut args = [0; 6];
+                    args[i] = v;
+                    check(&Data {
+                        nr,
+                        arch: audit,
+                        args,
+                    });
+                }
+            }
+            assert!(compared > 5000);
+            let handover = Data {
+                nr,
+                arch: audit,
+                args: handover_args.map(u64::from),
+            };
+            assert_eq!(
+                run(&first, &handover),
+                libc::SECCOMP_RET_ALLOW,
+                "{name}: the first stage refuses the handover's call"
+            );
+            assert_ne!(
+                run(whole, &handover),
+                libc::SECCOMP_RET_ALLOW,
+                "{name}: the profile allows the handover's call itself"
+            );
+        }
+    }
+
     /// Every kind of condition seccompiler compiles, 64-bit ones among them, rules long enough
     /// for its helper jumps, and enough calls that a half of the search is out of a conditional
     /// jump's reach; with both action pairs.

@@ -4,8 +4,9 @@
 //!
 //! A profile is data, but not arbitrary data: [`check_profile`] refuses one whose default action
 //! is not `kill_process`, whose match action is not `allow`, that lacks a `comment` on any rule,
-//! or that allows a call from [`NEVER_ALLOWED`]. A replacement profile can tighten the list, not
-//! reopen the walls the escape tests guard.
+//! that gives a call rules both with and without arguments (seccompiler would keep only the
+//! former), or that allows a call from [`NEVER_ALLOWED`]. A replacement profile can tighten the
+//! list, not reopen the walls the escape tests guard.
 
 use std::io;
 use std::path::Path;
@@ -184,6 +185,11 @@ pub enum RuleViolation {
     NeverAllowed { syscall: String },
     #[error("rule for `{syscall}` has no comment saying who needs it")]
     Uncommented { syscall: String },
+    #[error(
+        "`{syscall}` has rules both with and without `args`: seccompiler keeps only those with \
+         arguments, so the rule without them would be ignored; keep one or the other"
+    )]
+    MixedRules { syscall: String },
 }
 
 /// The names of the filters compiled for the layout: no rules (its architecture check and
@@ -227,13 +233,34 @@ impl Profile {
     /// The profile split in two for a zygote's spare: the first stage allows what the profile
     /// allows plus the [`HANDOVER`] calls it does not, and is installed before the spare gets
     /// its order (installing a filter costs about 0.05 ms even laid out as a search: checking,
-    /// JIT, the kernel's per-syscall cache); the second kills exactly those extra calls and nothing else, and is
-    /// installed last, as the whole profile is on the exec path. Both stages stay in force.
+    /// JIT, the kernel's per-syscall cache); the second kills exactly those extra calls and
+    /// nothing else (or is the whole profile, when the profile allows one of them only under
+    /// conditions of its own), and is installed last, as the whole profile is on the exec path.
+    /// Both stages stay in force.
     pub fn stages(&self) -> Result<(BpfProgram, BpfProgram), ProfileError> {
         let arch = host_arch()?;
         let (first, second) = self.stage_documents()?;
         let build = |v: &Value| compile_filter(v, arch).map_err(|e| self.invalid(e));
         Ok((build(&first)?, build(&second)?))
+    }
+
+    /// A profile from its text (`source` names it in errors), checked and compiled for `arch`.
+    pub(super) fn from_text(
+        source: String,
+        text: String,
+        arch: TargetArch,
+    ) -> Result<Self, ProfileError> {
+        match compile(&text, arch) {
+            Ok(program) => Ok(Self {
+                source,
+                program,
+                text,
+            }),
+            Err(problem) => Err(ProfileError::Invalid {
+                source_name: source,
+                problem,
+            }),
+        }
     }
 
     fn invalid(&self, problem: CompileError) -> ProfileError {
@@ -246,17 +273,17 @@ impl Profile {
     /// The two stages' filters as profile documents.
     pub(super) fn stage_documents(&self) -> Result<(Value, Value), ProfileError> {
         let invalid = |problem: CompileError| self.invalid(problem);
-        let mut first: Value = serde_json::from_str(&self.text)
+        let profile: Value = serde_json::from_str(&self.text)
             .map_err(|e| invalid(RuleViolation::NotJson(e).into()))?;
         let handover: Vec<Value> =
             serde_json::from_str(HANDOVER).map_err(|e| invalid(CompileError::Handover(e)))?;
+        let mut first = profile.clone();
         let rules = first[FILTER_NAME]["filter"]
             .as_array_mut()
             .ok_or_else(|| invalid(RuleViolation::FilterNotArray.into()))?;
         // A rule the profile already has (same call, same arguments, or the call without
         // arguments at all) needs neither stage.
         let same = |a: &Value, b: &Value| a["syscall"] == b["syscall"] && a["args"] == b["args"];
-        let unconditional = |r: &Value| r.get("args").is_none_or(Value::is_null);
         let extra: Vec<Value> = handover
             .into_iter()
             .filter(|h| {
@@ -265,14 +292,33 @@ impl Profile {
                     .any(|r| same(r, h) || (r["syscall"] == h["syscall"] && unconditional(r)))
             })
             .collect();
-        rules.extend(extra.iter().cloned());
-        let second = serde_json::json!({
-            FILTER_NAME: {
-                "mismatch_action": "allow",
-                "match_action": "kill_process",
-                "filter": extra,
-            }
+        // A handover call the profile allows only under conditions of its own (none of ours
+        // does; a replacement profile may). In the first stage an extra rule without arguments
+        // replaces the profile's rules for the call, which seccompiler would otherwise keep
+        // instead of it. And no stage of "kill the extra rules" can take back exactly what the
+        // profile does not allow of that call (the profile's conditions would have to be
+        // negated), so the second stage is then the whole profile: with both in force, exactly
+        // the profile is allowed, as on the exec path.
+        let shared = extra
+            .iter()
+            .any(|h| rules.iter().any(|r| r["syscall"] == h["syscall"]));
+        rules.retain(|r| {
+            !extra
+                .iter()
+                .any(|h| h["syscall"] == r["syscall"] && unconditional(h))
         });
+        rules.extend(extra.iter().cloned());
+        let second = if shared {
+            profile
+        } else {
+            serde_json::json!({
+                FILTER_NAME: {
+                    "mismatch_action": "allow",
+                    "match_action": "kill_process",
+                    "filter": extra,
+                }
+            })
+        };
         Ok((first, second))
     }
 }
@@ -315,15 +361,7 @@ pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
             (format!("embedded:{arch_name}"), text)
         }
     };
-    let program = compile(&text, arch).map_err(|problem| ProfileError::Invalid {
-        source_name: source.clone(),
-        problem,
-    })?;
-    Ok(Profile {
-        source,
-        program,
-        text,
-    })
+    Profile::from_text(source, text, arch)
 }
 
 /// Check a profile against our rules, then compile its filter for `arch`.
@@ -353,10 +391,9 @@ fn compile_filter(doc: &Value, arch: TargetArch) -> Result<BpfProgram, CompileEr
             None => calls.push((name, vec![WithoutComment(rule)])),
         }
     }
-    let checks_arguments = |rule: &WithoutComment| rule.0.get("args").is_some_and(|a| !a.is_null());
     let (checked, plain): (Vec<_>, Vec<_>) = calls
         .into_iter()
-        .partition(|(_, group)| group.iter().any(checks_arguments));
+        .partition(|(_, group)| group.iter().any(|rule| !unconditional(rule.0)));
     let (mismatch_action, match_action) = (&filter["mismatch_action"], &filter["match_action"]);
     let job = |filter| Job {
         mismatch_action,
@@ -462,8 +499,22 @@ fn check_document(v: &Value) -> Result<(), RuleViolation> {
                 syscall: name.to_owned(),
             });
         }
+        // seccompiler drops a call's rule without arguments when the call also has rules with
+        // them: the profile would allow less than it says, and differently once its rules are
+        // split into a spare's two stages.
+        let same_call = |r: &&Value| r["syscall"] == rule["syscall"];
+        if unconditional(rule) && rules.iter().filter(same_call).any(|r| !unconditional(r)) {
+            return Err(RuleViolation::MixedRules {
+                syscall: name.to_owned(),
+            });
+        }
     }
     Ok(())
+}
+
+/// A rule that allows its call whatever the arguments (no `args`, or `null`).
+fn unconditional(rule: &Value) -> bool {
+    rule.get("args").is_none_or(Value::is_null)
 }
 
 /// The program as bytes for the request pipe (native layout: code u16, jt u8, jf u8, k u32).
@@ -551,5 +602,18 @@ mod tests {
         assert!(check_profile(&ok.replace("\"read\"", "\"execve\"")).is_err());
         assert!(check_profile(&ok.replace(",\"comment\":\"x\"", "")).is_err());
         assert!(check_profile(&ok.replace("skillbox_child", "other")).is_err());
+        // One call with rules both with and without arguments: seccompiler would keep only the
+        // former. Either kind alone, or twice, is a profile.
+        let conditioned = r#"{"syscall":"read","comment":"y","args":[{"index":0,"type":"dword","op":"eq","val":0}]}"#;
+        let plain = r#"{"syscall":"read","comment":"x"}"#;
+        let with = |rules: &[&str]| ok.replace(plain, &rules.join(","));
+        for mixed in [[plain, conditioned], [conditioned, plain]] {
+            match check_profile(&with(&mixed)) {
+                Err(RuleViolation::MixedRules { syscall }) => assert_eq!(syscall, "read"),
+                other => panic!("a mixed profile was not refused as mixed: {other:?}"),
+            }
+        }
+        assert!(check_profile(&with(&[conditioned, conditioned])).is_ok());
+        assert!(check_profile(&with(&[plain, plain])).is_ok());
     }
 }

@@ -289,6 +289,47 @@ fn the_handover_calls_are_killed_once_the_child_is_confined() {
 }
 }
 
+both_spawn_paths! {
+fn a_profile_that_conditions_a_handover_call_decides_alike_on_both_paths() {
+    // A replacement profile may allow `recvmsg` only on fd 0, where a spare's handover needs it
+    // on its control socket. Its two stages must still leave exactly the profile, as the exec
+    // path's one filter does: `recvmsg` on fd 0 allowed (and failing: fd 0 is no socket), on
+    // another fd killed, and the calls only the handover needs killed.
+    let f = fixture();
+    let embedded = skillbox::sandbox::seccomp::EMBEDDED
+        .iter()
+        .find(|(a, _)| *a == std::env::consts::ARCH)
+        .map(|(_, t)| *t)
+        .unwrap_or_else(|| panic!("no embedded profile for {}", std::env::consts::ARCH));
+    let mut doc: serde_json::Value = serde_json::from_str(embedded).expect("json");
+    doc["skillbox_child"]["filter"]
+        .as_array_mut()
+        .expect("rules")
+        .push(serde_json::json!({
+            "syscall": "recvmsg",
+            "comment": "test: on fd 0 only",
+            "args": [{ "index": 0, "type": "dword", "op": "eq", "val": 0 }],
+        }));
+    let profiles = tempfile::tempdir().expect("tempdir");
+    let path = profiles.path().join("recvmsg-on-0.json");
+    fs::write(&path, doc.to_string()).expect("write");
+    let sb = sandbox_with(|c| c.seccomp_profile = Some(path));
+    let probe = |nr: i64, args: [u64; 3]| {
+        let dir = f.prepare(&sb);
+        sb.probe(Probe::Syscall { nr, args }, &dir).expect("probe")
+    };
+    let on_fd_0 = probe(libc::SYS_recvmsg, [0, 0, 0]);
+    assert!(
+        matches!(on_fd_0, ProbeEnd::Reported(ProbeResult::Errno(_))),
+        "recvmsg on fd 0, which the profile allows, ended {on_fd_0:?}"
+    );
+    assert_killed_by_seccomp(probe(libc::SYS_recvmsg, [3, 0, 0]));
+    assert_killed_by_seccomp(probe(libc::SYS_landlock_create_ruleset, [0, 0, 1]));
+    assert_killed_by_seccomp(probe(libc::SYS_prctl, [15, 0, 0]));
+    f.outside_untouched();
+}
+}
+
 // ---- The filter's search over call numbers ---------------------------------------------------
 
 both_spawn_paths! {
@@ -1926,7 +1967,7 @@ fn doctor_tells_the_truth_on_this_host() {
         .and_then(|c| c["detail"].as_str())
         .unwrap_or_default();
     assert!(
-        zygote.contains("recvmsg") && zygote.contains("SIGSYS"),
+        zygote.contains("landlock_create_ruleset") && zygote.contains("SIGSYS"),
         "{zygote}"
     );
 }
