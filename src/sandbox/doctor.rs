@@ -310,10 +310,9 @@ fn child_checks(sandbox: &Sandbox, tmp: &Path) -> Vec<Finding> {
 }
 
 /// A spare's child ends its confinement with the second seccomp stage, which takes back the
-/// calls the first stage let it make before its order; `recvmsg` is one of them.
-/// A spare's second stage took back the handover's calls: probed with the Landlock ABI query,
-/// a handover call no profile may allow (`recvmsg`, which a replacement profile may allow,
-/// would make this check fail for a profile that is fine).
+/// calls the first stage let it make before its order. Probed with the Landlock ABI query, one
+/// of those no profile may allow (`recvmsg`, which a replacement profile may allow, would fail
+/// this check for a profile that is fine).
 fn second_stage_check(sandbox: &Sandbox, tmp: &Path) -> Result<String, CheckFailed> {
     let probe = Probe::Syscall {
         nr: libc::SYS_landlock_create_ruleset,
