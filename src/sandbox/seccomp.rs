@@ -329,6 +329,14 @@ pub fn host_arch() -> Result<TargetArch, ProfileError> {
         .map_err(|_| ProfileError::NoProfileForArch(std::env::consts::ARCH.into()))
 }
 
+/// The text of the embedded profile for the architecture this binary runs on.
+pub fn embedded_text() -> Option<&'static str> {
+    EMBEDDED
+        .iter()
+        .find(|(a, _)| *a == std::env::consts::ARCH)
+        .map(|(_, t)| *t)
+}
+
 /// Load the embedded profile for this architecture, or `path` when given.
 pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
     let arch = host_arch()?;
@@ -353,12 +361,9 @@ pub fn load(path: Option<&Path>) -> Result<Profile, ProfileError> {
         }
         None => {
             let arch_name = std::env::consts::ARCH;
-            let text = EMBEDDED
-                .iter()
-                .find(|(a, _)| *a == arch_name)
-                .map(|(_, t)| (*t).to_owned())
-                .ok_or_else(|| ProfileError::NoProfileForArch(arch_name.into()))?;
-            (format!("embedded:{arch_name}"), text)
+            let text =
+                embedded_text().ok_or_else(|| ProfileError::NoProfileForArch(arch_name.into()))?;
+            (format!("embedded:{arch_name}"), text.to_owned())
         }
     };
     Profile::from_text(source, text, arch)
@@ -382,7 +387,7 @@ fn compile_filter(doc: &Value, arch: TargetArch) -> Result<BpfProgram, CompileEr
         .as_array()
         .ok_or(RuleViolation::FilterNotArray)?;
     // The rules grouped by call, in the profile's order, so that seccompiler decides how one
-    // call's rules combine (a rule without arguments beside rules with them, for one).
+    // call's rules combine (each allows the call when all its conditions hold).
     let mut calls: Vec<(&Value, Vec<WithoutComment>)> = Vec::new();
     for rule in rules {
         let name = &rule["syscall"];

@@ -242,10 +242,7 @@ fn every_profile_in_sandbox_profiles_compiles_and_follows_the_rules() {
 fn a_replacement_profile_cannot_reopen_a_wall() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = tmp.path().join("weak.json");
-    let embedded = skillbox::sandbox::seccomp::EMBEDDED
-        .iter()
-        .find(|(a, _)| *a == std::env::consts::ARCH)
-        .map(|(_, t)| *t)
+    let embedded = skillbox::sandbox::seccomp::embedded_text()
         .unwrap_or_else(|| panic!("no embedded profile for {}", std::env::consts::ARCH));
     let weak = embedded.replace(r#""syscall": "exit_group""#, r#""syscall": "execve""#);
     fs::write(&path, weak).expect("write");
@@ -296,10 +293,7 @@ fn a_profile_that_conditions_a_handover_call_decides_alike_on_both_paths() {
     // path's one filter does: `recvmsg` on fd 0 allowed (and failing: fd 0 is no socket), on
     // another fd killed, and the calls only the handover needs killed.
     let f = fixture();
-    let embedded = skillbox::sandbox::seccomp::EMBEDDED
-        .iter()
-        .find(|(a, _)| *a == std::env::consts::ARCH)
-        .map(|(_, t)| *t)
+    let embedded = skillbox::sandbox::seccomp::embedded_text()
         .unwrap_or_else(|| panic!("no embedded profile for {}", std::env::consts::ARCH));
     let mut doc: serde_json::Value = serde_json::from_str(embedded).expect("json");
     doc["skillbox_child"]["filter"]
