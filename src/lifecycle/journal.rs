@@ -8,7 +8,10 @@
 //!   never recorded: its tree (when this intake created it) and its staging are removed (undo).
 //! - `links`: committed in the same transaction as the new installations. The records are then
 //!   the new state; the links follow. A surviving one is finished (roll forward): each link is
-//!   switched from its recorded old target to its new one, which is idempotent.
+//!   switched from its recorded old target to its new one, which is idempotent. A switch that
+//!   cannot be made (an entry that is not ours, a directory that refuses writes) is not
+//!   forgotten: the transaction that drops the intent puts that agent's installation back on the
+//!   version its link still points at, so the records never say an agent moved when it did not.
 //!
 //! Intents belong to the host that wrote them (in records a fleet shares, each host reads and
 //! finishes only its own: the steps are on its filesystem).
@@ -89,8 +92,16 @@ pub fn link_path(dir: &str, skill: &str) -> PathBuf {
     Path::new(dir).join(skill)
 }
 
+/// One switch of a `links` intent that could not be made: which change (its index in the
+/// intent) and why, as a line for the operator.
+#[derive(Debug, Clone)]
+pub struct Failed {
+    pub index: usize,
+    pub message: String,
+}
+
 /// Switch every link of a committed `links` intent, then drop the intent. `op` names the
-/// command for the crash hook.
+/// command for the crash hook. Returns one line per link that could not be switched.
 pub fn finish_links(
     store: &mut Store,
     seq: Option<i64>,
@@ -98,43 +109,132 @@ pub fn finish_links(
     changes: &[LinkChange],
     op: &str,
 ) -> Result<Vec<String>, Error> {
+    Ok(switch_links(store, seq, skill, changes, op)?
+        .into_iter()
+        .map(|f| f.message)
+        .collect())
+}
+
+/// [`finish_links`], saying which changes failed.
+///
+/// A switch that fails is not forgotten: in the transaction that drops the intent, the agent's
+/// installation goes back to the version its link still points at (`from`), with a
+/// `switch_failed` event. The records then say what the agent runs, so everything that reads
+/// them sees it: `status` does not call a withdrawn version contained while an agent here still
+/// runs it, `sync` (and every command that changes state) moves it off again, `gc` keeps its
+/// tree, and `verify` checks its link.
+pub fn switch_links(
+    store: &mut Store,
+    seq: Option<i64>,
+    skill: &str,
+    changes: &[LinkChange],
+    op: &str,
+) -> Result<Vec<Failed>, Error> {
     let Some(seq) = seq else {
         return Ok(Vec::new());
     };
     let versions = store.versions_root();
     let tree = |d: &str| versions.join(store::hex_of(d)).join("tree");
-    let switch = |c: &LinkChange| -> Option<String> {
-        let from = c.from.as_deref().map(tree);
-        let to = c.to.as_deref().map(tree);
-        agents::switch(&link_path(&c.dir, skill), from.as_deref(), to.as_deref())
-            .err()
-            .map(|e| format!("agent {}: {e}", c.agent))
+    let switch = |(index, c): (usize, &LinkChange)| -> Option<Failed> {
+        switch_one(c, skill, &tree).err().map(|e| Failed {
+            index,
+            message: failed_line(c, skill, &e.to_string()),
+        })
     };
-    let mut problems: Vec<String> = Vec::new();
-    if let Some((first, rest)) = changes.split_first() {
-        problems.extend(switch(first));
+    let indexed: Vec<(usize, &LinkChange)> = changes.iter().enumerate().collect();
+    let mut failed: Vec<Failed> = Vec::new();
+    if let Some((first, rest)) = indexed.split_first() {
+        failed.extend(switch(*first));
         crash_point(op, "linked-one");
         // Links are independent; a long symlink target costs the filesystem a block and a
         // journal wait per rename, so many agents are switched from a few threads at once.
         let chunk = rest.len().div_ceil(SWITCH_THREADS).max(1);
-        let found: Vec<Vec<String>> = std::thread::scope(|s| {
+        let found: Vec<Vec<Failed>> = std::thread::scope(|s| {
             let handles: Vec<_> = rest
                 .chunks(chunk)
-                .map(|part| s.spawn(|| part.iter().filter_map(&switch).collect::<Vec<_>>()))
+                .map(|part| {
+                    s.spawn(|| part.iter().copied().filter_map(&switch).collect::<Vec<_>>())
+                })
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| vec!["a link switch panicked".into()])
+                .zip(rest.chunks(chunk))
+                .map(|(h, part)| {
+                    // A panicked thread's switches are not known to be made: all count as failed.
+                    h.join().unwrap_or_else(|_| {
+                        part.iter()
+                            .map(|(i, c)| Failed {
+                                index: *i,
+                                message: failed_line(c, skill, "a link switch panicked"),
+                            })
+                            .collect()
+                    })
                 })
                 .collect()
         });
-        problems.extend(found.into_iter().flatten());
+        failed.extend(found.into_iter().flatten());
     }
     crash_point(op, "linked");
-    store.records.write(|tx| tx.remove_intent(seq))?;
-    Ok(problems)
+    let time = now();
+    store.records.write(|tx| {
+        for f in &failed {
+            let Some(c) = changes.get(f.index) else {
+                continue;
+            };
+            // Only while the records still hold this intent's step (under the store lock no
+            // other command of this host changes this host's installations).
+            if tx.install(&c.agent, skill)?.as_deref() != c.to.as_deref() {
+                continue;
+            }
+            tx.set_install(&c.agent, skill, c.from.as_deref())?;
+            if let Some(d) = c.from.as_deref().or(c.to.as_deref()) {
+                tx.event(
+                    &time,
+                    skill,
+                    Some(d),
+                    "switch_failed",
+                    "skillbox",
+                    &f.message,
+                )?;
+            }
+        }
+        tx.remove_intent(seq)
+    })?;
+    failed.sort_by_key(|f| f.index);
+    Ok(failed)
+}
+
+/// One switch of an intent. A link of ours that vanished is created afresh (as `verify`
+/// recreates it): nothing is there to replace, and symlink(2) fails if anything appeared.
+fn switch_one(c: &LinkChange, skill: &str, tree: &dyn Fn(&str) -> PathBuf) -> Result<(), Error> {
+    // Never a link relative to the current directory: an agent without a recorded absolute
+    // directory is an error, not a place to write.
+    if !Path::new(&c.dir).is_absolute() {
+        return Err(Error::new(
+            Kind::Operational,
+            format!("agent {} has no recorded directory", c.agent),
+        ));
+    }
+    let link = link_path(&c.dir, skill);
+    let from = match agents::inspect(&link)? {
+        agents::Entry::Absent => None,
+        _ => c.from.as_deref().map(tree),
+    };
+    let to = c.to.as_deref().map(tree);
+    agents::switch(&link, from.as_deref(), to.as_deref())
+}
+
+/// The operator's line for a switch that failed: who, why, what the records now say, and what
+/// to do.
+fn failed_line(c: &LinkChange, skill: &str, why: &str) -> String {
+    let stays = match c.from.as_deref() {
+        Some(d) => format!("the records keep it on {skill}@{d}, as before"),
+        None => format!("the records keep it without {skill}"),
+    };
+    format!(
+        "agent {}: {why}; {stays}: fix the cause, then run the command again (`skillbox sync` retries a move off a withdrawn version)",
+        c.agent
+    )
 }
 
 /// Finish or undo whatever an interrupted command left, and reap unrecorded trees. Returns one

@@ -201,10 +201,84 @@ fn resolve_agents(tx: &Tx<'_>, args: &[AgentArg]) -> Result<Vec<(String, String)
             out.push((a.name.clone(), dir));
         }
     }
+    refuse_shared_dirs(tx, &out)?;
     Ok(out)
 }
 
-/// Check that each agent's entry is what the records say skillbox made, before any change.
+/// Which directory a skills directory is: its device and inode when it exists (so a symlinked
+/// `~/.codex/skills -> ~/.claude/skills` is seen as one), else the canonical form of its
+/// deepest existing ancestor followed by the rest of the path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum DirId {
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+fn dir_identity(dir: &Path) -> DirId {
+    use std::os::unix::fs::MetadataExt;
+    if let Ok(md) = std::fs::metadata(dir) {
+        return DirId::Inode(md.dev(), md.ino());
+    }
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut cur = dir;
+    loop {
+        if let Ok(mut p) = std::fs::canonicalize(cur) {
+            p.extend(rest.iter().rev());
+            return DirId::Path(p);
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                cur = parent;
+            }
+            _ => return DirId::Path(dir.to_owned()),
+        }
+    }
+}
+
+/// Refuse agents that would share one skills directory: two agents on one directory share one
+/// link per skill, so the records would say each runs its own version while the link holds only
+/// the last one written (and a withdrawal or `verify` would act on the wrong one). Checked among
+/// the agents of this command, and each agent not yet recorded against every recorded one.
+fn refuse_shared_dirs(tx: &Tx<'_>, resolved: &[(String, String)]) -> Result<(), Error> {
+    if resolved.is_empty() {
+        return Ok(());
+    }
+    let recorded = tx.agents()?;
+    let is_new = |n: &str| !recorded.iter().any(|(r, _)| r == n);
+    type Seen = std::collections::HashMap<DirId, (String, String)>;
+    let mut outside: Seen = Default::default();
+    if resolved.iter().any(|(n, _)| is_new(n)) {
+        for (n, d) in &recorded {
+            if !resolved.iter().any(|(r, _)| r == n) {
+                outside
+                    .entry(dir_identity(Path::new(d)))
+                    .or_insert_with(|| (n.clone(), d.clone()));
+            }
+        }
+    }
+    let mut here: Seen = Default::default();
+    for (n, d) in resolved {
+        let id = dir_identity(Path::new(d));
+        let clash = here
+            .get(&id)
+            .or_else(|| is_new(n).then(|| outside.get(&id)).flatten());
+        if let Some((o, od)) = clash {
+            return Err(Error::new(
+                Kind::Usage,
+                format!(
+                    "agent {n}: its directory {d} is the same directory as agent {o}'s ({od}); two agents on one directory share one link per skill, so their records would disagree: use agent {o} for it, or give {n} a directory of its own"
+                ),
+            ));
+        }
+        here.insert(id, (n.clone(), d.clone()));
+    }
+    Ok(())
+}
+
+/// Check that each agent's entry is what the records say skillbox made, before any change. A
+/// command that is not containment (install, approve, rollback) refuses up front, naming the
+/// agent and what its entry is; a withdrawal never does (see [`move_off`]).
 fn precheck(store: &Store, skill: &str, changes: &[LinkChange]) -> Result<(), Error> {
     for c in changes {
         let link = journal::link_path(&c.dir, skill);
@@ -215,9 +289,30 @@ fn precheck(store: &Store, skill: &str, changes: &[LinkChange]) -> Result<(), Er
             (agents::Entry::Link(t), None) => c.to.as_deref().is_some_and(|d| *t == store.tree(d)),
             _ => false,
         };
-        if !ok {
-            return Err(agents::not_ours(&link));
+        if ok {
+            continue;
         }
+        let recorded = match c.from.as_deref() {
+            Some(d) => format!("skillbox recorded its link to {skill}@{d} there"),
+            None => "skillbox recorded nothing there".to_owned(),
+        };
+        let message = match &now {
+            // Nothing is there: saying "skillbox did not create it" would send the operator
+            // looking for an entry that does not exist.
+            agents::Entry::Absent => format!(
+                "agent {}: {} is missing ({recorded}); nothing was changed: `skillbox verify` recreates it, then run the command again",
+                c.agent,
+                link.display()
+            ),
+            agents::Entry::Link(t) => format!(
+                "agent {}: {} is a symlink to {} and skillbox did not create it ({recorded}); it was left untouched and nothing was changed (move it away, or install for another agent)",
+                c.agent,
+                link.display(),
+                t.display()
+            ),
+            agents::Entry::Foreign => format!("agent {}: {}", c.agent, agents::not_ours(&link)),
+        };
+        return Err(Error::new(Kind::Operational, message));
     }
     Ok(())
 }
@@ -1165,15 +1260,31 @@ pub fn rollback(
         )
     })?;
     crash_point("rollback", "recorded");
-    let problems = journal::finish_links(store, links, skill, &changes, "rollback")?;
+    let failed = journal::switch_links(store, links, skill, &changes, "rollback")?;
+    let (agents, problems) = moved_and_failed(changes, failed);
     Ok(MoveReport {
         skill: skill.to_owned(),
         digest: target.map(|t| t.digest),
-        agents: changes.into_iter().map(agent_change).collect(),
+        agents,
         problems,
         recovered,
         still_on: Vec::new(),
     })
+}
+
+/// The agents a journaled move did move, and one line per switch that failed (the records keep
+/// those agents where they were: [`journal::switch_links`]).
+fn moved_and_failed(
+    changes: Vec<LinkChange>,
+    failed: Vec<journal::Failed>,
+) -> (Vec<AgentChange>, Vec<String>) {
+    let agents = changes
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !failed.iter().any(|f| f.index == *i))
+        .map(|(_, c)| agent_change(c))
+        .collect();
+    (agents, failed.into_iter().map(|f| f.message).collect())
 }
 
 /// `withdraw`: the version can never be activated again, on any host sharing the records;
@@ -1206,6 +1317,13 @@ pub fn withdraw(
 /// Move this host's agents off `v` (to the previous approved version in this host's store, or
 /// to nothing), in one transaction with the withdrawal when `withdraw` gives its reason, then
 /// switch the links (journaled, as every move).
+///
+/// A withdrawal is containment: it is always committed, whatever state one agent's entry is in,
+/// so the version stops being installable on every host at once and every agent that can move
+/// does. An agent whose entry skillbox cannot move (a directory or a link it did not make) is
+/// left untouched and stays recorded on the withdrawn version, so `status` lists it, `gc`
+/// keeps the tree and `sync` tries again; each one is a problem naming the agent and what to
+/// do. An agent whose link is missing runs nothing of it: it moves like the others.
 fn move_off(
     store: &mut Store,
     v: &Version,
@@ -1221,16 +1339,32 @@ fn move_off(
     })?;
     let dirs: std::collections::HashMap<String, String> =
         store.records.read(|tx| tx.agents())?.into_iter().collect();
-    let changes: Vec<LinkChange> = users
-        .iter()
-        .map(|i| LinkChange {
+    let to = prev.as_ref().map(|p| p.digest.clone());
+    let mut changes: Vec<LinkChange> = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+    for i in &users {
+        let dir = dirs
+            .get(&i.agent)
+            .filter(|d| Path::new(d.as_str()).is_absolute());
+        let Some(dir) = dir else {
+            problems.push(format!(
+                "agent {}: no directory is recorded for it, so its link cannot be found; it stays recorded on withdrawn {}@{}",
+                i.agent, v.skill, v.digest
+            ));
+            continue;
+        };
+        let change = LinkChange {
             agent: i.agent.clone(),
-            dir: dirs.get(&i.agent).cloned().unwrap_or_default(),
+            dir: dir.clone(),
             from: Some(v.digest.clone()),
-            to: prev.as_ref().map(|p| p.digest.clone()),
-        })
-        .collect();
-    precheck(store, &v.skill, &changes)?;
+            to: to.clone(),
+        };
+        if let Some(p) = unmovable(store, v, &change)? {
+            problems.push(p);
+        } else {
+            changes.push(change);
+        }
+    }
     let time = now();
     let links = store.records.write(|tx| {
         if let Some(reason) = withdraw {
@@ -1240,7 +1374,9 @@ fn move_off(
         record_changes(tx, &v.skill, &changes, &time, "moved_by_withdrawal", actor)
     })?;
     crash_point(op, "recorded");
-    let problems = journal::finish_links(store, links, &v.skill, &changes, op)?;
+    let failed = journal::switch_links(store, links, &v.skill, &changes, op)?;
+    let (agents, failed) = moved_and_failed(changes, failed);
+    problems.extend(failed);
     let still_on = store
         .records
         .read(|tx| tx.fleet_installs_using(&v.digest))?
@@ -1253,11 +1389,64 @@ fn move_off(
     Ok(MoveReport {
         skill: v.skill.clone(),
         digest: Some(v.digest.clone()),
-        agents: changes.into_iter().map(agent_change).collect(),
+        agents,
         problems,
         recovered: Vec::new(),
         still_on,
     })
+}
+
+/// Why `c` (an agent on withdrawn `v`) cannot be moved off it, or `None` when its entry is the
+/// link skillbox made (to `v`, or already to where it moves), or nothing.
+fn unmovable(store: &Store, v: &Version, c: &LinkChange) -> Result<Option<String>, Error> {
+    let link = journal::link_path(&c.dir, &v.skill);
+    let withdrawn = store.tree(&v.digest);
+    let (what, todo) = match agents::inspect(&link) {
+        Ok(agents::Entry::Absent) => return Ok(None),
+        Ok(agents::Entry::Link(t))
+            if t == withdrawn || c.to.as_deref().is_some_and(|d| t == store.tree(d)) =>
+        {
+            return Ok(None);
+        }
+        Ok(agents::Entry::Link(t)) => {
+            let same = std::fs::canonicalize(&link)
+                .ok()
+                .is_some_and(|r| std::fs::canonicalize(&withdrawn).ok() == Some(r));
+            if same {
+                (
+                    format!(
+                        "is a symlink to {}, the withdrawn tree by another path (the agent still runs it), and skillbox did not create it",
+                        t.display()
+                    ),
+                    format!("remove it (rm {})", link.display()),
+                )
+            } else {
+                (
+                    format!(
+                        "is a symlink to {} and skillbox did not create it",
+                        t.display()
+                    ),
+                    "check what it points at and move it away".to_owned(),
+                )
+            }
+        }
+        Ok(agents::Entry::Foreign) => (
+            "exists (a directory or a file) and skillbox did not create it".to_owned(),
+            "check it holds nothing of the withdrawn version and move it away".to_owned(),
+        ),
+        Err(e) => (
+            format!("cannot be inspected ({e})"),
+            "make it readable".to_owned(),
+        ),
+    };
+    Ok(Some(format!(
+        "agent {}: {} {what}; it was left untouched and {} stays recorded on withdrawn {}@{}: {todo}, then run `skillbox sync` to move it",
+        c.agent,
+        link.display(),
+        c.agent,
+        v.skill,
+        v.digest
+    )))
 }
 
 /// One agent on one host.
@@ -1423,12 +1612,18 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
     let root = store.root().display().to_string();
     let records = store.records.location().to_owned();
     let host = store.records.host().to_owned();
-    store.records.read(|tx| {
+    let versions_root = store.versions_root();
+    let (mut status, withdrawn, outstanding) = store.records.read(|tx| {
         let versions = tx.version_list()?;
         let mut skills: Vec<&str> = versions.iter().map(|v| v.skill.as_str()).collect();
         skills.dedup();
         let at = |v: &Listed| format!("{}@{}", v.skill, v.digest);
         let stale = tx.fleet_installs_of_withdrawn()?;
+        let withdrawn_versions: Vec<(String, String)> = versions
+            .iter()
+            .filter(|v| v.state == State::Withdrawn)
+            .map(|v| (v.skill.clone(), v.digest.clone()))
+            .collect();
         let withdrawn: Vec<String> = versions
             .iter()
             .filter(|v| v.state == State::Withdrawn)
@@ -1448,25 +1643,96 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                     .collect(),
             })
             .collect();
-        Ok(Status {
-            store: root,
-            records,
-            host,
-            skills: skills.len(),
-            versions: versions.len(),
-            pending: versions
+        let intents = tx.intents()?;
+        let outstanding = outstanding_links(&intents);
+        Ok((
+            Status {
+                store: root,
+                records,
+                host: host.clone(),
+                skills: skills.len(),
+                versions: versions.len(),
+                pending: versions
+                    .iter()
+                    .filter(|v| v.state == State::Pending)
+                    .map(at)
+                    .collect(),
+                withdrawn,
+                withdrawn_in_use,
+                agents: tx.agents()?,
+                installs: tx.installs()?,
+                hosts: tx.hosts()?,
+                interrupted: intents.len(),
+            },
+            withdrawn_versions,
+            outstanding,
+        ))
+    })?;
+    // The records say what skillbox moved; this host's own links and unfinished switches say
+    // what its agents run now. A withdrawn version is not called contained while an agent here
+    // still has a link to its tree, or a switch off it is still to be made.
+    let trees = |skill: &str| -> Vec<(PathBuf, String)> {
+        withdrawn
+            .iter()
+            .filter(|(s, _)| s == skill)
+            .map(|(_, d)| (versions_root.join(store::hex_of(d)).join("tree"), d.clone()))
+            .collect()
+    };
+    let mut found: Vec<(String, String)> = Vec::new(); // (skill@digest, agent)
+    let mut skills: Vec<&str> = withdrawn.iter().map(|(s, _)| s.as_str()).collect();
+    skills.dedup();
+    for skill in skills {
+        let trees = trees(skill);
+        for (agent, dir) in &status.agents {
+            if let Ok(t) = std::fs::read_link(journal::link_path(dir, skill))
+                && let Some((_, d)) = trees.iter().find(|(tree, _)| *tree == t)
+            {
+                found.push((format!("{skill}@{d}"), agent.clone()));
+            }
+        }
+    }
+    for (skill, agent, from) in outstanding {
+        if withdrawn.iter().any(|(s, d)| *s == skill && *d == from) {
+            found.push((format!("{skill}@{from}"), agent));
+        }
+    }
+    for (version, agent) in found {
+        if let Some(w) = status
+            .withdrawn_in_use
+            .iter_mut()
+            .find(|w| w.version == version)
+            && !w
+                .still_on
                 .iter()
-                .filter(|v| v.state == State::Pending)
-                .map(at)
-                .collect(),
-            withdrawn,
-            withdrawn_in_use,
-            agents: tx.agents()?,
-            installs: tx.installs()?,
-            hosts: tx.hosts()?,
-            interrupted: tx.intents()?.len(),
-        })
-    })
+                .any(|h| h.host == host && h.agent == agent)
+        {
+            w.still_on.push(HostAgent {
+                host: host.clone(),
+                agent,
+            });
+            w.still_on
+                .sort_by(|a, b| (&a.host, &a.agent).cmp(&(&b.host, &b.agent)));
+        }
+    }
+    Ok(status)
+}
+
+/// The switches this host's unfinished `links` intents still have to make: (skill, agent, the
+/// version its link leaves).
+fn outstanding_links(intents: &[super::records::Intent]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for row in intents {
+        if let Ok(journal::Intent::Links { skill, changes }) =
+            serde_json::from_value::<journal::Intent>(row.payload.clone())
+        {
+            for c in changes {
+                if let Some(from) = c.from {
+                    out.push((skill.clone(), c.agent, from));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The answer of `provenance`.
@@ -1590,6 +1856,40 @@ pub fn gc(store: &mut Store, keep: usize) -> Result<GcReport, Error> {
             kept += 1;
         }
     }
+    // Never a tree a link on this host still points at, or an unfinished switch names, whatever
+    // the records say: removing it would leave an agent on a dangling link (or, for a withdrawn
+    // version, hide that an agent still runs it).
+    let (agents_here, intents) = store.records.read(|tx| Ok((tx.agents()?, tx.intents()?)))?;
+    let mut held: std::collections::HashSet<PathBuf> = Default::default();
+    for row in &intents {
+        if let Ok(journal::Intent::Links { changes, .. }) =
+            serde_json::from_value::<journal::Intent>(row.payload.clone())
+        {
+            for d in changes.iter().flat_map(|c| [&c.from, &c.to]).flatten() {
+                held.insert(store.tree(d));
+            }
+        }
+    }
+    let mut skills: Vec<&str> = removed
+        .iter()
+        .filter_map(|r| r.split_once('@').map(|(s, _)| s))
+        .collect();
+    skills.sort_unstable();
+    skills.dedup();
+    for skill in skills {
+        for (_, dir) in &agents_here {
+            if let Ok(t) = std::fs::read_link(journal::link_path(dir, skill)) {
+                held.insert(t);
+            }
+        }
+    }
+    removed.retain(|r| {
+        let keep = r
+            .split_once('@')
+            .is_some_and(|(_, d)| held.contains(&store.tree(d)));
+        kept += usize::from(keep);
+        !keep
+    });
     let time = now();
     store.records.write(|tx| {
         for r in &removed {
@@ -1671,43 +1971,221 @@ pub fn verify(store: &mut Store) -> Result<VerifyReport, Error> {
         }
     }
     for i in &installs {
-        let Some(dir) = dirs.get(&i.agent) else {
+        if !dirs.contains_key(&i.agent) {
             problems.push(format!(
                 "agent {} has installations but no directory",
                 i.agent
             ));
-            continue;
-        };
-        let link = journal::link_path(dir, &i.skill);
-        let want = store.tree(&i.digest);
-        match agents::inspect(&link)? {
-            agents::Entry::Link(t) if t == want => {}
-            agents::Entry::Link(t) if t.starts_with(store.versions_root()) => {
-                let from = t.clone();
-                match agents::switch(&link, Some(&from), Some(&want)) {
-                    Ok(()) => repaired.push(format!("{}: re-pointed at {}", link.display(), i.digest)),
-                    Err(e) => problems.push(e.to_string()),
-                }
-            }
-            agents::Entry::Absent => match agents::switch(&link, None, Some(&want)) {
-                Ok(()) => repaired.push(format!("{}: recreated (-> {})", link.display(), i.digest)),
-                Err(e) => problems.push(e.to_string()),
-            },
-            agents::Entry::Link(_) | agents::Entry::Foreign => problems.push(format!(
-                "{}: recorded as {}@{} but replaced by something skillbox did not create; left untouched",
-                link.display(),
-                i.skill,
-                i.digest
-            )),
         }
     }
+    let links_checked = check_links(
+        store,
+        &versions,
+        &installs,
+        &dirs,
+        &mut problems,
+        &mut repaired,
+    )?;
     Ok(VerifyReport {
         ok: problems.is_empty(),
         versions_checked: checked,
-        links_checked: installs.len(),
+        links_checked,
         problems,
         repaired,
     })
+}
+
+/// `verify`'s look at the skills directories: `<dir>/<skill>` for every agent of this host and
+/// every skill the records know, against the records (not only the recorded installations: a
+/// link the records lost still runs what it points at). Returns how many entries it looked at.
+fn check_links(
+    store: &mut Store,
+    versions: &[Listed],
+    installs: &[Install],
+    dirs: &std::collections::HashMap<String, String>,
+    problems: &mut Vec<String>,
+    repaired: &mut Vec<String>,
+) -> Result<usize, Error> {
+    use std::collections::{BTreeMap, BTreeSet, HashMap};
+    let versions_root = store.versions_root();
+    let by_digest: HashMap<&str, &Listed> =
+        versions.iter().map(|v| (v.digest.as_str(), v)).collect();
+    let recorded: HashMap<(&str, &str), &str> = installs
+        .iter()
+        .map(|i| ((i.agent.as_str(), i.skill.as_str()), i.digest.as_str()))
+        .collect();
+    let skills: BTreeSet<&str> = versions
+        .iter()
+        .map(|v| v.skill.as_str())
+        .chain(installs.iter().map(|i| i.skill.as_str()))
+        .collect();
+    // Agents sharing one directory share one link per skill: their records cannot all be right,
+    // and repairing one agent's link would break the other's. Reported, not touched.
+    let mut by_dir: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    let mut ids: HashMap<DirId, String> = HashMap::new();
+    let mut agents_sorted: Vec<(&String, &String)> = dirs.iter().collect();
+    agents_sorted.sort();
+    for (agent, dir) in &agents_sorted {
+        let key = ids
+            .entry(dir_identity(Path::new(dir.as_str())))
+            .or_insert_with(|| (*dir).clone())
+            .clone();
+        by_dir.entry(key).or_default().push(agent.as_str());
+    }
+    let mut shared: BTreeSet<&str> = BTreeSet::new();
+    for (dir, names) in &by_dir {
+        if names.len() > 1 {
+            problems.push(format!(
+                "agents {} use one directory ({dir}): they share one link per skill, so the records cannot say what each runs; left untouched (record one agent per directory)",
+                names.join(", ")
+            ));
+            shared.extend(names.iter().copied());
+        }
+    }
+    let time = now();
+    let mut checked = 0;
+    for (agent, dir) in agents_sorted {
+        if shared.contains(agent.as_str()) || !Path::new(dir.as_str()).is_absolute() {
+            continue;
+        }
+        for skill in &skills {
+            checked += 1;
+            let link = journal::link_path(dir, skill);
+            let now = match agents::inspect(&link) {
+                Ok(n) => n,
+                Err(e) => {
+                    problems.push(format!("agent {agent}: {e}"));
+                    continue;
+                }
+            };
+            let Some(digest) = recorded.get(&(agent.as_str(), *skill)).copied() else {
+                lost_link(
+                    store,
+                    &versions_root,
+                    &by_digest,
+                    agent,
+                    skill,
+                    &link,
+                    now,
+                    &time,
+                    problems,
+                    repaired,
+                )?;
+                continue;
+            };
+            let want = store.tree(digest);
+            let withdrawn = by_digest
+                .get(digest)
+                .is_some_and(|v| v.state == State::Withdrawn);
+            match now {
+                agents::Entry::Link(t) if t == want && withdrawn => problems.push(format!(
+                    "agent {agent}: {} still points at withdrawn {skill}@{digest}: `skillbox sync` moves it off",
+                    link.display()
+                )),
+                agents::Entry::Link(t) if t == want => {}
+                // Never re-point or recreate a link onto a withdrawn version: moving the agent
+                // off it is `sync`'s step, and reported here.
+                _ if withdrawn => problems.push(format!(
+                    "agent {agent}: recorded on withdrawn {skill}@{digest} and {} is not its link: `skillbox sync` moves it off (and names what is in the way)",
+                    link.display()
+                )),
+                agents::Entry::Link(t) if t.starts_with(&versions_root) => {
+                    match agents::switch(&link, Some(&t), Some(&want)) {
+                        Ok(()) => {
+                            repaired.push(format!("{}: re-pointed at {digest}", link.display()))
+                        }
+                        Err(e) => problems.push(e.to_string()),
+                    }
+                }
+                agents::Entry::Absent => match agents::switch(&link, None, Some(&want)) {
+                    Ok(()) => repaired.push(format!("{}: recreated (-> {digest})", link.display())),
+                    Err(e) => problems.push(e.to_string()),
+                },
+                agents::Entry::Link(_) | agents::Entry::Foreign => problems.push(format!(
+                    "{}: recorded as {skill}@{digest} but replaced by something skillbox did not create; left untouched",
+                    link.display(),
+                )),
+            }
+        }
+    }
+    Ok(checked)
+}
+
+/// An entry of an agent with no recorded installation of `skill`. Nothing, or anything that is
+/// not a link into this store, is the operator's own and not looked at. A link into the store
+/// is one skillbox made whose record was lost (a power loss can drop the newest commits): it
+/// runs what it points at, so the records take it back (and `sync`, `status` and `gc` see it)
+/// when that is a stored version of this skill that was approved or withdrawn; otherwise it is
+/// reported.
+#[allow(clippy::too_many_arguments)]
+fn lost_link(
+    store: &mut Store,
+    versions_root: &Path,
+    by_digest: &std::collections::HashMap<&str, &Listed>,
+    agent: &str,
+    skill: &str,
+    link: &Path,
+    now: agents::Entry,
+    time: &str,
+    problems: &mut Vec<String>,
+    repaired: &mut Vec<String>,
+) -> Result<(), Error> {
+    let agents::Entry::Link(t) = now else {
+        return Ok(());
+    };
+    let Ok(rest) = t.strip_prefix(versions_root) else {
+        return Ok(());
+    };
+    let parts: Vec<_> = rest.components().collect();
+    let digest = match parts.as_slice() {
+        [hex, tree] if tree.as_os_str() == "tree" => {
+            format!("sha256:{}", hex.as_os_str().to_string_lossy())
+        }
+        _ => String::new(),
+    };
+    let v = by_digest
+        .get(digest.as_str())
+        .filter(|v| v.skill == skill && v.stored && t.is_dir());
+    let Some(v) = v else {
+        problems.push(format!(
+            "agent {agent}: {} points at {}, which this store does not hold as a version of {skill}, and the records have no installation there: remove it (rm {})",
+            link.display(),
+            t.display(),
+            link.display()
+        ));
+        return Ok(());
+    };
+    match v.state {
+        State::Approved | State::Withdrawn => {
+            let detail = format!(
+                "agent {agent}: its link pointed here but the records had no installation; recorded by verify"
+            );
+            store.records.write(|tx| {
+                tx.set_install(agent, skill, Some(&v.digest))?;
+                tx.event(time, skill, Some(&v.digest), "link_found", "skillbox", &detail)
+            })?;
+            repaired.push(format!(
+                "{}: points at {skill}@{} with no installation recorded; recorded",
+                link.display(),
+                v.digest
+            ));
+            if v.state == State::Withdrawn {
+                problems.push(format!(
+                    "agent {agent}: {} points at withdrawn {skill}@{}: `skillbox sync` moves it off",
+                    link.display(),
+                    v.digest
+                ));
+            }
+        }
+        State::Pending | State::Denied => problems.push(format!(
+            "agent {agent}: {} points at {skill}@{}, which is {} and never linked, and the records have no installation there: remove it (rm {})",
+            link.display(),
+            v.digest,
+            v.state.as_str(),
+            link.display()
+        )),
+    }
+    Ok(())
 }
 
 /// The index URL a skill was installed from (for `update`), and its agents.

@@ -801,11 +801,13 @@ fn verify_repairs_its_own_links_and_reports_a_foreign_entry() {
         explain(&o)
     );
     assert!(beta.is_dir());
-    // And no later command touches it: a withdrawal refuses before changing anything.
+    // And no later command touches it: a withdrawal (containment) still commits and moves alpha
+    // off, reports beta's entry, and leaves it as it is.
     let o = w.run(&["withdraw", &format!("demo@{v1}"), "--reason", "x"]);
     expect_code(&o, 1);
     assert!(beta.is_dir());
-    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert_eq!(w.active("alpha"), None);
+    assert_eq!(state_of(&w, &v1), "withdrawn");
 }
 
 /// Unmounts the test's filesystem when the test ends, however it ends.
@@ -872,4 +874,322 @@ fn a_store_on_a_read_only_filesystem_is_an_operational_error() {
         "update did not land"
     );
     w.verify_ok();
+}
+
+/// A version's state in `list --json`.
+fn state_of(w: &World, digest: &str) -> String {
+    let o = w.run(&["list", "--json"]);
+    expect_code(&o, 0);
+    let l = json_of(&o);
+    l["skills"][0]["versions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("versions: {l}"))
+        .iter()
+        .find(|v| v["digest"] == digest)
+        .and_then(|v| v["state"].as_str())
+        .unwrap_or_else(|| panic!("{digest} not listed: {l}"))
+        .to_owned()
+}
+
+/// The agents `status --json` says still run withdrawn `digest` (host/agent), or panics when the
+/// version is not listed as withdrawn.
+fn still_on(w: &World, digest: &str) -> Vec<String> {
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    let s = json_of(&o);
+    let version = format!("demo@{digest}");
+    let w_use = s["withdrawn_in_use"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["version"] == version.as_str()))
+        .unwrap_or_else(|| panic!("{version} not withdrawn: {s}"));
+    w_use["still_on"]
+        .as_array()
+        .unwrap_or_else(|| panic!("still_on: {s}"))
+        .iter()
+        .map(|h| h["agent"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// A withdrawal is containment: an agent whose entry cannot be moved (here a directory the
+/// operator put there) or whose link is missing never keeps the version approved for the
+/// others. The version is withdrawn, every other agent moves, the one in the way is reported
+/// by name and stays listed as running it until `sync` can move it.
+#[test]
+fn a_withdrawal_commits_whatever_one_agent_entry_is() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["c1", "c2", "c3"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.run(&["update"]), 0);
+    assert_eq!(w.active("c1").as_deref(), Some(v2.as_str()));
+    // c2's link was removed by hand; c3's was replaced by a directory of the operator's own.
+    std::fs::remove_file(w.agent_dir("c2").join("demo")).unwrap_or_else(|e| panic!("rm: {e}"));
+    let c3 = w.agent_dir("c3").join("demo");
+    std::fs::remove_file(&c3).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::fs::create_dir(&c3).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::write(c3.join("mine.txt"), b"mine").unwrap_or_else(|e| panic!("write: {e}"));
+
+    let r2 = format!("demo@{v2}");
+    let o = w.run(&["withdraw", &r2, "--reason", "compromised", "--json"]);
+    expect_code(&o, 1);
+    let j = json_of(&o);
+    assert_eq!(state_of(&w, &v2), "withdrawn", "{}", explain(&o));
+    // c1 moved back; c2 had no link, so it runs nothing of v2 and moves like the others.
+    assert_eq!(w.active("c1").as_deref(), Some(v1.as_str()));
+    assert_eq!(w.active("c2").as_deref(), Some(v1.as_str()));
+    let moved: Vec<&str> = j["agents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("agents: {j}"))
+        .iter()
+        .map(|a| a["agent"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(moved, ["c1", "c2"], "{j}");
+    // c3 is the one problem: named, with what is in the way and what to do; left untouched.
+    let problems = j["problems"].to_string();
+    assert_eq!(j["problems"].as_array().map(Vec::len), Some(1), "{j}");
+    assert!(
+        problems.contains("agent c3")
+            && problems.contains(&c3.display().to_string())
+            && problems.contains("skillbox sync"),
+        "{problems}"
+    );
+    assert!(
+        !problems.contains("agent c2"),
+        "a missing link is not an entry in the way: {problems}"
+    );
+    assert_eq!(
+        std::fs::read(c3.join("mine.txt")).unwrap_or_else(|e| panic!("still there: {e}")),
+        b"mine"
+    );
+    assert_eq!(still_on(&w, &v2), ["c3"]);
+    // No host can install it again, whatever c3's entry is.
+    expect_code(&w.install(&["c4"]), 9);
+    // Once the entry is out of the way, sync finishes the containment.
+    std::fs::remove_dir_all(&c3).unwrap_or_else(|e| panic!("rm: {e}"));
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("c3").as_deref(), Some(v1.as_str()));
+    assert!(still_on(&w, &v2).is_empty());
+    w.verify_ok();
+}
+
+/// A rollback is not containment: it refuses up front, but says what is actually there.
+#[test]
+fn a_rollback_refused_for_a_missing_link_says_it_is_missing() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.run(&["update"]), 0);
+    let gone = w.agent_dir("beta").join("demo");
+    std::fs::remove_file(&gone).unwrap_or_else(|e| panic!("rm: {e}"));
+    let o = w.run(&["rollback", "demo"]);
+    expect_code(&o, 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("agent beta") && err.contains(&gone.display().to_string()),
+        "{err}"
+    );
+    assert!(
+        err.contains("is missing") && err.contains("skillbox verify"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("did not create"),
+        "no such entry exists: {err}"
+    );
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(v2.as_str()),
+        "nothing changed"
+    );
+    assert_eq!(w.active("beta"), None);
+}
+
+/// Makes an agent's directory refuse every change until dropped, so a link switch in it fails:
+/// a read-only bind mount as root (root passes permission bits), mode 0555 otherwise.
+struct Frozen {
+    dir: PathBuf,
+    _mounted: Option<Mounted>,
+}
+
+fn freeze(dir: &Path) -> Frozen {
+    let d = dir.to_str().expect("utf-8");
+    if nix::unistd::geteuid().is_root() {
+        mount(&["--bind", d, d]);
+        let m = Mounted(dir.to_owned());
+        mount(&["-o", "remount,bind,ro", d]);
+        Frozen {
+            dir: dir.to_owned(),
+            _mounted: Some(m),
+        }
+    } else {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))
+            .unwrap_or_else(|e| panic!("chmod: {e}"));
+        Frozen {
+            dir: dir.to_owned(),
+            _mounted: None,
+        }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755));
+    }
+}
+
+/// A link switch that fails (the agent's directory refuses writes) is not forgotten: the
+/// records keep that agent on the withdrawn version, so status does not call it contained, gc
+/// keeps the tree its link points at, verify looks at the link, and sync moves it once it can.
+/// Both with a version to fall back to (the link is re-pointed) and without (it is removed).
+#[test]
+fn a_failed_switch_off_a_withdrawn_version_stays_outstanding() {
+    for fallback in [true, false] {
+        let w = World::new();
+        let v1 = w.publish("demo", &package(1));
+        expect_code(&w.install(&["alpha", "beta"]), 0);
+        let (bad, back) = if fallback {
+            let v2 = w.publish("demo", &package(2));
+            expect_code(&w.run(&["update"]), 0);
+            (v2, Some(v1.clone()))
+        } else {
+            (v1.clone(), None)
+        };
+        let frozen = freeze(&w.agent_dir("beta"));
+        let o = w.run(&[
+            "withdraw",
+            &format!("demo@{bad}"),
+            "--reason",
+            "bad",
+            "--json",
+        ]);
+        expect_code(&o, 1);
+        let j = json_of(&o);
+        assert!(
+            j["problems"].to_string().contains("agent beta"),
+            "fallback {fallback}: {j}"
+        );
+        assert_eq!(state_of(&w, &bad), "withdrawn");
+        assert_eq!(w.active("alpha"), back, "fallback {fallback}: alpha moved");
+        assert_eq!(
+            w.active("beta").as_deref(),
+            Some(bad.as_str()),
+            "fallback {fallback}: beta's link could not move"
+        );
+        // Every report says beta still runs it.
+        assert_eq!(still_on(&w, &bad), ["beta"], "fallback {fallback}");
+        let listed = json_of(&w.run(&["list", "--json"]));
+        assert_eq!(
+            listed["skills"][0]["active"]["beta"],
+            bad.as_str(),
+            "fallback {fallback}: {listed}"
+        );
+        // gc keeps the tree beta's link points at.
+        expect_code(&w.run(&["gc", "--keep", "0"]), 0);
+        assert!(
+            tree_exists(&w, &bad),
+            "fallback {fallback}: gc removed a tree in use"
+        );
+        // verify looks at beta's link and says it is not consistent.
+        let o = w.run(&["verify", "--json"]);
+        expect_code(&o, 1);
+        let v = json_of(&o);
+        assert!(
+            v["problems"].to_string().contains("agent beta"),
+            "fallback {fallback}: {v}"
+        );
+        assert!(v["links_checked"].as_u64().unwrap_or(0) >= 2, "{v}");
+        // Once the directory takes writes again, sync finishes the move.
+        drop(frozen);
+        let o = w.run(&["sync", "--json"]);
+        expect_code(&o, 0);
+        assert_eq!(
+            w.active("beta"),
+            back,
+            "fallback {fallback}: {}",
+            explain(&o)
+        );
+        assert!(still_on(&w, &bad).is_empty(), "fallback {fallback}");
+        w.verify_ok();
+    }
+}
+
+/// A link of ours to a withdrawn tree that the records do not know (a skills directory restored
+/// from a backup after the withdrawal) still runs the version: status says so, gc keeps its
+/// tree, verify records it and says to sync, and sync moves it.
+#[test]
+fn a_link_to_a_withdrawn_tree_the_records_lost_is_not_contained() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "gamma"]), 0);
+    let link = w.agent_dir("gamma").join("demo");
+    let backup = std::fs::read_link(&link).unwrap_or_else(|e| panic!("readlink: {e}"));
+    let o = w.run(&["withdraw", &format!("demo@{v1}"), "--reason", "bad"]);
+    expect_code(&o, 0);
+    assert!(still_on(&w, &v1).is_empty());
+    // The backup comes back.
+    std::os::unix::fs::symlink(&backup, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    assert_eq!(still_on(&w, &v1), ["gamma"]);
+    expect_code(&w.run(&["gc", "--keep", "0"]), 0);
+    assert!(tree_exists(&w, &v1), "gc removed the tree a link points at");
+    let o = w.run(&["verify", "--json"]);
+    expect_code(&o, 1);
+    let v = json_of(&o);
+    assert!(
+        v["problems"].to_string().contains("agent gamma")
+            && v["problems"].to_string().contains("skillbox sync"),
+        "{v}"
+    );
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("gamma"), None, "{}", explain(&o));
+    assert!(still_on(&w, &v1).is_empty());
+    w.verify_ok();
+    expect_code(&w.run(&["gc", "--keep", "0"]), 0);
+    assert!(!tree_exists(&w, &v1));
+}
+
+/// Two agents on one skills directory share one link per skill, so their records would
+/// disagree: a second agent on a directory already recorded (by the same path, or through a
+/// symlink as harnesses make them) is refused, naming the other agent; verify reports agents
+/// that came to share one.
+#[test]
+fn two_agents_on_one_directory_are_refused() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["a"]), 0);
+    // ~/.codex/skills -> ~/.claude/skills, as some harness setups make it.
+    let alias = w.agent_dir("alias");
+    std::os::unix::fs::symlink(w.agent_dir("a"), &alias).unwrap_or_else(|e| panic!("ln: {e}"));
+    let url = w.index_url();
+    let b = format!("b={}", alias.display());
+    let o = w.run(&["install", &url, "demo", "--agent", &b]);
+    expect_code(&o, 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("agent b") && err.contains("agent a"), "{err}");
+    // The same directory twice in one command, not yet created.
+    let d = format!("{}", w.agent_dir("new").display());
+    let (c, e) = (format!("c={d}"), format!("e={d}/"));
+    expect_code(
+        &w.run(&["install", &url, "demo", "--agent", &c, "--agent", &e]),
+        2,
+    );
+    assert!(!w.agent_dir("new").exists(), "nothing created");
+    let o = w.run(&["status", "--json"]);
+    let agents = json_of(&o)["agents"].to_string();
+    assert!(
+        !agents.contains("\"b\"") && !agents.contains("\"c\""),
+        "{agents}"
+    );
+    // Two agents recorded apart whose directories became one are reported by verify.
+    expect_code(&w.install(&["f"]), 0);
+    std::fs::remove_dir_all(w.agent_dir("f")).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::os::unix::fs::symlink(w.agent_dir("a"), w.agent_dir("f"))
+        .unwrap_or_else(|e| panic!("ln: {e}"));
+    let o = w.run(&["verify", "--json"]);
+    expect_code(&o, 1);
+    let v = json_of(&o);
+    assert!(v["problems"].to_string().contains("one directory"), "{v}");
+    assert_eq!(w.active("a").as_deref(), Some(v1.as_str()));
 }
