@@ -4,8 +4,15 @@
 //!
 //! A policy is a TOML file; an unknown key is refused with its line. Without one the built-in
 //! default applies: nothing a package asks for (a tool, a host, a script, an executable, a
-//! download, a credential, a risky command, a cross-origin artifact, an incomplete review) is
-//! granted without a person, and a content-only update of an approved version is approved.
+//! download, an upload, a credential, a risky command, a cross-origin artifact, a name that
+//! differs from the index, an incomplete review) is granted without a person, and a
+//! content-only update of an approved version is approved.
+//!
+//! Every capability the review reports, and so every growth `diff` counts (tools, hosts,
+//! scripts, executables, downloads, uploads, credentials, risky commands, an incomplete
+//! review), has a rule here: a capability without one would be approved silently. What the
+//! review reports but this module deliberately never decides on is listed in
+//! docs/lifecycle.md (descriptions, prose and data mentions, frontmatter rule findings, links).
 //!
 //! The index description and SKILL.md's description never grant anything: this module does not
 //! read them. It reads only the review's structured capability lists and the provenance facts.
@@ -53,6 +60,8 @@ pub struct Capabilities {
     pub scripts: Action,
     pub executables: Action,
     pub downloads: Action,
+    /// Sending local data out (`curl -F file=@x`, object-storage uploads, `npm publish`, ...).
+    pub uploads: Action,
     pub credentials: Action,
     pub risky_commands: Action,
     pub incomplete_review: Action,
@@ -67,6 +76,7 @@ impl Default for Capabilities {
             scripts: Action::Ask,
             executables: Action::Ask,
             downloads: Action::Ask,
+            uploads: Action::Ask,
             credentials: Action::Ask,
             risky_commands: Action::Ask,
             incomplete_review: Action::Ask,
@@ -174,7 +184,14 @@ impl Policy {
     /// Decide for a package with `review`, from `facts`, given `diff` against the approved
     /// version it updates (none for a first install).
     pub fn decide(&self, review: &Review, facts: &Facts, diff: Option<&Diff>) -> Decision {
+        // Two kinds of asks: about what the package's bytes ask to do (its capabilities), and
+        // about where it came from (origin, cross-origin, a name other than the index's). A
+        // content-only update approved by `updates.content_only` settles the first (no
+        // capability grew since a version already decided on), never the second: an update
+        // from another origin, or naming itself otherwise, is a new fact no diff of its content
+        // can clear.
         let mut ask: Vec<String> = Vec::new();
+        let mut provenance_ask: Vec<String> = Vec::new();
         let mut allowed_by: Vec<&str> = Vec::new();
         let mut deny: Option<String> = None;
         let mut note =
@@ -191,7 +208,15 @@ impl Policy {
         let c = &self.capabilities;
 
         for t in &review.tools {
-            if let Some(d) = self.tools.deny.iter().find(|d| *d == t) {
+            // A deny names a tool by its base name, so a scope the package writes
+            // (`Bash(curl:*)`) cannot slip past `deny = ["Bash"]`; an allow is exact, so it
+            // never grants more than the string it lists.
+            if let Some(d) = self
+                .tools
+                .deny
+                .iter()
+                .find(|d| tool_base(d) == tool_base(t))
+            {
                 note(
                     Action::Deny,
                     &format!("tools.deny {d:?}"),
@@ -250,29 +275,31 @@ impl Policy {
                 &mut ask,
             );
         }
-        for d in &caps.downloads {
-            note(
+        let lists: [(&[String], Action, &str, &str); 4] = [
+            (
+                &caps.downloads,
                 c.downloads,
                 "capabilities.downloads",
-                format!("download {d}"),
-                &mut ask,
-            );
-        }
-        for d in &caps.credentials {
-            note(
+                "download",
+            ),
+            (&caps.uploads, c.uploads, "capabilities.uploads", "upload"),
+            (
+                &caps.credentials,
                 c.credentials,
                 "capabilities.credentials",
-                format!("credential {d}"),
-                &mut ask,
-            );
-        }
-        for d in &caps.risky_commands {
-            note(
+                "credential",
+            ),
+            (
+                &caps.risky_commands,
                 c.risky_commands,
                 "capabilities.risky_commands",
-                format!("risky command {d}"),
-                &mut ask,
-            );
+                "risky command",
+            ),
+        ];
+        for (list, action, rule, what) in lists {
+            for d in list {
+                note(action, rule, format!("{what} {d}"), &mut ask);
+            }
         }
         if !review.coverage.complete {
             note(
@@ -290,7 +317,7 @@ impl Policy {
                 c.name_mismatch,
                 "capabilities.name_mismatch",
                 "SKILL.md name differs from the index".into(),
-                &mut ask,
+                &mut provenance_ask,
             );
         }
         if facts.cross_origin {
@@ -298,7 +325,7 @@ impl Policy {
                 c.cross_origin,
                 "capabilities.cross_origin",
                 "artifact from another origin than the index".into(),
-                &mut ask,
+                &mut provenance_ask,
             );
         }
         if let Some(o) = &facts.origin {
@@ -314,29 +341,36 @@ impl Policy {
                     self.origins.other,
                     "origins.other",
                     format!("origin {o}"),
-                    &mut ask,
+                    &mut provenance_ask,
                 );
             }
         }
         if let Some(rule) = deny {
             return Decision::Denied { rule };
         }
+        let needs = |mut findings: Vec<String>| {
+            findings.sort();
+            findings.dedup();
+            Decision::NeedsApproval { findings }
+        };
         if let Some(d) = diff {
-            if d.change == Change::ContentOnly && self.updates.content_only == Action::Allow {
-                return Decision::Approved {
-                    rule: "updates.content_only = \"allow\" (no capability grew since the approved version)".into(),
-                };
-            }
             if d.change == Change::ContentOnly && self.updates.content_only == Action::Deny {
                 return Decision::Denied {
                     rule: "updates.content_only = \"deny\"".into(),
                 };
             }
+            if d.change == Change::ContentOnly && self.updates.content_only == Action::Allow {
+                if !provenance_ask.is_empty() {
+                    return needs(provenance_ask);
+                }
+                return Decision::Approved {
+                    rule: "updates.content_only = \"allow\" (no capability grew since the approved version)".into(),
+                };
+            }
         }
+        ask.append(&mut provenance_ask);
         if !ask.is_empty() {
-            ask.sort();
-            ask.dedup();
-            return Decision::NeedsApproval { findings: ask };
+            return needs(ask);
         }
         allowed_by.sort_unstable();
         allowed_by.dedup();
@@ -351,6 +385,16 @@ impl Policy {
             },
         }
     }
+}
+
+/// The name a `tools.deny` entry and a requested tool are compared by: the part before any
+/// scope `(...)`, trimmed and case-folded (`Bash(curl:*)` and `bash` both give `bash`).
+fn tool_base(tool: &str) -> String {
+    tool.split('(')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
 }
 
 /// Exact host, or `*.suffix` for strict subdomains of `suffix`.
@@ -410,5 +454,141 @@ mod tests {
             p.decide(&r, &Facts::default(), None),
             Decision::Approved { .. }
         ));
+    }
+
+    /// A review that asks for nothing, read in full.
+    fn quiet() -> Review {
+        let mut r = Review::default();
+        r.coverage.complete = true;
+        r
+    }
+
+    fn content_only() -> Diff {
+        Diff {
+            change: Change::ContentOnly,
+            old_digest: None,
+            new_digest: None,
+            grown: Vec::new(),
+            dropped: Vec::new(),
+            files: Default::default(),
+            frontmatter_changed: Vec::new(),
+        }
+    }
+
+    fn policy(text: &str) -> Policy {
+        Policy::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn uploads_are_decided_like_every_other_capability() {
+        let mut r = quiet();
+        r.capabilities.uploads = vec!["object storage upload".into()];
+        assert_eq!(
+            Policy::default().decide(&r, &Facts::default(), None),
+            Decision::NeedsApproval {
+                findings: vec!["upload object storage upload".into()]
+            }
+        );
+        assert_eq!(
+            policy("[capabilities]\nuploads = \"deny\"\n").decide(&r, &Facts::default(), None),
+            Decision::Denied {
+                rule: "capabilities.uploads = \"deny\" (upload object storage upload)".into()
+            }
+        );
+        assert!(matches!(
+            policy("[capabilities]\nuploads = \"allow\"\n").decide(&r, &Facts::default(), None),
+            Decision::Approved { .. }
+        ));
+    }
+
+    #[test]
+    fn a_content_only_update_still_asks_about_where_it_came_from() {
+        let d = content_only();
+        let strict =
+            policy("[origins]\nallow = [\"https://skills.example.com\"]\nother = \"ask\"\n");
+        // A capability the approved version already had needs no new decision...
+        let mut r = quiet();
+        r.capabilities.hosts = vec!["api.example.net".into()];
+        let home = Facts {
+            origin: Some("https://skills.example.com".into()),
+            cross_origin: false,
+        };
+        assert!(matches!(
+            strict.decide(&r, &home, Some(&d)),
+            Decision::Approved { rule } if rule.starts_with("updates.content_only")
+        ));
+        // ...but an origin the policy asks about does, and only it is listed.
+        let moved = Facts {
+            origin: Some("https://mirror.example.org".into()),
+            cross_origin: true,
+        };
+        assert_eq!(
+            strict.decide(&r, &moved, Some(&d)),
+            Decision::NeedsApproval {
+                findings: vec![
+                    "artifact from another origin than the index".into(),
+                    "origin https://mirror.example.org".into(),
+                ]
+            }
+        );
+        // A name other than the index's, under the default policy.
+        let mut r = quiet();
+        r.flags = vec![crate::skill::review::ReviewFlag::NameMismatch];
+        assert_eq!(
+            Policy::default().decide(&r, &Facts::default(), Some(&d)),
+            Decision::NeedsApproval {
+                findings: vec!["SKILL.md name differs from the index".into()]
+            }
+        );
+        // A provenance deny still wins over the content-only rule.
+        let closed =
+            policy("[origins]\nallow = [\"https://skills.example.com\"]\nother = \"deny\"\n");
+        assert!(matches!(
+            closed.decide(&quiet(), &moved, Some(&d)),
+            Decision::Denied { rule } if rule.starts_with("origins.other")
+        ));
+    }
+
+    #[test]
+    fn a_tool_deny_matches_every_scope_and_an_allow_only_its_own_string() {
+        let mut r = quiet();
+        r.tools = vec!["Read".into(), "Bash(curl:*)".into()];
+        let p = policy("[tools]\ndeny = [\"Bash\"]\nother = \"allow\"\n");
+        assert_eq!(
+            p.decide(&r, &Facts::default(), None),
+            Decision::Denied {
+                rule: "tools.deny \"Bash\" = \"deny\" (tool Bash(curl:*))".into()
+            }
+        );
+        // Case and a scope in the deny entry do not narrow it either.
+        for deny in ["bash", "Bash(git status:*)", " BASH "] {
+            let p = policy(&format!("[tools]\ndeny = [{deny:?}]\nother = \"allow\"\n"));
+            for tool in ["Bash", "Bash(curl:*)", "bash(rm -rf:*)"] {
+                let mut r = quiet();
+                r.tools = vec![tool.into()];
+                assert!(
+                    matches!(
+                        p.decide(&r, &Facts::default(), None),
+                        Decision::Denied { .. }
+                    ),
+                    "deny {deny:?} lets {tool:?} through"
+                );
+            }
+        }
+        // An allow of the bare name grants the bare tool only.
+        let p = policy("[tools]\nallow = [\"Read\", \"Bash\"]\nother = \"ask\"\n");
+        assert_eq!(
+            p.decide(&r, &Facts::default(), None),
+            Decision::NeedsApproval {
+                findings: vec!["tool Bash(curl:*)".into()]
+            }
+        );
+        r.tools = vec!["Read".into(), "Bash".into()];
+        assert_eq!(
+            p.decide(&r, &Facts::default(), None),
+            Decision::Approved {
+                rule: "everything it asks for is allowed (tools.allow)".into()
+            }
+        );
     }
 }
