@@ -637,8 +637,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                             "    {}  {:<9} {:<12} {}{w}{gone}",
                             short(&v.digest),
                             v.state.as_str(),
-                            v.change,
-                            v.created_at
+                            shown(&v.change),
+                            shown(&v.created_at)
                         );
                     }
                 }
@@ -652,8 +652,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             if json_out {
                 print_json(&s);
             } else {
-                println!("store        {}", s.store);
-                println!("records      {}", s.records);
+                println!("store        {}", shown(&s.store));
+                println!("records      {}", shown(&s.records));
                 println!("host         {}", s.host);
                 if s.hosts.len() > 1 {
                     println!("hosts        {}", s.hosts.len());
@@ -661,14 +661,14 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         println!(
                             "  {:<16} last sync {}",
                             h.name,
-                            h.last_sync.as_deref().unwrap_or("never")
+                            shown(h.last_sync.as_deref().unwrap_or("never"))
                         );
                     }
                 }
                 println!("skills       {} ({} versions)", s.skills, s.versions);
                 println!("agents       {}", s.agents.len());
                 for (n, d) in &s.agents {
-                    println!("  {n:<16} {d}");
+                    println!("  {n:<16} {}", shown(d));
                 }
                 println!("active       {}", s.installs.len());
                 println!("pending      {}", s.pending.len());
@@ -723,10 +723,10 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 print_json(&g);
             } else {
                 for r in &g.recovered {
-                    println!("recovered: {r}");
+                    println!("recovered: {}", shown(r));
                 }
                 for r in &g.removed {
-                    println!("removed {r}");
+                    println!("removed {}", shown(r));
                 }
                 println!("{} removed, {} kept", g.removed.len(), g.kept);
             }
@@ -739,7 +739,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 print_json(&r);
             } else {
                 for x in &r.recovered {
-                    println!("recovered: {x}");
+                    println!("recovered: {}", shown(x));
                 }
                 let n: usize = r.moved.iter().map(|m| m.agents.len()).sum();
                 println!("host {}: {n} agent(s) moved off withdrawn versions", r.host);
@@ -757,7 +757,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     }
                 }
                 for p in &r.problems {
-                    println!("  PROBLEM: {p}");
+                    println!("  PROBLEM: {}", shown(p));
                 }
             }
             Ok(if r.problems.is_empty() {
@@ -773,10 +773,10 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 print_json(&v);
             } else {
                 for r in &v.repaired {
-                    println!("repaired: {r}");
+                    println!("repaired: {}", shown(r));
                 }
                 for p in &v.problems {
-                    println!("PROBLEM: {p}");
+                    println!("PROBLEM: {}", shown(p));
                 }
                 println!(
                     "{}: {} version(s), {} link(s) checked",
@@ -788,6 +788,14 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             Ok(if v.ok { EXIT_OK } else { EXIT_OPERATIONAL })
         }
     }
+}
+
+/// A string a package, a server or the records (shared by other hosts) gave us, for a
+/// terminal: control characters, C1 included (no ESC or CSI reaches it), line separators and
+/// bidi overrides are escaped, so text from outside can neither move the cursor nor forge a
+/// line. Bounded generously: a URL or a rule is shown whole.
+fn shown(s: &str) -> String {
+    escape_bounded(s, 4096)
 }
 
 fn short(d: &str) -> String {
@@ -821,14 +829,14 @@ fn show_install(r: &InstallReport, json_out: bool) -> u8 {
         return code;
     }
     for x in &r.recovered {
-        println!("recovered: {x}");
+        println!("recovered: {}", shown(x));
     }
     println!("{}@{}", r.skill, r.digest);
-    println!("  change:   {}", r.change);
+    println!("  change:   {}", shown(&r.change));
     println!(
         "  review:   {} (sha256 of the review {})",
-        r.review_summary,
-        short(&r.review_sha256)
+        shown(&r.review_summary),
+        short(&shown(&r.review_sha256))
     );
     match &r.decision {
         Decision::Approved { rule } => {
@@ -866,7 +874,7 @@ fn show_install(r: &InstallReport, json_out: bool) -> u8 {
                 .map(short)
                 .unwrap_or_else(|| "none".into()),
             a.to.as_deref().map(short).unwrap_or_else(|| "none".into()),
-            a.dir,
+            shown(&a.dir),
             r.skill
         );
     }
@@ -874,7 +882,7 @@ fn show_install(r: &InstallReport, json_out: bool) -> u8 {
         println!("  unchanged: already active for every agent named");
     }
     for p in &r.problems {
-        println!("  PROBLEM: {p}");
+        println!("  PROBLEM: {}", shown(p));
     }
     code
 }
@@ -889,7 +897,7 @@ fn show_moves(what: &str, r: &ops::MoveReport, json_out: bool) {
         return;
     }
     for x in &r.recovered {
-        println!("recovered: {x}");
+        println!("recovered: {}", shown(x));
     }
     println!(
         "{what} {}{}: {} agent(s) moved",
@@ -924,7 +932,7 @@ fn show_moves(what: &str, r: &ops::MoveReport, json_out: bool) {
         }
     }
     for p in &r.problems {
-        println!("  PROBLEM: {p}");
+        println!("  PROBLEM: {}", shown(p));
     }
 }
 
@@ -977,6 +985,7 @@ fn render_review(r: &Review) -> String {
     for (what, list) in [
         ("host", &c.hosts),
         ("download", &c.downloads),
+        ("upload", &c.uploads),
         ("credential", &c.credentials),
         ("risky", &c.risky_commands),
         ("executable", &c.executables),
@@ -1011,7 +1020,10 @@ fn render_review(r: &Review) -> String {
 fn print_provenance(p: &ops::ProvenanceReport) {
     let v = &p.version;
     let pv = &v.provenance;
-    let g = |k: &str| pv.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+    // Every value here was recorded from a package, an index or a server (a Content-Type, a
+    // Location, a rule naming a package's tool): each is escaped.
+    let g = |k: &str| shown(pv.get(k).and_then(Value::as_str).unwrap_or("-"));
+    let field = |h: &Value, k: &str| shown(h[k].as_str().unwrap_or("-"));
     println!("{}@{}", v.skill, v.digest);
     println!(
         "  state:          {}{}",
@@ -1035,8 +1047,8 @@ fn print_provenance(p: &ops::ProvenanceReport) {
         {
             println!(
                 "    redirect:     {} -> {}",
-                h["url"].as_str().unwrap_or("-"),
-                h["location"].as_str().unwrap_or("-")
+                field(h, "url"),
+                field(h, "location")
             );
         }
     }
@@ -1059,10 +1071,10 @@ fn print_provenance(p: &ops::ProvenanceReport) {
     {
         println!(
             "  redirect:       {} [{}] -> {} ({})",
-            h["url"].as_str().unwrap_or("-"),
-            h["address"].as_str().unwrap_or("-"),
-            h["location"].as_str().unwrap_or("-"),
-            h["status"]
+            field(h, "url"),
+            field(h, "address"),
+            field(h, "location"),
+            shown(&h["status"].to_string())
         );
     }
     println!("  final url:      {}", g("final_url"));
@@ -1071,15 +1083,16 @@ fn print_provenance(p: &ops::ProvenanceReport) {
     println!("  digest:         {}", v.digest);
     println!(
         "  review:         {} (sha256 {})",
-        v.review_summary, v.review_sha256
+        shown(&v.review_summary),
+        shown(&v.review_sha256)
     );
     println!(
         "  decision:       {} by {}{}",
         v.state.as_str(),
-        v.decided_by,
+        shown(&v.decided_by),
         v.rule
             .as_deref()
-            .map(|r| format!(" ({r})"))
+            .map(|r| format!(" ({})", display_name(r.as_bytes())))
             .unwrap_or_default()
     );
     if !v.findings.is_empty() {
@@ -1093,22 +1106,22 @@ fn print_provenance(p: &ops::ProvenanceReport) {
         if p.agents.is_empty() {
             "none".into()
         } else {
-            p.agents.join(", ")
+            shown(&p.agents.join(", "))
         }
     );
     if !p.hosts.is_empty() {
-        println!("  hosts:          {}", host_agents(&p.hosts));
+        println!("  hosts:          {}", shown(&host_agents(&p.hosts)));
     }
     println!("  events:");
     for e in &p.events {
         println!(
             "    {}  {:<20} {:<20} {}{}",
-            e.time,
-            e.kind,
-            e.actor,
+            shown(&e.time),
+            shown(&e.kind),
+            shown(&e.actor),
             e.host
                 .as_deref()
-                .map(|h| format!("[{h}] "))
+                .map(|h| format!("[{}] ", shown(h)))
                 .unwrap_or_default(),
             display_name(e.detail.as_bytes())
         );

@@ -1193,3 +1193,144 @@ fn two_agents_on_one_directory_are_refused() {
     assert!(v["problems"].to_string().contains("one directory"), "{v}");
     assert_eq!(w.active("a").as_deref(), Some(v1.as_str()));
 }
+
+/// Publish `pkg` as `demo`, served with `content_type`; returns its digest.
+fn publish_as(w: &World, pkg: &[u8], content_type: &'static str) -> String {
+    let digest = sha(pkg);
+    let path = format!("/pkgs/demo-{}.tar.gz", &digest[7..19]);
+    w.server.route(&path, ok(pkg, content_type));
+    w.publish_entries(&[serde_json::json!({
+        "name": "demo", "type": "archive", "description": "A demo skill",
+        "url": path, "digest": digest,
+    })]);
+    digest
+}
+
+fn demo_with(md: &str) -> Vec<u8> {
+    tar_gz_of(&[("SKILL.md", md.as_bytes())])
+}
+
+/// The review reports uploads and the diff counts one as growth: the default policy asks a
+/// person about it (it used to approve, as if the package asked for nothing), and the text
+/// review shows it.
+#[test]
+fn a_package_that_uploads_waits_for_a_person() {
+    let w = World::new();
+    let md = "---\nname: demo\ndescription: A demo skill\n---\nBack the results up:\n\n```python\nimport boto3\nboto3.client(\"s3\").upload_file(\"results.csv\", \"backups\", \"results.csv\")\n```\n";
+    let digest = w.publish("demo", &demo_with(md));
+    let o = w.install(&["alpha"]);
+    expect_code(&o, 6);
+    let j = json_of(&o);
+    assert_eq!(
+        j["review"]["capabilities"]["uploads"],
+        serde_json::json!(["object storage upload"]),
+        "{j}"
+    );
+    assert_eq!(
+        j["decision"],
+        serde_json::json!({"decision": "needs_approval", "findings": ["upload object storage upload"]}),
+        "{j}"
+    );
+    assert_eq!(w.active("alpha"), None);
+    let o = w.run(&["review", &format!("demo@{digest}")]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("  - upload object storage upload"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.trim() == "upload       object storage upload"),
+        "{text}"
+    );
+    // A policy that refuses uploads refuses the next release, naming its rule.
+    let v2 = w.publish("demo", &demo_with(&format!("{md}\nVersion 2.\n")));
+    assert_ne!(v2, digest);
+    let policy = w.tmp.path().join("no-uploads.toml");
+    std::fs::write(&policy, "[capabilities]\nuploads = \"deny\"\n")
+        .unwrap_or_else(|e| panic!("write policy: {e}"));
+    let url = w.index_url();
+    let agent = w.agent_arg("alpha");
+    let policy = policy.display().to_string();
+    let o = w.run(&[
+        "install", &url, "demo", "--agent", &agent, "--policy", &policy, "--json",
+    ]);
+    expect_code(&o, 7);
+    assert_eq!(
+        json_of(&o)["decision"]["rule"],
+        "capabilities.uploads = \"deny\" (upload object storage upload)"
+    );
+}
+
+/// No terminal control sequence from a package or a server reaches the text output of any
+/// lifecycle command: not a denial rule naming a package's tool, not a finding, not a
+/// Content-Type.
+#[test]
+fn package_text_never_reaches_the_terminal_raw() {
+    let w = World::new();
+    // `\e` is ESC in a YAML double-quoted string.
+    let md = "---\nname: demo\ndescription: A demo skill\nallowed-tools: \"Read\\e[2J\\e[31mFAKE\\e[0m\"\n---\nHello.\n";
+    // U+009B is CSI, the C1 form of ESC [, which httparse lets through as obs-text.
+    let digest = publish_as(&w, &demo_with(md), "application/gzip; v=\u{9b}2J");
+    let at = format!("demo@{digest}");
+    let url = w.index_url();
+    let agent = w.agent_arg("alpha");
+    let deny = w.tmp.path().join("deny-tools.toml");
+    std::fs::write(&deny, "[tools]\nother = \"deny\"\n")
+        .unwrap_or_else(|e| panic!("write policy: {e}"));
+    let deny = deny.display().to_string();
+    let clean = |what: &str, o: &Output| {
+        let out = &o.stdout;
+        assert!(
+            !out.contains(&0x1b) && !out.windows(2).any(|b| b == [0xc2, 0x9b]),
+            "{what} printed a raw control sequence:\n{}",
+            String::from_utf8_lossy(out).escape_debug()
+        );
+    };
+
+    // Denied by the policy: the rule names the tool.
+    let o = w.run(&[
+        "install", &url, "demo", "--agent", &agent, "--policy", &deny,
+    ]);
+    expect_code(&o, 7);
+    clean("install (denied)", &o);
+    let o = w.run(&["provenance", &at]);
+    expect_code(&o, 0);
+    clean("provenance (denied)", &o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("tools.other = \"deny\" (tool Read\\u{1b}[2J"),
+        "{text}"
+    );
+    assert!(
+        text.contains("content-type:   application/gzip; v=\\u{9b}2J"),
+        "{text}"
+    );
+
+    // The policy's denial is re-evaluated: the default policy asks about the tool.
+    let o = w.run(&["install", &url, "demo", "--agent", &agent]);
+    expect_code(&o, 6);
+    clean("install (pending)", &o);
+    for args in [
+        vec!["review", at.as_str()],
+        vec!["list"],
+        vec!["status"],
+        vec!["provenance", at.as_str()],
+        vec!["provenance", "demo"],
+    ] {
+        let o = w.run(&args);
+        expect_code(&o, 0);
+        clean(&args.join(" "), &o);
+    }
+    // Approved by a person and active: the same, with the activation events.
+    let o = w.run(&["approve", &at, "--by", "alice"]);
+    expect_code(&o, 0);
+    clean("approve", &o);
+    for args in [
+        vec!["list"],
+        vec!["status"],
+        vec!["provenance", at.as_str()],
+    ] {
+        let o = w.run(&args);
+        expect_code(&o, 0);
+        clean(&args.join(" "), &o);
+    }
+}
