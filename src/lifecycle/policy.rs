@@ -105,7 +105,8 @@ impl Default for Updates {
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Policy {
-    /// `allowed-tools` entries.
+    /// `allowed-tools` entries. `deny` compares base names (`Bash` denies `Bash(curl:*)`; a
+    /// scope in a deny entry does not narrow it); `allow` is exact.
     pub tools: Lists,
     /// Hosts the package refers to; `*.example.com` matches subdomains (not the apex).
     pub hosts: Lists,
