@@ -368,6 +368,11 @@ impl Policy {
                     rule: "updates.content_only = \"allow\" (no capability grew since the approved version)".into(),
                 };
             }
+            // "ask" means a person decides every such update, even one whose package asks for
+            // nothing the rules below would hold back.
+            if d.change == Change::ContentOnly && self.updates.content_only == Action::Ask {
+                ask.push("content-only update (updates.content_only = \"ask\")".into());
+            }
         }
         ask.append(&mut provenance_ask);
         if !ask.is_empty() {
@@ -499,6 +504,27 @@ mod tests {
         assert!(matches!(
             policy("[capabilities]\nuploads = \"allow\"\n").decide(&r, &Facts::default(), None),
             Decision::Approved { .. }
+        ));
+    }
+
+    #[test]
+    fn a_content_only_update_asks_a_person_when_the_policy_says_ask() {
+        let d = content_only();
+        let ask = policy("[updates]\ncontent_only = \"ask\"\n");
+        assert_eq!(
+            ask.decide(&quiet(), &Facts::default(), Some(&d)),
+            Decision::NeedsApproval {
+                findings: vec!["content-only update (updates.content_only = \"ask\")".into()]
+            }
+        );
+        // A first install is no update: nothing to ask about.
+        assert!(matches!(
+            ask.decide(&quiet(), &Facts::default(), None),
+            Decision::Approved { .. }
+        ));
+        assert!(matches!(
+            Policy::default().decide(&quiet(), &Facts::default(), Some(&d)),
+            Decision::Approved { rule } if rule.starts_with("updates.content_only")
         ));
     }
 
