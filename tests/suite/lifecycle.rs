@@ -777,6 +777,79 @@ fn install_and_update_take_the_limit_flags_as_extract_does() {
     assert_ne!(w.active("alpha"), v1);
 }
 
+/// An agent directory is reached without following a link someone else could have planted or
+/// could swap: such a path is refused (exit 2, naming the link) and nothing is made where it
+/// points; a link only root or this user could change (`~/.codex/skills -> ~/.claude/skills`)
+/// is followed.
+#[test]
+fn an_agent_directory_through_a_link_others_could_swap_is_refused() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let agents = w.tmp.path().join("agents");
+    let victim = w.tmp.path().join("victim");
+    for d in [&agents, &victim] {
+        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    }
+    let empty = |d: &Path| {
+        std::fs::read_dir(d)
+            .unwrap_or_else(|e| panic!("read {}: {e}", d.display()))
+            .count()
+            == 0
+    };
+    let refused = |o: &Output, link: &Path| {
+        expect_code(o, 2);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&link.display().to_string()) && err.contains("does not follow"),
+            "{err}"
+        );
+    };
+    // In a directory anyone may write without the sticky bit, anyone could have made the link.
+    std::os::unix::fs::symlink("../victim", agents.join("alpha"))
+        .unwrap_or_else(|e| panic!("symlink: {e}"));
+    std::fs::set_permissions(&agents, std::fs::Permissions::from_mode(0o777))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    refused(&w.install(&["alpha"]), &agents.join("alpha"));
+    assert!(empty(&victim), "nothing made behind the link");
+
+    if nix::unistd::geteuid().is_root() {
+        // Another user's home, as root runs `skillbox sync`: their link is not followed.
+        let home = w.tmp.path().join("home");
+        std::fs::create_dir(&home).unwrap_or_else(|e| panic!("mkdir: {e}"));
+        std::os::unix::fs::symlink("../victim", home.join("skills"))
+            .unwrap_or_else(|e| panic!("symlink: {e}"));
+        std::os::unix::fs::lchown(home.join("skills"), Some(65534), None)
+            .unwrap_or_else(|e| panic!("lchown: {e}"));
+        std::os::unix::fs::chown(&home, Some(65534), None).unwrap_or_else(|e| panic!("chown: {e}"));
+        let spec = format!("gamma={}", home.join("skills").display());
+        let url = w.index_url();
+        refused(
+            &w.run(&["install", &url, "demo", "--agent", &spec]),
+            &home.join("skills"),
+        );
+        assert!(empty(&victim), "nothing made behind their link");
+    } else {
+        eprintln!(
+            "NOTE: the other user's link needs root to chown; the writable directory is covered"
+        );
+    }
+
+    // Once nobody else can write the directory, a link of one's own is followed.
+    std::fs::set_permissions(&agents, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    std::fs::create_dir(agents.join("shared")).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::os::unix::fs::symlink("shared", agents.join("beta"))
+        .unwrap_or_else(|e| panic!("symlink: {e}"));
+    expect_code(&w.install(&["beta"]), 0);
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()));
+    assert!(
+        std::fs::symlink_metadata(agents.join("shared/demo"))
+            .unwrap_or_else(|e| panic!("stat: {e}"))
+            .is_symlink()
+    );
+    w.verify_ok();
+}
+
 #[test]
 fn verify_repairs_its_own_links_and_reports_a_foreign_entry() {
     let w = World::new();
