@@ -151,7 +151,14 @@ fn usage(m: impl Into<String>) -> Error {
 /// (`postgresql://` too; a Unix socket as `?host=/DIR`). No message quotes the value: it may
 /// hold a password.
 pub fn parse_location(text: &str) -> Result<Location, Error> {
-    if text == "sqlite" || text.is_empty() {
+    if text.is_empty() {
+        // Security: an empty value (an unset variable in a script) is a mistake, not a choice
+        // of the store's own records: those would not know a fleet's store's trees.
+        return Err(usage(
+            "empty; give postgres://USER@HOST:PORT/DB, or sqlite for the store's own records.db",
+        ));
+    }
+    if text == "sqlite" {
         return Ok(Location::Sqlite);
     }
     let Some(rest) = text

@@ -291,6 +291,11 @@ pub fn recover(store: &mut Store) -> Result<Vec<String>, Error> {
         }
     }
     // Trees whose version is not recorded as stored (a collected, denied or undone version).
+    // Security: never by records this very command created: they cannot know any tree (the
+    // store refuses records it is not bound to; this is the last guard).
+    if store.records.just_created() {
+        return Ok(done);
+    }
     let stored: std::collections::BTreeSet<String> = store
         .records
         .read(|tx| tx.stored_digests())?

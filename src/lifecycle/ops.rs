@@ -421,7 +421,14 @@ pub fn install(
             .map_err(acquire_error)?;
             let entry = acquire::select(&index, skill).map_err(acquire_error)?;
             if let Some(d) = entry.digest
-                && let Some(report) = known(store, intake, skill, &d.to_string(), &recovered)?
+                && let Some(report) = known(
+                    store,
+                    intake,
+                    skill,
+                    &d.to_string(),
+                    Some(&prov.index_url),
+                    &recovered,
+                )?
             {
                 return Ok(report);
             }
@@ -537,7 +544,7 @@ pub fn install(
         }
     };
     if let Source::File { .. } = source
-        && let Some(report) = known(store, intake, &skill, &digest, &recovered)?
+        && let Some(report) = known(store, intake, &skill, &digest, None, &recovered)?
     {
         drop_staging(&staging);
         return Ok(report);
@@ -577,7 +584,6 @@ pub fn install(
             return Err(e);
         }
     };
-    let decision = merged.decision.clone();
     let change = diff
         .as_ref()
         .map_or("first", |d| d.change.as_str())
@@ -587,27 +593,16 @@ pub fn install(
     redact_json(&mut prov_json);
     let time = now();
     let state = merged.state;
-    let decided_by = merged.decided_by.as_str();
-    let rule = match &decision {
-        Decision::Approved { rule } | Decision::Denied { rule } if decided_by == "policy" => {
-            Some(rule.clone())
-        }
-        _ => None,
-    };
-    let findings = match &decision {
-        Decision::NeedsApproval { findings } => findings.clone(),
-        _ => Vec::new(),
-    };
-    let mut version = Version {
+    let version = Version {
         digest: digest.clone(),
         skill: skill.clone(),
         state,
         stored: state != State::Denied,
-        decided_by: decided_by.into(),
-        rule: rule.clone(),
-        findings: findings.clone(),
+        decided_by: String::new(),
+        rule: None,
+        findings: Vec::new(),
         change: change.clone(),
-        review_sha256,
+        review_sha256: review_sha256.clone(),
         review_summary: review_summary(&review),
         agents: agent_list.iter().map(|(n, _)| n.clone()).collect(),
         provenance: prov_json.clone(),
@@ -619,7 +614,7 @@ pub fn install(
         skill: skill.clone(),
         digest: digest.clone(),
         intake: "new",
-        decision: decision.clone(),
+        decision: merged.decision.clone(),
         change,
         state,
         agents: Vec::new(),
@@ -631,39 +626,54 @@ pub fn install(
         recovered,
         problems: Vec::new(),
     };
-    let event_detail = match &decision {
-        Decision::Approved { rule } | Decision::Denied { rule } => rule.clone(),
-        Decision::NeedsApproval { findings } => findings.join("; "),
-    };
     let event_kind = if base.is_some() {
         "updated"
     } else {
         "installed"
     };
-    let decision_kind = match state {
-        State::Approved => "approved",
-        State::Pending => "needs_approval",
-        State::Denied | State::Withdrawn => "denied",
-    };
-    let actor = merged.actor.clone();
-    if state == State::Denied {
-        drop_staging(&staging);
-        version.stored = false;
-        store.records.write(|tx| {
-            match merged.fleet {
-                FleetWrite::Record => tx.upsert_version(&version)?,
-                // This host's policy denies a version the fleet keeps: only this host refuses.
-                FleetWrite::Keep => tx.set_stored(&digest, false)?,
-            }
+    // Empty for a local file: `update` then looks at this host's older versions.
+    let index_url = Some(prov.index_url.as_str());
+    // The decision is redone inside the write transaction, against the record as it is there
+    // (see `redecide`), and recorded from that fresh decision, never from the copy read above.
+    let record = |tx: &Tx<'_>| -> Result<Merged, Error> {
+        let (seen, m) = redecide(tx, &digest, &merged, &policy_decision, &review_sha256, op)?;
+        let (rule, findings) = decision_fields(&m);
+        let v = Version {
+            decided_by: m.decided_by.clone(),
+            rule,
+            findings,
+            ..version.clone()
+        };
+        match m.fleet {
+            FleetWrite::Record => tx.upsert_version(&v, seen.as_ref())?,
+            // This host's policy denies a version the fleet keeps: only this host refuses.
+            FleetWrite::Keep if m.state == State::Denied => tx.set_stored(&digest, false)?,
+            FleetWrite::Keep => tx.set_host_version(&digest, Some(&v.agents))?,
+        }
+        if m.state != State::Denied {
+            tx.set_index_url(&digest, index_url)?;
             tx.event(
                 &time,
                 &skill,
                 Some(&digest),
-                decision_kind,
-                &actor,
-                &event_detail,
-            )
-        })?;
+                event_kind,
+                "skillbox",
+                &format!("change: {}", v.change),
+            )?;
+        }
+        tx.event(
+            &time,
+            &skill,
+            Some(&digest),
+            decision_kind(m.state),
+            &m.actor,
+            &decision_detail(&m.decision),
+        )?;
+        Ok(m)
+    };
+    if state == State::Denied {
+        drop_staging(&staging);
+        report.decision = store.records.write(|tx| record(tx))?.decision;
         return Ok(report);
     }
     // Stage 4: promotion (intent first), then the records and the new installations at once.
@@ -677,39 +687,102 @@ pub fn install(
     crash_point(op, "promote-intent");
     store.promote(&staging, &digest)?;
     crash_point(op, "promoted");
-    let links = store.records.write(|tx| {
-        match merged.fleet {
-            FleetWrite::Record => tx.upsert_version(&version)?,
-            FleetWrite::Keep => tx.set_host_version(&digest, Some(&version.agents))?,
-        }
+    let written = store.records.write(|tx| {
+        let m = record(tx)?;
         // The agents named are recorded now, so an approval (of a pending version) finds them.
         for (name, dir) in &agent_list {
             tx.add_agent(name, dir)?;
         }
-        tx.event(
-            &time,
-            &skill,
-            Some(&digest),
-            event_kind,
-            "skillbox",
-            &format!("change: {}", report.change),
-        )?;
-        tx.event(
-            &time,
-            &skill,
-            Some(&digest),
-            decision_kind,
-            &actor,
-            &event_detail,
-        )?;
-        let seq = record_changes(tx, &skill, &changes, &time, "activated", &actor)?;
+        let seq = record_changes(tx, &skill, &changes, &time, "activated", &m.actor)?;
         tx.remove_intent(promote)?;
-        Ok(seq)
-    })?;
+        Ok((seq, m))
+    });
+    let (links, fresh) = match written {
+        Ok(w) => w,
+        Err(e) => {
+            // Nothing was recorded and the promote intent still stands: undo the promotion now
+            // (the tree the records never listed goes), as the next command's recovery would.
+            let _ = journal::recover(store);
+            return Err(e);
+        }
+    };
+    report.decision = fresh.decision;
     crash_point(op, "recorded");
     report.problems = journal::finish_links(store, links, &skill, &changes, op)?;
     report.agents = changes.into_iter().map(agent_change).collect();
     Ok(report)
+}
+
+/// The event kind of a decision.
+fn decision_kind(state: State) -> &'static str {
+    match state {
+        State::Approved => "approved",
+        State::Pending => "needs_approval",
+        State::Denied | State::Withdrawn => "denied",
+    }
+}
+
+/// The event detail of a decision.
+fn decision_detail(d: &Decision) -> String {
+    match d {
+        Decision::Approved { rule } | Decision::Denied { rule } => rule.clone(),
+        Decision::NeedsApproval { findings } => findings.join("; "),
+    }
+}
+
+/// The rule (a policy's approval or denial) and the findings (what waits for a person) a
+/// decision records.
+fn decision_fields(m: &Merged) -> (Option<String>, Vec<String>) {
+    let rule = match &m.decision {
+        Decision::Approved { rule } | Decision::Denied { rule } if m.decided_by == "policy" => {
+            Some(rule.clone())
+        }
+        _ => None,
+    };
+    let findings = match &m.decision {
+        Decision::NeedsApproval { findings } => findings.clone(),
+        _ => Vec::new(),
+    };
+    (rule, findings)
+}
+
+/// Inside an intake's write transaction: read the fleet's record of `digest` again and redo
+/// the decision against it. Security: the record read before staging may be stale (another
+/// host withdrew the version, a person denied it, another host's policy asked about it since);
+/// deciding from that copy would overwrite the newer decision and could activate a withdrawn
+/// version. The staged work (promoted or not, links planned or not) was planned for `planned`:
+/// a fresh decision of another state, or by someone else, fails saying what changed, and the
+/// transaction records nothing. Returns the record as read here (for the conditional write)
+/// and the fresh decision.
+fn redecide(
+    tx: &Tx<'_>,
+    digest: &str,
+    planned: &Merged,
+    policy: &Decision,
+    review_sha256: &str,
+    op: &str,
+) -> Result<(Option<Version>, Merged), Error> {
+    let seen = tx.version(digest)?;
+    let fresh = merge(seen.as_ref(), policy, review_sha256).map_err(|mut e| {
+        e.message = format!(
+            "{}; it changed while this {op} ran: nothing was recorded",
+            e.message
+        );
+        e
+    })?;
+    if fresh.state != planned.state || fresh.decided_by != planned.decided_by {
+        return Err(Error::new(
+            Kind::Operational,
+            format!(
+                "the records of {digest} changed while this {op} ran: it was to be {} by {}, it is now {} by {}; nothing was recorded (run the {op} again)",
+                planned.state.as_str(),
+                planned.decided_by,
+                fresh.state.as_str(),
+                fresh.decided_by
+            ),
+        ));
+    }
+    Ok((seen, fresh))
 }
 
 /// Whether an intake writes its decision into the fleet's record of the version.
@@ -882,18 +955,27 @@ fn record_changes(
     kind: &str,
     actor: &str,
 ) -> Result<Option<i64>, Error> {
-    // Checked inside the writing transaction (write transactions serialise fleet-wide): once a
-    // withdrawal is committed on any host, no host records an agent moving onto the version.
+    // Security: checked inside the writing transaction (write transactions serialise
+    // fleet-wide): once a withdrawal or a person's denial is committed on any host, no host
+    // records an agent moving onto the version; only an approved version is ever activated.
     let mut checked: Vec<&str> = Vec::new();
     for to in changes.iter().filter_map(|c| c.to.as_deref()) {
         if checked.contains(&to) {
             continue;
         }
         checked.push(to);
-        if let Some(v) = tx.version(to)?
-            && v.state == State::Withdrawn
-        {
-            return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")));
+        match tx.version(to)? {
+            Some(v) if v.state == State::Approved => {}
+            Some(v) => {
+                return Err(state_error(&v)
+                    .unwrap_or_else(|| Error::new(Kind::Operational, "not approved")));
+            }
+            None => {
+                return Err(Error::new(
+                    Kind::NotFound,
+                    format!("{skill}@{to} is not in the records"),
+                ));
+            }
         }
     }
     for c in changes {
@@ -930,6 +1012,7 @@ fn known(
     intake: &Intake<'_>,
     skill: &str,
     digest: &str,
+    index_url: Option<&str>,
     recovered: &[String],
 ) -> Result<Option<InstallReport>, Error> {
     let Some(v) = store.records.read(|tx| tx.version(digest))? else {
@@ -957,9 +1040,12 @@ fn known(
     let changes = plan(store, skill, &agent_list, digest)?;
     precheck(store, skill, &changes)?;
     let time = now();
-    let links = store
-        .records
-        .write(|tx| record_changes(tx, skill, &changes, &time, "activated", "skillbox"))?;
+    let links = store.records.write(|tx| {
+        if index_url.is_some() {
+            tx.set_index_url(digest, index_url)?;
+        }
+        record_changes(tx, skill, &changes, &time, "activated", "skillbox")
+    })?;
     crash_point(intake.op, "recorded");
     let problems = journal::finish_links(store, links, skill, &changes, intake.op)?;
     Ok(Some(InstallReport {
@@ -984,6 +1070,16 @@ fn known(
         recovered: recovered.to_vec(),
         problems,
     }))
+}
+
+/// Why `v` cannot be approved: it is not pending.
+fn not_pending(v: &Version) -> Error {
+    state_error(v).unwrap_or_else(|| {
+        Error::new(
+            Kind::Usage,
+            format!("{}@{} is already approved", v.skill, v.digest),
+        )
+    })
 }
 
 /// Find the version `r` names (a unique digest prefix of that skill).
@@ -1023,16 +1119,8 @@ pub fn approve(
 ) -> Result<InstallReport, Error> {
     let recovered = prepare(store)?;
     let v = find_version(store, r)?;
-    match v.state {
-        State::Pending => {}
-        State::Approved | State::Denied | State::Withdrawn => {
-            return Err(state_error(&v).unwrap_or_else(|| {
-                Error::new(
-                    Kind::Usage,
-                    format!("{}@{} is already approved", v.skill, v.digest),
-                )
-            }));
-        }
+    if v.state != State::Pending {
+        return Err(not_pending(&v));
     }
     if !v.stored {
         return Err(Error::new(
@@ -1069,12 +1157,26 @@ pub fn approve(
     let (sha, summary) = (review_sha(review), review_summary(review));
     let time = now();
     let actor = format!("person:{who}");
-    let covered = format!("covers: {} (review {sha})", v.findings.join("; "));
     let links = store.records.write(|tx| {
-        tx.set_state(&v.digest, State::Approved, &actor, None)?;
-        if sha != v.review_sha256 {
+        // Security: decided again on the record as it is inside this transaction (writes
+        // serialise fleet-wide): a withdrawal or a denial committed since the read above stands,
+        // and nothing is recorded.
+        let seen = tx.version(&v.digest)?.ok_or_else(|| {
+            Error::new(Kind::NotFound, format!("{}@{} vanished", v.skill, v.digest))
+        })?;
+        if seen.state != State::Pending {
+            let mut e = not_pending(&seen);
+            e.message = format!(
+                "{}; it changed since approve read it: nothing was recorded",
+                e.message
+            );
+            return Err(e);
+        }
+        tx.set_state(&seen, State::Approved, &actor, None)?;
+        if sha != seen.review_sha256 {
             tx.set_review(&v.digest, &sha, &summary)?;
         }
+        let covered = format!("covers: {} (review {sha})", seen.findings.join("; "));
         tx.event(
             &time,
             &v.skill,
@@ -1114,27 +1216,33 @@ pub fn deny(store: &mut Store, r: &VersionRef, who: &str, reason: &str) -> Resul
     if v.state == State::Withdrawn || v.state == State::Denied {
         return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Denied, "denied")));
     }
-    // Any host's agents: a denial is the fleet's, and an active version is withdrawn instead.
-    let users = store
-        .records
-        .read(|tx| tx.fleet_installs_using(&v.digest))?;
-    if !users.is_empty() {
-        return Err(Error::new(
-            Kind::Usage,
-            format!(
-                "{}@{} is active for {} agent(s); withdraw it instead (skillbox withdraw {}@{} --reason ...)",
-                v.skill,
-                v.digest,
-                users.len(),
-                v.skill,
-                v.digest
-            ),
-        ));
-    }
     let actor = format!("person:{who}");
     let time = now();
     store.records.write(|tx| {
-        tx.set_state(&v.digest, State::Denied, &actor, None)?;
+        // Security: checked inside the writing transaction (writes serialise fleet-wide), so an
+        // activation or a withdrawal committed since the read above is seen.
+        let seen = tx
+            .version(&v.digest)?
+            .ok_or_else(|| Error::new(Kind::NotFound, format!("{}@{} vanished", v.skill, v.digest)))?;
+        if let Some(e) = state_error(&seen).filter(|_| matches!(seen.state, State::Withdrawn | State::Denied)) {
+            return Err(e);
+        }
+        // Any host's agents: a denial is the fleet's, and an active version is withdrawn instead.
+        let users = tx.fleet_installs_using(&v.digest)?;
+        if !users.is_empty() {
+            return Err(Error::new(
+                Kind::Usage,
+                format!(
+                    "{}@{} is active for {} agent(s); withdraw it instead (skillbox withdraw {}@{} --reason ...)",
+                    v.skill,
+                    v.digest,
+                    users.len(),
+                    v.skill,
+                    v.digest
+                ),
+            ));
+        }
+        tx.set_state(&seen, State::Denied, &actor, None)?;
         tx.set_stored(&v.digest, false)?;
         tx.event(&time, &v.skill, Some(&v.digest), "denied", &actor, reason)
     })?;
@@ -2188,7 +2296,9 @@ fn lost_link(
     Ok(())
 }
 
-/// The index URL a skill was installed from (for `update`), and its agents.
+/// The index URL a skill was installed from on this host (for `update`), and its agents.
+/// Security: this host's own choice of index, never the one another host of the fleet
+/// installed the newest version from.
 pub fn update_targets(
     store: &mut Store,
     skill: Option<&str>,
@@ -2202,25 +2312,15 @@ pub fn update_targets(
         skills.dedup();
         let mut out = Vec::new();
         for s in skills {
-            let versions = tx.versions_of(&s)?;
-            let Some(latest) = versions.iter().rev().find(|v| {
-                v.provenance
-                    .get("index_url")
-                    .and_then(Value::as_str)
-                    .is_some_and(|u| !u.is_empty())
-            }) else {
-                if versions.is_empty() {
+            let Some(url) = tx.host_index_url(&s)? else {
+                if tx.versions_of(&s)?.is_empty() {
                     return Err(Error::new(
                         Kind::NotFound,
                         format!("no skill {s} in the records (see skillbox list)"),
                     ));
                 }
-                continue; // installed from a local file: nothing to re-read
+                continue; // installed here from a local file: nothing to re-read
             };
-            let url = latest.provenance["index_url"]
-                .as_str()
-                .unwrap_or_default()
-                .to_owned();
             let agents = installs
                 .iter()
                 .filter(|i| i.skill == s)
@@ -2230,4 +2330,136 @@ pub fn update_targets(
         }
         Ok(out)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::fleet::{HostChoice, Location};
+    use crate::lifecycle::records::Records;
+    use crate::lifecycle::records::tests::version;
+
+    fn open(path: &Path) -> Records {
+        Records::open_at(
+            &Location::Sqlite,
+            path,
+            &HostChoice {
+                name: "h1".into(),
+                explicit: true,
+            },
+            "0123456789abcdef0123456789abcdef",
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn approve_all() -> Decision {
+        Decision::Approved { rule: "lax".into() }
+    }
+
+    /// An intake decided on a record another handle changed before the intake's write: the
+    /// decision redone inside the write transaction sees the change and nothing is recorded;
+    /// a change that does not alter the outcome (another host's policy recorded the same
+    /// approval) lets it through.
+    #[test]
+    fn an_intake_redecides_inside_its_write_transaction() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("records.db");
+        let (mut one, mut two) = (open(&path), open(&path));
+        let d = "sha256:aa";
+        one.write(|tx| tx.insert_version(&version(d, State::Denied, "policy")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Planned from the copy read before staging: a policy's denial is re-evaluated, and
+        // this host's laxer policy approves (and would record it).
+        let stale = one
+            .read(|tx| tx.version(d))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let planned =
+            merge(stale.as_ref(), &approve_all(), "sha256:r").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (planned.state, planned.fleet),
+            (State::Approved, FleetWrite::Record)
+        );
+        two.write(|tx| tx.withdraw(d, "exfiltrates"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = one
+            .write(|tx| redecide(tx, d, &planned, &approve_all(), "sha256:r", "install"))
+            .err()
+            .unwrap_or_else(|| panic!("decided on the stale record"));
+        assert_eq!(e.kind, Kind::Withdrawn, "{e}");
+        assert!(e.message.contains("changed while this install ran"), "{e}");
+
+        // Pending by another host's policy since: this host's approval cannot stand.
+        let d = "sha256:bb";
+        one.write(|tx| tx.insert_version(&version(d, State::Denied, "policy")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let stale = one
+            .read(|tx| tx.version(d))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let planned =
+            merge(stale.as_ref(), &approve_all(), "sha256:r").unwrap_or_else(|e| panic!("{e}"));
+        let seen = two
+            .read(|tx| tx.version(d))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("bb"));
+        two.write(|tx| tx.set_state(&seen, State::Pending, "policy", None))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = one
+            .write(|tx| redecide(tx, d, &planned, &approve_all(), "sha256:r", "install"))
+            .err()
+            .unwrap_or_else(|| panic!("approved what another host's policy asked about"));
+        assert!(e.message.contains("it is now pending by policy"), "{e}");
+
+        // Approved by another host's policy since: the same outcome, kept as recorded.
+        let d = "sha256:cc";
+        let planned = merge(None, &approve_all(), "sha256:r").unwrap_or_else(|e| panic!("{e}"));
+        two.write(|tx| tx.insert_version(&version(d, State::Approved, "policy")))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (seen, fresh) = one
+            .write(|tx| redecide(tx, d, &planned, &approve_all(), "sha256:r", "install"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(seen.is_some());
+        assert_eq!(
+            (fresh.state, fresh.fleet),
+            (State::Approved, FleetWrite::Keep)
+        );
+    }
+
+    /// Only an approved version is ever activated: a denied or pending target is refused inside
+    /// the transaction that would record the move, and nothing is recorded.
+    #[test]
+    fn record_changes_activates_only_approved_versions() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("records.db");
+        let mut r = open(&path);
+        for (d, state, by) in [
+            ("sha256:aa", State::Denied, "person:bo"),
+            ("sha256:bb", State::Pending, "policy"),
+            ("sha256:cc", State::Approved, "policy"),
+        ] {
+            r.write(|tx| tx.insert_version(&version(d, state, by)))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let change = |to: &str| LinkChange {
+            agent: "alpha".into(),
+            dir: "/agents/alpha".into(),
+            from: None,
+            to: Some(to.into()),
+        };
+        for (d, kind) in [
+            ("sha256:aa", Kind::Denied),
+            ("sha256:bb", Kind::NeedsApproval),
+        ] {
+            let e = r
+                .write(|tx| record_changes(tx, "demo", &[change(d)], "t", "activated", "x"))
+                .err()
+                .unwrap_or_else(|| panic!("{d} activated"));
+            assert_eq!(e.kind, kind, "{e}");
+        }
+        let installs = r.read(|tx| tx.installs()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(installs.is_empty(), "{installs:?}");
+        r.write(|tx| record_changes(tx, "demo", &[change("sha256:cc")], "t", "activated", "x"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let installs = r.read(|tx| tx.installs()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(installs.len(), 1);
+    }
 }

@@ -120,6 +120,13 @@ const MIGRATIONS: &[&str] = &[
     DROP TABLE intents;
     ALTER TABLE intents3 RENAME TO intents;
     ALTER TABLE events ADD COLUMN host TEXT;",
+    // 4: the records' own random id (`{records_id}`): a store is bound to the records it is
+    // used with (`STORE/records-id`), so it is never used with records that do not know its
+    // trees. Per host, the index a version was installed from on that host (`update` re-reads
+    // this host's index, not the one another host chose).
+    "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+    INSERT INTO meta (name, value) VALUES ('records_id', '{records_id}');
+    ALTER TABLE host_versions ADD COLUMN index_url TEXT;",
 ];
 
 /// The PostgreSQL advisory lock every write transaction (and migration) takes first: writes
@@ -449,11 +456,25 @@ fn pg_err(e: postgres::Error) -> Error {
     Error::new(Kind::Operational, format!("records (postgres): {msg}"))
 }
 
+/// How long a PostgreSQL write waits for the fleet's write lock before it fails, unless
+/// `SKILLBOX_RECORDS_LOCK_TIMEOUT` (whole seconds) says otherwise: write transactions hold it
+/// for milliseconds, so a wait this long means a writer is stuck.
+const PG_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a PostgreSQL session may sit idle inside a transaction before the server ends it
+/// (and releases the write lock it may hold): a stopped or hung skillbox cannot block the
+/// fleet's writes for longer.
+const PG_IDLE_IN_TRANSACTION: Duration = Duration::from_secs(60);
+
 /// The records of one store, for one host.
 pub struct Records {
     conn: Backend,
     host: String,
     location: String,
+    /// The database was created by this open (every migration applied now).
+    created: bool,
+    /// How long a write waits for the fleet's write lock (PostgreSQL).
+    lock_timeout: Duration,
 }
 
 enum Backend {
@@ -497,11 +518,28 @@ fn json_err(e: serde_json::Error) -> Error {
 
 /// Connect to PostgreSQL. Errors never hold the password: the message is the server's or the
 /// socket's, scrubbed of the password all the same.
-fn pg_connect(p: &PgLocation) -> Result<postgres::Client, Error> {
+fn pg_connect(
+    p: &PgLocation,
+    host: &str,
+    lock_timeout: Duration,
+) -> Result<postgres::Client, Error> {
     let mut cfg = postgres::Config::new();
+    // The host's name in application_name: an operator (and a write that timed out waiting for
+    // the lock) can tell which host holds the fleet's write lock (pg_stat_activity). Session
+    // settings: a lock wait ends after `lock_timeout`, a transaction left idle is ended by the
+    // server, and TCP keepalives notice a peer that vanished.
     cfg.user(&p.user)
         .dbname(&p.dbname)
-        .application_name("skillbox")
+        .application_name(&format!("skillbox@{host}"))
+        .options(&format!(
+            "-c lock_timeout={} -c idle_in_transaction_session_timeout={}",
+            lock_timeout.as_millis(),
+            PG_IDLE_IN_TRANSACTION.as_millis()
+        ))
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(60))
+        .keepalives_interval(Duration::from_secs(10))
+        .keepalives_retries(6)
         .connect_timeout(Duration::from_secs(10));
     match &p.host {
         PgHost::Tcp { host, port } => {
@@ -556,6 +594,20 @@ fn tls_config(tls: &Tls) -> Result<rustls::ClientConfig, Error> {
     Ok(config)
 }
 
+/// `SKILLBOX_RECORDS_LOCK_TIMEOUT`: whole seconds a write waits for the fleet's write lock.
+fn lock_timeout() -> Result<Duration, Error> {
+    match std::env::var("SKILLBOX_RECORDS_LOCK_TIMEOUT") {
+        Err(_) => Ok(PG_LOCK_TIMEOUT),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(n) if (1..=3600).contains(&n) => Ok(Duration::from_secs(n)),
+            _ => Err(Error::new(
+                Kind::Usage,
+                "SKILLBOX_RECORDS_LOCK_TIMEOUT: whole seconds, 1 to 3600",
+            )),
+        },
+    }
+}
+
 impl Records {
     /// Open the records at `location` (`sqlite_path` for the SQLite default), bring the schema
     /// up to date, and bind this store (`store_id`) to its host name.
@@ -565,18 +617,77 @@ impl Records {
         host: &HostChoice,
         store_id: &str,
     ) -> Result<Self, Error> {
+        let mut r = Self::open_unregistered(location, sqlite_path, host, store_id)?;
+        r.register(host, store_id)?;
+        Ok(r)
+    }
+
+    /// Open the records and bring the schema up to date, without binding a host name to the
+    /// store yet ([`Records::register`] does): the store first checks they are its records.
+    pub fn open_unregistered(
+        location: &Location,
+        sqlite_path: &Path,
+        host: &HostChoice,
+        store_id: &str,
+    ) -> Result<Self, Error> {
+        let lock_timeout = match location {
+            Location::Sqlite => PG_LOCK_TIMEOUT,
+            Location::Postgres(_) => lock_timeout()?,
+        };
         let conn = match location {
             Location::Sqlite => Backend::Sqlite(open_sqlite(sqlite_path)?),
-            Location::Postgres(p) => Backend::Postgres(Box::new(pg_connect(p)?)),
+            Location::Postgres(p) => {
+                Backend::Postgres(Box::new(pg_connect(p, &host.name, lock_timeout)?))
+            }
         };
         let mut r = Records {
             conn,
             host: host.name.clone(),
             location: location.display(),
+            created: false,
+            lock_timeout,
         };
         r.migrate(store_id)?;
-        r.register(host, store_id)?;
         Ok(r)
+    }
+
+    /// Whether this open created the records (a database no command had used).
+    pub fn just_created(&self) -> bool {
+        self.created
+    }
+
+    /// The records' own random id, which stores are bound to.
+    pub fn records_id(&mut self) -> Result<String, Error> {
+        self.read(|tx| {
+            tx.one_text("SELECT value FROM meta WHERE name = 'records_id'", &[])?
+                .ok_or_else(|| Error::new(Kind::Operational, "corrupt records: no records id"))
+        })
+    }
+
+    /// The digests the records know in the store `store_id` (under whatever host name it is
+    /// bound to): stored versions, and promotions an interrupted command left. None when the
+    /// records do not know that store.
+    pub fn stored_by_store(&mut self, store_id: &str) -> Result<Vec<String>, Error> {
+        self.read(|tx| {
+            let mut out = tx
+                .rows(
+                    "SELECT hv.digest FROM host_versions hv JOIN hosts h ON h.name = hv.host WHERE h.store_id = ?",
+                    args![store_id],
+                )?
+                .iter()
+                .map(|r| r.text(0))
+                .collect::<Result<Vec<_>, _>>()?;
+            for r in tx.rows(
+                "SELECT i.payload FROM intents i JOIN hosts h ON h.name = i.host WHERE h.store_id = ?",
+                args![store_id],
+            )? {
+                let payload: Value = serde_json::from_str(&r.text(0)?).map_err(json_err)?;
+                if let Some(d) = payload.get("digest").and_then(Value::as_str) {
+                    out.push(d.to_owned());
+                }
+            }
+            Ok(out)
+        })
     }
 
     /// This host's name, as the records know it.
@@ -609,13 +720,14 @@ impl Records {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b':' | b'.' | b'+'))
         };
         let now = super::now();
+        let records_id = super::store::random_id()?;
         if !safe(store_id) || !safe(&now) {
             return Err(Error::new(
                 Kind::Operational,
                 "corrupt store: the store id is not hex",
             ));
         }
-        self.write(|tx| {
+        let created = self.write(|tx| {
             tx.exec(
                 "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)",
                 &[],
@@ -636,21 +748,30 @@ impl Records {
                 let sql = m
                     .replace("{host}", &host)
                     .replace("{store_id}", store_id)
-                    .replace("{now}", &now);
+                    .replace("{now}", &now)
+                    .replace("{records_id}", &records_id);
                 tx.batch(&sql)?;
                 tx.exec(
                     "INSERT INTO schema_version (version) VALUES (?)",
                     args![i64::try_from(i + 1).unwrap_or(i64::MAX)],
                 )?;
             }
-            Ok(())
-        })
+            if have == 0 {
+                // A database made now holds no host yet (migration 3 made the migrating one
+                // its host, for what a single-host database held): `register` binds this
+                // store's once the store has accepted these records as its own.
+                tx.exec("DELETE FROM hosts", &[])?;
+            }
+            Ok(have == 0)
+        })?;
+        self.created = created;
+        Ok(())
     }
 
     /// Bind this store to its host name: a name already bound to another store is refused (two
     /// machines acting as one host would replay each other's journal and share a store view);
     /// a store already bound under another name keeps that name unless `--host` said otherwise.
-    fn register(&mut self, host: &HostChoice, store_id: &str) -> Result<(), Error> {
+    pub fn register(&mut self, host: &HostChoice, store_id: &str) -> Result<(), Error> {
         let lookup = |tx: &Tx<'_>| -> Result<(Option<String>, Option<String>), Error> {
             let by_id = tx
                 .rows("SELECT name FROM hosts WHERE store_id = ?", args![store_id])?
@@ -693,7 +814,7 @@ impl Records {
         let (by_id, by_name) = self.read(lookup)?;
         if let Some(name) = decide(by_id, by_name)? {
             self.host = name;
-            return Ok(());
+            return self.name_session();
         }
         let now = super::now();
         let name = self.write(|tx| {
@@ -708,6 +829,19 @@ impl Records {
             Ok(host.name.clone())
         })?;
         self.host = name;
+        self.name_session()
+    }
+
+    /// Name this PostgreSQL session after the host the records bound this store to (it may
+    /// differ from the one asked for: a store keeps its name).
+    fn name_session(&mut self) -> Result<(), Error> {
+        if let Backend::Postgres(c) = &mut self.conn {
+            c.execute(
+                "SELECT set_config('application_name', $1, false)",
+                &[&format!("skillbox@{}", self.host)],
+            )
+            .map_err(pg_err)?;
+        }
         Ok(())
     }
 
@@ -730,9 +864,17 @@ impl Records {
             Backend::Postgres(c) => {
                 let mut tx = c.transaction().map_err(pg_err)?;
                 // The sequence numbers (MAX(seq) + 1) and the migrations rely on one writer at
-                // a time, as SQLite's BEGIN IMMEDIATE gives: taken first, held to commit.
-                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PG_WRITE_LOCK])
-                    .map_err(pg_err)?;
+                // a time, as SQLite's BEGIN IMMEDIATE gives: taken first, held to commit. The
+                // wait ends after the session's lock_timeout, naming who holds the lock.
+                if let Err(e) = tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PG_WRITE_LOCK]) {
+                    let timed_out =
+                        e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE);
+                    drop(tx);
+                    if timed_out {
+                        return Err(lock_held(c, self.lock_timeout));
+                    }
+                    return Err(pg_err(e));
+                }
                 in_pg(tx, host, f)
             }
         }
@@ -764,6 +906,49 @@ impl Records {
             }
         }
     }
+}
+
+/// The error of a write that waited `waited` for the fleet's write lock: who holds it, when
+/// the server lets this role see it (`pg_stat_activity`; a skillbox session is named
+/// `skillbox@HOST`).
+fn lock_held(c: &mut postgres::Client, waited: Duration) -> Error {
+    // An advisory lock on one bigint key: its high half in classid, its low half in objid.
+    let key = PG_WRITE_LOCK as u64;
+    let (high, low) = ((key >> 32) as i64, (key & 0xffff_ffff) as i64);
+    let holder = c
+        .query(
+            "SELECT COALESCE(a.application_name, ''), COALESCE(host(a.client_addr), 'a local socket'), a.pid, COALESCE(EXTRACT(EPOCH FROM now() - a.xact_start)::bigint, -1)
+             FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+             WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 1",
+            &[&high, &low],
+        )
+        .ok()
+        .and_then(|rows| rows.into_iter().next())
+        .map(|r| {
+            let app: String = r.get(0);
+            let from: String = r.get(1);
+            let pid: i32 = r.get(2);
+            let secs: i64 = r.get(3);
+            let who = if app.is_empty() {
+                "a session without an application name".to_owned()
+            } else {
+                app.escape_default().to_string()
+            };
+            let since = if secs >= 0 {
+                format!(", in a transaction for {secs} s")
+            } else {
+                String::new()
+            };
+            format!("{who} (server pid {pid}, from {from}{since})")
+        })
+        .unwrap_or_else(|| "a session this role cannot see".into());
+    Error::new(
+        Kind::Operational,
+        format!(
+            "the fleet's write lock is held by {holder}; waited {} s (SKILLBOX_RECORDS_LOCK_TIMEOUT): nothing was recorded; try again, or end that session (pg_terminate_backend)",
+            waited.as_secs()
+        ),
+    )
 }
 
 /// Run `f` in PostgreSQL transaction `tx`, committing it only if `f` succeeds (dropped
@@ -1048,14 +1233,16 @@ impl Tx<'_> {
         Ok(seq)
     }
 
-    /// Insert `v`, or, for a digest already recorded (collected, or denied by an earlier
-    /// policy), record the new intake's decision over the old one; history stays in events.
-    pub fn upsert_version(&self, v: &Version) -> Result<(), Error> {
-        if self.version(&v.digest)?.is_none() {
+    /// Insert `v` when `seen` (the record as read in this same transaction) is none, or record
+    /// the new intake's decision over `seen` (a collected version, an earlier policy's denial);
+    /// history stays in events. The update is conditional on the record still holding `seen`'s
+    /// decision and not being withdrawn, so it can never overwrite a decision it did not read.
+    pub fn upsert_version(&self, v: &Version, seen: Option<&Version>) -> Result<(), Error> {
+        let Some(seen) = seen else {
             return self.insert_version(v).map(|_| ());
-        }
-        self.exec(
-            "UPDATE versions SET state = ?, decided_by = ?, rule = ?, findings = ?, change_kind = ?, agents = ? WHERE digest = ?",
+        };
+        let n = self.exec(
+            "UPDATE versions SET state = ?, decided_by = ?, rule = ?, findings = ?, change_kind = ?, agents = ? WHERE digest = ? AND state = ? AND decided_by = ? AND state <> 'withdrawn'",
             args![
                 v.state.as_str(),
                 &v.decided_by,
@@ -1064,23 +1251,80 @@ impl Tx<'_> {
                 &v.change,
                 erased::Ser::to_json(&v.agents)?,
                 &v.digest,
+                seen.state.as_str(),
+                &seen.decided_by,
             ],
         )?;
+        if n != 1 {
+            return Err(self.changed(&v.digest, seen));
+        }
         self.set_host_version(&v.digest, v.stored.then_some(&v.agents[..]))
     }
 
+    /// Change a version's decision from `seen` (the record as read in this same transaction)
+    /// to `state`. Security: conditional on the record still holding `seen`'s decision and not
+    /// being withdrawn, so no write leaves `withdrawn` or lands on a decision (a person's denial,
+    /// another host's) made after the caller decided.
     pub fn set_state(
         &self,
-        digest: &str,
+        seen: &Version,
         state: State,
         decided_by: &str,
         rule: Option<&str>,
     ) -> Result<(), Error> {
-        self.exec(
-            "UPDATE versions SET state = ?, decided_by = ?, rule = ? WHERE digest = ?",
-            args![state.as_str(), decided_by, rule, digest],
+        let n = self.exec(
+            "UPDATE versions SET state = ?, decided_by = ?, rule = ? WHERE digest = ? AND state = ? AND decided_by = ? AND state <> 'withdrawn'",
+            args![
+                state.as_str(),
+                decided_by,
+                rule,
+                &seen.digest,
+                seen.state.as_str(),
+                &seen.decided_by
+            ],
         )?;
+        if n != 1 {
+            return Err(self.changed(&seen.digest, seen));
+        }
         Ok(())
+    }
+
+    /// The error of a conditional write that found the record changed: what it holds now.
+    fn changed(&self, digest: &str, seen: &Version) -> Error {
+        let now = match self.version(digest) {
+            Ok(Some(v)) => v,
+            Ok(None) => {
+                return Error::new(
+                    Kind::Operational,
+                    format!(
+                        "{}@{digest} vanished from the records; nothing was recorded",
+                        seen.skill
+                    ),
+                );
+            }
+            Err(e) => return e,
+        };
+        let kind = match now.state {
+            State::Withdrawn => Kind::Withdrawn,
+            State::Denied => Kind::Denied,
+            State::Pending => Kind::NeedsApproval,
+            State::Approved => Kind::Operational,
+        };
+        Error::new(
+            kind,
+            format!(
+                "{}@{digest} changed in the records since it was read: it was {} by {}, it is now {} by {}{}; nothing was recorded",
+                seen.skill,
+                seen.state.as_str(),
+                seen.decided_by,
+                now.state.as_str(),
+                now.decided_by,
+                now.withdrawn_reason
+                    .as_deref()
+                    .map(|r| format!(" (withdrawn: {r})"))
+                    .unwrap_or_default()
+            ),
+        )
     }
 
     /// The review a person's decision covers (the one on the host they decided on).
@@ -1127,6 +1371,37 @@ impl Tx<'_> {
             ),
         }?;
         Ok(())
+    }
+
+    /// The index this host installed `digest` from (none: a local file).
+    pub fn set_index_url(&self, digest: &str, url: Option<&str>) -> Result<(), Error> {
+        self.exec(
+            "UPDATE host_versions SET index_url = ? WHERE host = ? AND digest = ?",
+            args![url, self.host, digest],
+        )?;
+        Ok(())
+    }
+
+    /// The index this host last installed a version of `skill` from: the newest version in this
+    /// host's store with one (a version recorded before hosts kept their own: its provenance).
+    pub fn host_index_url(&self, skill: &str) -> Result<Option<String>, Error> {
+        for r in self.rows(
+            "SELECT hv.index_url, v.provenance FROM host_versions hv JOIN versions v ON v.digest = hv.digest WHERE hv.host = ? AND v.skill = ? ORDER BY v.seq DESC",
+            args![self.host, skill],
+        )? {
+            let url = match r.opt_text(0)? {
+                Some(u) => Some(u),
+                None => serde_json::from_str::<Value>(&r.text(1)?)
+                    .map_err(json_err)?
+                    .get("index_url")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            };
+            if let Some(u) = url.filter(|u| !u.is_empty()) {
+                return Ok(Some(u));
+            }
+        }
+        Ok(None)
     }
 
     // ------------------------------------------------------------ hosts
@@ -1345,7 +1620,7 @@ mod erased {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn host(name: &str) -> HostChoice {
@@ -1380,7 +1655,7 @@ mod tests {
             .prepare("SELECT version FROM schema_version ORDER BY version")
             .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(versions, [1, 2, 3]);
+        assert_eq!(versions, [1, 2, 3, 4]);
         r.write(|tx| tx.add_agent("a", "/x"))
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);
@@ -1487,6 +1762,94 @@ mod tests {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.host(), "old-host");
+    }
+
+    pub(crate) fn version(digest: &str, state: State, decided_by: &str) -> Version {
+        Version {
+            digest: digest.into(),
+            skill: "demo".into(),
+            state,
+            stored: true,
+            decided_by: decided_by.into(),
+            rule: None,
+            findings: Vec::new(),
+            change: "first".into(),
+            review_sha256: "sha256:r".into(),
+            review_summary: "s".into(),
+            agents: vec!["alpha".into()],
+            provenance: serde_json::json!({}),
+            withdrawn_reason: None,
+            seq: 0,
+            created_at: "t".into(),
+        }
+    }
+
+    fn read_version(r: &mut Records, digest: &str) -> Version {
+        r.read(|tx| tx.version(digest))
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|| panic!("no version {digest}"))
+    }
+
+    /// Two handles on one records file, as two hosts (or two commands) are: a decision read by
+    /// one before the other withdrew the version, or a person denied it, is never written over
+    /// the newer decision (the write is conditional on the record it read).
+    #[test]
+    fn a_decision_read_before_a_withdrawal_or_a_denial_is_not_written_over_it() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("records.db");
+        let mut one = open(&path, "h1").unwrap_or_else(|e| panic!("{e}"));
+        let mut two = open(&path, "h1").unwrap_or_else(|e| panic!("{e}"));
+        for d in ["sha256:aa", "sha256:bb"] {
+            one.write(|tx| tx.insert_version(&version(d, State::Pending, "policy")))
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        // Read by one; withdrawn through the other; then one approves (approve's write).
+        let seen = read_version(&mut one, "sha256:aa");
+        two.write(|tx| tx.withdraw("sha256:aa", "exfiltrates"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = one
+            .write(|tx| tx.set_state(&seen, State::Approved, "person:al", None))
+            .err()
+            .unwrap_or_else(|| panic!("approved over a withdrawal"));
+        assert_eq!(e.kind, Kind::Withdrawn, "{e}");
+        assert!(e.message.contains("nothing was recorded"), "{e}");
+        // An intake's write (upsert) from the same stale copy is refused too.
+        let approved = version("sha256:aa", State::Approved, "policy");
+        let e = one
+            .write(|tx| tx.upsert_version(&approved, Some(&seen)))
+            .err()
+            .unwrap_or_else(|| panic!("re-recorded over a withdrawal"));
+        assert_eq!(e.kind, Kind::Withdrawn, "{e}");
+        let now = read_version(&mut one, "sha256:aa");
+        assert_eq!(now.state, State::Withdrawn);
+        assert_eq!(now.decided_by, "policy");
+        // A person's denial through the other handle stands against a policy's approval.
+        let seen = read_version(&mut one, "sha256:bb");
+        let bb = read_version(&mut two, "sha256:bb");
+        two.write(|tx| tx.set_state(&bb, State::Denied, "person:bo", None))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = one
+            .write(|tx| {
+                tx.upsert_version(
+                    &version("sha256:bb", State::Approved, "policy"),
+                    Some(&seen),
+                )
+            })
+            .err()
+            .unwrap_or_else(|| panic!("a policy overwrote a person's denial"));
+        assert_eq!(e.kind, Kind::Denied, "{e}");
+        let now = read_version(&mut one, "sha256:bb");
+        assert_eq!(
+            (now.state, now.decided_by.as_str()),
+            (State::Denied, "person:bo")
+        );
+        // Read in the same transaction, the write goes through.
+        one.write(|tx| {
+            let fresh = tx.version("sha256:bb")?.unwrap_or_else(|| panic!("bb"));
+            tx.set_state(&fresh, State::Approved, "person:al", None)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_version(&mut two, "sha256:bb").state, State::Approved);
     }
 
     #[test]

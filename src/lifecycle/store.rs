@@ -163,7 +163,7 @@ impl Store {
             }
         }
         let id = store_id(&root)?;
-        let records = Records::open_at(location, &root.join("records.db"), host, &id)?;
+        let records = open_records(&root, access, location, host, &id)?;
         Ok(Store {
             root,
             _lock: lock,
@@ -237,6 +237,168 @@ impl Store {
     }
 }
 
+/// What `STORE/records-id` says: the id of the records this store is bound to, and where they
+/// were when it was bound (printable: never a password).
+struct Binding {
+    id: String,
+    shown: String,
+}
+
+impl Binding {
+    fn shared(&self) -> bool {
+        self.shown.starts_with("postgres://")
+    }
+}
+
+fn read_binding(root: &Path) -> Result<Option<Binding>, Error> {
+    let path = root.join("records-id");
+    let text = match fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), &e)),
+    };
+    let mut lines = text.lines();
+    let id = lines.next().unwrap_or("").trim().to_owned();
+    if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::new(
+            Kind::Operational,
+            format!(
+                "corrupt store: {} does not start with 32 hex digits",
+                path.display()
+            ),
+        ));
+    }
+    let shown = lines.next().unwrap_or("").trim().to_owned();
+    Ok(Some(Binding { id, shown }))
+}
+
+/// The names (hex digests) in `versions/`.
+fn tree_names(root: &Path) -> Vec<String> {
+    fs::read_dir(root.join("versions"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Open the records at `location` for the store at `root`, refusing records the store is not
+/// bound to. Security: recovery removes every tree the records do not list, so a store used
+/// with the wrong records (a forgotten `--records`, a store pointed at a fleet it never used, a
+/// records.db made anew) would lose every tree its agents' links point at, and would ignore the
+/// fleet's withdrawals. A store is bound (`STORE/records-id`) to the records' own random id at
+/// first use; other records are refused, naming the fix. A store from before the binding (trees
+/// but no `records-id`) is bound only by records that list at least one of its trees as this
+/// store's; records that list none are refused, so they never reap it.
+fn open_records(
+    root: &Path,
+    access: Access,
+    location: &Location,
+    host: &HostChoice,
+    store_id: &str,
+) -> Result<Records, Error> {
+    let given = location.display();
+    let shown_root = root.display();
+    let sqlite_path = root.join("records.db");
+    let bound = read_binding(root)?;
+    let other = |b: &Binding| {
+        Error::new(
+            Kind::Usage,
+            if b.shared() {
+                format!(
+                    "the store {shown_root} keeps its records at {}, not {given}: give --records {} (or SKILLBOX_RECORDS); other records do not know its trees",
+                    b.shown, b.shown
+                )
+            } else if location.is_shared() {
+                format!(
+                    "the store {shown_root} keeps its records in its own records.db, not at {given}: leave out --records, or give a new --store to use these records"
+                )
+            } else {
+                format!(
+                    "the store {shown_root} is bound to records {} and its records.db is another database: restore the store's records.db, or give a new --store",
+                    b.id
+                )
+            },
+        )
+    };
+    let trees = tree_names(root);
+    let unknown = |n: usize| {
+        Error::new(
+            Kind::Usage,
+            format!(
+                "the store {shown_root} holds {n} version tree(s) and the records at {given} list none of them as this store's: it was used with other records; give the --records it was used with (none: its own records.db), or a new --store for these records"
+            ),
+        )
+    };
+    // Refused before the records are opened, so no records.db is made for nothing.
+    match &bound {
+        Some(b) if b.shared() != location.is_shared() => return Err(other(b)),
+        None if !location.is_shared() && !trees.is_empty() && !sqlite_path.exists() => {
+            return Err(unknown(trees.len()));
+        }
+        _ => {}
+    }
+    let mut records = Records::open_unregistered(location, &sqlite_path, host, store_id)?;
+    let records_id = records.records_id()?;
+    match bound {
+        Some(b) if b.id == records_id => {}
+        Some(b) => return Err(other(&b)),
+        None => {
+            if !trees.is_empty() {
+                let listed = records.stored_by_store(store_id)?;
+                if !listed.iter().any(|d| trees.iter().any(|t| t == hex_of(d))) {
+                    return Err(unknown(trees.len()));
+                }
+            }
+            if access == Access::Exclusive {
+                let text = format!("{records_id}\n{}\n", records.location());
+                let landed = write_once(root, "records-id", &text)?;
+                if landed != text {
+                    // Another command bound it first, to the same records or not.
+                    match read_binding(root)? {
+                        Some(b) if b.id == records_id => {}
+                        Some(b) => return Err(other(&b)),
+                        None => {
+                            return Err(Error::new(
+                                Kind::Operational,
+                                "corrupt store: records-id vanished",
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    records.register(host, store_id)?;
+    Ok(records)
+}
+
+/// Write `STORE/<name>` once: under a temporary name, then linked into place (link(2) never
+/// replaces, so two commands writing it at once agree on the one that landed first). Returns
+/// the text that is there.
+fn write_once(root: &Path, name: &str, text: &str) -> Result<String, Error> {
+    let path = root.join(name);
+    let tmp = root.join(format!("{name}.{}", std::process::id()));
+    fs::write(&tmp, text).map_err(|e| Error::io(format!("cannot write {}", tmp.display()), &e))?;
+    let linked = fs::hard_link(&tmp, &path);
+    let _ = fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(text.to_owned()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => fs::read_to_string(&path)
+            .map_err(|e| Error::io(format!("cannot read {}", path.display()), &e)),
+        Err(e) => Err(Error::io(format!("cannot create {}", path.display()), &e)),
+    }
+}
+
+/// 32 random hex digits.
+pub fn random_id() -> Result<String, Error> {
+    let mut raw = [0u8; 16];
+    File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .map_err(|e| Error::io("cannot read /dev/urandom", &e))?;
+    Ok(hex::encode(raw))
+}
+
 /// The store's random id (`STORE/store-id`, 32 hex digits), made on first use: the records
 /// bind a host name to it, so two stores (two machines) can never share one host's records.
 fn store_id(root: &Path) -> Result<String, Error> {
@@ -261,24 +423,9 @@ fn store_id(root: &Path) -> Result<String, Error> {
     if let Some(id) = read(&path)? {
         return Ok(id);
     }
-    let mut raw = [0u8; 16];
-    File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut raw))
-        .map_err(|e| Error::io("cannot read /dev/urandom", &e))?;
-    let id = hex::encode(raw);
-    // Written under a temporary name and linked into place: link(2) never replaces, so two
-    // commands making it at once agree on the one that landed first.
-    let tmp = root.join(format!("store-id.{}", std::process::id()));
-    fs::write(&tmp, format!("{id}\n"))
-        .map_err(|e| Error::io(format!("cannot write {}", tmp.display()), &e))?;
-    let linked = fs::hard_link(&tmp, &path);
-    let _ = fs::remove_file(&tmp);
-    match linked {
-        Ok(()) => Ok(id),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => read(&path)?
-            .ok_or_else(|| Error::new(Kind::Operational, "corrupt store: store-id vanished")),
-        Err(e) => Err(Error::io(format!("cannot create {}", path.display()), &e)),
-    }
+    let id = random_id()?;
+    write_once(root, "store-id", &format!("{id}\n"))?;
+    read(&path)?.ok_or_else(|| Error::new(Kind::Operational, "corrupt store: store-id vanished"))
 }
 
 /// `sha256:<hex>` -> `<hex>` (digests in the records are always the full form).

@@ -375,6 +375,8 @@ struct Fleet {
     tmp: tempfile::TempDir,
     ca_file: PathBuf,
     server: Server,
+    /// The index server's TLS settings (its CA is `ca_file`), for a second index.
+    server_config: Arc<rustls::ServerConfig>,
     records: String,
     password: String,
     /// Everything every command printed, to look for the password in.
@@ -397,6 +399,7 @@ impl Fleet {
             tmp,
             ca_file,
             server,
+            server_config: pki.server.clone(),
             records,
             password: password.to_owned(),
             printed: Mutex::new(String::new()),
@@ -465,6 +468,14 @@ impl Host<'_> {
         c
     }
 
+    fn run_as(&self, args: &[&str], records: &str, host: &str) -> Output {
+        let o = self
+            .command_as(args, records, host)
+            .output()
+            .unwrap_or_else(|e| panic!("spawn skillbox: {e}"));
+        self.keep(o)
+    }
+
     fn keep(&self, o: Output) -> Output {
         if let Ok(mut p) = self.fleet.printed.lock() {
             p.push_str(&String::from_utf8_lossy(&o.stdout));
@@ -482,6 +493,15 @@ impl Host<'_> {
     }
 
     fn install(&self, agents: &[&str]) -> Output {
+        let o = self
+            .install_command(agents, &[])
+            .output()
+            .unwrap_or_else(|e| panic!("spawn skillbox: {e}"));
+        self.keep(o)
+    }
+
+    /// `install` of demo from the fleet's index for `agents`, with `extra` arguments.
+    fn install_command(&self, agents: &[&str], extra: &[&str]) -> Command {
         let url = self.fleet.server.url(INDEX);
         let specs: Vec<String> = agents.iter().map(|a| self.agent_arg(a)).collect();
         let mut args = vec!["install", url.as_str(), "demo", "--json"];
@@ -489,7 +509,8 @@ impl Host<'_> {
             args.push("--agent");
             args.push(s);
         }
-        self.run(&args)
+        args.extend_from_slice(extra);
+        self.command(&args)
     }
 
     /// The digest an agent's link points at (into this host's own store), or None.
@@ -738,7 +759,7 @@ fn concurrent_writes_from_two_hosts_keep_sequence_numbers_unique() {
     assert_eq!(pg.query_i64(db, "SELECT MAX(seq) FROM events"), events);
     assert_eq!(
         pg.query_i64(db, "SELECT COUNT(*) FROM schema_version"),
-        3,
+        4,
         "each migration applied once"
     );
     assert_eq!(pg.query_i64(db, "SELECT COUNT(*) FROM intents"), 0);
@@ -1217,4 +1238,517 @@ fn a_published_release_found_bad_after_discovery_is_contained_on_every_host() {
         p["hosts"].as_array().is_some_and(|h| h.is_empty()),
         "nobody on it: {p}"
     );
+}
+
+// ------------------------------------------------------------------ decisions racing
+
+/// skillbox's fleet-wide write lock: the advisory lock every write transaction takes first.
+const WRITE_LOCK: i64 = 0x736b_696c_6c62_6f78;
+
+/// Another session holding the fleet's write lock. Commands started meanwhile read what they
+/// read, then queue on the lock when they reach their write, in the order they reach it;
+/// released, they write one after the other in that order (PostgreSQL grants a lock's waiters
+/// first come, first served). That makes "B decided on what it read before A's write
+/// committed" happen every time.
+struct LockHolder<'a> {
+    pg: &'a Pg,
+    db: &'a str,
+    client: postgres::Client,
+}
+
+impl<'a> LockHolder<'a> {
+    fn take(pg: &'a Pg, db: &'a str) -> Self {
+        let mut client = pg.admin(db).unwrap_or_else(|e| panic!("{e}"));
+        client
+            .batch_execute("SET application_name = 'lock-holder-test'")
+            .unwrap_or_else(|e| panic!("{e}"));
+        client
+            .execute("SELECT pg_advisory_lock($1)", &[&WRITE_LOCK])
+            .unwrap_or_else(|e| panic!("take the lock: {e}"));
+        LockHolder { pg, db, client }
+    }
+
+    /// Wait until `n` sessions of this database wait for the lock (the commands reached their
+    /// write); a command that exits meanwhile fails the test with its output.
+    fn wait_for(&self, n: i64, kids: &mut [Child]) {
+        let sql = format!(
+            "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE d.datname = '{}' AND l.locktype = 'advisory' AND NOT l.granted",
+            self.db
+        );
+        let until = Instant::now() + Duration::from_secs(180);
+        while self.pg.query_i64(self.db, &sql) < n {
+            for k in kids.iter_mut() {
+                if let Ok(Some(st)) = k.try_wait() {
+                    let mut out = String::new();
+                    if let Some(mut e) = k.stderr.take() {
+                        let _ = std::io::Read::read_to_string(&mut e, &mut out);
+                    }
+                    panic!("a command ended before it waited for the lock ({st}): {out}");
+                }
+            }
+            assert!(Instant::now() < until, "{n} waiter(s) never came");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The application names of the sessions of this database waiting for the lock.
+    fn waiting(&mut self) -> Vec<String> {
+        self.client
+            .query(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid JOIN pg_database d ON d.oid = l.database WHERE d.datname = $1 AND l.locktype = 'advisory' AND NOT l.granted ORDER BY a.application_name",
+                &[&self.db],
+            )
+            .unwrap_or_else(|e| panic!("{e}"))
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
+    fn release(mut self) {
+        self.client
+            .execute("SELECT pg_advisory_unlock($1)", &[&WRITE_LOCK])
+            .unwrap_or_else(|e| panic!("release the lock: {e}"));
+    }
+}
+
+/// Start `c` with its output captured; the lock wait of a test is far below its timeout.
+fn spawn(mut c: Command) -> Child {
+    c.env("SKILLBOX_RECORDS_LOCK_TIMEOUT", "600")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+}
+
+fn finish(h: &Host<'_>, k: Child) -> Output {
+    h.keep(k.wait_with_output().unwrap_or_else(|e| panic!("wait: {e}")))
+}
+
+fn stderr_has(o: &Output, text: &str) {
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(text),
+        "expected {text:?}: {}",
+        explain(o)
+    );
+}
+
+/// How many versions have this digest, state and decider.
+fn decided(pg: &Pg, db: &str, digest: &str, state: &str, by: &str) -> i64 {
+    pg.query_i64(
+        db,
+        &format!(
+            "SELECT COUNT(*) FROM versions WHERE digest = '{digest}' AND state = '{state}' AND decided_by = '{by}'"
+        ),
+    )
+}
+
+fn users(pg: &Pg, db: &str, digest: &str) -> i64 {
+    pg.query_i64(
+        db,
+        &format!("SELECT COUNT(*) FROM installs WHERE digest = '{digest}'"),
+    )
+}
+
+/// `approve` read the version pending, and waits to write while another host withdraws it (or
+/// a person denies it there): the withdrawal or the denial stands, approve records nothing, and
+/// no agent moves onto the version. (Before: approve's unconditional write turned the withdrawn
+/// row back to approved, reason and all, and activated it.)
+#[test]
+fn a_withdrawal_or_a_denial_committed_while_approve_waits_stands() {
+    let pg = server();
+    let db = "fleet_race_approve";
+    let url = pg.database(db);
+    let f = Fleet::new(url, &pg.password);
+    let (a, c) = (f.host("host-a"), f.host("host-c"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&c.run(&["sync"]), 0);
+    for (round, blocker) in [(3, "withdraw"), (4, "deny")] {
+        let v = f.publish(&package(round));
+        expect_code(&a.install(&["alpha"]), 6);
+        let vref = format!("demo@{v}");
+        let mut lock = LockHolder::take(&pg, db);
+        let first = match blocker {
+            "withdraw" => c.command(&[
+                "withdraw",
+                &vref,
+                "--reason",
+                "exfiltrates",
+                "--by",
+                "carol",
+            ]),
+            _ => c.command(&["deny", &vref, "--by", "carol"]),
+        };
+        let mut kids = vec![spawn(first)];
+        lock.wait_for(1, &mut kids);
+        kids.push(spawn(a.command(&["approve", &vref, "--by", "alice"])));
+        lock.wait_for(2, &mut kids);
+        let waiting = lock.waiting();
+        lock.release();
+        let mut outs = kids.into_iter().map(|k| finish(&a, k));
+        let (first, approve) = (outs.next(), outs.next());
+        let (first, approve) = (
+            first.unwrap_or_else(|| panic!("no output")),
+            approve.unwrap_or_else(|| panic!("no output")),
+        );
+        expect_code(&first, 0);
+        if blocker == "withdraw" {
+            expect_code(&approve, 9);
+            assert_eq!(decided(&pg, db, &v, "withdrawn", "policy"), 1, "{blocker}");
+        } else {
+            expect_code(&approve, 7);
+            assert_eq!(
+                decided(&pg, db, &v, "denied", "person:carol"),
+                1,
+                "{blocker}"
+            );
+        }
+        stderr_has(&approve, "nothing was recorded");
+        assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()), "{blocker}");
+        assert_eq!(users(&pg, db, &v), 0, "{blocker}");
+        // Each session is named after its host: who holds the lock can be told.
+        assert_eq!(waiting, ["skillbox@host-a", "skillbox@host-c"]);
+    }
+    a.verify_ok();
+}
+
+/// An install read the fleet's record (a policy's denial, re-evaluated), staged and decided
+/// with a laxer policy, and waits to record while another host withdraws the version: the
+/// decision redone inside the install's write transaction sees the withdrawal; the install
+/// records nothing, its promoted tree is removed, and no agent moves. With the default policy
+/// the install would have turned the withdrawn version back into a pending one. (Before: the
+/// install wrote its decision from the stale copy over the withdrawal, and activated it.)
+#[test]
+fn a_withdrawal_committed_while_an_install_waits_stands() {
+    let pg = server();
+    let db = "fleet_race_install";
+    let url = pg.database(db);
+    let f = Fleet::new(url, &pg.password);
+    let (a, b, c) = (f.host("host-a"), f.host("host-b"), f.host("host-c"));
+    let strict = f.tmp.path().join("strict.toml");
+    std::fs::write(&strict, "[capabilities]\nscripts = \"deny\"\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let lax = f.tmp.path().join("lax.toml");
+    std::fs::write(
+        &lax,
+        "[tools]\nother = \"allow\"\n[hosts]\nother = \"allow\"\n[capabilities]\nscripts = \"allow\"\nexecutables = \"allow\"\ndownloads = \"allow\"\ncredentials = \"allow\"\nrisky_commands = \"allow\"\nincomplete_review = \"allow\"\ncross_origin = \"allow\"\nname_mismatch = \"allow\"\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (strict, lax) = (strict.display().to_string(), lax.display().to_string());
+    let v1 = f.publish(&package(1));
+    expect_code(&b.install(&["alpha"]), 0);
+    expect_code(&c.run(&["sync"]), 0);
+    for (round, policy) in [(3, Some(lax.as_str())), (4, None)] {
+        let v = f.publish(&package(round));
+        // A's policy denies it: recorded as a policy's denial, which B re-evaluates.
+        let o = a.keep(
+            a.install_command(&[], &["--policy", &strict])
+                .output()
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        expect_code(&o, 7);
+        let vref = format!("demo@{v}");
+        let lock = LockHolder::take(&pg, db);
+        let mut kids = vec![spawn(c.command(&[
+            "withdraw",
+            &vref,
+            "--reason",
+            "exfiltrates",
+        ]))];
+        lock.wait_for(1, &mut kids);
+        let extra: Vec<&str> = policy.map(|p| vec!["--policy", p]).unwrap_or_default();
+        kids.push(spawn(b.install_command(&["alpha"], &extra)));
+        lock.wait_for(2, &mut kids);
+        lock.release();
+        let outs: Vec<Output> = kids.into_iter().map(|k| finish(&b, k)).collect();
+        expect_code(&outs[0], 0);
+        expect_code(&outs[1], 9);
+        stderr_has(
+            &outs[1],
+            "changed while this install ran: nothing was recorded",
+        );
+        assert_eq!(
+            decided(&pg, db, &v, "withdrawn", "policy"),
+            1,
+            "round {round}"
+        );
+        assert_eq!(users(&pg, db, &v), 0, "round {round}");
+        assert_eq!(
+            b.active("alpha").as_deref(),
+            Some(v1.as_str()),
+            "round {round}"
+        );
+        assert!(
+            !b.store()
+                .join("versions")
+                .join(&v["sha256:".len()..])
+                .exists(),
+            "round {round}: the promoted tree stayed"
+        );
+    }
+    b.verify_ok();
+}
+
+/// A person's denial and an activation of the same version racing: whichever commits first,
+/// no agent ends on a denied version. Denied first: the activation (of a version stored on B,
+/// approved when it was read) is refused inside its write. Activated first: the denial sees
+/// the agent inside its write and says to withdraw instead. (Before: the activation only
+/// refused a withdrawn version, and deny checked who used the version before it wrote.)
+#[test]
+fn a_denial_and_an_activation_racing_never_leave_an_agent_on_a_denied_version() {
+    let pg = server();
+    let db = "fleet_race_deny";
+    let url = pg.database(db);
+    let f = Fleet::new(url, &pg.password);
+    let (b, c) = (f.host("host-b"), f.host("host-c"));
+    expect_code(&c.run(&["sync"]), 0);
+
+    // Denied first.
+    let v1 = f.publish(&package(1));
+    expect_code(&b.install(&[]), 0);
+    let lock = LockHolder::take(&pg, db);
+    let mut kids = vec![spawn(c.command(&[
+        "deny",
+        &format!("demo@{v1}"),
+        "--by",
+        "carol",
+    ]))];
+    lock.wait_for(1, &mut kids);
+    kids.push(spawn(b.install_command(&["alpha"], &[])));
+    lock.wait_for(2, &mut kids);
+    lock.release();
+    let outs: Vec<Output> = kids.into_iter().map(|k| finish(&b, k)).collect();
+    expect_code(&outs[0], 0);
+    expect_code(&outs[1], 7);
+    assert_eq!(b.active("alpha"), None);
+    assert_eq!(users(&pg, db, &v1), 0);
+    assert_eq!(decided(&pg, db, &v1, "denied", "person:carol"), 1);
+
+    // Activated first.
+    let v2 = f.publish(&package(2));
+    expect_code(&b.install(&[]), 0);
+    let lock = LockHolder::take(&pg, db);
+    let mut kids = vec![spawn(b.install_command(&["alpha"], &[]))];
+    lock.wait_for(1, &mut kids);
+    kids.push(spawn(c.command(&[
+        "deny",
+        &format!("demo@{v2}"),
+        "--by",
+        "carol",
+    ])));
+    lock.wait_for(2, &mut kids);
+    lock.release();
+    let outs: Vec<Output> = kids.into_iter().map(|k| finish(&b, k)).collect();
+    expect_code(&outs[0], 0);
+    expect_code(&outs[1], 2);
+    stderr_has(&outs[1], "withdraw it instead");
+    assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+    assert_eq!(decided(&pg, db, &v2, "approved", "policy"), 1);
+    b.verify_ok();
+}
+
+// ------------------------------------------------------------------ a store and its records
+
+/// A store is bound to the records it was first used with. Forgetting `--records` (or giving
+/// an empty one, or other records: a fresh database, a store's own records.db pointed at a
+/// fleet) is refused, naming the fix, and nothing is reaped: every tree stays and every link
+/// still resolves. A store from before the binding is bound only by records that list its
+/// trees. (Before: a fresh records.db was made, recovery removed every tree it did not list,
+/// "removed unrecorded tree ...", and the agents' links dangled.)
+#[test]
+fn a_store_is_bound_to_its_records_and_never_reaped_by_others() {
+    let pg = server();
+    let url = pg.database("fleet_binding");
+    let other = pg.database("fleet_binding_other");
+    let f = Fleet::new(url.clone(), &pg.password);
+    let a = f.host("host-a");
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    let tree = a.store().join("versions").join(&v1["sha256:".len()..]);
+    let intact = || {
+        assert!(tree.join("tree").exists(), "the tree was removed");
+        assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+    };
+    // No --records: the store's own records.db would not know its trees.
+    let bare = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+            .args(args)
+            .arg("--store")
+            .arg(a.store())
+            .args(["--host", "host-a"])
+            .env("HOME", a.root())
+            .env_remove("SKILLBOX_RECORDS")
+            .env_remove("SKILLBOX_STORE")
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"));
+        a.keep(o)
+    };
+    // Messages are printed with every URL's userinfo stripped (the user name included).
+    let shown = url.replace(&format!("{ADMIN}@"), "");
+    let shown_other = other.replace(&format!("{ADMIN}@"), "");
+    for args in [&["sync"][..], &["gc"], &["verify"], &["status"]] {
+        let o = bare(args);
+        expect_code(&o, 2);
+        stderr_has(&o, &format!("keeps its records at {shown}, not sqlite"));
+        stderr_has(&o, &format!("give --records {shown}"));
+        intact();
+    }
+    assert!(
+        !a.store().join("records.db").exists(),
+        "a records.db was made"
+    );
+    // An empty --records is a usage error, not the store's own records.
+    let o = a.run_as(&["sync"], "", "host-a");
+    expect_code(&o, 2);
+    stderr_has(&o, "--records: empty");
+    // Other records (another fleet's database, fresh): refused before anything is reaped.
+    let o = a.run_as(&["sync"], &other, "host-a");
+    expect_code(&o, 2);
+    stderr_has(
+        &o,
+        &format!("keeps its records at {shown}, not {shown_other}"),
+    );
+    intact();
+    assert_eq!(
+        pg.query_i64("fleet_binding_other", "SELECT COUNT(*) FROM hosts"),
+        0
+    );
+
+    // A store from before the binding (no records-id): records that list none of its trees
+    // are refused; its own records bind it again.
+    std::fs::remove_file(a.store().join("records-id")).unwrap_or_else(|e| panic!("{e}"));
+    let o = a.run_as(&["sync"], &other, "host-a");
+    expect_code(&o, 2);
+    stderr_has(&o, "list none of them");
+    intact();
+    let o = bare(&["sync"]);
+    expect_code(&o, 2);
+    stderr_has(&o, "list none of them");
+    assert!(
+        !a.store().join("records.db").exists(),
+        "a records.db was made"
+    );
+    intact();
+    expect_code(&a.run(&["sync"]), 0);
+    assert!(a.store().join("records-id").exists(), "bound again");
+    a.verify_ok();
+    intact();
+
+    // A store with its own records.db pointed at the fleet (joining it) is refused too.
+    let d = f.host("host-d");
+    let o = d.keep(
+        d.command_as(
+            &[
+                "install",
+                &f.server.url(INDEX),
+                "demo",
+                "--agent",
+                &d.agent_arg("alpha"),
+            ],
+            "sqlite",
+            "host-d",
+        )
+        .output()
+        .unwrap_or_else(|e| panic!("{e}")),
+    );
+    expect_code(&o, 0);
+    let o = d.run(&["sync"]);
+    expect_code(&o, 2);
+    stderr_has(&o, "keeps its records in its own records.db");
+    assert_eq!(d.active("alpha").as_deref(), Some(v1.as_str()));
+}
+
+/// A write waits for the fleet's write lock at most SKILLBOX_RECORDS_LOCK_TIMEOUT (here 2 s;
+/// 60 s by default), then fails saying the lock is held and by which session. (Before: it
+/// waited as long as the lock was held, forever for a stuck writer.)
+#[test]
+fn a_write_gives_up_on_a_held_write_lock_and_names_the_holder() {
+    let pg = server();
+    let db = "fleet_lock_timeout";
+    let url = pg.database(db);
+    let f = Fleet::new(url, &pg.password);
+    let a = f.host("host-a");
+    expect_code(&a.run(&["sync"]), 0);
+    let lock = LockHolder::take(&pg, db);
+    let mut c = a.command(&["sync"]);
+    c.env("SKILLBOX_RECORDS_LOCK_TIMEOUT", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let started = Instant::now();
+    let mut child = c.spawn().unwrap_or_else(|e| panic!("{e}"));
+    // The test stops by itself: a command still waiting after 60 s is killed and fails it.
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap_or_else(|e| panic!("{e}")) {
+            break Some(st);
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let o = a.keep(child.wait_with_output().unwrap_or_else(|e| panic!("{e}")));
+    lock.release();
+    assert!(status.is_some(), "still waiting for the lock after 60 s");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "it did not wait"
+    );
+    expect_code(&o, 1);
+    stderr_has(&o, "the fleet's write lock is held by lock-holder-test");
+    stderr_has(
+        &o,
+        "waited 2 s (SKILLBOX_RECORDS_LOCK_TIMEOUT): nothing was recorded",
+    );
+    // A bad value is a usage error.
+    let mut c = a.command(&["sync"]);
+    c.env("SKILLBOX_RECORDS_LOCK_TIMEOUT", "0");
+    expect_code(&a.keep(c.output().unwrap_or_else(|e| panic!("{e}"))), 2);
+    expect_code(&a.run(&["sync"]), 0);
+}
+
+/// `update` re-reads the index this host installed from, not the one another host installed
+/// the newest version from. (Before: it took the index of the newest version fleet-wide.)
+#[test]
+fn update_reads_this_hosts_index() {
+    let pg = server();
+    let url = pg.database("fleet_update_index");
+    let f = Fleet::new(url, &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    // B installs demo from another index, listing another version.
+    let other = Server::start(f.server_config.clone());
+    let pkg = package(2);
+    let v2 = sha(&pkg);
+    other.route("/demo-2.tar.gz", ok(&pkg, "application/gzip"));
+    let body = serde_json::json!({ "$schema": SCHEMA, "skills": [{
+        "name": "demo", "type": "archive", "description": "A demo skill",
+        "url": "/demo-2.tar.gz", "digest": v2,
+    }]})
+    .to_string();
+    other.route(INDEX, ok(body.as_bytes(), "application/json"));
+    let other_addr = other.addr.to_string();
+    let other_index = other.url(INDEX);
+    let agent = b.agent_arg("alpha");
+    let o = b.run(&[
+        "install",
+        &other_index,
+        "demo",
+        "--agent",
+        &agent,
+        "--allow-destination",
+        &other_addr,
+    ]);
+    expect_code(&o, 0);
+    assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+    let seen = other.hits(INDEX);
+
+    let o = a.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["updates"][0]["digest"], v1.as_str(), "{j}");
+    assert_eq!(j["updates"][0]["intake"], "unchanged", "{j}");
+    assert_eq!(other.hits(INDEX), seen, "A read B's index");
+    assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
 }
