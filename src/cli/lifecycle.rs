@@ -92,7 +92,8 @@ pub struct Common {
     /// fleet of hosts shares: postgres://USER@HOST:PORT/DB (or postgresql://; a Unix socket as
     /// postgres://USER@/DB?host=/DIR). A host beyond loopback is reached over TLS only
     /// (verify-full; ?sslmode=verify-full asks for it on loopback too). The password:
-    /// --records-password-file, else the URL's, else PGPASSWORD; never printed.
+    /// --records-password-file, else the URL's, else PGPASSWORD; never printed. A store is
+    /// bound to the records it is first used with: other records are refused.
     // Taken as text and parsed by us: clap would quote a bad value, password and all, and the
     // environment's value is never shown in --help.
     #[arg(

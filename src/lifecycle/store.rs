@@ -2,7 +2,8 @@
 //! rename from staging inside the store.
 //!
 //! Layout of `STORE/`: `records.db` (the records, unless they are shared elsewhere), `store-id`
-//! (the random id the records bind this store's host name to), `lock` (held with `flock` by every command
+//! (the random id the records bind this store's host name to), `records-id` (the id of the
+//! records this store is bound to), `lock` (held with `flock` by every command
 //! that changes state, so commands on one store serialise), `cache/` (verified downloads),
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
 //! `versions/<sha256 hex>/` (a promoted intake, write bits removed).
@@ -289,7 +290,8 @@ fn tree_names(root: &Path) -> Vec<String> {
 /// fleet's withdrawals. A store is bound (`STORE/records-id`) to the records' own random id at
 /// first use; other records are refused, naming the fix. A store from before the binding (trees
 /// but no `records-id`) is bound only by records that list at least one of its trees as this
-/// store's; records that list none are refused, so they never reap it.
+/// store's; records that list none are refused, so they never reap it. A store without trees
+/// has nothing to lose: the records it is first used with bind it.
 fn open_records(
     root: &Path,
     access: Access,
