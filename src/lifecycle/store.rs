@@ -335,6 +335,15 @@ fn open_records(
     // Refused before the records are opened, so no records.db is made for nothing.
     match &bound {
         Some(b) if b.shared() != location.is_shared() => return Err(other(b)),
+        Some(b) if !b.shared() && !sqlite_path.exists() => {
+            return Err(Error::new(
+                Kind::Usage,
+                format!(
+                    "the store {shown_root} is bound to records {} and its records.db is missing: restore it (a new one would not know the store's trees), or give a new --store",
+                    b.id
+                ),
+            ));
+        }
         None if !location.is_shared() && !trees.is_empty() && !sqlite_path.exists() => {
             return Err(unknown(trees.len()));
         }

@@ -1407,3 +1407,84 @@ fn package_text_never_reaches_the_terminal_raw() {
         clean(&args.join(" "), &o);
     }
 }
+
+/// A store is bound to its records: its records.db gone (or another store's in its place) is
+/// refused, naming the fix, and nothing is reaped; put back, it works again. A store from before
+/// the binding is bound again by its own records, which list its tree. (Before: a new
+/// records.db was made, listed no tree, and recovery removed the tree the agent's link points
+/// at: "removed unrecorded tree".)
+#[test]
+fn a_store_refuses_records_it_is_not_bound_to_and_reaps_nothing() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let intact = || {
+        assert!(tree_exists(&w, &v1), "the tree was removed");
+        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    };
+    let db = |dir: &std::path::Path, ext: &str| dir.join(format!("records.db{ext}"));
+    let saved = w.tmp.path().join("saved");
+    std::fs::create_dir(&saved).unwrap_or_else(|e| panic!("{e}"));
+    let move_all = |from: &std::path::Path, to: &std::path::Path| {
+        for ext in ["", "-wal", "-shm"] {
+            if db(from, ext).exists() {
+                std::fs::rename(db(from, ext), db(to, ext)).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+    };
+    move_all(&w.store(), &saved);
+    for args in [&["verify"][..], &["gc"], &["list"]] {
+        let o = w.run(args);
+        expect_code(&o, 2);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("its records.db is missing: restore it"),
+            "{}",
+            explain(&o)
+        );
+        intact();
+    }
+    assert!(!db(&w.store(), "").exists(), "a records.db was made");
+
+    // Another store's records.db in its place.
+    let other = w.tmp.path().join("other-store");
+    let o = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(["gc", "--store"])
+        .arg(&other)
+        .env("HOME", w.tmp.path())
+        .env_remove("SKILLBOX_STORE")
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    expect_code(&o, 0);
+    move_all(&other, &w.store());
+    let o = w.run(&["verify"]);
+    expect_code(&o, 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("its records.db is another database"),
+        "{}",
+        explain(&o)
+    );
+    intact();
+
+    // Its own records back: it works. Without its binding (a store from before it), the
+    // records that list its tree bind it again; others are refused.
+    move_all(&w.store(), &other);
+    move_all(&saved, &w.store());
+    w.verify_ok();
+    intact();
+    std::fs::remove_file(w.store().join("records-id")).unwrap_or_else(|e| panic!("{e}"));
+    move_all(&w.store(), &saved);
+    move_all(&other, &w.store());
+    let o = w.run(&["verify"]);
+    expect_code(&o, 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("list none of them"),
+        "{}",
+        explain(&o)
+    );
+    intact();
+    move_all(&w.store(), &other);
+    move_all(&saved, &w.store());
+    w.verify_ok();
+    assert!(w.store().join("records-id").exists(), "bound again");
+    intact();
+}
