@@ -531,11 +531,6 @@ fn pg_connect(
     cfg.user(&p.user)
         .dbname(&p.dbname)
         .application_name(&format!("skillbox@{host}"))
-        .options(&format!(
-            "-c lock_timeout={} -c idle_in_transaction_session_timeout={}",
-            lock_timeout.as_millis(),
-            PG_IDLE_IN_TRANSACTION.as_millis()
-        ))
         .keepalives(true)
         .keepalives_idle(Duration::from_secs(60))
         .keepalives_interval(Duration::from_secs(10))
@@ -563,14 +558,23 @@ fn pg_connect(
             )?))
         }
     };
-    connected.map_err(|e| {
+    let mut client = connected.map_err(|e| {
         let mut err = pg_err(e);
         if let Some(pw) = p.password.as_ref().filter(|pw| !pw.is_empty()) {
             err.message = err.message.replace(pw.expose(), "[password]");
         }
         err.message = format!("cannot open the records at {shown}: {}", err.message);
         err
-    })
+    })?;
+    // Set once connected rather than as startup options, which a connection pooler may refuse.
+    client
+        .batch_execute(&format!(
+            "SET lock_timeout = {}; SET idle_in_transaction_session_timeout = {}",
+            lock_timeout.as_millis(),
+            PG_IDLE_IN_TRANSACTION.as_millis()
+        ))
+        .map_err(pg_err)?;
+    Ok(client)
 }
 
 /// The rustls client settings for the server: the fetcher's (ring, TLS 1.2 and 1.3, Mozilla's
