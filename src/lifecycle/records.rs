@@ -818,7 +818,7 @@ impl Records {
         let (by_id, by_name) = self.read(lookup)?;
         if let Some(name) = decide(by_id, by_name)? {
             self.host = name;
-            return self.name_session();
+            return self.name_session(&host.name);
         }
         let now = super::now();
         let name = self.write(|tx| {
@@ -833,12 +833,15 @@ impl Records {
             Ok(host.name.clone())
         })?;
         self.host = name;
-        self.name_session()
+        self.name_session(&host.name)
     }
 
-    /// Name this PostgreSQL session after the host the records bound this store to (it may
-    /// differ from the one asked for: a store keeps its name).
-    fn name_session(&mut self) -> Result<(), Error> {
+    /// Name this PostgreSQL session after the host the records bound this store to, when that
+    /// differs from the name it connected under (`asked`): a store keeps its name.
+    fn name_session(&mut self, asked: &str) -> Result<(), Error> {
+        if self.host == asked {
+            return Ok(());
+        }
         if let Backend::Postgres(c) = &mut self.conn {
             c.execute(
                 "SELECT set_config('application_name', $1, false)",
