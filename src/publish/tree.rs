@@ -9,8 +9,8 @@
 //! write, and never writes through a symlink in the output tree.
 
 use std::fs::File;
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -73,13 +73,23 @@ pub struct Written {
 /// Put `built` in place at `out` (its staging directory must be beside `out`, on the same file
 /// system). Returns each file of the output with what happened to it.
 pub fn write(built: Built, out: &Path) -> Result<Vec<Written>, PublishError> {
+    if out_exists(out)? {
+        into_existing(built, out)
+    } else {
+        fresh(built, out)
+    }
+}
+
+/// OUT_DIR as publish and `--check` take it: absent (`false`), or a directory itself, never
+/// a symlink to one (`true`).
+fn out_exists(out: &Path) -> Result<bool, PublishError> {
     match std::fs::symlink_metadata(out) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => fresh(built, out),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(PublishError::Io {
             path: out.to_owned(),
             source: e,
         }),
-        Ok(m) if m.is_dir() => into_existing(built, out),
+        Ok(m) if m.is_dir() => Ok(true),
         Ok(m) if m.file_type().is_symlink() => Err(PublishError::Usage(format!(
             "--out {}: is a symlink; publish does not write through one (give the directory \
              it points at)",
@@ -345,27 +355,39 @@ pub struct Difference {
 
 /// Compare `built` with the tree published at `out`: the index byte for byte, and every
 /// artifact it names. Files the index does not name (older artifacts, the rest of a site) are
-/// not compared.
+/// not compared. Read as publish writes: OUT_DIR itself a symlink is refused as publish
+/// refuses it, and a file that is a symlink, or reached through one, is a difference, never
+/// followed (publish would refuse to write through it, so the tree is not what it builds).
 pub fn check(built: &Built, out: &Path) -> Result<Vec<Difference>, PublishError> {
+    out_exists(out)?;
     let mut diffs = Vec::new();
     for rel in built.files() {
         let want = std::fs::read(built.stage.path().join(&rel))
             .map_err(io_err(&built.stage.path().join(&rel)))?;
-        let at = out.join(&rel);
-        match std::fs::read(&at) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => diffs.push(Difference {
+        // Past what it should hold, a file differs; an index is read whole up to the
+        // consumers' bound, to name the entries that differ.
+        let limit = (want.len() as u64 + 1).max(crate::index::IndexLimits::default().max_bytes);
+        let differs = |detail: String| Difference {
+            path: rel.clone(),
+            kind: DifferenceKind::Differs,
+            detail,
+        };
+        match read_published(out, &rel, limit)? {
+            Found::Missing => diffs.push(Difference {
                 path: rel,
                 kind: DifferenceKind::Missing,
                 detail: "the sources build it; the published tree lacks it".into(),
             }),
-            Err(e) => {
-                return Err(PublishError::Io {
-                    path: at,
-                    source: e,
-                });
-            }
-            Ok(have) if have == want => {}
-            Ok(have) => {
+            Found::Link(link) => diffs.push(differs(format!(
+                "{link} is a symlink; a published tree holds its files itself, and publish does \
+                 not write through links"
+            ))),
+            Found::NotFile(what) => diffs.push(differs(format!(
+                "{what} is of another kind than publish writes there (directories on the way, a \
+                 regular file at the end)"
+            ))),
+            Found::Bytes(have) if have == want => {}
+            Found::Bytes(have) => {
                 let detail = if rel.ends_with(INDEX_FILE) {
                     index_changes(&have, &want)
                 } else {
@@ -380,6 +402,68 @@ pub fn check(built: &Built, out: &Path) -> Result<Vec<Difference>, PublishError>
         }
     }
     Ok(diffs)
+}
+
+/// What [`check`] found at a published path.
+enum Found {
+    Missing,
+    /// This prefix of the path (relative to OUT_DIR) is a symlink.
+    Link(String),
+    /// This prefix is neither the directory nor the regular file publish writes there.
+    NotFile(String),
+    /// The regular file's bytes (up to the limit asked for).
+    Bytes(Vec<u8>),
+}
+
+/// The file at `rel` beneath `out`, read as publish writes it: every directory on the way
+/// looked at with lstat, never followed; the file opened with O_NOFOLLOW (a link swapped in
+/// after the look fails with ELOOP) and O_NONBLOCK (a FIFO there cannot stall the check), and
+/// read only if it is a regular file.
+fn read_published(out: &Path, rel: &str, limit: u64) -> Result<Found, PublishError> {
+    let comps: Vec<&str> = rel.split('/').collect();
+    let mut at = out.to_owned();
+    for (i, comp) in comps.iter().enumerate() {
+        at.push(comp);
+        let shown = comps[..=i].join("/");
+        if i + 1 == comps.len() {
+            break;
+        }
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => return Ok(Found::Link(shown)),
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Ok(Found::NotFile(shown)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+            Err(e) => {
+                return Err(PublishError::Io {
+                    path: at,
+                    source: e,
+                });
+            }
+        }
+    }
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&at)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(Found::Link(rel.into())),
+        Err(e) => {
+            return Err(PublishError::Io {
+                path: at,
+                source: e,
+            });
+        }
+    };
+    if !file.metadata().map_err(io_err(&at))?.is_file() {
+        return Ok(Found::NotFile(rel.into()));
+    }
+    let mut have = Vec::new();
+    file.take(limit)
+        .read_to_end(&mut have)
+        .map_err(io_err(&at))?;
+    Ok(Found::Bytes(have))
 }
 
 /// Which entries of two index documents differ, by name, for the message.

@@ -931,6 +931,76 @@ fn one_skill_folder_and_usage_errors() {
     no_stage_left(tmp.path());
 }
 
+#[test]
+fn check_follows_no_symlink_in_the_published_tree_as_publish_writes_through_none() {
+    let (tmp, src, out) = a_published_site();
+    expect_code(&publish(&src, &out, &["--check"]), 0);
+    let listed: Value =
+        serde_json::from_slice(&std::fs::read(out.join(INDEX)).expect("index")).expect("json");
+    let rel = format!(
+        ".well-known/agent-skills/{}",
+        listed["skills"][1]["url"].as_str().expect("url")
+    );
+    let elsewhere = tmp.path().join("elsewhere");
+    copy_tree(&out, &elsewhere);
+    // Each replaced by a symlink to the same bytes: the artifact, a directory on the way, the
+    // index. Publish refuses to write through each; --check names each as a difference.
+    let dir = ".well-known/agent-skills/pdf-tools";
+    for (link, named) in [(rel.as_str(), rel.as_str()), (dir, dir), (INDEX, INDEX)] {
+        let at = out.join(link);
+        let kept = tmp.path().join("kept");
+        std::fs::rename(&at, &kept).expect("move aside");
+        std::os::unix::fs::symlink(elsewhere.join(link), &at).expect("symlink");
+        let o = publish(&src, &out, &["--check", "--json"]);
+        expect_code(&o, 4);
+        let v = json_of(&o);
+        let diffs = v["error"]["differences"].as_array().expect("differences");
+        assert_eq!(diffs.len(), 1, "{link}: {v}");
+        assert_eq!(diffs[0]["kind"], "differs", "{link}: {v}");
+        let want_path = if link == dir { rel.as_str() } else { link };
+        assert_eq!(diffs[0]["path"], want_path, "{link}: {v}");
+        assert!(
+            diffs[0]["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains(&format!("{named} is a symlink"))),
+            "{link}: {v}"
+        );
+        let o = publish(&src, &out, &[]);
+        expect_code(&o, 2);
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("is a symlink"),
+            "{}",
+            explain(&o)
+        );
+        std::fs::remove_file(&at).expect("rm link");
+        std::fs::rename(&kept, &at).expect("put back");
+        expect_code(&publish(&src, &out, &["--check"]), 0);
+    }
+    // OUT_DIR itself a symlink: refused by both, as a usage error.
+    let link = tmp.path().join("site-link");
+    std::os::unix::fs::symlink(&out, &link).expect("symlink");
+    for mode in [&["--json"][..], &["--json", "--check"][..]] {
+        let o = publish(&src, &link, mode);
+        expect_code(&o, 2);
+        assert!(
+            json_of(&o)["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("is a symlink")),
+            "{}",
+            explain(&o)
+        );
+    }
+    // A FIFO where the artifact should be is a difference, and never read (it would block).
+    let at = out.join(&rel);
+    std::fs::remove_file(&at).expect("rm");
+    nix::unistd::mkfifo(&at, nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+    let o = publish(&src, &out, &["--check", "--json"]);
+    expect_code(&o, 4);
+    let v = json_of(&o);
+    assert_eq!(v["error"]["differences"][0]["path"], rel.as_str(), "{v}");
+    assert_eq!(v["error"]["differences"][0]["kind"], "differs", "{v}");
+}
+
 /// The README's `publish` sample is what the binary prints for that folder, digest included:
 /// the artifact's bytes do not depend on the host.
 #[test]
