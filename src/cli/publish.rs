@@ -7,6 +7,7 @@
 //! (nothing written), 4 `--check`: the published tree differs, 1 operational error, 2 usage
 //! error.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
@@ -36,7 +37,9 @@ pub struct PublishArgs {
     /// The directory to publish into (served as the site root): the index is written to
     /// OUT_DIR/.well-known/agent-skills/index.json, artifacts beside it under content-addressed
     /// names. Created if missing; in an existing one nothing but new artifacts and the index
-    /// is written, and nothing is deleted.
+    /// is written, and nothing is deleted. Refused when it is, is inside, or holds a skill
+    /// folder (by real paths); a subfolder of SKILLS_DIR without SKILL.md is left out of the
+    /// skills.
     #[arg(long, value_name = "OUT_DIR")]
     out: PathBuf,
     /// The https URL OUT_DIR is served at; entry URLs become absolute under it
@@ -167,7 +170,17 @@ fn source_date_epoch() -> Result<u64, Failure> {
 fn publish(args: &PublishArgs, sandbox_args: &SandboxArgs) -> Result<Exit, Fail> {
     let opts = options(args)?;
     let (mut skills, prior) = publish::discover(&args.skills_dir).map_err(fail)?;
-    out_outside_skills(&args.out, &mut skills)?;
+    let real_out = real_out(&args.out)?;
+    out_outside_skills(&args.out, &real_out, &mut skills)?;
+    if skills.is_empty() && prior.is_empty() {
+        // Only OUT_DIR was found: an empty index would withdraw what it lists.
+        return Err(Failure::usage(format!(
+            "{}: no skill to publish (its one folder is --out {} itself); nothing was written",
+            args.skills_dir.display(),
+            args.out.display()
+        ))
+        .into());
+    }
     if sandbox_args.allow_unconfined {
         eprintln!(
             "skillbox: WARNING: --allow-unconfined: the check extraction proceeds even if confinement cannot be applied"
@@ -178,7 +191,7 @@ fn publish(args: &PublishArgs, sandbox_args: &SandboxArgs) -> Result<Exit, Fail>
     let stage_in = if args.check {
         std::env::temp_dir()
     } else {
-        stage_dir(&args.out)?
+        stage_dir(&args.out, &real_out)?
     };
     let built = publish::build(&skills, prior, &opts, &sandbox, &stage_in).map_err(fail)?;
     if args.check {
@@ -213,43 +226,104 @@ fn publish(args: &PublishArgs, sandbox_args: &SandboxArgs) -> Result<Exit, Fail>
     Ok(Exit::Ok)
 }
 
-/// OUT_DIR inside a skill folder would be packed into that skill on the next run: refused.
-/// OUT_DIR as a subfolder of SKILLS_DIR is not a skill: left out.
-fn out_outside_skills(out: &Path, skills: &mut Vec<publish::SkillSource>) -> Result<(), Fail> {
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let Ok(parent) = std::fs::canonicalize(parent) else {
-        return Ok(());
-    };
-    let out = match out.file_name() {
-        Some(n) => parent.join(n),
-        None => parent,
-    };
-    skills.retain(|s| std::fs::canonicalize(&s.dir).map_or(true, |dir| dir != out));
-    for s in skills.iter() {
-        if let Ok(dir) = std::fs::canonicalize(&s.dir)
-            && out.starts_with(&dir)
-        {
-            return Err(Failure::usage(format!(
-                "--out {} is inside the skill folder {}; it would be published in it \
-                 (put it elsewhere)",
-                out.display(),
-                s.dir.display()
-            ))
-            .into());
+/// Where OUT_DIR really is, every symlink and `..` on the way resolved (it may not exist
+/// yet): the canonical path of its longest existing ancestor, the missing names appended.
+/// Compared with the skill folders' canonical paths, so no spelling (`skills/x/..`, a
+/// symlink to a skill folder) slips past [`out_outside_skills`].
+fn real_out(out: &Path) -> Result<PathBuf, Fail> {
+    let abs = std::path::absolute(out).map_err(|e| {
+        Fail::from(Failure::operational(format!(
+            "--out {}: {e}",
+            out.display()
+        )))
+    })?;
+    let mut head = abs.as_path();
+    let mut missing: Vec<&OsStr> = Vec::new();
+    loop {
+        match std::fs::canonicalize(head) {
+            Ok(mut real) => {
+                real.extend(missing.iter().rev());
+                return Ok(real);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A name (never `..`: `file_name` is None then) under a missing directory.
+                let (Some(name), Some(parent)) = (head.file_name(), head.parent()) else {
+                    return Err(Failure::usage(format!(
+                        "--out {}: a directory on the way does not exist",
+                        out.display()
+                    ))
+                    .into());
+                };
+                missing.push(name);
+                head = parent;
+            }
+            Err(e) => {
+                return Err(Failure::operational(format!("--out {}: {e}", head.display())).into());
+            }
         }
     }
+}
+
+/// Publish writes OUT_DIR/.well-known/agent-skills/... and stages beside OUT_DIR; none of it
+/// may land in a skill folder, where the next run would pack it (or, OUT_DIR being the skill
+/// folder, the skill would be dropped from the index it is published into), and the site
+/// served from OUT_DIR must not serve skill sources (the hidden files a package leaves out,
+/// `.env` and `.git`, included). Refused, by real paths: OUT_DIR equal to or inside a skill
+/// folder, and a skill folder inside OUT_DIR. The one overlap kept: OUT_DIR as a subfolder of
+/// SKILLS_DIR holding no SKILL.md (the published site beside the skills) is not a skill, and
+/// is left out.
+fn out_outside_skills(
+    given: &Path,
+    out: &Path,
+    skills: &mut Vec<publish::SkillSource>,
+) -> Result<(), Fail> {
+    let shown = if given == out {
+        given.display().to_string()
+    } else {
+        format!("{} (that is {})", given.display(), out.display())
+    };
+    let mut kept = Vec::new();
+    for s in skills.drain(..) {
+        let dir = std::fs::canonicalize(&s.dir)
+            .map_err(|e| Fail::from(Failure::operational(format!("{}: {e}", s.dir.display()))))?;
+        let is_skill = std::fs::symlink_metadata(dir.join("SKILL.md")).is_ok();
+        let refuse = |why: String| -> Result<(), Fail> { Err(Failure::usage(why).into()) };
+        if dir == out && !is_skill {
+            continue;
+        }
+        if dir == out {
+            return refuse(format!(
+                "--out {shown} is the skill folder {}: publishing into it would change that \
+                 skill and leave it out of the index (give a directory outside every skill \
+                 folder)",
+                s.dir.display()
+            ));
+        }
+        if out.starts_with(&dir) {
+            return refuse(format!(
+                "--out {shown} is inside the skill folder {}; it would be packed into that \
+                 skill on the next run (put it elsewhere)",
+                s.dir.display()
+            ));
+        }
+        if dir.starts_with(out) {
+            return refuse(format!(
+                "the skill folder {} is inside --out {shown}: the site would serve the skill's \
+                 sources, hidden files included, and what publish writes could land in the \
+                 skill (publish beside the skills, e.g. --out site)",
+                s.dir.display()
+            ));
+        }
+        kept.push(s);
+    }
+    *skills = kept;
     Ok(())
 }
 
-/// Where the build is staged: beside OUT_DIR, on its file system, so it can be renamed in.
-fn stage_dir(out: &Path) -> Result<PathBuf, Fail> {
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
+/// Where the build is staged: beside OUT_DIR (its real parent), on its file system, so it can
+/// be renamed in, and never inside a skill folder ([`out_outside_skills`] saw to that).
+fn stage_dir(out: &Path, real_out: &Path) -> Result<PathBuf, Fail> {
+    let parent = real_out.parent().unwrap_or(Path::new("/")).to_owned();
     if !parent.is_dir() {
         return Err(Failure::usage(format!(
             "--out {}: its parent directory {} does not exist",

@@ -411,6 +411,12 @@ pub fn build(
     sandbox: &Sandbox,
     stage_in: &Path,
 ) -> Result<Built, PublishError> {
+    // An index with no entry, written over a published one, would withdraw every skill.
+    if skills.is_empty() && prior.is_empty() {
+        return Err(PublishError::Usage(
+            "no skill to publish; an empty index is never written".into(),
+        ));
+    }
     let stage = tempfile::Builder::new()
         .prefix(".skillbox-publish-")
         .tempdir_in(stage_in)

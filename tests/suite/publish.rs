@@ -932,6 +932,78 @@ fn one_skill_folder_and_usage_errors() {
 }
 
 #[test]
+fn out_at_in_or_around_a_skill_folder_is_refused_however_it_is_spelled() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = plain_skills(tmp.path());
+    let alias = tmp.path().join("alias");
+    std::os::unix::fs::symlink(src.join("notes"), &alias).expect("symlink");
+    let pdf = src.join("pdf-tools");
+    let alias_up = alias.join("..");
+    let pdf_up = pdf.join("scripts/..");
+    let between = src.join("pdf-tools/..");
+    let inside = src.join("notes/site");
+    let notes = src.join("notes");
+    let pdf_site = pdf.join("site");
+    // (SKILLS_DIR, OUT_DIR, what the message says)
+    let cases: Vec<(&Path, &Path, &str)> = vec![
+        // OUT_DIR is a skill folder: published into it, the skill would leave the index.
+        (&src, &notes, "is the skill folder"),
+        (&src, &alias, "is the skill folder"),
+        (&pdf, &pdf, "is the skill folder"),
+        (&pdf, &pdf_up, "is the skill folder"),
+        // Inside one: packed into it on the next run.
+        (&src, &inside, "is inside the skill folder"),
+        (&pdf, &pdf_site, "is inside the skill folder"),
+        // Holding one: the site would serve the sources, hidden files and all.
+        (&src, &between, "is inside --out"),
+        (&src, &alias_up, "is inside --out"),
+        (&src, tmp.path(), "is inside --out"),
+        (&pdf, tmp.path(), "is inside --out"),
+    ];
+    let before = snapshot(tmp.path());
+    for (skills, out, why) in cases {
+        for mode in [&["--json"][..], &["--json", "--check"][..]] {
+            let o = publish(skills, out, mode);
+            expect_code(&o, 2);
+            let v = json_of(&o);
+            assert!(
+                v["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains(why)),
+                "{} --out {} {mode:?}: {v}",
+                skills.display(),
+                out.display()
+            );
+            assert_eq!(snapshot(tmp.path()), before, "{}", out.display());
+            no_stage_left(tmp.path());
+        }
+    }
+
+    // OUT_DIR as a subfolder of SKILLS_DIR is the one layout kept; once it is the only folder
+    // left, there is nothing to publish, and the published index is not emptied.
+    let inner = tmp.path().join("inner");
+    copy_tree(&src, &inner);
+    let site = inner.join("site");
+    expect_code(&publish(&inner, &site, &[]), 0);
+    std::fs::remove_dir_all(inner.join("pdf-tools")).expect("rm");
+    std::fs::remove_dir_all(inner.join("notes")).expect("rm");
+    let published = snapshot(&site);
+    for mode in [&["--json"][..], &["--json", "--check"][..]] {
+        let o = publish(&inner, &site, mode);
+        expect_code(&o, 2);
+        assert!(
+            json_of(&o)["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no skill to publish")),
+            "{}",
+            explain(&o)
+        );
+        assert_eq!(snapshot(&site), published);
+    }
+    no_stage_left(&inner);
+}
+
+#[test]
 fn check_follows_no_symlink_in_the_published_tree_as_publish_writes_through_none() {
     let (tmp, src, out) = a_published_site();
     expect_code(&publish(&src, &out, &["--check"]), 0);
