@@ -14,7 +14,9 @@ use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
 use skillbox::lifecycle::policy::{Decision, Policy};
-use skillbox::publish::{self, Built, Format, Options, PublishError, Published, tree};
+use skillbox::publish::{
+    self, Built, Format, Hidden, LeftOutReason, Options, PublishError, Published, tree,
+};
 use skillbox::sandbox::Sandbox;
 
 use super::exit::{Exit, Failure, error_object, print_json};
@@ -52,6 +54,11 @@ pub struct PublishArgs {
     /// Publish a folder holding only SKILL.md as an archive too [default: as type skill-md].
     #[arg(long)]
     archive_all: bool,
+    /// Pack hidden entries (names starting with '.', at any depth: .env, .github/) too
+    /// [default: left out, and listed]. Version-control metadata (.git, .hg, .svn, .bzr,
+    /// _darcs, .jj, CVS, ...) is left out whatever this says.
+    #[arg(long)]
+    include_hidden: bool,
     /// Write nothing: build in a temporary directory and compare with OUT_DIR (the index byte
     /// for byte, and every artifact it names); exit 4 naming each difference.
     #[arg(long)]
@@ -127,6 +134,11 @@ fn options(args: &PublishArgs) -> Result<Options, Failure> {
         archive_all: args.archive_all,
         policy,
         deny_findings: args.deny_findings,
+        hidden: if args.include_hidden {
+            Hidden::Include
+        } else {
+            Hidden::LeaveOut
+        },
         ..Options::default()
     })
 }
@@ -450,6 +462,23 @@ fn print_skills(skills: &[Published]) {
         if !f.review_complete {
             println!("    review incomplete: a bound left bytes unread");
         }
+        for (reason, what) in [
+            (
+                LeftOutReason::Hidden,
+                "left out, hidden (--include-hidden packs them)",
+            ),
+            (LeftOutReason::Vcs, "left out, version-control metadata"),
+        ] {
+            let paths: Vec<&str> = s
+                .left_out
+                .iter()
+                .filter(|l| l.reason == reason)
+                .map(|l| l.path.as_str())
+                .collect();
+            if !paths.is_empty() {
+                println!("    {what}: {}", shortened(&paths));
+            }
+        }
         if !s.sandbox.starts_with("confined") {
             println!("    check extraction: {}", s.sandbox);
         }
@@ -462,4 +491,18 @@ fn print_skills(skills: &[Published]) {
             Decision::Denied { rule } => println!("    install policy: denied ({rule})"),
         }
     }
+}
+
+/// A list for one line of text output: the first paths, then how many more (`--json` lists
+/// them all).
+fn shortened(paths: &[&str]) -> String {
+    const SHOWN: usize = 20;
+    let mut line = paths[..paths.len().min(SHOWN)].join(", ");
+    if paths.len() > SHOWN {
+        line.push_str(&format!(
+            " and {} more (--json lists them all)",
+            paths.len() - SHOWN
+        ));
+    }
+    line
 }

@@ -35,6 +35,7 @@ use crate::sandbox::{Sandbox, SandboxError};
 use crate::skill::review::{Capabilities, Review, ReviewFlag};
 
 pub use pack::Format;
+pub use walk::{Hidden, LeftOut, LeftOutReason};
 use walk::{SourceKind, SourceTree, WalkError};
 
 /// Where the index sits beneath the output directory (the discovery path).
@@ -61,6 +62,8 @@ pub struct Options {
     pub policy: Policy,
     /// Refuse a skill the policy would not approve on its own (needs approval or denied).
     pub deny_findings: bool,
+    /// Whether hidden entries of a skill folder are packed (version-control metadata never is).
+    pub hidden: Hidden,
 }
 
 impl Default for Options {
@@ -73,6 +76,7 @@ impl Default for Options {
             limits: Limits::default(),
             policy: Policy::default(),
             deny_findings: false,
+            hidden: Hidden::LeaveOut,
         }
     }
 }
@@ -353,6 +357,9 @@ pub struct Published {
     pub path: String,
     /// Entries in the package (files, directories, symlinks).
     pub entries: usize,
+    /// What the folder holds that the package does not (hidden entries, version-control
+    /// metadata), each the top of a left-out subtree, sorted by path.
+    pub left_out: Vec<LeftOut>,
     pub findings: Findings,
     /// What the install policy decides for it on a first install.
     pub decision: Decision,
@@ -461,7 +468,7 @@ fn build_one(
     sandbox: &Sandbox,
     stage: &Path,
 ) -> Result<Result<Published, Vec<Refusal>>, PublishError> {
-    let tree = match walk::walk(&skill.dir, &skill.name, &opts.limits) {
+    let tree = match walk::walk(&skill.dir, &skill.name, &opts.limits, opts.hidden) {
         Ok(t) => t,
         Err(WalkError::Refused(r)) => return Ok(Err(r)),
         Err(WalkError::Io { path, source }) => return Err(PublishError::Io { path, source }),
@@ -601,6 +608,7 @@ fn build_one(
         url,
         path: format!("{INDEX_DIR}/{rel}"),
         entries: tree.entries.len(),
+        left_out: tree.left_out.clone(),
         findings: Findings::of(&review),
         decision,
         sandbox: confinement,

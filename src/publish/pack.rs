@@ -177,6 +177,7 @@ mod tests {
                     executable: false,
                 },
             }],
+            left_out: Vec::new(),
         };
         let a = pack(&tree, Format::TarGz, 1_700_000_000).expect("pack");
         // ID1 ID2 CM FLG MTIME(4) XFL OS

@@ -7,11 +7,19 @@
 //! [`SafeRelPath::parse`] and collision keys, and the default [`Limits`] are held here on the
 //! source so the refusal names the file and the limit; the confined extraction of the built
 //! artifact is still the final word. This module reads the source and never writes anything.
+//!
+//! What a publisher keeps beside a skill but never means to ship is left out at every level,
+//! and every entry left out is reported (the top of each left-out subtree, never silently):
+//! version-control metadata (`.git`, `.hg`, ...: history, remotes, hook samples) always, and
+//! other hidden entries (`.env`, `.github`, editor files) unless the caller asks for them. A
+//! left-out entry is never opened or descended into, and counts towards no limit.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use serde::Serialize;
 
 use crate::extract::path::{self, Parsed, SafeRelPath};
 use crate::extract::policy::Limits;
@@ -21,6 +29,66 @@ use super::{Refusal, RefusalCode};
 
 /// Most symlinks followed while resolving one link's target (the kernel's own bound).
 const MAX_LINK_HOPS: usize = 40;
+
+/// Names of version-control metadata, left out wherever they appear, hidden entries published
+/// or not: a repository's history, remotes (with credentials in their URLs) and hook samples
+/// are never part of a skill. GNU tar's `--exclude-vcs` directories, and newer systems'.
+const VCS_NAMES: &[&str] = &[
+    ".git",
+    ".hg",
+    ".svn",
+    ".bzr",
+    "_darcs",
+    ".jj",
+    ".pijul",
+    ".sl",
+    ".fslckout",
+    "_FOSSIL_",
+    "CVS",
+    "RCS",
+    "SCCS",
+    "{arch}",
+    ".arch-ids",
+];
+
+/// Which hidden entries (names starting with `.`) a walk keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hidden {
+    /// Left out and reported: a secret in `.env` is not shipped by accident.
+    #[default]
+    LeaveOut,
+    /// Packed like any other entry (version-control metadata is still left out).
+    Include,
+}
+
+/// Why an entry of a skill folder was not packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeftOutReason {
+    /// Version-control metadata: never published.
+    Vcs,
+    /// A hidden name: published only when asked ([`Hidden::Include`]).
+    Hidden,
+}
+
+/// One entry not packed (with everything beneath it, for a directory).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LeftOut {
+    /// Its path in the folder, escaped for display; a directory's ends with `/`.
+    pub path: String,
+    pub reason: LeftOutReason,
+}
+
+/// Whether the entry named `name` is left out, and why.
+fn left_out(name: &[u8], hidden: Hidden) -> Option<LeftOutReason> {
+    if VCS_NAMES.iter().any(|v| v.as_bytes() == name) {
+        Some(LeftOutReason::Vcs)
+    } else if name.starts_with(b".") && hidden == Hidden::LeaveOut {
+        Some(LeftOutReason::Hidden)
+    } else {
+        None
+    }
+}
 
 /// What one source entry is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,10 +112,12 @@ pub struct SourceEntry {
     pub kind: SourceKind,
 }
 
-/// A walked skill folder: every entry, sorted by path bytes.
+/// A walked skill folder: every entry, sorted by path bytes, and what was left out.
 #[derive(Debug, Clone)]
 pub struct SourceTree {
     pub entries: Vec<SourceEntry>,
+    /// Entries not packed, sorted by path bytes: each the top of a left-out subtree.
+    pub left_out: Vec<LeftOut>,
 }
 
 impl SourceTree {
@@ -65,13 +135,20 @@ impl SourceTree {
     }
 }
 
-/// Walk the skill folder `root` (named `skill` in refusals) under `limits`. `Err` carries every
-/// refusal found (the walk goes on past a refusal so the publisher sees them all, up to the
-/// limits), or an I/O error that stopped it.
-pub fn walk(root: &Path, skill: &str, limits: &Limits) -> Result<SourceTree, WalkError> {
+/// Walk the skill folder `root` (named `skill` in refusals) under `limits`, keeping hidden
+/// entries or not as `hidden` says. `Err` carries every refusal found (the walk goes on past a
+/// refusal so the publisher sees them all, up to the limits), or an I/O error that stopped it.
+pub fn walk(
+    root: &Path,
+    skill: &str,
+    limits: &Limits,
+    hidden: Hidden,
+) -> Result<SourceTree, WalkError> {
     let mut w = Walker {
         skill,
         limits,
+        hidden,
+        left_out: Vec::new(),
         entries: BTreeMap::new(),
         refusals: Vec::new(),
         folded: HashMap::new(),
@@ -98,6 +175,7 @@ pub fn walk(root: &Path, skill: &str, limits: &Limits) -> Result<SourceTree, Wal
             .into_iter()
             .map(|(path, kind)| SourceEntry { path, kind })
             .collect(),
+        left_out: w.left_out,
     })
 }
 
@@ -116,6 +194,9 @@ pub enum WalkError {
 struct Walker<'a> {
     skill: &'a str,
     limits: &'a Limits,
+    hidden: Hidden,
+    /// In walk order, which is path-byte order (names sorted, a directory before its contents).
+    left_out: Vec<LeftOut>,
     /// Sorted by path bytes (`String`'s order is its bytes' order).
     entries: BTreeMap<String, SourceKind>,
     refusals: Vec<Refusal>,
@@ -171,6 +252,17 @@ impl Walker<'_> {
         for name in names {
             if self.full {
                 return Ok(());
+            }
+            // Before anything else: a left-out entry is not read, checked or counted.
+            if let Some(reason) = left_out(name.as_encoded_bytes(), self.hidden) {
+                let full = dir.join(&name);
+                let meta = std::fs::symlink_metadata(&full).map_err(self.io(&full))?;
+                let slash = if meta.is_dir() { "/" } else { "" };
+                self.left_out.push(LeftOut {
+                    path: format!("{prefix}{}{slash}", shown(name.as_encoded_bytes())),
+                    reason,
+                });
+                continue;
             }
             if self.entries.len() as u64 >= self.limits.max_entries {
                 self.full = true;
@@ -417,10 +509,57 @@ impl Walker<'_> {
         Err((
             RefusalCode::DanglingSymlink,
             format!(
-                "it points at {}, which is not in the folder",
-                display_name(joined.as_bytes())
+                "it points at {}, which {}",
+                display_name(joined.as_bytes()),
+                self.absent(&joined)
             ),
         ))
+    }
+
+    /// Why `path`, not an entry, is not in the package: never there, or left out.
+    fn absent(&self, path: &str) -> &'static str {
+        let under = |lo: &LeftOut| {
+            let top = lo.path.trim_end_matches('/');
+            path == top || path.strip_prefix(top).is_some_and(|r| r.starts_with('/'))
+        };
+        match self
+            .left_out
+            .iter()
+            .find(|lo| under(lo))
+            .map(|lo| lo.reason)
+        {
+            Some(LeftOutReason::Vcs) => "is left out of the package (version-control metadata)",
+            Some(LeftOutReason::Hidden) => {
+                "is left out of the package (hidden; --include-hidden packs it)"
+            }
+            None => "is not in the folder",
+        }
+    }
+
+    /// A component the resolution goes on from must be a directory of the package (the root
+    /// included), as the kernel requires: `gone/../x` or `.hidden/../x`, with `gone` or
+    /// `.hidden` not packed, points at nothing once extracted.
+    fn through_dir(&self, at: &[&str]) -> Result<(), (RefusalCode, String)> {
+        let here = at.join("/");
+        match self.entries.get(&here) {
+            _ if here.is_empty() => Ok(()),
+            Some(SourceKind::Dir) => Ok(()),
+            Some(SourceKind::File { .. } | SourceKind::Symlink { .. }) => Err((
+                RefusalCode::DanglingSymlink,
+                format!(
+                    "it goes through {}, which is not a directory",
+                    display_name(here.as_bytes())
+                ),
+            )),
+            None => Err((
+                RefusalCode::DanglingSymlink,
+                format!(
+                    "it goes through {}, which {}",
+                    display_name(here.as_bytes()),
+                    self.absent(&here)
+                ),
+            )),
+        }
     }
 
     /// Resolve `target` from the directory `at` as the kernel would, following the tree's own
@@ -431,7 +570,8 @@ impl Walker<'_> {
         target: &'p str,
         hops: &mut usize,
     ) -> Result<Vec<&'p str>, (RefusalCode, String)> {
-        for comp in target.split('/') {
+        let comps: Vec<&'p str> = target.split('/').collect();
+        for (i, comp) in comps.iter().copied().enumerate() {
             match comp {
                 "" | "." => {}
                 ".." => {
@@ -464,11 +604,29 @@ impl Walker<'_> {
                         at.pop();
                         at = self.resolve(at, next, hops)?;
                     }
+                    if i + 1 < comps.len() {
+                        self.through_dir(&at)?;
+                    }
                 }
             }
         }
         Ok(at)
     }
+}
+
+/// A name as output may show it: control, bidirectional and invisible characters escaped.
+fn shown(raw: &[u8]) -> String {
+    display_name(raw)
+        .chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if path::hidden_char(c).is_some() {
+                c.escape_unicode().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }
 
 fn special_kind(ft: &std::fs::FileType) -> &'static str {
@@ -508,19 +666,73 @@ mod tests {
         std::os::unix::fs::symlink("a/b", r.join("l1")).expect("link");
         std::os::unix::fs::symlink("l1/f", r.join("l2")).expect("link");
         std::os::unix::fs::symlink("../SKILL.md", r.join("a/up")).expect("link");
-        let t = walk(r, "s", &Limits::default()).expect("walk");
+        let t = walk(r, "s", &Limits::default(), Hidden::LeaveOut).expect("walk");
         let paths: Vec<&str> = t.entries.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["SKILL.md", "a", "a/b", "a/b/f", "a/up", "l1", "l2"]);
 
         // Lexically inside, but through l1 it climbs out: l1/../../x is b/../../x = ../x.
         std::os::unix::fs::symlink("l1/../../x", r.join("l3")).expect("link");
-        let v = refusals(walk(r, "s", &Limits::default()));
+        let v = refusals(walk(r, "s", &Limits::default(), Hidden::LeaveOut));
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].code, RefusalCode::DanglingSymlink, "{v:?}");
         std::fs::remove_file(r.join("l3")).expect("rm");
         std::os::unix::fs::symlink("l1/../../../x", r.join("l4")).expect("link");
-        let v = refusals(walk(r, "s", &Limits::default()));
+        let v = refusals(walk(r, "s", &Limits::default(), Hidden::LeaveOut));
         assert_eq!(v[0].code, RefusalCode::SymlinkEscape, "{v:?}");
+    }
+
+    #[test]
+    fn hidden_and_vcs_entries_are_left_out_at_every_level_and_not_counted() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = d.path();
+        std::fs::write(r.join("SKILL.md"), "x").expect("write");
+        for dir in [".git/objects", "a/.svn", "a/_darcs", "a/.cache", "b"] {
+            std::fs::create_dir_all(r.join(dir)).expect("mkdir");
+        }
+        for f in [".env", "a/.env", "a/f", "b/.jj", ".git/objects/x"] {
+            std::fs::write(r.join(f), "x").expect("write");
+        }
+        let left = |t: &SourceTree| -> Vec<(String, LeftOutReason)> {
+            t.left_out
+                .iter()
+                .map(|l| (l.path.clone(), l.reason))
+                .collect()
+        };
+        use LeftOutReason::{Hidden as H, Vcs as V};
+        // Three entries packed, however many are left out: no limit counts them.
+        let limits = Limits {
+            max_entries: 4,
+            ..Limits::default()
+        };
+        let t = walk(r, "s", &limits, Hidden::LeaveOut).expect("walk");
+        let paths: Vec<&str> = t.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["SKILL.md", "a", "a/f", "b"]);
+        let want = [
+            (".env", H),
+            (".git/", V),
+            ("a/.cache/", H),
+            ("a/.env", H),
+            ("a/.svn/", V),
+            ("a/_darcs/", V),
+            ("b/.jj", V),
+        ];
+        let want: Vec<(String, LeftOutReason)> =
+            want.iter().map(|(p, r)| (p.to_string(), *r)).collect();
+        assert_eq!(left(&t), want);
+        let t = walk(r, "s", &Limits::default(), Hidden::Include).expect("walk");
+        let paths: Vec<&str> = t.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            [".env", "SKILL.md", "a", "a/.cache", "a/.env", "a/f", "b"]
+        );
+        let vcs: Vec<(String, LeftOutReason)> = want.into_iter().filter(|(_, r)| *r == V).collect();
+        assert_eq!(left(&t), vcs);
+
+        // Through a left-out directory and back is through nothing, once packed.
+        std::os::unix::fs::symlink(".git/../SKILL.md", r.join("l")).expect("link");
+        let v = refusals(walk(r, "s", &Limits::default(), Hidden::LeaveOut));
+        assert_eq!(v[0].code, RefusalCode::DanglingSymlink, "{v:?}");
+        assert!(v[0].detail.contains("version-control"), "{v:?}");
     }
 
     #[test]
@@ -533,7 +745,7 @@ mod tests {
             max_file_bytes: 99,
             ..Limits::default()
         };
-        let v = refusals(walk(r, "s", &limits));
+        let v = refusals(walk(r, "s", &limits, Hidden::LeaveOut));
         assert_eq!(v[0].code, RefusalCode::Limit);
         assert!(v[0].detail.contains("max_file_bytes"), "{v:?}");
         assert_eq!((v[0].limit, v[0].observed), (Some(99), Some(100)));
@@ -545,7 +757,7 @@ mod tests {
             max_entries: 4,
             ..Limits::default()
         };
-        let v = refusals(walk(r, "s", &limits));
+        let v = refusals(walk(r, "s", &limits, Hidden::LeaveOut));
         assert_eq!(v.len(), 1, "one refusal, then the walk stops: {v:?}");
         assert!(v[0].detail.contains("max_entries"), "{v:?}");
         assert_eq!((v[0].limit, v[0].observed), (Some(4), Some(5)));

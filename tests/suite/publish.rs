@@ -931,6 +931,151 @@ fn one_skill_folder_and_usage_errors() {
     no_stage_left(tmp.path());
 }
 
+/// The entry paths of a published tar.gz, in order.
+fn tar_paths(artifact: &Path) -> Vec<String> {
+    let bytes = std::fs::read(artifact).expect("artifact");
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(bytes.as_slice()));
+    ar.entries()
+        .expect("entries")
+        .map(|e| String::from_utf8(e.expect("entry").path_bytes().into_owned()).expect("utf-8"))
+        .collect()
+}
+
+#[test]
+fn hidden_entries_and_vcs_metadata_are_left_out_at_every_level_and_listed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = plain_skills(tmp.path());
+    // The same skills, as a git checkout leaves them, with what a publisher keeps beside them.
+    let hid = tmp.path().join("hid");
+    copy_tree(&src, &hid);
+    let pdf = hid.join("pdf-tools");
+    for (p, bytes, exec) in [
+        (".env", "API_KEY=secret\n", false),
+        (
+            ".git/config",
+            "[remote \"origin\"]\n\turl = https://u:tok@example.com/r\n",
+            false,
+        ),
+        (".git/hooks/pre-commit.sample", "#!/bin/sh\nexit 0\n", true),
+        (".github/workflows/ci.yml", "on: push\n", false),
+        ("references/.secret", "token\n", false),
+        ("references/.hg/store/data", "x\n", false),
+    ] {
+        let at = pdf.join(p);
+        std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&at, bytes).expect("write");
+        let mode = if exec { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    // A git worktree's `.git` is a file.
+    std::fs::write(hid.join("notes/.git"), "gitdir: ../.git/worktrees/notes\n").expect("write");
+
+    let out_plain = tmp.path().join("site-plain");
+    let out_hid = tmp.path().join("site-hid");
+    expect_code(&publish(&src, &out_plain, &[]), 0);
+    let o = publish(&hid, &out_hid, &["--json"]);
+    expect_code(&o, 0);
+    // Left out, they change nothing: the same artifacts and index, byte for byte.
+    let index = |out: &Path| std::fs::read_to_string(out.join(INDEX)).expect("index");
+    assert_eq!(index(&out_hid), index(&out_plain));
+    assert_eq!(snapshot(&out_hid), snapshot(&out_plain));
+    let v = json_of(&o);
+    let left = |v: &Value, i: usize| -> Vec<(String, String)> {
+        v["skills"][i]["left_out"]
+            .as_array()
+            .unwrap_or_else(|| panic!("left_out: {v}"))
+            .iter()
+            .map(|l| (l["path"].to_string(), l["reason"].to_string()))
+            .collect()
+    };
+    let pair = |p: &str, r: &str| (format!("{p:?}"), format!("{r:?}"));
+    assert_eq!(v["skills"][0]["type"], "skill-md", "{v}");
+    assert_eq!(left(&v, 0), [pair(".git", "vcs")], "{v}");
+    assert_eq!(
+        left(&v, 1),
+        [
+            pair(".env", "hidden"),
+            pair(".git/", "vcs"),
+            pair(".github/", "hidden"),
+            pair("references/.hg/", "vcs"),
+            pair("references/.secret", "hidden"),
+        ],
+        "{v}"
+    );
+    // The hook samples are no scripts of the skill: the policy asks about its own only.
+    assert_eq!(
+        v["skills"][1]["findings"]["scripts"],
+        serde_json::json!(["scripts/extract.sh (sh)"]),
+        "{v}"
+    );
+    let artifact = out_hid
+        .join(".well-known/agent-skills")
+        .join(v["skills"][1]["url"].as_str().expect("url"));
+    assert!(
+        tar_paths(&artifact)
+            .iter()
+            .all(|p| !p.contains("/.") && !p.starts_with('.')),
+        "{:?}",
+        tar_paths(&artifact)
+    );
+    // The text output names them too.
+    let o = publish(&hid, &out_hid, &[]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(
+            "    left out, hidden (--include-hidden packs them): .env, .github/, references/.secret\n"
+        ) && text.contains("    left out, version-control metadata: .git/, references/.hg/\n"),
+        "{}",
+        explain(&o)
+    );
+    expect_code(&publish(&hid, &out_hid, &["--check"]), 0);
+
+    // --include-hidden packs the hidden entries, never the version-control metadata.
+    let out_inc = tmp.path().join("site-inc");
+    let o = publish(&hid, &out_inc, &["--include-hidden", "--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(left(&v, 0), [pair(".git", "vcs")], "{v}");
+    assert_eq!(
+        left(&v, 1),
+        [pair(".git/", "vcs"), pair("references/.hg/", "vcs")],
+        "{v}"
+    );
+    let artifact = out_inc
+        .join(".well-known/agent-skills")
+        .join(v["skills"][1]["url"].as_str().expect("url"));
+    let paths = tar_paths(&artifact);
+    for want in [".env", ".github/workflows/ci.yml", "references/.secret"] {
+        assert!(paths.iter().any(|p| p == want), "{want}: {paths:?}");
+    }
+    assert!(
+        !paths
+            .iter()
+            .any(|p| p.contains(".git/") || p.contains(".hg/")),
+        "{paths:?}"
+    );
+
+    // A link to a left-out entry points at nothing in the package, and says why.
+    std::os::unix::fs::symlink(".env", pdf.join("env")).expect("symlink");
+    let o = publish(&hid, &tmp.path().join("site-link"), &["--json"]);
+    expect_code(&o, 3);
+    let v = json_of(&o);
+    let r = &v["error"]["refusals"][0];
+    assert_eq!(
+        (&r["code"], &r["path"]),
+        (&"dangling_symlink".into(), &"env".into()),
+        "{v}"
+    );
+    assert!(
+        r["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("left out") && d.contains("--include-hidden")),
+        "{v}"
+    );
+    no_stage_left(tmp.path());
+}
+
 #[test]
 fn out_at_in_or_around_a_skill_folder_is_refused_however_it_is_spelled() {
     let tmp = tempfile::tempdir().expect("tempdir");
