@@ -185,7 +185,11 @@ pub fn display_name(raw: &[u8]) -> String {
             out.push('…');
             break;
         }
-        if ch.is_control() || ch == '\u{2028}' || ch == '\u{2029}' {
+        // Bidirectional overrides and isolates too: they reorder what a terminal shows, so a
+        // name could read as another (`evil\u{202e}dm.exe`).
+        if ch.is_control()
+            || matches!(ch, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
             out.extend(ch.escape_default());
         } else {
             out.push(ch);
@@ -209,5 +213,9 @@ mod tests {
     #[test]
     fn display_name_escapes_controls() {
         assert_eq!(display_name(b"a\nb\x1b[31m"), "a\\nb\\u{1b}[31m");
+        assert_eq!(
+            display_name("evil\u{202e}fdp.exe\u{2066}".as_bytes()),
+            "evil\\u{202e}fdp.exe\\u{2066}"
+        );
     }
 }

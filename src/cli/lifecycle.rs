@@ -30,7 +30,9 @@ pub const EXIT_OK: u8 = 0;
 /// Corrupt store, read-only filesystem, I/O, an entry in a skills directory skillbox did not
 /// create.
 pub const EXIT_OPERATIONAL: u8 = 1;
-/// Bad flag or argument, bad policy file, a store that is not ours.
+/// Bad flag or argument, bad policy file, a store that is not ours, records the store is not
+/// bound to, an agent on another agent's directory, an agent directory reached through a link
+/// another user could change.
 pub const EXIT_USAGE: u8 = 2;
 /// Rejected by the engine (digest mismatch, hostile archive, invalid SKILL.md).
 pub const EXIT_REJECTED: u8 = 3;
@@ -47,7 +49,7 @@ pub const EXIT_NOT_FOUND: u8 = 8;
 /// The version was withdrawn.
 pub const EXIT_WITHDRAWN: u8 = 9;
 
-const EXIT_CODES_HELP: &str = "Exit status: 0 ok, 1 operational (corrupt store, read-only filesystem, I/O, an entry skillbox did not create), 2 usage (bad flag, bad policy file), 3 rejected by the engine, 4 refused by the fetch policy, 5 unknown index $schema, 6 needs approval, 7 denied, 8 not found, 9 withdrawn.";
+const EXIT_CODES_HELP: &str = "Exit status: 0 ok, 1 operational (corrupt store, read-only filesystem, I/O, an entry skillbox did not create), 2 usage (bad flag, bad policy file, a store or an agent directory refused as given), 3 rejected by the engine, 4 refused by the fetch policy, 5 unknown index $schema, 6 needs approval, 7 denied, 8 not found, 9 withdrawn.";
 
 fn exit_of(kind: Kind) -> u8 {
     match kind {

@@ -29,7 +29,9 @@ use serde_json::Value;
 pub enum Kind {
     /// Corrupt store, read-only filesystem, I/O, a foreign entry in a skills directory.
     Operational,
-    /// A bad argument or a bad policy file.
+    /// A bad argument or a bad policy file; a store or an agent directory the command refuses
+    /// to use as given (records it is not bound to, another agent's directory, a link another
+    /// user could change).
     Usage,
     /// The engine rejected the artifact (digest mismatch, hostile archive).
     Rejected,
@@ -68,7 +70,8 @@ impl Error {
 
     pub fn io(what: impl std::fmt::Display, e: &std::io::Error) -> Self {
         let hint = if e.raw_os_error() == Some(libc::EROFS) {
-            " (the store is on a read-only filesystem)"
+            // The path in `what` says which: the store, or an agent's skills directory.
+            " (a read-only filesystem: the store and every agent's skills directory must take writes)"
         } else {
             ""
         };

@@ -334,6 +334,7 @@ pub fn review_summary(r: &Review) -> String {
     for (n, what) in [
         (c.executables.len(), "executable(s)"),
         (c.downloads.len(), "download(s)"),
+        (c.uploads.len(), "upload(s)"),
         (c.credentials.len(), "credential touch(es)"),
         (c.risky_commands.len(), "risky command(s)"),
     ] {
@@ -708,8 +709,10 @@ pub fn install(
     };
     report.decision = fresh.decision;
     crash_point(op, "recorded");
-    report.problems = journal::finish_links(store, links, &skill, &changes, op)?;
-    report.agents = changes.into_iter().map(agent_change).collect();
+    // The report lists only the agents that did move; a failed switch is a problem line (and
+    // the records keep that agent where its link still is).
+    let failed = journal::switch_links(store, links, &skill, &changes, op)?;
+    (report.agents, report.problems) = moved_and_failed(changes, failed);
     Ok(report)
 }
 
@@ -1047,21 +1050,23 @@ fn known(
         record_changes(tx, skill, &changes, &time, "activated", "skillbox")
     })?;
     crash_point(intake.op, "recorded");
-    let problems = journal::finish_links(store, links, skill, &changes, intake.op)?;
+    let intake_kind = if changes.is_empty() {
+        "unchanged"
+    } else {
+        "known"
+    };
+    let failed = journal::switch_links(store, links, skill, &changes, intake.op)?;
+    let (agents, problems) = moved_and_failed(changes, failed);
     Ok(Some(InstallReport {
         skill: skill.to_owned(),
         digest: digest.to_owned(),
-        intake: if changes.is_empty() {
-            "unchanged"
-        } else {
-            "known"
-        },
+        intake: intake_kind,
         decision: Decision::Approved {
             rule: format!("recorded decision by {}", v.decided_by),
         },
         change: "unchanged".into(),
         state: v.state,
-        agents: changes.into_iter().map(agent_change).collect(),
+        agents,
         review_sha256: v.review_sha256,
         review_summary: v.review_summary,
         review: None,
@@ -1188,7 +1193,8 @@ pub fn approve(
         record_changes(tx, &v.skill, &changes, &time, "activated", &actor)
     })?;
     crash_point("approve", "recorded");
-    let problems = journal::finish_links(store, links, &v.skill, &changes, "approve")?;
+    let failed = journal::switch_links(store, links, &v.skill, &changes, "approve")?;
+    let (agents, problems) = moved_and_failed(changes, failed);
     Ok(InstallReport {
         skill: v.skill.clone(),
         digest: v.digest.clone(),
@@ -1198,7 +1204,7 @@ pub fn approve(
         },
         change: v.change.clone(),
         state: State::Approved,
-        agents: changes.into_iter().map(agent_change).collect(),
+        agents,
         review_sha256: sha,
         review_summary: summary,
         review: None,

@@ -1188,6 +1188,32 @@ fn a_failed_switch_off_a_withdrawn_version_stays_outstanding() {
     }
 }
 
+/// An update whose switch fails for one agent reports only the agents that did move: the one
+/// that did not is a problem line, and the records and its link both keep it on the old version.
+#[test]
+fn an_update_lists_only_the_agents_it_moved() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    let frozen = freeze(&w.agent_dir("beta"));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 1);
+    let j = json_of(&o);
+    let text = j.to_string();
+    assert!(text.contains("agent beta"), "no problem line for beta: {j}");
+    let moved: Vec<&str> = j["updates"][0]["agents"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no agents: {j}"))
+        .iter()
+        .map(|a| a["agent"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(moved, ["alpha"], "{j}");
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()));
+    drop(frozen);
+}
+
 /// A link of ours to a withdrawn tree that the records do not know (a skills directory restored
 /// from a backup after the withdrawal) still runs the version: status says so, gc keeps its
 /// tree, verify records it and says to sync, and sync moves it.
