@@ -11,7 +11,11 @@
 //!
 //! It must never pass on a header block it could not decode (the connection is closed instead),
 //! never buffer more than one bounded header block, and never touch the server's direction or a
-//! non-header frame's bytes. Because every block is re-encoded as literals (no HPACK dynamic
+//! non-header frame's bytes. It runs before the peer-uid check (a refused peer's requests are
+//! parsed too, to be told why), so what any peer can make it hold is bounded by sizes, not by
+//! trust: the compressed block ([`MAX_BLOCK`]), the block as decoded ([`MAX_DECODED`]: HPACK
+//! lets one byte name a 4 KiB table entry, so the decoded size is the one that matters), and
+//! the rewritten bytes waiting for the server ([`MAX_PENDING`]). Because every block is re-encoded as literals (no HPACK dynamic
 //! table), the server's decoder state never depends on the client's.
 
 use std::io;
@@ -31,8 +35,21 @@ const PADDED: u8 = 0x8;
 const PRIORITY: u8 = 0x20;
 /// SETTINGS_MAX_FRAME_SIZE's floor (RFC 9113 §6.5.2): any server accepts frames this large.
 const MAX_FRAME: usize = 16_384;
-/// The largest header block assembled; far above what the server accepts as a header list.
-const MAX_BLOCK: usize = 1 << 20;
+/// SETTINGS_MAX_HEADER_LIST_SIZE the server advertises (hyper's default, set explicitly in
+/// `serve`): h2 refuses a request whose header list, counted as below, is larger.
+pub const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// The largest header block decoded and passed on, counted as RFC 9113 §6.5.2 counts a header
+/// list (name + value + 32 per field). Four times what the server accepts: a block somewhat
+/// over the advertised size still reaches h2, which refuses that one stream (431), while one
+/// past this closes the connection. Without it a 40 KB block of one-byte references to a
+/// 4 KB table entry decoded to 160 MB, written out twice, before any check on the peer.
+const MAX_DECODED: usize = 4 * MAX_HEADER_LIST as usize;
+/// The largest header block assembled, compressed: a block within [`MAX_DECODED`] decoded needs
+/// no more (an encoder uses Huffman only where it is shorter, and each field counts 32 more).
+const MAX_BLOCK: usize = MAX_DECODED;
+/// Rewritten bytes held for the server before more input is decoded: many small blocks read in
+/// one go are decoded a few at a time, as the server takes them.
+const MAX_PENDING: usize = MAX_DECODED;
 /// SETTINGS_HEADER_TABLE_SIZE's default: the server never advertises another, so the client's
 /// encoder may not use more (RFC 7541 §4.2).
 const CLIENT_TABLE_SIZE: usize = 4096;
@@ -107,6 +124,9 @@ impl<S> FixAuthority<S> {
                     return Ok(progressed);
                 }
                 State::Preface { .. } | State::Payload { .. } => self.state = State::FrameHeader,
+                // Rewritten blocks wait to be read before more are decoded (each of them may
+                // be up to MAX_DECODED bytes from a few bytes of input).
+                State::FrameHeader if self.output.len() >= MAX_PENDING => return Ok(progressed),
                 State::FrameHeader => {
                     let Some(head) = avail.get(..FRAME_HEADER_LEN) else {
                         return Ok(progressed);
@@ -157,11 +177,19 @@ impl<S> FixAuthority<S> {
         }
     }
 
-    /// Decode one complete block and write it back as HEADERS (+ CONTINUATION) frames.
+    /// Decode one complete block and write it back as HEADERS (+ CONTINUATION) frames; a block
+    /// that decodes to more than MAX_DECODED closes the connection.
     fn emit(&mut self, block: &Block) -> io::Result<()> {
         let mut encoded = Vec::with_capacity(block.fragment.len() + 64);
+        let mut decoded = 0usize;
         self.decoder
             .decode_with_cb(&block.fragment, |name, value| {
+                // Counted before anything is written: once over, the rest of the block is
+                // decoded (the callback cannot stop it; bounded by MAX_BLOCK) but not kept.
+                decoded = decoded.saturating_add(name.len() + value.len() + 32);
+                if decoded > MAX_DECODED {
+                    return;
+                }
                 let value: &[u8] = if &*name == b":authority"
                     && tonic::codegen::http::uri::Authority::try_from(&*value).is_err()
                 {
@@ -172,6 +200,11 @@ impl<S> FixAuthority<S> {
                 literal(&mut encoded, &name, value);
             })
             .map_err(|e| protocol(&format!("undecodable header block: {e:?}")))?;
+        if decoded > MAX_DECODED {
+            return Err(protocol(&format!(
+                "a header block decodes to more than {MAX_DECODED} bytes (the server accepts {MAX_HEADER_LIST})"
+            )));
+        }
 
         let mut first = Vec::with_capacity(5 + encoded.len().min(MAX_FRAME));
         let mut flags = 0;
@@ -589,6 +622,104 @@ mod tests {
         let mut out = Vec::new();
         let err = FixAuthority::new(server).read_to_end(&mut out).await;
         assert!(err.is_err(), "{out:?}");
+    }
+
+    /// A block that puts a 4000-byte value in the client's table (index 62), then `refs`
+    /// one-byte references to it in a block on stream 3 (HEADERS + CONTINUATION frames).
+    fn amplifying(refs: usize) -> Vec<u8> {
+        let mut entry = vec![0x40, 1, b'x'];
+        entry.push(127);
+        integer_tail(&mut entry, 4000);
+        entry.extend(std::iter::repeat_n(b'v', 4000));
+        let mut wire = preface();
+        wire.extend(headers(1, END_HEADERS, &entry));
+        let refs = vec![0xbe; refs];
+        let mut chunks = refs.chunks(MAX_FRAME).peekable();
+        let first = chunks.next().unwrap_or(&[]);
+        let flags = if chunks.peek().is_none() {
+            END_HEADERS
+        } else {
+            0
+        };
+        wire.extend(headers(3, flags, first));
+        while let Some(c) = chunks.next() {
+            let flags = if chunks.peek().is_none() {
+                END_HEADERS
+            } else {
+                0
+            };
+            frame(&mut wire, CONTINUATION, flags, [0, 0, 0, 3], c);
+        }
+        wire
+    }
+
+    /// The continuation bytes of `n` after a full 7-bit prefix (RFC 7541 §5.1).
+    fn integer_tail(out: &mut Vec<u8>, n: usize) {
+        let mut v = Vec::new();
+        integer(&mut v, n);
+        out.extend_from_slice(&v[1..]);
+    }
+
+    #[tokio::test]
+    async fn a_block_that_decodes_past_the_bound_closes_the_connection() {
+        // 40,000 references decode to 160 MB; 16 (64,528 bytes counted) are within the
+        // bound and pass, 17 (68,561) are not.
+        for (refs, passes) in [(17, false), (16, true), (40_000, false)] {
+            let wire = amplifying(refs);
+            assert!(
+                wire.len() < MAX_BLOCK + 4096 + 200,
+                "within the compressed bound"
+            );
+            let mut fixed = FixAuthority::new(&wire[..]);
+            let mut out = Vec::new();
+            let mut buf = vec![0u8; 16_384];
+            let result = loop {
+                match fixed.read(&mut buf).await {
+                    Ok(0) => break Ok(()),
+                    Ok(n) => out.extend_from_slice(&buf[..n]),
+                    Err(e) => break Err(e),
+                }
+                assert!(
+                    fixed.output.capacity() <= 2 * MAX_DECODED + MAX_FRAME,
+                    "{refs} references: {} bytes held",
+                    fixed.output.capacity()
+                );
+            };
+            assert_eq!(result.is_ok(), passes, "{refs} references: {result:?}");
+            assert!(
+                out.len() <= MAX_DECODED + 4096 + 200,
+                "{refs}: {}",
+                out.len()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn many_small_blocks_are_rewritten_a_few_at_a_time() {
+        // 5,000 blocks of ten references (40 KB each decoded, under the bound): read in one
+        // go they would all be rewritten at once, 200 MB; the layer holds a few at a time.
+        let mut wire = amplifying(0);
+        wire.truncate(wire.len() - FRAME_HEADER_LEN);
+        for i in 0..5_000u32 {
+            let id = (3 + 2 * i).to_be_bytes();
+            frame(&mut wire, HEADERS, END_HEADERS, id, &[0xbe; 10]);
+        }
+        let mut fixed = FixAuthority::new(&wire[..]);
+        let mut buf = vec![0u8; 16_384];
+        let mut total = 0usize;
+        loop {
+            let n = fixed.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            total += n;
+            assert!(
+                fixed.output.capacity() <= 2 * MAX_DECODED + MAX_FRAME,
+                "{} bytes held",
+                fixed.output.capacity()
+            );
+        }
+        assert!(total > 5_000 * 40_000, "every block is passed on: {total}");
     }
 
     #[test]

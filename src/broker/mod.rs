@@ -205,7 +205,10 @@ pub async fn serve(
         .initial_connection_window_size(Some(connection_window))
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .max_concurrent_streams(Some(1024));
+        .max_concurrent_streams(Some(1024))
+        // hyper's default, stated here because the Unix socket's authority layer bounds the
+        // header blocks it decodes by it (`authority::MAX_HEADER_LIST`).
+        .http2_max_header_list_size(Some(authority::MAX_HEADER_LIST));
     if let config::Listen::Tcp {
         tls: Some(files), ..
     } = &config.listen

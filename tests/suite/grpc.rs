@@ -3,6 +3,7 @@
 //! (or raw tonic stubs where a test must misbehave). Every test that ends a request checks
 //! that the staging root holds only what it should and that no child process is left.
 
+mod bounds;
 mod harness;
 
 use std::io::Write as _;

@@ -243,6 +243,20 @@ impl Server {
         self.child.as_ref().map_or(0, Child::id)
     }
 
+    /// The server's peak resident memory so far (`VmHWM`), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = ok(
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())),
+            "/proc/PID/status",
+        );
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().strip_suffix("kB"))
+            .and_then(|kb| kb.trim().parse::<u64>().ok())
+            .map_or_else(|| panic!("no VmHWM in {status}"), |kb| kb * 1024)
+    }
+
     pub async fn client(&self) -> Client {
         ok(Client::connect(&self.uri()).await, "connect")
     }

@@ -1,0 +1,109 @@
+//! What a peer can make the broker hold: memory for its header blocks, admission slots and
+//! children for a stalled upload, threads for unread tree streams, kept trees nobody releases.
+//! Each test misbehaves as a client would, over the real socket, and checks both the bound and
+//! that the broker serves a well-behaved request afterwards.
+
+use std::io::{Read as _, Write as _};
+use std::time::Duration;
+
+use super::harness::{self, Server, ok, skill_tar};
+
+/// One HTTP/2 frame (RFC 9113 §4.1).
+fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+    let len = payload.len();
+    out.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
+    out.extend_from_slice(&stream.to_be_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// A client connection that puts a 4000-byte value in its HPACK table (index 62), then sends
+/// a header block of `refs` one-byte references to it: each byte decodes to 4 KB.
+fn amplifying_connection(refs: usize) -> Vec<u8> {
+    const HEADERS: u8 = 0x1;
+    const CONTINUATION: u8 = 0x9;
+    const END_HEADERS: u8 = 0x4;
+    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frame(&mut wire, 0x4, 0, 0, &[]); // SETTINGS, all defaults
+    // Literal with incremental indexing, new name "x", value of 4000 bytes (RFC 7541 §6.2.1;
+    // 4000 = 127 + 3873, an integer of a full 7-bit prefix and two continuation bytes).
+    let mut entry = vec![0x40, 1, b'x', 127, 0xa1, 0x1e];
+    entry.extend(std::iter::repeat_n(b'v', 4000));
+    frame(&mut wire, HEADERS, END_HEADERS, 1, &entry);
+    let refs = vec![0xbe; refs];
+    let parts: Vec<&[u8]> = refs.chunks(16_384).collect();
+    for (i, part) in parts.iter().enumerate() {
+        let kind = if i == 0 { HEADERS } else { CONTINUATION };
+        let flags = if i + 1 == parts.len() { END_HEADERS } else { 0 };
+        frame(&mut wire, kind, flags, 3, part);
+    }
+    wire
+}
+
+/// A 40 KB header block that decodes to 160 MB closes its connection, and the broker's memory
+/// stays where it was; sent by a peer the uid rule refuses, since the header layer runs before
+/// that rule.
+#[test]
+fn a_header_block_that_decodes_to_megabytes_closes_its_connection() {
+    let dir = harness::world_readable_dir();
+    // Only nobody is allowed: this test's own uid is a refused peer.
+    assert_ne!(nix::unistd::geteuid().as_raw(), 65534);
+    let server = Server::start_in(&dir, &["--socket-mode", "0666", "--allow-uid", "65534"]);
+    let at_start = server.peak_rss();
+
+    let mut conn = ok(
+        std::os::unix::net::UnixStream::connect(server.socket()),
+        "connect",
+    );
+    ok(
+        conn.set_read_timeout(Some(Duration::from_secs(10))),
+        "timeout",
+    );
+    ok(conn.write_all(&amplifying_connection(40_000)), "send");
+    // The server's SETTINGS and perhaps a GOAWAY, then the end of the connection.
+    let mut sink = Vec::new();
+    let closed = conn.read_to_end(&mut sink);
+
+    let peak = server.peak_rss();
+    assert!(
+        peak < 100 << 20,
+        "the broker's peak RSS went from {} MB to {} MB",
+        at_start >> 20,
+        peak >> 20
+    );
+    match closed {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the connection was not closed: {e}"),
+    }
+
+    // Still serving: a refused peer is told so, and an allowed one gets its verdict.
+    let rt = ok(tokio::runtime::Runtime::new(), "runtime");
+    let denied = rt.block_on(async {
+        let mut c = server.raw_client().await;
+        c.server_info(skillbox::proto::ServerInfoRequest {}).await
+    });
+    assert_eq!(
+        denied.err().map(|s| s.code()),
+        Some(tonic::Code::PermissionDenied)
+    );
+    if nix::unistd::geteuid().is_root() {
+        let art = dir.path().join("skill.tar");
+        ok(std::fs::write(&art, skill_tar(&[])), "write");
+        let allowed = harness::cli(
+            &[
+                "extract",
+                "--json",
+                "--server",
+                &server.uri(),
+                art.to_str().unwrap_or(""),
+            ],
+            Some((65534, 65534)),
+        );
+        assert_eq!(
+            allowed.status.code(),
+            Some(0),
+            "stderr: {}",
+            String::from_utf8_lossy(&allowed.stderr)
+        );
+    }
+}
