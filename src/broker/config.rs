@@ -52,6 +52,13 @@ pub struct Settings {
     pub max_chunk_bytes: u64,
     /// Milliseconds one extraction may run before its child is killed (`timeout`).
     pub extract_timeout_ms: u64,
+    /// Milliseconds from a request's admission until its header must have arrived; then it
+    /// fails with DEADLINE_EXCEEDED and its place is freed.
+    pub header_timeout_ms: u64,
+    /// Milliseconds from a request's admission until its whole upload must have arrived
+    /// (waiting for a child included); then it fails with DEADLINE_EXCEEDED, its child is
+    /// killed and its staging directory removed.
+    pub upload_timeout_ms: u64,
     /// Seconds in-flight requests get to finish after SIGTERM before they are cancelled.
     pub grace: u64,
     /// Serve Prometheus metrics over HTTP at this address (off unless given).
@@ -85,6 +92,8 @@ impl Default for Settings {
             max_inflight_bytes: 1 << 30,
             max_chunk_bytes: 1 << 20,
             extract_timeout_ms: 30_000,
+            header_timeout_ms: 10_000,
+            upload_timeout_ms: 60_000,
             grace: 10,
             metrics: None,
             allow_unconfined: false,
@@ -132,6 +141,10 @@ pub struct Config {
     pub limits: Limits,
     pub bounds: Bounds,
     pub extract_timeout: Duration,
+    /// From admission to the header: see [`Settings::header_timeout_ms`].
+    pub header_timeout: Duration,
+    /// From admission to the end of the upload: see [`Settings::upload_timeout_ms`].
+    pub upload_timeout: Duration,
     pub grace: Duration,
     pub metrics: Option<SocketAddr>,
     pub allow_unconfined: bool,
@@ -248,6 +261,14 @@ impl Config {
                 min: 1,
             });
         }
+        for (flag, ms) in [
+            ("header-timeout-ms", args.header_timeout_ms),
+            ("upload-timeout-ms", args.upload_timeout_ms),
+        ] {
+            if ms == 0 {
+                return Err(ConfigError::TooSmall { flag, min: 1 });
+            }
+        }
         if args.staging_ttl == 0 {
             return Err(ConfigError::TooSmall {
                 flag: "staging-ttl",
@@ -269,6 +290,8 @@ impl Config {
                 max_chunk_bytes: args.max_chunk_bytes,
             },
             extract_timeout: Duration::from_millis(args.extract_timeout_ms),
+            header_timeout: Duration::from_millis(args.header_timeout_ms),
+            upload_timeout: Duration::from_millis(args.upload_timeout_ms),
             grace: Duration::from_secs(args.grace),
             metrics: args.metrics,
             allow_unconfined: args.allow_unconfined,

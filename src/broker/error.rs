@@ -21,6 +21,17 @@ pub enum RequestError {
     /// The caller's deadline passed; the child (if any) was killed.
     #[error("deadline exceeded {during}")]
     DeadlineExceeded { during: &'static str },
+    /// The server's own deadline for the header or the upload passed (`setting` names it);
+    /// the child (if any) was killed.
+    #[error(
+        "the {what} did not arrive within {} ms of admission (the server's --{setting})",
+        after.as_millis()
+    )]
+    UploadDeadline {
+        what: &'static str,
+        setting: &'static str,
+        after: std::time::Duration,
+    },
     /// The caller went away (hang-up or cancellation) before the answer.
     #[error("cancelled by the client: {0}")]
     Cancelled(String),
@@ -48,7 +59,7 @@ impl RequestError {
         match self {
             Self::InvalidArgument { .. } => Code::InvalidArgument,
             Self::Overloaded { .. } => Code::ResourceExhausted,
-            Self::DeadlineExceeded { .. } => Code::DeadlineExceeded,
+            Self::DeadlineExceeded { .. } | Self::UploadDeadline { .. } => Code::DeadlineExceeded,
             Self::Cancelled(_) => Code::Cancelled,
             Self::NotFound(_) => Code::NotFound,
             Self::ShuttingDown => Code::Unavailable,
@@ -89,6 +100,7 @@ impl From<RequestError> for Status {
                 Status::with_error_details(code, message, details)
             }
             RequestError::DeadlineExceeded { .. }
+            | RequestError::UploadDeadline { .. }
             | RequestError::Cancelled(_)
             | RequestError::NotFound(_)
             | RequestError::ShuttingDown

@@ -273,10 +273,32 @@ impl State {
         mut stream: Streaming<pb::ExtractRequest>,
     ) -> Result<pb::ExtractResponse, RequestError> {
         let _slot = self.admission.slot()?;
+        // The server's own deadlines, counted from here: a client that sends its header or its
+        // upload slowly, or never, holds a slot (and then a child and a staging directory) only
+        // this long, whatever grpc-timeout it sent or did not send. Timers are registered only
+        // if the client makes a read wait.
+        let admitted = tokio::time::Instant::now();
+        let upload_deadline = tokio::time::sleep_until(admitted + self.config.upload_timeout);
+        tokio::pin!(upload_deadline);
+        let upload_late = || RequestError::UploadDeadline {
+            what: "whole upload",
+            setting: "upload-timeout-ms",
+            after: self.config.upload_timeout,
+        };
         // While this request reads its header and waits for a child, a request before it that
         // takes the ready spare has the next one forked at once.
         let announced = self.runner.expect();
-        let header = match stream.next().await {
+        let first = tokio::time::timeout_at(admitted + self.config.header_timeout, stream.next());
+        let first = tokio::select! {
+            biased;
+            first = first => first.map_err(|_| RequestError::UploadDeadline {
+                what: "header",
+                setting: "header-timeout-ms",
+                after: self.config.header_timeout,
+            })?,
+            () = &mut upload_deadline => return Err(upload_late()),
+        };
+        let header = match first {
             None => {
                 return Err(RequestError::invalid(
                     "header",
@@ -314,7 +336,11 @@ impl State {
         // the start of its job (it confines while the upload is sealed), so a request waiting
         // here holds no process, no staging directory and no artifact bytes (HTTP/2 flow
         // control holds the upload back).
-        let _child = self.admission.child().await?;
+        let _child = tokio::select! {
+            biased;
+            child = self.admission.child() => child?,
+            () = &mut upload_deadline => return Err(upload_late()),
+        };
         // The job counts itself from here (`Sandbox::run_in`).
         drop(announced);
         let staging = self
@@ -338,7 +364,13 @@ impl State {
         let mut hasher = Hasher::new();
         let mut size = 0u64;
         let mut reservation = self.admission.reservation();
-        while let Some(msg) = stream.next().await {
+        loop {
+            let next = tokio::select! {
+                biased;
+                next = stream.next() => next,
+                () = &mut upload_deadline => return Err(upload_late()),
+            };
+            let Some(msg) = next else { break };
             let chunk = match msg.map_err(hangup)?.msg {
                 Some(Msg::Chunk(c)) => c,
                 Some(Msg::Header(_)) => {

@@ -106,6 +106,25 @@ pub struct ServeArgs {
         default_value_t = 30_000
     )]
     pub extract_timeout_ms: u64,
+    /// Milliseconds from a request's admission until its header must have arrived; then it
+    /// fails with DEADLINE_EXCEEDED and its place is freed.
+    #[arg(
+        long,
+        env = "SKILLBOX_HEADER_TIMEOUT_MS",
+        value_name = "MS",
+        default_value_t = 10_000
+    )]
+    pub header_timeout_ms: u64,
+    /// Milliseconds from a request's admission until its whole upload must have arrived
+    /// (waiting for a child included); then it fails with DEADLINE_EXCEEDED, its child is
+    /// killed and its staging directory removed. Raise it for large artifacts over slow links.
+    #[arg(
+        long,
+        env = "SKILLBOX_UPLOAD_TIMEOUT_MS",
+        value_name = "MS",
+        default_value_t = 60_000
+    )]
+    pub upload_timeout_ms: u64,
     /// Seconds in-flight requests get to finish after SIGTERM before they are cancelled.
     #[arg(
         long,
@@ -182,6 +201,8 @@ impl ServeArgs {
             max_inflight_bytes,
             max_chunk_bytes,
             extract_timeout_ms,
+            header_timeout_ms,
+            upload_timeout_ms,
             grace,
             metrics,
             log_format: _,
@@ -214,6 +235,8 @@ impl ServeArgs {
             max_inflight_bytes,
             max_chunk_bytes,
             extract_timeout_ms,
+            header_timeout_ms,
+            upload_timeout_ms,
             grace,
             metrics,
             allow_unconfined,
@@ -480,6 +503,10 @@ mod tests {
                 d.grace,
                 d.zygote_max_forks
             )
+        );
+        assert_eq!(
+            (s.header_timeout_ms, s.upload_timeout_ms),
+            (d.header_timeout_ms, d.upload_timeout_ms)
         );
     }
 

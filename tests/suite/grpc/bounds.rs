@@ -107,3 +107,127 @@ fn a_header_block_that_decodes_to_megabytes_closes_its_connection() {
         );
     }
 }
+
+/// An `Extract` whose request stream sends `header` (if any) and then nothing, open until the
+/// returned sender is dropped.
+async fn stalled_extract(
+    raw: &mut skillbox::proto::skillbox_client::SkillboxClient<tonic::transport::Channel>,
+    header: Option<skillbox::proto::ExtractHeader>,
+) -> (
+    tokio::sync::mpsc::Sender<skillbox::proto::ExtractRequest>,
+    tokio::task::JoinHandle<Result<(), tonic::Status>>,
+) {
+    use skillbox::proto::{ExtractRequest, extract_request::Msg};
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    if let Some(h) = header {
+        ok(
+            tx.send(ExtractRequest {
+                msg: Some(Msg::Header(h)),
+            })
+            .await,
+            "queue the header",
+        );
+    }
+    let mut raw = raw.clone();
+    let call = tokio::spawn(async move {
+        raw.extract(tokio_stream::wrappers::ReceiverStream::new(rx))
+            .await
+            .map(|_| ())
+    });
+    (tx, call)
+}
+
+/// The end of a stalled call: the server's own deadline, well before the test gives up.
+async fn server_deadline(
+    call: tokio::task::JoinHandle<Result<(), tonic::Status>>,
+) -> tonic::Status {
+    let ended = tokio::time::timeout(Duration::from_secs(20), call)
+        .await
+        .unwrap_or_else(|_| panic!("a stalled request was still held after 20 s"));
+    match ok(ended, "task") {
+        Ok(()) => panic!("a stalled request was answered"),
+        Err(s) => s,
+    }
+}
+
+/// A client that sends its header and then stalls holds its child only until the server's
+/// upload deadline; clients that never send a header hold their slots only until the header
+/// deadline. Each fails with DEADLINE_EXCEEDED naming the setting, and leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_uploads_are_ended_by_the_servers_deadlines() {
+    let port = harness::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let server = Server::start(&[
+        "--max-children",
+        "1",
+        "--max-queued",
+        "1",
+        "--header-timeout-ms",
+        "1000",
+        "--upload-timeout-ms",
+        "3000",
+        "--metrics",
+        &addr,
+    ]);
+    let mut raw = server.raw_client().await;
+    let header = skillbox::proto::ExtractHeader {
+        declared_type: skillbox::proto::ArtifactType::Archive as i32,
+        ..Default::default()
+    };
+
+    // The header, then nothing: the request takes the one child and keeps it until the
+    // upload deadline.
+    let (_open, call) = stalled_extract(&mut raw, Some(header)).await;
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    while server.request_children().is_empty() && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        !server.request_children().is_empty(),
+        "the stalled request's child was not seen"
+    );
+    let s = server_deadline(call).await;
+    assert_eq!(s.code(), tonic::Code::DeadlineExceeded, "{s:?}");
+    assert!(s.message().contains("--upload-timeout-ms"), "{s:?}");
+    super::wait_counter(&addr, "skillbox_children_killed_total", 1);
+    server.wait_clean(Duration::from_secs(5));
+
+    // Two streams that never send a header hold both places (a third request is refused)
+    // until the header deadline.
+    let (_a, first) = stalled_extract(&mut raw, None).await;
+    let (_b, second) = stalled_extract(&mut raw, None).await;
+    super::wait_counter(&addr, "skillbox_requests_in_progress", 2);
+    let mut c = server.client().await;
+    let refused = c
+        .extract(
+            super::archive_header(),
+            std::io::Cursor::new(skill_tar(&[])),
+            None,
+        )
+        .await;
+    assert_eq!(
+        refused.err().map(|e| super::status_of(e).code()),
+        Some(tonic::Code::ResourceExhausted)
+    );
+    for call in [first, second] {
+        let s = server_deadline(call).await;
+        assert_eq!(s.code(), tonic::Code::DeadlineExceeded, "{s:?}");
+        assert!(s.message().contains("--header-timeout-ms"), "{s:?}");
+    }
+
+    // Everything was given back: a well-behaved request is served.
+    let done = ok(
+        c.extract(
+            super::archive_header(),
+            std::io::Cursor::new(skill_tar(&[])),
+            Some(Duration::from_secs(20)),
+        )
+        .await,
+        "extract",
+    );
+    assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
+    if let Some(s) = done.staged {
+        ok(c.release(&s.id).await, "release");
+    }
+    server.assert_clean();
+}
