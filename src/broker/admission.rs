@@ -6,6 +6,10 @@
 //! chunk against the in-flight byte budget (exceeding it is RESOURCE_EXHAUSTED too). A *child*
 //! permit is awaited only by a request that already holds a slot, so at most `max_queued`
 //! requests ever wait, and only until their deadline. Everything is released by drop.
+//!
+//! Tree streams (`GetTree`, `ExtractWithTree`) have their own bound: each holds a reading
+//! thread and a few queued chunks for as long as its client takes to read them, so they are
+//! counted apart from requests and refused at once past it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +22,7 @@ use super::error::RequestError;
 pub struct Admission {
     slots: Arc<Semaphore>,
     children: Arc<Semaphore>,
+    trees: Arc<Semaphore>,
     inflight: Arc<AtomicU64>,
     bounds: Bounds,
 }
@@ -42,6 +47,11 @@ impl Admission {
         Self {
             slots: Arc::new(Semaphore::new(slots.min(Semaphore::MAX_PERMITS))),
             children: Arc::new(Semaphore::new(children.min(Semaphore::MAX_PERMITS))),
+            trees: Arc::new(Semaphore::new(
+                usize::try_from(bounds.max_tree_streams)
+                    .unwrap_or(usize::MAX)
+                    .min(Semaphore::MAX_PERMITS),
+            )),
             inflight: Arc::new(AtomicU64::new(0)),
             bounds,
         }
@@ -53,6 +63,17 @@ impl Admission {
             Ok(p) => Ok(Slot { _permit: p }),
             Err(TryAcquireError::NoPermits) => Err(RequestError::Overloaded {
                 what: "requests in progress (children + queue)",
+            }),
+            Err(TryAcquireError::Closed) => Err(RequestError::ShuttingDown),
+        }
+    }
+
+    /// A place for one tree stream, or RESOURCE_EXHAUSTED now.
+    pub fn tree_stream(&self) -> Result<OwnedSemaphorePermit, RequestError> {
+        match Arc::clone(&self.trees).try_acquire_owned() {
+            Ok(p) => Ok(p),
+            Err(TryAcquireError::NoPermits) => Err(RequestError::Overloaded {
+                what: "tree streams in progress (--max-tree-streams)",
             }),
             Err(TryAcquireError::Closed) => Err(RequestError::ShuttingDown),
         }
@@ -139,6 +160,7 @@ mod tests {
             max_queued: 1,
             max_inflight_bytes: 100,
             max_chunk_bytes: 10,
+            max_tree_streams: 1,
         }
     }
 

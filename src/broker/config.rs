@@ -59,6 +59,12 @@ pub struct Settings {
     /// (waiting for a child included); then it fails with DEADLINE_EXCEEDED, its child is
     /// killed and its staging directory removed.
     pub upload_timeout_ms: u64,
+    /// `GetTree` and `ExtractWithTree` streams at once; past it a new one fails at once with
+    /// RESOURCE_EXHAUSTED.
+    pub max_tree_streams: u32,
+    /// Milliseconds a tree stream may wait for its client to read before it ends with
+    /// DEADLINE_EXCEEDED (what it had queued is dropped and its reading thread freed).
+    pub tree_idle_timeout_ms: u64,
     /// Seconds in-flight requests get to finish after SIGTERM before they are cancelled.
     pub grace: u64,
     /// Serve Prometheus metrics over HTTP at this address (off unless given).
@@ -94,6 +100,8 @@ impl Default for Settings {
             extract_timeout_ms: 30_000,
             header_timeout_ms: 10_000,
             upload_timeout_ms: 60_000,
+            max_tree_streams: 32,
+            tree_idle_timeout_ms: 30_000,
             grace: 10,
             metrics: None,
             allow_unconfined: false,
@@ -130,6 +138,7 @@ pub struct Bounds {
     pub max_queued: u32,
     pub max_inflight_bytes: u64,
     pub max_chunk_bytes: u64,
+    pub max_tree_streams: u32,
 }
 
 /// The validated server configuration.
@@ -145,6 +154,8 @@ pub struct Config {
     pub header_timeout: Duration,
     /// From admission to the end of the upload: see [`Settings::upload_timeout_ms`].
     pub upload_timeout: Duration,
+    /// See [`Settings::tree_idle_timeout_ms`].
+    pub tree_idle_timeout: Duration,
     pub grace: Duration,
     pub metrics: Option<SocketAddr>,
     pub allow_unconfined: bool,
@@ -264,6 +275,8 @@ impl Config {
         for (flag, ms) in [
             ("header-timeout-ms", args.header_timeout_ms),
             ("upload-timeout-ms", args.upload_timeout_ms),
+            ("tree-idle-timeout-ms", args.tree_idle_timeout_ms),
+            ("max-tree-streams", u64::from(args.max_tree_streams)),
         ] {
             if ms == 0 {
                 return Err(ConfigError::TooSmall { flag, min: 1 });
@@ -288,10 +301,12 @@ impl Config {
                 max_queued: args.max_queued,
                 max_inflight_bytes: args.max_inflight_bytes,
                 max_chunk_bytes: args.max_chunk_bytes,
+                max_tree_streams: args.max_tree_streams,
             },
             extract_timeout: Duration::from_millis(args.extract_timeout_ms),
             header_timeout: Duration::from_millis(args.header_timeout_ms),
             upload_timeout: Duration::from_millis(args.upload_timeout_ms),
+            tree_idle_timeout: Duration::from_millis(args.tree_idle_timeout_ms),
             grace: Duration::from_secs(args.grace),
             metrics: args.metrics,
             allow_unconfined: args.allow_unconfined,

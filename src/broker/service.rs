@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_stream::StreamExt as _;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 use tracing::Instrument as _;
 
@@ -156,20 +155,22 @@ impl SkillboxService {
         work.instrument(span).await.map_err(Status::from)
     }
 
-    /// Stream the kept tree `id` on a blocking thread; released afterwards when `release`.
+    /// Stream the kept tree `id` on a blocking thread, holding `place` among the tree streams;
+    /// released afterwards when `release`.
     fn stream_tree(
         &self,
         id: String,
         first: Option<pb::TreePart>,
         release: bool,
-    ) -> Result<ReceiverStream<tree::Part>, Status> {
-        let (tx, rx) = tokio::sync::mpsc::channel(tree::QUEUE_PARTS);
+        place: tokio::sync::OwnedSemaphorePermit,
+    ) -> Result<tree::TreeStream, Status> {
+        let (tx, stream) = tree::channel(place, self.state.config.tree_idle_timeout);
         if let Some(part) = first {
             // The channel is new and empty: the first part always fits.
-            let _ = tx.try_send(Ok(part));
+            tx.first(Ok(part));
         }
         if id.is_empty() {
-            return Ok(ReceiverStream::new(rx));
+            return Ok(stream);
         }
         let opened = self
             .state
@@ -189,7 +190,7 @@ impl SkillboxService {
                 tracing::error!(staging_id = %id, error = %e, "cannot remove a staging directory");
             }
         });
-        Ok(ReceiverStream::new(rx))
+        Ok(stream)
     }
 }
 
@@ -202,7 +203,7 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
         self.answer(request).await.map(Response::new)
     }
 
-    type GetTreeStream = ReceiverStream<tree::Part>;
+    type GetTreeStream = tree::TreeStream;
 
     #[tracing::instrument(skip_all)]
     async fn get_tree(
@@ -217,21 +218,26 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
             )
             .into());
         }
-        self.stream_tree(id, None, false).map(Response::new)
+        let place = self.state.admission.tree_stream()?;
+        self.stream_tree(id, None, false, place).map(Response::new)
     }
 
-    type ExtractWithTreeStream = ReceiverStream<tree::Part>;
+    type ExtractWithTreeStream = tree::TreeStream;
 
     async fn extract_with_tree(
         &self,
         request: Request<Streaming<pb::ExtractRequest>>,
     ) -> Result<Response<Self::ExtractWithTreeStream>, Status> {
+        // Its place among the tree streams first: refused now, before any work, rather than
+        // after a tree was accepted that it could not send.
+        let place = self.state.admission.tree_stream()?;
         let answer = self.answer(request).await?;
         let id = answer.staging_id.clone();
         let first = pb::TreePart {
             part: Some(pb::tree_part::Part::Answer(answer)),
         };
-        self.stream_tree(id, Some(first), true).map(Response::new)
+        self.stream_tree(id, Some(first), true, place)
+            .map(Response::new)
     }
 
     #[tracing::instrument(skip_all)]

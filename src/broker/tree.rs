@@ -9,16 +9,23 @@
 //! the seccomp-confined child), so `openat2`'s resolve flags are available here.
 //!
 //! It must never follow a link, never read past the inventory's size for a file, and never
-//! hold more than the channel's few chunks in memory; a client that goes away stops it.
+//! hold more than the channel's few chunks in memory; a client that goes away stops it, and
+//! one that stops reading for the idle timeout ends it: the queued chunks are dropped, the
+//! reading thread returns and the client gets DEADLINE_EXCEEDED if it ever reads again. The
+//! stream holds its place among the tree streams (`Admission::tree_stream`) until the
+//! connection is done with it.
 
 use std::fs::File;
 use std::io::{self, Read as _};
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use nix::fcntl::{OFlag, OpenHow, ResolveFlag, openat2, readlinkat};
 use nix::sys::stat::{SFlag, fstat};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tonic::Status;
 
 use crate::convert;
@@ -33,6 +40,92 @@ pub const CHUNK_BYTES: usize = 256 * 1024;
 pub const QUEUE_PARTS: usize = 8;
 
 pub type Part = Result<pb::TreePart, Status>;
+
+/// The response stream of a tree: what the reading thread queued, then the end.
+pub struct TreeStream {
+    queue: Arc<Mutex<Queue>>,
+    /// Released when the connection drops the stream (read to the end, reset, or gone).
+    _place: OwnedSemaphorePermit,
+}
+
+enum Queue {
+    Open(mpsc::Receiver<Part>),
+    /// The reader gave up on an idle client: the queued parts are gone, this is said once.
+    Ended(Option<Status>),
+}
+
+/// The reading side of a [`TreeStream`].
+pub struct Sender {
+    tx: mpsc::Sender<Part>,
+    queue: Arc<Mutex<Queue>>,
+    idle: Duration,
+}
+
+/// A tree stream holding `place`, whose client may leave it unread for `idle` at most.
+pub fn channel(place: OwnedSemaphorePermit, idle: Duration) -> (Sender, TreeStream) {
+    let (tx, rx) = mpsc::channel(QUEUE_PARTS);
+    let queue = Arc::new(Mutex::new(Queue::Open(rx)));
+    (
+        Sender {
+            tx,
+            queue: Arc::clone(&queue),
+            idle,
+        },
+        TreeStream {
+            queue,
+            _place: place,
+        },
+    )
+}
+
+impl Sender {
+    /// Queue `part` without waiting (the queue is new and empty for the first part).
+    pub fn first(&self, part: Part) {
+        let _ = self.tx.try_send(part);
+    }
+
+    /// Queue `part`, waiting while the queue is full; false when the client is gone or has
+    /// read nothing for the idle timeout (then the stream is ended here). Blocking: call it
+    /// on a blocking thread.
+    fn put(&self, part: Part) -> bool {
+        let part = match self.tx.try_send(part) {
+            Ok(()) => return true,
+            Err(mpsc::error::TrySendError::Closed(_)) => return false,
+            Err(mpsc::error::TrySendError::Full(part)) => part,
+        };
+        let sent = tokio::runtime::Handle::current()
+            .block_on(async { tokio::time::timeout(self.idle, self.tx.send(part)).await });
+        match sent {
+            Ok(sent) => sent.is_ok(),
+            Err(_) => {
+                // The queued chunks go now, not when the client reads or its connection ends.
+                let ended = Status::deadline_exceeded(format!(
+                    "the client read nothing of its tree stream for {} ms (the server's --tree-idle-timeout-ms)",
+                    self.idle.as_millis()
+                ));
+                *self.queue.lock().unwrap_or_else(PoisonError::into_inner) =
+                    Queue::Ended(Some(ended));
+                tracing::warn!(
+                    idle_ms = u64::try_from(self.idle.as_millis()).unwrap_or(u64::MAX),
+                    "tree stream ended: its client stopped reading"
+                );
+                false
+            }
+        }
+    }
+}
+
+impl tokio_stream::Stream for TreeStream {
+    type Item = Part;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Part>> {
+        let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        match &mut *queue {
+            Queue::Open(rx) => rx.poll_recv(cx),
+            Queue::Ended(status) => Poll::Ready(status.take().map(Err)),
+        }
+    }
+}
 
 fn open_beneath(dir: &OwnedFd, path: &str, flags: OFlag) -> io::Result<OwnedFd> {
     let how = OpenHow::new()
@@ -56,13 +149,13 @@ fn differs(path: &str, what: impl std::fmt::Display) -> Status {
 /// Send every node of `entries` beneath `dir` on `tx`, ending with an error part at the first
 /// difference. Blocking: run it on a blocking thread. Returns when done or when the receiver
 /// is gone.
-pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: mpsc::Sender<Part>) {
+pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: Sender) {
     for e in entries.iter() {
-        if tx.blocking_send(Ok(part_entry(e))).is_err() {
+        if !tx.put(Ok(part_entry(e))) {
             return;
         }
         if let Err(status) = send_node(&dir, e, &tx) {
-            let _ = tx.blocking_send(Err(status));
+            let _ = tx.put(Err(status));
             return;
         }
     }
@@ -74,7 +167,7 @@ fn part_entry(e: &Entry) -> pb::TreePart {
     }
 }
 
-fn send_node(dir: &OwnedFd, e: &Entry, tx: &mpsc::Sender<Part>) -> Result<(), Status> {
+fn send_node(dir: &OwnedFd, e: &Entry, tx: &Sender) -> Result<(), Status> {
     let path = e.path.as_str();
     let io_err = |err: io::Error| differs(path, err);
     let want_mode = u32::from_str_radix(&e.mode, 8).unwrap_or(u32::MAX);
@@ -133,7 +226,7 @@ fn send_node(dir: &OwnedFd, e: &Entry, tx: &mpsc::Sender<Part>) -> Result<(), St
                 let part = pb::TreePart {
                     part: Some(pb::tree_part::Part::Chunk(chunk.into())),
                 };
-                if tx.blocking_send(Ok(part)).is_err() {
+                if !tx.put(Ok(part)) {
                     return Err(Status::cancelled("the client went away"));
                 }
             }

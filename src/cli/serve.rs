@@ -125,6 +125,24 @@ pub struct ServeArgs {
         default_value_t = 60_000
     )]
     pub upload_timeout_ms: u64,
+    /// `GetTree` and `ExtractWithTree` streams at once; past it a new one fails at once with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(
+        long,
+        env = "SKILLBOX_MAX_TREE_STREAMS",
+        value_name = "N",
+        default_value_t = 32
+    )]
+    pub max_tree_streams: u32,
+    /// Milliseconds a tree stream may wait for its client to read before it ends with
+    /// DEADLINE_EXCEEDED (what it had queued is dropped and its reading thread freed).
+    #[arg(
+        long,
+        env = "SKILLBOX_TREE_IDLE_TIMEOUT_MS",
+        value_name = "MS",
+        default_value_t = 30_000
+    )]
+    pub tree_idle_timeout_ms: u64,
     /// Seconds in-flight requests get to finish after SIGTERM before they are cancelled.
     #[arg(
         long,
@@ -203,6 +221,8 @@ impl ServeArgs {
             extract_timeout_ms,
             header_timeout_ms,
             upload_timeout_ms,
+            max_tree_streams,
+            tree_idle_timeout_ms,
             grace,
             metrics,
             log_format: _,
@@ -237,6 +257,8 @@ impl ServeArgs {
             extract_timeout_ms,
             header_timeout_ms,
             upload_timeout_ms,
+            max_tree_streams,
+            tree_idle_timeout_ms,
             grace,
             metrics,
             allow_unconfined,
@@ -505,8 +527,18 @@ mod tests {
             )
         );
         assert_eq!(
-            (s.header_timeout_ms, s.upload_timeout_ms),
-            (d.header_timeout_ms, d.upload_timeout_ms)
+            (
+                s.header_timeout_ms,
+                s.upload_timeout_ms,
+                s.max_tree_streams,
+                s.tree_idle_timeout_ms
+            ),
+            (
+                d.header_timeout_ms,
+                d.upload_timeout_ms,
+                d.max_tree_streams,
+                d.tree_idle_timeout_ms
+            )
         );
     }
 

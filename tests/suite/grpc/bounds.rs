@@ -231,3 +231,108 @@ async fn stalled_uploads_are_ended_by_the_servers_deadlines() {
     }
     server.assert_clean();
 }
+
+/// The server's log once it holds `needle` `times` times, or panic after `within`.
+fn wait_log(server: &Server, needle: &str, times: usize, within: Duration) {
+    let until = std::time::Instant::now() + within;
+    while server.log().matches(needle).count() < times {
+        assert!(
+            std::time::Instant::now() < until,
+            "{needle:?} was not logged {times} times:\n{}",
+            server.log()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Tree streams whose clients do not read are counted against --max-tree-streams (the next is
+/// refused at once) and ended after --tree-idle-timeout-ms (their reading threads return and
+/// their queued chunks go); a client that reads such a stream later gets DEADLINE_EXCEEDED,
+/// and once they are gone a tree is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
+    use tokio_stream::StreamExt as _;
+    let server = Server::start(&["--max-tree-streams", "2", "--tree-idle-timeout-ms", "1000"]);
+    let mut c = server.client().await;
+    // 16 MiB: far more than a stream queues and HTTP/2 windows hold, so an unread one stalls.
+    let big: Vec<u8> = (0..16u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    let tar = skill_tar(&[("data/big.bin", &big, 0o644)]);
+    let done = ok(
+        c.extract(super::archive_header(), std::io::Cursor::new(tar), None)
+            .await,
+        "extract",
+    );
+    let staged = done.staged.clone().unwrap_or_else(|| panic!("accepted"));
+    let mut raw = server.raw_client().await;
+    let get = |id: &str| skillbox::proto::GetTreeRequest {
+        staging_id: id.to_owned(),
+    };
+    let mut unread = Vec::new();
+    for _ in 0..2 {
+        let stream = ok(raw.get_tree(get(&staged.id)).await, "get_tree").into_inner();
+        unread.push(stream);
+    }
+    let refused = raw.get_tree(get(&staged.id)).await;
+    assert_eq!(
+        refused.err().map(|s| s.code()),
+        Some(tonic::Code::ResourceExhausted)
+    );
+    let with_tree = raw.extract_with_tree(tokio_stream::iter(Vec::new())).await;
+    assert_eq!(
+        with_tree.err().map(|s| s.code()),
+        Some(tonic::Code::ResourceExhausted),
+        "ExtractWithTree is refused before it takes an admission slot"
+    );
+    // A plain Extract is not held up by them.
+    let other = ok(
+        c.extract(
+            super::archive_header(),
+            std::io::Cursor::new(skill_tar(&[])),
+            Some(Duration::from_secs(10)),
+        )
+        .await,
+        "extract beside the unread trees",
+    );
+    if let Some(s) = other.staged {
+        ok(c.release(&s.id).await, "release");
+    }
+
+    wait_log(
+        &server,
+        "its client stopped reading",
+        2,
+        Duration::from_secs(10),
+    );
+    // What was on the way still arrives, then the reason.
+    let mut first = unread.remove(0);
+    let mut end = None;
+    while let Some(part) = first.next().await {
+        if let Err(s) = part {
+            end = Some(s);
+            break;
+        }
+    }
+    let end = end.unwrap_or_else(|| panic!("an idle tree stream ended as if complete"));
+    assert_eq!(end.code(), tonic::Code::DeadlineExceeded, "{end:?}");
+    assert!(end.message().contains("--tree-idle-timeout-ms"), "{end:?}");
+    drop(first);
+    drop(unread);
+
+    // Their places are free once the connection has dropped them.
+    let out = ok(tempfile::tempdir(), "tempdir");
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let wrote = loop {
+        let dest = out.path().join("tree");
+        match c.get_tree(&staged.id, &done.outcome.entries, &dest).await {
+            Ok(w) => break w,
+            Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
+                assert!(std::time::Instant::now() < until, "still refused: {e}");
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Err(e) => panic!("get_tree: {e}"),
+        }
+    };
+    assert_eq!(wrote.files, 2, "{wrote:?}");
+    ok(c.release(&staged.id).await, "release");
+    server.assert_clean();
+}
