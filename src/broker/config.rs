@@ -39,6 +39,12 @@ pub struct Settings {
     pub staging_root: Option<PathBuf>,
     /// Seconds an accepted staging directory is kept without `Release`.
     pub staging_ttl: u64,
+    /// Accepted trees held at once awaiting `Release` (or the TTL); past it requests fail
+    /// with RESOURCE_EXHAUSTED until trees are released.
+    pub max_kept_trees: u64,
+    /// File bytes the accepted trees awaiting `Release` may hold together (at least the
+    /// limits' max_expanded_bytes, so that any accepted tree can be kept).
+    pub max_kept_bytes: u64,
     /// Server limits file (.toml or .json, keys as in docs/limits.md); requests may only tighten it.
     pub limits: Option<PathBuf>,
     /// Concurrent confined children [default: the CPU count plus two].
@@ -92,6 +98,8 @@ impl Default for Settings {
             tls_client_ca: None,
             staging_root: None,
             staging_ttl: 600,
+            max_kept_trees: 1024,
+            max_kept_bytes: 4 << 30,
             limits: None,
             max_children: None,
             max_queued: 64,
@@ -147,6 +155,8 @@ pub struct Config {
     pub listen: Listen,
     pub staging_root: PathBuf,
     pub staging_ttl: Duration,
+    /// See [`Settings::max_kept_trees`] and [`Settings::max_kept_bytes`].
+    pub kept: super::staging::KeptBounds,
     pub limits: Limits,
     pub bounds: Bounds,
     pub extract_timeout: Duration,
@@ -282,6 +292,18 @@ impl Config {
                 return Err(ConfigError::TooSmall { flag, min: 1 });
             }
         }
+        if args.max_kept_trees == 0 {
+            return Err(ConfigError::TooSmall {
+                flag: "max-kept-trees",
+                min: 1,
+            });
+        }
+        if args.max_kept_bytes < limits.max_expanded_bytes {
+            return Err(ConfigError::TooSmall {
+                flag: "max-kept-bytes",
+                min: limits.max_expanded_bytes,
+            });
+        }
         if args.staging_ttl == 0 {
             return Err(ConfigError::TooSmall {
                 flag: "staging-ttl",
@@ -295,6 +317,10 @@ impl Config {
                 .clone()
                 .unwrap_or_else(|| base.join("staging")),
             staging_ttl: Duration::from_secs(args.staging_ttl),
+            kept: super::staging::KeptBounds {
+                trees: args.max_kept_trees,
+                bytes: args.max_kept_bytes,
+            },
             limits,
             bounds: Bounds {
                 max_children,

@@ -138,7 +138,7 @@ pub async fn serve(
         );
     }
     let (staging_root, stale) =
-        staging::StagingRoot::open(&config.staging_root, config.staging_ttl)?;
+        staging::StagingRoot::open(&config.staging_root, config.staging_ttl, config.kept)?;
     if stale > 0 {
         tracing::info!(stale, root = %config.staging_root.display(), "removed staging directories left by a previous run");
     }

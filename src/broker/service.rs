@@ -269,6 +269,11 @@ fn code_str(code: i32) -> &'static str {
         .map_or("unknown", |c| c.as_str())
 }
 
+/// The accepted trees awaiting `Release` are at their bounds.
+const NOT_KEPT: RequestError = RequestError::Overloaded {
+    what: "accepted trees awaiting Release (--max-kept-trees, --max-kept-bytes); release the trees you are done with",
+};
+
 fn hangup(status: Status) -> RequestError {
     RequestError::Cancelled(status.message().to_owned())
 }
@@ -279,6 +284,10 @@ impl State {
         mut stream: Streaming<pb::ExtractRequest>,
     ) -> Result<pb::ExtractResponse, RequestError> {
         let _slot = self.admission.slot()?;
+        // No room for one more accepted tree: refused before the upload, not after the work.
+        if self.staging.full() {
+            return Err(NOT_KEPT);
+        }
         // The server's own deadlines, counted from here: a client that sends its header or its
         // upload slowly, or never, holds a slot (and then a child and a staging directory) only
         // this long, whatever grpc-timeout it sent or did not send. Timers are registered only
@@ -478,11 +487,17 @@ impl State {
         // Encoded before the tree is kept: an answer that cannot be sent keeps nothing.
         let mut answer = convert::outcome_to_proto_with(&outcome, None, sandbox)?;
         match outcome.verdict {
-            Verdict::Accepted => {
-                let (id, path) = self.staging.keep(end.staging, &outcome.entries);
-                answer.staging_id = id;
-                answer.staging_path = path.display().to_string();
-            }
+            Verdict::Accepted => match self.staging.keep(end.staging, &outcome.entries) {
+                Ok((id, path)) => {
+                    answer.staging_id = id;
+                    answer.staging_path = path.display().to_string();
+                }
+                Err(not_kept) => {
+                    // The tree is removed off the async workers (it may be large).
+                    tokio::task::spawn_blocking(move || drop(not_kept));
+                    return Err(NOT_KEPT);
+                }
+            },
             Verdict::Rejected => drop(end.staging),
         }
         Ok(answer)

@@ -4,7 +4,10 @@
 //! the name exists, so nothing is ever reused), named by 128 random bits that double as the
 //! `Release` capability. A [`StagingGuard`] removes its directory when dropped, so a rejection,
 //! a hang-up, a deadline or a panic leaves nothing behind; only [`StagingRoot::keep`] disarms
-//! it, for an accepted tree, which then lives until `Release` or the TTL reaper.
+//! it, for an accepted tree, which then lives until `Release` or the TTL reaper. How many
+//! accepted trees are held, and how many file bytes they hold, is bounded ([`KeptBounds`]): a
+//! client that never releases would otherwise fill the staging filesystem (tmpfs: memory)
+//! within one TTL.
 //!
 //! The root belongs to one server: it is locked with `flock`, and entries a previous run left
 //! are removed at start-up. Only names this module could have made are ever removed; a
@@ -15,6 +18,7 @@ use std::fs::File;
 use std::io::{self, Read as _};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -23,7 +27,7 @@ use nix::fcntl::{Flock, FlockArg, OFlag, openat};
 use nix::sys::stat::{Mode, fchmod, mkdirat};
 use nix::unistd::{UnlinkatFlags, unlinkat};
 
-use crate::extract::inventory::Entry;
+use crate::extract::inventory::{Entry, Kind};
 use crate::extract::writer::clear_beneath;
 
 /// The lock file inside the root; its presence is the only thing a start-up clean leaves.
@@ -41,6 +45,14 @@ pub enum StagingError {
     Locked { path: String },
 }
 
+/// How much the accepted trees nobody released yet may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct KeptBounds {
+    pub trees: u64,
+    /// File bytes, as their inventories count them.
+    pub bytes: u64,
+}
+
 /// The directory the per-request staging directories are made in.
 pub struct StagingRoot {
     path: PathBuf,
@@ -48,12 +60,18 @@ pub struct StagingRoot {
     _lock: Flock<File>,
     ttl: Duration,
     kept: Mutex<HashMap<String, Kept>>,
+    bounds: KeptBounds,
+    /// The kept trees' count and bytes, changed under `kept`'s lock, read without it.
+    kept_trees: AtomicU64,
+    kept_bytes: AtomicU64,
 }
 
-/// An accepted tree held for its client: since when, and the inventory it must match.
+/// An accepted tree held for its client: since when, the inventory it must match, and its
+/// file bytes.
 struct Kept {
     since: Instant,
     entries: Arc<[Entry]>,
+    bytes: u64,
 }
 
 fn dir_flags() -> OFlag {
@@ -74,7 +92,11 @@ fn new_id() -> io::Result<String> {
 impl StagingRoot {
     /// Open (creating it if needed) and lock the root, then remove what a previous run left.
     /// Returns the root and the number of stale directories removed.
-    pub fn open(path: &Path, ttl: Duration) -> Result<(Arc<Self>, usize), StagingError> {
+    pub fn open(
+        path: &Path,
+        ttl: Duration,
+        bounds: KeptBounds,
+    ) -> Result<(Arc<Self>, usize), StagingError> {
         let shown = path.display().to_string();
         let io_err = |source| StagingError::Io {
             path: shown.clone(),
@@ -104,6 +126,9 @@ impl StagingRoot {
             _lock: lock,
             ttl,
             kept: Mutex::new(HashMap::new()),
+            bounds,
+            kept_trees: AtomicU64::new(0),
+            kept_bytes: AtomicU64::new(0),
         });
         let stale = root.clean_stale().map_err(io_err)?;
         Ok((root, stale))
@@ -154,23 +179,51 @@ impl StagingRoot {
         }
     }
 
-    /// Keep an accepted tree, whose inventory is `entries`, until `Release` or the TTL.
-    /// Returns (id, path).
-    pub fn keep(&self, mut guard: StagingGuard, entries: &[Entry]) -> (String, PathBuf) {
+    /// Whether no tree could be kept now (either bound reached): checked at admission, so a
+    /// request that could not keep its tree is refused before its upload.
+    pub fn full(&self) -> bool {
+        self.kept_trees.load(Ordering::Relaxed) >= self.bounds.trees
+            || self.kept_bytes.load(Ordering::Relaxed) >= self.bounds.bytes
+    }
+
+    /// Keep an accepted tree, whose inventory is `entries`, until `Release` or the TTL, if the
+    /// bounds allow it. Returns (id, path), or the guard back (dropping it removes the tree).
+    pub fn keep(
+        &self,
+        mut guard: StagingGuard,
+        entries: &[Entry],
+    ) -> Result<(String, PathBuf), StagingGuard> {
+        let bytes = entries
+            .iter()
+            .filter(|e| e.kind == Kind::File)
+            .fold(0u64, |n, e| n.saturating_add(e.size));
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let trees = self.kept_trees.load(Ordering::Relaxed);
+        let held = self.kept_bytes.load(Ordering::Relaxed);
+        if trees >= self.bounds.trees || held.saturating_add(bytes) > self.bounds.bytes {
+            return Err(guard);
+        }
         guard.armed = false;
         let id = std::mem::take(&mut guard.id);
-        self.kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                id.clone(),
-                Kept {
-                    since: Instant::now(),
-                    entries: entries.into(),
-                },
-            );
+        kept.insert(
+            id.clone(),
+            Kept {
+                since: Instant::now(),
+                entries: entries.into(),
+                bytes,
+            },
+        );
+        self.kept_trees.store(trees + 1, Ordering::Relaxed);
+        self.kept_bytes.store(held + bytes, Ordering::Relaxed);
+        drop(kept);
         let path = self.path.join(&id);
-        (id, path)
+        Ok((id, path))
+    }
+
+    /// Count `k` as no longer kept; under `kept`'s lock.
+    fn forget(&self, k: &Kept) {
+        self.kept_trees.fetch_sub(1, Ordering::Relaxed);
+        self.kept_bytes.fetch_sub(k.bytes, Ordering::Relaxed);
     }
 
     /// A kept tree's directory, opened without following a link, and its inventory; `None`
@@ -191,21 +244,26 @@ impl StagingRoot {
 
     /// Every kept id, forgotten (the caller removes them): what shutdown clears.
     pub fn take_all(&self) -> Vec<String> {
-        self.kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let ids = kept
             .drain()
-            .map(|(id, _)| id)
-            .collect()
+            .map(|(id, k)| {
+                self.forget(&k);
+                id
+            })
+            .collect();
+        drop(kept);
+        ids
     }
 
     /// Forget a kept directory; the caller removes it (see [`StagingRoot::remove`]).
     pub fn take_kept(&self, id: &str) -> bool {
-        self.kept
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id)
-            .is_some()
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(k) = kept.remove(id) else {
+            return false;
+        };
+        self.forget(&k);
+        true
     }
 
     /// Kept directories older than the TTL, forgotten (the caller removes them).
@@ -218,7 +276,9 @@ impl StagingRoot {
             .map(|(id, _)| id.clone())
             .collect();
         for id in &expired {
-            kept.remove(id);
+            if let Some(k) = kept.remove(id) {
+                self.forget(&k);
+            }
         }
         expired
     }
@@ -282,15 +342,21 @@ impl Drop for StagingGuard {
 mod tests {
     use super::*;
 
+    const UNBOUNDED: KeptBounds = KeptBounds {
+        trees: u64::MAX,
+        bytes: u64::MAX,
+    };
+
     #[test]
     fn create_keep_remove_and_stale_cleaning() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let path = tmp.path().join("staging");
-        let (root, stale) = StagingRoot::open(&path, Duration::from_secs(60)).expect("open");
+        let (root, stale) =
+            StagingRoot::open(&path, Duration::from_secs(60), UNBOUNDED).expect("open");
         assert_eq!(stale, 0);
         // A second server on the same root is refused.
         assert!(matches!(
-            StagingRoot::open(&path, Duration::from_secs(60)),
+            StagingRoot::open(&path, Duration::from_secs(60), UNBOUNDED),
             Err(StagingError::Locked { .. })
         ));
 
@@ -301,14 +367,17 @@ mod tests {
         assert!(!dropped.exists(), "a dropped guard removes its directory");
 
         let g = root.create().expect("create");
-        let (id, kept) = root.keep(g, &[]);
+        let Ok((id, kept)) = root.keep(g, &[]) else {
+            panic!("not kept")
+        };
         std::fs::create_dir(kept.join("sub")).expect("create_dir");
         std::os::unix::fs::symlink("/etc", kept.join("sub/link")).expect("symlink");
         assert!(kept.exists());
         std::fs::write(path.join("unrelated"), b"keep me").expect("write");
         drop(root);
 
-        let (root, stale) = StagingRoot::open(&path, Duration::from_secs(60)).expect("open");
+        let (root, stale) =
+            StagingRoot::open(&path, Duration::from_secs(60), UNBOUNDED).expect("open");
         assert_eq!(stale, 1);
         assert!(!kept.exists());
         assert!(
@@ -321,5 +390,54 @@ mod tests {
         );
         assert!(!root.take_kept(&id));
         assert!(root.remove("../etc").is_err());
+    }
+
+    fn file(size: u64) -> Entry {
+        Entry {
+            path: "f".into(),
+            kind: Kind::File,
+            size,
+            mode: "0644".into(),
+            sha256: None,
+            link_target: None,
+            flags: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn kept_trees_are_bounded_by_count_and_bytes_and_freed_by_every_way_out() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let bounds = KeptBounds {
+            trees: 2,
+            bytes: 100,
+        };
+        let (root, _) = StagingRoot::open(&tmp.path().join("s"), Duration::from_secs(60), bounds)
+            .expect("open");
+        let keep = |size| root.keep(root.create().expect("create"), &[file(size)]);
+        let Ok((a, _)) = keep(60) else {
+            panic!("first")
+        };
+        // 60 + 41 bytes is over; the refused tree's directory goes with its guard.
+        let Err(refused) = keep(41) else {
+            panic!("kept past the byte bound")
+        };
+        let path = refused.path();
+        drop(refused);
+        assert!(!path.exists());
+        assert!(!root.full());
+        let Ok((b, _)) = keep(40) else {
+            panic!("second")
+        };
+        assert!(root.full(), "100 of 100 bytes");
+        assert!(root.take_kept(&a));
+        assert!(!root.full());
+        let Ok((c, _)) = keep(0) else { panic!("third") };
+        assert!(root.full(), "two of two trees");
+        assert!(keep(0).is_err(), "kept past the count bound");
+        assert_eq!(root.take_all().len(), 2);
+        assert!(!root.full());
+        for id in [&a, &b, &c] {
+            root.remove(id).expect("remove");
+        }
     }
 }

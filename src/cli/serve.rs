@@ -77,6 +77,19 @@ pub struct ServeArgs {
         default_value_t = 600
     )]
     pub staging_ttl: u64,
+    /// Accepted trees held at once awaiting `Release` (or the TTL); past it requests fail
+    /// with RESOURCE_EXHAUSTED until trees are released.
+    #[arg(
+        long,
+        env = "SKILLBOX_MAX_KEPT_TREES",
+        value_name = "N",
+        default_value_t = 1024
+    )]
+    pub max_kept_trees: u64,
+    /// File bytes the accepted trees awaiting `Release` may hold together (K, M, G suffixes;
+    /// at least the limits' max_expanded_bytes).
+    #[arg(long, env = "SKILLBOX_MAX_KEPT_BYTES", value_name = "BYTES", default_value = "4G", value_parser = parse_size)]
+    pub max_kept_bytes: u64,
     /// Server limits file (.toml or .json, keys as in docs/limits.md); requests may only tighten it.
     #[arg(long, env = "SKILLBOX_LIMITS", value_name = "FILE")]
     pub limits: Option<PathBuf>,
@@ -213,6 +226,8 @@ impl ServeArgs {
             tls_client_ca,
             staging_root,
             staging_ttl,
+            max_kept_trees,
+            max_kept_bytes,
             limits,
             max_children,
             max_queued,
@@ -249,6 +264,8 @@ impl ServeArgs {
             tls_client_ca,
             staging_root,
             staging_ttl,
+            max_kept_trees,
+            max_kept_bytes,
             limits,
             max_children,
             max_queued,
@@ -531,13 +548,17 @@ mod tests {
                 s.header_timeout_ms,
                 s.upload_timeout_ms,
                 s.max_tree_streams,
-                s.tree_idle_timeout_ms
+                s.tree_idle_timeout_ms,
+                s.max_kept_trees,
+                s.max_kept_bytes
             ),
             (
                 d.header_timeout_ms,
                 d.upload_timeout_ms,
                 d.max_tree_streams,
-                d.tree_idle_timeout_ms
+                d.tree_idle_timeout_ms,
+                d.max_kept_trees,
+                d.max_kept_bytes
             )
         );
     }

@@ -336,3 +336,66 @@ async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
     ok(c.release(&staged.id).await, "release");
     server.assert_clean();
 }
+
+/// Accepted trees nobody releases are bounded in count and in bytes: past either bound a
+/// request fails with RESOURCE_EXHAUSTED saying to release trees (at admission when no tree
+/// fits at all, else once its tree turns out not to fit, which is then removed), and a release
+/// makes room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreleased_trees_are_bounded_in_count_and_bytes() {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let limits = dir.path().join("limits.toml");
+    ok(
+        std::fs::write(
+            &limits,
+            "max_expanded_bytes = 1048576\nmax_file_bytes = 1048576\n",
+        ),
+        "limits",
+    );
+    let server = Server::start(&[
+        "--limits",
+        limits.to_str().unwrap_or(""),
+        "--max-kept-trees",
+        "3",
+        "--max-kept-bytes",
+        "1M",
+    ]);
+    let mut c = server.client().await;
+    let package = |n: usize| skill_tar(&[("data.bin", &vec![7u8; n], 0o644)]);
+    let extract = |c: &mut skillbox::client::Client, tar: Vec<u8>| {
+        let mut c = c.clone();
+        async move {
+            c.extract(super::archive_header(), std::io::Cursor::new(tar), None)
+                .await
+        }
+    };
+    let is_refusal = |r: Result<skillbox::client::Extracted, skillbox::client::ClientError>| {
+        let s = super::status_of(r.err().unwrap_or_else(|| panic!("a tree was kept")));
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+        assert!(s.message().contains("release the trees"), "{s:?}");
+    };
+    let staged = |r: Result<skillbox::client::Extracted, skillbox::client::ClientError>| {
+        ok(r, "extract")
+            .staged
+            .unwrap_or_else(|| panic!("accepted and kept"))
+    };
+
+    // Bytes: 600 KB kept; another 600 KB does not fit, and its tree is removed.
+    let big = staged(extract(&mut c, package(600_000)).await);
+    is_refusal(extract(&mut c, package(600_000)).await);
+    assert_eq!(server.staging_dirs(), std::slice::from_ref(&big.id));
+    // Count: two small ones fit beside it; a fourth tree is refused at once.
+    let small = staged(extract(&mut c, package(10)).await);
+    let third = staged(extract(&mut c, package(10)).await);
+    is_refusal(extract(&mut c, package(10)).await);
+    assert_eq!(server.staging_dirs().len(), 3);
+    // A release makes room again.
+    ok(c.release(&small.id).await, "release");
+    let again = staged(extract(&mut c, package(10)).await);
+    ok(c.release(&big.id).await, "release");
+    let big_again = staged(extract(&mut c, package(600_000)).await);
+    for s in [again, big_again, third] {
+        ok(c.release(&s.id).await, "release");
+    }
+    server.assert_clean();
+}
