@@ -274,6 +274,24 @@ const NOT_KEPT: RequestError = RequestError::Overloaded {
     what: "accepted trees awaiting Release (--max-kept-trees, --max-kept-bytes); release the trees you are done with",
 };
 
+/// A job that ended without a verdict. The sandbox's detail names the server's own paths (the
+/// staging directory of a failed request, the child binary) and is for the operator: it is
+/// logged, and the client is told only that the server failed.
+fn job_fault(fault: JobFault) -> RequestError {
+    match fault {
+        JobFault::Abandoned => {
+            RequestError::Internal("the upload was lost on the way to the child".into())
+        }
+        JobFault::Sandbox(detail) => {
+            tracing::error!(%detail, "the sandbox could not run an extraction");
+            RequestError::Internal(
+                "the sandbox could not run this extraction (the server's log has the detail)"
+                    .into(),
+            )
+        }
+    }
+}
+
 fn hangup(status: Status) -> RequestError {
     RequestError::Cancelled(status.message().to_owned())
 }
@@ -477,12 +495,7 @@ impl State {
         drop(reservation);
         let (outcome, sandbox) = match end.result {
             Ok(done) => (done.outcome, done.sandbox),
-            Err(JobFault::Abandoned) => {
-                return Err(RequestError::Internal(
-                    "the upload was lost on the way to the child".into(),
-                ));
-            }
-            Err(JobFault::Sandbox(detail)) => return Err(RequestError::Internal(detail)),
+            Err(fault) => return Err(job_fault(fault)),
         };
         // Encoded before the tree is kept: an answer that cannot be sent keeps nothing.
         let mut answer = convert::outcome_to_proto_with(&outcome, None, sandbox)?;
@@ -546,6 +559,18 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sandbox_fault_reaches_the_client_without_the_servers_paths() {
+        let fault = crate::sandbox::SandboxError::Staging {
+            path: "/run/skillbox/staging/0123456789abcdef0123456789abcdef".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        let status = Status::from(job_fault(JobFault::Sandbox(fault.to_string())));
+        assert_eq!(status.code(), tonic::Code::Internal);
+        assert!(!status.message().contains("/run/skillbox"), "{status:?}");
+        assert!(status.message().contains("log"), "{status:?}");
+    }
 
     #[test]
     fn grpc_timeout_header() {
