@@ -53,14 +53,24 @@ impl Proxy {
     /// is read as `http://host:port`, as curl does). A TLS connection to the proxy itself
     /// (`https://`) is not supported and refused.
     pub fn parse(s: &str) -> Result<Self, String> {
-        let shown_text = urls::redact_str(s).into_owned();
+        // A scheme is `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )` before the first `://`; a
+        // `://` further on (`user:pw@host/x://`) does not make `user:pw@host` a scheme.
+        let has_scheme = s.split_once("://").is_some_and(|(scheme, _)| {
+            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+        });
         let with_scheme;
-        let text = if s.contains("://") {
+        let text = if has_scheme {
             s
         } else {
             with_scheme = format!("http://{s}");
             &with_scheme
         };
+        // Masked as it is read, after `http://` is added: in a bare `user:pw@host:port`,
+        // `user:` alone reads as a scheme, and masking that text would still show the user.
+        let shown_text = urls::redact_str(text).into_owned();
         let url = urls::parse_absolute_keeping_userinfo(text)
             .map_err(|e| format!("proxy {shown_text:?}: {e}"))?;
         if url.scheme() != "http" {
@@ -329,6 +339,26 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert!(!e.contains("pw-MARK"), "{e}");
+        // Without a scheme (`http://` is implied), refused or not: neither the password nor
+        // the user is shown, as curl would read the same text.
+        for bare in [
+            "alice:pw-MARK@proxy.example:3128/x",
+            "alice:pw-MARK@proxy.example:99999",
+            "alice:pw-MARK@proxy.example:3128/x://y",
+            "alice:pw-MARK@[::1",
+        ] {
+            let e = Proxy::parse(bare).err().unwrap_or_default();
+            assert!(
+                e.contains("http://***@") && !e.contains("pw-MARK") && !e.contains("alice"),
+                "{bare}: {e}"
+            );
+        }
+        let p = Proxy::parse("alice:pw-MARK@proxy.example:3128").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.to_string(), "http://***@proxy.example:3128/");
+        assert_eq!(
+            p.authorization.as_deref(),
+            Some(format!("Basic {}", base64(b"alice:pw-MARK")).as_str())
+        );
     }
 
     #[test]
