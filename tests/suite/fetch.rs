@@ -1589,6 +1589,171 @@ fn a_password_in_any_url_is_never_echoed() {
     assert_no_marker_in_dir(&w.cache());
 }
 
+/// The forms a lenient (WHATWG) URL parser reads user information from although RFC 3986 sees
+/// no authority there: `https:///u:pw@h`, `https:u:pw@h`, `https:/u:pw@h`, `https:\\u:pw@h`,
+/// a reference `///u:pw@h`, such a redirect Location, and a proxy without a scheme. Each is
+/// refused, and the password reaches neither stdout nor stderr (JSON or text, `fetch`,
+/// `index check`, `--print-policy`) nor any file of the cache (the index copy included).
+#[test]
+fn a_password_in_a_leniently_written_url_is_never_echoed() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    let addr = w.server.addr;
+    let lenient = [
+        (
+            "triple",
+            format!("https:///user:{MARKER}@{addr}/a/SKILL.md"),
+        ),
+        ("bare", format!("https:user:{MARKER}@{addr}/a/SKILL.md")),
+        ("single", format!("https:/user:{MARKER}@{addr}/a/SKILL.md")),
+        (
+            "backslash",
+            format!("https:\\\\user:{MARKER}@{addr}/a/SKILL.md"),
+        ),
+        ("netpath", format!("///user:{MARKER}@{addr}/a/SKILL.md")),
+    ];
+    w.server
+        .route("/hop", Reply::Redirect(302, lenient[0].1.clone()));
+    let mut entries: Vec<Value> = lenient
+        .iter()
+        .map(|(name, url)| entry(name, "skill-md", url, &sha(&md)))
+        .collect();
+    entries.push(entry("hop", "skill-md", "/hop", &sha(&md)));
+    entries.push(entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)));
+    w.index(&index_json(&entries));
+    let cache = w.cache().display().to_string();
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+
+    // `index check URL`: every lenient entry is skipped as an invalid URL.
+    let o = run(&w.args(&["index", "check", &index, "--json"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "index check --json");
+    let v = json_of(&o);
+    for (name, _) in &lenient {
+        let skipped = v["index"]["skipped"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == *name);
+        assert_eq!(
+            skipped.map(|s| s["code"].clone()),
+            Some(Value::from("invalid_url")),
+            "{name}: {v:#}"
+        );
+    }
+    let o = run(&w.args(&["index", "check", &index]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "index check");
+
+    // `fetch` of each: the entry was skipped (exit 3), JSON and text.
+    for (name, _) in &lenient {
+        let o = w.fetch(name, &[]);
+        assert_eq!(code(&o), 3, "{name}: {}", explain(&o));
+        assert_no_marker(&o, name);
+        let o = run(&w.args(&["fetch", &index, name, "--cache-dir", &cache]));
+        assert_eq!(code(&o), 3, "{name}: {}", explain(&o));
+        assert_no_marker(&o, name);
+    }
+
+    // A redirect to such a Location: the hop is shown masked, and the Location is refused.
+    let o = w.fetch("hop", &[]);
+    assert_no_marker(&o, "hop");
+    assert_ne!(code(&o), 0, "{}", explain(&o));
+    let location = json_of(&o)["provenance"]["hops"][0]["location"].clone();
+    assert_eq!(
+        location,
+        Value::from(format!("https:///***@{addr}/a/SKILL.md")),
+        "{}",
+        explain(&o)
+    );
+    let o = run(&w.args(&["fetch", &index, "hop", "--cache-dir", &cache]));
+    assert_ne!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "hop (text)");
+    assert_eq!(w.server.hits("/a/SKILL.md"), 0);
+
+    // The index URL itself, written leniently (one with a port that does not parse).
+    let path = "/.well-known/agent-skills/index.json";
+    for secret_index in [
+        format!("https:///alice:{MARKER}@example.com:99999/i.json"),
+        format!("https:///alice:{MARKER}@{addr}{path}"),
+        format!("https:alice:{MARKER}@{addr}{path}"),
+        format!("https:\\\\alice:{MARKER}@{addr}{path}"),
+    ] {
+        for args in [
+            vec![
+                "fetch",
+                &secret_index,
+                "demo",
+                "--json",
+                "--cache-dir",
+                &cache,
+            ],
+            vec!["fetch", &secret_index, "demo", "--cache-dir", &cache],
+        ] {
+            let o = run(&w.args(&args));
+            assert_eq!(code(&o), 2, "{args:?}: {}", explain(&o));
+            assert_no_marker(&o, &format!("{args:?}"));
+        }
+        // `index check` reads a text without `://` as a file name, not a URL.
+        if secret_index.contains("://") {
+            for args in [
+                vec!["index", "check", &secret_index, "--json"],
+                vec!["index", "check", &secret_index],
+            ] {
+                let o = run(&w.args(&args));
+                assert_eq!(code(&o), 2, "{args:?}: {}", explain(&o));
+                assert_no_marker(&o, &format!("{args:?}"));
+            }
+        }
+    }
+
+    // A proxy without a scheme (`http://` implied): printed, refused for its path, and refused
+    // from HTTPS_PROXY for its port, never with the password.
+    let bare = format!("alice:{MARKER}@proxy.example:3128");
+    let o = run(&[
+        "fetch".into(),
+        "--print-policy".into(),
+        "--proxy".into(),
+        bare,
+    ]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "--print-policy --proxy USER:PW@HOST:PORT");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("http://***@proxy.example:3128"),
+        "{}",
+        explain(&o)
+    );
+    let with_path = format!("alice:{MARKER}@proxy.example:3128/x");
+    let o = run(&[
+        "fetch".into(),
+        "--print-policy".into(),
+        "--proxy".into(),
+        with_path,
+    ]);
+    assert_eq!(code(&o), 2, "{}", explain(&o));
+    assert_no_marker(&o, "--print-policy --proxy USER:PW@HOST:PORT/PATH");
+    let bad_port = format!("alice:{MARKER}@proxy.example:99999");
+    for json in [true, false] {
+        let mut args = vec!["fetch", &index, "demo", "--cache-dir", &cache];
+        if json {
+            args.push("--json");
+        }
+        let o = run_env(&w.args(&args), &[("HTTPS_PROXY", &bad_port)]);
+        assert_eq!(code(&o), 2, "{}", explain(&o));
+        assert_no_marker(&o, "HTTPS_PROXY=USER:PW@HOST:BADPORT");
+    }
+
+    // A clean fetch beside them keeps the index in the cache: the copy holds no password.
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(
+        !walk(&w.cache().join("index")).is_empty(),
+        "no index copy kept"
+    );
+    assert_no_marker_in_dir(&w.cache());
+}
+
 /// An index over `--max-index-bytes` exits 3 whether it is fetched (declared or streamed) or
 /// read from a file, with the same message.
 #[test]
