@@ -1,15 +1,17 @@
 //! HTTP/1.1 on the wire (RFC 9112): one GET per connection, the response head parsed within a
 //! bound, and the body framed strictly (Content-Length, chunked, or until close).
 //!
-//! Every read goes through [`Conn`], which re-arms the socket timeout with what is left of the
-//! total time before each read or write, so a server trickling one byte at a time still runs
-//! out of time. Ambiguous framing (Transfer-Encoding with Content-Length, differing lengths) is
-//! refused, never guessed at.
+//! Every socket read and write goes through [`DeadlineStream`], which sets the socket timeout to
+//! what is left of the total time before each one, and fails once nothing is left. It sits under
+//! rustls, not over it: one rustls call (a handshake step, a record arriving a byte at a time)
+//! makes as many socket reads as the peer makes it, so a server trickling one byte at a time
+//! still runs out of time, in the handshake as in the body. Ambiguous framing
+//! (Transfer-Encoding with Content-Length, differing lengths) is refused, never guessed at.
 //!
 //! Why this is ours and not hyper's client connection (hyper is in the build through tonic):
 //! the fetch path is synchronous std I/O, one GET per connection with `Connection: close`, no
-//! keep-alive, pipelining or HTTP/2, and its guarantees live in the I/O layer: each read
-//! re-armed with what is left of the total deadline, the byte cap counted on the body as it
+//! keep-alive, pipelining or HTTP/2, and its guarantees live in the I/O layer: each socket
+//! read re-armed with what is left of the total deadline, the byte cap counted on the body as it
 //! arrives, and a refusal (not a choice) where framing is ambiguous (Transfer-Encoding with
 //! Content-Length, which RFC 9112 6.3 lets a client resolve by ignoring Content-Length). hyper's
 //! client needs a tokio executor, tokio-rustls and an upgrade path for CONNECT around the same
@@ -19,7 +21,7 @@
 
 use std::io::{self, BufRead, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustls::{ClientConnection, StreamOwned};
 
@@ -36,14 +38,78 @@ const MAX_HEADERS: usize = 100;
 const MAX_CHUNK_LINE: u64 = 1024;
 const MAX_TRAILER_BYTES: u64 = 8 * 1024;
 
-/// A TLS connection whose every read and write is bounded by the download's deadline.
-pub struct Conn {
-    tls: StreamOwned<ClientConnection, TcpStream>,
+/// A TCP stream whose every read and write is bounded by a deadline: before each socket call
+/// the socket timeout is set to the time left, and once the deadline has passed a call fails as
+/// timed out without touching the socket.
+///
+/// Why per socket call: rustls is given this stream and reads from it as often as it needs to
+/// for one handshake step or one record. A timeout armed once per TLS-level call would wait the
+/// whole remaining time again on each of those reads, so a peer sending a byte now and then
+/// could hold the connection open for ever.
+pub struct DeadlineStream {
+    sock: TcpStream,
     deadline: Instant,
 }
 
 fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, "the total time limit passed")
+}
+
+impl DeadlineStream {
+    pub fn new(sock: TcpStream, deadline: Instant) -> Self {
+        Self { sock, deadline }
+    }
+
+    /// What is left before the deadline; none left is the timed-out error.
+    fn left(&self) -> io::Result<Duration> {
+        self.deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or_else(timed_out)
+    }
+
+    pub fn get_ref(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    pub fn into_inner(self) -> TcpStream {
+        self.sock
+    }
+}
+
+fn map_timeout(e: io::Error) -> io::Error {
+    match e.kind() {
+        // SO_RCVTIMEO / SO_SNDTIMEO expiring reads as WouldBlock on Unix.
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
+        _ => e,
+    }
+}
+
+impl Read for DeadlineStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let left = self.left()?;
+        self.sock.set_read_timeout(Some(left))?;
+        self.sock.read(buf).map_err(map_timeout)
+    }
+}
+
+impl Write for DeadlineStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let left = self.left()?;
+        self.sock.set_write_timeout(Some(left))?;
+        self.sock.write(buf).map_err(map_timeout)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        // A TcpStream buffers nothing; there is no socket call to bound.
+        self.sock.flush()
+    }
+}
+
+/// A TLS connection whose every socket read and write is bounded by the download's deadline
+/// (the socket is a [`DeadlineStream`]).
+pub struct Conn {
+    tls: StreamOwned<ClientConnection, DeadlineStream>,
 }
 
 impl Conn {
@@ -54,55 +120,33 @@ impl Conn {
         deadline: Instant,
     ) -> Result<Self, io::Error> {
         let mut conn = Self {
-            tls: StreamOwned::new(tls, sock),
-            deadline,
+            tls: StreamOwned::new(tls, DeadlineStream::new(sock, deadline)),
         };
         while conn.tls.conn.is_handshaking() {
-            conn.arm()?;
             let StreamOwned { conn: c, sock: s } = &mut conn.tls;
             c.complete_io(s).map_err(map_timeout)?;
         }
         Ok(conn)
     }
 
-    fn arm(&mut self) -> io::Result<()> {
-        let left = self
-            .deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or_else(timed_out)?;
-        self.tls.sock.set_read_timeout(Some(left))?;
-        self.tls.sock.set_write_timeout(Some(left))
-    }
-
     /// Cut the connection now (a limit fired; nothing more is read).
     pub fn cut(&mut self) {
-        let _ = self.tls.sock.shutdown(Shutdown::Both);
-    }
-}
-
-fn map_timeout(e: io::Error) -> io::Error {
-    match e.kind() {
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => timed_out(),
-        _ => e,
+        let _ = self.tls.sock.get_ref().shutdown(Shutdown::Both);
     }
 }
 
 impl Read for Conn {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.arm()?;
         self.tls.read(buf).map_err(map_timeout)
     }
 }
 
 impl Write for Conn {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.arm()?;
         self.tls.write(buf).map_err(map_timeout)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.arm()?;
         self.tls.flush().map_err(map_timeout)
     }
 }
@@ -508,6 +552,43 @@ mod tests {
             check_content_encoding(&h).err().map(|r| r.rule),
             Some(Rule::IdentityEncoding)
         );
+    }
+
+    /// A peer sending one byte every 100 ms for 5 s: every read returns well within its
+    /// timeout, yet reading fails as timed out soon after the deadline, not when the peer stops.
+    #[test]
+    fn a_trickling_peer_cannot_outlast_the_deadline() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("local_addr");
+        let peer = std::thread::spawn(move || {
+            let (mut tcp, _) = listener.accept().expect("accept");
+            for _ in 0..50 {
+                std::thread::sleep(Duration::from_millis(100));
+                if tcp.write_all(b"a").is_err() {
+                    break;
+                }
+            }
+        });
+        let started = Instant::now();
+        let sock = TcpStream::connect(addr).expect("connect");
+        let mut r = io::BufReader::new(DeadlineStream::new(
+            sock,
+            started + Duration::from_millis(500),
+        ));
+        let mut got = Vec::new();
+        let e = r.read_to_end(&mut got).err();
+        assert_eq!(e.map(|e| e.kind()), Some(io::ErrorKind::TimedOut));
+        assert!(
+            !got.is_empty(),
+            "the peer's bytes arrived before the deadline"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        drop(r);
+        let _ = peer.join();
     }
 
     #[test]

@@ -130,6 +130,14 @@ pub(super) enum Reply {
         len: usize,
         delay: Duration,
     },
+    /// The whole response (head and `body`, declared) sealed into TLS at once, then those bytes
+    /// sent one per `delay`, at most `limit` of them, and the connection cut: one record
+    /// arrives over many socket reads.
+    TrickleRecord {
+        body: Vec<u8>,
+        delay: Duration,
+        limit: usize,
+    },
 }
 
 pub(super) fn ok(body: &[u8], ct: &'static str) -> Reply {
@@ -343,6 +351,25 @@ fn serve(
                 std::thread::sleep(delay);
                 stream.write_all(piece)?;
             }
+        }
+        Some(Reply::TrickleRecord { body, delay, limit }) => {
+            let mut response = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/markdown\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            response.extend_from_slice(&body);
+            stream.conn.writer().write_all(&response)?;
+            let mut sealed = Vec::new();
+            while stream.conn.wants_write() {
+                stream.conn.write_tls(&mut sealed)?;
+            }
+            for byte in sealed.iter().take(limit) {
+                std::thread::sleep(delay);
+                stream.sock.write_all(&[*byte])?;
+            }
+            // Cut short: no close_notify, the rest never comes.
+            return stream.sock.shutdown(std::net::Shutdown::Both);
         }
         Some(Reply::Slow { len, delay }) => {
             let head = format!(
@@ -1207,6 +1234,129 @@ fn slow_server_runs_out_of_total_time() {
         "took {:?}",
         started.elapsed()
     );
+    assert!(w.cache_tmp_is_empty());
+}
+
+/// A loopback server for one connection that trickles: it accepts one connection (waiting at
+/// most 20 s), lets `prepare` read what the client sends and say what to answer, sends at most
+/// `limit` bytes of that one per `delay`, and closes. Finite, so it stops by itself even when
+/// the client never gives up.
+fn trickler(
+    delay: Duration,
+    limit: usize,
+    prepare: impl FnOnce(&mut TcpStream) -> std::io::Result<Vec<u8>> + Send + 'static,
+) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = listener.local_addr().expect("local_addr");
+    listener.set_nonblocking(true).expect("set_nonblocking");
+    std::thread::spawn(move || -> std::io::Result<()> {
+        let until = Instant::now() + Duration::from_secs(20);
+        let mut tcp = loop {
+            match listener.accept() {
+                Ok((tcp, _)) => break tcp,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        tcp.set_nonblocking(false)?;
+        tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+        tcp.set_write_timeout(Some(Duration::from_secs(10)))?;
+        let answer = prepare(&mut tcp)?;
+        for byte in answer.iter().take(limit) {
+            std::thread::sleep(delay);
+            tcp.write_all(&[*byte])?;
+        }
+        Ok(())
+    });
+    addr
+}
+
+/// A trickle of 100 bytes, one every 150 ms: 15 s in all, against a total time of 1 s.
+const TRICKLE_DELAY: Duration = Duration::from_millis(150);
+const TRICKLE_BYTES: usize = 100;
+
+/// The TLS handshake trickled: the server's real first flight (ServerHello onwards, answering
+/// the client's hello) sent a byte at a time. rustls reads many times for one handshake step;
+/// each read is bounded by what is left of the total time, so the fetch is refused for
+/// `total_timeout` long before the trickle ends.
+#[test]
+fn a_trickled_handshake_runs_out_of_total_time() {
+    let w = World::new();
+    let config = w.pki.server.clone();
+    let addr = trickler(TRICKLE_DELAY, TRICKLE_BYTES, move |tcp| {
+        let mut conn = ServerConnection::new(config).map_err(std::io::Error::other)?;
+        while !conn.wants_write() {
+            if conn.read_tls(tcp)? == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            conn.process_new_packets().map_err(std::io::Error::other)?;
+        }
+        let mut flight = Vec::new();
+        while conn.wants_write() {
+            conn.write_tls(&mut flight)?;
+        }
+        Ok(flight)
+    });
+    let url = format!("https://{addr}/.well-known/agent-skills/index.json");
+    let args: Vec<String> = [
+        "fetch",
+        &url,
+        "demo",
+        "--json",
+        "--cache-dir",
+        &w.cache().display().to_string(),
+        "--ca-file",
+        &w.ca_file.display().to_string(),
+        "--allow-destination",
+        &addr.to_string(),
+        "--total-timeout",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let started = Instant::now();
+    let o = run(&args);
+    assert_eq!(refused_rule(&o), "total_timeout", "{}", explain(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+/// A response trickled inside one TLS record, after a real handshake: the head and body arrive
+/// a byte at a time, so one read of the connection waits on many socket reads; each is bounded
+/// by what is left of the total time.
+#[test]
+fn a_response_record_trickled_after_the_handshake_runs_out_of_total_time() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route(
+        "/trickle",
+        Reply::TrickleRecord {
+            body: md.clone(),
+            delay: TRICKLE_DELAY,
+            limit: TRICKLE_BYTES,
+        },
+    );
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/trickle",
+        &sha(&md),
+    )]));
+    let started = Instant::now();
+    let o = w.fetch("demo", &["--total-timeout", "1"]);
+    assert_eq!(refused_rule(&o), "total_timeout", "{}", explain(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(w.server.hits("/trickle"), 1);
     assert!(w.cache_tmp_is_empty());
 }
 
