@@ -20,6 +20,7 @@ use url::Url;
 
 use super::FetchError;
 use super::http;
+use super::policy::{Refusal, Rule};
 use super::resolve::{bounded_wait, lookup};
 use crate::urls::{self, RedactedUrl};
 
@@ -152,12 +153,27 @@ impl Proxy {
                 Err(e) => last = format!("cannot connect to the proxy at {a}: {e}"),
             }
         }
-        let mut sock = sock.ok_or_else(|| err(last))?;
-        let left = bounded_wait(connect_timeout.max(wait), deadline)
-            .ok_or_else(|| err("the total time limit passed".into()))?;
-        sock.set_read_timeout(Some(left))
-            .and_then(|()| sock.set_write_timeout(Some(left)))
-            .map_err(|e| err(e.to_string()))?;
+        let sock = sock.ok_or_else(|| err(last))?;
+        // The CONNECT exchange is bounded by the connect time and by the total, on every socket
+        // read and write: a proxy trickling its answer a byte at a time cannot outlast either.
+        let step = (Instant::now() + connect_timeout).min(deadline);
+        let mut sock = http::DeadlineStream::new(sock, step);
+        let timeout = |what: &str| {
+            if Instant::now() >= deadline {
+                FetchError::Refused(
+                    Refusal::new(
+                        Rule::TotalTimeout,
+                        format!("{what}: the total time limit passed"),
+                    )
+                    .at(url),
+                )
+            } else {
+                err(format!(
+                    "{what}: no answer within the connect time limit ({} s)",
+                    connect_timeout.as_secs_f64()
+                ))
+            }
+        };
         // RFC 9110 9.3.6: the request target is authority-form; here always the checked
         // address, so the proxy never resolves the name itself.
         let mut request = format!(
@@ -170,9 +186,17 @@ impl Proxy {
         request.push_str("\r\n");
         sock.write_all(request.as_bytes())
             .and_then(|()| sock.flush())
-            .map_err(|e| err(format!("sending CONNECT: {e}")))?;
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut => timeout("sending CONNECT"),
+                _ => err(format!("sending CONNECT: {e}")),
+            })?;
         let mut reader = BufReader::with_capacity(8 * 1024, sock);
-        let head = http::read_head(&mut reader).map_err(|e| err(format!("CONNECT: {e}")))?;
+        let head = http::read_head(&mut reader).map_err(|e| match e {
+            FetchError::Refused(r) if r.rule == Rule::TotalTimeout => {
+                timeout("waiting for the answer to CONNECT")
+            }
+            other => err(format!("CONNECT: {other}")),
+        })?;
         if !(200..300).contains(&head.status) {
             let what = match head.status {
                 // 407 is the standard answer (RFC 9110 15.5.8); some proxies (tinyproxy) say 401.
@@ -191,7 +215,7 @@ impl Proxy {
                 "sent data in the tunnel before the TLS handshake".into()
             ));
         }
-        Ok(reader.into_inner())
+        Ok(reader.into_inner().into_inner())
     }
 }
 

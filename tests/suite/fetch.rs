@@ -1360,6 +1360,76 @@ fn a_response_record_trickled_after_the_handshake_runs_out_of_total_time() {
     assert!(w.cache_tmp_is_empty());
 }
 
+/// A proxy answering CONNECT a byte at a time: every read of its answer is bounded by what is
+/// left of the total time (the fetch is refused for `total_timeout`) and by the connect time
+/// (the proxy is named as not answering), never held for the trickle.
+#[test]
+fn a_proxy_trickling_its_connect_answer_runs_out_of_time() {
+    let w = World::new();
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(b"x"),
+    )]));
+    let slow_proxy = || {
+        trickler(TRICKLE_DELAY, TRICKLE_BYTES, |tcp| {
+            // Read the CONNECT request to its end, then answer it slowly.
+            let mut r = BufReader::new(tcp);
+            loop {
+                let mut line = String::new();
+                if (&mut r).take(8192).read_line(&mut line)? == 0 || line.trim().is_empty() {
+                    break;
+                }
+            }
+            Ok(format!(
+                "HTTP/1.1 200 Connection established\r\nX-Pad: {}\r\n\r\n",
+                "a".repeat(200)
+            )
+            .into_bytes())
+        })
+    };
+    let started = Instant::now();
+    let proxy = format!("http://{}", slow_proxy());
+    let o = w.fetch("demo", &["--proxy", &proxy, "--total-timeout", "1"]);
+    assert_eq!(refused_rule(&o), "total_timeout", "{}", explain(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        started.elapsed()
+    );
+    // With time left in the total, the connect time bounds the answer the same way: the proxy
+    // is the one that did not answer (exit 1), named.
+    let started = Instant::now();
+    let proxy = format!("http://{}", slow_proxy());
+    let o = w.fetch(
+        "demo",
+        &[
+            "--proxy",
+            &proxy,
+            "--connect-timeout",
+            "1",
+            "--total-timeout",
+            "60",
+        ],
+    );
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    let detail = json_of(&o)["error"]["detail"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    assert!(
+        detail.contains(&proxy) && detail.contains("within the connect time limit"),
+        "{detail}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(w.server.hits("/.well-known/agent-skills/index.json"), 0);
+}
+
 #[test]
 fn second_fetch_is_a_cache_hit_and_offline_works() {
     let w = World::new();
