@@ -305,14 +305,21 @@ pub fn parse(bytes: &[u8], base: Option<&Url>, limits: &IndexLimits) -> Result<I
             Err(s) => index.skipped.push(s),
         }
     }
-    // A name listed twice is ambiguous: skip every occurrence rather than pick one.
-    let mut counts: HashMap<String, usize> = HashMap::new();
-    for e in &index.entries {
-        *counts.entry(e.name.clone()).or_default() += 1;
+    // A name listed twice is ambiguous: skip every occurrence rather than pick one. Counted
+    // over every entry with a valid name, those skipped for another reason included: an
+    // occurrence with a broken digest or URL still says the name is listed twice, and must not
+    // leave the other one selectable (the index's author cannot have meant both).
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for raw in skills {
+        if let Some(name) = raw.get("name").and_then(Value::as_str)
+            && check_name(name).is_ok()
+        {
+            *counts.entry(name).or_default() += 1;
+        }
     }
     let (dups, kept): (Vec<Entry>, Vec<Entry>) = std::mem::take(&mut index.entries)
         .into_iter()
-        .partition(|e| counts.get(&e.name).copied().unwrap_or(0) > 1);
+        .partition(|e| counts.get(e.name.as_str()).copied().unwrap_or(0) > 1);
     index.entries = kept;
     for e in dups {
         index.skipped.push(Skipped {
@@ -596,6 +603,53 @@ mod tests {
         assert!(i.entries.is_empty());
         assert_eq!(i.skipped.len(), 2);
         assert!(matches!(i.find("a"), Lookup::Skipped(_)));
+    }
+
+    /// A name listed twice is skipped everywhere, even when one occurrence is skipped for
+    /// another reason: the other is never selectable, in either order.
+    #[test]
+    fn a_duplicate_skipped_for_another_reason_still_skips_the_other() {
+        let good = format!(
+            r#"{{"name":"demo","type":"archive","description":"d","url":"u","digest":"{D}"}}"#
+        );
+        let bad_digest =
+            r#"{"name":"demo","type":"archive","description":"d","url":"u","digest":"sha256:ABC"}"#;
+        let bad_url = format!(
+            r#"{{"name":"demo","type":"archive","description":"d","url":"a b","digest":"{D}"}}"#
+        );
+        let other = format!(
+            r#"{{"name":"other","type":"archive","description":"d","url":"u","digest":"{D}"}}"#
+        );
+        for (skills, codes) in [
+            (
+                format!("{good},{bad_digest},{other}"),
+                [SkipCode::DuplicateName, SkipCode::InvalidDigest],
+            ),
+            (
+                format!("{bad_digest},{good},{other}"),
+                [SkipCode::InvalidDigest, SkipCode::DuplicateName],
+            ),
+            (
+                format!("{bad_url},{other},{good}"),
+                [SkipCode::InvalidUrl, SkipCode::DuplicateName],
+            ),
+        ] {
+            let i = parse_str(&format!(
+                r#"{{"$schema":"{SCHEMA_0_2_0}","skills":[{skills}]}}"#
+            ))
+            .unwrap_or_else(|e| panic!("{e}"));
+            assert!(matches!(i.find("demo"), Lookup::Skipped(_)), "{skills}");
+            let names: Vec<&str> = i.entries.iter().map(|e| e.name.as_str()).collect();
+            assert_eq!(names, ["other"], "{skills}");
+            let got: Vec<SkipCode> = i.skipped.iter().map(|s| s.code).collect();
+            assert_eq!(got, codes, "{skills}");
+        }
+        // An invalid name is no name: it does not make a valid one a duplicate.
+        let i = parse_str(&format!(
+            r#"{{"$schema":"{SCHEMA_0_2_0}","skills":[{good},{{"name":"Demo","type":"archive","description":"d","url":"u","digest":"{D}"}}]}}"#
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(i.find("demo"), Lookup::Found(_)));
     }
 
     #[test]

@@ -784,6 +784,33 @@ fn unknown_type_is_skipped_with_a_warning() {
     );
 }
 
+/// A name listed twice is never fetched, even when its other occurrence is skipped for its
+/// own reason (here a malformed digest): the valid one is not picked.
+#[test]
+fn a_name_listed_twice_is_never_fetched_whatever_the_other_occurrence() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("demo", "skill-md", "/a/SKILL.md", "sha256:not-a-digest"),
+    ]));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert_eq!(
+        json_of(&o)["error"]["kind"],
+        "entry_skipped",
+        "{}",
+        explain(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("listed more than once"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.server.hits("/a/SKILL.md"), 0);
+}
+
 #[test]
 fn every_url_form_resolves_against_the_index_url() {
     let w = World::new();
