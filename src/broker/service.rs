@@ -506,8 +506,9 @@ impl State {
                     answer.staging_path = path.display().to_string();
                 }
                 Err(not_kept) => {
-                    // The tree is removed off the async workers (it may be large).
-                    tokio::task::spawn_blocking(move || drop(not_kept));
+                    // The tree is removed off the async workers (it may be large), and before
+                    // the refusal is answered: a client told "not kept" finds nothing left.
+                    let _ = tokio::task::spawn_blocking(move || drop(not_kept)).await;
                     return Err(NOT_KEPT);
                 }
             },
