@@ -55,13 +55,26 @@ pub fn run(args: IndexArgs) -> Exit {
     }
 }
 
+/// Whether `index check`'s SOURCE is a URL rather than a file: `scheme://...`, or `http:` /
+/// `https:` followed by anything. The second is refused by the URL rules (a lenient form such as
+/// `https:user:pw@host/`), where read as a file name its error would repeat it, password and all.
+fn names_a_url(source: &str) -> bool {
+    let http = source
+        .get(..6)
+        .is_some_and(|p| p.eq_ignore_ascii_case("https:"))
+        || source
+            .get(..5)
+            .is_some_and(|p| p.eq_ignore_ascii_case("http:"));
+    source.contains("://") || http
+}
+
 fn index_check(a: CheckArgs) -> Exit {
     let setup = match setup(&a.policy, None) {
         Ok(s) => s,
         Err((code, m)) => return fail(code, &m, a.json),
     };
     let mut prov = Provenance::default();
-    let result = if a.source.contains("://") {
+    let result = if names_a_url(&a.source) {
         let url = match urls::parse_absolute(&a.source) {
             Ok(u) => u,
             Err(e) => {
