@@ -1412,7 +1412,17 @@ pub fn withdraw(
     reason: &str,
     who: &str,
 ) -> Result<MoveReport, Error> {
-    let recovered = journal::recover(store)?;
+    // Containment does not wait on housekeeping: a recovery that fails (an intent it cannot
+    // finish, a tree it cannot remove) is a problem line of this withdrawal, not its end.
+    let (recovered, unrecovered) = match journal::recover(store) {
+        Ok(r) => (r, None),
+        Err(e) => (
+            Vec::new(),
+            Some(format!(
+                "recovery of an earlier interrupted command failed ({e}); the withdrawal went ahead: run `skillbox verify`"
+            )),
+        ),
+    };
     let v = find_version(store, r)?;
     let actor = format!("person:{who}");
     let mut report = if v.state == State::Withdrawn {
@@ -1425,12 +1435,18 @@ pub fn withdraw(
         move_off(store, &v, &actor, Some(reason), "withdraw")?
     };
     report.recovered = recovered;
+    report.problems.extend(unrecovered);
     Ok(report)
 }
 
 /// Move this host's agents off `v` (to the previous approved version in this host's store, or
-/// to nothing), in one transaction with the withdrawal when `withdraw` gives its reason, then
-/// switch the links (journaled, as every move).
+/// to nothing), after committing the withdrawal when `withdraw` gives its reason, then switch
+/// the links (journaled, as every move).
+///
+/// The withdrawal is its own transaction, committed before anything about the moves is read:
+/// what the moves need (the version they go to) may change under them on another host, and a
+/// move that cannot be recorded is then a problem line that `sync` (and every command's
+/// `prepare`) retries, never a withdrawal that did not happen.
 ///
 /// A withdrawal is containment: it is always committed, whatever state one agent's entry is in,
 /// so the version stops being installable on every host at once and every agent that can move
@@ -1445,6 +1461,14 @@ fn move_off(
     withdraw: Option<&str>,
     op: &str,
 ) -> Result<MoveReport, Error> {
+    if let Some(reason) = withdraw {
+        let time = now();
+        store.records.write(|tx| {
+            tx.withdraw(&v.digest, reason)?;
+            tx.event(&time, &v.skill, Some(&v.digest), "withdrawn", actor, reason)
+        })?;
+        crash_point(op, "withdrawn");
+    }
     let (users, prev) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?,
@@ -1480,17 +1504,27 @@ fn move_off(
         }
     }
     let time = now();
-    let links = store.records.write(|tx| {
-        if let Some(reason) = withdraw {
-            tx.withdraw(&v.digest, reason)?;
-            tx.event(&time, &v.skill, Some(&v.digest), "withdrawn", actor, reason)?;
+    let recorded = store
+        .records
+        .write(|tx| record_changes(tx, &v.skill, &changes, &time, "moved_by_withdrawal", actor));
+    let agents = match recorded {
+        Ok(links) => {
+            crash_point(op, "recorded");
+            let failed = journal::switch_links(store, links, &v.skill, &changes, op)?;
+            let (agents, failed) = moved_and_failed(changes, failed);
+            problems.extend(failed);
+            agents
         }
-        record_changes(tx, &v.skill, &changes, &time, "moved_by_withdrawal", actor)
-    })?;
-    crash_point(op, "recorded");
-    let failed = journal::switch_links(store, links, &v.skill, &changes, op)?;
-    let (agents, failed) = moved_and_failed(changes, failed);
-    problems.extend(failed);
+        // E.g. the version they were to move to was denied or withdrawn meanwhile on another
+        // host: nothing moved, the agents stay recorded on `v`, and `sync` picks anew.
+        Err(e) => {
+            problems.push(format!(
+                "{}@{}: its agents here were not moved ({e}); run `skillbox sync` to move them",
+                v.skill, v.digest
+            ));
+            Vec::new()
+        }
+    };
     let still_on = store
         .records
         .read(|tx| tx.fleet_installs_using(&v.digest))?
@@ -1547,6 +1581,16 @@ fn unmovable(store: &Store, v: &Version, c: &LinkChange) -> Result<Option<String
         Ok(agents::Entry::Foreign) => (
             "exists (a directory or a file) and skillbox did not create it".to_owned(),
             "check it holds nothing of the withdrawn version and move it away".to_owned(),
+        ),
+        // A directory refused as given (reached through a link another user could change)
+        // needs its real directory recorded; anything else is an I/O problem to fix.
+        Err(e) if e.kind == Kind::Usage => (
+            format!("cannot be used ({e})"),
+            format!(
+                "make {} reachable without a link another user could change, or remove {} by hand",
+                c.dir,
+                link.display()
+            ),
         ),
         Err(e) => (
             format!("cannot be inspected ({e})"),

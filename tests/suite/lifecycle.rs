@@ -983,6 +983,49 @@ fn still_on(w: &World, digest: &str) -> Vec<String> {
         .collect()
 }
 
+/// A withdrawal does not wait on housekeeping: with an interrupted command's intent that
+/// recovery cannot read (a corrupt row), the version is still withdrawn and the agent moved,
+/// and the failed recovery is a problem line (exit 1). (Before: the recovery error ended the
+/// command first, and the version stayed approved everywhere.)
+#[test]
+fn a_withdrawal_goes_ahead_when_recovery_fails() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let db = rusqlite::Connection::open(w.store().join("records.db"))
+        .unwrap_or_else(|e| panic!("open records.db: {e}"));
+    let host: String = db
+        .query_row("SELECT name FROM hosts", [], |r| r.get(0))
+        .unwrap_or_else(|e| panic!("host: {e}"));
+    db.execute(
+        "INSERT INTO intents (host, seq, payload, created_at) VALUES (?1, 999, '{\"kind\":\"bogus\"}', 'x')",
+        [&host],
+    )
+    .unwrap_or_else(|e| panic!("insert intent: {e}"));
+    drop(db);
+    let o = w.run(&[
+        "withdraw",
+        &format!("demo@{v1}"),
+        "--reason",
+        "bad",
+        "--json",
+    ]);
+    expect_code(&o, 1);
+    let j = json_of(&o);
+    assert!(
+        j["problems"]
+            .to_string()
+            .contains("recovery of an earlier interrupted command failed"),
+        "{j}"
+    );
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    assert_eq!(
+        w.active("alpha"),
+        None,
+        "alpha still on the withdrawn version"
+    );
+}
+
 /// A withdrawal is containment: an agent whose entry cannot be moved (here a directory the
 /// operator put there) or whose link is missing never keeps the version approved for the
 /// others. The version is withdrawn, every other agent moves, the one in the way is reported
