@@ -289,8 +289,8 @@ fn tree_names(root: &Path) -> Vec<String> {
 /// records.db made anew) would lose every tree its agents' links point at, and would ignore the
 /// fleet's withdrawals. A store is bound (`STORE/records-id`) to the records' own random id at
 /// first use; other records are refused, naming the fix. A store from before the binding (trees
-/// but no `records-id`) is bound only by records that list at least one of its trees as this
-/// store's; records that list none are refused, so they never reap it. A store without trees
+/// but no `records-id`) is bound only by records that list every one of its trees as this
+/// store's; records that miss any are refused, so they never reap it. A store without trees
 /// has nothing to lose: the records it is first used with bind it.
 fn open_records(
     root: &Path,
@@ -357,8 +357,25 @@ fn open_records(
         None => {
             if !trees.is_empty() {
                 let listed = records.stored_by_store(store_id)?;
-                if !listed.iter().any(|d| trees.iter().any(|t| t == hex_of(d))) {
+                let unlisted = trees
+                    .iter()
+                    .filter(|t| !listed.iter().any(|d| hex_of(d) == t.as_str()))
+                    .count();
+                if unlisted == trees.len() {
                     return Err(unknown(trees.len()));
+                }
+                // Records that know some of its trees but not all (a records.db left behind
+                // when the store moved to a fleet's records) would have recovery remove the
+                // rest, which agents' links may point at: a first binding never costs a tree.
+                if unlisted > 0 {
+                    return Err(Error::new(
+                        Kind::Usage,
+                        format!(
+                            "the store {shown_root} holds {unlisted} of its {} version tree(s) that the records at {given} do not list as this store's: binding it to these records would remove them; give the --records it was last used with, or move those trees out of {}/versions if they are leftovers",
+                            trees.len(),
+                            shown_root
+                        ),
+                    ));
                 }
             }
             if access == Access::Exclusive {

@@ -1556,4 +1556,20 @@ fn a_store_refuses_records_it_is_not_bound_to_and_reaps_nothing() {
     w.verify_ok();
     assert!(w.store().join("records-id").exists(), "bound again");
     intact();
+    // Records that know some of its trees but not all (a records.db left behind when the store
+    // moved on) bind nothing and reap nothing. (Before: bound, and recovery removed the tree
+    // they did not know.)
+    let stray = w.store().join("versions").join("0".repeat(64));
+    std::fs::create_dir_all(stray.join("tree")).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::remove_file(w.store().join("records-id")).unwrap_or_else(|e| panic!("{e}"));
+    let o = w.run(&["verify"]);
+    expect_code(&o, 2);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("1 of its 2 version tree(s)"),
+        "{}",
+        explain(&o)
+    );
+    assert!(stray.exists(), "a tree the records do not list was removed");
+    assert!(!w.store().join("records-id").exists(), "bound anyway");
+    intact();
 }
