@@ -155,8 +155,9 @@ impl SkillboxService {
         work.instrument(span).await.map_err(Status::from)
     }
 
-    /// Stream the kept tree `id` on a blocking thread, holding `place` among the tree streams;
-    /// released afterwards when `release`.
+    /// Stream the kept tree `id` on a blocking thread, holding `place` among the tree streams
+    /// while it reads (see `tree::send` for when it is freed); released afterwards when
+    /// `release`. With no tree (a rejection), the place is freed once `first` is queued.
     fn stream_tree(
         &self,
         id: String,
@@ -170,6 +171,9 @@ impl SkillboxService {
             tx.first(Ok(part));
         }
         if id.is_empty() {
+            // No reading thread and one queued part, like a unary answer: the sender and its
+            // place go now, not when the client reads, which it may never do.
+            drop(tx);
             return Ok(stream);
         }
         let opened = self

@@ -12,8 +12,10 @@
 //! hold more than the channel's few chunks in memory; a client that goes away stops it, and
 //! one that stops reading for the idle timeout ends it: the queued chunks are dropped, the
 //! reading thread returns and the client gets DEADLINE_EXCEEDED if it ever reads again. The
-//! stream holds its place among the tree streams (`Admission::tree_stream`) until the
-//! connection is done with it.
+//! place among the tree streams (`Admission::tree_stream`) is held by the sending side, as the
+//! thread and the queued chunks are what it bounds: it is freed when [`send`] returns (the
+//! connection took every queued part, or the stream was ended or abandoned), never left to the
+//! connection, which stops polling a stream whose client gives it no flow-control window.
 
 use std::fs::File;
 use std::io::{self, Read as _};
@@ -41,11 +43,11 @@ pub const QUEUE_PARTS: usize = 8;
 
 pub type Part = Result<pb::TreePart, Status>;
 
-/// The response stream of a tree: what the reading thread queued, then the end.
+/// The response stream of a tree: what the reading thread queued, then the end. It holds no
+/// place: hyper drops it only when the stream completes or the connection goes, and polls it
+/// no more while a part it took waits for the client's window, which may be never.
 pub struct TreeStream {
     queue: Arc<Mutex<Queue>>,
-    /// Released when the connection drops the stream (read to the end, reset, or gone).
-    _place: OwnedSemaphorePermit,
 }
 
 enum Queue {
@@ -54,14 +56,17 @@ enum Queue {
     Ended(Option<Status>),
 }
 
-/// The reading side of a [`TreeStream`].
+/// The reading side of a [`TreeStream`], holding its place among the tree streams: dropped
+/// when the reading is over, so a client that stalls its stream cannot keep the place.
 pub struct Sender {
     tx: mpsc::Sender<Part>,
     queue: Arc<Mutex<Queue>>,
     idle: Duration,
+    _place: OwnedSemaphorePermit,
 }
 
-/// A tree stream holding `place`, whose client may leave it unread for `idle` at most.
+/// A tree stream whose sending side holds `place`, whose client may leave it unread for
+/// `idle` at most.
 pub fn channel(place: OwnedSemaphorePermit, idle: Duration) -> (Sender, TreeStream) {
     let (tx, rx) = mpsc::channel(QUEUE_PARTS);
     let queue = Arc::new(Mutex::new(Queue::Open(rx)));
@@ -70,11 +75,9 @@ pub fn channel(place: OwnedSemaphorePermit, idle: Duration) -> (Sender, TreeStre
             tx,
             queue: Arc::clone(&queue),
             idle,
-        },
-        TreeStream {
-            queue,
             _place: place,
         },
+        TreeStream { queue },
     )
 }
 
@@ -98,20 +101,48 @@ impl Sender {
         match sent {
             Ok(sent) => sent.is_ok(),
             Err(_) => {
-                // The queued chunks go now, not when the client reads or its connection ends.
-                let ended = Status::deadline_exceeded(format!(
-                    "the client read nothing of its tree stream for {} ms (the server's --tree-idle-timeout-ms)",
-                    self.idle.as_millis()
-                ));
-                *self.queue.lock().unwrap_or_else(PoisonError::into_inner) =
-                    Queue::Ended(Some(ended));
-                tracing::warn!(
-                    idle_ms = u64::try_from(self.idle.as_millis()).unwrap_or(u64::MAX),
-                    "tree stream ended: its client stopped reading"
-                );
+                self.end();
                 false
             }
         }
+    }
+
+    /// Wait until the connection has taken every queued part, each within the idle timeout
+    /// (else the stream is ended here): the place bounds the queued chunks too, so it is not
+    /// given up while a stalled client leaves a whole queue unread. Blocking, like `put`.
+    fn drain(&self) {
+        loop {
+            let free = self.tx.capacity();
+            if free >= self.tx.max_capacity() {
+                return;
+            }
+            // One more free slot than now: the connection took a part.
+            let taken = tokio::runtime::Handle::current().block_on(async {
+                tokio::time::timeout(self.idle, self.tx.reserve_many(free + 1))
+                    .await
+                    .map(|r| r.is_ok())
+            });
+            match taken {
+                Ok(true) => {}
+                // The client is gone: the queue went with the stream.
+                Ok(false) => return,
+                Err(_) => return self.end(),
+            }
+        }
+    }
+
+    /// End the stream of a client that read nothing for the idle timeout.
+    fn end(&self) {
+        // The queued chunks go now, not when the client reads or its connection ends.
+        let ended = Status::deadline_exceeded(format!(
+            "the client read nothing of its tree stream for {} ms (the server's --tree-idle-timeout-ms)",
+            self.idle.as_millis()
+        ));
+        *self.queue.lock().unwrap_or_else(PoisonError::into_inner) = Queue::Ended(Some(ended));
+        tracing::warn!(
+            idle_ms = u64::try_from(self.idle.as_millis()).unwrap_or(u64::MAX),
+            "tree stream ended: its client stopped reading"
+        );
     }
 }
 
@@ -147,18 +178,26 @@ fn differs(path: &str, what: impl std::fmt::Display) -> Status {
 }
 
 /// Send every node of `entries` beneath `dir` on `tx`, ending with an error part at the first
-/// difference. Blocking: run it on a blocking thread. Returns when done or when the receiver
-/// is gone.
+/// difference. Blocking: run it on a blocking thread. Returns when the connection has taken
+/// every part, when the receiver is gone, or when the client read nothing for the idle
+/// timeout; the stream's place is freed then.
 pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: Sender) {
-    for e in entries.iter() {
+    if send_all(&dir, &entries, &tx) {
+        tx.drain();
+    }
+}
+
+/// Queue every part; false when the stream was ended or abandoned on the way.
+fn send_all(dir: &OwnedFd, entries: &[Entry], tx: &Sender) -> bool {
+    for e in entries {
         if !tx.put(Ok(part_entry(e))) {
-            return;
+            return false;
         }
-        if let Err(status) = send_node(&dir, e, &tx) {
-            let _ = tx.put(Err(status));
-            return;
+        if let Err(status) = send_node(dir, e, tx) {
+            return tx.put(Err(status));
         }
     }
+    true
 }
 
 fn part_entry(e: &Entry) -> pb::TreePart {

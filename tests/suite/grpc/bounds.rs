@@ -247,8 +247,8 @@ fn wait_log(server: &Server, needle: &str, times: usize, within: Duration) {
 
 /// Tree streams whose clients do not read are counted against --max-tree-streams (the next is
 /// refused at once) and ended after --tree-idle-timeout-ms (their reading threads return and
-/// their queued chunks go); a client that reads such a stream later gets DEADLINE_EXCEEDED,
-/// and once they are gone a tree is served again.
+/// their queued chunks go), which frees their places while the stalled clients still hold
+/// them open unread; a client that reads such a stream later gets DEADLINE_EXCEEDED.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
     use tokio_stream::StreamExt as _;
@@ -303,6 +303,26 @@ async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
         2,
         Duration::from_secs(10),
     );
+    // Ended, they hold no place: a tree is served while they are still open and unread
+    // (hyper polls them no more, so a place kept until it drops them would be kept for good).
+    let out = ok(tempfile::tempdir(), "tempdir");
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let wrote = loop {
+        let dest = out.path().join("tree");
+        match c.get_tree(&staged.id, &done.outcome.entries, &dest).await {
+            Ok(w) => break w,
+            // The place goes just after the end is logged.
+            Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "still refused beside ended streams: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Err(e) => panic!("get_tree: {e}"),
+        }
+    };
+    assert_eq!(wrote.files, 2, "{wrote:?}");
     // What was on the way still arrives, then the reason.
     let mut first = unread.remove(0);
     let mut end = None;
@@ -318,21 +338,116 @@ async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
     drop(first);
     drop(unread);
 
-    // Their places are free once the connection has dropped them.
+    // And once they are gone, a tree is still served.
+    let dest = out.path().join("again");
+    let wrote = ok(
+        c.get_tree(&staged.id, &done.outcome.entries, &dest).await,
+        "get_tree after the unread streams",
+    );
+    assert_eq!(wrote.files, 2, "{wrote:?}");
+    ok(c.release(&staged.id).await, "release");
+    server.assert_clean();
+}
+
+/// A client that gives its streams no flow-control window at all (its HTTP/2 stream window
+/// is 0, so the broker can send nothing and stops polling them) holds a tree place only while
+/// a reading thread does: a rejected `ExtractWithTree` (no thread, one queued answer) frees
+/// its place once the answer is queued, and a `GetTree` of a tree whose parts all fit in the queue (its reading thread is
+/// done at once) holds its place until the idle timeout ends it with parts still queued, not
+/// for as long as the client keeps the stream open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_without_window_hold_a_tree_place_only_until_ended() {
+    use skillbox::proto::{ExtractRequest, extract_request::Msg};
+    let server = Server::start(&["--max-tree-streams", "2", "--tree-idle-timeout-ms", "1000"]);
+    let mut c = server.client().await;
+    // 1 MiB: four chunks, more than the connection takes at once and fewer than the queue holds.
+    let mid: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
+    let done = ok(
+        c.extract(
+            super::archive_header(),
+            std::io::Cursor::new(skill_tar(&[("data/mid.bin", &mid, 0o644)])),
+            None,
+        )
+        .await,
+        "extract",
+    );
+    let staged = done.staged.clone().unwrap_or_else(|| panic!("accepted"));
+    let stalled = ok(
+        ok(skillbox::client::endpoint(&server.uri()), "endpoint")
+            .initial_stream_window_size(0)
+            .connect()
+            .await,
+        "connect",
+    );
+    let mut stalled = skillbox::proto::skillbox_client::SkillboxClient::new(stalled);
     let out = ok(tempfile::tempdir(), "tempdir");
+
+    // Rejections, answered and never read: both places are free at once.
+    let mut unread = Vec::new();
+    for _ in 0..2 {
+        let upload = vec![
+            ExtractRequest {
+                msg: Some(Msg::Header(super::archive_header())),
+            },
+            ExtractRequest {
+                msg: Some(Msg::Chunk(
+                    harness::raw_tar(&[("../x", b"x", 0o644)]).into(),
+                )),
+            },
+        ];
+        let stream = ok(
+            stalled.extract_with_tree(tokio_stream::iter(upload)).await,
+            "extract_with_tree",
+        );
+        unread.push(stream.into_inner());
+    }
+    let wrote = ok(
+        c.get_tree(&staged.id, &done.outcome.entries, &out.path().join("a"))
+            .await,
+        "get_tree beside unread rejections",
+    );
+    assert_eq!(wrote.files, 2, "{wrote:?}");
+
+    // Trees queued whole and never read: held (the next is refused) until ended.
+    for _ in 0..2 {
+        let get = skillbox::proto::GetTreeRequest {
+            staging_id: staged.id.clone(),
+        };
+        unread.push(ok(stalled.get_tree(get).await, "get_tree").into_inner());
+    }
+    let refused = c
+        .get_tree(&staged.id, &done.outcome.entries, &out.path().join("b"))
+        .await;
+    assert_eq!(
+        refused.err().and_then(|e| e.code()),
+        Some(tonic::Code::ResourceExhausted)
+    );
+    wait_log(
+        &server,
+        "its client stopped reading",
+        2,
+        Duration::from_secs(10),
+    );
     let until = std::time::Instant::now() + Duration::from_secs(5);
     let wrote = loop {
-        let dest = out.path().join("tree");
-        match c.get_tree(&staged.id, &done.outcome.entries, &dest).await {
+        match c
+            .get_tree(&staged.id, &done.outcome.entries, &out.path().join("c"))
+            .await
+        {
             Ok(w) => break w,
+            // The place goes just after the end is logged.
             Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
-                assert!(std::time::Instant::now() < until, "still refused: {e}");
+                assert!(
+                    std::time::Instant::now() < until,
+                    "still refused beside ended streams: {e}"
+                );
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
             Err(e) => panic!("get_tree: {e}"),
         }
     };
     assert_eq!(wrote.files, 2, "{wrote:?}");
+    drop(unread);
     ok(c.release(&staged.id).await, "release");
     server.assert_clean();
 }
