@@ -148,7 +148,8 @@ pub struct ServeArgs {
     )]
     pub max_tree_streams: u32,
     /// Milliseconds a tree stream may wait for its client to read before it ends with
-    /// DEADLINE_EXCEEDED (what it had queued is dropped and its reading thread freed).
+    /// DEADLINE_EXCEEDED (what it had queued is dropped, its reading thread and its
+    /// --max-tree-streams place freed).
     #[arg(
         long,
         env = "SKILLBOX_TREE_IDLE_TIMEOUT_MS",
