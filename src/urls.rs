@@ -18,7 +18,8 @@
 //! with the marker [`REDACTED`] before anything else sees the value: what is printed, logged,
 //! cached or recorded can then never carry the secret, and the fetch policy still sees that a
 //! URL had credentials (the marker is user information too) and refuses it. [`redact_str`]
-//! masks text as leniently as the crate reads it, so it also covers what is refused above.
+//! masks text as leniently as the crate reads it, so it also covers what is refused above, and
+//! [`redact_refused`] masks text repeated in a refusal or a parse error, up to its last `@`.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -195,16 +196,72 @@ pub fn redacted(url: &Url) -> Url {
 /// refused): everything before the last `@` of whatever the url crate could read as an
 /// authority is replaced by [`REDACTED`]. Text without one comes back unchanged.
 ///
+/// Text that passes the strict rules here and parses (alone, or as a reference against an
+/// `https` base) has its authority where the crate reads it: up to the first `/`, `?` or `#`,
+/// so an `@` in a path or query (`/x@y`, `https://h/p@q`) is left alone. Any other text is
+/// masked as [`redact_refused`] does, to its last `@` anywhere: a password holding an unencoded
+/// `/`, `?` or `#` (`https://u:tok/en@h/`, base64 tokens often do) ends the parser's authority
+/// early, no `@` is seen there, and the text fails to parse; a scoped mask would echo it.
+///
 /// Conservative by construction, since the text is what gets printed: the crate drops leading
 /// C0 controls and spaces and every tab and newline, and for a special scheme skips any run of
 /// `/` and `\` after `scheme:` (`https:u:pw@h`, `https:///u:pw@h` carry `u:pw`), so here, for
 /// any scheme, the authority starts after `scheme:` and any run of `/` and `\`; without a
-/// scheme, after a run of at least two (`//`, `///`, `\\` against a base). It ends at the
-/// first `/`, `?` or `#`, not at `\` (a non-special scheme reads on past it), which masks more
-/// than the crate reads, never less. So no text returned here parses, in any of those ways,
-/// with user information other than the marker.
+/// scheme, after a run of at least two (`//`, `///`, `\\` against a base). So no text returned
+/// here parses, in any of those ways, with user information other than the marker.
 pub fn redact_str(s: &str) -> Cow<'_, str> {
-    // The characters the url crate reads, with their byte positions in `s`.
+    if !parses_cleanly(s) {
+        return redact_refused(s);
+    }
+    let Some((chars, start)) = authority_start(s, false) else {
+        return Cow::Borrowed(s);
+    };
+    let end = chars[start..]
+        .iter()
+        .position(|(_, c)| matches!(c, '/' | '?' | '#'))
+        .map_or(chars.len(), |n| start + n);
+    mask(s, &chars, start, end)
+}
+
+/// Mask text that is refused or does not parse, to be repeated in a message: from where an
+/// authority could start (after `scheme:` and any run of `/` and `\`; without a scheme, at
+/// the start after any slashes) to the LAST `@` anywhere in the text. Where a parser would end
+/// the authority is unknown for such text (a password may hold `/`, `?`, `#`, or parse as a
+/// port and path: `http://u:123/x@h`), so everything that could be user information is hidden,
+/// more rather than less. Text without `@` comes back unchanged.
+pub fn redact_refused(s: &str) -> Cow<'_, str> {
+    match authority_start(s, true) {
+        Some((chars, start)) => {
+            let end = chars.len();
+            mask(s, &chars, start, end)
+        }
+        None => Cow::Borrowed(s),
+    }
+}
+
+/// Whether `s` passes the strict rules and parses: absolute, or as a reference against an
+/// `https` base. Only then is its authority where [`redact_str`]'s scoped mask assumes.
+fn parses_cleanly(s: &str) -> bool {
+    if precheck(s).is_err() {
+        return false;
+    }
+    let form = UrlForm::of(s);
+    if check_slashes(s, form).is_err() {
+        return false;
+    }
+    match form {
+        UrlForm::Absolute => Url::parse(s).is_ok(),
+        _ => Url::parse("https://example.invalid/")
+            .and_then(|b| b.join(s))
+            .is_ok(),
+    }
+}
+
+/// The characters the url crate reads from `s` (leading C0 controls and spaces, tabs and
+/// newlines dropped) with their byte positions, and the index in them where an authority
+/// would start. Without a scheme and without a run of two slashes there is none, unless
+/// `loose` (text that is refused: it may be anything, the start of the text is taken).
+fn authority_start(s: &str, loose: bool) -> Option<(Vec<(usize, char)>, usize)> {
     let lead = s.len() - s.trim_start_matches(|c: char| c <= ' ').len();
     let chars: Vec<(usize, char)> = s[lead..]
         .char_indices()
@@ -228,14 +285,15 @@ pub fn redact_str(s: &str) -> Cow<'_, str> {
     let start = match scheme_end {
         Some(colon) => colon + 1 + slashes(colon + 1),
         None => match slashes(0) {
-            n if n >= 2 => n,
-            _ => return Cow::Borrowed(s),
+            n if n >= 2 || loose => n,
+            _ => return None,
         },
     };
-    let end = chars[start..]
-        .iter()
-        .position(|(_, c)| matches!(c, '/' | '?' | '#'))
-        .map_or(chars.len(), |n| start + n);
+    Some((chars, start))
+}
+
+/// `s` with the characters from `start` to the last `@` before `end` replaced by [`REDACTED`].
+fn mask<'a>(s: &'a str, chars: &[(usize, char)], start: usize, end: usize) -> Cow<'a, str> {
     match chars[start..end].iter().rposition(|(_, c)| *c == '@') {
         Some(n) => {
             let (from, at) = (chars[start].0, chars[start + n].0);
@@ -304,7 +362,7 @@ pub(crate) fn parse_absolute_keeping_userinfo(s: &str) -> Result<Url, UrlError> 
     if UrlForm::of(s) != UrlForm::Absolute {
         return Err(UrlError::Invalid(format!(
             "{:?} is not an absolute URL (scheme://host/...)",
-            redact_str(s)
+            redact_refused(s)
         )));
     }
     check_slashes(s, UrlForm::Absolute)?;
@@ -567,6 +625,48 @@ mod tests {
             assert!(userinfo_read_from(text).is_empty(), "{text}");
             assert_eq!(redact_str(text), text);
         }
+    }
+
+    #[test]
+    fn a_password_that_ends_the_parsed_authority_early_is_masked() {
+        // A `/`, `?` or `#` in the password ends the authority where the parser reads it, so
+        // no `@` is seen there: the text fails to parse, or parses (`u:123` as host and port)
+        // and is refused later. Shown, refused or repeated in a parse error, it is masked to
+        // its last `@`.
+        let marker = "pw-MARKER-3";
+        for text in [
+            "https://u:{M}/en@h/i.json",
+            "https://u:{M}?en@h/i.json",
+            "https://u:{M}#en@h/i.json",
+            "https://u:tok/{M}@h",
+            "https://u:123/{M}@h",
+            "https:/u:{M}/x@h",
+            "//u:{M}/en@h/x.zip",
+            "1u:{M}/x@h/i.json",
+            " https://u:{M}/en@h",
+        ]
+        .map(|t| t.replace("{M}", marker))
+        {
+            let refused = redact_refused(&text);
+            assert!(
+                !refused.contains(marker) && refused.contains("***@h"),
+                "{text:?} -> {refused:?}"
+            );
+            let err = parse_absolute(&text).err().map(|e| e.to_string());
+            assert!(
+                err.as_ref().is_none_or(|e| !e.contains(marker)),
+                "{text:?}: {err:?}"
+            );
+            // Text that does not parse cleanly is shown masked the same way.
+            if !text.contains("u:123/") && !text.starts_with("1u:") {
+                assert_eq!(redact_str(&text), refused, "{text:?}");
+            }
+        }
+        // Text that parses is shown with its authority where it is read: an `@` after it is
+        // path or query, left alone; refused, the same text is masked to the last `@`.
+        assert_eq!(redact_str("https://h/p@q"), "https://h/p@q");
+        assert_eq!(redact_refused("https://h/p@q"), "https://***@q");
+        assert_eq!(redact_refused("no-at-sign/x"), "no-at-sign/x");
     }
 
     #[test]

@@ -351,7 +351,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         Err(e) => {
             return fail(
                 Exit::Usage,
-                &format!("{}: {e}", urls::redact_str(index_text)),
+                &format!("{}: {e}", urls::redact_refused(index_text)),
                 a.json,
             );
         }

@@ -55,17 +55,25 @@ pub fn run(args: IndexArgs) -> Exit {
     }
 }
 
-/// Whether `index check`'s SOURCE is a URL rather than a file: `scheme://...`, or `http:` /
-/// `https:` followed by anything. The second is refused by the URL rules (a lenient form such as
-/// `https:user:pw@host/`), where read as a file name its error would repeat it, password and all.
+/// Whether `index check`'s SOURCE is a URL rather than a file: `scheme://...`, or one of the
+/// schemes a lenient URL parser reads an authority after (`http`, `https`, `ws`, `wss`, `ftp`)
+/// and a colon followed by anything, after any leading spaces and control characters (which
+/// such a parser drops). Those are refused by the URL rules (` https:user:pw@host/`), where
+/// read as a file name their error would repeat them, password and all. `./https:x` is a file.
 fn names_a_url(source: &str) -> bool {
-    let http = source
-        .get(..6)
-        .is_some_and(|p| p.eq_ignore_ascii_case("https:"))
-        || source
-            .get(..5)
-            .is_some_and(|p| p.eq_ignore_ascii_case("http:"));
-    source.contains("://") || http
+    let text = source.trim_start_matches(|c: char| c <= ' ');
+    let special = ["http", "https", "ws", "wss", "ftp"].iter().any(|scheme| {
+        text.get(..=scheme.len())
+            .is_some_and(|p| p[..scheme.len()].eq_ignore_ascii_case(scheme) && p.ends_with(':'))
+    });
+    source.contains("://") || special
+}
+
+/// How a file SOURCE is shown (messages, `source`): a name with an `@` may be a mistyped URL
+/// with user information (`user:pw@host/i.json`), so it is masked to its last `@` as refused
+/// URL text is; any other name is shown as it is.
+fn shown_file(source: &str) -> String {
+    urls::redact_refused(source).into_owned()
 }
 
 fn index_check(a: CheckArgs) -> Exit {
@@ -78,7 +86,7 @@ fn index_check(a: CheckArgs) -> Exit {
         let url = match urls::parse_absolute(&a.source) {
             Ok(u) => u,
             Err(e) => {
-                let m = format!("{}: {e}", urls::redact_str(&a.source));
+                let m = format!("{}: {e}", urls::redact_refused(&a.source));
                 return fail(Exit::Usage, &m, a.json);
             }
         };
@@ -99,18 +107,21 @@ fn index_check(a: CheckArgs) -> Exit {
             Ok(b) => b,
             Err(e) => return fail(Exit::Usage, &format!("--base: {e}"), a.json),
         };
-        prov.index_url = a.source.clone();
+        let shown = shown_file(&a.source);
+        // The messages below name the path as given; the masked form replaces it.
+        let masked = |m: &str| m.replace(a.source.as_str(), &shown);
+        prov.index_url = shown.clone();
         // A path that names nothing, or a directory, is a usage error, as for every command
         // (a pipe such as /dev/stdin is read).
         if let Err(f) = super::extract::names_a_file(Path::new(&a.source)) {
-            return fail(f.exit, &f.message, a.json);
+            return fail(f.exit, &masked(&f.message), a.json);
         }
         match index::read_file(Path::new(&a.source), setup.index_limits.max_bytes) {
             Ok(bytes) => {
                 index::parse(&bytes, base.as_ref(), &setup.index_limits).map_err(AcquireError::from)
             }
             Err(index::ReadError::Index(e)) => Err(AcquireError::from(e)),
-            Err(index::ReadError::Io(m)) => return fail(Exit::Operational, &m, a.json),
+            Err(index::ReadError::Io(m)) => return fail(Exit::Operational, &masked(&m), a.json),
         }
     };
     match result {

@@ -68,7 +68,9 @@ impl AllowedOrigin {
     pub fn parse(s: &str) -> Result<Self, String> {
         let url = crate::urls::parse_absolute(s);
         // Never echo credentials back, not even in the refusal of them.
-        let s = &*crate::urls::redact_str(s);
+        // Every message below refuses `s`: masked to its last `@` (a password with `/`, `?`
+        // or `#` ends the parsed authority early, and the scoped mask would miss it).
+        let s = &*crate::urls::redact_refused(s);
         let url = url.map_err(|e| format!("{s:?}: {e}"))?;
         if url.scheme() != "https" {
             return Err(format!(

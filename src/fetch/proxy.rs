@@ -56,12 +56,21 @@ impl Proxy {
     pub fn parse(s: &str) -> Result<Self, String> {
         // A scheme is `ALPHA *( ALPHA / DIGIT / "+" / "-" / "." )` before the first `://`; a
         // `://` further on (`user:pw@host/x://`) does not make `user:pw@host` a scheme.
-        let has_scheme = s.split_once("://").is_some_and(|(scheme, _)| {
-            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-                && scheme
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-        });
+        // `http:` or `https:` followed by a slash is a mistyped scheme (`http:/host`), refused
+        // for its slashes, not read as the host `http` with a path.
+        let mistyped = ["http:/", "http:\\", "https:/", "https:\\"]
+            .iter()
+            .any(|p| {
+                s.get(..p.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(p))
+            });
+        let has_scheme = mistyped
+            || s.split_once("://").is_some_and(|(scheme, _)| {
+                scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            });
         let with_scheme;
         let text = if has_scheme {
             s
@@ -71,7 +80,9 @@ impl Proxy {
         };
         // Masked as it is read, after `http://` is added: in a bare `user:pw@host:port`,
         // `user:` alone reads as a scheme, and masking that text would still show the user.
-        let shown_text = urls::redact_str(text).into_owned();
+        // Every use below is a refusal, so the mask runs to the last `@`: a password with a `/`
+        // (`alice:tok/en@proxy`, `alice:123/x@proxy`) ends the parsed authority before it.
+        let shown_text = urls::redact_refused(text).into_owned();
         let url = urls::parse_absolute_keeping_userinfo(text)
             .map_err(|e| format!("proxy {shown_text:?}: {e}"))?;
         if url.scheme() != "http" {
@@ -383,6 +394,32 @@ mod tests {
             p.authorization.as_deref(),
             Some(format!("Basic {}", base64(b"alice:pw-MARK")).as_str())
         );
+    }
+
+    #[test]
+    fn a_password_the_parser_cuts_short_is_never_shown() {
+        // A `/`, `?` or `#` in the password ends the parsed authority before the `@`: the text
+        // fails to parse (`tok` is no port) or parses as host `alice`, port 123 and a path, and
+        // is refused either way. The refusal masks to the last `@`.
+        for text in [
+            "http://alice:pw-MARK/en@proxy:3128",
+            "http://alice:pw-MARK?en@proxy:3128",
+            "http://alice:pw-MARK#en@proxy:3128",
+            "http://alice:123/pw-MARK@proxy",
+            "alice:pw-MARK/en@proxy:3128",
+            "alice:123/pw-MARK@proxy:3128",
+            "http:/alice:pw-MARK@proxy:3128",
+            "HTTP:\\alice:pw-MARK@proxy:3128",
+        ] {
+            let e = Proxy::parse(text).err().unwrap_or_default();
+            assert!(
+                e.contains("***@proxy") && !e.contains("pw-MARK") && !e.contains("alice"),
+                "{text}: {e}"
+            );
+        }
+        // A mistyped single slash is refused for its slashes, not read as a host `http`.
+        let e = Proxy::parse("http:/proxy:3128").err().unwrap_or_default();
+        assert!(e.contains("exactly \"//\""), "{e}");
     }
 
     #[test]

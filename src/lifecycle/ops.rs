@@ -399,8 +399,11 @@ pub fn install(
                 .fetcher
                 .as_ref()
                 .ok_or_else(|| Error::new(Kind::Usage, "no fetch settings"))?;
-            let index_url = crate::urls::parse_absolute(url)
-                .map_err(|e| Error::new(Kind::Usage, format!("{}: {e}", redact_url(url))))?;
+            let index_url = crate::urls::parse_absolute(url).map_err(|e| {
+                // Refused text: masked to its last `@` (a password may hold a `/`).
+                let shown = crate::urls::redact_refused(url);
+                Error::new(Kind::Usage, format!("{shown}: {e}"))
+            })?;
             prov.index_url = redact_url(index_url.as_str());
             // The index's own origin is the one the operator typed (or typed at install, for an
             // update): allowed for the index and same-origin artifacts, as `fetch` does.

@@ -1859,14 +1859,30 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
             format!("https:\\\\user:{MARKER}@{addr}/a/SKILL.md"),
         ),
         ("netpath", format!("///user:{MARKER}@{addr}/a/SKILL.md")),
+        // A `/`, `?` or `#` in the password ends the parsed authority before the `@`.
+        (
+            "slash",
+            format!("https://user:{MARKER}/en@{addr}/a/SKILL.md"),
+        ),
+        (
+            "query",
+            format!("https://user:{MARKER}?en@{addr}/a/SKILL.md"),
+        ),
+        (
+            "hash",
+            format!("https://user:{MARKER}#en@{addr}/a/SKILL.md"),
+        ),
     ];
     w.server
         .route("/hop", Reply::Redirect(302, lenient[0].1.clone()));
+    w.server
+        .route("/hop2", Reply::Redirect(302, lenient[5].1.clone()));
     let mut entries: Vec<Value> = lenient
         .iter()
         .map(|(name, url)| entry(name, "skill-md", url, &sha(&md)))
         .collect();
     entries.push(entry("hop", "skill-md", "/hop", &sha(&md)));
+    entries.push(entry("hop2", "skill-md", "/hop2", &sha(&md)));
     entries.push(entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)));
     w.index(&index_json(&entries));
     let cache = w.cache().display().to_string();
@@ -1917,6 +1933,20 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
     let o = run(&w.args(&["fetch", &index, "hop", "--cache-dir", &cache]));
     assert_ne!(code(&o), 0, "{}", explain(&o));
     assert_no_marker(&o, "hop (text)");
+    // A Location whose password holds a `/`: it does not parse, and is shown masked.
+    let o = w.fetch("hop2", &[]);
+    assert_no_marker(&o, "hop2");
+    assert_ne!(code(&o), 0, "{}", explain(&o));
+    let location = json_of(&o)["provenance"]["hops"][0]["location"].clone();
+    assert_eq!(
+        location,
+        Value::from(format!("https://***@{addr}/a/SKILL.md")),
+        "{}",
+        explain(&o)
+    );
+    let o = run(&w.args(&["fetch", &index, "hop2", "--cache-dir", &cache]));
+    assert_ne!(code(&o), 0, "{}", explain(&o));
+    assert_no_marker(&o, "hop2 (text)");
     assert_eq!(w.server.hits("/a/SKILL.md"), 0);
 
     // The index URL itself, written leniently (one with a port that does not parse).
@@ -1926,6 +1956,10 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
         format!("https:///alice:{MARKER}@{addr}{path}"),
         format!("https:alice:{MARKER}@{addr}{path}"),
         format!("https:\\\\alice:{MARKER}@{addr}{path}"),
+        // A `/`, `?` or `#` in the password: the text does not parse.
+        format!("https://alice:{MARKER}/en@{addr}{path}"),
+        format!("https://alice:{MARKER}?en@{addr}{path}"),
+        format!("https://alice:{MARKER}#en@{addr}{path}"),
     ] {
         for args in [
             vec![
@@ -1951,6 +1985,42 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
             let o = run(&w.args(&args));
             assert_eq!(code(&o), 2, "{args:?}: {}", explain(&o));
             assert_no_marker(&o, &format!("{args:?}"));
+        }
+    }
+    // `index check` also takes for a URL the other schemes a lenient parser reads an
+    // authority after, and such text behind spaces or control characters it drops.
+    for source in [
+        format!(" https:alice:{MARKER}@{addr}{path}"),
+        format!("\u{1}https://alice:{MARKER}@{addr}{path}"),
+        format!("ws:alice:{MARKER}@{addr}{path}"),
+        format!("FTP:alice:{MARKER}@{addr}{path}"),
+    ] {
+        for json in [true, false] {
+            let mut args = vec!["index", "check", &source];
+            if json {
+                args.push("--json");
+            }
+            let o = run(&w.args(&args));
+            assert_eq!(code(&o), 2, "{source:?}: {}", explain(&o));
+            assert_no_marker(&o, &format!("index check {source:?}"));
+        }
+    }
+    // An allowed origin whose password holds a `/`, `?` or `#`, or starts with digits (then
+    // it parses, as port 123 and a path, and is refused for the path).
+    for origin in [
+        format!("https://u:{MARKER}/en@example.com"),
+        format!("https://u:{MARKER}?en@example.com"),
+        format!("https://u:{MARKER}#en@example.com"),
+        format!("https://u:123/{MARKER}@example.com"),
+    ] {
+        let fetch = ["fetch", &index, "demo", "--cache-dir", &cache];
+        let check = ["index", "check", &index];
+        for args in [&fetch[..], &check[..]] {
+            let mut args = args.to_vec();
+            args.extend(["--allow-origin", &origin]);
+            let o = run(&w.args(&args));
+            assert_eq!(code(&o), 2, "{origin}: {}", explain(&o));
+            assert_no_marker(&o, &format!("--allow-origin {origin}"));
         }
     }
 
@@ -1988,6 +2058,31 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
         let o = run_env(&w.args(&args), &[("HTTPS_PROXY", &bad_port)]);
         assert_eq!(code(&o), 2, "{}", explain(&o));
         assert_no_marker(&o, "HTTPS_PROXY=USER:PW@HOST:BADPORT");
+    }
+    // A proxy password holding a `/`, `?` or `#` (base64 tokens often hold `/`), one starting
+    // with digits (read as a port and a path), and a single slash after the scheme: each is
+    // refused, from --proxy and from HTTPS_PROXY, and never shown.
+    for proxy in [
+        format!("http://alice:{MARKER}/en@proxy.example:3128"),
+        format!("http://alice:{MARKER}?en@proxy.example:3128"),
+        format!("http://alice:{MARKER}#en@proxy.example:3128"),
+        format!("http://alice:123/{MARKER}@proxy.example"),
+        format!("alice:{MARKER}/en@proxy.example:3128"),
+        format!("http:/alice:{MARKER}@proxy.example:3128"),
+    ] {
+        for json in [true, false] {
+            let mut args = vec!["fetch", &index, "demo", "--cache-dir", &cache];
+            if json {
+                args.push("--json");
+            }
+            let o = run_env(&w.args(&args), &[("HTTPS_PROXY", &proxy)]);
+            assert_eq!(code(&o), 2, "{proxy}: {}", explain(&o));
+            assert_no_marker(&o, &format!("HTTPS_PROXY={proxy}"));
+            args.extend(["--proxy", &proxy]);
+            let o = run(&w.args(&args));
+            assert_eq!(code(&o), 2, "{proxy}: {}", explain(&o));
+            assert_no_marker(&o, &format!("--proxy {proxy}"));
+        }
     }
 
     // A clean fetch beside them keeps the index in the cache: the copy holds no password.

@@ -268,3 +268,62 @@ fn bounds_refuse_the_whole_index() {
     let o = check(&[p.to_str().unwrap_or("")]);
     assert_eq!(o.status.code(), Some(3));
 }
+
+/// A SOURCE that is not read as a URL is a file name; one with an `@` may be a URL typed
+/// without its scheme (`alice:pw@host/i.json`), so its name is masked to the last `@` in the
+/// error and in `source`, and the file is still read. A name like `https:x.json` behind a
+/// directory stays a file.
+#[test]
+fn a_file_source_that_may_carry_a_password_is_shown_masked() {
+    const MARK: &str = "pw-MARK-idx";
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let missing = format!("alice:{MARK}@host.example/i.json");
+    for json in [true, false] {
+        let mut args = vec![missing.as_str()];
+        if json {
+            args.push("--json");
+        }
+        let o = check(&args);
+        assert_eq!(o.status.code(), Some(2), "{missing}");
+        for out in [&o.stdout, &o.stderr] {
+            let out = String::from_utf8_lossy(out);
+            assert!(!out.contains(MARK), "{out}");
+        }
+        assert!(
+            String::from_utf8_lossy(if json { &o.stdout } else { &o.stderr })
+                .contains("alice:***@host.example/i.json: no such file"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let dir = tmp.path().join(format!("alice:{MARK}@host"));
+    std::fs::create_dir(&dir).expect("mkdir");
+    let file = dir.join("index.json");
+    std::fs::copy(fixture("v020.json"), &file).expect("copy");
+    let o = check(&[&file.display().to_string(), "--json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v = json_of(&o);
+    let source = v["source"].as_str().unwrap_or_default();
+    assert!(
+        !source.contains(MARK) && source.ends_with("***@host/index.json"),
+        "{source}"
+    );
+    let https_named = tmp.path().join("https:x.json");
+    std::fs::copy(fixture("v020.json"), &https_named).expect("copy");
+    let o = check(&[&https_named.display().to_string(), "--json"]);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        json_of(&o)["source"].as_str(),
+        Some(https_named.display().to_string().as_str())
+    );
+}
