@@ -135,12 +135,18 @@ impl Proxy {
             proxy: self.shown.to_string(),
             detail,
         };
-        let wait = bounded_wait(connect_timeout, deadline).ok_or_else(|| {
-            http::io_error(
-                std::io::Error::new(std::io::ErrorKind::TimedOut, "timed out"),
-                "connecting to the proxy",
+        let out_of_time = || {
+            FetchError::Refused(
+                Refusal::new(
+                    Rule::TotalTimeout,
+                    "connecting to the proxy: the total time limit passed",
+                )
+                .at(url),
             )
-        })?;
+        };
+        if bounded_wait(connect_timeout, deadline).is_none() {
+            return Err(out_of_time());
+        }
         // The proxy's name is bounded like any other (getaddrinfo has no timeout of its own).
         let addrs: Vec<SocketAddr> = match self.host.parse::<std::net::IpAddr>() {
             Ok(ip) => vec![SocketAddr::new(ip, self.port)],
@@ -153,18 +159,16 @@ impl Proxy {
                 },
             )?,
         };
-        let mut sock = None;
-        let mut last = String::from("no addresses");
-        for a in &addrs {
-            match TcpStream::connect_timeout(a, wait) {
-                Ok(s) => {
-                    sock = Some(s);
-                    break;
-                }
-                Err(e) => last = format!("cannot connect to the proxy at {a}: {e}"),
-            }
-        }
-        let sock = sock.ok_or_else(|| err(last))?;
+        let sock = match dial_first(
+            &addrs,
+            connect_timeout,
+            deadline,
+            TcpStream::connect_timeout,
+        ) {
+            Ok(s) => s,
+            Err(Dial::OutOfTime) => return Err(out_of_time()),
+            Err(Dial::Failed(last)) => return Err(err(last)),
+        };
         // The CONNECT exchange is bounded by the connect time and by the total, on every socket
         // read and write: a proxy trickling its answer a byte at a time cannot outlast either.
         let step = (Instant::now() + connect_timeout).min(deadline);
@@ -228,6 +232,35 @@ impl Proxy {
         }
         Ok(reader.into_inner().into_inner())
     }
+}
+
+/// Why no proxy address answered.
+#[derive(Debug, PartialEq, Eq)]
+enum Dial {
+    /// The total time ran out before an address could be tried.
+    OutOfTime,
+    /// Every address failed; the last failure.
+    Failed(String),
+}
+
+/// Connect to the first of `addrs` that answers. Each attempt is bounded by the connect time and
+/// by what is left of the total, computed afresh before it: with one wait computed up front, N
+/// unreachable addresses would take N waits, past the deadline.
+fn dial_first<S>(
+    addrs: &[SocketAddr],
+    connect_timeout: std::time::Duration,
+    deadline: Instant,
+    mut dial: impl FnMut(&SocketAddr, std::time::Duration) -> std::io::Result<S>,
+) -> Result<S, Dial> {
+    let mut last = String::from("no addresses");
+    for a in addrs {
+        let wait = bounded_wait(connect_timeout, deadline).ok_or(Dial::OutOfTime)?;
+        match dial(a, wait) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = format!("cannot connect to the proxy at {a}: {e}"),
+        }
+    }
+    Err(Dial::Failed(last))
 }
 
 /// `NO_PROXY`: host names (and their subdomains; a leading `.` means the same) and literal
@@ -420,6 +453,42 @@ mod tests {
         // A mistyped single slash is refused for its slashes, not read as a host `http`.
         let e = Proxy::parse("http:/proxy:3128").err().unwrap_or_default();
         assert!(e.contains("exactly \"//\""), "{e}");
+    }
+
+    #[test]
+    fn each_proxy_address_gets_only_what_is_left_of_the_total() {
+        // Three unreachable addresses, each dial hanging for the whole wait it is given: the
+        // waits are computed per address, so none reaches past the deadline and the dial ends
+        // out of time, not after three full waits.
+        let addrs: Vec<SocketAddr> = (1..=3)
+            .map(|i| SocketAddr::from(([192, 0, 2, i], 3128)))
+            .collect();
+        let connect_timeout = std::time::Duration::from_secs(10);
+        let total = std::time::Duration::from_millis(60);
+        let deadline = Instant::now() + total;
+        let mut tried = Vec::new();
+        let got = dial_first(&addrs, connect_timeout, deadline, |a, wait| {
+            tried.push((*a, wait));
+            std::thread::sleep(wait);
+            Err::<(), _>(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "timed out",
+            ))
+        });
+        assert_eq!(got, Err(Dial::OutOfTime));
+        assert!(!tried.is_empty() && tried.len() < addrs.len(), "{tried:?}");
+        // Each wait is at most what was left when it was given, so together they fit the total.
+        let waited: std::time::Duration = tried.iter().map(|(_, w)| *w).sum();
+        assert!(waited <= total, "{tried:?}");
+        // With time left, every address is tried and the last failure is named.
+        let deadline = Instant::now() + connect_timeout;
+        let got = dial_first(&addrs, connect_timeout, deadline, |_, _| {
+            Err::<(), _>(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+        });
+        assert!(
+            matches!(&got, Err(Dial::Failed(m)) if m.contains("192.0.2.3:3128")),
+            "{got:?}"
+        );
     }
 
     #[test]
