@@ -303,6 +303,20 @@ fn mask<'a>(s: &'a str, chars: &[(usize, char)], start: usize, end: usize) -> Co
     }
 }
 
+/// Whether a SOURCE the user typed (`index check`, `install`) is a URL rather than a file: `scheme://...`, or one of the
+/// schemes a lenient URL parser reads an authority after (`http`, `https`, `ws`, `wss`, `ftp`)
+/// and a colon followed by anything, after any leading spaces and control characters (which
+/// such a parser drops). Those are refused by the URL rules (` https:user:pw@host/`), where
+/// read as a file name their error would repeat them, password and all. `./https:x` is a file.
+pub fn names_a_url(source: &str) -> bool {
+    let text = source.trim_start_matches(|c: char| c <= ' ');
+    let special = ["http", "https", "ws", "wss", "ftp"].iter().any(|scheme| {
+        text.get(..=scheme.len())
+            .is_some_and(|p| p[..scheme.len()].eq_ignore_ascii_case(scheme) && p.ends_with(':'))
+    });
+    source.contains("://") || special
+}
+
 /// A URL that cannot carry a secret: built only through [`RedactedUrl::new`], which replaces
 /// user information with [`REDACTED`]. Shown and serialised as the redacted URL. For stores and
 /// records (the install lifecycle's provenance) that must never hold a password.

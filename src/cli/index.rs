@@ -55,20 +55,6 @@ pub fn run(args: IndexArgs) -> Exit {
     }
 }
 
-/// Whether `index check`'s SOURCE is a URL rather than a file: `scheme://...`, or one of the
-/// schemes a lenient URL parser reads an authority after (`http`, `https`, `ws`, `wss`, `ftp`)
-/// and a colon followed by anything, after any leading spaces and control characters (which
-/// such a parser drops). Those are refused by the URL rules (` https:user:pw@host/`), where
-/// read as a file name their error would repeat them, password and all. `./https:x` is a file.
-fn names_a_url(source: &str) -> bool {
-    let text = source.trim_start_matches(|c: char| c <= ' ');
-    let special = ["http", "https", "ws", "wss", "ftp"].iter().any(|scheme| {
-        text.get(..=scheme.len())
-            .is_some_and(|p| p[..scheme.len()].eq_ignore_ascii_case(scheme) && p.ends_with(':'))
-    });
-    source.contains("://") || special
-}
-
 /// How a file SOURCE is shown (messages, `source`): a name with an `@` may be a mistyped URL
 /// with user information (`user:pw@host/i.json`), so it is masked to its last `@` as refused
 /// URL text is; any other name is shown as it is.
@@ -82,7 +68,7 @@ fn index_check(a: CheckArgs) -> Exit {
         Err((code, m)) => return fail(code, &m, a.json),
     };
     let mut prov = Provenance::default();
-    let result = if names_a_url(&a.source) {
+    let result = if urls::names_a_url(&a.source) {
         let url = match urls::parse_absolute(&a.source) {
             Ok(u) => u,
             Err(e) => {

@@ -432,7 +432,9 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
         LifecycleCommand::Install(a) => {
             let policy = load_policy(&a.policy)?;
             let limits = load_limits(&a.limits, &a.overrides)?;
-            let source = if a.source.contains("://") {
+            // The same reading as `index check`: `https:...` is a URL (refused masked if it
+            // is a lenient form), never a file name an error would repeat, password and all.
+            let source = if skillbox::urls::names_a_url(&a.source) {
                 let skill = a.skill.clone().ok_or_else(|| {
                     Error::new(
                         Kind::Usage,

@@ -105,6 +105,11 @@ pub fn crash_point(op: &str, step: &str) {
 /// `url` without its userinfo (`user:password@`): a credential never reaches the records or
 /// the output. Text that is not a URL with userinfo is returned unchanged.
 pub fn redact_url(text: &str) -> String {
+    // A message (`URL: why`) is free text, not a URL: parsed whole it came back
+    // percent-encoded (`i.json:%20not%20a%20valid%20URL`).
+    if text.contains(char::is_whitespace) {
+        return redact_embedded(text);
+    }
     match url::Url::parse(text) {
         Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
             let _ = u.set_username("");
@@ -122,13 +127,15 @@ fn redact_embedded(text: &str) -> String {
     while let Some(i) = rest.find("://") {
         let (head, tail) = rest.split_at(i + 3);
         out.push_str(head);
+        // Up to the end of the word, not the first `/`: a password may hold a `/` (`u:tok/en@h`),
+        // and over-masking a path with an `@` in an error message costs nothing.
         let end = tail
-            .find(|c: char| c.is_whitespace() || matches!(c, '/' | '"' | '\'' | '>' | ')'))
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '>' | ')'))
             .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        match authority.rfind('@') {
-            Some(at) => out.push_str(&authority[at + 1..]),
-            None => out.push_str(authority),
+        let word = &tail[..end];
+        match word.rfind('@') {
+            Some(at) => out.push_str(&word[at + 1..]),
+            None => out.push_str(word),
         }
         rest = &tail[end..];
     }
@@ -163,6 +170,11 @@ mod tests {
         assert_eq!(
             redact_url("see https://u:MARKER@h.example/x and ftp://a@b"),
             "see https://h.example/x and ftp://b"
+        );
+        // A password holding `/`, in a message: masked, and the message stays readable.
+        assert_eq!(
+            redact_url("https://u:tok/MARKER@h/i.json: not a valid URL"),
+            "https://h/i.json: not a valid URL"
         );
         let mut v = serde_json::json!({"a": ["https://:MARKER@h/"], "b": {"c": "x"}});
         redact_json(&mut v);
