@@ -232,6 +232,30 @@ async fn stalled_uploads_are_ended_by_the_servers_deadlines() {
     server.assert_clean();
 }
 
+/// `GetTree` into `dest`, retried for up to 5 s while it is refused for want of a tree-stream
+/// place (a place goes just after the end of a stalled stream is logged).
+async fn tree_once_a_place_frees(
+    c: &mut skillbox::client::Client,
+    id: &str,
+    entries: &[skillbox::extract::inventory::Entry],
+    dest: &std::path::Path,
+) -> skillbox::client::TreeWritten {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match c.get_tree(id, entries, dest).await {
+            Ok(w) => return w,
+            Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "still refused beside ended streams: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Err(e) => panic!("get_tree: {e}"),
+        }
+    }
+}
+
 /// The server's log once it holds `needle` `times` times, or panic after `within`.
 fn wait_log(server: &Server, needle: &str, times: usize, within: Duration) {
     let until = std::time::Instant::now() + within;
@@ -306,22 +330,13 @@ async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
     // Ended, they hold no place: a tree is served while they are still open and unread
     // (hyper polls them no more, so a place kept until it drops them would be kept for good).
     let out = ok(tempfile::tempdir(), "tempdir");
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    let wrote = loop {
-        let dest = out.path().join("tree");
-        match c.get_tree(&staged.id, &done.outcome.entries, &dest).await {
-            Ok(w) => break w,
-            // The place goes just after the end is logged.
-            Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
-                assert!(
-                    std::time::Instant::now() < until,
-                    "still refused beside ended streams: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-            Err(e) => panic!("get_tree: {e}"),
-        }
-    };
+    let wrote = tree_once_a_place_frees(
+        &mut c,
+        &staged.id,
+        &done.outcome.entries,
+        &out.path().join("tree"),
+    )
+    .await;
     assert_eq!(wrote.files, 2, "{wrote:?}");
     // What was on the way still arrives, then the reason.
     let mut first = unread.remove(0);
@@ -428,24 +443,13 @@ async fn streams_without_window_hold_a_tree_place_only_until_ended() {
         2,
         Duration::from_secs(10),
     );
-    let until = std::time::Instant::now() + Duration::from_secs(5);
-    let wrote = loop {
-        match c
-            .get_tree(&staged.id, &done.outcome.entries, &out.path().join("c"))
-            .await
-        {
-            Ok(w) => break w,
-            // The place goes just after the end is logged.
-            Err(e) if e.code() == Some(tonic::Code::ResourceExhausted) => {
-                assert!(
-                    std::time::Instant::now() < until,
-                    "still refused beside ended streams: {e}"
-                );
-                tokio::time::sleep(Duration::from_millis(25)).await;
-            }
-            Err(e) => panic!("get_tree: {e}"),
-        }
-    };
+    let wrote = tree_once_a_place_frees(
+        &mut c,
+        &staged.id,
+        &done.outcome.entries,
+        &out.path().join("c"),
+    )
+    .await;
     assert_eq!(wrote.files, 2, "{wrote:?}");
     drop(unread);
     ok(c.release(&staged.id).await, "release");
