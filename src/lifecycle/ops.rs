@@ -2418,16 +2418,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let path = dir.path().join("records.db");
         let (mut one, mut two) = (open(&path), open(&path));
-        let d = "sha256:aa";
-        one.write(|tx| tx.insert_version(&version(d, State::Denied, "policy")))
-            .unwrap_or_else(|e| panic!("{e}"));
         // Planned from the copy read before staging: a policy's denial is re-evaluated, and
         // this host's laxer policy approves (and would record it).
-        let stale = one
-            .read(|tx| tx.version(d))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let planned =
-            merge(stale.as_ref(), &approve_all(), "sha256:r").unwrap_or_else(|e| panic!("{e}"));
+        let planned_on_a_denial = |one: &mut Records, d: &str| {
+            one.write(|tx| tx.insert_version(&version(d, State::Denied, "policy")))
+                .unwrap_or_else(|e| panic!("{e}"));
+            let stale = one
+                .read(|tx| tx.version(d))
+                .unwrap_or_else(|e| panic!("{e}"));
+            merge(stale.as_ref(), &approve_all(), "sha256:r").unwrap_or_else(|e| panic!("{e}"))
+        };
+        let d = "sha256:aa";
+        let planned = planned_on_a_denial(&mut one, d);
         assert_eq!(
             (planned.state, planned.fleet),
             (State::Approved, FleetWrite::Record)
@@ -2443,13 +2445,7 @@ mod tests {
 
         // Pending by another host's policy since: this host's approval cannot stand.
         let d = "sha256:bb";
-        one.write(|tx| tx.insert_version(&version(d, State::Denied, "policy")))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let stale = one
-            .read(|tx| tx.version(d))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let planned =
-            merge(stale.as_ref(), &approve_all(), "sha256:r").unwrap_or_else(|e| panic!("{e}"));
+        let planned = planned_on_a_denial(&mut one, d);
         let seen = two
             .read(|tx| tx.version(d))
             .unwrap_or_else(|e| panic!("{e}"))

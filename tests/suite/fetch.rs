@@ -1938,6 +1938,18 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
 
     // The index URL itself, written leniently (one with a port that does not parse).
     let path = "/.well-known/agent-skills/index.json";
+    // `index check SOURCE`, in JSON and text: a usage error that never echoes the password.
+    let index_check_refuses = |source: &str| {
+        for json in [true, false] {
+            let mut args = vec!["index", "check", source];
+            if json {
+                args.push("--json");
+            }
+            let o = run(&w.args(&args));
+            assert_eq!(code(&o), 2, "{source:?}: {}", explain(&o));
+            assert_no_marker(&o, &format!("index check {source:?}"));
+        }
+    };
     for secret_index in [
         format!("https:///alice:{MARKER}@example.com:99999/i.json"),
         format!("https:///alice:{MARKER}@{addr}{path}"),
@@ -1965,14 +1977,7 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
         }
         // `index check` takes `http:`/`https:` text for a URL whatever follows the colon (read
         // as a file name, the error would repeat it, password and all).
-        for args in [
-            vec!["index", "check", &secret_index, "--json"],
-            vec!["index", "check", &secret_index],
-        ] {
-            let o = run(&w.args(&args));
-            assert_eq!(code(&o), 2, "{args:?}: {}", explain(&o));
-            assert_no_marker(&o, &format!("{args:?}"));
-        }
+        index_check_refuses(&secret_index);
     }
     // `index check` also takes for a URL the other schemes a lenient parser reads an
     // authority after, and such text behind spaces or control characters it drops.
@@ -1982,15 +1987,7 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
         format!("ws:alice:{MARKER}@{addr}{path}"),
         format!("FTP:alice:{MARKER}@{addr}{path}"),
     ] {
-        for json in [true, false] {
-            let mut args = vec!["index", "check", &source];
-            if json {
-                args.push("--json");
-            }
-            let o = run(&w.args(&args));
-            assert_eq!(code(&o), 2, "{source:?}: {}", explain(&o));
-            assert_no_marker(&o, &format!("index check {source:?}"));
-        }
+        index_check_refuses(&source);
     }
     // An allowed origin whose password holds a `/`, `?` or `#`, or starts with digits (then
     // it parses, as port 123 and a path, and is refused for the path).

@@ -1524,16 +1524,20 @@ fn a_store_refuses_records_it_is_not_bound_to_and_reaps_nothing() {
             }
         }
     };
-    move_all(&w.store(), &saved);
-    for args in [&["verify"][..], &["gc"], &["list"]] {
+    // `args` refused as a usage error naming `why`, the tree and the agent's link intact.
+    let refused = |args: &[&str], why: &str| {
         let o = w.run(args);
         expect_code(&o, 2);
         assert!(
-            String::from_utf8_lossy(&o.stderr).contains("its records.db is missing: restore it"),
+            String::from_utf8_lossy(&o.stderr).contains(why),
             "{}",
             explain(&o)
         );
         intact();
+    };
+    move_all(&w.store(), &saved);
+    for args in [&["verify"][..], &["gc"], &["list"]] {
+        refused(args, "its records.db is missing: restore it");
     }
     assert!(!db(&w.store(), "").exists(), "a records.db was made");
 
@@ -1548,14 +1552,7 @@ fn a_store_refuses_records_it_is_not_bound_to_and_reaps_nothing() {
         .unwrap_or_else(|e| panic!("{e}"));
     expect_code(&o, 0);
     move_all(&other, &w.store());
-    let o = w.run(&["verify"]);
-    expect_code(&o, 2);
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("its records.db is another database"),
-        "{}",
-        explain(&o)
-    );
-    intact();
+    refused(&["verify"], "its records.db is another database");
 
     // Its own records back: it works. Without its binding (a store from before it), the
     // records that list its tree bind it again; others are refused.
@@ -1566,14 +1563,7 @@ fn a_store_refuses_records_it_is_not_bound_to_and_reaps_nothing() {
     std::fs::remove_file(w.store().join("records-id")).unwrap_or_else(|e| panic!("{e}"));
     move_all(&w.store(), &saved);
     move_all(&other, &w.store());
-    let o = w.run(&["verify"]);
-    expect_code(&o, 2);
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("list none of them"),
-        "{}",
-        explain(&o)
-    );
-    intact();
+    refused(&["verify"], "list none of them");
     move_all(&w.store(), &other);
     move_all(&saved, &w.store());
     w.verify_ok();
@@ -1585,14 +1575,7 @@ fn a_store_refuses_records_it_is_not_bound_to_and_reaps_nothing() {
     let stray = w.store().join("versions").join("0".repeat(64));
     std::fs::create_dir_all(stray.join("tree")).unwrap_or_else(|e| panic!("{e}"));
     std::fs::remove_file(w.store().join("records-id")).unwrap_or_else(|e| panic!("{e}"));
-    let o = w.run(&["verify"]);
-    expect_code(&o, 2);
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("1 of its 2 version tree(s)"),
-        "{}",
-        explain(&o)
-    );
+    refused(&["verify"], "1 of its 2 version tree(s)");
     assert!(stray.exists(), "a tree the records do not list was removed");
     assert!(!w.store().join("records-id").exists(), "bound anyway");
-    intact();
 }
