@@ -1193,17 +1193,23 @@ fn check_follows_no_symlink_in_the_published_tree_as_publish_writes_through_none
         std::fs::rename(&kept, &at).expect("put back");
         expect_code(&publish(&src, &out, &["--check"]), 0);
     }
-    // OUT_DIR itself a symlink: refused by both, as a usage error.
+    // OUT_DIR itself a symlink: refused by both, as a usage error, however it is spelled (a
+    // trailing `/` makes the kernel follow a final link).
     let link = tmp.path().join("site-link");
     std::os::unix::fs::symlink(&out, &link).expect("symlink");
-    for mode in [&["--json"][..], &["--json", "--check"][..]] {
-        let o = publish(&src, &link, mode);
+    let slashed = PathBuf::from(format!("{}/", link.display()));
+    for (at, mode) in [&link, &slashed]
+        .into_iter()
+        .flat_map(|at| [(at, &["--json"][..]), (at, &["--json", "--check"][..])])
+    {
+        let o = publish(&src, at, mode);
         expect_code(&o, 2);
         assert!(
             json_of(&o)["error"]["message"]
                 .as_str()
                 .is_some_and(|m| m.contains("is a symlink")),
-            "{}",
+            "{}: {}",
+            at.display(),
             explain(&o)
         );
     }
