@@ -475,8 +475,12 @@ fn print_skills(skills: &[Published]) {
                 .filter(|l| l.reason == reason)
                 .map(|l| l.path.as_str())
                 .collect();
-            if !paths.is_empty() {
-                println!("    {what}: {}", shortened(&paths));
+            let unlisted = s.left_out_unlisted.of(reason);
+            if !paths.is_empty() || unlisted > 0 {
+                println!(
+                    "    {what}: {}",
+                    shortened(&paths, unlisted, s.left_out_unlisted.total() > 0)
+                );
             }
         }
         if !s.sandbox.starts_with("confined") {
@@ -493,16 +497,27 @@ fn print_skills(skills: &[Published]) {
     }
 }
 
-/// A list for one line of text output: the first paths, then how many more (`--json` lists
-/// them all).
-fn shortened(paths: &[&str]) -> String {
+/// A list for one line of text output: the first paths, then how many more, those listed
+/// past them and the `unlisted` ones (`--json` lists them all, or, when the skill left out
+/// more than are listed, the first [`publish::LEFT_OUT_LISTED`]).
+fn shortened(paths: &[&str], unlisted: u64, capped: bool) -> String {
     const SHOWN: usize = 20;
     let mut line = paths[..paths.len().min(SHOWN)].join(", ");
-    if paths.len() > SHOWN {
-        line.push_str(&format!(
-            " and {} more (--json lists them all)",
-            paths.len() - SHOWN
-        ));
+    let more = paths.len().saturating_sub(SHOWN) as u64 + unlisted;
+    if more > 0 {
+        let json = if capped {
+            format!(
+                "--json lists the first {} entries left out and counts the rest",
+                publish::LEFT_OUT_LISTED
+            )
+        } else {
+            "--json lists them all".to_owned()
+        };
+        if line.is_empty() {
+            line = format!("{more} ({json})");
+        } else {
+            line.push_str(&format!(" and {more} more ({json})"));
+        }
     }
     line
 }

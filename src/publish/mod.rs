@@ -35,7 +35,7 @@ use crate::sandbox::{Sandbox, SandboxError};
 use crate::skill::review::{Capabilities, Review, ReviewFlag};
 
 pub use pack::Format;
-pub use walk::{Hidden, LeftOut, LeftOutReason};
+pub use walk::{Hidden, LEFT_OUT_LISTED, LeftOut, LeftOutCounts, LeftOutReason};
 use walk::{SourceKind, SourceTree, WalkError};
 
 /// Where the index sits beneath the output directory (the discovery path).
@@ -358,8 +358,13 @@ pub struct Published {
     /// Entries in the package (files, directories, symlinks).
     pub entries: usize,
     /// What the folder holds that the package does not (hidden entries, version-control
-    /// metadata), each the top of a left-out subtree, sorted by path.
+    /// metadata), each the top of a left-out subtree: the first [`LEFT_OUT_LISTED`] in the
+    /// walk's order (each directory's names in byte order, a directory's entries right after
+    /// it).
     pub left_out: Vec<LeftOut>,
+    /// How many more were left out than are listed, by reason (zero unless over
+    /// [`LEFT_OUT_LISTED`]).
+    pub left_out_unlisted: LeftOutCounts,
     pub findings: Findings,
     /// What the install policy decides for it on a first install.
     pub decision: Decision,
@@ -609,6 +614,7 @@ fn build_one(
         path: format!("{INDEX_DIR}/{rel}"),
         entries: tree.entries.len(),
         left_out: tree.left_out.clone(),
+        left_out_unlisted: tree.left_out_unlisted,
         findings: Findings::of(&review),
         decision,
         sandbox: confinement,

@@ -800,6 +800,7 @@ mod tests {
                 path: rel,
                 entries: 1,
                 left_out: Vec::new(),
+                left_out_unlisted: Default::default(),
                 findings: Findings {
                     tools: Vec::new(),
                     scripts: Vec::new(),

@@ -12,7 +12,9 @@
 //! and every entry left out is reported (the top of each left-out subtree, never silently):
 //! version-control metadata (`.git`, `.hg`, ...: history, remotes, hook samples) always, and
 //! other hidden entries (`.env`, `.github`, editor files) unless the caller asks for them. A
-//! left-out entry is never opened or descended into, and counts towards no limit.
+//! left-out entry is never opened or descended into, and counts towards no limit. The first
+//! [`LEFT_OUT_LISTED`] are listed by path and the rest counted, so a folder holding hundreds
+//! of thousands of hidden files gives a bounded report.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -51,6 +53,12 @@ const VCS_NAMES: &[&str] = &[
     ".arch-ids",
 ];
 
+/// At most this many left-out entries of one skill folder are listed by path (in the walk's
+/// order); the rest are counted ([`LeftOutCounts`]). A thousand is more than a publisher reads
+/// and still names every entry of any ordinary folder, while a folder of 200,000 hidden files
+/// gives tens of kilobytes of output, not megabytes.
+pub const LEFT_OUT_LISTED: usize = 1_000;
+
 /// Which hidden entries (names starting with `.`) a walk keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Hidden {
@@ -77,6 +85,33 @@ pub struct LeftOut {
     /// Its path in the folder, escaped for display; a directory's ends with `/`.
     pub path: String,
     pub reason: LeftOutReason,
+}
+
+/// How many left-out entries were not listed (past [`LEFT_OUT_LISTED`]), by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct LeftOutCounts {
+    pub hidden: u64,
+    pub vcs: u64,
+}
+
+impl LeftOutCounts {
+    pub fn of(&self, reason: LeftOutReason) -> u64 {
+        match reason {
+            LeftOutReason::Hidden => self.hidden,
+            LeftOutReason::Vcs => self.vcs,
+        }
+    }
+
+    pub fn total(&self) -> u64 {
+        self.hidden + self.vcs
+    }
+
+    fn add(&mut self, reason: LeftOutReason) {
+        match reason {
+            LeftOutReason::Hidden => self.hidden += 1,
+            LeftOutReason::Vcs => self.vcs += 1,
+        }
+    }
 }
 
 /// Whether the entry named `name` is left out, and why.
@@ -116,8 +151,12 @@ pub struct SourceEntry {
 #[derive(Debug, Clone)]
 pub struct SourceTree {
     pub entries: Vec<SourceEntry>,
-    /// Entries not packed, sorted by path bytes: each the top of a left-out subtree.
+    /// Entries not packed, each the top of a left-out subtree: the first [`LEFT_OUT_LISTED`]
+    /// in the walk's order (each directory's names in byte order, a directory's entries right
+    /// after it).
     pub left_out: Vec<LeftOut>,
+    /// The left-out entries past those listed, counted.
+    pub left_out_unlisted: LeftOutCounts,
 }
 
 impl SourceTree {
@@ -149,6 +188,7 @@ pub fn walk(
         limits,
         hidden,
         left_out: Vec::new(),
+        left_out_unlisted: LeftOutCounts::default(),
         entries: BTreeMap::new(),
         refusals: Vec::new(),
         folded: HashMap::new(),
@@ -176,6 +216,7 @@ pub fn walk(
             .map(|(path, kind)| SourceEntry { path, kind })
             .collect(),
         left_out: w.left_out,
+        left_out_unlisted: w.left_out_unlisted,
     })
 }
 
@@ -195,8 +236,10 @@ struct Walker<'a> {
     skill: &'a str,
     limits: &'a Limits,
     hidden: Hidden,
-    /// In walk order, which is path-byte order (names sorted, a directory before its contents).
+    /// The first [`LEFT_OUT_LISTED`], in walk order (names sorted, a directory's entries right
+    /// after it).
     left_out: Vec<LeftOut>,
+    left_out_unlisted: LeftOutCounts,
     /// Sorted by path bytes (`String`'s order is its bytes' order).
     entries: BTreeMap<String, SourceKind>,
     refusals: Vec<Refusal>,
@@ -255,6 +298,11 @@ impl Walker<'_> {
             }
             // Before anything else: a left-out entry is not read, checked or counted.
             if let Some(reason) = left_out(name.as_encoded_bytes(), self.hidden) {
+                if self.left_out.len() >= LEFT_OUT_LISTED {
+                    // Counted, not listed (nor looked at): the report stays bounded.
+                    self.left_out_unlisted.add(reason);
+                    continue;
+                }
                 let full = dir.join(&name);
                 let meta = std::fs::symlink_metadata(&full).map_err(self.io(&full))?;
                 let slash = if meta.is_dir() { "/" } else { "" };
@@ -516,18 +564,25 @@ impl Walker<'_> {
         ))
     }
 
-    /// Why `path`, not an entry, is not in the package: never there, or left out.
+    /// Why `path`, not an entry, is not in the package: never there, or left out. When some
+    /// left-out entries were counted rather than listed, a path under none of the listed ones
+    /// is judged by the names on its way (`x/.git/y` is left out wherever it is).
     fn absent(&self, path: &str) -> &'static str {
         let under = |lo: &LeftOut| {
             let top = lo.path.trim_end_matches('/');
             path == top || path.strip_prefix(top).is_some_and(|r| r.starts_with('/'))
         };
-        match self
+        let listed = self
             .left_out
             .iter()
             .find(|lo| under(lo))
-            .map(|lo| lo.reason)
-        {
+            .map(|lo| lo.reason);
+        let by_name = || {
+            path.split('/')
+                .find_map(|c| left_out(c.as_bytes(), self.hidden))
+                .filter(|_| self.left_out_unlisted.total() > 0)
+        };
+        match listed.or_else(by_name) {
             Some(LeftOutReason::Vcs) => "is left out of the package (version-control metadata)",
             Some(LeftOutReason::Hidden) => {
                 "is left out of the package (hidden; --include-hidden packs it)"

@@ -1076,6 +1076,85 @@ fn hidden_entries_and_vcs_metadata_are_left_out_at_every_level_and_listed() {
     no_stage_left(tmp.path());
 }
 
+/// A folder holding more entries to leave out than publish lists (1,000): the first 1,000 in
+/// the walk's order are listed, the rest counted by reason, in `--json` and in the text; the
+/// output stays small however many there are.
+#[test]
+fn left_out_entries_past_the_first_thousand_are_counted_not_listed() {
+    const LISTED: usize = 1_000;
+    const HIDDEN: usize = 1_200;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let notes = tmp.path().join("skills/notes");
+    std::fs::create_dir_all(notes.join(".git")).expect("mkdir");
+    std::fs::create_dir_all(notes.join("zz/.git")).expect("mkdir");
+    let (_, skill_md, _) = notes_files()[0];
+    std::fs::write(notes.join("SKILL.md"), skill_md).expect("write");
+    for i in 0..HIDDEN {
+        std::fs::write(notes.join(format!(".h{i:04}")), "x").expect("write");
+    }
+    let src = tmp.path().join("skills");
+    let out = tmp.path().join("site");
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let s = &v["skills"][0];
+    let left: Vec<(&str, &str)> = s["left_out"]
+        .as_array()
+        .unwrap_or_else(|| panic!("left_out: {v}"))
+        .iter()
+        .map(|l| {
+            (
+                l["path"].as_str().expect("path"),
+                l["reason"].as_str().expect("reason"),
+            )
+        })
+        .collect();
+    // `.git/` sorts first, then the hidden files in order; `zz/.git/` comes last and is counted.
+    let want: Vec<(String, &str)> = std::iter::once((".git/".to_owned(), "vcs"))
+        .chain((0..LISTED - 1).map(|i| (format!(".h{i:04}"), "hidden")))
+        .collect();
+    let want: Vec<(&str, &str)> = want.iter().map(|(p, r)| (p.as_str(), *r)).collect();
+    assert_eq!(left, want);
+    let unlisted_hidden = HIDDEN - (LISTED - 1);
+    assert_eq!(
+        s["left_out_unlisted"],
+        serde_json::json!({"hidden": unlisted_hidden, "vcs": 1}),
+        "{s}"
+    );
+    assert!(o.stdout.len() < 100_000, "{} bytes", o.stdout.len());
+
+    let o = publish(&src, &out, &[]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let first: Vec<String> = (0..20).map(|i| format!(".h{i:04}")).collect();
+    let capped = "(--json lists the first 1000 entries left out and counts the rest)";
+    for line in [
+        format!(
+            "    left out, hidden (--include-hidden packs them): {} and {} more {capped}\n",
+            first.join(", "),
+            LISTED - 1 - 20 + unlisted_hidden
+        ),
+        format!("    left out, version-control metadata: .git/ and 1 more {capped}\n"),
+    ] {
+        assert!(text.contains(&line), "{line}{}", explain(&o));
+    }
+    assert!(o.stdout.len() < 10_000, "{}", explain(&o));
+
+    // A link to an entry left out but not listed still says why it points at nothing.
+    std::os::unix::fs::symlink(".h1100", notes.join("see")).expect("symlink");
+    let o = publish(&src, &tmp.path().join("site-link"), &["--json"]);
+    expect_code(&o, 3);
+    let v = json_of(&o);
+    let r = &v["error"]["refusals"][0];
+    assert_eq!(r["code"], "dangling_symlink", "{v}");
+    assert!(
+        r["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("left out") && d.contains("--include-hidden")),
+        "{v}"
+    );
+}
+
 #[test]
 fn out_at_in_or_around_a_skill_folder_is_refused_however_it_is_spelled() {
     let tmp = tempfile::tempdir().expect("tempdir");
