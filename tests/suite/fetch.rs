@@ -2079,6 +2079,38 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
     assert_no_marker_in_dir(&w.cache());
 }
 
+/// `install` records the provenance through the same masking rule as `fetch` shows it: a URL
+/// is masked where its user information is read, so an `@` in a path is recorded as listed
+/// (the install lifecycle's own masker cut every URL at its last `@`, recording
+/// `https://scope/SKILL.md`).
+#[test]
+fn install_records_a_url_with_an_at_in_its_path_as_fetched() {
+    let w = World::new();
+    let md = skill_md("scoped", "A demo skill");
+    w.server.route("/@scope/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "scoped",
+        "skill-md",
+        "/@scope/SKILL.md",
+        &sha(&md),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let store = w.tmp.path().join("store").display().to_string();
+    let home = w.tmp.path().display().to_string();
+    let install = w.args(&["install", &index, "scoped", "--json", "--store", &store]);
+    let o = run_env(&install, &[("HOME", &home)]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let provenance = ["provenance", "scoped", "--json", "--store", &store];
+    let o = run_env(&provenance.map(String::from), &[("HOME", &home)]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    let prov = &v["version"]["provenance"];
+    let listed = w.server.url("/@scope/SKILL.md");
+    assert_eq!(prov["resolved_url"], listed.as_str(), "{v:#}");
+    assert_eq!(prov["final_url"], listed.as_str(), "{v:#}");
+    assert_eq!(prov["index_url"], index.as_str(), "{v:#}");
+}
+
 /// An index over `--max-index-bytes` exits 3 whether it is fetched (declared or streamed) or
 /// read from a file, with the same message.
 #[test]
