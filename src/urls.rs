@@ -22,6 +22,10 @@
 //! [`redact_refused`] masks text repeated in a refusal or a parse error, up to its last `@`.
 //! [`redact_message`] and [`redact_text`] apply the same masks to free text (messages) and to
 //! recorded values: every masker of URL text in the program is one of these.
+//!
+//! A URL a person types (the index URL, `--base`, `--allow-origin`, a proxy) enters through
+//! [`parse_typed`], which also refuses text that reads as credentials cut short by an
+//! unescaped `/`, `?` or `#` in the password ([`check_typed`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -115,6 +119,12 @@ pub enum UrlError {
         "a reference may not start with \"///\" (a network-path reference is //HOST/...); a URL that needs repair is refused, not repaired"
     )]
     TripleSlash,
+    /// Typed text that reads as `USER:PASSWORD@HOST` with a `/`, `?` or `#` in the password
+    /// (see [`check_typed`]). The message never repeats the text: callers prefix it masked.
+    #[error(
+        "looks like USER:PASSWORD@HOST with a \"/\", \"?\" or \"#\" in the password, which a URL parser reads as the host USER, a port and a path (the rest of the password sent to USER); write them percent-encoded in a password (\"/\" as %2F, \"?\" as %3F, \"#\" as %23), and an \"@\" meant in the path or query as %40"
+    )]
+    SplitCredentials,
 }
 
 fn precheck(s: &str) -> Result<(), UrlError> {
@@ -488,6 +498,63 @@ pub fn parse_absolute(s: &str) -> Result<Url, UrlError> {
     Ok(url)
 }
 
+/// Parse an absolute URL a person typed: the index URL (`index check`, `fetch`, `install`),
+/// `--base`, `--allow-origin`, a proxy. [`check_typed`], then [`parse_absolute`].
+pub fn parse_typed(s: &str) -> Result<Url, UrlError> {
+    check_typed(s)?;
+    parse_absolute(s)
+}
+
+/// [`parse_typed`] keeping the user information: only for a proxy URL (see
+/// [`parse_absolute_keeping_userinfo`]).
+pub(crate) fn parse_typed_keeping_userinfo(s: &str) -> Result<Url, UrlError> {
+    check_typed(s)?;
+    parse_absolute_keeping_userinfo(s)
+}
+
+/// Refuse typed text that reads as `USER:PASSWORD@HOST` whose password holds an unescaped `/`,
+/// `?` or `#`: `https://u:123/pw@h/x` parses (host `u`, port 123, path `/pw@h/x`), so it
+/// would be shown as written, password and all, and fetched from `u` with the password in the
+/// path. The rule: after `scheme://`, the authority (up to the first `/`, `?` or `#`) holds no
+/// `@`, does not start with `[`, and holds a `:`; and an `@` follows anywhere after it.
+///
+/// Why so: the `:` is what a password needs (`https://unpkg.com/@scope/pkg` has none and is
+/// a path, as is a user name holding `/` without a password: the two cannot be told apart);
+/// the `@` may be in any later segment or the query, since a password may hold several `/`
+/// (`u:12/ab/cd@h`) or a `?`, and each of them would be sent. `https://host:8443/path` (no
+/// `@`) and `https://user:pw@host/x` (the `@` in the authority: credentials as written) pass
+/// this check. The cost, an `@` in the path or query of a URL with a port written as `%40`
+/// (the same for servers), is the price of never sending a password to another host. An IPv6
+/// literal (`[::1]:8443`) is no user name.
+///
+/// URLs read from an index (an entry's `url`) and redirect `Location`s are not typed and not
+/// checked here: their text is what the publisher wrote, no typing slip to guess at; `@` in
+/// their paths is legitimate, and wherever they point is decided by the origin allow-list and
+/// the destination rules, which every hop passes.
+pub fn check_typed(s: &str) -> Result<(), UrlError> {
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return Ok(());
+    };
+    // Not a scheme: the text is refused as no absolute URL anyway.
+    if !(scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    {
+        return Ok(());
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(end);
+    if !authority.contains('@')
+        && !authority.starts_with('[')
+        && authority.contains(':')
+        && after.contains('@')
+    {
+        return Err(UrlError::SplitCredentials);
+    }
+    Ok(())
+}
+
 /// As [`parse_absolute`], but the user information is kept: only for a proxy URL, whose
 /// credentials are sent to the proxy, and never for anything that is shown or stored.
 pub(crate) fn parse_absolute_keeping_userinfo(s: &str) -> Result<Url, UrlError> {
@@ -800,6 +867,67 @@ mod tests {
         assert_eq!(redact_str("https://h/p@q"), "https://h/p@q");
         assert_eq!(redact_refused("https://h/p@q"), "https://***@q");
         assert_eq!(redact_refused("no-at-sign/x"), "no-at-sign/x");
+    }
+
+    #[test]
+    fn typed_credentials_cut_short_by_a_slash_are_refused() {
+        let marker = "pw-MARKER-4";
+        // `:` in the authority and an `@` after it: read as host and port, the rest of the
+        // password as path or query. Refused, and the message never holds the password.
+        for text in [
+            "https://u:123/{M}@h/.well-known/agent-skills/index.json",
+            "https://u:/{M}@h/i.json",
+            "https://u:12/ab/{M}@h/i.json",
+            "https://u:123?{M}@h/i.json",
+            "https://u:123#{M}@h/i.json",
+            "https://u:tok/{M}@h/i.json",
+            "http://alice:123/{M}@proxy:3128",
+            "HTTPS://u:123/{M}@h",
+        ]
+        .map(|t| t.replace("{M}", marker))
+        {
+            assert_eq!(
+                check_typed(&text),
+                Err(UrlError::SplitCredentials),
+                "{text}"
+            );
+            let e = parse_typed(&text).err().map(|e| e.to_string());
+            assert!(
+                e.as_ref()
+                    .is_some_and(|e| !e.contains(marker) && e.contains("%2F") && e.contains("%40")),
+                "{text}: {e:?}"
+            );
+            assert!(parse_typed_keeping_userinfo(&text).is_err(), "{text}");
+            assert!(!redact_refused(&text).contains(marker), "{text}");
+        }
+        // Legitimate forms pass: an `@` in a path without a port, a port without an `@`,
+        // credentials as written (refused or used later, as before), an IPv6 literal, no
+        // authority at all.
+        for text in [
+            "https://unpkg.com/@scope/pkg",
+            "https://host:8443/path",
+            "https://user:pw@host/x",
+            "https://user:pw@host:8443/a@b",
+            "https://[::1]:8443/@scope/pkg",
+            "https://host:8443/%40scope/pkg",
+            "https://u:123%2Fpw@h/i.json",
+            "mailto:a@b",
+            "./https:x@y",
+        ] {
+            assert_eq!(check_typed(text), Ok(()), "{text}");
+        }
+        assert!(parse_typed("https://unpkg.com/@scope/pkg").is_ok());
+        assert!(parse_typed("https://host:8443/path").is_ok());
+        let u = parse_typed("https://user:pw@host/x").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(u.as_str(), "https://***@host/x");
+        // The written-out form the message asks for: the password reaches the user
+        // information, the host is `h`.
+        let u = parse_typed_keeping_userinfo("https://u:123%2Fpw@h/i.json")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (u.host_str(), u.password(), u.path()),
+            (Some("h"), Some("123%2Fpw"), "/i.json")
+        );
     }
 
     #[test]

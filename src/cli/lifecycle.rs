@@ -442,6 +442,11 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     )
                 })?;
                 ops::parse_skill(&skill).map_err(|e| Error::new(Kind::Usage, e))?;
+                // Typed here (an update reuses the recorded URL, which is not retyped).
+                skillbox::urls::check_typed(&a.source).map_err(|e| {
+                    let shown = skillbox::urls::redact_refused(&a.source);
+                    Error::new(Kind::Usage, format!("{shown}: {e}"))
+                })?;
                 if a.digest.is_some() {
                     return Err(Error::new(
                         Kind::Usage,
