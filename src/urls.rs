@@ -20,6 +20,12 @@
 //! URL had credentials (the marker is user information too) and refuses it. [`redact_str`]
 //! masks text as leniently as the crate reads it, so it also covers what is refused above, and
 //! [`redact_refused`] masks text repeated in a refusal or a parse error, up to its last `@`.
+//! [`redact_message`] and [`redact_text`] apply the same masks to free text (messages) and to
+//! recorded values: every masker of URL text in the program is one of these.
+//!
+//! A URL a person types (the index URL, `--base`, `--allow-origin`, a proxy) enters through
+//! [`parse_typed`], which also refuses text that reads as credentials cut short by an
+//! unescaped `/`, `?` or `#` in the password ([`check_typed`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -113,6 +119,12 @@ pub enum UrlError {
         "a reference may not start with \"///\" (a network-path reference is //HOST/...); a URL that needs repair is refused, not repaired"
     )]
     TripleSlash,
+    /// Typed text that reads as `USER:PASSWORD@HOST` with a `/`, `?` or `#` in the password
+    /// (see [`check_typed`]). The message never repeats the text: callers prefix it masked.
+    #[error(
+        "looks like USER:PASSWORD@HOST with a \"/\", \"?\" or \"#\" in the password, which a URL parser reads as the host USER, a port and a path (the rest of the password sent to USER); write them percent-encoded in a password (\"/\" as %2F, \"?\" as %3F, \"#\" as %23), and an \"@\" meant in the path or query as %40"
+    )]
+    SplitCredentials,
 }
 
 fn precheck(s: &str) -> Result<(), UrlError> {
@@ -173,6 +185,17 @@ fn check_slashes(s: &str, form: UrlForm) -> Result<(), UrlError> {
 /// the `no_userinfo` rule, and it is never a credential.
 pub const REDACTED: &str = "***";
 
+/// How masked user information is written. Which text is masked is the same either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Masked {
+    /// Replaced by [`REDACTED`]: `https://***@host/` (the fetch commands; the reader sees
+    /// there were credentials).
+    Marker,
+    /// Removed with its `@`: `https://host/` (the install lifecycle's records and messages,
+    /// which name no user either).
+    Removed,
+}
+
 /// Replace `url`'s user information (name and password) with [`REDACTED`]. Returns whether
 /// there was any.
 pub fn redact(url: &mut Url) -> bool {
@@ -210,8 +233,13 @@ pub fn redacted(url: &Url) -> Url {
 /// scheme, after a run of at least two (`//`, `///`, `\\` against a base). So no text returned
 /// here parses, in any of those ways, with user information other than the marker.
 pub fn redact_str(s: &str) -> Cow<'_, str> {
+    redact_str_as(s, Masked::Marker)
+}
+
+/// [`redact_str`], the user information written as `how` says.
+pub fn redact_str_as(s: &str, how: Masked) -> Cow<'_, str> {
     if !parses_cleanly(s) {
-        return redact_refused(s);
+        return redact_refused_as(s, how);
     }
     let Some((chars, start)) = authority_start(s, false) else {
         return Cow::Borrowed(s);
@@ -220,7 +248,7 @@ pub fn redact_str(s: &str) -> Cow<'_, str> {
         .iter()
         .position(|(_, c)| matches!(c, '/' | '?' | '#'))
         .map_or(chars.len(), |n| start + n);
-    mask(s, &chars, start, end)
+    mask(s, &chars, start, end, how)
 }
 
 /// Mask text that is refused or does not parse, to be repeated in a message: from where an
@@ -230,12 +258,103 @@ pub fn redact_str(s: &str) -> Cow<'_, str> {
 /// port and path: `http://u:123/x@h`), so everything that could be user information is hidden,
 /// more rather than less. Text without `@` comes back unchanged.
 pub fn redact_refused(s: &str) -> Cow<'_, str> {
+    redact_refused_as(s, Masked::Marker)
+}
+
+/// [`redact_refused`], the user information written as `how` says.
+pub fn redact_refused_as(s: &str, how: Masked) -> Cow<'_, str> {
     match authority_start(s, true) {
         Some((chars, start)) => {
             let end = chars.len();
-            mask(s, &chars, start, end)
+            mask(s, &chars, start, end, how)
         }
         None => Cow::Borrowed(s),
+    }
+}
+
+/// Mask every URL in free text (a message such as `URL: why`), never parsing the text: in
+/// each word holding one (words end at `"`, `'`, `>`, `)` and whitespace other than the tabs
+/// and newlines a lenient parser drops from a URL), from the URL to the end of the word is
+/// masked as [`redact_refused`] masks, to the last `@` of the word, since a password may hold
+/// `/`, `?` or `#` and over-masking an `@` in a path costs a message nothing.
+/// A URL is `scheme://` (or `://` alone), one of the special schemes and a colon
+/// (`https:u:pw@h`), or a word starting with two slashes or backslashes (`//u:pw@h`,
+/// `\\u:pw@h`): whatever a lenient parser reads user information from. Text without one comes
+/// back unchanged.
+pub fn redact_message(text: &str, how: Masked) -> Cow<'_, str> {
+    // Tabs and newlines do not end a word: a lenient parser drops them inside a URL.
+    let ends_word = |c: char| {
+        (c.is_whitespace() && !matches!(c, '\t' | '\n' | '\r'))
+            || matches!(c, '"' | '\'' | '>' | ')')
+    };
+    let mut out = String::new();
+    let mut copied = 0; // bytes of `text` already in `out`
+    let mut at = 0;
+    while at < text.len() {
+        let end = text[at..].find(ends_word).map_or(text.len(), |i| at + i);
+        if let Some(start) = url_in_word(&text[at..end]).map(|i| at + i)
+            && let Cow::Owned(masked) = redact_refused_as(&text[start..end], how)
+        {
+            out.push_str(&text[copied..start]);
+            out.push_str(&masked);
+            copied = end;
+        }
+        // Past the word and the character that ended it.
+        at = text[end..]
+            .chars()
+            .next()
+            .map_or(text.len(), |c| end + c.len_utf8());
+    }
+    if copied == 0 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[copied..]);
+    Cow::Owned(out)
+}
+
+/// Where the first URL in `word` starts (see [`redact_message`]): at its scheme, or after the
+/// colon of a `://` without one, or at the start of a word opening with two slashes.
+fn url_in_word(word: &str) -> Option<usize> {
+    if word
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .take(2)
+        .filter(|c| matches!(c, '/' | '\\'))
+        .count()
+        == 2
+    {
+        return Some(0);
+    }
+    let is_scheme_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.');
+    word.match_indices(':').find_map(|(colon, _)| {
+        // The scheme: the run of scheme characters before the colon, from its first letter.
+        let run = word[..colon]
+            .char_indices()
+            .rev()
+            .find(|(_, c)| !is_scheme_char(*c))
+            .map_or(0, |(i, c)| i + c.len_utf8());
+        let scheme_start = word[run..colon]
+            .find(|c: char| c.is_ascii_alphabetic())
+            .map(|i| run + i);
+        let special = scheme_start.is_some_and(|st| {
+            SPECIAL_SCHEMES
+                .iter()
+                .any(|sp| word[st..colon].eq_ignore_ascii_case(sp))
+        });
+        // From the scheme, so the mask starts after it; without one, after the colon.
+        (special || word[colon + 1..].starts_with("//")).then(|| scheme_start.unwrap_or(colon + 1))
+    })
+}
+
+/// Mask a value that may be one URL or free text (a recorded field): an absolute URL that
+/// passes the strict rules and parses is masked where the parser reads its user information
+/// ([`redact_str`]), so an `@` in its path stays (`https://h/@scope/x`); anything else as a
+/// message ([`redact_message`]).
+pub fn redact_text(text: &str, how: Masked) -> Cow<'_, str> {
+    if UrlForm::of(text) == UrlForm::Absolute && parses_cleanly(text) {
+        redact_str_as(text, how)
+    } else {
+        redact_message(text, how)
     }
 }
 
@@ -292,12 +411,22 @@ fn authority_start(s: &str, loose: bool) -> Option<(Vec<(usize, char)>, usize)> 
     Some((chars, start))
 }
 
-/// `s` with the characters from `start` to the last `@` before `end` replaced by [`REDACTED`].
-fn mask<'a>(s: &'a str, chars: &[(usize, char)], start: usize, end: usize) -> Cow<'a, str> {
+/// `s` with the characters from `start` to the last `@` before `end` replaced by [`REDACTED`]
+/// (or removed, that `@` included, as `how` says).
+fn mask<'a>(
+    s: &'a str,
+    chars: &[(usize, char)],
+    start: usize,
+    end: usize,
+    how: Masked,
+) -> Cow<'a, str> {
     match chars[start..end].iter().rposition(|(_, c)| *c == '@') {
         Some(n) => {
             let (from, at) = (chars[start].0, chars[start + n].0);
-            Cow::Owned(format!("{}{REDACTED}{}", &s[..from], &s[at..]))
+            Cow::Owned(match how {
+                Masked::Marker => format!("{}{REDACTED}{}", &s[..from], &s[at..]),
+                Masked::Removed => format!("{}{}", &s[..from], &s[at + 1..]),
+            })
         }
         None => Cow::Borrowed(s),
     }
@@ -367,6 +496,63 @@ pub fn parse_absolute(s: &str) -> Result<Url, UrlError> {
     let mut url = parse_absolute_keeping_userinfo(s)?;
     redact(&mut url);
     Ok(url)
+}
+
+/// Parse an absolute URL a person typed: the index URL (`index check`, `fetch`, `install`),
+/// `--base`, `--allow-origin`, a proxy. [`check_typed`], then [`parse_absolute`].
+pub fn parse_typed(s: &str) -> Result<Url, UrlError> {
+    check_typed(s)?;
+    parse_absolute(s)
+}
+
+/// [`parse_typed`] keeping the user information: only for a proxy URL (see
+/// [`parse_absolute_keeping_userinfo`]).
+pub(crate) fn parse_typed_keeping_userinfo(s: &str) -> Result<Url, UrlError> {
+    check_typed(s)?;
+    parse_absolute_keeping_userinfo(s)
+}
+
+/// Refuse typed text that reads as `USER:PASSWORD@HOST` whose password holds an unescaped `/`,
+/// `?` or `#`: `https://u:123/pw@h/x` parses (host `u`, port 123, path `/pw@h/x`), so it
+/// would be shown as written, password and all, and fetched from `u` with the password in the
+/// path. The rule: after `scheme://`, the authority (up to the first `/`, `?` or `#`) holds no
+/// `@`, does not start with `[`, and holds a `:`; and an `@` follows anywhere after it.
+///
+/// Why so: the `:` is what a password needs (`https://unpkg.com/@scope/pkg` has none and is
+/// a path, as is a user name holding `/` without a password: the two cannot be told apart);
+/// the `@` may be in any later segment or the query, since a password may hold several `/`
+/// (`u:12/ab/cd@h`) or a `?`, and each of them would be sent. `https://host:8443/path` (no
+/// `@`) and `https://user:pw@host/x` (the `@` in the authority: credentials as written) pass
+/// this check. The cost, an `@` in the path or query of a URL with a port written as `%40`
+/// (the same for servers), is the price of never sending a password to another host. An IPv6
+/// literal (`[::1]:8443`) is no user name.
+///
+/// URLs read from an index (an entry's `url`) and redirect `Location`s are not typed and not
+/// checked here: their text is what the publisher wrote, no typing slip to guess at; `@` in
+/// their paths is legitimate, and wherever they point is decided by the origin allow-list and
+/// the destination rules, which every hop passes.
+pub fn check_typed(s: &str) -> Result<(), UrlError> {
+    let Some((scheme, rest)) = s.split_once("://") else {
+        return Ok(());
+    };
+    // Not a scheme: the text is refused as no absolute URL anyway.
+    if !(scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    {
+        return Ok(());
+    }
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, after) = rest.split_at(end);
+    if !authority.contains('@')
+        && !authority.starts_with('[')
+        && authority.contains(':')
+        && after.contains('@')
+    {
+        return Err(UrlError::SplitCredentials);
+    }
+    Ok(())
 }
 
 /// As [`parse_absolute`], but the user information is kept: only for a proxy URL, whose
@@ -681,6 +867,149 @@ mod tests {
         assert_eq!(redact_str("https://h/p@q"), "https://h/p@q");
         assert_eq!(redact_refused("https://h/p@q"), "https://***@q");
         assert_eq!(redact_refused("no-at-sign/x"), "no-at-sign/x");
+    }
+
+    #[test]
+    fn typed_credentials_cut_short_by_a_slash_are_refused() {
+        let marker = "pw-MARKER-4";
+        // `:` in the authority and an `@` after it: read as host and port, the rest of the
+        // password as path or query. Refused, and the message never holds the password.
+        for text in [
+            "https://u:123/{M}@h/.well-known/agent-skills/index.json",
+            "https://u:/{M}@h/i.json",
+            "https://u:12/ab/{M}@h/i.json",
+            "https://u:123?{M}@h/i.json",
+            "https://u:123#{M}@h/i.json",
+            "https://u:tok/{M}@h/i.json",
+            "http://alice:123/{M}@proxy:3128",
+            "HTTPS://u:123/{M}@h",
+        ]
+        .map(|t| t.replace("{M}", marker))
+        {
+            assert_eq!(
+                check_typed(&text),
+                Err(UrlError::SplitCredentials),
+                "{text}"
+            );
+            let e = parse_typed(&text).err().map(|e| e.to_string());
+            assert!(
+                e.as_ref()
+                    .is_some_and(|e| !e.contains(marker) && e.contains("%2F") && e.contains("%40")),
+                "{text}: {e:?}"
+            );
+            assert!(parse_typed_keeping_userinfo(&text).is_err(), "{text}");
+            assert!(!redact_refused(&text).contains(marker), "{text}");
+        }
+        // Legitimate forms pass: an `@` in a path without a port, a port without an `@`,
+        // credentials as written (refused or used later, as before), an IPv6 literal, no
+        // authority at all.
+        for text in [
+            "https://unpkg.com/@scope/pkg",
+            "https://host:8443/path",
+            "https://user:pw@host/x",
+            "https://user:pw@host:8443/a@b",
+            "https://[::1]:8443/@scope/pkg",
+            "https://host:8443/%40scope/pkg",
+            "https://u:123%2Fpw@h/i.json",
+            "mailto:a@b",
+            "./https:x@y",
+        ] {
+            assert_eq!(check_typed(text), Ok(()), "{text}");
+        }
+        assert!(parse_typed("https://unpkg.com/@scope/pkg").is_ok());
+        assert!(parse_typed("https://host:8443/path").is_ok());
+        let u = parse_typed("https://user:pw@host/x").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(u.as_str(), "https://***@host/x");
+        // The written-out form the message asks for: the password reaches the user
+        // information, the host is `h`.
+        let u = parse_typed_keeping_userinfo("https://u:123%2Fpw@h/i.json")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (u.host_str(), u.password(), u.path()),
+            (Some("h"), Some("123%2Fpw"), "/i.json")
+        );
+    }
+
+    #[test]
+    fn messages_and_values_are_masked_by_the_same_rule() {
+        let m = "pw-MARKER-5";
+        let cases = [
+            // To the end of the word: a password holding `/`, in a message.
+            (
+                "https://u:tok/{M}@h/i.json: not a valid URL",
+                "https://***@h/i.json: not a valid URL",
+                "https://h/i.json: not a valid URL",
+            ),
+            (
+                "see https://u:{M}@h.example/x and ftp://a@b",
+                "see https://***@h.example/x and ftp://***@b",
+                "see https://h.example/x and ftp://b",
+            ),
+            // Lenient forms a WHATWG parser reads user information from, and `://` alone.
+            (
+                "cannot use https:u:{M}@h/x, (https:///u:{M}@h) or ://u:{M}@h",
+                "cannot use https:***@h/x, (https:///***@h) or ://***@h",
+                "cannot use https:h/x, (https:///h) or ://h",
+            ),
+            (
+                "records at postgres://admin@127.0.0.1:5432/fleet, not x",
+                "records at postgres://***@127.0.0.1:5432/fleet, not x",
+                "records at postgres://127.0.0.1:5432/fleet, not x",
+            ),
+            ("x=https://u:{M}@h", "x=https://***@h", "x=https://h"),
+            // No URL: unchanged, `@` and colons included.
+            (
+                "/tmp/a@b: no such file (mailto:a@b)",
+                "/tmp/a@b: no such file (mailto:a@b)",
+                "/tmp/a@b: no such file (mailto:a@b)",
+            ),
+        ];
+        for (text, marked, removed) in cases {
+            let text = text.replace("{M}", m);
+            assert_eq!(redact_message(&text, Masked::Marker), marked, "{text}");
+            assert_eq!(redact_message(&text, Masked::Removed), removed, "{text}");
+            assert_eq!(redact_text(&text, Masked::Removed), removed, "{text}");
+        }
+        // A message is never parsed as a URL: nothing comes back percent-encoded.
+        let text = "https://h/i.json: not a valid URL";
+        assert_eq!(redact_message(text, Masked::Removed), text);
+        assert_eq!(redact_text(text, Masked::Removed), text);
+        // A value that is one URL is masked where the parser reads user information: an `@`
+        // in its path stays.
+        for (value, marked, removed) in [
+            (
+                "https://u:{M}@h.example/x?y",
+                "https://***@h.example/x?y",
+                "https://h.example/x?y",
+            ),
+            (
+                "https://h/@scope/pkg.tgz",
+                "https://h/@scope/pkg.tgz",
+                "https://h/@scope/pkg.tgz",
+            ),
+            (
+                "https://***@h/a@b/i.json",
+                "https://***@h/a@b/i.json",
+                "https://h/a@b/i.json",
+            ),
+            ("sha256:00ff", "sha256:00ff", "sha256:00ff"),
+        ] {
+            let value = value.replace("{M}", m);
+            assert_eq!(redact_text(&value, Masked::Marker), marked, "{value}");
+            assert_eq!(redact_text(&value, Masked::Removed), removed, "{value}");
+        }
+        // Whatever the form, nothing returned holds the password or parses with user
+        // information other than the marker.
+        for text in lenient_userinfo_forms(m) {
+            for how in [Masked::Marker, Masked::Removed] {
+                for shown in [redact_text(&text, how), redact_message(&text, how)] {
+                    assert!(!shown.contains(m), "{text:?} -> {shown:?}");
+                    for u in userinfo_read_from(&shown) {
+                        assert_eq!(u, format!("{REDACTED}:"), "{text:?} -> {shown:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

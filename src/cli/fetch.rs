@@ -84,7 +84,8 @@ pub struct PolicyArgs {
     #[arg(long, env = "SKILLBOX_CA_FILE", value_name = "PEM")]
     ca_file: Option<PathBuf>,
     /// HTTP CONNECT proxy, `http://[USER:PASSWORD@]HOST[:PORT]`, or `direct` for none
-    /// [default: the policy file's, else HTTPS_PROXY / https_proxy]. Credentials are never shown.
+    /// [default: the policy file's, else HTTPS_PROXY / https_proxy]. Credentials are never shown;
+    /// a `/`, `?` or `#` in the password is written %2F, %3F, %23.
     #[arg(long, env = "SKILLBOX_PROXY", value_name = "URL")]
     proxy: Option<String>,
     /// Hosts reached without the proxy, comma-separated (subdomains included, `*` for all)
@@ -323,12 +324,16 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     if a.print_policy {
         return match settings(&a.policy, a.artifact_policy.max_bytes) {
             Ok(mut s) => {
-                if let Some(u) = a
-                    .index_url
-                    .as_deref()
-                    .and_then(|u| urls::parse_absolute(u).ok())
-                {
-                    s.policy.allow_index_origin(&u);
+                if let Some(text) = a.index_url.as_deref() {
+                    // Refused as `fetch` refuses it: shown, its origin could repeat part of a
+                    // password (`https://u:123/pw@h` has the origin `https://u:123`).
+                    match urls::parse_typed(text) {
+                        Ok(u) => s.policy.allow_index_origin(&u),
+                        Err(e) => {
+                            let m = format!("{}: {e}", urls::redact_refused(text));
+                            return fail(Exit::Usage, &m, a.json);
+                        }
+                    }
                 }
                 print!("{}", config::render(&s));
                 Exit::Ok
@@ -346,7 +351,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
             return fail(code, &m, a.json);
         }
     };
-    let index_url = match urls::parse_absolute(index_text) {
+    let index_url = match urls::parse_typed(index_text) {
         Ok(u) => u,
         Err(e) => {
             return fail(

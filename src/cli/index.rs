@@ -69,7 +69,7 @@ fn index_check(a: CheckArgs) -> Exit {
     };
     let mut prov = Provenance::default();
     let result = if urls::names_a_url(&a.source) {
-        let url = match urls::parse_absolute(&a.source) {
+        let url = match urls::parse_typed(&a.source) {
             Ok(u) => u,
             Err(e) => {
                 let m = format!("{}: {e}", urls::redact_refused(&a.source));
@@ -89,7 +89,7 @@ fn index_check(a: CheckArgs) -> Exit {
             &mut prov,
         )
     } else {
-        let base = match a.base.as_deref().map(urls::parse_absolute).transpose() {
+        let base = match a.base.as_deref().map(urls::parse_typed).transpose() {
             Ok(b) => b,
             Err(e) => return fail(Exit::Usage, &format!("--base: {e}"), a.json),
         };

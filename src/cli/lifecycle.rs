@@ -21,7 +21,7 @@ use skillbox::lifecycle::fleet::{self, HostChoice, Location};
 use skillbox::lifecycle::ops::{self, Fetcher, InstallReport, Intake, Source, VersionRef};
 use skillbox::lifecycle::policy::{Decision, Policy};
 use skillbox::lifecycle::store::{self, Access, Store};
-use skillbox::lifecycle::{Error, Kind, redact_url};
+use skillbox::lifecycle::{Error, Kind, redact_message};
 use skillbox::reason::display_name;
 use skillbox::skill::review::{Review, escape_bounded};
 
@@ -362,7 +362,7 @@ fn open(c: &Common, access: Access) -> Result<Store, Error> {
 }
 
 fn fail(e: &Error, json_out: bool) -> u8 {
-    let message = redact_url(&e.message);
+    let message = redact_message(&e.message);
     if json_out {
         let mut v = json!({"error": {"kind": kind_str(e.kind), "exit": exit_of(e.kind), "message": message}});
         if let Some(d) = &e.detail {
@@ -442,6 +442,11 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     )
                 })?;
                 ops::parse_skill(&skill).map_err(|e| Error::new(Kind::Usage, e))?;
+                // Typed here (an update reuses the recorded URL, which is not retyped).
+                skillbox::urls::check_typed(&a.source).map_err(|e| {
+                    let shown = skillbox::urls::redact_refused(&a.source);
+                    Error::new(Kind::Usage, format!("{shown}: {e}"))
+                })?;
                 if a.digest.is_some() {
                     return Err(Error::new(
                         Kind::Usage,
@@ -538,8 +543,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         if code == EXIT_OK {
                             code = exit_of(e.kind);
                         }
-                        eprintln!("skillbox: {skill}: {}", redact_url(&e.message));
-                        reports.push(json!({"skill": skill, "error": {"kind": kind_str(e.kind), "message": redact_url(&e.message)}}));
+                        eprintln!("skillbox: {skill}: {}", redact_message(&e.message));
+                        reports.push(json!({"skill": skill, "error": {"kind": kind_str(e.kind), "message": redact_message(&e.message)}}));
                     }
                 }
             }

@@ -66,7 +66,8 @@ pub struct AllowedOrigin {
 impl AllowedOrigin {
     /// Parse `https://host[:port]` (a trailing `/` is tolerated; nothing else may follow).
     pub fn parse(s: &str) -> Result<Self, String> {
-        let url = crate::urls::parse_absolute(s);
+        // Typed (a flag, a variable, the policy file): see `urls::check_typed`.
+        let url = crate::urls::parse_typed(s);
         // Never echo credentials back, not even in the refusal of them.
         // Every message below refuses `s`: masked to its last `@` (a password with `/`, `?`
         // or `#` ends the parsed authority early, and the scoped mask would miss it).

@@ -83,7 +83,8 @@ impl Proxy {
         // Every use below is a refusal, so the mask runs to the last `@`: a password with a `/`
         // (`alice:tok/en@proxy`, `alice:123/x@proxy`) ends the parsed authority before it.
         let shown_text = urls::redact_refused(text).into_owned();
-        let url = urls::parse_absolute_keeping_userinfo(text)
+        // Typed (a flag, a variable, the policy file): see `urls::check_typed`.
+        let url = urls::parse_typed_keeping_userinfo(text)
             .map_err(|e| format!("proxy {shown_text:?}: {e}"))?;
         if url.scheme() != "http" {
             return Err(format!(
@@ -453,6 +454,19 @@ mod tests {
         // A mistyped single slash is refused for its slashes, not read as a host `http`.
         let e = Proxy::parse("http:/proxy:3128").err().unwrap_or_default();
         assert!(e.contains("exactly \"//\""), "{e}");
+        // The refusal says how to write it, and the written-out form reaches the proxy as
+        // the password that was meant.
+        let e = Proxy::parse("http://alice:123/pw-MARK@proxy:3128")
+            .err()
+            .unwrap_or_default();
+        assert!(e.contains("%2F") && !e.contains("pw-MARK"), "{e}");
+        let p =
+            Proxy::parse("http://alice:123%2Fpw-MARK@proxy:3128").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((p.host.as_str(), p.port), ("proxy", 3128));
+        assert_eq!(
+            p.authorization.as_deref(),
+            Some(format!("Basic {}", base64(b"alice:123/pw-MARK")).as_str())
+        );
     }
 
     #[test]

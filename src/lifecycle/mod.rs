@@ -24,6 +24,8 @@ pub mod store;
 
 use serde_json::Value;
 
+use crate::urls::Masked;
+
 /// What kind of failure, so the CLI can map it to its documented exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -102,53 +104,30 @@ pub fn crash_point(op: &str, step: &str) {
     }
 }
 
-/// `url` without its userinfo (`user:password@`): a credential never reaches the records or
-/// the output. Text that is not a URL with userinfo is returned unchanged.
+/// A recorded value (a URL, or a field that may hold URLs) without userinfo
+/// (`user:password@`): a credential never reaches the records or the output. The rule is the
+/// fetch module's ([`crate::urls::redact_text`]): a value that is one URL loses the user
+/// information the parser reads (an `@` in its path stays), anything else is masked as a
+/// message ([`redact_message`]). Here the userinfo is removed, `@` included, not replaced by
+/// the marker: the lifecycle shows no user name either.
 pub fn redact_url(text: &str) -> String {
-    // A message (`URL: why`) is free text, not a URL: parsed whole it came back
-    // percent-encoded (`i.json:%20not%20a%20valid%20URL`).
-    if text.contains(char::is_whitespace) {
-        return redact_embedded(text);
-    }
-    match url::Url::parse(text) {
-        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        _ => redact_embedded(text),
-    }
+    crate::urls::redact_text(text, Masked::Removed).into_owned()
 }
 
-/// Remove `scheme://user:pass@` userinfo appearing anywhere inside free text (messages).
-fn redact_embedded(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        // Up to the end of the word, not the first `/`: a password may hold a `/` (`u:tok/en@h`),
-        // and over-masking a path with an `@` in an error message costs nothing.
-        let end = tail
-            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '>' | ')'))
-            .unwrap_or(tail.len());
-        let word = &tail[..end];
-        match word.rfind('@') {
-            Some(at) => out.push_str(&word[at + 1..]),
-            None => out.push_str(word),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    out
+/// A message (free text, `URL: why`) without userinfo, never parsed as a URL (parsed whole, a
+/// message came back percent-encoded): every URL in it loses everything from its authority to
+/// the last `@` of its word, as the fetch module masks a refused URL
+/// ([`crate::urls::redact_message`]), since a password may hold a `/` (`u:tok/en@h`).
+pub fn redact_message(text: &str) -> String {
+    crate::urls::redact_message(text, Masked::Removed).into_owned()
 }
 
 /// [`redact_url`] over every string in a JSON value.
 pub fn redact_json(v: &mut Value) {
     match v {
         Value::String(s) => {
-            if s.contains("://") {
-                *s = redact_url(s);
+            if let std::borrow::Cow::Owned(r) = crate::urls::redact_text(s, Masked::Removed) {
+                *s = r;
             }
         }
         Value::Array(a) => a.iter_mut().for_each(redact_json),
@@ -179,5 +158,37 @@ mod tests {
         let mut v = serde_json::json!({"a": ["https://:MARKER@h/"], "b": {"c": "x"}});
         redact_json(&mut v);
         assert!(!v.to_string().contains("MARKER"), "{v}");
+    }
+
+    /// The rule is the fetch module's: a recorded URL keeps an `@` of its path (the old
+    /// masker cut every URL to its last `@`, recording `https://registry.example/@scope/x.tgz`
+    /// as `https://scope/x.tgz`), a message is masked to the end of each word, and the
+    /// lenient forms a WHATWG parser reads userinfo from are masked in messages too (the old
+    /// masker looked only for `://`).
+    #[test]
+    fn one_rule_with_the_fetch_module() {
+        for url in [
+            "https://registry.example/@scope/x.tgz",
+            "https://h:8443/.well-known/agent-skills/index.json",
+        ] {
+            assert_eq!(redact_url(url), url);
+        }
+        assert_eq!(
+            redact_url("https://***@h/a@b/i.json"),
+            "https://h/a@b/i.json"
+        );
+        let mut v = serde_json::json!({
+            "resolved_url": "https://registry.example/@scope/x.tgz",
+            "entry": {"description": "mirror at https:u:MARKER@h/x, or //u:MARKER@h/y"},
+        });
+        redact_json(&mut v);
+        assert_eq!(v["resolved_url"], "https://registry.example/@scope/x.tgz");
+        assert_eq!(v["entry"]["description"], "mirror at https:h/x, or //h/y");
+        // A message is masked to the end of the word even when it is one URL and nothing else.
+        assert_eq!(redact_message("https://u:123/MARKER@h/x"), "https://h/x");
+        assert_eq!(
+            redact_message("https:u:MARKER@h/i.json: no such file"),
+            "https:h/i.json: no such file"
+        );
     }
 }

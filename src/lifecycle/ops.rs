@@ -19,7 +19,7 @@ use super::journal::{self, LinkChange};
 use super::policy::{Decision, Facts, Policy};
 use super::records::{Event, HostRow, Install, Listed, State, Tx, Version};
 use super::store::{self, Store};
-use super::{Error, Kind, crash_point, now, redact_json, redact_url};
+use super::{Error, Kind, crash_point, now, redact_json, redact_message, redact_url};
 use crate::digest::Sha256Digest;
 use crate::extract::policy::Limits;
 use crate::extract::{ArtifactType, Request};
@@ -152,7 +152,7 @@ fn acquire_error(e: AcquireError) -> Error {
         | AcquireError::DigestMismatch { .. } => (Kind::Rejected, None),
         AcquireError::NotListed { .. } => (Kind::NotFound, None),
     };
-    let mut err = Error::new(kind, redact_url(&e.to_string()));
+    let mut err = Error::new(kind, redact_message(&e.to_string()));
     err.detail = detail;
     err
 }

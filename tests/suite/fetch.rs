@@ -1990,7 +1990,7 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
         index_check_refuses(&source);
     }
     // An allowed origin whose password holds a `/`, `?` or `#`, or starts with digits (then
-    // it parses, as port 123 and a path, and is refused for the path).
+    // it parses, as port 123 and a path: refused as typed credentials cut short).
     for origin in [
         format!("https://u:{MARKER}/en@example.com"),
         format!("https://u:{MARKER}?en@example.com"),
@@ -2077,6 +2077,210 @@ fn a_password_in_a_leniently_written_url_is_never_echoed() {
         "no index copy kept"
     );
     assert_no_marker_in_dir(&w.cache());
+}
+
+/// A URL a person types that reads as `USER:PASSWORD@HOST` with a `/` (or `?`) in the
+/// password, `https://127.0.0.1:PORT/pw@host/...`, parses as host 127.0.0.1, port PORT and a
+/// path holding the rest of the password. As the index URL of `index check`, `fetch`,
+/// `fetch --print-policy` and `install`, as `--base`, `--allow-origin`, `--proxy` and
+/// `HTTPS_PROXY`, it is refused (exit 2) with a message telling how to write it, never
+/// repeating the password, and nothing is requested from that host. The written-out forms
+/// work, and an `@` in the path of a URL an index lists (not typed) is fetched as listed.
+#[test]
+fn a_typed_url_whose_password_holds_a_slash_is_refused_not_sent() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.server.route("/@scope/SKILL.md", ok(&md, "text/markdown"));
+    let body = index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("scoped", "skill-md", "/@scope/SKILL.md", &sha(&md)),
+    ]);
+    let path = "/.well-known/agent-skills/index.json";
+    // Where the old reading sends the request (the password in the path): served, so that
+    // reading would succeed and show it.
+    let split_path = format!("/{MARKER}@host.example{path}");
+    let encoded_path = format!("/%40scope{path}");
+    for p in [path, split_path.as_str(), encoded_path.as_str()] {
+        w.server.route(p, ok(body.as_bytes(), "application/json"));
+    }
+    let addr = w.server.addr;
+    let split = format!("https://{addr}{split_path}");
+    let split_query = format!("https://{addr}?{MARKER}@host.example{path}");
+    let index = w.server.url(path);
+    let cache = w.cache().display().to_string();
+    let store = w.tmp.path().join("store");
+    let store_arg = store.display().to_string();
+    let home = w.tmp.path().display().to_string();
+    let refused = |o: &Output, what: &str, json: bool| {
+        assert_eq!(code(o), 2, "{what}: {}", explain(o));
+        assert_no_marker(o, what);
+        let message = if json {
+            json_of(o)["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        } else {
+            String::from_utf8_lossy(&o.stderr).into_owned()
+        };
+        assert!(
+            message.contains("USER:PASSWORD@HOST")
+                && message.contains("%2F")
+                && message.contains("%40"),
+            "{what}: {}",
+            explain(o)
+        );
+    };
+    for typed in [&split, &split_query] {
+        for json in [true, false] {
+            let flag = |args: &[&str]| {
+                let mut v = w.args(args);
+                if json {
+                    v.push("--json".into());
+                }
+                v
+            };
+            let o = run(&flag(&["index", "check", typed]));
+            refused(&o, "index check", json);
+            let o = run(&flag(&["fetch", typed, "demo", "--cache-dir", &cache]));
+            refused(&o, "fetch", json);
+            let install = flag(&["install", typed, "demo", "--store", &store_arg]);
+            let o = run_env(&install, &[("HOME", &home)]);
+            refused(&o, "install", json);
+        }
+        let o = run(&["fetch".into(), "--print-policy".into(), typed.clone()]);
+        refused(&o, "--print-policy INDEX_URL", false);
+    }
+    // `--base`, `--allow-origin` and a proxy (flag and variable), typed the same way.
+    let file = w.tmp.path().join("index.json");
+    std::fs::write(&file, &body).unwrap_or_else(|e| panic!("{e}"));
+    let file = file.display().to_string();
+    let o = run(&[
+        "index".into(),
+        "check".into(),
+        file.clone(),
+        "--base".into(),
+        split.clone(),
+    ]);
+    refused(&o, "--base", false);
+    let fetch = ["fetch", &index, "demo", "--cache-dir", &cache];
+    let origin = format!("https://u:123/{MARKER}@example.com");
+    let o = run(&w.args(&[&fetch[..], &["--allow-origin", &origin]].concat()));
+    refused(&o, "--allow-origin", false);
+    let proxy = format!("http://alice:123/{MARKER}@proxy.example:3128");
+    let o = run(&w.args(&[&fetch[..], &["--proxy", &proxy]].concat()));
+    refused(&o, "--proxy", false);
+    let o = run_env(&w.args(&fetch), &[("HTTPS_PROXY", &proxy)]);
+    refused(&o, "HTTPS_PROXY", false);
+    // Nothing was requested with the password, and nothing written holds it.
+    assert_eq!(w.server.hits(&split_path), 0);
+    assert_eq!(w.server.hits("/"), 0);
+    assert_no_marker_in_dir(w.tmp.path());
+
+    // Legitimate forms. A port and a path; the `@` of a path written as %40, as the message
+    // says: fetched from the loopback server.
+    for typed in [index.clone(), w.server.url(&encoded_path)] {
+        let o = run(&w.args(&["index", "check", &typed, "--json"]));
+        assert_eq!(code(&o), 0, "{typed}: {}", explain(&o));
+        assert_eq!(json_of(&o)["source"], typed.as_str());
+        let _ = std::fs::remove_dir_all(w.cache());
+        let o = run(&w.args(&["fetch", &typed, "demo", "--json", "--cache-dir", &cache]));
+        assert_eq!(code(&o), 0, "{typed}: {}", explain(&o));
+        assert_eq!(json_of(&o)["provenance"]["index_url"], typed.as_str());
+    }
+    assert_eq!(w.server.hits(&encoded_path), 2);
+    // An `@` in a path without a port, a port, credentials as written: accepted as `--base`
+    // (credentials shown masked, as before).
+    for (base, resolved) in [
+        (
+            "https://unpkg.example/@scope/index.json",
+            "https://unpkg.example/@scope/SKILL.md",
+        ),
+        (
+            "https://host.example:8443/path/index.json",
+            "https://host.example:8443/@scope/SKILL.md",
+        ),
+        (
+            "https://user:pw@host.example/x/index.json",
+            "https://***@host.example/@scope/SKILL.md",
+        ),
+    ] {
+        std::fs::write(
+            w.tmp.path().join("index.json"),
+            index_json(&[
+                entry("rel", "skill-md", "SKILL.md", &sha(&md)),
+                entry("abs", "skill-md", "/@scope/SKILL.md", &sha(&md)),
+            ]),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let o = run(&[
+            "index".into(),
+            "check".into(),
+            file.clone(),
+            "--base".into(),
+            base.into(),
+            "--json".into(),
+        ]);
+        assert_eq!(code(&o), 0, "{base}: {}", explain(&o));
+        let v = json_of(&o);
+        let by_name = |n: &str| {
+            v["index"]["entries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|e| e["name"] == n)
+                .map(|e| e["url"]["resolved"].clone())
+        };
+        assert_eq!(by_name("abs"), Some(Value::from(resolved)), "{base}: {v:#}");
+        if base.contains("@scope") {
+            assert_eq!(
+                by_name("rel"),
+                Some(Value::from("https://unpkg.example/@scope/SKILL.md"))
+            );
+        }
+    }
+    // An index lists URLs; they are not typed: an `@` in the path of one with a port is
+    // fetched as listed.
+    let _ = std::fs::remove_dir_all(w.cache());
+    let o = w.fetch("scoped", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(
+        json_of(&o)["provenance"]["resolved_url"],
+        w.server.url("/@scope/SKILL.md")
+    );
+    assert_eq!(w.server.hits("/@scope/SKILL.md"), 1);
+}
+
+/// `install` records the provenance through the same masking rule as `fetch` shows it: a URL
+/// is masked where its user information is read, so an `@` in a path is recorded as listed
+/// (the install lifecycle's own masker cut every URL at its last `@`, recording
+/// `https://scope/SKILL.md`).
+#[test]
+fn install_records_a_url_with_an_at_in_its_path_as_fetched() {
+    let w = World::new();
+    let md = skill_md("scoped", "A demo skill");
+    w.server.route("/@scope/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "scoped",
+        "skill-md",
+        "/@scope/SKILL.md",
+        &sha(&md),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let store = w.tmp.path().join("store").display().to_string();
+    let home = w.tmp.path().display().to_string();
+    let install = w.args(&["install", &index, "scoped", "--json", "--store", &store]);
+    let o = run_env(&install, &[("HOME", &home)]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let provenance = ["provenance", "scoped", "--json", "--store", &store];
+    let o = run_env(&provenance.map(String::from), &[("HOME", &home)]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let v = json_of(&o);
+    let prov = &v["version"]["provenance"];
+    let listed = w.server.url("/@scope/SKILL.md");
+    assert_eq!(prov["resolved_url"], listed.as_str(), "{v:#}");
+    assert_eq!(prov["final_url"], listed.as_str(), "{v:#}");
+    assert_eq!(prov["index_url"], index.as_str(), "{v:#}");
 }
 
 /// An index over `--max-index-bytes` exits 3 whether it is fetched (declared or streamed) or
