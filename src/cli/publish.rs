@@ -145,8 +145,10 @@ fn options(args: &PublishArgs) -> Result<Options, Failure> {
 
 /// `--base-url`: absolute https, no user information, query or fragment; a directory URL.
 fn base_url(s: &str) -> Result<url::Url, Failure> {
-    let bad = |why: &str| Failure::usage(format!("--base-url {s:?}: {why}"));
-    let mut url = skillbox::urls::parse_absolute(s).map_err(|e| bad(&e.to_string()))?;
+    // Masked: a base URL typed with a password must not be repeated by its refusal.
+    let shown = skillbox::urls::redact_refused(s);
+    let bad = |why: &str| Failure::usage(format!("--base-url {shown:?}: {why}"));
+    let mut url = skillbox::urls::parse_typed(s).map_err(|e| bad(&e.to_string()))?;
     if url.scheme() != "https" {
         return Err(bad("consumers fetch over https only"));
     }

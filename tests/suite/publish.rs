@@ -902,7 +902,17 @@ fn one_skill_folder_and_usage_errors() {
         (&file, &fresh, vec![]),
         (&empty, &fresh, vec![]),
         (&src, &fresh, vec!["--base-url", "http://example.com/"]),
-        (&src, &fresh, vec!["--base-url", "https://u:p@example.com/"]),
+        (
+            &src,
+            &fresh,
+            vec!["--base-url", "https://u:s3cret-pw@example.com/"],
+        ),
+        // A password holding '/': parses as host u, port 12, the password in the path.
+        (
+            &src,
+            &fresh,
+            vec!["--base-url", "https://u:12/s3cret-pw@example.com/"],
+        ),
         (&src, &fresh, vec!["--format", "rar"]),
         (&src, &link, vec![]),
         (&src, &orphan, vec![]),
@@ -916,6 +926,13 @@ fn one_skill_folder_and_usage_errors() {
         let v = json_of(&o);
         assert_eq!(v["error"]["exit"], 2, "{extra:?}: {v}");
         assert!(!fresh.exists() && !inside.exists(), "{extra:?}");
+        // A refused base URL is never repeated with its password.
+        for text in [&o.stdout, &o.stderr] {
+            assert!(
+                !String::from_utf8_lossy(text).contains("s3cret-pw"),
+                "{extra:?}: {v}"
+            );
+        }
     }
     let o = run(
         &[
