@@ -458,16 +458,17 @@ pub fn install(
             )
         }
         Source::File { path, digest } => {
+            // A name with an `@` may be a mistyped URL with user information
+            // (`user:pw@host/x`): its errors show it masked, as `index check` does.
+            let lossy = path.to_string_lossy();
+            let shown_path = crate::urls::redact_refused(&lossy);
             let file = File::open(path).map_err(|e| {
-                Error::new(
-                    Kind::NotFound,
-                    format!("cannot open {}: {e}", path.display()),
-                )
+                Error::new(Kind::NotFound, format!("cannot open {shown_path}: {e}"))
             })?;
             if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
                 return Err(Error::new(
                     Kind::Usage,
-                    format!("{} is not a regular file", path.display()),
+                    format!("{shown_path} is not a regular file"),
                 ));
             }
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned());

@@ -580,7 +580,16 @@ fn a_url_password_never_reaches_output_or_records() {
             refused.push(o);
         }
     }
-    for o in refused.iter().chain([&o, &o2]) {
+    // Without a scheme it is a file name (none such here), shown masked all the same.
+    let zeros = format!("sha256:{}", "0".repeat(64));
+    let file_like = format!("user:MARKERPASS@{addr}/x.tar.gz");
+    let o3 = w.run(&["install", &file_like, "--digest", &zeros]);
+    assert!(
+        String::from_utf8_lossy(&o3.stderr).contains("cannot open user:***@"),
+        "{}",
+        explain(&o3)
+    );
+    for o in refused.iter().chain([&o, &o2, &o3]) {
         assert!(
             !String::from_utf8_lossy(&o.stdout).contains("MARKERPASS"),
             "{}",
