@@ -266,6 +266,11 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
     }
 }
 
+/// A setting given in milliseconds, as ServerInfo reports it.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 fn code_str(code: i32) -> &'static str {
     pb::ReasonCode::try_from(code)
         .ok()
@@ -554,9 +559,14 @@ impl State {
             max_queued: b.max_queued,
             max_inflight_bytes: b.max_inflight_bytes,
             max_chunk_bytes: b.max_chunk_bytes,
-            extract_timeout_ms: u64::try_from(self.config.extract_timeout.as_millis())
-                .unwrap_or(u64::MAX),
+            extract_timeout_ms: millis(self.config.extract_timeout),
             staging_ttl_seconds: self.config.staging_ttl.as_secs(),
+            header_timeout_ms: millis(self.config.header_timeout),
+            upload_timeout_ms: millis(self.config.upload_timeout),
+            max_tree_streams: b.max_tree_streams,
+            tree_idle_timeout_ms: millis(self.config.tree_idle_timeout),
+            max_kept_trees: self.config.kept.trees,
+            max_kept_bytes: self.config.kept.bytes,
         }
     }
 }
