@@ -10,6 +10,7 @@
 mod admission;
 mod authority;
 pub mod config;
+mod conn;
 
 mod error;
 mod hangup;
