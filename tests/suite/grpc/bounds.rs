@@ -108,6 +108,72 @@ fn a_header_block_that_decodes_to_megabytes_closes_its_connection() {
     }
 }
 
+/// TCP connections do not go through the Unix socket's header layer: there h2's own bound on
+/// the header list (16 KiB advertised) is what stands between a peer and the decoder. The same
+/// 40 KB block that decodes to 160 MB, sent over plaintext TCP on loopback, closes its
+/// connection and leaves the broker's memory under the same bound as on the socket (a TCP path
+/// that decoded it whole, as the socket's layer did unbounded, went from 21 MB to 328 MB
+/// here), and the broker serves a well-behaved client afterwards (an upload and its tree read
+/// back, on plaintext TCP too).
+#[test]
+fn a_header_block_that_decodes_to_megabytes_is_bounded_on_tcp_too() {
+    let port = harness::free_port();
+    let server = Server::start_tcp(port, &[]);
+    let at_start = server.peak_rss();
+
+    let mut conn = ok(std::net::TcpStream::connect(("127.0.0.1", port)), "connect");
+    ok(
+        conn.set_read_timeout(Some(Duration::from_secs(10))),
+        "timeout",
+    );
+    ok(conn.write_all(&amplifying_connection(40_000)), "send");
+    // The server's SETTINGS and a GOAWAY (ENHANCE_YOUR_CALM: h2 stops at its header-list
+    // bound, 16 KiB advertised, and closes the connection), then the end of the connection.
+    // With that bound raised to 1 GiB, h2 kept the connection open and this read timed out.
+    let mut sink = Vec::new();
+    match conn.read_to_end(&mut sink) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the connection was not closed: {e}"),
+    }
+    drop(conn);
+
+    let peak = server.peak_rss();
+    assert!(
+        peak < 100 << 20,
+        "the broker's peak RSS went from {} MB to {} MB",
+        at_start >> 20,
+        peak >> 20
+    );
+
+    let rt = ok(tokio::runtime::Runtime::new(), "runtime");
+    rt.block_on(async {
+        let mut c = ok(
+            skillbox::client::Client::connect(&format!("http://127.0.0.1:{port}")).await,
+            "connect",
+        );
+        let done = ok(
+            c.extract(
+                super::archive_header(),
+                std::io::Cursor::new(skill_tar(&[])),
+                Some(Duration::from_secs(20)),
+            )
+            .await,
+            "extract over TCP",
+        );
+        let staged = done.staged.clone().unwrap_or_else(|| panic!("accepted"));
+        let out = ok(tempfile::tempdir(), "tempdir");
+        let wrote = ok(
+            c.get_tree(&staged.id, &done.outcome.entries, &out.path().join("tree"))
+                .await,
+            "get_tree over TCP",
+        );
+        assert_eq!(wrote.files, 1, "{wrote:?}");
+        ok(c.release(&staged.id).await, "release");
+    });
+    server.assert_clean();
+}
+
 /// An `Extract` whose request stream sends `header` (if any) and then nothing, open until the
 /// returned sender is dropped.
 async fn stalled_extract(
