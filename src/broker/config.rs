@@ -65,8 +65,9 @@ pub struct Settings {
     /// (waiting for a child included); then it fails with DEADLINE_EXCEEDED, its child is
     /// killed and its staging directory removed.
     pub upload_timeout_ms: u64,
-    /// `GetTree` and `ExtractWithTree` streams at once; past it a new one fails at once with
-    /// RESOURCE_EXHAUSTED.
+    /// `GetTree` and `ExtractWithTree` streams at once, and tree streams one connection may
+    /// hold open (ended ones its client has not read to the end included); past either a new
+    /// one fails at once with RESOURCE_EXHAUSTED.
     pub max_tree_streams: u32,
     /// Milliseconds a tree stream may wait for its client to read before it ends with
     /// DEADLINE_EXCEEDED (what it had queued is dropped and its reading thread freed).

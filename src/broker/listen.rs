@@ -18,6 +18,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::{Stream, StreamExt as _};
 
 use super::authority::FixAuthority;
+use super::conn::{self, Tracked};
 use super::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -95,11 +96,11 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
 pub fn unix_incoming(
     listener: UnixListener,
     metrics: Arc<Metrics>,
-) -> impl Stream<Item = io::Result<FixAuthority<UnixStream>>> {
+) -> impl Stream<Item = io::Result<Tracked<FixAuthority<UnixStream>>>> {
     UnixListenerStream::new(listener).filter_map(move |conn| match conn {
         Err(e) => Some(Err(e)),
         Ok(stream) => match stream.peer_cred() {
-            Ok(_) => Some(Ok(FixAuthority::new(stream))),
+            Ok(_) => Some(Ok(Tracked::new(FixAuthority::new(stream)))),
             Err(e) => {
                 metrics.peer_refused();
                 tracing::warn!(error = %e, "connection refused: no peer credentials");
@@ -121,10 +122,7 @@ pub struct PeerPolicy {
 
 impl tonic::service::Interceptor for PeerPolicy {
     fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        let Some(info) = req
-            .extensions()
-            .get::<tonic::transport::server::UdsConnectInfo>()
-        else {
+        let Some(info) = conn::unix_peer(req.extensions()) else {
             return Ok(req);
         };
         match info.peer_cred {
@@ -159,11 +157,11 @@ impl tonic::service::Interceptor for PeerPolicy {
 /// Accepted TCP connections (TLS, when configured, is applied by the server).
 pub fn tcp_incoming(
     listener: TcpListener,
-) -> impl Stream<Item = io::Result<tokio::net::TcpStream>> {
+) -> impl Stream<Item = io::Result<Tracked<tokio::net::TcpStream>>> {
     TcpListenerStream::new(listener).map(|conn| {
         let stream = conn?;
         stream.set_nodelay(true)?;
-        Ok(stream)
+        Ok(Tracked::new(stream))
     })
 }
 

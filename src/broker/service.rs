@@ -18,6 +18,7 @@ use tracing::Instrument as _;
 
 use super::admission::Admission;
 use super::config::Config;
+use super::conn;
 use super::error::RequestError;
 use super::job::{self, Feed, JobFault, KillSwitch, Runner};
 use super::metrics::Metrics;
@@ -94,8 +95,7 @@ fn parse_grpc_timeout(s: &str) -> Option<Duration> {
 }
 
 fn peer_uid<T>(req: &Request<T>) -> Option<u32> {
-    req.extensions()
-        .get::<tonic::transport::server::UdsConnectInfo>()
+    super::conn::unix_peer(req.extensions())
         .and_then(|i| i.peer_cred)
         .map(|c| c.uid())
 }
@@ -155,17 +155,36 @@ impl SkillboxService {
         work.instrument(span).await.map_err(Status::from)
     }
 
+    /// A place among the tree streams, and a slot among those open on the request's connection
+    /// (`conn`: streams whose place is freed stay open in HTTP/2 until their client reads
+    /// them), or RESOURCE_EXHAUSTED now.
+    fn tree_places(
+        &self,
+        ext: &tonic::Extensions,
+    ) -> Result<(tokio::sync::OwnedSemaphorePermit, conn::TreeSlot), Status> {
+        let open = conn::tree_slot(ext, self.state.config.bounds.max_tree_streams).ok_or(
+            RequestError::Overloaded {
+                what: conn::TOO_MANY_ON_CONNECTION,
+            },
+        )?;
+        Ok((self.state.admission.tree_stream()?, open))
+    }
+
     /// Stream the kept tree `id` on a blocking thread, holding `place` among the tree streams
-    /// while it reads (see `tree::send` for when it is freed); released afterwards when
-    /// `release`. With no tree (a rejection), the place is freed once `first` is queued.
+    /// while it reads (see `tree::send` for when it is freed) and `open` on its connection
+    /// until hyper drops the stream; released afterwards when `release`. With no tree (a
+    /// rejection), the place is freed once `first` is queued, and `open` at once.
     fn stream_tree(
         &self,
         id: String,
         first: Option<pb::TreePart>,
         release: bool,
-        place: tokio::sync::OwnedSemaphorePermit,
+        (place, open): (tokio::sync::OwnedSemaphorePermit, conn::TreeSlot),
     ) -> Result<tree::TreeStream, Status> {
-        let (tx, stream) = tree::channel(place, self.state.config.tree_idle_timeout);
+        // A rejection's stream is one small answer, like a unary one: it takes no slot on its
+        // connection.
+        let open = (!id.is_empty()).then_some(open);
+        let (tx, stream) = tree::channel(place, open, self.state.config.tree_idle_timeout);
         if let Some(part) = first {
             // The channel is new and empty: the first part always fits.
             tx.first(Ok(part));
@@ -214,7 +233,8 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
         &self,
         request: Request<pb::GetTreeRequest>,
     ) -> Result<Response<Self::GetTreeStream>, Status> {
-        let id = request.into_inner().staging_id;
+        let (_, ext, request) = request.into_parts();
+        let id = request.staging_id;
         if !is_staging_id(&id) {
             return Err(RequestError::invalid(
                 "staging_id",
@@ -222,8 +242,8 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
             )
             .into());
         }
-        let place = self.state.admission.tree_stream()?;
-        self.stream_tree(id, None, false, place).map(Response::new)
+        let places = self.tree_places(&ext)?;
+        self.stream_tree(id, None, false, places).map(Response::new)
     }
 
     type ExtractWithTreeStream = tree::TreeStream;
@@ -234,13 +254,13 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
     ) -> Result<Response<Self::ExtractWithTreeStream>, Status> {
         // Its place among the tree streams first: refused now, before any work, rather than
         // after a tree was accepted that it could not send.
-        let place = self.state.admission.tree_stream()?;
+        let places = self.tree_places(request.extensions())?;
         let answer = self.answer(request).await?;
         let id = answer.staging_id.clone();
         let first = pb::TreePart {
             part: Some(pb::tree_part::Part::Answer(answer)),
         };
-        self.stream_tree(id, Some(first), true, place)
+        self.stream_tree(id, Some(first), true, places)
             .map(Response::new)
     }
 
@@ -264,6 +284,11 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
     ) -> Result<Response<pb::ServerInfoResponse>, Status> {
         Ok(Response::new(self.state.server_info()))
     }
+}
+
+/// A setting given in milliseconds, as ServerInfo reports it.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn code_str(code: i32) -> &'static str {
@@ -554,9 +579,14 @@ impl State {
             max_queued: b.max_queued,
             max_inflight_bytes: b.max_inflight_bytes,
             max_chunk_bytes: b.max_chunk_bytes,
-            extract_timeout_ms: u64::try_from(self.config.extract_timeout.as_millis())
-                .unwrap_or(u64::MAX),
+            extract_timeout_ms: millis(self.config.extract_timeout),
             staging_ttl_seconds: self.config.staging_ttl.as_secs(),
+            header_timeout_ms: millis(self.config.header_timeout),
+            upload_timeout_ms: millis(self.config.upload_timeout),
+            max_tree_streams: b.max_tree_streams,
+            tree_idle_timeout_ms: millis(self.config.tree_idle_timeout),
+            max_kept_trees: self.config.kept.trees,
+            max_kept_bytes: self.config.kept.bytes,
         }
     }
 }

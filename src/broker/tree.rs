@@ -16,6 +16,8 @@
 //! thread and the queued chunks are what it bounds: it is freed when [`send`] returns (the
 //! connection took every queued part, or the stream was ended or abandoned), never left to the
 //! connection, which stops polling a stream whose client gives it no flow-control window.
+//! What the connection took for such a stream stays until the stream goes in HTTP/2; the
+//! response side holds the stream's slot on its connection for that long ([`super::conn`]).
 
 use std::fs::File;
 use std::io::{self, Read as _};
@@ -30,6 +32,7 @@ use nix::sys::stat::{SFlag, fstat};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tonic::Status;
 
+use super::conn::TreeSlot;
 use crate::convert;
 use crate::digest::Hasher;
 use crate::extract::inventory::{Entry, Kind};
@@ -45,9 +48,12 @@ pub type Part = Result<pb::TreePart, Status>;
 
 /// The response stream of a tree: what the reading thread queued, then the end. It holds no
 /// place: hyper drops it only when the stream completes or the connection goes, and polls it
-/// no more while a part it took waits for the client's window, which may be never.
+/// no more while a part it took waits for the client's window, which may be never. It holds
+/// its connection's slot among the tree streams open there (`conn`), which bounds how many
+/// such streams, with the part hyper took for each, one connection can keep.
 pub struct TreeStream {
     queue: Arc<Mutex<Queue>>,
+    _open: Option<TreeSlot>,
 }
 
 enum Queue {
@@ -65,9 +71,14 @@ pub struct Sender {
     _place: OwnedSemaphorePermit,
 }
 
-/// A tree stream whose sending side holds `place`, whose client may leave it unread for
-/// `idle` at most.
-pub fn channel(place: OwnedSemaphorePermit, idle: Duration) -> (Sender, TreeStream) {
+/// A tree stream whose sending side holds `place` and whose response side holds `open` (its
+/// slot on the connection, if it carries a tree), whose client may leave it unread for `idle`
+/// at most.
+pub fn channel(
+    place: OwnedSemaphorePermit,
+    open: Option<TreeSlot>,
+    idle: Duration,
+) -> (Sender, TreeStream) {
     let (tx, rx) = mpsc::channel(QUEUE_PARTS);
     let queue = Arc::new(Mutex::new(Queue::Open(rx)));
     (
@@ -77,7 +88,7 @@ pub fn channel(place: OwnedSemaphorePermit, idle: Duration) -> (Sender, TreeStre
             idle,
             _place: place,
         },
-        TreeStream { queue },
+        TreeStream { queue, _open: open },
     )
 }
 

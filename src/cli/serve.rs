@@ -138,8 +138,9 @@ pub struct ServeArgs {
         default_value_t = 60_000
     )]
     pub upload_timeout_ms: u64,
-    /// `GetTree` and `ExtractWithTree` streams at once; past it a new one fails at once with
-    /// RESOURCE_EXHAUSTED.
+    /// `GetTree` and `ExtractWithTree` streams at once, and tree streams one connection may
+    /// hold open (ended ones its client has not read to the end included); past either a new
+    /// one fails at once with RESOURCE_EXHAUSTED.
     #[arg(
         long,
         env = "SKILLBOX_MAX_TREE_STREAMS",

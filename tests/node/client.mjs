@@ -4,7 +4,8 @@
 // Against --target (`unix:///path` or `host:port`, with --ca for TLS) it sends a valid package
 // and expects an acceptance, then reads the accepted tree back with GetTree and checks every
 // file's bytes against the sha256 of the inventory; sends a hostile package and expects a
-// rejection; releases what it was given. Prints one JSON object; exits non-zero on any surprise.
+// rejection; releases what it was given; asks ServerInfo and reports its deadlines and stream
+// and kept-tree bounds. Prints one JSON object; exits non-zero on any surprise.
 
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -144,6 +145,20 @@ async function main() {
   };
   if (h.verdict !== "VERDICT_REJECTED" || h.staging_id) {
     fail(`unexpected answer for a hostile package: ${JSON.stringify(h)}`);
+  }
+
+  const info = await unary("ServerInfo", {});
+  seen.server_info = { version: info.version };
+  for (const field of [
+    "header_timeout_ms",
+    "upload_timeout_ms",
+    "max_tree_streams",
+    "tree_idle_timeout_ms",
+    "max_kept_trees",
+    "max_kept_bytes",
+  ]) {
+    // 64-bit fields arrive as strings (`longs: String`), 32-bit ones as numbers.
+    seen.server_info[field] = String(info[field]);
   }
   console.log(JSON.stringify(seen));
 }

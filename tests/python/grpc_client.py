@@ -6,7 +6,9 @@ directory, then over a stock channel with no options (the broker's Unix socket, 
   - sends a valid package (header with its digest, then chunks) and expects an acceptance,
     then releases the staged tree;
   - sends a package with a `../` entry and expects a rejection with REASON_CODE_PATH_TRAVERSAL;
-  - sends a malformed digest and expects INVALID_ARGUMENT.
+  - sends a malformed digest and expects INVALID_ARGUMENT;
+  - asks ServerInfo and reports its version, a limit, and its deadlines and stream and
+    kept-tree bounds.
 Prints one JSON object with what it saw; exits non-zero on any surprise.
 """
 
@@ -141,6 +143,9 @@ def main():
 
         info = client.ServerInfo(pb.ServerInfoRequest(), timeout=10)
         seen["server_info"] = {"version": info.version, "max_entries": info.limits.max_entries}
+        for field in ("header_timeout_ms", "upload_timeout_ms", "max_tree_streams",
+                      "tree_idle_timeout_ms", "max_kept_trees", "max_kept_bytes"):
+            seen["server_info"][field] = getattr(info, field)
         print(json.dumps(seen))
 
 

@@ -240,13 +240,44 @@ async fn tcp_with_mutual_tls() {
     drop(server);
 }
 
+/// The deadlines and stream and kept-tree bounds a server is started with, each a value of its
+/// own and none the default, and what ServerInfo must say for them (in its field order).
+const SERVER_INFO_FLAGS: &[(&str, &str, u64)] = &[
+    ("--header-timeout-ms", "4321", 4321),
+    ("--upload-timeout-ms", "54321", 54321),
+    ("--max-tree-streams", "7", 7),
+    ("--tree-idle-timeout-ms", "23456", 23456),
+    ("--max-kept-trees", "99", 99),
+    ("--max-kept-bytes", "3G", 3 << 30),
+];
+
+fn server_info_flags() -> Vec<&'static str> {
+    SERVER_INFO_FLAGS
+        .iter()
+        .flat_map(|(flag, value, _)| [*flag, *value])
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_info_reports_limits_and_bounds() {
-    let server = Server::start(&["--max-children", "3", "--max-queued", "5"]);
+    let mut args = vec!["--max-children", "3", "--max-queued", "5"];
+    args.extend(server_info_flags());
+    let server = Server::start(&args);
     let mut c = server.client().await;
     let info = ok(c.server_info().await, "server info");
     assert_eq!(info.version, env!("CARGO_PKG_VERSION"));
     assert_eq!((info.max_children, info.max_queued), (3, 5));
+    let reported = [
+        info.header_timeout_ms,
+        info.upload_timeout_ms,
+        u64::from(info.max_tree_streams),
+        info.tree_idle_timeout_ms,
+        info.max_kept_trees,
+        info.max_kept_bytes,
+    ];
+    for ((flag, _, want), got) in SERVER_INFO_FLAGS.iter().zip(reported) {
+        assert_eq!(got, *want, "ServerInfo for {flag}: {info:?}");
+    }
     assert!(info.confined, "extractions are confined on this host");
     assert!(info.seccomp && info.landlock_abi > 0, "{info:?}");
     let limits = info.limits.unwrap_or_default();
@@ -1316,6 +1347,19 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
     let (art, evil) = (art.to_str().unwrap_or(""), evil.to_str().unwrap_or(""));
     let digest = skillbox::digest::Sha256Digest::of_bytes(&tar).to_string();
 
+    // Each field the clients decoded, against the flag both servers were started with (JSON
+    // numbers from Python, strings from Node).
+    let check_server_info = |v: &serde_json::Value| {
+        for (flag, _, want) in SERVER_INFO_FLAGS {
+            let field = flag.trim_start_matches("--").replace('-', "_");
+            let got = &v["server_info"][&field];
+            let got = got
+                .as_u64()
+                .or_else(|| got.as_str().and_then(|s| s.parse().ok()));
+            assert_eq!(got, Some(*want), "ServerInfo {field} for {flag}: {v}");
+        }
+    };
+
     let check_python = |v: &serde_json::Value| {
         assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
         assert_eq!(v["accepted"]["digest"], digest.as_str(), "{v}");
@@ -1325,6 +1369,7 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
             v["tree"]["files_checked"], 2,
             "SKILL.md and the script: {v}"
         );
+        check_server_info(v);
     };
     let check_node = |v: &serde_json::Value| {
         assert_eq!(v["accepted"]["verdict"], "VERDICT_ACCEPTED", "{v}");
@@ -1334,9 +1379,11 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
             v["tree"]["files_checked"], 2,
             "SKILL.md and the script: {v}"
         );
+        check_server_info(v);
     };
 
-    let server = Server::start(&[]);
+    // Started with none of the defaults, so that ServerInfo shows each setting's own value.
+    let server = Server::start(&server_info_flags());
     let socket = server.socket().to_str().unwrap_or("");
     check_python(&python(&["--socket", socket, "--artifact", art, "--tree"]));
     let unix = format!("unix://{socket}");
@@ -1354,15 +1401,10 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
 
     let pki = harness::Pki::new();
     let port = harness::free_port();
-    let server = Server::start_tcp(
-        port,
-        &[
-            "--tls-cert",
-            &pki.path("server.pem"),
-            "--tls-key",
-            &pki.path("server.key"),
-        ],
-    );
+    let (cert, key) = (pki.path("server.pem"), pki.path("server.key"));
+    let mut args = vec!["--tls-cert", &cert, "--tls-key", &key];
+    args.extend(server_info_flags());
+    let server = Server::start_tcp(port, &args);
     let target = format!("127.0.0.1:{port}");
     let ca = pki.path("ca.pem");
     check_python(&python(&[

@@ -108,6 +108,72 @@ fn a_header_block_that_decodes_to_megabytes_closes_its_connection() {
     }
 }
 
+/// TCP connections do not go through the Unix socket's header layer: there h2's own bound on
+/// the header list (16 KiB advertised) is what stands between a peer and the decoder. The same
+/// 40 KB block that decodes to 160 MB, sent over plaintext TCP on loopback, closes its
+/// connection and leaves the broker's memory under the same bound as on the socket (a TCP path
+/// that decoded it whole, as the socket's layer did unbounded, went from 21 MB to 328 MB
+/// here), and the broker serves a well-behaved client afterwards (an upload and its tree read
+/// back, on plaintext TCP too).
+#[test]
+fn a_header_block_that_decodes_to_megabytes_is_bounded_on_tcp_too() {
+    let port = harness::free_port();
+    let server = Server::start_tcp(port, &[]);
+    let at_start = server.peak_rss();
+
+    let mut conn = ok(std::net::TcpStream::connect(("127.0.0.1", port)), "connect");
+    ok(
+        conn.set_read_timeout(Some(Duration::from_secs(10))),
+        "timeout",
+    );
+    ok(conn.write_all(&amplifying_connection(40_000)), "send");
+    // The server's SETTINGS and a GOAWAY (ENHANCE_YOUR_CALM: h2 stops at its header-list
+    // bound, 16 KiB advertised, and closes the connection), then the end of the connection.
+    // With that bound raised to 1 GiB, h2 kept the connection open and this read timed out.
+    let mut sink = Vec::new();
+    match conn.read_to_end(&mut sink) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the connection was not closed: {e}"),
+    }
+    drop(conn);
+
+    let peak = server.peak_rss();
+    assert!(
+        peak < 100 << 20,
+        "the broker's peak RSS went from {} MB to {} MB",
+        at_start >> 20,
+        peak >> 20
+    );
+
+    let rt = ok(tokio::runtime::Runtime::new(), "runtime");
+    rt.block_on(async {
+        let mut c = ok(
+            skillbox::client::Client::connect(&format!("http://127.0.0.1:{port}")).await,
+            "connect",
+        );
+        let done = ok(
+            c.extract(
+                super::archive_header(),
+                std::io::Cursor::new(skill_tar(&[])),
+                Some(Duration::from_secs(20)),
+            )
+            .await,
+            "extract over TCP",
+        );
+        let staged = done.staged.clone().unwrap_or_else(|| panic!("accepted"));
+        let out = ok(tempfile::tempdir(), "tempdir");
+        let wrote = ok(
+            c.get_tree(&staged.id, &done.outcome.entries, &out.path().join("tree"))
+                .await,
+            "get_tree over TCP",
+        );
+        assert_eq!(wrote.files, 1, "{wrote:?}");
+        ok(c.release(&staged.id).await, "release");
+    });
+    server.assert_clean();
+}
+
 /// An `Extract` whose request stream sends `header` (if any) and then nothing, open until the
 /// returned sender is dropped.
 async fn stalled_extract(
@@ -515,6 +581,145 @@ async fn unreleased_trees_are_bounded_in_count_and_bytes() {
     let big_again = staged(extract(&mut c, package(600_000)).await);
     for s in [again, big_again, third] {
         ok(c.release(&s.id).await, "release");
+    }
+    server.assert_clean();
+}
+
+/// Tree streams whose client gives them no flow-control window stay open in HTTP/2 after
+/// their place is freed: hyper keeps the part it took for each, waiting for a window that
+/// never comes. A tree that fits in what the connection takes at once frees its place at once,
+/// and a larger one when the idle timeout ends it, so without a bound per connection one
+/// client connection collected them up to HTTP/2's 1024 streams (256 here, alternating the two
+/// kinds: the broker went from 24 MB to 74 MB; 1024 of the first kind, 23 MB to 198 MB). Each
+/// connection may hold at most --max-tree-streams tree streams open, ended or not: the next one
+/// on it is refused at once, naming the bound, and the broker's memory stays put. Another
+/// connection is served meanwhile, and the slots come back when the client resets its streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_no_more_open_tree_streams_than_the_bound() {
+    const STREAMS: usize = 16;
+    let server = Server::start(&[
+        "--max-tree-streams",
+        &STREAMS.to_string(),
+        "--tree-idle-timeout-ms",
+        "300",
+    ]);
+    let mut c = server.client().await;
+    // 250 KB: the connection takes the whole tree at once (the place is freed at once); 1 MiB:
+    // it does not (the place is freed by the idle timeout).
+    let mut trees = Vec::new();
+    for size in [250_000u32, 1 << 20] {
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+        let tar = skill_tar(&[("data/bin", &data, 0o644)]);
+        let done = ok(
+            c.extract(super::archive_header(), std::io::Cursor::new(tar), None)
+                .await,
+            "extract",
+        );
+        trees.push(done);
+    }
+    let stalled = ok(
+        ok(skillbox::client::endpoint(&server.uri()), "endpoint")
+            .initial_stream_window_size(0)
+            .connect()
+            .await,
+        "connect",
+    );
+    let mut stalled = skillbox::proto::skillbox_client::SkillboxClient::new(stalled);
+    let get = |n: usize| skillbox::proto::GetTreeRequest {
+        staging_id: trees[n % 2]
+            .staged
+            .as_ref()
+            .map_or_else(String::new, |s| s.id.clone()),
+    };
+    let at_start = server.peak_rss();
+
+    // Open and never read, round after round as places free, until the connection is refused.
+    let mut unread = Vec::new();
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let refused = loop {
+        assert!(
+            std::time::Instant::now() < until,
+            "{} streams open on one connection and none refused",
+            unread.len()
+        );
+        match stalled.get_tree(get(unread.len())).await {
+            Ok(s) if unread.len() < 256 => unread.push(s.into_inner()),
+            Ok(_) => panic!(
+                "256 tree streams open on one connection: the broker's peak RSS went from {} MB to {} MB",
+                at_start >> 20,
+                server.peak_rss() >> 20
+            ),
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                if s.message().contains("per connection") {
+                    break s;
+                }
+                // Every place is taken: wait for the idle timeout to free one.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(s) => panic!("get_tree: {s:?}"),
+        }
+    };
+    assert!(
+        refused.message().contains("--max-tree-streams"),
+        "{refused:?}"
+    );
+    assert_eq!(
+        unread.len(),
+        STREAMS,
+        "open when the connection was refused"
+    );
+    let peak = server.peak_rss();
+    assert!(
+        peak < at_start + (24 << 20),
+        "the broker's peak RSS went from {} MB to {} MB",
+        at_start >> 20,
+        peak >> 20
+    );
+    // ExtractWithTree on that connection is refused before its upload, too.
+    let with_tree = stalled
+        .extract_with_tree(tokio_stream::iter(Vec::new()))
+        .await;
+    let with_tree = with_tree
+        .err()
+        .unwrap_or_else(|| panic!("ExtractWithTree was served"));
+    assert!(
+        with_tree.message().contains("per connection"),
+        "{with_tree:?}"
+    );
+
+    // Another connection gets its tree once a place frees.
+    let out = ok(tempfile::tempdir(), "tempdir");
+    let wrote = tree_once_a_place_frees(
+        &mut c,
+        &trees[1]
+            .staged
+            .as_ref()
+            .map_or_else(String::new, |s| s.id.clone()),
+        &trees[1].outcome.entries,
+        &out.path().join("tree"),
+    )
+    .await;
+    assert_eq!(wrote.files, 2, "{wrote:?}");
+
+    // Reset by their client, the streams give their slots back: the connection may open
+    // another.
+    drop(unread);
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    let again = loop {
+        match stalled.get_tree(get(0)).await {
+            Ok(s) => break s.into_inner(),
+            Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                assert!(std::time::Instant::now() < until, "still refused: {s:?}");
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Err(s) => panic!("get_tree: {s:?}"),
+        }
+    };
+    drop(again);
+    for done in &trees {
+        if let Some(s) = &done.staged {
+            ok(c.release(&s.id).await, "release");
+        }
     }
     server.assert_clean();
 }
