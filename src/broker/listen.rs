@@ -117,12 +117,23 @@ pub fn unix_incoming(
 #[derive(Clone)]
 pub struct PeerPolicy {
     pub allow: Arc<[u32]>,
+    /// Serving a Unix socket: then a request without a Unix peer is refused, never waved
+    /// through (fail closed: a connection wrapper that changed what a request carries would
+    /// otherwise lift the uid rule for everyone, silently).
+    pub unix: bool,
     pub metrics: Arc<Metrics>,
 }
 
 impl tonic::service::Interceptor for PeerPolicy {
     fn call(&mut self, req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         let Some(info) = conn::unix_peer(req.extensions()) else {
+            if self.unix {
+                self.metrics.peer_refused();
+                tracing::warn!("request refused: no Unix peer recorded for it");
+                return Err(tonic::Status::permission_denied(
+                    "no peer credentials on this socket connection",
+                ));
+            }
             return Ok(req);
         };
         match info.peer_cred {
@@ -195,5 +206,23 @@ mod tests {
             Err(ListenError::NotASocket { .. })
         ));
         assert!(file.exists());
+    }
+
+    /// The uid rule fails closed: on a Unix socket, a request that carries no Unix peer (a
+    /// connection wrapper that changed what requests carry) is refused, not waved through.
+    #[test]
+    fn a_unix_policy_refuses_a_request_without_a_unix_peer() {
+        use tonic::service::Interceptor as _;
+        let policy = |unix| PeerPolicy {
+            allow: Arc::from([0, 1000]),
+            unix,
+            metrics: Arc::new(Metrics::default()),
+        };
+        let refused = policy(true)
+            .call(tonic::Request::new(()))
+            .expect_err("refused");
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        // TCP carries no uid: TLS decides there.
+        assert!(policy(false).call(tonic::Request::new(())).is_ok());
     }
 }

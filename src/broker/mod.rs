@@ -226,6 +226,7 @@ pub async fn serve(
     let router = builder
         .layer(tonic::service::InterceptorLayer::new(listen::PeerPolicy {
             allow,
+            unix: matches!(config.listen, config::Listen::Unix { .. }),
             metrics: Arc::clone(&metrics),
         }))
         .add_service(health_service)
