@@ -200,6 +200,12 @@ pub enum ScriptSignal {
     Shebang,
     ExecutableBit,
     Extension,
+    /// SKILL.md runs it (`python3 tools/convert.txt` in a code block or an inline code span):
+    /// whatever its name, a file an agent is told to run is a program.
+    RunBySkillMd,
+    /// A symbolic link that names a script (`scripts/run.sh`, `tool.py`) points at it: running
+    /// the link runs this file.
+    LinkedAsScript,
 }
 
 /// One script of the package.
@@ -353,6 +359,11 @@ pub fn review_captured(
         r.read(&mut reader, e, cap, &mut buf)?;
         let parsed = frontmatter::parse(&buf, &limits.frontmatter).map_err(ReviewError::Invalid)?;
         r.frontmatter(parsed, listed);
+        // Before any other file is classified: a file SKILL.md runs is a script whatever its
+        // name, so a capability moved into `tools/convert.txt` is still code.
+        for path in run_by_skill_md(&buf, entries) {
+            r.run.entry(path).or_insert(ScriptSignal::RunBySkillMd);
+        }
         let mut lines = scan::Triggers::get().lines(&buf);
         r.text(e, &buf, TextKind::Markdown, true, &mut lines);
     }
@@ -478,6 +489,9 @@ struct Reviewer<'a> {
     caps: BTreeMap<HitKind, BTreeSet<String>>,
     mentions: BTreeMap<HitKind, BTreeSet<String>>,
     executables: BTreeSet<String>,
+    /// Files run by name rather than known by it: run by SKILL.md, or the target of a link
+    /// named as a script (see [`ScriptSignal`]).
+    run: BTreeMap<String, ScriptSignal>,
     scanner: Scanner,
 }
 
@@ -495,6 +509,7 @@ impl<'a> Reviewer<'a> {
             caps: BTreeMap::new(),
             mentions: BTreeMap::new(),
             executables: BTreeSet::new(),
+            run: linked_as_scripts(entries),
             scanner: Scanner::default(),
         }
     }
@@ -659,11 +674,15 @@ impl<'a> Reviewer<'a> {
         if ext_interp.is_some() || (head.is_none() && e.flags.contains(&Flag::Script)) {
             signals.push(ScriptSignal::Extension);
         }
+        let run = self.run.get(&e.path).copied();
+        if let Some(signal) = run {
+            signals.push(signal);
+        }
         if (executable || native.is_some()) && self.executables.len() < self.limits.max_subjects {
             self.executables.insert(e.path.clone());
         }
         // A nested archive is data kept opaque, not a program: only native magic makes it one.
-        if native.is_some() || (binary && !nested && !signals.is_empty()) {
+        if native.is_some() || (binary && (!nested || run.is_some()) && !signals.is_empty()) {
             let what = native.map_or("non-text content", |k| k.1);
             let excerpt = format!(
                 "{what}, {} bytes{}",
@@ -680,7 +699,8 @@ impl<'a> Reviewer<'a> {
                 subject: Some(subject.into()),
             });
         }
-        let script = !signals.is_empty() && !nested;
+        // A nested archive is data unless something runs it (`python3 tool.pyz`).
+        let script = !signals.is_empty() && (!nested || run.is_some());
         if script {
             let interpreter = match (&shebang, native, ext_interp) {
                 (Some(Some(s)), _, _) => Some(s.clone()),
@@ -946,6 +966,207 @@ impl<'a> Reviewer<'a> {
         c.complete = c.truncated_files.is_empty() && c.unread_files == 0 && c.subjects_dropped == 0;
         self.out
     }
+}
+
+/// The package path `path` (relative, `/`-separated) names once the package's own symbolic
+/// links are followed, component by component (a linked directory too); `None` when it leaves
+/// the package, loops or names nothing in it.
+fn resolve_in_package<'e>(path: &str, nodes: &HashMap<&'e str, &'e Entry>) -> Option<&'e Entry> {
+    let mut parts: Vec<String> = Vec::new();
+    let mut todo: Vec<String> = path.split('/').rev().map(str::to_owned).collect();
+    let mut hops = 0;
+    while let Some(c) = todo.pop() {
+        match c.as_str() {
+            "" | "." => continue,
+            ".." => {
+                parts.pop()?;
+                continue;
+            }
+            _ => parts.push(c),
+        }
+        let here = parts.join("/");
+        let e = nodes.get(here.as_str())?;
+        if e.kind == Kind::Symlink {
+            hops += 1;
+            let target = e.link_target.as_deref()?;
+            if hops > 16 || target.starts_with('/') {
+                return None;
+            }
+            parts.pop();
+            todo.extend(target.split('/').rev().map(str::to_owned));
+        }
+    }
+    let here = parts.join("/");
+    nodes.get(here.as_str()).copied()
+}
+
+/// Whether a file at `path` is a script by its name alone: a script extension, or under
+/// `scripts/` with none (see [`Reviewer::classify`]).
+fn script_by_name(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match extension(path) {
+        Some(ext) => interpreter_for_extension(ext).is_some(),
+        None => path.starts_with("scripts/") && !is_doc_name(name),
+    }
+}
+
+/// Regular files a symbolic link named as a script points at (`scripts/run.sh ->
+/// ../assets/a.txt`): running the link runs them, so they are scripts whatever their own name.
+fn linked_as_scripts(entries: &[Entry]) -> BTreeMap<String, ScriptSignal> {
+    let nodes: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
+    entries
+        .iter()
+        .filter(|e| e.kind == Kind::Symlink && script_by_name(&e.path))
+        .filter_map(|e| resolve_in_package(&e.path, &nodes))
+        .filter(|t| t.kind == Kind::File)
+        .map(|t| (t.path.clone(), ScriptSignal::LinkedAsScript))
+        .collect()
+}
+
+/// Programs that run the file named among their arguments (`python3 x`, `go run x`,
+/// `source x`). Versioned names (`python3.12`) count as their base name.
+fn is_runner(word: &str) -> bool {
+    let base = word.rsplit('/').next().unwrap_or(word);
+    let base = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let base = base
+        .strip_suffix(".exe")
+        .unwrap_or(base)
+        .to_ascii_lowercase();
+    matches!(
+        base.as_str(),
+        "python"
+            | "py"
+            | "pypy"
+            | "bash"
+            | "sh"
+            | "zsh"
+            | "dash"
+            | "ksh"
+            | "mksh"
+            | "fish"
+            | "source"
+            | "."
+            | "node"
+            | "nodejs"
+            | "deno"
+            | "bun"
+            | "tsx"
+            | "ts-node"
+            | "npx"
+            | "uv"
+            | "uvx"
+            | "poetry"
+            | "pipenv"
+            | "ruby"
+            | "perl"
+            | "php"
+            | "lua"
+            | "luajit"
+            | "rscript"
+            | "r"
+            | "tclsh"
+            | "wish"
+            | "pwsh"
+            | "powershell"
+            | "osascript"
+            | "awk"
+            | "gawk"
+            | "mawk"
+            | "go"
+            | "java"
+            | "jshell"
+            | "kotlin"
+            | "kotlinc"
+            | "groovy"
+            | "swift"
+            | "elixir"
+            | "julia"
+            | "dart"
+            | "scala"
+            | "scala-cli"
+            | "make"
+            | "gmake"
+            | "just"
+            | "cmd"
+            | "cscript"
+            | "wscript"
+            | "dotnet"
+            | "nu"
+            | "raku"
+            | "perl6"
+            | "xargs"
+            | "exec"
+            | "sudo"
+            | "env"
+            | "nohup"
+            | "time"
+            | "timeout"
+            | "nice"
+    )
+}
+
+/// Regular files of the package SKILL.md runs: in its code blocks (not data blocks) and its
+/// inline code spans, the first word of a command when it names a package file (`./tools/setup`)
+/// and, after a program that runs files (`python3`, `bash`, `go run`, ...), the first argument
+/// naming one (`python3 -u tools/convert.txt in.pdf`). A path is found whatever prefix it is
+/// written under (`$SKILL_DIR/`, `{baseDir}/`), and the package's symbolic links are followed.
+fn run_by_skill_md(content: &[u8], entries: &[Entry]) -> BTreeSet<String> {
+    let nodes: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
+    let mut out = BTreeSet::new();
+    // The package file a word names: the word itself, or its longest suffix after a `/`.
+    let file_of = |word: &str| -> Option<String> {
+        let w = word.trim_matches(|c: char| matches!(c, '"' | '\'' | '(' | ')' | '{' | '}'));
+        let w = w.strip_prefix("./").unwrap_or(w);
+        std::iter::once(w)
+            .chain(w.match_indices('/').map(|(i, _)| &w[i + 1..]))
+            .filter(|s| !s.is_empty())
+            .find_map(|s| resolve_in_package(s, &nodes).filter(|e| e.kind == Kind::File))
+            .map(|e| e.path.clone())
+    };
+    let command = |text: &str, out: &mut BTreeSet<String>| {
+        for segment in text.split(['|', ';', '&', '`', '(', ')', '\r']) {
+            let mut words = segment
+                .split_whitespace()
+                .skip_while(|w| w.contains('=') && !w.starts_with('-') && !w.contains('/'))
+                .peekable();
+            let Some(first) = words.next() else { continue };
+            if let Some(f) = file_of(first) {
+                out.insert(f);
+            } else if is_runner(first)
+                && let Some(f) = words.filter(|w| !w.starts_with('-')).find_map(file_of)
+            {
+                out.insert(f);
+            }
+        }
+    };
+    let blocks = markdown_blocks(content);
+    let mut next_block = 0usize;
+    let mut pos = 0usize;
+    while pos < content.len() {
+        let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
+        let line = String::from_utf8_lossy(&content[pos..end]);
+        while next_block < blocks.len() && blocks[next_block].1 <= pos {
+            next_block += 1;
+        }
+        match blocks.get(next_block) {
+            Some(&(s, _, ctx)) if s <= pos => {
+                if ctx == Context::CodeBlock {
+                    command(&line, &mut out);
+                }
+            }
+            // Prose: what inline code spans of more than one word say to run (a lone path in
+            // backticks names a file, it does not run it).
+            _ => {
+                for span in line.split('`').skip(1).step_by(2) {
+                    if span.split_whitespace().nth(1).is_some() {
+                        command(span, &mut out);
+                    }
+                }
+            }
+        }
+        pos = end + 1;
+    }
+    out
 }
 
 /// How a text file is read.
@@ -1220,8 +1441,23 @@ fn interpreter_for_extension(ext: String) -> Option<&'static str> {
         "rb" => "ruby",
         "pl" | "pm" => "perl",
         "php" => "php",
-        "js" | "mjs" | "cjs" => "node",
-        "ts" => "typescript",
+        "js" | "mjs" | "cjs" | "jsx" => "node",
+        "ts" | "mts" | "cts" | "tsx" => "typescript",
+        // Source files their toolchains run directly (`go run x.go`, `java X.java`, `swift
+        // x.swift`, `kotlin x.kts`, `dotnet script x.csx`): programs, like a `.py`.
+        "go" => "go",
+        "java" => "java",
+        "swift" => "swift",
+        "kts" => "kotlin",
+        "groovy" => "groovy",
+        "exs" => "elixir",
+        "jl" => "julia",
+        "dart" => "dart",
+        "scala" | "sc" => "scala",
+        "csx" => "dotnet-script",
+        "fsx" => "dotnet-fsi",
+        "nu" => "nu",
+        "raku" => "raku",
         "lua" => "lua",
         "ps1" | "psm1" => "powershell",
         "bat" | "cmd" => "cmd",
