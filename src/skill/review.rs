@@ -412,6 +412,10 @@ pub fn review_captured(
             };
             if binary {
                 r.out.coverage.binary_files += 1;
+                if !script && names_text(&e.path) {
+                    reader.fetch(e, cap, &mut buf)?;
+                    r.text_despite_nul(e, &buf);
+                }
                 continue;
             }
             // A file whose lines the trigger pass found no trigger in needs nothing more.
@@ -432,6 +436,9 @@ pub fn review_captured(
         let (binary, script) = r.classify(e, Some(&buf), None);
         if binary {
             r.out.coverage.binary_files += 1;
+            if !script && names_text(&e.path) {
+                r.text_despite_nul(e, &buf);
+            }
         } else {
             let kind = text_kind(&e.path, script);
             r.scanner.js = script && is_js(&e.path, &buf);
@@ -737,6 +744,20 @@ impl<'a> Reviewer<'a> {
             });
         }
         (binary, script)
+    }
+
+    /// A file named as text (`guide.md`) whose bytes look binary (a NUL, UTF-16): an agent
+    /// told to read it still reads its text, so its code blocks are code. Read as Markdown,
+    /// UTF-16 (by its byte-order mark) decoded first; a NUL cannot hide a code block.
+    fn text_despite_nul(&mut self, e: &Entry, content: &[u8]) {
+        let decoded: Option<Vec<u8>> = match content {
+            [0xff, 0xfe, rest @ ..] => Some(utf16_to_utf8(rest, u16::from_le_bytes)),
+            [0xfe, 0xff, rest @ ..] => Some(utf16_to_utf8(rest, u16::from_be_bytes)),
+            _ => None,
+        };
+        let text = decoded.as_deref().unwrap_or(content);
+        let mut lines = scan::Triggers::get().lines(text);
+        self.text(e, text, TextKind::Markdown, false, &mut lines);
     }
 
     /// Scan a text file line by line; for SKILL.md also check the links of its prose.
@@ -1167,6 +1188,23 @@ fn run_by_skill_md(content: &[u8], entries: &[Entry]) -> BTreeSet<String> {
         pos = end + 1;
     }
     out
+}
+
+/// Whether a file's name says it is text an agent reads (`.md`, `.txt`, ...).
+fn names_text(path: &str) -> bool {
+    matches!(
+        extension(path).as_deref(),
+        Some("md" | "markdown" | "mdx" | "mdc" | "rst" | "txt" | "adoc")
+    ) && !is_licence_name(path.rsplit('/').next().unwrap_or(path))
+}
+
+/// UTF-16 code units (two bytes each, read by `unit`) as UTF-8, unpaired surrogates replaced.
+fn utf16_to_utf8(bytes: &[u8], unit: fn([u8; 2]) -> u16) -> Vec<u8> {
+    let units = bytes.chunks_exact(2).map(|c| unit([c[0], c[1]]));
+    char::decode_utf16(units)
+        .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect::<String>()
+        .into_bytes()
 }
 
 /// How a text file is read.
