@@ -685,8 +685,14 @@ impl<'a> Reviewer<'a> {
         if let Some(signal) = run {
             signals.push(signal);
         }
-        if (executable || native.is_some()) && self.executables.len() < self.limits.max_subjects {
-            self.executables.insert(e.path.clone());
+        if executable || native.is_some() {
+            if self.executables.len() < self.limits.max_subjects {
+                self.executables.insert(e.path.clone());
+            } else {
+                // An executable left off the list is one `diff` cannot see grow: the review
+                // is incomplete, as for any other capability list that overflows.
+                self.out.coverage.subjects_dropped += 1;
+            }
         }
         // A nested archive is data kept opaque, not a program: only native magic makes it one.
         if native.is_some() || (binary && (!nested || run.is_some()) && !signals.is_empty()) {

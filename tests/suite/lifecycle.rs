@@ -1749,3 +1749,51 @@ fn a_nul_or_utf16_guide_cannot_hide_a_code_block_from_an_update() {
         assert_eq!(state_of(&w, &v2), "pending", "{what}");
     }
 }
+
+/// Version 1 ships as many native executables as the review lists (1,024) and a person
+/// approves it; version 2 adds one more. The one left off the list makes the review
+/// incomplete, so the update `needs_review` and waits (it used to be `content_only`, the new
+/// executable seen by no list, and approved by `updates.content_only`).
+#[test]
+fn an_executable_past_the_list_bound_is_not_a_content_only_update() {
+    let elf = |i: u32| {
+        let mut b = b"\x7fELF\x02\x01\x01".to_vec();
+        b.resize(16, 0);
+        b.extend_from_slice(&i.to_le_bytes());
+        b.resize(64, 0);
+        b
+    };
+    let md = "---\nname: demo\ndescription: A demo skill\n---\nTools are in bin/.\n";
+    let names: Vec<String> = (0..1025).map(|i| format!("bin/t{i:04}")).collect();
+    let blobs: Vec<Vec<u8>> = (0..1025).map(elf).collect();
+    let mut files: Vec<(&str, &[u8])> = vec![("SKILL.md", md.as_bytes())];
+    files.extend(
+        names[..1024]
+            .iter()
+            .map(String::as_str)
+            .zip(blobs.iter().map(Vec::as_slice)),
+    );
+    let w = World::new();
+    let v1 = w.publish("demo", &tar_gz_of(&files));
+    expect_code(&w.install(&["alpha"]), 6);
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v1}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+
+    files.push((names[1024].as_str(), blobs[1024].as_slice()));
+    let v2 = w.publish("demo", &tar_gz_of(&files));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 6);
+    let u = &json_of(&o)["updates"][0];
+    assert_eq!(u["change"], "needs_review", "{u}");
+    assert!(
+        u["decision"]["findings"]
+            .to_string()
+            .contains("the review hit its bounds"),
+        "{u}"
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert_eq!(state_of(&w, &v2), "pending");
+}
