@@ -1797,3 +1797,61 @@ fn an_executable_past_the_list_bound_is_not_a_content_only_update() {
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
     assert_eq!(state_of(&w, &v2), "pending");
 }
+
+/// `tools.deny` holds against a package that asks for the denied MCP tool under another
+/// spelling that grants it: its whole server (`mcp__github`), a wildcard (`mcp__github__*`,
+/// `mcp__*`), and a server denied whole holds against each of its tools. Each was approved by
+/// `tools.other = "allow"` before (the deny compared base names as plain strings).
+#[test]
+fn a_tool_deny_holds_against_a_server_or_wildcard_that_grants_the_tool() {
+    let cases = [
+        ("mcp__github__delete_repo", "mcp__github"),
+        ("mcp__github__delete_repo", "mcp__github__*"),
+        ("mcp__github__delete_repo", "mcp__*"),
+        ("mcp__github", "mcp__github__create_issue"),
+        ("mcp__github", "Read mcp__github__create_issue"),
+    ];
+    for (deny, asks) in cases {
+        let w = World::new();
+        let md = format!(
+            "---\nname: demo\ndescription: A demo skill\nallowed-tools: {asks}\n---\nBody.\n"
+        );
+        w.publish("demo", &demo_with(&md));
+        let policy = w.tmp.path().join("policy.toml");
+        std::fs::write(
+            &policy,
+            format!("[tools]\ndeny = [{deny:?}]\nother = \"allow\"\n"),
+        )
+        .unwrap_or_else(|e| panic!("write policy: {e}"));
+        let url = w.index_url();
+        let agent = w.agent_arg("alpha");
+        let policy = policy.display().to_string();
+        let o = w.run(&[
+            "install", &url, "demo", "--agent", &agent, "--policy", &policy, "--json",
+        ]);
+        expect_code(&o, 7);
+        let rule = json_of(&o)["decision"]["rule"].to_string();
+        assert!(
+            rule.contains(&format!("tools.deny \\\"{deny}\\\"")),
+            "deny {deny:?}, asks {asks:?}: {rule}"
+        );
+        assert_eq!(w.active("alpha"), None);
+    }
+    // A server's deny leaves other servers and plain names alone.
+    let w = World::new();
+    let md = "---\nname: demo\ndescription: A demo skill\nallowed-tools: mcp__gitlab__get_issue mcp__github_enterprise Read\n---\nBody.\n";
+    w.publish("demo", &demo_with(md));
+    let policy = w.tmp.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[tools]\ndeny = [\"mcp__github\"]\nother = \"allow\"\n",
+    )
+    .unwrap_or_else(|e| panic!("write policy: {e}"));
+    let url = w.index_url();
+    let agent = w.agent_arg("alpha");
+    let policy = policy.display().to_string();
+    let o = w.run(&[
+        "install", &url, "demo", "--agent", &agent, "--policy", &policy, "--json",
+    ]);
+    expect_code(&o, 0);
+}
