@@ -1855,3 +1855,51 @@ fn a_tool_deny_holds_against_a_server_or_wildcard_that_grants_the_tool() {
     ]);
     expect_code(&o, 0);
 }
+
+/// Version 1 asks for `Read` and a person approves it; version 2 asks for `Bash` too, written
+/// where the review did not look: through a YAML merge key (`<<: *defaults`, which YAML 1.1
+/// readers such as js-yaml and PyYAML apply), in a nested list, or as a mapping's keys. Each is
+/// a new tool: the update `needs_review` and waits (it used to be `content_only`, the review
+/// listing no `Bash`, and approved by `updates.content_only`).
+#[test]
+fn a_tool_requested_through_a_merge_key_or_a_nested_form_is_growth() {
+    let head = "name: demo\ndescription: A demo skill\n";
+    for (what, fm) in [
+        (
+            "merge key",
+            format!("x-defaults: &d\n  allowed-tools: Read Bash\n<<: *d\n{head}"),
+        ),
+        (
+            "nested list",
+            format!("{head}allowed-tools:\n  - Read\n  - [Bash]\n"),
+        ),
+        (
+            "mapping",
+            format!("{head}allowed-tools: {{Read: , Bash: }}\n"),
+        ),
+    ] {
+        let w = World::new();
+        let v1 = w.publish(
+            "demo",
+            &demo_with(&format!("---\n{head}allowed-tools: Read\n---\nBody.\n")),
+        );
+        expect_code(&w.install(&["alpha"]), 6);
+        expect_code(
+            &w.run(&["approve", &format!("demo@{v1}"), "--by", "alice"]),
+            0,
+        );
+        let v2 = w.publish("demo", &demo_with(&format!("---\n{fm}---\nBody.\n")));
+        let o = w.run(&["update", "--json"]);
+        expect_code(&o, 6);
+        let u = &json_of(&o)["updates"][0];
+        assert_eq!(u["change"], "needs_review", "{what}: {u}");
+        assert!(
+            u["decision"]["findings"]
+                .to_string()
+                .contains("\"tool Bash\""),
+            "{what}: {u}"
+        );
+        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{what}");
+        assert_eq!(state_of(&w, &v2), "pending", "{what}");
+    }
+}
