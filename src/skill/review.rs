@@ -1326,9 +1326,10 @@ fn xml_identifier(line: &[u8], col: usize) -> bool {
 }
 
 /// Code blocks of a Markdown file as (start byte, end byte, context): fenced blocks (backtick or
-/// tilde fences) and indented blocks after a blank line, outside lists (an indented paragraph
-/// after a list item continues the item). A fence whose info string names a data language
-/// (`json`, `xml`, `text`, ...) is example content, not code.
+/// tilde fences, at any depth: in list items, blockquotes), indented blocks after a blank line
+/// (in a list item only four columns past its text: an indented paragraph after a list item
+/// continues the item), and HTML `<pre>` blocks. A fence whose info string names a data
+/// language (`json`, `xml`, `text`, ...) is example content, not code.
 fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
     let mut out = Vec::new();
     let mut pos = 0usize;
@@ -1336,24 +1337,40 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
     let mut indented: Option<usize> = None;
     let mut prev_blank = true;
     let mut in_list = false;
+    // Where the content of the last list item starts (`1. ` = 3): an indented code block in
+    // the item is indented four more.
+    let mut list_col = 0usize;
+    let pre = |l: &[u8], tag: &[u8]| l.windows(tag.len()).any(|w| w.eq_ignore_ascii_case(tag));
     while pos < content.len() {
         let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
         let line = &content[pos..end];
         let next = (end + 1).min(content.len());
         let indent = line.iter().take_while(|&&b| b == b' ').count();
         let body = &line[indent.min(line.len())..];
-        let fence = (indent <= 3)
-            .then(|| body.first().copied())
-            .flatten()
+        // A fence is found at any depth: inside a list item (`1.` then four spaces, a nested
+        // list), after a list marker (`- ```bash`), a blockquote's `>` or a tab. CommonMark
+        // reads all of these as fenced code, and so does an agent; a fence missed here would
+        // turn a code block into prose that grants nothing.
+        let fence_body = fence_text(line);
+        let fence = fence_body
+            .first()
+            .copied()
             .filter(|c| *c == b'`' || *c == b'~')
-            .map(|c| (c, body.iter().take_while(|&&b| b == c).count()))
+            .map(|c| (c, fence_body.iter().take_while(|&&b| b == c).count()))
             .filter(|(_, n)| *n >= 3);
         match open {
+            // An HTML `<pre>` block: shown as code, read by an agent as code.
+            Some((s, b'<', _, ctx)) => {
+                if pre(line, b"</pre") {
+                    out.push((s, next, ctx));
+                    open = None;
+                }
+            }
             Some((s, c, n, ctx)) => {
                 if let Some((fc, fnn)) = fence
                     && fc == c
                     && fnn >= n
-                    && body[fnn..].trim_ascii().is_empty()
+                    && fence_body[fnn..].trim_ascii().is_empty()
                 {
                     out.push((s, next, ctx));
                     open = None;
@@ -1365,16 +1382,41 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
                 if !blank && !is_indented {
                     in_list = is_list_item(body) || (in_list && indent > 0);
                 }
+                if !blank && is_list_item(body) {
+                    let marker = body
+                        .iter()
+                        .position(|b| *b == b' ' || *b == b'\t')
+                        .unwrap_or(body.len());
+                    let gap = body[marker..].iter().take_while(|&&b| b == b' ').count();
+                    list_col = indent + marker + if (1..=4).contains(&gap) { gap } else { 1 };
+                }
                 match indented {
                     Some(s) if !is_indented && !blank => {
                         out.push((s, pos, Context::CodeBlock));
                         indented = None;
                     }
-                    None if is_indented && prev_blank && !in_list => indented = Some(pos),
+                    // In a list item, an indented paragraph continues the item; four columns
+                    // past the item's content it is code.
+                    None if is_indented && prev_blank && (!in_list || indent >= list_col + 4) => {
+                        indented = Some(pos)
+                    }
                     _ => {}
                 }
+                if indented.is_none() && fence.is_none() && fence_body.starts_with(b"<") {
+                    let tag = fence_body.get(..4).unwrap_or_default();
+                    if tag.eq_ignore_ascii_case(b"<pre")
+                        && !matches!(fence_body.get(4), Some(c) if c.is_ascii_alphanumeric())
+                    {
+                        if pre(line, b"</pre") {
+                            out.push((pos, next, Context::CodeBlock));
+                        } else {
+                            open = Some((pos, b'<', 0, Context::CodeBlock));
+                        }
+                    }
+                }
                 if let (Some((c, n)), None) = (fence, indented) {
-                    let info = String::from_utf8_lossy(body[n..].trim_ascii()).to_ascii_lowercase();
+                    let info =
+                        String::from_utf8_lossy(fence_body[n..].trim_ascii()).to_ascii_lowercase();
                     let lang = info.split([' ', '{', ',']).next().unwrap_or("");
                     let ctx = match lang {
                         "text" | "txt" | "plain" | "plaintext" | "markdown" | "md" | "json"
@@ -1434,6 +1476,27 @@ fn python_docstrings(content: &[u8]) -> Vec<(usize, usize, Context)> {
 }
 
 /// `- x`, `* x`, `+ x`, `1. x`, `1) x`.
+/// A line without what may stand before a code fence: blockquote markers, indentation (spaces
+/// or tabs) and list markers (`-`, `*`, `+`, `1.`, `1)`).
+fn fence_text(mut line: &[u8]) -> &[u8] {
+    loop {
+        let before = line.len();
+        line = line.trim_ascii_start();
+        if let Some(rest) = line.strip_prefix(b">") {
+            line = rest;
+        } else if is_list_item(line) {
+            let marker = line
+                .iter()
+                .position(|b| *b == b' ' || *b == b'\t')
+                .unwrap_or(line.len());
+            line = &line[marker..];
+        }
+        if line.len() == before {
+            return line;
+        }
+    }
+}
+
 fn is_list_item(body: &[u8]) -> bool {
     match body {
         [b'-' | b'*' | b'+', b' ' | b'\t', ..] => true,
