@@ -787,6 +787,20 @@ impl<'a> Reviewer<'a> {
             TextKind::Script if is_python(&e.path, content) => python_docstrings(content),
             TextKind::Script | TextKind::Data | TextKind::Licence => Vec::new(),
         };
+        // How this file's code writes comments (a script's by its interpreter; a code block's
+        // by its fence's language, below).
+        let script_comments = match kind {
+            TextKind::Script => {
+                let interp = self
+                    .out
+                    .scripts
+                    .last()
+                    .filter(|s| s.path == e.path)
+                    .and_then(|s| s.interpreter.clone());
+                Comments::of(interp.as_deref().unwrap_or(""))
+            }
+            _ => Comments::Hash,
+        };
         let mut next_block = 0usize;
         let mut hits: Vec<Hit> = Vec::new();
         let mut links = Vec::new();
@@ -856,7 +870,13 @@ impl<'a> Reviewer<'a> {
             };
             pos = end + 1;
             // A comment in code is prose about the code: read it as such.
-            let (context, mode) = if mode == scan::Mode::Code && is_comment(line) {
+            let comments = match (kind, blocks.get(next_block)) {
+                (TextKind::Markdown, Some(&(s, _, _))) if s <= start => {
+                    Comments::of(&fence_language(&content[s..]))
+                }
+                _ => script_comments,
+            };
+            let (context, mode) = if mode == scan::Mode::Code && comments.is_comment(line) {
                 (Context::Prose, scan::Mode::Prose)
             } else {
                 (context, mode)
@@ -1274,13 +1294,60 @@ fn is_ignore_list(path: &str) -> bool {
 }
 
 /// A line that is only a comment (`#`, `//`, `/*`, `*`, `<!--`), not a shebang or `#include`.
-fn is_comment(line: &[u8]) -> bool {
-    let t = line.trim_ascii_start();
-    (t.starts_with(b"#") && !t.starts_with(b"#!") && !t.starts_with(b"#include"))
-        || t.starts_with(b"//")
-        || t.starts_with(b"/*")
-        || t.starts_with(b"* ")
-        || t.starts_with(b"<!--")
+/// How a language writes a line comment. A line is read as a comment (prose) only in the
+/// language that makes it one: to a shell, `//usr/bin/curl ...` runs curl, `/*in/curl` is a
+/// glob that names it, and `* ; curl ...` runs it after the glob fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Comments {
+    /// `#`: shells, Python, Ruby, Perl, PowerShell, R, ... and a block of unknown language,
+    /// which an agent runs in a shell.
+    Hash,
+    /// `//`, `/* ... */`: JavaScript, TypeScript, Go, Java, C, Swift, Kotlin, ...
+    Slash,
+    /// Both: PHP.
+    Both,
+}
+
+impl Comments {
+    /// The comment style of a fence language or an interpreter.
+    fn of(lang: &str) -> Self {
+        let lang = lang.rsplit('/').next().unwrap_or(lang).to_ascii_lowercase();
+        match lang.as_str() {
+            "js" | "javascript" | "jsx" | "mjs" | "cjs" | "node" | "nodejs" | "ts"
+            | "typescript" | "tsx" | "deno" | "bun" | "ts-node" | "go" | "golang" | "java"
+            | "c" | "h" | "cpp" | "c++" | "cc" | "cs" | "csharp" | "swift" | "kotlin" | "kt"
+            | "kts" | "groovy" | "dart" | "scala" | "rust" | "rs" | "dotnet-script"
+            | "dotnet-fsi" | "css" | "scss" | "less" | "jsonc" | "json5" | "zig" | "v" => {
+                Self::Slash
+            }
+            "php" => Self::Both,
+            _ => Self::Hash,
+        }
+    }
+
+    fn is_comment(self, line: &[u8]) -> bool {
+        let t = line.trim_ascii_start();
+        let hash = t.starts_with(b"#") && !t.starts_with(b"#!") && !t.starts_with(b"#include");
+        let slash = t.starts_with(b"//") || t.starts_with(b"/*") || t.starts_with(b"* ");
+        match self {
+            Self::Hash => hash,
+            Self::Slash => slash,
+            Self::Both => hash || slash,
+        }
+    }
+}
+
+/// The language a fenced block's opening line names (`bash` for ```` ```bash ````), empty
+/// when it names none or the block is not fenced.
+fn fence_language(block: &[u8]) -> String {
+    let first = &block[..memchr::memchr(b'\n', block).unwrap_or(block.len())];
+    let f = fence_text(first);
+    let n = f.iter().take_while(|&&b| b == b'`' || b == b'~').count();
+    if n < 3 {
+        return String::new();
+    }
+    let info = String::from_utf8_lossy(f[n..].trim_ascii()).to_ascii_lowercase();
+    info.split([' ', '{', ',']).next().unwrap_or("").to_owned()
 }
 
 fn is_js(path: &str, head: &[u8]) -> bool {
