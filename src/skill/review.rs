@@ -777,15 +777,11 @@ impl<'a> Reviewer<'a> {
         skill_md: bool,
         mut triggers: &mut dyn Iterator<Item = usize>,
     ) {
-        if kind == TextKind::Licence {
-            // Licence text names licences and their stewards, never what the package does.
-            return;
-        }
         let ignore_list = is_ignore_list(&e.path);
         let blocks = match kind {
-            TextKind::Markdown => markdown_blocks(content),
+            TextKind::Markdown | TextKind::Licence => markdown_blocks(content),
             TextKind::Script if is_python(&e.path, content) => python_docstrings(content),
-            TextKind::Script | TextKind::Data | TextKind::Licence => Vec::new(),
+            TextKind::Script | TextKind::Data => Vec::new(),
         };
         // How this file's code writes comments (a script's by its interpreter; a code block's
         // by its fence's language, below).
@@ -826,8 +822,8 @@ impl<'a> Reviewer<'a> {
                         _ => (Context::Script, scan::Mode::Code),
                     }
                 }
-                TextKind::Data | TextKind::Licence => (Context::Data, scan::Mode::Data),
-                TextKind::Markdown => {
+                TextKind::Data => (Context::Data, scan::Mode::Data),
+                TextKind::Markdown | TextKind::Licence => {
                     while next_block < blocks.len() && blocks[next_block].1 <= start {
                         next_block += 1;
                     }
@@ -840,6 +836,18 @@ impl<'a> Reviewer<'a> {
                     }
                 }
             };
+            // Licence text names licences and their stewards, never what the package does: only
+            // its fenced code blocks are read (a file named `license-activation.md` can still
+            // tell an agent what to run; a licence's indented paragraphs are not code).
+            if kind == TextKind::Licence
+                && !(context.is_code()
+                    && blocks
+                        .get(next_block)
+                        .is_some_and(|&(s, _, _)| s <= start && is_fence(&content[s..])))
+            {
+                pos = end + 1;
+                continue;
+            }
             // A command continued with a trailing backslash is one command: read the pieces
             // together (bounded), with each `\` + newline blanked so offsets stay put.
             let mut joined = Vec::new();
@@ -871,7 +879,7 @@ impl<'a> Reviewer<'a> {
             pos = end + 1;
             // A comment in code is prose about the code: read it as such.
             let comments = match (kind, blocks.get(next_block)) {
-                (TextKind::Markdown, Some(&(s, _, _))) if s <= start => {
+                (TextKind::Markdown | TextKind::Licence, Some(&(s, _, _))) if s <= start => {
                     Comments::of(&fence_language(&content[s..]))
                 }
                 _ => script_comments,
@@ -1240,7 +1248,7 @@ enum TextKind {
     Script,
     /// Markdown or plain text: prose, with code blocks.
     Markdown,
-    /// Licence text: not scanned.
+    /// Licence text: only its fenced code blocks are scanned.
     Licence,
     /// Schemas, configuration, markup.
     Data,
@@ -1335,6 +1343,13 @@ impl Comments {
             Self::Both => hash || slash,
         }
     }
+}
+
+/// Whether a block's first line opens a fence (```` ``` ````, `~~~`).
+fn is_fence(block: &[u8]) -> bool {
+    let first = &block[..memchr::memchr(b'\n', block).unwrap_or(block.len())];
+    let f = fence_text(first);
+    f.starts_with(b"```") || f.starts_with(b"~~~")
 }
 
 /// The language a fenced block's opening line names (`bash` for ```` ```bash ````), empty
