@@ -1422,6 +1422,8 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
     // Where the content of the last list item starts (`1. ` = 3): an indented code block in
     // the item is indented four more.
     let mut list_col = 0usize;
+    // Where the open fence starts in its line (past indentation, `>` and list markers).
+    let mut open_at = 0usize;
     let pre = |l: &[u8], tag: &[u8]| l.windows(tag.len()).any(|w| w.eq_ignore_ascii_case(tag));
     while pos < content.len() {
         let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
@@ -1449,10 +1451,13 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
                 }
             }
             Some((s, c, n, ctx)) => {
+                // A closing fence is indented at most three columns past its opening one, as
+                // CommonMark has it: a fence-like line indented further is still code.
                 if let Some((fc, fnn)) = fence
                     && fc == c
                     && fnn >= n
                     && fence_body[fnn..].trim_ascii().is_empty()
+                    && line.len() - fence_body.len() <= open_at + 3
                 {
                     out.push((s, next, ctx));
                     open = None;
@@ -1507,6 +1512,7 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
                         _ => Context::CodeBlock,
                     };
                     open = Some((pos, c, n, ctx));
+                    open_at = line.len() - fence_body.len();
                 }
                 prev_blank = blank;
             }

@@ -1930,6 +1930,11 @@ fn a_code_block_nested_in_a_list_or_quote_is_code_on_update() {
             format!("1. Upload:\n\n        {cmd}\n"),
         ),
         ("HTML pre", format!("<pre><code>\n{cmd}\n</code></pre>\n")),
+        // A fence-like line indented four past the opening fence does not close it.
+        (
+            "deep fence inside a block",
+            format!("```bash\necho hi\n    ```\n{cmd}\n```\n"),
+        ),
     ] {
         let w = World::new();
         let v1 = w.publish("demo", &demo_with(head));
