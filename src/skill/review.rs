@@ -1027,19 +1027,32 @@ impl<'a> Reviewer<'a> {
 /// links are followed, component by component (a linked directory too); `None` when it leaves
 /// the package, loops or names nothing in it.
 fn resolve_in_package<'e>(path: &str, nodes: &HashMap<&'e str, &'e Entry>) -> Option<&'e Entry> {
-    let mut parts: Vec<String> = Vec::new();
-    let mut todo: Vec<String> = path.split('/').rev().map(str::to_owned).collect();
+    // The path resolved so far, and where each of its components starts; the components
+    // still to walk, the path's own and then those of link targets met on the way (read
+    // lazily: a walk stops at the first name the package lacks).
+    let mut here = String::new();
+    let mut starts: Vec<usize> = Vec::new();
+    let mut todo: Vec<std::str::Split<'_, char>> = vec![path.split('/')];
     let mut hops = 0;
-    while let Some(c) = todo.pop() {
-        match c.as_str() {
+    while let Some(top) = todo.last_mut() {
+        let Some(c) = top.next() else {
+            todo.pop();
+            continue;
+        };
+        match c {
             "" | "." => continue,
             ".." => {
-                parts.pop()?;
+                here.truncate(starts.pop()?);
                 continue;
             }
-            _ => parts.push(c),
+            _ => {
+                starts.push(here.len());
+                if !here.is_empty() {
+                    here.push('/');
+                }
+                here.push_str(c);
+            }
         }
-        let here = parts.join("/");
         let e = nodes.get(here.as_str())?;
         if e.kind == Kind::Symlink {
             hops += 1;
@@ -1047,11 +1060,10 @@ fn resolve_in_package<'e>(path: &str, nodes: &HashMap<&'e str, &'e Entry>) -> Op
             if hops > 16 || target.starts_with('/') {
                 return None;
             }
-            parts.pop();
-            todo.extend(target.split('/').rev().map(str::to_owned));
+            here.truncate(starts.pop()?);
+            todo.push(target.split('/'));
         }
     }
-    let here = parts.join("/");
     nodes.get(here.as_str()).copied()
 }
 
@@ -1169,11 +1181,24 @@ fn run_by_skill_md(content: &[u8], entries: &[Entry]) -> BTreeSet<String> {
     let nodes: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
     let mut out = BTreeSet::new();
     // The package file a word names: the word itself, or its longest suffix after a `/`.
+    // A package path has at most `depth` components: only that many trailing suffixes of a
+    // word can name one, and a word longer than PATH_MAX names nothing a shell runs. So the
+    // work per word is bounded whatever SKILL.md holds.
+    let depth = entries
+        .iter()
+        .map(|e| e.path.split('/').count())
+        .max()
+        .unwrap_or(0);
     let file_of = |word: &str| -> Option<String> {
         let w = word.trim_matches(|c: char| matches!(c, '"' | '\'' | '(' | ')' | '{' | '}'));
         let w = w.strip_prefix("./").unwrap_or(w);
+        if w.len() > 4096 {
+            return None;
+        }
+        let slashes: Vec<usize> = w.match_indices('/').map(|(i, _)| i).collect();
+        let tail = &slashes[slashes.len().saturating_sub(depth)..];
         std::iter::once(w)
-            .chain(w.match_indices('/').map(|(i, _)| &w[i + 1..]))
+            .chain(tail.iter().map(|&i| &w[i + 1..]))
             .filter(|s| !s.is_empty())
             .find_map(|s| resolve_in_package(s, &nodes).filter(|e| e.kind == Kind::File))
             .map(|e| e.path.clone())

@@ -2038,3 +2038,23 @@ fn a_code_block_in_a_file_named_like_a_licence_is_code_on_update() {
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
     assert_eq!(state_of(&w, &v2), "pending");
 }
+
+/// Finding the files SKILL.md runs is bounded work per word: a 600 KB word of 300,000 path
+/// components after `python3` (every suffix a candidate path) is reviewed at once, not until
+/// the engine's deadline kills the child and the install is refused as a timeout.
+#[test]
+fn a_huge_path_word_in_skill_md_does_not_stall_the_review() {
+    let word = format!("{}x", "a/".repeat(300_000));
+    let w = World::new();
+    let v1 = w.publish(
+        "demo",
+        &demo_pkg(
+            &format!("```bash\npython3 {word}\n```\n"),
+            &[("a/readme.md", b"# a\n")],
+            &[],
+        ),
+    );
+    let o = w.install(&["alpha"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+}
