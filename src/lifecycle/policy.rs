@@ -106,7 +106,8 @@ impl Default for Updates {
 #[serde(deny_unknown_fields, default)]
 pub struct Policy {
     /// `allowed-tools` entries. `deny` compares base names (`Bash` denies `Bash(curl:*)`; a
-    /// scope in a deny entry does not narrow it); `allow` is exact.
+    /// scope in a deny entry does not narrow it) as patterns (`*`, an MCP server alone is all
+    /// its tools: `deny_covers`); `allow` is exact.
     pub tools: Lists,
     /// Hosts the package refers to; `*.example.com` matches subdomains (not the apex).
     pub hosts: Lists,
@@ -212,12 +213,7 @@ impl Policy {
             // A deny names a tool by its base name, so a scope the package writes
             // (`Bash(curl:*)`) cannot slip past `deny = ["Bash"]`; an allow is exact, so it
             // never grants more than the string it lists.
-            if let Some(d) = self
-                .tools
-                .deny
-                .iter()
-                .find(|d| tool_base(d) == tool_base(t))
-            {
+            if let Some(d) = self.tools.deny.iter().find(|d| deny_covers(d, t)) {
                 note(
                     Action::Deny,
                     &format!("tools.deny {d:?}"),
@@ -401,6 +397,57 @@ fn tool_base(tool: &str) -> String {
         .unwrap_or_default()
         .trim()
         .to_ascii_lowercase()
+}
+
+/// Whether deny entry `deny` refuses requested tool `tool`: when their base names
+/// ([`tool_base`]) name a tool in common. A name is a pattern as agents read it: `*` matches
+/// any run of characters, and an MCP server alone (`mcp__github`) means every tool of that
+/// server (`mcp__github__*`). So `deny = ["mcp__github__delete_repo"]` refuses a package that
+/// asks for `mcp__github` or `mcp__*` (which grant that tool too), and `deny = ["mcp__github"]`
+/// refuses `mcp__github__create_issue`.
+fn deny_covers(deny: &str, tool: &str) -> bool {
+    let (d, t) = (as_pattern(&tool_base(deny)), as_pattern(&tool_base(tool)));
+    d == t || patterns_overlap(d.as_bytes(), t.as_bytes())
+}
+
+/// A base name as the pattern it stands for: `mcp__server` is `mcp__server__*`.
+fn as_pattern(base: &str) -> String {
+    match base.strip_prefix("mcp__") {
+        Some(server) if !server.is_empty() && !server.contains("__") && !server.contains('*') => {
+            format!("{base}__*")
+        }
+        _ => base.to_owned(),
+    }
+}
+
+/// Whether some name matches both `*`-patterns `a` and `b`. Linear in the product of their
+/// lengths (memoised walk); names are short.
+fn patterns_overlap(a: &[u8], b: &[u8]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    let mut todo = vec![(0usize, 0usize)];
+    while let Some((i, j)) = todo.pop() {
+        if !seen.insert((i, j)) {
+            continue;
+        }
+        match (a.get(i), b.get(j)) {
+            (None, None) => return true,
+            (Some(b'*'), _) => {
+                todo.push((i + 1, j));
+                if j < b.len() {
+                    todo.push((i, j + 1));
+                }
+            }
+            (_, Some(b'*')) => {
+                todo.push((i, j + 1));
+                if i < a.len() {
+                    todo.push((i + 1, j));
+                }
+            }
+            (Some(x), Some(y)) if x == y => todo.push((i + 1, j + 1)),
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Exact host, or `*.suffix` for strict subdomains of `suffix`.

@@ -11,7 +11,7 @@
 //! (`invalid_skill_md`); every other rule violation is reported as a finding and never grants
 //! anything.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use saphyr_parser::{Event, Parser, ScalarStyle};
 use serde::{Deserialize, Serialize};
@@ -476,7 +476,12 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
     let mut seen: BTreeMap<String, u64> = BTreeMap::new();
     let mut name = None;
     let mut description = None;
-    for (k, v) in &pairs {
+    let merged = merged_pairs(&pairs);
+    for (k, v) in pairs
+        .iter()
+        .map(|(k, v)| (k, v))
+        .chain(merged.iter().copied())
+    {
         let Some(key) = k.as_str() else {
             return Err(invalid(format!(
                 "frontmatter line {}: a {} key",
@@ -573,16 +578,25 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
                     for item in items {
                         match item.as_str() {
                             Some(s) => fm.allowed_tools.extend(split_tools(s)),
-                            None => issue(format!("allowed-tools has a {} item", item.type_name())),
+                            None => {
+                                issue(format!("allowed-tools has a {} item", item.type_name()));
+                                every_scalar(item, &mut fm.allowed_tools);
+                            }
                         }
                     }
                 }
                 _ => match v.as_str() {
                     Some(s) => fm.allowed_tools = split_tools(s),
-                    None => issue(format!(
-                        "allowed-tools must be a space-separated string, found a {}",
-                        v.type_name()
-                    )),
+                    None => {
+                        issue(format!(
+                            "allowed-tools must be a space-separated string, found a {}",
+                            v.type_name()
+                        ));
+                        // An agent's YAML reader may make tools of it (a map's keys, a nested
+                        // list flattened): each scalar in it is reported as a tool requested,
+                        // so the policy decides on it and `diff` sees it grow.
+                        every_scalar(v, &mut fm.allowed_tools);
+                    }
                 },
             },
             _ => {
@@ -627,6 +641,71 @@ pub fn parse(md: &[u8], limits: &FrontmatterLimits) -> Result<Parsed, Reason> {
         issues,
         key_lines: seen,
     })
+}
+
+/// The pairs YAML 1.1 merge keys (`<<: *defaults`, `<<: [*a, *b]`) bring into the top-level
+/// mapping: the keys it does not write itself, the first source winning, merges within a
+/// source followed. YAML 1.2 has no merge keys, but the YAML 1.1 readers agents use (js-yaml,
+/// PyYAML) apply them, so `allowed-tools` given only through one still asks for its tools. The
+/// `<<` key itself stays an unknown key for a reviewer to see.
+fn merged_pairs(pairs: &[(Node, Node)]) -> Vec<(&Node, &Node)> {
+    fn is_merge(k: &Node) -> bool {
+        matches!(k, Node::Scalar { value, plain: true, str_tag: false, .. } if value == "<<")
+    }
+    fn sources<'n>(v: &'n Node, out: &mut Vec<&'n [(Node, Node)]>) {
+        match v {
+            Node::Map { pairs, .. } => out.push(pairs),
+            Node::Seq { items, .. } => {
+                for i in items {
+                    if let Node::Map { pairs, .. } = i {
+                        out.push(pairs);
+                    }
+                }
+            }
+            Node::Scalar { .. } => {}
+        }
+    }
+    // Keys already given, in the mapping itself or by an earlier source.
+    fn collect<'n>(
+        pairs: &'n [(Node, Node)],
+        have: &mut BTreeSet<String>,
+        out: &mut Vec<(&'n Node, &'n Node)>,
+        depth: usize,
+    ) {
+        let mut own = Vec::new();
+        for (k, v) in pairs {
+            if is_merge(k) {
+                sources(v, &mut own);
+            } else if let Some(key) = k.as_str()
+                && have.insert(key.to_owned())
+                && depth > 0
+            {
+                out.push((k, v));
+            }
+        }
+        // The nesting of the parsed tree is bounded (16), and so is this.
+        if depth < 16 {
+            for src in own {
+                collect(src, have, out, depth + 1);
+            }
+        }
+    }
+    let mut have = BTreeSet::new();
+    let mut out = Vec::new();
+    collect(pairs, &mut have, &mut out, 0);
+    out
+}
+
+/// Every scalar beneath `node` (map keys and values, list items), split as tools.
+fn every_scalar(node: &Node, out: &mut Vec<String>) {
+    match node {
+        Node::Scalar { value, .. } => out.extend(split_tools(value)),
+        Node::Seq { items, .. } => items.iter().for_each(|i| every_scalar(i, out)),
+        Node::Map { pairs, .. } => pairs.iter().for_each(|(k, v)| {
+            every_scalar(k, out);
+            every_scalar(v, out);
+        }),
+    }
 }
 
 /// `name` and `description` must be present, strings, and not blank.

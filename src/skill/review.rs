@@ -200,6 +200,12 @@ pub enum ScriptSignal {
     Shebang,
     ExecutableBit,
     Extension,
+    /// SKILL.md runs it (`python3 tools/convert.txt` in a code block or an inline code span):
+    /// whatever its name, a file an agent is told to run is a program.
+    RunBySkillMd,
+    /// A symbolic link that names a script (`scripts/run.sh`, `tool.py`) points at it: running
+    /// the link runs this file.
+    LinkedAsScript,
 }
 
 /// One script of the package.
@@ -353,6 +359,11 @@ pub fn review_captured(
         r.read(&mut reader, e, cap, &mut buf)?;
         let parsed = frontmatter::parse(&buf, &limits.frontmatter).map_err(ReviewError::Invalid)?;
         r.frontmatter(parsed, listed);
+        // Before any other file is classified: a file SKILL.md runs is a script whatever its
+        // name, so a capability moved into `tools/convert.txt` is still code.
+        for path in run_by_skill_md(&buf, entries) {
+            r.run.entry(path).or_insert(ScriptSignal::RunBySkillMd);
+        }
         let mut lines = scan::Triggers::get().lines(&buf);
         r.text(e, &buf, TextKind::Markdown, true, &mut lines);
     }
@@ -401,6 +412,10 @@ pub fn review_captured(
             };
             if binary {
                 r.out.coverage.binary_files += 1;
+                if !script && names_text(&e.path) {
+                    reader.fetch(e, cap, &mut buf)?;
+                    r.text_despite_nul(e, &buf);
+                }
                 continue;
             }
             // A file whose lines the trigger pass found no trigger in needs nothing more.
@@ -421,6 +436,9 @@ pub fn review_captured(
         let (binary, script) = r.classify(e, Some(&buf), None);
         if binary {
             r.out.coverage.binary_files += 1;
+            if !script && names_text(&e.path) {
+                r.text_despite_nul(e, &buf);
+            }
         } else {
             let kind = text_kind(&e.path, script);
             r.scanner.js = script && is_js(&e.path, &buf);
@@ -478,6 +496,9 @@ struct Reviewer<'a> {
     caps: BTreeMap<HitKind, BTreeSet<String>>,
     mentions: BTreeMap<HitKind, BTreeSet<String>>,
     executables: BTreeSet<String>,
+    /// Files run by name rather than known by it: run by SKILL.md, or the target of a link
+    /// named as a script (see [`ScriptSignal`]).
+    run: BTreeMap<String, ScriptSignal>,
     scanner: Scanner,
 }
 
@@ -495,6 +516,7 @@ impl<'a> Reviewer<'a> {
             caps: BTreeMap::new(),
             mentions: BTreeMap::new(),
             executables: BTreeSet::new(),
+            run: linked_as_scripts(entries),
             scanner: Scanner::default(),
         }
     }
@@ -659,11 +681,21 @@ impl<'a> Reviewer<'a> {
         if ext_interp.is_some() || (head.is_none() && e.flags.contains(&Flag::Script)) {
             signals.push(ScriptSignal::Extension);
         }
-        if (executable || native.is_some()) && self.executables.len() < self.limits.max_subjects {
-            self.executables.insert(e.path.clone());
+        let run = self.run.get(&e.path).copied();
+        if let Some(signal) = run {
+            signals.push(signal);
+        }
+        if executable || native.is_some() {
+            if self.executables.len() < self.limits.max_subjects {
+                self.executables.insert(e.path.clone());
+            } else {
+                // An executable left off the list is one `diff` cannot see grow: the review
+                // is incomplete, as for any other capability list that overflows.
+                self.out.coverage.subjects_dropped += 1;
+            }
         }
         // A nested archive is data kept opaque, not a program: only native magic makes it one.
-        if native.is_some() || (binary && !nested && !signals.is_empty()) {
+        if native.is_some() || (binary && (!nested || run.is_some()) && !signals.is_empty()) {
             let what = native.map_or("non-text content", |k| k.1);
             let excerpt = format!(
                 "{what}, {} bytes{}",
@@ -680,7 +712,8 @@ impl<'a> Reviewer<'a> {
                 subject: Some(subject.into()),
             });
         }
-        let script = !signals.is_empty() && !nested;
+        // A nested archive is data unless something runs it (`python3 tool.pyz`).
+        let script = !signals.is_empty() && (!nested || run.is_some());
         if script {
             let interpreter = match (&shebang, native, ext_interp) {
                 (Some(Some(s)), _, _) => Some(s.clone()),
@@ -719,6 +752,20 @@ impl<'a> Reviewer<'a> {
         (binary, script)
     }
 
+    /// A file named as text (`guide.md`) whose bytes look binary (a NUL, UTF-16): an agent
+    /// told to read it still reads its text, so its code blocks are code. Read as Markdown,
+    /// UTF-16 (by its byte-order mark) decoded first; a NUL cannot hide a code block.
+    fn text_despite_nul(&mut self, e: &Entry, content: &[u8]) {
+        let decoded: Option<Vec<u8>> = match content {
+            [0xff, 0xfe, rest @ ..] => Some(utf16_to_utf8(rest, u16::from_le_bytes)),
+            [0xfe, 0xff, rest @ ..] => Some(utf16_to_utf8(rest, u16::from_be_bytes)),
+            _ => None,
+        };
+        let text = decoded.as_deref().unwrap_or(content);
+        let mut lines = scan::Triggers::get().lines(text);
+        self.text(e, text, TextKind::Markdown, false, &mut lines);
+    }
+
     /// Scan a text file line by line; for SKILL.md also check the links of its prose.
     /// `triggers`: the start of every line of `content` that holds a trigger, in order
     /// ([`scan::Triggers::lines`], or the hashing thread's answer for the same bytes).
@@ -730,15 +777,25 @@ impl<'a> Reviewer<'a> {
         skill_md: bool,
         mut triggers: &mut dyn Iterator<Item = usize>,
     ) {
-        if kind == TextKind::Licence {
-            // Licence text names licences and their stewards, never what the package does.
-            return;
-        }
         let ignore_list = is_ignore_list(&e.path);
         let blocks = match kind {
-            TextKind::Markdown => markdown_blocks(content),
+            TextKind::Markdown | TextKind::Licence => markdown_blocks(content),
             TextKind::Script if is_python(&e.path, content) => python_docstrings(content),
-            TextKind::Script | TextKind::Data | TextKind::Licence => Vec::new(),
+            TextKind::Script | TextKind::Data => Vec::new(),
+        };
+        // How this file's code writes comments (a script's by its interpreter; a code block's
+        // by its fence's language, below).
+        let script_comments = match kind {
+            TextKind::Script => {
+                let interp = self
+                    .out
+                    .scripts
+                    .last()
+                    .filter(|s| s.path == e.path)
+                    .and_then(|s| s.interpreter.clone());
+                Comments::of(interp.as_deref().unwrap_or(""))
+            }
+            _ => Comments::Hash,
         };
         let mut next_block = 0usize;
         let mut hits: Vec<Hit> = Vec::new();
@@ -765,8 +822,8 @@ impl<'a> Reviewer<'a> {
                         _ => (Context::Script, scan::Mode::Code),
                     }
                 }
-                TextKind::Data | TextKind::Licence => (Context::Data, scan::Mode::Data),
-                TextKind::Markdown => {
+                TextKind::Data => (Context::Data, scan::Mode::Data),
+                TextKind::Markdown | TextKind::Licence => {
                     while next_block < blocks.len() && blocks[next_block].1 <= start {
                         next_block += 1;
                     }
@@ -779,6 +836,18 @@ impl<'a> Reviewer<'a> {
                     }
                 }
             };
+            // Licence text names licences and their stewards, never what the package does: only
+            // its fenced code blocks are read (a file named `license-activation.md` can still
+            // tell an agent what to run; a licence's indented paragraphs are not code).
+            if kind == TextKind::Licence
+                && !(context.is_code()
+                    && blocks
+                        .get(next_block)
+                        .is_some_and(|&(s, _, _)| s <= start && is_fence(&content[s..])))
+            {
+                pos = end + 1;
+                continue;
+            }
             // A command continued with a trailing backslash is one command: read the pieces
             // together (bounded), with each `\` + newline blanked so offsets stay put.
             let mut joined = Vec::new();
@@ -809,7 +878,13 @@ impl<'a> Reviewer<'a> {
             };
             pos = end + 1;
             // A comment in code is prose about the code: read it as such.
-            let (context, mode) = if mode == scan::Mode::Code && is_comment(line) {
+            let comments = match (kind, blocks.get(next_block)) {
+                (TextKind::Markdown | TextKind::Licence, Some(&(s, _, _))) if s <= start => {
+                    Comments::of(&fence_language(&content[s..]))
+                }
+                _ => script_comments,
+            };
+            let (context, mode) = if mode == scan::Mode::Code && comments.is_comment(line) {
                 (Context::Prose, scan::Mode::Prose)
             } else {
                 (context, mode)
@@ -948,6 +1023,249 @@ impl<'a> Reviewer<'a> {
     }
 }
 
+/// The package path `path` (relative, `/`-separated) names once the package's own symbolic
+/// links are followed, component by component (a linked directory too); `None` when it leaves
+/// the package, loops or names nothing in it.
+fn resolve_in_package<'e>(path: &str, nodes: &HashMap<&'e str, &'e Entry>) -> Option<&'e Entry> {
+    // The path resolved so far, and where each of its components starts; the components
+    // still to walk, the path's own and then those of link targets met on the way (read
+    // lazily: a walk stops at the first name the package lacks).
+    let mut here = String::new();
+    let mut starts: Vec<usize> = Vec::new();
+    let mut todo: Vec<std::str::Split<'_, char>> = vec![path.split('/')];
+    let mut hops = 0;
+    while let Some(top) = todo.last_mut() {
+        let Some(c) = top.next() else {
+            todo.pop();
+            continue;
+        };
+        match c {
+            "" | "." => continue,
+            ".." => {
+                here.truncate(starts.pop()?);
+                continue;
+            }
+            _ => {
+                starts.push(here.len());
+                if !here.is_empty() {
+                    here.push('/');
+                }
+                here.push_str(c);
+            }
+        }
+        let e = nodes.get(here.as_str())?;
+        if e.kind == Kind::Symlink {
+            hops += 1;
+            let target = e.link_target.as_deref()?;
+            if hops > 16 || target.starts_with('/') {
+                return None;
+            }
+            here.truncate(starts.pop()?);
+            todo.push(target.split('/'));
+        }
+    }
+    nodes.get(here.as_str()).copied()
+}
+
+/// Whether a file at `path` is a script by its name alone: a script extension, or under
+/// `scripts/` with none (see [`Reviewer::classify`]).
+fn script_by_name(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match extension(path) {
+        Some(ext) => interpreter_for_extension(ext).is_some(),
+        None => path.starts_with("scripts/") && !is_doc_name(name),
+    }
+}
+
+/// Regular files a symbolic link named as a script points at (`scripts/run.sh ->
+/// ../assets/a.txt`): running the link runs them, so they are scripts whatever their own name.
+fn linked_as_scripts(entries: &[Entry]) -> BTreeMap<String, ScriptSignal> {
+    let nodes: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
+    entries
+        .iter()
+        .filter(|e| e.kind == Kind::Symlink && script_by_name(&e.path))
+        .filter_map(|e| resolve_in_package(&e.path, &nodes))
+        .filter(|t| t.kind == Kind::File)
+        .map(|t| (t.path.clone(), ScriptSignal::LinkedAsScript))
+        .collect()
+}
+
+/// Programs that run the file named among their arguments (`python3 x`, `go run x`,
+/// `source x`). Versioned names (`python3.12`) count as their base name.
+fn is_runner(word: &str) -> bool {
+    let base = word.rsplit('/').next().unwrap_or(word);
+    let base = base.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
+    let base = base
+        .strip_suffix(".exe")
+        .unwrap_or(base)
+        .to_ascii_lowercase();
+    matches!(
+        base.as_str(),
+        "python"
+            | "py"
+            | "pypy"
+            | "bash"
+            | "sh"
+            | "zsh"
+            | "dash"
+            | "ksh"
+            | "mksh"
+            | "fish"
+            | "source"
+            | "."
+            | "node"
+            | "nodejs"
+            | "deno"
+            | "bun"
+            | "tsx"
+            | "ts-node"
+            | "npx"
+            | "uv"
+            | "uvx"
+            | "poetry"
+            | "pipenv"
+            | "ruby"
+            | "perl"
+            | "php"
+            | "lua"
+            | "luajit"
+            | "rscript"
+            | "r"
+            | "tclsh"
+            | "wish"
+            | "pwsh"
+            | "powershell"
+            | "osascript"
+            | "awk"
+            | "gawk"
+            | "mawk"
+            | "go"
+            | "java"
+            | "jshell"
+            | "kotlin"
+            | "kotlinc"
+            | "groovy"
+            | "swift"
+            | "elixir"
+            | "julia"
+            | "dart"
+            | "scala"
+            | "scala-cli"
+            | "make"
+            | "gmake"
+            | "just"
+            | "cmd"
+            | "cscript"
+            | "wscript"
+            | "dotnet"
+            | "nu"
+            | "raku"
+            | "perl6"
+            | "xargs"
+            | "exec"
+            | "sudo"
+            | "env"
+            | "nohup"
+            | "time"
+            | "timeout"
+            | "nice"
+    )
+}
+
+/// Regular files of the package SKILL.md runs: in its code blocks (not data blocks) and its
+/// inline code spans, the first word of a command when it names a package file (`./tools/setup`)
+/// and, after a program that runs files (`python3`, `bash`, `go run`, ...), the first argument
+/// naming one (`python3 -u tools/convert.txt in.pdf`). A path is found whatever prefix it is
+/// written under (`$SKILL_DIR/`, `{baseDir}/`), and the package's symbolic links are followed.
+fn run_by_skill_md(content: &[u8], entries: &[Entry]) -> BTreeSet<String> {
+    let nodes: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
+    let mut out = BTreeSet::new();
+    // The package file a word names: the word itself, or its longest suffix after a `/`.
+    // A package path has at most `depth` components: only that many trailing suffixes of a
+    // word can name one, and a word longer than PATH_MAX names nothing a shell runs. So the
+    // work per word is bounded whatever SKILL.md holds.
+    let depth = entries
+        .iter()
+        .map(|e| e.path.split('/').count())
+        .max()
+        .unwrap_or(0);
+    let file_of = |word: &str| -> Option<String> {
+        let w = word.trim_matches(|c: char| matches!(c, '"' | '\'' | '(' | ')' | '{' | '}'));
+        let w = w.strip_prefix("./").unwrap_or(w);
+        if w.len() > 4096 {
+            return None;
+        }
+        let slashes: Vec<usize> = w.match_indices('/').map(|(i, _)| i).collect();
+        let tail = &slashes[slashes.len().saturating_sub(depth)..];
+        std::iter::once(w)
+            .chain(tail.iter().map(|&i| &w[i + 1..]))
+            .filter(|s| !s.is_empty())
+            .find_map(|s| resolve_in_package(s, &nodes).filter(|e| e.kind == Kind::File))
+            .map(|e| e.path.clone())
+    };
+    let command = |text: &str, out: &mut BTreeSet<String>| {
+        for segment in text.split(['|', ';', '&', '`', '(', ')', '\r']) {
+            let mut words = segment
+                .split_whitespace()
+                .skip_while(|w| w.contains('=') && !w.starts_with('-') && !w.contains('/'))
+                .peekable();
+            let Some(first) = words.next() else { continue };
+            if let Some(f) = file_of(first) {
+                out.insert(f);
+            } else if is_runner(first)
+                && let Some(f) = words.filter(|w| !w.starts_with('-')).find_map(file_of)
+            {
+                out.insert(f);
+            }
+        }
+    };
+    let blocks = markdown_blocks(content);
+    let mut next_block = 0usize;
+    let mut pos = 0usize;
+    while pos < content.len() {
+        let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
+        let line = String::from_utf8_lossy(&content[pos..end]);
+        while next_block < blocks.len() && blocks[next_block].1 <= pos {
+            next_block += 1;
+        }
+        match blocks.get(next_block) {
+            Some(&(s, _, ctx)) if s <= pos => {
+                if ctx == Context::CodeBlock {
+                    command(&line, &mut out);
+                }
+            }
+            // Prose: what inline code spans of more than one word say to run (a lone path in
+            // backticks names a file, it does not run it).
+            _ => {
+                for span in line.split('`').skip(1).step_by(2) {
+                    if span.split_whitespace().nth(1).is_some() {
+                        command(span, &mut out);
+                    }
+                }
+            }
+        }
+        pos = end + 1;
+    }
+    out
+}
+
+/// Whether a file's name says it is text an agent reads (`.md`, `.txt`, ...).
+fn names_text(path: &str) -> bool {
+    matches!(
+        extension(path).as_deref(),
+        Some("md" | "markdown" | "mdx" | "mdc" | "rst" | "txt" | "adoc")
+    ) && !is_licence_name(path.rsplit('/').next().unwrap_or(path))
+}
+
+/// UTF-16 code units (two bytes each, read by `unit`) as UTF-8, unpaired surrogates replaced.
+fn utf16_to_utf8(bytes: &[u8], unit: fn([u8; 2]) -> u16) -> Vec<u8> {
+    let units = bytes.chunks_exact(2).map(|c| unit([c[0], c[1]]));
+    char::decode_utf16(units)
+        .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+        .collect::<String>()
+        .into_bytes()
+}
+
 /// How a text file is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum TextKind {
@@ -955,7 +1273,7 @@ enum TextKind {
     Script,
     /// Markdown or plain text: prose, with code blocks.
     Markdown,
-    /// Licence text: not scanned.
+    /// Licence text: only its fenced code blocks are scanned.
     Licence,
     /// Schemas, configuration, markup.
     Data,
@@ -1009,13 +1327,67 @@ fn is_ignore_list(path: &str) -> bool {
 }
 
 /// A line that is only a comment (`#`, `//`, `/*`, `*`, `<!--`), not a shebang or `#include`.
-fn is_comment(line: &[u8]) -> bool {
-    let t = line.trim_ascii_start();
-    (t.starts_with(b"#") && !t.starts_with(b"#!") && !t.starts_with(b"#include"))
-        || t.starts_with(b"//")
-        || t.starts_with(b"/*")
-        || t.starts_with(b"* ")
-        || t.starts_with(b"<!--")
+/// How a language writes a line comment. A line is read as a comment (prose) only in the
+/// language that makes it one: to a shell, `//usr/bin/curl ...` runs curl, `/*in/curl` is a
+/// glob that names it, and `* ; curl ...` runs it after the glob fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Comments {
+    /// `#`: shells, Python, Ruby, Perl, PowerShell, R, ... and a block of unknown language,
+    /// which an agent runs in a shell.
+    Hash,
+    /// `//`, `/* ... */`: JavaScript, TypeScript, Go, Java, C, Swift, Kotlin, ...
+    Slash,
+    /// Both: PHP.
+    Both,
+}
+
+impl Comments {
+    /// The comment style of a fence language or an interpreter.
+    fn of(lang: &str) -> Self {
+        let lang = lang.rsplit('/').next().unwrap_or(lang).to_ascii_lowercase();
+        match lang.as_str() {
+            "js" | "javascript" | "jsx" | "mjs" | "cjs" | "node" | "nodejs" | "ts"
+            | "typescript" | "tsx" | "deno" | "bun" | "ts-node" | "go" | "golang" | "java"
+            | "c" | "h" | "cpp" | "c++" | "cc" | "cs" | "csharp" | "swift" | "kotlin" | "kt"
+            | "kts" | "groovy" | "dart" | "scala" | "rust" | "rs" | "dotnet-script"
+            | "dotnet-fsi" | "css" | "scss" | "less" | "jsonc" | "json5" | "zig" | "v" => {
+                Self::Slash
+            }
+            "php" => Self::Both,
+            _ => Self::Hash,
+        }
+    }
+
+    fn is_comment(self, line: &[u8]) -> bool {
+        let t = line.trim_ascii_start();
+        let hash = t.starts_with(b"#") && !t.starts_with(b"#!") && !t.starts_with(b"#include");
+        let slash = t.starts_with(b"//") || t.starts_with(b"/*") || t.starts_with(b"* ");
+        match self {
+            Self::Hash => hash,
+            Self::Slash => slash,
+            Self::Both => hash || slash,
+        }
+    }
+}
+
+/// Whether a block's first line opens a fence (```` ``` ````, `~~~`).
+fn is_fence(block: &[u8]) -> bool {
+    let first = &block[..memchr::memchr(b'\n', block).unwrap_or(block.len())];
+    let f = fence_text(first);
+    f.starts_with(b"```") || f.starts_with(b"~~~")
+}
+
+/// The language a fenced block's opening line names (`bash` for ```` ```bash ````), empty
+/// when it names none or the block is not fenced.
+fn fence_language(block: &[u8]) -> String {
+    let first = &block[..memchr::memchr(b'\n', block).unwrap_or(block.len())];
+    let f = fence_text(first);
+    let n = f.iter().take_while(|&&b| b == b'`' || b == b'~').count();
+    if n < 3 {
+        return String::new();
+    }
+    let info = String::from_utf8_lossy(f[n..].trim_ascii()).to_ascii_lowercase();
+    info.split([' ', '{', ',']).next().unwrap_or("").to_owned()
 }
 
 fn is_js(path: &str, head: &[u8]) -> bool {
@@ -1061,9 +1433,10 @@ fn xml_identifier(line: &[u8], col: usize) -> bool {
 }
 
 /// Code blocks of a Markdown file as (start byte, end byte, context): fenced blocks (backtick or
-/// tilde fences) and indented blocks after a blank line, outside lists (an indented paragraph
-/// after a list item continues the item). A fence whose info string names a data language
-/// (`json`, `xml`, `text`, ...) is example content, not code.
+/// tilde fences, at any depth: in list items, blockquotes), indented blocks after a blank line
+/// (in a list item only four columns past its text: an indented paragraph after a list item
+/// continues the item), and HTML `<pre>` blocks. A fence whose info string names a data
+/// language (`json`, `xml`, `text`, ...) is example content, not code.
 fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
     let mut out = Vec::new();
     let mut pos = 0usize;
@@ -1071,24 +1444,45 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
     let mut indented: Option<usize> = None;
     let mut prev_blank = true;
     let mut in_list = false;
+    // Where the content of the last list item starts (`1. ` = 3): an indented code block in
+    // the item is indented four more.
+    let mut list_col = 0usize;
+    // Where the open fence starts in its line (past indentation, `>` and list markers).
+    let mut open_at = 0usize;
+    let pre = |l: &[u8], tag: &[u8]| l.windows(tag.len()).any(|w| w.eq_ignore_ascii_case(tag));
     while pos < content.len() {
         let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
         let line = &content[pos..end];
         let next = (end + 1).min(content.len());
         let indent = line.iter().take_while(|&&b| b == b' ').count();
         let body = &line[indent.min(line.len())..];
-        let fence = (indent <= 3)
-            .then(|| body.first().copied())
-            .flatten()
+        // A fence is found at any depth: inside a list item (`1.` then four spaces, a nested
+        // list), after a list marker (`- ```bash`), a blockquote's `>` or a tab. CommonMark
+        // reads all of these as fenced code, and so does an agent; a fence missed here would
+        // turn a code block into prose that grants nothing.
+        let fence_body = fence_text(line);
+        let fence = fence_body
+            .first()
+            .copied()
             .filter(|c| *c == b'`' || *c == b'~')
-            .map(|c| (c, body.iter().take_while(|&&b| b == c).count()))
+            .map(|c| (c, fence_body.iter().take_while(|&&b| b == c).count()))
             .filter(|(_, n)| *n >= 3);
         match open {
+            // An HTML `<pre>` block: shown as code, read by an agent as code.
+            Some((s, b'<', _, ctx)) => {
+                if pre(line, b"</pre") {
+                    out.push((s, next, ctx));
+                    open = None;
+                }
+            }
             Some((s, c, n, ctx)) => {
+                // A closing fence is indented at most three columns past its opening one, as
+                // CommonMark has it: a fence-like line indented further is still code.
                 if let Some((fc, fnn)) = fence
                     && fc == c
                     && fnn >= n
-                    && body[fnn..].trim_ascii().is_empty()
+                    && fence_body[fnn..].trim_ascii().is_empty()
+                    && line.len() - fence_body.len() <= open_at + 3
                 {
                     out.push((s, next, ctx));
                     open = None;
@@ -1100,16 +1494,41 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
                 if !blank && !is_indented {
                     in_list = is_list_item(body) || (in_list && indent > 0);
                 }
+                if !blank && is_list_item(body) {
+                    let marker = body
+                        .iter()
+                        .position(|b| *b == b' ' || *b == b'\t')
+                        .unwrap_or(body.len());
+                    let gap = body[marker..].iter().take_while(|&&b| b == b' ').count();
+                    list_col = indent + marker + if (1..=4).contains(&gap) { gap } else { 1 };
+                }
                 match indented {
                     Some(s) if !is_indented && !blank => {
                         out.push((s, pos, Context::CodeBlock));
                         indented = None;
                     }
-                    None if is_indented && prev_blank && !in_list => indented = Some(pos),
+                    // In a list item, an indented paragraph continues the item; four columns
+                    // past the item's content it is code.
+                    None if is_indented && prev_blank && (!in_list || indent >= list_col + 4) => {
+                        indented = Some(pos)
+                    }
                     _ => {}
                 }
+                if indented.is_none() && fence.is_none() && fence_body.starts_with(b"<") {
+                    let tag = fence_body.get(..4).unwrap_or_default();
+                    if tag.eq_ignore_ascii_case(b"<pre")
+                        && !matches!(fence_body.get(4), Some(c) if c.is_ascii_alphanumeric())
+                    {
+                        if pre(line, b"</pre") {
+                            out.push((pos, next, Context::CodeBlock));
+                        } else {
+                            open = Some((pos, b'<', 0, Context::CodeBlock));
+                        }
+                    }
+                }
                 if let (Some((c, n)), None) = (fence, indented) {
-                    let info = String::from_utf8_lossy(body[n..].trim_ascii()).to_ascii_lowercase();
+                    let info =
+                        String::from_utf8_lossy(fence_body[n..].trim_ascii()).to_ascii_lowercase();
                     let lang = info.split([' ', '{', ',']).next().unwrap_or("");
                     let ctx = match lang {
                         "text" | "txt" | "plain" | "plaintext" | "markdown" | "md" | "json"
@@ -1118,6 +1537,7 @@ fn markdown_blocks(content: &[u8]) -> Vec<(usize, usize, Context)> {
                         _ => Context::CodeBlock,
                     };
                     open = Some((pos, c, n, ctx));
+                    open_at = line.len() - fence_body.len();
                 }
                 prev_blank = blank;
             }
@@ -1169,6 +1589,27 @@ fn python_docstrings(content: &[u8]) -> Vec<(usize, usize, Context)> {
 }
 
 /// `- x`, `* x`, `+ x`, `1. x`, `1) x`.
+/// A line without what may stand before a code fence: blockquote markers, indentation (spaces
+/// or tabs) and list markers (`-`, `*`, `+`, `1.`, `1)`).
+fn fence_text(mut line: &[u8]) -> &[u8] {
+    loop {
+        let before = line.len();
+        line = line.trim_ascii_start();
+        if let Some(rest) = line.strip_prefix(b">") {
+            line = rest;
+        } else if is_list_item(line) {
+            let marker = line
+                .iter()
+                .position(|b| *b == b' ' || *b == b'\t')
+                .unwrap_or(line.len());
+            line = &line[marker..];
+        }
+        if line.len() == before {
+            return line;
+        }
+    }
+}
+
 fn is_list_item(body: &[u8]) -> bool {
     match body {
         [b'-' | b'*' | b'+', b' ' | b'\t', ..] => true,
@@ -1220,8 +1661,23 @@ fn interpreter_for_extension(ext: String) -> Option<&'static str> {
         "rb" => "ruby",
         "pl" | "pm" => "perl",
         "php" => "php",
-        "js" | "mjs" | "cjs" => "node",
-        "ts" => "typescript",
+        "js" | "mjs" | "cjs" | "jsx" => "node",
+        "ts" | "mts" | "cts" | "tsx" => "typescript",
+        // Source files their toolchains run directly (`go run x.go`, `java X.java`, `swift
+        // x.swift`, `kotlin x.kts`, `dotnet script x.csx`): programs, like a `.py`.
+        "go" => "go",
+        "java" => "java",
+        "swift" => "swift",
+        "kts" => "kotlin",
+        "groovy" => "groovy",
+        "exs" => "elixir",
+        "jl" => "julia",
+        "dart" => "dart",
+        "scala" | "sc" => "scala",
+        "csx" => "dotnet-script",
+        "fsx" => "dotnet-fsi",
+        "nu" => "nu",
+        "raku" => "raku",
         "lua" => "lua",
         "ps1" | "psm1" => "powershell",
         "bat" | "cmd" => "cmd",
