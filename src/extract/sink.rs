@@ -568,6 +568,19 @@ impl<'a> Sink<'a> {
                 };
             }
         };
+        // A name ending in `/` (or `/.`) is a directory to GNU tar, bsdtar, Python and unzip
+        // whatever the header's type says (a tar `0` header named `d/` is a directory there,
+        // its data read as further members); staging it as a file here would be another tree.
+        if !matches!(raw.kind, RawKind::Dir)
+            && (raw.name.ends_with(b"/") || raw.name.ends_with(b"/."))
+        {
+            return Err(Reason::new(
+                ReasonCode::InvalidName,
+                "a name ending in / is a directory to other tools, but this entry is not one",
+            )
+            .entry(display_name(raw.name))
+            .into());
+        }
         let path = match self.strip_wrapper(path, raw.name)? {
             Some(p) => p,
             // The wrapping directory itself becomes the root: nothing to create.

@@ -142,8 +142,10 @@ pub(crate) fn read(mut reader: SeekBuf<'_>, sink: &mut Sink<'_>) -> Result<(), S
             Some(0o060000) => RawKind::Special("block device"),
             Some(0o010000) => RawKind::Special("FIFO"),
             Some(0o140000) => RawKind::Special("socket"),
-            Some(0o040000) => RawKind::Dir,
-            Some(0o100000) | Some(0) | None if trailing_slash => {
+            // unzip and Python's zipfile take an entry for a directory by its trailing slash
+            // alone, and extract one without it as a file with its data: a directory is both,
+            // and holds no data, or the tree staged here is not theirs.
+            Some(0o040000) | Some(0o100000) | Some(0) | None if trailing_slash => {
                 if size != 0 {
                     return Err(
                         Reason::new(ReasonCode::Corrupt, "directory entry carries data")
@@ -152,6 +154,15 @@ pub(crate) fn read(mut reader: SeekBuf<'_>, sink: &mut Sink<'_>) -> Result<(), S
                     );
                 }
                 RawKind::Dir
+            }
+            Some(0o040000) => {
+                return Err(Reason::new(
+                    ReasonCode::Corrupt,
+                    "the mode says directory, but the name does not end in / (other tools \
+                     extract it as a file)",
+                )
+                .entry(shown)
+                .into());
             }
             Some(0o100000) | Some(0) | None => RawKind::File,
             Some(other) => RawKind::Special(if other == 0o160000 {

@@ -671,6 +671,26 @@ fn round_two(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "three members, each behind its own PAX header, under max_entries=3: extension headers are not members",
     )
     .limits(json!({"max_entries": 3}));
+    // `git archive` writes a PAX global header holding the commit id.
+    let mut t = Tar::new();
+    let body =
+        super::tarraw::pax_records(&[("comment", b"4c34777b7a1b2c3d4e5f60718293a4b5c6d7e8f9")]);
+    let h = super::tarraw::header(
+        b"pax_global_header",
+        0o666,
+        body.len() as u64,
+        b'g',
+        b"",
+        super::tarraw::Magic::Ustar,
+    );
+    t.block(&h).data(&body);
+    t.file("SKILL.md", skill_md("git-archive"));
+    c.accept(
+        "tar_pax_global_comment",
+        "tar",
+        t.finish(),
+        "a PAX global header with only a comment, as git archive writes: accepted",
+    );
     let mut t = Tar::new();
     for i in 0..8u8 {
         t.pax_header(&[("comment", &[b'a' + i])]);
