@@ -2426,6 +2426,27 @@ fn tool_disagreements(c: &mut Corpus) {
         "header_mismatch",
         "a PAX global header setting size 0 (GNU tar reads the member's data as another member)",
     );
+    // 40 hops is the most (as Linux's MAXSYMLINKS): `b` crosses `a`, which takes 40 already
+    // and is resolved first, so its hops must be counted again, not skipped.
+    let t = tar_with(|t| {
+        t.symlink("a", "c01");
+        t.symlink("b", "a");
+        for i in 1..=40 {
+            let next = if i < 40 {
+                format!("c{:02}", i + 1)
+            } else {
+                "SKILL.md".to_owned()
+            };
+            t.symlink(format!("c{i:02}"), next);
+        }
+    });
+    c.reject(
+        "tar_symlink_41_hops_through_resolved_link",
+        "tar",
+        t,
+        "link_escape",
+        "a symlink to a symlink that takes 40 hops itself: 41 in all, past the kernel's limit",
+    );
     // Zip: unzip and zipfile decide a directory by the trailing slash alone.
     c.reject(
         "zip_dir_with_data",
