@@ -1680,6 +1680,7 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     formats(c);
     frontmatter(c);
     tool_disagreements(c);
+    answer_bound(c);
     Ok(())
 }
 
@@ -2472,5 +2473,32 @@ fn tool_disagreements(c: &mut Corpus) {
         zip_with(vec![Entry::symlink("references/", "SKILL.md")]),
         "invalid_name",
         "a symlink named references/ (a directory to unzip)",
+    );
+}
+
+/// A package inside every limit whose inventory is past what the parent reads from the child:
+/// 9,990 symlinks whose names and targets are about 1,000 `"` each (JSON doubles them), 40 MB
+/// of answer. The child refuses it for what it is, rather than send an answer the parent would
+/// take for a misbehaving child (`sandbox_violation`).
+fn answer_bound(c: &mut Corpus) {
+    use super::tarraw::SYMLINK;
+    let q = "\"".repeat(250);
+    let dir = [q.as_str(); 3].join("/");
+    let file = format!("f{}", "\"".repeat(240));
+    let mut t = tar_with_skill();
+    t.pax_header(&[("path", format!("{dir}/{file}").as_bytes())]);
+    t.entry(b"pax-named", 0o644, REG, b"", b"x");
+    let target = format!("../../../{dir}/{file}");
+    for i in 0..9990 {
+        let name = format!("{dir}/{i:05}{}", "\"".repeat(245));
+        t.pax_header(&[("path", name.as_bytes()), ("linkpath", target.as_bytes())]);
+        t.entry(b"pax-named", 0o777, SYMLINK, b"", b"");
+    }
+    c.reject(
+        "targz_inventory_past_answer_bound",
+        "tar.gz",
+        gzip(&t.finish()),
+        "resource_limit",
+        "9,990 symlinks, names and targets of about 1,000 quotes each (inside every limit): a 40 MB inventory, past the 32 MiB the parent reads",
     );
 }
