@@ -217,10 +217,11 @@ fn main(process: ProcessSteps) -> i32 {
     {
         let reason = Reason::new(
             ReasonCode::ResourceLimit,
+            // The size itself goes in `observed` only: it includes the confinement report,
+            // which differs between a spare and an exec'd child.
             format!(
-                "the inventory and review of this package take {} bytes, more than the {} \
-                 the parent reads from the child",
-                json.len(),
+                "the inventory and review of this package are larger than the {} bytes the \
+                 parent reads from the child",
                 wire::DEFAULT_MAX_ANSWER_BYTES
             ),
         )
