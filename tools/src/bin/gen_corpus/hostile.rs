@@ -2448,6 +2448,36 @@ fn tool_disagreements(c: &mut Corpus) {
         "link_escape",
         "a symlink to a symlink that takes 40 hops itself: 41 in all, past the kernel's limit",
     );
+    // A deflate stream that ends before its member does: what follows it, inside the member,
+    // is a data descriptor and a whole member to a streaming reader (Java's ZipInputStream),
+    // which takes the stream's end for the member's.
+    let visible = b"# Notes\n".to_vec();
+    let packed = deflate(&visible);
+    let mut tail = packed.clone();
+    for v in [
+        0x0807_4b50,
+        crc32(&visible),
+        packed.len() as u32,
+        visible.len() as u32,
+    ] {
+        tail.extend_from_slice(&v.to_le_bytes());
+    }
+    tail.extend_from_slice(
+        &Entry::file("scripts/hidden.sh", "#!/bin/sh\necho hidden\n")
+            .stored()
+            .local_record(),
+    );
+    c.reject(
+        "zip_deflate_hidden_tail",
+        "zip",
+        zip_with(vec![
+            Entry::file("references/notes.md", &visible)
+                .payload(DEFLATE, tail)
+                .flags(FLAG_DESCRIPTOR),
+        ]),
+        "corrupt",
+        "a deflate stream that ends early, a descriptor and a whole member after it inside the member's data (a streaming reader extracts scripts/hidden.sh)",
+    );
     // Zip: unzip and zipfile decide a directory by the trailing slash alone.
     c.reject(
         "zip_dir_with_data",
