@@ -146,6 +146,36 @@ fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
     Ok(pax)
 }
 
+/// Refuse a header whose size or mode field is not a number every reader reads alike: octal
+/// digits, optionally after spaces and before a NUL or space, or GNU's positive base-256.
+/// The crate also takes a leading `+` (`+0000002000` is 1,024 bytes here, 0 to bsdtar, base-64
+/// to GNU tar): the size frames the stream, so such a member's data is another member there.
+fn check_numbers(header: &tar::Header) -> Result<(), Reason> {
+    let bytes = header.as_bytes();
+    for (field, what) in [(&bytes[124..136], "size"), (&bytes[100..108], "mode")] {
+        if !plain_number(field) {
+            return Err(Reason::new(
+                ReasonCode::Corrupt,
+                format!("the header's {what} field is not a plain octal or base-256 number"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn plain_number(field: &[u8]) -> bool {
+    // GNU base-256: the top bit of the first byte; a first byte of 0xff is negative there.
+    if field.first().is_some_and(|b| b & 0x80 != 0) {
+        return field[0] == 0x80;
+    }
+    let start = field.iter().position(|b| *b != b' ').unwrap_or(field.len());
+    let digits = field[start..]
+        .iter()
+        .position(|b| !(b'0'..=b'7').contains(b))
+        .map_or(field.len(), |i| start + i);
+    field[digits..].iter().all(|b| matches!(b, 0 | b' '))
+}
+
 /// Refuse a global PAX header carrying a record that changes what a member is: its name,
 /// link, size (how the stream is framed) or a GNU sparse map.
 fn check_global_pax(data: &[u8]) -> Result<(), Reason> {
@@ -237,6 +267,7 @@ fn members<R: Read>(
         let mut run: u32 = 0;
         for entry in entries {
             let mut entry = entry.map_err(|e| tar_error(&e))?;
+            check_numbers(entry.header())?;
             let ty = entry.header().entry_type();
             if ty.is_gnu_longname()
                 || ty.is_gnu_longlink()

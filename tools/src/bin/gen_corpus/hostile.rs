@@ -2478,6 +2478,28 @@ fn tool_disagreements(c: &mut Corpus) {
         "corrupt",
         "a deflate stream that ends early, a descriptor and a whole member after it inside the member's data (a streaming reader extracts scripts/hidden.sh)",
     );
+    // A size field with a leading `+`: tar-rs and tarfile read octal, bsdtar stops at the `+`
+    // (size 0, the data its next member), GNU tar reads base-64.
+    let t = tar_with(|t| {
+        let mut h = header(
+            b"references/notes.md",
+            0o644,
+            hidden.len() as u64,
+            REG,
+            b"",
+            Magic::Ustar,
+        );
+        h[124..136].copy_from_slice(format!("+{:010o}\0", hidden.len()).as_bytes());
+        tarraw::fix_checksum(&mut h);
+        t.block(&h).data(&hidden);
+    });
+    c.reject(
+        "tar_size_field_plus",
+        "tar",
+        t,
+        "corrupt",
+        "a size field written +0000002000 (1,024 bytes to tar-rs and tarfile, 0 to bsdtar, which extracts the member hidden in the data)",
+    );
     // Zip: unzip and zipfile decide a directory by the trailing slash alone.
     c.reject(
         "zip_dir_with_data",
