@@ -77,6 +77,82 @@ struct Node {
     flags: Vec<Flag>,
 }
 
+/// The parent of a top-level node in [`Tree`].
+const ROOT: u32 = u32::MAX;
+
+/// The staged tree by node, for resolving symlinks: each path's id, each node's parent, and
+/// each (parent, name)'s child.
+struct Tree<'s> {
+    nodes: Vec<(&'s str, &'s Node)>,
+    ids: HashMap<&'s str, u32>,
+    parents: Vec<u32>,
+    children: HashMap<(u32, &'s str), u32>,
+}
+
+impl<'s> Tree<'s> {
+    fn new(map: &'s HashMap<String, Node>) -> Self {
+        let nodes: Vec<(&str, &Node)> = map.iter().map(|(k, n)| (k.as_str(), n)).collect();
+        let ids: HashMap<&str, u32> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (*k, i as u32))
+            .collect();
+        let mut parents = vec![ROOT; nodes.len()];
+        let mut children = HashMap::with_capacity(nodes.len());
+        for (i, (k, _)) in nodes.iter().enumerate() {
+            let (parent, name) = match k.rsplit_once('/') {
+                // Every parent is a node (`ensure_parents`); one that were not would leave its
+                // children unreachable, never reachable elsewhere.
+                Some((p, name)) => match ids.get(p) {
+                    Some(&p) => (p, name),
+                    None => continue,
+                },
+                None => (ROOT, *k),
+            };
+            parents[i] = parent;
+            children.insert((parent, name), i as u32);
+        }
+        Self {
+            nodes,
+            ids,
+            parents,
+            children,
+        }
+    }
+
+    fn kind(&self, id: u32) -> Kind {
+        self.nodes[id as usize].1.kind
+    }
+
+    /// The directories holding node `id`, outermost first.
+    fn ancestors(&self, id: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        let mut at = self.parents[id as usize];
+        while at != ROOT {
+            out.push(at);
+            at = self.parents[at as usize];
+        }
+        out.reverse();
+        out
+    }
+}
+
+/// Where a symlink resolved, read from its own directory.
+struct Resolved {
+    stack: Vec<u32>,
+    /// Hops it took, itself included.
+    hops: u32,
+    /// Whether it ends at a regular file (nothing may follow it then).
+    file: bool,
+}
+
+/// What is left of a resolution: a component, or the end of the target of the symlink `.0`,
+/// with `.1` hops taken once it was counted (the link being resolved is not: 0).
+enum Step<'t> {
+    Comp(&'t str),
+    End(u32, u32),
+}
+
 /// An error carrying a verdict through `io::Read` implementations (decoder guards).
 #[derive(Debug)]
 pub(crate) struct ReasonError(pub Reason);
@@ -568,6 +644,19 @@ impl<'a> Sink<'a> {
                 };
             }
         };
+        // A name ending in `/` (or `/.`) is a directory to GNU tar, bsdtar, Python and unzip
+        // whatever the header's type says (a tar `0` header named `d/` is a directory there,
+        // its data read as further members); staging it as a file here would be another tree.
+        if !matches!(raw.kind, RawKind::Dir)
+            && (raw.name.ends_with(b"/") || raw.name.ends_with(b"/."))
+        {
+            return Err(Reason::new(
+                ReasonCode::InvalidName,
+                "a name ending in / is a directory to other tools, but this entry is not one",
+            )
+            .entry(display_name(raw.name))
+            .into());
+        }
         let path = match self.strip_wrapper(path, raw.name)? {
             Some(p) => p,
             // The wrapping directory itself becomes the root: nothing to create.
@@ -1014,11 +1103,19 @@ impl<'a> Sink<'a> {
             .filter(|(_, n)| n.kind == Kind::Symlink)
             .collect();
         links.sort_by(|a, b| a.0.cmp(b.0));
-        for (path, node) in links {
-            let target = node.target.as_deref().unwrap_or("");
-            self.resolve(path, target).map_err(|detail| {
-                Stop::Reject(Reason::new(ReasonCode::LinkEscape, detail).entry(path.as_str()))
-            })?;
+        // Indexed only when there is a link to resolve: most packages have none.
+        if !links.is_empty() {
+            let tree = Tree::new(&self.nodes);
+            let mut memo = HashMap::new();
+            for (path, node) in links {
+                let target = node.target.as_deref().unwrap_or("");
+                self.resolve(&tree, &mut memo, path, target)
+                    .map_err(|detail| {
+                        Stop::Reject(
+                            Reason::new(ReasonCode::LinkEscape, detail).entry(path.as_str()),
+                        )
+                    })?;
+            }
         }
         if format != Format::SkillMd && self.limits.require_skill_md {
             match self.nodes.get(SKILL_MD).map(|n| n.kind) {
@@ -1086,19 +1183,59 @@ impl<'a> Sink<'a> {
     /// a tool that copies or normalises path text does (`sub/../..` is `..` whatever `sub` is);
     /// then the way the kernel would, over the package's own tree: every component must exist
     /// in the package and no step may leave the root.
-    fn resolve<'s>(&'s self, link_path: &'s str, target: &str) -> Result<(), String> {
-        let mut stack: Vec<&str> = link_path.split('/').collect();
-        stack.pop();
-        if lexical_escape(stack.len(), target.split('/')) {
+    ///
+    /// The kernel's reading walks `tree` by node, so a step costs one short lookup whatever
+    /// the path's length, and a symlink already resolved (`memo`) is crossed in one step: the
+    /// work is the targets' total length. (Walking by path text, and every link again through
+    /// every link it crosses, let 10,000 links through a 40-link chain of `x/../x/..` targets,
+    /// 30 MB of tar, hold the child until its timeout.)
+    fn resolve(
+        &self,
+        tree: &Tree<'_>,
+        memo: &mut HashMap<u32, Resolved>,
+        link_path: &str,
+        target: &str,
+    ) -> Result<(), String> {
+        let depth = link_path.split('/').count() - 1;
+        if lexical_escape(depth, target.split('/')) {
             return Err(format!(
                 "symlink target {target:?} leaves the package root when read as text \
                  (`..` cancelling the component before it)"
             ));
         }
-        let mut pending: Vec<String> = target.split('/').rev().map(str::to_owned).collect();
+        let Some(&link) = tree.ids.get(link_path) else {
+            return Err(format!("symlink {link_path:?} is not in the package"));
+        };
+        let mut stack = tree.ancestors(link);
+        let real = |pending: &[Step<'_>]| {
+            pending
+                .iter()
+                .any(|s| matches!(s, Step::Comp(c) if !c.is_empty() && *c != "."))
+        };
+        let through_file = || format!("symlink target {target:?} goes through a regular file");
+        let loops = || format!("symlink target {target:?} loops");
+        let mut pending: Vec<Step<'_>> = vec![Step::End(link, 0)];
+        pending.extend(target.split('/').rev().map(Step::Comp));
         let mut hops = 0u32;
-        while let Some(comp) = pending.pop() {
-            match comp.as_str() {
+        while let Some(step) = pending.pop() {
+            let comp = match step {
+                // Every component of that link's target is behind us: where it led, and the hops
+                // it took, hold wherever it is met again.
+                Step::End(id, after) => {
+                    let file = stack.last().is_some_and(|t| tree.kind(*t) == Kind::File);
+                    memo.insert(
+                        id,
+                        Resolved {
+                            stack: stack.clone(),
+                            hops: hops - after + 1,
+                            file,
+                        },
+                    );
+                    continue;
+                }
+                Step::Comp(c) => c,
+            };
+            match comp {
                 "" | "." => continue,
                 ".." => {
                     if stack.pop().is_none() {
@@ -1108,30 +1245,36 @@ impl<'a> Sink<'a> {
                 }
                 _ => {}
             }
-            let mut probe = stack.join("/");
-            if !probe.is_empty() {
-                probe.push('/');
-            }
-            probe.push_str(&comp);
-            let Some((key, node)) = self.nodes.get_key_value(probe.as_str()) else {
+            let parent = stack.last().copied().unwrap_or(ROOT);
+            let Some(&id) = tree.children.get(&(parent, comp)) else {
                 return Err(format!(
                     "symlink target {target:?} points at nothing in the package"
                 ));
             };
+            let (_, node) = tree.nodes[id as usize];
             match node.kind {
-                Kind::Dir => stack = key.split('/').collect(),
+                Kind::Dir => stack.push(id),
                 Kind::File => {
-                    if pending.iter().any(|c| !c.is_empty() && c != ".") {
-                        return Err(format!(
-                            "symlink target {target:?} goes through a regular file"
-                        ));
+                    if real(&pending) {
+                        return Err(through_file());
                     }
-                    stack = key.split('/').collect();
+                    stack.push(id);
                 }
                 Kind::Symlink => {
+                    if let Some(r) = memo.get(&id) {
+                        hops += r.hops;
+                        if hops > MAX_SYMLINK_HOPS {
+                            return Err(loops());
+                        }
+                        if r.file && real(&pending) {
+                            return Err(through_file());
+                        }
+                        stack.clone_from(&r.stack);
+                        continue;
+                    }
                     hops += 1;
                     if hops > MAX_SYMLINK_HOPS {
-                        return Err(format!("symlink target {target:?} loops"));
+                        return Err(loops());
                     }
                     let inner = node.target.as_deref().unwrap_or("");
                     if inner.starts_with('/') {
@@ -1139,9 +1282,9 @@ impl<'a> Sink<'a> {
                             "symlink target {target:?} leads to an absolute symlink"
                         ));
                     }
-                    stack = key.split('/').collect();
-                    stack.pop();
-                    pending.extend(inner.split('/').rev().map(str::to_owned));
+                    // Its target is read from its own directory: where the stack is now.
+                    pending.push(Step::End(id, hops));
+                    pending.extend(inner.split('/').rev().map(Step::Comp));
                 }
             }
         }

@@ -106,6 +106,13 @@ struct Pax {
     size: Option<u64>,
 }
 
+impl Pax {
+    /// Whether it holds a record we act on.
+    fn acted_on(&self) -> bool {
+        self.path.is_some() || self.linkpath.is_some() || self.size.is_some()
+    }
+}
+
 fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
     let mut pax = Pax {
         path: None,
@@ -137,6 +144,61 @@ fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
         }
     }
     Ok(pax)
+}
+
+/// Refuse a header whose size or mode field is not a number every reader reads alike: octal
+/// digits, optionally after spaces and before a NUL or space, or GNU's positive base-256.
+/// The crate also takes a leading `+` (`+0000002000` is 1,024 bytes here, 0 to bsdtar, base-64
+/// to GNU tar): the size frames the stream, so such a member's data is another member there.
+fn check_numbers(header: &tar::Header) -> Result<(), Reason> {
+    let bytes = header.as_bytes();
+    for (field, what) in [(&bytes[124..136], "size"), (&bytes[100..108], "mode")] {
+        if !plain_number(field) {
+            return Err(Reason::new(
+                ReasonCode::Corrupt,
+                format!("the header's {what} field is not a plain octal or base-256 number"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn plain_number(field: &[u8]) -> bool {
+    // GNU base-256: the top bit of the first byte; a first byte of 0xff is negative there.
+    if field.first().is_some_and(|b| b & 0x80 != 0) {
+        return field[0] == 0x80;
+    }
+    let start = field.iter().position(|b| *b != b' ').unwrap_or(field.len());
+    let digits = field[start..]
+        .iter()
+        .position(|b| !(b'0'..=b'7').contains(b))
+        .map_or(field.len(), |i| start + i);
+    field[digits..].iter().all(|b| matches!(b, 0 | b' '))
+}
+
+/// Refuse a global PAX header carrying a record that changes what a member is: its name,
+/// link, size (how the stream is framed) or a GNU sparse map.
+fn check_global_pax(data: &[u8]) -> Result<(), Reason> {
+    for ext in tar::PaxExtensions::new(data) {
+        let ext = ext.map_err(|e| {
+            Reason::new(
+                ReasonCode::Corrupt,
+                format!("malformed PAX global record: {e}"),
+            )
+        })?;
+        let key = ext.key_bytes();
+        if matches!(key, b"path" | b"linkpath" | b"size") || key.starts_with(b"GNU.sparse.") {
+            return Err(Reason::new(
+                ReasonCode::HeaderMismatch,
+                format!(
+                    "a PAX global header sets {:?} for every member after it, which GNU tar \
+                     honours and the member headers contradict",
+                    display_name(key)
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn read_bounded(r: &mut dyn Read, max: u64, what: &str) -> Result<Vec<u8>, Stop> {
@@ -205,6 +267,7 @@ fn members<R: Read>(
         let mut run: u32 = 0;
         for entry in entries {
             let mut entry = entry.map_err(|e| tar_error(&e))?;
+            check_numbers(entry.header())?;
             let ty = entry.header().entry_type();
             if ty.is_gnu_longname()
                 || ty.is_gnu_longlink()
@@ -220,13 +283,31 @@ fn members<R: Read>(
                     .limit(u64::from(MAX_EXTENSION_RUN), u64::from(run))
                     .into());
                 }
+                // One long name and one long link per member: with two, tools disagree on
+                // which one counts (GNU tar and bsdtar take the last, Python's tarfile the
+                // first), so one artifact would be two packages.
+                let again = |what: &str| -> Stop {
+                    Reason::new(
+                        ReasonCode::HeaderMismatch,
+                        format!(
+                            "two {what} headers before one member: tools disagree on which counts"
+                        ),
+                    )
+                    .into()
+                };
                 if ty.is_gnu_longname() {
+                    if long_name.is_some() {
+                        return Err(again("GNU long-name"));
+                    }
                     long_name = Some(read_bounded(
                         &mut entry,
                         limits.max_path_bytes,
                         "GNU long name",
                     )?);
                 } else if ty.is_gnu_longlink() {
+                    if long_link.is_some() {
+                        return Err(again("GNU long-link"));
+                    }
                     long_link = Some(read_bounded(
                         &mut entry,
                         limits.max_path_bytes,
@@ -234,9 +315,22 @@ fn members<R: Read>(
                     )?);
                 } else if ty.is_pax_local_extensions() {
                     let data = read_bounded(&mut entry, MAX_PAX_BYTES, "PAX header")?;
-                    pax = Some(parse_pax(&data)?);
+                    let next = parse_pax(&data)?;
+                    // A later PAX header replaces an earlier one here and in GNU tar, while
+                    // Python's tarfile merges them: harmless for records we ignore, two
+                    // packages when the earlier one names, links or sizes the member.
+                    if pax.as_ref().is_some_and(Pax::acted_on) {
+                        return Err(again("PAX"));
+                    }
+                    pax = Some(next);
+                } else {
+                    // A global PAX header is honoured by GNU tar and Python's tarfile for every
+                    // member after it; we honour none of it, so it may carry nothing that
+                    // changes a member's name, link or framing (`comment`, as `git archive`
+                    // writes, is fine).
+                    let data = read_bounded(&mut entry, MAX_PAX_BYTES, "PAX global header")?;
+                    check_global_pax(&data)?;
                 }
-                // Global PAX headers carry nothing we honour; their data is skipped (and counted).
                 continue;
             }
             run = 0;
@@ -245,6 +339,18 @@ fn members<R: Read>(
                 Some(p) => (p.path, p.linkpath, p.size),
                 None => (None, None, None),
             };
+            // A PAX name and a GNU long name for one member: GNU tar takes the PAX one, bsdtar
+            // and Python's tarfile the GNU one.
+            if pax_path.is_some() && long_name.is_some()
+                || pax_link.is_some() && long_link.is_some()
+            {
+                return Err(Reason::new(
+                    ReasonCode::HeaderMismatch,
+                    "a PAX header and a GNU long-name header both name one member: tools \
+                     disagree on which counts",
+                )
+                .into());
+            }
             let name = pax_path
                 .or_else(|| long_name.take())
                 .unwrap_or_else(|| entry.path_bytes().into_owned());
@@ -293,6 +399,25 @@ fn members<R: Read>(
                     .into());
                 }
             };
+            // Only a regular file's size may be non-zero: GNU tar, bsdtar and Python's tarfile
+            // read the data of a directory or hard link (tarfile and bsdtar of a symlink too)
+            // as the next headers, where tar-rs skips it, so members hidden there would be
+            // extracted by every other tool and never seen here.
+            if matches!(
+                kind,
+                RawKind::Dir | RawKind::Symlink(_) | RawKind::HardLink(_)
+            ) && entry.size() != 0
+            {
+                return Err(Reason::new(
+                    ReasonCode::Corrupt,
+                    format!(
+                        "a directory or link header declares {} bytes of data",
+                        entry.size()
+                    ),
+                )
+                .entry(display_name(&name))
+                .into());
+            }
             // The header's size frames the member: the data is exactly that long or the stream
             // is truncated, so the sink may refuse an oversized member before decoding it.
             let declared_size = matches!(kind, RawKind::File).then(|| entry.size());

@@ -22,6 +22,10 @@ use super::wire::{
 };
 use super::{landlock, probe, rlimits, seccomp, sys};
 use crate::extract::hashing::{self, HashThread};
+use crate::extract::inventory::Totals;
+use crate::extract::writer::clear_beneath;
+use crate::intake::Outcome;
+use crate::reason::{Reason, ReasonCode};
 
 /// Exit status after a complete answer (the verdict is in the answer, not the status).
 pub const EXIT_ANSWERED: i32 = 0;
@@ -196,12 +200,58 @@ fn main(process: ProcessSteps) -> i32 {
             None => return EXIT_ANSWERED,
         },
     };
-    let frame = ChildAnswer {
+    let mut frame = ChildAnswer {
         report,
         result,
         hashed_inline,
     };
-    match send(&mut answer, &frame) {
+    let Ok(mut json) = serde_json::to_vec(&frame) else {
+        return EXIT_BAD_SETUP;
+    };
+    // A package inside every limit can still have an inventory the parent will not read
+    // (10,000 names and link targets of 1,000 quotes each, which JSON doubles, are 40 MB):
+    // answering it would read as a misbehaving child (`sandbox_violation`). Refused here
+    // instead, for what it is, and nothing of it left staged.
+    if json.len() > wire::DEFAULT_MAX_ANSWER_BYTES
+        && let JobResult::Extracted(outcome) = &frame.result
+    {
+        let reason = Reason::new(
+            ReasonCode::ResourceLimit,
+            // The size itself goes in `observed` only: it includes the confinement report,
+            // which differs between a spare and an exec'd child.
+            format!(
+                "the inventory and review of this package are larger than the {} bytes the \
+                 parent reads from the child",
+                wire::DEFAULT_MAX_ANSWER_BYTES
+            ),
+        )
+        .limit(
+            u64::try_from(wire::DEFAULT_MAX_ANSWER_BYTES).unwrap_or(u64::MAX),
+            u64::try_from(json.len()).unwrap_or(u64::MAX),
+        );
+        let totals = Totals {
+            entries: 0,
+            files: 0,
+            dirs: 0,
+            symlinks: 0,
+            ..outcome.totals.clone()
+        };
+        frame.result = match clear_beneath(inherited.staging.as_fd(), 0) {
+            Ok(()) => JobResult::Extracted(Box::new(Outcome::rejected(
+                outcome.artifact.clone(),
+                totals,
+                reason,
+            ))),
+            Err(e) => JobResult::EngineFault {
+                detail: format!("cannot clear the staging directory after a rejection: {e}"),
+            },
+        };
+        let Ok(smaller) = serde_json::to_vec(&frame) else {
+            return EXIT_BAD_SETUP;
+        };
+        json = smaller;
+    }
+    match wire::frame(&json).and_then(|f| answer.write_all(&f)) {
         Ok(()) => EXIT_ANSWERED,
         Err(_) => EXIT_BAD_SETUP,
     }

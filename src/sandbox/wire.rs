@@ -23,8 +23,10 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 pub const SEALED_DIGEST_BYTES: usize = 32;
 /// Largest BPF program frame: seccomp's limit of 4096 instructions of 8 bytes each.
 pub const MAX_BPF_BYTES: usize = 4096 * 8;
-/// Default bound on the child's answer. An inventory of 10,000 entries with long names stays
-/// well below it; anything larger is a misbehaving child.
+/// Default bound on the child's answer. An inventory of 10,000 entries stays below it unless
+/// its names and link targets are near the length limits and made of characters JSON escapes;
+/// the child answers such a package `resource_limit` rather than send it (`child.rs`), so
+/// anything larger is a misbehaving child.
 pub const DEFAULT_MAX_ANSWER_BYTES: usize = 32 * 1024 * 1024;
 
 /// A frame that cannot be accepted.

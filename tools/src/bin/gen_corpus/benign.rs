@@ -671,6 +671,26 @@ fn round_two(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "three members, each behind its own PAX header, under max_entries=3: extension headers are not members",
     )
     .limits(json!({"max_entries": 3}));
+    // `git archive` writes a PAX global header holding the commit id.
+    let mut t = Tar::new();
+    let body =
+        super::tarraw::pax_records(&[("comment", b"4c34777b7a1b2c3d4e5f60718293a4b5c6d7e8f9")]);
+    let h = super::tarraw::header(
+        b"pax_global_header",
+        0o666,
+        body.len() as u64,
+        b'g',
+        b"",
+        super::tarraw::Magic::Ustar,
+    );
+    t.block(&h).data(&body);
+    t.file("SKILL.md", skill_md("git-archive"));
+    c.accept(
+        "tar_pax_global_comment",
+        "tar",
+        t.finish(),
+        "a PAX global header with only a comment, as git archive writes: accepted",
+    );
     let mut t = Tar::new();
     for i in 0..8u8 {
         t.pax_header(&[("comment", &[b'a' + i])]);
@@ -800,6 +820,14 @@ fn round_two(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         t.finish(),
         "links through a link and with ../ that stay inside both as text and for the kernel",
     );
+    c.accept(
+        "targz_symlink_fan_in",
+        "tar.gz",
+        gzip(&symlink_fan_in()),
+        "2,000 symlinks 31 levels deep, each through a 39-link chain, every target 199 x `x/../`: \
+         resolved in time proportional to the targets (walking every chain again held the child \
+         past its timeout)",
+    );
     let mut t = Tar::new();
     let salt = noise(98, 4 * many.len());
     for ((n, d), s) in many.iter().zip(salt.chunks(4)) {
@@ -817,4 +845,41 @@ fn round_two(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "exactly 10,000 members in 100 implicit directories, tar.gz",
     );
     Ok(())
+}
+
+/// 2,000 symlinks, each through the same chain of 39 symlinks to a file, every target 199
+/// `x/../` long, all 30 directories deep (names by PAX records): a fair package for the
+/// kernel's reading, and a quadratic one for a resolver that walks every chain again by path.
+fn symlink_fan_in() -> Vec<u8> {
+    use super::tarraw::{DIR, REG, SYMLINK};
+    let dir = (0..30)
+        .map(|i| format!("d{i:02}{}", "a".repeat(26)))
+        .collect::<Vec<_>>()
+        .join("/");
+    let pre = "x/../".repeat(199);
+    let mut t = Tar::new();
+    t.file("SKILL.md", skill_md("fan-in"));
+    let mut add = |path: String, kind: u8, link: String, data: &[u8]| {
+        let mut records: Vec<(&str, &[u8])> = vec![("path", path.as_bytes())];
+        if !link.is_empty() {
+            records.push(("linkpath", link.as_bytes()));
+        }
+        t.pax_header(&records);
+        t.entry(b"pax-named", 0o755, kind, b"", data);
+    };
+    add(format!("{dir}/x"), DIR, String::new(), b"");
+    add(format!("{dir}/f"), REG, String::new(), b"x\n");
+    const CHAIN: usize = 39;
+    for j in 0..CHAIN {
+        let next = if j + 1 < CHAIN {
+            format!("zc{}", j + 1)
+        } else {
+            "f".to_owned()
+        };
+        add(format!("{dir}/zc{j}"), SYMLINK, format!("{pre}{next}"), b"");
+    }
+    for i in 0..2000 {
+        add(format!("{dir}/l{i}"), SYMLINK, format!("{pre}zc0"), b"");
+    }
+    t.finish()
 }

