@@ -996,6 +996,28 @@ fn state_of(w: &World, digest: &str) -> String {
         .to_owned()
 }
 
+/// `update` holds `v2` for a person: exit 6, `needs_review`, each of `findings` in the
+/// decision's findings, `v1` still active for alpha and `v2` pending. Returns the update.
+fn update_waits_for_review(
+    w: &World,
+    v1: &str,
+    v2: &str,
+    findings: &[&str],
+    what: &str,
+) -> serde_json::Value {
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 6);
+    let u = json_of(&o)["updates"][0].clone();
+    assert_eq!(u["change"], "needs_review", "{what}: {u}");
+    let found = u["decision"]["findings"].to_string();
+    for f in findings {
+        assert!(found.contains(f), "{what}: {f:?} not in {u}");
+    }
+    assert_eq!(w.active("alpha").as_deref(), Some(v1), "{what}");
+    assert_eq!(state_of(w, v2), "pending", "{what}");
+    u
+}
+
 /// The agents `status --json` says still run withdrawn `digest` (host/agent), or panics when the
 /// version is not listed as withdrawn.
 fn still_on(w: &World, digest: &str) -> Vec<String> {
@@ -1694,19 +1716,9 @@ fn code_moved_into_a_file_skill_md_runs_is_still_a_script_on_update() {
         assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{what}");
 
         let v2 = w.publish("demo", &demo_pkg(md, &[(path, v2_bytes)], links));
-        let o = w.run(&["update", "--json"]);
-        expect_code(&o, 6);
-        let u = &json_of(&o)["updates"][0];
-        assert_eq!(u["change"], "needs_review", "{what}: {u}");
+        let script = format!("\"script {path}\"");
+        let u = update_waits_for_review(&w, &v1, &v2, &[&script, "host drop.exfilhost.net"], what);
         assert_eq!(u["decision"]["decision"], "needs_approval", "{what}: {u}");
-        let findings = u["decision"]["findings"].to_string();
-        assert!(
-            findings.contains(&format!("\"script {path}\""))
-                && findings.contains("host drop.exfilhost.net"),
-            "{what}: {u}"
-        );
-        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{what}");
-        assert_eq!(state_of(&w, &v2), "pending", "{what}");
     }
 }
 
@@ -1736,17 +1748,13 @@ fn a_nul_or_utf16_guide_cannot_hide_a_code_block_from_an_update() {
             "demo",
             &demo_pkg(md, &[("references/guide.md", &v2_guide)], &[]),
         );
-        let o = w.run(&["update", "--json"]);
-        expect_code(&o, 6);
-        let u = &json_of(&o)["updates"][0];
-        assert_eq!(u["change"], "needs_review", "{what}: {u}");
-        let findings = u["decision"]["findings"].to_string();
-        assert!(
-            findings.contains("credential ~/.ssh") && findings.contains("host drop.exfilhost.net"),
-            "{what}: {u}"
+        update_waits_for_review(
+            &w,
+            &v1,
+            &v2,
+            &["credential ~/.ssh", "host drop.exfilhost.net"],
+            what,
         );
-        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{what}");
-        assert_eq!(state_of(&w, &v2), "pending", "{what}");
     }
 }
 
@@ -1784,18 +1792,7 @@ fn an_executable_past_the_list_bound_is_not_a_content_only_update() {
 
     files.push((names[1024].as_str(), blobs[1024].as_slice()));
     let v2 = w.publish("demo", &tar_gz_of(&files));
-    let o = w.run(&["update", "--json"]);
-    expect_code(&o, 6);
-    let u = &json_of(&o)["updates"][0];
-    assert_eq!(u["change"], "needs_review", "{u}");
-    assert!(
-        u["decision"]["findings"]
-            .to_string()
-            .contains("the review hit its bounds"),
-        "{u}"
-    );
-    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
-    assert_eq!(state_of(&w, &v2), "pending");
+    update_waits_for_review(&w, &v1, &v2, &["the review hit its bounds"], "");
 }
 
 /// `tools.deny` holds against a package that asks for the denied MCP tool under another
@@ -1889,18 +1886,7 @@ fn a_tool_requested_through_a_merge_key_or_a_nested_form_is_growth() {
             0,
         );
         let v2 = w.publish("demo", &demo_with(&format!("---\n{fm}---\nBody.\n")));
-        let o = w.run(&["update", "--json"]);
-        expect_code(&o, 6);
-        let u = &json_of(&o)["updates"][0];
-        assert_eq!(u["change"], "needs_review", "{what}: {u}");
-        assert!(
-            u["decision"]["findings"]
-                .to_string()
-                .contains("\"tool Bash\""),
-            "{what}: {u}"
-        );
-        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{what}");
-        assert_eq!(state_of(&w, &v2), "pending", "{what}");
+        update_waits_for_review(&w, &v1, &v2, &["\"tool Bash\""], what);
     }
 }
 
@@ -1940,17 +1926,13 @@ fn a_code_block_nested_in_a_list_or_quote_is_code_on_update() {
         let v1 = w.publish("demo", &demo_with(head));
         expect_code(&w.install(&["alpha"]), 0);
         let v2 = w.publish("demo", &demo_with(&format!("{head}{block}")));
-        let o = w.run(&["update", "--json"]);
-        expect_code(&o, 6);
-        let u = &json_of(&o)["updates"][0];
-        assert_eq!(u["change"], "needs_review", "{what}: {u}");
-        let findings = u["decision"]["findings"].to_string();
-        assert!(
-            findings.contains("credential ~/.ssh") && findings.contains("host drop.exfilhost.net"),
-            "{what}: {u}"
+        update_waits_for_review(
+            &w,
+            &v1,
+            &v2,
+            &["credential ~/.ssh", "host drop.exfilhost.net"],
+            what,
         );
-        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{what}");
-        assert_eq!(state_of(&w, &v2), "pending", "{what}");
     }
 }
 
@@ -2025,18 +2007,7 @@ fn a_code_block_in_a_file_named_like_a_licence_is_code_on_update() {
             &[],
         ),
     );
-    let o = w.run(&["update", "--json"]);
-    expect_code(&o, 6);
-    let u = &json_of(&o)["updates"][0];
-    assert_eq!(u["change"], "needs_review", "{u}");
-    assert!(
-        u["decision"]["findings"]
-            .to_string()
-            .contains("credential ~/.ssh"),
-        "{u}"
-    );
-    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
-    assert_eq!(state_of(&w, &v2), "pending");
+    update_waits_for_review(&w, &v1, &v2, &["credential ~/.ssh"], "");
 }
 
 /// Finding the files SKILL.md runs is bounded work per word: a 600 KB word of 300,000 path
