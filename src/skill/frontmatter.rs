@@ -756,7 +756,11 @@ pub fn name_violations(name: &str) -> Vec<String> {
     out
 }
 
-/// Split `allowed-tools` on whitespace (and commas) outside parentheses.
+/// Split `allowed-tools` on whitespace (and commas) outside parentheses. A parenthesis never
+/// closed would hide every tool after it in one entry (`Read( Bash` read as one tool, base
+/// `Read`, past `tools.deny = ["Bash"]`), and how an agent reads such a string is not
+/// known: so that entry is reported as written and also split on every separator in it, the
+/// reading that grants the most.
 pub fn split_tools(s: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();
@@ -775,7 +779,15 @@ pub fn split_tools(s: &str) -> Vec<String> {
             cur.push(c);
         }
     }
-    if !cur.is_empty() {
+    if depth > 0 {
+        let plain: Vec<String> = cur
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .filter(|t| !t.is_empty() && *t != cur)
+            .map(str::to_owned)
+            .collect();
+        out.push(cur);
+        out.extend(plain);
+    } else if !cur.is_empty() {
         out.push(cur);
     }
     out
@@ -787,6 +799,25 @@ mod tests {
 
     fn p(md: &str) -> Result<Parsed, Reason> {
         parse(md.as_bytes(), &FrontmatterLimits::default())
+    }
+
+    #[test]
+    fn an_unclosed_parenthesis_hides_no_tool() {
+        assert_eq!(
+            split_tools("Bash(git add:*) Read"),
+            ["Bash(git add:*)", "Read"]
+        );
+        assert_eq!(
+            split_tools("Bash(git add:*) Read( Write,Bash"),
+            [
+                "Bash(git add:*)",
+                "Read( Write,Bash",
+                "Read(",
+                "Write",
+                "Bash"
+            ]
+        );
+        assert_eq!(split_tools("Read("), ["Read("]);
     }
 
     fn code(r: Result<Parsed, Reason>) -> String {

@@ -1807,6 +1807,8 @@ fn a_tool_deny_holds_against_a_server_or_wildcard_that_grants_the_tool() {
         ("mcp__github__delete_repo", "mcp__*"),
         ("mcp__github", "mcp__github__create_issue"),
         ("mcp__github", "Read mcp__github__create_issue"),
+        // An unclosed parenthesis hides no tool behind it.
+        ("Bash", "Read( Bash"),
     ];
     for (deny, asks) in cases {
         let w = World::new();
