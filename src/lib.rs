@@ -41,6 +41,8 @@ pub mod intake;
 pub mod lifecycle;
 pub mod owned_dir;
 pub mod publish;
+#[cfg(test)]
+mod race;
 pub mod reason;
 pub mod replay;
 pub mod sandbox;

@@ -741,7 +741,6 @@ mod tests {
     #[test]
     fn a_component_swapped_during_a_switch_never_reaches_outside() {
         use nix::fcntl::{RenameFlags, renameat2};
-        use std::sync::atomic::{AtomicBool, Ordering};
 
         const TRIALS: usize = 300;
         let tmp = tempfile::tempdir().expect("tempdir");
@@ -785,21 +784,10 @@ mod tests {
             let _ = std::fs::remove_file(&link);
             symlink(&a, &link).expect("our link");
             let to = (trial % 2 == 1).then_some(b.as_path());
-            let (stop, started) = (AtomicBool::new(false), AtomicBool::new(false));
-            let result = std::thread::scope(|s| {
-                s.spawn(|| {
-                    started.store(true, Ordering::Release);
-                    while !stop.load(Ordering::Acquire) {
-                        exchange().expect("exchange");
-                    }
-                });
-                while !started.load(Ordering::Acquire) {
-                    std::hint::spin_loop();
-                }
-                let r = switch(&link, Some(&a), to);
-                stop.store(true, Ordering::Release);
-                r
-            });
+            let result = crate::race::while_swapping(
+                || exchange().expect("exchange"),
+                || switch(&link, Some(&a), to),
+            );
             if std::fs::symlink_metadata(&skills)
                 .expect("stat")
                 .is_symlink()

@@ -858,7 +858,6 @@ mod tests {
     fn while_swapping<R>(out: &Path, trial: usize, act: impl FnOnce() -> R) -> R {
         use nix::fcntl::{OFlag, RenameFlags, open, renameat2};
         use nix::sys::stat::Mode;
-        use std::sync::atomic::{AtomicBool, Ordering};
 
         let (dir, real, link) = if trial.is_multiple_of(2) {
             (out.to_owned(), ".well-known", "evil-wk")
@@ -873,21 +872,7 @@ mod tests {
         )
         .expect("open");
         let exchange = || renameat2(&fd, real, &fd, link, RenameFlags::RENAME_EXCHANGE);
-        let (stop, started) = (AtomicBool::new(false), AtomicBool::new(false));
-        let r = std::thread::scope(|s| {
-            s.spawn(|| {
-                started.store(true, Ordering::Release);
-                while !stop.load(Ordering::Acquire) {
-                    exchange().expect("exchange");
-                }
-            });
-            while !started.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
-            let r = act();
-            stop.store(true, Ordering::Release);
-            r
-        });
+        let r = crate::race::while_swapping(|| exchange().expect("exchange"), act);
         if std::fs::symlink_metadata(dir.join(real))
             .expect("stat")
             .is_symlink()

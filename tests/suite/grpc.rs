@@ -27,6 +27,24 @@ fn archive_header() -> pb::ExtractHeader {
     header(pb::ArtifactType::Archive)
 }
 
+/// The plain skill package (`skill_tar(&[])`) extracted over `c` within `deadline`; the test
+/// fails, naming `what`, if the call does.
+async fn extract_plain(
+    c: &mut skillbox::client::Client,
+    deadline: Option<Duration>,
+    what: &str,
+) -> skillbox::client::Extracted {
+    ok(
+        c.extract(
+            archive_header(),
+            std::io::Cursor::new(skill_tar(&[])),
+            deadline,
+        )
+        .await,
+        what,
+    )
+}
+
 fn status_of(e: ClientError) -> tonic::Status {
     match e {
         ClientError::Status(s) => s,
@@ -125,11 +143,7 @@ async fn accepted_is_staged_until_release() {
 async fn accepted_trees_expire_and_stale_ones_go_at_start() {
     let mut server = Server::start(&["--staging-ttl", "1"]);
     let mut c = server.client().await;
-    let done = ok(
-        c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None)
-            .await,
-        "extract",
-    );
+    let done = extract_plain(&mut c, None, "extract").await;
     let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
     assert!(staged.path.exists());
     // The reaper runs every second; the TTL is one second.
@@ -144,11 +158,7 @@ async fn accepted_trees_expire_and_stale_ones_go_at_start() {
     // A tree left by a server that died is removed when the next one starts.
     server.restart(&[]);
     let mut c = server.client().await;
-    let done = ok(
-        c.extract(archive_header(), std::io::Cursor::new(skill_tar(&[])), None)
-            .await,
-        "extract",
-    );
+    let done = extract_plain(&mut c, None, "extract").await;
     let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
     server.restart(&[]);
     assert!(
@@ -212,15 +222,7 @@ async fn tcp_with_mutual_tls() {
         .await,
         "mTLS connect",
     );
-    let done = ok(
-        c.extract(
-            archive_header(),
-            std::io::Cursor::new(skill_tar(&[])),
-            Some(Duration::from_secs(20)),
-        )
-        .await,
-        "extract over mTLS",
-    );
+    let done = extract_plain(&mut c, Some(Duration::from_secs(20)), "extract over mTLS").await;
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
 
     let no_cert = skillbox::client::TlsMaterial {

@@ -152,15 +152,8 @@ fn a_header_block_that_decodes_to_megabytes_is_bounded_on_tcp_too() {
             skillbox::client::Client::connect(&format!("http://127.0.0.1:{port}")).await,
             "connect",
         );
-        let done = ok(
-            c.extract(
-                super::archive_header(),
-                std::io::Cursor::new(skill_tar(&[])),
-                Some(Duration::from_secs(20)),
-            )
-            .await,
-            "extract over TCP",
-        );
+        let done =
+            super::extract_plain(&mut c, Some(Duration::from_secs(20)), "extract over TCP").await;
         let staged = done.staged.clone().unwrap_or_else(|| panic!("accepted"));
         let out = ok(tempfile::tempdir(), "tempdir");
         let wrote = ok(
@@ -282,15 +275,7 @@ async fn stalled_uploads_are_ended_by_the_servers_deadlines() {
     }
 
     // Everything was given back: a well-behaved request is served.
-    let done = ok(
-        c.extract(
-            super::archive_header(),
-            std::io::Cursor::new(skill_tar(&[])),
-            Some(Duration::from_secs(20)),
-        )
-        .await,
-        "extract",
-    );
+    let done = super::extract_plain(&mut c, Some(Duration::from_secs(20)), "extract").await;
     assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Accepted);
     if let Some(s) = done.staged {
         ok(c.release(&s.id).await, "release");
@@ -374,15 +359,12 @@ async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
         "ExtractWithTree is refused before it takes an admission slot"
     );
     // A plain Extract is not held up by them.
-    let other = ok(
-        c.extract(
-            super::archive_header(),
-            std::io::Cursor::new(skill_tar(&[])),
-            Some(Duration::from_secs(10)),
-        )
-        .await,
+    let other = super::extract_plain(
+        &mut c,
+        Some(Duration::from_secs(10)),
         "extract beside the unread trees",
-    );
+    )
+    .await;
     if let Some(s) = other.staged {
         ok(c.release(&s.id).await, "release");
     }
