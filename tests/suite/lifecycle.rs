@@ -577,6 +577,23 @@ fn a_url_password_never_reaches_output_or_records() {
             }
             let o = w.run(&args);
             expect_code(&o, 2);
+            // The message shows that the URL had user information (`***`), as `fetch` shows
+            // it, so the reader can tell which URL was refused; only the records drop it.
+            let shown = format!("***@{addr}{INDEX}: ");
+            assert!(
+                tail == "--digest" || String::from_utf8_lossy(&o.stderr).contains(&shown),
+                "{}",
+                explain(&o)
+            );
+            if json {
+                assert!(
+                    json_of(&o)["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(&shown)),
+                    "{}",
+                    explain(&o)
+                );
+            }
             refused.push(o);
         }
     }
