@@ -639,6 +639,51 @@ fn a_url_password_never_reaches_output_or_records() {
     }
 }
 
+/// `update` applies the typed-URL rule (`urls::check_typed`) to the index URL it reads from
+/// the records, as `install` applies it to the one typed: a record written by an older version
+/// (or edited by hand) holding `https://USER:PORT/PASSWORD@HOST/...` is refused (exit 2) with
+/// the URL masked (`***`), and nothing is fetched. (Before: the update fetched it as written,
+/// from host USER with the password in the path.)
+#[test]
+fn update_refuses_a_recorded_index_url_that_would_send_its_password_elsewhere() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    w.publish("demo", &package(2));
+    // Meant: user 127.0.0.1, password PORT/MARKERPASS, host idx.example. Read as written: host
+    // 127.0.0.1 (the test's index server), port PORT, the password in the path.
+    let sent_path = format!("/MARKERPASS@idx.example{INDEX}");
+    let recorded = format!("https://{}{sent_path}", w.server.addr);
+    let db = rusqlite::Connection::open(w.store().join("records.db"))
+        .unwrap_or_else(|e| panic!("open records.db: {e}"));
+    let changed = db
+        .execute("UPDATE host_versions SET index_url = ?1", [&recorded])
+        .unwrap_or_else(|e| panic!("update index_url: {e}"));
+    assert_eq!(changed, 1);
+    drop(db);
+    let text = w.run(&["update"]);
+    let json = w.run(&["update", "--json"]);
+    for o in [&text, &json] {
+        expect_code(o, 2);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!all.contains("MARKERPASS"), "{}", explain(o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("https://***@idx.example/")
+                && all.contains("%2F"),
+            "{}",
+            explain(o)
+        );
+    }
+    let j = json_of(&json);
+    assert_eq!(j["updates"][0]["error"]["kind"], "usage", "{j}");
+    assert_eq!(w.server.hits(&sent_path), 0, "the password was sent");
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+}
+
 #[test]
 fn bad_inputs_get_clear_errors_and_their_codes() {
     let w = World::new();
