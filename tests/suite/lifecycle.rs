@@ -684,6 +684,52 @@ fn update_refuses_a_recorded_index_url_that_would_send_its_password_elsewhere() 
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
 }
 
+/// The policy's `origins.allow` entries are typed URLs: one with user information, or a
+/// password cut short by a `/`, is refused (exit 2) before anything is fetched, the text masked
+/// in the message. (Before: both were accepted as origins, matching nothing, and the install
+/// went on.)
+#[test]
+fn a_policy_origin_with_user_information_is_refused_masked() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    let url = w.index_url();
+    let policy = w.tmp.path().join("origins.toml");
+    for origin in [
+        w.server
+            .origin()
+            .replace("https://", "https://u:MARKERPASS@"),
+        format!("https://u:123/MARKERPASS@{}", w.server.addr),
+    ] {
+        std::fs::write(
+            &policy,
+            format!("[origins]\nallow = [\"{origin}\"]\nother = \"deny\"\n"),
+        )
+        .unwrap_or_else(|e| panic!("write: {e}"));
+        for json in [false, true] {
+            let mut args = vec!["install", url.as_str(), "demo"];
+            let p = policy.display().to_string();
+            args.extend(["--policy", p.as_str()]);
+            if json {
+                args.push("--json");
+            }
+            let o = w.run(&args);
+            expect_code(&o, 2);
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(!all.contains("MARKERPASS"), "{}", explain(&o));
+            assert!(
+                all.contains("origins.allow") && all.contains("***@"),
+                "{}",
+                explain(&o)
+            );
+        }
+    }
+    assert_eq!(w.server.hits(INDEX), 0, "fetched under a refused policy");
+}
+
 #[test]
 fn bad_inputs_get_clear_errors_and_their_codes() {
     let w = World::new();
