@@ -1700,9 +1700,9 @@ fn a_store_is_bound_to_its_records_and_never_reaped_by_others() {
             .unwrap_or_else(|e| panic!("{e}"));
         a.keep(o)
     };
-    // Messages are printed with every URL's userinfo stripped (the user name included).
-    let shown = url.replace(&format!("{ADMIN}@"), "");
-    let shown_other = other.replace(&format!("{ADMIN}@"), "");
+    // Messages show every URL's userinfo (the user name included) as `***`.
+    let shown = url.replace(&format!("{ADMIN}@"), "***@");
+    let shown_other = other.replace(&format!("{ADMIN}@"), "***@");
     for args in [&["sync"][..], &["gc"], &["verify"], &["status"]] {
         let o = bare(args);
         expect_code(&o, 2);
