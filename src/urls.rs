@@ -191,8 +191,8 @@ pub enum Masked {
     /// Replaced by [`REDACTED`]: `https://***@host/` (the fetch commands; the reader sees
     /// there were credentials).
     Marker,
-    /// Removed with its `@`: `https://host/` (the install lifecycle's records and messages,
-    /// which name no user either).
+    /// Removed with its `@`: `https://host/` (the install lifecycle's records: a stored URL
+    /// keeps nothing of the user information; its messages use the marker).
     Removed,
 }
 

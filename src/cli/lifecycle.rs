@@ -442,7 +442,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     )
                 })?;
                 ops::parse_skill(&skill).map_err(|e| Error::new(Kind::Usage, e))?;
-                // Typed here (an update reuses the recorded URL, which is not retyped).
+                // Typed here: refused before the store is opened (`ops::install` applies the
+                // rule again, for the URL an update reads from the records).
                 skillbox::urls::check_typed(&a.source).map_err(|e| {
                     let shown = skillbox::urls::redact_refused(&a.source);
                     Error::new(Kind::Usage, format!("{shown}: {e}"))

@@ -169,6 +169,12 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
             "give postgres://USER@HOST:PORT/DB (or postgresql://...), or sqlite",
         ));
     };
+    // The program's rule for typed URLs (`urls::check_typed`): a password holding an unescaped
+    // `/`, `?` or `#` (`postgres://sb:12/pw@h/db`, `sb:x?pw@h`) cuts the authority short, so the
+    // rest of the password would be read as the database or a parameter, and a parameter's
+    // name is repeated by its error. Refused first, saying how to write it; the message never
+    // quotes the text.
+    crate::urls::check_typed(text).map_err(|e| usage(e.to_string()))?;
     let (rest, query) = match rest.split_once('?') {
         Some((r, q)) => (r, Some(q)),
         None => (rest, None),
@@ -225,11 +231,22 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
                     "sslmode: verify-full (the certificate chain and the host name checked) or disable; others are not supported",
                 ));
             }
-            other => {
+            // Named only when it reads as a parameter name: text after a `?` may be the rest
+            // of a password holding an unescaped `@` and `?` (`sb:a@b/c?pw@h/db`).
+            other
+                if !other.is_empty()
+                    && other
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'_') =>
+            {
                 return Err(usage(format!(
-                    "unknown parameter {:?} (host, port and sslmode are known)",
-                    other.escape_default().to_string()
+                    "unknown parameter {other:?} (host, port and sslmode are known)"
                 )));
+            }
+            _ => {
+                return Err(usage(
+                    "a parameter that is no parameter name (host, port and sslmode are known); a \"?\" or \"@\" in a password is written %3F, %40",
+                ));
             }
         }
     }
@@ -535,6 +552,55 @@ mod tests {
             .map(|e| e.message)
             .unwrap_or_default();
         assert!(e.contains("not loopback") && e.contains("TLS"), "{e}");
+    }
+
+    /// A password holding an unescaped `/`, `?` or `#` is refused by the typed-URL rule, with
+    /// what to write instead, and never repeated. (Before: `?` made the rest of the password
+    /// a parameter whose name the error quoted, `#` was taken as part of the password, and `/`
+    /// was "name the user".)
+    #[test]
+    fn a_password_cut_short_by_a_slash_is_refused_without_quoting_it() {
+        for bad in [
+            "postgres://sb:x?MARKER@127.0.0.1/fleet",
+            "postgres://sb:x?MARKER@127.0.0.1:5432/fleet?sslmode=disable",
+            "postgres://sb:12/MARKER@127.0.0.1/fleet",
+            "postgresql://sb:x/MARKER@db.example.com:5432/fleet",
+            "postgres://sb:x#MARKER@127.0.0.1/fleet",
+        ] {
+            let e = parse_location(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(e.kind, Kind::Usage, "{bad}");
+            assert!(!e.message.contains("MARKER"), "{bad}: {}", e.message);
+            assert!(
+                e.message.contains("USER:PASSWORD@HOST") && e.message.contains("%2F"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+        // A password holding an unescaped `@`, then `/` and `?` (`a@b/c?MARKER`): the
+        // authority holds an `@` and the typed-URL rule lets it pass (credentials as written),
+        // the rest after the `?` is a parameter, not named. (Before: quoted by "unknown
+        // parameter".)
+        for bad in [
+            "postgres://sb:a@b/c?MARKER@127.0.0.1/fleet",
+            "postgres://sb:MARK@ER?MARKER@127.0.0.1/fleet?sslmode=disable",
+        ] {
+            let e = parse_location(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert_eq!(e.kind, Kind::Usage, "{bad}");
+            assert!(!e.message.contains("MARKER"), "{bad}: {}", e.message);
+        }
+        let e = parse_location("postgres://sb@127.0.0.1/fleet?connect_timeout=3").err();
+        assert!(e.is_some_and(|e| e.message.contains("unknown parameter \"connect_timeout\"")));
+        // Written percent-encoded, the same password is read whole.
+        let p = pg("postgres://sb:x%3FMARKER@127.0.0.1/fleet");
+        assert_eq!(p.password.as_ref().map(Secret::expose), Some("x?MARKER"));
+        assert_eq!(p.dbname, "fleet");
+        // An `@` in a parameter after a whole userinfo, a socket directory, a port: unchanged.
+        assert!(parse_location("postgres://sb:pw@127.0.0.1:5432/fleet").is_ok());
+        assert!(parse_location("postgres://sb@/fleet?host=/run/postgresql&port=5433").is_ok());
     }
 
     #[test]

@@ -104,22 +104,24 @@ pub fn crash_point(op: &str, step: &str) {
     }
 }
 
-/// A recorded value (a URL, or a field that may hold URLs) without userinfo
-/// (`user:password@`): a credential never reaches the records or the output. The rule is the
-/// fetch module's ([`crate::urls::redact_text`]): a value that is one URL loses the user
-/// information the parser reads (an `@` in its path stays), anything else is masked as a
-/// message ([`redact_message`]). Here the userinfo is removed, `@` included, not replaced by
-/// the marker: the lifecycle shows no user name either.
+/// A value to be recorded (a URL, or a field that may hold URLs) without userinfo
+/// (`user:password@`): a credential never reaches the records. The rule is the fetch module's
+/// ([`crate::urls::redact_text`]): a value that is one URL loses the user information the
+/// parser reads (an `@` in its path stays), anything else is masked as a message. In the
+/// records the userinfo is removed, `@` included ([`Masked::Removed`]): a stored URL keeps
+/// nothing of it, and what is recorded is a URL that was fetched, which had none.
 pub fn redact_url(text: &str) -> String {
     crate::urls::redact_text(text, Masked::Removed).into_owned()
 }
 
-/// A message (free text, `URL: why`) without userinfo, never parsed as a URL (parsed whole, a
-/// message came back percent-encoded): every URL in it loses everything from its authority to
-/// the last `@` of its word, as the fetch module masks a refused URL
-/// ([`crate::urls::redact_message`]), since a password may hold a `/` (`u:tok/en@h`).
+/// A message to the user (free text, `URL: why`) without userinfo, never parsed as a URL
+/// (parsed whole, a message came back percent-encoded): every URL in it has everything from
+/// its authority to the last `@` of its word replaced by `***` ([`Masked::Marker`]), as the
+/// fetch commands show a refused URL ([`crate::urls::redact_message`]), since a password may
+/// hold a `/` (`u:tok/en@h`). The marker, not removal: the reader sees that the URL had user
+/// information, so can tell which URL was meant (and why it was refused).
 pub fn redact_message(text: &str) -> String {
-    crate::urls::redact_message(text, Masked::Removed).into_owned()
+    crate::urls::redact_message(text, Masked::Marker).into_owned()
 }
 
 /// [`redact_url`] over every string in a JSON value.
@@ -185,10 +187,34 @@ mod tests {
         assert_eq!(v["resolved_url"], "https://registry.example/@scope/x.tgz");
         assert_eq!(v["entry"]["description"], "mirror at https:h/x, or //h/y");
         // A message is masked to the end of the word even when it is one URL and nothing else.
-        assert_eq!(redact_message("https://u:123/MARKER@h/x"), "https://h/x");
+        assert_eq!(
+            redact_message("https://u:123/MARKER@h/x"),
+            "https://***@h/x"
+        );
         assert_eq!(
             redact_message("https:u:MARKER@h/i.json: no such file"),
-            "https:h/i.json: no such file"
+            "https:***@h/i.json: no such file"
         );
+    }
+
+    /// Records lose the userinfo, messages show `***` where it was, as the fetch commands
+    /// show it (the old lifecycle removed it from messages too: `https://h/x`, and a reader
+    /// could not tell the refused URL from the one without credentials).
+    #[test]
+    fn records_remove_userinfo_and_messages_mark_it() {
+        let text = "https://u:MARKER@h.example/i.json: refused";
+        assert_eq!(redact_url(text), "https://h.example/i.json: refused");
+        assert_eq!(
+            redact_message(text),
+            "https://***@h.example/i.json: refused"
+        );
+        let mut v = serde_json::json!({"index_url": "https://u:MARKER@h.example/i.json"});
+        redact_json(&mut v);
+        assert_eq!(v["index_url"], "https://h.example/i.json");
+        // Masking a message twice changes nothing: a message already holding a masked URL
+        // (a refusal from the fetch module) keeps its marker.
+        let once = redact_message("see https://u:tok/MARKER@h/x and //a:MARKER@b/y");
+        assert_eq!(once, "see https://***@h/x and //***@b/y");
+        assert_eq!(redact_message(&once), once);
     }
 }

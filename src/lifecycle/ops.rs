@@ -399,10 +399,21 @@ pub fn install(
                 .fetcher
                 .as_ref()
                 .ok_or_else(|| Error::new(Kind::Usage, "no fetch settings"))?;
-            let index_url = crate::urls::parse_absolute(url).map_err(|e| {
+            // The typed-URL rule (`urls::check_typed`) for an update too: the URL it reads from
+            // the records was typed once, and a record written by an older version (or by hand)
+            // may hold `https://u:123/pw@h/i.json`, which taken as written is fetched from host
+            // `u` with the password in the path.
+            let index_url = crate::urls::parse_typed(url).map_err(|e| {
                 // Refused text: masked to its last `@` (a password may hold a `/`).
                 let shown = crate::urls::redact_refused(url);
-                Error::new(Kind::Usage, format!("{shown}: {e}"))
+                let message = if op == "update" {
+                    format!(
+                        "the index URL recorded at its install, {shown}: {e}; install it again from the index URL written so (skillbox install INDEX_URL {skill})"
+                    )
+                } else {
+                    format!("{shown}: {e}")
+                };
+                Error::new(Kind::Usage, message)
             })?;
             prov.index_url = redact_url(index_url.as_str());
             // The index's own origin is the one the operator typed (or typed at install, for an

@@ -176,8 +176,23 @@ impl Policy {
             }
         })?;
         for o in &p.origins.allow {
-            if !(o.starts_with("https://") && url::Url::parse(o).is_ok()) {
-                return Err(format!("origins.allow: {o:?} is not an https:// origin"));
+            // An origin is a URL someone typed into this file: the program's rules for typed
+            // URLs (`urls::parse_typed`: strict syntax, and `https://u:123/pw@h` refused, a
+            // password cut short by a `/`), and no user information (an origin has none, and a
+            // password here is a secret in a policy file). Every message shows the text masked
+            // (`***` where user information may be), never the password.
+            let shown = crate::urls::redact_refused(o);
+            let url = crate::urls::parse_typed(o)
+                .map_err(|e| format!("origins.allow: {shown:?}: {e}"))?;
+            if !o.starts_with("https://") {
+                return Err(format!(
+                    "origins.allow: {shown:?} is not an https:// origin"
+                ));
+            }
+            if !url.username().is_empty() || url.password().is_some() {
+                return Err(format!(
+                    "origins.allow: {shown:?} has user information (USER:PASSWORD@); an origin is https://HOST[:PORT]"
+                ));
             }
         }
         Ok(p)
@@ -471,6 +486,43 @@ mod tests {
         assert!(e.starts_with("line 3:"), "{e}");
         assert!(Policy::parse("[capabilities]\nscripts = \"maybe\"\n").is_err());
         assert!(Policy::parse("[origins]\nallow = [\"http://x\"]\n").is_err());
+    }
+
+    /// An origin is a typed URL: with user information, or a password cut short by a `/`, `?`
+    /// or `#` (`urls::check_typed`), it is refused, and the message never holds the password.
+    /// (Before: the first two were accepted, an origin no artifact ever matches, holding a
+    /// password; the last was refused quoting it whole.)
+    #[test]
+    fn an_origin_with_user_information_is_refused_masked() {
+        for (origin, why) in [
+            ("https://u:MARKER@skills.example.com", "user information"),
+            (
+                "https://u:123/MARKER@skills.example.com",
+                "USER:PASSWORD@HOST",
+            ),
+            (
+                "https://u:1?MARKER@skills.example.com",
+                "USER:PASSWORD@HOST",
+            ),
+            ("https://MARKER@skills.example.com", "user information"),
+            (
+                "http://u:MARKER@skills.example.com",
+                "not an https:// origin",
+            ),
+            ("https:u:MARKER@skills.example.com", "exactly"),
+        ] {
+            let e = Policy::parse(&format!("[origins]\nallow = [\"{origin}\"]\n"))
+                .err()
+                .unwrap_or_else(|| panic!("{origin} accepted"));
+            assert!(!e.contains("MARKER"), "{origin}: {e}");
+            assert!(
+                e.contains(why) && e.contains("***@skills.example.com"),
+                "{origin}: {e}"
+            );
+        }
+        assert!(
+            Policy::parse("[origins]\nallow = [\"https://skills.example.com:8443/\"]\n").is_ok()
+        );
     }
 
     #[test]

@@ -912,6 +912,123 @@ fn a_password_never_reaches_output() {
     );
 }
 
+/// Every way a `--records` URL can fail before a server answers (a password cut short by a
+/// `/`, `?` or `#`, bad syntax, a bad sslmode, a host that does not resolve, a refused
+/// connection, TLS to a port with nothing on it) names no password, in text or JSON, nor
+/// leaves it in the store; no server is needed for any of them. (Before: with `a@b/c?` before
+/// it, the rest of the password was a parameter name, quoted by the error; a `#` was taken
+/// into the password and the URL used.)
+#[test]
+fn a_records_url_never_prints_its_password_on_any_error() {
+    const SECRET: &str = "RecMarker9";
+    let f = Fleet::new(String::new(), SECRET);
+    let h = f.host("host-a");
+    let closed = free_port();
+    let cases: Vec<(String, i32)> = vec![
+        // Cut short by `?`, `/`, `#`: the typed-URL rule.
+        (
+            format!("postgres://sb:x?{SECRET}@127.0.0.1:{closed}/fleet"),
+            2,
+        ),
+        (
+            format!("postgres://sb:x?{SECRET}@127.0.0.1/fleet?sslmode=disable"),
+            2,
+        ),
+        (
+            format!("postgres://sb:12/{SECRET}@127.0.0.1:{closed}/fleet"),
+            2,
+        ),
+        (
+            format!("postgres://sb:x#{SECRET}@127.0.0.1:{closed}/fleet"),
+            2,
+        ),
+        (
+            format!("postgres://sb:a@b/c?{SECRET}@127.0.0.1:{closed}/fleet"),
+            2,
+        ),
+        // Bad syntax: a port, a host, an escape, a parameter.
+        (format!("postgres://sb:{SECRET}@127.0.0.1:port/fleet"), 2),
+        (format!("postgres://sb:{SECRET}@[::1/fleet"), 2),
+        (format!("postgres://sb:{SECRET}%zz@127.0.0.1/fleet"), 2),
+        (
+            format!("postgres://sb:{SECRET}@127.0.0.1/fleet?password={SECRET}"),
+            2,
+        ),
+        // A bad sslmode, and plain text beyond loopback.
+        (
+            format!("postgres://sb:{SECRET}@127.0.0.1/fleet?sslmode=require"),
+            2,
+        ),
+        (
+            format!("postgres://sb:{SECRET}@127.0.0.1/fleet?sslmode={SECRET}"),
+            2,
+        ),
+        (
+            format!("postgres://sb:{SECRET}@192.0.2.7/fleet?sslmode=disable"),
+            2,
+        ),
+        // A host that does not resolve (TLS: not loopback), a refused connection, TLS asked
+        // of a port with nothing on it; the password in the URL, percent-encoded, or from
+        // PGPASSWORD (the fleet's password is SECRET).
+        (
+            format!("postgres://sb:{SECRET}@no-such-host.invalid/fleet"),
+            1,
+        ),
+        (
+            format!("postgres://sb:{SECRET}@127.0.0.1:{closed}/fleet"),
+            1,
+        ),
+        (
+            format!("postgres://sb:RecMar%6Ber9@127.0.0.1:{closed}/fleet"),
+            1,
+        ),
+        (format!("postgres://sb@127.0.0.1:{closed}/fleet"), 1),
+        (
+            format!("postgres://sb:{SECRET}@127.0.0.1:{closed}/fleet?sslmode=verify-full"),
+            1,
+        ),
+    ];
+    for (records, want) in &cases {
+        for json in [false, true] {
+            // `sync`: it makes the store, then opens the records (`status` stops at "no store").
+            let mut args = vec!["sync"];
+            if json {
+                args.push("--json");
+            }
+            let o = h.run_as(&args, records, "host-a");
+            assert_eq!(code(&o), *want, "{records}: {}", explain(&o));
+            if json {
+                assert!(
+                    json_of(&o)["error"]["message"].is_string(),
+                    "{records}: {}",
+                    explain(&o)
+                );
+            }
+        }
+    }
+    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
+    assert!(!printed.is_empty());
+    for secret in [SECRET, "RecMar%6Ber9", "RecMar"] {
+        assert!(!printed.contains(secret), "{secret} printed: {printed}");
+    }
+    // Nothing of it in the store either (the records were never reached).
+    let mut stack = vec![h.root()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(bytes) = std::fs::read(&p) {
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains("RecMar"),
+                    "{}",
+                    p.display()
+                );
+            }
+        }
+    }
+}
+
 /// A person's approval covers one review: when another host's review of the same digest
 /// differs (here: the recorded one is made to differ, as another skillbox version's would), the
 /// decision is not applied there silently; the version waits for a person again, and an
@@ -1583,9 +1700,9 @@ fn a_store_is_bound_to_its_records_and_never_reaped_by_others() {
             .unwrap_or_else(|e| panic!("{e}"));
         a.keep(o)
     };
-    // Messages are printed with every URL's userinfo stripped (the user name included).
-    let shown = url.replace(&format!("{ADMIN}@"), "");
-    let shown_other = other.replace(&format!("{ADMIN}@"), "");
+    // Messages show every URL's userinfo (the user name included) as `***`.
+    let shown = url.replace(&format!("{ADMIN}@"), "***@");
+    let shown_other = other.replace(&format!("{ADMIN}@"), "***@");
     for args in [&["sync"][..], &["gc"], &["verify"], &["status"]] {
         let o = bare(args);
         expect_code(&o, 2);

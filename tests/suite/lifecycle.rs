@@ -577,6 +577,23 @@ fn a_url_password_never_reaches_output_or_records() {
             }
             let o = w.run(&args);
             expect_code(&o, 2);
+            // The message shows that the URL had user information (`***`), as `fetch` shows
+            // it, so the reader can tell which URL was refused; only the records drop it.
+            let shown = format!("***@{addr}{INDEX}: ");
+            assert!(
+                tail == "--digest" || String::from_utf8_lossy(&o.stderr).contains(&shown),
+                "{}",
+                explain(&o)
+            );
+            if json {
+                assert!(
+                    json_of(&o)["error"]["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains(&shown)),
+                    "{}",
+                    explain(&o)
+                );
+            }
             refused.push(o);
         }
     }
@@ -620,6 +637,97 @@ fn a_url_password_never_reaches_output_or_records() {
             }
         }
     }
+}
+
+/// `update` applies the typed-URL rule (`urls::check_typed`) to the index URL it reads from
+/// the records, as `install` applies it to the one typed: a record written by an older version
+/// (or edited by hand) holding `https://USER:PORT/PASSWORD@HOST/...` is refused (exit 2) with
+/// the URL masked (`***`), and nothing is fetched. (Before: the update fetched it as written,
+/// from host USER with the password in the path.)
+#[test]
+fn update_refuses_a_recorded_index_url_that_would_send_its_password_elsewhere() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    w.publish("demo", &package(2));
+    // Meant: user 127.0.0.1, password PORT/MARKERPASS, host idx.example. Read as written: host
+    // 127.0.0.1 (the test's index server), port PORT, the password in the path.
+    let sent_path = format!("/MARKERPASS@idx.example{INDEX}");
+    let recorded = format!("https://{}{sent_path}", w.server.addr);
+    let db = rusqlite::Connection::open(w.store().join("records.db"))
+        .unwrap_or_else(|e| panic!("open records.db: {e}"));
+    let changed = db
+        .execute("UPDATE host_versions SET index_url = ?1", [&recorded])
+        .unwrap_or_else(|e| panic!("update index_url: {e}"));
+    assert_eq!(changed, 1);
+    drop(db);
+    let text = w.run(&["update"]);
+    let json = w.run(&["update", "--json"]);
+    for o in [&text, &json] {
+        expect_code(o, 2);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!all.contains("MARKERPASS"), "{}", explain(o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("https://***@idx.example/")
+                && all.contains("%2F"),
+            "{}",
+            explain(o)
+        );
+    }
+    let j = json_of(&json);
+    assert_eq!(j["updates"][0]["error"]["kind"], "usage", "{j}");
+    assert_eq!(w.server.hits(&sent_path), 0, "the password was sent");
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+}
+
+/// The policy's `origins.allow` entries are typed URLs: one with user information, or a
+/// password cut short by a `/`, is refused (exit 2) before anything is fetched, the text masked
+/// in the message. (Before: both were accepted as origins, matching nothing, and the install
+/// went on.)
+#[test]
+fn a_policy_origin_with_user_information_is_refused_masked() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    let url = w.index_url();
+    let policy = w.tmp.path().join("origins.toml");
+    for origin in [
+        w.server
+            .origin()
+            .replace("https://", "https://u:MARKERPASS@"),
+        format!("https://u:123/MARKERPASS@{}", w.server.addr),
+    ] {
+        std::fs::write(
+            &policy,
+            format!("[origins]\nallow = [\"{origin}\"]\nother = \"deny\"\n"),
+        )
+        .unwrap_or_else(|e| panic!("write: {e}"));
+        for json in [false, true] {
+            let mut args = vec!["install", url.as_str(), "demo"];
+            let p = policy.display().to_string();
+            args.extend(["--policy", p.as_str()]);
+            if json {
+                args.push("--json");
+            }
+            let o = w.run(&args);
+            expect_code(&o, 2);
+            let all = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            assert!(!all.contains("MARKERPASS"), "{}", explain(&o));
+            assert!(
+                all.contains("origins.allow") && all.contains("***@"),
+                "{}",
+                explain(&o)
+            );
+        }
+    }
+    assert_eq!(w.server.hits(INDEX), 0, "fetched under a refused policy");
 }
 
 #[test]
