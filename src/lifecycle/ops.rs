@@ -449,12 +449,21 @@ pub fn install(
             }
             let acquired = acquire::artifact(&client, &cache, entry, false, &mut prov)
                 .map_err(acquire_error)?;
-            let origin = prov
+            // Fails closed: an artifact whose origin cannot be told would skip the policy's
+            // origin rules, so a URL the parser does not read back is an error, not `None`.
+            let fetched_from = prov
                 .final_url
                 .as_deref()
                 .or(prov.resolved_url.as_deref())
-                .and_then(|u| Url::parse(u).ok())
-                .map(|u| u.origin().ascii_serialization());
+                .ok_or_else(|| Error::new(Kind::Operational, "a fetched artifact with no URL"))?;
+            let origin = Url::parse(fetched_from)
+                .map(|u| Some(u.origin().ascii_serialization()))
+                .map_err(|e| {
+                    Error::new(
+                        Kind::Operational,
+                        format!("the artifact's URL does not parse back: {e}"),
+                    )
+                })?;
             let facts = Facts {
                 origin,
                 cross_origin: prov.cross_origin == Some(true),

@@ -166,7 +166,7 @@ impl Policy {
     }
 
     pub fn parse(text: &str) -> Result<Self, String> {
-        let p: Policy = toml::from_str(text).map_err(|e| {
+        let mut p: Policy = toml::from_str(text).map_err(|e| {
             let line = e
                 .span()
                 .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
@@ -175,7 +175,7 @@ impl Policy {
                 None => e.message().to_owned(),
             }
         })?;
-        for o in &p.origins.allow {
+        for o in &mut p.origins.allow {
             // An origin is a URL someone typed into this file: the program's rules for typed
             // URLs (`urls::parse_typed`: strict syntax, and `https://u:123/pw@h` refused, a
             // password cut short by a `/`), and no user information (an origin has none, and a
@@ -194,6 +194,17 @@ impl Policy {
                     "origins.allow: {shown:?} has user information (USER:PASSWORD@); an origin is https://HOST[:PORT]"
                 ));
             }
+            // A path, query or fragment would never match an origin: refused rather than kept
+            // as an entry that silently allows nothing.
+            if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+                return Err(format!(
+                    "origins.allow: {shown:?} has a path, query or fragment; an origin is https://HOST[:PORT]"
+                ));
+            }
+            // Kept as the parser serializes the origin (host lowercased, IDNA, the default port
+            // dropped), the form the artifact's origin is compared in: `https://Skills.Example.com:443`
+            // matches `https://skills.example.com`.
+            *o = url.origin().ascii_serialization();
         }
         Ok(p)
     }
@@ -341,12 +352,7 @@ impl Policy {
             );
         }
         if let Some(o) = &facts.origin {
-            if self
-                .origins
-                .allow
-                .iter()
-                .any(|a| a.trim_end_matches('/') == o)
-            {
+            if self.origins.allow.iter().any(|a| a == o) {
                 allowed_by.push("origins.allow");
             } else {
                 note(
@@ -523,6 +529,46 @@ mod tests {
         assert!(
             Policy::parse("[origins]\nallow = [\"https://skills.example.com:8443/\"]\n").is_ok()
         );
+    }
+
+    /// An origin matches however it is spelled in the policy: case, IDNA and the default port
+    /// are the parser's (before: `https://Skills.example.com` and `...:443` never matched, and
+    /// with `other = "deny"` every artifact from the allowed origin was denied); a path is
+    /// refused (before: kept, an entry that matched nothing).
+    #[test]
+    fn an_origin_matches_however_it_is_spelled() {
+        let facts = Facts {
+            origin: Some("https://skills.example.com".into()),
+            cross_origin: false,
+        };
+        for spelled in [
+            "https://skills.example.com",
+            "https://Skills.Example.COM/",
+            "https://skills.example.com:443",
+        ] {
+            let p = policy(&format!(
+                "[origins]\nallow = [\"{spelled}\"]\nother = \"deny\"\n"
+            ));
+            assert!(
+                matches!(p.decide(&quiet(), &facts, None), Decision::Approved { .. }),
+                "{spelled}"
+            );
+        }
+        let other_port =
+            policy("[origins]\nallow = [\"https://skills.example.com:8443\"]\nother = \"deny\"\n");
+        assert!(matches!(
+            other_port.decide(&quiet(), &facts, None),
+            Decision::Denied { rule } if rule.starts_with("origins.other")
+        ));
+        for bad in [
+            "https://skills.example.com/skills",
+            "https://skills.example.com/?a",
+        ] {
+            let e = Policy::parse(&format!("[origins]\nallow = [\"{bad}\"]\n"))
+                .err()
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(e.contains("path, query or fragment"), "{bad}: {e}");
+        }
     }
 
     #[test]
