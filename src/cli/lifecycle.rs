@@ -322,7 +322,9 @@ fn parse_reason(s: &str) -> Result<String, String> {
     if s.trim().is_empty() || s.len() > 1000 || s.chars().any(char::is_control) {
         return Err("1 to 1000 characters, no control characters".into());
     }
-    Ok(s.to_owned())
+    // A reason is recorded and shown to every host: a URL's password in it (a tracker link
+    // copied with its token) is masked before it reaches either.
+    Ok(skillbox::urls::redact_message(s, skillbox::urls::Masked::Marker).into_owned())
 }
 
 fn who(by: &Option<String>) -> String {

@@ -234,7 +234,9 @@ fn the_whole_story() {
     assert_eq!(w.active("beta").as_deref(), Some(v3.as_str()));
 
     // Withdraw v3: both agents back on v2, listed.
-    let o = w.run(&["withdraw", &r3, "--reason", "compromised release", "--json"]);
+    // The reason names a tracker URL holding a password: recorded and shown masked.
+    let reason = "compromised release, see https://bot:RSNMARKER@tracker.example/42";
+    let o = w.run(&["withdraw", &r3, "--reason", reason, "--json"]);
     expect_code(&o, 0);
     let moved = json_of(&o)["agents"].clone();
     let names: Vec<&str> = moved
@@ -312,6 +314,20 @@ fn the_whole_story() {
         assert!(kinds.contains(&k), "{k} in {kinds:?}");
     }
     assert!(p["events"].to_string().contains("person:alice"));
+    // The withdrawal's reason is kept with the password masked, in the records as in the output
+    // (before: recorded and shown as typed).
+    let text = p.to_string();
+    assert!(
+        text.contains("https://***@tracker.example/42") && !text.contains("RSNMARKER"),
+        "{text}"
+    );
+    for f in ["records.db", "records.db-wal"] {
+        let bytes = std::fs::read(w.store().join(f)).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("RSNMARKER"),
+            "{f}"
+        );
+    }
     let o = w.run(&["provenance", "demo"]);
     expect_code(&o, 0);
     assert!(String::from_utf8_lossy(&o.stdout).contains(&v1));
