@@ -127,6 +127,14 @@ fn split_out(out: &Path) -> Option<(&Path, &OsStr)> {
     Some((parent, name))
 }
 
+#[cfg(test)]
+thread_local! {
+    /// A test's act between the look that found no OUT and the rename into place (the window
+    /// in which someone else may make OUT).
+    static BEFORE_RENAME: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// No output directory yet: the staging directory becomes it, by one rename. `Err(built)` when
 /// something appeared at `out` meanwhile (it is then never replaced).
 fn fresh(built: Built, out: &Path) -> Result<Result<Vec<Written>, Built>, PublishError> {
@@ -147,6 +155,10 @@ fn fresh(built: Built, out: &Path) -> Result<Result<Vec<Written>, Built>, Publis
         Mode::empty(),
     )
     .map_err(os_err(parent))?;
+    #[cfg(test)]
+    if let Some(act) = BEFORE_RENAME.with(|h| h.borrow_mut().take()) {
+        act();
+    }
     // RENAME_NOREPLACE: a directory someone made at `out` meanwhile, even an empty one, is not
     // replaced (plain rename would). A file system without it gets the plain rename.
     match renameat2(
@@ -1008,6 +1020,76 @@ mod tests {
             )
             .expect("mknod (root, CAP_MKNOD)")
         }));
+    }
+
+    /// OUT made by someone else (an empty directory: `mkdir site`) after publish looked and
+    /// found none, just before the staging directory is renamed into place: it is published
+    /// into, as any existing OUT, and never replaced (a plain rename replaces an empty
+    /// directory; RENAME_NOREPLACE does not). The other thread makes OUT appear the moment
+    /// the look is behind publish, and publish waits for it: the window is hit every run.
+    #[test]
+    fn out_appearing_between_the_look_and_the_rename_is_kept_and_published_into() {
+        use std::os::unix::fs::MetadataExt;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (out, theirs) = (tmp.path().join("out"), tmp.path().join("theirs"));
+        std::fs::create_dir(&theirs).expect("mkdir");
+        let their_dir = std::fs::metadata(&theirs).expect("stat").ino();
+        let b = built(tmp.path(), "s", b"artifact", b"index\n");
+        let rel = b.skills[0].path.clone();
+        let (looked, appeared) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (l, a) = (Arc::clone(&looked), Arc::clone(&appeared));
+        BEFORE_RENAME.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                l.store(true, Ordering::Release);
+                while !a.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            }));
+        });
+        let appear = || {
+            if looked.load(Ordering::Acquire) && !appeared.load(Ordering::Acquire) {
+                renameat2(
+                    AT_FDCWD,
+                    &theirs,
+                    AT_FDCWD,
+                    &out,
+                    RenameFlags::RENAME_NOREPLACE,
+                )
+                .expect("OUT appears");
+                appeared.store(true, Ordering::Release);
+            }
+        };
+        let files = crate::race::while_swapping(appear, || write(b, &out)).expect("publish");
+        assert!(
+            appeared.load(Ordering::Acquire),
+            "OUT never appeared in the window"
+        );
+        assert_eq!(
+            std::fs::metadata(&out).expect("stat out").ino(),
+            their_dir,
+            "the directory made at OUT was replaced"
+        );
+        assert_eq!(
+            std::fs::read(out.join(&rel)).expect("artifact"),
+            b"artifact"
+        );
+        let index = out.join(INDEX_DIR).join(INDEX_FILE);
+        assert_eq!(std::fs::read(index).expect("index"), b"index\n");
+        assert!(
+            files.iter().all(|f| f.status == FileStatus::Written),
+            "{files:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.to_string_lossy().starts_with(".skillbox-publish-"))
+            .collect();
+        assert!(left.is_empty(), "staging left behind: {left:?}");
     }
 
     /// The race the output tree allows when another account can write in it (a shared web
