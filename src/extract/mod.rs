@@ -258,7 +258,7 @@ fn run_format(
             None => tar::read(buffered, sink),
         },
         Format::TarGz => {
-            let decoder = flate2::bufread::MultiGzDecoder::new(buffered);
+            let decoder = tar::GzMembers::new(buffered);
             tar::read_decoded(decoder, sink)
         }
         Format::TarZst => {

@@ -1055,13 +1055,23 @@ impl<'a> Sink<'a> {
                 ));
             }
         };
-        let is_file = self
-            .nodes
-            .get(source.as_str())
-            .is_some_and(|n| n.kind == Kind::File);
-        if !is_file {
+        let source_mode = match self.nodes.get(source.as_str()) {
+            Some(n) if n.kind == Kind::File => n.mode,
+            _ => {
+                return Err(refuse(
+                    "hard link target is not a regular file extracted earlier",
+                ));
+            }
+        };
+        // A hard link is the target's inode: GNU tar and bsdtar give it the target's mode and
+        // ignore the link header's, so the copy takes the target's execute bits, never more.
+        // Python's tarfile instead chmods that inode to the header's mode, making the target
+        // executable too: an execute bit only the link header grants would be one the review
+        // never saw, so such a link is refused.
+        if mode & 0o111 != 0 && source_mode & 0o111 == 0 {
             return Err(refuse(
-                "hard link target is not a regular file extracted earlier",
+                "hard link header grants execute its target lacks (Python's tarfile would make \
+                 both executable, GNU tar and bsdtar neither)",
             ));
         }
         // The source's bytes may still be on their way to the disk on the hashing thread: wait
@@ -1071,8 +1081,15 @@ impl<'a> Sink<'a> {
             .writer
             .open_for_copy(source.as_str())
             .map_err(|e| write_failed(e, source.as_str()))?;
-        // The copy counts as produced bytes: link farms cannot multiply output for free.
-        self.write_file(path, mode, None, Data::Stream(&mut src))
+        // The copy counts as produced bytes: link farms cannot multiply output for free. Its
+        // execute bits are the target's; the header's setuid, setgid, sticky and write-by-others
+        // bits are still flagged as sanitised (0o7022 holds no execute bit).
+        self.write_file(
+            path,
+            source_mode | (mode & 0o7022),
+            None,
+            Data::Stream(&mut src),
+        )
     }
 
     /// Wait for every file still with the hashing thread: its digest set on its node, its
@@ -1207,11 +1224,10 @@ impl<'a> Sink<'a> {
             return Err(format!("symlink {link_path:?} is not in the package"));
         };
         let mut stack = tree.ancestors(link);
-        let real = |pending: &[Step<'_>]| {
-            pending
-                .iter()
-                .any(|s| matches!(s, Step::Comp(c) if !c.is_empty() && *c != "."))
-        };
+        // Any component still to walk after a regular file, even an empty one or `.` (`f/`,
+        // `f/.`): the kernel resolves none of them through a file (ENOTDIR), so such a link
+        // points at nothing, as a dangling one does.
+        let more = |pending: &[Step<'_>]| pending.iter().any(|s| matches!(s, Step::Comp(_)));
         let through_file = || format!("symlink target {target:?} goes through a regular file");
         let loops = || format!("symlink target {target:?} loops");
         let mut pending: Vec<Step<'_>> = vec![Step::End(link, 0)];
@@ -1255,7 +1271,7 @@ impl<'a> Sink<'a> {
             match node.kind {
                 Kind::Dir => stack.push(id),
                 Kind::File => {
-                    if real(&pending) {
+                    if more(&pending) {
                         return Err(through_file());
                     }
                     stack.push(id);
@@ -1266,7 +1282,7 @@ impl<'a> Sink<'a> {
                         if hops > MAX_SYMLINK_HOPS {
                             return Err(loops());
                         }
-                        if r.file && real(&pending) {
+                        if r.file && more(&pending) {
                             return Err(through_file());
                         }
                         stack.clone_from(&r.stack);

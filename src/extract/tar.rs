@@ -8,7 +8,7 @@
 //! Extension headers (PAX, GNU long names) belong to the member they precede: they are not
 //! members of their own, and more than a few in a row describe nothing real.
 
-use std::io::{self, Cursor, Read};
+use std::io::{self, BufRead, Cursor, Read};
 
 use super::Stop;
 use super::detect::is_tar_header;
@@ -445,6 +445,80 @@ fn members<R: Read>(
     Ok(())
 }
 
+/// A gzip file as `gzip -d` reads it: its members one after another, as one stream (a tar split
+/// over several members is one tar, as before), then optionally zero bytes, which gzip ("trailing
+/// zero bytes ignored"), GNU tar, bsdtar and Python's tarfile all skip: tape-blocked `.tar.gz`
+/// files are padded so. Anything else after the last member is refused as `corrupt`: a non-zero
+/// byte is "trailing garbage" to gzip and fails GNU tar, and a member after zero padding is one
+/// gzip never reads. The padding lies in the artifact, so its size bounds the scan.
+pub(crate) struct GzMembers<R: BufRead> {
+    state: GzState<R>,
+}
+
+enum GzState<R: BufRead> {
+    Member(Box<flate2::bufread::GzDecoder<R>>),
+    /// Between members, or in the padding after the last one (`true`).
+    After(R, bool),
+    Done,
+}
+
+impl<R: BufRead> GzMembers<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        Self {
+            state: GzState::Member(Box::new(flate2::bufread::GzDecoder::new(inner))),
+        }
+    }
+}
+
+fn after_gzip(detail: &str) -> io::Error {
+    reason_io(Reason::new(ReasonCode::Corrupt, detail))
+}
+
+impl<R: BufRead> Read for GzMembers<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            match std::mem::replace(&mut self.state, GzState::Done) {
+                GzState::Done => return Ok(0),
+                GzState::Member(mut d) => match d.read(buf) {
+                    Ok(0) => self.state = GzState::After((*d).into_inner(), false),
+                    Ok(n) => {
+                        self.state = GzState::Member(d);
+                        return Ok(n);
+                    }
+                    Err(e) => {
+                        self.state = GzState::Member(d);
+                        return Err(e);
+                    }
+                },
+                GzState::After(mut r, padding) => {
+                    let rest = r.fill_buf()?;
+                    let Some(&first) = rest.first() else {
+                        return Ok(0);
+                    };
+                    if !padding && first == 0x1f {
+                        self.state = GzState::Member(Box::new(flate2::bufread::GzDecoder::new(r)));
+                        continue;
+                    }
+                    if let Some(i) = rest.iter().position(|b| *b != 0) {
+                        return Err(after_gzip(if padding || i > 0 {
+                            "data after the zero padding that ends the gzip stream"
+                        } else {
+                            "data after the gzip stream that is neither a gzip member nor zero \
+                             padding"
+                        }));
+                    }
+                    let n = rest.len();
+                    r.consume(n);
+                    self.state = GzState::After(r, true);
+                }
+            }
+        }
+    }
+}
+
 /// Whatever follows the end marker must be zero padding; draining it also makes the decoder
 /// verify the gzip/zstd trailer checksum.
 fn trailer<R: Read>(mut rest: R) -> Result<(), Stop> {
@@ -465,4 +539,45 @@ fn trailer<R: Read>(mut rest: R) -> Result<(), Stop> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gz(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(data).expect("compress");
+        e.finish().expect("finish")
+    }
+
+    /// What [`GzMembers`] reads from `bytes`, or the reason it refuses them.
+    fn members(bytes: &[u8]) -> Result<Vec<u8>, Reason> {
+        let mut out = Vec::new();
+        GzMembers::new(bytes)
+            .read_to_end(&mut out)
+            .map_err(|e| classify(&e, None))?;
+        Ok(out)
+    }
+
+    #[test]
+    fn zero_padding_after_the_last_member_is_skipped_and_nothing_else_is() {
+        let one = gz(b"first ");
+        let mut two = one.clone();
+        two.extend(gz(b"second"));
+        assert_eq!(members(&two).expect("two members"), b"first second");
+        let mut padded = two.clone();
+        padded.resize(padded.len() + 10_240, 0);
+        assert_eq!(members(&padded).expect("padded"), b"first second");
+        for (what, tail) in [
+            ("garbage", b"x".to_vec()),
+            ("zeros then garbage", [&[0u8; 100][..], b"x"].concat()),
+            ("zeros then a member", [&[0u8; 512][..], &one].concat()),
+        ] {
+            let bytes = [&one[..], &tail].concat();
+            let r = members(&bytes).expect_err(what);
+            assert_eq!(r.code, ReasonCode::Corrupt, "{what}: {r:?}");
+        }
+    }
 }

@@ -127,6 +127,14 @@ fn split_out(out: &Path) -> Option<(&Path, &OsStr)> {
     Some((parent, name))
 }
 
+#[cfg(test)]
+thread_local! {
+    /// A test's act between the look that found no OUT and the rename into place (the window
+    /// in which someone else may make OUT).
+    static BEFORE_RENAME: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// No output directory yet: the staging directory becomes it, by one rename. `Err(built)` when
 /// something appeared at `out` meanwhile (it is then never replaced).
 fn fresh(built: Built, out: &Path) -> Result<Result<Vec<Written>, Built>, PublishError> {
@@ -147,6 +155,10 @@ fn fresh(built: Built, out: &Path) -> Result<Result<Vec<Written>, Built>, Publis
         Mode::empty(),
     )
     .map_err(os_err(parent))?;
+    #[cfg(test)]
+    if let Some(act) = BEFORE_RENAME.with(|h| h.borrow_mut().take()) {
+        act();
+    }
     // RENAME_NOREPLACE: a directory someone made at `out` meanwhile, even an empty one, is not
     // replaced (plain rename would). A file system without it gets the plain rename.
     match renameat2(
@@ -227,6 +239,32 @@ fn lookup(dir: &OwnedFd, name: &OsStr, at: &Path) -> Result<Node, PublishError> 
     } else {
         Node::Other
     })
+}
+
+/// The regular file `looked` (an `O_PATH` descriptor of `name` in `dir`, inode `id`), opened
+/// for reading. Through `/proc/self/fd/N`, the documented way to reopen an `O_PATH`
+/// descriptor: it reaches the inode that descriptor holds, whatever the name holds by now, so
+/// the look is what is opened. Without `/proc` the name is opened again in the same directory
+/// (never following a link, `O_NONBLOCK` so a FIFO swapped in cannot stall the run) and must
+/// be the inode looked at; only there could something swapped in at the name in between be
+/// opened, and it is never read.
+fn reopen(looked: &OwnedFd, dir: &OwnedFd, name: &OsStr, id: (u64, u64)) -> std::io::Result<File> {
+    use std::os::fd::AsRawFd;
+    let flags = OFlag::O_RDONLY | OFlag::O_NOCTTY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let proc_fd = format!("/proc/self/fd/{}", looked.as_raw_fd());
+    let fd = match open(proc_fd.as_str(), flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => openat(dir, name, flags | OFlag::O_NOFOLLOW, Mode::empty())?,
+        Err(e) => return Err(e.into()),
+    };
+    let st = fstat(&fd)?;
+    if (st.st_dev, st.st_ino) != id || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        // Replaced between the look and the open (the fallback only): not the file looked at.
+        return Err(std::io::Error::other(
+            "replaced by another file while being read; run again",
+        ));
+    }
+    Ok(File::from(fd))
 }
 
 /// Where a walk beneath a [`Tree`] ended.
@@ -431,9 +469,14 @@ impl Tree {
     }
 
     /// The file at `rel`, read as publish writes it: every directory on the way opened without
-    /// following a link, the file opened with `O_NOFOLLOW` (a link there fails with ELOOP) and
-    /// `O_NONBLOCK` (a FIFO there cannot stall the run), and read, up to `limit` bytes, only if
-    /// it is a regular file.
+    /// following a link, then the file looked at before anything opens it for reading, and
+    /// read, up to `limit` bytes, only if it is a regular file.
+    ///
+    /// The look is an `O_PATH | O_NOFOLLOW` open, which opens neither a link (it is looked at
+    /// itself) nor anything for I/O: a FIFO is not opened (it cannot stall the run) and a
+    /// device's driver is never called (opening some devices has side effects: a tape rewinds,
+    /// a modem hangs up). Only a regular file is then opened for reading, through that very
+    /// descriptor ([`reopen`]), so nothing swapped in at the name meanwhile is opened.
     fn read(&mut self, rel: &str, limit: u64) -> Result<Found, PublishError> {
         let (dir_rel, name) = split_rel(rel);
         let name = OsStr::new(name);
@@ -444,25 +487,23 @@ impl Tree {
             Walk::NotDir(p) => return Ok(Found::NotFile(p)),
         };
         let at = self.base.join(rel);
-        let fd = match openat(
+        let looked = match openat(
             &*dir,
             name,
-            OFlag::O_RDONLY
-                | OFlag::O_NOFOLLOW
-                | OFlag::O_NONBLOCK
-                | OFlag::O_NOCTTY
-                | OFlag::O_CLOEXEC,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         ) {
             Ok(fd) => fd,
             Err(Errno::ENOENT) => return Ok(Found::Missing),
-            Err(Errno::ELOOP) => return Ok(Found::Link(rel.into())),
             Err(e) => return Err(os_err(&at)(e)),
         };
-        let file = File::from(fd);
-        if !file.metadata().map_err(io_err(&at))?.is_file() {
-            return Ok(Found::NotFile(rel.into()));
+        let st = fstat(&looked).map_err(os_err(&at))?;
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => {}
+            libc::S_IFLNK => return Ok(Found::Link(rel.into())),
+            _ => return Ok(Found::NotFile(rel.into())),
         }
+        let file = reopen(&looked, &dir, name, (st.st_dev, st.st_ino)).map_err(io_err(&at))?;
         let mut have = Vec::new();
         file.take(limit)
             .read_to_end(&mut have)
@@ -880,6 +921,175 @@ mod tests {
             exchange().expect("exchange back");
         }
         r
+    }
+
+    /// A special file at a path publish and `--check` read, watched for opens: the nodes at
+    /// `paths` (beneath `out`) replaced by what `make` makes there, then both runs; returns
+    /// the opens inotify saw (an open of a node is seen whoever opens it, and an `O_PATH`
+    /// look is none).
+    fn opens_of_special_files(
+        tmp: &Path,
+        make: impl Fn(&Path),
+    ) -> (Vec<Difference>, Result<Vec<Written>, PublishError>, usize) {
+        use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+        let out = tmp.join("out");
+        write(
+            built(tmp, "first", b"first artifact", b"first index\n"),
+            &out,
+        )
+        .expect("first publish");
+        let b = built(tmp, "second", b"second artifact", b"second index\n");
+        let index = out.join(INDEX_DIR).join(INDEX_FILE);
+        let artifact = out.join(&b.skills[0].path);
+        std::fs::remove_file(&index).expect("remove index");
+        std::fs::create_dir_all(artifact.parent().expect("parent")).expect("mkdir");
+        let watch = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).expect("inotify");
+        for at in [&index, &artifact] {
+            make(at);
+            watch.add_watch(at, AddWatchFlags::IN_OPEN).expect("watch");
+        }
+        let opens = |w: &Inotify| match w.read_events() {
+            Ok(events) => events.len(),
+            Err(Errno::EAGAIN) => 0,
+            Err(e) => panic!("inotify: {e}"),
+        };
+        assert_eq!(opens(&watch), 0, "the watch itself opened nothing");
+        let diffs = check(&b, &out).expect("check");
+        let written = write(b, &out);
+        let seen = opens(&watch);
+        // The watch does see an open: without it, no open above would prove nothing.
+        drop(
+            openat(
+                AT_FDCWD,
+                &index,
+                OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            )
+            .expect("open the node"),
+        );
+        assert_eq!(opens(&watch), 1, "inotify saw the test's own open");
+        (diffs, written, seen)
+    }
+
+    fn assert_special_refused_unopened(
+        (diffs, written, opens): (Vec<Difference>, Result<Vec<Written>, PublishError>, usize),
+    ) {
+        assert_eq!(opens, 0, "a special file in OUT was opened");
+        assert_eq!(diffs.len(), 2, "{diffs:?}");
+        for d in &diffs {
+            assert!(
+                d.kind == DifferenceKind::Differs && d.detail.contains("of another kind"),
+                "{d:?}"
+            );
+        }
+        match written {
+            Err(PublishError::Usage(m)) if m.contains("is not a regular file") => {}
+            other => panic!("publish over a special file: {other:?}"),
+        }
+    }
+
+    /// A FIFO where publish and `--check` read the index and an artifact: refused, and never
+    /// opened (the old read opened it, `O_NONBLOCK`, before looking at its kind).
+    #[test]
+    fn a_fifo_in_out_is_looked_at_never_opened() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert_special_refused_unopened(opens_of_special_files(tmp.path(), |at| {
+            nix::unistd::mkfifo(at, Mode::from_bits_truncate(0o644)).expect("mkfifo")
+        }));
+    }
+
+    /// A character device (1, 3: the null device, whose open is harmless, and seen by inotify
+    /// as any open is) where publish and `--check` read: refused, and never opened, so no
+    /// device's driver is called. Making the node needs root (CAP_MKNOD), as CI runs the
+    /// tests; without it this test fails, saying so, rather than pass having tested nothing.
+    #[test]
+    fn a_device_node_in_out_is_looked_at_never_opened() {
+        use nix::sys::stat::{SFlag, makedev, mknod};
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test makes a device node with mknod and needs root (CI runs the tests as \
+             root); run it as root, it cannot be checked otherwise"
+        );
+        let tmp = tempfile::tempdir().expect("tempdir");
+        assert_special_refused_unopened(opens_of_special_files(tmp.path(), |at| {
+            mknod(
+                at,
+                SFlag::S_IFCHR,
+                Mode::from_bits_truncate(0o644),
+                makedev(1, 3),
+            )
+            .expect("mknod (root, CAP_MKNOD)")
+        }));
+    }
+
+    /// OUT made by someone else (an empty directory: `mkdir site`) after publish looked and
+    /// found none, just before the staging directory is renamed into place: it is published
+    /// into, as any existing OUT, and never replaced (a plain rename replaces an empty
+    /// directory; RENAME_NOREPLACE does not). The other thread makes OUT appear the moment
+    /// the look is behind publish, and publish waits for it: the window is hit every run.
+    #[test]
+    fn out_appearing_between_the_look_and_the_rename_is_kept_and_published_into() {
+        use std::os::unix::fs::MetadataExt;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (out, theirs) = (tmp.path().join("out"), tmp.path().join("theirs"));
+        std::fs::create_dir(&theirs).expect("mkdir");
+        let their_dir = std::fs::metadata(&theirs).expect("stat").ino();
+        let b = built(tmp.path(), "s", b"artifact", b"index\n");
+        let rel = b.skills[0].path.clone();
+        let (looked, appeared) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (l, a) = (Arc::clone(&looked), Arc::clone(&appeared));
+        BEFORE_RENAME.with(|h| {
+            *h.borrow_mut() = Some(Box::new(move || {
+                l.store(true, Ordering::Release);
+                while !a.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+            }));
+        });
+        let appear = || {
+            if looked.load(Ordering::Acquire) && !appeared.load(Ordering::Acquire) {
+                renameat2(
+                    AT_FDCWD,
+                    &theirs,
+                    AT_FDCWD,
+                    &out,
+                    RenameFlags::RENAME_NOREPLACE,
+                )
+                .expect("OUT appears");
+                appeared.store(true, Ordering::Release);
+            }
+        };
+        let files = crate::race::while_swapping(appear, || write(b, &out)).expect("publish");
+        assert!(
+            appeared.load(Ordering::Acquire),
+            "OUT never appeared in the window"
+        );
+        assert_eq!(
+            std::fs::metadata(&out).expect("stat out").ino(),
+            their_dir,
+            "the directory made at OUT was replaced"
+        );
+        assert_eq!(
+            std::fs::read(out.join(&rel)).expect("artifact"),
+            b"artifact"
+        );
+        let index = out.join(INDEX_DIR).join(INDEX_FILE);
+        assert_eq!(std::fs::read(index).expect("index"), b"index\n");
+        assert!(
+            files.iter().all(|f| f.status == FileStatus::Written),
+            "{files:?}"
+        );
+        let left: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.to_string_lossy().starts_with(".skillbox-publish-"))
+            .collect();
+        assert!(left.is_empty(), "staging left behind: {left:?}");
     }
 
     /// The race the output tree allows when another account can write in it (a shared web

@@ -590,8 +590,56 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         "8 headers, 8 nodes under max_entries=8",
     )
     .limits(json!({"max_entries": 8}));
+    round_three(c, &pkg);
     // Last, so the 10,000-member cases are not replayed side by side with the ones above.
     round_two(c)
+}
+
+/// Benign twins of the third round of hostile cases: a hard link to an executable file, and
+/// gzip streams other tools write.
+fn round_three(c: &mut Corpus, pkg: &[F]) {
+    use super::tarraw::LINK;
+    let mut files = pkg.to_vec();
+    for file in &mut files {
+        if file.path == "references/guide.md" {
+            file.mode = 0o755;
+        }
+    }
+    let mut t = tar_of(&files, true, false);
+    t.entry(
+        b"references/guide-copy.md",
+        0o644,
+        LINK,
+        b"references/guide.md",
+        b"",
+    );
+    c.accept(
+        "tar_hardlink_copy_internal_exec_target",
+        "tar",
+        t.finish(),
+        "a hard link header 0644 to a 0755 file, under copy_internal: the copy takes the target's mode 0755, as GNU tar and bsdtar give it",
+    )
+    .limits(json!({"hardlinks": "copy_internal"}));
+    // Tape-blocked: the gzip file padded with zeros to a multiple of 10,240 bytes.
+    let tar = tar_of(pkg, true, false).finish();
+    let mut padded = gzip(&tar);
+    padded.resize(padded.len().div_ceil(10_240) * 10_240 + 10_240, 0);
+    c.accept(
+        "targz_zero_padded",
+        "tar.gz",
+        padded,
+        "a tar.gz padded with zeros after the gzip stream (tape blocking; gzip: trailing zero bytes ignored)",
+    );
+    // One tar in two gzip members (`cat a.gz b.gz`): one stream to gzip, GNU tar and bsdtar.
+    let (head, tail) = tar.split_at(1024);
+    let mut two = gzip(head);
+    two.extend(gzip(tail));
+    c.accept(
+        "targz_two_members",
+        "tar.gz",
+        two,
+        "one tar split over two gzip members, read as one stream",
+    );
 }
 
 /// Benign twins of the second round of hostile cases: each limit exactly at its boundary, and

@@ -1681,7 +1681,131 @@ pub fn cases(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
     frontmatter(c);
     tool_disagreements(c);
     answer_bound(c);
+    round_three(c);
     Ok(())
+}
+
+/// Hard-link modes, links through a file, and what may follow a gzip stream.
+fn round_three(c: &mut Corpus) {
+    use super::tarraw::LINK;
+    // A hard link is its target's inode: GNU tar and bsdtar give it the target's mode 0644,
+    // Python's tarfile chmods that inode to the header's 0755, the target included.
+    let t = tar_with(|t| {
+        t.file("references/guide.md", GUIDE_MD);
+        t.entry(
+            b"references/guide-copy.md",
+            0o755,
+            LINK,
+            b"references/guide.md",
+            b"",
+        );
+    });
+    c.reject(
+        "tar_hardlink_grants_exec_copy_internal",
+        "tar",
+        t,
+        "hardlink",
+        "a hard link header 0755 to a 0644 file, under copy_internal (tarfile makes both executable, GNU tar and bsdtar neither)",
+    )
+    .limits(json!({"hardlinks": "copy_internal"}));
+
+    // Any component after a regular file, `.` or an empty one included, is ENOTDIR to the
+    // kernel: the link points at nothing. In either order of the members.
+    let t = tar_with(|t| {
+        t.symlink("assets/skill", "../references/guide.md/.");
+        t.file("references/guide.md", GUIDE_MD);
+    });
+    c.reject(
+        "tar_symlink_file_dot_link_first",
+        "tar",
+        t,
+        "link_escape",
+        "a symlink to references/guide.md/. (ENOTDIR), before the file",
+    );
+    let t = tar_with(|t| {
+        t.file("references/guide.md", GUIDE_MD);
+        t.symlink("assets/skill", "../references/guide.md/.");
+    });
+    c.reject(
+        "tar_symlink_file_dot_file_first",
+        "tar",
+        t,
+        "link_escape",
+        "a symlink to references/guide.md/. (ENOTDIR), after the file",
+    );
+    let t = tar_with(|t| {
+        t.symlink("assets/skill", "../SKILL.md/");
+    });
+    c.reject(
+        "tar_symlink_file_slash",
+        "tar",
+        t,
+        "link_escape",
+        "a symlink to SKILL.md/ (ENOTDIR)",
+    );
+    let t = tar_with(|t| {
+        t.symlink("assets/g", "f/.");
+        t.symlink("assets/f", "../SKILL.md");
+    });
+    c.reject(
+        "tar_symlink_link_to_file_dot",
+        "tar",
+        t,
+        "link_escape",
+        "a symlink to f/., f a symlink to SKILL.md (ENOTDIR)",
+    );
+    c.reject(
+        "zip_symlink_file_dot",
+        "zip",
+        zip_with(vec![Entry::symlink("assets/skill", "../SKILL.md/.")]),
+        "link_escape",
+        "a zip symlink to SKILL.md/. (ENOTDIR)",
+    );
+
+    // After the last gzip member: zero padding only (`targz_zero_padded` is accepted).
+    let gz = gzip(&tar_with_skill().finish());
+    let mut garbage = gz.clone();
+    garbage.extend_from_slice(b"garbage\n");
+    c.reject(
+        "targz_trailing_garbage",
+        "tar.gz",
+        garbage,
+        "corrupt",
+        "bytes after the gzip stream that are not zero (gzip: trailing garbage; GNU tar fails)",
+    );
+    let mut late = gz.clone();
+    late.resize(late.len() + 1024, 0);
+    late.push(b'x');
+    c.reject(
+        "targz_zero_padding_then_garbage",
+        "tar.gz",
+        late,
+        "corrupt",
+        "1 KiB of zeros after the gzip stream, then a non-zero byte",
+    );
+    let mut hidden = gz.clone();
+    hidden.resize(hidden.len() + 512, 0);
+    hidden.extend(gzip(&tar_with(|t| {
+        t.file_mode("scripts/hidden.sh", 0o755, "#!/bin/sh\necho hidden\n");
+    })));
+    c.reject(
+        "targz_zero_padding_then_member",
+        "tar.gz",
+        hidden,
+        "corrupt",
+        "zero padding after the gzip stream, then a second gzip member (a reader that skips zeros and goes on finds scripts/hidden.sh)",
+    );
+    let mut second = gz;
+    second.extend(gzip(&tar_with(|t| {
+        t.file_mode("scripts/hidden.sh", 0o755, "#!/bin/sh\necho hidden\n");
+    })));
+    c.reject(
+        "targz_second_member_after_end",
+        "tar.gz",
+        second,
+        "corrupt",
+        "a second gzip member holding another tar after the first tar's end marker (read as one stream: data after the end-of-archive marker)",
+    );
 }
 
 /// Names Windows reads as absolute, as traversal, as another file or as a device.
