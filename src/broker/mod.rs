@@ -169,6 +169,9 @@ pub async fn serve(
                     children_running: s.admission.children_running(),
                     inflight_bytes: s.admission.inflight_bytes(),
                     staged_kept: s.staging.kept_count(),
+                    connections_open: s.admission.connections.open(),
+                    connections_refused: s.admission.connections.refused(),
+                    tree_streams_open: s.admission.open_trees.open(),
                 })
             });
             Some(tokio::spawn(metrics::serve(listener, render)))
@@ -260,7 +263,11 @@ pub async fn serve(
         } => {
             let socket = listen::bind_unix(path, *mode)?;
             tracing::info!(socket = %path.display(), mode = format!("{mode:04o}"), allow_uids = ?allow_uids, "listening");
-            let incoming = listen::unix_incoming(socket.listener, Arc::clone(&metrics));
+            let incoming = listen::unix_incoming(
+                socket.listener,
+                Arc::clone(&metrics),
+                Arc::clone(&state.admission.connections),
+            );
             unix_path = Some((socket.path, socket.ino));
             Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }
@@ -273,7 +280,8 @@ pub async fn serve(
                         source: e,
                     })?;
             tracing::info!(addr = %listener.local_addr().map_or(*addr, |a| a), tls = tls.is_some(), mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some()), "listening");
-            Box::pin(router.serve_with_incoming_shutdown(listen::tcp_incoming(listener), signal))
+            let incoming = listen::tcp_incoming(listener, Arc::clone(&state.admission.connections));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }
     };
     let unlink = move || {
