@@ -32,6 +32,8 @@ pub struct Admission {
     pub open_trees: Arc<OpenTrees>,
     /// Connections open at once (`--max-connections`).
     pub connections: Arc<Connections>,
+    /// Request messages begun and not finished (`--max-partial-request-bytes`).
+    pub partial: Arc<super::partial::Budget>,
 }
 
 /// A request's place in the broker; dropping it frees the place.
@@ -63,6 +65,9 @@ impl Admission {
             bounds,
             open_trees: Arc::new(OpenTrees::default()),
             connections: Arc::new(Connections::new(bounds.max_connections)),
+            partial: Arc::new(super::partial::Budget::new(
+                bounds.max_partial_request_bytes,
+            )),
         }
     }
 
@@ -172,6 +177,7 @@ mod tests {
             max_tree_streams: 1,
             max_open_tree_streams: 1,
             max_connections: 1,
+            max_partial_request_bytes: 1 << 20,
         }
     }
 

@@ -75,6 +75,9 @@ pub struct Settings {
     pub max_open_tree_streams: Option<u32>,
     /// Connections open at once; past it a new connection is closed unread.
     pub max_connections: u32,
+    /// Bytes of request messages begun and not finished, across all calls but uploads; past it
+    /// the call whose frame would pass it fails with RESOURCE_EXHAUSTED.
+    pub max_partial_request_bytes: u64,
     /// Milliseconds a tree stream may wait for its client to read before it ends with
     /// DEADLINE_EXCEEDED (what it had queued is dropped and its reading thread freed).
     pub tree_idle_timeout_ms: u64,
@@ -118,6 +121,7 @@ impl Default for Settings {
             max_tree_streams: 32,
             max_open_tree_streams: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_partial_request_bytes: 16 << 20,
             tree_idle_timeout_ms: 30_000,
             grace: 10,
             metrics: None,
@@ -138,6 +142,10 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
 /// times the streams served at once, so that well-behaved clients, whose streams close as they
 /// read the last part, never meet it; 256 unread streams hold about 64 MB.
 const OPEN_TREE_STREAMS_PER_PLACE: u32 = 8;
+
+/// The least `--max-partial-request-bytes`: a request of this contract but an upload chunk
+/// is under a kilobyte, and one sent over several frames is counted until its last one comes.
+const MIN_PARTIAL_REQUEST_BYTES: u64 = 64 << 10;
 
 /// Where the server listens.
 #[derive(Debug, Clone)]
@@ -172,6 +180,8 @@ pub struct Bounds {
     pub max_open_tree_streams: u32,
     /// Connections open at once across the listeners.
     pub max_connections: u32,
+    /// Bytes of unfinished request messages across all calls but uploads ([`super::partial`]).
+    pub max_partial_request_bytes: u64,
 }
 
 /// The validated server configuration.
@@ -323,6 +333,12 @@ impl Config {
                 min: 1,
             });
         }
+        if args.max_partial_request_bytes < MIN_PARTIAL_REQUEST_BYTES {
+            return Err(ConfigError::TooSmall {
+                flag: "max-partial-request-bytes",
+                min: MIN_PARTIAL_REQUEST_BYTES,
+            });
+        }
         let max_open_tree_streams = args.max_open_tree_streams.unwrap_or_else(|| {
             args.max_tree_streams
                 .saturating_mul(OPEN_TREE_STREAMS_PER_PLACE)
@@ -372,6 +388,7 @@ impl Config {
                 max_tree_streams: args.max_tree_streams,
                 max_open_tree_streams,
                 max_connections: args.max_connections,
+                max_partial_request_bytes: args.max_partial_request_bytes,
             },
             extract_timeout: Duration::from_millis(args.extract_timeout_ms),
             header_timeout: Duration::from_millis(args.header_timeout_ms),
@@ -462,6 +479,15 @@ mod tests {
         ));
         a.max_open_tree_streams = Some(5);
         assert!(Config::from_settings(&a).is_ok());
+        a.max_partial_request_bytes = (64 << 10) - 1;
+        assert!(matches!(
+            Config::from_settings(&a),
+            Err(ConfigError::TooSmall {
+                flag: "max-partial-request-bytes",
+                ..
+            })
+        ));
+        a.max_partial_request_bytes = 64 << 10;
         a.max_connections = 0;
         assert!(matches!(
             Config::from_settings(&a),

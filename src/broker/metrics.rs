@@ -29,6 +29,7 @@ pub struct Gauges {
     pub connections_open: u32,
     pub connections_refused: u64,
     pub tree_streams_open: u32,
+    pub partial_request_bytes: u64,
 }
 
 #[derive(Default)]
@@ -215,6 +216,11 @@ impl Metrics {
                 "GetTree and ExtractWithTree streams open in HTTP/2, read to the end or not (bounded by --max-open-tree-streams).",
                 u64::from(g.tree_streams_open),
             ),
+            (
+                "skillbox_partial_request_bytes",
+                "Bytes of request messages begun and not finished, uploads excepted (bounded by --max-partial-request-bytes).",
+                g.partial_request_bytes,
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
@@ -292,6 +298,7 @@ mod tests {
             connections_open: 3,
             connections_refused: 4,
             tree_streams_open: 5,
+            partial_request_bytes: 6,
         });
         assert!(
             text.contains(
@@ -305,5 +312,6 @@ mod tests {
         assert!(text.contains("skillbox_connections_open 3"));
         assert!(text.contains("skillbox_connections_refused_total 4"));
         assert!(text.contains("skillbox_tree_streams_open 5"));
+        assert!(text.contains("skillbox_partial_request_bytes 6"));
     }
 }

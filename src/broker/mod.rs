@@ -17,6 +17,7 @@ mod hangup;
 mod job;
 mod listen;
 mod metrics;
+mod partial;
 mod service;
 mod staging;
 mod tree;
@@ -172,6 +173,7 @@ pub async fn serve(
                     connections_open: s.admission.connections.open(),
                     connections_refused: s.admission.connections.refused(),
                     tree_streams_open: s.admission.open_trees.open(),
+                    partial_request_bytes: s.admission.partial.held(),
                 })
             });
             Some(tokio::spawn(metrics::serve(listener, render)))
@@ -203,6 +205,8 @@ pub async fn serve(
             .max_decoding_message_size(max_decode)
             .max_encoding_message_size(MAX_RESPONSE_BYTES);
 
+    // Every service's unfinished request messages share one budget (uploads excepted).
+    let budget = &state.admission.partial;
     let (stream_window, connection_window) = flow_control_windows(&config.bounds);
     let mut builder = Server::builder()
         .initial_stream_window_size(Some(stream_window))
@@ -232,10 +236,13 @@ pub async fn serve(
             unix: matches!(config.listen, config::Listen::Unix { .. }),
             metrics: Arc::clone(&metrics),
         }))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(hangup::HangupAware(skillbox));
+        .add_service(partial::Budgeted::new(health_service, budget))
+        .add_service(partial::Budgeted::new(reflection_v1, budget))
+        .add_service(partial::Budgeted::new(reflection_v1alpha, budget))
+        .add_service(partial::Budgeted::new(
+            hangup::HangupAware(skillbox),
+            budget,
+        ));
 
     // Draining starts when `shutdown` resolves; the grace timer starts then too.
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);

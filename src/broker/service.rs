@@ -589,6 +589,7 @@ impl State {
             max_tree_streams: b.max_tree_streams,
             max_open_tree_streams: b.max_open_tree_streams,
             max_connections: b.max_connections,
+            max_partial_request_bytes: b.max_partial_request_bytes,
             tree_idle_timeout_ms: millis(self.config.tree_idle_timeout),
             max_kept_trees: self.config.kept.trees,
             max_kept_bytes: self.config.kept.bytes,

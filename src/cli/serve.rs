@@ -164,6 +164,12 @@ pub struct ServeArgs {
         default_value_t = skillbox::broker::config::DEFAULT_MAX_CONNECTIONS
     )]
     pub max_connections: u32,
+    /// Bytes of request messages begun and not finished, across all calls but uploads (each
+    /// call's stream may otherwise hold up to a message's size limit, on every connection);
+    /// past it the call whose frame would pass it fails with RESOURCE_EXHAUSTED. A message
+    /// that arrives whole in one frame is never refused (K, M, G suffixes; at least 64K).
+    #[arg(long, env = "SKILLBOX_MAX_PARTIAL_REQUEST_BYTES", value_name = "BYTES", default_value = "16M", value_parser = parse_size)]
+    pub max_partial_request_bytes: u64,
     /// Milliseconds a tree stream may wait for its client to read before it ends with
     /// DEADLINE_EXCEEDED (what it had queued is dropped, its reading thread and its
     /// --max-tree-streams place freed).
@@ -257,6 +263,7 @@ impl ServeArgs {
             max_tree_streams,
             max_open_tree_streams,
             max_connections,
+            max_partial_request_bytes,
             tree_idle_timeout_ms,
             grace,
             metrics,
@@ -297,6 +304,7 @@ impl ServeArgs {
             max_tree_streams,
             max_open_tree_streams,
             max_connections,
+            max_partial_request_bytes,
             tree_idle_timeout_ms,
             grace,
             metrics,
@@ -574,7 +582,8 @@ mod tests {
                 s.max_kept_trees,
                 s.max_kept_bytes,
                 s.max_open_tree_streams,
-                s.max_connections
+                s.max_connections,
+                s.max_partial_request_bytes
             ),
             (
                 d.header_timeout_ms,
@@ -584,7 +593,8 @@ mod tests {
                 d.max_kept_trees,
                 d.max_kept_bytes,
                 d.max_open_tree_streams,
-                d.max_connections
+                d.max_connections,
+                d.max_partial_request_bytes
             )
         );
     }

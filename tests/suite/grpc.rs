@@ -253,6 +253,7 @@ const SERVER_INFO_FLAGS: &[(&str, &str, u64)] = &[
     ("--max-kept-bytes", "3G", 3 << 30),
     ("--max-open-tree-streams", "55", 55),
     ("--max-connections", "77", 77),
+    ("--max-partial-request-bytes", "5M", 5 << 20),
 ];
 
 fn server_info_flags() -> Vec<&'static str> {
@@ -280,6 +281,7 @@ async fn server_info_reports_limits_and_bounds() {
         info.max_kept_bytes,
         u64::from(info.max_open_tree_streams),
         u64::from(info.max_connections),
+        info.max_partial_request_bytes,
     ];
     assert_eq!(
         reported.len(),
