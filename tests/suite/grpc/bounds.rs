@@ -1105,9 +1105,10 @@ fn partial_messages<W: std::io::Write, R: std::io::Read + Send + 'static>(
 /// connection, on every connection: without a broker-wide bound, 8 connections each sending 80
 /// `Release` messages 300 KB of their declared 1 MiB took the broker from 23 MB to about 220 MB
 /// until they closed. Their bytes are bounded across all connections by
-/// --max-partial-request-bytes (16 MiB by default), over the Unix socket and over TCP; calls
-/// whose messages come whole are served meanwhile (health, ServerInfo, Release), and the budget
-/// is given back when the connections go.
+/// --max-partial-request-bytes (16 MiB by default), over the Unix socket and over TCP: a
+/// message that does not fit is refused with RESOURCE_EXHAUSTED naming the bound, calls whose
+/// messages come whole are served meanwhile (health, ServerInfo, Release), and the budget is
+/// given back when the connections go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partly_sent_request_messages_are_bounded_across_connections() {
     const CONNECTIONS: usize = 8;
@@ -1197,6 +1198,28 @@ async fn partly_sent_request_messages_are_bounded_across_connections() {
             "health",
         );
         ok(c.server_info().await, "server_info");
+        // A message larger than what is left, sent over several frames, is refused.
+        let mut raw = skillbox::proto::skillbox_client::SkillboxClient::new(ok(
+            ok(skillbox::client::endpoint(&uri), "endpoint")
+                .connect()
+                .await,
+            "connect",
+        ));
+        let big = skillbox::proto::ReleaseRequest {
+            staging_id: "a".repeat(400_000),
+        };
+        let refused = raw.release(big).await.err().unwrap_or_else(|| {
+            panic!("tcp={tcp}: a 400 KB message was taken beside a full budget")
+        });
+        assert_eq!(
+            refused.code(),
+            tonic::Code::ResourceExhausted,
+            "{refused:?}"
+        );
+        assert!(
+            refused.message().contains("--max-partial-request-bytes"),
+            "{refused:?}"
+        );
         if let Some(s) = &done.staged {
             ok(c.release(&s.id).await, "release");
         }
