@@ -9,7 +9,9 @@
 //!
 //! Tree streams (`GetTree`, `ExtractWithTree`) have their own bound: each holds a reading
 //! thread and a few queued chunks for as long as its client takes to read them, so they are
-//! counted apart from requests and refused at once past it.
+//! counted apart from requests and refused at once past it. What their connections keep of
+//! them until their clients read is bounded per connection and broker-wide, and so are the
+//! connections themselves ([`super::conn`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 use super::config::Bounds;
+use super::conn::{Connections, OpenTrees};
 use super::error::RequestError;
 
 pub struct Admission {
@@ -25,6 +28,12 @@ pub struct Admission {
     trees: Arc<Semaphore>,
     inflight: Arc<AtomicU64>,
     bounds: Bounds,
+    /// Tree streams open in HTTP/2 across all connections (`--max-open-tree-streams`).
+    pub open_trees: Arc<OpenTrees>,
+    /// Connections open at once (`--max-connections`).
+    pub connections: Arc<Connections>,
+    /// Request messages begun and not finished (`--max-partial-request-bytes`).
+    pub partial: Arc<super::partial::Budget>,
 }
 
 /// A request's place in the broker; dropping it frees the place.
@@ -54,6 +63,11 @@ impl Admission {
             )),
             inflight: Arc::new(AtomicU64::new(0)),
             bounds,
+            open_trees: Arc::new(OpenTrees::default()),
+            connections: Arc::new(Connections::new(bounds.max_connections)),
+            partial: Arc::new(super::partial::Budget::new(
+                bounds.max_partial_request_bytes,
+            )),
         }
     }
 
@@ -161,6 +175,9 @@ mod tests {
             max_inflight_bytes: 100,
             max_chunk_bytes: 10,
             max_tree_streams: 1,
+            max_open_tree_streams: 1,
+            max_connections: 1,
+            max_partial_request_bytes: 1 << 20,
         }
     }
 

@@ -69,6 +69,15 @@ pub struct Settings {
     /// hold open (ended ones its client has not read to the end included); past either a new
     /// one fails at once with RESOURCE_EXHAUSTED.
     pub max_tree_streams: u32,
+    /// Tree streams open across all connections (ended ones their clients have not read to
+    /// the end included), at least `max_tree_streams`; past it a new one fails at once with
+    /// RESOURCE_EXHAUSTED [default: eight times `max_tree_streams`].
+    pub max_open_tree_streams: Option<u32>,
+    /// Connections open at once; past it a new connection is closed unread.
+    pub max_connections: u32,
+    /// Bytes of request messages begun and not finished, across all calls but uploads; past it
+    /// the call whose frame would pass it fails with RESOURCE_EXHAUSTED.
+    pub max_partial_request_bytes: u64,
     /// Milliseconds a tree stream may wait for its client to read before it ends with
     /// DEADLINE_EXCEEDED (what it had queued is dropped and its reading thread freed).
     pub tree_idle_timeout_ms: u64,
@@ -110,6 +119,9 @@ impl Default for Settings {
             header_timeout_ms: 10_000,
             upload_timeout_ms: 60_000,
             max_tree_streams: 32,
+            max_open_tree_streams: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_partial_request_bytes: 16 << 20,
             tree_idle_timeout_ms: 30_000,
             grace: 10,
             metrics: None,
@@ -118,6 +130,22 @@ impl Default for Settings {
         }
     }
 }
+
+/// Connections open at once by default. An idle connection costs the broker about 90 KB over
+/// the Unix socket (22 KB over TCP), so 1024 hold under 100 MB; a client channel is one
+/// connection, so a sidecar serves that many installer processes at once before it refuses
+/// one; and they fit with the broker's other descriptors (children's pipes, tree files) in
+/// the `LimitNOFILE=4096` of deploy/skillbox.service.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 1024;
+
+/// Open tree streams across all connections by default, per `--max-tree-streams`: eight
+/// times the streams served at once, so that well-behaved clients, whose streams close as they
+/// read the last part, never meet it; 256 unread streams hold about 64 MB.
+const OPEN_TREE_STREAMS_PER_PLACE: u32 = 8;
+
+/// The least `--max-partial-request-bytes`: a request of this contract but an upload chunk
+/// is under a kilobyte, and one sent over several frames is counted until its last one comes.
+const MIN_PARTIAL_REQUEST_BYTES: u64 = 64 << 10;
 
 /// Where the server listens.
 #[derive(Debug, Clone)]
@@ -148,6 +176,12 @@ pub struct Bounds {
     pub max_inflight_bytes: u64,
     pub max_chunk_bytes: u64,
     pub max_tree_streams: u32,
+    /// Tree streams open in HTTP/2 across all connections (see [`super::conn`]).
+    pub max_open_tree_streams: u32,
+    /// Connections open at once across the listeners.
+    pub max_connections: u32,
+    /// Bytes of unfinished request messages across all calls but uploads ([`super::partial`]).
+    pub max_partial_request_bytes: u64,
 }
 
 /// The validated server configuration.
@@ -293,6 +327,29 @@ impl Config {
                 return Err(ConfigError::TooSmall { flag, min: 1 });
             }
         }
+        if args.max_connections == 0 {
+            return Err(ConfigError::TooSmall {
+                flag: "max-connections",
+                min: 1,
+            });
+        }
+        if args.max_partial_request_bytes < MIN_PARTIAL_REQUEST_BYTES {
+            return Err(ConfigError::TooSmall {
+                flag: "max-partial-request-bytes",
+                min: MIN_PARTIAL_REQUEST_BYTES,
+            });
+        }
+        let max_open_tree_streams = args.max_open_tree_streams.unwrap_or_else(|| {
+            args.max_tree_streams
+                .saturating_mul(OPEN_TREE_STREAMS_PER_PLACE)
+        });
+        // Fewer would lower the per-connection bound below what --max-tree-streams says.
+        if max_open_tree_streams < args.max_tree_streams {
+            return Err(ConfigError::TooSmall {
+                flag: "max-open-tree-streams",
+                min: u64::from(args.max_tree_streams),
+            });
+        }
         if args.max_kept_trees == 0 {
             return Err(ConfigError::TooSmall {
                 flag: "max-kept-trees",
@@ -329,6 +386,9 @@ impl Config {
                 max_inflight_bytes: args.max_inflight_bytes,
                 max_chunk_bytes: args.max_chunk_bytes,
                 max_tree_streams: args.max_tree_streams,
+                max_open_tree_streams,
+                max_connections: args.max_connections,
+                max_partial_request_bytes: args.max_partial_request_bytes,
             },
             extract_timeout: Duration::from_millis(args.extract_timeout_ms),
             header_timeout: Duration::from_millis(args.header_timeout_ms),
@@ -399,6 +459,43 @@ mod tests {
         // Two children more than CPUs (see `from_settings`).
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         assert_eq!(usize::try_from(c.bounds.max_children).ok(), Some(cpus + 2));
+        assert_eq!(c.bounds.max_connections, 1024);
+        assert_eq!(c.bounds.max_open_tree_streams, 8 * 32);
+    }
+
+    #[test]
+    fn broker_wide_bounds_are_checked() {
+        let mut a = args();
+        a.max_tree_streams = 5;
+        let c = Config::from_settings(&a).expect("from_settings");
+        assert_eq!(c.bounds.max_open_tree_streams, 40, "eight per place");
+        a.max_open_tree_streams = Some(4);
+        assert!(matches!(
+            Config::from_settings(&a),
+            Err(ConfigError::TooSmall {
+                flag: "max-open-tree-streams",
+                min: 5
+            })
+        ));
+        a.max_open_tree_streams = Some(5);
+        assert!(Config::from_settings(&a).is_ok());
+        a.max_partial_request_bytes = (64 << 10) - 1;
+        assert!(matches!(
+            Config::from_settings(&a),
+            Err(ConfigError::TooSmall {
+                flag: "max-partial-request-bytes",
+                ..
+            })
+        ));
+        a.max_partial_request_bytes = 64 << 10;
+        a.max_connections = 0;
+        assert!(matches!(
+            Config::from_settings(&a),
+            Err(ConfigError::TooSmall {
+                flag: "max-connections",
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tokio_stream::{Stream, StreamExt as _};
 
 use super::authority::FixAuthority;
-use super::conn::{self, Tracked};
+use super::conn::{self, Connections, Tracked};
 use super::metrics::Metrics;
 
 #[derive(Debug, thiserror::Error)]
@@ -92,15 +92,18 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
 
 /// Accepted Unix connections with their peer credentials; a peer without credentials is
 /// closed unread. A peer whose uid is not allowed is still accepted so that it can be told
-/// why ([`PeerPolicy`]): a bare reset reads as an outage, not as policy.
+/// why ([`PeerPolicy`]): a bare reset reads as an outage, not as policy. Past
+/// `--max-connections` open at once a connection is closed unread ([`Connections::admit`]),
+/// whoever its peer: each one costs the broker memory before any rule has seen a request.
 pub fn unix_incoming(
     listener: UnixListener,
     metrics: Arc<Metrics>,
+    conns: Arc<Connections>,
 ) -> impl Stream<Item = io::Result<Tracked<FixAuthority<UnixStream>>>> {
     UnixListenerStream::new(listener).filter_map(move |conn| match conn {
         Err(e) => Some(Err(e)),
         Ok(stream) => match stream.peer_cred() {
-            Ok(_) => Some(Ok(Tracked::new(FixAuthority::new(stream)))),
+            Ok(_) => Some(Ok(Tracked::new(FixAuthority::new(stream), conns.admit()?))),
             Err(e) => {
                 metrics.peer_refused();
                 tracing::warn!(error = %e, "connection refused: no peer credentials");
@@ -165,14 +168,23 @@ impl tonic::service::Interceptor for PeerPolicy {
     }
 }
 
-/// Accepted TCP connections (TLS, when configured, is applied by the server).
+/// Accepted TCP connections (TLS, when configured, is applied by the server); past
+/// `--max-connections` open at once a connection is closed unread, before its TLS handshake.
 pub fn tcp_incoming(
     listener: TcpListener,
+    conns: Arc<Connections>,
 ) -> impl Stream<Item = io::Result<Tracked<tokio::net::TcpStream>>> {
-    TcpListenerStream::new(listener).map(|conn| {
-        let stream = conn?;
-        stream.set_nodelay(true)?;
-        Ok(Tracked::new(stream))
+    TcpListenerStream::new(listener).filter_map(move |conn| {
+        let stream = match conn {
+            Ok(s) => s,
+            Err(e) => return Some(Err(e)),
+        };
+        let place = conns.admit()?;
+        Some(
+            stream
+                .set_nodelay(true)
+                .map(|()| Tracked::new(stream, place)),
+        )
     })
 }
 

@@ -26,6 +26,10 @@ pub struct Gauges {
     pub children_running: usize,
     pub inflight_bytes: u64,
     pub staged_kept: usize,
+    pub connections_open: u32,
+    pub connections_refused: u64,
+    pub tree_streams_open: u32,
+    pub partial_request_bytes: u64,
 }
 
 #[derive(Default)]
@@ -167,11 +171,18 @@ impl Metrics {
                 &self.staging_reaped,
             ),
         ];
+        let counters = counters
+            .into_iter()
+            .map(|(name, help, v)| (name, help, v.load(Ordering::Relaxed)))
+            .chain([(
+                "skillbox_connections_refused_total",
+                "Connections closed unread because --max-connections were open.",
+                g.connections_refused,
+            )]);
         for (name, help, v) in counters {
             let _ = writeln!(
                 out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                v.load(Ordering::Relaxed)
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
             );
         }
         let gauges = [
@@ -194,6 +205,21 @@ impl Metrics {
                 "skillbox_staging_kept",
                 "Accepted staging directories awaiting Release or the TTL.",
                 g.staged_kept as u64,
+            ),
+            (
+                "skillbox_connections_open",
+                "Connections open (bounded by --max-connections).",
+                u64::from(g.connections_open),
+            ),
+            (
+                "skillbox_tree_streams_open",
+                "GetTree and ExtractWithTree streams open in HTTP/2, read to the end or not (bounded by --max-open-tree-streams).",
+                u64::from(g.tree_streams_open),
+            ),
+            (
+                "skillbox_partial_request_bytes",
+                "Bytes of request messages begun and not finished, uploads excepted (bounded by --max-partial-request-bytes).",
+                g.partial_request_bytes,
             ),
         ];
         for (name, help, v) in gauges {
@@ -269,6 +295,10 @@ mod tests {
             children_running: 0,
             inflight_bytes: 5,
             staged_kept: 2,
+            connections_open: 3,
+            connections_refused: 4,
+            tree_streams_open: 5,
+            partial_request_bytes: 6,
         });
         assert!(
             text.contains(
@@ -279,5 +309,9 @@ mod tests {
         assert!(text.contains("skillbox_request_duration_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("skillbox_request_duration_seconds_bucket{le=\"0.002\"} 0"));
         assert!(text.contains("skillbox_staging_kept 2"));
+        assert!(text.contains("skillbox_connections_open 3"));
+        assert!(text.contains("skillbox_connections_refused_total 4"));
+        assert!(text.contains("skillbox_tree_streams_open 5"));
+        assert!(text.contains("skillbox_partial_request_bytes 6"));
     }
 }

@@ -17,6 +17,7 @@ mod hangup;
 mod job;
 mod listen;
 mod metrics;
+mod partial;
 mod service;
 mod staging;
 mod tree;
@@ -169,6 +170,10 @@ pub async fn serve(
                     children_running: s.admission.children_running(),
                     inflight_bytes: s.admission.inflight_bytes(),
                     staged_kept: s.staging.kept_count(),
+                    connections_open: s.admission.connections.open(),
+                    connections_refused: s.admission.connections.refused(),
+                    tree_streams_open: s.admission.open_trees.open(),
+                    partial_request_bytes: s.admission.partial.held(),
                 })
             });
             Some(tokio::spawn(metrics::serve(listener, render)))
@@ -200,6 +205,8 @@ pub async fn serve(
             .max_decoding_message_size(max_decode)
             .max_encoding_message_size(MAX_RESPONSE_BYTES);
 
+    // Every service's unfinished request messages share one budget (uploads excepted).
+    let budget = &state.admission.partial;
     let (stream_window, connection_window) = flow_control_windows(&config.bounds);
     let mut builder = Server::builder()
         .initial_stream_window_size(Some(stream_window))
@@ -229,10 +236,13 @@ pub async fn serve(
             unix: matches!(config.listen, config::Listen::Unix { .. }),
             metrics: Arc::clone(&metrics),
         }))
-        .add_service(health_service)
-        .add_service(reflection_v1)
-        .add_service(reflection_v1alpha)
-        .add_service(hangup::HangupAware(skillbox));
+        .add_service(partial::Budgeted::new(health_service, budget))
+        .add_service(partial::Budgeted::new(reflection_v1, budget))
+        .add_service(partial::Budgeted::new(reflection_v1alpha, budget))
+        .add_service(partial::Budgeted::new(
+            hangup::HangupAware(skillbox),
+            budget,
+        ));
 
     // Draining starts when `shutdown` resolves; the grace timer starts then too.
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
@@ -260,7 +270,11 @@ pub async fn serve(
         } => {
             let socket = listen::bind_unix(path, *mode)?;
             tracing::info!(socket = %path.display(), mode = format!("{mode:04o}"), allow_uids = ?allow_uids, "listening");
-            let incoming = listen::unix_incoming(socket.listener, Arc::clone(&metrics));
+            let incoming = listen::unix_incoming(
+                socket.listener,
+                Arc::clone(&metrics),
+                Arc::clone(&state.admission.connections),
+            );
             unix_path = Some((socket.path, socket.ino));
             Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }
@@ -273,7 +287,8 @@ pub async fn serve(
                         source: e,
                     })?;
             tracing::info!(addr = %listener.local_addr().map_or(*addr, |a| a), tls = tls.is_some(), mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some()), "listening");
-            Box::pin(router.serve_with_incoming_shutdown(listen::tcp_incoming(listener), signal))
+            let incoming = listen::tcp_incoming(listener, Arc::clone(&state.admission.connections));
+            Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }
     };
     let unlink = move || {

@@ -156,17 +156,20 @@ impl SkillboxService {
     }
 
     /// A place among the tree streams, and a slot among those open on the request's connection
-    /// (`conn`: streams whose place is freed stay open in HTTP/2 until their client reads
-    /// them), or RESOURCE_EXHAUSTED now.
+    /// and on all of them (`conn`: streams whose place is freed stay open in HTTP/2 until their
+    /// client reads them), or RESOURCE_EXHAUSTED now.
     fn tree_places(
         &self,
         ext: &tonic::Extensions,
     ) -> Result<(tokio::sync::OwnedSemaphorePermit, conn::TreeSlot), Status> {
-        let open = conn::tree_slot(ext, self.state.config.bounds.max_tree_streams).ok_or(
-            RequestError::Overloaded {
-                what: conn::TOO_MANY_ON_CONNECTION,
-            },
-        )?;
+        let b = &self.state.config.bounds;
+        let open = conn::tree_slot(
+            ext,
+            b.max_tree_streams,
+            &self.state.admission.open_trees,
+            b.max_open_tree_streams,
+        )
+        .map_err(|what| RequestError::Overloaded { what })?;
         Ok((self.state.admission.tree_stream()?, open))
     }
 
@@ -584,6 +587,9 @@ impl State {
             header_timeout_ms: millis(self.config.header_timeout),
             upload_timeout_ms: millis(self.config.upload_timeout),
             max_tree_streams: b.max_tree_streams,
+            max_open_tree_streams: b.max_open_tree_streams,
+            max_connections: b.max_connections,
+            max_partial_request_bytes: b.max_partial_request_bytes,
             tree_idle_timeout_ms: millis(self.config.tree_idle_timeout),
             max_kept_trees: self.config.kept.trees,
             max_kept_bytes: self.config.kept.bytes,

@@ -148,6 +148,28 @@ pub struct ServeArgs {
         default_value_t = 32
     )]
     pub max_tree_streams: u32,
+    /// Tree streams open across all connections (ended ones their clients have not read to
+    /// the end included, each holding up to about 250 KB until they do), at least
+    /// --max-tree-streams; past it a new one fails at once with RESOURCE_EXHAUSTED [default:
+    /// eight times --max-tree-streams].
+    #[arg(long, env = "SKILLBOX_MAX_OPEN_TREE_STREAMS", value_name = "N")]
+    pub max_open_tree_streams: Option<u32>,
+    /// Connections open at once (an idle one costs about 90 KB over the Unix socket); past it
+    /// a new connection is closed unread, counted in skillbox_connections_refused_total and
+    /// logged at most once a minute.
+    #[arg(
+        long,
+        env = "SKILLBOX_MAX_CONNECTIONS",
+        value_name = "N",
+        default_value_t = skillbox::broker::config::DEFAULT_MAX_CONNECTIONS
+    )]
+    pub max_connections: u32,
+    /// Bytes of request messages begun and not finished, across all calls but uploads (each
+    /// call's stream may otherwise hold up to a message's size limit, on every connection);
+    /// past it the call whose frame would pass it fails with RESOURCE_EXHAUSTED. A message
+    /// that arrives whole in one frame is never refused (K, M, G suffixes; at least 64K).
+    #[arg(long, env = "SKILLBOX_MAX_PARTIAL_REQUEST_BYTES", value_name = "BYTES", default_value = "16M", value_parser = parse_size)]
+    pub max_partial_request_bytes: u64,
     /// Milliseconds a tree stream may wait for its client to read before it ends with
     /// DEADLINE_EXCEEDED (what it had queued is dropped, its reading thread and its
     /// --max-tree-streams place freed).
@@ -239,6 +261,9 @@ impl ServeArgs {
             header_timeout_ms,
             upload_timeout_ms,
             max_tree_streams,
+            max_open_tree_streams,
+            max_connections,
+            max_partial_request_bytes,
             tree_idle_timeout_ms,
             grace,
             metrics,
@@ -277,6 +302,9 @@ impl ServeArgs {
             header_timeout_ms,
             upload_timeout_ms,
             max_tree_streams,
+            max_open_tree_streams,
+            max_connections,
+            max_partial_request_bytes,
             tree_idle_timeout_ms,
             grace,
             metrics,
@@ -552,7 +580,10 @@ mod tests {
                 s.max_tree_streams,
                 s.tree_idle_timeout_ms,
                 s.max_kept_trees,
-                s.max_kept_bytes
+                s.max_kept_bytes,
+                s.max_open_tree_streams,
+                s.max_connections,
+                s.max_partial_request_bytes
             ),
             (
                 d.header_timeout_ms,
@@ -560,7 +591,10 @@ mod tests {
                 d.max_tree_streams,
                 d.tree_idle_timeout_ms,
                 d.max_kept_trees,
-                d.max_kept_bytes
+                d.max_kept_bytes,
+                d.max_open_tree_streams,
+                d.max_connections,
+                d.max_partial_request_bytes
             )
         );
     }

@@ -156,6 +156,9 @@ async function main() {
     "tree_idle_timeout_ms",
     "max_kept_trees",
     "max_kept_bytes",
+    "max_open_tree_streams",
+    "max_connections",
+    "max_partial_request_bytes",
   ]) {
     // 64-bit fields arrive as strings (`longs: String`), 32-bit ones as numbers.
     seen.server_info[field] = String(info[field]);

@@ -144,7 +144,8 @@ def main():
         info = client.ServerInfo(pb.ServerInfoRequest(), timeout=10)
         seen["server_info"] = {"version": info.version, "max_entries": info.limits.max_entries}
         for field in ("header_timeout_ms", "upload_timeout_ms", "max_tree_streams",
-                      "tree_idle_timeout_ms", "max_kept_trees", "max_kept_bytes"):
+                      "tree_idle_timeout_ms", "max_kept_trees", "max_kept_bytes",
+                      "max_open_tree_streams", "max_connections", "max_partial_request_bytes"):
             seen["server_info"][field] = getattr(info, field)
         print(json.dumps(seen))
 

@@ -251,6 +251,9 @@ const SERVER_INFO_FLAGS: &[(&str, &str, u64)] = &[
     ("--tree-idle-timeout-ms", "23456", 23456),
     ("--max-kept-trees", "99", 99),
     ("--max-kept-bytes", "3G", 3 << 30),
+    ("--max-open-tree-streams", "55", 55),
+    ("--max-connections", "77", 77),
+    ("--max-partial-request-bytes", "5M", 5 << 20),
 ];
 
 fn server_info_flags() -> Vec<&'static str> {
@@ -276,7 +279,15 @@ async fn server_info_reports_limits_and_bounds() {
         info.tree_idle_timeout_ms,
         info.max_kept_trees,
         info.max_kept_bytes,
+        u64::from(info.max_open_tree_streams),
+        u64::from(info.max_connections),
+        info.max_partial_request_bytes,
     ];
+    assert_eq!(
+        reported.len(),
+        SERVER_INFO_FLAGS.len(),
+        "one field per flag"
+    );
     for ((flag, _, want), got) in SERVER_INFO_FLAGS.iter().zip(reported) {
         assert_eq!(got, *want, "ServerInfo for {flag}: {info:?}");
     }

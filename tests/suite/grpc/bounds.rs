@@ -705,3 +705,537 @@ async fn a_connection_holds_no_more_open_tree_streams_than_the_bound() {
     }
     server.assert_clean();
 }
+
+/// The broker on the Unix socket or on plain TCP at 127.0.0.1, and the URI to dial, with
+/// `--metrics` on a port of its own.
+fn server_on(tcp: bool, args: &[&str]) -> (Server, String, String) {
+    let metrics = format!("127.0.0.1:{}", harness::free_port());
+    let mut all = vec!["--metrics", metrics.as_str()];
+    all.extend_from_slice(args);
+    if tcp {
+        let port = harness::free_port();
+        (
+            Server::start_tcp(port, &all),
+            format!("http://127.0.0.1:{port}"),
+            metrics,
+        )
+    } else {
+        let server = Server::start(&all);
+        let uri = server.uri();
+        (server, uri, metrics)
+    }
+}
+
+/// The value of one metric the broker serves, once it is `want` or `within` has passed.
+fn metric_once(addr: &str, name: &str, want: u64, within: Duration) -> u64 {
+    let until = std::time::Instant::now() + within;
+    loop {
+        let text = harness::http_get(addr, "/metrics");
+        let got = text
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"));
+        if got == want || std::time::Instant::now() >= until {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A new connection with a stream window of 0: the broker can send its streams nothing.
+async fn stalled_connection(
+    uri: &str,
+) -> skillbox::proto::skillbox_client::SkillboxClient<tonic::transport::Channel> {
+    let ch = ok(
+        ok(skillbox::client::endpoint(uri), "endpoint")
+            .initial_stream_window_size(0)
+            .connect()
+            .await,
+        "connect",
+    );
+    skillbox::proto::skillbox_client::SkillboxClient::new(ch)
+}
+
+/// The per-connection bound on open tree streams bounds one connection; unread streams on
+/// many connections are bounded broker-wide by --max-open-tree-streams (eight times
+/// --max-tree-streams by default: 128 here), over the Unix socket and over TCP. Without it, 64
+/// connections of 16 unread streams of a 250 KB tree each (1024) took the broker from 45 MB
+/// to 198 MB, linearly in the connections. Past it a tree stream on any connection is
+/// refused at once, naming the bound, and the memory stays put; other calls are served
+/// meanwhile, and once the stalled streams are reset a tree is served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_tree_streams_are_bounded_across_connections() {
+    const PER_CONNECTION: usize = 16;
+    const CONNECTIONS: usize = 64;
+    for tcp in [false, true] {
+        let (server, uri, metrics) = server_on(
+            tcp,
+            &[
+                "--max-tree-streams",
+                &PER_CONNECTION.to_string(),
+                "--tree-idle-timeout-ms",
+                "300",
+            ],
+        );
+        let mut c = ok(skillbox::client::Client::connect(&uri).await, "connect");
+        let data: Vec<u8> = (0..250_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let tar = skill_tar(&[("data/bin", &data, 0o644)]);
+        let done = ok(
+            c.extract(super::archive_header(), std::io::Cursor::new(tar), None)
+                .await,
+            "extract",
+        );
+        let id = done
+            .staged
+            .as_ref()
+            .map_or_else(String::new, |s| s.id.clone());
+        let at_start = server.peak_rss();
+
+        // Connection after connection, each opening its streams and reading none.
+        let mut unread = Vec::new();
+        let mut clients = Vec::new();
+        let refused = 'open: loop {
+            if clients.len() == CONNECTIONS {
+                panic!(
+                    "tcp={tcp}: {} tree streams open on {CONNECTIONS} connections and none refused: the broker's peak RSS went from {} MB to {} MB",
+                    unread.len(),
+                    at_start >> 20,
+                    server.peak_rss() >> 20
+                );
+            }
+            let mut stalled = stalled_connection(&uri).await;
+            let until = std::time::Instant::now() + Duration::from_secs(30);
+            let mut here = 0;
+            while here < PER_CONNECTION {
+                assert!(
+                    std::time::Instant::now() < until,
+                    "tcp={tcp}: no place freed"
+                );
+                let get = skillbox::proto::GetTreeRequest {
+                    staging_id: id.clone(),
+                };
+                match stalled.get_tree(get).await {
+                    Ok(s) => {
+                        unread.push(s.into_inner());
+                        here += 1;
+                    }
+                    Err(s) if s.message().contains("--max-open-tree-streams") => break 'open s,
+                    // Every place is taken while the trees are read from disk.
+                    Err(s)
+                        if s.code() == tonic::Code::ResourceExhausted
+                            && !s.message().contains("per connection") =>
+                    {
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(s) => panic!("tcp={tcp}: get_tree: {s:?}"),
+                }
+            }
+            clients.push(stalled);
+        };
+        assert_eq!(
+            refused.code(),
+            tonic::Code::ResourceExhausted,
+            "{refused:?}"
+        );
+        assert_eq!(
+            unread.len(),
+            8 * PER_CONNECTION,
+            "tcp={tcp}: open when refused"
+        );
+        let peak = server.peak_rss();
+        eprintln!(
+            "tcp={tcp}: {} connections, {} unread tree streams: peak RSS {} MB -> {} MB",
+            clients.len() + 1,
+            unread.len(),
+            at_start >> 20,
+            peak >> 20
+        );
+        assert!(
+            peak < at_start + (64 << 20),
+            "tcp={tcp}: the broker's peak RSS went from {} MB to {} MB",
+            at_start >> 20,
+            peak >> 20
+        );
+        assert_eq!(
+            metric_once(&metrics, "skillbox_tree_streams_open", 128, Duration::ZERO),
+            128
+        );
+        let info = ok(c.server_info().await, "server_info");
+        assert_eq!(info.max_open_tree_streams, 128, "{info:?}");
+
+        // Another connection is served meanwhile; its tree waits for the stalled ones.
+        let again = ok(
+            c.extract(
+                super::archive_header(),
+                std::io::Cursor::new(skill_tar(&[])),
+                None,
+            )
+            .await,
+            "extract beside the unread streams",
+        );
+        let out = ok(tempfile::tempdir(), "tempdir");
+        let refused = c
+            .get_tree(&id, &done.outcome.entries, &out.path().join("a"))
+            .await;
+        assert_eq!(
+            refused.err().and_then(|e| e.code()),
+            Some(tonic::Code::ResourceExhausted)
+        );
+        // Reset by their clients, the streams give their slots back.
+        drop(unread);
+        let wrote =
+            tree_once_a_place_frees(&mut c, &id, &done.outcome.entries, &out.path().join("b"))
+                .await;
+        assert_eq!(wrote.files, 2, "{wrote:?}");
+        drop(clients);
+        for s in [done.staged, again.staged].into_iter().flatten() {
+            ok(c.release(&s.id).await, "release");
+        }
+        server.assert_clean();
+    }
+}
+
+/// Connections are bounded by --max-connections, over the Unix socket and over TCP: past it
+/// the broker closes a new connection unread (its client gets a transport error at once), logs it
+/// once, and counts each in skillbox_connections_refused_total; refused connections cost it
+/// no memory, and once a connection closes a new one is served. Without the bound, all 500
+/// attempts here were served (over the socket, an idle connection holds about 90 KB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_bound_are_refused_until_one_closes() {
+    const MAX: usize = 8;
+    const ATTEMPTS: usize = 500;
+    for tcp in [false, true] {
+        let (server, uri, metrics) = server_on(tcp, &["--max-connections", &MAX.to_string()]);
+        // The readiness probe's connection is gone.
+        assert_eq!(
+            metric_once(
+                &metrics,
+                "skillbox_connections_open",
+                0,
+                Duration::from_secs(5)
+            ),
+            0
+        );
+        let connect = || async {
+            let ch = ok(skillbox::client::endpoint(&uri), "endpoint")
+                .connect()
+                .await;
+            let mut cl = skillbox::proto::skillbox_client::SkillboxClient::new(ch.ok()?);
+            cl.server_info(skillbox::proto::ServerInfoRequest {})
+                .await
+                .map(|info| (cl, info.into_inner()))
+                .map_err(|s| {
+                    // The connection was closed, not answered: tonic's client makes the
+                    // status of its transport error (broken pipe, reset, closed; the code
+                    // varies with the moment it noticed).
+                    assert!(
+                        std::error::Error::source(&s)
+                            .is_some_and(|e| e.is::<tonic::transport::Error>()),
+                        "tcp={tcp}: {s:?}"
+                    );
+                })
+                .ok()
+        };
+        let mut held = Vec::new();
+        for _ in 0..MAX {
+            let (cl, info) = connect()
+                .await
+                .unwrap_or_else(|| panic!("tcp={tcp}: refused below the bound"));
+            assert_eq!(info.max_connections, MAX as u32, "{info:?}");
+            held.push(cl);
+        }
+        let at_start = server.peak_rss();
+        let mut served = 0;
+        for _ in 0..ATTEMPTS {
+            if let Some(cl) = connect().await {
+                served += 1;
+                held.push(cl.0);
+            }
+        }
+        let peak = server.peak_rss();
+        eprintln!(
+            "tcp={tcp}: {served} of {ATTEMPTS} connections served past the bound: peak RSS {} MB -> {} MB",
+            at_start >> 20,
+            peak >> 20
+        );
+        assert_eq!(
+            served,
+            0,
+            "tcp={tcp}: {served} of {ATTEMPTS} connections past --max-connections {MAX} were served: the broker's peak RSS went from {} MB to {} MB",
+            at_start >> 20,
+            peak >> 20
+        );
+        assert!(
+            peak < at_start + (16 << 20),
+            "tcp={tcp}: the broker's peak RSS went from {} MB to {} MB",
+            at_start >> 20,
+            peak >> 20
+        );
+        // Counted as each is closed, before its client sees it (which may dial again).
+        let refused = metric_once(
+            &metrics,
+            "skillbox_connections_refused_total",
+            0,
+            Duration::ZERO,
+        );
+        assert!(refused >= ATTEMPTS as u64, "{refused} refused");
+        assert_eq!(
+            server
+                .log()
+                .matches("connection refused: --max-connections")
+                .count(),
+            1,
+            "logged once:\n{}",
+            server.log()
+        );
+
+        // One closes: a new client is served.
+        drop(held.pop());
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let mut fresh = loop {
+            if let Some((cl, _)) = connect().await {
+                break cl;
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "tcp={tcp}: still refused after a connection closed"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        };
+        let upload = vec![
+            skillbox::proto::ExtractRequest {
+                msg: Some(skillbox::proto::extract_request::Msg::Header(
+                    super::archive_header(),
+                )),
+            },
+            skillbox::proto::ExtractRequest {
+                msg: Some(skillbox::proto::extract_request::Msg::Chunk(
+                    skill_tar(&[]).into(),
+                )),
+            },
+        ];
+        let answer = ok(fresh.extract(tokio_stream::iter(upload)).await, "extract").into_inner();
+        assert_eq!(
+            answer.verdict,
+            skillbox::proto::Verdict::Accepted as i32,
+            "{answer:?}"
+        );
+        ok(
+            fresh
+                .release(skillbox::proto::ReleaseRequest {
+                    staging_id: answer.staging_id,
+                })
+                .await,
+            "release",
+        );
+        drop(held);
+        server.assert_clean();
+    }
+}
+
+/// One raw HTTP/2 connection that starts `streams` calls of `path` and sends each `sent`
+/// bytes of a request message that declares 1 MiB, then sends nothing more; what the broker
+/// answers is read and dropped (on a thread of its own) until the connection closes. Returns
+/// the connection's writing side: the connection lasts as long as it.
+fn partial_messages<W: std::io::Write, R: std::io::Read + Send + 'static>(
+    mut w: W,
+    mut r: R,
+    path: &str,
+    streams: u32,
+    sent: usize,
+) -> W {
+    const HEADERS: u8 = 0x1;
+    const DATA: u8 = 0x0;
+    const SETTINGS: u8 = 0x4;
+    const END_HEADERS: u8 = 0x4;
+    const ACK: u8 = 0x1;
+    const WINDOW_UPDATE: u8 = 0x8;
+    // Literal header fields without indexing, new names, no Huffman (RFC 7541 §6.2.2).
+    let mut block = Vec::new();
+    for (name, value) in [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ] {
+        block.extend_from_slice(&[0, name.len() as u8]);
+        block.extend_from_slice(name.as_bytes());
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    let mut message = vec![0u8];
+    message.extend_from_slice(&(1u32 << 20).to_be_bytes());
+    message.resize(sent, 0x0a);
+
+    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    frame(&mut wire, SETTINGS, 0, 0, &[]);
+    ok(w.write_all(&wire), "preface");
+    // The server's SETTINGS (its stream window) and then the WINDOW_UPDATE that opens its
+    // connection window: data sent before that would pass the 64 KiB default. The rest is
+    // drained on a thread.
+    loop {
+        let mut head = [0u8; 9];
+        ok(r.read_exact(&mut head), "the server's first frames");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        ok(r.read_exact(&mut vec![0; len]), "a frame's payload");
+        if head[3] == WINDOW_UPDATE && head[5..9] == [0; 4] {
+            break;
+        }
+    }
+    std::thread::spawn(move || std::io::copy(&mut r, &mut std::io::sink()));
+    let mut wire = Vec::new();
+    frame(&mut wire, SETTINGS, ACK, 0, &[]);
+    ok(w.write_all(&wire), "ack");
+    for n in 0..streams {
+        let id = 1 + 2 * n;
+        let mut wire = Vec::new();
+        frame(&mut wire, HEADERS, END_HEADERS, id, &block);
+        for part in message.chunks(16_384) {
+            frame(&mut wire, DATA, 0, id, part);
+        }
+        ok(w.write_all(&wire), "a partial message");
+    }
+    w
+}
+
+/// A request message begun and not finished is held by the broker (tonic's decoder keeps what
+/// arrived and hands the flow-control window back), on any call's stream, up to 1024 streams a
+/// connection, on every connection: without a broker-wide bound, 8 connections each sending 80
+/// `Release` messages 300 KB of their declared 1 MiB took the broker from 23 MB to about 220 MB
+/// until they closed. Their bytes are bounded across all connections by
+/// --max-partial-request-bytes (16 MiB by default), over the Unix socket and over TCP: a
+/// message that does not fit is refused with RESOURCE_EXHAUSTED naming the bound, calls whose
+/// messages come whole are served meanwhile (health, ServerInfo, Release), and the budget is
+/// given back when the connections go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partly_sent_request_messages_are_bounded_across_connections() {
+    const CONNECTIONS: usize = 8;
+    const STREAMS: u32 = 80;
+    const SENT: usize = 300_000;
+    for tcp in [false, true] {
+        let (server, uri, metrics) = server_on(tcp, &[]);
+        let mut c = ok(skillbox::client::Client::connect(&uri).await, "connect");
+        let done = ok(
+            c.extract(
+                super::archive_header(),
+                std::io::Cursor::new(skill_tar(&[])),
+                None,
+            )
+            .await,
+            "extract",
+        );
+        let at_start = server.peak_rss();
+        let path = "/skillbox.v1.Skillbox/Release";
+        // Each connection, shut down (both its descriptors) when called.
+        let mut held: Vec<Box<dyn FnOnce()>> = Vec::new();
+        for _ in 0..CONNECTIONS {
+            if tcp {
+                let addr = uri.trim_start_matches("http://");
+                let s = ok(std::net::TcpStream::connect(addr), "connect");
+                let r = ok(s.try_clone(), "clone");
+                let s = partial_messages(s, r, path, STREAMS, SENT);
+                held.push(Box::new(move || drop(s.shutdown(std::net::Shutdown::Both))));
+            } else {
+                let s = ok(
+                    std::os::unix::net::UnixStream::connect(server.socket()),
+                    "connect",
+                );
+                let r = ok(s.try_clone(), "clone");
+                let s = partial_messages(s, r, path, STREAMS, SENT);
+                held.push(Box::new(move || drop(s.shutdown(std::net::Shutdown::Both))));
+            }
+        }
+        // What the broker held once it had taken all it would: neither its peak memory nor
+        // the gauge moves any more.
+        let mut last = (u64::MAX, u64::MAX);
+        let until = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let now = (
+                server.peak_rss(),
+                metric_once(
+                    &metrics,
+                    "skillbox_partial_request_bytes",
+                    0,
+                    Duration::ZERO,
+                ),
+            );
+            if now == last || std::time::Instant::now() >= until {
+                break;
+            }
+            last = now;
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let last = last.1;
+        let peak = server.peak_rss();
+        eprintln!(
+            "tcp={tcp}: {CONNECTIONS} connections of {STREAMS} partial messages: peak RSS {} MB -> {} MB, {last} bytes counted",
+            at_start >> 20,
+            peak >> 20
+        );
+        assert!(
+            peak < at_start + (64 << 20),
+            "tcp={tcp}: the broker's peak RSS went from {} MB to {} MB",
+            at_start >> 20,
+            peak >> 20
+        );
+        assert!(
+            last > 0 && last <= 16 << 20,
+            "tcp={tcp}: {last} bytes of partial messages held"
+        );
+        // Whole messages are served meanwhile.
+        let mut health = tonic_health::pb::health_client::HealthClient::new(ok(
+            ok(skillbox::client::endpoint(&uri), "endpoint")
+                .connect()
+                .await,
+            "connect",
+        ));
+        ok(
+            health
+                .check(tonic_health::pb::HealthCheckRequest::default())
+                .await,
+            "health",
+        );
+        ok(c.server_info().await, "server_info");
+        // A message larger than what is left, sent over several frames, is refused.
+        let mut raw = skillbox::proto::skillbox_client::SkillboxClient::new(ok(
+            ok(skillbox::client::endpoint(&uri), "endpoint")
+                .connect()
+                .await,
+            "connect",
+        ));
+        let big = skillbox::proto::ReleaseRequest {
+            staging_id: "a".repeat(400_000),
+        };
+        let refused = raw.release(big).await.err().unwrap_or_else(|| {
+            panic!("tcp={tcp}: a 400 KB message was taken beside a full budget")
+        });
+        assert_eq!(
+            refused.code(),
+            tonic::Code::ResourceExhausted,
+            "{refused:?}"
+        );
+        assert!(
+            refused.message().contains("--max-partial-request-bytes"),
+            "{refused:?}"
+        );
+        if let Some(s) = &done.staged {
+            ok(c.release(&s.id).await, "release");
+        }
+        // Closed, the connections give the budget back.
+        for close in held {
+            close();
+        }
+        assert_eq!(
+            metric_once(
+                &metrics,
+                "skillbox_partial_request_bytes",
+                0,
+                Duration::from_secs(10)
+            ),
+            0
+        );
+        server.assert_clean();
+    }
+}
