@@ -1318,19 +1318,27 @@ fn script_by_itself(e: &Entry) -> bool {
 
 /// Regular files a symbolic link named as a script points at (`scripts/run.sh ->
 /// ../assets/a.txt`): running the link runs them, so they are scripts whatever their own name.
+/// Each is run with what the link's name calls for (`run.sh`: `sh`; `run`: by its path), so a
+/// link renamed `run.py` over the same file changes what runs it.
 fn linked_as_scripts(entries: &[Entry]) -> BTreeMap<String, Run> {
     let nodes: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
-    entries
+    let mut out: BTreeMap<String, Run> = BTreeMap::new();
+    for link in entries
         .iter()
         .filter(|e| e.kind == Kind::Symlink && script_by_name(&e.path))
-        .filter_map(|e| resolve_in_package(&e.path, &nodes))
-        .filter(|t| t.kind == Kind::File)
-        .map(|t| {
-            let mut run = Run::default();
-            run.signals.insert(ScriptSignal::LinkedAsScript);
-            (t.path.clone(), run)
-        })
-        .collect()
+    {
+        let Some(t) = resolve_in_package(&link.path, &nodes).filter(|t| t.kind == Kind::File)
+        else {
+            continue;
+        };
+        let run = out.entry(t.path.clone()).or_default();
+        run.signals.insert(ScriptSignal::LinkedAsScript);
+        let with = interpreter_by_name(&link.path).map(str::to_owned);
+        if !run.with.contains(&with) && run.with.len() < MAX_RUNNERS {
+            run.with.push(with);
+        }
+    }
+    out
 }
 
 /// Programs that run the file named among their arguments (`python3 x`, `go run x`,

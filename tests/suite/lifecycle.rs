@@ -2161,7 +2161,7 @@ fn a_rename_that_changes_what_runs_a_script_needs_review() {
             "a pure rename",
             prose.clone(),
             "scripts/a.sh",
-            prose,
+            prose.clone(),
             "scripts/b.sh",
             poly,
             false,
@@ -2196,4 +2196,22 @@ fn a_rename_that_changes_what_runs_a_script_needs_review() {
             assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()), "{what}");
         }
     }
+    // The link that runs a file renamed for another interpreter (`scripts/run.sh` ->
+    // `scripts/run.py`, both to `../assets/a.txt`): the file is the same, what runs it is not.
+    let w = World::new();
+    let target = [("assets/a.txt", &poly[..])];
+    let v1 = w.publish(
+        "demo",
+        &demo_pkg(&prose, &target, &[("scripts/run.sh", "../assets/a.txt")]),
+    );
+    expect_code(&w.install(&["alpha"]), 6);
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v1}"), "--by", "alice"]),
+        0,
+    );
+    let v2 = w.publish(
+        "demo",
+        &demo_pkg(&prose, &target, &[("scripts/run.py", "../assets/a.txt")]),
+    );
+    update_waits_for_review(&w, &v1, &v2, &["\"script assets/a.txt\""], "link renamed");
 }
