@@ -1636,7 +1636,7 @@ impl<'e> RunFinder<'e> {
                 }
                 // Prose: what inline code spans of more than one word say to run (a lone path
                 // in backticks names a file, it does not run it).
-                _ if !licence => {
+                _ if !licence && memchr::memchr(b'`', &content[pos..end]).is_some() => {
                     let line = String::from_utf8_lossy(&content[pos..end]);
                     for span in line.split('`').skip(1).step_by(2) {
                         if span.split_whitespace().nth(1).is_some() {
