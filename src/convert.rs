@@ -578,6 +578,7 @@ fn script_to_proto(s: &Script) -> Result<pb::Script, Unencodable> {
         sha256,
         executable,
         detected_by,
+        run_with,
     } = s;
     Ok(pb::Script {
         path: path.clone(),
@@ -586,6 +587,7 @@ fn script_to_proto(s: &Script) -> Result<pb::Script, Unencodable> {
         sha256: sha256.map(|d| d.to_string()),
         executable: *executable,
         detected_by: names(detected_by)?,
+        run_with: run_with.clone().unwrap_or_default(),
     })
 }
 
@@ -713,6 +715,7 @@ fn review_from_proto(r: &pb::Review) -> Result<Review, MalformedAnswer> {
                 .map_err(|e| bad(format!("script digest: {e}")))?,
             executable: s.executable,
             detected_by: from_names("script signal", &s.detected_by)?,
+            run_with: Some(s.run_with.clone()),
         });
     }
     let mut findings = Vec::with_capacity(r.findings.len());

@@ -272,8 +272,9 @@ fn may_give_back(path: &str, len: u64) -> bool {
 /// the review would read no more than the head, when the head shows `nul` (a NUL in its first
 /// `NUL_WINDOW` bytes: binary) or a trigger pass `scanned` all of it and marked nothing
 /// (`FileScan`'s contract, `hashing.rs`). Kept all the same: a file whose bytes may not be
-/// given back ([`may_give_back`]), and one that starts with a shebang line longer than the head
-/// kept (the review quotes it).
+/// given back ([`may_give_back`]), one that starts with a shebang line longer than the head
+/// kept (the review quotes it), and one the review reads whole for what it runs whatever its
+/// trigger lines (a Markdown file, a script: `review::read_for_runs`).
 pub(crate) fn keeps_bytes(
     path: &str,
     head: &[u8],
@@ -286,6 +287,7 @@ pub(crate) fn keeps_bytes(
     let kept = &head[..head.len().min(HEAD_BYTES)];
     !may_give_back(path, len)
         || (kept.starts_with(b"#!") && !kept.contains(&b'\n'))
+        || (!nul && crate::skill::review::read_for_runs(path, kept))
         || !(nul || scanned.is_some_and(marks_nothing))
 }
 

@@ -8,7 +8,7 @@
 //! renames, frontmatter text, and anything prose or data merely mentions). Growth is judged by content, not by position: a script moved to a
 //! new path with the same bytes is a rename, a host that moved to another line is not new.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::digest::Sha256Digest;
 use crate::extract::inventory::{Entry, Kind};
 use crate::reason::{Verdict, display_name};
-use crate::skill::review::{FindingKind, Review};
+use crate::skill::review::{FindingKind, Review, Script, interpreter_by_name, interpreter_family};
 
 /// The three answers, in increasing order of concern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -168,30 +168,36 @@ pub fn diff(old: &Version<'_>, new: &Version<'_>) -> Result<Diff, DiffError> {
     };
     let (old_sha, new_sha) = (sha(old), sha(new));
 
-    // Scripts and executables: by content, so a pure rename is not growth.
-    let old_scripts: BTreeMap<&str, Option<Sha256Digest>> = or
-        .scripts
-        .iter()
-        .map(|s| (s.path.as_str(), s.sha256))
-        .collect();
-    let old_script_shas: HashSet<Sha256Digest> =
-        or.scripts.iter().filter_map(|s| s.sha256).collect();
+    // Scripts and executables: by content, so a pure rename is not growth. But the same
+    // bytes run by another interpreter are another program (a polyglot `a.sh` renamed `a.py`,
+    // or `bash x.txt` become `python3 x.txt`): a script is known only when an old one with its
+    // bytes ran the way it runs (see `runs_as_before`).
+    let old_scripts: BTreeMap<&str, &Script> =
+        or.scripts.iter().map(|s| (s.path.as_str(), s)).collect();
+    let mut old_by_sha: HashMap<Sha256Digest, Vec<&Script>> = HashMap::new();
+    for s in &or.scripts {
+        if let Some(h) = s.sha256 {
+            old_by_sha.entry(h).or_default().push(s);
+        }
+    }
     for s in &nr.scripts {
         let at = s.interpreter.clone();
-        match old_scripts.get(s.path.as_str()) {
-            Some(prev) if *prev == s.sha256 => {}
-            Some(_) => d.grown.push(Growth {
-                kind: GrowthKind::ChangedScript,
-                subject: s.path.clone(),
-                at,
-            }),
-            None if s.sha256.is_some_and(|h| old_script_shas.contains(&h)) => {}
-            None => d.grown.push(Growth {
-                kind: GrowthKind::NewScript,
-                subject: s.path.clone(),
-                at,
-            }),
-        }
+        let same_bytes = |o: &&Script| o.sha256 == s.sha256 && runs_as_before(o, s);
+        let kind = match old_scripts.get(s.path.as_str()) {
+            Some(prev) if same_bytes(prev) => continue,
+            Some(_) => GrowthKind::ChangedScript,
+            None => match s.sha256.and_then(|h| old_by_sha.get(&h)) {
+                Some(olds) if olds.iter().any(same_bytes) => continue,
+                // Old bytes under a new name that another interpreter runs.
+                Some(_) => GrowthKind::ChangedScript,
+                None => GrowthKind::NewScript,
+            },
+        };
+        d.grown.push(Growth {
+            kind,
+            subject: s.path.clone(),
+            at,
+        });
     }
     let new_script_paths: BTreeSet<&str> = nr.scripts.iter().map(|s| s.path.as_str()).collect();
     let new_script_shas: HashSet<Sha256Digest> =
@@ -315,6 +321,23 @@ pub fn diff(old: &Version<'_>, new: &Version<'_>) -> Result<Diff, DiffError> {
         Change::NeedsReview
     };
     Ok(d)
+}
+
+/// Whether `new` (a script with `old`'s bytes) runs as `old` did: its name calls for the same
+/// interpreter (`a.sh` and `b.sh`, not `a.py`), and the package's commands run it with no
+/// program they did not run `old` with (interpreters compared by family: `python3` is
+/// `python`). The shebang is in the bytes, so the same either way. An old answer saved before
+/// `run_with` was recorded is compared by name alone.
+fn runs_as_before(old: &Script, new: &Script) -> bool {
+    let by_name = |s: &Script| interpreter_by_name(&s.path).map(interpreter_family);
+    if by_name(old) != by_name(new) {
+        return false;
+    }
+    let (Some(o), Some(n)) = (&old.run_with, &new.run_with) else {
+        return true;
+    };
+    let o: HashSet<String> = o.iter().map(|p| interpreter_family(p)).collect();
+    n.iter().all(|p| o.contains(&interpreter_family(p)))
 }
 
 /// `file:line` of the first finding of `kind` about `subject`.

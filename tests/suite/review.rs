@@ -806,3 +806,123 @@ fn a_wrapped_tarball_keeps_its_links_when_asked() {
     assert_eq!(code, Some(3));
     assert_eq!(v["reason"]["code"], "missing_skill_md");
 }
+
+// ---------------------------------------------------------------------------------------------
+// What the package runs, and with what.
+
+/// `pkg` (a tar.gz) written to a file and extracted with `--json`: the answer.
+fn extract_tgz(pkg: &[u8]) -> Value {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = tmp.path().join("pkg.tar.gz");
+    std::fs::write(&file, pkg).unwrap_or_else(|e| panic!("{e}"));
+    let (code, v) = extract_json(&file, "archive", None);
+    assert_eq!(code, Some(0), "{v:#}");
+    v
+}
+
+/// The scripts of an answer by path: (interpreter, run_with, detected_by).
+fn scripts_of(v: &Value) -> std::collections::BTreeMap<String, (Value, Value, Value)> {
+    v["review"]["scripts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            (
+                s["path"].as_str().unwrap_or("?").to_owned(),
+                (
+                    s["interpreter"].clone(),
+                    s["run_with"].clone(),
+                    s["detected_by"].clone(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// A file the package runs by name is reported with the interpreter the command that runs it
+/// names (`python3`, `go run`, `node` past `sudo`, `bash` in a script), or, run by its path
+/// with no shebang, `sh`; `run_with` lists them. (Before, each was reported with no
+/// interpreter, and `assets/setup.dat`, which only a script runs, was no script at all.)
+#[test]
+fn a_file_run_by_name_is_reported_with_what_runs_it() {
+    let md = "---\nname: demo\ndescription: A demo skill\n---\n```bash\npython3 \"$SKILL_DIR/tools/convert.txt\" in.pdf\ngo run tools/main.txt\n./tools/setup --check\nsudo -E node tools/n.dat\n```\n";
+    let pkg = super::fetch::tar_gz_of(&[
+        ("SKILL.md", md.as_bytes()),
+        ("tools/convert.txt", b"print('x')\n"),
+        ("tools/main.txt", b"package main\n\nfunc main() {}\n"),
+        ("tools/setup", b"echo ok\n"),
+        ("tools/n.dat", b"console.log(1)\n"),
+        ("scripts/run.sh", b"#!/bin/sh\nbash ../assets/setup.dat\n"),
+        ("assets/setup.dat", b"echo set\n"),
+    ]);
+    let v = extract_tgz(&pkg);
+    let scripts = scripts_of(&v);
+    for (path, interpreter, signal) in [
+        ("tools/convert.txt", "python3", "run_by_skill_md"),
+        ("tools/main.txt", "go run", "run_by_skill_md"),
+        ("tools/setup", "sh", "run_by_skill_md"),
+        ("tools/n.dat", "node", "run_by_skill_md"),
+        ("assets/setup.dat", "bash", "run_by_script"),
+    ] {
+        let (i, with, by) = scripts
+            .get(path)
+            .unwrap_or_else(|| panic!("{path} is no script: {scripts:?}"));
+        assert_eq!(i, interpreter, "{path}: {scripts:?}");
+        assert_eq!(with, &serde_json::json!([interpreter]), "{path}");
+        assert!(
+            by.as_array().is_some_and(|b| b.iter().any(|s| s == signal)),
+            "{path}: {by}"
+        );
+    }
+    // A script's own interpreter (its shebang) is still what it reports.
+    assert_eq!(scripts["scripts/run.sh"].0, "sh");
+}
+
+/// Finding what a package runs is linear in what it holds, however its files name each other:
+/// a chain of 4,000 `.txt` files, each run by the next (`bash tools/tNNNN.txt`, against the
+/// order they are listed in), the last run by SKILL.md, is followed to its end, once per file;
+/// and 12 Markdown files of 1 MiB of code-block commands naming 4,000-byte paths (the longest
+/// a word is looked up at), in a package whose paths are 32 deep, are read at once. Reviewed
+/// before the engine's deadline, not killed as a timeout; every file of the chain is a script.
+#[test]
+fn finding_what_a_package_runs_stays_linear() {
+    const CHAIN: usize = 4000;
+    let deep = format!("{}x.md", "d/".repeat(31));
+    let word = format!("python3 {}x\n", "d/".repeat(1995));
+    let block = format!(
+        "# Big\n\n```bash\n{}```\n",
+        word.repeat(1024 * 1024 / word.len())
+    );
+    let md = format!(
+        "---\nname: demo\ndescription: A demo skill\n---\n```bash\nbash tools/t{:04}.txt\n```\n",
+        CHAIN - 1
+    );
+    let chain: Vec<(String, Vec<u8>)> = (0..CHAIN)
+        .map(|i| {
+            let body = match i {
+                0 => "echo end\n".to_owned(),
+                _ => format!("bash tools/t{:04}.txt\n", i - 1),
+            };
+            (format!("tools/t{i:04}.txt"), body.into_bytes())
+        })
+        .collect();
+    let bigs: Vec<String> = (0..12).map(|i| format!("references/big{i}.md")).collect();
+    let mut files: Vec<(&str, &[u8])> = vec![("SKILL.md", md.as_bytes()), (&deep, b"# deep\n")];
+    files.extend(chain.iter().map(|(p, b)| (p.as_str(), b.as_slice())));
+    files.extend(bigs.iter().map(|p| (p.as_str(), block.as_bytes())));
+    let v = extract_tgz(&super::fetch::tar_gz_of(&files));
+    let scripts = scripts_of(&v);
+    let missing: Vec<&String> = chain
+        .iter()
+        .map(|(p, _)| p)
+        .filter(|p| !scripts.contains_key(*p))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of the chain missed: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+    assert_eq!(scripts["tools/t0000.txt"].0, "bash");
+    assert_eq!(v["review"]["coverage"]["complete"], true);
+}
