@@ -16,6 +16,8 @@
 //! reported, and findings past the report's cap, are counted, since no capability is lost.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use aho_corasick::AhoCorasick;
 use std::io;
 use std::os::fd::BorrowedFd;
 
@@ -1508,10 +1510,25 @@ struct RunFinder<'e> {
     nodes: HashMap<&'e str, &'e Entry>,
     /// The most components a package path has.
     depth: usize,
+    /// The names (last components) of the package's files and links. Whatever a word resolves
+    /// to ([`resolve_in_package`]) ends at a file's own name or passes a link's, written in the
+    /// word: `.`, `..` and empty components only skip or drop components. So a line that holds
+    /// none of these names runs no package file, and is not split into commands (most lines of
+    /// most files). `None` (no filter, every line read): a name holding a line break or U+FFFD,
+    /// which could match only across lines or in the lossy text of invalid UTF-8.
+    names: Option<AhoCorasick>,
 }
 
 impl<'e> RunFinder<'e> {
     fn new(entries: &'e [Entry]) -> Self {
+        let names: BTreeSet<&str> = entries
+            .iter()
+            .filter(|e| matches!(e.kind, Kind::File | Kind::Symlink))
+            .map(|e| e.path.rsplit('/').next().unwrap_or(&e.path))
+            .collect();
+        let exact = names
+            .iter()
+            .all(|n| !n.is_empty() && !n.contains(['\n', '\r', char::REPLACEMENT_CHARACTER]));
         Self {
             nodes: entries.iter().map(|e| (e.path.as_str(), e)).collect(),
             depth: entries
@@ -1519,7 +1536,16 @@ impl<'e> RunFinder<'e> {
                 .map(|e| e.path.split('/').count())
                 .max()
                 .unwrap_or(0),
+            names: exact.then(|| AhoCorasick::new(&names).ok()).flatten(),
         }
+    }
+
+    /// Where in `content` a package file's name starts, in order: one position at least in
+    /// every line that holds one (non-overlapping matches: a name holds no line break, so a
+    /// match never hides one in a later line). `None`: read every line.
+    fn name_hits(&self, content: &[u8]) -> Option<Vec<usize>> {
+        let ac = self.names.as_ref()?;
+        Some(ac.find_iter(content).map(|m| m.start()).collect())
     }
 
     /// The package file a word names: the word itself, or its longest suffix after a `/`, from
@@ -1615,6 +1641,11 @@ impl<'e> RunFinder<'e> {
         licence: bool,
         out: &mut Vec<(&'e str, Option<String>)>,
     ) {
+        let hits = self.name_hits(content);
+        if hits.as_ref().is_some_and(Vec::is_empty) {
+            return;
+        }
+        let mut lines = Lines::new(hits);
         let blocks = markdown_blocks(content);
         let mut next_block = 0usize;
         let mut pos = 0usize;
@@ -1622,6 +1653,10 @@ impl<'e> RunFinder<'e> {
             let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
             while next_block < blocks.len() && blocks[next_block].1 <= pos {
                 next_block += 1;
+            }
+            if !lines.names_a_file(pos, end) {
+                pos = end + 1;
+                continue;
             }
             match blocks.get(next_block) {
                 Some(&(s, _, ctx)) if s <= pos => {
@@ -1658,13 +1693,48 @@ impl<'e> RunFinder<'e> {
         interpreter: Option<&str>,
         out: &mut Vec<(&'e str, Option<String>)>,
     ) {
+        let hits = self.name_hits(content);
+        if hits.as_ref().is_some_and(Vec::is_empty) {
+            return;
+        }
+        let mut lines = Lines::new(hits);
         let comments = Comments::of(interpreter.unwrap_or(""));
         let shell = is_shell(interpreter);
+        let mut pos = 0usize;
         for line in content.split(|&b| b == b'\n') {
+            let start = pos;
+            pos += line.len() + 1;
+            if !lines.names_a_file(start, start + line.len()) {
+                continue;
+            }
             if !comments.is_comment(line) && !line.starts_with(b"#!") {
                 self.command(&String::from_utf8_lossy(line), dir, shell, out);
             }
         }
+    }
+}
+
+/// Which lines hold a package file's name ([`RunFinder::name_hits`]), asked in line order.
+struct Lines {
+    hits: Option<Vec<usize>>,
+    next: usize,
+}
+
+impl Lines {
+    fn new(hits: Option<Vec<usize>>) -> Self {
+        Self { hits, next: 0 }
+    }
+
+    /// Whether the line `start..end` holds a name (always, with no filter). Lines are asked
+    /// about in order, each once.
+    fn names_a_file(&mut self, start: usize, end: usize) -> bool {
+        let Some(hits) = &self.hits else {
+            return true;
+        };
+        while hits.get(self.next).is_some_and(|&h| h < start) {
+            self.next += 1;
+        }
+        hits.get(self.next).is_some_and(|&h| h < end)
     }
 }
 
@@ -2198,6 +2268,87 @@ fn excerpt_at(line: &[u8], col: usize, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The line filter ([`RunFinder::name_hits`]) skips only lines that run no package file:
+    /// over paths through `.`, `..`, links to files and to directories, a file's directory,
+    /// invalid UTF-8 and several commands a line, the filtered finder finds exactly what the
+    /// unfiltered one does (and a name the filter cannot stand for turns it off).
+    #[test]
+    fn the_line_filter_finds_what_reading_every_line_finds() {
+        let node = |path: &str, kind: Kind, target: Option<&str>| Entry {
+            path: path.into(),
+            kind,
+            size: 1,
+            mode: "0644".into(),
+            sha256: None,
+            link_target: target.map(Into::into),
+            flags: Vec::new(),
+        };
+        let mut entries = vec![
+            node("scripts", Kind::Dir, None),
+            node("scripts/run.sh", Kind::File, None),
+            node("tools", Kind::Dir, None),
+            node("tools/convert.txt", Kind::File, None),
+            node("tools/sub", Kind::Dir, None),
+            node("tools/sub/deep.dat", Kind::File, None),
+            node("assets", Kind::Dir, None),
+            node("assets/setup.dat", Kind::File, None),
+            node("go", Kind::Symlink, Some("tools/convert.txt")),
+            node("lib", Kind::Symlink, Some("tools/sub")),
+            node("up", Kind::Symlink, Some("../assets")),
+        ];
+        let texts: &[&[u8]] = &[
+            b"python3 tools/convert.txt\nbash ./go\n",
+            b"sh lib/deep.dat; node tools/sub/../convert.txt | cat\n",
+            b"bash tools/convert.txt/. && sh tools/sub/deep.dat/\n",
+            b"python3 \"$DIR/../assets/setup.dat\"\nsh up/setup.dat\n",
+            b"echo nothing here\nls -la\n./run.sh\n",
+            b"sudo -E go run tools/convert.txt\n`bash go`\n",
+            b"python3 tools/con\xffvert.txt\nbash deep.dat\n",
+            b"# a comment naming run.sh\n  bash ../scripts/run.sh\n",
+            b"```bash\nbash lib/../convert.txt\n```\nRun `python3 go` then `sh setup.dat`.\n",
+            b"> ```sh\n> sh assets/setup.dat\n> ```\n- `bash sub/deep.dat x`\n",
+        ];
+        let find = |finder: &RunFinder<'_>, text: &[u8]| {
+            let mut all = Vec::new();
+            for dir in ["", "tools", "scripts", "tools/sub"] {
+                for interp in [Some("bash"), Some("python3"), None] {
+                    let mut out = Vec::new();
+                    finder.script(text, dir, interp, &mut out);
+                    all.push(
+                        out.iter()
+                            .map(|(p, w)| (p.to_string(), w.clone()))
+                            .collect::<Vec<_>>(),
+                    );
+                }
+                for licence in [false, true] {
+                    let mut out = Vec::new();
+                    finder.markdown(text, dir, licence, &mut out);
+                    all.push(
+                        out.iter()
+                            .map(|(p, w)| (p.to_string(), w.clone()))
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+            all
+        };
+        let mut found_any = 0;
+        for round in 0..2 {
+            let filtered = RunFinder::new(&entries);
+            assert_eq!(filtered.names.is_some(), round == 0);
+            let mut every_line = RunFinder::new(&entries);
+            every_line.names = None;
+            for text in texts {
+                let (a, b) = (find(&filtered, text), find(&every_line, text));
+                assert_eq!(a, b, "{}", String::from_utf8_lossy(text));
+                found_any += a.iter().filter(|v| !v.is_empty()).count();
+            }
+            // A name holding U+FFFD could match only in lossy text: no filter then.
+            entries.push(node("tools/con\u{fffd}vert.txt", Kind::File, None));
+        }
+        assert!(found_any > 40, "the texts run files: {found_any}");
+    }
 
     /// The engine's kept bytes and a read of the staged tree give the same report, with the
     /// default bounds and with bounds that cut files and the package short.
