@@ -816,6 +816,16 @@ mod tests {
     use crate::publish::{Findings, NAME_HEX, Published};
     use std::collections::BTreeMap;
 
+    /// No publish staging directory is left in `parent`.
+    fn no_staging_left(parent: &Path) {
+        let left: Vec<_> = std::fs::read_dir(parent)
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name())
+            .filter(|n| n.to_string_lossy().starts_with(".skillbox-publish-"))
+            .collect();
+        assert!(left.is_empty(), "staging left behind: {left:?}");
+    }
+
     /// A build as `publish::build` stages it beside `beside`: one skill whose artifact holds
     /// `artifact`, and `index` as the index document.
     fn built(beside: &Path, skill: &str, artifact: &[u8], index: &[u8]) -> Built {
@@ -1084,12 +1094,7 @@ mod tests {
             files.iter().all(|f| f.status == FileStatus::Written),
             "{files:?}"
         );
-        let left: Vec<_> = std::fs::read_dir(tmp.path())
-            .expect("read_dir")
-            .map(|e| e.expect("entry").file_name())
-            .filter(|n| n.to_string_lossy().starts_with(".skillbox-publish-"))
-            .collect();
-        assert!(left.is_empty(), "staging left behind: {left:?}");
+        no_staging_left(tmp.path());
     }
 
     /// The race the output tree allows when another account can write in it (a shared web
@@ -1141,12 +1146,7 @@ mod tests {
                 Err(e) => panic!("trial {trial}: {e}"),
             }
         }
-        let left: Vec<_> = std::fs::read_dir(tmp.path())
-            .expect("read_dir")
-            .map(|e| e.expect("entry").file_name())
-            .filter(|n| n.to_string_lossy().starts_with(".skillbox-publish-"))
-            .collect();
-        assert!(left.is_empty(), "staging left behind: {left:?}");
+        no_staging_left(tmp.path());
         eprintln!("{written} written, {refused} refused of {TRIALS}");
     }
 

@@ -9,6 +9,16 @@ use std::time::Duration;
 use super::harness::{self, Server, ok, skill_tar};
 
 /// One HTTP/2 frame (RFC 9113 §4.1).
+/// Assert that the broker's peak RSS grew by less than `room` since `at_start`.
+fn peak_within(peak: u64, at_start: u64, room: u64, what: &str) {
+    assert!(
+        peak < at_start + room,
+        "{what}: the broker's peak RSS went from {} MB to {} MB",
+        at_start >> 20,
+        peak >> 20
+    );
+}
+
 fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     let len = payload.len();
     out.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
@@ -651,12 +661,7 @@ async fn a_connection_holds_no_more_open_tree_streams_than_the_bound() {
         "open when the connection was refused"
     );
     let peak = server.peak_rss();
-    assert!(
-        peak < at_start + (24 << 20),
-        "the broker's peak RSS went from {} MB to {} MB",
-        at_start >> 20,
-        peak >> 20
-    );
+    peak_within(peak, at_start, 24 << 20, "one connection");
     // ExtractWithTree on that connection is refused before its upload, too.
     let with_tree = stalled
         .extract_with_tree(tokio_stream::iter(Vec::new()))
@@ -850,12 +855,7 @@ async fn open_tree_streams_are_bounded_across_connections() {
             at_start >> 20,
             peak >> 20
         );
-        assert!(
-            peak < at_start + (64 << 20),
-            "tcp={tcp}: the broker's peak RSS went from {} MB to {} MB",
-            at_start >> 20,
-            peak >> 20
-        );
+        peak_within(peak, at_start, 64 << 20, &format!("tcp={tcp}"));
         assert_eq!(
             metric_once(&metrics, "skillbox_tree_streams_open", 128, Duration::ZERO),
             128
@@ -965,12 +965,7 @@ async fn connections_past_the_bound_are_refused_until_one_closes() {
             at_start >> 20,
             peak >> 20
         );
-        assert!(
-            peak < at_start + (16 << 20),
-            "tcp={tcp}: the broker's peak RSS went from {} MB to {} MB",
-            at_start >> 20,
-            peak >> 20
-        );
+        peak_within(peak, at_start, 16 << 20, &format!("tcp={tcp}"));
         // Counted as each is closed, before its client sees it (which may dial again).
         let refused = metric_once(
             &metrics,
@@ -1174,12 +1169,7 @@ async fn partly_sent_request_messages_are_bounded_across_connections() {
             at_start >> 20,
             peak >> 20
         );
-        assert!(
-            peak < at_start + (64 << 20),
-            "tcp={tcp}: the broker's peak RSS went from {} MB to {} MB",
-            at_start >> 20,
-            peak >> 20
-        );
+        peak_within(peak, at_start, 64 << 20, &format!("tcp={tcp}"));
         assert!(
             last > 0 && last <= 16 << 20,
             "tcp={tcp}: {last} bytes of partial messages held"
