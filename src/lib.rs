@@ -8,6 +8,9 @@
 //! - [`extract`]: the engine. Verified bytes in, a staged tree plus an inventory (or a
 //!   rejection) out; it takes a readable file and a directory fd and never touches a path
 //!   outside that directory. It knows nothing of review, sandbox or broker.
+//! - `names`: what a file's name says (its interpreter, how the review reads it); depends on
+//!   nothing, so the engine can keep the bytes the review will read whole without knowing the
+//!   review.
 //! - [`skill`]: SKILL.md frontmatter, the review of a staged tree, the diff of two answers.
 //! - [`intake`]: one job as the confined child runs it: the engine, then the review.
 //! - [`sandbox`]: starting, confining and supervising the child that runs [`intake`].
@@ -39,6 +42,7 @@ pub mod fuzzing;
 pub mod index;
 pub mod intake;
 pub mod lifecycle;
+mod names;
 pub mod owned_dir;
 pub mod publish;
 #[cfg(test)]

@@ -274,7 +274,7 @@ fn may_give_back(path: &str, len: u64) -> bool {
 /// (`FileScan`'s contract, `hashing.rs`). Kept all the same: a file whose bytes may not be
 /// given back ([`may_give_back`]), one that starts with a shebang line longer than the head
 /// kept (the review quotes it), and one the review reads whole for what it runs whatever its
-/// trigger lines (a Markdown file, a script: `review::read_for_runs`).
+/// trigger lines (a Markdown file, a script: `names::read_for_runs`).
 pub(crate) fn keeps_bytes(
     path: &str,
     head: &[u8],
@@ -287,7 +287,7 @@ pub(crate) fn keeps_bytes(
     let kept = &head[..head.len().min(HEAD_BYTES)];
     !may_give_back(path, len)
         || (kept.starts_with(b"#!") && !kept.contains(&b'\n'))
-        || (!nul && crate::skill::review::read_for_runs(path, kept))
+        || (!nul && crate::names::read_for_runs(path, kept))
         || !(nul || scanned.is_some_and(marks_nothing))
 }
 

@@ -18,6 +18,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
+
+pub use crate::names::interpreter_by_name;
+use crate::names::{
+    TextKind, extension, interpreter_for_extension, is_doc_name, is_licence_name, script_by_name,
+    text_kind,
+};
 use std::io;
 use std::os::fd::BorrowedFd;
 
@@ -1282,28 +1288,6 @@ fn resolve_in_package<'e>(path: &str, nodes: &HashMap<&'e str, &'e Entry>) -> Op
     nodes.get(here.as_str()).copied()
 }
 
-/// Whether a file at `path` is a script by its name alone: a script extension, or under
-/// `scripts/` with none (see [`Reviewer::classify`]).
-fn script_by_name(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    match extension(path) {
-        Some(ext) => interpreter_for_extension(ext).is_some(),
-        None => path.starts_with("scripts/") && !is_doc_name(name),
-    }
-}
-
-/// Whether the review reads the file at `path` starting with `head` for what it runs, whatever
-/// trigger lines it holds: a Markdown file (SKILL.md's kin: `.md`, `.txt`, no extension, a
-/// licence), or a script by its name or shebang. The engine keeps such a file's bytes for the
-/// review (`extract::keeps_bytes`), so it is not read back.
-pub(crate) fn read_for_runs(path: &str, head: &[u8]) -> bool {
-    matches!(
-        text_kind(path, false),
-        TextKind::Markdown | TextKind::Licence
-    ) || script_by_name(path)
-        || head.starts_with(b"#!")
-}
-
 /// Whether a file is a script by its name, its mode or its place, as [`Reviewer::classify`]
 /// has it, before its bytes are read (a shebang can make one more).
 fn script_by_itself(e: &Entry) -> bool {
@@ -1475,11 +1459,6 @@ pub fn interpreter_family(name: &str) -> String {
         b => b,
     }
     .to_owned()
-}
-
-/// The interpreter a file's name says runs it (`a.py` -> `python`), if any.
-pub fn interpreter_by_name(path: &str) -> Option<&'static str> {
-    extension(path).and_then(interpreter_for_extension)
 }
 
 /// Whether a script of this interpreter is shell text, whose lines start commands by a file's
@@ -1773,60 +1752,6 @@ fn utf16_to_utf8(bytes: &[u8], unit: fn([u8; 2]) -> u16) -> Vec<u8> {
         .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
         .collect::<String>()
         .into_bytes()
-}
-
-/// How a text file is read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum TextKind {
-    /// A script: every line is code.
-    Script,
-    /// Markdown or plain text: prose, with code blocks.
-    Markdown,
-    /// Licence text: only its fenced code blocks are scanned.
-    Licence,
-    /// Schemas, configuration, markup.
-    Data,
-}
-
-fn text_kind(path: &str, script: bool) -> TextKind {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    if script {
-        return TextKind::Script;
-    }
-    if is_licence_name(name) {
-        return TextKind::Licence;
-    }
-    match extension(path).as_deref() {
-        None | Some("md" | "markdown" | "mdx" | "mdc" | "rst" | "txt" | "adoc") => {
-            TextKind::Markdown
-        }
-        Some(_) => TextKind::Data,
-    }
-}
-
-/// `LICENSE`, `COPYING.txt`, `NOTICE`, `font-license.txt`, `Lora-OFL.txt`.
-fn is_licence_name(name: &str) -> bool {
-    let up = name.to_ascii_uppercase();
-    ["LICENSE", "LICENCE", "COPYING", "UNLICENSE"]
-        .iter()
-        .any(|p| up.contains(p))
-        || up.starts_with("NOTICE")
-        || up.ends_with("OFL.TXT")
-}
-
-/// Documentation files that carry no extension (`README`, `LICENSE`, ...).
-fn is_doc_name(name: &str) -> bool {
-    let up = name.to_ascii_uppercase();
-    is_licence_name(name)
-        || [
-            "README",
-            "CHANGELOG",
-            "AUTHORS",
-            "CONTRIBUTORS",
-            "CODEOWNERS",
-        ]
-        .iter()
-        .any(|p| up.starts_with(p))
 }
 
 /// Files listing paths to leave out (`.gitignore`): a credential named there is kept away.
@@ -2153,52 +2078,6 @@ fn percent_decode(s: &str) -> String {
         i += 1;
     }
     String::from_utf8_lossy(&out).into_owned()
-}
-
-fn extension(path: &str) -> Option<String> {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    let (stem, ext) = name.rsplit_once('.')?;
-    (!stem.is_empty()).then(|| ext.to_ascii_lowercase())
-}
-
-fn interpreter_for_extension(ext: String) -> Option<&'static str> {
-    Some(match ext.as_str() {
-        "sh" => "sh",
-        "bash" => "bash",
-        "zsh" => "zsh",
-        "fish" => "fish",
-        "ksh" => "ksh",
-        "py" | "pyw" => "python",
-        "rb" => "ruby",
-        "pl" | "pm" => "perl",
-        "php" => "php",
-        "js" | "mjs" | "cjs" | "jsx" => "node",
-        "ts" | "mts" | "cts" | "tsx" => "typescript",
-        // Source files their toolchains run directly (`go run x.go`, `java X.java`, `swift
-        // x.swift`, `kotlin x.kts`, `dotnet script x.csx`): programs, like a `.py`.
-        "go" => "go",
-        "java" => "java",
-        "swift" => "swift",
-        "kts" => "kotlin",
-        "groovy" => "groovy",
-        "exs" => "elixir",
-        "jl" => "julia",
-        "dart" => "dart",
-        "scala" | "sc" => "scala",
-        "csx" => "dotnet-script",
-        "fsx" => "dotnet-fsi",
-        "nu" => "nu",
-        "raku" => "raku",
-        "lua" => "lua",
-        "ps1" | "psm1" => "powershell",
-        "bat" | "cmd" => "cmd",
-        "vbs" => "vbscript",
-        "applescript" => "osascript",
-        "r" => "Rscript",
-        "tcl" => "tclsh",
-        "awk" => "awk",
-        _ => return None,
-    })
 }
 
 /// The interpreter a shebang line names: `#!/usr/bin/env -S python3 -u` -> `python3`.

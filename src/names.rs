@@ -1,0 +1,132 @@
+//! What a file's name says about it: the interpreter its extension calls for, and how the
+//! review reads it (a script, Markdown, a licence, data). Its own module, depending on nothing,
+//! because the engine asks it too: the engine keeps the bytes of the files the review will read
+//! whole for what they run ([`read_for_runs`]), and the review may not be a dependency of the
+//! engine (the engine's answer is what the review reads).
+
+pub(crate) fn extension(path: &str) -> Option<String> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let (stem, ext) = name.rsplit_once('.')?;
+    (!stem.is_empty()).then(|| ext.to_ascii_lowercase())
+}
+
+pub(crate) fn interpreter_for_extension(ext: String) -> Option<&'static str> {
+    Some(match ext.as_str() {
+        "sh" => "sh",
+        "bash" => "bash",
+        "zsh" => "zsh",
+        "fish" => "fish",
+        "ksh" => "ksh",
+        "py" | "pyw" => "python",
+        "rb" => "ruby",
+        "pl" | "pm" => "perl",
+        "php" => "php",
+        "js" | "mjs" | "cjs" | "jsx" => "node",
+        "ts" | "mts" | "cts" | "tsx" => "typescript",
+        // Source files their toolchains run directly (`go run x.go`, `java X.java`, `swift
+        // x.swift`, `kotlin x.kts`, `dotnet script x.csx`): programs, like a `.py`.
+        "go" => "go",
+        "java" => "java",
+        "swift" => "swift",
+        "kts" => "kotlin",
+        "groovy" => "groovy",
+        "exs" => "elixir",
+        "jl" => "julia",
+        "dart" => "dart",
+        "scala" | "sc" => "scala",
+        "csx" => "dotnet-script",
+        "fsx" => "dotnet-fsi",
+        "nu" => "nu",
+        "raku" => "raku",
+        "lua" => "lua",
+        "ps1" | "psm1" => "powershell",
+        "bat" | "cmd" => "cmd",
+        "vbs" => "vbscript",
+        "applescript" => "osascript",
+        "r" => "Rscript",
+        "tcl" => "tclsh",
+        "awk" => "awk",
+        _ => return None,
+    })
+}
+
+/// The interpreter a file's name says runs it (`a.py` -> `python`), if any.
+pub fn interpreter_by_name(path: &str) -> Option<&'static str> {
+    extension(path).and_then(interpreter_for_extension)
+}
+
+/// How a text file is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TextKind {
+    /// A script: every line is code.
+    Script,
+    /// Markdown or plain text: prose, with code blocks.
+    Markdown,
+    /// Licence text: only its fenced code blocks are scanned.
+    Licence,
+    /// Schemas, configuration, markup.
+    Data,
+}
+
+pub(crate) fn text_kind(path: &str, script: bool) -> TextKind {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    if script {
+        return TextKind::Script;
+    }
+    if is_licence_name(name) {
+        return TextKind::Licence;
+    }
+    match extension(path).as_deref() {
+        None | Some("md" | "markdown" | "mdx" | "mdc" | "rst" | "txt" | "adoc") => {
+            TextKind::Markdown
+        }
+        Some(_) => TextKind::Data,
+    }
+}
+
+/// `LICENSE`, `COPYING.txt`, `NOTICE`, `font-license.txt`, `Lora-OFL.txt`.
+pub(crate) fn is_licence_name(name: &str) -> bool {
+    let up = name.to_ascii_uppercase();
+    ["LICENSE", "LICENCE", "COPYING", "UNLICENSE"]
+        .iter()
+        .any(|p| up.contains(p))
+        || up.starts_with("NOTICE")
+        || up.ends_with("OFL.TXT")
+}
+
+/// Documentation files that carry no extension (`README`, `LICENSE`, ...).
+pub(crate) fn is_doc_name(name: &str) -> bool {
+    let up = name.to_ascii_uppercase();
+    is_licence_name(name)
+        || [
+            "README",
+            "CHANGELOG",
+            "AUTHORS",
+            "CONTRIBUTORS",
+            "CODEOWNERS",
+        ]
+        .iter()
+        .any(|p| up.starts_with(p))
+}
+
+/// Whether a file at `path` is a script by its name alone: a script extension, or under
+/// `scripts/` with none (see the review's `classify`).
+pub(crate) fn script_by_name(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    match extension(path) {
+        Some(ext) => interpreter_for_extension(ext).is_some(),
+        None => path.starts_with("scripts/") && !is_doc_name(name),
+    }
+}
+
+/// Whether the review reads the file at `path` starting with `head` for what it runs, whatever
+/// trigger lines it holds: a Markdown file (SKILL.md's kin: `.md`, `.txt`, no extension, a
+/// licence), or a script by its name or shebang. The engine keeps such a file's bytes for the
+/// review (the engine's `keeps_bytes`), so it is not read back.
+pub(crate) fn read_for_runs(path: &str, head: &[u8]) -> bool {
+    matches!(
+        text_kind(path, false),
+        TextKind::Markdown | TextKind::Licence
+    ) || script_by_name(path)
+        || head.starts_with(b"#!")
+}
