@@ -1120,6 +1120,22 @@ fn state_of(w: &World, digest: &str) -> String {
         .to_owned()
 }
 
+/// Publish `pkg` as version 1 of `demo` and install it for `alpha`, approved: `install`
+/// exits `code`, 0 (the default policy approved it) or 6 (it waits, and alice approves it).
+/// Returns its digest.
+fn approved_v1(w: &World, pkg: &[u8], code: i32) -> String {
+    let v1 = w.publish("demo", pkg);
+    expect_code(&w.install(&["alpha"]), code);
+    if code == 6 {
+        expect_code(
+            &w.run(&["approve", &format!("demo@{v1}"), "--by", "alice"]),
+            0,
+        );
+    }
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    v1
+}
+
 /// `update` holds `v2` for a person: exit 6, `needs_review`, each of `findings` in the
 /// decision's findings, `v1` still active for alpha and `v2` pending. Returns the update.
 fn update_waits_for_review(
@@ -1860,13 +1876,11 @@ fn a_nul_or_utf16_guide_cannot_hide_a_code_block_from_an_update() {
     utf16.extend(block.encode_utf16().flat_map(u16::to_le_bytes));
     for (what, v2_guide) in [("a NUL", with_nul), ("UTF-16", utf16)] {
         let w = World::new();
-        let v1 = w.publish(
-            "demo",
+        let v1 = approved_v1(
+            &w,
             &demo_pkg(md, &[("references/guide.md", b"# Guide\n\nHello.\n")], &[]),
+            0,
         );
-        let o = w.install(&["alpha"]);
-        expect_code(&o, 0);
-        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{what}");
 
         let v2 = w.publish(
             "demo",
@@ -2002,14 +2016,10 @@ fn a_tool_requested_through_a_merge_key_or_a_nested_form_is_growth() {
         ),
     ] {
         let w = World::new();
-        let v1 = w.publish(
-            "demo",
+        let v1 = approved_v1(
+            &w,
             &demo_with(&format!("---\n{head}allowed-tools: Read\n---\nBody.\n")),
-        );
-        expect_code(&w.install(&["alpha"]), 6);
-        expect_code(
-            &w.run(&["approve", &format!("demo@{v1}"), "--by", "alice"]),
-            0,
+            6,
         );
         let v2 = w.publish("demo", &demo_with(&format!("---\n{fm}---\nBody.\n")));
         update_waits_for_review(&w, &v1, &v2, &["\"tool Bash\""], what);
@@ -2049,8 +2059,7 @@ fn a_code_block_nested_in_a_list_or_quote_is_code_on_update() {
         ),
     ] {
         let w = World::new();
-        let v1 = w.publish("demo", &demo_with(head));
-        expect_code(&w.install(&["alpha"]), 0);
+        let v1 = approved_v1(&w, &demo_with(head), 0);
         let v2 = w.publish("demo", &demo_with(&format!("{head}{block}")));
         update_waits_for_review(
             &w,
@@ -2080,8 +2089,7 @@ fn a_line_that_is_a_comment_only_in_another_language_is_code_on_update() {
         ("// in js", format!("```js\n// {cmd}\n```\n"), false),
     ] {
         let w = World::new();
-        let v1 = w.publish("demo", &demo_with(head));
-        expect_code(&w.install(&["alpha"]), 0);
+        let v1 = approved_v1(&w, &demo_with(head), 0);
         let v2 = w.publish("demo", &demo_with(&format!("{head}{block}")));
         let o = w.run(&["update", "--json"]);
         let u = &json_of(&o)["updates"][0];
@@ -2302,12 +2310,7 @@ fn a_rename_that_changes_what_runs_a_script_needs_review() {
     ];
     for (what, md1, p1, md2, p2, bytes, grows) in cases {
         let w = World::new();
-        let v1 = w.publish("demo", &demo_pkg(&md1, &[(p1, bytes)], &[]));
-        expect_code(&w.install(&["alpha"]), 6);
-        expect_code(
-            &w.run(&["approve", &format!("demo@{v1}"), "--by", "alice"]),
-            0,
-        );
+        let v1 = approved_v1(&w, &demo_pkg(&md1, &[(p1, bytes)], &[]), 6);
         let v2 = w.publish("demo", &demo_pkg(&md2, &[(p2, bytes)], &[]));
         if grows {
             let script = format!("\"script {p2}\"");
