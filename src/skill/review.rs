@@ -692,7 +692,7 @@ impl<'a> Reviewer<'a> {
                 reader.fetch(e, cap, buf).map(|()| true)
             };
         let mut cut = false;
-        for e in files.clone() {
+        for e in files {
             let kind = text_kind(&e.path, false);
             let markdown = matches!(kind, TextKind::Markdown | TextKind::Licence);
             let by_itself = script_by_itself(e);
@@ -730,9 +730,13 @@ impl<'a> Reviewer<'a> {
         }
         // Files found run after the pass went by them: read them as scripts, and what they run
         // in turn (each once: a chain of files is followed in linear time).
-        let by_path: HashMap<&str, &Entry> = files.map(|e| (e.path.as_str(), e)).collect();
+        // The finder's index of the package, not one more map: only files are read.
         while let Some(path) = self.fresh.pop() {
-            let Some(&e) = by_path.get(path.as_str()) else {
+            let Some(&e) = finder
+                .nodes
+                .get(path.as_str())
+                .filter(|e| e.kind == Kind::File && e.path != "SKILL.md")
+            else {
                 continue;
             };
             if !done.insert(e.path.as_str()) || !read(reader, e, buf, &mut cut)? {
