@@ -701,7 +701,7 @@ fn corpus_replays_through_cli() {
     for p in escape_sentinels() {
         remove_any(&p);
     }
-    let scratch = ok(tempfile::tempdir(), "scratch dir");
+    let scratch = super::corpus_scratch();
 
     let mut mismatches = Vec::new();
     for case in &manifest.cases {

@@ -306,12 +306,16 @@ async fn corpus_replays_over_grpc() {
         return;
     };
     let limits = harness::write_temp("limits.toml", harness::CORPUS_SERVER_LIMITS);
-    let server = Server::start(&[
-        "--max-queued",
-        "256",
-        "--limits",
-        limits.1.to_str().unwrap_or(""),
-    ]);
+    let scratch = super::corpus_scratch();
+    let server = Server::start_in(
+        &scratch,
+        &[
+            "--max-queued",
+            "256",
+            "--limits",
+            limits.1.to_str().unwrap_or(""),
+        ],
+    );
     let c = server.client().await;
     let mut failures = Vec::new();
     for chunk in cases.chunks(8) {

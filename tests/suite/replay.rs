@@ -501,7 +501,8 @@ fn comparable_junit(path: &Path) -> String {
 /// Replay `dir` both ways with `extra` arguments: the JSON reports (seconds aside) and the
 /// JUnit files (times aside) must be the same case by case. Returns the spare run's JSON.
 fn both_paths_agree(dir: &Path, extra: &[&str], spare_expected: bool) -> Value {
-    let tmp = tempfile::tempdir().expect("tempdir");
+    // Both runs stage their cases there too (TMPDIR).
+    let tmp = super::corpus_scratch();
     let mut reports = Vec::new();
     for isolate in ["process", "spare"] {
         let junit = tmp.path().join(format!("{isolate}.xml"));
@@ -516,7 +517,12 @@ fn both_paths_agree(dir: &Path, extra: &[&str], spare_expected: bool) -> Value {
             junit.to_str().unwrap_or(""),
         ];
         args.extend_from_slice(extra);
-        let o = replay(&args);
+        let o = Command::new(bin())
+            .arg("replay")
+            .args(&args)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .expect("spawn skillbox");
         assert!(
             matches!(o.status.code(), Some(0 | 1)),
             "{isolate}: {}\n{}",
