@@ -20,6 +20,7 @@ pub mod journal;
 pub mod ops;
 pub mod policy;
 pub mod records;
+pub mod scrub;
 pub mod store;
 
 use serde_json::Value;
