@@ -808,15 +808,17 @@ impl Records {
     /// are done, so a command killed in between, or a reader that kept the log from being
     /// truncated, leaves it to the next open. A failure here is not the command's: the rows
     /// are already clean, and the next open tries again. PostgreSQL keeps the old row versions
-    /// until the server vacuums ([lifecycle.md](../../docs/lifecycle.md)).
+    /// until the server vacuums (docs/lifecycle.md says what to do).
     fn compact_after_scrub(&mut self) -> Result<(), Error> {
         let Backend::Sqlite(c) = &self.conn else {
             return Ok(());
         };
         let marked = c
-            .query_row("SELECT COUNT(*) FROM meta WHERE name = 'compact'", [], |r| {
-                r.get::<_, i64>(0)
-            })
+            .query_row(
+                "SELECT COUNT(*) FROM meta WHERE name = 'compact'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
             .map_err(db_err)?;
         if marked == 0 {
             return Ok(());

@@ -1869,3 +1869,86 @@ fn update_reads_this_hosts_index() {
     assert_eq!(other.hits(INDEX), seen, "A read B's index");
     assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
 }
+
+/// Shared records an older version wrote (schema 4) holding a URL's password (a password cut
+/// short by `/` in the index URL typed, the URLs resolved against it, a proxy's credentials,
+/// a reason given to `deny`) are scrubbed by the first command of this version, in the
+/// migration's transaction: no row of any table holds it afterwards, and `update` and
+/// `provenance` work. The same scrub as the SQLite file's (suite::lifecycle). (Before: nothing
+/// rewrote them.)
+#[test]
+fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
+    let pg = server();
+    let db = "fleet_scrub";
+    let url = pg.database(db);
+    let f = Fleet::new(url, &pg.password);
+    let a = f.host("host-a");
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    let v3 = f.publish(&package(3));
+    expect_code(&a.run(&["update"]), 6);
+    expect_code(
+        &a.run(&["deny", &format!("demo@{v3}"), "--reason", "placeholder"]),
+        0,
+    );
+    let old = super::lifecycle::OldRecords::new(f.server.addr);
+    {
+        let mut c = pg
+            .admin(db)
+            .unwrap_or_else(|e| panic!("admin connection: {e}"));
+        c.execute("DELETE FROM schema_version WHERE version > 4", &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        for d in [&v1, &v3] {
+            let prov: String = c
+                .query_one("SELECT provenance FROM versions WHERE digest = $1", &[d])
+                .unwrap_or_else(|e| panic!("{e}"))
+                .get(0);
+            c.execute(
+                "UPDATE versions SET provenance = $1 WHERE digest = $2",
+                &[&old.provenance(&prov, false), d],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let n = c
+            .execute("UPDATE host_versions SET index_url = $1", &[&old.split])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n, 1);
+        let n = c
+            .execute(
+                "UPDATE events SET detail = $1 WHERE kind = 'denied' AND digest = $2",
+                &[&old.reason, &v3],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n, 1);
+    }
+    assert!(
+        pg.dump(db).contains("MARKERPASS"),
+        "the old records as planted"
+    );
+
+    expect_code(&a.run(&["list"]), 0);
+    let rows = pg.dump(db);
+    assert!(!rows.contains("MARKERPASS"), "{rows}");
+    assert_eq!(
+        pg.query_i64(db, "SELECT MAX(version) FROM schema_version"),
+        5
+    );
+    let o = a.run(&["provenance", &format!("demo@{v1}"), "--json"]);
+    expect_code(&o, 0);
+    let o3 = a.run(&["provenance", &format!("demo@{v3}"), "--json"]);
+    expect_code(&o3, 0);
+    old.check_scrubbed(f.server.addr, &json_of(&o), &json_of(&o3));
+    let v2 = f.publish(&package(2));
+    let o = a.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        a.active("alpha").as_deref(),
+        Some(v2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM schema_version WHERE version = 5"),
+        1
+    );
+}
