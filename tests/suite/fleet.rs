@@ -1952,3 +1952,67 @@ fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
         1
     );
 }
+
+/// `--records` errors end with the form to write, readable (`postgres://USER@HOST:PORT/DB`),
+/// in text and JSON, while what the user gave is still masked: the password of the value
+/// given never shows. (Before: the masker of messages masked the form too, printing
+/// `postgres://***@HOST:PORT/DB`.)
+#[test]
+fn records_errors_show_the_form_to_write_and_never_the_password() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let store = tmp.path().join("store");
+    for (records, said) in [
+        ("", "empty; give postgres://USER@HOST:PORT/DB, or sqlite"),
+        (
+            "mysql://sb:MARKERPASS@h/db",
+            "give postgres://USER@HOST:PORT/DB (or postgresql://...), or sqlite",
+        ),
+        (
+            "postgres://:MARKERPASS@h/db",
+            "name the user: postgres://USER@HOST:PORT/DB",
+        ),
+        (
+            "postgres://sb:MARKERPASS@h",
+            "name the database: postgres://USER@HOST:PORT/DB",
+        ),
+        (
+            "postgres://sb:MARKERPASS@/db",
+            "name the host: postgres://USER@HOST:PORT/DB",
+        ),
+    ] {
+        for json in [false, true] {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+            c.args(["list", "--store"])
+                .arg(&store)
+                .args(["--records", records])
+                .env_remove("SKILLBOX_RECORDS")
+                .env_remove("PGPASSWORD");
+            if json {
+                c.arg("--json");
+            }
+            let o = c.output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"));
+            expect_code(&o, 2);
+            let (out, err) = (
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr),
+            );
+            assert!(
+                err.contains(&format!("--records: {said}")),
+                "{}",
+                explain(&o)
+            );
+            if json {
+                let m = json_of(&o)["error"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                assert_eq!(m.contains(said), true, "{}", explain(&o));
+            }
+            assert!(
+                !out.contains("MARKERPASS") && !err.contains("MARKERPASS"),
+                "{}",
+                explain(&o)
+            );
+        }
+    }
+}
