@@ -2006,7 +2006,7 @@ fn records_errors_show_the_form_to_write_and_never_the_password() {
                     .as_str()
                     .unwrap_or("")
                     .to_owned();
-                assert_eq!(m.contains(said), true, "{}", explain(&o));
+                assert!(m.contains(said), "{}", explain(&o));
             }
             assert!(
                 !out.contains("MARKERPASS") && !err.contains("MARKERPASS"),
