@@ -748,7 +748,7 @@ impl Records {
             c.pragma_update(None, "secure_delete", "ON")
                 .map_err(db_err)?;
         }
-        let created = self.write(|tx| {
+        let migrated = self.write(|tx| {
             tx.exec(
                 "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)",
                 &[],
@@ -791,12 +791,12 @@ impl Records {
                 tx.exec("DELETE FROM hosts", &[])?;
             }
             Ok(have == 0)
-        })?;
+        });
         if let Backend::Sqlite(c) = &self.conn {
             c.pragma_update(None, "secure_delete", "OFF")
                 .map_err(db_err)?;
         }
-        self.created = created;
+        self.created = migrated?;
         self.compact_after_scrub()
     }
 

@@ -759,7 +759,7 @@ fn concurrent_writes_from_two_hosts_keep_sequence_numbers_unique() {
     assert_eq!(pg.query_i64(db, "SELECT MAX(seq) FROM events"), events);
     assert_eq!(
         pg.query_i64(db, "SELECT COUNT(*) FROM schema_version"),
-        4,
+        5,
         "each migration applied once"
     );
     assert_eq!(pg.query_i64(db, "SELECT COUNT(*) FROM intents"), 0);
