@@ -555,6 +555,17 @@ pub fn check_typed(s: &str) -> Result<(), UrlError> {
     Ok(())
 }
 
+/// What typed text refused by [`check_typed`] holds as user information, read as it was meant
+/// (a password holding an unescaped `/`, `?` or `#`): from after `scheme://` to the LAST `@`,
+/// as [`redact_refused`] masks it (`u:123/pw` of `https://u:123/pw@h/i.json`). None for text
+/// the rule lets through. For finding such text written by an older version (the records'
+/// scrub), never for reading a URL.
+pub fn split_credentials(s: &str) -> Option<&str> {
+    check_typed(s).err()?;
+    let (_, rest) = s.split_once("://")?;
+    rest.rfind('@').map(|at| &rest[..at])
+}
+
 /// As [`parse_absolute`], but the user information is kept: only for a proxy URL, whose
 /// credentials are sent to the proxy, and never for anything that is shown or stored.
 pub(crate) fn parse_absolute_keeping_userinfo(s: &str) -> Result<Url, UrlError> {

@@ -363,8 +363,13 @@ fn open(c: &Common, access: Access) -> Result<Store, Error> {
     Store::open_with(&root, access, &location, &host)
 }
 
+/// The message of `e` as shown: masked, then its hint as written ([`Error::hint`]).
+fn error_text(e: &Error) -> String {
+    format!("{}{}", redact_message(&e.message), e.hint.unwrap_or(""))
+}
+
 fn fail(e: &Error, json_out: bool) -> u8 {
-    let message = redact_message(&e.message);
+    let message = error_text(e);
     if json_out {
         let mut v = json!({"error": {"kind": kind_str(e.kind), "exit": exit_of(e.kind), "message": message}});
         if let Some(d) = &e.detail {
@@ -546,8 +551,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         if code == EXIT_OK {
                             code = exit_of(e.kind);
                         }
-                        eprintln!("skillbox: {skill}: {}", redact_message(&e.message));
-                        reports.push(json!({"skill": skill, "error": {"kind": kind_str(e.kind), "message": redact_message(&e.message)}}));
+                        eprintln!("skillbox: {skill}: {}", error_text(&e));
+                        reports.push(json!({"skill": skill, "error": {"kind": kind_str(e.kind), "message": error_text(&e)}}));
                     }
                 }
             }

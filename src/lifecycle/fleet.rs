@@ -147,6 +147,9 @@ fn usage(m: impl Into<String>) -> Error {
     Error::new(Kind::Usage, format!("--records: {}", m.into()))
 }
 
+/// The form `--records` takes, ending a message as written (not masked: [`Error::hint`]).
+const FORM: &str = "postgres://USER@HOST:PORT/DB";
+
 /// Parse `--records`: `sqlite` (the default), or `postgres://USER[:PASSWORD]@HOST[:PORT]/DB`
 /// (`postgresql://` too; a Unix socket as `?host=/DIR`). No message quotes the value: it may
 /// hold a password.
@@ -154,9 +157,8 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
     if text.is_empty() {
         // Security: an empty value (an unset variable in a script) is a mistake, not a choice
         // of the store's own records: those would not know a fleet's store's trees.
-        return Err(usage(
-            "empty; give postgres://USER@HOST:PORT/DB, or sqlite for the store's own records.db",
-        ));
+        return Err(usage("empty; give ")
+            .with_hint("postgres://USER@HOST:PORT/DB, or sqlite for the store's own records.db"));
     }
     if text == "sqlite" {
         return Ok(Location::Sqlite);
@@ -165,9 +167,8 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
         .strip_prefix("postgres://")
         .or_else(|| text.strip_prefix("postgresql://"))
     else {
-        return Err(usage(
-            "give postgres://USER@HOST:PORT/DB (or postgresql://...), or sqlite",
-        ));
+        return Err(usage("give ")
+            .with_hint("postgres://USER@HOST:PORT/DB (or postgresql://...), or sqlite"));
     };
     // The program's rule for typed URLs (`urls::check_typed`): a password holding an unescaped
     // `/`, `?` or `#` (`postgres://sb:12/pw@h/db`, `sb:x?pw@h`) cuts the authority short, so the
@@ -204,11 +205,11 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
         None => (String::new(), None),
     };
     if user.is_empty() {
-        return Err(usage("name the user: postgres://USER@HOST:PORT/DB"));
+        return Err(usage("name the user: ").with_hint(FORM));
     }
     let dbname = percent_decode(path).map_err(|e| usage(format!("the database: {e}")))?;
     if dbname.is_empty() || dbname.contains('/') {
-        return Err(usage("name the database: postgres://USER@HOST:PORT/DB"));
+        return Err(usage("name the database: ").with_hint(FORM));
     }
     let mut socket: Option<PathBuf> = None;
     let mut query_port: Option<u16> = None;
@@ -256,7 +257,7 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
         (Some(dir), h) if h.is_empty() || h == "localhost" => PgHost::Socket { dir, port },
         (Some(_), _) => return Err(usage("give either a host or ?host=/SOCKET_DIR, not both")),
         (None, h) if h.is_empty() => {
-            return Err(usage("name the host: postgres://USER@HOST:PORT/DB"));
+            return Err(usage("name the host: ").with_hint(FORM));
         }
         (None, h) if h.starts_with('/') => PgHost::Socket {
             dir: PathBuf::from(h),

@@ -20,6 +20,7 @@ pub mod journal;
 pub mod ops;
 pub mod policy;
 pub mod records;
+pub mod scrub;
 pub mod store;
 
 use serde_json::Value;
@@ -53,12 +54,17 @@ pub enum Kind {
 
 /// A lifecycle failure: its kind and a message for the operator (never holding a secret).
 #[derive(Debug, thiserror::Error)]
-#[error("{message}")]
+#[error("{message}{}", .hint.unwrap_or(""))]
 pub struct Error {
     pub kind: Kind,
     pub message: String,
     /// Details for `--json` output (e.g. the fetch refusal's rule and hint).
     pub detail: Option<Value>,
+    /// The program's own text ending the message, shown as written: a placeholder such as
+    /// `postgres://USER@HOST:PORT/DB`, which the masker of messages would show as
+    /// `postgres://***@HOST:PORT/DB`. A constant (`&'static`), so it cannot hold anything a
+    /// user gave; the message before it is masked as every message is.
+    pub hint: Option<&'static str>,
 }
 
 impl Error {
@@ -67,7 +73,14 @@ impl Error {
             kind,
             message: message.into(),
             detail: None,
+            hint: None,
         }
+    }
+
+    /// This error, its message ending with `hint` (see [`Error::hint`]).
+    pub fn with_hint(mut self, hint: &'static str) -> Self {
+        self.hint = Some(hint);
+        self
     }
 
     pub fn io(what: impl std::fmt::Display, e: &std::io::Error) -> Self {

@@ -29,12 +29,19 @@ use serde_json::Value;
 use super::fleet::{HostChoice, Location, PgHost, PgLocation, Tls};
 use super::{Error, Kind};
 
+/// One schema step: SQL, or a rewrite of the data done in Rust (in the same transaction).
+enum Step {
+    Sql(&'static str),
+    /// URL user information an older version recorded is removed ([`super::scrub`]).
+    Scrub,
+}
+
 /// The schema versions, in order; `migrate` applies the ones a database has not seen. Migration
 /// 3 takes the migrating host's name, store id and the time (`{host}`, `{store_id}`, `{now}`):
 /// what a single-host database held becomes that host's.
-const MIGRATIONS: &[&str] = &[
+const MIGRATIONS: &[Step] = &[
     // 1: the first schema.
-    "CREATE TABLE versions (
+    Step::Sql("CREATE TABLE versions (
         digest TEXT PRIMARY KEY,
         skill TEXT NOT NULL,
         state TEXT NOT NULL,
@@ -70,14 +77,14 @@ const MIGRATIONS: &[&str] = &[
         detail TEXT NOT NULL
     );
     CREATE INDEX events_by_digest ON events (digest, seq);
-    CREATE TABLE intents (seq BIGINT PRIMARY KEY, payload TEXT NOT NULL, created_at TEXT NOT NULL);",
+    CREATE TABLE intents (seq BIGINT PRIMARY KEY, payload TEXT NOT NULL, created_at TEXT NOT NULL);"),
     // 2: `list` and `status` read every version; this index holds all they select, so they
     // never read the large provenance column (10,000 versions: the index, not 20 MB of rows).
-    "CREATE INDEX versions_listed ON versions (skill, seq, digest, state, stored, decided_by, change_kind, created_at, withdrawn_reason);",
+    Step::Sql("CREATE INDEX versions_listed ON versions (skill, seq, digest, state, stored, decided_by, change_kind, created_at, withdrawn_reason);"),
     // 3: a fleet. Hosts, bound to their store's id; what a host has in its store (and which
     // agents its install asked for); agents, installations and intents per host; the host an
     // event happened on.
-    "CREATE TABLE hosts (
+    Step::Sql("CREATE TABLE hosts (
         name TEXT PRIMARY KEY,
         store_id TEXT NOT NULL UNIQUE,
         first_seen TEXT NOT NULL,
@@ -119,14 +126,18 @@ const MIGRATIONS: &[&str] = &[
     INSERT INTO intents3 (host, seq, payload, created_at) SELECT '{host}', seq, payload, created_at FROM intents;
     DROP TABLE intents;
     ALTER TABLE intents3 RENAME TO intents;
-    ALTER TABLE events ADD COLUMN host TEXT;",
+    ALTER TABLE events ADD COLUMN host TEXT;"),
     // 4: the records' own random id (`{records_id}`): a store is bound to the records it is
     // used with (`STORE/records-id`), so it is never used with records that do not know its
     // trees. Per host, the index a version was installed from on that host (`update` re-reads
     // this host's index, not the one another host chose).
-    "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+    Step::Sql("CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
     INSERT INTO meta (name, value) VALUES ('records_id', '{records_id}');
-    ALTER TABLE host_versions ADD COLUMN index_url TEXT;",
+    ALTER TABLE host_versions ADD COLUMN index_url TEXT;"),
+    // 5: URL user information an older version recorded (a password cut short by `/`, `?` or
+    // `#` in a typed URL, a reason typed with a URL's password) is removed, as it is removed
+    // on input today ([`super::scrub`]).
+    Step::Scrub,
 ];
 
 /// The PostgreSQL advisory lock every write transaction (and migration) takes first: writes
@@ -713,7 +724,7 @@ impl Records {
         if let Ok(Some(v)) = fresh
             && usize::try_from(v).is_ok_and(|v| v == MIGRATIONS.len())
         {
-            return Ok(());
+            return self.compact_after_scrub();
         }
         // Security: these are substituted into SQL text, so each is checked to be of a charset
         // that cannot end a string literal (a host name, a hex id, an RFC 3339 time).
@@ -731,7 +742,13 @@ impl Records {
                 "corrupt store: the store id is not hex",
             ));
         }
-        let created = self.write(|tx| {
+        // Security: the scrub rewrites rows that held a password; SQLite zeroes what it frees
+        // (the old cells, pages left free) only with secure_delete, for this transaction.
+        if let Backend::Sqlite(c) = &self.conn {
+            c.pragma_update(None, "secure_delete", "ON")
+                .map_err(db_err)?;
+        }
+        let migrated = self.write(|tx| {
             tx.exec(
                 "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)",
                 &[],
@@ -749,12 +766,19 @@ impl Records {
                 ));
             }
             for (i, m) in MIGRATIONS.iter().enumerate().skip(have) {
-                let sql = m
-                    .replace("{host}", &host)
-                    .replace("{store_id}", store_id)
-                    .replace("{now}", &now)
-                    .replace("{records_id}", &records_id);
-                tx.batch(&sql)?;
+                match m {
+                    Step::Sql(m) => {
+                        let sql = m
+                            .replace("{host}", &host)
+                            .replace("{store_id}", store_id)
+                            .replace("{now}", &now)
+                            .replace("{records_id}", &records_id);
+                        tx.batch(&sql)?;
+                    }
+                    // A database made now holds nothing to scrub.
+                    Step::Scrub if have == 0 => {}
+                    Step::Scrub => tx.scrub_urls()?,
+                }
                 tx.exec(
                     "INSERT INTO schema_version (version) VALUES (?)",
                     args![i64::try_from(i + 1).unwrap_or(i64::MAX)],
@@ -767,8 +791,47 @@ impl Records {
                 tx.exec("DELETE FROM hosts", &[])?;
             }
             Ok(have == 0)
-        })?;
-        self.created = created;
+        });
+        if let Backend::Sqlite(c) = &self.conn {
+            c.pragma_update(None, "secure_delete", "OFF")
+                .map_err(db_err)?;
+        }
+        self.created = migrated?;
+        self.compact_after_scrub()
+    }
+
+    /// SQLite: after the scrub (migration 5), what it replaced may still be in the file: in
+    /// pages and parts of pages an older version freed before secure_delete was on, and in the
+    /// write-ahead log, which keeps the frames older commands wrote until it is reset. So the
+    /// file is rebuilt from its live rows (`VACUUM`) and the log checkpointed and truncated to
+    /// nothing; the scrub's transaction left a `compact` mark in `meta`, removed only once both
+    /// are done, so a command killed in between, or a reader that kept the log from being
+    /// truncated, leaves it to the next open. A failure here is not the command's: the rows
+    /// are already clean, and the next open tries again. PostgreSQL keeps the old row versions
+    /// until the server vacuums (docs/lifecycle.md says what to do).
+    fn compact_after_scrub(&mut self) -> Result<(), Error> {
+        let Backend::Sqlite(c) = &self.conn else {
+            return Ok(());
+        };
+        let marked = c
+            .query_row(
+                "SELECT COUNT(*) FROM meta WHERE name = 'compact'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(db_err)?;
+        if marked == 0 {
+            return Ok(());
+        }
+        let done = c.execute_batch("VACUUM").and_then(|()| {
+            c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            })
+        });
+        if let Ok(0) = done {
+            c.execute("DELETE FROM meta WHERE name = 'compact'", [])
+                .map_err(db_err)?;
+        }
         Ok(())
     }
 
@@ -1071,6 +1134,70 @@ impl Tx<'_> {
         self.host
     }
 }
+impl Tx<'_> {
+    /// Migration 5 ([`super::scrub`]): every recorded URL and reason as it is recorded today.
+    /// The index URLs typed at install (each host's, and each version's provenance) are read
+    /// first, so the user information of one the typed-URL rule refuses is also removed from
+    /// the URLs resolved against it. On SQLite a `compact` mark asks the open to rebuild the
+    /// file once this commits ([`Records::compact_after_scrub`]).
+    fn scrub_urls(&self) -> Result<(), Error> {
+        let mut secrets = super::scrub::Secrets::default();
+        let index_urls = self.rows(
+            "SELECT host, digest, index_url FROM host_versions WHERE index_url IS NOT NULL",
+            &[],
+        )?;
+        for r in &index_urls {
+            secrets.learn(&r.text(2)?);
+        }
+        let mut versions = Vec::new();
+        for r in self.rows(
+            "SELECT digest, provenance, withdrawn_reason FROM versions",
+            &[],
+        )? {
+            let prov: Value = serde_json::from_str(&r.text(1)?).map_err(json_err)?;
+            secrets.learn_json(&prov);
+            versions.push((r.text(0)?, prov, r.opt_text(2)?));
+        }
+        for r in &index_urls {
+            if let Some(url) = super::scrub::url(&r.text(2)?, &secrets) {
+                self.exec(
+                    "UPDATE host_versions SET index_url = ? WHERE host = ? AND digest = ?",
+                    args![url, r.text(0)?, r.text(1)?],
+                )?;
+            }
+        }
+        for (digest, mut prov, reason) in versions {
+            let changed = super::scrub::json(&mut prov, &secrets);
+            let reason = reason.and_then(|r| super::scrub::reason(&r, &secrets));
+            if changed || reason.is_some() {
+                self.exec(
+                    "UPDATE versions SET provenance = ?, withdrawn_reason = COALESCE(?, withdrawn_reason) WHERE digest = ?",
+                    args![prov.to_string(), reason, digest],
+                )?;
+            }
+        }
+        // The detail of a person's denial or a withdrawal is the reason given.
+        for r in self.rows(
+            "SELECT seq, detail FROM events WHERE kind IN ('denied', 'withdrawn')",
+            &[],
+        )? {
+            if let Some(detail) = super::scrub::reason(&r.text(1)?, &secrets) {
+                self.exec(
+                    "UPDATE events SET detail = ? WHERE seq = ?",
+                    args![detail, r.int(0)?],
+                )?;
+            }
+        }
+        if matches!(self.conn, TxConn::Sqlite(_)) {
+            self.exec(
+                "INSERT INTO meta (name, value) VALUES ('compact', 'pending')",
+                &[],
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// The columns of a version, with `stored` and `agents` as this host sees them.
 const VERSION_SELECT: &str = "SELECT v.digest, v.skill, v.state, CASE WHEN hv.digest IS NULL THEN 0 ELSE 1 END, v.decided_by, v.rule, v.findings, v.change_kind, v.review_sha256, v.review_summary, COALESCE(hv.agents, v.agents), v.provenance, v.withdrawn_reason, v.seq, v.created_at FROM versions v LEFT JOIN host_versions hv ON hv.digest = v.digest AND hv.host = ?";
 
@@ -1662,7 +1789,7 @@ pub(crate) mod tests {
             .prepare("SELECT version FROM schema_version ORDER BY version")
             .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(versions, [1, 2, 3, 4]);
+        assert_eq!(versions, [1, 2, 3, 4, 5]);
         r.write(|tx| tx.add_agent("a", "/x"))
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);
@@ -1696,10 +1823,12 @@ pub(crate) mod tests {
                  INSERT INTO schema_version (version) VALUES (1), (2);",
             )
             .unwrap_or_else(|e| panic!("{e}"));
-            c.execute_batch(MIGRATIONS[0])
-                .unwrap_or_else(|e| panic!("{e}"));
-            c.execute_batch(MIGRATIONS[1])
-                .unwrap_or_else(|e| panic!("{e}"));
+            for step in &MIGRATIONS[..2] {
+                let Step::Sql(sql) = step else {
+                    panic!("migrations 1 and 2 are SQL")
+                };
+                c.execute_batch(sql).unwrap_or_else(|e| panic!("{e}"));
+            }
             c.execute_batch(
                 "INSERT INTO versions VALUES ('sha256:aa', 'demo', 'approved', 1, 'policy', 'r', '[]', 'first', 'sha256:r1', 's', '[\"alpha\"]', '{}', NULL, 1, 't1');
                  INSERT INTO versions VALUES ('sha256:bb', 'demo', 'approved', 0, 'person:al', NULL, '[]', 'content_only', 'sha256:r2', 's', '[]', '{}', NULL, 2, 't2');

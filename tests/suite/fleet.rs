@@ -759,7 +759,7 @@ fn concurrent_writes_from_two_hosts_keep_sequence_numbers_unique() {
     assert_eq!(pg.query_i64(db, "SELECT MAX(seq) FROM events"), events);
     assert_eq!(
         pg.query_i64(db, "SELECT COUNT(*) FROM schema_version"),
-        4,
+        5,
         "each migration applied once"
     );
     assert_eq!(pg.query_i64(db, "SELECT COUNT(*) FROM intents"), 0);
@@ -1868,4 +1868,151 @@ fn update_reads_this_hosts_index() {
     assert_eq!(j["updates"][0]["intake"], "unchanged", "{j}");
     assert_eq!(other.hits(INDEX), seen, "A read B's index");
     assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+}
+
+/// Shared records an older version wrote (schema 4) holding a URL's password (a password cut
+/// short by `/` in the index URL typed, the URLs resolved against it, a proxy's credentials,
+/// a reason given to `deny`) are scrubbed by the first command of this version, in the
+/// migration's transaction: no row of any table holds it afterwards, and `update` and
+/// `provenance` work. The same scrub as the SQLite file's (suite::lifecycle). (Before: nothing
+/// rewrote them.)
+#[test]
+fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
+    let pg = server();
+    let db = "fleet_scrub";
+    let url = pg.database(db);
+    let f = Fleet::new(url, &pg.password);
+    let a = f.host("host-a");
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    let v3 = f.publish(&package(3));
+    expect_code(&a.run(&["update"]), 6);
+    expect_code(
+        &a.run(&["deny", &format!("demo@{v3}"), "--reason", "placeholder"]),
+        0,
+    );
+    let old = super::lifecycle::OldRecords::new(f.server.addr);
+    {
+        let mut c = pg
+            .admin(db)
+            .unwrap_or_else(|e| panic!("admin connection: {e}"));
+        c.execute("DELETE FROM schema_version WHERE version > 4", &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        for d in [&v1, &v3] {
+            let prov: String = c
+                .query_one("SELECT provenance FROM versions WHERE digest = $1", &[d])
+                .unwrap_or_else(|e| panic!("{e}"))
+                .get(0);
+            c.execute(
+                "UPDATE versions SET provenance = $1 WHERE digest = $2",
+                &[&old.provenance(&prov, false), d],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let n = c
+            .execute("UPDATE host_versions SET index_url = $1", &[&old.split])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n, 1);
+        let n = c
+            .execute(
+                "UPDATE events SET detail = $1 WHERE kind = 'denied' AND digest = $2",
+                &[&old.reason, &v3],
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(n, 1);
+    }
+    assert!(
+        pg.dump(db).contains("MARKERPASS"),
+        "the old records as planted"
+    );
+
+    expect_code(&a.run(&["list"]), 0);
+    let rows = pg.dump(db);
+    assert!(!rows.contains("MARKERPASS"), "{rows}");
+    assert_eq!(
+        pg.query_i64(db, "SELECT MAX(version) FROM schema_version"),
+        5
+    );
+    let o = a.run(&["provenance", &format!("demo@{v1}"), "--json"]);
+    expect_code(&o, 0);
+    let o3 = a.run(&["provenance", &format!("demo@{v3}"), "--json"]);
+    expect_code(&o3, 0);
+    old.check_scrubbed(f.server.addr, &json_of(&o), &json_of(&o3));
+    let v2 = f.publish(&package(2));
+    let o = a.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        a.active("alpha").as_deref(),
+        Some(v2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM schema_version WHERE version = 5"),
+        1
+    );
+}
+
+/// `--records` errors end with the form to write, readable (`postgres://USER@HOST:PORT/DB`),
+/// in text and JSON, while what the user gave is still masked: the password of the value
+/// given never shows. (Before: the masker of messages masked the form too, printing
+/// `postgres://***@HOST:PORT/DB`.)
+#[test]
+fn records_errors_show_the_form_to_write_and_never_the_password() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let store = tmp.path().join("store");
+    for (records, said) in [
+        ("", "empty; give postgres://USER@HOST:PORT/DB, or sqlite"),
+        (
+            "mysql://sb:MARKERPASS@h/db",
+            "give postgres://USER@HOST:PORT/DB (or postgresql://...), or sqlite",
+        ),
+        (
+            "postgres://:MARKERPASS@h/db",
+            "name the user: postgres://USER@HOST:PORT/DB",
+        ),
+        (
+            "postgres://sb:MARKERPASS@h",
+            "name the database: postgres://USER@HOST:PORT/DB",
+        ),
+        (
+            "postgres://sb:MARKERPASS@/db",
+            "name the host: postgres://USER@HOST:PORT/DB",
+        ),
+    ] {
+        for json in [false, true] {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+            c.args(["list", "--store"])
+                .arg(&store)
+                .args(["--records", records])
+                .env_remove("SKILLBOX_RECORDS")
+                .env_remove("PGPASSWORD");
+            if json {
+                c.arg("--json");
+            }
+            let o = c.output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"));
+            expect_code(&o, 2);
+            let (out, err) = (
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr),
+            );
+            assert!(
+                err.contains(&format!("--records: {said}")),
+                "{}",
+                explain(&o)
+            );
+            if json {
+                let m = json_of(&o)["error"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_owned();
+                assert!(m.contains(said), "{}", explain(&o));
+            }
+            assert!(
+                !out.contains("MARKERPASS") && !err.contains("MARKERPASS"),
+                "{}",
+                explain(&o)
+            );
+        }
+    }
 }

@@ -2342,3 +2342,214 @@ fn a_rename_that_changes_what_runs_a_script_needs_review() {
     );
     update_waits_for_review(&w, &v1, &v2, &["\"script assets/a.txt\""], "link renamed");
 }
+
+/// What an older skillbox recorded for `install https://u:123/MARKERPASS@ADDR/INDEX` (a
+/// password cut short by `/`, read as host `u`, port 123 and a path, which nothing refused
+/// then) and for `deny --reason` with a URL's password: the SQL an older version's writes
+/// amount to, over records this version made, at schema 4 (migration 5 only rewrites data).
+pub(super) struct OldRecords {
+    /// The index URL typed, as the url crate wrote it back.
+    pub split: String,
+    /// An artifact URL resolved against it (a relative entry).
+    pub derived: String,
+    /// A reason given to `deny`.
+    pub reason: &'static str,
+}
+
+impl OldRecords {
+    pub(super) fn new(addr: std::net::SocketAddr) -> Self {
+        OldRecords {
+            split: format!("https://u:123/MARKERPASS@{addr}{INDEX}"),
+            derived: format!(
+                "https://u:123/MARKERPASS@{addr}/.well-known/agent-skills/pkgs/x.tar.gz"
+            ),
+            reason: "leaks tokens, see https://ops:tok/MARKERPASS@tracker.example/42",
+        }
+    }
+
+    /// `prov`, a version's provenance as recorded now, as the older version recorded it.
+    pub(super) fn provenance(&self, prov: &str, long: bool) -> String {
+        let mut p: Value = serde_json::from_str(prov).unwrap_or_else(|e| panic!("{e}: {prov}"));
+        p["index_url"] = self.split.clone().into();
+        p["resolved_url"] = self.derived.clone().into();
+        p["final_url"] = self.derived.clone().into();
+        p["via_proxy"] = "http://proxyuser:MARKERPASS@proxy.example:3128/".into();
+        p["index_download"]["final_url"] = self.split.clone().into();
+        // An index entry's description can be long: the row then spans overflow pages, which
+        // a shorter write of it puts on SQLite's free list as they are.
+        if long {
+            p["entry"]["description"] = "A demo skill. ".repeat(600).into();
+        }
+        p.to_string()
+    }
+
+    /// After the scrub: what `provenance --json` shows of the installed version (`p1`) and of
+    /// the denied one (`p3`).
+    pub(super) fn check_scrubbed(&self, addr: std::net::SocketAddr, p1: &Value, p3: &Value) {
+        let p = &p1["version"]["provenance"];
+        assert_eq!(p["index_url"], format!("https://{addr}{INDEX}"), "{p}");
+        let artifact = format!("https://{addr}/.well-known/agent-skills/pkgs/x.tar.gz");
+        assert_eq!(p["resolved_url"], artifact.as_str(), "{p}");
+        assert_eq!(p["final_url"], artifact.as_str(), "{p}");
+        assert_eq!(p["index_download"]["final_url"], p["index_url"], "{p}");
+        assert_eq!(p["via_proxy"], "http://proxy.example:3128/", "{p}");
+        // Everything else of the provenance kept.
+        assert!(p["digest"].is_string() && p["time"].is_string(), "{p}");
+        let denied: Vec<&Value> = p3["events"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{p3}"))
+            .iter()
+            .filter(|e| e["kind"] == "denied")
+            .collect();
+        assert_eq!(denied.len(), 1, "{p3}");
+        assert_eq!(
+            denied[0]["detail"], "leaks tokens, see https://***@tracker.example/42",
+            "{p3}"
+        );
+    }
+}
+
+/// Records an older version wrote (schema 4) holding a URL's password (a password cut short by
+/// `/`, the URLs resolved against it, a proxy's credentials, a reason) are scrubbed by the
+/// first command of this version, exactly once and in the migration's transaction: no byte of
+/// the store holds the password afterwards (the records file, its write-ahead log, pages SQLite
+/// had freed), and `update` and `provenance` work on what is left. (Before: nothing rewrote
+/// them; the password stayed in the file for good, and `update` refused the index URL.)
+#[test]
+fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v3 = w.publish("demo", &package(3));
+    expect_code(&w.run(&["update"]), 6);
+    let old = OldRecords::new(w.server.addr);
+    expect_code(
+        &w.run(&["deny", &format!("demo@{v3}"), "--reason", "placeholder"]),
+        0,
+    );
+    {
+        let db = rusqlite::Connection::open(w.store().join("records.db"))
+            .unwrap_or_else(|e| panic!("open records.db: {e}"));
+        // As the older version's connections did: WAL, the log kept at close, so its frames
+        // (the rows as they were) stay in records.db-wal.
+        db.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let sql = |s: &str, p: &[&dyn rusqlite::ToSql]| {
+            db.execute(s, p).unwrap_or_else(|e| panic!("{s}: {e}"))
+        };
+        // Schema 4 (the version before this one knew only 4).
+        sql("DELETE FROM schema_version WHERE version > 4", &[]);
+        // Written twice, as an update of a row does: the first copy is left in freed space.
+        for long in [true, false] {
+            for d in [&v1, &v3] {
+                let prov: String = db
+                    .query_row(
+                        "SELECT provenance FROM versions WHERE digest = ?1",
+                        [d],
+                        |r| r.get(0),
+                    )
+                    .unwrap_or_else(|e| panic!("{e}"));
+                sql(
+                    "UPDATE versions SET provenance = ?1 WHERE digest = ?2",
+                    &[&old.provenance(&prov, long), d],
+                );
+            }
+            assert_eq!(
+                sql("UPDATE host_versions SET index_url = ?1", &[&old.split]),
+                1
+            );
+            assert_eq!(
+                sql(
+                    "UPDATE events SET detail = ?1 WHERE kind = 'denied' AND digest = ?2",
+                    &[&old.reason, &v3],
+                ),
+                1
+            );
+        }
+        // A row an older command deleted (`gc` forgets a stored version): its pages go on
+        // SQLite's free list as they are.
+        sql(
+            "INSERT INTO host_versions (host, digest, agents, index_url) SELECT name, 'sha256:gone', '[\"' || hex(randomblob(6000)) || '\"]', ?1 FROM hosts",
+            &[&old.split],
+        );
+        sql(
+            "DELETE FROM host_versions WHERE digest = 'sha256:gone'",
+            &[],
+        );
+        // Checkpointed now and then, as any older command's connection did: the rows are in
+        // the main file, and written again since, in the log.
+        db.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
+            .unwrap_or_else(|e| panic!("{e}"));
+        sql(
+            "UPDATE host_versions SET index_url = ?1",
+            &[&format!("{} ", old.split)],
+        );
+        sql("UPDATE host_versions SET index_url = ?1", &[&old.split]);
+    }
+    let holders = |w: &World| -> Vec<String> {
+        let mut found = Vec::new();
+        for e in std::fs::read_dir(w.store())
+            .unwrap_or_else(|e| panic!("{e}"))
+            .flatten()
+        {
+            let p = e.path();
+            if p.is_file()
+                && std::fs::read(&p)
+                    .unwrap_or_default()
+                    .windows(10)
+                    .any(|x| x == b"MARKERPASS")
+            {
+                found.push(p.display().to_string());
+            }
+        }
+        found.sort();
+        found
+    };
+    let before = holders(&w);
+    assert!(
+        before.iter().any(|p| p.ends_with("records.db"))
+            && before.iter().any(|p| p.ends_with("records.db-wal")),
+        "the old records as planted: {before:?}"
+    );
+
+    let o = w.run(&["list", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        holders(&w),
+        Vec::<String>::new(),
+        "the password is still stored"
+    );
+    let db = rusqlite::Connection::open(w.store().join("records.db"))
+        .unwrap_or_else(|e| panic!("open records.db: {e}"));
+    let (schema, marks): (i64, i64) = db
+        .query_row(
+            "SELECT (SELECT MAX(version) FROM schema_version), (SELECT COUNT(*) FROM meta WHERE name = 'compact')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((schema, marks), (5, 0));
+    drop(db);
+
+    let o = w.run(&["provenance", &format!("demo@{v1}"), "--json"]);
+    expect_code(&o, 0);
+    let o3 = w.run(&["provenance", &format!("demo@{v3}"), "--json"]);
+    expect_code(&o3, 0);
+    old.check_scrubbed(w.server.addr, &json_of(&o), &json_of(&o3));
+    // `update` reads the index URL as it was meant, without the user information.
+    let v2 = w.publish("demo", &package(2));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(v2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    // Exactly once: later commands find nothing to do, and the password never comes back.
+    expect_code(&w.run(&["status"]), 0);
+    assert_eq!(holders(&w), Vec::<String>::new());
+}

@@ -1364,3 +1364,113 @@ fn readme_sample_is_real_output() {
         .expect("spawn");
     expect_code(&o, 0);
 }
+
+/// `publish --check` in a mount namespace of its own (private propagation: the machine's
+/// mounts are untouched), stopped (the debug build's `SKILLBOX_TEST_STOP_AT`) after looking
+/// at the file `path` and before opening it. Then, unless `proc`, its `/proc` is covered by an empty
+/// tmpfs (`/proc/self/fd/N` is then missing, as on a system without procfs; only from here:
+/// the sandbox that builds the artifacts needs `/proc`), `swap` runs, and it goes on. Returns
+/// the run's output.
+fn check_without_proc(
+    src: &Path,
+    out: &Path,
+    path: &Path,
+    proc: bool,
+    swap: impl FnOnce(),
+) -> Output {
+    use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "--"])
+        .arg(bin())
+        .args([
+            OsStr::new("publish"),
+            src.as_os_str(),
+            OsStr::new("--out"),
+            out.as_os_str(),
+        ])
+        .args(["--check", "--json"])
+        .env_remove("SOURCE_DATE_EPOCH")
+        .env(
+            "SKILLBOX_TEST_STOP_AT",
+            format!("publish:reopen:{}", path.display()),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = c.spawn().expect("spawn unshare (util-linux)");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    // `unshare` execs in place: the stop is skillbox's, at the look of `path`.
+    let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
+    if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
+        let _ = kill(pid, Signal::SIGKILL);
+        panic!("never stopped at {}: {status:?}", path.display());
+    }
+    if !proc {
+        let o = Command::new("nsenter")
+            .arg("--target")
+            .arg(pid.to_string())
+            .args([
+                "--mount",
+                "--",
+                "mount",
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=1m,mode=0555",
+            ])
+            .args(["noproc", "/proc"])
+            .output()
+            .expect("spawn nsenter (util-linux)");
+        assert!(o.status.success(), "cover /proc: {}", explain(&o));
+    }
+    swap();
+    kill(pid, Signal::SIGCONT).expect("SIGCONT");
+    child.wait_with_output().expect("wait")
+}
+
+/// Without `/proc`, a file of the output tree is opened again by name in the directory looked
+/// at, and must be the inode looked at: a file swapped in at the name between the look and
+/// the open is caught (the run fails saying so, and never reads it), and a tree left alone
+/// checks as it does with `/proc`. With `/proc` the same swap is harmless: the look itself is
+/// opened, and read. (The fallback had no test; without its device-and-inode check, the
+/// swapped-in file is read and compared: the run reports a difference it was handed.)
+#[test]
+fn without_proc_a_file_swapped_between_look_and_open_is_caught() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test makes a mount namespace (unshare, nsenter, mount): run it as root, as CI does"
+    );
+    let (tmp, src, out) = a_published_site();
+    let index = out.join(INDEX);
+    let published = std::fs::read(&index).expect("read index");
+    let swap = || {
+        // Another file (another inode, other bytes) renamed over the name.
+        let other = tmp.path().join("swapped-in");
+        std::fs::write(&other, b"{\"swapped\": true}\n").expect("write");
+        std::fs::rename(&other, &index).expect("rename over the index");
+    };
+    let restore = || std::fs::write(&index, &published).expect("restore");
+
+    // Left alone, the check passes without /proc as with it.
+    let o = check_without_proc(&src, &out, &index, false, || {});
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["up_to_date"], true, "{}", explain(&o));
+
+    // Swapped: caught, and said.
+    let o = check_without_proc(&src, &out, &index, false, swap);
+    expect_code(&o, 1);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("replaced by another file while being read; run again"),
+        "{}",
+        explain(&o)
+    );
+    assert!(json_of(&o)["error"]["kind"].is_string(), "{}", explain(&o));
+    restore();
+
+    // With /proc the look itself is opened: the published index is what is read.
+    let o = check_without_proc(&src, &out, &index, true, swap);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["up_to_date"], true, "{}", explain(&o));
+    restore();
+}
