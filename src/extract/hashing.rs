@@ -116,8 +116,8 @@ const MSG: usize = 48;
 /// protocol keeps a few dozen replies in flight at most, far under a pipe's 64 KiB.
 const REPLY: usize = 1024;
 /// Where a scan's marks sit in a reply (after the message, the bytes the scan covered, where its
-/// marks stop being complete, and how many there are).
-const MARKS_AT: usize = MSG + 12;
+/// marks stop being complete, how many there are, and the scan's note).
+const MARKS_AT: usize = MSG + 16;
 /// The most marks a [`FileScan`] reports of one file (they travel in the digest's reply).
 pub const MARKS: usize = (REPLY - MARKS_AT) / 4;
 
@@ -147,7 +147,8 @@ type Task = Box<dyn FnOnce() + Send>;
 /// Work the helper does on the first [`FILE_BYTES`] of every file it hashes, for whoever reads
 /// the file next: it marks offsets in them (what a mark means is the scan's business, but a
 /// file it covered whole and marked nothing in is one whose reader needs only its head: the
-/// engine then keeps no more of it, `sink.rs`). It runs
+/// engine then keeps no more of it, `sink.rs`), and may add a note of its own (a word whose
+/// meaning is again the scan's business). It runs
 /// on the confined helper: it must not allocate, free or make a system call (whatever it needs,
 /// it holds from its creation), and must not panic.
 pub trait FileScan: Send {
@@ -158,6 +159,8 @@ pub trait FileScan: Send {
     /// The file is complete: its marks (ascending, at most [`MARKS`]), and the offset below which
     /// they are all of them (the bytes fed, unless it stopped early).
     fn finish(&self) -> (&[u32], u32);
+    /// The scan's note on the file, once complete (see [`Scanned::note`]).
+    fn note(&self) -> u32;
 }
 
 /// What a [`FileScan`] found in one file: its first `covered` bytes (all of them, up to
@@ -167,6 +170,8 @@ pub struct Scanned {
     pub covered: u64,
     pub complete: u64,
     pub marks: Vec<u32>,
+    /// What the scan says of the `covered` bytes besides its marks ([`FileScan::note`]).
+    pub note: u32,
 }
 
 /// Replies one `read` of the reply pipe takes at most.
@@ -326,6 +331,7 @@ fn parse(m: &[u8]) -> Msg {
             covered: u64::from(word(MSG)),
             complete: u64::from(word(MSG + 4)),
             marks: (0..n).map(|k| word(MARKS_AT + 4 * k)).collect(),
+            note: word(MSG + 12),
         }
     });
     Msg {
@@ -433,7 +439,8 @@ impl Helping {
             // FILE_BYTES fits a u32 (a compile-time check below).
             reply[MSG..MSG + 4].copy_from_slice(&(self.fed as u32).to_le_bytes());
             reply[MSG + 4..MSG + 8].copy_from_slice(&complete.to_le_bytes());
-            reply[MSG + 8..MARKS_AT].copy_from_slice(&(marks.len() as u32).to_le_bytes());
+            reply[MSG + 8..MSG + 12].copy_from_slice(&(marks.len() as u32).to_le_bytes());
+            reply[MSG + 12..MARKS_AT].copy_from_slice(&s.note().to_le_bytes());
             for (k, mark) in marks.iter().enumerate() {
                 reply[MARKS_AT + 4 * k..MARKS_AT + 4 * k + 4].copy_from_slice(&mark.to_le_bytes());
             }
@@ -1076,11 +1083,13 @@ impl<'h> FileHash<'h> {
     fn scanned_here(&self) -> Option<Scanned> {
         let (fed, h) = (self.scanned_here?, self.scanner?);
         let scan = lock(&h.inline_scan);
-        let (marks, complete) = scan.as_deref()?.finish();
+        let s = scan.as_deref()?;
+        let (marks, complete) = s.finish();
         Some(Scanned {
             covered: fed as u64,
             complete: u64::from(complete),
             marks: marks[..marks.len().min(MARKS)].to_vec(),
+            note: s.note(),
         })
     }
 
@@ -1464,11 +1473,13 @@ mod tests {
         (seen, on_disk, d)
     }
 
-    /// Marks every `#` of the bytes fed, up to [`MARKS`] of them.
+    /// Marks every `#` of the bytes fed, up to [`MARKS`] of them; its note: the `!` fed, and
+    /// a high bit, so that every byte of the word travels.
     struct Hashes {
         pos: usize,
         marks: Vec<u32>,
         full_at: Option<u32>,
+        bangs: u32,
     }
 
     impl Hashes {
@@ -1477,6 +1488,7 @@ mod tests {
                 pos: 0,
                 marks: Vec::with_capacity(MARKS),
                 full_at: None,
+                bangs: 0,
             }
         }
     }
@@ -1496,10 +1508,12 @@ mod tests {
             self.pos = 0;
             self.marks.clear();
             self.full_at = None;
+            self.bangs = 0;
         }
         fn feed(&mut self, bytes: &[u8]) {
             for (i, &b) in bytes.iter().enumerate() {
                 let at = (self.pos + i) as u32;
+                self.bangs += u32::from(b == b'!');
                 if b == b'#' && self.full_at.is_none() {
                     if self.marks.len() == MARKS {
                         self.full_at = Some(at);
@@ -1512,6 +1526,9 @@ mod tests {
         }
         fn finish(&self) -> (&[u32], u32) {
             (&self.marks, self.full_at.unwrap_or(self.pos as u32))
+        }
+        fn note(&self) -> u32 {
+            0x8000_0000 | self.bangs
         }
     }
 
@@ -1527,6 +1544,7 @@ mod tests {
             covered: head.len() as u64,
             complete,
             marks: all.into_iter().take(MARKS).collect(),
+            note: 0x8000_0000 | head.iter().filter(|&&b| b == b'!').count() as u32,
         }
     }
 
@@ -1719,8 +1737,8 @@ mod tests {
         let t = scanning_helper().scan_inline(Box::new(Hashes::new()));
         // Under OFFLOAD_MIN (one buffer, hashed here), and under VIEW_OFFLOAD_MIN from the
         // mapping (hashed here too).
-        let small = b"a # b\n".repeat(OFFLOAD_MIN / 8);
-        let view = b"c ## d\n".repeat(VIEW_OFFLOAD_MIN / 10);
+        let small = b"a # b!\n".repeat(OFFLOAD_MIN / 8);
+        let view = b"c ## d!\n".repeat(VIEW_OFFLOAD_MIN / 10);
         assert!(small.len() < OFFLOAD_MIN && view.len() < VIEW_OFFLOAD_MIN);
         let memfd = sealed(&view);
         for (here, data, mapped) in [true, false]
@@ -1747,7 +1765,11 @@ mod tests {
     fn the_helpers_scan_covers_the_first_bytes_of_every_file_it_hashes() {
         let t = scanning_helper();
         let sparse: Vec<u8> = (0..3 * FILE_BYTES / 2)
-            .map(|i| if i % 4099 == 7 { b'#' } else { b'.' })
+            .map(|i| match (i % 4099, i % 5003) {
+                (7, _) => b'#',
+                (_, 11) => b'!',
+                _ => b'.',
+            })
             .collect();
         let dense = b"ab#".repeat(OFFLOAD_MIN);
         // (data, scanned by the helper): hashed here when small (unless the helper may write it

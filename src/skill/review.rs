@@ -681,16 +681,16 @@ impl<'a> Reviewer<'a> {
         let files = entries
             .iter()
             .filter(|e| e.kind == Kind::File && e.path != "SKILL.md");
-        let mut read =
-            |reader: &mut Source<'_, '_>, e: &Entry, buf: &mut Vec<u8>, cut: &mut bool| {
-                let want = e.size.min(cap as u64);
-                if want > budget {
-                    *cut = true;
-                    return Ok(false);
-                }
-                budget -= want;
-                reader.fetch(e, cap, buf).map(|()| true)
-            };
+        // A read of `e` is charged to the budget: `false` when the budget has no room for it.
+        let mut charge = |e: &Entry, cut: &mut bool| {
+            let want = e.size.min(cap as u64);
+            if want > budget {
+                *cut = true;
+                return false;
+            }
+            budget -= want;
+            true
+        };
         let mut cut = false;
         for e in files {
             let kind = text_kind(&e.path, false);
@@ -702,9 +702,24 @@ impl<'a> Reviewer<'a> {
                     continue;
                 }
             }
-            if !read(reader, e, buf, &mut cut)? {
+            if !charge(e, &mut cut) {
                 continue;
             }
+            // A Markdown file read for nothing but what it runs (no script by its name, not run
+            // so far) whose bytes the hashing thread found to hold no code (`holds_no_code`:
+            // no shebang either, so read as Markdown or not at all) runs nothing: not read. Its
+            // read is charged all the same, so the budget runs out where it would have.
+            let inert = |s: &&crate::extract::hashing::Scanned| {
+                s.covered == e.size.min(cap as u64) && triggers::holds_no_code(s)
+            };
+            if markdown
+                && !by_itself
+                && !self.run.contains_key(&e.path)
+                && reader.captured.scanned(&e.path).filter(inert).is_some()
+            {
+                continue;
+            }
+            reader.fetch(e, cap, buf)?;
             let head = &buf[..buf.len().min(HEAD)];
             let binary = native_kind(head).is_some() || is_binary(head);
             let nested = e.flags.contains(&Flag::NestedArchive);
@@ -739,9 +754,10 @@ impl<'a> Reviewer<'a> {
             else {
                 continue;
             };
-            if !done.insert(e.path.as_str()) || !read(reader, e, buf, &mut cut)? {
+            if !done.insert(e.path.as_str()) || !charge(e, &mut cut) {
                 continue;
             }
+            reader.fetch(e, cap, buf)?;
             let head = &buf[..buf.len().min(HEAD)];
             if native_kind(head).is_some() || is_binary(head) {
                 continue;
@@ -2243,6 +2259,421 @@ mod tests {
         assert!(found_any > 40, "the texts run files: {found_any}");
     }
 
+    /// A text holding nothing [`triggers::may_hold_code`] looks for runs nothing, read as
+    /// Markdown or a licence, or despite a NUL (what the search for runs does with a file the
+    /// hashing thread noted so, had it read it); and each tricky sign alone is one it finds a
+    /// run behind, so the note may leave out none of them.
+    #[test]
+    fn a_text_without_code_signs_runs_nothing_as_markdown() {
+        let node = |path: &str, kind: Kind| Entry {
+            path: path.into(),
+            kind,
+            size: 1,
+            mode: "0644".into(),
+            sha256: None,
+            link_target: None,
+            flags: Vec::new(),
+        };
+        let entries = vec![
+            node("tools", Kind::Dir),
+            node("tools/x.dat", Kind::File),
+            node("docs", Kind::Dir),
+            node("docs/a.txt", Kind::File),
+        ];
+        let finder = RunFinder::new(&entries);
+        let runs = |text: &[u8]| {
+            let mut out = Vec::new();
+            for dir in ["", "docs"] {
+                for licence in [false, true] {
+                    finder.markdown(text, dir, licence, &mut out);
+                }
+                finder.markdown(&despite_nul(text), dir, false, &mut out);
+            }
+            out.len()
+        };
+        // Each runs tools/x.dat through one sign only.
+        let signs: &[&[u8]] = &[
+            b"Intro\n\n    python3 tools/x.dat\n",
+            b"Intro\n\n\tpython3 tools/x.dat\n",
+            b"    python3 tools/x.dat\n",
+            b"~~~\npython3 tools/x.dat\n~~~\n",
+            b"- ~~~sh\n  python3 tools/x.dat\n  ~~~\n",
+            b"```\npython3 tools/x.dat\n```\n",
+            b"Run `python3 tools/x.dat` now.\n",
+            b"<PrE>\npython3 tools/x.dat\n</pre>\n",
+            b"Intro\r\n\r\n    python3 tools/x.dat\r\n",
+        ];
+        for text in signs {
+            assert!(triggers::may_hold_code(text), "{text:?}");
+            assert!(runs(text) > 0, "{}", String::from_utf8_lossy(text));
+        }
+        // UTF-16 decodes to an indented block its bytes do not show: only the byte-order mark
+        // says to read it.
+        let utf16: Vec<u8> = [0xff, 0xfe]
+            .into_iter()
+            .chain(
+                "Intro\n\n    python3 tools/x.dat\n"
+                    .encode_utf16()
+                    .flat_map(u16::to_le_bytes),
+            )
+            .collect();
+        assert!(runs(&utf16) > 0 && triggers::may_hold_code(&utf16));
+        assert!(!triggers::may_hold_code(&utf16[2..]));
+        // Random text of those pieces and of near misses: nothing found wherever no sign is.
+        let words: &[&[u8]] = &[
+            b"python3 tools/x.dat",
+            b" ",
+            b"\n",
+            b"\r\n",
+            b"\n\n",
+            b"  ",
+            b"   ",
+            b"\t",
+            b"~",
+            b"~~",
+            b"`",
+            b"<",
+            b"<pr",
+            b"e>",
+            b"PRE",
+            b"- ",
+            b"> ",
+            b"1. ",
+            b"\xff",
+            b"\xfe",
+            b"\0",
+            b"#",
+            b"!",
+            b"x.dat",
+            b"sh ",
+            b"./tools/x.dat",
+            b"caf\xe9",
+        ];
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng % n as u64) as usize
+        };
+        let (mut quiet, mut found) = (0, 0);
+        for _ in 0..20_000 {
+            let mut text = Vec::new();
+            for _ in 0..1 + next(12) {
+                text.extend_from_slice(words[next(words.len())]);
+            }
+            if triggers::may_hold_code(&text) {
+                found += usize::from(runs(&text) > 0);
+            } else {
+                quiet += 1;
+                assert_eq!(runs(&text), 0, "{}", String::from_utf8_lossy(&text));
+            }
+        }
+        assert!(quiet > 1000 && found > 100, "{quiet} quiet, {found} found");
+    }
+
+    /// A Markdown file the hashing thread noted to hold no code is not read by the search for
+    /// what the package runs (nor by the scan, when it holds no trigger line either), and the
+    /// report is the one a read of every file gives: over indented blocks, `~~~` fences,
+    /// backticks across lines, CRLF, `<pre>`, a file past the kept bytes, signs across the
+    /// pieces the hashing thread is fed, invalid UTF-8, a NUL, UTF-16, a shebang, a licence.
+    #[test]
+    fn a_markdown_file_noted_to_hold_no_code_is_not_read() {
+        use crate::extract::{ArtifactType, Request, extract_capturing, policy::Limits};
+        use std::os::fd::AsFd;
+
+        const PIECE: usize = 4099;
+        let plain = |n: usize| {
+            let line = b"plain words without code, naming tools/t1.dat in prose\n";
+            let mut t = line.repeat(n / line.len() + 1);
+            t.truncate(n);
+            t
+        };
+        // A sign straddling the boundary between two pieces fed to the scan.
+        let across = |sign: &[u8], k: usize| [&plain(PIECE - k)[..], sign].concat();
+        let big = crate::extract::captured::FILE_BYTES + 10;
+        let utf16: Vec<u8> = [0xff, 0xfe]
+            .into_iter()
+            .chain(
+                "Intro\n\n    python3 tools/t13.dat\n"
+                    .encode_utf16()
+                    .flat_map(u16::to_le_bytes),
+            )
+            .collect();
+        // (path, bytes, the file it runs).
+        let docs: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
+            (
+                "docs/indented.md",
+                b"Intro\n\n    python3 tools/t1.dat\n".to_vec(),
+                Some("tools/t1.dat"),
+            ),
+            (
+                "docs/tab.txt",
+                b"Intro\n\n\tbash tools/t2.dat\n".to_vec(),
+                Some("tools/t2.dat"),
+            ),
+            (
+                "docs/tilde.md",
+                b"~~~\nsh tools/t3.dat\n~~~\n".to_vec(),
+                Some("tools/t3.dat"),
+            ),
+            (
+                "docs/span.md",
+                b"Run `python3 tools/t4.dat x` now.\n".to_vec(),
+                Some("tools/t4.dat"),
+            ),
+            // A span across lines runs nothing, but is read.
+            (
+                "docs/split.md",
+                b"Run `python3\ntools/t1.dat x` now.\n".to_vec(),
+                None,
+            ),
+            (
+                "docs/crlf.md",
+                b"Intro\r\n\r\n    python3 tools/t5.dat\r\n".to_vec(),
+                Some("tools/t5.dat"),
+            ),
+            (
+                "docs/pre.md",
+                b"<Pre>\nsh tools/t6.dat\n</PRE>\n".to_vec(),
+                Some("tools/t6.dat"),
+            ),
+            (
+                "docs/start.md",
+                b"    sh tools/t7.dat\n".to_vec(),
+                Some("tools/t7.dat"),
+            ),
+            (
+                "docs/across-indent.txt",
+                across(b"\n\n    sh tools/t8.dat\n", 3),
+                Some("tools/t8.dat"),
+            ),
+            (
+                "docs/across-tilde.txt",
+                across(b"\n~~~\nsh tools/t9.dat\n~~~\n", 2),
+                Some("tools/t9.dat"),
+            ),
+            (
+                "docs/across-pre.txt",
+                across(b"\n<pre>\nsh tools/t10.dat\n</pre>\n", 3),
+                Some("tools/t10.dat"),
+            ),
+            // Past the kept bytes (1 MiB): its code is within what the search reads, then
+            // code past what it reads.
+            (
+                "docs/late.txt",
+                [
+                    &plain(big - 500)[..],
+                    b"\n```\nsh tools/t11.dat\n```\n",
+                    &plain(600),
+                ]
+                .concat(),
+                Some("tools/t11.dat"),
+            ),
+            (
+                "docs/later.txt",
+                [&plain(big)[..], b"\n```\nsh tools/t1.dat\n```\n"].concat(),
+                None,
+            ),
+            (
+                "docs/zero.txt",
+                b"x\0y\n```\nsh tools/t12.dat\n```\n".to_vec(),
+                Some("tools/t12.dat"),
+            ),
+            ("docs/utf16.txt", utf16, Some("tools/t13.dat")),
+            (
+                "docs/shebang.txt",
+                b"#!/bin/sh\nsh tools/t14.dat\n".to_vec(),
+                Some("tools/t14.dat"),
+            ),
+            (
+                "docs/bad-utf8.md",
+                b"caf\xe9 `python3 tools/t15.dat x` \xff\n".to_vec(),
+                Some("tools/t15.dat"),
+            ),
+            (
+                "LICENSE.txt",
+                b"Terms.\n\n```\nsh tools/t16.dat\n```\n".to_vec(),
+                Some("tools/t16.dat"),
+            ),
+            // No code: not read (bar a trigger line, for the scan), and running nothing.
+            ("docs/quiet.txt", plain(50_000), None),
+            (
+                "docs/quiet-crlf.md",
+                b"Intro\r\n\r\n   three spaces tools/t1.dat\r\n~~ two ~ one\r\n".to_vec(),
+                None,
+            ),
+            (
+                "docs/quiet-bad-utf8.txt",
+                b"caf\xe9 tools/t1.dat \xff\xfe\n".to_vec(),
+                None,
+            ),
+            (
+                "docs/quiet-zero.txt",
+                b"x\0y sh tools/t1.dat\n".to_vec(),
+                None,
+            ),
+            ("docs/quiet-big.txt", plain(big + 5000), None),
+            ("COPYING", plain(9000), None),
+            (
+                "docs/quiet-trigger.md",
+                b"see https://x.pdfhost.net/a and tools/t1.dat\n".to_vec(),
+                None,
+            ),
+        ];
+        let quiet = [
+            "docs/quiet.txt",
+            "docs/quiet-crlf.md",
+            "docs/quiet-bad-utf8.txt",
+            "docs/quiet-big.txt",
+            "docs/later.txt",
+            "COPYING",
+        ];
+        let mut files: Vec<(String, Vec<u8>)> = vec![(
+            "SKILL.md".into(),
+            b"---\nname: notes\ndescription: Noted files.\n---\n# Notes\n\nSee the docs.\n"
+                .to_vec(),
+        )];
+        files.extend(docs.iter().map(|(p, d, _)| ((*p).to_owned(), d.clone())));
+        files.extend((1..=16).map(|k| (format!("tools/t{k}.dat"), b"print(1)\n".to_vec())));
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, data) in &files {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_cksum();
+            tar.append_data(&mut h, path, &data[..])
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let bytes = tar.into_inner().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let art = dir.path().join("a.tar");
+        std::fs::write(&art, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
+        let staging = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
+        let artifact = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
+        let req = Request::new(ArtifactType::Archive, Limits::default());
+        let (x, _) =
+            extract_capturing(&artifact, staging.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            x.verdict,
+            crate::reason::Verdict::Accepted,
+            "{:?}",
+            x.reason
+        );
+        // As the confined child leaves a package past the kept bytes: each file's head, and the
+        // hashing thread's scan of its first FILE_BYTES, fed in pieces.
+        let scan_of = |data: &[u8]| {
+            use crate::extract::hashing::FileScan;
+            let head = &data[..data.len().min(crate::extract::captured::FILE_BYTES)];
+            let mut p = triggers::Prescan::new();
+            p.begin();
+            for piece in head.chunks(PIECE) {
+                p.feed(piece);
+            }
+            let (marks, complete) = p.finish();
+            crate::extract::hashing::Scanned {
+                covered: head.len() as u64,
+                complete: u64::from(complete),
+                marks: marks.to_vec(),
+                note: p.note(),
+            }
+        };
+        let mut noted = Captured::default();
+        for (path, data) in &files {
+            let window = &data[..data.len().min(crate::extract::captured::NUL_WINDOW)];
+            assert!(noted.keep_head(path, data, memchr::memchr(0, window).is_some()));
+            noted.keep_scan(path.clone(), scan_of(data));
+        }
+        for q in quiet {
+            let scan = noted.scanned(q).unwrap_or_else(|| panic!("{q}"));
+            assert!(
+                triggers::holds_no_code(scan) && triggers::lists_none(scan),
+                "{q}"
+            );
+        }
+        // Not read for what they run, but by the scan (a trigger line; text despite a NUL).
+        for q in ["docs/quiet-trigger.md", "docs/quiet-zero.txt"] {
+            let scan = noted.scanned(q).unwrap_or_else(|| panic!("{q}"));
+            assert!(
+                triggers::holds_no_code(scan) && !triggers::lists_none(scan),
+                "{q}"
+            );
+        }
+        // The same tree without the quiet files: the review never reads them.
+        let lean = dir.path().join("lean");
+        for (path, data) in &files {
+            let to = lean.join(path);
+            std::fs::create_dir_all(to.parent().unwrap_or(&lean)).unwrap_or_else(|e| panic!("{e}"));
+            if !quiet.contains(&path.as_str()) {
+                std::fs::write(&to, data).unwrap_or_else(|e| panic!("{e}"));
+            }
+        }
+        let lean = std::fs::File::open(&lean).unwrap_or_else(|e| panic!("{e}"));
+        let listed = IndexFacts::default();
+        let bounds = [
+            ReviewLimits::default(),
+            ReviewLimits {
+                max_total_bytes: 3000,
+                ..ReviewLimits::default()
+            },
+            ReviewLimits {
+                max_file_bytes: 100,
+                ..ReviewLimits::default()
+            },
+        ];
+        for limits in &bounds {
+            let read_back = review_with(staging.as_fd(), &x.entries, &listed, limits)
+                .unwrap_or_else(|e| panic!("{e}"));
+            // Bounds that cut files read them back (no note or scan covers what they read).
+            let tree = if *limits == ReviewLimits::default() {
+                lean.as_fd()
+            } else {
+                staging.as_fd()
+            };
+            let from_notes = review_captured(tree, &x.entries, &listed, limits, &noted)
+                .unwrap_or_else(|e| panic!("a quiet file was read: {e}"));
+            assert_eq!(read_back, from_notes);
+        }
+        // Every file the docs run is found run: a note that missed a sign would lose it.
+        let read_back = review_with(
+            staging.as_fd(),
+            &x.entries,
+            &listed,
+            &ReviewLimits::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        for (path, _, runs) in &docs {
+            if let Some(t) = runs {
+                assert!(
+                    read_back.scripts.iter().any(|s| s.path == *t),
+                    "{path} runs {t}"
+                );
+            }
+        }
+        // And the note is what the search used: one that says a file running another holds
+        // no code loses that run.
+        let mut lie = scan_of(&docs[0].1);
+        lie.note = triggers::NO_CODE;
+        assert!(triggers::holds_no_code(&lie));
+        noted.keep_scan(docs[0].0.to_owned(), lie);
+        let from_lie = review_captured(
+            staging.as_fd(),
+            &x.entries,
+            &listed,
+            &ReviewLimits::default(),
+            &noted,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            !from_lie.scripts.iter().any(|s| s.path == "tools/t1.dat"),
+            "the note was not used: {:?}",
+            from_lie.scripts.iter().find(|s| s.path == "tools/t1.dat")
+        );
+    }
+
     /// The engine's kept bytes and a read of the staged tree give the same report, with the
     /// default bounds and with bounds that cut files and the package short.
     #[test]
@@ -2376,6 +2807,7 @@ mod tests {
                     u64::from(complete)
                 },
                 marks: if lie { Vec::new() } else { marks.to_vec() },
+                note: p.note(),
             }
         };
         for (path, data, _) in &files {

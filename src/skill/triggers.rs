@@ -505,6 +505,8 @@ pub struct Prescan {
     full_at: Option<usize>,
     /// The aligned scan's output, with room for every line of one piece (so never grown).
     found: Vec<usize>,
+    /// Whether the bytes fed may hold code a Markdown reader reads ([`may_hold_code`]).
+    code: CodeSigns,
 }
 
 impl Default for Prescan {
@@ -526,6 +528,7 @@ impl Prescan {
             // A piece is PRESCAN_PIECE bytes and then the rest of one line: at most
             // PRESCAN_PIECE + 1 newlines, so at most PRESCAN_PIECE + 2 lines.
             found: Vec::with_capacity(PRESCAN_PIECE + 2),
+            code: CodeSigns::new(),
         }
     }
 
@@ -604,9 +607,12 @@ impl crate::extract::hashing::FileScan for Prescan {
         self.skipping = false;
         self.n = 0;
         self.full_at = None;
+        self.code.begin();
     }
 
     fn feed(&mut self, bytes: &[u8]) {
+        // Every byte fed, also of a file the trigger pass stops in (binary, or its list full).
+        self.code.feed(bytes);
         if self.full_at.is_some() {
             return;
         }
@@ -626,6 +632,123 @@ impl crate::extract::hashing::FileScan for Prescan {
         let complete = self.full_at.unwrap_or(self.pos);
         // A file's first bytes are at most FILE_BYTES, far under u32::MAX.
         (&self.listed[..self.n], u32::try_from(complete).unwrap_or(0))
+    }
+
+    fn note(&self) -> u32 {
+        if self.code.found { 0 } else { NO_CODE }
+    }
+}
+
+/// In a [`Prescan`]'s note ([`Scanned::note`]): the bytes it covered hold nothing
+/// [`may_hold_code`] looks for. A note without it says nothing (a file to read).
+pub(crate) const NO_CODE: u32 = 1;
+
+/// Whether the hashing thread's scan of a file's first `covered` bytes noted that they hold
+/// nothing [`may_hold_code`] looks for: read as Markdown, they run nothing.
+pub fn holds_no_code(scanned: &Scanned) -> bool {
+    scanned.note & NO_CODE != 0
+}
+
+/// Whether `text` (a file's first bytes) may hold anything the review's search for what a
+/// Markdown file runs reads (`RunFinder::markdown` in `review.rs`): code blocks and inline code
+/// spans. That search reads only lines in a code block (a fence of three backticks or tildes,
+/// at any depth; a line indented four spaces or a tab; an HTML `<pre>`) and, outside them, lines
+/// holding a backtick; a text with none of a backtick, `~~~`, a line starting with four spaces
+/// or a tab and `<pre` (any case) has none of those. Nor does the search read it as anything
+/// else: it reads a file as a script only by its name, by its shebang (`#!`, first bytes) or
+/// once something runs it; and it decodes a file as UTF-16 only by a byte-order mark (first
+/// byte 0xFE or 0xFF). So `false` here means the search finds nothing in it (a unit test in
+/// `review.rs` holds the two to that); `true` is only a maybe.
+pub fn may_hold_code(text: &[u8]) -> bool {
+    text.starts_with(b"#!")
+        || matches!(text.first(), Some(0xfe | 0xff))
+        || text.contains(&b'`')
+        || text.windows(3).any(|w| w == b"~~~")
+        || text.windows(4).any(|w| w.eq_ignore_ascii_case(b"<pre"))
+        || text
+            .split(|&b| b == b'\n')
+            .any(|l| l.starts_with(b"    ") || l.starts_with(b"\t"))
+}
+
+/// [`may_hold_code`] over a file fed a piece at a time, on the hashing thread: no allocation
+/// once made. Every sign is at most five bytes (`\n` and four spaces): one that crosses from a
+/// piece into the next starts in the last four bytes before it and ends in its first four, so
+/// those eight bytes are looked at together (and the file starts as if after a line break).
+struct CodeSigns {
+    found: bool,
+    /// Bytes fed, up to the two the start of a file is looked at for.
+    fed: usize,
+    first: [u8; 2],
+    /// The last `tail_len` bytes fed (a line break before the first).
+    tail: [u8; 4],
+    tail_len: usize,
+    indent_spaces: memchr::memmem::Finder<'static>,
+    indent_tab: memchr::memmem::Finder<'static>,
+}
+
+impl CodeSigns {
+    fn new() -> Self {
+        let mut c = Self {
+            found: false,
+            fed: 0,
+            first: [0; 2],
+            tail: [0; 4],
+            tail_len: 0,
+            indent_spaces: memchr::memmem::Finder::new(b"\n    "),
+            indent_tab: memchr::memmem::Finder::new(b"\n\t"),
+        };
+        c.begin();
+        c
+    }
+
+    fn begin(&mut self) {
+        self.found = false;
+        self.fed = 0;
+        self.first = [0; 2];
+        self.tail[0] = b'\n';
+        self.tail_len = 1;
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        if self.found || bytes.is_empty() {
+            return;
+        }
+        for &b in bytes.iter().take(2 - self.fed.min(2)) {
+            self.first[self.fed] = b;
+            self.fed += 1;
+        }
+        let start = &self.first[..self.fed];
+        if start == b"#!" || matches!(start.first(), Some(0xfe | 0xff)) {
+            self.found = true;
+            return;
+        }
+        let mut seam = [0u8; 8];
+        let k = bytes.len().min(4);
+        seam[..self.tail_len].copy_from_slice(&self.tail[..self.tail_len]);
+        seam[self.tail_len..self.tail_len + k].copy_from_slice(&bytes[..k]);
+        let seam = &seam[..self.tail_len + k];
+        if self.signs_in(seam) || self.signs_in(bytes) {
+            self.found = true;
+            return;
+        }
+        let last = if bytes.len() >= 4 {
+            &bytes[bytes.len() - 4..]
+        } else {
+            &seam[seam.len().saturating_sub(4)..]
+        };
+        self.tail[..last.len()].copy_from_slice(last);
+        self.tail_len = last.len();
+    }
+
+    fn signs_in(&self, b: &[u8]) -> bool {
+        memchr::memchr3_iter(b'`', b'~', b'<', b).any(|i| match b[i] {
+            b'`' => true,
+            b'~' => b[i..].starts_with(b"~~~"),
+            _ => b
+                .get(i + 1..i + 4)
+                .is_some_and(|t| t.eq_ignore_ascii_case(b"pre")),
+        }) || self.indent_spaces.find(b).is_some()
+            || self.indent_tab.find(b).is_some()
     }
 }
 
@@ -846,7 +969,9 @@ mod tests {
             covered: hay.len() as u64,
             complete: complete as u64,
             marks: marks.to_vec(),
+            note: p.note(),
         };
+        assert_eq!(holds_no_code(&scanned), !may_hold_code(hay), "{cuts:?}");
         let got: Vec<usize> = prescanned(&scanned, hay)
             .map(Iterator::collect)
             .unwrap_or_default();
@@ -889,6 +1014,46 @@ mod tests {
         check_prescan(&bin, &[1000]);
     }
 
+    /// The hashing thread's note, fed in pieces of any size, is [`may_hold_code`] of the whole:
+    /// signs cut between pieces, at the file's start, after a previous file.
+    #[test]
+    fn the_code_note_in_pieces_is_that_of_the_whole() {
+        use crate::extract::hashing::FileScan;
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let words: &[&[u8]] = &[
+            b"plain", b" ", b"  ", b"\n", b"\r\n", b"\t", b"~", b"`", b"<", b"p", b"R", b"e", b"#",
+            b"!", b"\xfe", b"\xff", b"\0", b"x",
+        ];
+        let mut p = Prescan::new();
+        let (mut maybe, mut none) = (0, 0);
+        for round in 0..20_000 {
+            let mut hay = Vec::new();
+            for _ in 0..1 + rng.below(if round % 100 == 0 { 3000 } else { 14 }) {
+                hay.extend_from_slice(words[rng.below(words.len())]);
+            }
+            // The previous file's signs must not carry over.
+            p.begin();
+            p.feed(&hay);
+            p.begin();
+            let mut at = 0;
+            while at < hay.len() {
+                let most = if rng.below(2) == 0 { 5 } else { 40 };
+                let n = (1 + rng.below(most)).min(hay.len() - at);
+                p.feed(&hay[at..at + n]);
+                at += n;
+            }
+            let want = may_hold_code(&hay);
+            assert_eq!(
+                p.note() & NO_CODE == 0,
+                want,
+                "{:?}",
+                String::from_utf8_lossy(&hay)
+            );
+            if want { maybe += 1 } else { none += 1 }
+        }
+        assert!(maybe > 1000 && none > 1000, "{maybe} may, {none} hold none");
+    }
+
     #[test]
     fn a_scan_that_reads_back_wrong_is_not_used() {
         let hay = b"one\ncurl two\nthree\n";
@@ -898,23 +1063,27 @@ mod tests {
                 covered: 3,
                 complete: 3,
                 marks: vec![],
+                note: 0,
             },
             // Complete past the end.
             Scanned {
                 covered: hay.len() as u64,
                 complete: 99,
                 marks: vec![],
+                note: 0,
             },
             // A mark at or past where it says it is complete, or out of order.
             Scanned {
                 covered: hay.len() as u64,
                 complete: 4,
                 marks: vec![4],
+                note: 0,
             },
             Scanned {
                 covered: hay.len() as u64,
                 complete: 14,
                 marks: vec![4, 4],
+                note: 0,
             },
         ];
         for s in &bad {
