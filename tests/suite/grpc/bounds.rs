@@ -1028,6 +1028,70 @@ async fn connections_past_the_bound_are_refused_until_one_closes() {
     }
 }
 
+/// `skillbox extract --server` against a broker at its --max-connections (1 here, held by
+/// another client) is told the broker closed the connection before answering: UNAVAILABLE,
+/// the bound named, exit 1 (operational), over the Unix socket and over TCP. tonic's client
+/// made a status of its own of the closed connection, UNKNOWN ("transport error") or CANCELLED
+/// by the moment it noticed, and the CLI printed it as if the server had answered that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_refused_at_the_bound_is_unavailable_to_the_cli() {
+    let (_dir, art) = harness::write_temp("skill.tar", &skill_tar(&[]));
+    for tcp in [false, true] {
+        let (server, uri, metrics) = server_on(tcp, &["--max-connections", "1"]);
+        // The readiness probe's connection is gone: the one place is free.
+        assert_eq!(
+            metric_once(
+                &metrics,
+                "skillbox_connections_open",
+                0,
+                Duration::from_secs(5)
+            ),
+            0
+        );
+        let mut held = skillbox::proto::skillbox_client::SkillboxClient::new(ok(
+            ok(skillbox::client::endpoint(&uri), "endpoint")
+                .connect()
+                .await,
+            "connect",
+        ));
+        ok(
+            held.server_info(skillbox::proto::ServerInfoRequest {})
+                .await,
+            "server_info on the one connection",
+        );
+        for _ in 0..3 {
+            let args = [
+                "extract",
+                "--json",
+                "--server",
+                &uri,
+                art.to_str().unwrap_or(""),
+            ]
+            .map(str::to_owned);
+            let out = tokio::task::spawn_blocking(move || {
+                harness::cli(&args.each_ref().map(String::as_str), None)
+            });
+            let out = ok(out.await, "cli");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "tcp={tcp}: {stderr}");
+            assert!(
+                stderr.contains("UNAVAILABLE") && stderr.contains("--max-connections"),
+                "tcp={tcp}: {stderr}"
+            );
+            let error: serde_json::Value = ok(serde_json::from_slice(&out.stdout), "JSON");
+            assert_eq!(error["error"]["kind"], "operational", "{error}");
+        }
+        // The held connection is served all along.
+        ok(
+            held.server_info(skillbox::proto::ServerInfoRequest {})
+                .await,
+            "server_info after the refusals",
+        );
+        drop(held);
+        server.assert_clean();
+    }
+}
+
 /// One raw HTTP/2 connection that starts `streams` calls of `path` and sends each `sent`
 /// bytes of a request message that declares 1 MiB, then sends nothing more; what the broker
 /// answers is read and dropped (on a thread of its own) until the connection closes. Returns
