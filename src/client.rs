@@ -107,19 +107,58 @@ fn call_failed(status: Status) -> ClientError {
     let mut chain = std::error::Error::source(&status);
     let local = chain.is_some_and(|e| e.is::<tonic::transport::Error>());
     let mut deadline = false;
-    let mut why = status.message().to_owned();
     while let Some(e) = chain {
         deadline |= e.is::<tonic::TimeoutExpired>();
+        chain = e.source();
+    }
+    if local && !deadline && matches!(status.code(), Code::Unknown | Code::Cancelled) {
+        return ClientError::Unavailable(error_chain(&status));
+    }
+    ClientError::Status(status)
+}
+
+/// A failed connect. One the server took and closed at once (a broker at its
+/// `--max-connections` accepts and closes unread, so the HTTP/2 handshake meets a closed or
+/// reset connection) is [`ClientError::Unavailable`]; one nobody took (no socket, nothing
+/// listening, no route, a timeout) stays [`ClientError::Connect`].
+fn connect_failed(uri: &str, source: tonic::transport::Error) -> ClientError {
+    use std::io::ErrorKind;
+    let mut chain = std::error::Error::source(&source);
+    let mut closed = false;
+    while let Some(e) = chain {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            closed = matches!(
+                io.kind(),
+                ErrorKind::BrokenPipe
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::UnexpectedEof
+            );
+            break;
+        }
+        chain = e.source();
+    }
+    if closed {
+        return ClientError::Unavailable(error_chain(&source));
+    }
+    ClientError::Connect {
+        uri: uri.to_owned(),
+        source,
+    }
+}
+
+/// An error and its sources, each said once.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut why = e.to_string();
+    let mut chain = e.source();
+    while let Some(e) = chain {
         let text = e.to_string();
         if !why.contains(&text) {
             why = format!("{why}: {text}");
         }
         chain = e.source();
     }
-    if local && !deadline && matches!(status.code(), Code::Unknown | Code::Cancelled) {
-        return ClientError::Unavailable(why);
-    }
-    ClientError::Status(status)
+    why
 }
 
 /// An answer: the outcome, for an acceptance the staged tree the server keeps, and how the
@@ -269,10 +308,7 @@ impl Client {
         let channel = endpoint
             .connect()
             .await
-            .map_err(|source| ClientError::Connect {
-                uri: uri.to_owned(),
-                source,
-            })?;
+            .map_err(|source| connect_failed(uri, source))?;
         Ok(Self::from_channel(channel))
     }
 
@@ -622,10 +658,7 @@ pub fn health_blocking(
             .timeout(timeout)
             .connect()
             .await
-            .map_err(|source| ClientError::Connect {
-                uri: server.to_owned(),
-                source,
-            })?;
+            .map_err(|source| connect_failed(server, source))?;
         let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
         let answer = health
             .check(tonic_health::pb::HealthCheckRequest {

@@ -117,6 +117,11 @@ impl<S> FixAuthority<S> {
     /// non-header frame's payload), which `poll_read` copies straight to its caller, and when
     /// the buffered bytes end mid-frame. Returns whether it consumed anything.
     fn process(&mut self) -> io::Result<bool> {
+        if self.output.capacity() == 0 {
+            // Given back while idle: taken again at its working size, so that it grows as it
+            // always did (to twice that at most: MAX_PENDING, then one block).
+            self.output.reserve_exact(READ_CHUNK);
+        }
         let mut progressed = false;
         loop {
             let avail = &self.input[self.start..];

@@ -1037,29 +1037,43 @@ async fn connections_past_the_bound_are_refused_until_one_closes() {
 async fn a_connection_refused_at_the_bound_is_unavailable_to_the_cli() {
     let (_dir, art) = harness::write_temp("skill.tar", &skill_tar(&[]));
     for tcp in [false, true] {
-        let (server, uri, metrics) = server_on(tcp, &["--max-connections", "1"]);
-        // The readiness probe's connection is gone: the one place is free.
-        assert_eq!(
-            metric_once(
-                &metrics,
-                "skillbox_connections_open",
-                0,
-                Duration::from_secs(5)
-            ),
-            0
-        );
-        let mut held = skillbox::proto::skillbox_client::SkillboxClient::new(ok(
-            ok(skillbox::client::endpoint(&uri), "endpoint")
+        let (server, uri, _metrics) = server_on(tcp, &["--max-connections", "1"]);
+        // The one place, once the readiness probe's connection has given it back.
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        let mut held = loop {
+            let ch = ok(skillbox::client::endpoint(&uri), "endpoint")
                 .connect()
-                .await,
-            "connect",
-        ));
-        ok(
-            held.server_info(skillbox::proto::ServerInfoRequest {})
-                .await,
-            "server_info on the one connection",
-        );
+                .await;
+            if let Ok(ch) = ch {
+                let mut cl = skillbox::proto::skillbox_client::SkillboxClient::new(ch);
+                if cl
+                    .server_info(skillbox::proto::ServerInfoRequest {})
+                    .await
+                    .is_ok()
+                {
+                    break cl;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < until,
+                "tcp={tcp}: the one place never freed"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        };
         for _ in 0..3 {
+            // The library says UNAVAILABLE, whether the connect or the call met the close.
+            let refused = match skillbox::client::Client::connect(&uri).await {
+                Ok(mut c) => c.server_info().await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            let refused = refused.err();
+            assert_eq!(
+                refused
+                    .as_ref()
+                    .and_then(skillbox::client::ClientError::code),
+                Some(tonic::Code::Unavailable),
+                "tcp={tcp}: {refused:?}"
+            );
             let args = [
                 "extract",
                 "--json",
