@@ -78,8 +78,8 @@ pub struct FixAuthority<S> {
     /// Bytes read from the client: `input[start..]` are not yet passed on. Reads go into its
     /// spare capacity (READ_CHUNK, more only for a header frame larger than that), unzeroed.
     /// Given back whenever everything read was passed on and the client has sent nothing more:
-    /// an idle connection holds no buffer (held, it was 64 KiB of every idle connection's
-    /// about 90 KB; TCP connections, without this layer, held 22 KB).
+    /// an idle connection holds no buffer. Held, with `output`'s, it made an idle connection
+    /// 93 KB of the broker's memory against 24 KB over TCP (26 KB given back while idle).
     input: Vec<u8>,
     start: usize,
     /// Rewritten header frames (and the frame headers before pass-through payloads), sent
