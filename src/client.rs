@@ -50,6 +50,12 @@ pub enum ClientError {
     Io(#[from] std::io::Error),
     #[error("server answered {}: {}", code_name(.0.code()), .0.message())]
     Status(Status),
+    /// The connection failed before the server answered: closed or reset at once (a broker at
+    /// its `--max-connections` accepts a connection and closes it), or gone mid-call. gRPC's
+    /// UNAVAILABLE ([`ClientError::code`]): the server never saw the call through, and a retry
+    /// later may be served.
+    #[error("UNAVAILABLE: the server closed the connection before answering ({0})")]
+    Unavailable(String),
     #[error(transparent)]
     Malformed(#[from] MalformedAnswer),
     /// The tree sent does not match the accepted inventory, or cannot be written; nothing of
@@ -80,6 +86,7 @@ impl ClientError {
     pub fn code(&self) -> Option<Code> {
         match self {
             Self::Status(s) => Some(s.code()),
+            Self::Unavailable(_) => Some(Code::Unavailable),
             Self::Uri(_)
             | Self::Connect { .. }
             | Self::Tls(_)
@@ -88,6 +95,70 @@ impl ClientError {
             | Self::Tree(_) => None,
         }
     }
+}
+
+/// A call's failure as the caller should read it. tonic's client makes a status of its own
+/// when the connection fails (its source is the transport error): UNKNOWN or CANCELLED,
+/// whichever way it noticed first (a reset, a broken pipe, a connection closed before the
+/// request went out). gRPC says UNAVAILABLE for that, and a caller must be able to tell it
+/// from an answer: it is [`ClientError::Unavailable`]. tonic's own deadline timer (also a
+/// local CANCELLED) is left as it is for the caller to name.
+fn call_failed(status: Status) -> ClientError {
+    let mut chain = std::error::Error::source(&status);
+    let local = chain.is_some_and(|e| e.is::<tonic::transport::Error>());
+    let mut deadline = false;
+    while let Some(e) = chain {
+        deadline |= e.is::<tonic::TimeoutExpired>();
+        chain = e.source();
+    }
+    if local && !deadline && matches!(status.code(), Code::Unknown | Code::Cancelled) {
+        return ClientError::Unavailable(error_chain(&status));
+    }
+    ClientError::Status(status)
+}
+
+/// A failed connect. One the server took and closed at once (a broker at its
+/// `--max-connections` accepts and closes unread, so the HTTP/2 handshake meets a closed or
+/// reset connection) is [`ClientError::Unavailable`]; one nobody took (no socket, nothing
+/// listening, no route, a timeout) stays [`ClientError::Connect`].
+fn connect_failed(uri: &str, source: tonic::transport::Error) -> ClientError {
+    use std::io::ErrorKind;
+    let mut chain = std::error::Error::source(&source);
+    let mut closed = false;
+    while let Some(e) = chain {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            closed = matches!(
+                io.kind(),
+                ErrorKind::BrokenPipe
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::UnexpectedEof
+            );
+            break;
+        }
+        chain = e.source();
+    }
+    if closed {
+        return ClientError::Unavailable(error_chain(&source));
+    }
+    ClientError::Connect {
+        uri: uri.to_owned(),
+        source,
+    }
+}
+
+/// An error and its sources, each said once.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut why = e.to_string();
+    let mut chain = e.source();
+    while let Some(e) = chain {
+        let text = e.to_string();
+        if !why.contains(&text) {
+            why = format!("{why}: {text}");
+        }
+        chain = e.source();
+    }
+    why
 }
 
 /// An answer: the outcome, for an acceptance the staged tree the server keeps, and how the
@@ -237,10 +308,7 @@ impl Client {
         let channel = endpoint
             .connect()
             .await
-            .map_err(|source| ClientError::Connect {
-                uri: uri.to_owned(),
-                source,
-            })?;
+            .map_err(|source| connect_failed(uri, source))?;
         Ok(Self::from_channel(channel))
     }
 
@@ -338,7 +406,7 @@ impl Client {
                         status.message().to_owned(),
                     )));
                 }
-                return Err(ClientError::Status(status));
+                return Err(call_failed(status));
             }
         };
         // An answer before our source failed is about the bytes the server took, and cannot
@@ -379,7 +447,7 @@ impl Client {
             })
             .await
             .map(|_| ())
-            .map_err(ClientError::Status)
+            .map_err(call_failed)
     }
 
     /// Fetch the accepted tree `staged` into `dest` (see [`write_tree`]); the server keeps it
@@ -396,7 +464,7 @@ impl Client {
                 staging_id: staging_id.to_owned(),
             })
             .await
-            .map_err(ClientError::Status)?
+            .map_err(call_failed)?
             .into_inner();
         write_tree(parts, inventory, dest).await
     }
@@ -406,7 +474,7 @@ impl Client {
             .server_info(pb::ServerInfoRequest {})
             .await
             .map(tonic::Response::into_inner)
-            .map_err(ClientError::Status)
+            .map_err(call_failed)
     }
 }
 
@@ -507,7 +575,7 @@ where
     let mut open: Option<OpenFile> = None;
     let mut done = TreeWritten::default();
     while let Some(part) = parts.next().await {
-        match part.map_err(ClientError::Status)?.part {
+        match part.map_err(call_failed)?.part {
             Some(pb::tree_part::Part::Entry(got)) => {
                 if let Some(f) = open.take() {
                     f.finish().map_err(tree_err)?;
@@ -590,17 +658,14 @@ pub fn health_blocking(
             .timeout(timeout)
             .connect()
             .await
-            .map_err(|source| ClientError::Connect {
-                uri: server.to_owned(),
-                source,
-            })?;
+            .map_err(|source| connect_failed(server, source))?;
         let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
         let answer = health
             .check(tonic_health::pb::HealthCheckRequest {
                 service: service.to_owned(),
             })
             .await
-            .map_err(ClientError::Status)?;
+            .map_err(call_failed)?;
         Ok(ServingStatus::try_from(answer.into_inner().status).unwrap_or(ServingStatus::Unknown))
     })
 }

@@ -18,11 +18,12 @@
 //! the rewritten bytes waiting for the server ([`MAX_PENDING`]). Because every block is re-encoded as literals (no HPACK dynamic
 //! table), the server's decoder state never depends on the client's.
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, ReadBuf};
 
 /// The HTTP/2 client connection preface (RFC 9113 §3.4), passed through unread.
 const PREFACE_LEN: usize = 24;
@@ -74,14 +75,15 @@ struct Block {
 pub struct FixAuthority<S> {
     inner: S,
     state: State,
-    /// Bytes read from the client: `input[start..end]` are not yet passed on. Its length is
-    /// its capacity, initialised once (reads go into `input[end..]` with no zeroing per read);
-    /// it grows only for a header frame larger than it.
+    /// Bytes read from the client: `input[start..]` are not yet passed on. Reads go into its
+    /// spare capacity (READ_CHUNK, more only for a header frame larger than that), unzeroed.
+    /// Given back whenever everything read was passed on and the client has sent nothing more:
+    /// an idle connection holds no buffer. Held, with `output`'s, it made an idle connection
+    /// 93 KB of the broker's memory against 24 KB over TCP (26 KB given back while idle).
     input: Vec<u8>,
     start: usize,
-    end: usize,
     /// Rewritten header frames (and the frame headers before pass-through payloads), sent
-    /// before anything after them.
+    /// before anything after them; given back with `input`.
     output: Vec<u8>,
     sent: usize,
     block: Option<Block>,
@@ -99,10 +101,9 @@ impl<S> FixAuthority<S> {
         Self {
             inner,
             state: State::Preface { left: PREFACE_LEN },
-            input: vec![0; READ_CHUNK],
+            input: Vec::new(),
             start: 0,
-            end: 0,
-            output: Vec::with_capacity(READ_CHUNK),
+            output: Vec::new(),
             sent: 0,
             block: None,
             decoder,
@@ -116,9 +117,14 @@ impl<S> FixAuthority<S> {
     /// non-header frame's payload), which `poll_read` copies straight to its caller, and when
     /// the buffered bytes end mid-frame. Returns whether it consumed anything.
     fn process(&mut self) -> io::Result<bool> {
+        if self.output.capacity() == 0 {
+            // Given back while idle: taken again at its working size, so that it grows as it
+            // always did (to twice that at most: MAX_PENDING, then one block).
+            self.output.reserve_exact(READ_CHUNK);
+        }
         let mut progressed = false;
         loop {
-            let avail = &self.input[self.start..self.end];
+            let avail = &self.input[self.start..];
             match self.state {
                 State::Preface { left } | State::Payload { left } if left > 0 => {
                     return Ok(progressed);
@@ -332,9 +338,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for FixAuthority<S> {
             // from the input straight to the caller; nothing in them is looked at.
             if let State::Preface { left } | State::Payload { left } = &mut this.state
                 && *left > 0
-                && this.start < this.end
+                && this.start < this.input.len()
             {
-                let n = (*left).min(this.end - this.start).min(buf.remaining());
+                let n = (*left)
+                    .min(this.input.len() - this.start)
+                    .min(buf.remaining());
                 buf.put_slice(&this.input[this.start..this.start + n]);
                 this.start += n;
                 *left -= n;
@@ -355,29 +363,35 @@ impl<S: AsyncRead + Unpin> AsyncRead for FixAuthority<S> {
             }
             if this.eof {
                 // A truncated frame at the end is the server's to report; pass it on as is.
-                if this.start == this.end {
+                if this.start == this.input.len() {
                     return Poll::Ready(Ok(()));
                 }
-                this.output
-                    .extend_from_slice(&this.input[this.start..this.end]);
-                this.start = this.end;
+                this.output.extend_from_slice(&this.input[this.start..]);
+                this.start = this.input.len();
                 continue;
             }
             if this.start > 0 {
-                this.input.copy_within(this.start..this.end, 0);
-                this.end -= this.start;
+                this.input.drain(..this.start);
                 this.start = 0;
             }
-            if this.end == this.input.len() {
-                // A header frame larger than the buffer (bounded: `process` refuses frames
-                // over MAX_BLOCK before the buffer could grow past twice that).
-                this.input.resize(this.input.len() * 2, 0);
+            if this.input.len() == this.input.capacity() {
+                // Given back while idle, or full with a header frame larger than the buffer
+                // (bounded: `process` refuses frames over MAX_BLOCK before the buffer could
+                // grow past twice that).
+                this.input
+                    .reserve_exact(this.input.capacity().max(READ_CHUNK));
             }
-            let mut rb = ReadBuf::new(&mut this.input[this.end..]);
-            ready!(Pin::new(&mut this.inner).poll_read(cx, &mut rb))?;
-            let got = rb.filled().len();
-            this.end += got;
-            if got == 0 {
+            let read = std::pin::pin!(this.inner.read_buf(&mut this.input)).poll(cx);
+            let Poll::Ready(got) = read else {
+                // Everything read was passed on and the client sends nothing now: hold no
+                // buffers while it is quiet (idle connections are the many).
+                if this.input.is_empty() && this.output.is_empty() {
+                    this.input = Vec::new();
+                    this.output = Vec::new();
+                }
+                return Poll::Pending;
+            };
+            if got? == 0 {
                 this.eof = true;
             }
         }
@@ -427,7 +441,7 @@ impl<S: tonic::transport::server::Connected> tonic::transport::server::Connected
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::io::AsyncWriteExt as _;
 
     fn preface() -> Vec<u8> {
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec()

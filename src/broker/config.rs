@@ -131,8 +131,8 @@ impl Default for Settings {
     }
 }
 
-/// Connections open at once by default. An idle connection costs the broker about 90 KB over
-/// the Unix socket (22 KB over TCP), so 1024 hold under 100 MB; a client channel is one
+/// Connections open at once by default. An idle connection costs the broker about 26 KB over
+/// the Unix socket (24 KB over TCP), so 1024 hold under 30 MB; a client channel is one
 /// connection, so a sidecar serves that many installer processes at once before it refuses
 /// one; and they fit with the broker's other descriptors (children's pipes, tree files) in
 /// the `LimitNOFILE=4096` of deploy/skillbox.service.

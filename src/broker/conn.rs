@@ -20,7 +20,7 @@
 //! unread streams hold stays under about 250 KB times that bound whatever the number of
 //! connections; measured: 64 connections of 16 such streams took the broker from 45 MB to
 //! 198 MB), and the connections open at once (`--max-connections`: an idle connection costs
-//! about 90 KB over the Unix socket, 22 KB over TCP). A connection past that bound is accepted
+//! about 26 KB over the Unix socket, 24 KB over TCP). A connection past that bound is accepted
 //! and closed at once, so its client fails now instead of waiting in the listen backlog.
 
 use std::io;

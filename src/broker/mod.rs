@@ -9,11 +9,11 @@
 
 mod admission;
 mod authority;
+mod body;
 pub mod config;
 mod conn;
 
 mod error;
-mod hangup;
 mod job;
 mod listen;
 mod metrics;
@@ -236,13 +236,10 @@ pub async fn serve(
             unix: matches!(config.listen, config::Listen::Unix { .. }),
             metrics: Arc::clone(&metrics),
         }))
-        .add_service(partial::Budgeted::new(health_service, budget))
-        .add_service(partial::Budgeted::new(reflection_v1, budget))
-        .add_service(partial::Budgeted::new(reflection_v1alpha, budget))
-        .add_service(partial::Budgeted::new(
-            hangup::HangupAware(skillbox),
-            budget,
-        ));
+        .add_service(body::Guarded::budgeted(health_service, budget))
+        .add_service(body::Guarded::budgeted(reflection_v1, budget))
+        .add_service(body::Guarded::budgeted(reflection_v1alpha, budget))
+        .add_service(body::Guarded::skillbox(skillbox, budget));
 
     // Draining starts when `shutdown` resolves; the grace timer starts then too.
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);

@@ -7,25 +7,19 @@
 //! every connection. Measured: 8 connections each sending 80 `Release` messages 300 KB of their
 //! declared 1 MiB took the broker from 33 MB to 229 MB, until the connections closed.
 //!
-//! [`Budgeted`] wraps a service so that the bytes of each call's unfinished message are counted
-//! in one broker-wide budget (`--max-partial-request-bytes`), from the frame that brings them
+//! Each call's request body ([`super::body::Guarded`]) counts the bytes of its unfinished
+//! message ([`Unfinished`]) in one broker-wide budget (`--max-partial-request-bytes`), from the frame that brings them
 //! until the message is complete or the call ends; a frame that would pass the budget fails its
 //! call with RESOURCE_EXHAUSTED and its bytes go. Only what stays unfinished after a frame is
 //! counted, so a message that arrives whole in its frame (every request of this contract but an
 //! upload chunk, health probes included) is never refused, however full the budget is.
-//! Uploads (`Extract`, `ExtractWithTree`) are not wrapped: their bytes are read only by an
+//! Uploads (`Extract`, `ExtractWithTree`) are not counted: their bytes are read only by an
 //! admitted request ([`super::admission`]) and counted against `--max-inflight-bytes`.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
 
-use http_body::{Frame, SizeHint};
 use tonic::Status;
-use tonic::body::Body;
-use tonic::codegen::{Bytes, Service, http};
-use tonic::server::NamedService;
 
 /// Why a call was refused: request messages begun and not finished hold the whole budget.
 pub const TOO_MANY_PARTIAL: &str = "request message bytes begun and not finished across all connections (--max-partial-request-bytes); send each message whole";
@@ -59,57 +53,6 @@ impl Budget {
 
     fn give(&self, n: u64) {
         self.held.fetch_sub(n, Ordering::AcqRel);
-    }
-}
-
-/// A service whose request bodies count their unfinished message in a [`Budget`]; the
-/// upload methods of the Skillbox service pass through.
-#[derive(Clone)]
-pub struct Budgeted<S> {
-    inner: S,
-    budget: Arc<Budget>,
-}
-
-impl<S> Budgeted<S> {
-    pub fn new(inner: S, budget: &Arc<Budget>) -> Self {
-        Self {
-            inner,
-            budget: Arc::clone(budget),
-        }
-    }
-}
-
-impl<S: NamedService> NamedService for Budgeted<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-/// The methods whose request messages are uploads, read only once admitted.
-fn is_upload(path: &str) -> bool {
-    matches!(
-        path,
-        "/skillbox.v1.Skillbox/Extract" | "/skillbox.v1.Skillbox/ExtractWithTree"
-    )
-}
-
-impl<S> Service<http::Request<Body>> for Budgeted<S>
-where
-    S: Service<http::Request<Body>>,
-{
-    type Response = S::Response;
-    type Error = S::Error;
-    type Future = S::Future;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        if is_upload(req.uri().path()) {
-            return self.inner.call(req);
-        }
-        let budget = Arc::clone(&self.budget);
-        self.inner
-            .call(req.map(|body| Body::new(Counted::new(body, budget))))
     }
 }
 
@@ -157,19 +100,18 @@ impl Framing {
     }
 }
 
-/// A request body whose unfinished message is held in the budget.
-struct Counted {
-    body: Body,
+/// What one request body holds in the budget: its framing, and the bytes of its unfinished
+/// message counted so far. Given back when dropped (the call ended, however).
+pub struct Unfinished {
     budget: Arc<Budget>,
     framing: Framing,
     /// What this body holds in the budget: `framing.unfinished` after the last frame.
     held: u64,
 }
 
-impl Counted {
-    fn new(body: Body, budget: Arc<Budget>) -> Self {
+impl Unfinished {
+    pub fn new(budget: Arc<Budget>) -> Self {
         Self {
-            body,
             budget,
             framing: Framing::default(),
             held: 0,
@@ -177,7 +119,7 @@ impl Counted {
     }
 
     /// Count what `data` leaves unfinished, or refuse it when the budget cannot hold it.
-    fn account(&mut self, data: &[u8]) -> Result<(), Status> {
+    pub fn account(&mut self, data: &[u8]) -> Result<(), Status> {
         self.framing.feed(data);
         let now = self.framing.unfinished;
         if now > self.held {
@@ -192,38 +134,9 @@ impl Counted {
     }
 }
 
-impl Drop for Counted {
+impl Drop for Unfinished {
     fn drop(&mut self) {
         self.budget.give(self.held);
-    }
-}
-
-impl http_body::Body for Counted {
-    type Data = Bytes;
-    type Error = Status;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-            && let Err(refused) = this.account(data)
-        {
-            // The frame is dropped here, and the call fails with the refusal.
-            return Poll::Ready(Some(Err(refused)));
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 
@@ -256,16 +169,16 @@ mod tests {
     #[test]
     fn a_body_holds_its_unfinished_bytes_until_done_or_dropped() {
         let budget = Arc::new(Budget::new(100));
-        let mut a = Counted::new(Body::empty(), Arc::clone(&budget));
+        let mut a = Unfinished::new(Arc::clone(&budget));
         let big = message(200);
         a.account(&big[..60]).expect("fits");
         assert_eq!(budget.held(), 60);
-        let mut b = Counted::new(Body::empty(), Arc::clone(&budget));
+        let mut b = Unfinished::new(Arc::clone(&budget));
         assert!(b.account(&big[..41]).is_err(), "past the budget");
         drop(b);
         assert_eq!(budget.held(), 60, "a refused frame holds nothing");
         // A whole message needs no room, however full the budget.
-        let mut c = Counted::new(Body::empty(), Arc::clone(&budget));
+        let mut c = Unfinished::new(Arc::clone(&budget));
         c.account(&message(1000)).expect("whole");
         a.account(&big[60..]).expect("finished");
         assert_eq!(budget.held(), 0);

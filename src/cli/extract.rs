@@ -279,6 +279,11 @@ fn remote_failure(server: &str, e: skillbox::client::ClientError) -> Failure {
                 "no broker answers at {server}; is `skillbox serve --tcp ...` running there?"
             ))
         }
+        // Accepted and closed unread: the broker's --max-connections are open (or it is
+        // restarting). Said as such, not as an answer the server never gave.
+        ClientError::Unavailable(why) => Failure::operational(format!(
+            "UNAVAILABLE: the broker at {server} closed the connection before answering: it may have --max-connections open, or be restarting; try again later ({why})"
+        )),
         ClientError::Status(status) if e.is_invalid_argument() => {
             let field = status
                 .get_details_bad_request()

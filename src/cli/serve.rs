@@ -154,7 +154,7 @@ pub struct ServeArgs {
     /// eight times --max-tree-streams].
     #[arg(long, env = "SKILLBOX_MAX_OPEN_TREE_STREAMS", value_name = "N")]
     pub max_open_tree_streams: Option<u32>,
-    /// Connections open at once (an idle one costs about 90 KB over the Unix socket); past it
+    /// Connections open at once (an idle one costs about 26 KB); past it
     /// a new connection is closed unread, counted in skillbox_connections_refused_total and
     /// logged at most once a minute.
     #[arg(
