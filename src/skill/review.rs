@@ -2377,9 +2377,52 @@ mod tests {
     /// report is the one a read of every file gives: over indented blocks, `~~~` fences,
     /// backticks across lines, CRLF, `<pre>`, a file past the kept bytes, signs across the
     /// pieces the hashing thread is fed, invalid UTF-8, a NUL, UTF-16, a shebang, a licence.
+    /// `files` (path, bytes, mode) written into a tar by the `tar` crate and extracted by the
+    /// engine, as the confined child does, into a staging directory in a fresh temporary
+    /// directory (returned, so it lives as long as the caller needs the tree); the package
+    /// must be accepted.
+    fn staged_tar<'f>(
+        files: impl IntoIterator<Item = (&'f str, &'f [u8], u32)>,
+    ) -> (
+        tempfile::TempDir,
+        std::fs::File,
+        crate::extract::inventory::Extraction,
+        Captured,
+    ) {
+        use crate::extract::{ArtifactType, Request, extract_capturing, policy::Limits};
+        use std::os::fd::AsFd;
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, data, mode) in files {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_mode(mode);
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_cksum();
+            tar.append_data(&mut h, path, data)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let bytes = tar.into_inner().unwrap_or_else(|e| panic!("{e}"));
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let art = dir.path().join("a.tar");
+        std::fs::write(&art, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
+        let staging = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
+        let artifact = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
+        let req = Request::new(ArtifactType::Archive, Limits::default());
+        let (x, kept) =
+            extract_capturing(&artifact, staging.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            x.verdict,
+            crate::reason::Verdict::Accepted,
+            "{:?}",
+            x.reason
+        );
+        (dir, staging, x, kept)
+    }
+
     #[test]
     fn a_markdown_file_noted_to_hold_no_code_is_not_read() {
-        use crate::extract::{ArtifactType, Request, extract_capturing, policy::Limits};
         use std::os::fd::AsFd;
 
         const PIECE: usize = 4099;
@@ -2536,33 +2579,8 @@ mod tests {
         )];
         files.extend(docs.iter().map(|(p, d, _)| ((*p).to_owned(), d.clone())));
         files.extend((1..=16).map(|k| (format!("tools/t{k}.dat"), b"print(1)\n".to_vec())));
-        let mut tar = tar::Builder::new(Vec::new());
-        for (path, data) in &files {
-            let mut h = tar::Header::new_ustar();
-            h.set_size(data.len() as u64);
-            h.set_mode(0o644);
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_cksum();
-            tar.append_data(&mut h, path, &data[..])
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        let bytes = tar.into_inner().unwrap_or_else(|e| panic!("{e}"));
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let art = dir.path().join("a.tar");
-        std::fs::write(&art, &bytes).unwrap_or_else(|e| panic!("{e}"));
-        let out = dir.path().join("out");
-        std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
-        let staging = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
-        let artifact = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
-        let req = Request::new(ArtifactType::Archive, Limits::default());
-        let (x, _) =
-            extract_capturing(&artifact, staging.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            x.verdict,
-            crate::reason::Verdict::Accepted,
-            "{:?}",
-            x.reason
-        );
+        let (dir, staging, x, _) =
+            staged_tar(files.iter().map(|(p, d)| (p.as_str(), &d[..], 0o644)));
         // As the confined child leaves a package past the kept bytes: each file's head, and the
         // hashing thread's scan of its first FILE_BYTES, fed in pieces.
         let scan_of = |data: &[u8]| {
@@ -2678,7 +2696,6 @@ mod tests {
     /// default bounds and with bounds that cut files and the package short.
     #[test]
     fn kept_bytes_and_the_staged_tree_give_the_same_report() {
-        use crate::extract::{ArtifactType, Request, extract_capturing, policy::Limits};
         use std::os::fd::AsFd;
 
         let mut big = b"# big\n\nSee https://docs.pdfhost.net/a for more.\n".to_vec();
@@ -2716,33 +2733,8 @@ mod tests {
             ("references/many.md", b"see https://a.pdfhost.net/x\n".repeat(2000), 0o644),
             ("scripts/long", [&b"#!/usr/bin/env "[..], &b" ".repeat(HEAD + 10), b"python3\nprint(1)\n"].concat(), 0o755),
         ];
-        let mut tar = tar::Builder::new(Vec::new());
-        for (path, data, mode) in &files {
-            let mut h = tar::Header::new_ustar();
-            h.set_size(data.len() as u64);
-            h.set_mode(*mode);
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_cksum();
-            tar.append_data(&mut h, path, &data[..])
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        let bytes = tar.into_inner().unwrap_or_else(|e| panic!("{e}"));
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let art = dir.path().join("a.tar");
-        std::fs::write(&art, &bytes).unwrap_or_else(|e| panic!("{e}"));
-        let out = dir.path().join("out");
-        std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
-        let staging = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
-        let artifact = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
-        let req = Request::new(ArtifactType::Archive, Limits::default());
-        let (x, mut kept) =
-            extract_capturing(&artifact, staging.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            x.verdict,
-            crate::reason::Verdict::Accepted,
-            "{:?}",
-            x.reason
-        );
+        let (_dir, staging, x, mut kept) =
+            staged_tar(files.iter().map(|(p, d, m)| (*p, &d[..], *m)));
         assert!(kept.get("SKILL.md").is_some() && kept.get("references/r.md").is_some());
         let listed = IndexFacts::default();
         let bounds = [
