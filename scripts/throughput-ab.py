@@ -18,6 +18,7 @@ old, new = fresh_copies(sys.argv[4:6])
 arts = sys.argv[6:]
 bins = [old, new]
 digs = {a: hashlib.sha256(open(a, 'rb').read()).hexdigest() for a in arts}
+os.makedirs(outb, exist_ok=True)
 out = os.path.join(outb, f'ab-out-{os.getpid()}')
 
 def cli(b, a):
@@ -30,8 +31,8 @@ def run(cmds):
         if c == 'mkdir':
             os.mkdir(out)
             continue
-        p = subprocess.run(c, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        assert p.returncode == 0, (c, p.returncode)
+        p = subprocess.run(c, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert p.returncode == 0, (c, p.returncode, p.stderr.decode(errors='replace')[-2000:])
     return (time.perf_counter() - t) * 1000
 
 def peer(a):
