@@ -938,9 +938,14 @@ fn base_version(
 ) -> Result<Option<Version>, Error> {
     store.records.read(|tx| {
         for (a, _) in agents {
+            // Security: only an approved version is a base. An agent can stay recorded on a
+            // withdrawn one (an entry its withdrawal could not move); a diff against it would
+            // call a new version carrying the withdrawn capabilities `content_only`, and the
+            // policy's `updates.content_only` would approve what a person withdrew.
             if let Some(d) = tx.install(a, skill)?
                 && let Some(v) = tx.version(&d)?
                 && v.stored
+                && v.state == State::Approved
             {
                 return Ok(Some(v));
             }

@@ -2553,3 +2553,44 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
     expect_code(&w.run(&["status"]), 0);
     assert_eq!(holders(&w), Vec::<String>::new());
 }
+
+/// v3 (a script that reports to a host) is approved by a person, then withdrawn; alpha's entry
+/// cannot move (its directory refuses writes), so the records keep alpha on v3, while beta goes
+/// back to v1. v4 is v3 with another guide. The update must not be decided against the
+/// withdrawn v3 (a `content_only` change from it, which the default policy approves): it is
+/// compared with v1, the approved version, and waits for a person; beta stays on v1.
+#[test]
+fn a_withdrawn_version_is_never_the_base_an_update_is_approved_against() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v3 = w.publish("demo", &package(3));
+    expect_code(&w.run(&["update"]), 6);
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v3}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("beta").as_deref(), Some(v3.as_str()));
+    let frozen = freeze(&w.agent_dir("alpha"));
+    let o = w.run(&["withdraw", &format!("demo@{v3}"), "--reason", "exfiltrates"]);
+    expect_code(&o, 1);
+    assert_eq!(w.active("alpha").as_deref(), Some(v3.as_str()), "stuck");
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()), "moved back");
+
+    // The withdrawn script again, under a new digest: a person must decide.
+    let v4 = w.publish("demo", &package(4));
+    let o = w.run(&["update", "--json"]);
+    let j = json_of(&o);
+    let u = &j["updates"][0];
+    assert_eq!(u["digest"], v4.as_str(), "{j}");
+    assert_eq!(u["change"], "needs_review", "compared with v1: {j}");
+    assert_eq!(u["decision"]["decision"], "needs_approval", "{j}");
+    expect_code(&o, 6);
+    assert_eq!(state_of(&w, &v4), "pending");
+    assert_eq!(
+        w.active("beta").as_deref(),
+        Some(v1.as_str()),
+        "beta got the withdrawn script back without a person"
+    );
+    drop(frozen);
+}
