@@ -2594,3 +2594,30 @@ fn a_withdrawn_version_is_never_the_base_an_update_is_approved_against() {
     );
     drop(frozen);
 }
+
+/// `provenance` says who withdrew a version, not who approved it: v1 was approved by the
+/// policy and withdrawn by bob, and the text said "withdrawn by policy".
+#[test]
+fn provenance_names_who_withdrew_a_version() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let r1 = format!("demo@{v1}");
+    expect_code(
+        &w.run(&["withdraw", &r1, "--reason", "bad", "--by", "bob"]),
+        0,
+    );
+    let o = w.run(&["provenance", &r1]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("decision:"))
+        .unwrap_or_else(|| panic!("no decision line: {text}"));
+    assert!(line.contains("withdrawn by person:bob"), "{line}");
+    assert!(!line.contains("withdrawn by policy"), "{line}");
+    assert!(
+        line.contains("by policy"),
+        "the approval is still named: {line}"
+    );
+}
