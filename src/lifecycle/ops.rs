@@ -1831,7 +1831,18 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
             })
             .collect();
         let intents = tx.intents()?;
-        let outstanding = outstanding_links(&intents);
+        // Every host's: a switch off a withdrawn version that another host recorded and has
+        // not made yet (killed, or its directory refused) leaves that host's link on the
+        // withdrawn tree while the installs already say it moved.
+        let outstanding: Vec<(String, String, String, String)> = tx
+            .fleet_intents()?
+            .into_iter()
+            .flat_map(|(h, i)| {
+                outstanding_links(std::slice::from_ref(&i))
+                    .into_iter()
+                    .map(move |(skill, agent, from)| (h.clone(), skill, agent, from))
+            })
+            .collect();
         Ok((
             Status {
                 store: root,
@@ -1865,7 +1876,7 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
             .map(|(_, d)| (versions_root.join(store::hex_of(d)).join("tree"), d.clone()))
             .collect()
     };
-    let mut found: Vec<(String, String)> = Vec::new(); // (skill@digest, agent)
+    let mut found: Vec<(String, String, String)> = Vec::new(); // (host, skill@digest, agent)
     let mut skills: Vec<&str> = withdrawn.iter().map(|(s, _)| s.as_str()).collect();
     skills.dedup();
     for skill in skills {
@@ -1874,29 +1885,23 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
             if let Ok(t) = std::fs::read_link(journal::link_path(dir, skill))
                 && let Some((_, d)) = trees.iter().find(|(tree, _)| *tree == t)
             {
-                found.push((format!("{skill}@{d}"), agent.clone()));
+                found.push((host.clone(), format!("{skill}@{d}"), agent.clone()));
             }
         }
     }
-    for (skill, agent, from) in outstanding {
+    for (on, skill, agent, from) in outstanding {
         if withdrawn.iter().any(|(s, d)| *s == skill && *d == from) {
-            found.push((format!("{skill}@{from}"), agent));
+            found.push((on, format!("{skill}@{from}"), agent));
         }
     }
-    for (version, agent) in found {
+    for (on, version, agent) in found {
         if let Some(w) = status
             .withdrawn_in_use
             .iter_mut()
             .find(|w| w.version == version)
-            && !w
-                .still_on
-                .iter()
-                .any(|h| h.host == host && h.agent == agent)
+            && !w.still_on.iter().any(|h| h.host == on && h.agent == agent)
         {
-            w.still_on.push(HostAgent {
-                host: host.clone(),
-                agent,
-            });
+            w.still_on.push(HostAgent { host: on, agent });
             w.still_on
                 .sort_by(|a, b| (&a.host, &a.agent).cmp(&(&b.host, &b.agent)));
         }
@@ -1904,8 +1909,8 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
     Ok(status)
 }
 
-/// The switches this host's unfinished `links` intents still have to make: (skill, agent, the
-/// version its link leaves).
+/// The switches unfinished `links` intents still have to make: (skill, agent, the version its
+/// link leaves).
 fn outstanding_links(intents: &[super::records::Intent]) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     for row in intents {

@@ -2074,3 +2074,49 @@ fn a_repair_never_switches_an_agent_onto_a_version_withdrawn_meanwhile() {
     assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
     b.verify_ok();
 }
+
+/// A's withdrawal is killed after it recorded A's move and before A's link moved; B has synced.
+/// `status` on B must not call the version contained: A's agent still runs it until A's next
+/// command finishes the switch (A's unfinished intent is in the shared records).
+#[test]
+fn status_on_another_host_counts_a_switch_a_killed_host_has_not_made() {
+    let pg = server();
+    let url = pg.database("unfinished_elsewhere");
+    let f = Fleet::new(url, &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v1ref = format!("demo@{v1}");
+    let mut c = a.command(&["withdraw", &v1ref, "--reason", "found bad"]);
+    c.env("SKILLBOX_TEST_CRASH_AT", "withdraw:recorded");
+    let o = a.keep(c.output().unwrap_or_else(|e| panic!("spawn: {e}")));
+    assert_eq!(o.status.signal(), Some(9), "{}", explain(&o));
+    assert_eq!(
+        a.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "A's link did not move"
+    );
+    expect_code(&b.run(&["sync"]), 0);
+    assert_eq!(b.active("alpha"), None);
+
+    let s = json_of(&b.run(&["status", "--json"]));
+    assert_eq!(s["withdrawn_in_use"][0]["version"], v1ref.as_str(), "{s}");
+    assert_eq!(
+        host_agents(&s["withdrawn_in_use"][0]["still_on"]),
+        pairs(&[("host-a", "alpha")]),
+        "{s}"
+    );
+    let text = String::from_utf8_lossy(&b.run(&["status"]).stdout).into_owned();
+    assert!(text.contains("STILL ON host-a: alpha"), "{text}");
+
+    // A's next command finishes its switch; then it is contained, as B sees it.
+    a.verify_ok();
+    assert_eq!(a.active("alpha"), None);
+    let s = json_of(&b.run(&["status", "--json"]));
+    assert_eq!(
+        s["withdrawn_in_use"][0]["still_on"],
+        serde_json::json!([]),
+        "{s}"
+    );
+}
