@@ -1613,12 +1613,13 @@ fn unmovable(store: &Store, v: &Version, c: &LinkChange) -> Result<Option<String
         ),
         // A directory refused as given (reached through a link another user could change)
         // needs its real directory recorded; anything else is an I/O problem to fix.
+        // Removing the entry by hand does not help: the directory is never looked into
+        // through such a link, so skillbox cannot see that the entry is gone.
         Err(e) if e.kind == Kind::Usage => (
             format!("cannot be used ({e})"),
             format!(
-                "make {} reachable without a link another user could change, or remove {} by hand",
-                c.dir,
-                link.display()
+                "make {} reachable without a link another user could change (until then skillbox does not look into it, so removing the entry by hand does not clear this)",
+                c.dir
             ),
         ),
         Err(e) => (

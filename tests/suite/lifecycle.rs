@@ -2621,3 +2621,54 @@ fn provenance_names_who_withdrew_a_version() {
         "the approval is still named: {line}"
     );
 }
+
+/// An agent directory reached through a link others could swap is never looked into, so a
+/// withdrawal cannot move that agent. The problem line must name what clears it: it said
+/// "or remove <entry> by hand, then run `skillbox sync`", and after doing exactly that sync
+/// still failed the same way, the agent still listed as running the withdrawn version.
+#[test]
+fn a_withdrawal_problem_names_a_fix_that_clears_it() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let agents = w.tmp.path().join("agents");
+    std::fs::create_dir_all(agents.join("shared")).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::os::unix::fs::symlink("shared", agents.join("alpha"))
+        .unwrap_or_else(|e| panic!("symlink: {e}"));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    // Now anyone could replace the link: skillbox no longer follows it.
+    std::fs::set_permissions(&agents, std::fs::Permissions::from_mode(0o777))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    let o = w.run(&[
+        "withdraw",
+        &format!("demo@{v1}"),
+        "--reason",
+        "bad",
+        "--json",
+    ]);
+    expect_code(&o, 1);
+    assert_eq!(w.active("beta"), None, "beta moved");
+    assert_eq!(still_on(&w, &v1), ["alpha"]);
+    let problem = json_of(&o)["problems"].to_string();
+    assert!(problem.contains("agent alpha"), "{problem}");
+    // Whatever the line says to do, removing the entry by hand is not enough.
+    std::fs::remove_file(agents.join("shared/demo")).unwrap_or_else(|e| panic!("rm: {e}"));
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 1);
+    assert_eq!(still_on(&w, &v1), ["alpha"]);
+    for text in [problem, json_of(&o)["problems"].to_string()] {
+        assert!(
+            !text.contains("by hand, then"),
+            "advises a step that does not clear it: {text}"
+        );
+        assert!(
+            text.contains("reachable without a link another user could change"),
+            "{text}"
+        );
+    }
+    // What it names does clear it.
+    std::fs::set_permissions(&agents, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    assert!(still_on(&w, &v1).is_empty());
+    w.verify_ok();
+}
