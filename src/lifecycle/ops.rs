@@ -1688,6 +1688,51 @@ fn apply_withdrawals(store: &mut Store) -> Result<(Vec<MoveReport>, Vec<String>)
     Ok((moved, problems))
 }
 
+/// Record again every agent of this host whose link runs a withdrawn version the records do
+/// not put it on, so the moves that follow take it off: the records said it moved while its
+/// directory was out of the command's sight (a private /tmp, a home not mounted then, a skills
+/// directory restored from a backup), and `status` shows it still on the version. Only a link
+/// into this store to a stored withdrawn version of that skill is taken (the links skillbox
+/// makes), looked at as `verify` does; anything else is `verify`'s to report.
+fn found_on_withdrawn(store: &mut Store, actor: &str) -> Result<(), Error> {
+    let (withdrawn, agents, installs) = store.records.read(|tx| {
+        let w: Vec<(String, String)> = tx
+            .version_list()?
+            .into_iter()
+            .filter(|v| v.state == State::Withdrawn && v.stored)
+            .map(|v| (v.skill, v.digest))
+            .collect();
+        Ok((w, tx.agents()?, tx.installs()?))
+    })?;
+    let time = now();
+    for (skill, digest) in &withdrawn {
+        let tree = store.tree(digest);
+        for (agent, dir) in &agents {
+            if !Path::new(dir).is_absolute()
+                || installs
+                    .iter()
+                    .any(|i| i.agent == *agent && i.skill == *skill && i.digest == *digest)
+            {
+                continue;
+            }
+            let link = journal::link_path(dir, skill);
+            if !matches!(agents::inspect(&link), Ok(agents::Entry::Link(t)) if t == tree)
+                || !tree.is_dir()
+            {
+                continue;
+            }
+            let detail = format!(
+                "agent {agent}: its link points at this withdrawn version but the records had it elsewhere; recorded by sync"
+            );
+            store.records.write(|tx| {
+                tx.set_install(agent, skill, Some(digest))?;
+                tx.event(&time, skill, Some(digest), "link_found", actor, &detail)
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// What every command that changes state does first: finish or undo what an interrupted
 /// command left, then move this host's agents off versions the fleet withdrew.
 fn prepare(store: &mut Store) -> Result<Vec<String>, Error> {
@@ -1711,6 +1756,10 @@ fn prepare(store: &mut Store) -> Result<Vec<String>, Error> {
 /// `sync`: apply the fleet's decisions to this host (see [`apply_withdrawals`]) and note when.
 pub fn sync(store: &mut Store) -> Result<SyncReport, Error> {
     let recovered = journal::recover(store)?;
+    // What `status` counts as still on a withdrawn version, sync moves: the periodic run
+    // converges without a person running `verify` first.
+    let host = store.records.host().to_owned();
+    found_on_withdrawn(store, &format!("skillbox:sync@{host}"))?;
     let (moved, problems) = apply_withdrawals(store)?;
     let time = now();
     store.records.write(|tx| tx.set_last_sync(&time))?;

@@ -2672,3 +2672,40 @@ fn a_withdrawal_problem_names_a_fix_that_clears_it() {
     assert!(still_on(&w, &v1).is_empty());
     w.verify_ok();
 }
+
+/// `status` counts an agent whose link runs a withdrawn version although the records moved it
+/// (its directory was out of sight when the move was recorded: a private /tmp, a home not
+/// mounted; or a skills directory restored from a backup). `sync`, the command the runbook and
+/// the timer run, must move it: it said "0 agent(s) moved" and exit 0 while status went on
+/// listing it, until a person ran `verify`.
+#[test]
+fn sync_moves_an_agent_whose_link_runs_a_withdrawn_version_the_records_lost() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "gamma"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.run(&["update"]), 0);
+    let link = w.agent_dir("gamma").join("demo");
+    let backup = std::fs::read_link(&link).unwrap_or_else(|e| panic!("readlink: {e}"));
+    expect_code(
+        &w.run(&["withdraw", &format!("demo@{v2}"), "--reason", "bad"]),
+        0,
+    );
+    assert_eq!(w.active("gamma").as_deref(), Some(v1.as_str()));
+    // The link to v2 comes back (the records still say v1).
+    std::fs::remove_file(&link).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::os::unix::fs::symlink(&backup, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    assert_eq!(still_on(&w, &v2), ["gamma"]);
+
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("gamma").as_deref(),
+        Some(v1.as_str()),
+        "sync left gamma on the withdrawn version: {}",
+        explain(&o)
+    );
+    assert!(still_on(&w, &v2).is_empty());
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
