@@ -2709,3 +2709,63 @@ fn sync_moves_an_agent_whose_link_runs_a_withdrawn_version_the_records_lost() {
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
     w.verify_ok();
 }
+
+/// A command that has to wait for the store lock (another command is changing the store) says
+/// so at once on stderr, then runs when the lock is free. A withdrawal typed during an incident
+/// sat silent for as long as the other command ran.
+#[test]
+fn a_command_waiting_for_the_store_lock_says_so() {
+    use std::io::BufRead;
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let lock = std::fs::File::options()
+        .write(true)
+        .open(w.store().join("lock"))
+        .unwrap_or_else(|e| panic!("open the lock: {e}"));
+    let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("flock: {e}"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(["withdraw", &format!("demo@{v1}"), "--reason", "bad"])
+        .arg("--store")
+        .arg(w.store())
+        .env("HOME", w.tmp.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("SKILLBOX_STORE")
+        .env_remove("SKILLBOX_TEST_CRASH_AT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let stderr = child.stderr.take().unwrap_or_else(|| panic!("no stderr"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    // A deadline for a line that never comes (the command blocks without a word), not a
+    // measure of speed.
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .unwrap_or_else(|e| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nothing said while waiting for the store lock: {e}")
+        });
+    assert!(
+        line.contains("waiting for the store lock")
+            && line.contains(&w.store().display().to_string()),
+        "{line}"
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "it waits");
+    drop(held);
+    let o = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(o.status.success(), "{}", explain(&o));
+    assert_eq!(w.active("alpha"), None, "withdrawn once the lock was free");
+}
