@@ -1556,13 +1556,7 @@ fn move_off(
     };
     let still_on = store
         .records
-        .read(|tx| tx.fleet_installs_using(&v.digest))?
-        .into_iter()
-        .map(|i| HostAgent {
-            host: i.host,
-            agent: i.agent,
-        })
-        .collect();
+        .read(|tx| fleet_users(tx, &v.skill, &v.digest))?;
     Ok(MoveReport {
         skill: v.skill.clone(),
         digest: Some(v.digest.clone()),
@@ -1884,15 +1878,7 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
         // Every host's: a switch off a withdrawn version that another host recorded and has
         // not made yet (killed, or its directory refused) leaves that host's link on the
         // withdrawn tree while the installs already say it moved.
-        let outstanding: Vec<(String, String, String, String)> = tx
-            .fleet_intents()?
-            .into_iter()
-            .flat_map(|(h, i)| {
-                outstanding_links(std::slice::from_ref(&i))
-                    .into_iter()
-                    .map(move |(skill, agent, from)| (h.clone(), skill, agent, from))
-            })
-            .collect();
+        let outstanding = fleet_outstanding(tx)?;
         Ok((
             Status {
                 store: root,
@@ -1959,6 +1945,41 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
     Ok(status)
 }
 
+/// Every host's switches still to be made: (host, skill, agent, the version its link leaves).
+fn fleet_outstanding(tx: &Tx<'_>) -> Result<Vec<(String, String, String, String)>, Error> {
+    Ok(tx
+        .fleet_intents()?
+        .into_iter()
+        .flat_map(|(h, i)| {
+            outstanding_links(std::slice::from_ref(&i))
+                .into_iter()
+                .map(move |(skill, agent, from)| (h.clone(), skill, agent, from))
+        })
+        .collect())
+}
+
+/// Every host's agents on `digest`: the installs recorded on it, and the agents whose switch
+/// off it was recorded but not made yet (their host was killed half-way: its link still runs
+/// the version), sorted by host and agent.
+fn fleet_users(tx: &Tx<'_>, skill: &str, digest: &str) -> Result<Vec<HostAgent>, Error> {
+    let mut out: Vec<HostAgent> = tx
+        .fleet_installs_using(digest)?
+        .into_iter()
+        .map(|i| HostAgent {
+            host: i.host,
+            agent: i.agent,
+        })
+        .collect();
+    for (host, s, agent, from) in fleet_outstanding(tx)? {
+        let h = HostAgent { host, agent };
+        if s == skill && from == digest && !out.contains(&h) {
+            out.push(h);
+        }
+    }
+    out.sort_by(|a, b| (&a.host, &a.agent).cmp(&(&b.host, &b.agent)));
+    Ok(out)
+}
+
 /// The switches unfinished `links` intents still have to make: (skill, agent, the version its
 /// link leaves).
 fn outstanding_links(intents: &[super::records::Intent]) -> Vec<(String, String, String)> {
@@ -2019,13 +2040,7 @@ pub fn provenance(
                 .into_iter()
                 .map(|i| i.agent)
                 .collect(),
-            tx.fleet_installs_using(&v.digest)?
-                .into_iter()
-                .map(|i| HostAgent {
-                    host: i.host,
-                    agent: i.agent,
-                })
-                .collect(),
+            fleet_users(tx, &v.skill, &v.digest)?,
             tx.events_of(&v.skill, &v.digest)?,
         ))
     })?;

@@ -2076,8 +2076,8 @@ fn a_repair_never_switches_an_agent_onto_a_version_withdrawn_meanwhile() {
 }
 
 /// A's withdrawal is killed after it recorded A's move and before A's link moved; B has synced.
-/// `status` on B must not call the version contained: A's agent still runs it until A's next
-/// command finishes the switch (A's unfinished intent is in the shared records).
+/// `status` and `provenance` on B must not call the version contained: A's agent still runs it
+/// until A's next command finishes the switch (A's unfinished intent is in the shared records).
 #[test]
 fn status_on_another_host_counts_a_switch_a_killed_host_has_not_made() {
     let pg = server();
@@ -2109,6 +2109,13 @@ fn status_on_another_host_counts_a_switch_a_killed_host_has_not_made() {
     );
     let text = String::from_utf8_lossy(&b.run(&["status"]).stdout).into_owned();
     assert!(text.contains("STILL ON host-a: alpha"), "{text}");
+    // The runbook's last check, provenance, names it too.
+    let p = json_of(&b.run(&["provenance", &v1ref, "--json"]));
+    assert_eq!(
+        host_agents(&p["hosts"]),
+        pairs(&[("host-a", "alpha")]),
+        "{p}"
+    );
 
     // A's next command finishes its switch; then it is contained, as B sees it.
     a.verify_ok();
@@ -2119,4 +2126,6 @@ fn status_on_another_host_counts_a_switch_a_killed_host_has_not_made() {
         serde_json::json!([]),
         "{s}"
     );
+    let p = json_of(&b.run(&["provenance", &v1ref, "--json"]));
+    assert_eq!(p["hosts"], serde_json::json!([]), "{p}");
 }
