@@ -1050,6 +1050,17 @@ fn known(
     let Some(v) = store.records.read(|tx| tx.version(digest))? else {
         return Ok(None);
     };
+    // A withdrawal is of the bytes, under any name: the same artifact listed under another
+    // skill name is the withdrawn version offered again, and says so (exit 9).
+    if v.skill != skill
+        && v.state == State::Withdrawn
+        && let Some(e) = state_error(&v)
+    {
+        return Err(Error::new(
+            e.kind,
+            format!("{}; the index lists it as skill {skill}", e.message),
+        ));
+    }
     if v.skill != skill {
         return Err(Error::new(
             Kind::Rejected,

@@ -2769,3 +2769,39 @@ fn a_command_waiting_for_the_store_lock_says_so() {
     assert!(o.status.success(), "{}", explain(&o));
     assert_eq!(w.active("alpha"), None, "withdrawn once the lock was free");
 }
+
+/// The withdrawn artifact listed again under another skill name is the withdrawn version
+/// offered again: refused as withdrawn (exit 9, the reason shown), as under its own name. It
+/// was exit 3 ("recorded as skill demo, not other"), which a check for re-offered withdrawn
+/// versions would miss.
+#[test]
+fn a_withdrawn_artifact_under_another_name_is_refused_as_withdrawn() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    expect_code(
+        &w.run(&[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ]),
+        0,
+    );
+    let path = format!("/mirror/renamed-{}.tar.gz", &v1[7..19]);
+    w.server.route(&path, ok(&package(1), "application/gzip"));
+    w.publish_entries(&[serde_json::json!({
+        "name": "other", "type": "archive", "description": "A demo skill",
+        "url": path, "digest": v1,
+    })]);
+    let url = w.index_url();
+    let spec = w.agent_arg("beta");
+    let o = w.run(&["install", &url, "other", "--agent", &spec]);
+    expect_code(&o, 9);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("withdrawn") && err.contains("steals tokens") && err.contains("other"),
+        "{err}"
+    );
+    assert!(std::fs::symlink_metadata(w.agent_dir("beta").join("other")).is_err());
+}
