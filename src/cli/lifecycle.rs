@@ -1104,15 +1104,29 @@ fn print_provenance(p: &ops::ProvenanceReport) {
         shown(&v.review_summary),
         shown(&v.review_sha256)
     );
-    println!(
-        "  decision:       {} by {}{}",
-        v.state.as_str(),
+    let decided = format!(
+        "by {}{}",
         shown(&v.decided_by),
         v.rule
             .as_deref()
             .map(|r| format!(" ({})", display_name(r.as_bytes())))
             .unwrap_or_default()
     );
+    // A withdrawal keeps the decision it replaced (who approved it); the withdrawal's own
+    // actor is its event's. "withdrawn by policy" would say a policy pulled it.
+    let withdrawn_by = (v.state.as_str() == "withdrawn").then(|| {
+        p.events
+            .iter()
+            .rev()
+            .find(|e| e.kind == "withdrawn")
+            .map_or_else(|| "-".to_owned(), |e| shown(&e.actor))
+    });
+    match withdrawn_by {
+        Some(by) => {
+            println!("  decision:       withdrawn by {by} (the decision it replaced: {decided})")
+        }
+        None => println!("  decision:       {} {decided}", v.state.as_str()),
+    }
     if !v.findings.is_empty() {
         println!(
             "  findings:       {}",

@@ -135,7 +135,30 @@ pub fn switch_links(
     };
     let versions = store.versions_root();
     let tree = |d: &str| versions.join(store::hex_of(d)).join("tree");
+    // Security: a withdrawal committed since this intent was recorded (on any host: another
+    // host may withdraw between a killed command and the recovery that finishes it) is never
+    // undone on disk. A link is not switched onto a version withdrawn now; the change counts as
+    // failed, so the records put the agent back where its link still is, and `sync` moves it
+    // on from there. Without this, the recovery `verify` runs would point an agent that still
+    // ran the old version at the withdrawn one, and leave it there.
+    let withdrawn: Vec<String> = store.records.read(|tx| {
+        let mut out: Vec<String> = Vec::new();
+        for to in changes.iter().filter_map(|c| c.to.as_deref()) {
+            if !out.iter().any(|d| d == to)
+                && tx
+                    .version(to)?
+                    .is_some_and(|v| v.state == super::records::State::Withdrawn)
+            {
+                out.push(to.to_owned());
+            }
+        }
+        Ok(out)
+    })?;
     let switch = |(index, c): (usize, &LinkChange)| -> Option<Failed> {
+        if let Some(to) = c.to.as_deref().filter(|t| withdrawn.iter().any(|d| d == t)) {
+            return onto_withdrawn(c, skill, to, &tree(to))
+                .map(|message| Failed { index, message });
+        }
         switch_one(c, skill, &tree).err().map(|e| Failed {
             index,
             message: failed_line(c, skill, &e.to_string()),
@@ -222,6 +245,24 @@ fn switch_one(c: &LinkChange, skill: &str, tree: &dyn Fn(&str) -> PathBuf) -> Re
     };
     let to = c.to.as_deref().map(tree);
     agents::switch(&link, from.as_deref(), to.as_deref())
+}
+
+/// A change onto `to`, withdrawn since the change was recorded: not made. `None` when the link
+/// already points at `to`'s tree (switched before an interruption: the records say so, and
+/// `sync` moves it off); else the line saying the agent stays where its link is.
+fn onto_withdrawn(c: &LinkChange, skill: &str, to: &str, to_tree: &Path) -> Option<String> {
+    let link = link_path(&c.dir, skill);
+    if matches!(agents::inspect(&link), Ok(agents::Entry::Link(t)) if t == to_tree) {
+        return None;
+    }
+    let stays = match c.from.as_deref() {
+        Some(d) => format!("the records keep it on {skill}@{d}, where its link is"),
+        None => format!("the records keep it without {skill}"),
+    };
+    Some(format!(
+        "agent {}: not switched onto {skill}@{to}: it was withdrawn after this move was recorded; {stays}",
+        c.agent
+    ))
 }
 
 /// The operator's line for a switch that failed: who, why, what the records now say, and what

@@ -938,9 +938,14 @@ fn base_version(
 ) -> Result<Option<Version>, Error> {
     store.records.read(|tx| {
         for (a, _) in agents {
+            // Security: only an approved version is a base. An agent can stay recorded on a
+            // withdrawn one (an entry its withdrawal could not move); a diff against it would
+            // call a new version carrying the withdrawn capabilities `content_only`, and the
+            // policy's `updates.content_only` would approve what a person withdrew.
             if let Some(d) = tx.install(a, skill)?
                 && let Some(v) = tx.version(&d)?
                 && v.stored
+                && v.state == State::Approved
             {
                 return Ok(Some(v));
             }
@@ -1045,6 +1050,17 @@ fn known(
     let Some(v) = store.records.read(|tx| tx.version(digest))? else {
         return Ok(None);
     };
+    // A withdrawal is of the bytes, under any name: the same artifact listed under another
+    // skill name is the withdrawn version offered again, and says so (exit 9).
+    if v.skill != skill
+        && v.state == State::Withdrawn
+        && let Some(e) = state_error(&v)
+    {
+        return Err(Error::new(
+            e.kind,
+            format!("{}; the index lists it as skill {skill}", e.message),
+        ));
+    }
     if v.skill != skill {
         return Err(Error::new(
             Kind::Rejected,
@@ -1551,13 +1567,7 @@ fn move_off(
     };
     let still_on = store
         .records
-        .read(|tx| tx.fleet_installs_using(&v.digest))?
-        .into_iter()
-        .map(|i| HostAgent {
-            host: i.host,
-            agent: i.agent,
-        })
-        .collect();
+        .read(|tx| fleet_users(tx, &v.skill, &v.digest))?;
     Ok(MoveReport {
         skill: v.skill.clone(),
         digest: Some(v.digest.clone()),
@@ -1608,12 +1618,13 @@ fn unmovable(store: &Store, v: &Version, c: &LinkChange) -> Result<Option<String
         ),
         // A directory refused as given (reached through a link another user could change)
         // needs its real directory recorded; anything else is an I/O problem to fix.
+        // Removing the entry by hand does not help: the directory is never looked into
+        // through such a link, so skillbox cannot see that the entry is gone.
         Err(e) if e.kind == Kind::Usage => (
             format!("cannot be used ({e})"),
             format!(
-                "make {} reachable without a link another user could change, or remove {} by hand",
-                c.dir,
-                link.display()
+                "make {} reachable without a link another user could change (until then skillbox does not look into it, so removing the entry by hand does not clear this)",
+                c.dir
             ),
         ),
         Err(e) => (
@@ -1682,6 +1693,51 @@ fn apply_withdrawals(store: &mut Store) -> Result<(Vec<MoveReport>, Vec<String>)
     Ok((moved, problems))
 }
 
+/// Record again every agent of this host whose link runs a withdrawn version the records do
+/// not put it on, so the moves that follow take it off: the records said it moved while its
+/// directory was out of the command's sight (a private /tmp, a home not mounted then, a skills
+/// directory restored from a backup), and `status` shows it still on the version. Only a link
+/// into this store to a stored withdrawn version of that skill is taken (the links skillbox
+/// makes), looked at as `verify` does; anything else is `verify`'s to report.
+fn found_on_withdrawn(store: &mut Store, actor: &str) -> Result<(), Error> {
+    let (withdrawn, agents, installs) = store.records.read(|tx| {
+        let w: Vec<(String, String)> = tx
+            .version_list()?
+            .into_iter()
+            .filter(|v| v.state == State::Withdrawn && v.stored)
+            .map(|v| (v.skill, v.digest))
+            .collect();
+        Ok((w, tx.agents()?, tx.installs()?))
+    })?;
+    let time = now();
+    for (skill, digest) in &withdrawn {
+        let tree = store.tree(digest);
+        for (agent, dir) in &agents {
+            if !Path::new(dir).is_absolute()
+                || installs
+                    .iter()
+                    .any(|i| i.agent == *agent && i.skill == *skill && i.digest == *digest)
+            {
+                continue;
+            }
+            let link = journal::link_path(dir, skill);
+            if !matches!(agents::inspect(&link), Ok(agents::Entry::Link(t)) if t == tree)
+                || !tree.is_dir()
+            {
+                continue;
+            }
+            let detail = format!(
+                "agent {agent}: its link points at this withdrawn version but the records had it elsewhere; recorded by sync"
+            );
+            store.records.write(|tx| {
+                tx.set_install(agent, skill, Some(digest))?;
+                tx.event(&time, skill, Some(digest), "link_found", actor, &detail)
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// What every command that changes state does first: finish or undo what an interrupted
 /// command left, then move this host's agents off versions the fleet withdrew.
 fn prepare(store: &mut Store) -> Result<Vec<String>, Error> {
@@ -1705,6 +1761,10 @@ fn prepare(store: &mut Store) -> Result<Vec<String>, Error> {
 /// `sync`: apply the fleet's decisions to this host (see [`apply_withdrawals`]) and note when.
 pub fn sync(store: &mut Store) -> Result<SyncReport, Error> {
     let recovered = journal::recover(store)?;
+    // What `status` counts as still on a withdrawn version, sync moves: the periodic run
+    // converges without a person running `verify` first.
+    let host = store.records.host().to_owned();
+    found_on_withdrawn(store, &format!("skillbox:sync@{host}"))?;
     let (moved, problems) = apply_withdrawals(store)?;
     let time = now();
     store.records.write(|tx| tx.set_last_sync(&time))?;
@@ -1826,7 +1886,10 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
             })
             .collect();
         let intents = tx.intents()?;
-        let outstanding = outstanding_links(&intents);
+        // Every host's: a switch off a withdrawn version that another host recorded and has
+        // not made yet (killed, or its directory refused) leaves that host's link on the
+        // withdrawn tree while the installs already say it moved.
+        let outstanding = fleet_outstanding(tx)?;
         Ok((
             Status {
                 store: root,
@@ -1860,7 +1923,7 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
             .map(|(_, d)| (versions_root.join(store::hex_of(d)).join("tree"), d.clone()))
             .collect()
     };
-    let mut found: Vec<(String, String)> = Vec::new(); // (skill@digest, agent)
+    let mut found: Vec<(String, String, String)> = Vec::new(); // (host, skill@digest, agent)
     let mut skills: Vec<&str> = withdrawn.iter().map(|(s, _)| s.as_str()).collect();
     skills.dedup();
     for skill in skills {
@@ -1869,29 +1932,23 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
             if let Ok(t) = std::fs::read_link(journal::link_path(dir, skill))
                 && let Some((_, d)) = trees.iter().find(|(tree, _)| *tree == t)
             {
-                found.push((format!("{skill}@{d}"), agent.clone()));
+                found.push((host.clone(), format!("{skill}@{d}"), agent.clone()));
             }
         }
     }
-    for (skill, agent, from) in outstanding {
+    for (on, skill, agent, from) in outstanding {
         if withdrawn.iter().any(|(s, d)| *s == skill && *d == from) {
-            found.push((format!("{skill}@{from}"), agent));
+            found.push((on, format!("{skill}@{from}"), agent));
         }
     }
-    for (version, agent) in found {
+    for (on, version, agent) in found {
         if let Some(w) = status
             .withdrawn_in_use
             .iter_mut()
             .find(|w| w.version == version)
-            && !w
-                .still_on
-                .iter()
-                .any(|h| h.host == host && h.agent == agent)
+            && !w.still_on.iter().any(|h| h.host == on && h.agent == agent)
         {
-            w.still_on.push(HostAgent {
-                host: host.clone(),
-                agent,
-            });
+            w.still_on.push(HostAgent { host: on, agent });
             w.still_on
                 .sort_by(|a, b| (&a.host, &a.agent).cmp(&(&b.host, &b.agent)));
         }
@@ -1899,8 +1956,43 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
     Ok(status)
 }
 
-/// The switches this host's unfinished `links` intents still have to make: (skill, agent, the
-/// version its link leaves).
+/// Every host's switches still to be made: (host, skill, agent, the version its link leaves).
+fn fleet_outstanding(tx: &Tx<'_>) -> Result<Vec<(String, String, String, String)>, Error> {
+    Ok(tx
+        .fleet_intents()?
+        .into_iter()
+        .flat_map(|(h, i)| {
+            outstanding_links(std::slice::from_ref(&i))
+                .into_iter()
+                .map(move |(skill, agent, from)| (h.clone(), skill, agent, from))
+        })
+        .collect())
+}
+
+/// Every host's agents on `digest`: the installs recorded on it, and the agents whose switch
+/// off it was recorded but not made yet (their host was killed half-way: its link still runs
+/// the version), sorted by host and agent.
+fn fleet_users(tx: &Tx<'_>, skill: &str, digest: &str) -> Result<Vec<HostAgent>, Error> {
+    let mut out: Vec<HostAgent> = tx
+        .fleet_installs_using(digest)?
+        .into_iter()
+        .map(|i| HostAgent {
+            host: i.host,
+            agent: i.agent,
+        })
+        .collect();
+    for (host, s, agent, from) in fleet_outstanding(tx)? {
+        let h = HostAgent { host, agent };
+        if s == skill && from == digest && !out.contains(&h) {
+            out.push(h);
+        }
+    }
+    out.sort_by(|a, b| (&a.host, &a.agent).cmp(&(&b.host, &b.agent)));
+    Ok(out)
+}
+
+/// The switches unfinished `links` intents still have to make: (skill, agent, the version its
+/// link leaves).
 fn outstanding_links(intents: &[super::records::Intent]) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     for row in intents {
@@ -1959,13 +2051,7 @@ pub fn provenance(
                 .into_iter()
                 .map(|i| i.agent)
                 .collect(),
-            tx.fleet_installs_using(&v.digest)?
-                .into_iter()
-                .map(|i| HostAgent {
-                    host: i.host,
-                    agent: i.agent,
-                })
-                .collect(),
+            fleet_users(tx, &v.skill, &v.digest)?,
             tx.events_of(&v.skill, &v.digest)?,
         ))
     })?;

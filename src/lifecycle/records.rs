@@ -1729,6 +1729,27 @@ impl Tx<'_> {
         .collect()
     }
 
+    /// Every host's unfinished intents, with the host that wrote each: `status` on any host
+    /// counts the switches another host still has to make off a withdrawn version.
+    pub fn fleet_intents(&self) -> Result<Vec<(String, Intent)>, Error> {
+        self.rows(
+            "SELECT host, seq, payload, created_at FROM intents ORDER BY host, seq",
+            &[],
+        )?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.text(0)?,
+                Intent {
+                    seq: r.int(1)?,
+                    payload: serde_json::from_str(&r.text(2)?).map_err(json_err)?,
+                    created_at: r.text(3)?,
+                },
+            ))
+        })
+        .collect()
+    }
+
     pub fn remove_intent(&self, seq: i64) -> Result<(), Error> {
         self.exec(
             "DELETE FROM intents WHERE host = ? AND seq = ?",

@@ -152,7 +152,19 @@ impl Store {
                     .write(true)
                     .open(root.join("lock"))
                     .map_err(|e| Error::io("cannot open the store lock", &e))?;
-                Some(Flock::lock(f, FlockArg::LockExclusive).map_err(|(_, e)| {
+                let locked = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                    // Another command holds it: say so before waiting, or a withdrawal typed
+                    // during an incident would sit silent for as long as that command runs.
+                    Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
+                        eprintln!(
+                            "skillbox: waiting for the store lock: another skillbox command is changing {}",
+                            root.display()
+                        );
+                        Flock::lock(f, FlockArg::LockExclusive)
+                    }
+                    other => other,
+                };
+                Some(locked.map_err(|(_, e)| {
                     Error::new(Kind::Operational, format!("cannot lock the store: {e}"))
                 })?)
             }

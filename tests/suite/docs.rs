@@ -306,3 +306,39 @@ fn diff_sample_is_real_output() {
         .to_owned();
     assert_eq!(String::from_utf8_lossy(&out.stdout), printed);
 }
+
+/// The shipped sync unit must see every agent's skills directory as the lifecycle commands do:
+/// with `PrivateTmp=yes` a project's `.agents/skills` under /tmp or /var/tmp was an empty
+/// private directory to the timer's `sync`, so the agent counted as moved off a withdrawn
+/// version (its link "missing") and every host's `status` said contained while the real link
+/// still ran it.
+#[test]
+fn the_sync_unit_hides_no_agent_directory() {
+    let path = root().join("deploy/skillbox-sync.service");
+    let unit = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut hiding = Vec::new();
+    for line in unit.lines().map(str::trim) {
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let (key, value) = (key.trim(), value.trim().to_ascii_lowercase());
+        let off = matches!(value.as_str(), "no" | "false" | "off" | "0" | "");
+        let hides = match key {
+            "PrivateTmp" | "ProtectHome" => !off,
+            "TemporaryFileSystem" | "InaccessiblePaths" | "RootDirectory" | "RootImage" => true,
+            _ => false,
+        };
+        if hides {
+            hiding.push(line.to_owned());
+        }
+    }
+    assert!(
+        hiding.is_empty(),
+        "{} hides directories agents may use from sync: {hiding:?}",
+        path.display()
+    );
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/skillbox sync"),
+        "{unit}"
+    );
+}

@@ -2016,3 +2016,116 @@ fn records_errors_show_the_form_to_write_and_never_the_password() {
         }
     }
 }
+
+/// B's update is killed after it recorded its agent's move onto v2 and before the link moved
+/// (the agent still runs v1); A then withdraws v2. No repair on B may point the agent at v2:
+/// `verify` (which finishes interrupted steps and moves nothing off a withdrawal) leaves it on
+/// v1, the records say v1, and the withdrawal counts as contained.
+#[test]
+fn a_repair_never_switches_an_agent_onto_a_version_withdrawn_meanwhile() {
+    let pg = server();
+    let url = pg.database("repair_withdrawn");
+    let f = Fleet::new(url, &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+
+    // v2 changes content only: approved by policy, B's move onto it recorded, then killed.
+    let v2 = f.publish(&package(2));
+    let mut c = b.command(&["update", "--json"]);
+    c.env("SKILLBOX_TEST_CRASH_AT", "update:recorded");
+    let o = b.keep(c.output().unwrap_or_else(|e| panic!("spawn: {e}")));
+    assert_eq!(o.status.signal(), Some(9), "{}", explain(&o));
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "killed before the link moved"
+    );
+
+    let v2ref = format!("demo@{v2}");
+    let o = a.run(&["withdraw", &v2ref, "--reason", "found bad", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        host_agents(&json_of(&o)["still_on"]),
+        pairs(&[("host-b", "alpha")]),
+        "the records say B moved"
+    );
+
+    // verify finishes B's interrupted step: never onto the withdrawn version.
+    let o = b.run(&["verify", "--json"]);
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "a repair pointed B's agent at the withdrawn version: {}",
+        explain(&o)
+    );
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["ok"], true, "{}", explain(&o));
+    let s = json_of(&a.run(&["status", "--json"]));
+    assert_eq!(s["withdrawn_in_use"][0]["version"], v2ref.as_str(), "{s}");
+    assert_eq!(
+        s["withdrawn_in_use"][0]["still_on"],
+        serde_json::json!([]),
+        "{s}"
+    );
+    let o = b.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
+    b.verify_ok();
+}
+
+/// A's withdrawal is killed after it recorded A's move and before A's link moved; B has synced.
+/// `status` and `provenance` on B must not call the version contained: A's agent still runs it
+/// until A's next command finishes the switch (A's unfinished intent is in the shared records).
+#[test]
+fn status_on_another_host_counts_a_switch_a_killed_host_has_not_made() {
+    let pg = server();
+    let url = pg.database("unfinished_elsewhere");
+    let f = Fleet::new(url, &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v1ref = format!("demo@{v1}");
+    let mut c = a.command(&["withdraw", &v1ref, "--reason", "found bad"]);
+    c.env("SKILLBOX_TEST_CRASH_AT", "withdraw:recorded");
+    let o = a.keep(c.output().unwrap_or_else(|e| panic!("spawn: {e}")));
+    assert_eq!(o.status.signal(), Some(9), "{}", explain(&o));
+    assert_eq!(
+        a.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "A's link did not move"
+    );
+    expect_code(&b.run(&["sync"]), 0);
+    assert_eq!(b.active("alpha"), None);
+
+    let s = json_of(&b.run(&["status", "--json"]));
+    assert_eq!(s["withdrawn_in_use"][0]["version"], v1ref.as_str(), "{s}");
+    assert_eq!(
+        host_agents(&s["withdrawn_in_use"][0]["still_on"]),
+        pairs(&[("host-a", "alpha")]),
+        "{s}"
+    );
+    let text = String::from_utf8_lossy(&b.run(&["status"]).stdout).into_owned();
+    assert!(text.contains("STILL ON host-a: alpha"), "{text}");
+    // The runbook's last check, provenance, names it too.
+    let p = json_of(&b.run(&["provenance", &v1ref, "--json"]));
+    assert_eq!(
+        host_agents(&p["hosts"]),
+        pairs(&[("host-a", "alpha")]),
+        "{p}"
+    );
+
+    // A's next command finishes its switch; then it is contained, as B sees it.
+    a.verify_ok();
+    assert_eq!(a.active("alpha"), None);
+    let s = json_of(&b.run(&["status", "--json"]));
+    assert_eq!(
+        s["withdrawn_in_use"][0]["still_on"],
+        serde_json::json!([]),
+        "{s}"
+    );
+    let p = json_of(&b.run(&["provenance", &v1ref, "--json"]));
+    assert_eq!(p["hosts"], serde_json::json!([]), "{p}");
+}

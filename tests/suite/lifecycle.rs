@@ -2553,3 +2553,255 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
     expect_code(&w.run(&["status"]), 0);
     assert_eq!(holders(&w), Vec::<String>::new());
 }
+
+/// v3 (a script that reports to a host) is approved by a person, then withdrawn; alpha's entry
+/// cannot move (its directory refuses writes), so the records keep alpha on v3, while beta goes
+/// back to v1. v4 is v3 with another guide. The update must not be decided against the
+/// withdrawn v3 (a `content_only` change from it, which the default policy approves): it is
+/// compared with v1, the approved version, and waits for a person; beta stays on v1.
+#[test]
+fn a_withdrawn_version_is_never_the_base_an_update_is_approved_against() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v3 = w.publish("demo", &package(3));
+    expect_code(&w.run(&["update"]), 6);
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v3}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("beta").as_deref(), Some(v3.as_str()));
+    let frozen = freeze(&w.agent_dir("alpha"));
+    let o = w.run(&["withdraw", &format!("demo@{v3}"), "--reason", "exfiltrates"]);
+    expect_code(&o, 1);
+    assert_eq!(w.active("alpha").as_deref(), Some(v3.as_str()), "stuck");
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()), "moved back");
+
+    // The withdrawn script again, under a new digest: a person must decide.
+    let v4 = w.publish("demo", &package(4));
+    let o = w.run(&["update", "--json"]);
+    let j = json_of(&o);
+    let u = &j["updates"][0];
+    assert_eq!(u["digest"], v4.as_str(), "{j}");
+    assert_eq!(u["change"], "needs_review", "compared with v1: {j}");
+    assert_eq!(u["decision"]["decision"], "needs_approval", "{j}");
+    expect_code(&o, 6);
+    assert_eq!(state_of(&w, &v4), "pending");
+    assert_eq!(
+        w.active("beta").as_deref(),
+        Some(v1.as_str()),
+        "beta got the withdrawn script back without a person"
+    );
+    drop(frozen);
+}
+
+/// `provenance` says who withdrew a version, not who approved it: v1 was approved by the
+/// policy and withdrawn by bob, and the text said "withdrawn by policy".
+#[test]
+fn provenance_names_who_withdrew_a_version() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let r1 = format!("demo@{v1}");
+    expect_code(
+        &w.run(&["withdraw", &r1, "--reason", "bad", "--by", "bob"]),
+        0,
+    );
+    let o = w.run(&["provenance", &r1]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("decision:"))
+        .unwrap_or_else(|| panic!("no decision line: {text}"));
+    assert!(line.contains("withdrawn by person:bob"), "{line}");
+    assert!(!line.contains("withdrawn by policy"), "{line}");
+    assert!(
+        line.contains("by policy"),
+        "the approval is still named: {line}"
+    );
+}
+
+/// An agent directory reached through a link others could swap is never looked into, so a
+/// withdrawal cannot move that agent. The problem line must name what clears it: it said
+/// "or remove <entry> by hand, then run `skillbox sync`", and after doing exactly that sync
+/// still failed the same way, the agent still listed as running the withdrawn version.
+#[test]
+fn a_withdrawal_problem_names_a_fix_that_clears_it() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let agents = w.tmp.path().join("agents");
+    std::fs::create_dir_all(agents.join("shared")).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::os::unix::fs::symlink("shared", agents.join("alpha"))
+        .unwrap_or_else(|e| panic!("symlink: {e}"));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    // Now anyone could replace the link: skillbox no longer follows it.
+    std::fs::set_permissions(&agents, std::fs::Permissions::from_mode(0o777))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    let o = w.run(&[
+        "withdraw",
+        &format!("demo@{v1}"),
+        "--reason",
+        "bad",
+        "--json",
+    ]);
+    expect_code(&o, 1);
+    assert_eq!(w.active("beta"), None, "beta moved");
+    assert_eq!(still_on(&w, &v1), ["alpha"]);
+    let problem = json_of(&o)["problems"].to_string();
+    assert!(problem.contains("agent alpha"), "{problem}");
+    // Whatever the line says to do, removing the entry by hand is not enough.
+    std::fs::remove_file(agents.join("shared/demo")).unwrap_or_else(|e| panic!("rm: {e}"));
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 1);
+    assert_eq!(still_on(&w, &v1), ["alpha"]);
+    for text in [problem, json_of(&o)["problems"].to_string()] {
+        assert!(
+            !text.contains("by hand, then"),
+            "advises a step that does not clear it: {text}"
+        );
+        assert!(
+            text.contains("reachable without a link another user could change"),
+            "{text}"
+        );
+    }
+    // What it names does clear it.
+    std::fs::set_permissions(&agents, std::fs::Permissions::from_mode(0o755))
+        .unwrap_or_else(|e| panic!("chmod: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    assert!(still_on(&w, &v1).is_empty());
+    w.verify_ok();
+}
+
+/// `status` counts an agent whose link runs a withdrawn version although the records moved it
+/// (its directory was out of sight when the move was recorded: a private /tmp, a home not
+/// mounted; or a skills directory restored from a backup). `sync`, the command the runbook and
+/// the timer run, must move it: it said "0 agent(s) moved" and exit 0 while status went on
+/// listing it, until a person ran `verify`.
+#[test]
+fn sync_moves_an_agent_whose_link_runs_a_withdrawn_version_the_records_lost() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "gamma"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.run(&["update"]), 0);
+    let link = w.agent_dir("gamma").join("demo");
+    let backup = std::fs::read_link(&link).unwrap_or_else(|e| panic!("readlink: {e}"));
+    expect_code(
+        &w.run(&["withdraw", &format!("demo@{v2}"), "--reason", "bad"]),
+        0,
+    );
+    assert_eq!(w.active("gamma").as_deref(), Some(v1.as_str()));
+    // The link to v2 comes back (the records still say v1).
+    std::fs::remove_file(&link).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::os::unix::fs::symlink(&backup, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    assert_eq!(still_on(&w, &v2), ["gamma"]);
+
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("gamma").as_deref(),
+        Some(v1.as_str()),
+        "sync left gamma on the withdrawn version: {}",
+        explain(&o)
+    );
+    assert!(still_on(&w, &v2).is_empty());
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
+
+/// A command that has to wait for the store lock (another command is changing the store) says
+/// so at once on stderr, then runs when the lock is free. A withdrawal typed during an incident
+/// sat silent for as long as the other command ran.
+#[test]
+fn a_command_waiting_for_the_store_lock_says_so() {
+    use std::io::BufRead;
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let lock = std::fs::File::options()
+        .write(true)
+        .open(w.store().join("lock"))
+        .unwrap_or_else(|e| panic!("open the lock: {e}"));
+    let held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("flock: {e}"));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(["withdraw", &format!("demo@{v1}"), "--reason", "bad"])
+        .arg("--store")
+        .arg(w.store())
+        .env("HOME", w.tmp.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("SKILLBOX_STORE")
+        .env_remove("SKILLBOX_TEST_CRASH_AT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let stderr = child.stderr.take().unwrap_or_else(|| panic!("no stderr"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    // A deadline for a line that never comes (the command blocks without a word), not a
+    // measure of speed.
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .unwrap_or_else(|e| {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("nothing said while waiting for the store lock: {e}")
+        });
+    assert!(
+        line.contains("waiting for the store lock")
+            && line.contains(&w.store().display().to_string()),
+        "{line}"
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "it waits");
+    drop(held);
+    let o = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    assert!(o.status.success(), "{}", explain(&o));
+    assert_eq!(w.active("alpha"), None, "withdrawn once the lock was free");
+}
+
+/// The withdrawn artifact listed again under another skill name is the withdrawn version
+/// offered again: refused as withdrawn (exit 9, the reason shown), as under its own name. It
+/// was exit 3 ("recorded as skill demo, not other"), which a check for re-offered withdrawn
+/// versions would miss.
+#[test]
+fn a_withdrawn_artifact_under_another_name_is_refused_as_withdrawn() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    expect_code(
+        &w.run(&[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ]),
+        0,
+    );
+    let path = format!("/mirror/renamed-{}.tar.gz", &v1[7..19]);
+    w.server.route(&path, ok(&package(1), "application/gzip"));
+    w.publish_entries(&[serde_json::json!({
+        "name": "other", "type": "archive", "description": "A demo skill",
+        "url": path, "digest": v1,
+    })]);
+    let url = w.index_url();
+    let spec = w.agent_arg("beta");
+    let o = w.run(&["install", &url, "other", "--agent", &spec]);
+    expect_code(&o, 9);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("withdrawn") && err.contains("steals tokens") && err.contains("other"),
+        "{err}"
+    );
+    assert!(std::fs::symlink_metadata(w.agent_dir("beta").join("other")).is_err());
+}
