@@ -194,19 +194,15 @@ async fn tcp_with_mutual_tls() {
     );
 
     let pki = harness::Pki::new();
-    let port = harness::free_port();
-    let server = Server::start_tcp(
-        port,
-        &[
-            "--tls-cert",
-            &pki.path("server.pem"),
-            "--tls-key",
-            &pki.path("server.key"),
-            "--tls-client-ca",
-            &pki.path("ca.pem"),
-        ],
-    );
-    let uri = format!("https://127.0.0.1:{port}");
+    let server = Server::start_tcp(&[
+        "--tls-cert",
+        &pki.path("server.pem"),
+        "--tls-key",
+        &pki.path("server.key"),
+        "--tls-client-ca",
+        &pki.path("ca.pem"),
+    ]);
+    let uri = format!("https://127.0.0.1:{}", server.tcp_port());
     let with_cert = skillbox::client::TlsMaterial {
         ca: Some(pki.read("ca.pem")),
         identity: Some((pki.read("client.pem"), pki.read("client.key"))),
@@ -1008,9 +1004,8 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_when_asked() {
-    let port = harness::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let server = Server::start(&["--metrics", &addr]);
+    let server = Server::start(&["--metrics", harness::ANY_PORT]);
+    let addr = server.metrics_addr();
     let mut c = server.client().await;
     ok(
         c.extract(
@@ -1057,9 +1052,8 @@ fn wait_counter(addr: &str, name: &str, want: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_killed_counts_hangups_and_deadlines_during_upload() {
     const KILLED: &str = "skillbox_children_killed_total";
-    let port = harness::free_port();
-    let addr = format!("127.0.0.1:{port}");
-    let server = Server::start(&["--metrics", &addr]);
+    let server = Server::start(&["--metrics", harness::ANY_PORT]);
+    let addr = server.metrics_addr();
     let c = server.client().await;
     // An answered request kills nothing.
     let done = ok(
@@ -1417,11 +1411,11 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
     drop(server);
 
     let pki = harness::Pki::new();
-    let port = harness::free_port();
     let (cert, key) = (pki.path("server.pem"), pki.path("server.key"));
     let mut args = vec!["--tls-cert", &cert, "--tls-key", &key];
     args.extend(server_info_flags());
-    let server = Server::start_tcp(port, &args);
+    let server = Server::start_tcp(&args);
+    let port = server.tcp_port();
     let target = format!("127.0.0.1:{port}");
     let ca = pki.path("ca.pem");
     check_python(&python(&[
@@ -1454,17 +1448,13 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn accepted_trees_are_read_back_remotely_and_checked() {
     let pki = harness::Pki::new();
-    let port = harness::free_port();
-    let server = Server::start_tcp(
-        port,
-        &[
-            "--tls-cert",
-            &pki.path("server.pem"),
-            "--tls-key",
-            &pki.path("server.key"),
-        ],
-    );
-    let uri = format!("https://127.0.0.1:{port}");
+    let server = Server::start_tcp(&[
+        "--tls-cert",
+        &pki.path("server.pem"),
+        "--tls-key",
+        &pki.path("server.key"),
+    ]);
+    let uri = format!("https://127.0.0.1:{}", server.tcp_port());
     let tls = skillbox::client::TlsMaterial {
         ca: Some(pki.read("ca.pem")),
         identity: None,

@@ -127,8 +127,8 @@ fn a_header_block_that_decodes_to_megabytes_closes_its_connection() {
 /// back, on plaintext TCP too).
 #[test]
 fn a_header_block_that_decodes_to_megabytes_is_bounded_on_tcp_too() {
-    let port = harness::free_port();
-    let server = Server::start_tcp(port, &[]);
+    let server = Server::start_tcp(&[]);
+    let port = server.tcp_port();
     let at_start = server.peak_rss();
 
     let mut conn = ok(std::net::TcpStream::connect(("127.0.0.1", port)), "connect");
@@ -224,8 +224,6 @@ async fn server_deadline(
 /// deadline. Each fails with DEADLINE_EXCEEDED naming the setting, and leaves nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_uploads_are_ended_by_the_servers_deadlines() {
-    let port = harness::free_port();
-    let addr = format!("127.0.0.1:{port}");
     let server = Server::start(&[
         "--max-children",
         "1",
@@ -236,8 +234,9 @@ async fn stalled_uploads_are_ended_by_the_servers_deadlines() {
         "--upload-timeout-ms",
         "3000",
         "--metrics",
-        &addr,
+        harness::ANY_PORT,
     ]);
+    let addr = server.metrics_addr();
     let mut raw = server.raw_client().await;
     let header = skillbox::proto::ExtractHeader {
         declared_type: skillbox::proto::ArtifactType::Archive as i32,
@@ -714,21 +713,20 @@ async fn a_connection_holds_no_more_open_tree_streams_than_the_bound() {
 /// The broker on the Unix socket or on plain TCP at 127.0.0.1, and the URI to dial, with
 /// `--metrics` on a port of its own.
 fn server_on(tcp: bool, args: &[&str]) -> (Server, String, String) {
-    let metrics = format!("127.0.0.1:{}", harness::free_port());
-    let mut all = vec!["--metrics", metrics.as_str()];
+    let mut all = vec!["--metrics", harness::ANY_PORT];
     all.extend_from_slice(args);
-    if tcp {
-        let port = harness::free_port();
-        (
-            Server::start_tcp(port, &all),
-            format!("http://127.0.0.1:{port}"),
-            metrics,
-        )
+    let server = if tcp {
+        Server::start_tcp(&all)
     } else {
-        let server = Server::start(&all);
-        let uri = server.uri();
-        (server, uri, metrics)
-    }
+        Server::start(&all)
+    };
+    let uri = if tcp {
+        format!("http://127.0.0.1:{}", server.tcp_port())
+    } else {
+        server.uri()
+    };
+    let metrics = server.metrics_addr();
+    (server, uri, metrics)
 }
 
 /// The value of one metric the broker serves, once it is `want` or `within` has passed.
@@ -917,24 +915,34 @@ async fn connections_past_the_bound_are_refused_until_one_closes() {
             0
         );
         let connect = || async {
-            let ch = ok(skillbox::client::endpoint(&uri), "endpoint")
-                .connect()
-                .await;
+            // A connection is answered or closed at once; one that is neither would hang the
+            // test, so it fails instead, with the broker's log.
+            let hung = |what: &str| format!("tcp={tcp}: {what} took over 60 s:\n{}", server.log());
+            let ch = tokio::time::timeout(
+                Duration::from_secs(60),
+                ok(skillbox::client::endpoint(&uri), "endpoint").connect(),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{}", hung("connect")));
             let mut cl = skillbox::proto::skillbox_client::SkillboxClient::new(ch.ok()?);
-            cl.server_info(skillbox::proto::ServerInfoRequest {})
-                .await
-                .map(|info| (cl, info.into_inner()))
-                .map_err(|s| {
-                    // The connection was closed, not answered: tonic's client makes the
-                    // status of its transport error (broken pipe, reset, closed; the code
-                    // varies with the moment it noticed).
-                    assert!(
-                        std::error::Error::source(&s)
-                            .is_some_and(|e| e.is::<tonic::transport::Error>()),
-                        "tcp={tcp}: {s:?}"
-                    );
-                })
-                .ok()
+            tokio::time::timeout(
+                Duration::from_secs(60),
+                cl.server_info(skillbox::proto::ServerInfoRequest {}),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{}", hung("ServerInfo")))
+            .map(|info| (cl, info.into_inner()))
+            .map_err(|s| {
+                // The connection was closed, not answered: tonic's client makes the
+                // status of its transport error (broken pipe, reset, closed; the code
+                // varies with the moment it noticed).
+                assert!(
+                    std::error::Error::source(&s)
+                        .is_some_and(|e| e.is::<tonic::transport::Error>()),
+                    "tcp={tcp}: {s:?}"
+                );
+            })
+            .ok()
         };
         let mut held = Vec::new();
         for _ in 0..MAX {

@@ -101,10 +101,15 @@ pub fn world_readable_dir() -> tempfile::TempDir {
     dir
 }
 
-pub fn free_port() -> u16 {
-    let l = ok(std::net::TcpListener::bind("127.0.0.1:0"), "bind");
-    ok(l.local_addr(), "addr").port()
-}
+/// What to pass as `--metrics` (or `--tcp`): port 0, the kernel picks a free one when the
+/// broker binds, and [`Server::metrics_addr`] (or [`Server::tcp_port`]) reads it from the log.
+/// A port picked here and bound by the broker later could be taken in between by any other
+/// test's listener (the suite runs in parallel), and the readiness check would then take that
+/// listener for the broker: a test that hung 19 minutes on a server that never answered.
+pub const ANY_PORT: &str = "127.0.0.1:0";
+/// The broker's log lines naming what it bound (src/broker/mod.rs).
+const TCP_LINE: &str = "listening addr=";
+const METRICS_LINE: &str = "metrics on /metrics addr=";
 
 pub fn http_get(addr: &str, path: &str) -> String {
     let mut s = ok(std::net::TcpStream::connect(addr), "connect");
@@ -156,22 +161,22 @@ impl Server {
         Self::spawn(&sub, args)
     }
 
-    /// On TCP at `127.0.0.1:port` (the flags in `args` say how: TLS files and so on).
-    pub fn start_tcp(port: u16, args: &[&str]) -> Self {
+    /// On TCP at `127.0.0.1` on a port the kernel picks ([`Server::tcp_port`]; the flags in
+    /// `args` say how: TLS files and so on).
+    pub fn start_tcp(args: &[&str]) -> Self {
         let tmp = ok(tempfile::tempdir(), "tempdir");
-        let mut all = vec!["--tcp".to_owned(), format!("127.0.0.1:{port}")];
-        all.extend(args.iter().map(|a| (*a).to_owned()));
-        let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        let mut s = Self::spawn_inner(tmp.path(), &all, Some(port));
+        let mut all = vec!["--tcp", ANY_PORT];
+        all.extend_from_slice(args);
+        let mut s = Self::spawn_inner(tmp.path(), &all, true);
         s._tmp = Some(tmp);
         s
     }
 
     fn spawn(dir: &Path, args: &[&str]) -> Self {
-        Self::spawn_inner(dir, args, None)
+        Self::spawn_inner(dir, args, false)
     }
 
-    fn spawn_inner(dir: &Path, args: &[&str], tcp: Option<u16>) -> Self {
+    fn spawn_inner(dir: &Path, args: &[&str], tcp: bool) -> Self {
         let socket = dir.join("skillbox.sock");
         let log = dir.join("server.log");
         let staging = dir.join("staging");
@@ -200,12 +205,15 @@ impl Server {
         s
     }
 
-    fn wait_ready(&mut self, tcp: Option<u16>) {
+    /// Until the broker listens: on its own socket, or on TCP once its log names the port it
+    /// bound (so that nothing else listening on some port is ever taken for it).
+    fn wait_ready(&mut self, tcp: bool) {
         let until = Instant::now() + Duration::from_secs(20);
         while Instant::now() < until {
-            let up = match tcp {
-                Some(port) => std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-                None => std::os::unix::net::UnixStream::connect(&self.socket).is_ok(),
+            let up = if tcp {
+                self.logged_addr(TCP_LINE).is_some()
+            } else {
+                std::os::unix::net::UnixStream::connect(&self.socket).is_ok()
             };
             if up {
                 return;
@@ -221,6 +229,31 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!("skillbox serve did not listen within 20 s:\n{}", self.log());
+    }
+
+    /// The address after `line` in the log (`line` ends with `addr=`), the last time it was
+    /// logged.
+    fn logged_addr(&self, line: &str) -> Option<String> {
+        let log = self.log();
+        let at = log.rfind(line)? + line.len();
+        let addr = log[at..].split_whitespace().next()?;
+        Some(addr.to_owned())
+    }
+
+    /// The TCP port of a server started with [`Server::start_tcp`], as the broker logged it.
+    pub fn tcp_port(&self) -> u16 {
+        let addr = self
+            .logged_addr(TCP_LINE)
+            .unwrap_or_else(|| panic!("no TCP address in the log:\n{}", self.log()));
+        let port = addr.rsplit(':').next().and_then(|p| p.parse().ok());
+        port.unwrap_or_else(|| panic!("no port in {addr:?}"))
+    }
+
+    /// Where a server started with `--metrics` [`ANY_PORT`] serves its metrics, as it logged
+    /// it (the line comes before the listening one, so it is there once the server is ready).
+    pub fn metrics_addr(&self) -> String {
+        self.logged_addr(METRICS_LINE)
+            .unwrap_or_else(|| panic!("no metrics address in the log:\n{}", self.log()))
     }
 
     pub fn socket(&self) -> &Path {
