@@ -135,9 +135,14 @@ pub struct Server {
 
 impl Server {
     pub fn start(args: &[&str]) -> Self {
+        Self::start_env(args, &[])
+    }
+
+    /// [`Server::start`] with these environment variables set for the server.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let tmp = ok(tempfile::tempdir(), "tempdir");
         let dir = tmp.path().to_owned();
-        let mut s = Self::spawn(&dir, args);
+        let mut s = Self::spawn_inner(&dir, args, None, env);
         s._tmp = Some(tmp);
         s
     }
@@ -162,16 +167,16 @@ impl Server {
         let mut all = vec!["--tcp".to_owned(), format!("127.0.0.1:{port}")];
         all.extend(args.iter().map(|a| (*a).to_owned()));
         let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        let mut s = Self::spawn_inner(tmp.path(), &all, Some(port));
+        let mut s = Self::spawn_inner(tmp.path(), &all, Some(port), &[]);
         s._tmp = Some(tmp);
         s
     }
 
     fn spawn(dir: &Path, args: &[&str]) -> Self {
-        Self::spawn_inner(dir, args, None)
+        Self::spawn_inner(dir, args, None, &[])
     }
 
-    fn spawn_inner(dir: &Path, args: &[&str], tcp: Option<u16>) -> Self {
+    fn spawn_inner(dir: &Path, args: &[&str], tcp: Option<u16>, env: &[(&str, &str)]) -> Self {
         let socket = dir.join("skillbox.sock");
         let log = dir.join("server.log");
         let staging = dir.join("staging");
@@ -184,6 +189,7 @@ impl Server {
             .args(["--log", "skillbox=debug,info"])
             .args(args)
             .env_remove("XDG_RUNTIME_DIR")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(ok(std::fs::File::create(&log), "log file"))
