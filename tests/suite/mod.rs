@@ -23,7 +23,8 @@ mod twins;
 /// a journal, mounted `discard` (this project's CI machines' `/tmp`), the corpus's case of 9,990
 /// long-target links (`targz_inventory_past_answer_bound`) took 8 to 46 s to stage and remove
 /// under a loaded suite, past the child's 30 s deadline, against 1.3 to 1.7 s on tmpfs: the
-/// filesystem's time, not the engine's (bench-results/throughput.md, fifteenth session).
+/// filesystem's time, not the engine's (bench-results/throughput.md, fifteenth session). The
+/// removal is the parent's now, outside that deadline (sixteenth session); creating them is not.
 /// `serve`, `replay` and `doctor` warn about such a disk; `.ci/run`'s release replay of the
 /// corpus still stages under `TMPDIR`.
 pub(crate) fn corpus_scratch() -> tempfile::TempDir {
