@@ -165,7 +165,7 @@ pub fn extract_capturing(
     extract_capturing_as(artifact, staging, req, RejectedTree::Cleared)
 }
 
-/// [`extract_capturing`], with `rejected` saying whether the tree of a rejection (or of a
+/// [`extract_capturing`], with `rejected_tree` saying whether the tree of a rejection (or of a
 /// fault) is removed here or left to the caller ([`RejectedTree`]).
 pub fn extract_capturing_as(
     artifact: &File,

@@ -1206,8 +1206,9 @@ fn the_deepest_tree_with_files_in_flight_fits_the_childs_open_files() {
 both_spawn_paths! {
 fn a_confined_rejection_leaves_no_staging_directory() {
     let f = fixture();
-    // Two files are written before the duplicate is found: the child must clear them, and the
-    // parent removes the directory.
+    // Two files are written before the duplicate is found: the child leaves them (see
+    // `a_rejecting_child_leaves_its_tree_to_the_parent`), and the parent removes them and the
+    // directory.
     let art = tar_of(&[
         ("SKILL.md", SKILL, 0o644),
         ("a.txt", b"a", 0o644),
