@@ -1,5 +1,6 @@
 //! One intake job as the confined child runs it: the engine extracts, then the review reads
-//! what was staged, and a review that rejects (an invalid SKILL.md) clears the tree.
+//! what was staged, and a review that rejects (an invalid SKILL.md) clears the tree (or, in the
+//! confined child, leaves it to the parent: [`RejectedTree`]).
 //!
 //! This is the layer above both: [`crate::extract`] knows nothing of the review and
 //! [`crate::skill::review`] knows nothing of the engine's request. [`Outcome`] is the whole
@@ -12,7 +13,7 @@ use std::os::fd::BorrowedFd;
 use serde::{Deserialize, Serialize};
 
 use crate::extract::inventory::{ArtifactFacts, Entry, Extraction, Totals};
-use crate::extract::{self, EngineError, Request, writer};
+use crate::extract::{self, EngineError, RejectedTree, Request, writer};
 use crate::reason::{Reason, Verdict};
 use crate::skill::review::{self, IndexFacts, Review, ReviewError};
 
@@ -88,22 +89,25 @@ pub fn run(
     req: &Request,
 ) -> Result<Outcome, EngineError> {
     let (extraction, captured) = extract::extract_capturing(artifact, staging, req)?;
-    review_extraction(staging, req, extraction, &captured)
+    review_extraction(staging, req, extraction, &captured, RejectedTree::Cleared)
 }
 
 /// [`run`], handing the artifact to `release` once the engine is done with it and before the
 /// review: the confined child closes it on its hashing thread, so freeing a large artifact's
-/// pages overlaps the review instead of the child's exit (docs/sandbox.md).
+/// pages overlaps the review instead of the child's exit (docs/sandbox.md). `rejected_tree`
+/// says whether a rejected tree (the engine's or the review's) is removed here or left to the
+/// caller ([`RejectedTree`]; the child leaves it to its parent).
 pub fn run_releasing(
     artifact: File,
     staging: BorrowedFd<'_>,
     req: &Request,
     release: impl FnOnce(File),
+    rejected_tree: RejectedTree,
 ) -> Result<Outcome, EngineError> {
-    let extracted = extract::extract_capturing(&artifact, staging, req);
+    let extracted = extract::extract_capturing_as(&artifact, staging, req, rejected_tree);
     release(artifact);
     let (extraction, captured) = extracted?;
-    review_extraction(staging, req, extraction, &captured)
+    review_extraction(staging, req, extraction, &captured, rejected_tree)
 }
 
 /// The review of an extraction (an accepted one: any other is returned as it is).
@@ -112,6 +116,7 @@ fn review_extraction(
     req: &Request,
     extraction: extract::inventory::Extraction,
     captured: &extract::Captured,
+    rejected_tree: RejectedTree,
 ) -> Result<Outcome, EngineError> {
     if extraction.verdict != Verdict::Accepted {
         return Ok(extraction.into());
@@ -131,7 +136,9 @@ fn review_extraction(
             Ok(outcome)
         }
         Err(err) => {
-            writer::clear_beneath(staging, 0).map_err(EngineError::Cleanup)?;
+            if rejected_tree == RejectedTree::Cleared {
+                writer::clear_beneath(staging, 0).map_err(EngineError::Cleanup)?;
+            }
             match err {
                 ReviewError::Invalid(reason) => Ok(Outcome::rejected(
                     extraction.artifact,
@@ -161,4 +168,78 @@ fn wrapper_named_after_skill(wrapper: Option<&str>, review: Review) -> Result<Re
             crate::reason::display_name(name.unwrap_or("").as_bytes())
         ),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::extract::{ArtifactType, policy::Limits};
+    use crate::reason::ReasonCode;
+    use std::os::fd::AsFd;
+
+    fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut tar = tar::Builder::new(Vec::new());
+        for (path, data) in files {
+            let mut h = tar::Header::new_ustar();
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_cksum();
+            tar.append_data(&mut h, path, *data)
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+        tar.into_inner().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// What `bytes` leaves beneath a fresh staging directory, run as `rejected_tree` says, and
+    /// the reason it was rejected for.
+    fn left_by(bytes: &[u8], rejected_tree: RejectedTree) -> (Option<ReasonCode>, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let art = dir.path().join("a.tar");
+        std::fs::write(&art, bytes).unwrap_or_else(|e| panic!("{e}"));
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
+        let staging = File::open(&out).unwrap_or_else(|e| panic!("{e}"));
+        let artifact = File::open(&art).unwrap_or_else(|e| panic!("{e}"));
+        let req = Request::new(ArtifactType::Archive, Limits::default());
+        let outcome = match rejected_tree {
+            RejectedTree::Cleared => run(&artifact, staging.as_fd(), &req),
+            RejectedTree::Left => {
+                run_releasing(artifact, staging.as_fd(), &req, drop, rejected_tree)
+            }
+        }
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(outcome.verdict, Verdict::Rejected);
+        assert!(outcome.entries.is_empty());
+        let mut names: Vec<String> = std::fs::read_dir(&out)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        (outcome.reason.map(|r| r.code), names)
+    }
+
+    #[test]
+    fn in_process_a_rejection_leaves_nothing_and_the_child_leaves_the_tree_to_its_parent() {
+        let skill = b"---\nname: demo\ndescription: A demo skill\n---\nUse it.\n";
+        // The engine stops at the duplicate; the review refuses a SKILL.md without frontmatter.
+        let engine = tar_of(&[("SKILL.md", skill), ("a.txt", b"a"), ("a.txt", b"b")]);
+        let review = tar_of(&[("SKILL.md", b"no frontmatter\n"), ("b.txt", b"b")]);
+        for (bytes, code, staged) in [
+            (&engine, ReasonCode::DuplicatePath, ["SKILL.md", "a.txt"]),
+            (&review, ReasonCode::InvalidSkillMd, ["SKILL.md", "b.txt"]),
+        ] {
+            // The library's promise, kept by default: nothing of a rejected package is left.
+            assert_eq!(
+                left_by(bytes, RejectedTree::Cleared),
+                (Some(code), Vec::new())
+            );
+            // The confined child's choice: the tree as it stands, for the parent to remove.
+            assert_eq!(
+                left_by(bytes, RejectedTree::Left),
+                (Some(code), staged.map(str::to_owned).to_vec())
+            );
+        }
+    }
 }

@@ -254,6 +254,7 @@ mod tests {
         let bare = Filesystem::Ext4 {
             device: Some("vda".into()),
             journal: Some(false),
+            discard: None,
         };
         let w = warning(&bare).expect("a warning for ext4 without a journal");
         let line = scratch_message(tmp, &w);

@@ -1337,6 +1337,11 @@ impl<'a> Sink<'a> {
         self.writer.clear()
     }
 
+    /// Stop writing and leave the tree as it stands (for the caller to remove).
+    pub(crate) fn leave(&mut self) -> io::Result<()> {
+        self.writer.leave()
+    }
+
     /// The sorted inventory, the totals and the kept file bytes of an accepted extraction.
     pub(crate) fn into_inventory(self, bytes_in: u64) -> (Vec<Entry>, Totals, Captured) {
         let totals = self.totals(bytes_in);

@@ -311,10 +311,18 @@ impl<'a> Writer<'a> {
         Ok(())
     }
 
-    /// Remove everything beneath the root (not the root itself). Used on every rejection.
+    /// Remove everything beneath the root (not the root itself). Used on every rejection the
+    /// engine clears itself.
     pub fn clear(&mut self) -> io::Result<()> {
         self.dirs.clear()?;
         clear_beneath(self.dirs.root(), 0)
+    }
+
+    /// Leave the tree as it stands, once the hashing thread has created and written every
+    /// file it was handed (nothing appears in it after) and every cached fd is closed: a
+    /// rejection whose tree the caller removes.
+    pub fn leave(&mut self) -> io::Result<()> {
+        self.dirs.clear()
     }
 }
 

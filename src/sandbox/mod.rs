@@ -507,6 +507,10 @@ impl Sandbox {
         match &result {
             Ok(c) if c.outcome.verdict == Verdict::Accepted => {}
             Ok(_) | Err(_) => {
+                // The child is gone (reaped, every thread of it) before this runs, so nothing
+                // appears in the tree while it is removed. The child leaves a rejected tree
+                // as it stands: removing it here keeps that time off the child's deadline.
+                stop_point("sandbox:discard");
                 let path = dir.path().map(Path::to_owned).unwrap_or_default();
                 dir.discard().map_err(staging_err(&path))?;
             }
@@ -686,6 +690,27 @@ impl Sandbox {
         dir.reclaim_root()
             .map_err(staging_err(dir.path().unwrap_or(Path::new("(fd)"))))?;
         Ok(ended.probe_end(self.config.max_answer_bytes))
+    }
+}
+
+/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=sandbox:discard` a debug build stops itself
+/// (`SIGSTOP`) once a child has ended with anything but an acceptance and before the parent
+/// removes the staged tree, the first time only, so a test can look at what the child left and
+/// let it go on (`SIGCONT`). The child never sees it (its environment is empty). Release
+/// builds compile this to nothing.
+fn stop_point(at: &str) {
+    #[cfg(debug_assertions)]
+    {
+        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
+            && !STOPPED.swap(true, Ordering::Relaxed)
+        {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = at;
     }
 }
 

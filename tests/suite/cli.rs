@@ -232,6 +232,80 @@ fn rejection_exits_3_and_leaves_nothing() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("absolute_path"));
 }
 
+/// A rejected tree is removed by the `extract` process once its child has answered and ended,
+/// not by the child inside its deadline: stopped at that moment (the debug build's pause), the
+/// staging directory still holds what the child wrote before it met the duplicate, and once
+/// the command has finished nothing is left, with `--out` and in the temporary directory (under
+/// TMPDIR) alike.
+#[test]
+fn a_rejected_tree_is_removed_by_the_parent_after_the_child_answered() {
+    use super::{STOP_AT_DISCARD, resume, tree_names, wait_stopped};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let art = tar_with(
+        tmp.path(),
+        "dup.tar",
+        &[
+            ("SKILL.md", SKILL, 0o644),
+            ("a.txt", b"a", 0o644),
+            ("a.txt", b"b", 0o644),
+        ],
+    );
+    for with_out in [true, false] {
+        let tmpdir = tmp.path().join(format!("tmpdir-{with_out}"));
+        let parent = tmp.path().join(format!("parent-{with_out}"));
+        std::fs::create_dir(&tmpdir).expect("create_dir");
+        std::fs::create_dir(&parent).expect("create_dir");
+        let out = parent.join("out");
+        let mut cmd = Command::new(bin());
+        cmd.arg("extract").arg(&art).arg("--json");
+        if with_out {
+            cmd.arg("--out").arg(&out);
+        }
+        let child = cmd
+            .env("TMPDIR", &tmpdir)
+            .env(STOP_AT_DISCARD.0, STOP_AT_DISCARD.1)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn skillbox");
+        wait_stopped(child.id());
+        let staging = if with_out {
+            out.clone()
+        } else {
+            let names: Vec<PathBuf> = std::fs::read_dir(&tmpdir)
+                .expect("read_dir")
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            assert_eq!(names.len(), 1, "{names:?}");
+            names[0].clone()
+        };
+        assert_eq!(
+            tree_names(&staging),
+            ["SKILL.md", "a.txt"],
+            "--out {with_out}: the tree as the child left it"
+        );
+        resume(child.id());
+        let o = child.wait_with_output().expect("wait");
+        assert_eq!(
+            o.status.code(),
+            Some(3),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert_eq!(json_of(&o)["reason"]["code"], "duplicate_path");
+        assert!(!out.exists(), "rejected staging directory survived");
+        for dir in [&parent, &tmpdir] {
+            assert_eq!(
+                std::fs::read_dir(dir).map(Iterator::count).unwrap_or(99),
+                0,
+                "--out {with_out}: {} is not empty",
+                dir.display()
+            );
+        }
+    }
+}
+
 #[test]
 fn digest_mismatch_is_a_verdict_and_bad_digest_syntax_a_usage_error() {
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -721,6 +721,86 @@ fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
     assert_eq!(w.cached_artifacts(), 0);
 }
 
+/// `fetch` stages as `extract` does, into its `--out` or a temporary directory under TMPDIR: a
+/// rejected tree is removed once the child has answered and ended, not by the child inside its
+/// deadline. Stopped at that moment (the debug build's pause), the staging directory holds what
+/// the child wrote before it met the duplicate; once the command has finished nothing is left.
+#[test]
+fn a_rejected_fetch_tree_is_removed_by_the_parent_after_the_child_answered() {
+    use super::{STOP_AT_DISCARD, resume, tree_names, wait_stopped};
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    let pkg = tar_gz_of(&[("SKILL.md", &md), ("a.txt", b"a"), ("a.txt", b"b")]);
+    w.server
+        .route("/a/demo.tar.gz", ok(&pkg, "application/gzip"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "archive",
+        "/a/demo.tar.gz",
+        &sha(&pkg),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    for with_out in [true, false] {
+        let tmpdir = w.tmp.path().join(format!("tmpdir-{with_out}"));
+        let parent = w.tmp.path().join(format!("parent-{with_out}"));
+        std::fs::create_dir(&tmpdir).expect("create_dir");
+        std::fs::create_dir(&parent).expect("create_dir");
+        let out = parent.join("out");
+        let mut args = w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache]);
+        if with_out {
+            args.extend(["--out".to_owned(), out.display().to_string()]);
+        }
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+        cmd.args(&args).env_remove("XDG_CACHE_HOME");
+        for v in POLICY_VARS {
+            cmd.env_remove(v);
+        }
+        let child = cmd
+            .env("TMPDIR", &tmpdir)
+            .env(STOP_AT_DISCARD.0, STOP_AT_DISCARD.1)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn skillbox");
+        wait_stopped(child.id());
+        let staging = if with_out {
+            out.clone()
+        } else {
+            let names: Vec<PathBuf> = std::fs::read_dir(&tmpdir)
+                .expect("read_dir")
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            assert_eq!(names.len(), 1, "{names:?}");
+            names[0].clone()
+        };
+        assert_eq!(
+            tree_names(&staging),
+            ["SKILL.md", "a.txt"],
+            "--out {with_out}: the tree as the child left it"
+        );
+        resume(child.id());
+        let o = child.wait_with_output().expect("wait");
+        assert_eq!(code(&o), 3, "{}", explain(&o));
+        assert_eq!(
+            json_of(&o)["extraction"]["reason"]["code"],
+            "duplicate_path",
+            "{}",
+            explain(&o)
+        );
+        assert!(!out.exists(), "rejected staging directory survived");
+        for dir in [&parent, &tmpdir] {
+            assert_eq!(
+                std::fs::read_dir(dir).map(Iterator::count).unwrap_or(99),
+                0,
+                "--out {with_out}: {} is not empty",
+                dir.display()
+            );
+        }
+    }
+}
+
 #[test]
 fn unknown_schema_is_refused_with_its_own_exit_code() {
     let w = World::new();

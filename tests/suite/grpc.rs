@@ -493,6 +493,51 @@ async fn zygotes_are_replaced_after_their_quota_or_not_used_at_all() {
     }
 }
 
+/// A rejected tree is removed by the broker once the child has answered and ended, not by the
+/// child inside its deadline, on both ways children start (spares forked by the zygote, and an
+/// exec per child with `--zygote-max-forks 0`): stopped at that moment (the debug build's
+/// pause), the request's staging directory holds what the child staged before the review
+/// rejected it; the answer follows, and nothing is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_tree_is_removed_by_the_broker_after_the_child_answered() {
+    use super::{STOP_AT_DISCARD, resume, tree_names, wait_stopped};
+    let tar = harness::raw_tar(&[
+        ("SKILL.md", b"no frontmatter here\n", 0o644),
+        ("notes.txt", b"notes\n", 0o644),
+    ]);
+    for args in [&[][..], &["--zygote-max-forks", "0"][..]] {
+        let server = Server::start_env(args, &[STOP_AT_DISCARD]);
+        let mut c = server.client().await;
+        let pid = server.pid();
+        let body = std::io::Cursor::new(tar.clone());
+        let call = tokio::spawn(async move {
+            c.extract(archive_header(), body, Some(Duration::from_secs(60)))
+                .await
+        });
+        ok(
+            tokio::task::spawn_blocking(move || wait_stopped(pid)).await,
+            "wait for the stop",
+        );
+        let dirs = server.staging_dirs();
+        assert_eq!(dirs.len(), 1, "{args:?}: {dirs:?}");
+        assert_eq!(
+            tree_names(&server.staging_root().join(&dirs[0])),
+            ["SKILL.md", "notes.txt"],
+            "{args:?}: the tree as the child left it"
+        );
+        resume(pid);
+        let done = ok(ok(call.await, "join"), "extract");
+        assert_eq!(done.outcome.verdict, skillbox::reason::Verdict::Rejected);
+        assert_eq!(
+            done.outcome.reason.map(|r| r.code),
+            Some(skillbox::reason::ReasonCode::InvalidSkillMd),
+            "{args:?}"
+        );
+        assert!(done.staged.is_none(), "{args:?}");
+        server.wait_clean(Duration::from_secs(5));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hangup_mid_upload_leaves_nothing() {
     let server = Server::start(&[]);

@@ -384,6 +384,66 @@ fn prepare(w: &World, op: &str) -> (Vec<String>, String, String) {
     }
 }
 
+/// `install` extracts through the sandbox into a staging directory in the store: a rejected
+/// tree is removed once the child has answered and ended, not by the child inside its
+/// deadline. Stopped at that moment (the debug build's pause), the store's staging directory
+/// holds what the child wrote before it met the duplicate; the command then exits 3 and the
+/// store keeps no staging directory and no version.
+#[test]
+fn a_rejected_install_tree_is_removed_by_the_parent_after_the_child_answered() {
+    use super::{STOP_AT_DISCARD, resume, tree_names, wait_stopped};
+    let w = World::new();
+    let md = b"---\nname: demo\ndescription: A demo skill\n---\nUse it.\n";
+    let digest = w.publish(
+        "demo",
+        &tar_gz_of(&[("SKILL.md", md), ("a.txt", b"a"), ("a.txt", b"b")]),
+    );
+    let url = w.index_url();
+    let child = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(["install", url.as_str(), "demo", "--json"])
+        .arg("--store")
+        .arg(w.store())
+        .args(w.fetch_flags())
+        .env("HOME", w.tmp.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("SKILLBOX_STORE")
+        .env(STOP_AT_DISCARD.0, STOP_AT_DISCARD.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"));
+    wait_stopped(child.id());
+    let staging_root = w.store().join("staging");
+    let staged: Vec<PathBuf> = std::fs::read_dir(&staging_root)
+        .unwrap_or_else(|e| panic!("read_dir: {e}"))
+        .flatten()
+        .map(|e| e.path().join("tree"))
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    assert_eq!(
+        tree_names(&staged[0]),
+        ["SKILL.md", "a.txt"],
+        "the tree as the child left it"
+    );
+    resume(child.id());
+    let o = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 3);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("duplicate_path")
+            || String::from_utf8_lossy(&o.stdout).contains("duplicate_path"),
+        "{}",
+        explain(&o)
+    );
+    let left: Vec<PathBuf> = std::fs::read_dir(&staging_root)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in the store's staging: {left:?}");
+    assert!(!tree_exists(&w, &digest));
+}
+
 #[test]
 fn sigkill_at_every_step_leaves_old_or_new_and_the_next_command_works() {
     let cases: &[(&str, &[&str])] = &[

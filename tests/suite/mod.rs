@@ -23,7 +23,8 @@ mod twins;
 /// a journal, mounted `discard` (this project's CI machines' `/tmp`), the corpus's case of 9,990
 /// long-target links (`targz_inventory_past_answer_bound`) took 8 to 46 s to stage and remove
 /// under a loaded suite, past the child's 30 s deadline, against 1.3 to 1.7 s on tmpfs: the
-/// filesystem's time, not the engine's (bench-results/throughput.md, fifteenth session).
+/// filesystem's time, not the engine's (bench-results/throughput.md, fifteenth session). The
+/// removal is the parent's now, outside that deadline (sixteenth session); creating them is not.
 /// `serve`, `replay` and `doctor` warn about such a disk; `.ci/run`'s release replay of the
 /// corpus still stages under `TMPDIR`.
 pub(crate) fn corpus_scratch() -> tempfile::TempDir {
@@ -40,4 +41,44 @@ pub(crate) fn corpus_scratch() -> tempfile::TempDir {
             tempfile::tempdir().expect("tempdir")
         }
     }
+}
+
+/// The debug build's pause (`SKILLBOX_TEST_STOP_AT`) once a confined child ended with anything
+/// but an acceptance, before the parent removes the staged tree (`src/sandbox/mod.rs`).
+pub(crate) const STOP_AT_DISCARD: (&str, &str) = ("SKILLBOX_TEST_STOP_AT", "sandbox:discard");
+
+/// Wait until our child `pid` stops itself (`SIGSTOP`); panics, killing it, if it ends instead.
+pub(crate) fn wait_stopped(pid: u32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"));
+    let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
+    if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
+        let _ = kill(pid, Signal::SIGKILL);
+        panic!("never stopped before removing a rejected tree: {status:?}");
+    }
+}
+
+/// Let a process stopped by [`wait_stopped`] go on.
+pub(crate) fn resume(pid: u32) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+}
+
+/// The names beneath `dir`, recursively, sorted ("a", "a/b", ...).
+pub(crate) fn tree_names(dir: &std::path::Path) -> Vec<String> {
+    fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).expect("read_dir").flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(root).expect("beneath").display().to_string();
+            out.push(rel);
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
 }

@@ -381,6 +381,114 @@ fn nested_suites_are_replayed_under_their_directory() {
     assert_eq!(v["summary"]["total"], 5, "{v}");
 }
 
+/// The processes whose parent is `pid` (every thread's children).
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+                .flat_map(|l| {
+                    l.split_whitespace()
+                        .filter_map(|p| p.parse().ok())
+                        .collect::<Vec<u32>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A process stopped by a signal (state `T`).
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
+}
+
+/// A rejected case's tree is removed by the replay (or, with `--isolate process`, by the case's
+/// `extract` process) once the child has answered and ended, not by the child inside its
+/// deadline: stopped at that moment (the debug build's pause), the case's staging directory
+/// holds what the child wrote before it met the duplicate; the case then passes (replay's own
+/// check finds nothing left after the rejection) and the scratch directory is gone.
+#[test]
+fn a_rejected_case_tree_is_removed_by_the_parent_after_the_child_answered() {
+    use super::{STOP_AT_DISCARD, resume, tree_names, wait_stopped};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("c");
+    write(
+        &dir,
+        "dup.tar",
+        &tar_bytes(&[(b"SKILL.md", SKILL), (b"a.txt", b"a"), (b"a.txt", b"b")]),
+    );
+    manifest(
+        &dir,
+        &[case(
+            "dup",
+            "dup.tar",
+            "archive",
+            Value::Null,
+            "rejected",
+            json!("duplicate_path"),
+        )],
+    );
+    for isolate in ["spare", "process"] {
+        let scratch = tmp.path().join(format!("tmp-{isolate}"));
+        std::fs::create_dir(&scratch).expect("create_dir");
+        let child = Command::new(bin())
+            .arg("replay")
+            .arg(&dir)
+            .args(["--json", "--isolate", isolate])
+            .env("TMPDIR", &scratch)
+            .env(STOP_AT_DISCARD.0, STOP_AT_DISCARD.1)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn skillbox");
+        // A spare is supervised by replay itself; a process case by its `extract` process.
+        let stopped = if isolate == "spare" {
+            wait_stopped(child.id());
+            child.id()
+        } else {
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                if let Some(p) = children_of(child.id()).into_iter().find(|&p| is_stopped(p)) {
+                    break p;
+                }
+                assert!(
+                    std::time::Instant::now() < until,
+                    "no `extract` process stopped before removing the rejected tree"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        let staged: Vec<PathBuf> = std::fs::read_dir(&scratch)
+            .expect("read_dir")
+            .flatten()
+            .map(|e| e.path().join("cases/0/staging"))
+            .filter(|p| p.is_dir())
+            .collect();
+        assert_eq!(staged.len(), 1, "{isolate}: {staged:?}");
+        assert_eq!(
+            tree_names(&staged[0]),
+            ["SKILL.md", "a.txt"],
+            "{isolate}: the tree as the child left it"
+        );
+        resume(stopped);
+        let o = child.wait_with_output().expect("wait");
+        assert_eq!(o.status.code(), Some(0), "{isolate}: {}", text(&o.stderr));
+        let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+        assert_eq!(v["summary"]["passed"], 1, "{isolate}: {v}");
+        assert_eq!(
+            std::fs::read_dir(&scratch)
+                .map(Iterator::count)
+                .unwrap_or(99),
+            0,
+            "{isolate}: the scratch directory is left"
+        );
+    }
+}
+
 #[test]
 fn writes_outside_the_staging_directory_are_caught() {
     // A stand-in for `skillbox extract` that answers "accepted" but drops a file in its

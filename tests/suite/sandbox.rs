@@ -1206,8 +1206,9 @@ fn the_deepest_tree_with_files_in_flight_fits_the_childs_open_files() {
 both_spawn_paths! {
 fn a_confined_rejection_leaves_no_staging_directory() {
     let f = fixture();
-    // Two files are written before the duplicate is found: the child must clear them, and the
-    // parent removes the directory.
+    // Two files are written before the duplicate is found: the child leaves them (see
+    // `a_rejecting_child_leaves_its_tree_to_the_parent`), and the parent removes them and the
+    // directory.
     let art = tar_of(&[
         ("SKILL.md", SKILL, 0o644),
         ("a.txt", b"a", 0o644),
@@ -1223,6 +1224,102 @@ fn a_confined_rejection_leaves_no_staging_directory() {
     assert!(!staging.exists(), "staging survived a rejection");
     f.outside_untouched();
 }
+}
+
+/// Run `art` (named `name`) in a child started by `sb` over a staging directory at `staging`, and return its
+/// answer (decoded as the parent decodes it) and the staging directory as the child left it:
+/// the parent's own removal is not run.
+fn child_leaves(sb: &Sandbox, art: &[u8], name: &str, staging: &Path) -> (Outcome, StagingDir) {
+    let mut req = archive_request(art);
+    req.file_name = Some(name.into());
+    let dir = StagingDir::prepare(staging, sb.child_ids()).expect("prepare staging");
+    let sealed = SealedArtifact::copy_from(art, 64 << 20).expect("seal");
+    let running = sb
+        .spawn(Job::Extract(req.clone()), &sealed, &dir, &req.limits)
+        .expect("spawn");
+    let ended = running
+        .wait(Duration::from_secs(300), 32 << 20)
+        .expect("wait");
+    assert_eq!(
+        ended.status.code(),
+        Some(0),
+        "{:?}",
+        String::from_utf8_lossy(&ended.log)
+    );
+    let answer: skillbox::sandbox::wire::ChildAnswer =
+        serde_json::from_slice(&ended.answer[4..]).expect("answer");
+    match answer.result {
+        skillbox::sandbox::JobResult::Extracted(o) => (*o, dir),
+        other => panic!("{other:?}"),
+    }
+}
+
+both_spawn_paths! {
+fn a_rejecting_child_leaves_its_tree_to_the_parent() {
+    // A child that rejects answers without emptying the staging directory: removing a large
+    // tree is the filesystem's time (seconds on a disk mounted `discard`), and it came out of
+    // the child's deadline. The parent removes it once the child is gone
+    // (`a_confined_rejection_leaves_no_staging_directory`, and the CLI's, the broker's and
+    // replay's tests stopped at that moment).
+    let f = fixture();
+    let sb = sandbox();
+    // Stopped at a limit by the engine: two files were written before the duplicate.
+    let limit = tar_of(&[
+        ("SKILL.md", SKILL, 0o644),
+        ("a.txt", b"a", 0o644),
+        ("a.txt", b"b", 0o644),
+    ]);
+    // Rejected by the review: the whole tree was staged, and SKILL.md has no frontmatter.
+    let review = tar_of(&[
+        ("SKILL.md", b"no frontmatter here\n", 0o644),
+        ("scripts/run.sh", b"#!/bin/sh\necho hi\n", 0o755),
+    ]);
+    for (art, code, left) in [
+        (&limit, ReasonCode::DuplicatePath, &["SKILL.md", "a.txt"][..]),
+        (
+            &review,
+            ReasonCode::InvalidSkillMd,
+            &["SKILL.md", "scripts", "scripts/run.sh"][..],
+        ),
+    ] {
+        let staging = f.root.join(format!("left{}", code.as_str()));
+        fs::create_dir(&staging).expect("create_dir");
+        let (outcome, dir) = child_leaves(&sb, art, "pkg.tar", &staging);
+        assert_eq!(outcome.verdict, Verdict::Rejected);
+        assert_eq!(outcome.reason.as_ref().map(|r| r.code), Some(code));
+        assert!(outcome.entries.is_empty(), "{:?}", outcome.entries);
+        assert_eq!(crate::suite::tree_names(&staging), left, "{code:?}: what the child left");
+        dir.discard().expect("discard");
+        assert!(!staging.exists(), "{code:?}");
+    }
+    f.outside_untouched();
+}
+}
+
+#[test]
+fn a_child_past_the_answer_bound_leaves_its_tree_to_the_parent() {
+    // The corpus's 9,990 links with targets of about 1,000 bytes each: every limit holds, the
+    // inventory does not fit the 32 MiB the parent reads, so the child answers `resource_limit`
+    // and leaves the tree as it stands (it used to empty it first: 16 s of its 30 s on this
+    // project's test disk). Staged on a tmpfs, where the parent's removal is quick.
+    let art = fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("corpus/hostile/targz_inventory_past_answer_bound.tar.gz"),
+    )
+    .expect("read the corpus case");
+    let scratch = super::corpus_scratch();
+    fs::set_permissions(scratch.path(), fs::Permissions::from_mode(0o777)).expect("chmod");
+    let staging = scratch.path().join("staging");
+    fs::create_dir(&staging).expect("create_dir");
+    let (outcome, dir) = child_leaves(&sandbox(), &art, "pkg.tar.gz", &staging);
+    assert_eq!(outcome.verdict, Verdict::Rejected);
+    let reason = outcome.reason.as_ref().expect("a reason");
+    assert_eq!(reason.code, ReasonCode::ResourceLimit, "{reason:?}");
+    assert!(reason.detail.contains("larger than"), "{reason:?}");
+    let left = fs::read_dir(&staging).expect("read_dir").count();
+    assert!(left > 0, "the child emptied the tree before answering");
+    dir.discard().expect("discard");
+    assert!(!staging.exists());
 }
 
 // ---- Supervision: a child that misbehaves ----------------------------------------------------------

@@ -24,7 +24,8 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn ext4(journal: bool) -> Self {
+    /// Made with or without a journal, mounted with or without online discard.
+    fn ext4(journal: bool, discard: bool) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let img = dir.path().join("fs.img");
         let mnt = dir.path().join("mnt");
@@ -36,7 +37,7 @@ impl Mounted {
         }
         run(mkfs.arg(&img).arg("32M"));
         run(Command::new("mount")
-            .args(["-o", "loop"])
+            .args(["-o", if discard { "loop,discard" } else { "loop" }])
             .arg(&img)
             .arg(&mnt));
         // World-traversable, as /tmp is: the confined child (uid 65534) stages beneath it.
@@ -106,29 +107,34 @@ fn serve_log(staging_root: &Path, socket: &Path) -> String {
     log
 }
 
+/// ... and mounted `discard`, the warning says what that costs (removing a tree); the loop
+/// device takes discards, so the option shows in `/proc/self/mountinfo` as on a real disk.
 #[test]
 fn staging_on_ext4_without_a_journal_is_warned_about_and_with_one_is_not() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("not root: cannot mount ext4 images to check the staging filesystem");
         return;
     }
-    for journal in [false, true] {
-        let fs = Mounted::ext4(journal);
+    for (journal, discard) in [(false, false), (false, true), (true, false)] {
+        let fs = Mounted::ext4(journal, discard);
         let found = staging_fs::filesystem(&fs.mnt).expect("statfs");
         let Filesystem::Ext4 {
             device: Some(device),
             journal: seen,
+            discard: seen_discard,
         } = &found
         else {
             panic!("journal {journal}: {found:?}");
         };
         assert!(device.starts_with("loop"), "{device}");
         assert_eq!(*seen, Some(journal), "{device}");
+        assert_eq!(*seen_discard, Some(discard), "{device}");
 
         let report = doctor_json(&fs.mnt);
         let staging = &report["staging"];
         assert_eq!(staging["path"], fs.mnt.display().to_string());
         assert_eq!(staging["filesystem"]["journal"], journal, "{staging}");
+        assert_eq!(staging["filesystem"]["discard"], discard, "{staging}");
         let warning = staging["warning"].as_str();
         assert_eq!(warning.is_some(), !journal, "{staging}");
         if let Some(w) = warning {
@@ -136,6 +142,7 @@ fn staging_on_ext4_without_a_journal_is_warned_about_and_with_one_is_not() {
                 w.contains("without a journal") && w.contains("tmpfs"),
                 "{w}"
             );
+            assert_eq!(w.contains("mounted `discard`"), discard, "{w}");
         }
 
         // The socket in a private directory of its own (serve refuses a world-writable one).
@@ -145,6 +152,11 @@ fn staging_on_ext4_without_a_journal_is_warned_about_and_with_one_is_not() {
             log.contains("without a journal"),
             !journal,
             "journal {journal}:\n{log}"
+        );
+        assert_eq!(
+            log.contains("mounted `discard`"),
+            discard,
+            "discard {discard}:\n{log}"
         );
     }
 }

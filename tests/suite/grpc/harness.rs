@@ -140,9 +140,14 @@ pub struct Server {
 
 impl Server {
     pub fn start(args: &[&str]) -> Self {
+        Self::start_env(args, &[])
+    }
+
+    /// [`Server::start`] with these environment variables set for the server.
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         let tmp = ok(tempfile::tempdir(), "tempdir");
         let dir = tmp.path().to_owned();
-        let mut s = Self::spawn(&dir, args);
+        let mut s = Self::spawn_inner(&dir, args, false, env);
         s._tmp = Some(tmp);
         s
     }
@@ -167,16 +172,16 @@ impl Server {
         let tmp = ok(tempfile::tempdir(), "tempdir");
         let mut all = vec!["--tcp", ANY_PORT];
         all.extend_from_slice(args);
-        let mut s = Self::spawn_inner(tmp.path(), &all, true);
+        let mut s = Self::spawn_inner(tmp.path(), &all, true, &[]);
         s._tmp = Some(tmp);
         s
     }
 
     fn spawn(dir: &Path, args: &[&str]) -> Self {
-        Self::spawn_inner(dir, args, false)
+        Self::spawn_inner(dir, args, false, &[])
     }
 
-    fn spawn_inner(dir: &Path, args: &[&str], tcp: bool) -> Self {
+    fn spawn_inner(dir: &Path, args: &[&str], tcp: bool, env: &[(&str, &str)]) -> Self {
         let socket = dir.join("skillbox.sock");
         let log = dir.join("server.log");
         let staging = dir.join("staging");
@@ -189,6 +194,7 @@ impl Server {
             .args(["--log", "skillbox=debug,info"])
             .args(args)
             .env_remove("XDG_RUNTIME_DIR")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(ok(std::fs::File::create(&log), "log file"))
