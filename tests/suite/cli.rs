@@ -239,7 +239,7 @@ fn rejection_exits_3_and_leaves_nothing() {
 /// TMPDIR) alike.
 #[test]
 fn a_rejected_tree_is_removed_by_the_parent_after_the_child_answered() {
-    use super::{STOP_AT_DISCARD, resume, tree_names, wait_stopped};
+    use super::{resume, stopped_before_discard, tree_names};
     let tmp = tempfile::tempdir().expect("tempdir");
     let art = tar_with(
         tmp.path(),
@@ -261,25 +261,8 @@ fn a_rejected_tree_is_removed_by_the_parent_after_the_child_answered() {
         if with_out {
             cmd.arg("--out").arg(&out);
         }
-        let child = cmd
-            .env("TMPDIR", &tmpdir)
-            .env(STOP_AT_DISCARD.0, STOP_AT_DISCARD.1)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn skillbox");
-        wait_stopped(child.id());
-        let staging = if with_out {
-            out.clone()
-        } else {
-            let names: Vec<PathBuf> = std::fs::read_dir(&tmpdir)
-                .expect("read_dir")
-                .flatten()
-                .map(|e| e.path())
-                .collect();
-            assert_eq!(names.len(), 1, "{names:?}");
-            names[0].clone()
-        };
+        let (child, staging) =
+            stopped_before_discard(&mut cmd, &tmpdir, with_out.then_some(out.as_path()));
         assert_eq!(
             tree_names(&staging),
             ["SKILL.md", "a.txt"],

@@ -727,7 +727,7 @@ fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
 /// the child wrote before it met the duplicate; once the command has finished nothing is left.
 #[test]
 fn a_rejected_fetch_tree_is_removed_by_the_parent_after_the_child_answered() {
-    use super::{STOP_AT_DISCARD, resume, tree_names, wait_stopped};
+    use super::{resume, stopped_before_discard, tree_names};
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
     let pkg = tar_gz_of(&[("SKILL.md", &md), ("a.txt", b"a"), ("a.txt", b"b")]);
@@ -756,25 +756,8 @@ fn a_rejected_fetch_tree_is_removed_by_the_parent_after_the_child_answered() {
         for v in POLICY_VARS {
             cmd.env_remove(v);
         }
-        let child = cmd
-            .env("TMPDIR", &tmpdir)
-            .env(STOP_AT_DISCARD.0, STOP_AT_DISCARD.1)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn skillbox");
-        wait_stopped(child.id());
-        let staging = if with_out {
-            out.clone()
-        } else {
-            let names: Vec<PathBuf> = std::fs::read_dir(&tmpdir)
-                .expect("read_dir")
-                .flatten()
-                .map(|e| e.path())
-                .collect();
-            assert_eq!(names.len(), 1, "{names:?}");
-            names[0].clone()
-        };
+        let (child, staging) =
+            stopped_before_discard(&mut cmd, &tmpdir, with_out.then_some(out.as_path()));
         assert_eq!(
             tree_names(&staging),
             ["SKILL.md", "a.txt"],

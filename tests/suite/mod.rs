@@ -82,3 +82,34 @@ pub(crate) fn tree_names(dir: &std::path::Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Start `cmd` (a one-shot `extract` or `fetch` of a package the engine rejects) with the pause
+/// of [`STOP_AT_DISCARD`], wait for it, and return it with the staged tree the child left: `out`
+/// when given (`--out`), else the one directory the command made under `tmpdir` (its `TMPDIR`).
+pub(crate) fn stopped_before_discard(
+    cmd: &mut std::process::Command,
+    tmpdir: &std::path::Path,
+    out: Option<&std::path::Path>,
+) -> (std::process::Child, std::path::PathBuf) {
+    let child = cmd
+        .env("TMPDIR", tmpdir)
+        .env(STOP_AT_DISCARD.0, STOP_AT_DISCARD.1)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn skillbox");
+    wait_stopped(child.id());
+    let staging = out.map_or_else(
+        || {
+            let names: Vec<std::path::PathBuf> = std::fs::read_dir(tmpdir)
+                .expect("read_dir")
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            assert_eq!(names.len(), 1, "{names:?}");
+            names[0].clone()
+        },
+        std::path::Path::to_path_buf,
+    );
+    (child, staging)
+}
