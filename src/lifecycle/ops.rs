@@ -386,7 +386,7 @@ pub fn install(
     intake: &Intake<'_>,
     source: &Source,
 ) -> Result<InstallReport, Error> {
-    let recovered = prepare(store)?;
+    let mut recovered = prepare(store)?;
     let op = intake.op;
     let mut prov = Provenance {
         time: now(),
@@ -423,32 +423,71 @@ pub fn install(
             client.policy_mut().allow_index_origin(&index_url);
             let cache = Cache::open(&store.cache_root())
                 .map_err(|e| Error::io("cannot open the store's cache", &e))?;
-            // No index cache here: an index may list a URL with a password in it, and a secret
-            // never reaches the store.
-            let index = acquire::load_index(
-                &client,
-                None,
-                &index_url,
-                fetcher.index_limits,
-                false,
-                &mut prov,
-            )
-            .map_err(acquire_error)?;
-            let entry = acquire::select(&index, skill).map_err(acquire_error)?;
-            if let Some(d) = entry.digest
-                && let Some(report) = known(
-                    store,
-                    intake,
-                    skill,
-                    &d.to_string(),
-                    Some(&prov.index_url),
-                    &recovered,
-                )?
-            {
-                return Ok(report);
-            }
-            let acquired = acquire::artifact(&client, &cache, entry, false, &mut prov)
+            // The network I/O (the index, the artifact) runs without the store lock
+            // (`Store::without_lock`): an index that stalls for the whole fetch timeout must
+            // not hold back a `withdraw` typed on this host meanwhile. Only bytes, verified
+            // against their digest, come out of it; every decision is taken once the lock is
+            // back, on the records as they are then.
+            let (entry, mut acquired) = store.without_lock(|store| -> Result<_, Error> {
+                // No index cache here: an index may list a URL with a password in it, and a
+                // secret never reaches the store.
+                let index = acquire::load_index(
+                    &client,
+                    None,
+                    &index_url,
+                    fetcher.index_limits,
+                    false,
+                    &mut prov,
+                )
                 .map_err(acquire_error)?;
+                let entry = acquire::select(&index, skill).map_err(acquire_error)?;
+                // A digest the records hold is decided without its bytes (an unchanged update
+                // downloads nothing). Only a read: `known` decides under the lock below.
+                let recorded = match entry.digest {
+                    Some(d) => store
+                        .records
+                        .read(|tx| tx.version(&d.to_string()))?
+                        .is_some(),
+                    None => false,
+                };
+                let acquired = if recorded {
+                    None
+                } else {
+                    Some(
+                        acquire::artifact(&client, &cache, entry.clone(), false, &mut prov)
+                            .map_err(acquire_error)?,
+                    )
+                };
+                Ok((entry, acquired))
+            })??;
+            let acquired = loop {
+                // The lock is held again, and anything may have happened meanwhile: finish what
+                // a command killed meanwhile left, move this host's agents off what was
+                // withdrawn meanwhile, and decide on the digest as the records say now (a
+                // version withdrawn or denied meanwhile is refused here).
+                recovered.extend(prepare(store)?);
+                if let Some(d) = entry.digest
+                    && let Some(report) = known(
+                        store,
+                        intake,
+                        skill,
+                        &d.to_string(),
+                        Some(&prov.index_url),
+                        &recovered,
+                    )?
+                {
+                    return Ok(report);
+                }
+                if let Some(a) = acquired.take() {
+                    break a;
+                }
+                // Recorded when looked at, but the intake must run after all (a version
+                // collected, a policy's denial to re-evaluate): fetch the bytes, unlocked too.
+                acquired = Some(store.without_lock(|_| {
+                    acquire::artifact(&client, &cache, entry.clone(), false, &mut prov)
+                        .map_err(acquire_error)
+                })??);
+            };
             // Fails closed: an artifact whose origin cannot be told would skip the policy's
             // origin rules, so a URL the parser does not read back is an error, not `None`.
             let fetched_from = prov

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use super::fetch::{Server, ok, pki, sha, tar_gz_of};
+use super::fetch::{Reply, Server, ok, pki, sha, tar_gz_of};
 use super::output::{code, expect_code, explain, json_of};
 
 const SCHEMA: &str = "https://schemas.agentskills.io/discovery/0.2.0/schema.json";
@@ -2804,4 +2804,207 @@ fn a_withdrawn_artifact_under_another_name_is_refused_as_withdrawn() {
         "{err}"
     );
     assert!(std::fs::symlink_metadata(w.agent_dir("beta").join("other")).is_err());
+}
+
+/// A stalled download on the test server: released when opened or dropped.
+struct Gate(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Gate {
+    fn open(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
+
+/// Serve the index listing `digest` (published before) so that it stalls after its head until
+/// the gate opens.
+fn hold_index(w: &World, pkg: &[u8]) -> Gate {
+    let digest = sha(pkg);
+    let path = format!("/pkgs/demo-{}.tar.gz", &digest[7..19]);
+    w.server.route(&path, ok(pkg, "application/gzip"));
+    let body = serde_json::json!({ "$schema": SCHEMA, "skills": [{
+        "name": "demo", "type": "archive", "description": "A demo skill",
+        "url": path, "digest": digest,
+    }]})
+    .to_string();
+    let release = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    w.server.route(
+        INDEX,
+        Reply::Held {
+            body: body.into_bytes(),
+            content_type: "application/json",
+            release: release.clone(),
+        },
+    );
+    Gate(release)
+}
+
+/// `skillbox ARGS` in the background, as `World::cmd` runs it; `--total-timeout 300` on a
+/// fetching command, so its stalled download outlasts every bound below.
+fn spawn(w: &World, args: &[&str]) -> std::process::Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    c.args(args)
+        .arg("--store")
+        .arg(w.store())
+        .env("HOME", w.tmp.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("SKILLBOX_STORE")
+        .env_remove("SKILLBOX_TEST_CRASH_AT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if matches!(args.first(), Some(&"install") | Some(&"update")) {
+        c.args(w.fetch_flags()).args(["--total-timeout", "300"]);
+    }
+    c.spawn().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+}
+
+/// Wait until `cond` holds; a deadline for something that never comes, not a measure of speed.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "never happened: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Run `args` while `fetching` (spawned) stalls in its index download, and return its output.
+/// It must finish while the stalled fetch still runs: a deadline well under the fetch's
+/// timeout (300 s), not a measure of speed. Before, every command that changes state waited
+/// for the store lock the fetching command held through its whole download.
+fn while_stalled(w: &World, fetching: &mut std::process::Child, args: &[&str]) -> Output {
+    wait_for("the stalled index request", || w.server.hits(INDEX) >= 2);
+    let mut other = spawn(w, args);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        match other.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                for c in [&mut other, fetching] {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                panic!(
+                    "`{}` waited for another command's stalled download",
+                    args.join(" ")
+                );
+            }
+        }
+    }
+    assert!(
+        matches!(fetching.try_wait(), Ok(None)),
+        "the stalled fetch ended first"
+    );
+    other
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"))
+}
+
+/// Containment does not queue behind a download: a `withdraw` typed while an `update` of the
+/// same store stalls in its index download withdraws and moves the agent at once. (Before,
+/// `update` held the store lock through the whole fetch: 60 s per skill against an index that
+/// hangs.) The update then goes on, its decision taken on the records as they are after it.
+#[test]
+fn a_withdrawal_does_not_wait_for_a_stalled_update() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let gate = hold_index(&w, &package(2));
+    let mut update = spawn(&w, &["update", "--json"]);
+    let o = while_stalled(
+        &w,
+        &mut update,
+        &[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha"), None, "moved off at once");
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    gate.open();
+    let o = update
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 0);
+    assert_ne!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
+
+/// An install whose index download stalled while its version was withdrawn decides on the
+/// records as they are once it has the store lock again: refused as withdrawn (exit 9), no
+/// agent linked to it.
+#[test]
+fn a_version_withdrawn_while_an_install_fetches_is_not_installed() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let gate = hold_index(&w, &package(1));
+    let url = w.index_url();
+    let spec = w.agent_arg("beta");
+    let mut install = spawn(&w, &["install", &url, "demo", "--agent", &spec]);
+    let o = while_stalled(
+        &w,
+        &mut install,
+        &[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    gate.open();
+    let o = install
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("steals tokens"),
+        "{}",
+        explain(&o)
+    );
+    assert!(std::fs::symlink_metadata(w.agent_dir("beta").join("demo")).is_err());
+    assert_eq!(w.active("alpha"), None);
+    w.verify_ok();
+}
+
+/// The same for a person's denial: an update that stalled in its download while the pending
+/// version it lists was denied reports the denial (exit 7) and activates nothing.
+#[test]
+fn a_version_denied_while_an_update_fetches_is_not_activated() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v3 = w.publish("demo", &package(3));
+    update_waits_for_review(&w, &v1, &v3, &[], "a script");
+    let gate = hold_index(&w, &package(3));
+    let mut update = spawn(&w, &["update"]);
+    let o = while_stalled(
+        &w,
+        &mut update,
+        &["deny", &format!("demo@{v3}"), "--by", "bob"],
+    );
+    expect_code(&o, 0);
+    gate.open();
+    let o = update
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 7);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("bob"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
 }
