@@ -511,10 +511,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             let mut code = EXIT_OK;
             for (skill, url, agents) in targets {
                 let agents: Vec<AgentArg> = if a.agents.is_empty() {
-                    agents
-                        .into_iter()
-                        .map(|name| AgentArg { name, dir: None })
-                        .collect()
+                    agents.into_iter().map(AgentArg::recorded).collect()
                 } else {
                     a.agents.clone()
                 };

@@ -177,7 +177,20 @@ fn resolve_agents(tx: &Tx<'_>, args: &[AgentArg]) -> Result<Vec<(String, String)
                 d
             }
             (Some(d), None) => agents::absolute(d)?.display().to_string(),
-            (None, Some(r)) => r,
+            (None, Some(r)) => {
+                // A preset typed alone names its directory as it is here: `project` run from a
+                // second project is that project's `.agents/skills`, not the first one's. The
+                // records hold one directory per agent, so the other is refused, saying which
+                // is recorded and what to type (reusing it reported "already active" for a
+                // directory that held nothing).
+                if a.typed
+                    && let Some(here) = agents::preset_dir(&a.name)?
+                    && dir_identity(&here) != dir_identity(Path::new(&r))
+                {
+                    return Err(preset_elsewhere(&a.name, &r, &here));
+                }
+                r
+            }
             (None, None) => match agents::preset_dir(&a.name)? {
                 Some(d) => d.display().to_string(),
                 None => {
@@ -203,6 +216,44 @@ fn resolve_agents(tx: &Tx<'_>, args: &[AgentArg]) -> Result<Vec<(String, String)
     }
     refuse_shared_dirs(tx, &out)?;
     Ok(out)
+}
+
+/// A preset typed alone whose directory here is not the one its agent is recorded with.
+fn preset_elsewhere(name: &str, recorded: &str, here: &Path) -> Error {
+    // A name for an agent of its own: the preset's, then the directory the preset is taken
+    // from (`project-app` for `~/src/app/.agents/skills`), kept to the characters a name takes.
+    let base = here
+        .ancestors()
+        .nth(2)
+        .and_then(|p| p.file_name())
+        .map(|n| {
+            n.to_string_lossy()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    let suggested: String = if base.is_empty() {
+        format!("{name}-2")
+    } else {
+        format!("{name}-{base}")
+    }
+    .chars()
+    .take(64)
+    .collect();
+    let here = here.display();
+    Error::new(
+        Kind::Usage,
+        format!(
+            "agent {name} is recorded with {recorded}, not {here} (the preset's directory here); an agent is one directory: for this one give it a name of its own, --agent {suggested}={here}, or name the recorded one with its directory, --agent {name}={recorded}"
+        ),
+    )
 }
 
 /// Which directory a skills directory is: its device and inode when it exists (so a symlinked
@@ -1218,10 +1269,7 @@ pub fn approve(
     let args: Vec<AgentArg> = if agent_args.is_empty() {
         v.agents
             .iter()
-            .map(|n| AgentArg {
-                name: n.clone(),
-                dir: None,
-            })
+            .map(|n| AgentArg::recorded(n.clone()))
             .collect()
     } else {
         agent_args.to_vec()

@@ -3008,3 +3008,72 @@ fn a_version_denied_while_an_update_fetches_is_not_activated() {
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
     w.verify_ok();
 }
+
+/// `--agent project` is `./.agents/skills` of the directory the command runs in. Typed in a
+/// second project, it was the first project's agent again: "already active", and nothing in
+/// the second directory. It is refused (exit 2) naming the recorded directory and the two
+/// things to type; the name it suggests works, and commands that name the agent from the
+/// records (update) still find it from anywhere.
+#[test]
+fn the_project_preset_from_a_second_directory_is_refused_with_what_to_type() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let (one, two) = (w.tmp.path().join("one"), w.tmp.path().join("app"));
+    for d in [&one, &two] {
+        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    }
+    let url = w.index_url();
+    let in_dir = |dir: &Path, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+        c.args(args)
+            .arg("--store")
+            .arg(w.store())
+            .current_dir(dir)
+            .env("HOME", w.tmp.path())
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("SKILLBOX_STORE")
+            .env_remove("SKILLBOX_TEST_CRASH_AT");
+        if matches!(args.first(), Some(&"install") | Some(&"update")) {
+            c.args(w.fetch_flags());
+        }
+        c.output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+    };
+    let install = ["install", url.as_str(), "demo", "--agent", "project"];
+    expect_code(&in_dir(&one, &install), 0);
+    let link_one = one.join(".agents/skills/demo");
+    assert!(std::fs::read_link(&link_one).is_ok(), "installed in one");
+
+    let o = in_dir(&two, &install);
+    expect_code(&o, 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let (rec, here) = (one.join(".agents/skills"), two.join(".agents/skills"));
+    let suggested = format!("--agent project-app={}", here.display());
+    for want in [
+        format!("recorded with {}", rec.display()),
+        suggested.clone(),
+        format!("--agent project={}", rec.display()),
+    ] {
+        assert!(err.contains(&want), "{want:?} not in {err}");
+    }
+    let link_two = here.join("demo");
+    assert!(
+        std::fs::symlink_metadata(&link_two).is_err(),
+        "nothing in app"
+    );
+
+    // What it says to type works: app's own agent.
+    let spec = &suggested["--agent ".len()..];
+    expect_code(
+        &in_dir(&two, &["install", url.as_str(), "demo", "--agent", spec]),
+        0,
+    );
+    assert_eq!(
+        std::fs::read_link(&link_two).ok(),
+        Some(w.store().join("versions").join(&v1[7..]).join("tree"))
+    );
+    // The recorded agent is still the first project's, from any directory.
+    expect_code(&in_dir(&two, &["update"]), 0);
+    expect_code(&in_dir(&one, &install), 0);
+    assert!(std::fs::read_link(&link_one).is_ok());
+    w.verify_ok();
+}
