@@ -914,6 +914,20 @@ fn show_moves(what: &str, r: &ops::MoveReport, json_out: bool) {
     for x in &r.recovered {
         println!("recovered: {}", shown(x));
     }
+    if let Some(w) = &r.already_withdrawn {
+        println!(
+            "already withdrawn: {}@{} was withdrawn by {}{} at {} ({}); this host's agents are moved off it",
+            r.skill,
+            r.digest.as_deref().unwrap_or(""),
+            shown(&w.by),
+            w.host
+                .as_deref()
+                .map(|h| format!(" on {}", shown(h)))
+                .unwrap_or_default(),
+            shown(&w.time),
+            shown(w.reason.as_deref().unwrap_or("no reason recorded")),
+        );
+    }
     println!(
         "{what} {}{}: {} agent(s) moved",
         r.skill,

@@ -1394,6 +1394,19 @@ pub struct MoveReport {
     pub recovered: Vec<String>,
     /// After a withdrawal: the agents, on any host sharing the records, still on the version.
     pub still_on: Vec<HostAgent>,
+    /// `withdraw` of a version withdrawn before (on this host or another): the withdrawal that
+    /// stands. The command then only moves this host's agents off it, as `sync` does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub already_withdrawn: Option<Withdrawal>,
+}
+
+/// A recorded withdrawal: who, when, on which host, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Withdrawal {
+    pub by: String,
+    pub time: String,
+    pub host: Option<String>,
+    pub reason: Option<String>,
 }
 
 /// `rollback`: every named agent (all by default) back to the previous approved,
@@ -1510,6 +1523,7 @@ pub fn rollback(
         problems,
         recovered,
         still_on: Vec::new(),
+        already_withdrawn: None,
     })
 }
 
@@ -1553,11 +1567,31 @@ pub fn withdraw(
     let v = find_version(store, r)?;
     let actor = format!("person:{who}");
     let mut report = if v.state == State::Withdrawn {
-        let users = store.records.read(|tx| tx.installs_using(&v.digest))?;
-        if users.is_empty() {
-            return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")));
+        // Withdrawn before (a runbook runs the same withdraw on every host): the state it asks
+        // for holds, so this is no failure. It says whose withdrawal stands (this reason is not
+        // recorded over it) and moves this host's agents off it as `sync` does, a link of ours
+        // the records lost included.
+        let host = store.records.host().to_owned();
+        let earlier = store.records.read(|tx| tx.events_of(&v.skill, &v.digest))?;
+        let earlier = earlier.into_iter().rev().find(|e| e.kind == "withdrawn");
+        let found = found_on_withdrawn(store, &format!("skillbox:withdraw@{host}"));
+        let mut report = move_off(store, &v, &actor, None, "withdraw")?;
+        if let Err(e) = found {
+            report.problems.push(format!(
+                "looking for links to it the records lost failed ({e}): run `skillbox sync`"
+            ));
         }
-        move_off(store, &v, &actor, None, "withdraw")?
+        report.already_withdrawn = Some(Withdrawal {
+            by: earlier
+                .as_ref()
+                .map_or_else(|| "unknown".into(), |e| e.actor.clone()),
+            time: earlier
+                .as_ref()
+                .map_or_else(|| "unknown".into(), |e| e.time.clone()),
+            host: earlier.and_then(|e| e.host),
+            reason: v.withdrawn_reason.clone(),
+        });
+        report
     } else {
         move_off(store, &v, &actor, Some(reason), "withdraw")?
     };
@@ -1662,6 +1696,7 @@ fn move_off(
         problems,
         recovered: Vec::new(),
         still_on,
+        already_withdrawn: None,
     })
 }
 

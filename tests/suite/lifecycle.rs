@@ -3077,3 +3077,64 @@ fn the_project_preset_from_a_second_directory_is_refused_with_what_to_type() {
     assert!(std::fs::read_link(&link_one).is_ok());
     w.verify_ok();
 }
+
+/// `withdraw` run again where the version is withdrawn already (a runbook runs one withdraw on
+/// every host) succeeds: it says whose withdrawal stands, keeps its reason, and still moves
+/// this host's agents off it as `sync` does (here one whose link of ours the records lost).
+/// It exited 9 when no agent was recorded on it, so the runbook reported a failure.
+#[test]
+fn withdrawing_a_withdrawn_version_again_succeeds_and_moves_what_is_left() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let vref = format!("demo@{v1}");
+    expect_code(
+        &w.run(&[
+            "withdraw",
+            &vref,
+            "--reason",
+            "steals tokens",
+            "--by",
+            "alice",
+        ]),
+        0,
+    );
+    assert_eq!(w.active("alpha"), None);
+    // Its link comes back (a skills directory restored from a backup); the records say nothing.
+    let link = w.agent_dir("alpha").join("demo");
+    std::os::unix::fs::symlink(
+        w.store().join("versions").join(&v1[7..]).join("tree"),
+        &link,
+    )
+    .unwrap_or_else(|e| panic!("symlink: {e}"));
+
+    let o = w.run(&[
+        "withdraw", &vref, "--reason", "again", "--by", "bob", "--json",
+    ]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["already_withdrawn"]["by"], "person:alice", "{j}");
+    assert_eq!(j["already_withdrawn"]["reason"], "steals tokens", "{j}");
+    assert!(
+        j["already_withdrawn"]["time"]
+            .as_str()
+            .is_some_and(|t| t.len() >= 20),
+        "{j}"
+    );
+    assert_eq!(j["agents"][0]["agent"], "alpha", "{j}");
+    assert!(std::fs::symlink_metadata(&link).is_err(), "moved off again");
+
+    // And once more, nothing left to move: still a success, in words.
+    let o = w.run(&["withdraw", &vref, "--reason", "again"]);
+    expect_code(&o, 0);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("already withdrawn")
+            && out.contains("person:alice")
+            && out.contains("steals tokens"),
+        "{out}"
+    );
+    // Install and update of it are still refused as withdrawn.
+    expect_code(&w.install(&["beta"]), 9);
+    w.verify_ok();
+}
