@@ -230,6 +230,7 @@ pub struct ApproveArgs {
 pub struct DenyArgs {
     /// SKILL@sha256:HEX.
     version: VersionRef,
+    /// Who decides [default: $USER].
     #[arg(long, value_name = "NAME", value_parser = parse_person)]
     by: Option<String>,
     /// Why (recorded).
@@ -247,6 +248,7 @@ pub struct UpdateArgs {
     /// Only these agents (and add them).
     #[arg(long = "agent", value_name = "NAME[=DIR]")]
     agents: Vec<AgentArg>,
+    /// Install policy (TOML) [default: the built-in conservative policy].
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
     /// Extraction limits file (as for `extract --limits`); the limit flags override it.
@@ -288,6 +290,7 @@ pub struct WithdrawArgs {
     /// Why (recorded and shown).
     #[arg(long, value_name = "TEXT", value_parser = parse_reason)]
     reason: String,
+    /// Who withdraws it (recorded and shown on every host) [default: $USER].
     #[arg(long, value_name = "NAME", value_parser = parse_person)]
     by: Option<String>,
     #[command(flatten)]

@@ -3138,3 +3138,81 @@ fn withdrawing_a_withdrawn_version_again_succeeds_and_moves_what_is_left() {
     expect_code(&w.install(&["beta"]), 9);
     w.verify_ok();
 }
+
+/// A `--records` user or database name typed %-encoded with a control character never reaches
+/// the terminal raw: a NUL (`%00`), which names nothing in PostgreSQL, is refused (exit 2)
+/// without quoting the text; an escape (`%1b`) is shown escaped in the error that names the
+/// records. Both were echoed raw.
+#[test]
+fn a_control_character_in_a_records_name_is_never_echoed_raw() {
+    let w = World::new();
+    let nul = w.run(&["status", "--records", "postgres://sb@127.0.0.1:1/a%00b"]);
+    expect_code(&nul, 2);
+    let esc = w.run(&["sync", "--records", "postgres://sb@127.0.0.1:1/a%1b[31mb"]);
+    expect_code(&esc, 1);
+    for o in [&nul, &esc] {
+        let all = [o.stdout.as_slice(), o.stderr.as_slice()].concat();
+        assert!(
+            !all.iter().any(|&b| b == 0 || b == 0x1b),
+            "a raw control byte: {}",
+            explain(o)
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&nul.stderr).contains("NUL"),
+        "{}",
+        explain(&nul)
+    );
+    assert!(
+        String::from_utf8_lossy(&esc.stderr).contains(r"/a\u{1b}[31mb"),
+        "{}",
+        explain(&esc)
+    );
+}
+
+/// Every flag of every lifecycle command says what it is in `--help`: `withdraw --by` (who is
+/// recorded as withdrawing, on every host) and `deny --by` were listed bare.
+#[test]
+fn every_lifecycle_flag_has_help_text() {
+    let mut bare = Vec::new();
+    for cmd in [
+        "install",
+        "review",
+        "approve",
+        "deny",
+        "update",
+        "rollback",
+        "withdraw",
+        "list",
+        "status",
+        "provenance",
+        "gc",
+        "verify",
+        "sync",
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap_or_else(|e| panic!("spawn skillbox: {e}"));
+        expect_code(&o, 0);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            let t = l.trim_start();
+            // A flag is indented 2 (`-x, --long`) or 6 (`--long`); its text is indented more.
+            let is_flag = l.len() - t.len() <= 6 && t.starts_with('-');
+            if !is_flag || t.contains("  ") {
+                continue; // not a flag, or its text on the same line
+            }
+            let next = lines.get(i + 1).map_or("", |n| n.trim_start());
+            let indent = lines
+                .get(i + 1)
+                .map_or(0, |n| n.len() - n.trim_start().len());
+            let flag_indent = l.len() - t.len();
+            if next.is_empty() || next.starts_with('-') || indent <= flag_indent {
+                bare.push(format!("{cmd} {t}"));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "flags without help: {bare:#?}");
+}
