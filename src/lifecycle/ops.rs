@@ -1574,7 +1574,8 @@ pub fn withdraw(
         let host = store.records.host().to_owned();
         let earlier = store.records.read(|tx| tx.events_of(&v.skill, &v.digest))?;
         let earlier = earlier.into_iter().rev().find(|e| e.kind == "withdrawn");
-        let found = found_on_withdrawn(store, &format!("skillbox:withdraw@{host}"));
+        let found =
+            found_on_withdrawn(store, &format!("skillbox:withdraw@{host}"), Some(&v.digest));
         let mut report = move_off(store, &v, &actor, None, "withdraw")?;
         if let Err(e) = found {
             report.problems.push(format!(
@@ -1820,13 +1821,15 @@ fn apply_withdrawals(store: &mut Store) -> Result<(Vec<MoveReport>, Vec<String>)
 /// directory was out of the command's sight (a private /tmp, a home not mounted then, a skills
 /// directory restored from a backup), and `status` shows it still on the version. Only a link
 /// into this store to a stored withdrawn version of that skill is taken (the links skillbox
-/// makes), looked at as `verify` does; anything else is `verify`'s to report.
-fn found_on_withdrawn(store: &mut Store, actor: &str) -> Result<(), Error> {
+/// makes), looked at as `verify` does; anything else is `verify`'s to report. `only`: that
+/// version alone (the one a `withdraw` moves agents off), else every withdrawn one.
+fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Result<(), Error> {
     let (withdrawn, agents, installs) = store.records.read(|tx| {
         let w: Vec<(String, String)> = tx
             .version_list()?
             .into_iter()
             .filter(|v| v.state == State::Withdrawn && v.stored)
+            .filter(|v| only.is_none_or(|d| d == v.digest))
             .map(|v| (v.skill, v.digest))
             .collect();
         Ok((w, tx.agents()?, tx.installs()?))
@@ -1886,7 +1889,7 @@ pub fn sync(store: &mut Store) -> Result<SyncReport, Error> {
     // What `status` counts as still on a withdrawn version, sync moves: the periodic run
     // converges without a person running `verify` first.
     let host = store.records.host().to_owned();
-    found_on_withdrawn(store, &format!("skillbox:sync@{host}"))?;
+    found_on_withdrawn(store, &format!("skillbox:sync@{host}"), None)?;
     let (moved, problems) = apply_withdrawals(store)?;
     let time = now();
     store.records.write(|tx| tx.set_last_sync(&time))?;
