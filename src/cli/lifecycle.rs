@@ -230,6 +230,7 @@ pub struct ApproveArgs {
 pub struct DenyArgs {
     /// SKILL@sha256:HEX.
     version: VersionRef,
+    /// Who decides [default: $USER].
     #[arg(long, value_name = "NAME", value_parser = parse_person)]
     by: Option<String>,
     /// Why (recorded).
@@ -247,6 +248,7 @@ pub struct UpdateArgs {
     /// Only these agents (and add them).
     #[arg(long = "agent", value_name = "NAME[=DIR]")]
     agents: Vec<AgentArg>,
+    /// Install policy (TOML) [default: the built-in conservative policy].
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
     /// Extraction limits file (as for `extract --limits`); the limit flags override it.
@@ -288,6 +290,7 @@ pub struct WithdrawArgs {
     /// Why (recorded and shown).
     #[arg(long, value_name = "TEXT", value_parser = parse_reason)]
     reason: String,
+    /// Who withdraws it (recorded and shown on every host) [default: $USER].
     #[arg(long, value_name = "NAME", value_parser = parse_person)]
     by: Option<String>,
     #[command(flatten)]
@@ -511,10 +514,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             let mut code = EXIT_OK;
             for (skill, url, agents) in targets {
                 let agents: Vec<AgentArg> = if a.agents.is_empty() {
-                    agents
-                        .into_iter()
-                        .map(|name| AgentArg { name, dir: None })
-                        .collect()
+                    agents.into_iter().map(AgentArg::recorded).collect()
                 } else {
                     a.agents.clone()
                 };
@@ -916,6 +916,20 @@ fn show_moves(what: &str, r: &ops::MoveReport, json_out: bool) {
     }
     for x in &r.recovered {
         println!("recovered: {}", shown(x));
+    }
+    if let Some(w) = &r.already_withdrawn {
+        println!(
+            "already withdrawn: {}@{} was withdrawn by {}{} at {} ({}); this host's agents are moved off it",
+            r.skill,
+            r.digest.as_deref().unwrap_or(""),
+            shown(&w.by),
+            w.host
+                .as_deref()
+                .map(|h| format!(" on {}", shown(h)))
+                .unwrap_or_default(),
+            shown(&w.time),
+            shown(w.reason.as_deref().unwrap_or("no reason recorded")),
+        );
     }
     println!(
         "{what} {}{}: {} agent(s) moved",

@@ -43,6 +43,22 @@ pub const PRESETS: &[(&str, &str)] = &[
 pub struct AgentArg {
     pub name: String,
     pub dir: Option<PathBuf>,
+    /// Typed by the user (`--agent`), not read back from the records: a preset typed alone
+    /// then means its directory as it is here (`project` is `./.agents/skills` of the current
+    /// directory), and one recorded with another directory is refused rather than reused.
+    pub typed: bool,
+}
+
+impl AgentArg {
+    /// An agent the records name (the agents an install named, those an update revisits): its
+    /// recorded directory, wherever the command runs.
+    pub fn recorded(name: String) -> Self {
+        AgentArg {
+            name,
+            dir: None,
+            typed: false,
+        }
+    }
 }
 
 impl std::str::FromStr for AgentArg {
@@ -58,6 +74,7 @@ impl std::str::FromStr for AgentArg {
         Ok(AgentArg {
             name: name.to_owned(),
             dir,
+            typed: true,
         })
     }
 }

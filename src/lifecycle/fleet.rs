@@ -104,13 +104,17 @@ impl Location {
                     } else {
                         ""
                     };
-                    format!("postgres://{}@{host}:{port}/{}{tls}", p.user, p.dbname)
+                    format!(
+                        "postgres://{}@{host}:{port}/{}{tls}",
+                        controls_escaped(&p.user),
+                        controls_escaped(&p.dbname)
+                    )
                 }
                 PgHost::Socket { dir, port } => format!(
                     "postgres://{}@/{}?host={}&port={port}",
-                    p.user,
-                    p.dbname,
-                    dir.display()
+                    controls_escaped(&p.user),
+                    controls_escaped(&p.dbname),
+                    controls_escaped(&dir.display().to_string())
                 ),
             },
         }
@@ -119,6 +123,21 @@ impl Location {
     pub fn is_shared(&self) -> bool {
         matches!(self, Location::Postgres(_))
     }
+}
+
+/// `text` with its control characters escaped (`\u{1b}`, `\0`): a user, database or socket
+/// directory typed %-encoded (`%1b`, `%00`) is shown in messages and `status`, and never
+/// reaches a terminal raw (an escape sequence, a NUL cutting the line short).
+fn controls_escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Decode `%XX` escapes (URL userinfo, path and query parts).
@@ -210,6 +229,13 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
     let dbname = percent_decode(path).map_err(|e| usage(format!("the database: {e}")))?;
     if dbname.is_empty() || dbname.contains('/') {
         return Err(usage("name the database: ").with_hint(FORM));
+    }
+    // PostgreSQL's names are C strings: a NUL (`%00`) names no user or database. Refused
+    // without quoting the text.
+    if dbname.contains('\0') || user.contains('\0') {
+        return Err(usage(
+            "a user or database name holding a NUL byte (%00) names nothing in PostgreSQL",
+        ));
     }
     let mut socket: Option<PathBuf> = None;
     let mut query_port: Option<u16> = None;

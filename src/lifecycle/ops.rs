@@ -177,7 +177,20 @@ fn resolve_agents(tx: &Tx<'_>, args: &[AgentArg]) -> Result<Vec<(String, String)
                 d
             }
             (Some(d), None) => agents::absolute(d)?.display().to_string(),
-            (None, Some(r)) => r,
+            (None, Some(r)) => {
+                // A preset typed alone names its directory as it is here: `project` run from a
+                // second project is that project's `.agents/skills`, not the first one's. The
+                // records hold one directory per agent, so the other is refused, saying which
+                // is recorded and what to type (reusing it reported "already active" for a
+                // directory that held nothing).
+                if a.typed
+                    && let Some(here) = agents::preset_dir(&a.name)?
+                    && dir_identity(&here) != dir_identity(Path::new(&r))
+                {
+                    return Err(preset_elsewhere(&a.name, &r, &here));
+                }
+                r
+            }
             (None, None) => match agents::preset_dir(&a.name)? {
                 Some(d) => d.display().to_string(),
                 None => {
@@ -203,6 +216,44 @@ fn resolve_agents(tx: &Tx<'_>, args: &[AgentArg]) -> Result<Vec<(String, String)
     }
     refuse_shared_dirs(tx, &out)?;
     Ok(out)
+}
+
+/// A preset typed alone whose directory here is not the one its agent is recorded with.
+fn preset_elsewhere(name: &str, recorded: &str, here: &Path) -> Error {
+    // A name for an agent of its own: the preset's, then the directory the preset is taken
+    // from (`project-app` for `~/src/app/.agents/skills`), kept to the characters a name takes.
+    let base = here
+        .ancestors()
+        .nth(2)
+        .and_then(|p| p.file_name())
+        .map(|n| {
+            n.to_string_lossy()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .collect::<String>()
+        })
+        .unwrap_or_default();
+    let suggested: String = if base.is_empty() {
+        format!("{name}-2")
+    } else {
+        format!("{name}-{base}")
+    }
+    .chars()
+    .take(64)
+    .collect();
+    let here = here.display();
+    Error::new(
+        Kind::Usage,
+        format!(
+            "agent {name} is recorded with {recorded}, not {here} (the preset's directory here); an agent is one directory: for this one give it a name of its own, --agent {suggested}={here}, or name the recorded one with its directory, --agent {name}={recorded}"
+        ),
+    )
 }
 
 /// Which directory a skills directory is: its device and inode when it exists (so a symlinked
@@ -386,7 +437,7 @@ pub fn install(
     intake: &Intake<'_>,
     source: &Source,
 ) -> Result<InstallReport, Error> {
-    let recovered = prepare(store)?;
+    let mut recovered = prepare(store)?;
     let op = intake.op;
     let mut prov = Provenance {
         time: now(),
@@ -423,32 +474,71 @@ pub fn install(
             client.policy_mut().allow_index_origin(&index_url);
             let cache = Cache::open(&store.cache_root())
                 .map_err(|e| Error::io("cannot open the store's cache", &e))?;
-            // No index cache here: an index may list a URL with a password in it, and a secret
-            // never reaches the store.
-            let index = acquire::load_index(
-                &client,
-                None,
-                &index_url,
-                fetcher.index_limits,
-                false,
-                &mut prov,
-            )
-            .map_err(acquire_error)?;
-            let entry = acquire::select(&index, skill).map_err(acquire_error)?;
-            if let Some(d) = entry.digest
-                && let Some(report) = known(
-                    store,
-                    intake,
-                    skill,
-                    &d.to_string(),
-                    Some(&prov.index_url),
-                    &recovered,
-                )?
-            {
-                return Ok(report);
-            }
-            let acquired = acquire::artifact(&client, &cache, entry, false, &mut prov)
+            // The network I/O (the index, the artifact) runs without the store lock
+            // (`Store::without_lock`): an index that stalls for the whole fetch timeout must
+            // not hold back a `withdraw` typed on this host meanwhile. Only bytes, verified
+            // against their digest, come out of it; every decision is taken once the lock is
+            // back, on the records as they are then.
+            let (entry, mut acquired) = store.without_lock(|store| -> Result<_, Error> {
+                // No index cache here: an index may list a URL with a password in it, and a
+                // secret never reaches the store.
+                let index = acquire::load_index(
+                    &client,
+                    None,
+                    &index_url,
+                    fetcher.index_limits,
+                    false,
+                    &mut prov,
+                )
                 .map_err(acquire_error)?;
+                let entry = acquire::select(&index, skill).map_err(acquire_error)?;
+                // A digest the records hold is decided without its bytes (an unchanged update
+                // downloads nothing). Only a read: `known` decides under the lock below.
+                let recorded = match entry.digest {
+                    Some(d) => store
+                        .records
+                        .read(|tx| tx.version(&d.to_string()))?
+                        .is_some(),
+                    None => false,
+                };
+                let acquired = if recorded {
+                    None
+                } else {
+                    Some(
+                        acquire::artifact(&client, &cache, entry.clone(), false, &mut prov)
+                            .map_err(acquire_error)?,
+                    )
+                };
+                Ok((entry, acquired))
+            })??;
+            let acquired = loop {
+                // The lock is held again, and anything may have happened meanwhile: finish what
+                // a command killed meanwhile left, move this host's agents off what was
+                // withdrawn meanwhile, and decide on the digest as the records say now (a
+                // version withdrawn or denied meanwhile is refused here).
+                recovered.extend(prepare(store)?);
+                if let Some(d) = entry.digest
+                    && let Some(report) = known(
+                        store,
+                        intake,
+                        skill,
+                        &d.to_string(),
+                        Some(&prov.index_url),
+                        &recovered,
+                    )?
+                {
+                    return Ok(report);
+                }
+                if let Some(a) = acquired.take() {
+                    break a;
+                }
+                // Recorded when looked at, but the intake must run after all (a version
+                // collected, a policy's denial to re-evaluate): fetch the bytes, unlocked too.
+                acquired = Some(store.without_lock(|_| {
+                    acquire::artifact(&client, &cache, entry.clone(), false, &mut prov)
+                        .map_err(acquire_error)
+                })??);
+            };
             // Fails closed: an artifact whose origin cannot be told would skip the policy's
             // origin rules, so a URL the parser does not read back is an error, not `None`.
             let fetched_from = prov
@@ -1179,10 +1269,7 @@ pub fn approve(
     let args: Vec<AgentArg> = if agent_args.is_empty() {
         v.agents
             .iter()
-            .map(|n| AgentArg {
-                name: n.clone(),
-                dir: None,
-            })
+            .map(|n| AgentArg::recorded(n.clone()))
             .collect()
     } else {
         agent_args.to_vec()
@@ -1307,6 +1394,19 @@ pub struct MoveReport {
     pub recovered: Vec<String>,
     /// After a withdrawal: the agents, on any host sharing the records, still on the version.
     pub still_on: Vec<HostAgent>,
+    /// `withdraw` of a version withdrawn before (on this host or another): the withdrawal that
+    /// stands. The command then only moves this host's agents off it, as `sync` does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub already_withdrawn: Option<Withdrawal>,
+}
+
+/// A recorded withdrawal: who, when, on which host, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Withdrawal {
+    pub by: String,
+    pub time: String,
+    pub host: Option<String>,
+    pub reason: Option<String>,
 }
 
 /// `rollback`: every named agent (all by default) back to the previous approved,
@@ -1423,6 +1523,7 @@ pub fn rollback(
         problems,
         recovered,
         still_on: Vec::new(),
+        already_withdrawn: None,
     })
 }
 
@@ -1466,11 +1567,32 @@ pub fn withdraw(
     let v = find_version(store, r)?;
     let actor = format!("person:{who}");
     let mut report = if v.state == State::Withdrawn {
-        let users = store.records.read(|tx| tx.installs_using(&v.digest))?;
-        if users.is_empty() {
-            return Err(state_error(&v).unwrap_or_else(|| Error::new(Kind::Withdrawn, "withdrawn")));
+        // Withdrawn before (a runbook runs the same withdraw on every host): the state it asks
+        // for holds, so this is no failure. It says whose withdrawal stands (this reason is not
+        // recorded over it) and moves this host's agents off it as `sync` does, a link of ours
+        // the records lost included.
+        let host = store.records.host().to_owned();
+        let earlier = store.records.read(|tx| tx.events_of(&v.skill, &v.digest))?;
+        let earlier = earlier.into_iter().rev().find(|e| e.kind == "withdrawn");
+        let found =
+            found_on_withdrawn(store, &format!("skillbox:withdraw@{host}"), Some(&v.digest));
+        let mut report = move_off(store, &v, &actor, None, "withdraw")?;
+        if let Err(e) = found {
+            report.problems.push(format!(
+                "looking for links to it the records lost failed ({e}): run `skillbox sync`"
+            ));
         }
-        move_off(store, &v, &actor, None, "withdraw")?
+        report.already_withdrawn = Some(Withdrawal {
+            by: earlier
+                .as_ref()
+                .map_or_else(|| "unknown".into(), |e| e.actor.clone()),
+            time: earlier
+                .as_ref()
+                .map_or_else(|| "unknown".into(), |e| e.time.clone()),
+            host: earlier.and_then(|e| e.host),
+            reason: v.withdrawn_reason.clone(),
+        });
+        report
     } else {
         move_off(store, &v, &actor, Some(reason), "withdraw")?
     };
@@ -1575,6 +1697,7 @@ fn move_off(
         problems,
         recovered: Vec::new(),
         still_on,
+        already_withdrawn: None,
     })
 }
 
@@ -1698,13 +1821,15 @@ fn apply_withdrawals(store: &mut Store) -> Result<(Vec<MoveReport>, Vec<String>)
 /// directory was out of the command's sight (a private /tmp, a home not mounted then, a skills
 /// directory restored from a backup), and `status` shows it still on the version. Only a link
 /// into this store to a stored withdrawn version of that skill is taken (the links skillbox
-/// makes), looked at as `verify` does; anything else is `verify`'s to report.
-fn found_on_withdrawn(store: &mut Store, actor: &str) -> Result<(), Error> {
+/// makes), looked at as `verify` does; anything else is `verify`'s to report. `only`: that
+/// version alone (the one a `withdraw` moves agents off), else every withdrawn one.
+fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Result<(), Error> {
     let (withdrawn, agents, installs) = store.records.read(|tx| {
         let w: Vec<(String, String)> = tx
             .version_list()?
             .into_iter()
             .filter(|v| v.state == State::Withdrawn && v.stored)
+            .filter(|v| only.is_none_or(|d| d == v.digest))
             .map(|v| (v.skill, v.digest))
             .collect();
         Ok((w, tx.agents()?, tx.installs()?))
@@ -1764,7 +1889,7 @@ pub fn sync(store: &mut Store) -> Result<SyncReport, Error> {
     // What `status` counts as still on a withdrawn version, sync moves: the periodic run
     // converges without a person running `verify` first.
     let host = store.records.host().to_owned();
-    found_on_withdrawn(store, &format!("skillbox:sync@{host}"))?;
+    found_on_withdrawn(store, &format!("skillbox:sync@{host}"), None)?;
     let (moved, problems) = apply_withdrawals(store)?;
     let time = now();
     store.records.write(|tx| tx.set_last_sync(&time))?;

@@ -4,7 +4,8 @@
 //! Layout of `STORE/`: `records.db` (the records, unless they are shared elsewhere), `store-id`
 //! (the random id the records bind this store's host name to), `records-id` (the id of the
 //! records this store is bound to), `lock` (held with `flock` by every command
-//! that changes state, so commands on one store serialise), `cache/` (verified downloads),
+//! that changes state, so commands on one store serialise; released only around downloads,
+//! [`Store::without_lock`]), `cache/` (verified downloads),
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
 //! `versions/<sha256 hex>/` (a promoted intake, write bits removed).
 //!
@@ -152,21 +153,7 @@ impl Store {
                     .write(true)
                     .open(root.join("lock"))
                     .map_err(|e| Error::io("cannot open the store lock", &e))?;
-                let locked = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-                    // Another command holds it: say so before waiting, or a withdrawal typed
-                    // during an incident would sit silent for as long as that command runs.
-                    Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
-                        eprintln!(
-                            "skillbox: waiting for the store lock: another skillbox command is changing {}",
-                            root.display()
-                        );
-                        Flock::lock(f, FlockArg::LockExclusive)
-                    }
-                    other => other,
-                };
-                Some(locked.map_err(|(_, e)| {
-                    Error::new(Kind::Operational, format!("cannot lock the store: {e}"))
-                })?)
+                Some(lock_store(f, &root)?)
             }
             Access::Read => None,
         };
@@ -186,6 +173,25 @@ impl Store {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Run `f` without the store lock, then take the lock again (waiting as `open` waits).
+    /// For network I/O only (an index or an artifact download, which may stall for the whole
+    /// fetch timeout): a `withdraw` typed on this host during an incident must not queue
+    /// behind a download. Security: `f` must not change the store or the records, and
+    /// whatever the caller read before is stale afterwards: every decision is taken again
+    /// once the lock is back. A store opened without the lock just runs `f`.
+    pub fn without_lock<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> Result<T, Error> {
+        let Some(held) = self._lock.take() else {
+            return Ok(f(self));
+        };
+        let file = held.unlock().map_err(|(held, e)| {
+            self._lock = Some(held);
+            Error::new(Kind::Operational, format!("cannot unlock the store: {e}"))
+        })?;
+        let out = f(self);
+        self._lock = Some(lock_store(file, &self.root)?);
+        Ok(out)
     }
 
     pub fn staging_root(&self) -> PathBuf {
@@ -248,6 +254,24 @@ impl Store {
     pub fn answer(&self, digest: &str) -> Result<Outcome, Error> {
         read_answer(&self.version_dir(digest).join("answer.json"))
     }
+}
+
+/// Take the store lock on `f` (the open `STORE/lock`), saying so first when another command
+/// holds it.
+fn lock_store(f: File, root: &Path) -> Result<Flock<File>, Error> {
+    let locked = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        // Another command holds it: say so before waiting, or a withdrawal typed during an
+        // incident would sit silent for as long as that command runs.
+        Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
+            eprintln!(
+                "skillbox: waiting for the store lock: another skillbox command is changing {}",
+                root.display()
+            );
+            Flock::lock(f, FlockArg::LockExclusive)
+        }
+        other => other,
+    };
+    locked.map_err(|(_, e)| Error::new(Kind::Operational, format!("cannot lock the store: {e}")))
 }
 
 /// What `STORE/records-id` says: the id of the records this store is bound to, and where they

@@ -342,3 +342,32 @@ fn the_sync_unit_hides_no_agent_directory() {
         "{unit}"
     );
 }
+
+/// The form of `SKILL@DIGEST` lifecycle.md gives is the form the CLI takes: its example is
+/// parsed (the command then finds no store, exit 8, rather than refusing the argument, exit
+/// 2). The document said "a prefix of at least 8 hex digits", and the CLI refused a bare one.
+#[test]
+fn the_version_form_lifecycle_md_gives_is_what_the_cli_takes() {
+    let doc = read("docs/lifecycle.md");
+    let at = doc
+        .find("`SKILL@DIGEST` takes")
+        .expect("the SKILL@DIGEST sentence");
+    let sentence = &doc[at..at + doc[at..].find(".\n").expect("its end")];
+    let example = sentence
+        .split('`')
+        .find(|w| w.starts_with("demo@"))
+        .unwrap_or_else(|| panic!("no demo@ example in {sentence:?}"));
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let o = std::process::Command::new(bin())
+        .args(["review", example, "--store"])
+        .arg(tmp.path().join("none"))
+        .env("HOME", tmp.path())
+        .output()
+        .expect("run skillbox");
+    assert_eq!(
+        o.status.code(),
+        Some(8),
+        "{example}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

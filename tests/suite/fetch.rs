@@ -138,6 +138,13 @@ pub(super) enum Reply {
         delay: Duration,
         limit: usize,
     },
+    /// The head (`body` declared), then nothing until `release` is set (or five minutes
+    /// pass), then `body`: a download that stalls for as long as the test wants.
+    Held {
+        body: Vec<u8>,
+        content_type: &'static str,
+        release: Arc<AtomicBool>,
+    },
 }
 
 pub(super) fn ok(body: &[u8], ct: &'static str) -> Reply {
@@ -370,6 +377,23 @@ fn serve(
             }
             // Cut short: no close_notify, the rest never comes.
             return stream.sock.shutdown(std::net::Shutdown::Both);
+        }
+        Some(Reply::Held {
+            body,
+            content_type,
+            release,
+        }) => {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes())?;
+            stream.flush()?;
+            let until = Instant::now() + Duration::from_secs(300);
+            while !release.load(Ordering::SeqCst) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            stream.write_all(&body)?;
         }
         Some(Reply::Slow { len, delay }) => {
             let head = format!(

@@ -2129,3 +2129,47 @@ fn status_on_another_host_counts_a_switch_a_killed_host_has_not_made() {
     let p = json_of(&b.run(&["provenance", &v1ref, "--json"]));
     assert_eq!(p["hosts"], serde_json::json!([]), "{p}");
 }
+
+/// The containment runbook runs the same `withdraw` on every host: where the version is
+/// withdrawn already it succeeds (exit 0), names the withdrawal that stands (who, on which
+/// host) and moves that host's agents. It exited 9 on a host with no agent left on it.
+#[test]
+fn the_same_withdraw_on_every_host_succeeds_everywhere() {
+    let pg = server();
+    let f = Fleet::new(pg.database("fleet_rewithdraw"), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let vref = format!("demo@{v1}");
+    let withdraw = [
+        "withdraw",
+        vref.as_str(),
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+        "--json",
+    ];
+    let o = a.run(&withdraw);
+    expect_code(&o, 0);
+    assert!(
+        json_of(&o).get("already_withdrawn").is_none(),
+        "{}",
+        explain(&o)
+    );
+    for round in 0..2 {
+        let o = b.run(&withdraw);
+        expect_code(&o, 0);
+        let j = json_of(&o);
+        assert_eq!(j["already_withdrawn"]["by"], "person:alice", "{j}");
+        assert_eq!(j["already_withdrawn"]["host"], "host-a", "{j}");
+        let moved = j["agents"].as_array().map_or(0, Vec::len);
+        assert_eq!(moved, if round == 0 { 1 } else { 0 }, "{j}");
+        assert_eq!(b.active("alpha"), None);
+        assert!(j["still_on"].as_array().is_some_and(Vec::is_empty), "{j}");
+    }
+    expect_code(&a.run(&withdraw), 0);
+    expect_code(&b.install(&["beta"]), 9);
+    b.verify_ok();
+}

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use super::fetch::{Server, ok, pki, sha, tar_gz_of};
+use super::fetch::{Reply, Server, ok, pki, sha, tar_gz_of};
 use super::output::{code, expect_code, explain, json_of};
 
 const SCHEMA: &str = "https://schemas.agentskills.io/discovery/0.2.0/schema.json";
@@ -2864,4 +2864,417 @@ fn a_withdrawn_artifact_under_another_name_is_refused_as_withdrawn() {
         "{err}"
     );
     assert!(std::fs::symlink_metadata(w.agent_dir("beta").join("other")).is_err());
+}
+
+/// A stalled download on the test server: released when opened or dropped.
+struct Gate(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Gate {
+    fn open(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
+
+/// Serve the index listing `digest` (published before) so that it stalls after its head until
+/// the gate opens.
+fn hold_index(w: &World, pkg: &[u8]) -> Gate {
+    let digest = sha(pkg);
+    let path = format!("/pkgs/demo-{}.tar.gz", &digest[7..19]);
+    w.server.route(&path, ok(pkg, "application/gzip"));
+    let body = serde_json::json!({ "$schema": SCHEMA, "skills": [{
+        "name": "demo", "type": "archive", "description": "A demo skill",
+        "url": path, "digest": digest,
+    }]})
+    .to_string();
+    let release = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    w.server.route(
+        INDEX,
+        Reply::Held {
+            body: body.into_bytes(),
+            content_type: "application/json",
+            release: release.clone(),
+        },
+    );
+    Gate(release)
+}
+
+/// `skillbox ARGS` in the background, as `World::cmd` runs it; `--total-timeout 300` on a
+/// fetching command, so its stalled download outlasts every bound below.
+fn spawn(w: &World, args: &[&str]) -> std::process::Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    c.args(args)
+        .arg("--store")
+        .arg(w.store())
+        .env("HOME", w.tmp.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("SKILLBOX_STORE")
+        .env_remove("SKILLBOX_TEST_CRASH_AT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    if matches!(args.first(), Some(&"install") | Some(&"update")) {
+        c.args(w.fetch_flags()).args(["--total-timeout", "300"]);
+    }
+    c.spawn().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+}
+
+/// Wait until `cond` holds; a deadline for something that never comes, not a measure of speed.
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !cond() {
+        assert!(std::time::Instant::now() < until, "never happened: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Run `args` while `fetching` (spawned) stalls in its index download, and return its output.
+/// It must finish while the stalled fetch still runs: a deadline well under the fetch's
+/// timeout (300 s), not a measure of speed. Before, every command that changes state waited
+/// for the store lock the fetching command held through its whole download.
+fn while_stalled(w: &World, fetching: &mut std::process::Child, args: &[&str]) -> Output {
+    wait_for("the stalled index request", || w.server.hits(INDEX) >= 2);
+    let mut other = spawn(w, args);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        match other.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                for c in [&mut other, fetching] {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                panic!(
+                    "`{}` waited for another command's stalled download",
+                    args.join(" ")
+                );
+            }
+        }
+    }
+    assert!(
+        matches!(fetching.try_wait(), Ok(None)),
+        "the stalled fetch ended first"
+    );
+    other
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"))
+}
+
+/// Containment does not queue behind a download: a `withdraw` typed while an `update` of the
+/// same store stalls in its index download withdraws and moves the agent at once. (Before,
+/// `update` held the store lock through the whole fetch: 60 s per skill against an index that
+/// hangs.) The update then goes on, its decision taken on the records as they are after it.
+#[test]
+fn a_withdrawal_does_not_wait_for_a_stalled_update() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let gate = hold_index(&w, &package(2));
+    let mut update = spawn(&w, &["update", "--json"]);
+    let o = while_stalled(
+        &w,
+        &mut update,
+        &[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha"), None, "moved off at once");
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    gate.open();
+    let o = update
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 0);
+    assert_ne!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
+
+/// An install whose index download stalled while its version was withdrawn decides on the
+/// records as they are once it has the store lock again: refused as withdrawn (exit 9), no
+/// agent linked to it.
+#[test]
+fn a_version_withdrawn_while_an_install_fetches_is_not_installed() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let gate = hold_index(&w, &package(1));
+    let url = w.index_url();
+    let spec = w.agent_arg("beta");
+    let mut install = spawn(&w, &["install", &url, "demo", "--agent", &spec]);
+    let o = while_stalled(
+        &w,
+        &mut install,
+        &[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    gate.open();
+    let o = install
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("steals tokens"),
+        "{}",
+        explain(&o)
+    );
+    assert!(std::fs::symlink_metadata(w.agent_dir("beta").join("demo")).is_err());
+    assert_eq!(w.active("alpha"), None);
+    w.verify_ok();
+}
+
+/// The same for a person's denial: an update that stalled in its download while the pending
+/// version it lists was denied reports the denial (exit 7) and activates nothing.
+#[test]
+fn a_version_denied_while_an_update_fetches_is_not_activated() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v3 = w.publish("demo", &package(3));
+    update_waits_for_review(&w, &v1, &v3, &[], "a script");
+    let gate = hold_index(&w, &package(3));
+    let mut update = spawn(&w, &["update"]);
+    let o = while_stalled(
+        &w,
+        &mut update,
+        &["deny", &format!("demo@{v3}"), "--by", "bob"],
+    );
+    expect_code(&o, 0);
+    gate.open();
+    let o = update
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 7);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("bob"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
+
+/// `--agent project` is `./.agents/skills` of the directory the command runs in. Typed in a
+/// second project, it was the first project's agent again: "already active", and nothing in
+/// the second directory. It is refused (exit 2) naming the recorded directory and the two
+/// things to type; the name it suggests works, and commands that name the agent from the
+/// records (update) still find it from anywhere.
+#[test]
+fn the_project_preset_from_a_second_directory_is_refused_with_what_to_type() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let (one, two) = (w.tmp.path().join("one"), w.tmp.path().join("app"));
+    for d in [&one, &two] {
+        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    }
+    let url = w.index_url();
+    let in_dir = |dir: &Path, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+        c.args(args)
+            .arg("--store")
+            .arg(w.store())
+            .current_dir(dir)
+            .env("HOME", w.tmp.path())
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("SKILLBOX_STORE")
+            .env_remove("SKILLBOX_TEST_CRASH_AT");
+        if matches!(args.first(), Some(&"install") | Some(&"update")) {
+            c.args(w.fetch_flags());
+        }
+        c.output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+    };
+    let install = ["install", url.as_str(), "demo", "--agent", "project"];
+    expect_code(&in_dir(&one, &install), 0);
+    let link_one = one.join(".agents/skills/demo");
+    assert!(std::fs::read_link(&link_one).is_ok(), "installed in one");
+
+    let o = in_dir(&two, &install);
+    expect_code(&o, 2);
+    let err = String::from_utf8_lossy(&o.stderr);
+    let (rec, here) = (one.join(".agents/skills"), two.join(".agents/skills"));
+    let suggested = format!("--agent project-app={}", here.display());
+    for want in [
+        format!("recorded with {}", rec.display()),
+        suggested.clone(),
+        format!("--agent project={}", rec.display()),
+    ] {
+        assert!(err.contains(&want), "{want:?} not in {err}");
+    }
+    let link_two = here.join("demo");
+    assert!(
+        std::fs::symlink_metadata(&link_two).is_err(),
+        "nothing in app"
+    );
+
+    // What it says to type works: app's own agent.
+    let spec = &suggested["--agent ".len()..];
+    expect_code(
+        &in_dir(&two, &["install", url.as_str(), "demo", "--agent", spec]),
+        0,
+    );
+    assert_eq!(
+        std::fs::read_link(&link_two).ok(),
+        Some(w.store().join("versions").join(&v1[7..]).join("tree"))
+    );
+    // The recorded agent is still the first project's, from any directory.
+    expect_code(&in_dir(&two, &["update"]), 0);
+    expect_code(&in_dir(&one, &install), 0);
+    assert!(std::fs::read_link(&link_one).is_ok());
+    w.verify_ok();
+}
+
+/// `withdraw` run again where the version is withdrawn already (a runbook runs one withdraw on
+/// every host) succeeds: it says whose withdrawal stands, keeps its reason, and still moves
+/// this host's agents off it as `sync` does (here one whose link of ours the records lost).
+/// It exited 9 when no agent was recorded on it, so the runbook reported a failure.
+#[test]
+fn withdrawing_a_withdrawn_version_again_succeeds_and_moves_what_is_left() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let vref = format!("demo@{v1}");
+    expect_code(
+        &w.run(&[
+            "withdraw",
+            &vref,
+            "--reason",
+            "steals tokens",
+            "--by",
+            "alice",
+        ]),
+        0,
+    );
+    assert_eq!(w.active("alpha"), None);
+    // Its link comes back (a skills directory restored from a backup); the records say nothing.
+    let link = w.agent_dir("alpha").join("demo");
+    std::os::unix::fs::symlink(
+        w.store().join("versions").join(&v1[7..]).join("tree"),
+        &link,
+    )
+    .unwrap_or_else(|e| panic!("symlink: {e}"));
+
+    let o = w.run(&[
+        "withdraw", &vref, "--reason", "again", "--by", "bob", "--json",
+    ]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["already_withdrawn"]["by"], "person:alice", "{j}");
+    assert_eq!(j["already_withdrawn"]["reason"], "steals tokens", "{j}");
+    assert!(
+        j["already_withdrawn"]["time"]
+            .as_str()
+            .is_some_and(|t| t.len() >= 20),
+        "{j}"
+    );
+    assert_eq!(j["agents"][0]["agent"], "alpha", "{j}");
+    assert!(std::fs::symlink_metadata(&link).is_err(), "moved off again");
+
+    // And once more, nothing left to move: still a success, in words.
+    let o = w.run(&["withdraw", &vref, "--reason", "again"]);
+    expect_code(&o, 0);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("already withdrawn")
+            && out.contains("person:alice")
+            && out.contains("steals tokens"),
+        "{out}"
+    );
+    // Install and update of it are still refused as withdrawn.
+    expect_code(&w.install(&["beta"]), 9);
+    w.verify_ok();
+}
+
+/// A `--records` user or database name typed %-encoded with a control character never reaches
+/// the terminal raw: a NUL (`%00`), which names nothing in PostgreSQL, is refused (exit 2)
+/// without quoting the text; an escape (`%1b`) is shown escaped in the error that names the
+/// records. Both were echoed raw.
+#[test]
+fn a_control_character_in_a_records_name_is_never_echoed_raw() {
+    let w = World::new();
+    let nul = w.run(&["status", "--records", "postgres://sb@127.0.0.1:1/a%00b"]);
+    expect_code(&nul, 2);
+    let esc = w.run(&["sync", "--records", "postgres://sb@127.0.0.1:1/a%1b[31mb"]);
+    expect_code(&esc, 1);
+    for o in [&nul, &esc] {
+        let all = [o.stdout.as_slice(), o.stderr.as_slice()].concat();
+        assert!(
+            !all.iter().any(|&b| b == 0 || b == 0x1b),
+            "a raw control byte: {}",
+            explain(o)
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&nul.stderr).contains("NUL"),
+        "{}",
+        explain(&nul)
+    );
+    assert!(
+        String::from_utf8_lossy(&esc.stderr).contains(r"/a\u{1b}[31mb"),
+        "{}",
+        explain(&esc)
+    );
+}
+
+/// Every flag of every lifecycle command says what it is in `--help`: `withdraw --by` (who is
+/// recorded as withdrawing, on every host) and `deny --by` were listed bare.
+#[test]
+fn every_lifecycle_flag_has_help_text() {
+    let mut bare = Vec::new();
+    for cmd in [
+        "install",
+        "review",
+        "approve",
+        "deny",
+        "update",
+        "rollback",
+        "withdraw",
+        "list",
+        "status",
+        "provenance",
+        "gc",
+        "verify",
+        "sync",
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+            .args([cmd, "--help"])
+            .output()
+            .unwrap_or_else(|e| panic!("spawn skillbox: {e}"));
+        expect_code(&o, 0);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            // clap pads a flag without text with spaces: trimmed, it has none after it.
+            let l = l.trim_end();
+            let t = l.trim_start();
+            // A flag is indented 2 (`-x, --long`) or 6 (`--long`); its text is indented more.
+            let is_flag = l.len() - t.len() <= 6 && t.starts_with('-');
+            if !is_flag || t.contains("  ") {
+                continue; // not a flag, or its text on the same line
+            }
+            let next = lines.get(i + 1).map_or("", |n| n.trim_start());
+            let indent = lines
+                .get(i + 1)
+                .map_or(0, |n| n.len() - n.trim_start().len());
+            let flag_indent = l.len() - t.len();
+            if next.is_empty() || next.starts_with('-') || indent <= flag_indent {
+                bare.push(format!("{cmd} {t}"));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "flags without help: {bare:#?}");
 }
