@@ -1004,6 +1004,14 @@ fn userinfo_and_plain_http_are_refused() {
     ]));
     let o = w.fetch("cred", &[]);
     assert_eq!(refused_rule(&o), "no_userinfo");
+    // The refused URL is shown with its user information masked, not removed: without it the
+    // URL shown would not be the one refused, and nothing would say why it was.
+    assert_eq!(
+        json_of(&o)["error"]["url"],
+        format!("https://***@{}/a/SKILL.md", w.server.addr),
+        "{}",
+        explain(&o)
+    );
     assert!(
         !json_of(&o)["error"]["url"]
             .as_str()
