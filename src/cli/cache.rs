@@ -32,7 +32,8 @@ enum CacheCommand {
     ///
     /// Exit status: 0 all matched, 3 some were removed, 1 the cache cannot be read.
     Verify,
-    /// Remove artifacts not used for longer than the given age (and index copies as old).
+    /// Remove artifacts not used for longer than the given age (and index copies as old), and
+    /// the partial downloads killed fetches left in tmp/ (never a running fetch's).
     Prune {
         /// An age: 30d, 12h, 90m, 3600s, 2w.
         #[arg(long, value_parser = skillbox::fetch::cache::parse_age, value_name = "AGE")]
@@ -104,7 +105,10 @@ pub fn run(a: CacheArgs) -> Exit {
                 Exit::Rejected
             }
         }),
-        CacheCommand::Prune { older_than } => cache.prune(older_than).map(|removed| {
+        CacheCommand::Prune { older_than } => cache
+            .remove_abandoned()
+            .and_then(|abandoned| Ok((abandoned, cache.prune(older_than)?)))
+            .map(|((count, bytes), removed)| {
             if a.json {
                 println!(
                     "{}",
@@ -115,6 +119,11 @@ pub fn run(a: CacheArgs) -> Exit {
                     println!("removed  {} (last used {})", i.digest, dash(&i.last_used));
                 }
                 println!("{} removed", removed.len());
+                if count > 0 {
+                    println!(
+                        "{count} download(s) a killed fetch left in tmp/ removed ({bytes} bytes)"
+                    );
+                }
             }
             Exit::Ok
         }),

@@ -374,8 +374,17 @@ fn checked(
         return Ok(Exit::Ok);
     }
     let exit = Exit::Differs;
+    // Publishing again is the fix only when it can be: it never replaces an artifact holding
+    // other bytes, nor writes through a link, so saying "run publish" then sends the user to
+    // a run that fails.
+    let hint = if diffs.iter().all(|d| d.publish_fixes) {
+        "run `skillbox publish` without --check"
+    } else {
+        "publish alone cannot mend it (it never replaces an artifact holding other bytes, nor \
+         writes through a link): see below"
+    };
     let message = format!(
-        "{} is not what the sources build: {} difference(s); run `skillbox publish` without --check",
+        "{} is not what the sources build: {} difference(s); {hint}",
         out.display(),
         diffs.len()
     );

@@ -239,7 +239,7 @@ pub fn artifact(
     }
     // Policy is checked by the client for the artifact URL on its own: the index host listing a
     // cross-origin URL earns that URL nothing.
-    let mut pending = cache.pending().map_err(AcquireError::Cache)?;
+    let mut pending = cache.pending(&digest).map_err(AcquireError::Cache)?;
     let got = client.get(&resolved, What::Artifact, &mut pending, &mut prov.hops);
     let download = got?;
     prov.artifact_source = Some(Source::Network);

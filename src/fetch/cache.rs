@@ -2,7 +2,9 @@
 //!
 //! Layout under the root: `sha256/<hex>` (artifact bytes), `sha256/<hex>.json` (where they came
 //! from: a hint for format detection and provenance, never trusted for anything else),
-//! `index/<hex of the URL>.json` (index bytes, for `--offline`), `tmp/` (downloads in progress).
+//! `index/<hex of the URL>.json` (index bytes, for `--offline`), `tmp/` (downloads in progress,
+//! `dl-<hex>-*` while the lock of `<hex>` is held; `cache prune` removes those whose lock is
+//! free, which a killed fetch leaves).
 //! Every write is a temporary file in `tmp/` renamed into place (same filesystem, so the rename
 //! is atomic). Every read re-hashes: a file that no longer matches its name is removed and
 //! treated as absent.
@@ -152,10 +154,12 @@ impl Cache {
         ))
     }
 
-    /// A new download target in `tmp/`.
-    pub fn pending(&self) -> io::Result<Pending> {
+    /// A new download target in `tmp/` for the artifact `digest` names, made while holding
+    /// its [`lock`](Self::lock): the name carries the digest, so a download a killed fetch left
+    /// can be told from a live one ([`remove_abandoned`](Self::remove_abandoned)).
+    pub fn pending(&self, digest: &Sha256Digest) -> io::Result<Pending> {
         let tmp = tempfile::Builder::new()
-            .prefix("dl-")
+            .prefix(&format!("dl-{}-", digest.hex()))
             .tempfile_in(self.root.join("tmp"))?;
         Ok(Pending {
             tmp,
@@ -222,17 +226,7 @@ impl Cache {
 
     /// Wait for, then hold, the lock of `digest` (until the value is dropped).
     pub fn lock(&self, digest: &Sha256Digest) -> io::Result<DigestLock> {
-        let path = self
-            .root
-            .join("locks")
-            .join(format!("{}.lock", digest.hex()));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-            .open(&path)?;
+        let file = self.lock_file(digest)?;
         Flock::lock(file, FlockArg::LockExclusive)
             .map(|held| DigestLock { _held: held })
             .map_err(|(_, errno)| io::Error::from(errno))
@@ -355,6 +349,61 @@ impl Cache {
             }
         }
         Ok(report)
+    }
+
+    fn lock_file(&self, digest: &Sha256Digest) -> io::Result<File> {
+        let path = self
+            .root
+            .join("locks")
+            .join(format!("{}.lock", digest.hex()));
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(&path)
+    }
+
+    /// Remove the downloads killed fetches left in `tmp/` (up to `max_bytes` each, never
+    /// renamed into place, so nothing else ever removes them): a `dl-<hex>-*` file whose
+    /// digest lock is free. A live download holds its lock from before its file is made until
+    /// it is renamed or removed, and a killed one releases it (flock), so a free lock means no
+    /// process will ever use the file; one held is left alone. Returns how many were removed,
+    /// and their bytes.
+    pub fn remove_abandoned(&self) -> io::Result<(usize, u64)> {
+        let (mut count, mut bytes) = (0, 0);
+        for e in fs::read_dir(self.root.join("tmp"))? {
+            let e = e?;
+            let name = e.file_name();
+            let Some(digest) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("dl-"))
+                .and_then(|n| n.split('-').next())
+                .and_then(|hex| format!("sha256:{hex}").parse::<Sha256Digest>().ok())
+            else {
+                continue;
+            };
+            let Some(_lock) = self.try_lock(&digest)? else {
+                continue;
+            };
+            let meta = fs::symlink_metadata(e.path())?;
+            if meta.is_file() && fs::remove_file(e.path()).is_ok() {
+                count += 1;
+                bytes += meta.len();
+            }
+        }
+        Ok((count, bytes))
+    }
+
+    /// The lock of `digest` if no one holds it, without waiting.
+    fn try_lock(&self, digest: &Sha256Digest) -> io::Result<Option<DigestLock>> {
+        let file = self.lock_file(digest)?;
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(held) => Ok(Some(DigestLock { _held: held })),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, errno)) => Err(io::Error::from(errno)),
+        }
     }
 
     /// Remove artifacts last used longer than `age` ago, and index copies not refreshed in
@@ -489,7 +538,9 @@ mod tests {
     fn commit_then_lookup_then_corruption_is_a_miss() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cache = Cache::open(dir.path()).expect("open");
-        let mut p = cache.pending().expect("pending");
+        let mut p = cache
+            .pending(&Sha256Digest::of_bytes(b"hello"))
+            .expect("pending");
         p.write_all(b"hello").expect("write_all");
         let digest = p.finish();
         assert_eq!(digest, Sha256Digest::of_bytes(b"hello"));
@@ -517,7 +568,9 @@ mod tests {
     fn dropped_pending_leaves_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cache = Cache::open(dir.path()).expect("open");
-        let mut p = cache.pending().expect("pending");
+        let mut p = cache
+            .pending(&Sha256Digest::of_bytes(b"partial"))
+            .expect("pending");
         p.write_all(b"partial").expect("write_all");
         drop(p);
         assert_eq!(

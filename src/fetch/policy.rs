@@ -387,14 +387,13 @@ impl FetchPolicy {
             .at(url));
         }
         if !url.username().is_empty() || url.password().is_some() {
-            // Never echo the credentials themselves.
-            let mut shown = url.clone();
-            let _ = shown.set_username("");
-            let _ = shown.set_password(None);
+            // Never echo the credentials themselves, but show that there were some
+            // (`https://***@host/`): with the user information removed, the URL shown would
+            // not be the one refused, and the reader could not see why it was.
             return Err(Refusal {
                 rule: Rule::NoUserinfo,
                 detail: "URLs with user information (user:password@) are refused".into(),
-                url: Some(shown.to_string()),
+                url: Some(crate::urls::redacted(url).to_string()),
             });
         }
         let Some(origin) = AllowedOrigin::of(url) else {

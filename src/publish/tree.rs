@@ -714,6 +714,12 @@ pub struct Difference {
     pub path: String,
     pub kind: DifferenceKind,
     pub detail: String,
+    /// Whether publishing (without `--check`) makes the tree what the sources build: true for
+    /// a missing file and an index with other bytes; false for an artifact with other bytes
+    /// (never replaced: its URL keeps its meaning) and for a link or another kind of file on
+    /// the way (publish never writes through them). Not serialized: the hint is the CLI's.
+    #[serde(skip)]
+    pub publish_fixes: bool,
 }
 
 /// Compare `built` with the tree published at `out`: the index byte for byte, and every
@@ -735,6 +741,7 @@ pub fn check(built: &Built, out: &Path) -> Result<Vec<Difference>, PublishError>
             path: rel.clone(),
             kind: DifferenceKind::Differs,
             detail,
+            publish_fixes: false,
         };
         let found = match &mut tree {
             Some(t) => t.read(&rel, limit)?,
@@ -745,6 +752,7 @@ pub fn check(built: &Built, out: &Path) -> Result<Vec<Difference>, PublishError>
                 path: rel,
                 kind: DifferenceKind::Missing,
                 detail: "the sources build it; the published tree lacks it".into(),
+                publish_fixes: true,
             }),
             Found::Link(link) => diffs.push(differs(format!(
                 "{link} is a symlink; a published tree holds its files itself, and publish does \
@@ -756,15 +764,20 @@ pub fn check(built: &Built, out: &Path) -> Result<Vec<Difference>, PublishError>
             ))),
             Found::Bytes(have) if have == want => {}
             Found::Bytes(have) => {
-                let detail = if rel.ends_with(INDEX_FILE) {
+                let index = rel.ends_with(INDEX_FILE);
+                let detail = if index {
                     index_changes(&have, &want)
                 } else {
-                    "other bytes than the sources build".into()
+                    "other bytes than the sources build; publish never replaces a published \
+                     artifact (its URL keeps its meaning): remove it if it is not what you \
+                     published"
+                        .into()
                 };
                 diffs.push(Difference {
                     path: rel,
                     kind: DifferenceKind::Differs,
                     detail,
+                    publish_fixes: index,
                 });
             }
         }

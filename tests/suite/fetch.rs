@@ -1004,6 +1004,14 @@ fn userinfo_and_plain_http_are_refused() {
     ]));
     let o = w.fetch("cred", &[]);
     assert_eq!(refused_rule(&o), "no_userinfo");
+    // The refused URL is shown with its user information masked, not removed: without it the
+    // URL shown would not be the one refused, and nothing would say why it was.
+    assert_eq!(
+        json_of(&o)["error"]["url"],
+        format!("https://***@{}/a/SKILL.md", w.server.addr),
+        "{}",
+        explain(&o)
+    );
     assert!(
         !json_of(&o)["error"]["url"]
             .as_str()
@@ -2876,6 +2884,82 @@ fn concurrent_fetches_of_one_digest_download_once() {
 }
 
 /// `cache list`, `cache verify`, `cache prune --older-than` and `fetch --no-cache`.
+/// A fetch killed mid-download (SIGKILL, a power cut) cannot remove its partial download from
+/// the cache's `tmp/`, and nothing renames it into place: `cache prune` removes it, whatever
+/// AGE, but never the download of a fetch still running.
+#[test]
+fn cache_prune_removes_what_a_killed_fetch_left_and_never_a_live_download() {
+    let w = World::new();
+    // 200 bytes, one per 100 ms: the fetch is still downloading when it is looked at.
+    w.server.route(
+        "/slow",
+        Reply::Slow {
+            len: 200,
+            delay: Duration::from_millis(100),
+        },
+    );
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/slow",
+        &sha(b"x"),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_skillbox"))
+        .args(w.args(&["fetch", &index, "demo", "--cache-dir", &cache]))
+        .env_remove("XDG_CACHE_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn skillbox");
+    let tmp = w.cache().join("tmp");
+    let downloads = || -> Vec<PathBuf> {
+        std::fs::read_dir(&tmp)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    let until = Instant::now() + Duration::from_secs(15);
+    while downloads().is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the fetch never started its download"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let prune = || {
+        let o = run(&[
+            "cache".into(),
+            "prune".into(),
+            "--older-than".into(),
+            "30d".into(),
+            "--cache-dir".into(),
+            cache.clone(),
+        ]);
+        assert_eq!(code(&o), 0, "{}", explain(&o));
+        o
+    };
+    // Live: its lock is held, so the download is left alone.
+    let live = downloads();
+    prune();
+    assert_eq!(downloads(), live, "a live download was removed");
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "the fetch ended early"
+    );
+    // Killed: nothing else would ever remove it.
+    child.kill().expect("kill");
+    child.wait().expect("wait");
+    assert_eq!(downloads(), live);
+    let o = prune();
+    assert!(downloads().is_empty(), "left: {:?}", downloads());
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 download(s) a killed fetch left"),
+        "{}",
+        explain(&o)
+    );
+}
+
 #[test]
 fn cache_commands_list_verify_prune_and_no_cache() {
     let w = World::new();

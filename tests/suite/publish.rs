@@ -475,6 +475,26 @@ fn refusals_exit_3_name_the_problem_and_leave_the_output_untouched() {
     std::fs::remove_file(out.join(INDEX)).expect("rm index");
     std::fs::write(&artifact, "tampered").expect("write");
     let before = snapshot(&out);
+    // --check names it, and does not send the user to a publish that would refuse it.
+    let o = publish(&src, &out, &["--check", "--json"]);
+    expect_code(&o, 4);
+    let v = json_of(&o);
+    let message = v["error"]["message"].as_str().unwrap_or("");
+    assert!(!message.contains("without --check"), "{v}");
+    assert!(message.contains("publish alone cannot mend it"), "{v}");
+    let tampered = v["error"]["differences"]
+        .as_array()
+        .expect("differences")
+        .iter()
+        .find(|d| artifact.ends_with(d["path"].as_str().unwrap_or("-")))
+        .unwrap_or_else(|| panic!("the artifact is not named: {v}"));
+    assert_eq!(tampered["kind"], "differs", "{v}");
+    assert!(
+        tampered["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("never replaces")),
+        "{v}"
+    );
     let o = publish(&src, &out, &[]);
     expect_code(&o, 2);
     assert!(
