@@ -770,8 +770,21 @@ async fn malformed_streams_are_invalid_arguments_naming_the_field() {
     let chunk = || pb::ExtractRequest {
         msg: Some(Msg::Chunk(b"abc".to_vec().into())),
     };
+    // Past the message size the server decodes (`max_chunk_bytes` and 64 KiB of slack), as a
+    // client that sends its artifact in 2 MiB chunks does: the decoder refuses the message,
+    // which is the client's error to fix, not a hang-up (it was CANCELLED, "cancelled by the
+    // client").
+    let big = || pb::ExtractRequest {
+        msg: Some(Msg::Chunk(vec![0u8; 2 << 20].into())),
+    };
     let cases: Vec<(&str, Vec<pb::ExtractRequest>, &str)> = vec![
         ("no messages at all", vec![], "header"),
+        ("a chunk past the message size", vec![h(), big()], "chunk"),
+        (
+            "a first message past the message size",
+            vec![big()],
+            "header",
+        ),
         ("a chunk before the header", vec![chunk(), h()], "header"),
         ("two headers", vec![h(), chunk(), h()], "header"),
         (
