@@ -1626,6 +1626,56 @@ async fn accepted_trees_are_read_back_remotely_and_checked() {
 /// A burst of 64 slow uploads with `--max-children 2`: every request is answered, and at no
 /// moment do more than two request children (plus the one spare) exist; the queued requests
 /// hold no process.
+/// A tree released while a client reads it (its own `Release`, or the TTL) ends the stream
+/// with NOT_FOUND, as a `GetTree` after the release does: its nodes went because it was
+/// released, not because the staged tree was changed, which DATA_LOSS would say (it did).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_released_while_it_is_read_ends_not_found() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    // Far more than the stream queues ahead of its reader (eight 256 KiB chunks and the
+    // HTTP/2 windows), so the reading thread is still opening files after the release.
+    let blobs: Vec<(String, Vec<u8>)> = (0..16u8)
+        .map(|i| (format!("assets/blob{i:02}.bin"), vec![i; 2 << 20]))
+        .collect();
+    let extra: Vec<(&str, &[u8], u32)> = blobs
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_slice(), 0o644))
+        .collect();
+    let done = ok(
+        c.extract(
+            archive_header(),
+            std::io::Cursor::new(skill_tar(&extra)),
+            Some(Duration::from_secs(60)),
+        )
+        .await,
+        "extract",
+    );
+    let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
+    let mut raw = server.raw_client().await;
+    let mut parts = ok(
+        raw.get_tree(pb::GetTreeRequest {
+            staging_id: staged.id.clone(),
+        })
+        .await,
+        "get_tree",
+    )
+    .into_inner();
+    for _ in 0..3 {
+        ok(parts.message().await, "a first part").unwrap_or_else(|| panic!("ended early"));
+    }
+    ok(c.release(&staged.id).await, "release");
+    let end = loop {
+        match parts.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a released tree was sent whole"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(end.code(), Code::NotFound, "{end:?}");
+    server.wait_clean(Duration::from_secs(10));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_follow_the_admission_bound_under_a_burst() {
     let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);
