@@ -1206,6 +1206,65 @@ fn global_sandbox_flags_apply_to_serve_or_are_refused() {
     assert!(err.contains("--extract-timeout-ms"), "{err}");
 }
 
+/// `--max-inflight-bytes` below the limits' `max_artifact_bytes` is refused at start: such a
+/// broker answered a lone upload larger than the budget, on an idle server, "at capacity" with a
+/// retry hint, on every retry. Equal to it, an upload of that size is served.
+#[test]
+fn an_inflight_budget_below_the_artifact_limit_is_refused_at_start() {
+    // The socket's and the staging root's directory is a file: settings that were taken would
+    // fail at start (exit 1), never serve.
+    let (_file, file) = harness::write_temp("not-a-dir", b"");
+    let (socket, staging) = (file.join("x.sock"), file.join("staging"));
+    let refused = harness::cli(
+        &[
+            "serve",
+            "--socket",
+            socket.to_str().unwrap_or(""),
+            "--staging-root",
+            staging.to_str().unwrap_or(""),
+            "--max-inflight-bytes",
+            "2M",
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--max-inflight-bytes must be at least 268435456"),
+        "{err}"
+    );
+
+    let limits = harness::write_temp("limits.toml", b"max_artifact_bytes = 2097152\n");
+    let server = Server::start(&[
+        "--max-inflight-bytes",
+        "2M",
+        "--limits",
+        limits.1.to_str().unwrap_or(""),
+    ]);
+    let dir = harness::world_readable_dir();
+    let path = dir.path().join("big.tar");
+    let tar = skill_tar(&[("assets/blob.bin", &vec![7u8; (2 << 20) - 8192], 0o644)]);
+    assert!(tar.len() <= 2 << 20, "{}", tar.len());
+    ok(std::fs::write(&path, &tar), "write");
+    let out = harness::cli(
+        &[
+            "extract",
+            "--json",
+            "--server",
+            &server.uri(),
+            path.to_str().unwrap_or(""),
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.assert_clean();
+}
+
 /// `skillbox extract --server` prints what the local path prints, with the same exit code.
 #[test]
 fn cli_over_the_server_matches_the_local_cli() {
