@@ -52,7 +52,8 @@ pub struct Settings {
     /// Requests admitted beyond the running children (uploading or waiting for a child); past
     /// it a request fails at once with RESOURCE_EXHAUSTED.
     pub max_queued: u32,
-    /// Artifact bytes held in memory across all requests (K, M, G suffixes).
+    /// Artifact bytes held in memory across all requests (K, M, G suffixes; at least the
+    /// limits' max_artifact_bytes, so that any allowed artifact can be uploaded).
     pub max_inflight_bytes: u64,
     /// Largest chunk accepted in one message (K, M suffixes).
     pub max_chunk_bytes: u64,
@@ -354,6 +355,15 @@ impl Config {
             return Err(ConfigError::TooSmall {
                 flag: "max-kept-trees",
                 min: 1,
+            });
+        }
+        // A lone upload of the largest artifact the limits allow must fit the budget: below
+        // it, such an upload is refused as "at capacity" with a retry hint, on an idle server
+        // and on every retry.
+        if args.max_inflight_bytes < limits.max_artifact_bytes {
+            return Err(ConfigError::TooSmall {
+                flag: "max-inflight-bytes",
+                min: limits.max_artifact_bytes,
             });
         }
         if args.max_kept_bytes < limits.max_expanded_bytes {

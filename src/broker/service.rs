@@ -208,7 +208,7 @@ impl SkillboxService {
         };
         let staging = Arc::clone(&self.state.staging);
         tokio::task::spawn_blocking(move || {
-            tree::send(dir, entries, tx);
+            tree::send(dir, entries, tx, || staging.is_kept(&id));
             if release
                 && staging.take_kept(&id)
                 && let Err(e) = staging.remove(&id)
@@ -324,7 +324,20 @@ fn job_fault(fault: JobFault) -> RequestError {
     }
 }
 
-fn hangup(status: Status) -> RequestError {
+/// A request stream that failed: a reset or a lost connection is a hang-up, but a message
+/// past the size tonic's decoder takes (`OUT_OF_RANGE` from tonic) is the client's request to
+/// fix, as a chunk past `max_chunk_bytes` is, so it is `INVALID_ARGUMENT` naming `field` (the
+/// header for the first message, otherwise the chunk), not `CANCELLED` "by the client".
+fn stream_error(status: Status, field: &str, max_chunk_bytes: u64) -> RequestError {
+    if status.code() == tonic::Code::OutOfRange {
+        return RequestError::invalid(
+            field,
+            format!(
+                "a message larger than the server decodes ({}); send the header first, then chunks of at most {max_chunk_bytes} bytes",
+                status.message()
+            ),
+        );
+    }
     RequestError::Cancelled(status.message().to_owned())
 }
 
@@ -370,7 +383,13 @@ impl State {
                     "the stream ended before a header",
                 ));
             }
-            Some(Err(status)) => return Err(hangup(status)),
+            Some(Err(status)) => {
+                return Err(stream_error(
+                    status,
+                    "header",
+                    self.config.bounds.max_chunk_bytes,
+                ));
+            }
             Some(Ok(pb::ExtractRequest {
                 msg: Some(Msg::Header(h)),
             })) => h,
@@ -436,7 +455,11 @@ impl State {
                 () = &mut upload_deadline => return Err(upload_late()),
             };
             let Some(msg) = next else { break };
-            let chunk = match msg.map_err(hangup)?.msg {
+            let max_chunk_bytes = self.config.bounds.max_chunk_bytes;
+            let chunk = match msg
+                .map_err(|s| stream_error(s, "chunk", max_chunk_bytes))?
+                .msg
+            {
                 Some(Msg::Chunk(c)) => c,
                 Some(Msg::Header(_)) => {
                     return Err(RequestError::invalid(

@@ -283,6 +283,14 @@ impl StagingRoot {
         expired
     }
 
+    /// Whether `id` is still kept (not released, expired or cleared at shutdown).
+    pub fn is_kept(&self, id: &str) -> bool {
+        self.kept
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(id)
+    }
+
     /// How many accepted directories are held.
     pub fn kept_count(&self) -> usize {
         self.kept

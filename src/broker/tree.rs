@@ -192,19 +192,30 @@ fn differs(path: &str, what: impl std::fmt::Display) -> Status {
 /// difference. Blocking: run it on a blocking thread. Returns when the connection has taken
 /// every part, when the receiver is gone, or when the client read nothing for the idle
 /// timeout; the stream's place is freed then.
-pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: Sender) {
-    if send_all(&dir, &entries, &tx) {
+///
+/// `kept` tells whether the tree is still held: a tree released (or expired) while it is read
+/// loses its nodes beneath the stream, and that ends it with NOT_FOUND, as a `GetTree` of it
+/// would, rather than with the DATA_LOSS that says the staged tree was changed.
+pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: Sender, kept: impl Fn() -> bool) {
+    if send_all(&dir, &entries, &tx, &kept) {
         tx.drain();
     }
 }
 
 /// Queue every part; false when the stream was ended or abandoned on the way.
-fn send_all(dir: &OwnedFd, entries: &[Entry], tx: &Sender) -> bool {
+fn send_all(dir: &OwnedFd, entries: &[Entry], tx: &Sender, kept: &dyn Fn() -> bool) -> bool {
     for e in entries {
         if !tx.put(Ok(part_entry(e))) {
             return false;
         }
         if let Err(status) = send_node(dir, e, tx) {
+            let status = if kept() {
+                status
+            } else {
+                Status::not_found(
+                    "the staging directory was released or expired while its tree was read",
+                )
+            };
             return tx.put(Err(status));
         }
     }

@@ -105,7 +105,8 @@ pub struct ServeArgs {
         default_value_t = 64
     )]
     pub max_queued: u32,
-    /// Artifact bytes held in memory across all requests (K, M, G suffixes).
+    /// Artifact bytes held in memory across all requests (K, M, G suffixes; at least the
+    /// limits' max_artifact_bytes, so that any allowed artifact can be uploaded).
     #[arg(long, env = "SKILLBOX_MAX_INFLIGHT_BYTES", value_name = "BYTES", default_value = "1G", value_parser = parse_size)]
     pub max_inflight_bytes: u64,
     /// Largest chunk accepted in one message (K, M suffixes).

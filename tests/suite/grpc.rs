@@ -770,8 +770,21 @@ async fn malformed_streams_are_invalid_arguments_naming_the_field() {
     let chunk = || pb::ExtractRequest {
         msg: Some(Msg::Chunk(b"abc".to_vec().into())),
     };
+    // Past the message size the server decodes (`max_chunk_bytes` and 64 KiB of slack), as a
+    // client that sends its artifact in 2 MiB chunks does: the decoder refuses the message,
+    // which is the client's error to fix, not a hang-up (it was CANCELLED, "cancelled by the
+    // client").
+    let big = || pb::ExtractRequest {
+        msg: Some(Msg::Chunk(vec![0u8; 2 << 20].into())),
+    };
     let cases: Vec<(&str, Vec<pb::ExtractRequest>, &str)> = vec![
         ("no messages at all", vec![], "header"),
+        ("a chunk past the message size", vec![h(), big()], "chunk"),
+        (
+            "a first message past the message size",
+            vec![big()],
+            "header",
+        ),
         ("a chunk before the header", vec![chunk(), h()], "header"),
         ("two headers", vec![h(), chunk(), h()], "header"),
         (
@@ -1191,6 +1204,65 @@ fn global_sandbox_flags_apply_to_serve_or_are_refused() {
     assert_eq!(refused.status.code(), Some(2));
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("--extract-timeout-ms"), "{err}");
+}
+
+/// `--max-inflight-bytes` below the limits' `max_artifact_bytes` is refused at start: such a
+/// broker answered a lone upload larger than the budget, on an idle server, "at capacity" with a
+/// retry hint, on every retry. Equal to it, an upload of that size is served.
+#[test]
+fn an_inflight_budget_below_the_artifact_limit_is_refused_at_start() {
+    // The socket's and the staging root's directory is a file: settings that were taken would
+    // fail at start (exit 1), never serve.
+    let (_file, file) = harness::write_temp("not-a-dir", b"");
+    let (socket, staging) = (file.join("x.sock"), file.join("staging"));
+    let refused = harness::cli(
+        &[
+            "serve",
+            "--socket",
+            socket.to_str().unwrap_or(""),
+            "--staging-root",
+            staging.to_str().unwrap_or(""),
+            "--max-inflight-bytes",
+            "2M",
+        ],
+        None,
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--max-inflight-bytes must be at least 268435456"),
+        "{err}"
+    );
+
+    let limits = harness::write_temp("limits.toml", b"max_artifact_bytes = 2097152\n");
+    let server = Server::start(&[
+        "--max-inflight-bytes",
+        "2M",
+        "--limits",
+        limits.1.to_str().unwrap_or(""),
+    ]);
+    let dir = harness::world_readable_dir();
+    let path = dir.path().join("big.tar");
+    let tar = skill_tar(&[("assets/blob.bin", &vec![7u8; (2 << 20) - 8192], 0o644)]);
+    assert!(tar.len() <= 2 << 20, "{}", tar.len());
+    ok(std::fs::write(&path, &tar), "write");
+    let out = harness::cli(
+        &[
+            "extract",
+            "--json",
+            "--server",
+            &server.uri(),
+            path.to_str().unwrap_or(""),
+        ],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    server.assert_clean();
 }
 
 /// `skillbox extract --server` prints what the local path prints, with the same exit code.
@@ -1613,6 +1685,56 @@ async fn accepted_trees_are_read_back_remotely_and_checked() {
 /// A burst of 64 slow uploads with `--max-children 2`: every request is answered, and at no
 /// moment do more than two request children (plus the one spare) exist; the queued requests
 /// hold no process.
+/// A tree released while a client reads it (its own `Release`, or the TTL) ends the stream
+/// with NOT_FOUND, as a `GetTree` after the release does: its nodes went because it was
+/// released, not because the staged tree was changed, which DATA_LOSS would say (it did).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_released_while_it_is_read_ends_not_found() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    // Far more than the stream queues ahead of its reader (eight 256 KiB chunks and the
+    // HTTP/2 windows), so the reading thread is still opening files after the release.
+    let blobs: Vec<(String, Vec<u8>)> = (0..16u8)
+        .map(|i| (format!("assets/blob{i:02}.bin"), vec![i; 2 << 20]))
+        .collect();
+    let extra: Vec<(&str, &[u8], u32)> = blobs
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.as_slice(), 0o644))
+        .collect();
+    let done = ok(
+        c.extract(
+            archive_header(),
+            std::io::Cursor::new(skill_tar(&extra)),
+            Some(Duration::from_secs(60)),
+        )
+        .await,
+        "extract",
+    );
+    let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
+    let mut raw = server.raw_client().await;
+    let mut parts = ok(
+        raw.get_tree(pb::GetTreeRequest {
+            staging_id: staged.id.clone(),
+        })
+        .await,
+        "get_tree",
+    )
+    .into_inner();
+    for _ in 0..3 {
+        ok(parts.message().await, "a first part").unwrap_or_else(|| panic!("ended early"));
+    }
+    ok(c.release(&staged.id).await, "release");
+    let end = loop {
+        match parts.message().await {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("a released tree was sent whole"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(end.code(), Code::NotFound, "{end:?}");
+    server.wait_clean(Duration::from_secs(10));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_follow_the_admission_bound_under_a_burst() {
     let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);
