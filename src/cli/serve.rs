@@ -371,6 +371,16 @@ pub fn health(args: &HealthArgs) -> Exit {
 pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     init_logging(args);
     let sandbox = leading.merge_serve(&args.sandbox);
+    // Every flag is checked before anything is made: a refused command (a usage error) leaves
+    // no directory behind (`--socket /nonexistent/x.sock` with a flag serve refuses created
+    // `/nonexistent`, as root, and only then said no).
+    let config = Config::from_settings(&args.settings())
+        .and_then(|c| c.with_sandbox(sandbox.config(), sandbox.sandbox_timeout.is_some()))
+        .map_err(ServeError::from);
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => return failed(args, &e.to_string(), exit_for(&e)),
+    };
     // The default staging root is made inside the socket's directory, and the broker opens it
     // before it binds: so that directory is checked first, as the socket's own check would
     // (a squatted or symlinked directory gets nothing of ours).
@@ -382,28 +392,21 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
             .filter(|p| !p.as_os_str().is_empty()),
     ) && let Err(e) = skillbox::owned_dir::ensure(dir, 0o755)
     {
-        let message = format!("socket directory: {e}");
-        match args.log_format {
-            LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
-            LogFormat::Text => eprintln!("skillbox: {message}"),
-        }
-        return Exit::Operational;
+        return failed(args, &format!("socket directory: {e}"), Exit::Operational);
     }
-    let result = Config::from_settings(&args.settings())
-        .and_then(|c| c.with_sandbox(sandbox.config(), sandbox.sandbox_timeout.is_some()))
-        .map_err(ServeError::from)
-        .and_then(|c| serve_until_signals(c, args.log_format));
-    match result {
+    match serve_until_signals(config, args.log_format) {
         Ok(()) => Exit::Ok,
-        Err(e) => {
-            // Once: a plain line for a person, a log line where logs are JSON.
-            match args.log_format {
-                LogFormat::Json => tracing::error!(error = %e, "skillbox serve failed"),
-                LogFormat::Text => eprintln!("skillbox: {e}"),
-            }
-            exit_for(&e)
-        }
+        Err(e) => failed(args, &e.to_string(), exit_for(&e)),
     }
+}
+
+/// Say once why serve stopped (a plain line for a person, a log line where logs are JSON).
+fn failed(args: &ServeArgs, message: &str, exit: Exit) -> Exit {
+    match args.log_format {
+        LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
+        LogFormat::Text => eprintln!("skillbox: {message}"),
+    }
+    exit
 }
 
 /// The broker on a runtime of its own: the first SIGTERM or SIGINT starts the drain, a second

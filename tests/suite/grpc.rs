@@ -1191,19 +1191,29 @@ fn global_sandbox_flags_apply_to_serve_or_are_refused() {
     assert_eq!(answer["sandbox"]["verify"], "full", "{answer}");
     server.assert_clean();
 
+    // Refused before anything is made: the socket's directory is not created (the old order
+    // made it first, as root `/nonexistent` here, then said no).
+    let tmp = ok(tempfile::tempdir(), "tempdir");
+    let never = tmp.path().join("never-made");
+    let socket = never.join("x.sock");
     let refused = harness::cli(
         &[
             "--sandbox-timeout",
             "5",
             "serve",
             "--socket",
-            "/nonexistent/x.sock",
+            &socket.display().to_string(),
         ],
         None,
     );
     assert_eq!(refused.status.code(), Some(2));
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("--extract-timeout-ms"), "{err}");
+    assert!(
+        !never.exists(),
+        "a refused serve made the socket's directory {}",
+        never.display()
+    );
 }
 
 /// `--max-inflight-bytes` below the limits' `max_artifact_bytes` is refused at start: such a
