@@ -526,14 +526,21 @@ fn run(args: &[String]) -> Output {
 }
 
 fn run_env(args: &[String], env: &[(&str, &str)]) -> Output {
+    skillbox(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("spawn skillbox")
+}
+
+/// `skillbox ARGS` with nothing of the caller's environment that would change a fetch: no
+/// `XDG_CACHE_HOME`, none of the policy variables.
+fn skillbox(args: &[String]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
     cmd.args(args).env_remove("XDG_CACHE_HOME");
     for v in POLICY_VARS {
         cmd.env_remove(v);
     }
-    cmd.envs(env.iter().copied())
-        .output()
-        .expect("spawn skillbox")
+    cmd
 }
 
 fn json_of(o: &Output) -> Value {
@@ -775,11 +782,7 @@ fn a_rejected_fetch_tree_is_removed_by_the_parent_after_the_child_answered() {
         if with_out {
             args.extend(["--out".to_owned(), out.display().to_string()]);
         }
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
-        cmd.args(&args).env_remove("XDG_CACHE_HOME");
-        for v in POLICY_VARS {
-            cmd.env_remove(v);
-        }
+        let mut cmd = skillbox(&args);
         let (child, staging) =
             stopped_before_discard(&mut cmd, &tmpdir, with_out.then_some(out.as_path()));
         assert_eq!(
@@ -2852,11 +2855,7 @@ fn concurrent_fetches_of_one_digest_download_once() {
     let args = w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache]);
     let children: Vec<std::process::Child> = (0..4)
         .map(|_| {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_skillbox"));
-            for v in POLICY_VARS {
-                cmd.env_remove(v);
-            }
-            cmd.args(&args)
+            skillbox(&args)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -2906,9 +2905,7 @@ fn cache_prune_removes_what_a_killed_fetch_left_and_never_a_live_download() {
     )]));
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_skillbox"))
-        .args(w.args(&["fetch", &index, "demo", "--cache-dir", &cache]))
-        .env_remove("XDG_CACHE_HOME")
+    let mut child = skillbox(&w.args(&["fetch", &index, "demo", "--cache-dir", &cache]))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
