@@ -1581,12 +1581,12 @@ fn refused_size(message: &str) -> u64 {
 }
 
 /// An answer larger than the 4 MiB a stock gRPC client receives by default (an inventory of
-/// long paths) is not sent to a client that did not raise `max_answer_bytes`: stock grpcio with
-/// no options gets the broker's FAILED_PRECONDITION, naming the answer's size, the bound and the
-/// field, not its own RESOURCE_EXHAUSTED about an answer it dropped while the broker kept the
-/// tree under an id the client never learnt. Nothing stays staged or kept, so the one place
-/// `--max-kept-trees 1` allows is free for the same archive from skillbox's own client
-/// (`extract --server`), which sets the field to its receive limit and is answered.
+/// long paths) is not sent to a client that did not raise `max_answer_bytes`: stock grpcio and
+/// grpc-js with no options get the broker's FAILED_PRECONDITION, naming the answer's size, the
+/// bound and the field, not their own RESOURCE_EXHAUSTED about an answer dropped while the
+/// broker kept the tree under an id the client never learnt. Nothing stays staged or kept, so
+/// the one place `--max-kept-trees 1` allows is free for the same archive from skillbox's own
+/// client (`extract --server`), which sets the field to its receive limit and is answered.
 #[test]
 fn an_answer_past_a_stock_clients_limit_is_refused_and_keeps_nothing() {
     let dir = harness::world_readable_dir();
@@ -1601,18 +1601,31 @@ fn an_answer_past_a_stock_clients_limit_is_refused_and_keeps_nothing() {
     let socket = server.socket().to_str().unwrap_or("");
 
     let py = python(&["--socket", socket, "--artifact", art, "--expect-refusal"]);
-    assert_eq!(py["refused"]["code"], "FAILED_PRECONDITION", "{py}");
-    let message = py["refused"]["details"].as_str().unwrap_or("");
-    assert!(refused_size(message) > 4_194_304, "{message}");
-    assert!(
-        message.contains("more than the 4194304") && message.contains("header.max_answer_bytes"),
-        "{message}"
-    );
+    let unix = format!("unix://{socket}");
+    let js = node(&[
+        "--target",
+        &unix,
+        "--artifact",
+        art,
+        "--hostile",
+        art,
+        "--expect-refusal",
+    ]);
+    for v in [&py, &js] {
+        assert_eq!(v["refused"]["code"], "FAILED_PRECONDITION", "{v}");
+        let message = v["refused"]["details"].as_str().unwrap_or("");
+        assert!(refused_size(message) > 4_194_304, "{message}");
+        assert!(
+            message.contains("more than the 4194304")
+                && message.contains("header.max_answer_bytes"),
+            "{message}"
+        );
+    }
     server.assert_clean();
     assert_eq!(counter(&addr, "skillbox_staging_kept"), 0);
     let text = harness::http_get(&addr, "/metrics");
     assert!(
-        text.contains("skillbox_request_errors_total{code=\"FailedPrecondition\"} 1"),
+        text.contains("skillbox_request_errors_total{code=\"FailedPrecondition\"} 2"),
         "{text}"
     );
     assert!(
