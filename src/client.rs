@@ -295,6 +295,8 @@ pub fn header_for(req: &Request) -> pb::ExtractHeader {
         skill_name: req.skill_name.clone(),
         index_description: req.index_description.clone(),
         caller_label: None,
+        // Set to this client's receive limit by `Client::extract`.
+        max_answer_bytes: 0,
     }
 }
 
@@ -319,13 +321,19 @@ impl Client {
         }
     }
 
-    /// Stream `artifact` after `header`; `timeout` becomes the call's deadline.
+    /// Stream `artifact` after `header`; `timeout` becomes the call's deadline. A header that
+    /// leaves `max_answer_bytes` unset (0) is sent with this client's own receive limit,
+    /// [`convert::MAX_RESPONSE_BYTES`], so the broker sends any answer this client can decode;
+    /// set it to bound the answer lower.
     pub async fn extract(
         &mut self,
-        header: pb::ExtractHeader,
+        mut header: pb::ExtractHeader,
         mut artifact: impl AsyncRead + Send + Unpin + 'static,
         timeout: Option<Duration>,
     ) -> Result<Extracted, ClientError> {
+        if header.max_answer_bytes == 0 {
+            header.max_answer_bytes = convert::MAX_RESPONSE_BYTES as u64;
+        }
         let (tx, rx) = tokio::sync::mpsc::channel::<pb::ExtractRequest>(4);
         // Set before the server hears of it, so the answer to a refused upload finds it.
         let (failed_tx, mut failed) = tokio::sync::oneshot::channel::<std::io::Error>();

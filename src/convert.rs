@@ -69,11 +69,22 @@ pub const MAX_SKILL_NAME: usize = 256;
 pub const MAX_INDEX_DESCRIPTION: usize = 4096;
 pub const MAX_CALLER_LABEL: usize = 128;
 
+/// The answer bound of a request that sets none (`header.max_answer_bytes` 0): 4 MiB, the
+/// receive limit of every stock gRPC client (grpcio, grpc-js, grpc-go, grpc-java) by default.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
+/// The smallest `header.max_answer_bytes` a request may set. Every answer fits in a few KiB but
+/// an inventory's; a smaller bound is a mistake (a value meant in KiB or MiB), not a client.
+pub const MIN_MAX_ANSWER_BYTES: usize = 64 * 1024;
+
 /// A header that passed every check.
 #[derive(Debug, Clone)]
 pub struct Checked {
     pub request: Request,
     pub caller_label: Option<String>,
+    /// The largest answer message the client can receive (`header.max_answer_bytes`, or
+    /// [`DEFAULT_MAX_ANSWER_BYTES`]); at most [`MAX_RESPONSE_BYTES`].
+    pub max_answer_bytes: usize,
 }
 
 /// Check the header against the server's limits and build the engine's request.
@@ -88,6 +99,7 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
         skill_name,
         index_description,
         caller_label,
+        max_answer_bytes,
     } = h;
     let expected_digest = match expected_digest {
         Some(d) => Some(
@@ -116,6 +128,7 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
         MAX_INDEX_DESCRIPTION,
     )?;
     let caller_label = text_field("header.caller_label", caller_label, MAX_CALLER_LABEL)?;
+    let max_answer_bytes = answer_bound(max_answer_bytes)?;
     let limits = match limits {
         Some(l) => merge_limits(&l, server)?,
         None => server.clone(),
@@ -129,7 +142,26 @@ pub fn request_from_header(h: pb::ExtractHeader, server: &Limits) -> Result<Chec
     Ok(Checked {
         request,
         caller_label,
+        max_answer_bytes,
     })
+}
+
+/// `header.max_answer_bytes`: 0 is the stock clients' 4 MiB; otherwise between
+/// [`MIN_MAX_ANSWER_BYTES`] and the server's own send limit, [`MAX_RESPONSE_BYTES`] (a larger
+/// bound could not be honoured: the server would fail to send what the client could take).
+fn answer_bound(v: u64) -> Result<usize, InvalidField> {
+    if v == 0 {
+        return Ok(DEFAULT_MAX_ANSWER_BYTES);
+    }
+    match usize::try_from(v) {
+        Ok(n) if (MIN_MAX_ANSWER_BYTES..=MAX_RESPONSE_BYTES).contains(&n) => Ok(n),
+        _ => Err(InvalidField::new(
+            "header.max_answer_bytes",
+            format!(
+                "{v} is out of range: 0 (for {DEFAULT_MAX_ANSWER_BYTES}, what stock gRPC clients receive), or {MIN_MAX_ANSWER_BYTES} to {MAX_RESPONSE_BYTES}, the largest message this server sends; set it to the client's own receive limit"
+            ),
+        )),
+    }
 }
 
 /// A short, printable, single-line field.
@@ -978,6 +1010,18 @@ mod tests {
                 with(|h, _| h.caller_label = Some("a\nb".into())),
                 "header.caller_label",
             ),
+            (
+                with(|h, _| h.max_answer_bytes = MIN_MAX_ANSWER_BYTES as u64 - 1),
+                "header.max_answer_bytes",
+            ),
+            (
+                with(|h, _| h.max_answer_bytes = MAX_RESPONSE_BYTES as u64 + 1),
+                "header.max_answer_bytes",
+            ),
+            (
+                with(|h, _| h.max_answer_bytes = u64::MAX),
+                "header.max_answer_bytes",
+            ),
         ];
         for (h, field) in cases {
             let refused = request_from_header(h, &server)
@@ -1003,6 +1047,20 @@ mod tests {
         assert_eq!(c.request.file_name.as_deref(), Some("pdf-1.2.tar.gz"));
         assert_eq!(url_file_name("https://example.com"), None);
         assert_eq!(url_file_name("https://example.com/dir/"), None);
+    }
+
+    #[test]
+    fn the_answer_bound_is_4_mib_unless_set_within_the_servers() {
+        let bound = |v: u64| {
+            let mut h = header();
+            h.max_answer_bytes = v;
+            request_from_header(h, &Limits::default())
+                .expect("request_from_header")
+                .max_answer_bytes
+        };
+        assert_eq!(bound(0), 4_194_304);
+        assert_eq!(bound(MIN_MAX_ANSWER_BYTES as u64), MIN_MAX_ANSWER_BYTES);
+        assert_eq!(bound(MAX_RESPONSE_BYTES as u64), MAX_RESPONSE_BYTES);
     }
 
     #[test]

@@ -32,6 +32,19 @@ pub enum RequestError {
         setting: &'static str,
         after: std::time::Duration,
     },
+    /// The encoded answer (`bytes`) is larger than the caller said it can receive (`max`,
+    /// `header.max_answer_bytes`); it was not sent and nothing was kept. FAILED_PRECONDITION,
+    /// not RESOURCE_EXHAUSTED: the broker's RESOURCE_EXHAUSTED means "retry later", and a retry
+    /// gets the same answer; the client must first raise its receive limit (the precondition).
+    #[error(
+        "the answer is {bytes} bytes encoded, more than the {max} this request can receive \
+         (header.max_answer_bytes; unset, it is {default}, what stock gRPC clients receive); \
+         it was not sent and nothing was kept. A client able to receive more sets \
+         header.max_answer_bytes to its receive limit (at most {ceiling})",
+        default = crate::convert::DEFAULT_MAX_ANSWER_BYTES,
+        ceiling = crate::convert::MAX_RESPONSE_BYTES
+    )]
+    AnswerTooLarge { bytes: usize, max: usize },
     /// The caller went away (hang-up or cancellation) before the answer.
     #[error("cancelled by the client: {0}")]
     Cancelled(String),
@@ -45,6 +58,9 @@ pub enum RequestError {
     #[error("internal error: {0}")]
     Internal(String),
 }
+
+/// `ErrorInfo.reason` and `PreconditionFailure` type of [`RequestError::AnswerTooLarge`].
+pub const ANSWER_TOO_LARGE: &str = "ANSWER_TOO_LARGE";
 
 impl RequestError {
     pub fn invalid(field: impl Into<String>, description: impl Into<String>) -> Self {
@@ -60,6 +76,7 @@ impl RequestError {
             Self::InvalidArgument { .. } => Code::InvalidArgument,
             Self::Overloaded { .. } => Code::ResourceExhausted,
             Self::DeadlineExceeded { .. } | Self::UploadDeadline { .. } => Code::DeadlineExceeded,
+            Self::AnswerTooLarge { .. } => Code::FailedPrecondition,
             Self::Cancelled(_) => Code::Cancelled,
             Self::NotFound(_) => Code::NotFound,
             Self::ShuttingDown => Code::Unavailable,
@@ -99,6 +116,23 @@ impl From<RequestError> for Status {
                 details.add_quota_failure_violation("skillbox", what);
                 Status::with_error_details(code, message, details)
             }
+            RequestError::AnswerTooLarge { bytes, max } => {
+                // No RetryInfo: the same request gets the same answer.
+                let mut details = ErrorDetails::with_error_info(
+                    ANSWER_TOO_LARGE,
+                    "skillbox",
+                    std::collections::HashMap::from([
+                        ("answer_bytes".to_owned(), bytes.to_string()),
+                        ("max_answer_bytes".to_owned(), max.to_string()),
+                    ]),
+                );
+                details.add_precondition_failure_violation(
+                    ANSWER_TOO_LARGE,
+                    "header.max_answer_bytes",
+                    format!("the answer is {bytes} bytes, the request can receive {max}"),
+                );
+                Status::with_error_details(code, message, details)
+            }
             RequestError::DeadlineExceeded { .. }
             | RequestError::UploadDeadline { .. }
             | RequestError::Cancelled(_)
@@ -125,6 +159,29 @@ mod tests {
             .bad_request()
             .unwrap_or_else(|| panic!("no BadRequest detail"));
         assert_eq!(bad.field_violations[0].field, "header.expected_digest");
+    }
+
+    #[test]
+    fn an_answer_too_large_names_both_sizes_and_the_field() {
+        let status = Status::from(RequestError::AnswerTooLarge {
+            bytes: 4_700_000,
+            max: 4_194_304,
+        });
+        assert_eq!(status.code(), Code::FailedPrecondition);
+        for want in ["4700000", "4194304", "header.max_answer_bytes"] {
+            assert!(status.message().contains(want), "{want}: {status:?}");
+        }
+        let details = status.get_error_details();
+        let info = details
+            .error_info()
+            .unwrap_or_else(|| panic!("no ErrorInfo detail"));
+        assert_eq!(info.reason, ANSWER_TOO_LARGE);
+        assert_eq!(info.metadata["answer_bytes"], "4700000");
+        let pre = details
+            .precondition_failure()
+            .unwrap_or_else(|| panic!("no PreconditionFailure detail"));
+        assert_eq!(pre.violations[0].subject, "header.max_answer_bytes");
+        assert!(details.retry_info().is_none());
     }
 
     #[test]

@@ -100,11 +100,33 @@ fn peer_uid<T>(req: &Request<T>) -> Option<u32> {
         .map(|c| c.uid())
 }
 
+/// The message an answer travels in, whose encoded size `header.max_answer_bytes` bounds.
+#[derive(Clone, Copy, Debug)]
+enum Carrier {
+    /// `Extract`: the `ExtractResponse` itself.
+    Unary,
+    /// `ExtractWithTree`: the first `TreePart`, whose `answer` (field 1) it is.
+    TreePart,
+}
+
+impl Carrier {
+    /// The encoded size of the message that carries `answer`, as the client's decoder counts it
+    /// against its receive limit (the gRPC frame's 5-byte prefix is not counted).
+    fn len(self, answer: &pb::ExtractResponse) -> usize {
+        use prost::Message as _;
+        match self {
+            Self::Unary => answer.encoded_len(),
+            Self::TreePart => prost::encoding::message::encoded_len(1, answer),
+        }
+    }
+}
+
 impl SkillboxService {
     /// One `Extract`, logged and counted; shared by `Extract` and `ExtractWithTree`.
     async fn answer(
         &self,
         request: Request<Streaming<pb::ExtractRequest>>,
+        carrier: Carrier,
     ) -> Result<pb::ExtractResponse, Status> {
         let start = Instant::now();
         let deadline = deadline(request.metadata(), start);
@@ -117,12 +139,12 @@ impl SkillboxService {
         let state = Arc::clone(&self.state);
         let work = async move {
             let result = match deadline {
-                Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream))
+                Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream, carrier))
                     .await
                     .unwrap_or(Err(RequestError::DeadlineExceeded {
                         during: "before the answer",
                     })),
-                None => state.extract(stream).await,
+                None => state.extract(stream, carrier).await,
             };
             let elapsed = start.elapsed();
             state.metrics.duration(elapsed);
@@ -226,7 +248,9 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
         &self,
         request: Request<Streaming<pb::ExtractRequest>>,
     ) -> Result<Response<pb::ExtractResponse>, Status> {
-        self.answer(request).await.map(Response::new)
+        self.answer(request, Carrier::Unary)
+            .await
+            .map(Response::new)
     }
 
     type GetTreeStream = tree::TreeStream;
@@ -258,7 +282,7 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
         // Its place among the tree streams first: refused now, before any work, rather than
         // after a tree was accepted that it could not send.
         let places = self.tree_places(request.extensions())?;
-        let answer = self.answer(request).await?;
+        let answer = self.answer(request, Carrier::TreePart).await?;
         let id = answer.staging_id.clone();
         let first = pb::TreePart {
             part: Some(pb::tree_part::Part::Answer(answer)),
@@ -345,6 +369,7 @@ impl State {
     async fn extract(
         self: &Arc<Self>,
         mut stream: Streaming<pb::ExtractRequest>,
+        carrier: Carrier,
     ) -> Result<pb::ExtractResponse, RequestError> {
         let _slot = self.admission.slot()?;
         // No room for one more accepted tree: refused before the upload, not after the work.
@@ -412,6 +437,7 @@ impl State {
         if let Some(label) = &checked.caller_label {
             tracing::Span::current().record("label", label.as_str());
         }
+        let max_answer = checked.max_answer_bytes;
         let request = checked.request;
         let max_artifact = request.limits.max_artifact_bytes;
         let expected = request.expected_digest;
@@ -554,6 +580,26 @@ impl State {
         };
         // Encoded before the tree is kept: an answer that cannot be sent keeps nothing.
         let mut answer = convert::outcome_to_proto_with(&outcome, None, sandbox)?;
+        if outcome.verdict == Verdict::Accepted {
+            // What keeping the tree will name it, so that the size measured is the size sent.
+            answer.staging_id = end.staging.id().to_owned();
+            answer.staging_path = end.staging.path().display().to_string();
+        }
+        // Nor one the client would refuse: a stock client drops an answer over its receive
+        // limit (4 MiB) with its own RESOURCE_EXHAUSTED, and never learns the id that releases
+        // the tree, which would then hold its place and bytes until the TTL. Only the child's
+        // answer can be that large (an inventory of long paths); the refusals above carry no
+        // entries and are a few hundred bytes, under the smallest bound a request may set.
+        let bytes = carrier.len(&answer);
+        if bytes > max_answer {
+            // Removed before the refusal is answered, as below: the client finds nothing left.
+            let staging = end.staging;
+            let _ = tokio::task::spawn_blocking(move || drop(staging)).await;
+            return Err(RequestError::AnswerTooLarge {
+                bytes,
+                max: max_answer,
+            });
+        }
         match outcome.verdict {
             Verdict::Accepted => match self.staging.keep(end.staging, &outcome.entries) {
                 Ok((id, path)) => {
@@ -613,6 +659,7 @@ impl State {
             max_open_tree_streams: b.max_open_tree_streams,
             max_connections: b.max_connections,
             max_partial_request_bytes: b.max_partial_request_bytes,
+            max_answer_bytes: convert::MAX_RESPONSE_BYTES as u64,
             tree_idle_timeout_ms: millis(self.config.tree_idle_timeout),
             max_kept_trees: self.config.kept.trees,
             max_kept_bytes: self.config.kept.bytes,
@@ -634,6 +681,27 @@ mod tests {
         assert_eq!(status.code(), tonic::Code::Internal);
         assert!(!status.message().contains("/run/skillbox"), "{status:?}");
         assert!(status.message().contains("log"), "{status:?}");
+    }
+
+    #[test]
+    fn the_measured_size_is_that_of_the_message_sent() {
+        use prost::Message as _;
+        let answer = pb::ExtractResponse {
+            staging_id: "0".repeat(32),
+            entries: vec![
+                pb::Entry {
+                    path: "a".repeat(300),
+                    ..Default::default()
+                };
+                1000
+            ],
+            ..Default::default()
+        };
+        assert_eq!(Carrier::Unary.len(&answer), answer.encoded_len());
+        let part = pb::TreePart {
+            part: Some(pb::tree_part::Part::Answer(answer.clone())),
+        };
+        assert_eq!(Carrier::TreePart.len(&answer), part.encoded_len());
     }
 
     #[test]

@@ -327,6 +327,11 @@ pub struct StagingGuard {
 }
 
 impl StagingGuard {
+    /// The id `StagingRoot::keep` will give this directory.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     pub fn path(&self) -> PathBuf {
         self.root.path.join(&self.id)
     }

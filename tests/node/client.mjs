@@ -5,7 +5,8 @@
 // and expects an acceptance, then reads the accepted tree back with GetTree and checks every
 // file's bytes against the sha256 of the inventory; sends a hostile package and expects a
 // rejection; releases what it was given; asks ServerInfo and reports its deadlines and stream
-// and kept-tree bounds. Prints one JSON object; exits non-zero on any surprise.
+// and kept-tree bounds. Prints one JSON object; exits non-zero on any surprise. With
+// --expect-refusal it only sends --artifact and reports the error status the call ends with.
 
 import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -24,6 +25,7 @@ const { values: args } = parseArgs({
     hostile: { type: "string" },
     "proto-root": { type: "string" },
     "expect-denied": { type: "boolean", default: false },
+    "expect-refusal": { type: "boolean", default: false },
     tree: { type: "boolean", default: false },
   },
 });
@@ -99,6 +101,15 @@ async function main() {
     file_name: "skill.tar",
     caller_label: "node-grpc-js",
   };
+  if (args["expect-refusal"]) {
+    try {
+      const r = await extract(header, data);
+      fail(`served: ${r.verdict}, ${r.entries.length} entries`);
+    } catch (e) {
+      console.log(JSON.stringify({ refused: { code: grpc.status[e.code], details: e.details } }));
+      return;
+    }
+  }
   if (args["expect-denied"]) {
     try {
       await extract(header, data);

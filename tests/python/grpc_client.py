@@ -9,6 +9,8 @@ directory, then over a stock channel with no options (the broker's Unix socket, 
   - sends a malformed digest and expects INVALID_ARGUMENT;
   - asks ServerInfo and reports its version, a limit, and its deadlines and stream and
     kept-tree bounds.
+With --expect-refusal it only sends the artifact (header and chunks, as above) and reports the
+error status the call ends with (an answer is a surprise).
 Prints one JSON object with what it saw; exits non-zero on any surprise.
 """
 
@@ -73,6 +75,8 @@ def main():
     ap.add_argument("--proto-root", required=True)
     ap.add_argument("--tree", action="store_true", help="read the accepted tree back (GetTree) and check every hash")
     ap.add_argument("--expect-denied", action="store_true", help="expect PERMISSION_DENIED (a refused peer uid)")
+    ap.add_argument("--expect-refusal", action="store_true",
+                    help="expect the Extract of --artifact to end with an error status, and report it")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as out_dir:
@@ -90,6 +94,13 @@ def main():
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         header = pb.ExtractHeader(expected_digest=digest, declared_type=pb.ARTIFACT_TYPE_ARCHIVE,
                                   file_name="skill.tar", caller_label="python-grpcio")
+        if args.expect_refusal:
+            try:
+                r = client.Extract(requests(pb, header, data), timeout=60)
+                raise SystemExit(f"served: {pb.Verdict.Name(r.verdict)}, {len(r.entries)} entries")
+            except grpc.RpcError as e:
+                print(json.dumps({"refused": {"code": e.code().name, "details": e.details()}}))
+                return
         if args.expect_denied:
             try:
                 client.Extract(requests(pb, header, data), timeout=60)

@@ -1568,6 +1568,176 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
     server.assert_clean();
 }
 
+/// Files of `harness::long_paths_tar` whose answer passes 4 MiB (about 4.7 MB).
+const PAST_4_MIB: usize = 4400;
+
+/// The size the refusal's message gives ("the answer is N bytes encoded, ...").
+fn refused_size(message: &str) -> u64 {
+    message
+        .strip_prefix("the answer is ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no answer size in {message:?}"))
+}
+
+/// An answer larger than the 4 MiB a stock gRPC client receives by default (an inventory of
+/// long paths) is not sent to a client that did not raise `max_answer_bytes`: stock grpcio and
+/// grpc-js with no options get the broker's FAILED_PRECONDITION, naming the answer's size, the
+/// bound and the field, not their own RESOURCE_EXHAUSTED about an answer dropped while the
+/// broker kept the tree under an id the client never learnt. Nothing stays staged or kept, so
+/// the one place `--max-kept-trees 1` allows is free for the same archive from skillbox's own
+/// client (`extract --server`), which sets the field to its receive limit and is answered.
+#[test]
+fn an_answer_past_a_stock_clients_limit_is_refused_and_keeps_nothing() {
+    let dir = harness::world_readable_dir();
+    let art = dir.path().join("long-paths.tar");
+    ok(
+        std::fs::write(&art, harness::long_paths_tar(PAST_4_MIB)),
+        "write",
+    );
+    let art = art.to_str().unwrap_or("");
+    let server = Server::start(&["--metrics", harness::ANY_PORT, "--max-kept-trees", "1"]);
+    let addr = server.metrics_addr();
+    let socket = server.socket().to_str().unwrap_or("");
+
+    let py = python(&["--socket", socket, "--artifact", art, "--expect-refusal"]);
+    let unix = format!("unix://{socket}");
+    let js = node(&[
+        "--target",
+        &unix,
+        "--artifact",
+        art,
+        "--hostile",
+        art,
+        "--expect-refusal",
+    ]);
+    for v in [&py, &js] {
+        assert_eq!(v["refused"]["code"], "FAILED_PRECONDITION", "{v}");
+        let message = v["refused"]["details"].as_str().unwrap_or("");
+        assert!(refused_size(message) > 4_194_304, "{message}");
+        assert!(
+            message.contains("more than the 4194304")
+                && message.contains("header.max_answer_bytes"),
+            "{message}"
+        );
+    }
+    server.assert_clean();
+    assert_eq!(counter(&addr, "skillbox_staging_kept"), 0);
+    let text = harness::http_get(&addr, "/metrics");
+    assert!(
+        text.contains("skillbox_request_errors_total{code=\"FailedPrecondition\"} 2"),
+        "{text}"
+    );
+    assert!(
+        server.log().contains("header.max_answer_bytes"),
+        "the refusal is logged: {}",
+        server.log()
+    );
+
+    let cli = harness::cli(&["extract", "--json", "--server", &server.uri(), art], None);
+    assert_eq!(
+        cli.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let v: serde_json::Value = ok(serde_json::from_slice(&cli.stdout), "CLI JSON");
+    assert_eq!(v["verdict"], "accepted", "{}", v["reason"]);
+    let entries = v["entries"].as_array().map_or(0, Vec::len);
+    assert_eq!(
+        entries,
+        PAST_4_MIB + 4,
+        "SKILL.md, three directories, the files"
+    );
+    server.assert_clean();
+}
+
+/// `header.max_answer_bytes` out of range is INVALID_ARGUMENT naming it; in range it bounds
+/// `Extract`'s answer and the `TreePart` that carries `ExtractWithTree`'s (the refusal has the
+/// ErrorInfo and PreconditionFailure details, and no RetryInfo), and nothing is left staged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_answer_bytes_is_checked_and_bounds_every_answer_with_an_inventory() {
+    let server = Server::start(&[]);
+    let mut c = server.client().await;
+    let info = ok(c.server_info().await, "server_info");
+    assert_eq!(info.max_answer_bytes, 64 << 20);
+    for bad in [1, 65_535, (64 << 20) + 1] {
+        let mut h = archive_header();
+        h.max_answer_bytes = bad;
+        let refused = status_of(
+            c.extract(h, std::io::Cursor::new(skill_tar(&[])), None)
+                .await
+                .err()
+                .unwrap_or_else(|| panic!("max_answer_bytes {bad} was accepted")),
+        );
+        assert_eq!(refused.code(), Code::InvalidArgument, "{bad}: {refused:?}");
+        assert_eq!(bad_field(&refused), "header.max_answer_bytes");
+    }
+    server.assert_clean();
+    // The smallest bound takes a typical answer.
+    let mut h = archive_header();
+    h.max_answer_bytes = 65_536;
+    let small = ok(
+        c.extract(h, std::io::Cursor::new(skill_tar(&[])), None)
+            .await,
+        "extract within 64 KiB",
+    );
+    let staged = small
+        .staged
+        .unwrap_or_else(|| panic!("a typical package is accepted"));
+    ok(c.release(&staged.id).await, "release");
+
+    let tar = harness::long_paths_tar(PAST_4_MIB);
+    let details_of = |s: &tonic::Status| {
+        assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
+        let d = s.get_error_details();
+        let info = d
+            .error_info()
+            .unwrap_or_else(|| panic!("no ErrorInfo in {s:?}"));
+        assert_eq!(info.reason, "ANSWER_TOO_LARGE");
+        assert_eq!(info.metadata["max_answer_bytes"], "4194304");
+        let pre = d
+            .precondition_failure()
+            .unwrap_or_else(|| panic!("no PreconditionFailure in {s:?}"));
+        assert_eq!(pre.violations[0].subject, "header.max_answer_bytes");
+        assert!(d.retry_info().is_none(), "no retry can help: {s:?}");
+        let bytes: u64 = ok(info.metadata["answer_bytes"].parse(), "answer_bytes");
+        assert_eq!(bytes, refused_size(s.message()));
+        bytes
+    };
+
+    // The crate's client sends its own 64 MiB unless told otherwise; told the stock 4 MiB.
+    let mut h = archive_header();
+    h.max_answer_bytes = 4 << 20;
+    let unary = status_of(
+        c.extract(h, std::io::Cursor::new(tar.clone()), None)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("an answer past its bound was sent")),
+    );
+    let unary = details_of(&unary);
+    server.assert_clean();
+
+    // ExtractWithTree with the header a stock client sends (no bound: 4 MiB).
+    let mut raw = server.raw_client().await;
+    let mut upload = vec![pb::ExtractRequest {
+        msg: Some(pb::extract_request::Msg::Header(archive_header())),
+    }];
+    for chunk in tar.chunks(256 * 1024) {
+        upload.push(pb::ExtractRequest {
+            msg: Some(pb::extract_request::Msg::Chunk(chunk.to_vec().into())),
+        });
+    }
+    let with_tree = raw
+        .extract_with_tree(tokio_stream::iter(upload))
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("ExtractWithTree sent an answer past its bound"));
+    // The same answer in a TreePart: its tag and a 4-byte length more.
+    assert_eq!(details_of(&with_tree), unary + 5);
+    server.assert_clean();
+}
+
 /// GetTree over TCP+TLS: the accepted tree comes back byte for byte (the Rust client writes it
 /// with the engine's writer and checks every hash; the CLI's `--out` over `--server`), and a
 /// staged file changed after acceptance ends the stream with DATA_LOSS and leaves nothing at

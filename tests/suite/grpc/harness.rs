@@ -38,6 +38,32 @@ pub fn raw_tar(entries: &[(&str, &[u8], u32)]) -> Vec<u8> {
     ok(b.into_inner(), "tar finish")
 }
 
+/// A valid skill package of SKILL.md and `files` empty files under paths of 978 bytes (three
+/// shared directories of 250-byte names, then a file name of 225), within the default limits
+/// (paths of at most 1024 bytes, components of 255, 10,000 entries). Each file is about 1 KB of
+/// the encoded answer, so 4,400 of them make an `ExtractResponse` of about 4.7 MB, past the
+/// 4 MiB a stock gRPC client receives, from a 9 MB tar written in a few milliseconds.
+pub fn long_paths_tar(files: usize) -> Vec<u8> {
+    let dirs = ["a", "b", "c"].map(|c| c.repeat(250)).join("/");
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(SKILL.len() as u64);
+    h.set_mode(0o644);
+    h.set_mtime(0);
+    ok(b.append_data(&mut h, "SKILL.md", SKILL), "tar append");
+    let tail = "x".repeat(220);
+    for i in 0..files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(0);
+        h.set_mode(0o644);
+        h.set_mtime(0);
+        // Past 100 bytes: the writer adds a GNU long-name entry before the header.
+        let path = format!("{dirs}/{i:05}{tail}");
+        ok(b.append_data(&mut h, path, std::io::empty()), "tar append");
+    }
+    ok(b.into_inner(), "tar finish")
+}
+
 /// A valid skill package: SKILL.md plus `extra`.
 pub fn skill_tar(extra: &[(&str, &[u8], u32)]) -> Vec<u8> {
     let mut all = vec![("SKILL.md", SKILL, 0o644)];
