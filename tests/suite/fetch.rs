@@ -2968,6 +2968,63 @@ fn cache_prune_removes_what_a_killed_fetch_left_and_never_a_live_download() {
     );
 }
 
+/// Partial downloads from before their names carried the digest (`dl-XXXXXX`) cannot be tied
+/// to a lock: `cache prune` removes one not modified for longer than any download runs (two
+/// days: `total_timeout` is at most one), and keeps a fresh one, which a fetch of that older
+/// version may still be writing. (Before, neither was ever removed.)
+#[test]
+fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("cache");
+    let prune = |cache: &std::path::Path| {
+        let o = run(&[
+            "cache".into(),
+            "prune".into(),
+            "--older-than".into(),
+            "30d".into(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+        ]);
+        assert_eq!(code(&o), 0, "{}", explain(&o));
+        o
+    };
+    prune(&cache); // makes the cache's directories
+    let tmp = cache.join("tmp");
+    let plant = |name: &str, len: usize, age: Duration| {
+        let at = tmp.join(name);
+        std::fs::write(&at, vec![b'x'; len]).expect("write");
+        std::fs::File::options()
+            .write(true)
+            .open(&at)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now() - age))
+            .expect("set mtime");
+    };
+    let day = Duration::from_secs(86_400);
+    plant("dl-Ab3xQ9", 1000, 3 * day);
+    // Younger than two days: a download of that version could still be going.
+    plant("dl-Zz0yK2", 10, day + Duration::from_secs(3600));
+    plant("dl-k7Pq1w", 20, Duration::ZERO);
+    // Not a partial download's name: left alone however old.
+    plant("dl-notapartial", 30, 30 * day);
+    plant("w-Ab3xQ9", 40, 30 * day);
+    let o = prune(&cache);
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .contains("1 download(s) a killed fetch left in tmp/ removed (1000 bytes)"),
+        "{}",
+        explain(&o)
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["dl-Zz0yK2", "dl-k7Pq1w", "dl-notapartial", "w-Ab3xQ9"]
+    );
+}
+
 #[test]
 fn cache_commands_list_verify_prune_and_no_cache() {
     let w = World::new();
