@@ -1296,6 +1296,87 @@ fn content_encoded_response_is_refused_not_decoded() {
     assert_eq!(w.cached_artifacts(), 0);
 }
 
+/// `--max-bytes` and `--max-artifact-bytes` share a default and bound different things, as
+/// `fetch --help` says: the first the download (refused, exit 4), the second the file the
+/// engine extracts (rejected, `artifact_size`, exit 3), after the download and from the cache
+/// alike, which `--max-bytes` never bounds. (The help gave each the same one line.)
+#[test]
+fn max_bytes_bounds_the_download_and_max_artifact_bytes_the_file_extracted() {
+    let w = World::new();
+    let mut md = skill_md("demo", "A demo skill");
+    md.resize(4096, b'x');
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+
+    // Under the download bound, over the extraction limit: downloaded, verified and cached,
+    // then rejected by the engine.
+    let o = w.fetch("demo", &["--max-artifact-bytes", "4095"]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["extraction"]["reason"]["code"], "artifact_size", "{v:#}");
+    assert_eq!(v["provenance"]["artifact_source"], "network", "{v:#}");
+    assert_eq!(w.cached_artifacts(), 1);
+    // From the cache, the download bound does not apply; the extraction limit does.
+    let o = w.fetch("demo", &["--max-bytes", "1K"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "cache");
+    let o = w.fetch(
+        "demo",
+        &["--max-bytes", "1K", "--max-artifact-bytes", "4095"],
+    );
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert_eq!(w.server.hits("/a/SKILL.md"), 1);
+    // Downloading: the download bound cuts it first.
+    let _ = std::fs::remove_dir_all(w.cache());
+    let o = w.fetch("demo", &["--max-bytes", "1K"]);
+    assert_eq!(refused_rule(&o), "max_bytes");
+
+    // The help says which is which.
+    let o = run(&["fetch".into(), "--help".into()]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let help = String::from_utf8_lossy(&o.stdout);
+    let text_of = |flag: &str| -> String {
+        let at = help
+            .find(&format!("      {flag} <BYTES>"))
+            .unwrap_or_else(|| panic!("{flag} not in fetch --help:\n{help}"));
+        let rest = &help[at..];
+        let end = rest[1..].find("\n      -").map_or(rest.len(), |i| i + 1);
+        rest[..end].split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let (max_bytes, artifact) = (text_of("--max-bytes"), text_of("--max-artifact-bytes"));
+    for (text, says) in [
+        (
+            &max_bytes,
+            [
+                "download",
+                "max_bytes",
+                "exit 4",
+                "cache",
+                "--max-artifact-bytes",
+            ],
+        ),
+        (
+            &artifact,
+            [
+                "extract",
+                "artifact_size",
+                "exit 3",
+                "cached",
+                "--max-bytes",
+            ],
+        ),
+    ] {
+        for word in says {
+            assert!(text.contains(word), "{word:?} not in: {text}");
+        }
+    }
+}
+
 #[test]
 fn byte_limit_holds_at_the_boundary_and_cuts_the_connection_past_it() {
     let w = World::new();
