@@ -43,7 +43,7 @@ pub struct LimitFlags {
     /// Longest single path component in bytes, at most 255 [default: 255].
     #[arg(long, value_name = "N")]
     max_component_bytes: Option<u64>,
-    /// Largest zstd window as log2 bytes, 10 to 31; bounds decoder memory [default: 24].
+    /// Largest zstd window as log2 bytes, 10 to 31; bounds decoder memory [default: 27].
     #[arg(long, value_name = "LOG2")]
     zstd_window_log_max: Option<u32>,
     /// Keep relative symlinks that stay inside the package (false: every symlink rejects with
