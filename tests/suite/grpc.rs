@@ -1568,6 +1568,38 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
     server.assert_clean();
 }
 
+/// A gzip-compressed request (stock grpcio, `compression=grpc.Compression.Gzip`, per call or
+/// per channel) ends `UNIMPLEMENTED` saying gzip is not supported, for a unary call and an
+/// upload alike, as docs/broker.md says; the same package sent uncompressed on the same
+/// channel is served, and the refused calls leave no staging directory and no child.
+#[test]
+fn gzip_compressed_requests_are_unimplemented_and_uncompressed_ones_served() {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, skill_tar(&[])), "write");
+    let server = Server::start(&[]);
+    let socket = server.socket().to_str().unwrap_or("");
+    let v = python(&[
+        "--socket",
+        socket,
+        "--artifact",
+        art.to_str().unwrap_or(""),
+        "--gzip",
+    ]);
+    for how in ["per_call", "per_channel"] {
+        for call in ["server_info", "extract"] {
+            let got = &v[how][call];
+            assert_eq!(got["code"], "UNIMPLEMENTED", "{how} {call}: {v}");
+            assert!(
+                got["details"].as_str().is_some_and(|d| d.contains("gzip")),
+                "{how} {call}: {v}"
+            );
+        }
+    }
+    assert_eq!(v["uncompressed"]["verdict"], "VERDICT_ACCEPTED", "{v}");
+    server.assert_clean();
+}
+
 /// GetTree over TCP+TLS: the accepted tree comes back byte for byte (the Rust client writes it
 /// with the engine's writer and checks every hash; the CLI's `--out` over `--server`), and a
 /// staged file changed after acceptance ends the stream with DATA_LOSS and leaves nothing at
