@@ -98,7 +98,10 @@ pub struct PolicyArgs {
 /// (`fetch`, `install`, `update`), not `index check`.
 #[derive(Args, Debug, Clone, Default)]
 pub struct ArtifactPolicyArgs {
-    /// Largest artifact body (K, M, G suffixes) [default: 256M].
+    /// Largest download (K, M, G suffixes): the artifact's HTTP body is counted as it arrives
+    /// and the connection cut past it (refused, rule max_bytes, exit 4). It bounds only what is
+    /// downloaded now, not an artifact already in the cache; --max-artifact-bytes bounds the
+    /// file extracted, downloaded or cached [default: 256M].
     #[arg(long, env = "SKILLBOX_MAX_BYTES", value_parser = parse_size, value_name = "BYTES")]
     max_bytes: Option<u64>,
 }

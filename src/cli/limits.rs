@@ -12,7 +12,10 @@ use super::exit::Failure;
 /// 1024).
 #[derive(Args, Debug, Default, Clone)]
 pub struct LimitFlags {
-    /// Largest artifact in bytes [default: 256M].
+    /// Largest artifact in bytes: the extraction limit, checked on the whole file before any
+    /// decoding (rejected, artifact_size, exit 3). For fetch, install and update that is the
+    /// file once downloaded and its digest checked, or the cached copy; the download itself is
+    /// cut at --max-bytes [default: 256M].
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     max_artifact_bytes: Option<u64>,
     /// Most entries [default: 10000].
@@ -40,7 +43,7 @@ pub struct LimitFlags {
     /// Longest single path component in bytes, at most 255 [default: 255].
     #[arg(long, value_name = "N")]
     max_component_bytes: Option<u64>,
-    /// Largest zstd window as log2 bytes, 10 to 31; bounds decoder memory [default: 24].
+    /// Largest zstd window as log2 bytes, 10 to 31; bounds decoder memory [default: 27].
     #[arg(long, value_name = "LOG2")]
     zstd_window_log_max: Option<u32>,
     /// Keep relative symlinks that stay inside the package (false: every symlink rejects with

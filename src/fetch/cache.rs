@@ -4,7 +4,8 @@
 //! from: a hint for format detection and provenance, never trusted for anything else),
 //! `index/<hex of the URL>.json` (index bytes, for `--offline`), `tmp/` (downloads in progress,
 //! `dl-<hex>-*` while the lock of `<hex>` is held; `cache prune` removes those whose lock is
-//! free, which a killed fetch leaves).
+//! free, which a killed fetch leaves, and older versions' `dl-XXXXXX`, which carry no digest,
+//! once unmodified for [`OLD_PARTIAL_AGE`]).
 //! Every write is a temporary file in `tmp/` renamed into place (same filesystem, so the rename
 //! is atomic). Every read re-hashes: a file that no longer matches its name is removed and
 //! treated as absent.
@@ -33,6 +34,17 @@ use crate::digest::{Hasher, Sha256Digest};
 const MAX_INDEX_COPY: u64 = 64 << 20;
 /// Largest metadata file read back.
 const MAX_META: u64 = 64 * 1024;
+/// How long a partial download in the older versions' form (`dl-` and six characters, no
+/// digest, so no lock to ask) must have gone unmodified before `cache prune` takes it for dead:
+/// twice the longest a download can run ([`super::config::MAX_DURATION`], the bound on
+/// `total_timeout`, which every version held; a live download's file is made just before it
+/// starts and is renamed or removed as it ends, and is written as bytes arrive). The margin
+/// covers a clock stepped back, and the versions before every socket read was bounded by the
+/// deadline, in which a peer trickling a TLS record could hold a download past it without a
+/// byte written. Removing a partial that some such fetch still held costs that fetch only: its
+/// final rename fails (exit 1), and nothing it received is kept.
+pub const OLD_PARTIAL_AGE: Duration =
+    Duration::from_secs(2 * super::config::MAX_DURATION.as_secs());
 
 /// Where an artifact came from, recorded when it was downloaded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -369,26 +381,43 @@ impl Cache {
     /// renamed into place, so nothing else ever removes them): a `dl-<hex>-*` file whose
     /// digest lock is free. A live download holds its lock from before its file is made until
     /// it is renamed or removed, and a killed one releases it (flock), so a free lock means no
-    /// process will ever use the file; one held is left alone. Returns how many were removed,
-    /// and their bytes.
+    /// process will ever use the file; one held is left alone. An older version's partial
+    /// (`dl-XXXXXX`: no digest, so no lock to ask) is removed once it has not been modified
+    /// for [`OLD_PARTIAL_AGE`], longer than any download runs; a newer one is left alone.
+    /// Returns how many were removed, and their bytes.
     pub fn remove_abandoned(&self) -> io::Result<(usize, u64)> {
         let (mut count, mut bytes) = (0, 0);
+        let cutoff = SystemTime::now()
+            .checked_sub(OLD_PARTIAL_AGE)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
         for e in fs::read_dir(self.root.join("tmp"))? {
             let e = e?;
             let name = e.file_name();
-            let Some(digest) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix("dl-"))
-                .and_then(|n| n.split('-').next())
-                .and_then(|hex| format!("sha256:{hex}").parse::<Sha256Digest>().ok())
-            else {
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("dl-")) else {
                 continue;
             };
-            let Some(_lock) = self.try_lock(&digest)? else {
-                continue;
+            let digest = rest
+                .split('-')
+                .next()
+                .and_then(|hex| format!("sha256:{hex}").parse::<Sha256Digest>().ok());
+            let _lock = match digest {
+                Some(digest) => match self.try_lock(&digest)? {
+                    Some(lock) => Some(lock),
+                    None => continue,
+                },
+                None if is_old_partial(rest) => None,
+                None => continue,
             };
             let meta = fs::symlink_metadata(e.path())?;
-            if meta.is_file() && fs::remove_file(e.path()).is_ok() {
+            if !meta.is_file() {
+                continue;
+            }
+            // No lock to ask: only its age says no fetch is writing it (a future mtime, from
+            // a clock stepped back, is not old).
+            if digest.is_none() && !meta.modified().is_ok_and(|t| t < cutoff) {
+                continue;
+            }
+            if fs::remove_file(e.path()).is_ok() {
                 count += 1;
                 bytes += meta.len();
             }
@@ -451,6 +480,12 @@ impl Cache {
         tmp.persist(path).map_err(|e| e.error)?;
         Ok(())
     }
+}
+
+/// What follows `dl-` in the name of a partial download made by a version from before the
+/// names carried the digest: tempfile's six random ASCII letters and digits.
+fn is_old_partial(rest: &str) -> bool {
+    rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
 }
 
 /// The held lock of one digest (released when dropped, or when the process ends).

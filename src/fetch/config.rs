@@ -102,7 +102,13 @@ pub struct FetchSettings {
     pub proxy_source: &'static str,
 }
 
-/// A duration: seconds (`10`, `2.5`, `10s`) or milliseconds (`500ms`), above 0, at most a day.
+/// The longest duration a setting takes (`connect_timeout`, `total_timeout`): a day. So no
+/// download runs longer, which is what lets `cache prune` tell a dead partial download an
+/// older version left from a live one ([`super::cache`]).
+pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
+
+/// A duration: seconds (`10`, `2.5`, `10s`) or milliseconds (`500ms`), above 0, at most a day
+/// ([`MAX_DURATION`]).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let t = s.trim();
     let (num, scale) = if let Some(ms) = t.strip_suffix("ms") {
@@ -114,7 +120,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .parse()
         .map_err(|_| format!("{s:?} is not a duration (seconds, or e.g. 500ms)"))?;
     let secs = v * scale;
-    if !secs.is_finite() || secs <= 0.0 || secs > 86_400.0 {
+    if !secs.is_finite() || secs <= 0.0 || secs > MAX_DURATION.as_secs_f64() {
         return Err(format!("{s:?}: give a duration above 0 and at most a day"));
     }
     Ok(Duration::from_secs_f64(secs))

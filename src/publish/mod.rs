@@ -11,9 +11,11 @@
 //!
 //! This module never parses SKILL.md itself (the review in the confined child does, and its
 //! frontmatter is what the index lists), never publishes a skill the engine rejects, never
-//! writes a half-built index, and never deletes or replaces a file it did not write.
+//! writes a half-built index, and never deletes or replaces a file publish did not write (the
+//! staging directories killed runs left are removed: [`stage`]).
 
 pub mod pack;
+pub mod stage;
 pub mod tree;
 pub mod walk;
 
@@ -383,6 +385,9 @@ pub struct Built {
     pub index: Vec<u8>,
     /// The staging directory (removed when dropped, unless [`tree::write`] renamed it).
     pub stage: tempfile::TempDir,
+    /// This run's lock on `stage`, held while it exists under its staging name (declared
+    /// after it: fields drop in order, so the directory is removed before the lock goes).
+    pub stage_lock: stage::StageLock,
 }
 
 impl Built {
@@ -429,10 +434,9 @@ pub fn build(
             "no skill to publish; an empty index is never written".into(),
         ));
     }
-    let stage = tempfile::Builder::new()
-        .prefix(".skillbox-publish-")
-        .tempdir_in(stage_in)
-        .map_err(io_err(stage_in))?;
+    // What killed runs left beside OUT_DIR (their locks free), before this run adds its own.
+    stage::remove_abandoned(stage_in);
+    let (stage, stage_lock) = stage::create(stage_in)?;
     let mut refusals = prior;
     let mut published = Vec::new();
     for skill in skills {
@@ -449,11 +453,34 @@ pub fn build(
     read_back(&index, &published, opts)?;
     let at = stage.path().join(INDEX_DIR).join(INDEX_FILE);
     tree::write_file(&at, &index)?;
+    stop_point("publish:staged");
     Ok(Built {
         skills: published,
         index,
         stage,
+        stage_lock,
     })
+}
+
+/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=publish:staged` a debug build stops itself
+/// (`SIGSTOP`) once the build is staged (every artifact built and checked, the index written
+/// in the staging directory) and before anything is written to OUT_DIR, the first time only,
+/// so a test can kill the run there, or hold it live while another runs, and let it go on
+/// (`SIGCONT`). Release builds compile this to nothing.
+fn stop_point(at: &str) {
+    #[cfg(debug_assertions)]
+    {
+        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
+            && !STOPPED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let _ = nix::sys::signal::raise(nix::sys::signal::SIGSTOP);
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = at;
+    }
 }
 
 /// The file name beneath [`INDEX_DIR`] of an artifact: content-addressed, so a URL once

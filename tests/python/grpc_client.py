@@ -11,6 +11,10 @@ directory, then over a stock channel with no options (the broker's Unix socket, 
     kept-tree bounds.
 With --expect-refusal it only sends the artifact (header and chunks, as above) and reports the
 error status the call ends with (an answer is a surprise).
+With --gzip instead: sends ServerInfo and the valid package compressed
+(`compression=grpc.Compression.Gzip`, per call and per channel) and reports each status, then
+the same package uncompressed on the same channel (docs/broker.md: compressed requests are
+UNIMPLEMENTED).
 Prints one JSON object with what it saw; exits non-zero on any surprise.
 """
 
@@ -66,6 +70,35 @@ def requests(pb, header, data):
         yield pb.ExtractRequest(chunk=data[i:i + CHUNK])
 
 
+def gzip_calls(pb, rpc, socket, header, data):
+    """ServerInfo and Extract sent gzip-compressed, per call and per channel, each status (or
+    answer) reported; then the package uncompressed on the per-call channel."""
+    seen = {}
+
+    def status(call):
+        try:
+            r = call()
+            return {"code": "OK", "verdict": pb.Verdict.Name(r.verdict) if hasattr(r, "verdict") else None}
+        except grpc.RpcError as e:
+            return {"code": e.code().name, "details": e.details()}
+
+    per_call = grpc.insecure_channel(f"unix://{socket}")
+    per_channel = grpc.insecure_channel(f"unix://{socket}", compression=grpc.Compression.Gzip)
+    for label, channel, kw in (("per_call", per_call, {"compression": grpc.Compression.Gzip}),
+                               ("per_channel", per_channel, {})):
+        client = rpc.SkillboxStub(channel)
+        seen[label] = {
+            "server_info": status(lambda: client.ServerInfo(pb.ServerInfoRequest(), timeout=10, **kw)),
+            "extract": status(lambda: client.Extract(requests(pb, header, data), timeout=60, **kw)),
+        }
+    client = rpc.SkillboxStub(per_call)
+    r = client.Extract(requests(pb, header, data), timeout=60)
+    seen["uncompressed"] = {"verdict": pb.Verdict.Name(r.verdict)}
+    if r.staging_id:
+        client.Release(pb.ReleaseRequest(staging_id=r.staging_id), timeout=10)
+    return seen
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", help="the broker's Unix socket")
@@ -77,6 +110,7 @@ def main():
     ap.add_argument("--expect-denied", action="store_true", help="expect PERMISSION_DENIED (a refused peer uid)")
     ap.add_argument("--expect-refusal", action="store_true",
                     help="expect the Extract of --artifact to end with an error status, and report it")
+    ap.add_argument("--gzip", action="store_true", help="send gzip-compressed requests (over --socket) and report each status")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as out_dir:
@@ -101,6 +135,9 @@ def main():
             except grpc.RpcError as e:
                 print(json.dumps({"refused": {"code": e.code().name, "details": e.details()}}))
                 return
+        if args.gzip:
+            print(json.dumps(gzip_calls(pb, rpc, args.socket, header, data)))
+            return
         if args.expect_denied:
             try:
                 client.Extract(requests(pb, header, data), timeout=60)

@@ -1296,6 +1296,87 @@ fn content_encoded_response_is_refused_not_decoded() {
     assert_eq!(w.cached_artifacts(), 0);
 }
 
+/// `--max-bytes` and `--max-artifact-bytes` share a default and bound different things, as
+/// `fetch --help` says: the first the download (refused, exit 4), the second the file the
+/// engine extracts (rejected, `artifact_size`, exit 3), after the download and from the cache
+/// alike, which `--max-bytes` never bounds. (The help gave each the same one line.)
+#[test]
+fn max_bytes_bounds_the_download_and_max_artifact_bytes_the_file_extracted() {
+    let w = World::new();
+    let mut md = skill_md("demo", "A demo skill");
+    md.resize(4096, b'x');
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+
+    // Under the download bound, over the extraction limit: downloaded, verified and cached,
+    // then rejected by the engine.
+    let o = w.fetch("demo", &["--max-artifact-bytes", "4095"]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    assert_eq!(v["extraction"]["reason"]["code"], "artifact_size", "{v:#}");
+    assert_eq!(v["provenance"]["artifact_source"], "network", "{v:#}");
+    assert_eq!(w.cached_artifacts(), 1);
+    // From the cache, the download bound does not apply; the extraction limit does.
+    let o = w.fetch("demo", &["--max-bytes", "1K"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "cache");
+    let o = w.fetch(
+        "demo",
+        &["--max-bytes", "1K", "--max-artifact-bytes", "4095"],
+    );
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    assert_eq!(w.server.hits("/a/SKILL.md"), 1);
+    // Downloading: the download bound cuts it first.
+    let _ = std::fs::remove_dir_all(w.cache());
+    let o = w.fetch("demo", &["--max-bytes", "1K"]);
+    assert_eq!(refused_rule(&o), "max_bytes");
+
+    // The help says which is which.
+    let o = run(&["fetch".into(), "--help".into()]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let help = String::from_utf8_lossy(&o.stdout);
+    let text_of = |flag: &str| -> String {
+        let at = help
+            .find(&format!("      {flag} <BYTES>"))
+            .unwrap_or_else(|| panic!("{flag} not in fetch --help:\n{help}"));
+        let rest = &help[at..];
+        let end = rest[1..].find("\n      -").map_or(rest.len(), |i| i + 1);
+        rest[..end].split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    let (max_bytes, artifact) = (text_of("--max-bytes"), text_of("--max-artifact-bytes"));
+    for (text, says) in [
+        (
+            &max_bytes,
+            [
+                "download",
+                "max_bytes",
+                "exit 4",
+                "cache",
+                "--max-artifact-bytes",
+            ],
+        ),
+        (
+            &artifact,
+            [
+                "extract",
+                "artifact_size",
+                "exit 3",
+                "cached",
+                "--max-bytes",
+            ],
+        ),
+    ] {
+        for word in says {
+            assert!(text.contains(word), "{word:?} not in: {text}");
+        }
+    }
+}
+
 #[test]
 fn byte_limit_holds_at_the_boundary_and_cuts_the_connection_past_it() {
     let w = World::new();
@@ -2911,9 +2992,19 @@ fn cache_prune_removes_what_a_killed_fetch_left_and_never_a_live_download() {
         .spawn()
         .expect("spawn skillbox");
     let tmp = w.cache().join("tmp");
+    // The partial downloads only: the index copy passes through tmp/ as a `w-` file first,
+    // and one seen there was taken for the download, then found gone (one run in six).
     let downloads = || -> Vec<PathBuf> {
         std::fs::read_dir(&tmp)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("dl-"))
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     };
     let until = Instant::now() + Duration::from_secs(15);
@@ -2950,10 +3041,68 @@ fn cache_prune_removes_what_a_killed_fetch_left_and_never_a_live_download() {
     assert_eq!(downloads(), live);
     let o = prune();
     assert!(downloads().is_empty(), "left: {:?}", downloads());
+    assert!(w.cache_tmp_is_empty(), "tmp/ is not empty");
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("1 download(s) a killed fetch left"),
         "{}",
         explain(&o)
+    );
+}
+
+/// Partial downloads from before their names carried the digest (`dl-XXXXXX`) cannot be tied
+/// to a lock: `cache prune` removes one not modified for longer than any download runs (two
+/// days: `total_timeout` is at most one), and keeps a fresh one, which a fetch of that older
+/// version may still be writing. (Before, neither was ever removed.)
+#[test]
+fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cache = dir.path().join("cache");
+    let prune = |cache: &std::path::Path| {
+        let o = run(&[
+            "cache".into(),
+            "prune".into(),
+            "--older-than".into(),
+            "30d".into(),
+            "--cache-dir".into(),
+            cache.display().to_string(),
+        ]);
+        assert_eq!(code(&o), 0, "{}", explain(&o));
+        o
+    };
+    prune(&cache); // makes the cache's directories
+    let tmp = cache.join("tmp");
+    let plant = |name: &str, len: usize, age: Duration| {
+        let at = tmp.join(name);
+        std::fs::write(&at, vec![b'x'; len]).expect("write");
+        std::fs::File::options()
+            .write(true)
+            .open(&at)
+            .and_then(|f| f.set_modified(std::time::SystemTime::now() - age))
+            .expect("set mtime");
+    };
+    let day = Duration::from_secs(86_400);
+    plant("dl-Ab3xQ9", 1000, 3 * day);
+    // Younger than two days: a download of that version could still be going.
+    plant("dl-Zz0yK2", 10, day + Duration::from_secs(3600));
+    plant("dl-k7Pq1w", 20, Duration::ZERO);
+    // Not a partial download's name: left alone however old.
+    plant("dl-notapartial", 30, 30 * day);
+    plant("w-Ab3xQ9", 40, 30 * day);
+    let o = prune(&cache);
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .contains("1 download(s) a killed fetch left in tmp/ removed (1000 bytes)"),
+        "{}",
+        explain(&o)
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(
+        left,
+        ["dl-Zz0yK2", "dl-k7Pq1w", "dl-notapartial", "w-Ab3xQ9"]
     );
 }
 

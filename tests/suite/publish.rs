@@ -1494,3 +1494,87 @@ fn without_proc_a_file_swapped_between_look_and_open_is_caught() {
     assert_eq!(json_of(&o)["up_to_date"], true, "{}", explain(&o));
     restore();
 }
+
+/// `skillbox publish SRC --out OUT`, stopped (the debug build's `SKILLBOX_TEST_STOP_AT`) once
+/// its build is staged beside OUT and before it writes anything there.
+fn publish_stopped_when_staged(src: &Path, out: &Path) -> std::process::Child {
+    use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let child = Command::new(bin())
+        .args([OsStr::new("publish"), src.as_os_str(), OsStr::new("--out")])
+        .arg(out)
+        .env_remove("SOURCE_DATE_EPOCH")
+        .env("SKILLBOX_TEST_STOP_AT", "publish:staged")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn skillbox");
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
+    if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
+        let _ = kill(pid, Signal::SIGKILL);
+        panic!("publish never stopped once staged: {status:?}");
+    }
+    child
+}
+
+/// The staging directories beside OUT (names in `parent`), sorted.
+fn stages(parent: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(parent)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".skillbox-publish-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A run killed with `SIGKILL` once its build is staged cannot remove its staging directory;
+/// the next publish into the same OUT_DIR does (its lock is free), and never the staging
+/// directory of a run still going (stopped at the same point, its lock held), which then
+/// completes from it. (Before the lock, the killed run's directory stayed forever.)
+#[test]
+fn a_killed_runs_staging_directory_is_removed_by_the_next_run_never_a_live_ones() {
+    use nix::sys::signal::{Signal, kill};
+    let (tmp, src, out) = a_published_site();
+    // New sources, so every run below has new artifacts and an index to stage.
+    std::fs::write(
+        src.join("notes/SKILL.md"),
+        b"---\nname: notes\ndescription: Take notes in Markdown.\n---\nWrite notes as tables.\n",
+    )
+    .expect("write");
+
+    // Killed once staged: its staging directory, the built site in it, stays.
+    let mut killed = publish_stopped_when_staged(&src, &out);
+    let dead = stages(tmp.path());
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(
+        tmp.path().join(&dead[0]).join(INDEX).is_file(),
+        "the killed run had staged its index"
+    );
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("wait");
+    assert_eq!(stages(tmp.path()), dead, "nothing removed it");
+
+    // Live, stopped at the same point: its lock is held.
+    let live = publish_stopped_when_staged(&src, &out);
+    let live_stage: Vec<String> = stages(tmp.path())
+        .into_iter()
+        .filter(|n| !dead.contains(n))
+        .collect();
+    assert_eq!(live_stage.len(), 1, "{live_stage:?}");
+
+    // The next run removes the dead run's directory, not the live one's, and publishes.
+    expect_code(&publish(&src, &out, &[]), 0);
+    assert_eq!(stages(tmp.path()), live_stage, "dead removed, live kept");
+    let published = snapshot(&out);
+
+    // The live run goes on from its staging directory, intact, and leaves nothing.
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(live.id()).expect("pid"));
+    kill(pid, Signal::SIGCONT).expect("SIGCONT");
+    let o = live.wait_with_output().expect("wait");
+    expect_code(&o, 0);
+    no_stage_left(tmp.path());
+    assert_eq!(snapshot(&out), published, "the same sources, the same site");
+    expect_code(&publish(&src, &out, &["--check"]), 0);
+}
