@@ -1568,6 +1568,38 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
     server.assert_clean();
 }
 
+/// A gzip-compressed request (stock grpcio, `compression=grpc.Compression.Gzip`, per call or
+/// per channel) ends `UNIMPLEMENTED` saying gzip is not supported, for a unary call and an
+/// upload alike, as docs/broker.md says; the same package sent uncompressed on the same
+/// channel is served, and the refused calls leave no staging directory and no child.
+#[test]
+fn gzip_compressed_requests_are_unimplemented_and_uncompressed_ones_served() {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, skill_tar(&[])), "write");
+    let server = Server::start(&[]);
+    let socket = server.socket().to_str().unwrap_or("");
+    let v = python(&[
+        "--socket",
+        socket,
+        "--artifact",
+        art.to_str().unwrap_or(""),
+        "--gzip",
+    ]);
+    for how in ["per_call", "per_channel"] {
+        for call in ["server_info", "extract"] {
+            let got = &v[how][call];
+            assert_eq!(got["code"], "UNIMPLEMENTED", "{how} {call}: {v}");
+            assert!(
+                got["details"].as_str().is_some_and(|d| d.contains("gzip")),
+                "{how} {call}: {v}"
+            );
+        }
+    }
+    assert_eq!(v["uncompressed"]["verdict"], "VERDICT_ACCEPTED", "{v}");
+    server.assert_clean();
+}
+
 /// Files of `harness::long_paths_tar` whose answer passes 4 MiB (about 4.7 MB).
 const PAST_4_MIB: usize = 4400;
 
@@ -1735,35 +1767,6 @@ async fn max_answer_bytes_is_checked_and_bounds_every_answer_with_an_inventory()
         .unwrap_or_else(|| panic!("ExtractWithTree sent an answer past its bound"));
     // The same answer in a TreePart: its tag and a 4-byte length more.
     assert_eq!(details_of(&with_tree), unary + 5);
-/// A gzip-compressed request (stock grpcio, `compression=grpc.Compression.Gzip`, per call or
-/// per channel) ends `UNIMPLEMENTED` saying gzip is not supported, for a unary call and an
-/// upload alike, as docs/broker.md says; the same package sent uncompressed on the same
-/// channel is served, and the refused calls leave no staging directory and no child.
-#[test]
-fn gzip_compressed_requests_are_unimplemented_and_uncompressed_ones_served() {
-    let dir = ok(tempfile::tempdir(), "tempdir");
-    let art = dir.path().join("skill.tar");
-    ok(std::fs::write(&art, skill_tar(&[])), "write");
-    let server = Server::start(&[]);
-    let socket = server.socket().to_str().unwrap_or("");
-    let v = python(&[
-        "--socket",
-        socket,
-        "--artifact",
-        art.to_str().unwrap_or(""),
-        "--gzip",
-    ]);
-    for how in ["per_call", "per_channel"] {
-        for call in ["server_info", "extract"] {
-            let got = &v[how][call];
-            assert_eq!(got["code"], "UNIMPLEMENTED", "{how} {call}: {v}");
-            assert!(
-                got["details"].as_str().is_some_and(|d| d.contains("gzip")),
-                "{how} {call}: {v}"
-            );
-        }
-    }
-    assert_eq!(v["uncompressed"]["verdict"], "VERDICT_ACCEPTED", "{v}");
     server.assert_clean();
 }
 
