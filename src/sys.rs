@@ -347,12 +347,27 @@ pub(crate) fn seccomp_mode() -> io::Result<i32> {
 
 /// Remove every capability from the bounding set (needs CAP_SETPCAP, so call while still
 /// root). Stops at the first number the kernel does not know (EINVAL).
+///
+/// Each drop replaces the process's credentials (a copy and an RCU free), so a capability is
+/// dropped only when the set still holds it: a spare forked from a zygote that emptied its own
+/// set (`zygote::main`) reads 41 bits instead of copying its credentials 41 times (about 60 µs
+/// a request in a broker profile).
 pub(crate) fn drop_bounding_set() -> io::Result<()> {
     for cap in 0..64 {
         // SAFETY: integer arguments only.
-        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        let held = unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) };
+        if held == 0 {
+            continue;
+        }
+        let rc = if held < 0 {
+            held
+        } else {
+            // SAFETY: integer arguments only.
+            unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) }
+        };
         if rc < 0 {
             let e = io::Error::last_os_error();
+            // Past the last capability this kernel knows.
             if e.raw_os_error() == Some(libc::EINVAL) {
                 return Ok(());
             }

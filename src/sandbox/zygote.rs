@@ -100,6 +100,15 @@ pub fn main() -> i32 {
     };
     // Names for ps and /proc/PID/comm (the forked children share the zygote's command line).
     let _ = nix::sys::prctl::set_name(c"skillbox-zygote");
+    // Started as root: empty the bounding set once here, so that every spare inherits it empty
+    // and its own drop (`child::confine_process`, which still checks and reports the step) has
+    // nothing left to copy its credentials for. The zygote keeps its effective capabilities
+    // (a spare still needs them to take the children's identity); the bounding set only
+    // limits what an `execve` could gain, and the zygote never executes anything. A failure
+    // here is only a lost saving: the spare's own drop fails the same way and is reported.
+    if nix::unistd::geteuid().is_root() {
+        let _ = sys::drop_bounding_set();
+    }
     warm_up();
     // Ready: every leaked fd is closed and the tables are built.
     if answer(control.as_fd(), 0, None).is_err() {
@@ -259,9 +268,18 @@ fn prefault(ranges: &[(usize, usize)]) {
 
 /// The small private writable mappings of this process, as (start, length): read once by the
 /// zygote, whose spares inherit exactly its mappings.
+///
+/// Of the stack, only the pages a spare and its child will write: from here (the zygote's
+/// loop, which forks every spare from about this depth) [`STACK_AHEAD`] down, and the page
+/// here. Above it are the frames of the zygote's start, which a spare never returns to;
+/// populating the whole 132 KiB mapping copied or zeroed 33 pages where a child writes about
+/// 13 (page faults by address, bench-results/load.md, seventeenth session).
 fn writable_mappings() -> Vec<(usize, usize)> {
     /// Writable mappings above this are left alone (populating would allocate, not just map).
     const MAX_WRITE: usize = 1 << 20;
+    const PAGE: usize = 4096;
+    let here = std::hint::black_box(0u8);
+    let here = std::ptr::addr_of!(here) as usize & !(PAGE - 1);
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return Vec::new();
     };
@@ -280,11 +298,21 @@ fn writable_mappings() -> Vec<(usize, usize)> {
         };
         let len = b.saturating_sub(a);
         if perms == "rw-p" && !path.starts_with("[v") && len <= MAX_WRITE {
-            out.push((a, len));
+            if path == "[stack]" && (a..b).contains(&here) {
+                let from = here.saturating_sub(STACK_AHEAD).max(a);
+                out.push((from, (here + PAGE).min(b) - from));
+            } else {
+                out.push((a, len));
+            }
         }
     }
     out
 }
+
+/// How much stack below the zygote's loop a spare and its child use at most, as far as
+/// populating ahead is concerned (a deeper call only takes its faults as usual): a child wrote
+/// 11 pages of it on the typical package, its spare 2.
+const STACK_AHEAD: usize = 64 * 1024;
 
 /// Fill, once, what every child would otherwise fill on its first request: the CPU feature
 /// caches (CPUID traps to the hypervisor on a VM). The review's trigger automaton needs nothing:
