@@ -1313,13 +1313,18 @@ fn max_bytes_bounds_the_download_and_max_artifact_bytes_the_file_extracted() {
         &sha(&md),
     )]));
 
-    // Under the download bound, over the extraction limit: downloaded, verified and cached,
-    // then rejected by the engine.
+    // Under the download bound, over the extraction limit: cut at the latter, rejected as the
+    // engine rejects it, nothing cached (see
+    // `a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept`).
     let o = w.fetch("demo", &["--max-artifact-bytes", "4095"]);
     assert_eq!(code(&o), 3, "{}", explain(&o));
     let v = json_of(&o);
     assert_eq!(v["extraction"]["reason"]["code"], "artifact_size", "{v:#}");
-    assert_eq!(v["provenance"]["artifact_source"], "network", "{v:#}");
+    assert_eq!(w.cached_artifacts(), 0);
+    // Downloaded and cached under both bounds.
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
     assert_eq!(w.cached_artifacts(), 1);
     // From the cache, the download bound does not apply; the extraction limit does.
     let o = w.fetch("demo", &["--max-bytes", "1K"]);
@@ -1330,7 +1335,8 @@ fn max_bytes_bounds_the_download_and_max_artifact_bytes_the_file_extracted() {
         &["--max-bytes", "1K", "--max-artifact-bytes", "4095"],
     );
     assert_eq!(code(&o), 3, "{}", explain(&o));
-    assert_eq!(w.server.hits("/a/SKILL.md"), 1);
+    // Requested twice: the download cut at the extraction limit, then the one cached.
+    assert_eq!(w.server.hits("/a/SKILL.md"), 2);
     // Downloading: the download bound cuts it first.
     let _ = std::fs::remove_dir_all(w.cache());
     let o = w.fetch("demo", &["--max-bytes", "1K"]);
@@ -1414,6 +1420,114 @@ fn byte_limit_holds_at_the_boundary_and_cuts_the_connection_past_it() {
         "the server sent {last} of {TOTAL} bytes: the connection was not cut"
     );
     assert!(w.cache_tmp_is_empty());
+}
+
+/// A download past `--max-artifact-bytes` (the extraction limit) can never be accepted: under a
+/// larger `--max-bytes` it is cut at the extraction limit, answered as the engine answers an
+/// artifact over it (`artifact_size`, exit 3, the limit and the figures named, never
+/// `--max-bytes`), and nothing of it is kept in the cache, neither the partial file nor an
+/// entry. (Before, the whole body was downloaded, up to `--max-bytes`, and cached, and only
+/// then rejected at extraction.)
+#[test]
+fn a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept() {
+    let w = World::new();
+    let mut md = skill_md("demo", "A demo skill");
+    md.resize(4096, b'x');
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    // No Content-Length: 64 MiB offered, under the default --max-bytes (256 MiB).
+    const TOTAL: u64 = 64 << 20;
+    w.server.route("/big", Reply::Endless(TOTAL));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("big", "skill-md", "/big", &sha(b"x")),
+    ]));
+    let nothing_kept = |cache: &std::path::Path| {
+        for sub in ["sha256", "tmp"] {
+            let left: Vec<_> = std::fs::read_dir(cache.join(sub))
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            assert!(left.is_empty(), "{sub}/ holds {left:?}");
+        }
+    };
+    // Waits for the server's writes to stop; what it managed to send.
+    let sent = || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = 0;
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = w.server.endless_written.load(Ordering::SeqCst);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        last
+    };
+
+    // Declared: refused on the Content-Length, before the body.
+    let o = w.fetch("demo", &["--max-artifact-bytes", "4095"]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    let reason = &v["extraction"]["reason"];
+    assert_eq!(reason["code"], "artifact_size", "{v:#}");
+    assert_eq!(reason["limit"], 4095, "{v:#}");
+    assert_eq!(reason["observed"], 4096, "{v:#}");
+    let detail = reason["detail"].as_str().unwrap_or_default();
+    for says in [
+        "--max-artifact-bytes 4095",
+        "4096 bytes declared",
+        "nothing was kept",
+    ] {
+        assert!(detail.contains(says), "{says:?} not in {detail:?}");
+    }
+    assert!(!detail.contains("--max-bytes"), "{detail}");
+    assert!(v["provenance"]["artifact_source"].is_null(), "{v:#}");
+    nothing_kept(&w.cache());
+
+    // Streamed: reading stops one buffer past the limit and the connection is cut, so the
+    // server's writes fail long before it has sent everything.
+    let o = w.fetch("big", &["--max-artifact-bytes", "64K"]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    let reason = &v["extraction"]["reason"];
+    assert_eq!(reason["code"], "artifact_size", "{v:#}");
+    assert_eq!(reason["limit"], 65536, "{v:#}");
+    assert!(
+        reason["observed"].as_u64().is_some_and(|n| n > 65536),
+        "{v:#}"
+    );
+    let detail = reason["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("--max-artifact-bytes 65536") && detail.contains("more than 65536"),
+        "{detail}"
+    );
+    let last = sent();
+    assert!(
+        last < TOTAL / 2,
+        "the server sent {last} of {TOTAL} bytes: the connection was not cut"
+    );
+    nothing_kept(&w.cache());
+
+    // The text answer names the rejection and the limit too.
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let o = run(&w.args(&[
+        "fetch",
+        &index,
+        "demo",
+        "--cache-dir",
+        &cache,
+        "--max-artifact-bytes",
+        "4095",
+    ]));
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("artifact_size") && out.contains("--max-artifact-bytes 4095"),
+        "{}",
+        explain(&o)
+    );
+    nothing_kept(&w.cache());
 }
 
 #[test]
