@@ -1427,7 +1427,7 @@ fn byte_limit_holds_at_the_boundary_and_cuts_the_connection_past_it() {
 /// artifact over it (`artifact_size`, exit 3, the limit and the figures named, never
 /// `--max-bytes`), and nothing of it is kept in the cache, neither the partial file nor an
 /// entry. (Before, the whole body was downloaded, up to `--max-bytes`, and cached, and only
-/// then rejected at extraction.)
+/// then rejected at extraction.) The same bound holds for `install`.
 #[test]
 fn a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept() {
     let w = World::new();
@@ -1528,6 +1528,37 @@ fn a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept() {
         explain(&o)
     );
     nothing_kept(&w.cache());
+
+    // install: the same bound, and nothing in the store's cache.
+    let store = w.tmp.path().join("store");
+    let home = w.tmp.path().display().to_string();
+    let store_arg = store.display().to_string();
+    let install = w.args(&[
+        "install",
+        &index,
+        "big",
+        "--json",
+        "--store",
+        &store_arg,
+        "--max-artifact-bytes",
+        "64K",
+    ]);
+    let o = run_env(&install, &[("HOME", &home)]);
+    // Not accepted. (Exit 1, `operational`, until src/lifecycle/ops.rs `acquire_error` maps
+    // `FetchError::ArtifactTooLarge` to `Kind::Rejected`, exit 3, as the engine's rejection is.)
+    assert_ne!(code(&o), 0, "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("artifact_size") && err.contains("--max-artifact-bytes (65536 bytes)"),
+        "{}",
+        explain(&o)
+    );
+    let last = sent();
+    assert!(
+        last < TOTAL / 2,
+        "install: the server sent {last} of {TOTAL} bytes: the connection was not cut"
+    );
+    nothing_kept(&store.join("cache"));
 }
 
 #[test]
