@@ -3232,11 +3232,21 @@ fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() 
     plant("dl-k7Pq1w", 20, Duration::ZERO);
     // Not a partial download's name: left alone however old.
     plant("dl-notapartial", 30, 30 * day);
+    // The index copies and records those versions wrote (`w-XXXXXX`) follow the same rule.
     plant("w-Ab3xQ9", 40, 30 * day);
+    plant("w-Zz0yK2", 50, day + Duration::from_secs(3600));
+    plant("w-notapartial", 60, 30 * day);
     let o = prune(&cache);
     assert!(
         String::from_utf8_lossy(&o.stdout)
             .contains("1 download(s) a killed fetch left in tmp/ removed (1000 bytes)"),
+        "{}",
+        explain(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(
+            "1 unfinished index or record write(s) a killed fetch left in tmp/ removed (40 bytes)"
+        ),
         "{}",
         explain(&o)
     );
@@ -3247,8 +3257,126 @@ fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() 
     left.sort();
     assert_eq!(
         left,
-        ["dl-Zz0yK2", "dl-k7Pq1w", "dl-notapartial", "w-Ab3xQ9"]
+        [
+            "dl-Zz0yK2",
+            "dl-k7Pq1w",
+            "dl-notapartial",
+            "w-Zz0yK2",
+            "w-notapartial"
+        ]
     );
+}
+
+/// A fetch killed while it writes the index copy or the artifact's record (a `w-` file in
+/// `tmp/`, renamed into place once written) leaves that file behind, and nothing renames it:
+/// `cache prune` removes it, whatever AGE, once no fetch holds its lock (the index URL's, or
+/// the digest's), and never while a live fetch (stopped at the same point, the debug build's
+/// `SKILLBOX_TEST_STOP_AT`) is writing it, which then completes. (Before, `cache prune` left
+/// every `w-` file alone.)
+#[test]
+fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let tmp = w.cache().join("tmp");
+    let in_tmp = |prefix: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&tmp)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(prefix))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let stopped_at = |at: &str| -> std::process::Child {
+        let child = skillbox(&w.args(&["fetch", &index, "demo", "--cache-dir", &cache]))
+            .env("SKILLBOX_TEST_STOP_AT", at)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn skillbox");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
+        if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
+            let _ = kill(pid, Signal::SIGKILL);
+            panic!("the fetch never stopped at {at}: {status:?}");
+        }
+        child
+    };
+    let prune = || {
+        let o = run(&[
+            "cache".into(),
+            "prune".into(),
+            "--older-than".into(),
+            "30d".into(),
+            "--cache-dir".into(),
+            cache.clone(),
+        ]);
+        assert_eq!(code(&o), 0, "{}", explain(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let url_hex = skillbox::digest::Sha256Digest::of_bytes(index.as_bytes()).hex();
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    for (at, prefix, downloads) in [
+        // The index copy, written once the index is processed (under the index URL's lock).
+        ("cache:index-copy", format!("w-index-{url_hex}-"), 0),
+        // The artifact's record, written before its download is renamed into place (under
+        // the digest's lock, which the download, `dl-`, is kept under too).
+        ("cache:record", format!("w-{md_hex}-"), 1),
+    ] {
+        let _ = std::fs::remove_dir_all(w.cache());
+        // Live: the lock is held, so its files are left alone, and it completes.
+        let live = stopped_at(at);
+        let writing = in_tmp("w-");
+        assert_eq!(writing.len(), 1, "{at}: {writing:?}");
+        assert!(writing[0].starts_with(&prefix), "{at}: {writing:?}");
+        let before = in_tmp("");
+        let out = prune();
+        assert_eq!(
+            in_tmp(""),
+            before,
+            "{at}: a live fetch's file was removed: {out}"
+        );
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(live.id()).expect("pid"));
+        kill(pid, Signal::SIGCONT).expect("SIGCONT");
+        let o = live.wait_with_output().expect("wait");
+        assert_eq!(code(&o), 0, "{at}: {}", explain(&o));
+        assert!(w.cache_tmp_is_empty(), "{at}: {:?}", in_tmp(""));
+
+        // Killed at the same point: nothing else would ever remove what it left.
+        let _ = std::fs::remove_dir_all(w.cache());
+        let mut killed = stopped_at(at);
+        killed.kill().expect("SIGKILL");
+        killed.wait().expect("wait");
+        let left = in_tmp("w-");
+        assert_eq!(left.len(), 1, "{at}: {left:?}");
+        assert!(left[0].starts_with(&prefix), "{at}: {left:?}");
+        assert_eq!(in_tmp("dl-").len(), downloads, "{at}: {:?}", in_tmp(""));
+        let out = prune();
+        assert!(w.cache_tmp_is_empty(), "{at}: left {:?}", in_tmp(""));
+        assert!(
+            out.contains("1 unfinished index or record write(s) a killed fetch left in tmp/"),
+            "{at}: {out}"
+        );
+        assert_eq!(
+            out.contains("1 download(s) a killed fetch left in tmp/"),
+            downloads == 1,
+            "{at}: {out}"
+        );
+    }
 }
 
 #[test]
