@@ -108,7 +108,7 @@ pub fn run(a: CacheArgs) -> Exit {
         CacheCommand::Prune { older_than } => cache
             .remove_abandoned()
             .and_then(|abandoned| Ok((abandoned, cache.prune(older_than)?)))
-            .map(|((count, bytes), removed)| {
+            .map(|(abandoned, removed)| {
             if a.json {
                 println!(
                     "{}",
@@ -119,9 +119,16 @@ pub fn run(a: CacheArgs) -> Exit {
                     println!("removed  {} (last used {})", i.digest, dash(&i.last_used));
                 }
                 println!("{} removed", removed.len());
+                let (count, bytes) = (abandoned.downloads, abandoned.download_bytes);
                 if count > 0 {
                     println!(
                         "{count} download(s) a killed fetch left in tmp/ removed ({bytes} bytes)"
+                    );
+                }
+                let (count, bytes) = (abandoned.writes, abandoned.write_bytes);
+                if count > 0 {
+                    println!(
+                        "{count} unfinished index or record write(s) a killed fetch left in tmp/ removed ({bytes} bytes)"
                     );
                 }
             }

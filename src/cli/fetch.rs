@@ -101,7 +101,8 @@ pub struct ArtifactPolicyArgs {
     /// Largest download (K, M, G suffixes): the artifact's HTTP body is counted as it arrives
     /// and the connection cut past it (refused, rule max_bytes, exit 4). It bounds only what is
     /// downloaded now, not an artifact already in the cache; --max-artifact-bytes bounds the
-    /// file extracted, downloaded or cached [default: 256M].
+    /// file extracted, downloaded or cached, and cuts a download itself when it is the lower
+    /// [default: 256M].
     #[arg(long, env = "SKILLBOX_MAX_BYTES", value_parser = parse_size, value_name = "BYTES")]
     max_bytes: Option<u64>,
 }
@@ -218,6 +219,8 @@ fn fetch_exit(e: &FetchError) -> Exit {
         | FetchError::Sink(_) => Exit::Operational,
         // The same status as an index file over the bound: the index is rejected.
         FetchError::IndexTooLarge { .. } => Exit::Rejected,
+        // The engine's `artifact_size` rejection, met before the bytes were all received.
+        FetchError::ArtifactTooLarge { .. } => Exit::Rejected,
     }
 }
 
@@ -370,6 +373,12 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         Ok(l) => l,
         Err(f) => return fail(f.exit, &f.message, a.json),
     };
+    // A download past the extraction limit could never be accepted: cut it there, before
+    // it is received (up to --max-bytes) and cached.
+    setup
+        .client
+        .policy_mut()
+        .bound_by_extraction_limit(limits.max_artifact_bytes);
     if let Some(out) = &a.out
         && out.symlink_metadata().is_ok()
     {
@@ -466,6 +475,33 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
                 reason,
             );
             // No child ran, so the answer has no `sandbox`.
+            return print_fetch(&outcome, None, &prov, None, a.json).unwrap_or(Exit::Rejected);
+        }
+        Err(AcquireError::Fetch(FetchError::ArtifactTooLarge {
+            size,
+            received,
+            max,
+            ..
+        })) => {
+            // The answer the engine gives an artifact over --max-artifact-bytes (what the whole
+            // download would have met), with nothing downloaded past the limit or kept.
+            let how = match size {
+                Some(n) => format!("{n} bytes declared by Content-Length"),
+                None => format!("more than {max}: {received} bytes arrived before reading stopped"),
+            };
+            let reason = Reason::new(
+                ReasonCode::ArtifactSize,
+                format!(
+                    "artifact is larger than the limit (--max-artifact-bytes {max}; {how}); the download was cut there and nothing was kept"
+                ),
+            )
+            .limit(max, size.unwrap_or(received));
+            let facts = ArtifactFacts {
+                digest: None,
+                format: None,
+                size: size.unwrap_or(received),
+            };
+            let outcome = Outcome::rejected(facts, Totals::default(), reason);
             return print_fetch(&outcome, None, &prov, None, a.json).unwrap_or(Exit::Rejected);
         }
         Err(e) => {

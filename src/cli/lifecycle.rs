@@ -486,8 +486,14 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     digest,
                 }
             };
-            let setup = super::fetch::setup(&a.fetch, a.artifact_policy.max_bytes())
+            let mut setup = super::fetch::setup(&a.fetch, a.artifact_policy.max_bytes())
                 .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
+            // As `fetch`: a download past the extraction limit is cut there, never received
+            // whole and cached first.
+            setup
+                .client
+                .policy_mut()
+                .bound_by_extraction_limit(limits.max_artifact_bytes);
             let mut store = open(&a.common, Access::Exclusive)?;
             let intake = Intake {
                 policy: &policy,
@@ -506,8 +512,14 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
         LifecycleCommand::Update(a) => {
             let policy = load_policy(&a.policy)?;
             let limits = load_limits(&a.limits, &a.overrides)?;
-            let setup = super::fetch::setup(&a.fetch, a.artifact_policy.max_bytes())
+            let mut setup = super::fetch::setup(&a.fetch, a.artifact_policy.max_bytes())
                 .map_err(|(_, m)| Error::new(Kind::Usage, m))?;
+            // As `fetch`: a download past the extraction limit is cut there, never received
+            // whole and cached first.
+            setup
+                .client
+                .policy_mut()
+                .bound_by_extraction_limit(limits.max_artifact_bytes);
             let mut store = open(&a.common, Access::Exclusive)?;
             let targets = ops::update_targets(&mut store, a.skill.as_deref())?;
             let mut reports = Vec::new();

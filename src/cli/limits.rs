@@ -13,9 +13,10 @@ use super::exit::Failure;
 #[derive(Args, Debug, Default, Clone)]
 pub struct LimitFlags {
     /// Largest artifact in bytes: the extraction limit, checked on the whole file before any
-    /// decoding (rejected, artifact_size, exit 3). For fetch, install and update that is the
-    /// file once downloaded and its digest checked, or the cached copy; the download itself is
-    /// cut at --max-bytes [default: 256M].
+    /// decoding (rejected, artifact_size, exit 3). For fetch, install and update it bounds the
+    /// cached copy extracted and the download too: one past it is cut there (the same
+    /// rejection, nothing cached), as one past --max-bytes is when that is lower
+    /// [default: 256M].
     #[arg(long, value_parser = parse_size, value_name = "BYTES")]
     max_artifact_bytes: Option<u64>,
     /// Most entries [default: 10000].

@@ -3,9 +3,11 @@
 //! Layout under the root: `sha256/<hex>` (artifact bytes), `sha256/<hex>.json` (where they came
 //! from: a hint for format detection and provenance, never trusted for anything else),
 //! `index/<hex of the URL>.json` (index bytes, for `--offline`), `tmp/` (downloads in progress,
-//! `dl-<hex>-*` while the lock of `<hex>` is held; `cache prune` removes those whose lock is
-//! free, which a killed fetch leaves, and older versions' `dl-XXXXXX`, which carry no digest,
-//! once unmodified for [`OLD_PARTIAL_AGE`]).
+//! `dl-<hex>-*` while the lock of `<hex>` is held; the artifact's record being written,
+//! `w-<hex>-*`, under the same lock; an index copy being written, `w-index-<hex of the URL>-*`,
+//! while `locks/index-<hex of the URL>.lock` is held. `cache prune` removes those whose lock is
+//! free, which a killed fetch leaves, and older versions' `dl-XXXXXX` and `w-XXXXXX`, which
+//! carry no name to lock, once unmodified for [`OLD_PARTIAL_AGE`]).
 //! Every write is a temporary file in `tmp/` renamed into place (same filesystem, so the rename
 //! is atomic). Every read re-hashes: a file that no longer matches its name is removed and
 //! treated as absent.
@@ -217,12 +219,20 @@ impl Cache {
     }
 
     /// Move a verified download into place under its digest (atomic rename), with its origin.
+    /// Called with the digest's [`lock`](Self::lock) held, as [`pending`](Self::pending) is.
     pub fn commit(&self, mut pending: Pending, origin: &Origin) -> io::Result<Hit> {
         let digest = pending.finish();
         let path = self.artifact_path(&digest);
         if let Ok(bytes) = serde_json::to_vec_pretty(origin) {
             // Metadata first: a crash between the two leaves a hint without bytes, never the reverse.
-            let _ = self.write_atomic(&path.with_extension("json"), &bytes);
+            // Named for the digest whose lock the caller holds (as its download is), so a
+            // copy a killed fetch left is told from a live one (`remove_abandoned`).
+            let _ = self.write_atomic(
+                &path.with_extension("json"),
+                &format!("w-{}-", digest.hex()),
+                &bytes,
+                "cache:record",
+            );
         }
         let Pending { tmp, .. } = pending;
         tmp.as_file().sync_all()?;
@@ -238,7 +248,12 @@ impl Cache {
 
     /// Wait for, then hold, the lock of `digest` (until the value is dropped).
     pub fn lock(&self, digest: &Sha256Digest) -> io::Result<DigestLock> {
-        let file = self.lock_file(digest)?;
+        self.lock_named(&digest.hex())
+    }
+
+    /// Wait for, then hold, the lock `locks/<stem>.lock`.
+    fn lock_named(&self, stem: &str) -> io::Result<DigestLock> {
+        let file = self.lock_file_named(stem)?;
         Flock::lock(file, FlockArg::LockExclusive)
             .map(|held| DigestLock { _held: held })
             .map_err(|(_, errno)| io::Error::from(errno))
@@ -363,11 +378,9 @@ impl Cache {
         Ok(report)
     }
 
-    fn lock_file(&self, digest: &Sha256Digest) -> io::Result<File> {
-        let path = self
-            .root
-            .join("locks")
-            .join(format!("{}.lock", digest.hex()));
+    /// `locks/<stem>.lock`: a digest's hex, or `index-` and the hex of an index URL.
+    fn lock_file_named(&self, stem: &str) -> io::Result<File> {
+        let path = self.root.join("locks").join(format!("{stem}.lock"));
         OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -377,36 +390,32 @@ impl Cache {
             .open(&path)
     }
 
-    /// Remove the downloads killed fetches left in `tmp/` (up to `max_bytes` each, never
-    /// renamed into place, so nothing else ever removes them): a `dl-<hex>-*` file whose
-    /// digest lock is free. A live download holds its lock from before its file is made until
-    /// it is renamed or removed, and a killed one releases it (flock), so a free lock means no
-    /// process will ever use the file; one held is left alone. An older version's partial
-    /// (`dl-XXXXXX`: no digest, so no lock to ask) is removed once it has not been modified
-    /// for [`OLD_PARTIAL_AGE`], longer than any download runs; a newer one is left alone.
-    /// Returns how many were removed, and their bytes.
-    pub fn remove_abandoned(&self) -> io::Result<(usize, u64)> {
-        let (mut count, mut bytes) = (0, 0);
+    /// Remove what killed fetches left in `tmp/` (nothing renames it into place, so nothing
+    /// else ever removes it): a partial download (`dl-<hex>-*`, up to `max_bytes`) or an
+    /// artifact's record being written (`w-<hex>-*`) whose digest lock is free, and an index
+    /// copy being written (`w-index-<hex>-*`) whose index lock is free. Each is made after its
+    /// lock is taken and renamed or removed before it is released, and a killed process
+    /// releases it (flock), so a free lock means no process will ever use the file; one held is
+    /// left alone. An older version's file (`dl-XXXXXX`, `w-XXXXXX`: no name, so no lock to
+    /// ask) is removed once it has not been modified for [`OLD_PARTIAL_AGE`], longer than any
+    /// download runs (a `w-` file is written at once and renamed); a newer one is left alone.
+    pub fn remove_abandoned(&self) -> io::Result<Abandoned> {
+        let mut removed = Abandoned::default();
         let cutoff = SystemTime::now()
             .checked_sub(OLD_PARTIAL_AGE)
             .unwrap_or(SystemTime::UNIX_EPOCH);
         for e in fs::read_dir(self.root.join("tmp"))? {
             let e = e?;
             let name = e.file_name();
-            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("dl-")) else {
+            let Some((kind, owner)) = name.to_str().and_then(tmp_owner) else {
                 continue;
             };
-            let digest = rest
-                .split('-')
-                .next()
-                .and_then(|hex| format!("sha256:{hex}").parse::<Sha256Digest>().ok());
-            let _lock = match digest {
-                Some(digest) => match self.try_lock(&digest)? {
+            let _lock = match &owner {
+                Owner::Lock(stem) => match self.try_lock_named(stem)? {
                     Some(lock) => Some(lock),
                     None => continue,
                 },
-                None if is_old_partial(rest) => None,
-                None => continue,
+                Owner::Old => None,
             };
             let meta = fs::symlink_metadata(e.path())?;
             if !meta.is_file() {
@@ -414,20 +423,24 @@ impl Cache {
             }
             // No lock to ask: only its age says no fetch is writing it (a future mtime, from
             // a clock stepped back, is not old).
-            if digest.is_none() && !meta.modified().is_ok_and(|t| t < cutoff) {
+            if matches!(owner, Owner::Old) && !meta.modified().is_ok_and(|t| t < cutoff) {
                 continue;
             }
             if fs::remove_file(e.path()).is_ok() {
-                count += 1;
-                bytes += meta.len();
+                let (count, bytes) = match kind {
+                    TmpKind::Download => (&mut removed.downloads, &mut removed.download_bytes),
+                    TmpKind::Write => (&mut removed.writes, &mut removed.write_bytes),
+                };
+                *count += 1;
+                *bytes += meta.len();
             }
         }
-        Ok((count, bytes))
+        Ok(removed)
     }
 
-    /// The lock of `digest` if no one holds it, without waiting.
-    fn try_lock(&self, digest: &Sha256Digest) -> io::Result<Option<DigestLock>> {
-        let file = self.lock_file(digest)?;
+    /// The lock `locks/<stem>.lock` if no one holds it, without waiting.
+    fn try_lock_named(&self, stem: &str) -> io::Result<Option<DigestLock>> {
+        let file = self.lock_file_named(stem)?;
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
             Ok(held) => Ok(Some(DigestLock { _held: held })),
             Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
@@ -463,7 +476,16 @@ impl Cache {
 
     /// Keep the bytes of the index fetched from `url` (for `--offline`).
     pub fn store_index(&self, url: &str, bytes: &[u8]) -> io::Result<()> {
-        self.write_atomic(&self.index_path(url), bytes)
+        let hex = Sha256Digest::of_bytes(url.as_bytes()).hex();
+        // Held while its temporary file exists, as a download holds its digest's lock: a
+        // copy a killed fetch left in tmp/ is told from a live one by this lock being free.
+        let _lock = self.lock_named(&format!("index-{hex}"))?;
+        self.write_atomic(
+            &self.index_path(url),
+            &format!("w-index-{hex}-"),
+            bytes,
+            "cache:index-copy",
+        )
     }
 
     /// The last index fetched from `url`, if any.
@@ -471,21 +493,97 @@ impl Cache {
         read_bounded(&self.index_path(url), MAX_INDEX_COPY)
     }
 
-    fn write_atomic(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    /// Write `bytes` to a temporary file named `prefix` and six random characters in `tmp/`,
+    /// then rename it to `path`. The caller holds the lock `prefix` names (see
+    /// [`remove_abandoned`](Self::remove_abandoned)).
+    fn write_atomic(&self, path: &Path, prefix: &str, bytes: &[u8], stop: &str) -> io::Result<()> {
         let mut tmp = tempfile::Builder::new()
-            .prefix("w-")
+            .prefix(prefix)
             .tempfile_in(self.root.join("tmp"))?;
         tmp.write_all(bytes)?;
         tmp.as_file().sync_all()?;
+        stop_point(stop);
         tmp.persist(path).map_err(|e| e.error)?;
         Ok(())
     }
 }
 
-/// What follows `dl-` in the name of a partial download made by a version from before the
-/// names carried the digest: tempfile's six random ASCII letters and digits.
+/// What `cache prune` removed from `tmp/` ([`Cache::remove_abandoned`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Abandoned {
+    /// Partial downloads (`dl-`), and their bytes.
+    pub downloads: usize,
+    pub download_bytes: u64,
+    /// Unfinished writes of an index copy or an artifact's record (`w-`), and their bytes.
+    pub writes: usize,
+    pub write_bytes: u64,
+}
+
+enum TmpKind {
+    Download,
+    Write,
+}
+
+/// What says whether a file in `tmp/` may still be in use.
+enum Owner {
+    /// The lock `locks/<stem>.lock`, held for as long as the file exists.
+    Lock(String),
+    /// Nothing: an older version's name, judged by its age.
+    Old,
+}
+
+/// The kind of a `tmp/` file and what owns it, from its name; `None` for a name no fetch makes
+/// (left alone).
+fn tmp_owner(name: &str) -> Option<(TmpKind, Owner)> {
+    let digest_stem = |rest: &str| {
+        rest.split('-')
+            .next()
+            .and_then(|hex| format!("sha256:{hex}").parse::<Sha256Digest>().ok())
+            .map(|d| d.hex())
+    };
+    let (kind, rest) = if let Some(rest) = name.strip_prefix("dl-") {
+        (TmpKind::Download, rest)
+    } else if let Some(rest) = name.strip_prefix("w-") {
+        if let Some(url) = rest.strip_prefix("index-") {
+            let stem = digest_stem(url)?;
+            return Some((TmpKind::Write, Owner::Lock(format!("index-{stem}"))));
+        }
+        (TmpKind::Write, rest)
+    } else {
+        return None;
+    };
+    match digest_stem(rest) {
+        Some(stem) => Some((kind, Owner::Lock(stem))),
+        None if is_old_partial(rest) => Some((kind, Owner::Old)),
+        None => None,
+    }
+}
+
+/// What follows `dl-` or `w-` in the name of a temporary file made by a version from before
+/// the names carried the digest: tempfile's six random ASCII letters and digits.
 fn is_old_partial(rest: &str) -> bool {
     rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=cache:index-copy` (or `cache:record`) a debug
+/// build stops itself (`SIGSTOP`) once the index copy (the artifact's record) is written to its
+/// temporary file in `tmp/` and before it is renamed into place, the first time only, so a
+/// test can kill the fetch there, or hold it live, and let it go on (`SIGCONT`). Release
+/// builds compile this to nothing.
+fn stop_point(at: &str) {
+    #[cfg(debug_assertions)]
+    {
+        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
+            && !STOPPED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = at;
+    }
 }
 
 /// The held lock of one digest (released when dropped, or when the process ends).
@@ -597,6 +695,35 @@ mod tests {
         fs::write(&hit.path, b"HELLO").expect("write");
         assert!(cache.lookup(&digest).expect("lookup").is_none());
         assert!(!hit.path.exists());
+    }
+
+    #[test]
+    fn tmp_names_are_tied_to_the_lock_held_while_they_exist() {
+        let hex = Sha256Digest::of_bytes(b"x").hex();
+        let owner = |n: &str| match tmp_owner(n) {
+            Some((TmpKind::Download, Owner::Lock(l))) => format!("dl {l}"),
+            Some((TmpKind::Write, Owner::Lock(l))) => format!("w {l}"),
+            Some((TmpKind::Download, Owner::Old)) => "dl old".into(),
+            Some((TmpKind::Write, Owner::Old)) => "w old".into(),
+            None => "none".into(),
+        };
+        assert_eq!(owner(&format!("dl-{hex}-Ab3xQ9")), format!("dl {hex}"));
+        assert_eq!(owner(&format!("w-{hex}-Ab3xQ9")), format!("w {hex}"));
+        assert_eq!(
+            owner(&format!("w-index-{hex}-Ab3xQ9")),
+            format!("w index-{hex}")
+        );
+        assert_eq!(owner("dl-Ab3xQ9"), "dl old");
+        assert_eq!(owner("w-Ab3xQ9"), "w old");
+        for other in [
+            "w-index-Ab3xQ9",
+            "w-notapartial",
+            "dl-",
+            "x-Ab3xQ9",
+            "w-index-",
+        ] {
+            assert_eq!(owner(other), "none", "{other}");
+        }
     }
 
     #[test]

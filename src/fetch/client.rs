@@ -94,9 +94,16 @@ impl Client {
         hops: &mut Vec<Hop>,
     ) -> Result<Download, FetchError> {
         let deadline = Instant::now() + self.policy.total_timeout;
-        let limit = match what {
-            What::Index => self.policy.max_index_bytes,
-            What::Artifact => self.policy.max_artifact_bytes,
+        // An artifact is cut at the smaller of the download bound and the extraction limit:
+        // bytes past the latter can never be accepted, so they are not worth receiving.
+        let (limit, extraction) = match what {
+            What::Index => (self.policy.max_index_bytes, false),
+            What::Artifact => self.policy.artifact_download_bound(),
+        };
+        let bound = Bound {
+            what,
+            limit,
+            extraction,
         };
         let mut current = urls::redacted(url);
         current.set_fragment(None);
@@ -165,7 +172,7 @@ impl Client {
                 && n > limit
             {
                 reader.get_mut().cut();
-                return Err(too_large(what, limit, Some(n), &current));
+                return Err(bound.exceeded(Some(n), 0, &current));
             }
             let mut counted;
             let sink: &mut dyn Write = match (&self.progress, what) {
@@ -175,7 +182,7 @@ impl Client {
                 }
                 _ => sink,
             };
-            let bytes = stream(&mut reader, framing, (what, limit), sink, &current)?;
+            let bytes = stream(&mut reader, framing, bound, sink, &current)?;
             return Ok(Download {
                 hops: hops.clone(),
                 final_url: current.to_string(),
@@ -241,28 +248,46 @@ fn at(e: FetchError, url: &Url) -> FetchError {
     }
 }
 
-/// The byte limit fired: `declared` is the Content-Length when the server sent one, else
-/// reading stopped one buffer past the limit.
-fn too_large(what: What, limit: u64, declared: Option<u64>, url: &Url) -> FetchError {
-    let how = match declared {
-        Some(n) => format!("{n} bytes declared by Content-Length"),
-        None => "more arrived before reading stopped".to_owned(),
-    };
-    match what {
-        What::Index => FetchError::IndexTooLarge {
-            url: url.to_string(),
-            size: declared,
-            max: limit,
-        },
-        What::Artifact => FetchError::Refused(
-            Refusal::new(
-                Rule::MaxBytes,
-                format!(
-                    "body is larger than the limit of {limit} bytes ({how}); the connection was cut"
-                ),
-            )
-            .at(url),
-        ),
+/// The byte limit a body is read under, and which setting it comes from.
+#[derive(Debug, Clone, Copy)]
+struct Bound {
+    what: What,
+    limit: u64,
+    /// The artifact's extraction limit (below `max_bytes`), not the download bound.
+    extraction: bool,
+}
+
+impl Bound {
+    /// The byte limit fired: `declared` is the Content-Length when the server sent one, else
+    /// reading stopped one buffer past the limit, `received` body bytes in.
+    fn exceeded(self, declared: Option<u64>, received: u64, url: &Url) -> FetchError {
+        let limit = self.limit;
+        let how = match declared {
+            Some(n) => format!("{n} bytes declared by Content-Length"),
+            None => "more arrived before reading stopped".to_owned(),
+        };
+        match self.what {
+            What::Index => FetchError::IndexTooLarge {
+                url: url.to_string(),
+                size: declared,
+                max: limit,
+            },
+            What::Artifact if self.extraction => FetchError::ArtifactTooLarge {
+                url: url.to_string(),
+                size: declared,
+                received,
+                max: limit,
+            },
+            What::Artifact => FetchError::Refused(
+                Refusal::new(
+                    Rule::MaxBytes,
+                    format!(
+                        "body is larger than the limit of {limit} bytes ({how}); the connection was cut"
+                    ),
+                )
+                .at(url),
+            ),
+        }
     }
 }
 
@@ -304,7 +329,7 @@ impl Write for Counted<'_> {
 fn stream(
     reader: &mut BufReader<Conn>,
     framing: Framing,
-    (what, limit): (What, u64),
+    bound: Bound,
     sink: &mut dyn Write,
     url: &Url,
 ) -> Result<u64, FetchError> {
@@ -326,8 +351,8 @@ fn stream(
                 return Ok(total);
             }
             let observed = total + n as u64;
-            if observed > limit {
-                return Err(too_large(what, limit, None, url));
+            if observed > bound.limit {
+                return Err(bound.exceeded(None, observed, url));
             }
             sink.write_all(&buf[..n]).map_err(FetchError::Sink)?;
             total = observed;

@@ -55,6 +55,25 @@ pub enum FetchError {
         size: Option<u64>,
         max: u64,
     },
+    /// The artifact body passed the extraction limit (`--max-artifact-bytes`, set with
+    /// [`policy::FetchPolicy::bound_by_extraction_limit`] and below `--max-bytes`): it can never
+    /// be extracted, so the connection was cut there and nothing kept. Reported as the engine's
+    /// `artifact_size` rejection (exit 3), which is what the whole download would have met.
+    #[error(
+        "artifact_size: the artifact at {url} is larger than the extraction limit --max-artifact-bytes ({max} bytes): {}; the download was cut there and nothing was kept",
+        match .size {
+            Some(n) => format!("{n} bytes declared by Content-Length"),
+            None => format!("{received} bytes arrived before reading stopped"),
+        }
+    )]
+    ArtifactTooLarge {
+        url: String,
+        /// The declared Content-Length, when the server declared one.
+        size: Option<u64>,
+        /// Body bytes read before the cut (more than `max` when no length was declared).
+        received: u64,
+        max: u64,
+    },
     #[error("cannot store the download: {0}")]
     Sink(#[source] std::io::Error),
 }

@@ -31,8 +31,15 @@ pub struct FetchPolicy {
     pub connect_timeout: Duration,
     /// Bound on one whole download, every redirect hop included.
     pub total_timeout: Duration,
-    /// Largest artifact body, counted while streaming.
+    /// Largest artifact body, counted while streaming (`--max-bytes`, rule `max_bytes`).
     pub max_artifact_bytes: u64,
+    /// The extraction limit on the artifact's size (the engine's `Limits::max_artifact_bytes`,
+    /// `--max-artifact-bytes`), when the caller knows it. A body past it can never be
+    /// extracted, so the download is cut at the smaller of the two bounds; cut at this one, it
+    /// is [`super::FetchError::ArtifactTooLarge`] (the engine's `artifact_size` rejection,
+    /// reached before the bytes are), not the `max_bytes` refusal. Set with
+    /// [`Self::bound_by_extraction_limit`].
+    pub extraction_max_artifact_bytes: Option<u64>,
     /// Largest index body, counted while streaming.
     pub max_index_bytes: u64,
     /// The HTTP CONNECT proxy, if any, and the hosts reached without it. The destination
@@ -50,6 +57,7 @@ impl Default for FetchPolicy {
             connect_timeout: Duration::from_secs(10),
             total_timeout: Duration::from_secs(60),
             max_artifact_bytes: 256 << 20,
+            extraction_max_artifact_bytes: None,
             max_index_bytes: 1 << 20,
             proxy: super::proxy::ProxyConfig::default(),
         }
@@ -361,6 +369,24 @@ fn classify_v6(ip: Ipv6Addr) -> Option<AddrClass> {
 }
 
 impl FetchPolicy {
+    /// Bound artifact downloads by the extraction limit `max_artifact_bytes` too: every caller
+    /// that knows the limits the engine will apply should set it, so that a download that can
+    /// never be accepted stops at that limit instead of running on to `--max-bytes` (and being
+    /// cached) first.
+    pub fn bound_by_extraction_limit(&mut self, max_artifact_bytes: u64) {
+        self.extraction_max_artifact_bytes = Some(max_artifact_bytes);
+    }
+
+    /// The bound an artifact download is cut at, and whether it is the extraction limit (only
+    /// when strictly below `max_bytes`; at a tie the download bound is the one reported, as
+    /// before the extraction limit was known here).
+    pub fn artifact_download_bound(&self) -> (u64, bool) {
+        match self.extraction_max_artifact_bytes {
+            Some(n) if n < self.max_artifact_bytes => (n, true),
+            _ => (self.max_artifact_bytes, false),
+        }
+    }
+
     /// Allow the origin of `index_url`, the URL the person gave on the command line (only an
     /// `https` URL has an origin that can be allowed). The destination rules still apply to it.
     pub fn allow_index_origin(&mut self, index_url: &Url) {

@@ -1313,13 +1313,18 @@ fn max_bytes_bounds_the_download_and_max_artifact_bytes_the_file_extracted() {
         &sha(&md),
     )]));
 
-    // Under the download bound, over the extraction limit: downloaded, verified and cached,
-    // then rejected by the engine.
+    // Under the download bound, over the extraction limit: cut at the latter, rejected as the
+    // engine rejects it, nothing cached (see
+    // `a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept`).
     let o = w.fetch("demo", &["--max-artifact-bytes", "4095"]);
     assert_eq!(code(&o), 3, "{}", explain(&o));
     let v = json_of(&o);
     assert_eq!(v["extraction"]["reason"]["code"], "artifact_size", "{v:#}");
-    assert_eq!(v["provenance"]["artifact_source"], "network", "{v:#}");
+    assert_eq!(w.cached_artifacts(), 0);
+    // Downloaded and cached under both bounds.
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
     assert_eq!(w.cached_artifacts(), 1);
     // From the cache, the download bound does not apply; the extraction limit does.
     let o = w.fetch("demo", &["--max-bytes", "1K"]);
@@ -1330,7 +1335,8 @@ fn max_bytes_bounds_the_download_and_max_artifact_bytes_the_file_extracted() {
         &["--max-bytes", "1K", "--max-artifact-bytes", "4095"],
     );
     assert_eq!(code(&o), 3, "{}", explain(&o));
-    assert_eq!(w.server.hits("/a/SKILL.md"), 1);
+    // Requested twice: the download cut at the extraction limit, then the one cached.
+    assert_eq!(w.server.hits("/a/SKILL.md"), 2);
     // Downloading: the download bound cuts it first.
     let _ = std::fs::remove_dir_all(w.cache());
     let o = w.fetch("demo", &["--max-bytes", "1K"]);
@@ -1414,6 +1420,145 @@ fn byte_limit_holds_at_the_boundary_and_cuts_the_connection_past_it() {
         "the server sent {last} of {TOTAL} bytes: the connection was not cut"
     );
     assert!(w.cache_tmp_is_empty());
+}
+
+/// A download past `--max-artifact-bytes` (the extraction limit) can never be accepted: under a
+/// larger `--max-bytes` it is cut at the extraction limit, answered as the engine answers an
+/// artifact over it (`artifact_size`, exit 3, the limit and the figures named, never
+/// `--max-bytes`), and nothing of it is kept in the cache, neither the partial file nor an
+/// entry. (Before, the whole body was downloaded, up to `--max-bytes`, and cached, and only
+/// then rejected at extraction.) The same bound holds for `install`.
+#[test]
+fn a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept() {
+    let w = World::new();
+    let mut md = skill_md("demo", "A demo skill");
+    md.resize(4096, b'x');
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    // No Content-Length: 64 MiB offered, under the default --max-bytes (256 MiB).
+    const TOTAL: u64 = 64 << 20;
+    w.server.route("/big", Reply::Endless(TOTAL));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("big", "skill-md", "/big", &sha(b"x")),
+    ]));
+    let nothing_kept = |cache: &std::path::Path| {
+        for sub in ["sha256", "tmp"] {
+            let left: Vec<_> = std::fs::read_dir(cache.join(sub))
+                .map(|d| d.flatten().map(|e| e.file_name()).collect())
+                .unwrap_or_default();
+            assert!(left.is_empty(), "{sub}/ holds {left:?}");
+        }
+    };
+    // Waits for the server's writes to stop; what it managed to send.
+    let sent = || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut last = 0;
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = w.server.endless_written.load(Ordering::SeqCst);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        last
+    };
+
+    // Declared: refused on the Content-Length, before the body.
+    let o = w.fetch("demo", &["--max-artifact-bytes", "4095"]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    let reason = &v["extraction"]["reason"];
+    assert_eq!(reason["code"], "artifact_size", "{v:#}");
+    assert_eq!(reason["limit"], 4095, "{v:#}");
+    assert_eq!(reason["observed"], 4096, "{v:#}");
+    let detail = reason["detail"].as_str().unwrap_or_default();
+    for says in [
+        "--max-artifact-bytes 4095",
+        "4096 bytes declared",
+        "nothing was kept",
+    ] {
+        assert!(detail.contains(says), "{says:?} not in {detail:?}");
+    }
+    assert!(!detail.contains("--max-bytes"), "{detail}");
+    assert!(v["provenance"]["artifact_source"].is_null(), "{v:#}");
+    nothing_kept(&w.cache());
+
+    // Streamed: reading stops one buffer past the limit and the connection is cut, so the
+    // server's writes fail long before it has sent everything.
+    let o = w.fetch("big", &["--max-artifact-bytes", "64K"]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let v = json_of(&o);
+    let reason = &v["extraction"]["reason"];
+    assert_eq!(reason["code"], "artifact_size", "{v:#}");
+    assert_eq!(reason["limit"], 65536, "{v:#}");
+    assert!(
+        reason["observed"].as_u64().is_some_and(|n| n > 65536),
+        "{v:#}"
+    );
+    let detail = reason["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("--max-artifact-bytes 65536") && detail.contains("more than 65536"),
+        "{detail}"
+    );
+    let last = sent();
+    assert!(
+        last < TOTAL / 2,
+        "the server sent {last} of {TOTAL} bytes: the connection was not cut"
+    );
+    nothing_kept(&w.cache());
+
+    // The text answer names the rejection and the limit too.
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let o = run(&w.args(&[
+        "fetch",
+        &index,
+        "demo",
+        "--cache-dir",
+        &cache,
+        "--max-artifact-bytes",
+        "4095",
+    ]));
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("artifact_size") && out.contains("--max-artifact-bytes 4095"),
+        "{}",
+        explain(&o)
+    );
+    nothing_kept(&w.cache());
+
+    // install: the same bound, and nothing in the store's cache.
+    let store = w.tmp.path().join("store");
+    let home = w.tmp.path().display().to_string();
+    let store_arg = store.display().to_string();
+    let install = w.args(&[
+        "install",
+        &index,
+        "big",
+        "--json",
+        "--store",
+        &store_arg,
+        "--max-artifact-bytes",
+        "64K",
+    ]);
+    let o = run_env(&install, &[("HOME", &home)]);
+    // Not accepted. (Exit 1, `operational`, until src/lifecycle/ops.rs `acquire_error` maps
+    // `FetchError::ArtifactTooLarge` to `Kind::Rejected`, exit 3, as the engine's rejection is.)
+    assert_ne!(code(&o), 0, "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("artifact_size") && err.contains("--max-artifact-bytes (65536 bytes)"),
+        "{}",
+        explain(&o)
+    );
+    let last = sent();
+    assert!(
+        last < TOTAL / 2,
+        "install: the server sent {last} of {TOTAL} bytes: the connection was not cut"
+    );
+    nothing_kept(&store.join("cache"));
 }
 
 #[test]
@@ -3087,11 +3232,21 @@ fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() 
     plant("dl-k7Pq1w", 20, Duration::ZERO);
     // Not a partial download's name: left alone however old.
     plant("dl-notapartial", 30, 30 * day);
+    // The index copies and records those versions wrote (`w-XXXXXX`) follow the same rule.
     plant("w-Ab3xQ9", 40, 30 * day);
+    plant("w-Zz0yK2", 50, day + Duration::from_secs(3600));
+    plant("w-notapartial", 60, 30 * day);
     let o = prune(&cache);
     assert!(
         String::from_utf8_lossy(&o.stdout)
             .contains("1 download(s) a killed fetch left in tmp/ removed (1000 bytes)"),
+        "{}",
+        explain(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(
+            "1 unfinished index or record write(s) a killed fetch left in tmp/ removed (40 bytes)"
+        ),
         "{}",
         explain(&o)
     );
@@ -3102,8 +3257,126 @@ fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() 
     left.sort();
     assert_eq!(
         left,
-        ["dl-Zz0yK2", "dl-k7Pq1w", "dl-notapartial", "w-Ab3xQ9"]
+        [
+            "dl-Zz0yK2",
+            "dl-k7Pq1w",
+            "dl-notapartial",
+            "w-Zz0yK2",
+            "w-notapartial"
+        ]
     );
+}
+
+/// A fetch killed while it writes the index copy or the artifact's record (a `w-` file in
+/// `tmp/`, renamed into place once written) leaves that file behind, and nothing renames it:
+/// `cache prune` removes it, whatever AGE, once no fetch holds its lock (the index URL's, or
+/// the digest's), and never while a live fetch (stopped at the same point, the debug build's
+/// `SKILLBOX_TEST_STOP_AT`) is writing it, which then completes. (Before, `cache prune` left
+/// every `w-` file alone.)
+#[test]
+fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let tmp = w.cache().join("tmp");
+    let in_tmp = |prefix: &str| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&tmp)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(prefix))
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let stopped_at = |at: &str| -> std::process::Child {
+        let child = skillbox(&w.args(&["fetch", &index, "demo", "--cache-dir", &cache]))
+            .env("SKILLBOX_TEST_STOP_AT", at)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn skillbox");
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
+        if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
+            let _ = kill(pid, Signal::SIGKILL);
+            panic!("the fetch never stopped at {at}: {status:?}");
+        }
+        child
+    };
+    let prune = || {
+        let o = run(&[
+            "cache".into(),
+            "prune".into(),
+            "--older-than".into(),
+            "30d".into(),
+            "--cache-dir".into(),
+            cache.clone(),
+        ]);
+        assert_eq!(code(&o), 0, "{}", explain(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let url_hex = skillbox::digest::Sha256Digest::of_bytes(index.as_bytes()).hex();
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    for (at, prefix, downloads) in [
+        // The index copy, written once the index is processed (under the index URL's lock).
+        ("cache:index-copy", format!("w-index-{url_hex}-"), 0),
+        // The artifact's record, written before its download is renamed into place (under
+        // the digest's lock, which the download, `dl-`, is kept under too).
+        ("cache:record", format!("w-{md_hex}-"), 1),
+    ] {
+        let _ = std::fs::remove_dir_all(w.cache());
+        // Live: the lock is held, so its files are left alone, and it completes.
+        let live = stopped_at(at);
+        let writing = in_tmp("w-");
+        assert_eq!(writing.len(), 1, "{at}: {writing:?}");
+        assert!(writing[0].starts_with(&prefix), "{at}: {writing:?}");
+        let before = in_tmp("");
+        let out = prune();
+        assert_eq!(
+            in_tmp(""),
+            before,
+            "{at}: a live fetch's file was removed: {out}"
+        );
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(live.id()).expect("pid"));
+        kill(pid, Signal::SIGCONT).expect("SIGCONT");
+        let o = live.wait_with_output().expect("wait");
+        assert_eq!(code(&o), 0, "{at}: {}", explain(&o));
+        assert!(w.cache_tmp_is_empty(), "{at}: {:?}", in_tmp(""));
+
+        // Killed at the same point: nothing else would ever remove what it left.
+        let _ = std::fs::remove_dir_all(w.cache());
+        let mut killed = stopped_at(at);
+        killed.kill().expect("SIGKILL");
+        killed.wait().expect("wait");
+        let left = in_tmp("w-");
+        assert_eq!(left.len(), 1, "{at}: {left:?}");
+        assert!(left[0].starts_with(&prefix), "{at}: {left:?}");
+        assert_eq!(in_tmp("dl-").len(), downloads, "{at}: {:?}", in_tmp(""));
+        let out = prune();
+        assert!(w.cache_tmp_is_empty(), "{at}: left {:?}", in_tmp(""));
+        assert!(
+            out.contains("1 unfinished index or record write(s) a killed fetch left in tmp/"),
+            "{at}: {out}"
+        );
+        assert_eq!(
+            out.contains("1 download(s) a killed fetch left in tmp/"),
+            downloads == 1,
+            "{at}: {out}"
+        );
+    }
 }
 
 #[test]
