@@ -141,6 +141,9 @@ fn acquire_error(e: AcquireError) -> Error {
             Kind::Refused,
             Some(json!({"kind": "refused", "rule": r.rule.as_str(), "hint": r.rule.hint()})),
         ),
+        // Cut at the extraction limit during the download: the engine's `artifact_size`
+        // rejection, made before the bytes arrived, and exit 3 as that rejection is.
+        AcquireError::Fetch(FetchError::ArtifactTooLarge { .. }) => (Kind::Rejected, None),
         AcquireError::Fetch(_) | AcquireError::Offline(_) | AcquireError::Cache(_) => {
             (Kind::Operational, None)
         }

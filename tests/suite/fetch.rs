@@ -1544,9 +1544,8 @@ fn a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept() {
         "64K",
     ]);
     let o = run_env(&install, &[("HOME", &home)]);
-    // Not accepted. (Exit 1, `operational`, until src/lifecycle/ops.rs `acquire_error` maps
-    // `FetchError::ArtifactTooLarge` to `Kind::Rejected`, exit 3, as the engine's rejection is.)
-    assert_ne!(code(&o), 0, "{}", explain(&o));
+    // Rejected as the engine rejects an artifact past the limit: exit 3.
+    assert_eq!(code(&o), 3, "{}", explain(&o));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         err.contains("artifact_size") && err.contains("--max-artifact-bytes (65536 bytes)"),
