@@ -19,6 +19,7 @@ pub mod fleet;
 pub mod journal;
 pub mod ops;
 pub mod policy;
+pub mod quarantine;
 pub mod records;
 pub mod scrub;
 pub mod store;
