@@ -86,15 +86,28 @@ fn read_pending(path: &Path) -> Result<Option<Pending>, Error> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), &e)),
     };
-    serde_json::from_slice(&text).map(Some).map_err(|e| {
+    let corrupt = |why: String| {
         Error::new(
             Kind::Operational,
             format!(
-                "corrupt store: {} is not a pending withdrawal: {e}",
+                "corrupt store: {} is not a pending withdrawal: {why}",
                 path.display()
             ),
         )
-    })
+    };
+    let p: Pending = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
+    // Its digest names paths in the store (quarantine/<hex>): only the one its file is named
+    // after, a full digest, is taken.
+    let named = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !is_entry_name(&named) || format!("sha256:{}", named.trim_end_matches(".json")) != p.digest {
+        return Err(corrupt(format!(
+            "its digest is not the one its name says ({named})"
+        )));
+    }
+    Ok(Some(p))
 }
 
 /// Whether any withdrawal waits for the records (cheap: one directory read).

@@ -7,7 +7,9 @@
 //! that changes state, so commands on one store serialise; released only around downloads,
 //! [`Store::without_lock`]), `cache/` (verified downloads),
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
-//! `versions/<sha256 hex>/` (a promoted intake, write bits removed).
+//! `versions/<sha256 hex>/` (a promoted intake, write bits removed), and, after a
+//! `withdraw --local`, `quarantine/<sha256 hex>/` and `pending-withdrawals/`
+//! ([`super::quarantine`]).
 //!
 //! The store must be ours: a directory (not a symlink) owned by us and writable by nobody else.
 //! Nothing here writes into an existing version: promotion uses `RENAME_NOREPLACE`.

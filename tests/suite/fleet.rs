@@ -297,9 +297,10 @@ impl Pg {
         if let Ok(mut w) = self.watchdog.lock() {
             *w = watchdog(child.id());
         }
-        if let Ok(mut c) = self.child.lock() {
-            *c = child;
-        }
+        // The old child was waited for by `stop`; the new one is waited for by Drop.
+        let mut c = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        *c = child;
+        drop(c);
         self.wait_up();
     }
 
