@@ -1884,8 +1884,9 @@ fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Res
 /// with its own reason, who and when; a version withdrawn there already keeps the standing
 /// withdrawal), then its pending entry is removed, then this host's agents are moved off it as
 /// `withdraw` moves them (their links, to the quarantined tree, dangle: they are still
-/// skillbox's links to the withdrawn version, and move). A pending entry whose digest the
-/// records do not know (no host recorded the version), or know under another skill, stays
+/// skillbox's links to the withdrawn version, and move). A digest the records know under
+/// another skill than the one typed is withdrawn all the same (a withdrawal is of the bytes).
+/// A pending entry whose digest the records do not know (no host recorded the version) stays
 /// pending (this host keeps refusing it) and is reported. Run by every command that opens the
 /// records, before anything else, under the store lock. Returns one line per thing done.
 pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
@@ -1907,18 +1908,17 @@ pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
             ));
             continue;
         };
-        if v.skill != p.skill {
-            lines.push(format!(
-                "local withdrawal of {name} stays pending: the records know {} as skill {}; withdraw {}@{} with the records (then this entry can go: rm {}/pending-withdrawals/{}.json)",
-                p.digest,
-                v.skill,
-                v.skill,
-                p.digest,
-                store.root().display(),
-                store::hex_of(&p.digest)
-            ));
-            continue;
-        }
+        // A withdrawal is of the bytes, under any name (as `install` refuses a withdrawn
+        // artifact listed under another name): a skill mistyped with --local, in an incident,
+        // must not leave the digest approved in the records while its tree is quarantined.
+        let renamed = if v.skill == p.skill {
+            String::new()
+        } else {
+            format!(
+                " (the records know {} as skill {}; withdrawn under that name)",
+                p.digest, v.skill
+            )
+        };
         // Decided inside the write transaction, on the record as it is there: a withdrawal
         // that stands (made on another host meanwhile) is kept, never written over.
         let wrote = store.records.write(|tx| {
@@ -1929,7 +1929,7 @@ pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
             tx.withdraw(&p.digest, &p.reason)?;
             tx.event(
                 &p.time,
-                &p.skill,
+                &v.skill,
                 Some(&p.digest),
                 "withdrawn",
                 &actor,
@@ -1941,12 +1941,12 @@ pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
         quarantine::remove_pending(store.root(), &p.digest)?;
         lines.push(if wrote {
             format!(
-                "local withdrawal of {name} (by {}, {} on {}: {}) recorded in the records",
+                "local withdrawal of {name} (by {}, {} on {}: {}) recorded in the records{renamed}",
                 p.by, p.time, p.host, p.reason
             )
         } else {
             format!(
-                "local withdrawal of {name} (by {}, {}): already withdrawn in the records; that withdrawal stands",
+                "local withdrawal of {name} (by {}, {}): already withdrawn in the records; that withdrawal stands{renamed}",
                 p.by, p.time
             )
         });

@@ -3484,3 +3484,37 @@ fn a_local_withdrawal_contains_without_the_records_and_reaches_them_later() {
     assert!(!w.store().join("quarantine").join(&v2[7..]).exists());
     w.verify_ok();
 }
+
+/// A withdrawal is of the bytes: `withdraw --local` naming the wrong skill (typed in a hurry)
+/// still withdraws the digest under the name the records know, rather than leaving it approved
+/// in the records with its tree quarantined and every agent on a dangling link.
+#[test]
+fn a_local_withdrawal_under_a_mistyped_skill_withdraws_the_digest() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let o = w.run(&[
+        "withdraw",
+        &format!("dmeo@{v2}"),
+        "--reason",
+        "bad",
+        "--local",
+    ]);
+    expect_code(&o, 0);
+    assert!(w.guide("alpha").is_empty());
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("as skill demo"), "{}", explain(&o));
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert!(
+        !w.store()
+            .join("pending-withdrawals")
+            .join(format!("{}.json", &v2[7..]))
+            .exists()
+    );
+    w.verify_ok();
+}
