@@ -365,3 +365,79 @@ pub fn withdraw_local(
         quarantine,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX: &str = "0c33d4704359c7305e11409d5fdab9ccc1ce4eacab37d95ea909c6049b6f5d7c";
+
+    fn store() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir_all(dir.path().join("versions").join(HEX).join("tree"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    /// One rename, idempotent; a prefix resolves to the stored version; the first pending
+    /// entry stands; the digest is refused (exit 9) from the entry alone.
+    #[test]
+    fn contain_is_one_rename_and_idempotent() {
+        let s = store();
+        let root = s.path();
+        let digest = format!("sha256:{HEX}");
+        assert!(refuse(root, &digest).is_ok());
+        let r = withdraw_local(root, "demo", "sha256:0c33d470", "bad", "alice", "h1")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((r.containment, r.already_pending), ("quarantined", false));
+        assert_eq!(r.digest, digest);
+        assert!(!root.join("versions").join(HEX).exists());
+        assert!(quarantine_dir(root, &digest).join("tree").is_dir());
+        let r = withdraw_local(root, "demo", &digest, "other", "bob", "h1")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (r.containment, r.already_pending),
+            ("already_quarantined", true)
+        );
+        assert_eq!(
+            (r.pending.by.as_str(), r.pending.reason.as_str()),
+            ("alice", "bad")
+        );
+        assert_eq!(
+            refuse(root, &digest).map_err(|e| e.kind).err(),
+            Some(Kind::Withdrawn)
+        );
+        assert!(has_pending(root));
+        remove_pending(root, &digest).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!has_pending(root));
+        // Quarantined still: refused by the tree's place alone.
+        assert!(refuse(root, &digest).is_err());
+    }
+
+    /// A pending entry names paths in the store: one whose digest is not its file's name is
+    /// corrupt, never followed.
+    #[test]
+    fn a_pending_entry_must_name_its_own_digest() {
+        let s = store();
+        let root = s.path();
+        let p = Pending {
+            skill: "demo".into(),
+            digest: "sha256:../../etc".into(),
+            reason: "x".into(),
+            by: "a".into(),
+            time: "t".into(),
+            host: "h".into(),
+        };
+        fs::create_dir_all(pending_root(root)).unwrap_or_else(|e| panic!("{e}"));
+        let text = serde_json::to_vec(&p).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(pending_root(root).join(format!("{HEX}.json")), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = pending(root).err().unwrap_or_else(|| panic!("accepted"));
+        assert!(e.message.contains("corrupt store"), "{e}");
+    }
+}
