@@ -20,6 +20,7 @@ use skillbox::lifecycle::agents::AgentArg;
 use skillbox::lifecycle::fleet::{self, HostChoice, Location};
 use skillbox::lifecycle::ops::{self, Fetcher, InstallReport, Intake, Source, VersionRef};
 use skillbox::lifecycle::policy::{Decision, Policy};
+use skillbox::lifecycle::quarantine;
 use skillbox::lifecycle::store::{self, Access, Store};
 use skillbox::lifecycle::{Error, Kind, redact_message};
 use skillbox::reason::display_name;
@@ -293,6 +294,15 @@ pub struct WithdrawArgs {
     /// Who withdraws it (recorded and shown on every host) [default: $USER].
     #[arg(long, value_name = "NAME", value_parser = parse_person)]
     by: Option<String>,
+    /// Contain it on this host now, without the records (for when they cannot be reached):
+    /// its tree is moved into STORE/quarantine/ with one rename, so every agent's link to it
+    /// dangles at once, and the withdrawal is kept pending in the store. The next command that
+    /// reaches the records (sync, status, install, ...) records it fleet-wide with this reason,
+    /// who and when, and moves this host's agents to the previous approved version. A digest
+    /// not in this store is recorded as pending only (give it in full). Meanwhile install,
+    /// update, approve and rollback refuse it here (exit 9).
+    #[arg(long)]
+    local: bool,
     #[command(flatten)]
     common: Common,
 }
@@ -340,16 +350,42 @@ fn who(by: &Option<String>) -> String {
         .unwrap_or_else(|| format!("uid:{}", nix::unistd::geteuid()))
 }
 
-fn open(c: &Common, access: Access) -> Result<Store, Error> {
-    let root = match &c.store {
-        Some(p) => p.clone(),
+fn store_root(c: &Common) -> Result<PathBuf, Error> {
+    match &c.store {
+        Some(p) => Ok(p.clone()),
         None => store::default_root().ok_or_else(|| {
             Error::new(
                 Kind::Usage,
                 "no store: give --store, or set XDG_DATA_HOME or HOME",
             )
-        })?,
+        }),
+    }
+}
+
+/// Ends the message of a command that could not reach the records: containment on this host
+/// does not need them.
+const LOCAL_HINT: &str = "; to contain a version on this host now, without the records: skillbox withdraw SKILL@DIGEST --reason TEXT --local";
+
+/// Open the store and its records; first of all, record the withdrawals `withdraw --local`
+/// left pending here while the records could not be reached (under the store lock: a command
+/// that only reads takes it then).
+fn open(c: &Common, access: Access) -> Result<Store, Error> {
+    let root = store_root(c)?;
+    let access = if quarantine::has_pending(&root) {
+        Access::Exclusive
+    } else {
+        access
     };
+    let mut store = open_at(&root, c, access)?;
+    if access == Access::Exclusive {
+        for line in ops::apply_pending(&mut store)? {
+            eprintln!("skillbox: {}", shown(&redact_message(&line)));
+        }
+    }
+    Ok(store)
+}
+
+fn open_at(root: &std::path::Path, c: &Common, access: Access) -> Result<Store, Error> {
     let mut location = match &c.records {
         Some(text) => fleet::parse_location(text)?,
         None => Location::Sqlite,
@@ -363,7 +399,7 @@ fn open(c: &Common, access: Access) -> Result<Store, Error> {
         Err(_) if c.host_name.is_none() && !location.is_shared() => HostChoice::local(),
         Err(e) => return Err(e),
     };
-    Store::open_with(&root, access, &location, &host)
+    Store::open_with(root, access, &location, &host)
 }
 
 /// The message of `e` as shown: masked, then its hint as written ([`Error::hint`]).
@@ -629,8 +665,61 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 EXIT_OPERATIONAL
             })
         }
+        LifecycleCommand::Withdraw(a) if a.local => {
+            // No records: the host's name as given (or the system's), for the record only.
+            let host = HostChoice::new(a.common.host_name.as_deref())
+                .unwrap_or_else(|_| HostChoice::local());
+            let r = quarantine::withdraw_local(
+                &store_root(&a.common)?,
+                &a.version.skill,
+                &a.version.digest,
+                &a.reason,
+                &who(&a.by),
+                &host.name,
+            )?;
+            if json_out {
+                print_json(&r);
+            } else {
+                let name = format!("{}@{}", r.skill, r.digest);
+                match r.containment {
+                    "quarantined" => println!(
+                        "contained locally: {name} moved to {}; no agent of this host can load it",
+                        shown(r.quarantine.as_deref().unwrap_or(""))
+                    ),
+                    "already_quarantined" => println!(
+                        "already contained locally: {name} is in {}",
+                        shown(r.quarantine.as_deref().unwrap_or(""))
+                    ),
+                    _ => println!(
+                        "{name} is not in this store: nothing to contain here; its withdrawal is recorded as pending"
+                    ),
+                }
+                if r.already_pending {
+                    println!(
+                        "pending withdrawal already recorded (by {}, {}: {}); it stands",
+                        shown(&r.pending.by),
+                        shown(&r.pending.time),
+                        shown(&r.pending.reason)
+                    );
+                } else {
+                    println!("pending withdrawal recorded in the store");
+                }
+                println!(
+                    "the next command that reaches the records (skillbox sync) withdraws it fleet-wide and moves this host's agents"
+                );
+            }
+            Ok(EXIT_OK)
+        }
         LifecycleCommand::Withdraw(a) => {
-            let mut store = open(&a.common, Access::Exclusive)?;
+            let mut store = open(&a.common, Access::Exclusive).map_err(|e| {
+                if e.message
+                    .starts_with(skillbox::lifecycle::records::UNREACHABLE)
+                {
+                    e.with_hint(LOCAL_HINT)
+                } else {
+                    e
+                }
+            })?;
             let r = ops::withdraw(&mut store, &a.version, &a.reason, &who(&a.by))?;
             show_moves("withdrawn", &r, json_out);
             Ok(if r.problems.is_empty() {

@@ -7,7 +7,8 @@
 //! decision; [`agents`] switches `<skills dir>/<name>` links atomically and refuses to touch
 //! anything it did not create; [`journal`] orders every change of state with its filesystem
 //! steps so a killed command leaves the old state or the new one, and the next command finishes
-//! it; [`ops`] holds the commands (install, approve, deny, update, rollback, withdraw, list,
+//! it; [`quarantine`] contains a version on this host when the records cannot be reached
+//! (`withdraw --local`) and keeps that withdrawal until they can; [`ops`] holds the commands (install, approve, deny, update, rollback, withdraw, list,
 //! provenance, gc, verify, sync).
 //!
 //! This module never runs package content, never hands a package's text to an agent to decide
@@ -19,6 +20,7 @@ pub mod fleet;
 pub mod journal;
 pub mod ops;
 pub mod policy;
+pub mod quarantine;
 pub mod records;
 pub mod scrub;
 pub mod store;

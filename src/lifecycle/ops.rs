@@ -17,6 +17,7 @@ use url::Url;
 use super::agents::{self, AgentArg};
 use super::journal::{self, LinkChange};
 use super::policy::{Decision, Facts, Policy};
+use super::quarantine;
 use super::records::{Event, HostRow, Install, Listed, State, Tx, Version};
 use super::store::{self, Store};
 use super::{Error, Kind, crash_point, now, redact_json, redact_message, redact_url};
@@ -639,6 +640,12 @@ pub fn install(
             ));
         }
     };
+    // A version withdrawn on this host with --local is never promoted again (exit 9), even
+    // when the records do not know it yet: its bytes would be a fresh tree agents could load.
+    if let Err(e) = quarantine::refuse(store.root(), &digest) {
+        drop_staging(&staging);
+        return Err(e);
+    }
     let Some(review) = outcome.review.clone() else {
         drop_staging(&staging);
         return Err(Error::new(Kind::Rejected, "the engine returned no review"));
@@ -1140,6 +1147,8 @@ fn known(
     index_url: Option<&str>,
     recovered: &[String],
 ) -> Result<Option<InstallReport>, Error> {
+    // Withdrawn here with --local, before or whatever the records say (exit 9).
+    quarantine::refuse(store.root(), digest)?;
     let Some(v) = store.records.read(|tx| tx.version(digest))? else {
         return Ok(None);
     };
@@ -1257,6 +1266,7 @@ pub fn approve(
 ) -> Result<InstallReport, Error> {
     let recovered = prepare(store)?;
     let v = find_version(store, r)?;
+    quarantine::refuse(store.root(), &v.digest)?;
     if v.state != State::Pending {
         return Err(not_pending(&v));
     }
@@ -1434,6 +1444,7 @@ pub fn rollback(
             if let Some(e) = state_error(&v) {
                 return Err(e);
             }
+            quarantine::refuse(store.root(), &v.digest)?;
             if !v.stored {
                 return Err(Error::new(
                     Kind::NotFound,
@@ -1470,7 +1481,10 @@ pub fn rollback(
                 })?;
                 let _ = cur;
                 match prev {
-                    Some(p) => p.digest,
+                    Some(p) => {
+                        quarantine::refuse(store.root(), &p.digest)?;
+                        p.digest
+                    }
                     None => {
                         return Err(Error::new(
                             Kind::NotFound,
@@ -1849,8 +1863,10 @@ fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Res
                 continue;
             }
             let link = journal::link_path(dir, skill);
+            // A quarantined tree (`withdraw --local`) is still this version's: its links dangle
+            // and are moved off like the others.
             if !matches!(agents::inspect(&link), Ok(agents::Entry::Link(t)) if t == tree)
-                || !tree.is_dir()
+                || !(tree.is_dir() || quarantine::is_quarantined(store.root(), digest))
             {
                 continue;
             }
@@ -1864,6 +1880,102 @@ fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Res
         }
     }
     Ok(())
+}
+
+/// Apply the withdrawals made on this host with `withdraw --local` while the records could not
+/// be reached, now that they can: each is recorded exactly as `withdraw` records it (fleet-wide,
+/// with its own reason, who and when; a version withdrawn there already keeps the standing
+/// withdrawal), then its pending entry is removed, then this host's agents are moved off it as
+/// `withdraw` moves them (their links, to the quarantined tree, dangle: they are still
+/// skillbox's links to the withdrawn version, and move). A digest the records know under
+/// another skill than the one typed is withdrawn all the same (a withdrawal is of the bytes).
+/// A pending entry whose digest the records do not know (no host recorded the version) stays
+/// pending (this host keeps refusing it) and is reported. Run by every command that opens the
+/// records, before anything else, under the store lock. Returns one line per thing done.
+pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
+    let pending = quarantine::pending(store.root())?;
+    if pending.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut lines = journal::recover(store)?;
+    let mut applied: Vec<(Version, String)> = Vec::new();
+    for p in pending {
+        // Finish the local step a crash may have cut short (entry written, tree not moved).
+        quarantine::contain(store.root(), &p.digest)?;
+        let name = format!("{}@{}", p.skill, p.digest);
+        let actor = format!("person:{}", p.by);
+        let Some(v) = store.records.read(|tx| tx.version(&p.digest))? else {
+            lines.push(format!(
+                "local withdrawal of {name} (by {}, {}) stays pending: the records do not know this version; this host refuses it meanwhile",
+                p.by, p.time
+            ));
+            continue;
+        };
+        // A withdrawal is of the bytes, under any name (as `install` refuses a withdrawn
+        // artifact listed under another name): a skill mistyped with --local, in an incident,
+        // must not leave the digest approved in the records while its tree is quarantined.
+        let renamed = if v.skill == p.skill {
+            String::new()
+        } else {
+            format!(
+                " (the records know {} as skill {}; withdrawn under that name)",
+                p.digest, v.skill
+            )
+        };
+        // Decided inside the write transaction, on the record as it is there: a withdrawal
+        // that stands (made on another host meanwhile) is kept, never written over.
+        let wrote = store.records.write(|tx| {
+            let fresh = tx.version(&p.digest)?;
+            if fresh.as_ref().is_some_and(|f| f.state == State::Withdrawn) {
+                return Ok(false);
+            }
+            tx.withdraw(&p.digest, &p.reason)?;
+            tx.event(
+                &p.time,
+                &v.skill,
+                Some(&p.digest),
+                "withdrawn",
+                &actor,
+                &p.reason,
+            )?;
+            Ok(true)
+        })?;
+        crash_point("apply-local", "withdrawn");
+        quarantine::remove_pending(store.root(), &p.digest)?;
+        lines.push(if wrote {
+            format!(
+                "local withdrawal of {name} (by {}, {} on {}: {}) recorded in the records{renamed}",
+                p.by, p.time, p.host, p.reason
+            )
+        } else {
+            format!(
+                "local withdrawal of {name} (by {}, {}): already withdrawn in the records; that withdrawal stands{renamed}",
+                p.by, p.time
+            )
+        });
+        applied.push((v, actor));
+    }
+    for (v, actor) in applied {
+        let Some(v) = store.records.read(|tx| tx.version(&v.digest))? else {
+            continue;
+        };
+        match move_off(store, &v, &actor, None, "withdraw") {
+            Ok(r) => {
+                for a in &r.agents {
+                    lines.push(format!(
+                        "agent {} moved off withdrawn {}@{} (to {})",
+                        a.agent,
+                        v.skill,
+                        v.digest,
+                        a.to.as_deref().unwrap_or("none")
+                    ));
+                }
+                lines.extend(r.problems);
+            }
+            Err(e) => lines.push(format!("{}@{}: {e}", v.skill, v.digest)),
+        }
+    }
+    Ok(lines)
 }
 
 /// What every command that changes state does first: finish or undo what an interrupted
@@ -2307,6 +2419,14 @@ pub fn gc(store: &mut Store, keep: usize) -> Result<GcReport, Error> {
     for r in &removed {
         if let Some((_, digest)) = r.split_once('@') {
             store::remove_tree(&store.version_dir(digest))?;
+            // A tree quarantined by `withdraw --local` goes only once the records say
+            // withdrawn and no pending withdrawal of it remains to reach them.
+            let withdrawn = versions
+                .iter()
+                .any(|v| v.digest == digest && v.state == State::Withdrawn);
+            if withdrawn && quarantine::pending_of(store.root(), digest)?.is_none() {
+                store::remove_tree(&quarantine::quarantine_dir(store.root(), digest))?;
+            }
         }
     }
     Ok(GcReport {
@@ -2342,6 +2462,12 @@ pub fn verify(store: &mut Store) -> Result<VerifyReport, Error> {
     for v in versions.iter().filter(|v| v.stored) {
         checked += 1;
         let dir = store.version_dir(&v.digest);
+        // Withdrawn here with --local: its tree was moved to quarantine on purpose. Neither
+        // corruption nor something to repair or re-extract; `gc` removes it once the records
+        // say withdrawn.
+        if !dir.exists() && quarantine::is_quarantined(store.root(), &v.digest) {
+            continue;
+        }
         if !dir.exists() {
             if used.contains(v.digest.as_str()) {
                 problems.push(format!(
@@ -2539,9 +2665,11 @@ fn lost_link(
         }
         _ => String::new(),
     };
-    let v = by_digest
-        .get(digest.as_str())
-        .filter(|v| v.skill == skill && v.stored && t.is_dir());
+    let v = by_digest.get(digest.as_str()).filter(|v| {
+        v.skill == skill
+            && v.stored
+            && (t.is_dir() || quarantine::is_quarantined(store.root(), &digest))
+    });
     let Some(v) = v else {
         problems.push(format!(
             "agent {agent}: {} points at {}, which this store does not hold as a version of {skill}, and the records have no installation there: remove it (rm {})",

@@ -527,6 +527,10 @@ fn json_err(e: serde_json::Error) -> Error {
     Error::new(Kind::Operational, format!("corrupt records: {e}"))
 }
 
+/// How the message of records that cannot be reached starts (the CLI's `withdraw` then names
+/// `--local`).
+pub const UNREACHABLE: &str = "cannot open the records at ";
+
 /// Connect to PostgreSQL. Errors never hold the password: the message is the server's or the
 /// socket's, scrubbed of the password all the same.
 fn pg_connect(
@@ -574,7 +578,7 @@ fn pg_connect(
         if let Some(pw) = p.password.as_ref().filter(|pw| !pw.is_empty()) {
             err.message = err.message.replace(pw.expose(), "[password]");
         }
-        err.message = format!("cannot open the records at {shown}: {}", err.message);
+        err.message = format!("{UNREACHABLE}{shown}: {}", err.message);
         err
     })?;
     // Set once connected rather than as startup options, which a connection pooler may refuse.

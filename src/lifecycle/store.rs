@@ -7,7 +7,9 @@
 //! that changes state, so commands on one store serialise; released only around downloads,
 //! [`Store::without_lock`]), `cache/` (verified downloads),
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
-//! `versions/<sha256 hex>/` (a promoted intake, write bits removed).
+//! `versions/<sha256 hex>/` (a promoted intake, write bits removed), and, after a
+//! `withdraw --local`, `quarantine/<sha256 hex>/` and `pending-withdrawals/`
+//! ([`super::quarantine`]).
 //!
 //! The store must be ours: a directory (not a symlink) owned by us and writable by nobody else.
 //! Nothing here writes into an existing version: promotion uses `RENAME_NOREPLACE`.
@@ -56,7 +58,7 @@ pub fn default_root() -> Option<PathBuf> {
         .map(|h| PathBuf::from(h).join(".local/share/skillbox"))
 }
 
-fn mkdir_private(p: &Path) -> Result<(), Error> {
+pub(super) fn mkdir_private(p: &Path) -> Result<(), Error> {
     match fs::DirBuilder::new().mode(0o700).create(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
@@ -66,7 +68,7 @@ fn mkdir_private(p: &Path) -> Result<(), Error> {
 
 /// Refuse a store another user could change under us: a symlink, another owner, or group- or
 /// world-writable.
-fn check_ours(root: &Path) -> Result<(), Error> {
+pub(super) fn check_ours(root: &Path) -> Result<(), Error> {
     let md = fs::symlink_metadata(root)
         .map_err(|e| Error::io(format!("cannot inspect the store {}", root.display()), &e))?;
     let fix =
@@ -258,7 +260,7 @@ impl Store {
 
 /// Take the store lock on `f` (the open `STORE/lock`), saying so first when another command
 /// holds it.
-fn lock_store(f: File, root: &Path) -> Result<Flock<File>, Error> {
+pub(super) fn lock_store(f: File, root: &Path) -> Result<Flock<File>, Error> {
     let locked = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
         // Another command holds it: say so before waiting, or a withdrawal typed during an
         // incident would sit silent for as long as that command runs.

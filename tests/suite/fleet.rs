@@ -65,6 +65,61 @@ struct Pg {
     watchdog: Mutex<Child>,
     port: u16,
     password: String,
+    bin: PathBuf,
+    /// The uid and gid the server runs as (when the tests run as root).
+    ids: Option<(u32, u32)>,
+}
+
+/// The server on `tmp`'s data directory, listening on `port` (its log appended to
+/// `tmp/server.log`).
+fn postgres_command(
+    bin: &std::path::Path,
+    tmp: &std::path::Path,
+    port: u16,
+    ids: Option<(u32, u32)>,
+) -> Command {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(tmp.join("server.log"))
+        .unwrap_or_else(|e| panic!("log: {e}"));
+    let mut pg = Command::new(bin.join("postgres"));
+    pg.arg("-D")
+        .arg(tmp.join("data"))
+        .args(["-p", &port.to_string()])
+        .args(["-c", "listen_addresses=127.0.0.1"])
+        .arg("-c")
+        .arg(format!(
+            "unix_socket_directories={}",
+            tmp.join("sock").display()
+        ))
+        .args(["-c", "fsync=off", "-c", "max_connections=60"])
+        .args(["-c", "ssl=on", "-c", "ssl_cert_file=server.crt"])
+        .args(["-c", "ssl_key_file=server.key"])
+        .current_dir(tmp)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    if let Some((uid, gid)) = ids {
+        pg.uid(uid).gid(gid);
+    }
+    pg
+}
+
+/// Should this process die without running Drop (a SIGKILL, an abort), the watchdog stops the
+/// server `pid` within a second of it.
+fn watchdog(pid: u32) -> Child {
+    Command::new("sh")
+        .arg("-c")
+        .arg("while kill -0 \"$0\" 2>/dev/null; do sleep 1; done; kill -INT \"$1\" 2>/dev/null")
+        .arg(std::process::id().to_string())
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("watchdog: {e}"))
 }
 
 static PG: Mutex<Weak<Pg>> = Mutex::new(Weak::new());
@@ -171,61 +226,20 @@ impl Pg {
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let port = free_port();
-        let log = std::fs::File::create(tmp.path().join("server.log"))
-            .unwrap_or_else(|e| panic!("log: {e}"));
-        let mut pg = Command::new(bin.join("postgres"));
-        pg.arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1"])
-            .arg("-c")
-            .arg(format!("unix_socket_directories={}", sock.display()))
-            .args(["-c", "fsync=off", "-c", "max_connections=60"])
-            .args(["-c", "ssl=on", "-c", "ssl_cert_file=server.crt"])
-            .args(["-c", "ssl_key_file=server.key"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        as_server(&mut pg);
-        let child = pg.spawn().unwrap_or_else(|e| panic!("start postgres: {e}"));
-        // Should this process die without running Drop (a SIGKILL, an abort), the watchdog
-        // stops the server within a second of it.
-        let watchdog = Command::new("sh")
-            .arg("-c")
-            .arg("while kill -0 \"$0\" 2>/dev/null; do sleep 1; done; kill -INT \"$1\" 2>/dev/null")
-            .arg(std::process::id().to_string())
-            .arg(child.id().to_string())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
+        let child = postgres_command(&bin, tmp.path(), port, ids)
             .spawn()
-            .unwrap_or_else(|e| panic!("watchdog: {e}"));
+            .unwrap_or_else(|e| panic!("start postgres: {e}"));
+        let watchdog = watchdog(child.id());
         let pg = Pg {
             tmp,
             child: Mutex::new(child),
             watchdog: Mutex::new(watchdog),
             port,
             password,
+            bin,
+            ids,
         };
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            if pg.admin("postgres").is_ok() {
-                break;
-            }
-            let exited = pg
-                .child
-                .lock()
-                .map(|mut c| c.try_wait().ok().flatten())
-                .ok()
-                .flatten();
-            if exited.is_some() || Instant::now() > until {
-                panic!(
-                    "the PostgreSQL server did not come up ({exited:?}):\n{}",
-                    std::fs::read_to_string(pg.tmp.path().join("server.log")).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        pg.wait_up();
         let mut c = pg
             .admin("postgres")
             .unwrap_or_else(|e| panic!("admin connection: {e}"));
@@ -235,6 +249,59 @@ impl Pg {
         ))
         .unwrap_or_else(|e| panic!("CREATE ROLE: {e}"));
         pg
+    }
+
+    /// Wait until the server takes connections (it fails the test if it exits or takes a
+    /// minute).
+    fn wait_up(&self) {
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.admin("postgres").is_ok() {
+                break;
+            }
+            let exited = self
+                .child
+                .lock()
+                .map(|mut c| c.try_wait().ok().flatten())
+                .ok()
+                .flatten();
+            if exited.is_some() || Instant::now() > until {
+                panic!(
+                    "the PostgreSQL server did not come up ({exited:?}):\n{}",
+                    std::fs::read_to_string(self.tmp.path().join("server.log")).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stop the server (fast shutdown), for a test of records that cannot be reached; only on
+    /// a server of the test's own ([`Pg::start`]), never the shared one.
+    fn stop(&self) {
+        if let Ok(mut child) = self.child.lock() {
+            let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(0));
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGINT);
+            let _ = child.wait();
+        }
+        if let Ok(mut w) = self.watchdog.lock() {
+            let _ = w.kill();
+            let _ = w.wait();
+        }
+    }
+
+    /// Start the stopped server again, on its data and port.
+    fn restart(&self) {
+        let child = postgres_command(&self.bin, self.tmp.path(), self.port, self.ids)
+            .spawn()
+            .unwrap_or_else(|e| panic!("restart postgres: {e}"));
+        if let Ok(mut w) = self.watchdog.lock() {
+            *w = watchdog(child.id());
+        }
+        // The old child was waited for by `stop`; the new one is waited for by Drop.
+        let mut c = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        *c = child;
+        drop(c);
+        self.wait_up();
     }
 
     fn admin(&self, db: &str) -> Result<postgres::Client, postgres::Error> {
@@ -2172,4 +2239,118 @@ fn the_same_withdraw_on_every_host_succeeds_everywhere() {
     expect_code(&a.run(&withdraw), 0);
     expect_code(&b.install(&["beta"]), 9);
     b.verify_ok();
+}
+
+/// PostgreSQL is down (a registry outage) when a version is found bad: `withdraw` without
+/// `--local` fails naming `--local` (never the password, given in the environment or in the
+/// URL), and `withdraw --local` on host A contains it there at once. With the server back, A's
+/// `sync` records the withdrawal fleet-wide (its reason and who) and moves A's agent; B's next
+/// `sync` moves B's agent off it, and no host installs it again. The test runs its own server,
+/// which it stops and starts.
+#[test]
+fn a_local_withdrawal_while_the_registry_is_down_reaches_every_host() {
+    let pg = Pg::start();
+    let db = "fleet_local";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2 = f.publish(&package(2));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    assert_eq!(a.active("alpha").as_deref(), Some(v2.as_str()));
+    assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+
+    pg.stop();
+    let v2ref = format!("demo@{v2}");
+    let with_password = format!(
+        "postgres://{ADMIN}:{}@127.0.0.1:{}/{db}",
+        pg.password, pg.port
+    );
+    for records in [f.records.as_str(), with_password.as_str()] {
+        let o = a.run_as(
+            &["withdraw", &v2ref, "--reason", "exfiltrates", "--json"],
+            records,
+            "host-a",
+        );
+        expect_code(&o, 1);
+        let message = json_of(&o)["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(message.contains("cannot open the records"), "{message}");
+        assert!(message.contains("--local"), "{message}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("--local"), "{err}");
+        assert!(!err.contains(&pg.password) && !message.contains(&pg.password));
+    }
+
+    let o = a.run(&[
+        "withdraw",
+        &v2ref,
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+        "--local",
+    ]);
+    expect_code(&o, 0);
+    let entry = a.root().join("agents/alpha/demo");
+    assert!(
+        std::fs::metadata(&entry).is_err(),
+        "A's agent still loads v2"
+    );
+    assert!(std::fs::read_to_string(entry.join("SKILL.md")).is_err());
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v2.as_str()),
+        "B untouched"
+    );
+
+    pg.restart();
+    let o = a.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        a.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!("SELECT COUNT(*) FROM versions WHERE digest = '{v2}' AND state = 'withdrawn' AND withdrawn_reason = 'exfiltrates'"),
+        ),
+        1
+    );
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!(
+                "SELECT COUNT(*) FROM events WHERE digest = '{v2}' AND kind = 'withdrawn' AND actor = 'person:alice' AND detail = 'exfiltrates' AND host = 'host-a'"
+            ),
+        ),
+        1
+    );
+    assert!(
+        !a.store()
+            .join("pending-withdrawals")
+            .join(format!("{}.json", &v2[7..]))
+            .exists()
+    );
+
+    let o = b.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "{}",
+        explain(&o)
+    );
+    expect_code(&b.install(&["beta"]), 9);
+    a.verify_ok();
+    b.verify_ok();
+    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
+    assert!(!printed.contains(&pg.password), "the password was printed");
 }

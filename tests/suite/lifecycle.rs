@@ -3278,3 +3278,243 @@ fn every_lifecycle_flag_has_help_text() {
     }
     assert!(bare.is_empty(), "flags without help: {bare:#?}");
 }
+
+/// `withdraw --local` contains a version on this host while the records cannot be reached
+/// (here: the store's records.db moved away, so no other command works): the agent's link to
+/// it dangles at once, the withdrawal waits in the store, a second run says it is contained
+/// already, and a crash between the pending entry and the rename is finished by the next run.
+/// With the records back, `sync` records the withdrawal (its reason, who), moves the agent to
+/// v1 and removes the entry; the version is then refused (install, approve, rollback: exit 9),
+/// `verify` is clean, a link to the quarantined tree restored from a backup is moved off by
+/// `sync`, and `gc` removes the quarantined tree. A digest this store never held is recorded
+/// pending only, stays pending while the records do not know it, and is refused by install.
+#[test]
+fn a_local_withdrawal_contains_without_the_records_and_reaches_them_later() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "gamma"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha", "gamma"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    assert!(w.guide("alpha").contains("version 2"));
+    let gamma_link = w.agent_dir("gamma").join("demo");
+    let backup = std::fs::read_link(&gamma_link).unwrap_or_else(|e| panic!("readlink: {e}"));
+
+    // The records out of reach: nothing else works.
+    let db = w.store().join("records.db");
+    let aside = w.tmp.path().join("records.db.aside");
+    std::fs::rename(&db, &aside).unwrap_or_else(|e| panic!("mv: {e}"));
+    let v2ref = format!("demo@{v2}");
+    let o = w.run(&["withdraw", &v2ref, "--reason", "exfiltrates"]);
+    assert_ne!(code(&o), 0, "{}", explain(&o));
+
+    // Killed between the pending entry and the rename: nothing reachable changed yet, the
+    // entry is there, and the next run finishes the containment.
+    let short = format!("demo@{}", &v2[..15]);
+    let local = [
+        "withdraw",
+        short.as_str(),
+        "--reason",
+        "exfiltrates https://u:MARKER@tracker.example/1",
+        "--by",
+        "alice",
+        "--local",
+        "--json",
+    ];
+    let o = w.cmd(&local, Some("withdraw-local:pending"));
+    assert_eq!(o.status.signal(), Some(9), "{}", explain(&o));
+    let pending = w
+        .store()
+        .join("pending-withdrawals")
+        .join(format!("{}.json", &v2[7..]));
+    assert!(pending.exists());
+    assert!(tree_exists(&w, &v2));
+
+    let o = w.run(&local);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["containment"], "quarantined", "{j}");
+    assert_eq!(j["digest"], v2.as_str(), "{j}");
+    assert_eq!(j["already_pending"], true, "{j}");
+    // Every agent's entry stops resolving at once: no file of v2 is reachable through it.
+    for agent in ["alpha", "gamma"] {
+        let entry = w.agent_dir(agent).join("demo");
+        assert!(
+            std::fs::symlink_metadata(&entry).is_ok(),
+            "{agent}: link kept"
+        );
+        assert!(std::fs::metadata(&entry).is_err(), "{agent}: link resolves");
+        assert!(std::fs::read_to_string(entry.join("SKILL.md")).is_err());
+        assert!(w.guide(agent).is_empty(), "{agent} still reads v2");
+    }
+    assert!(!tree_exists(&w, &v2));
+    assert!(
+        w.store()
+            .join("quarantine")
+            .join(&v2[7..])
+            .join("tree")
+            .is_dir()
+    );
+    let text = std::fs::read_to_string(&pending).unwrap_or_default();
+    assert!(text.contains("alice") && !text.contains("MARKER"), "{text}");
+
+    // Again: succeeds, says it is contained already, and the first entry stands.
+    let again = [
+        "withdraw", &v2ref, "--reason", "other", "--local", "--by", "bob",
+    ];
+    let o = w.run(&again);
+    expect_code(&o, 0);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("already contained locally"), "{out}");
+    assert!(out.contains("alice"), "{out}");
+
+    // A version this store never held: nothing to quarantine, recorded pending all the same.
+    let v3 = sha(&package(3));
+    let o = w.run(&[
+        "withdraw",
+        &format!("demo@{v3}"),
+        "--reason",
+        "known bad",
+        "--local",
+        "--json",
+    ]);
+    expect_code(&o, 0);
+    assert_eq!(
+        json_of(&o)["containment"],
+        "not_in_store",
+        "{}",
+        explain(&o)
+    );
+    // A prefix naming nothing here cannot be recorded: the full digest is asked for.
+    let o = w.run(&[
+        "withdraw",
+        "demo@sha256:00000000",
+        "--reason",
+        "x",
+        "--local",
+    ]);
+    expect_code(&o, 8);
+
+    // The records are back: the next command records the withdrawal, moves the agents, and
+    // removes the entry.
+    // `status` applies it first; killed once between the records' commit and the removal of
+    // the entry, the next command finds the withdrawal standing and finishes.
+    std::fs::rename(&aside, &db).unwrap_or_else(|e| panic!("mv: {e}"));
+    let o = w.cmd(&["status"], Some("apply-local:withdrawn"));
+    assert_eq!(o.status.signal(), Some(9), "{}", explain(&o));
+    assert!(pending.exists());
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("already withdrawn in the records; that withdrawal stands"),
+        "{}",
+        explain(&o)
+    );
+    for agent in ["alpha", "gamma"] {
+        assert_eq!(
+            w.active(agent).as_deref(),
+            Some(v1.as_str()),
+            "{agent}: {}",
+            explain(&o)
+        );
+        assert!(w.guide(agent).contains("version 1"));
+    }
+    assert!(!pending.exists());
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    let o = w.run(&["provenance", &v2ref, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    let withdrawn: Vec<Value> = p["events"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .filter(|e| e["kind"] == "withdrawn")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(withdrawn.len(), 1, "{p}");
+    let withdrawn = &withdrawn[0];
+    assert_eq!(withdrawn["actor"], "person:alice", "{withdrawn}");
+    assert!(
+        withdrawn["detail"]
+            .as_str()
+            .is_some_and(|d| d.starts_with("exfiltrates")),
+        "{withdrawn}"
+    );
+    // v3's entry stays: the records know no such version.
+    assert!(
+        w.store()
+            .join("pending-withdrawals")
+            .join(format!("{}.json", &v3[7..]))
+            .exists()
+    );
+
+    // Refused from now on, and verify sees nothing wrong with the quarantined tree.
+    expect_code(&w.install(&["alpha"]), 9);
+    expect_code(&w.run(&["approve", &v2ref]), 9);
+    expect_code(&w.run(&["rollback", "demo", "--to", &v2]), 9);
+    let v = w.verify_ok();
+    assert!(
+        v["repaired"].as_array().is_some_and(Vec::is_empty),
+        "verify repaired something: {v}"
+    );
+    assert!(w.store().join("quarantine").join(&v2[7..]).is_dir());
+    // v3, unknown to the records, is refused here by its pending entry alone.
+    w.publish("demo", &package(3));
+    let o = w.install(&["alpha"]);
+    expect_code(&o, 9);
+    assert!(!tree_exists(&w, &v3));
+
+    // gamma's link to the quarantined tree comes back from a backup: sync moves it off.
+    std::fs::remove_file(&gamma_link).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::os::unix::fs::symlink(&backup, &gamma_link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("gamma").as_deref(),
+        Some(v1.as_str()),
+        "sync left gamma on the quarantined version: {}",
+        explain(&o)
+    );
+
+    // gc removes the quarantined tree once the records say withdrawn.
+    expect_code(&w.run(&["gc"]), 0);
+    assert!(!w.store().join("quarantine").join(&v2[7..]).exists());
+    w.verify_ok();
+}
+
+/// A withdrawal is of the bytes: `withdraw --local` naming the wrong skill (typed in a hurry)
+/// still withdraws the digest under the name the records know, rather than leaving it approved
+/// in the records with its tree quarantined and every agent on a dangling link.
+#[test]
+fn a_local_withdrawal_under_a_mistyped_skill_withdraws_the_digest() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let o = w.run(&[
+        "withdraw",
+        &format!("dmeo@{v2}"),
+        "--reason",
+        "bad",
+        "--local",
+    ]);
+    expect_code(&o, 0);
+    assert!(w.guide("alpha").is_empty());
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("as skill demo"), "{}", explain(&o));
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert!(
+        !w.store()
+            .join("pending-withdrawals")
+            .join(format!("{}.json", &v2[7..]))
+            .exists()
+    );
+    w.verify_ok();
+}

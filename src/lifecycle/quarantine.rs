@@ -1,0 +1,443 @@
+//! Containment without the records: `skillbox withdraw SKILL@DIGEST --local`.
+//!
+//! When the records cannot be reached (PostgreSQL down, a partition, credentials rotated), an
+//! operator can still stop every agent of this host from loading a version: its directory
+//! `versions/<hex>` is renamed to `quarantine/<hex>` (one rename(2) inside the store, so every
+//! link skillbox made, to `versions/<hex>/tree`, dangles at once, whatever the agents' entries
+//! are), and a pending withdrawal (skill, digest, reason, who, when, host) is written to
+//! `pending-withdrawals/<hex>.json`. The next command that opens the records applies it as a
+//! `withdraw` would ([`super::ops::apply_pending`]), then removes the entry.
+//!
+//! Order and crash safety: the pending entry is written first (a temporary file, fsync, rename,
+//! fsync of the directory), then the tree is renamed. A crash before the entry's rename leaves
+//! nothing changed (a leftover temporary file, ignored and replaced); a crash between the two
+//! leaves the withdrawal pending with the tree still in `versions/`: the version is already
+//! refused by install, update, approve and rollback here, and the next `withdraw --local` (or
+//! the next command that opens the records) finishes the rename. The tree is never copied, so
+//! it is whole in one place or the other.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::store::{self, hex_of};
+use super::{Error, Kind};
+
+/// A withdrawal made on this host without the records, waiting to reach them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub skill: String,
+    pub digest: String,
+    pub reason: String,
+    pub by: String,
+    pub time: String,
+    pub host: String,
+}
+
+/// What `withdraw --local` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct LocalReport {
+    pub skill: String,
+    pub digest: String,
+    /// `quarantined` (moved now), `already_quarantined`, or `not_in_store` (no tree here: the
+    /// withdrawal is recorded only, so it reaches the records).
+    pub containment: &'static str,
+    /// The pending withdrawal as recorded (an earlier one stands: its reason, who and when).
+    pub pending: Pending,
+    /// A pending withdrawal of this digest was recorded before (this run recorded nothing).
+    pub already_pending: bool,
+    /// Where the tree is now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<String>,
+}
+
+pub fn quarantine_root(root: &Path) -> PathBuf {
+    root.join("quarantine")
+}
+
+pub fn pending_root(root: &Path) -> PathBuf {
+    root.join("pending-withdrawals")
+}
+
+/// `quarantine/<hex>`: where a locally withdrawn version's directory is moved.
+pub fn quarantine_dir(root: &Path, digest: &str) -> PathBuf {
+    quarantine_root(root).join(hex_of(digest))
+}
+
+fn pending_path(root: &Path, digest: &str) -> PathBuf {
+    pending_root(root).join(format!("{}.json", hex_of(digest)))
+}
+
+/// Whether `digest`'s directory is in quarantine on this host.
+pub fn is_quarantined(root: &Path, digest: &str) -> bool {
+    fs::symlink_metadata(quarantine_dir(root, digest)).is_ok()
+}
+
+/// The pending withdrawal of `digest`, if any.
+pub fn pending_of(root: &Path, digest: &str) -> Result<Option<Pending>, Error> {
+    read_pending(&pending_path(root, digest))
+}
+
+fn read_pending(path: &Path) -> Result<Option<Pending>, Error> {
+    let text = match fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(format!("cannot read {}", path.display()), &e)),
+    };
+    let corrupt = |why: String| {
+        Error::new(
+            Kind::Operational,
+            format!(
+                "corrupt store: {} is not a pending withdrawal: {why}",
+                path.display()
+            ),
+        )
+    };
+    let p: Pending = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
+    // Its digest names paths in the store (quarantine/<hex>): only the one its file is named
+    // after, a full digest, is taken.
+    let named = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !is_entry_name(&named) || format!("sha256:{}", named.trim_end_matches(".json")) != p.digest {
+        return Err(corrupt(format!(
+            "its digest is not the one its name says ({named})"
+        )));
+    }
+    Ok(Some(p))
+}
+
+/// Whether any withdrawal waits for the records (cheap: one directory read).
+pub fn has_pending(root: &Path) -> bool {
+    fs::read_dir(pending_root(root))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| is_entry_name(&e.file_name().to_string_lossy()))
+}
+
+/// `<64 hex>.json`: a pending entry (temporary files start with a dot).
+fn is_entry_name(name: &str) -> bool {
+    name.strip_suffix(".json")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Every pending withdrawal, oldest first.
+pub fn pending(root: &Path) -> Result<Vec<Pending>, Error> {
+    let mut out = Vec::new();
+    let rd = match fs::read_dir(pending_root(root)) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(Error::io("cannot read the pending withdrawals", &e)),
+    };
+    for e in rd.flatten() {
+        if is_entry_name(&e.file_name().to_string_lossy())
+            && let Some(p) = read_pending(&e.path())?
+        {
+            out.push(p);
+        }
+    }
+    out.sort_by(|a, b| (&a.time, &a.digest).cmp(&(&b.time, &b.digest)));
+    Ok(out)
+}
+
+/// Remove `digest`'s pending entry (once the records hold the withdrawal).
+pub fn remove_pending(root: &Path, digest: &str) -> Result<(), Error> {
+    let path = pending_path(root, digest);
+    match fs::remove_file(&path) {
+        Ok(()) => sync_dir(&pending_root(root)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("cannot remove {}", path.display()), &e)),
+    }
+}
+
+/// Refuse to activate a version withdrawn on this host without the records (exit 9, as a
+/// withdrawn version), before the records know of it: its tree is in quarantine, or its
+/// withdrawal waits for the records.
+pub fn refuse(root: &Path, digest: &str) -> Result<(), Error> {
+    let pending = pending_of(root, digest)?;
+    if pending.is_none() && !is_quarantined(root, digest) {
+        return Ok(());
+    }
+    let how = match &pending {
+        Some(p) => format!(
+            "withdrawn on this host by {} at {} with --local ({}), not yet in the records",
+            p.by, p.time, p.reason
+        ),
+        None => "withdrawn on this host (its tree is in quarantine)".to_owned(),
+    };
+    Err(Error::new(
+        Kind::Withdrawn,
+        format!("{digest} was {how}; it can never be activated again"),
+    ))
+}
+
+/// fsync a directory, so a rename or an unlink in it survives a power loss.
+fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), &e))
+}
+
+/// Write `p` as `pending-withdrawals/<hex>.json`: a temporary file, fsync, rename, fsync of the
+/// directory. A reader sees the whole entry or none.
+fn write_pending(root: &Path, p: &Pending) -> Result<(), Error> {
+    let dir = pending_root(root);
+    store::mkdir_private(&dir)?;
+    let path = pending_path(root, &p.digest);
+    let tmp = dir.join(format!(".{}.{}.tmp", hex_of(&p.digest), std::process::id()));
+    let text =
+        serde_json::to_vec_pretty(p).map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
+    let written = File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(&text)?;
+            f.sync_all()
+        });
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(Error::io(format!("cannot write {}", tmp.display()), &e));
+    }
+    fs::rename(&tmp, &path).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(format!("cannot write {}", path.display()), &e)
+    })?;
+    sync_dir(&dir)
+}
+
+/// Where `digest` is on this host after [`contain`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Contained {
+    Now,
+    Already,
+    NotInStore,
+}
+
+/// Move `versions/<hex>` to `quarantine/<hex>` with one rename (`RENAME_NOREPLACE`), so every
+/// link to `versions/<hex>/tree` dangles at once. Idempotent. Must run under the store lock.
+pub fn contain(root: &Path, digest: &str) -> Result<Contained, Error> {
+    let from = root.join("versions").join(hex_of(digest));
+    let to = quarantine_dir(root, digest);
+    if fs::symlink_metadata(&from).is_err() {
+        return Ok(if is_quarantined(root, digest) {
+            Contained::Already
+        } else {
+            Contained::NotInStore
+        });
+    }
+    store::mkdir_private(&quarantine_root(root))?;
+    let moved = nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        &from,
+        nix::fcntl::AT_FDCWD,
+        &to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    );
+    match moved {
+        Ok(()) => {}
+        // Quarantined before, and the same bytes promoted again since (an older skillbox
+        // without the refusal): this copy leaves `versions/` by a rename too, then goes.
+        Err(nix::errno::Errno::EEXIST) => {
+            let aside =
+                quarantine_root(root).join(format!(".{}.{}", hex_of(digest), std::process::id()));
+            fs::rename(&from, &aside)
+                .map_err(|e| Error::io(format!("cannot move {}", from.display()), &e))?;
+            store::remove_tree(&aside)?;
+        }
+        Err(e) => {
+            return Err(Error::new(
+                Kind::Operational,
+                format!("cannot move {} to {}: {e}", from.display(), to.display()),
+            ));
+        }
+    }
+    sync_dir(&root.join("versions"))?;
+    sync_dir(&quarantine_root(root))?;
+    Ok(Contained::Now)
+}
+
+/// The hex names under `dir` (versions, quarantine, pending entries) starting with `prefix`.
+fn names_with(dir: &Path, prefix: &str, strip: &str) -> Vec<String> {
+    fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            let n = n.strip_suffix(strip).unwrap_or(&n).to_owned();
+            (n.len() == 64 && n.bytes().all(|b| b.is_ascii_hexdigit()) && n.starts_with(prefix))
+                .then_some(n)
+        })
+        .collect()
+}
+
+/// The full digest `digest` (a unique prefix, `sha256:` and 8 to 64 hex digits) names among
+/// the versions this store holds, has quarantined, or has pending; a full digest it does not
+/// know is taken as given.
+fn resolve(root: &Path, digest: &str) -> Result<String, Error> {
+    let prefix = hex_of(digest);
+    let mut found: Vec<String> = names_with(&root.join("versions"), prefix, "");
+    found.extend(names_with(&quarantine_root(root), prefix, ""));
+    found.extend(names_with(&pending_root(root), prefix, ".json"));
+    found.sort();
+    found.dedup();
+    match found.len() {
+        1 => Ok(format!("sha256:{}", found.remove(0))),
+        0 if prefix.len() == 64 => Ok(format!("sha256:{prefix}")),
+        0 => Err(Error::new(
+            Kind::NotFound,
+            format!(
+                "{digest} names no version in this store; give the full digest (sha256: and 64 hex digits) to record its withdrawal for the records"
+            ),
+        )),
+        n => Err(Error::new(
+            Kind::Usage,
+            format!("{digest} matches {n} versions in this store; give more of the digest"),
+        )),
+    }
+}
+
+/// `withdraw SKILL@DIGEST --local`: contain the version on this host without the records. The
+/// store must exist and be ours; runs under its lock. See the module's documentation.
+pub fn withdraw_local(
+    root: &Path,
+    skill: &str,
+    digest: &str,
+    reason: &str,
+    by: &str,
+    host: &str,
+) -> Result<LocalReport, Error> {
+    if fs::symlink_metadata(root).is_err() {
+        return Err(Error::new(
+            Kind::NotFound,
+            format!(
+                "no store at {} (nothing installed here, so nothing to contain; give --store)",
+                root.display()
+            ),
+        ));
+    }
+    store::check_ours(root)?;
+    let lock = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join("lock"))
+        .map_err(|e| Error::io("cannot open the store lock", &e))?;
+    let _held = store::lock_store(lock, root)?;
+    let digest = resolve(root, digest)?;
+    // An earlier pending withdrawal stands (its reason, who and when): as `withdraw` of a
+    // version already withdrawn, this one is not recorded over it.
+    let (pending, already_pending) = match pending_of(root, &digest)? {
+        Some(p) => (p, true),
+        None => {
+            let p = Pending {
+                skill: skill.to_owned(),
+                digest: digest.clone(),
+                reason: reason.to_owned(),
+                by: by.to_owned(),
+                time: super::now(),
+                host: host.to_owned(),
+            };
+            write_pending(root, &p)?;
+            (p, false)
+        }
+    };
+    super::crash_point("withdraw-local", "pending");
+    let containment = match contain(root, &digest)? {
+        Contained::Now => "quarantined",
+        Contained::Already => "already_quarantined",
+        Contained::NotInStore => "not_in_store",
+    };
+    let quarantine = (containment != "not_in_store")
+        .then(|| quarantine_dir(root, &digest).display().to_string());
+    Ok(LocalReport {
+        skill: pending.skill.clone(),
+        digest,
+        containment,
+        pending,
+        already_pending,
+        quarantine,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEX: &str = "0c33d4704359c7305e11409d5fdab9ccc1ce4eacab37d95ea909c6049b6f5d7c";
+
+    fn store() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir_all(dir.path().join("versions").join(HEX).join("tree"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    /// One rename, idempotent; a prefix resolves to the stored version; the first pending
+    /// entry stands; the digest is refused (exit 9) from the entry alone.
+    #[test]
+    fn contain_is_one_rename_and_idempotent() {
+        let s = store();
+        let root = s.path();
+        let digest = format!("sha256:{HEX}");
+        assert!(refuse(root, &digest).is_ok());
+        let r = withdraw_local(root, "demo", "sha256:0c33d470", "bad", "alice", "h1")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((r.containment, r.already_pending), ("quarantined", false));
+        assert_eq!(r.digest, digest);
+        assert!(!root.join("versions").join(HEX).exists());
+        assert!(quarantine_dir(root, &digest).join("tree").is_dir());
+        let r = withdraw_local(root, "demo", &digest, "other", "bob", "h1")
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (r.containment, r.already_pending),
+            ("already_quarantined", true)
+        );
+        assert_eq!(
+            (r.pending.by.as_str(), r.pending.reason.as_str()),
+            ("alice", "bad")
+        );
+        assert_eq!(
+            refuse(root, &digest).map_err(|e| e.kind).err(),
+            Some(Kind::Withdrawn)
+        );
+        assert!(has_pending(root));
+        remove_pending(root, &digest).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!has_pending(root));
+        // Quarantined still: refused by the tree's place alone.
+        assert!(refuse(root, &digest).is_err());
+    }
+
+    /// A pending entry names paths in the store: one whose digest is not its file's name is
+    /// corrupt, never followed.
+    #[test]
+    fn a_pending_entry_must_name_its_own_digest() {
+        let s = store();
+        let root = s.path();
+        let p = Pending {
+            skill: "demo".into(),
+            digest: "sha256:../../etc".into(),
+            reason: "x".into(),
+            by: "a".into(),
+            time: "t".into(),
+            host: "h".into(),
+        };
+        fs::create_dir_all(pending_root(root)).unwrap_or_else(|e| panic!("{e}"));
+        let text = serde_json::to_vec(&p).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(pending_root(root).join(format!("{HEX}.json")), text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let e = pending(root).err().unwrap_or_else(|| panic!("accepted"));
+        assert!(e.message.contains("corrupt store"), "{e}");
+    }
+}
