@@ -3275,7 +3275,6 @@ fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() 
 #[test]
 fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
     use nix::sys::signal::{Signal, kill};
-    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
     w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
@@ -3301,19 +3300,10 @@ fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
         v
     };
     let stopped_at = |at: &str| -> std::process::Child {
-        let child = skillbox(&w.args(&["fetch", &index, "demo", "--cache-dir", &cache]))
-            .env("SKILLBOX_TEST_STOP_AT", at)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn skillbox");
-        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
-        let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
-        if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
-            let _ = kill(pid, Signal::SIGKILL);
-            panic!("the fetch never stopped at {at}: {status:?}");
-        }
-        child
+        super::stopped_at(
+            &mut skillbox(&w.args(&["fetch", &index, "demo", "--cache-dir", &cache])),
+            at,
+        )
     };
     let prune = || {
         let o = run(&[

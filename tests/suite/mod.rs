@@ -47,7 +47,8 @@ pub(crate) fn corpus_scratch() -> tempfile::TempDir {
 /// but an acceptance, before the parent removes the staged tree (`src/sandbox/mod.rs`).
 pub(crate) const STOP_AT_DISCARD: (&str, &str) = ("SKILLBOX_TEST_STOP_AT", "sandbox:discard");
 
-/// Wait until our child `pid` stops itself (`SIGSTOP`); panics, killing it, if it ends instead.
+/// Wait until our child `pid` stops itself (`SIGSTOP`, the debug build's
+/// `SKILLBOX_TEST_STOP_AT`); panics, killing it, if it ends instead.
 pub(crate) fn wait_stopped(pid: u32) {
     use nix::sys::signal::{Signal, kill};
     use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -55,8 +56,21 @@ pub(crate) fn wait_stopped(pid: u32) {
     let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
     if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
         let _ = kill(pid, Signal::SIGKILL);
-        panic!("never stopped before removing a rejected tree: {status:?}");
+        panic!("never stopped at its SKILLBOX_TEST_STOP_AT point: {status:?}");
     }
+}
+
+/// Start `cmd` (a skillbox command) with the debug build's pause at `at`
+/// (`SKILLBOX_TEST_STOP_AT`), its output piped, and return it once it stopped there.
+pub(crate) fn stopped_at(cmd: &mut std::process::Command, at: &str) -> std::process::Child {
+    let child = cmd
+        .env("SKILLBOX_TEST_STOP_AT", at)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn skillbox");
+    wait_stopped(child.id());
+    child
 }
 
 /// Let a process stopped by [`wait_stopped`] go on.

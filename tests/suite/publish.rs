@@ -1498,24 +1498,13 @@ fn without_proc_a_file_swapped_between_look_and_open_is_caught() {
 /// `skillbox publish SRC --out OUT`, stopped (the debug build's `SKILLBOX_TEST_STOP_AT`) once
 /// its build is staged beside OUT and before it writes anything there.
 fn publish_stopped_when_staged(src: &Path, out: &Path) -> std::process::Child {
-    use nix::sys::signal::{Signal, kill};
-    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-    let child = Command::new(bin())
-        .args([OsStr::new("publish"), src.as_os_str(), OsStr::new("--out")])
-        .arg(out)
-        .env_remove("SOURCE_DATE_EPOCH")
-        .env("SKILLBOX_TEST_STOP_AT", "publish:staged")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn skillbox");
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
-    let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
-    if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
-        let _ = kill(pid, Signal::SIGKILL);
-        panic!("publish never stopped once staged: {status:?}");
-    }
-    child
+    super::stopped_at(
+        Command::new(bin())
+            .args([OsStr::new("publish"), src.as_os_str(), OsStr::new("--out")])
+            .arg(out)
+            .env_remove("SOURCE_DATE_EPOCH"),
+        "publish:staged",
+    )
 }
 
 /// The staging directories beside OUT (names in `parent`), sorted.
