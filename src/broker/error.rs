@@ -48,7 +48,8 @@ pub enum RequestError {
     /// The caller went away (hang-up or cancellation) before the answer.
     #[error("cancelled by the client: {0}")]
     Cancelled(String),
-    /// `Release` of an id the server does not hold.
+    /// `GetTree` or `Release` of a well-formed id the server does not hold (only one checked
+    /// well formed reaches here, so it is shown as it is: 32 hex digits), in the same words.
     #[error("no staging directory {0} (never accepted, already released or expired)")]
     NotFound(String),
     /// The server is draining after SIGTERM.

@@ -262,13 +262,7 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
     ) -> Result<Response<Self::GetTreeStream>, Status> {
         let (_, ext, request) = request.into_parts();
         let id = request.staging_id;
-        if !is_staging_id(&id) {
-            return Err(RequestError::invalid(
-                "staging_id",
-                "must be 32 lowercase hex digits, as an accepted answer gave it",
-            )
-            .into());
-        }
+        well_formed_id(&id)?;
         let places = self.tree_places(&ext)?;
         self.stream_tree(id, None, false, places).map(Response::new)
     }
@@ -311,6 +305,25 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
     ) -> Result<Response<pb::ServerInfoResponse>, Status> {
         Ok(Response::new(self.state.server_info()))
     }
+}
+
+/// A client's `staging_id` checked as `GetTree` and `Release` both check it, so both refuse a
+/// malformed one alike: INVALID_ARGUMENT naming the field, and the id. The id is the client's
+/// own string, of any length and bytes: it is shown with control characters escaped and its
+/// length bounded, so it cannot forge lines or terminal output where the message is shown.
+/// (An id well formed but not held is [`RequestError::NotFound`] in both, naming it.)
+fn well_formed_id(id: &str) -> Result<(), RequestError> {
+    if is_staging_id(id) {
+        return Ok(());
+    }
+    Err(RequestError::invalid(
+        "staging_id",
+        format!(
+            "\"{}\" is not a staging id: it must be the 32 lowercase hex digits of an accepted \
+             answer's staging_id",
+            crate::reason::display_name(id.as_bytes())
+        ),
+    ))
 }
 
 /// A setting given in milliseconds, as ServerInfo reports it.
@@ -619,12 +632,7 @@ impl State {
     }
 
     async fn release(self: &Arc<Self>, id: String) -> Result<(), RequestError> {
-        if !is_staging_id(&id) {
-            return Err(RequestError::invalid(
-                "staging_id",
-                "must be the 32 lowercase hex digits of an ExtractResponse.staging_id",
-            ));
-        }
+        well_formed_id(&id)?;
         if !self.staging.take_kept(&id) {
             return Err(RequestError::NotFound(id));
         }

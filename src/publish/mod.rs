@@ -434,9 +434,11 @@ pub fn build(
             "no skill to publish; an empty index is never written".into(),
         ));
     }
-    // What killed runs left beside OUT_DIR (their locks free), before this run adds its own.
-    stage::remove_abandoned(stage_in);
-    let (stage, stage_lock) = stage::create(stage_in)?;
+    // What killed runs left (their locks free), before this run adds its own: staging
+    // directories beside OUT_DIR, check extractions in the temporary directory.
+    stage::remove_abandoned(stage_in, stage::RUN_PREFIX);
+    stage::remove_abandoned(&std::env::temp_dir(), stage::VERIFY_RUN_PREFIX);
+    let (stage, stage_lock) = stage::create(stage_in, stage::RUN_PREFIX)?;
     let mut refusals = prior;
     let mut published = Vec::new();
     for skill in skills {
@@ -464,7 +466,9 @@ pub fn build(
 
 /// Test-only pause: with `SKILLBOX_TEST_STOP_AT=publish:staged` a debug build stops itself
 /// (`SIGSTOP`) once the build is staged (every artifact built and checked, the index written
-/// in the staging directory) and before anything is written to OUT_DIR, the first time only,
+/// in the staging directory) and before anything is written to OUT_DIR; with `publish:verify`,
+/// once a check extraction is done and its tree still in its directory in the temporary
+/// directory (`skillbox-publish-verify-run-*`), before it is removed; the first time only,
 /// so a test can kill the run there, or hold it live while another runs, and let it go on
 /// (`SIGCONT`). Release builds compile this to nothing.
 fn stop_point(at: &str) {
@@ -683,15 +687,17 @@ fn verify(
             opts.limits.clone(),
         )
     };
-    let staging = tempfile::Builder::new()
-        .prefix("skillbox-publish-verify-")
-        .tempdir()
-        .map_err(io_err(&std::env::temp_dir()))?;
+    // Locked while it exists, so a killed run's is removed by the next run (`stage.rs`).
+    let (staging, lock) = stage::create(&std::env::temp_dir(), stage::VERIFY_RUN_PREFIX)?;
     let confined = sandbox.extract(&file, staging.path(), &req);
+    stop_point("publish:verify");
     // Beneath the fd, never following a link: the staged tree may hold symlinks.
     if let Ok(dir) = File::open(staging.path()) {
         let _ = crate::extract::writer::clear_beneath(dir.as_fd(), 0);
     }
+    // The directory removed before its lock goes.
+    drop(staging);
+    drop(lock);
     let confined = confined?;
     Ok((confined.outcome, confined.sandbox.summary()))
 }

@@ -1,15 +1,16 @@
-//! The staging directory of one publish run (beside OUT_DIR), and the removal of those that
-//! killed runs left.
+//! The working directories of one publish run, and the removal of those that killed runs
+//! left: its staging directory beside OUT_DIR ([`RUN_PREFIX`]), and the directory its check
+//! extraction is staged in, in the temporary directory ([`VERIFY_RUN_PREFIX`]).
 //!
-//! A run removes its staging directory as it ends (or renames it into place as OUT_DIR),
-//! unless it is killed by `SIGKILL` or a power cut: then the directory stays, and nothing else
-//! would ever remove it. So each run holds an exclusive `flock(2)` on its own
-//! staging directory, taken right after making it, for as long as the directory exists under
-//! its staging name; the kernel releases it when the process ends, however it ends. A later
-//! run removes, before making its own, every staging directory in the same parent whose lock
-//! it can take: no running publish holds it, so none will ever use it again. One whose lock is
-//! held is a live run's, and is left alone. (The fetch cache ties its partial downloads to a
-//! lock the same way, `src/fetch/cache.rs`.)
+//! A run removes each such directory as it ends with it (or renames the staging one into
+//! place as OUT_DIR), unless it is killed by `SIGKILL` or a power cut: then the directory
+//! stays, and nothing else would ever remove it. So each run holds an exclusive `flock(2)` on
+//! its own directory, taken right after making it, for as long as the directory exists under
+//! its name; the kernel releases it when the process ends, however it ends. A later run
+//! removes, before making its own, every directory of the same prefix in the same parent whose
+//! lock it can take: no running publish holds it, so none will ever use it again. One whose
+//! lock is held is a live run's, and is left alone. (The fetch cache ties its partial
+//! downloads to a lock the same way, `src/fetch/cache.rs`.)
 //!
 //! Nothing is removed in a parent where someone else could rename entries (writable by group
 //! or others without the sticky bit, or owned by a user other than this one or root): there
@@ -17,8 +18,9 @@
 //! name and have it emptied.
 //!
 //! Directories made by a skillbox from before this lock carry no lock to tell a live run from
-//! a dead one; their names ([`PREFIX`] and six characters, no [`RUN_PREFIX`]) are never
-//! removed, so a run of an older version working beside this one keeps its directory.
+//! a dead one; their names ([`PREFIX`] or `skillbox-publish-verify-` and six characters, never
+//! `run-`) are never removed, so a run of an older version working beside this one keeps its
+//! directory.
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
@@ -36,8 +38,11 @@ use super::{PublishError, io_err};
 pub const PREFIX: &str = ".skillbox-publish-";
 /// What this version's staging directories' names start with: those made holding a lock.
 pub const RUN_PREFIX: &str = ".skillbox-publish-run-";
+/// What this version's check-extraction directories' names start with (in the temporary
+/// directory), made holding a lock like the staging ones.
+pub const VERIFY_RUN_PREFIX: &str = "skillbox-publish-verify-run-";
 
-/// The lock a run holds on its staging directory (released when dropped, or when the process
+/// The lock a run holds on one of its directories (released when dropped, or when the process
 /// ends).
 #[derive(Debug)]
 pub struct StageLock {
@@ -52,11 +57,15 @@ fn same_inode(a: &FileStat, b: &FileStat) -> bool {
     (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 }
 
-/// Make a new staging directory in `parent` (mode 0700) and lock it.
-pub fn create(parent: &Path) -> Result<(tempfile::TempDir, StageLock), PublishError> {
+/// Make a new directory named `run_prefix` and six characters in `parent` (mode 0700) and
+/// lock it.
+pub fn create(
+    parent: &Path,
+    run_prefix: &str,
+) -> Result<(tempfile::TempDir, StageLock), PublishError> {
     loop {
         let dir = tempfile::Builder::new()
-            .prefix(RUN_PREFIX)
+            .prefix(run_prefix)
             .tempdir_in(parent)
             .map_err(io_err(parent))?;
         let fd = open(dir.path(), dir_flags(), Mode::empty()).map_err(|e| PublishError::Io {
@@ -85,15 +94,15 @@ pub fn create(parent: &Path) -> Result<(tempfile::TempDir, StageLock), PublishEr
     }
 }
 
-/// Remove the staging directories in `parent` that killed runs left: this version's
-/// ([`RUN_PREFIX`]), owned by this user, whose lock no process holds; none in a parent where
+/// Remove the directories named `run_prefix` (one of [`RUN_PREFIX`], [`VERIFY_RUN_PREFIX`])
+/// in `parent` that killed runs left: owned by this user, whose lock no process holds; none in a parent where
 /// others could rename entries. Best effort (a directory that cannot be removed is left for a
 /// later run); returns how many were removed.
 ///
 /// Each is opened without following a link and emptied beneath that descriptor, never by a
 /// path walk: the parent may be writable by others (a shared web root), who could put a
 /// symlink at such a name.
-pub fn remove_abandoned(parent: &Path) -> usize {
+pub fn remove_abandoned(parent: &Path, run_prefix: &str) -> usize {
     let Ok(parent_fd) = open(
         parent,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
@@ -112,7 +121,7 @@ pub fn remove_abandoned(parent: &Path) -> usize {
             .iter()
             .filter_map(Result::ok)
             .map(|e| e.file_name().to_owned())
-            .filter(|n| n.to_bytes().starts_with(RUN_PREFIX.as_bytes()))
+            .filter(|n| n.to_bytes().starts_with(run_prefix.as_bytes()))
             .collect(),
         Err(_) => return 0,
     };
@@ -131,7 +140,7 @@ fn others_can_rename(st: &FileStat) -> bool {
     !owner || shared
 }
 
-/// Remove the staging directory `name` in `parent` if its lock is free. `Ok(false)`: left
+/// Remove the directory `name` in `parent` if its lock is free. `Ok(false)`: left
 /// alone (a live run's, another user's, or not a directory).
 fn remove_one(parent: &OwnedFd, name: &CStr) -> nix::Result<bool> {
     // A symlink or a file at the name fails here (O_NOFOLLOW | O_DIRECTORY): never followed.
@@ -190,7 +199,7 @@ mod tests {
         std::fs::create_dir(&outside).expect("mkdir");
         std::fs::write(outside.join("precious"), b"keep").expect("write");
 
-        let (live, lock) = create(parent).expect("create");
+        let (live, lock) = create(parent, RUN_PREFIX).expect("create");
         std::fs::create_dir_all(live.path().join(".well-known/x")).expect("mkdir");
         std::fs::write(live.path().join(".well-known/x/a"), b"a").expect("write");
         std::os::unix::fs::symlink(&outside, live.path().join("link")).expect("symlink");
@@ -198,8 +207,11 @@ mod tests {
         std::os::unix::fs::symlink(&outside, parent.join(format!("{RUN_PREFIX}evil")))
             .expect("symlink");
         std::fs::create_dir(parent.join(format!("{PREFIX}AbCdEf"))).expect("mkdir");
+        // A check extraction's directory (no lock held): only its own prefix's clean takes it.
+        let verify = parent.join(format!("{VERIFY_RUN_PREFIX}AbCdEf"));
+        std::fs::create_dir(&verify).expect("mkdir");
 
-        assert_eq!(remove_abandoned(parent), 0);
+        assert_eq!(remove_abandoned(parent, RUN_PREFIX), 0);
         assert!(live.path().join(".well-known/x/a").exists(), "a live stage");
 
         drop(lock);
@@ -212,10 +224,10 @@ mod tests {
             std::fs::set_permissions(parent, std::fs::Permissions::from_mode(mode)).expect("chmod")
         };
         chmod(0o777);
-        assert_eq!(remove_abandoned(parent), 0);
+        assert_eq!(remove_abandoned(parent, RUN_PREFIX), 0);
         assert!(parent.join(&name).exists());
         chmod(0o1777);
-        assert_eq!(remove_abandoned(parent), 1);
+        assert_eq!(remove_abandoned(parent, RUN_PREFIX), 1);
         assert!(!parent.join(&name).exists());
         assert_eq!(
             stages(parent),
@@ -225,6 +237,9 @@ mod tests {
             std::fs::read(outside.join("precious")).expect("read"),
             b"keep"
         );
+        assert!(verify.exists(), "another prefix's directory");
+        assert_eq!(remove_abandoned(parent, VERIFY_RUN_PREFIX), 1);
+        assert!(!verify.exists());
         chmod(0o700);
     }
 }

@@ -865,7 +865,9 @@ mod tests {
     /// A build as `publish::build` stages it beside `beside`: one skill whose artifact holds
     /// `artifact`, and `index` as the index document.
     fn built(beside: &Path, skill: &str, artifact: &[u8], index: &[u8]) -> Built {
-        let (stage, stage_lock) = crate::publish::stage::create(beside).expect("stage");
+        let (stage, stage_lock) =
+            crate::publish::stage::create(beside, crate::publish::stage::RUN_PREFIX)
+                .expect("stage");
         let digest = Sha256Digest::of_bytes(artifact);
         let rel = format!(
             "{INDEX_DIR}/{skill}/{skill}-{}.tar.gz",

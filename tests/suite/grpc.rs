@@ -2065,3 +2065,95 @@ fn health_probe_exits_zero_only_when_serving() {
         "a failed probe says why"
     );
 }
+
+/// What `GetTree` and `Release` answer for `id`: each call's error status (the test fails if
+/// either succeeds).
+async fn tree_and_release_refuse(server: &Server, id: &str) -> (tonic::Status, tonic::Status) {
+    let mut raw = server.raw_client().await;
+    let tree = raw
+        .get_tree(pb::GetTreeRequest {
+            staging_id: id.to_owned(),
+        })
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("GetTree of {id:?} was served"));
+    let release = raw
+        .release(pb::ReleaseRequest {
+            staging_id: id.to_owned(),
+        })
+        .await
+        .err()
+        .unwrap_or_else(|| panic!("Release of {id:?} succeeded"));
+    (tree, release)
+}
+
+/// `GetTree` and `Release` refuse the same ids in the same words: a malformed id is
+/// INVALID_ARGUMENT with a BadRequest naming `staging_id`, and the message names the id,
+/// control characters escaped and its length bounded; an id the server does not hold (never
+/// given, released, expired) is NOT_FOUND naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_tree_and_release_refuse_a_bad_or_unknown_id_alike() {
+    let same = |(tree, release): &(tonic::Status, tonic::Status), code: Code, id: &str| {
+        assert_eq!(tree.code(), code, "GetTree of {id:?}: {tree:?}");
+        assert_eq!(release.code(), code, "Release of {id:?}: {release:?}");
+        assert_eq!(
+            tree.message(),
+            release.message(),
+            "GetTree and Release word {id:?} alike"
+        );
+    };
+    let server = Server::start(&[]);
+
+    // Malformed: a path, and a hostile one (a terminal escape, far past any id's length).
+    let hostile = format!("../\u{1b}[2J{}", "z".repeat(100_000));
+    for id in ["../../etc", hostile.as_str()] {
+        let answers = tree_and_release_refuse(&server, id).await;
+        same(&answers, Code::InvalidArgument, id);
+        for s in [&answers.0, &answers.1] {
+            assert_eq!(bad_field(s), "staging_id", "{s:?}");
+            assert!(
+                s.message().len() < 1000,
+                "bounded: {} bytes",
+                s.message().len()
+            );
+            assert!(!s.message().contains('\u{1b}'), "escaped: {s:?}");
+        }
+        let shown: String = id.replace('\u{1b}', "\\u{1b}").chars().take(20).collect();
+        assert!(
+            answers.0.message().contains(&shown),
+            "names the id: {:?}",
+            answers.0
+        );
+    }
+
+    // Never given.
+    let unknown = "0123456789abcdef0123456789abcdef";
+    let answers = tree_and_release_refuse(&server, unknown).await;
+    same(&answers, Code::NotFound, unknown);
+    assert!(answers.0.message().contains(unknown), "{:?}", answers.0);
+
+    // Released.
+    let mut c = server.client().await;
+    let staged = extract_plain(&mut c, None, "extract")
+        .await
+        .staged
+        .unwrap_or_else(|| panic!("accepted"));
+    ok(c.release(&staged.id).await, "release");
+    let answers = tree_and_release_refuse(&server, &staged.id).await;
+    same(&answers, Code::NotFound, &staged.id);
+    assert!(answers.0.message().contains(&staged.id), "{:?}", answers.0);
+    server.assert_clean();
+
+    // Expired (the reaper runs every second; the TTL is one second).
+    let server = Server::start(&["--staging-ttl", "1"]);
+    let mut c = server.client().await;
+    let staged = extract_plain(&mut c, None, "extract")
+        .await
+        .staged
+        .unwrap_or_else(|| panic!("accepted"));
+    server.wait_clean(Duration::from_secs(5));
+    let answers = tree_and_release_refuse(&server, &staged.id).await;
+    same(&answers, Code::NotFound, &staged.id);
+    assert!(answers.0.message().contains(&staged.id), "{:?}", answers.0);
+    server.assert_clean();
+}

@@ -1567,3 +1567,97 @@ fn a_killed_runs_staging_directory_is_removed_by_the_next_run_never_a_live_ones(
     assert_eq!(snapshot(&out), published, "the same sources, the same site");
     expect_code(&publish(&src, &out, &["--check"]), 0);
 }
+
+/// The check extractions' directories in `tmpdir` (a run's `TMPDIR`), sorted.
+fn verify_dirs(tmpdir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(tmpdir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("skillbox-publish-verify-"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A run killed with `SIGKILL` while its check extraction's tree is in the temporary directory
+/// cannot remove that directory; the next publish with the same `TMPDIR` does (its lock is
+/// free), and never the one of a run still going (stopped at the same point, its lock held),
+/// which then completes and removes its own. A directory an older skillbox left (no `run-`,
+/// no lock to tell a live run from a dead one) is left alone. (Before the lock, the killed
+/// run's directory stayed forever.)
+#[test]
+fn a_killed_runs_check_extraction_directory_is_removed_by_the_next_run_never_a_live_ones() {
+    let (tmp, src, out) = a_published_site();
+    // A private TMPDIR (its owner only), shared by every run below.
+    let tmpdir = tmp.path().join("tmp");
+    std::fs::create_dir(&tmpdir).expect("mkdir");
+    std::fs::set_permissions(&tmpdir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let older = "skillbox-publish-verify-AbCdEf";
+    std::fs::create_dir(tmpdir.join(older)).expect("mkdir");
+    let stopped = || {
+        super::stopped_at(
+            Command::new(bin())
+                .args([OsStr::new("publish"), src.as_os_str(), OsStr::new("--out")])
+                .arg(&out)
+                .env_remove("SOURCE_DATE_EPOCH")
+                .env("TMPDIR", &tmpdir),
+            "publish:verify",
+        )
+    };
+    let others = |seen: &[String]| -> Vec<String> {
+        verify_dirs(&tmpdir)
+            .into_iter()
+            .filter(|n| n != older && !seen.contains(n))
+            .collect()
+    };
+
+    // Killed with the extracted tree in its directory: the directory stays.
+    let mut killed = stopped();
+    let dead = others(&[]);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(
+        std::fs::read_dir(tmpdir.join(&dead[0]))
+            .expect("read_dir")
+            .next()
+            .is_some(),
+        "the killed run's check extraction is in its directory"
+    );
+    killed.kill().expect("SIGKILL");
+    killed.wait().expect("wait");
+    assert_eq!(others(&[]), dead, "nothing removed it");
+
+    // Live, stopped at the same point: its lock is held.
+    let live = stopped();
+    let live_dir = others(&dead);
+    assert_eq!(live_dir.len(), 1, "{live_dir:?}");
+
+    // The next run removes the dead run's directory, not the live one's nor the older one.
+    let o = run(
+        &[
+            OsStr::new("publish"),
+            src.as_os_str(),
+            OsStr::new("--out"),
+            out.as_os_str(),
+        ],
+        &[("TMPDIR", tmpdir.to_str().expect("utf-8 path"))],
+    );
+    expect_code(&o, 0);
+    let mut want = vec![older.to_owned(), live_dir[0].clone()];
+    want.sort();
+    assert_eq!(
+        verify_dirs(&tmpdir),
+        want,
+        "dead removed, live and older kept"
+    );
+
+    // The live run goes on, publishes, and leaves no directory of its own.
+    super::resume(live.id());
+    let o = live.wait_with_output().expect("wait");
+    expect_code(&o, 0);
+    assert_eq!(
+        verify_dirs(&tmpdir),
+        [older],
+        "the live run removed its own"
+    );
+    no_stage_left(tmp.path());
+}
