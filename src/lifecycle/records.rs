@@ -1474,12 +1474,17 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn withdraw(&self, digest: &str, reason: &str) -> Result<(), Error> {
-        self.exec(
-            "UPDATE versions SET state = 'withdrawn', withdrawn_reason = ? WHERE digest = ?",
+    /// Withdraw `digest` with `reason`, unless it is withdrawn already: true when this call
+    /// withdrew it, false when a withdrawal stands (it is kept, reason and all). Conditional in
+    /// the statement itself, not on the caller's earlier read: two hosts that both read the
+    /// version as not withdrawn and then withdraw it at once leave the first withdrawal
+    /// standing, its reason, who and host never written over by the second.
+    pub fn withdraw(&self, digest: &str, reason: &str) -> Result<bool, Error> {
+        let n = self.exec(
+            "UPDATE versions SET state = 'withdrawn', withdrawn_reason = ? WHERE digest = ? AND state <> 'withdrawn'",
             args![reason, digest],
         )?;
-        Ok(())
+        Ok(n == 1)
     }
 
     /// Whether this host's store holds the version's tree.

@@ -2354,3 +2354,74 @@ fn a_local_withdrawal_while_the_registry_is_down_reaches_every_host() {
     let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
     assert!(!printed.contains(&pg.password), "the password was printed");
 }
+
+/// Two hosts withdraw one version at once: both read it approved, then both write. The first
+/// withdrawal stands (its reason, who, host); the second command succeeds (exit 0) and reports
+/// it as standing (`already_withdrawn`), exactly as a withdraw run after it, and moves its own
+/// host's agent. Made deterministic by stopping A (the debug build's `SKILLBOX_TEST_STOP_AT`)
+/// after it read the version and before it writes, while B withdraws. (Before: A's
+/// unconditional write put its reason over B's, recorded a second `withdrawn` event and
+/// reported no standing withdrawal.)
+#[test]
+fn two_simultaneous_withdrawals_keep_the_first_reason() {
+    let pg = server();
+    let db = "fleet_withdraw_race";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2 = f.publish(&package(2));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let vref = format!("demo@{v2}");
+    let mut c = a.command(&[
+        "withdraw",
+        &vref,
+        "--reason",
+        "a: second",
+        "--by",
+        "alan",
+        "--json",
+    ]);
+    c.env("SKILLBOX_RECORDS_LOCK_TIMEOUT", "600");
+    let stopped = super::stopped_at(&mut c, "withdraw:decided");
+    let o = b.run(&[
+        "withdraw", &vref, "--reason", "b: first", "--by", "bea", "--json",
+    ]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert!(j.get("already_withdrawn").is_none(), "{j}");
+    assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
+    super::resume(stopped.id());
+    let o = finish(&a, stopped);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["already_withdrawn"]["by"], "person:bea", "{j}");
+    assert_eq!(j["already_withdrawn"]["host"], "host-b", "{j}");
+    assert_eq!(j["already_withdrawn"]["reason"], "b: first", "{j}");
+    assert_eq!(j["agents"][0]["agent"], "alpha", "A's agent moves: {j}");
+    assert_eq!(j["agents"][0]["to"], v1.as_str(), "{j}");
+    assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+    // One withdrawal in the records: B's reason, one `withdrawn` event.
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!(
+                "SELECT COUNT(*) FROM versions WHERE digest = '{v2}' AND state = 'withdrawn' AND withdrawn_reason = 'b: first'"
+            )
+        ),
+        1
+    );
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!("SELECT COUNT(*) FROM events WHERE digest = '{v2}' AND kind = 'withdrawn'")
+        ),
+        1
+    );
+    let o = a.run(&["provenance", &vref, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    assert_eq!(p["version"]["withdrawn_reason"], "b: first", "{p}");
+}
