@@ -2039,6 +2039,148 @@ pub fn sync(store: &mut Store) -> Result<SyncReport, Error> {
     })
 }
 
+/// How recently a host must have shown itself in the records (its last sync, its newest event,
+/// its registration) for `forget-host` to take it as alive and refuse it: three runs of the
+/// shipped sync timer (every five minutes, [`sync`]) missed in a row.
+pub const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The answer of `forget-host`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForgetReport {
+    pub host: String,
+    pub reason: String,
+    pub by: String,
+    /// The newest of its registration, last sync and last event.
+    pub last_seen: String,
+    pub last_sync: Option<String>,
+    /// Its agents and the versions each was recorded on.
+    pub agents: Vec<ForgottenAgent>,
+    /// Versions recorded in its store.
+    pub stored_versions: usize,
+    /// Its unfinished steps, dropped with it.
+    pub unfinished_steps: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ForgottenAgent {
+    pub agent: String,
+    pub dir: String,
+    pub versions: Vec<ForgottenInstall>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ForgottenInstall {
+    pub skill: String,
+    pub digest: String,
+    pub withdrawn: bool,
+}
+
+/// `forget-host`: remove host `name` (gone: decommissioned, reimaged, lost) from the records,
+/// so its agents stop counting as still on a withdrawn version. Refused for this store's own
+/// host (exit 2), an unknown host (exit 8), and a host seen in the records within
+/// [`FORGET_AFTER`] unless `even_if_recent` (a live host forgotten would hide its agents from
+/// containment until it registers again). One transaction: every row keyed by that host goes,
+/// events stay, and a `host_forgotten` event (who, why, from which host) keeps the removed rows,
+/// which the same store gets back if it ever returns (it registers again).
+pub fn forget_host(
+    store: &mut Store,
+    name: &str,
+    reason: &str,
+    who: &str,
+    even_if_recent: bool,
+) -> Result<ForgetReport, Error> {
+    let here = store.records.host().to_owned();
+    if name == here {
+        return Err(Error::new(
+            Kind::Usage,
+            format!(
+                "{name} is this store's host: a host cannot forget itself (its store is bound to that name in the records); run forget-host on another host of the fleet"
+            ),
+        ));
+    }
+    let time = now();
+    let since = crate::fetch::rfc3339_of(std::time::SystemTime::now() - FORGET_AFTER);
+    let actor = format!("person:{who}");
+    store.records.write(|tx| {
+        let Some((_, first_seen, last_sync, last_event)) = tx.host_activity(name)? else {
+            return Err(Error::new(
+                Kind::NotFound,
+                format!("no host {name} in the records (status lists the hosts)"),
+            ));
+        };
+        // Every time is RFC 3339 UTC at second precision, so they compare as text.
+        let last_seen = [Some(first_seen), last_sync.clone(), last_event]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or_default();
+        if last_seen >= since && !even_if_recent {
+            return Err(Error::new(
+                Kind::Usage,
+                format!(
+                    "host {name} was seen in the records at {last_seen} (last sync {}), less than {} minutes ago: it may be alive, and forgetting a live host hides its agents from containment; make sure it is gone, or give --even-if-recent",
+                    last_sync.as_deref().unwrap_or("never"),
+                    FORGET_AFTER.as_secs() / 60
+                ),
+            ));
+        }
+        let Some(snap) = tx.forget_host(name)? else {
+            return Err(Error::new(Kind::NotFound, format!("no host {name} in the records")));
+        };
+        let mut agents: Vec<ForgottenAgent> = Vec::new();
+        let mut by_digest: std::collections::BTreeMap<(String, String), Vec<String>> =
+            std::collections::BTreeMap::new();
+        for (agent, dir) in &snap.agents {
+            let mut versions = Vec::new();
+            for i in snap.installs.iter().filter(|i| i.agent == *agent) {
+                let withdrawn = tx
+                    .version(&i.digest)?
+                    .is_some_and(|v| v.state == State::Withdrawn);
+                versions.push(ForgottenInstall {
+                    skill: i.skill.clone(),
+                    digest: i.digest.clone(),
+                    withdrawn,
+                });
+                by_digest
+                    .entry((i.skill.clone(), i.digest.clone()))
+                    .or_default()
+                    .push(agent.clone());
+            }
+            agents.push(ForgottenAgent {
+                agent: agent.clone(),
+                dir: dir.clone(),
+                versions,
+            });
+        }
+        // Each version's history says the host's agents left its records, and why.
+        for ((skill, digest), names) in &by_digest {
+            tx.event(
+                &time,
+                skill,
+                Some(digest),
+                "host_forgotten",
+                &actor,
+                &format!(
+                    "host {name} forgotten (its agents {} were recorded on this version): {reason}",
+                    names.join(", ")
+                ),
+            )?;
+        }
+        let detail = json!({"host": name, "reason": reason, "snapshot": &snap});
+        tx.event(&time, "", None, "host_forgotten", &actor, &detail.to_string())?;
+        Ok(ForgetReport {
+            host: name.to_owned(),
+            reason: reason.to_owned(),
+            by: actor.clone(),
+            last_seen,
+            last_sync,
+            agents,
+            stored_versions: snap.versions.len(),
+            unfinished_steps: snap.intents.len(),
+        })
+    })
+}
+
 /// The answer of `list`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listing {
