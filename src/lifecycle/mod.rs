@@ -9,7 +9,7 @@
 //! steps so a killed command leaves the old state or the new one, and the next command finishes
 //! it; [`quarantine`] contains a version on this host when the records cannot be reached
 //! (`withdraw --local`) and keeps that withdrawal until they can; [`ops`] holds the commands (install, approve, deny, update, rollback, withdraw, list,
-//! provenance, gc, verify, sync).
+//! provenance, gc, verify, sync, forget-host).
 //!
 //! This module never runs package content, never hands a package's text to an agent to decide
 //! its installation (descriptions grant nothing), never writes over an existing version or an

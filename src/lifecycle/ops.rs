@@ -2102,7 +2102,13 @@ pub fn forget_host(
     let since = crate::fetch::rfc3339_of(std::time::SystemTime::now() - FORGET_AFTER);
     let actor = format!("person:{who}");
     store.records.write(|tx| {
-        let Some((_, first_seen, last_sync, last_event)) = tx.host_activity(name)? else {
+        let Some(super::records::HostActivity {
+            first_seen,
+            last_sync,
+            last_event,
+            ..
+        }) = tx.host_activity(name)?
+        else {
             return Err(Error::new(
                 Kind::NotFound,
                 format!("no host {name} in the records (status lists the hosts)"),

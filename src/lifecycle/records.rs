@@ -259,6 +259,16 @@ pub struct HostRow {
     pub last_sync: Option<String>,
 }
 
+/// What the records say of one host's last signs of life (RFC 3339 UTC times).
+#[derive(Debug, Clone)]
+pub struct HostActivity {
+    pub store_id: String,
+    pub first_seen: String,
+    pub last_sync: Option<String>,
+    /// Its newest event (any command of it that recorded something).
+    pub last_event: Option<String>,
+}
+
 /// Everything the records held for one host, as `forget-host` removed it: kept whole in the
 /// `host_forgotten` event, so the same store coming back (the host was only unreachable) is
 /// given its rows back when it registers again ([`Records::register`]).
@@ -1589,10 +1599,7 @@ impl Tx<'_> {
 
     /// A host's store id, when it was first seen, its last sync, and the time of its newest
     /// event: what says whether it is still at work.
-    pub fn host_activity(
-        &self,
-        name: &str,
-    ) -> Result<Option<(String, String, Option<String>, Option<String>)>, Error> {
+    pub fn host_activity(&self, name: &str) -> Result<Option<HostActivity>, Error> {
         let Some(r) = self
             .rows(
                 "SELECT store_id, first_seen, last_sync FROM hosts WHERE name = ?",
@@ -1609,14 +1616,25 @@ impl Tx<'_> {
             .map(|e| e.opt_text(0))
             .transpose()?
             .flatten();
-        Ok(Some((r.text(0)?, r.text(1)?, r.opt_text(2)?, last_event)))
+        Ok(Some(HostActivity {
+            store_id: r.text(0)?,
+            first_seen: r.text(1)?,
+            last_sync: r.opt_text(2)?,
+            last_event,
+        }))
     }
 
     /// Remove every row the records keep for host `name` (its agents, their installations, the
     /// versions in its store, its unfinished steps, its hosts row) and return them. Events stay:
     /// they are the fleet's history.
     pub fn forget_host(&self, name: &str) -> Result<Option<HostSnapshot>, Error> {
-        let Some((store_id, first_seen, last_sync, _)) = self.host_activity(name)? else {
+        let Some(HostActivity {
+            store_id,
+            first_seen,
+            last_sync,
+            ..
+        }) = self.host_activity(name)?
+        else {
             return Ok(None);
         };
         let agents = self
