@@ -166,6 +166,38 @@ pub enum LifecycleCommand {
     /// the shared records moves back to its previous approved version (or loses the skill).
     #[command(after_help = EXIT_CODES_HELP)]
     Sync(CommonOnly),
+    /// Remove a host that is gone (decommissioned, reimaged, lost) from shared records: its
+    /// agents, their installations, its store's versions and unfinished steps, so they stop
+    /// counting as still on a withdrawn version. Events stay, with a host_forgotten event. Not
+    /// this store's own host (exit 2), not an unknown one (exit 8), and not one seen in the
+    /// records (sync, any recorded command) within the last 15 minutes unless
+    /// --even-if-recent. The same store coming back gets its rows back when it registers.
+    #[command(after_help = EXIT_CODES_HELP)]
+    ForgetHost(ForgetHostArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ForgetHostArgs {
+    /// The host's name, as `status` lists it.
+    #[arg(value_name = "NAME", value_parser = parse_host)]
+    name: String,
+    /// Why it is forgotten (recorded and shown).
+    #[arg(long, value_name = "TEXT", value_parser = parse_reason)]
+    reason: String,
+    /// Who forgets it (recorded) [default: $USER].
+    #[arg(long, value_name = "NAME", value_parser = parse_person)]
+    by: Option<String>,
+    /// Forget it even though it was seen in the records within the last 15 minutes (three
+    /// runs of the sync timer). Dangerous: a host still alive would run its agents unseen,
+    /// and a withdrawn version on it would read "contained" until it registers again.
+    #[arg(long)]
+    even_if_recent: bool,
+    #[command(flatten)]
+    common: Common,
+}
+
+fn parse_host(s: &str) -> Result<String, String> {
+    skillbox::lifecycle::fleet::check_host_name(s).map(|()| s.to_owned())
 }
 
 #[derive(Args, Debug)]
@@ -449,6 +481,7 @@ pub fn run(cmd: LifecycleCommand, leading: &LeadingSandboxArgs) -> u8 {
         | LifecycleCommand::Sync(a) => a.common.json,
         LifecycleCommand::Provenance(a) => a.common.json,
         LifecycleCommand::Gc(a) => a.common.json,
+        LifecycleCommand::ForgetHost(a) => a.common.json,
     };
     match dispatch(cmd, sandbox, json_out) {
         Ok(code) => code,
@@ -884,6 +917,47 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             } else {
                 EXIT_OPERATIONAL
             })
+        }
+        LifecycleCommand::ForgetHost(a) => {
+            let mut store = open(&a.common, Access::Exclusive)?;
+            let r = ops::forget_host(
+                &mut store,
+                &a.name,
+                &a.reason,
+                &who(&a.by),
+                a.even_if_recent,
+            )?;
+            if json_out {
+                print_json(&r);
+            } else {
+                println!(
+                    "forgot host {} (last seen {}, last sync {}): {} agent(s), {} stored version(s), {} unfinished step(s) removed from the records",
+                    r.host,
+                    shown(&r.last_seen),
+                    shown(r.last_sync.as_deref().unwrap_or("never")),
+                    r.agents.len(),
+                    r.stored_versions,
+                    r.unfinished_steps
+                );
+                for g in &r.agents {
+                    if g.versions.is_empty() {
+                        println!("  {:<16} (no skill)", g.agent);
+                    }
+                    for v in &g.versions {
+                        println!(
+                            "  {:<16} {}@{}{}",
+                            g.agent,
+                            v.skill,
+                            short(&v.digest),
+                            if v.withdrawn { "  WITHDRAWN" } else { "" }
+                        );
+                    }
+                }
+                println!(
+                    "its events stay; if its store comes back, it is registered again with these rows"
+                );
+            }
+            Ok(EXIT_OK)
         }
         LifecycleCommand::Verify(a) => {
             let mut store = open(&a.common, Access::Exclusive)?;

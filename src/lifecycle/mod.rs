@@ -9,7 +9,7 @@
 //! steps so a killed command leaves the old state or the new one, and the next command finishes
 //! it; [`quarantine`] contains a version on this host when the records cannot be reached
 //! (`withdraw --local`) and keeps that withdrawal until they can; [`ops`] holds the commands (install, approve, deny, update, rollback, withdraw, list,
-//! provenance, gc, verify, sync).
+//! provenance, gc, verify, sync, forget-host).
 //!
 //! This module never runs package content, never hands a package's text to an agent to decide
 //! its installation (descriptions grant nothing), never writes over an existing version or an
@@ -116,6 +116,27 @@ pub fn crash_point(op: &str, step: &str) {
     #[cfg(not(debug_assertions))]
     {
         let _ = (op, step);
+    }
+}
+
+/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=<op>:<step>` a debug build stops itself
+/// (`SIGSTOP`) at that step, the first time only, so a test can make another host act in
+/// between and let this one go on (`SIGCONT`): `withdraw:decided` is after `withdraw` read the
+/// version as not withdrawn and before it writes the withdrawal. Release builds compile this to
+/// nothing.
+pub fn stop_point(at: &str) {
+    #[cfg(debug_assertions)]
+    {
+        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
+            && !STOPPED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = at;
     }
 }
 

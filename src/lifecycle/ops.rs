@@ -20,7 +20,7 @@ use super::policy::{Decision, Facts, Policy};
 use super::quarantine;
 use super::records::{Event, HostRow, Install, Listed, State, Tx, Version};
 use super::store::{self, Store};
-use super::{Error, Kind, crash_point, now, redact_json, redact_message, redact_url};
+use super::{Error, Kind, crash_point, now, redact_json, redact_message, redact_url, stop_point};
 use crate::digest::Sha256Digest;
 use crate::extract::policy::Limits;
 use crate::extract::{ArtifactType, Request};
@@ -1581,19 +1581,56 @@ pub fn withdraw(
             )),
         ),
     };
-    let v = find_version(store, r)?;
+    let mut v = find_version(store, r)?;
     let actor = format!("person:{who}");
-    let mut report = if v.state == State::Withdrawn {
-        // Withdrawn before (a runbook runs the same withdraw on every host): the state it asks
-        // for holds, so this is no failure. It says whose withdrawal stands (this reason is not
-        // recorded over it) and moves this host's agents off it as `sync` does, a link of ours
-        // the records lost included.
+    // The withdrawal is committed first, in a transaction of its own, unless one stands. The
+    // write is conditional on the record (not on the copy read above): a withdrawal another
+    // host committed between that read and this write stands, and this one reports it as a
+    // withdrawal found standing, exactly as when it was read so.
+    let withdrew = v.state != State::Withdrawn && {
+        stop_point("withdraw:decided");
+        let time = now();
+        let wrote = store.records.write(|tx| {
+            let wrote = tx.withdraw(&v.digest, reason)?;
+            if wrote {
+                tx.event(
+                    &time,
+                    &v.skill,
+                    Some(&v.digest),
+                    "withdrawn",
+                    &actor,
+                    reason,
+                )?;
+            }
+            Ok(wrote)
+        })?;
+        crash_point("withdraw", "withdrawn");
+        wrote
+    };
+    let mut report = if withdrew {
+        move_off(store, &v, &actor, "withdraw")?
+    } else {
+        // Withdrawn before (a runbook runs the same withdraw on every host), or meanwhile by
+        // another host: the state it asks for holds, so this is no failure. It says whose
+        // withdrawal stands (this reason is not recorded over it) and moves this host's agents
+        // off it as `sync` does, a link of ours the records lost included.
+        if v.state != State::Withdrawn {
+            v = store
+                .records
+                .read(|tx| tx.version(&v.digest))?
+                .ok_or_else(|| {
+                    Error::new(
+                        Kind::Operational,
+                        format!("{}@{} vanished from the records", v.skill, v.digest),
+                    )
+                })?;
+        }
         let host = store.records.host().to_owned();
         let earlier = store.records.read(|tx| tx.events_of(&v.skill, &v.digest))?;
         let earlier = earlier.into_iter().rev().find(|e| e.kind == "withdrawn");
         let found =
             found_on_withdrawn(store, &format!("skillbox:withdraw@{host}"), Some(&v.digest));
-        let mut report = move_off(store, &v, &actor, None, "withdraw")?;
+        let mut report = move_off(store, &v, &actor, "withdraw")?;
         if let Err(e) = found {
             report.problems.push(format!(
                 "looking for links to it the records lost failed ({e}): run `skillbox sync`"
@@ -1610,8 +1647,6 @@ pub fn withdraw(
             reason: v.withdrawn_reason.clone(),
         });
         report
-    } else {
-        move_off(store, &v, &actor, Some(reason), "withdraw")?
     };
     report.recovered = recovered;
     report.problems.extend(unrecovered);
@@ -1619,10 +1654,10 @@ pub fn withdraw(
 }
 
 /// Move this host's agents off `v` (to the previous approved version in this host's store, or
-/// to nothing), after committing the withdrawal when `withdraw` gives its reason, then switch
-/// the links (journaled, as every move).
+/// to nothing), then switch the links (journaled, as every move).
 ///
-/// The withdrawal is its own transaction, committed before anything about the moves is read:
+/// The withdrawal is its own transaction, committed (by [`withdraw`], or found standing) before
+/// anything about the moves is read:
 /// what the moves need (the version they go to) may change under them on another host, and a
 /// move that cannot be recorded is then a problem line that `sync` (and every command's
 /// `prepare`) retries, never a withdrawal that did not happen.
@@ -1633,21 +1668,7 @@ pub fn withdraw(
 /// left untouched and stays recorded on the withdrawn version, so `status` lists it, `gc`
 /// keeps the tree and `sync` tries again; each one is a problem naming the agent and what to
 /// do. An agent whose link is missing runs nothing of it: it moves like the others.
-fn move_off(
-    store: &mut Store,
-    v: &Version,
-    actor: &str,
-    withdraw: Option<&str>,
-    op: &str,
-) -> Result<MoveReport, Error> {
-    if let Some(reason) = withdraw {
-        let time = now();
-        store.records.write(|tx| {
-            tx.withdraw(&v.digest, reason)?;
-            tx.event(&time, &v.skill, Some(&v.digest), "withdrawn", actor, reason)
-        })?;
-        crash_point(op, "withdrawn");
-    }
+fn move_off(store: &mut Store, v: &Version, actor: &str, op: &str) -> Result<MoveReport, Error> {
     let (users, prev) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?,
@@ -1822,7 +1843,7 @@ fn apply_withdrawals(store: &mut Store) -> Result<(Vec<MoveReport>, Vec<String>)
         let Some(v) = store.records.read(|tx| tx.version(&digest))? else {
             continue;
         };
-        match move_off(store, &v, &format!("skillbox:sync@{host}"), None, "sync") {
+        match move_off(store, &v, &format!("skillbox:sync@{host}"), "sync") {
             Ok(r) => {
                 problems.extend(r.problems.iter().cloned());
                 moved.push(r);
@@ -1929,7 +1950,9 @@ pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
             if fresh.as_ref().is_some_and(|f| f.state == State::Withdrawn) {
                 return Ok(false);
             }
-            tx.withdraw(&p.digest, &p.reason)?;
+            if !tx.withdraw(&p.digest, &p.reason)? {
+                return Ok(false);
+            }
             tx.event(
                 &p.time,
                 &v.skill,
@@ -1959,7 +1982,7 @@ pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
         let Some(v) = store.records.read(|tx| tx.version(&v.digest))? else {
             continue;
         };
-        match move_off(store, &v, &actor, None, "withdraw") {
+        match move_off(store, &v, &actor, "withdraw") {
             Ok(r) => {
                 for a in &r.agents {
                     lines.push(format!(
@@ -2013,6 +2036,154 @@ pub fn sync(store: &mut Store) -> Result<SyncReport, Error> {
         moved,
         problems,
         recovered,
+    })
+}
+
+/// How recently a host must have shown itself in the records (its last sync, its newest event,
+/// its registration) for `forget-host` to take it as alive and refuse it: three runs of the
+/// shipped sync timer (every five minutes, [`sync`]) missed in a row.
+pub const FORGET_AFTER: std::time::Duration = std::time::Duration::from_secs(15 * 60);
+
+/// The answer of `forget-host`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForgetReport {
+    pub host: String,
+    pub reason: String,
+    pub by: String,
+    /// The newest of its registration, last sync and last event.
+    pub last_seen: String,
+    pub last_sync: Option<String>,
+    /// Its agents and the versions each was recorded on.
+    pub agents: Vec<ForgottenAgent>,
+    /// Versions recorded in its store.
+    pub stored_versions: usize,
+    /// Its unfinished steps, dropped with it.
+    pub unfinished_steps: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ForgottenAgent {
+    pub agent: String,
+    pub dir: String,
+    pub versions: Vec<ForgottenInstall>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ForgottenInstall {
+    pub skill: String,
+    pub digest: String,
+    pub withdrawn: bool,
+}
+
+/// `forget-host`: remove host `name` (gone: decommissioned, reimaged, lost) from the records,
+/// so its agents stop counting as still on a withdrawn version. Refused for this store's own
+/// host (exit 2), an unknown host (exit 8), and a host seen in the records within
+/// [`FORGET_AFTER`] unless `even_if_recent` (a live host forgotten would hide its agents from
+/// containment until it registers again). One transaction: every row keyed by that host goes,
+/// events stay, and a `host_forgotten` event (who, why, from which host) keeps the removed rows,
+/// which the same store gets back if it ever returns (it registers again).
+pub fn forget_host(
+    store: &mut Store,
+    name: &str,
+    reason: &str,
+    who: &str,
+    even_if_recent: bool,
+) -> Result<ForgetReport, Error> {
+    let here = store.records.host().to_owned();
+    if name == here {
+        return Err(Error::new(
+            Kind::Usage,
+            format!(
+                "{name} is this store's host: a host cannot forget itself (its store is bound to that name in the records); run forget-host on another host of the fleet"
+            ),
+        ));
+    }
+    let time = now();
+    let since = crate::fetch::rfc3339_of(std::time::SystemTime::now() - FORGET_AFTER);
+    let actor = format!("person:{who}");
+    store.records.write(|tx| {
+        let Some(super::records::HostActivity {
+            first_seen,
+            last_sync,
+            last_event,
+            ..
+        }) = tx.host_activity(name)?
+        else {
+            return Err(Error::new(
+                Kind::NotFound,
+                format!("no host {name} in the records (status lists the hosts)"),
+            ));
+        };
+        // Every time is RFC 3339 UTC at second precision, so they compare as text.
+        let last_seen = [Some(first_seen), last_sync.clone(), last_event]
+            .into_iter()
+            .flatten()
+            .max()
+            .unwrap_or_default();
+        if last_seen >= since && !even_if_recent {
+            return Err(Error::new(
+                Kind::Usage,
+                format!(
+                    "host {name} was seen in the records at {last_seen} (last sync {}), less than {} minutes ago: it may be alive, and forgetting a live host hides its agents from containment; make sure it is gone, or give --even-if-recent",
+                    last_sync.as_deref().unwrap_or("never"),
+                    FORGET_AFTER.as_secs() / 60
+                ),
+            ));
+        }
+        let Some(snap) = tx.forget_host(name)? else {
+            return Err(Error::new(Kind::NotFound, format!("no host {name} in the records")));
+        };
+        let mut agents: Vec<ForgottenAgent> = Vec::new();
+        let mut by_digest: std::collections::BTreeMap<(String, String), Vec<String>> =
+            std::collections::BTreeMap::new();
+        for (agent, dir) in &snap.agents {
+            let mut versions = Vec::new();
+            for i in snap.installs.iter().filter(|i| i.agent == *agent) {
+                let withdrawn = tx
+                    .version(&i.digest)?
+                    .is_some_and(|v| v.state == State::Withdrawn);
+                versions.push(ForgottenInstall {
+                    skill: i.skill.clone(),
+                    digest: i.digest.clone(),
+                    withdrawn,
+                });
+                by_digest
+                    .entry((i.skill.clone(), i.digest.clone()))
+                    .or_default()
+                    .push(agent.clone());
+            }
+            agents.push(ForgottenAgent {
+                agent: agent.clone(),
+                dir: dir.clone(),
+                versions,
+            });
+        }
+        // Each version's history says the host's agents left its records, and why.
+        for ((skill, digest), names) in &by_digest {
+            tx.event(
+                &time,
+                skill,
+                Some(digest),
+                "host_forgotten",
+                &actor,
+                &format!(
+                    "host {name} forgotten (its agents {} were recorded on this version): {reason}",
+                    names.join(", ")
+                ),
+            )?;
+        }
+        let detail = json!({"host": name, "reason": reason, "snapshot": &snap});
+        tx.event(&time, "", None, "host_forgotten", &actor, &detail.to_string())?;
+        Ok(ForgetReport {
+            host: name.to_owned(),
+            reason: reason.to_owned(),
+            by: actor.clone(),
+            last_seen,
+            last_sync,
+            agents,
+            stored_versions: snap.versions.len(),
+            unfinished_steps: snap.intents.len(),
+        })
     })
 }
 

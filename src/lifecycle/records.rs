@@ -223,7 +223,7 @@ pub struct Listed {
     pub withdrawn_reason: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Install {
     pub agent: String,
     pub skill: String,
@@ -257,6 +257,34 @@ pub struct HostRow {
     pub first_seen: String,
     /// The last `skillbox sync` on that host (none yet: never).
     pub last_sync: Option<String>,
+}
+
+/// What the records say of one host's last signs of life (RFC 3339 UTC times).
+#[derive(Debug, Clone)]
+pub struct HostActivity {
+    pub store_id: String,
+    pub first_seen: String,
+    pub last_sync: Option<String>,
+    /// Its newest event (any command of it that recorded something).
+    pub last_event: Option<String>,
+}
+
+/// Everything the records held for one host, as `forget-host` removed it: kept whole in the
+/// `host_forgotten` event, so the same store coming back (the host was only unreachable) is
+/// given its rows back when it registers again ([`Records::register`]).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct HostSnapshot {
+    pub host: String,
+    pub store_id: String,
+    pub first_seen: String,
+    pub last_sync: Option<String>,
+    /// Its agents: name, directory.
+    pub agents: Vec<(String, String)>,
+    pub installs: Vec<Install>,
+    /// Its store's versions: digest, the agents its install asked for (JSON), index URL.
+    pub versions: Vec<(String, String, Option<String>)>,
+    /// Its unfinished steps: sequence number, payload (JSON), created at.
+    pub intents: Vec<(i64, String, String)>,
 }
 
 /// One installation anywhere in the fleet.
@@ -897,6 +925,10 @@ impl Records {
                 "INSERT INTO hosts (name, store_id, first_seen) VALUES (?, ?, ?)",
                 args![&host.name, store_id, &now],
             )?;
+            // A store `forget-host` removed from the records, back: its rows as they were
+            // forgotten, in the transaction that registers it, so no command on any host sees it
+            // registered without the agents it still runs (a withdrawn version among them).
+            tx.restore_forgotten(&host.name, store_id, &now)?;
             Ok(host.name.clone())
         })?;
         self.host = name;
@@ -1474,12 +1506,17 @@ impl Tx<'_> {
         Ok(())
     }
 
-    pub fn withdraw(&self, digest: &str, reason: &str) -> Result<(), Error> {
-        self.exec(
-            "UPDATE versions SET state = 'withdrawn', withdrawn_reason = ? WHERE digest = ?",
+    /// Withdraw `digest` with `reason`, unless it is withdrawn already: true when this call
+    /// withdrew it, false when a withdrawal stands (it is kept, reason and all). Conditional in
+    /// the statement itself, not on the caller's earlier read: two hosts that both read the
+    /// version as not withdrawn and then withdraw it at once leave the first withdrawal
+    /// standing, its reason, who and host never written over by the second.
+    pub fn withdraw(&self, digest: &str, reason: &str) -> Result<bool, Error> {
+        let n = self.exec(
+            "UPDATE versions SET state = 'withdrawn', withdrawn_reason = ? WHERE digest = ? AND state <> 'withdrawn'",
             args![reason, digest],
         )?;
-        Ok(())
+        Ok(n == 1)
     }
 
     /// Whether this host's store holds the version's tree.
@@ -1558,6 +1595,159 @@ impl Tx<'_> {
             })
         })
         .collect()
+    }
+
+    /// A host's store id, when it was first seen, its last sync, and the time of its newest
+    /// event: what says whether it is still at work.
+    pub fn host_activity(&self, name: &str) -> Result<Option<HostActivity>, Error> {
+        let Some(r) = self
+            .rows(
+                "SELECT store_id, first_seen, last_sync FROM hosts WHERE name = ?",
+                args![name],
+            )?
+            .into_iter()
+            .next()
+        else {
+            return Ok(None);
+        };
+        let last_event = self
+            .rows("SELECT MAX(time) FROM events WHERE host = ?", args![name])?
+            .first()
+            .map(|e| e.opt_text(0))
+            .transpose()?
+            .flatten();
+        Ok(Some(HostActivity {
+            store_id: r.text(0)?,
+            first_seen: r.text(1)?,
+            last_sync: r.opt_text(2)?,
+            last_event,
+        }))
+    }
+
+    /// Remove every row the records keep for host `name` (its agents, their installations, the
+    /// versions in its store, its unfinished steps, its hosts row) and return them. Events stay:
+    /// they are the fleet's history.
+    pub fn forget_host(&self, name: &str) -> Result<Option<HostSnapshot>, Error> {
+        let Some(HostActivity {
+            store_id,
+            first_seen,
+            last_sync,
+            ..
+        }) = self.host_activity(name)?
+        else {
+            return Ok(None);
+        };
+        let agents = self
+            .rows(
+                "SELECT name, dir FROM agents WHERE host = ? ORDER BY name",
+                args![name],
+            )?
+            .iter()
+            .map(|r| Ok((r.text(0)?, r.text(1)?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let installs = self
+            .rows(
+                "SELECT agent, skill, digest FROM installs WHERE host = ? ORDER BY agent, skill",
+                args![name],
+            )?
+            .iter()
+            .map(decode_install)
+            .collect::<Result<Vec<_>, Error>>()?;
+        let versions = self
+            .rows(
+                "SELECT digest, agents, index_url FROM host_versions WHERE host = ? ORDER BY digest",
+                args![name],
+            )?
+            .iter()
+            .map(|r| Ok((r.text(0)?, r.text(1)?, r.opt_text(2)?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let intents = self
+            .rows(
+                "SELECT seq, payload, created_at FROM intents WHERE host = ? ORDER BY seq",
+                args![name],
+            )?
+            .iter()
+            .map(|r| Ok((r.int(0)?, r.text(1)?, r.text(2)?)))
+            .collect::<Result<Vec<_>, Error>>()?;
+        for table in ["installs", "agents", "host_versions", "intents"] {
+            self.exec(&format!("DELETE FROM {table} WHERE host = ?"), args![name])?;
+        }
+        self.exec("DELETE FROM hosts WHERE name = ?", args![name])?;
+        Ok(Some(HostSnapshot {
+            host: name.to_owned(),
+            store_id,
+            first_seen,
+            last_sync,
+            agents,
+            installs,
+            versions,
+            intents,
+        }))
+    }
+
+    /// When `store_id` was forgotten (the newest `host_forgotten` snapshot of it) and holds no
+    /// rows now, give this host (`name`, the name it registers under) its rows back, with a
+    /// `host_returned` event. Called in the transaction that registers the store again.
+    fn restore_forgotten(&self, name: &str, store_id: &str, time: &str) -> Result<(), Error> {
+        let mut found = None;
+        for r in self.rows(
+            "SELECT detail FROM events WHERE kind = 'host_forgotten' AND digest IS NULL ORDER BY seq DESC",
+            &[],
+        )? {
+            let Ok(detail) = serde_json::from_str::<Value>(&r.text(0)?) else {
+                continue;
+            };
+            let Some(snap) = detail
+                .get("snapshot")
+                .and_then(|s| serde_json::from_value::<HostSnapshot>(s.clone()).ok())
+            else {
+                continue;
+            };
+            if snap.store_id == store_id {
+                found = Some(snap);
+                break;
+            }
+        }
+        let Some(snap) = found else {
+            return Ok(());
+        };
+        for (agent, dir) in &snap.agents {
+            self.exec(
+                "INSERT INTO agents (host, name, dir) VALUES (?, ?, ?) ON CONFLICT (host, name) DO NOTHING",
+                args![name, agent, dir],
+            )?;
+        }
+        for (digest, agents, url) in &snap.versions {
+            self.exec(
+                "INSERT INTO host_versions (host, digest, agents, index_url) VALUES (?, ?, ?, ?) ON CONFLICT (host, digest) DO NOTHING",
+                args![name, digest, agents, url.as_ref()],
+            )?;
+        }
+        for i in &snap.installs {
+            self.exec(
+                "INSERT INTO installs (host, agent, skill, digest) VALUES (?, ?, ?, ?) ON CONFLICT (host, agent, skill) DO NOTHING",
+                args![name, &i.agent, &i.skill, &i.digest],
+            )?;
+        }
+        for (seq, payload, created) in &snap.intents {
+            self.exec(
+                "INSERT INTO intents (host, seq, payload, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (host, seq) DO NOTHING",
+                args![name, *seq, payload, created],
+            )?;
+        }
+        let seq = self.next_seq("events")?;
+        let detail = format!(
+            "host {name} is back (its store was forgotten as host {}): its {} agent(s), {} installation(s) and {} stored version(s) are recorded again",
+            snap.host,
+            snap.agents.len(),
+            snap.installs.len(),
+            snap.versions.len()
+        );
+        self.exec(
+            "INSERT INTO events (seq, time, skill, digest, kind, actor, detail, host) VALUES (?, ?, '', NULL, 'host_returned', 'skillbox', ?, ?)",
+            args![seq, time, detail, name],
+        )?;
+        Ok(())
     }
 
     /// Note that this host applied the fleet's decisions at `time`.

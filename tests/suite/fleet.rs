@@ -2354,3 +2354,241 @@ fn a_local_withdrawal_while_the_registry_is_down_reaches_every_host() {
     let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
     assert!(!printed.contains(&pg.password), "the password was printed");
 }
+
+/// Two hosts withdraw one version at once: both read it approved, then both write. The first
+/// withdrawal stands (its reason, who, host); the second command succeeds (exit 0) and reports
+/// it as standing (`already_withdrawn`), exactly as a withdraw run after it, and moves its own
+/// host's agent. Made deterministic by stopping A (the debug build's `SKILLBOX_TEST_STOP_AT`)
+/// after it read the version and before it writes, while B withdraws. (Before: A's
+/// unconditional write put its reason over B's, recorded a second `withdrawn` event and
+/// reported no standing withdrawal.)
+#[test]
+fn two_simultaneous_withdrawals_keep_the_first_reason() {
+    let pg = server();
+    let db = "fleet_withdraw_race";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2 = f.publish(&package(2));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let vref = format!("demo@{v2}");
+    let mut c = a.command(&[
+        "withdraw",
+        &vref,
+        "--reason",
+        "a: second",
+        "--by",
+        "alan",
+        "--json",
+    ]);
+    c.env("SKILLBOX_RECORDS_LOCK_TIMEOUT", "600");
+    let stopped = super::stopped_at(&mut c, "withdraw:decided");
+    let o = b.run(&[
+        "withdraw", &vref, "--reason", "b: first", "--by", "bea", "--json",
+    ]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert!(j.get("already_withdrawn").is_none(), "{j}");
+    assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
+    super::resume(stopped.id());
+    let o = finish(&a, stopped);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["already_withdrawn"]["by"], "person:bea", "{j}");
+    assert_eq!(j["already_withdrawn"]["host"], "host-b", "{j}");
+    assert_eq!(j["already_withdrawn"]["reason"], "b: first", "{j}");
+    assert_eq!(j["agents"][0]["agent"], "alpha", "A's agent moves: {j}");
+    assert_eq!(j["agents"][0]["to"], v1.as_str(), "{j}");
+    assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+    // One withdrawal in the records: B's reason, one `withdrawn` event.
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!(
+                "SELECT COUNT(*) FROM versions WHERE digest = '{v2}' AND state = 'withdrawn' AND withdrawn_reason = 'b: first'"
+            )
+        ),
+        1
+    );
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!("SELECT COUNT(*) FROM events WHERE digest = '{v2}' AND kind = 'withdrawn'")
+        ),
+        1
+    );
+    let o = a.run(&["provenance", &vref, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    assert_eq!(p["version"]["withdrawn_reason"], "b: first", "{p}");
+}
+
+/// `status` on `h`: the hosts and agents still on the first withdrawn version in use.
+fn still_on(h: &Host<'_>) -> Vec<(String, String)> {
+    let o = h.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    let s = json_of(&o);
+    host_agents(&s["withdrawn_in_use"][0]["still_on"])
+}
+
+/// A host that is gone keeps its agents listed as STILL ON a withdrawn version: `forget-host`
+/// on another host removes its rows (events stay, with `host_forgotten`), refused for a host
+/// seen recently (unless `--even-if-recent`), for this store's own host (exit 2) and for an
+/// unknown one (exit 8). The same store coming back is registered again with its rows, in the
+/// registering transaction: its agent on the withdrawn version shows in `status` on every host
+/// again, its trees are not reaped, and its next `sync` moves it to v1.
+#[test]
+fn a_host_that_is_gone_can_be_forgotten_and_come_back() {
+    let pg = server();
+    let db = "fleet_forget";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2 = f.publish(&package(2));
+    expect_code(&b.install(&["alpha"]), 0);
+    assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+    // B "dies": its store is not used again until it comes back. A withdraws v2.
+    let v2ref = format!("demo@{v2}");
+    let o = a.run(&[
+        "withdraw",
+        &v2ref,
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+    ]);
+    expect_code(&o, 0);
+    assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]));
+    let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();
+    assert!(text.contains("STILL ON host-b: alpha"), "{text}");
+
+    // Refused: B was seen minutes ago; A itself; a host the records do not know.
+    let forget = |h: &Host<'_>, name: &str, extra: &[&str]| {
+        let mut args = vec![
+            "forget-host",
+            name,
+            "--reason",
+            "reimaged",
+            "--by",
+            "ops",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        h.run(&args)
+    };
+    let o = forget(&a, "host-b", &[]);
+    expect_code(&o, 2);
+    stderr_has(&o, "--even-if-recent");
+    let o = forget(&a, "host-a", &[]);
+    expect_code(&o, 2);
+    stderr_has(&o, "cannot forget itself");
+    expect_code(&forget(&a, "host-z", &[]), 8);
+    assert_eq!(
+        still_on(&a),
+        pairs(&[("host-b", "alpha")]),
+        "nothing changed"
+    );
+
+    // B's last sign of life made old, in the records themselves (no clock to turn): then it is
+    // forgotten without the override.
+    {
+        let mut c = pg.admin(db).unwrap_or_else(|e| panic!("{e}"));
+        c.batch_execute(
+            "UPDATE hosts SET first_seen = '2026-01-01T00:00:00Z', last_sync = '2026-01-01T00:05:00Z' WHERE name = 'host-b';
+             UPDATE events SET time = '2026-01-01T00:00:00Z' WHERE host = 'host-b';",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let events_of_b = pg.query_i64(db, "SELECT COUNT(*) FROM events WHERE host = 'host-b'");
+    assert!(events_of_b > 0);
+    let o = forget(&a, "host-b", &[]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["host"], "host-b", "{j}");
+    assert_eq!(j["last_sync"], "2026-01-01T00:05:00Z", "{j}");
+    assert_eq!(j["agents"][0]["agent"], "alpha", "{j}");
+    assert_eq!(j["agents"][0]["versions"][0]["digest"], v2.as_str(), "{j}");
+    assert_eq!(j["agents"][0]["versions"][0]["withdrawn"], true, "{j}");
+    assert_eq!(j["stored_versions"], 2, "{j}");
+    for table in ["agents", "installs", "host_versions", "intents"] {
+        assert_eq!(
+            pg.query_i64(
+                db,
+                &format!("SELECT COUNT(*) FROM {table} WHERE host = 'host-b'")
+            ),
+            0,
+            "{table}"
+        );
+    }
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM hosts WHERE name = 'host-b'"),
+        0
+    );
+    // Contained, as every host reads the records; B's history stays, with the new event.
+    assert_eq!(still_on(&a), Vec::<(String, String)>::new());
+    let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();
+    assert!(text.contains("contained"), "{text}");
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM events WHERE host = 'host-b'"),
+        events_of_b
+    );
+    let o = a.run(&["provenance", &v2ref, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    let events = p["events"].as_array().cloned().unwrap_or_default();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["host"] == "host-b" && e["kind"] == "activated"),
+        "{p}"
+    );
+    assert!(
+        events.iter().any(|e| e["kind"] == "host_forgotten"
+            && e["host"] == "host-a"
+            && e["actor"] == "person:ops"
+            && e["detail"].as_str().is_some_and(|d| d.contains("reimaged"))),
+        "{p}"
+    );
+
+    // B comes back: its first command (a read) registers it again, with its agent on v2 in the
+    // same transaction, so no host reads the version contained while B's link points at it.
+    let o = b.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+    assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]));
+    let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();
+    assert!(text.contains("STILL ON host-b: alpha"), "{text}");
+    assert_eq!(
+        pg.query_i64(
+            db,
+            "SELECT COUNT(*) FROM events WHERE kind = 'host_returned' AND host = 'host-b'"
+        ),
+        1
+    );
+    // Its next sync moves it to v1 (its trees were not reaped as unrecorded).
+    let o = b.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(still_on(&a), Vec::<(String, String)>::new());
+    b.verify_ok();
+
+    // Forgotten again at once (the override: it synced seconds ago), and back again on v1.
+    expect_code(&forget(&a, "host-b", &[]), 2);
+    let o = forget(&a, "host-b", &["--even-if-recent"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["agents"][0]["versions"][0]["withdrawn"], false);
+    expect_code(&b.run(&["sync"]), 0);
+    assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
+    b.verify_ok();
+    a.verify_ok();
+}
