@@ -1562,8 +1562,9 @@ fn moved_and_failed(
 /// `withdraw`: the version can never be activated again, on any host sharing the records;
 /// every agent of this host using it moves to its previous approved version, or loses the skill
 /// where there is none; the hosts and agents still on it elsewhere are listed (`skillbox sync`
-/// there moves them). Withdrawing an already withdrawn version moves this host's agents off it,
-/// or, when none is on it, is refused (exit 9).
+/// there moves them). Withdrawing an already withdrawn version (here or on another host, even at
+/// the same moment) succeeds: the first withdrawal stands (`already_withdrawn` names it) and
+/// this host's agents are moved off it as `sync` moves them.
 pub fn withdraw(
     store: &mut Store,
     r: &VersionRef,
