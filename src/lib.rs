@@ -52,6 +52,7 @@ pub mod replay;
 pub mod sandbox;
 pub mod skill;
 pub mod staging_fs;
+mod stop_point;
 pub(crate) mod sys;
 pub mod urls;
 

@@ -19,6 +19,7 @@
 //! list`, `cache prune --older-than`); access times are not used, `relatime` and `noatime`
 //! make them unreliable.
 
+use crate::stop_point::stop_point;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -563,27 +564,6 @@ fn tmp_owner(name: &str) -> Option<(TmpKind, Owner)> {
 /// the names carried the digest: tempfile's six random ASCII letters and digits.
 fn is_old_partial(rest: &str) -> bool {
     rest.len() == 6 && rest.bytes().all(|b| b.is_ascii_alphanumeric())
-}
-
-/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=cache:index-copy` (or `cache:record`) a debug
-/// build stops itself (`SIGSTOP`) once the index copy (the artifact's record) is written to its
-/// temporary file in `tmp/` and before it is renamed into place, the first time only, so a
-/// test can kill the fetch there, or hold it live, and let it go on (`SIGCONT`). Release
-/// builds compile this to nothing.
-fn stop_point(at: &str) {
-    #[cfg(debug_assertions)]
-    {
-        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
-            && !STOPPED.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
-        }
-    }
-    #[cfg(not(debug_assertions))]
-    {
-        let _ = at;
-    }
 }
 
 /// The held lock of one digest (released when dropped, or when the process ends).

@@ -119,27 +119,6 @@ pub fn crash_point(op: &str, step: &str) {
     }
 }
 
-/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=<op>:<step>` a debug build stops itself
-/// (`SIGSTOP`) at that step, the first time only, so a test can make another host act in
-/// between and let this one go on (`SIGCONT`): `withdraw:decided` is after `withdraw` read the
-/// version as not withdrawn and before it writes the withdrawal. Release builds compile this to
-/// nothing.
-pub fn stop_point(at: &str) {
-    #[cfg(debug_assertions)]
-    {
-        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
-            && !STOPPED.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
-        }
-    }
-    #[cfg(not(debug_assertions))]
-    {
-        let _ = at;
-    }
-}
-
 /// A value to be recorded (a URL, or a field that may hold URLs) without userinfo
 /// (`user:password@`): a credential never reaches the records. The rule is the fetch module's
 /// ([`crate::urls::redact_text`]): a value that is one URL loses the user information the

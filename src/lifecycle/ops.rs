@@ -20,7 +20,7 @@ use super::policy::{Decision, Facts, Policy};
 use super::quarantine;
 use super::records::{Event, HostRow, Install, Listed, State, Tx, Version};
 use super::store::{self, Store};
-use super::{Error, Kind, crash_point, now, redact_json, redact_message, redact_url, stop_point};
+use super::{Error, Kind, crash_point, now, redact_json, redact_message, redact_url};
 use crate::digest::Sha256Digest;
 use crate::extract::policy::Limits;
 use crate::extract::{ArtifactType, Request};
@@ -34,6 +34,7 @@ use crate::reason::Verdict;
 use crate::sandbox::{Confined, SandboxError};
 use crate::skill::diff;
 use crate::skill::review::Review;
+use crate::stop_point::stop_point;
 
 /// The confined extraction path (the one `skillbox extract` uses).
 pub type Engine<'a> = &'a dyn Fn(&File, BorrowedFd<'_>, &Request) -> Result<Confined, SandboxError>;

@@ -19,6 +19,7 @@ pub mod stage;
 pub mod tree;
 pub mod walk;
 
+use crate::stop_point::stop_point;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
@@ -462,29 +463,6 @@ pub fn build(
         stage,
         stage_lock,
     })
-}
-
-/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=publish:staged` a debug build stops itself
-/// (`SIGSTOP`) once the build is staged (every artifact built and checked, the index written
-/// in the staging directory) and before anything is written to OUT_DIR; with `publish:verify`,
-/// once a check extraction is done and its tree still in its directory in the temporary
-/// directory (`skillbox-publish-verify-run-*`), before it is removed; the first time only,
-/// so a test can kill the run there, or hold it live while another runs, and let it go on
-/// (`SIGCONT`). Release builds compile this to nothing.
-fn stop_point(at: &str) {
-    #[cfg(debug_assertions)]
-    {
-        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
-            && !STOPPED.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            let _ = nix::sys::signal::raise(nix::sys::signal::SIGSTOP);
-        }
-    }
-    #[cfg(not(debug_assertions))]
-    {
-        let _ = at;
-    }
 }
 
 /// The file name beneath [`INDEX_DIR`] of an artifact: content-addressed, so a URL once

@@ -267,26 +267,13 @@ fn reopen(looked: &OwnedFd, dir: &OwnedFd, name: &OsStr, id: (u64, u64)) -> std:
     Ok(File::from(fd))
 }
 
-/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=publish:reopen:<path>` a debug build stops
-/// itself (`SIGSTOP`) after looking at the file `path` (as publish names it: OUT_DIR or the
-/// staging directory joined with the file's place) and before opening it
-/// ([`reopen`]), the first time only, so a test can swap the file at exactly that moment and
-/// let it go on (`SIGCONT`). Release builds compile this to nothing.
+/// The pause `publish:reopen:<path>` ([`crate::stop_point`]); the point's name is only made in
+/// a debug build.
 fn stop_point(path: &Path) {
     #[cfg(debug_assertions)]
-    {
-        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if let Some(want) = std::env::var_os("SKILLBOX_TEST_STOP_AT")
-            && want.to_str() == Some(&format!("publish:reopen:{}", path.display()))
-            && !STOPPED.swap(true, std::sync::atomic::Ordering::Relaxed)
-        {
-            let _ = nix::sys::signal::raise(nix::sys::signal::SIGSTOP);
-        }
-    }
+    crate::stop_point::stop_point(&format!("publish:reopen:{}", path.display()));
     #[cfg(not(debug_assertions))]
-    {
-        let _ = path;
-    }
+    let _ = path;
 }
 
 /// Where a walk beneath a [`Tree`] ended.

@@ -29,6 +29,7 @@ pub(crate) use crate::sys;
 pub mod wire;
 pub mod zygote;
 
+use crate::stop_point::stop_point;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -690,27 +691,6 @@ impl Sandbox {
         dir.reclaim_root()
             .map_err(staging_err(dir.path().unwrap_or(Path::new("(fd)"))))?;
         Ok(ended.probe_end(self.config.max_answer_bytes))
-    }
-}
-
-/// Test-only pause: with `SKILLBOX_TEST_STOP_AT=sandbox:discard` a debug build stops itself
-/// (`SIGSTOP`) once a child has ended with anything but an acceptance and before the parent
-/// removes the staged tree, the first time only, so a test can look at what the child left and
-/// let it go on (`SIGCONT`). The child never sees it (its environment is empty). Release
-/// builds compile this to nothing.
-fn stop_point(at: &str) {
-    #[cfg(debug_assertions)]
-    {
-        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
-            && !STOPPED.swap(true, Ordering::Relaxed)
-        {
-            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
-        }
-    }
-    #[cfg(not(debug_assertions))]
-    {
-        let _ = at;
     }
 }
 

@@ -1,0 +1,36 @@
+//! Test-only pauses: with `SKILLBOX_TEST_STOP_AT=<point>` a debug build stops itself
+//! (`SIGSTOP`) when it reaches that point, the first time only, so a test can look at what is
+//! on disk, kill the process there, or make another process act in between, and then let it go
+//! on (`SIGCONT`; the test suite's `stopped_at` and `wait_stopped`). Release builds compile
+//! this to nothing. A confined child never sees the variable (its environment is empty).
+//!
+//! The points:
+//! - `sandbox:discard`: a child ended with anything but an acceptance, before the parent
+//!   removes the staged tree (`sandbox`);
+//! - `publish:staged`: the build is staged (every artifact built and checked, the index
+//!   written in the staging directory), before anything is written to OUT_DIR;
+//! - `publish:verify`: a check extraction is done and its tree is still in its directory
+//!   (`skillbox-publish-verify-run-*`), before it is removed;
+//! - `publish:reopen:<path>`: publish looked at the file `path` (OUT_DIR or the staging
+//!   directory joined with the file's place) and has not opened it yet (`publish::tree`);
+//! - `cache:index-copy`, `cache:record`: the index copy (the artifact's record) is written to
+//!   its temporary file in the cache's `tmp/`, before it is renamed into place;
+//! - `withdraw:decided`: `withdraw` read the version as not withdrawn and has not written the
+//!   withdrawal yet.
+
+/// Stop here when `SKILLBOX_TEST_STOP_AT` names `at` (debug builds, the first time only).
+pub(crate) fn stop_point(at: &str) {
+    #[cfg(debug_assertions)]
+    {
+        static STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if std::env::var_os("SKILLBOX_TEST_STOP_AT").is_some_and(|want| want == at)
+            && !STOPPED.swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSTOP);
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = at;
+    }
+}
