@@ -1160,6 +1160,21 @@ async fn children_killed_counts_hangups_and_deadlines_during_upload() {
     server.wait_clean(Duration::from_secs(5));
 }
 
+/// `skillbox extract --json --server` of `path` through `server`: exit 0, its JSON answer.
+fn extracted_over(server: &Server, path: &str) -> serde_json::Value {
+    let out = harness::cli(
+        &["extract", "--json", "--server", &server.uri(), path],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ok(serde_json::from_slice(&out.stdout), "JSON on stdout")
+}
+
 /// The global sandbox flags reach the broker's children (`--verify-staged full` shows in every
 /// answer), and `--sandbox-timeout`, which serve has its own flag for, is refused, not ignored.
 #[test]
@@ -1171,23 +1186,7 @@ fn global_sandbox_flags_apply_to_serve_or_are_refused() {
         ok(std::fs::File::create(&path), "create").write_all(&skill_tar(&[("a.txt", b"a", 0o644)])),
         "write",
     );
-    let out = harness::cli(
-        &[
-            "extract",
-            "--json",
-            "--server",
-            &server.uri(),
-            path.to_str().unwrap_or(""),
-        ],
-        None,
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let answer: serde_json::Value = ok(serde_json::from_slice(&out.stdout), "JSON on stdout");
+    let answer = extracted_over(&server, path.to_str().unwrap_or(""));
     assert_eq!(answer["sandbox"]["verify"], "full", "{answer}");
     server.assert_clean();
 
@@ -1256,22 +1255,7 @@ fn an_inflight_budget_below_the_artifact_limit_is_refused_at_start() {
     let tar = skill_tar(&[("assets/blob.bin", &vec![7u8; (2 << 20) - 8192], 0o644)]);
     assert!(tar.len() <= 2 << 20, "{}", tar.len());
     ok(std::fs::write(&path, &tar), "write");
-    let out = harness::cli(
-        &[
-            "extract",
-            "--json",
-            "--server",
-            &server.uri(),
-            path.to_str().unwrap_or(""),
-        ],
-        None,
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    extracted_over(&server, path.to_str().unwrap_or(""));
     server.assert_clean();
 }
 
@@ -1666,14 +1650,7 @@ fn an_answer_past_a_stock_clients_limit_is_refused_and_keeps_nothing() {
         server.log()
     );
 
-    let cli = harness::cli(&["extract", "--json", "--server", &server.uri(), art], None);
-    assert_eq!(
-        cli.status.code(),
-        Some(0),
-        "stderr: {}",
-        String::from_utf8_lossy(&cli.stderr)
-    );
-    let v: serde_json::Value = ok(serde_json::from_slice(&cli.stdout), "CLI JSON");
+    let v = extracted_over(&server, art);
     assert_eq!(v["verdict"], "accepted", "{}", v["reason"]);
     let entries = v["entries"].as_array().map_or(0, Vec::len);
     assert_eq!(

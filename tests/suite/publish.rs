@@ -159,12 +159,24 @@ fn snapshot(dir: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
 }
 
 /// Nothing is left beside the output directory but what was there.
-fn no_stage_left(parent: &Path) {
-    let left: Vec<String> = std::fs::read_dir(parent)
+/// The names in `dir` that start with `prefix`, sorted.
+fn names_with(dir: &Path, prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
         .expect("read_dir")
         .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".skillbox-publish-"))
+        .filter(|n| n.starts_with(prefix))
         .collect();
+    v.sort();
+    v
+}
+
+/// The staging directories beside OUT (names in `parent`), sorted.
+fn stages(parent: &Path) -> Vec<String> {
+    names_with(parent, ".skillbox-publish-")
+}
+
+fn no_stage_left(parent: &Path) {
+    let left = stages(parent);
     assert!(left.is_empty(), "staging left behind: {left:?}");
 }
 
@@ -1497,25 +1509,21 @@ fn without_proc_a_file_swapped_between_look_and_open_is_caught() {
 
 /// `skillbox publish SRC --out OUT`, stopped (the debug build's `SKILLBOX_TEST_STOP_AT`) once
 /// its build is staged beside OUT and before it writes anything there.
-fn publish_stopped_when_staged(src: &Path, out: &Path) -> std::process::Child {
-    super::stopped_at(
-        Command::new(bin())
-            .args([OsStr::new("publish"), src.as_os_str(), OsStr::new("--out")])
-            .arg(out)
-            .env_remove("SOURCE_DATE_EPOCH"),
-        "publish:staged",
-    )
-}
-
-/// The staging directories beside OUT (names in `parent`), sorted.
-fn stages(parent: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(parent)
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(".skillbox-publish-"))
-        .collect();
-    v.sort();
-    v
+/// `publish SRC --out OUT` (with `env`), stopped at the debug build's pause `point`.
+fn publish_stopped_at(
+    src: &Path,
+    out: &Path,
+    point: &str,
+    env: &[(&str, &Path)],
+) -> std::process::Child {
+    let mut c = Command::new(bin());
+    c.args([OsStr::new("publish"), src.as_os_str(), OsStr::new("--out")])
+        .arg(out)
+        .env_remove("SOURCE_DATE_EPOCH");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    super::stopped_at(&mut c, point)
 }
 
 /// A run killed with `SIGKILL` once its build is staged cannot remove its staging directory;
@@ -1524,7 +1532,6 @@ fn stages(parent: &Path) -> Vec<String> {
 /// completes from it. (Before the lock, the killed run's directory stayed forever.)
 #[test]
 fn a_killed_runs_staging_directory_is_removed_by_the_next_run_never_a_live_ones() {
-    use nix::sys::signal::{Signal, kill};
     let (tmp, src, out) = a_published_site();
     // New sources, so every run below has new artifacts and an index to stage.
     std::fs::write(
@@ -1534,7 +1541,7 @@ fn a_killed_runs_staging_directory_is_removed_by_the_next_run_never_a_live_ones(
     .expect("write");
 
     // Killed once staged: its staging directory, the built site in it, stays.
-    let mut killed = publish_stopped_when_staged(&src, &out);
+    let mut killed = publish_stopped_at(&src, &out, "publish:staged", &[]);
     let dead = stages(tmp.path());
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert!(
@@ -1546,7 +1553,7 @@ fn a_killed_runs_staging_directory_is_removed_by_the_next_run_never_a_live_ones(
     assert_eq!(stages(tmp.path()), dead, "nothing removed it");
 
     // Live, stopped at the same point: its lock is held.
-    let live = publish_stopped_when_staged(&src, &out);
+    let live = publish_stopped_at(&src, &out, "publish:staged", &[]);
     let live_stage: Vec<String> = stages(tmp.path())
         .into_iter()
         .filter(|n| !dead.contains(n))
@@ -1559,8 +1566,7 @@ fn a_killed_runs_staging_directory_is_removed_by_the_next_run_never_a_live_ones(
     let published = snapshot(&out);
 
     // The live run goes on from its staging directory, intact, and leaves nothing.
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(live.id()).expect("pid"));
-    kill(pid, Signal::SIGCONT).expect("SIGCONT");
+    super::resume(live.id());
     let o = live.wait_with_output().expect("wait");
     expect_code(&o, 0);
     no_stage_left(tmp.path());
@@ -1570,13 +1576,7 @@ fn a_killed_runs_staging_directory_is_removed_by_the_next_run_never_a_live_ones(
 
 /// The check extractions' directories in `tmpdir` (a run's `TMPDIR`), sorted.
 fn verify_dirs(tmpdir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(tmpdir)
-        .expect("read_dir")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("skillbox-publish-verify-"))
-        .collect();
-    v.sort();
-    v
+    names_with(tmpdir, "skillbox-publish-verify-")
 }
 
 /// A run killed with `SIGKILL` while its check extraction's tree is in the temporary directory
@@ -1594,16 +1594,7 @@ fn a_killed_runs_check_extraction_directory_is_removed_by_the_next_run_never_a_l
     std::fs::set_permissions(&tmpdir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
     let older = "skillbox-publish-verify-AbCdEf";
     std::fs::create_dir(tmpdir.join(older)).expect("mkdir");
-    let stopped = || {
-        super::stopped_at(
-            Command::new(bin())
-                .args([OsStr::new("publish"), src.as_os_str(), OsStr::new("--out")])
-                .arg(&out)
-                .env_remove("SOURCE_DATE_EPOCH")
-                .env("TMPDIR", &tmpdir),
-            "publish:verify",
-        )
-    };
+    let stopped = || publish_stopped_at(&src, &out, "publish:verify", &[("TMPDIR", &tmpdir)]);
     let others = |seen: &[String]| -> Vec<String> {
         verify_dirs(&tmpdir)
             .into_iter()
