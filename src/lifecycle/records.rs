@@ -1018,14 +1018,18 @@ impl Records {
 /// the server lets this role see it (`pg_stat_activity`; a skillbox session is named
 /// `skillbox@HOST`).
 fn lock_held(c: &mut postgres::Client, waited: Duration) -> Error {
-    // An advisory lock on one bigint key: its high half in classid, its low half in objid.
+    // An advisory lock on one bigint key: its high half in classid, its low half in objid. The
+    // key is the same in every database, so the holder is looked for in this one only: another
+    // registry on the same server holds its own (a CI run named a session of another test's
+    // database as the holder).
     let key = PG_WRITE_LOCK as u64;
     let (high, low) = ((key >> 32) as i64, (key & 0xffff_ffff) as i64);
     let holder = c
         .query(
             "SELECT COALESCE(a.application_name, ''), COALESCE(host(a.client_addr), 'a local socket'), a.pid, COALESCE(EXTRACT(EPOCH FROM now() - a.xact_start)::bigint, -1)
              FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-             WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 1",
+             WHERE l.locktype = 'advisory' AND l.granted AND l.classid::bigint = $1 AND l.objid::bigint = $2 AND l.objsubid = 1
+               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             &[&high, &low],
         )
         .ok()
