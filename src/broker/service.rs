@@ -232,8 +232,8 @@ impl SkillboxService {
         tokio::task::spawn_blocking(move || {
             tree::send(dir, entries, tx, || staging.is_kept(&id));
             if release
-                && staging.take_kept(&id)
-                && let Err(e) = staging.remove(&id)
+                && let Some(listed) = staging.take_kept(&id)
+                && let Err(e) = staging.remove_listed(&id, &listed)
             {
                 tracing::error!(staging_id = %id, error = %e, "cannot remove a staging directory");
             }
@@ -633,11 +633,11 @@ impl State {
 
     async fn release(self: &Arc<Self>, id: String) -> Result<(), RequestError> {
         well_formed_id(&id)?;
-        if !self.staging.take_kept(&id) {
+        let Some(listed) = self.staging.take_kept(&id) else {
             return Err(RequestError::NotFound(id));
-        }
+        };
         let staging = Arc::clone(&self.staging);
-        tokio::task::spawn_blocking(move || staging.remove(&id))
+        tokio::task::spawn_blocking(move || staging.remove_listed(&id, &listed))
             .await
             .map_err(|e| RequestError::Internal(e.to_string()))?
             .map_err(|e| {

@@ -798,9 +798,28 @@ impl HashThread {
         self.take_free(|st| &mut st.free_files)
     }
 
-    /// A free buffer, waiting for one if all are with the helper.
-    fn take_slot(&self) -> io::Result<usize> {
-        self.take_free(|st| &mut st.free)
+    /// A free buffer for `want` bytes, waiting for one if all are with the helper: the
+    /// smallest free one that holds `want` already, else the largest. Every byte a buffer grows
+    /// by is zeroed and faulted in, once per child; taking the buffer last given back (as a
+    /// stack would) grew a new one for each file in flight, about 54 pages a typical package
+    /// where the largest files in flight need about half (bench-results/load.md).
+    fn take_slot(&self, want: usize) -> io::Result<usize> {
+        loop {
+            {
+                let mut st = lock(&self.state);
+                // A free buffer's lock is uncontended: the helper dropped it before its reply
+                // put the buffer back on the list.
+                let lens = st
+                    .free
+                    .iter()
+                    .map(|&slot| lock(&self.shared.slots[slot]).len());
+                if let Some(i) = best_fit(lens, want) {
+                    return Ok(st.free.swap_remove(i));
+                }
+            }
+            let m = self.recv()?;
+            self.note(m);
+        }
     }
 
     fn give_back(&self, slot: usize) {
@@ -826,6 +845,23 @@ impl HashThread {
         st.next_seq += 1;
         st.next_seq
     }
+}
+
+/// Which of the buffers of lengths `lens` to take for `want` bytes (see
+/// [`HashThread::take_slot`]): the position of the shortest that holds `want`, else of the
+/// longest; `None` when there is none.
+fn best_fit(lens: impl Iterator<Item = usize>, want: usize) -> Option<usize> {
+    let mut fits: Option<(usize, usize)> = None;
+    let mut longest: Option<(usize, usize)> = None;
+    for (i, len) in lens.enumerate() {
+        if len >= want && fits.is_none_or(|(_, l)| len < l) {
+            fits = Some((i, len));
+        }
+        if longest.is_none_or(|(_, l)| len > l) {
+            longest = Some((i, len));
+        }
+    }
+    fits.or(longest).map(|(i, _)| i)
 }
 
 fn pipe() -> io::Result<(File, File)> {
@@ -1176,13 +1212,13 @@ impl<'h> FileHash<'h> {
             }
             return Ok(n);
         };
-        let slot = h.take_slot().map_err(|e| failed(Failure::Fault(e)))?;
-        let mut buf = lock(&h.shared.slots[slot]);
         // One byte more than expected, so a file that holds what it says ends in this call;
         // never less than a page. A file that holds more only takes more calls.
         let want = expect.map_or(CHUNK, |left| {
             usize::try_from(left.saturating_add(1)).map_or(CHUNK, |w| w.clamp(4096, CHUNK))
         });
+        let slot = h.take_slot(want).map_err(|e| failed(Failure::Fault(e)))?;
+        let mut buf = lock(&h.shared.slots[slot]);
         if buf.len() < want {
             buf.resize(want, 0);
         }
@@ -1697,6 +1733,73 @@ mod tests {
         );
         assert_eq!(lock(&t.state).free_files.len(), FILES);
         assert_eq!(Arc::strong_count(&root), 1, "a directory is still held");
+    }
+
+    #[test]
+    fn a_buffer_is_taken_by_best_fit() {
+        assert_eq!(best_fit([].into_iter(), 10), None);
+        // The shortest that holds it, wherever it is in the list.
+        assert_eq!(best_fit([0, 300, 100, 4096, 120].into_iter(), 100), Some(2));
+        assert_eq!(best_fit([0, 300, 100, 4096, 120].into_iter(), 101), Some(4));
+        // None holds it: the longest grows least.
+        assert_eq!(best_fit([0, 300, 100, 120].into_iter(), 5000), Some(1));
+        assert_eq!(best_fit([0, 0].into_iter(), 4096), Some(0));
+    }
+
+    /// [`buffered`], with what the file still holds as each call's `expect` (as the sink
+    /// passes it).
+    fn buffered_counting<'h>(mut fh: FileHash<'h>, data: &[u8]) -> Pending<'h> {
+        let mut inline = InlineBuf::default();
+        let mut src = data;
+        while fh
+            .fill(
+                &mut inline,
+                Some(src.len() as u64),
+                &mut src,
+                |_: &[u8]| Ok::<(), io::Error>(()),
+                fail,
+            )
+            .expect("fill")
+            > 0
+        {}
+        fh.finish().map_err(fail).expect("finish").0
+    }
+
+    #[test]
+    fn buffers_grow_only_as_far_as_the_files_in_flight_need() {
+        let t = HashThread::spawn().expect("spawn");
+        let grown = || -> usize { t.shared.slots.iter().map(|s| lock(s).len()).sum() };
+        let (large, small, middle) = (vec![1u8; 100_000], vec![2u8; 8_000], vec![3u8; 50_000]);
+        // Two files in flight at once: two buffers, given back large first.
+        let a = buffered_counting(
+            FileHash::using(Some(&t), tempfile::tempfile().expect("tempfile"), true),
+            &large,
+        );
+        let b = buffered_counting(
+            FileHash::using(Some(&t), tempfile::tempfile().expect("tempfile"), true),
+            &small,
+        );
+        assert!(matches!(a, Pending::Helper(..)) && matches!(b, Pending::Helper(..)));
+        a.resolve().expect("digest");
+        b.resolve().expect("digest");
+        let two = grown();
+        assert_eq!(
+            two,
+            100_001 + 8_001 + 4_096,
+            "one byte more than each file, as `fill` asks, and a page for the call that finds \
+             the first file's end"
+        );
+        // The next file fits in the large buffer: nothing grows (the buffer given back last,
+        // the small one, would have grown by 42 KB).
+        let c = buffered_counting(
+            FileHash::using(Some(&t), tempfile::tempfile().expect("tempfile"), true),
+            &middle,
+        );
+        assert_eq!(
+            c.resolve().expect("digest"),
+            Sha256Digest::of_bytes(&middle)
+        );
+        assert_eq!(grown(), two);
     }
 
     #[test]
