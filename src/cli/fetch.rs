@@ -658,6 +658,11 @@ fn print_provenance(p: &Provenance) {
     println!("  source:        {}", source(p.artifact_source));
     if let Some(c) = &p.cached_from {
         println!("  downloaded at: {}", c.fetched_at);
+        // Shown: never with credentials, even from an older version's record.
+        println!(
+            "  cached from:   {}",
+            skillbox::urls::redact_str(&c.final_url)
+        );
     }
     println!("  time:          {}", p.time);
 }

@@ -1851,6 +1851,92 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     assert_eq!(json_of(&o)["error"]["kind"], "offline");
 }
 
+/// A cache hit's provenance says where this fetch's index pointed (`resolved_url`), that the
+/// bytes came from the cache, and keeps the download that stored them apart (`cached_from`,
+/// with its own URL and final URL): it never gives that download's final URL, made for
+/// another index's entry, as this fetch's `final_url`. (Before, it did.)
+#[test]
+fn a_cache_hit_listed_by_another_index_is_recorded_as_this_index_listed_it() {
+    let w = World::new();
+    let other = w.second_server();
+    let md = skill_md("demo", "A demo skill");
+    // The first index's entry redirects to its download.
+    w.server
+        .route("/a/SKILL.md", Reply::Redirect(302, "/dl/demo-1.md".into()));
+    w.server.route("/dl/demo-1.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    // Another index lists the same digest at its own URL.
+    other.route("/b/demo.md", ok(&md, "text/markdown"));
+    let other_index = other.url("/.well-known/agent-skills/index.json");
+    other.route(
+        "/.well-known/agent-skills/index.json",
+        ok(
+            index_json(&[entry("demo", "skill-md", "/b/demo.md", &sha(&md))]).as_bytes(),
+            "application/json",
+        ),
+    );
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let first = json_of(&o)["provenance"].clone();
+    assert_eq!(first["final_url"], w.server.url("/dl/demo-1.md"));
+
+    let cache = w.cache().display().to_string();
+    let other_dest = other.addr.to_string();
+    let from_other = |extra: &[&str]| {
+        let mut a = vec![
+            "fetch",
+            other_index.as_str(),
+            "demo",
+            "--cache-dir",
+            cache.as_str(),
+            "--allow-destination",
+            other_dest.as_str(),
+        ];
+        a.extend_from_slice(extra);
+        run(&w.args(&a))
+    };
+    let o = from_other(&["--json"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let p = &json_of(&o)["provenance"];
+    assert_eq!(p["index_url"], other_index.as_str(), "{p:#}");
+    assert_eq!(p["artifact_source"], "cache", "{p:#}");
+    assert_eq!(p["resolved_url"], other.url("/b/demo.md"), "{p:#}");
+    assert_eq!(p["final_url"], Value::Null, "no download of its own: {p:#}");
+    assert_eq!(p["hops"], serde_json::json!([]), "{p:#}");
+    assert_eq!(p["address"], Value::Null, "{p:#}");
+    assert_eq!(
+        p["cached_from"]["url"],
+        w.server.url("/a/SKILL.md"),
+        "{p:#}"
+    );
+    assert_eq!(
+        p["cached_from"]["final_url"],
+        w.server.url("/dl/demo-1.md"),
+        "{p:#}"
+    );
+    assert_eq!(p["cached_from"]["fetched_at"], first["time"], "{p:#}");
+    assert_eq!(p["digest"], sha(&md));
+    assert_eq!(other.hits("/b/demo.md"), 0, "a cache hit downloads nothing");
+    // The text output says the same.
+    let o = from_other(&[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!("resolved url:  {}", other.url("/b/demo.md"))),
+        "{text}"
+    );
+    assert!(text.contains("final url:     -"), "{text}");
+    assert!(
+        text.contains(&format!("cached from:   {}", w.server.url("/dl/demo-1.md"))),
+        "{text}"
+    );
+}
+
 #[test]
 fn index_check_over_https() {
     let w = World::new();
