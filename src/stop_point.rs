@@ -15,6 +15,8 @@
 //!   directory joined with the file's place) and has not opened it yet (`publish::tree`);
 //! - `cache:index-copy`, `cache:record`: the index copy (the artifact's record) is written to
 //!   its temporary file in the cache's `tmp/`, before it is renamed into place;
+//! - `cache:lock:<stem>`: the cache's lock file `locks/<stem>.lock` (`<stem>` a digest's hex,
+//!   or `index-` and the hex of an index URL) is open and not yet locked;
 //! - `withdraw:decided`: `withdraw` read the version as not withdrawn and has not written the
 //!   withdrawal yet.
 

@@ -32,8 +32,9 @@ enum CacheCommand {
     ///
     /// Exit status: 0 all matched, 3 some were removed, 1 the cache cannot be read.
     Verify,
-    /// Remove artifacts not used for longer than the given age (and index copies as old), and
-    /// the partial downloads killed fetches left in tmp/ (never a running fetch's).
+    /// Remove artifacts not used for longer than the given age (and index copies as old), the
+    /// lock files of what is no longer cached, and the partial downloads killed fetches left
+    /// in tmp/ (never a running fetch's files or locks).
     Prune {
         /// An age: 30d, 12h, 90m, 3600s, 2w.
         #[arg(long, value_parser = skillbox::fetch::cache::parse_age, value_name = "AGE")]
@@ -108,17 +109,24 @@ pub fn run(a: CacheArgs) -> Exit {
         CacheCommand::Prune { older_than } => cache
             .remove_abandoned()
             .and_then(|abandoned| Ok((abandoned, cache.prune(older_than)?)))
-            .map(|(abandoned, removed)| {
+            .map(|(abandoned, pruned)| {
+            let removed = &pruned.artifacts;
             if a.json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&removed).unwrap_or_default()
                 );
             } else {
-                for i in &removed {
+                for i in removed {
                     println!("removed  {} (last used {})", i.digest, dash(&i.last_used));
                 }
                 println!("{} removed", removed.len());
+                if pruned.locks > 0 {
+                    println!(
+                        "{} lock file(s) of artifacts or index copies no longer cached removed",
+                        pruned.locks
+                    );
+                }
                 let (count, bytes) = (abandoned.downloads, abandoned.download_bytes);
                 if count > 0 {
                     println!(

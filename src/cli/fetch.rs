@@ -68,10 +68,11 @@ pub struct PolicyArgs {
     /// Most redirects followed [default: 5].
     #[arg(long, env = "SKILLBOX_MAX_REDIRECTS", value_name = "N")]
     max_redirects: Option<u32>,
-    /// Name resolution plus TCP connect bound, e.g. `10`, `2.5`, `500ms` [default: 10s].
+    /// Name resolution plus TCP connect bound, e.g. `10`, `2.5`, `500ms`; at most a day
+    /// [default: 10s].
     #[arg(long, env = "SKILLBOX_CONNECT_TIMEOUT", value_parser = config::parse_duration, value_name = "SECONDS")]
     connect_timeout: Option<Duration>,
-    /// Bound on one whole download, redirects included [default: 60s].
+    /// Bound on one whole download, redirects included; at most a day [default: 60s].
     #[arg(long, env = "SKILLBOX_TOTAL_TIMEOUT", value_parser = config::parse_duration, value_name = "SECONDS")]
     total_timeout: Option<Duration>,
     /// Largest index body; an index over it is rejected (exit 3) [default: 1M].
@@ -657,6 +658,11 @@ fn print_provenance(p: &Provenance) {
     println!("  source:        {}", source(p.artifact_source));
     if let Some(c) = &p.cached_from {
         println!("  downloaded at: {}", c.fetched_at);
+        // Shown: never with credentials, even from an older version's record.
+        println!(
+            "  cached from:   {}",
+            skillbox::urls::redact_str(&c.final_url)
+        );
     }
     println!("  time:          {}", p.time);
 }

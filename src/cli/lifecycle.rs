@@ -1285,6 +1285,15 @@ fn print_provenance(p: &ops::ProvenanceReport) {
         );
     }
     println!("  final url:      {}", g("final_url"));
+    if let Some(c) = pv.get("cached_from").filter(|c| c.is_object()) {
+        // A cache hit: no download of its own; the bytes' first download, which another
+        // entry or index may have listed.
+        println!(
+            "  cached from:    {} ({})",
+            field(c, "final_url"),
+            field(c, "fetched_at")
+        );
+    }
     println!("  peer address:   {}", g("address"));
     println!("  content-type:   {}", g("content_type"));
     println!("  digest:         {}", v.digest);

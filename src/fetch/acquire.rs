@@ -39,6 +39,9 @@ pub struct Provenance {
     pub artifact_source: Option<Source>,
     /// Every redirect followed for the artifact, in order.
     pub hops: Vec<Hop>,
+    /// Where this fetch's artifact download ended (after redirects); `None` for a cache hit,
+    /// which downloads nothing: where the entry pointed is `resolved_url`, where the bytes
+    /// were first downloaded from is `cached_from` (see [`Self::artifact_url`]).
     pub final_url: Option<String>,
     /// The address the artifact was received from.
     pub address: Option<String>,
@@ -48,10 +51,29 @@ pub struct Provenance {
     /// The digest listed and verified.
     pub digest: Option<Sha256Digest>,
     pub size: Option<u64>,
-    /// When the artifact was first downloaded (cache hits keep the original record).
+    /// For a cache hit, the record of the download that stored the bytes (its URL, final URL,
+    /// Content-Type and time), which may have been listed by another index or at another URL.
     pub cached_from: Option<cache::Origin>,
     /// When this fetch ran (RFC 3339, UTC).
     pub time: String,
+}
+
+impl Provenance {
+    /// Where this fetch's artifact came from, as far as is known: the final URL of its
+    /// download; for a cache hit, the URL the entry resolved to, or the cached download's
+    /// final URL when that download was of this same URL (its redirects are then this URL's;
+    /// a hit makes no request to see them again). Never the URL of a download made for
+    /// another entry or index, which the same digest does not make this one's.
+    pub fn artifact_url(&self) -> Option<&str> {
+        if let Some(u) = &self.final_url {
+            return Some(u);
+        }
+        let resolved = self.resolved_url.as_deref()?;
+        match &self.cached_from {
+            Some(o) if o.url == resolved && !o.final_url.is_empty() => Some(&o.final_url),
+            _ => Some(resolved),
+        }
+    }
 }
 
 /// Why the pipeline stopped before extraction.
@@ -225,7 +247,8 @@ pub fn artifact(
         prov.size = Some(hit.size);
         prov.cached_from = hit.origin.clone();
         prov.content_type = hit.origin.as_ref().and_then(|o| o.content_type.clone());
-        prov.final_url = hit.origin.as_ref().map(|o| o.final_url.clone());
+        // No download: `final_url` stays empty rather than naming the cached download's, which
+        // may be another index's (this fetch's own is `resolved_url`; that one `cached_from`).
         return Ok(Acquired {
             entry,
             artifact_type,
@@ -295,9 +318,7 @@ pub fn engine_request(
     req.limits.accept_wrapper = false;
     req.media_type = prov.content_type.clone();
     req.file_name = prov
-        .final_url
-        .as_deref()
-        .or(prov.resolved_url.as_deref())
+        .artifact_url()
         .and_then(|u| Url::parse(u).ok())
         .and_then(|u| {
             u.path_segments()
@@ -308,4 +329,44 @@ pub fn engine_request(
     req.skill_name = Some(acquired.entry.name.clone());
     req.index_description = Some(acquired.entry.description.clone());
     req
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Where a fetch's artifact came from: its own download's final URL; for a cache hit, the
+    /// URL its entry resolved to, or the cached download's final URL only when that download
+    /// was of the same URL (another index's redirect target is never this fetch's).
+    #[test]
+    fn artifact_url_is_this_fetchs_own() {
+        let origin = |url: &str, final_url: &str| cache::Origin {
+            url: url.into(),
+            final_url: final_url.into(),
+            content_type: None,
+            fetched_at: "t".into(),
+        };
+        let downloaded = Provenance {
+            resolved_url: Some("https://a.example/x".into()),
+            final_url: Some("https://cdn.example/x".into()),
+            ..Provenance::default()
+        };
+        assert_eq!(downloaded.artifact_url(), Some("https://cdn.example/x"));
+        let hit = |cached: cache::Origin| Provenance {
+            resolved_url: Some("https://b.example/y".into()),
+            artifact_source: Some(Source::Cache),
+            cached_from: Some(cached),
+            ..Provenance::default()
+        };
+        let same = hit(origin("https://b.example/y", "https://cdn.example/y"));
+        assert_eq!(same.artifact_url(), Some("https://cdn.example/y"));
+        let other = hit(origin("https://a.example/x", "https://cdn.example/x"));
+        assert_eq!(other.artifact_url(), Some("https://b.example/y"));
+        let unrecorded = Provenance {
+            cached_from: None,
+            ..hit(origin("", ""))
+        };
+        assert_eq!(unrecorded.artifact_url(), Some("https://b.example/y"));
+        assert_eq!(Provenance::default().artifact_url(), None);
+    }
 }

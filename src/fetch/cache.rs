@@ -15,6 +15,9 @@
 //! Concurrent fetches of one digest take its lock (`locks/<hex>.lock`, `flock(2)`, released
 //! when the holder exits however it exits) around look-up, download and commit, so the bytes
 //! are downloaded once and a reader only ever opens a complete file (a rename is atomic).
+//! `cache prune` unlinks the lock files of what is no longer cached, each while holding it;
+//! every taker checks, once it has a lock, that the file it locked is still the one at the
+//! path, and opens the path again if not ([`Cache::take_lock`]).
 //! `sha256/<hex>.used` is an empty file whose modification time is the last use (`cache
 //! list`, `cache prune --older-than`); access times are not used, `relatime` and `noatime`
 //! make them unreliable.
@@ -22,7 +25,7 @@
 use crate::stop_point::stop_point;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -254,10 +257,8 @@ impl Cache {
 
     /// Wait for, then hold, the lock `locks/<stem>.lock`.
     fn lock_named(&self, stem: &str) -> io::Result<DigestLock> {
-        let file = self.lock_file_named(stem)?;
-        Flock::lock(file, FlockArg::LockExclusive)
-            .map(|held| DigestLock { _held: held })
-            .map_err(|(_, errno)| io::Error::from(errno))
+        self.take_lock(stem, true)?
+            .ok_or_else(|| io::Error::other("a waiting lock was not taken"))
     }
 
     /// Record a use of `digest` now (best effort: a failure only makes `cache list` older).
@@ -380,15 +381,8 @@ impl Cache {
     }
 
     /// `locks/<stem>.lock`: a digest's hex, or `index-` and the hex of an index URL.
-    fn lock_file_named(&self, stem: &str) -> io::Result<File> {
-        let path = self.root.join("locks").join(format!("{stem}.lock"));
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-            .open(&path)
+    fn lock_path(&self, stem: &str) -> PathBuf {
+        self.root.join("locks").join(format!("{stem}.lock"))
     }
 
     /// Remove what killed fetches left in `tmp/` (nothing renames it into place, so nothing
@@ -441,17 +435,100 @@ impl Cache {
 
     /// The lock `locks/<stem>.lock` if no one holds it, without waiting.
     fn try_lock_named(&self, stem: &str) -> io::Result<Option<DigestLock>> {
-        let file = self.lock_file_named(stem)?;
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(held) => Ok(Some(DigestLock { _held: held })),
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
-            Err((_, errno)) => Err(io::Error::from(errno)),
+        self.take_lock(stem, false)
+    }
+
+    /// Take the lock `locks/<stem>.lock`, waiting for it when `wait` (else `None` if it is
+    /// held). Every taker goes through here.
+    ///
+    /// `cache prune` unlinks a lock file (while holding it) once what it guards is no longer
+    /// cached ([`remove_stale_locks`](Self::remove_stale_locks)). A taker that opened the
+    /// file before that would then lock an inode no one else will ever open, while a later
+    /// taker locks a new file at the same path: two holders of one lock. So the lock counts
+    /// only if, once taken, the file locked is still the one at the path (same device and
+    /// inode, still linked); if not, it is let go and the path opened again.
+    fn take_lock(&self, stem: &str, wait: bool) -> io::Result<Option<DigestLock>> {
+        let path = self.lock_path(stem);
+        let how = if wait {
+            FlockArg::LockExclusive
+        } else {
+            FlockArg::LockExclusiveNonblock
+        };
+        loop {
+            let file = open_lock_file(&path)?;
+            lock_opened(stem);
+            let held = match Flock::lock(file, how) {
+                Ok(held) => held,
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) if !wait => return Ok(None),
+                Err((_, errno)) => return Err(io::Error::from(errno)),
+            };
+            let locked = held.metadata()?;
+            let current = match fs::symlink_metadata(&path) {
+                Ok(m) => Some(m),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            };
+            if locked.nlink() > 0
+                && current.is_some_and(|m| m.dev() == locked.dev() && m.ino() == locked.ino())
+            {
+                return Ok(Some(DigestLock { _held: held }));
+            }
+            // Unlinked (or replaced) between our open and our lock: not the lock any more.
+        }
+    }
+
+    /// Remove the lock files (`locks/<hex>.lock`, `locks/index-<hex>.lock`) of artifacts and
+    /// index copies no longer cached, so the directory does not grow by one file for every
+    /// artifact ever fetched. Each is taken first, without waiting (one held is in use and
+    /// left alone), what it guards is looked for again under it (a fetch stores under the
+    /// lock), and it is unlinked while held: a taker that opened it before sees, once it has
+    /// it, that it is no longer the file at the path and opens the path again
+    /// ([`take_lock`](Self::take_lock)). Other names are left alone. Returns how many went.
+    pub fn remove_stale_locks(&self) -> io::Result<usize> {
+        let mut removed = 0;
+        for e in fs::read_dir(self.root.join("locks"))? {
+            let e = e?;
+            let name = e.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".lock")) else {
+                continue;
+            };
+            let Some(guarded) = self.guarded_by(stem) else {
+                continue;
+            };
+            if exists(&guarded)? {
+                continue;
+            }
+            let Some(_lock) = self.try_lock_named(stem)? else {
+                continue;
+            };
+            if exists(&guarded)? {
+                continue;
+            }
+            match fs::remove_file(self.lock_path(stem)) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// What the lock `locks/<stem>.lock` guards: the artifact of a digest, or the copy of an
+    /// index (`index-<hex of the URL>`); `None` for a name no fetch makes.
+    fn guarded_by(&self, stem: &str) -> Option<PathBuf> {
+        let digest = |hex: &str| format!("sha256:{hex}").parse::<Sha256Digest>().ok();
+        match stem.strip_prefix("index-") {
+            Some(hex) => {
+                digest(hex).map(|d| self.root.join("index").join(format!("{}.json", d.hex())))
+            }
+            None => digest(stem).map(|d| self.artifact_path(&d)),
         }
     }
 
     /// Remove artifacts last used longer than `age` ago, and index copies not refreshed in
-    /// that time.
-    pub fn prune(&self, age: Duration) -> io::Result<Vec<Listed>> {
+    /// that time; then the lock files of whatever is no longer cached
+    /// ([`remove_stale_locks`](Self::remove_stale_locks)).
+    pub fn prune(&self, age: Duration) -> io::Result<Pruned> {
         let cutoff = SystemTime::now()
             .checked_sub(age)
             .unwrap_or(SystemTime::UNIX_EPOCH);
@@ -472,7 +549,11 @@ impl Cache {
                 let _ = fs::remove_file(e.path());
             }
         }
-        Ok(removed)
+        let locks = self.remove_stale_locks()?;
+        Ok(Pruned {
+            artifacts: removed,
+            locks,
+        })
     }
 
     /// Keep the bytes of the index fetched from `url` (for `--offline`).
@@ -507,6 +588,15 @@ impl Cache {
         tmp.persist(path).map_err(|e| e.error)?;
         Ok(())
     }
+}
+
+/// What [`Cache::prune`] removed.
+#[derive(Debug, Clone, Default)]
+pub struct Pruned {
+    /// The artifacts, as `cache list` showed them.
+    pub artifacts: Vec<Listed>,
+    /// Lock files of artifacts and index copies no longer cached.
+    pub locks: usize,
 }
 
 /// What `cache prune` removed from `tmp/` ([`Cache::remove_abandoned`]).
@@ -620,6 +710,35 @@ pub fn parse_age(s: &str) -> Result<Duration, String> {
     n.checked_mul(scale)
         .map(Duration::from_secs)
         .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Open (creating) a lock file; taken with [`Cache::take_lock`] only.
+fn open_lock_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// The pause `cache:lock:<stem>` ([`crate::stop_point`]): the lock file is open, not yet
+/// locked. The point's name is only made in a debug build.
+fn lock_opened(stem: &str) {
+    #[cfg(debug_assertions)]
+    stop_point(&format!("cache:lock:{stem}"));
+    #[cfg(not(debug_assertions))]
+    let _ = stem;
+}
+
+/// Whether anything (a symbolic link included) is at `path`.
+fn exists(path: &Path) -> io::Result<bool> {
+    match fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 fn read_bounded(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {

@@ -93,6 +93,11 @@ impl Client {
         sink: &mut dyn Write,
         hops: &mut Vec<Hop>,
     ) -> Result<Download, FetchError> {
+        // A policy built by hand skips `config::build`'s check: no download may run past a
+        // day (`cache prune` relies on it), and a huge duration would overflow the deadline.
+        self.policy
+            .check_timeouts()
+            .map_err(|(rule, detail)| FetchError::Refused(Refusal::new(rule, detail).at(url)))?;
         let deadline = Instant::now() + self.policy.total_timeout;
         // An artifact is cut at the smaller of the download bound and the extraction limit:
         // bytes past the latter can never be accepted, so they are not worth receiving.
@@ -362,4 +367,41 @@ fn stream(
         reader.get_mut().cut();
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A policy set up by hand (not through `config::build`) with a timeout over a day is
+    /// refused before anything is resolved or connected to (the address, in a documentation
+    /// range, would be refused by the destination rules only after).
+    #[test]
+    fn a_hand_built_policy_with_a_timeout_over_a_day_is_refused() {
+        let tls = super::super::tls::Trust::WebPki
+            .client_config()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let url = Url::parse("https://192.0.2.1/x").unwrap_or_else(|e| panic!("{e}"));
+        for (connect, total, rule) in [
+            (10, 2 * 86_400, Rule::TotalTimeout),
+            (86_401, 60, Rule::ConnectTimeout),
+        ] {
+            let policy = FetchPolicy {
+                connect_timeout: Duration::from_secs(connect),
+                total_timeout: Duration::from_secs(total),
+                ..FetchPolicy::default()
+            };
+            let client = Client::new(policy, tls.clone());
+            let mut hops = Vec::new();
+            match client.get(&url, What::Artifact, &mut Vec::new(), &mut hops) {
+                Err(FetchError::Refused(r)) => {
+                    assert_eq!(r.rule, rule);
+                    assert!(r.detail.contains("at most a day"), "{}", r.detail);
+                }
+                other => panic!("{rule}: {other:?}"),
+            }
+            assert!(hops.is_empty());
+        }
+    }
 }

@@ -102,10 +102,9 @@ pub struct FetchSettings {
     pub proxy_source: &'static str,
 }
 
-/// The longest duration a setting takes (`connect_timeout`, `total_timeout`): a day. So no
-/// download runs longer, which is what lets `cache prune` tell a dead partial download an
-/// older version left from a live one ([`super::cache`]).
-pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
+/// The longest duration a setting takes (`connect_timeout`, `total_timeout`): a day
+/// ([`super::policy::MAX_DURATION`]).
+pub use super::policy::MAX_DURATION;
 
 /// A duration: seconds (`10`, `2.5`, `10s`) or milliseconds (`500ms`), above 0, at most a day
 /// ([`MAX_DURATION`]).
@@ -247,6 +246,11 @@ pub fn build(
         NoProxy::default()
     };
     policy.proxy = ProxyConfig { proxy, no_proxy };
+    // The bound holds for the caller's own durations too (`Overrides` takes any `Duration`),
+    // not only for text `parse_duration` read.
+    policy
+        .check_timeouts()
+        .map_err(|(rule, detail)| value(rule.as_str(), detail))?;
     Ok(FetchSettings {
         policy,
         index_limits,
@@ -339,6 +343,45 @@ mod tests {
         assert_eq!(parse_duration("2").ok(), Some(Duration::from_secs(2)));
         assert!(parse_duration("0").is_err());
         assert!(parse_duration("-1").is_err());
+    }
+
+    #[test]
+    fn timeouts_over_a_day_are_refused_whoever_sets_them() {
+        let env = |_: &str| None;
+        for (connect, total, what) in [
+            (
+                None,
+                Some(MAX_DURATION + Duration::from_secs(1)),
+                "total_timeout",
+            ),
+            (None, Some(Duration::from_secs(7 * 86_400)), "total_timeout"),
+            (None, Some(Duration::ZERO), "total_timeout"),
+            (Some(Duration::MAX), None, "connect_timeout"),
+        ] {
+            let over = Overrides {
+                connect_timeout: connect,
+                total_timeout: total,
+                ..Overrides::default()
+            };
+            match build(None, over, &env) {
+                Err(ConfigError::Value { what: w, detail }) => {
+                    assert_eq!(w, what);
+                    assert!(detail.contains("at most a day"), "{detail}");
+                }
+                other => panic!("{what} {connect:?} {total:?}: {other:?}"),
+            }
+        }
+        // A day itself is allowed.
+        let over = Overrides {
+            total_timeout: Some(MAX_DURATION),
+            connect_timeout: Some(MAX_DURATION),
+            ..Overrides::default()
+        };
+        let s = build(None, over, &env).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.policy.total_timeout, MAX_DURATION);
+        // The policy file's values go through the same check (its text is parsed first).
+        let f = file("total_timeout = 86401\n").unwrap_or_else(|e| panic!("{e}"));
+        assert!(build(Some(f), Overrides::default(), &env).is_err());
     }
 
     #[test]

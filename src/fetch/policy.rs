@@ -368,7 +368,34 @@ fn classify_v6(ip: Ipv6Addr) -> Option<AddrClass> {
     None
 }
 
+/// The longest `connect_timeout` and `total_timeout` may be: a day. So no download runs
+/// longer, which is what lets `cache prune` tell a dead partial download an older version left
+/// from a live one ([`super::cache::OLD_PARTIAL_AGE`]).
+pub const MAX_DURATION: Duration = Duration::from_secs(86_400);
+
 impl FetchPolicy {
+    /// Whether the timeouts are usable: each above 0 and at most [`MAX_DURATION`]. Checked by
+    /// [`super::config::build`] (every layer, the caller's own values included) and again by
+    /// the client before it fetches, for a policy a library caller set up by hand.
+    pub fn check_timeouts(&self) -> Result<(), (Rule, String)> {
+        for (rule, d) in [
+            (Rule::ConnectTimeout, self.connect_timeout),
+            (Rule::TotalTimeout, self.total_timeout),
+        ] {
+            if d.is_zero() || d > MAX_DURATION {
+                return Err((
+                    rule,
+                    format!(
+                        "{rule} is {} s: give a duration above 0 and at most a day ({} s)",
+                        d.as_secs_f64(),
+                        MAX_DURATION.as_secs()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Bound artifact downloads by the extraction limit `max_artifact_bytes` too: every caller
     /// that knows the limits the engine will apply should set it, so that a download that can
     /// never be accepted stops at that limit instead of running on to `--max-bytes` (and being

@@ -546,10 +546,10 @@ pub fn install(
             };
             // Fails closed: an artifact whose origin cannot be told would skip the policy's
             // origin rules, so a URL the parser does not read back is an error, not `None`.
+            // A cache hit is judged by where this index pointed, not by where the bytes were
+            // first downloaded for some other entry (`Provenance::artifact_url`).
             let fetched_from = prov
-                .final_url
-                .as_deref()
-                .or(prov.resolved_url.as_deref())
+                .artifact_url()
                 .ok_or_else(|| Error::new(Kind::Operational, "a fetched artifact with no URL"))?;
             let origin = Url::parse(fetched_from)
                 .map(|u| Some(u.origin().ascii_serialization()))

@@ -1851,6 +1851,92 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     assert_eq!(json_of(&o)["error"]["kind"], "offline");
 }
 
+/// A cache hit's provenance says where this fetch's index pointed (`resolved_url`), that the
+/// bytes came from the cache, and keeps the download that stored them apart (`cached_from`,
+/// with its own URL and final URL): it never gives that download's final URL, made for
+/// another index's entry, as this fetch's `final_url`. (Before, it did.)
+#[test]
+fn a_cache_hit_listed_by_another_index_is_recorded_as_this_index_listed_it() {
+    let w = World::new();
+    let other = w.second_server();
+    let md = skill_md("demo", "A demo skill");
+    // The first index's entry redirects to its download.
+    w.server
+        .route("/a/SKILL.md", Reply::Redirect(302, "/dl/demo-1.md".into()));
+    w.server.route("/dl/demo-1.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    // Another index lists the same digest at its own URL.
+    other.route("/b/demo.md", ok(&md, "text/markdown"));
+    let other_index = other.url("/.well-known/agent-skills/index.json");
+    other.route(
+        "/.well-known/agent-skills/index.json",
+        ok(
+            index_json(&[entry("demo", "skill-md", "/b/demo.md", &sha(&md))]).as_bytes(),
+            "application/json",
+        ),
+    );
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let first = json_of(&o)["provenance"].clone();
+    assert_eq!(first["final_url"], w.server.url("/dl/demo-1.md"));
+
+    let cache = w.cache().display().to_string();
+    let other_dest = other.addr.to_string();
+    let from_other = |extra: &[&str]| {
+        let mut a = vec![
+            "fetch",
+            other_index.as_str(),
+            "demo",
+            "--cache-dir",
+            cache.as_str(),
+            "--allow-destination",
+            other_dest.as_str(),
+        ];
+        a.extend_from_slice(extra);
+        run(&w.args(&a))
+    };
+    let o = from_other(&["--json"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let p = &json_of(&o)["provenance"];
+    assert_eq!(p["index_url"], other_index.as_str(), "{p:#}");
+    assert_eq!(p["artifact_source"], "cache", "{p:#}");
+    assert_eq!(p["resolved_url"], other.url("/b/demo.md"), "{p:#}");
+    assert_eq!(p["final_url"], Value::Null, "no download of its own: {p:#}");
+    assert_eq!(p["hops"], serde_json::json!([]), "{p:#}");
+    assert_eq!(p["address"], Value::Null, "{p:#}");
+    assert_eq!(
+        p["cached_from"]["url"],
+        w.server.url("/a/SKILL.md"),
+        "{p:#}"
+    );
+    assert_eq!(
+        p["cached_from"]["final_url"],
+        w.server.url("/dl/demo-1.md"),
+        "{p:#}"
+    );
+    assert_eq!(p["cached_from"]["fetched_at"], first["time"], "{p:#}");
+    assert_eq!(p["digest"], sha(&md));
+    assert_eq!(other.hits("/b/demo.md"), 0, "a cache hit downloads nothing");
+    // The text output says the same.
+    let o = from_other(&[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!("resolved url:  {}", other.url("/b/demo.md"))),
+        "{text}"
+    );
+    assert!(text.contains("final url:     -"), "{text}");
+    assert!(
+        text.contains(&format!("cached from:   {}", w.server.url("/dl/demo-1.md"))),
+        "{text}"
+    );
+}
+
 #[test]
 fn index_check_over_https() {
     let w = World::new();
@@ -3366,6 +3452,233 @@ fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
             "{at}: {out}"
         );
     }
+}
+
+/// Make a file's modification time `age` ago (an artifact's `.used`, an index copy).
+fn age_file(path: &std::path::Path, age: Duration) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .and_then(|f| f.set_modified(std::time::SystemTime::now() - age))
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+}
+
+/// The names in the cache's `locks/`, sorted.
+fn lock_names(cache: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(cache.join("locks"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// `cache prune` removes the lock files (`locks/<hex>.lock`, `locks/index-<hex>.lock`) of
+/// artifacts and index copies no longer cached, so `locks/` does not keep one file for every
+/// artifact ever fetched; never one a fetch holds (that fetch completes), nor one of what is
+/// still cached. (Before, no lock file was ever removed.)
+#[test]
+fn cache_prune_removes_the_lock_files_of_what_is_no_longer_cached() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    let other = skill_md("other", "Not what the index lists");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.server.route("/b/SKILL.md", ok(&other, "text/markdown"));
+    w.index(&index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        // Listed with a digest its bytes never match, so never cached.
+        entry(
+            "bad",
+            "skill-md",
+            "/b/SKILL.md",
+            &sha(b"what the index lists"),
+        ),
+    ]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let prune = |age: &str| {
+        let o = run(&[
+            "cache".into(),
+            "prune".into(),
+            "--older-than".into(),
+            age.into(),
+            "--cache-dir".into(),
+            cache.clone(),
+        ]);
+        assert_eq!(code(&o), 0, "{}", explain(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let url_hex = skillbox::digest::Sha256Digest::of_bytes(index.as_bytes()).hex();
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    let bad_hex = skillbox::digest::Sha256Digest::of_bytes(b"what the index lists").hex();
+    let digest_lock = w.cache().join("locks").join(format!("{md_hex}.lock"));
+    let ino = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p)
+            .map(|m| m.ino())
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    };
+
+    // Held: a fetch stopped while it stores the artifact (its digest's lock held, nothing in
+    // sha256/ yet) keeps its lock file through a prune, and completes.
+    let live = super::stopped_at(
+        &mut skillbox(&w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache])),
+        "cache:record",
+    );
+    let held = ino(&digest_lock);
+    assert_eq!(w.cached_artifacts(), 0);
+    let out = prune("30d");
+    assert!(!out.contains("lock file"), "{out}");
+    assert_eq!(ino(&digest_lock), held, "a held lock file was removed");
+    super::resume(live.id());
+    let o = live.wait_with_output().expect("wait");
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
+    assert_eq!(w.cached_artifacts(), 1);
+
+    // A fetch whose bytes do not match leaves a lock of a digest never cached.
+    let o = w.fetch("bad", &[]);
+    assert_eq!(code(&o), 3, "{}", explain(&o));
+    std::fs::write(w.cache().join("locks").join("notes.txt.lock"), b"").expect("write");
+    let all = {
+        let mut v = vec![
+            format!("{bad_hex}.lock"),
+            format!("{md_hex}.lock"),
+            format!("index-{url_hex}.lock"),
+            "notes.txt.lock".to_owned(),
+        ];
+        v.sort();
+        v
+    };
+    assert_eq!(lock_names(&w.cache()), all);
+    // Only the lock of what is not cached goes; a name no fetch makes is left alone.
+    let out = prune("30d");
+    assert!(
+        out.contains("1 lock file(s) of artifacts or index copies no longer cached removed"),
+        "{out}"
+    );
+    let mut kept = vec![
+        format!("{md_hex}.lock"),
+        format!("index-{url_hex}.lock"),
+        "notes.txt.lock".to_owned(),
+    ];
+    kept.sort();
+    assert_eq!(lock_names(&w.cache()), kept);
+
+    // Pruned: the artifact and the index copy go, and so do their locks.
+    let two_days = Duration::from_secs(2 * 86_400);
+    age_file(
+        &w.cache().join("sha256").join(format!("{md_hex}.used")),
+        two_days,
+    );
+    age_file(
+        &w.cache().join("index").join(format!("{url_hex}.json")),
+        two_days,
+    );
+    let out = prune("1d");
+    assert!(out.contains("1 removed"), "{out}");
+    assert!(
+        out.contains("2 lock file(s) of artifacts or index copies no longer cached removed"),
+        "{out}"
+    );
+    assert_eq!(lock_names(&w.cache()), ["notes.txt.lock"]);
+    assert_eq!(w.cached_artifacts(), 0);
+    // And the next fetch takes them anew.
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
+}
+
+/// A fetch that opened a digest's lock file just before `cache prune` unlinked it (stopped
+/// there: `cache:lock:<hex>`) does not proceed on that file once it locks it: it is no longer
+/// the lock. It opens the path again and waits for the fetch holding the new file, then finds
+/// the artifact that fetch stored; so the two never both hold the lock, and the bytes are
+/// downloaded once.
+#[test]
+fn a_fetch_that_opened_a_lock_file_prune_removed_takes_the_new_one() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    w.index(&index_json(&[entry(
+        "demo",
+        "skill-md",
+        "/a/SKILL.md",
+        &sha(&md),
+    )]));
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    let digest_lock = w.cache().join("locks").join(format!("{md_hex}.lock"));
+    let fetch = || skillbox(&w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache]));
+    let ino = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(p).map(|m| m.ino()).ok()
+    };
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    let old = ino(&digest_lock).expect("the digest's lock file");
+    age_file(
+        &w.cache().join("sha256").join(format!("{md_hex}.used")),
+        Duration::from_secs(2 * 86_400),
+    );
+
+    // B has the old lock file open, not yet locked.
+    let mut b = super::stopped_at(&mut fetch(), &format!("cache:lock:{md_hex}"));
+    let o = run(&[
+        "cache".into(),
+        "prune".into(),
+        "--older-than".into(),
+        "1d".into(),
+        "--cache-dir".into(),
+        cache.clone(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(w.cached_artifacts(), 0, "{}", explain(&o));
+    assert_eq!(ino(&digest_lock), None, "the lock file was not removed");
+    // C takes the lock at the path (a new file) and stops holding it, its download done.
+    let mut c = super::stopped_at(&mut fetch(), "cache:record");
+    let new = ino(&digest_lock).expect("C's lock file");
+    assert_ne!(new, old);
+
+    // B goes on: it must end up waiting for the lock C holds (a waiter on the new file's
+    // inode in /proc/locks), not go ahead on the file it opened before.
+    super::resume(b.id());
+    let waiting = format!(" {} ", b.id());
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ended = b.try_wait().expect("try_wait");
+        if ended.is_some() || Instant::now() > until {
+            let _ = c.kill();
+            let _ = c.wait();
+            let _ = b.kill();
+            let o = b.wait_with_output().expect("wait");
+            panic!(
+                "the fetch went on with the lock file prune had removed while another fetch held the lock: {}",
+                explain(&o)
+            );
+        }
+        let locks = std::fs::read_to_string("/proc/locks").expect("/proc/locks");
+        if locks
+            .lines()
+            .any(|l| l.contains("->") && l.contains(&waiting) && l.contains(&format!(":{new} ")))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    super::resume(c.id());
+    let o = c.wait_with_output().expect("wait");
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
+    let o = b.wait_with_output().expect("wait");
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "cache");
+    assert_eq!(w.server.hits("/a/SKILL.md"), 2, "first fetch, then C only");
+    assert_eq!(w.cached_artifacts(), 1);
+    assert!(w.cache_tmp_is_empty());
 }
 
 #[test]
