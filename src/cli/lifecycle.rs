@@ -47,10 +47,28 @@ pub const EXIT_NEEDS_APPROVAL: u8 = 6;
 pub const EXIT_DENIED: u8 = 7;
 /// Unknown skill, agent or digest, or a version not in the store.
 pub const EXIT_NOT_FOUND: u8 = 8;
-/// The version was withdrawn.
+/// The version was withdrawn; for `status`, a withdrawn version is still on an agent (not
+/// contained).
 pub const EXIT_WITHDRAWN: u8 = 9;
 
-const EXIT_CODES_HELP: &str = "Exit status: 0 ok, 1 operational (corrupt store, read-only filesystem, I/O, an entry skillbox did not create), 2 usage (bad flag, bad policy file, a store or an agent directory refused as given), 3 rejected by the engine, 4 refused by the fetch policy, 5 unknown index $schema, 6 needs approval, 7 denied, 8 not found, 9 withdrawn.";
+/// The exit table every lifecycle command's `--help` ends with, its last entry (what 9 means)
+/// given per command.
+macro_rules! exit_codes_help {
+    ($nine:literal) => {
+        concat!(
+            "Exit status: 0 ok, 1 operational (corrupt store, read-only filesystem, I/O, an entry skillbox did not create), 2 usage (bad flag, bad policy file, a store or an agent directory refused as given), 3 rejected by the engine, 4 refused by the fetch policy, 5 unknown index $schema, 6 needs approval, 7 denied, 8 not found, 9 ",
+            $nine,
+            "."
+        )
+    };
+}
+
+const EXIT_CODES_HELP: &str = exit_codes_help!("withdrawn");
+
+/// `status`: 9 says a withdrawal is not contained yet, for a script asking just that.
+const STATUS_EXIT_CODES_HELP: &str = exit_codes_help!(
+    "a withdrawn version is still on an agent of some host (STILL ON; withdrawn_in_use with a non-empty still_on in --json): not contained yet; everything is printed first, --json in full"
+);
 
 fn exit_of(kind: Kind) -> u8 {
     match kind {
@@ -149,8 +167,10 @@ pub enum LifecycleCommand {
     /// Skills, their versions and decisions, and the version active for each agent.
     #[command(after_help = EXIT_CODES_HELP)]
     List(CommonOnly),
-    /// The store at a glance: pending and withdrawn versions, agents, interrupted steps.
-    #[command(after_help = EXIT_CODES_HELP)]
+    /// The store at a glance: pending and withdrawn versions, agents, interrupted steps. Exits
+    /// 9 when a withdrawn version is still on an agent of any host (not contained), 0 when
+    /// every withdrawn version is contained.
+    #[command(after_help = STATUS_EXIT_CODES_HELP)]
     Status(CommonOnly),
     /// Where a version came from and everything that happened to it.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -843,7 +863,13 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     );
                 }
             }
-            Ok(EXIT_OK)
+            // Printed in full first: a script asking "is it contained?" reads the status code,
+            // and the output says where it is not.
+            Ok(if s.withdrawn_in_use.iter().any(|w| !w.still_on.is_empty()) {
+                EXIT_WITHDRAWN
+            } else {
+                EXIT_OK
+            })
         }
         LifecycleCommand::Provenance(a) => {
             let (skill, r) = match a.what.split_once('@') {

@@ -686,8 +686,9 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
         "B untouched"
     );
 
+    // Not contained: status says where (JSON in full) and exits 9, on any host.
     let o = a.run(&["status", "--json"]);
-    expect_code(&o, 0);
+    expect_code(&o, 9);
     let s = json_of(&o);
     assert_eq!(s["withdrawn_in_use"][0]["version"], v3ref.as_str(), "{s}");
     assert_eq!(
@@ -699,7 +700,9 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
         .map(|h| h.iter().filter_map(|x| x["name"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(hosts, ["host-a", "host-b"], "{s}");
-    let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();
+    let o = a.run(&["status"]);
+    expect_code(&o, 9);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(text.contains("STILL ON host-b: alpha, beta"), "{text}");
 
     // sync on B, killed after its first link: the next command finishes the move.
@@ -725,8 +728,9 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
     // B does not take it again: the fleet withdrew it.
     expect_code(&b.install(&["alpha"]), 9);
 
-    // Contained: status shows nobody on it, and B's last sync.
+    // Contained: status shows nobody on it, and B's last sync, and exits 0.
     let o = a.run(&["status", "--json"]);
+    expect_code(&o, 0);
     let s = json_of(&o);
     assert_eq!(s["withdrawn_in_use"][0]["still_on"], serde_json::json!([]));
     assert!(s["hosts"][1]["last_sync"].is_string(), "host-b synced: {s}");
@@ -2429,9 +2433,11 @@ fn two_simultaneous_withdrawals_keep_the_first_reason() {
 /// `status` on `h`: the hosts and agents still on the first withdrawn version in use.
 fn still_on(h: &Host<'_>) -> Vec<(String, String)> {
     let o = h.run(&["status", "--json"]);
-    expect_code(&o, 0);
     let s = json_of(&o);
-    host_agents(&s["withdrawn_in_use"][0]["still_on"])
+    let on = host_agents(&s["withdrawn_in_use"][0]["still_on"]);
+    // 9 while it (the one withdrawn version these tests use) is not contained, 0 once it is.
+    expect_code(&o, if on.is_empty() { 0 } else { 9 });
+    on
 }
 
 /// A host that is gone keeps its agents listed as STILL ON a withdrawn version: `forget-host`
@@ -2558,7 +2564,7 @@ fn a_host_that_is_gone_can_be_forgotten_and_come_back() {
     // B comes back: its first command (a read) registers it again, with its agent on v2 in the
     // same transaction, so no host reads the version contained while B's link points at it.
     let o = b.run(&["status", "--json"]);
-    expect_code(&o, 0);
+    expect_code(&o, 9);
     assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
     assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]));
     let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();

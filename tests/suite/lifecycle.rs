@@ -1219,11 +1219,15 @@ fn update_waits_for_review(
 }
 
 /// The agents `status --json` says still run withdrawn `digest` (host/agent), or panics when the
-/// version is not listed as withdrawn.
+/// version is not listed as withdrawn. `status` exits 9 exactly when some withdrawn version is
+/// still on an agent (here: the one asked about, the only one these tests withdraw at a time).
 fn still_on(w: &World, digest: &str) -> Vec<String> {
     let o = w.run(&["status", "--json"]);
-    expect_code(&o, 0);
     let s = json_of(&o);
+    let in_use = s["withdrawn_in_use"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x["still_on"] != serde_json::json!([])));
+    expect_code(&o, if in_use { 9 } else { 0 });
     let version = format!("demo@{digest}");
     let w_use = s["withdrawn_in_use"]
         .as_array()
@@ -1341,6 +1345,63 @@ fn a_withdrawal_commits_whatever_one_agent_entry_is() {
     assert_eq!(w.active("c3").as_deref(), Some(v1.as_str()));
     assert!(still_on(&w, &v2).is_empty());
     w.verify_ok();
+}
+
+/// `status` answers "is it contained?" in its exit status, for a script: 9 while a withdrawn
+/// version is still on an agent (after printing everything, the JSON in full), 0 once every
+/// withdrawn version is contained; `status --help` says so. (Before: 0 either way.)
+#[test]
+fn status_exits_9_while_a_withdrawn_version_is_still_on_an_agent() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    // Nothing withdrawn: 0.
+    expect_code(&w.run(&["status"]), 0);
+    // beta's entry is a directory of the operator's own: the withdrawal cannot move it.
+    let entry = w.agent_dir("beta").join("demo");
+    std::fs::remove_file(&entry).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::fs::create_dir(&entry).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    expect_code(
+        &w.run(&["withdraw", &format!("demo@{v1}"), "--reason", "bad"]),
+        1,
+    );
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 9);
+    let s = json_of(&o);
+    for key in ["store", "records", "host", "withdrawn", "agents", "hosts"] {
+        assert!(!s[key].is_null(), "{key} missing: {s}");
+    }
+    assert_eq!(
+        s["withdrawn_in_use"][0]["still_on"][0]["agent"], "beta",
+        "{s}"
+    );
+    assert!(s.get("error").is_none(), "{s}");
+    let o = w.run(&["status"]);
+    expect_code(&o, 9);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("STILL ON") && text.contains("beta"),
+        "{}",
+        explain(&o)
+    );
+    assert!(o.stderr.is_empty(), "not an error: {}", explain(&o));
+    // Contained: 0.
+    std::fs::remove_dir(&entry).unwrap_or_else(|e| panic!("rmdir: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("contained: no agent"),
+        "{}",
+        explain(&o)
+    );
+    let o = w.run(&["status", "--help"]);
+    expect_code(&o, 0);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("9 a withdrawn version is still on an agent"),
+        "{help}"
+    );
 }
 
 /// A rollback is not containment: it refuses up front, but says what is actually there.
