@@ -803,7 +803,13 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                             .as_deref()
                             .map(|r| format!(" ({})", display_name(r.as_bytes())))
                             .unwrap_or_default();
-                        let gone = if v.stored { "" } else { " [not stored]" };
+                        let gone = if v.quarantined {
+                            " [quarantined]"
+                        } else if v.stored {
+                            ""
+                        } else {
+                            " [not stored]"
+                        };
                         let _ = writeln!(
                             out,
                             "    {}  {:<9} {:<12} {}{w}{gone}",
@@ -854,6 +860,21 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         println!("    contained: no agent on any host runs it");
                     } else {
                         println!("    STILL ON {}", host_agents(&w.still_on));
+                    }
+                }
+                if !s.quarantined.is_empty() {
+                    println!("quarantined  {}", s.quarantined.len());
+                    for q in &s.quarantined {
+                        println!("  {}", shown(q));
+                    }
+                }
+                if !s.pending_local_withdrawals.is_empty() {
+                    println!(
+                        "local withdrawals not in the records yet  {}",
+                        s.pending_local_withdrawals.len()
+                    );
+                    for p in &s.pending_local_withdrawals {
+                        println!("  {}", shown(p));
                     }
                 }
                 if s.interrupted > 0 {
@@ -1261,7 +1282,9 @@ fn print_provenance(p: &ops::ProvenanceReport) {
     println!(
         "  state:          {}{}",
         v.state.as_str(),
-        if v.stored {
+        if v.quarantined {
+            " (tree quarantined on this host: no agent can load it; gc removes it)"
+        } else if v.stored {
             ""
         } else {
             " (tree not in the store)"

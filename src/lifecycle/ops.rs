@@ -724,6 +724,7 @@ pub fn install(
         skill: skill.clone(),
         state,
         stored: state != State::Denied,
+        quarantined: false,
         decided_by: String::new(),
         rule: None,
         findings: Vec::new(),
@@ -2230,6 +2231,17 @@ pub fn list(store: &mut Store) -> Result<Listing, Error> {
             s.active.insert(agent, digest);
         }
     }
+    // A tree `withdraw --local` moved into quarantine is no longer a stored version here (no
+    // agent can load it) whatever the records' row says until `gc` removes it.
+    let quarantined = quarantine::quarantined(store.root());
+    if !quarantined.is_empty() {
+        for v in skills.iter_mut().flat_map(|s| s.versions.iter_mut()) {
+            if quarantined.contains(&v.digest) {
+                v.stored = false;
+                v.quarantined = true;
+            }
+        }
+    }
     Ok(Listing { skills })
 }
 
@@ -2254,6 +2266,12 @@ pub struct Status {
     pub hosts: Vec<HostRow>,
     /// Steps an interrupted command left; the next command that changes state finishes them.
     pub interrupted: usize,
+    /// Versions whose tree `withdraw --local` moved into this host's `quarantine/` (until `gc`
+    /// removes it): not stored versions any more, no agent can load them.
+    pub quarantined: Vec<String>,
+    /// Withdrawals made here with `withdraw --local` that the records do not hold yet (they do
+    /// not know the version); this host refuses the digest meanwhile.
+    pub pending_local_withdrawals: Vec<String>,
 }
 
 /// A withdrawn version and who still runs it.
@@ -2268,8 +2286,28 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
     let records = store.records.location().to_owned();
     let host = store.records.host().to_owned();
     let versions_root = store.versions_root();
+    let in_quarantine = quarantine::quarantined(store.root());
+    let pending_local = quarantine::pending(store.root())?;
     let (mut status, withdrawn, outstanding) = store.records.read(|tx| {
         let versions = tx.version_list()?;
+        // Named as the records name it, else as the pending entry typed it.
+        let quarantined = in_quarantine
+            .iter()
+            .map(|d| {
+                let skill = versions
+                    .iter()
+                    .find(|v| v.digest == *d)
+                    .map(|v| v.skill.as_str())
+                    .or_else(|| {
+                        pending_local
+                            .iter()
+                            .find(|p| p.digest == *d)
+                            .map(|p| p.skill.as_str())
+                    })
+                    .unwrap_or("?");
+                format!("{skill}@{d}")
+            })
+            .collect();
         let mut skills: Vec<&str> = versions.iter().map(|v| v.skill.as_str()).collect();
         skills.dedup();
         let at = |v: &Listed| format!("{}@{}", v.skill, v.digest);
@@ -2321,6 +2359,11 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                 installs: tx.installs()?,
                 hosts: tx.hosts()?,
                 interrupted: intents.len(),
+                quarantined,
+                pending_local_withdrawals: pending_local
+                    .iter()
+                    .map(|p| format!("{}@{}", p.skill, p.digest))
+                    .collect(),
             },
             withdrawn_versions,
             outstanding,
@@ -2458,6 +2501,11 @@ pub fn provenance(
             }
         })?,
     };
+    let mut v = v;
+    if quarantine::is_quarantined(store.root(), &v.digest) {
+        v.stored = false;
+        v.quarantined = true;
+    }
     let (agents, hosts, events) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?
@@ -2490,7 +2538,15 @@ pub fn review(store: &mut Store, r: &VersionRef) -> Result<(Version, Review), Er
             ),
         ));
     }
-    let answer: Outcome = store.answer(&v.digest)?;
+    // A tree `withdraw --local` quarantined keeps its answer beside it: its review is what an
+    // incident wants to read, and reading our own answer file loads nothing of the package.
+    let answer: Outcome = if quarantine::is_quarantined(store.root(), &v.digest) {
+        store::read_answer(
+            &quarantine::quarantine_dir(store.root(), &v.digest).join("answer.json"),
+        )?
+    } else {
+        store.answer(&v.digest)?
+    };
     let review = answer.review.ok_or_else(|| {
         Error::new(
             Kind::Operational,

@@ -75,6 +75,14 @@ pub fn is_quarantined(root: &Path, digest: &str) -> bool {
     fs::symlink_metadata(quarantine_dir(root, digest)).is_ok()
 }
 
+/// Every digest whose directory is in quarantine on this host (one directory read).
+pub fn quarantined(root: &Path) -> std::collections::BTreeSet<String> {
+    names_with(&quarantine_root(root), "", "")
+        .into_iter()
+        .map(|h| format!("sha256:{h}"))
+        .collect()
+}
+
 /// The pending withdrawal of `digest`, if any.
 pub fn pending_of(root: &Path, digest: &str) -> Result<Option<Pending>, Error> {
     read_pending(&pending_path(root, digest))

@@ -3546,6 +3546,107 @@ fn a_local_withdrawal_contains_without_the_records_and_reaches_them_later() {
     w.verify_ok();
 }
 
+/// A version `withdraw --local` quarantined is not listed as an ordinary stored version once
+/// the withdrawal is applied: `list` says `quarantined` (not `stored`), as do `provenance` and
+/// `status`; `review` still reads its review; after `gc` it is "not stored". A local withdrawal
+/// the records do not know yet is listed by `status`. (Before: `stored` until `gc`, nothing in
+/// `status`, and `review` failed on the missing answer.)
+#[test]
+fn a_quarantined_version_is_listed_as_quarantined_not_stored() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2ref = format!("demo@{v2}");
+    expect_code(
+        &w.run(&["withdraw", &v2ref, "--reason", "bad", "--local"]),
+        0,
+    );
+    let v3 = sha(&package(3));
+    let v3ref = format!("demo@{v3}");
+    expect_code(
+        &w.run(&["withdraw", &v3ref, "--reason", "known bad", "--local"]),
+        0,
+    );
+    // `list` applies the pending withdrawal first (the records are reachable), then lists.
+    let listed = |w: &World| {
+        let o = w.run(&["list", "--json"]);
+        expect_code(&o, 0);
+        let l = json_of(&o);
+        l["skills"][0]["versions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|v| v["digest"] == v2.as_str()).cloned())
+            .unwrap_or_else(|| panic!("{v2} not listed: {l}"))
+    };
+    let v = listed(&w);
+    assert_eq!(
+        (&v["state"], &v["stored"], &v["quarantined"]),
+        (
+            &Value::from("withdrawn"),
+            &Value::from(false),
+            &Value::from(true)
+        ),
+        "{v}"
+    );
+    let o = w.run(&["list"]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains(&v2[..19]))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("[quarantined]"), "{text}");
+
+    let o = w.run(&["provenance", &v2ref, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    assert_eq!(p["version"]["quarantined"], true, "{p}");
+    assert_eq!(p["version"]["stored"], false, "{p}");
+    let o = w.run(&["provenance", &v2ref]);
+    expect_code(&o, 0);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("tree quarantined on this host"),
+        "{}",
+        explain(&o)
+    );
+
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    let s = json_of(&o);
+    assert_eq!(s["quarantined"], serde_json::json!([v2ref]), "{s}");
+    assert_eq!(
+        s["pending_local_withdrawals"],
+        serde_json::json!([v3ref]),
+        "{s}"
+    );
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("quarantined  1") && text.contains(&v2ref),
+        "{text}"
+    );
+
+    // Its review is still there to read, from the quarantine.
+    let o = w.run(&["review", &v2ref, "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["state"], "withdrawn", "{}", explain(&o));
+
+    // gc removes the tree: not stored, not quarantined.
+    expect_code(&w.run(&["gc"]), 0);
+    let v = listed(&w);
+    assert_eq!(
+        (&v["stored"], &v["quarantined"]),
+        (&Value::from(false), &Value::from(false)),
+        "{v}"
+    );
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["quarantined"], serde_json::json!([]));
+    w.verify_ok();
+}
+
 /// A withdrawal is of the bytes: `withdraw --local` naming the wrong skill (typed in a hurry)
 /// still withdraws the digest under the name the records know, rather than leaving it approved
 /// in the records with its tree quarantined and every agent on a dangling link.
