@@ -157,7 +157,8 @@ pub enum LifecycleCommand {
     /// compared with the installed version (content-only changes may be approved by policy).
     #[command(after_help = EXIT_CODES_HELP)]
     Update(UpdateArgs),
-    /// Move agents back to the previous approved, non-withdrawn version (or --to).
+    /// Move agents back to the previous approved, non-withdrawn version (or --to); a version
+    /// withdrawn on this host with --local is skipped as a withdrawn one.
     #[command(after_help = EXIT_CODES_HELP)]
     Rollback(RollbackArgs),
     /// Withdraw a version: never activated again; every agent using it moves back to its
@@ -326,7 +327,8 @@ pub struct RollbackArgs {
     /// Only these agents [default: all that have the skill].
     #[arg(long = "agent", value_name = "NAME")]
     agents: Vec<AgentArg>,
-    /// The approved version to go to [default: the previous approved one].
+    /// The approved version to go to [default: the previous approved one]; a withdrawn one, or
+    /// one withdrawn here with --local, is refused (exit 9).
     #[arg(long, value_name = "sha256:HEX")]
     to: Option<String>,
     /// Who decides [default: $USER].

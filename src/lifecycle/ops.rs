@@ -1038,6 +1038,7 @@ fn base_version(
     skill: &str,
     agents: &[(String, String)],
 ) -> Result<Option<Version>, Error> {
+    let root = store.root().to_owned();
     store.records.read(|tx| {
         for (a, _) in agents {
             // Security: only an approved version is a base. An agent can stay recorded on a
@@ -1052,7 +1053,7 @@ fn base_version(
                 return Ok(Some(v));
             }
         }
-        tx.previous_approved(skill, i64::MAX)
+        previous_to_go_to(tx, &root, skill, i64::MAX)
     })
 }
 
@@ -1473,20 +1474,13 @@ pub fn rollback(
         let to_digest = match &target {
             Some(t) => t.digest.clone(),
             None => {
-                let (cur, prev) = store.records.read(|tx| {
-                    let cur = tx.version(&i.digest)?;
-                    let prev = match &cur {
-                        Some(c) => tx.previous_approved(skill, c.seq)?,
-                        None => None,
-                    };
-                    Ok((cur, prev))
+                let root = store.root().to_owned();
+                let prev = store.records.read(|tx| match tx.version(&i.digest)? {
+                    Some(c) => previous_to_go_to(tx, &root, skill, c.seq),
+                    None => Ok(None),
                 })?;
-                let _ = cur;
                 match prev {
-                    Some(p) => {
-                        quarantine::refuse(store.root(), &p.digest)?;
-                        p.digest
-                    }
+                    Some(p) => p.digest,
                     None => {
                         return Err(Error::new(
                             Kind::NotFound,
@@ -1544,6 +1538,25 @@ pub fn rollback(
         still_on: Vec::new(),
         already_withdrawn: None,
     })
+}
+
+/// The newest approved version of `skill` in this host's store older than `before` (store
+/// order) that an agent may go to: a withdrawn one is never approved in the records, and one
+/// withdrawn on this host with `withdraw --local` (its tree quarantined, or its withdrawal
+/// waiting for the records) is skipped the same way, to the one before it.
+fn previous_to_go_to(
+    tx: &Tx<'_>,
+    root: &Path,
+    skill: &str,
+    before: i64,
+) -> Result<Option<Version>, Error> {
+    let mut before = before;
+    loop {
+        match tx.previous_approved(skill, before)? {
+            Some(p) if quarantine::withdrawn_here(root, &p.digest)? => before = p.seq,
+            found => return Ok(found),
+        }
+    }
 }
 
 /// The agents a journaled move did move, and one line per switch that failed (the records keep
@@ -1672,10 +1685,11 @@ pub fn withdraw(
 /// keeps the tree and `sync` tries again; each one is a problem naming the agent and what to
 /// do. An agent whose link is missing runs nothing of it: it moves like the others.
 fn move_off(store: &mut Store, v: &Version, actor: &str, op: &str) -> Result<MoveReport, Error> {
+    let root = store.root().to_owned();
     let (users, prev) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?,
-            tx.previous_approved(&v.skill, v.seq)?,
+            previous_to_go_to(tx, &root, &v.skill, v.seq)?,
         ))
     })?;
     let dirs: std::collections::HashMap<String, String> =

@@ -162,6 +162,12 @@ pub fn remove_pending(root: &Path, digest: &str) -> Result<(), Error> {
     }
 }
 
+/// Whether `digest` is withdrawn on this host without the records: its tree is in quarantine,
+/// or its withdrawal waits for the records. Such a version is never a version to go to.
+pub fn withdrawn_here(root: &Path, digest: &str) -> Result<bool, Error> {
+    Ok(is_quarantined(root, digest) || pending_of(root, digest)?.is_some())
+}
+
 /// Refuse to activate a version withdrawn on this host without the records (exit 9, as a
 /// withdrawn version), before the records know of it: its tree is in quarantine, or its
 /// withdrawal waits for the records.

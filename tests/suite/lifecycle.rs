@@ -3647,6 +3647,86 @@ fn a_quarantined_version_is_listed_as_quarantined_not_stored() {
     w.verify_ok();
 }
 
+/// A version withdrawn on this host with `withdraw --local` is never a version to go to, even
+/// while the records still call it approved (here: records.db restored from a backup taken
+/// before the withdrawal reached it): a computed rollback skips it to the version before, as it
+/// skips a withdrawn one, and so does a withdrawal moving agents off a newer version; `--to` it
+/// stays refused (exit 9). (Before: the computed rollback was refused, exit 9, and the
+/// withdrawal moved its agent onto the quarantined tree, a dangling link.)
+#[test]
+fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
+    let w = World::new();
+    let md = "---\nname: demo\ndescription: A demo skill\n---\nRead references/guide.md.\n";
+    let pkg = |n: u32| {
+        let guide = format!("# Guide\n\nThis is version {n} of the guide.\n");
+        tar_gz_of(&[
+            ("SKILL.md", md.as_bytes()),
+            ("references/guide.md", guide.as_bytes()),
+        ])
+    };
+    let v0 = w.publish("demo", &pkg(0));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v1 = w.publish("demo", &pkg(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v2 = w.publish("demo", &pkg(2));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+
+    // A backup of the records, then v1 withdrawn locally and applied, then the backup restored.
+    let db = w.store().join("records.db");
+    let backup = w.tmp.path().join("records.backup.db");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute("VACUUM INTO ?1", [backup.display().to_string()]))
+        .unwrap_or_else(|e| panic!("backup: {e}"));
+    let v1ref = format!("demo@{v1}");
+    expect_code(
+        &w.run(&["withdraw", &v1ref, "--reason", "bad", "--local"]),
+        0,
+    );
+    expect_code(&w.run(&["status"]), 0);
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    for f in ["records.db-wal", "records.db-shm"] {
+        let _ = std::fs::remove_file(w.store().join(f));
+    }
+    std::fs::copy(&backup, &db).unwrap_or_else(|e| panic!("restore: {e}"));
+    assert_eq!(state_of(&w, &v1), "approved");
+    assert!(w.store().join("quarantine").join(&v1[7..]).is_dir());
+
+    // The computed rollback goes past the quarantined v1 to v0.
+    let o = w.run(&["rollback", "demo", "--agent", "alpha", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v0.as_str()));
+    assert!(w.guide("alpha").contains("version 0"), "{}", explain(&o));
+    // Explicitly to it: refused, nothing changed.
+    let o = w.run(&["rollback", "demo", "--agent", "alpha", "--to", &v1]);
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("quarantine"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v0.as_str()));
+    // With nothing left to go to, the message is the one a withdrawn version gives.
+    let o = w.run(&["rollback", "demo", "--agent", "alpha"]);
+    expect_code(&o, 8);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no approved version of demo older than"),
+        "{}",
+        explain(&o)
+    );
+
+    // A withdrawal of v2 moves beta to v0 too, never onto the quarantined tree.
+    let o = w.run(&["withdraw", &format!("demo@{v2}"), "--reason", "bad too"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("beta").as_deref(),
+        Some(v0.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert!(w.guide("beta").contains("version 0"));
+}
+
 /// A withdrawal is of the bytes: `withdraw --local` naming the wrong skill (typed in a hurry)
 /// still withdraws the digest under the name the records know, rather than leaving it approved
 /// in the records with its tree quarantined and every agent on a dangling link.
