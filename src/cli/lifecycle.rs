@@ -354,7 +354,8 @@ pub struct WithdrawArgs {
     /// reaches the records (sync, status, install, ...) records it fleet-wide with this reason,
     /// who and when, and moves this host's agents to the previous approved version. A digest
     /// not in this store is recorded as pending only (give it in full). Meanwhile install,
-    /// update, approve and rollback refuse it here (exit 9).
+    /// update, approve and rollback refuse it here (exit 9). It is recorded for the host the
+    /// records bind this store to (STORE/host); a --host naming another is refused (exit 2).
     #[arg(long)]
     local: bool,
     #[command(flatten)]
@@ -721,16 +722,20 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             })
         }
         LifecycleCommand::Withdraw(a) if a.local => {
-            // No records: the host's name as given (or the system's), for the record only.
-            let host = HostChoice::new(a.common.host_name.as_deref())
-                .unwrap_or_else(|_| HostChoice::local());
+            // No records: the host the records bind this store to (noted in the store), checked
+            // against --host as every command checks it; a bad --host is refused, as anywhere.
+            let host = match HostChoice::new(a.common.host_name.as_deref()) {
+                Ok(h) => h,
+                Err(_) if a.common.host_name.is_none() => HostChoice::local(),
+                Err(e) => return Err(e),
+            };
             let r = quarantine::withdraw_local(
                 &store_root(&a.common)?,
                 &a.version.skill,
                 &a.version.digest,
                 &a.reason,
                 &who(&a.by),
-                &host.name,
+                &host,
             )?;
             if json_out {
                 print_json(&r);

@@ -3727,6 +3727,72 @@ fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
     assert!(w.guide("beta").contains("version 0"));
 }
 
+/// `withdraw --local` opens no records, but records the host the records bind this store to
+/// (noted in the store by every command that opened them), not the system hostname or a
+/// `--host` typed in a hurry: a `--host` naming another host is refused (exit 2) and nothing is
+/// written, as every other command refuses it. (Before: whatever `--host` said, or the system
+/// hostname, went into the pending entry.)
+#[test]
+fn a_local_withdrawal_records_the_stores_bound_host() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    let url = w.index_url();
+    let alpha = w.agent_arg("alpha");
+    expect_code(
+        &w.run(&[
+            "install", &url, "demo", "--host", "host-a", "--agent", &alpha,
+        ]),
+        0,
+    );
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["host"], "host-a", "the binding stands");
+    assert_eq!(
+        std::fs::read_to_string(w.store().join("host")).unwrap_or_default(),
+        "host-a\n"
+    );
+    let v2ref = format!("demo@{v2}");
+    let pending = w
+        .store()
+        .join("pending-withdrawals")
+        .join(format!("{}.json", &v2[7..]));
+
+    // Another --host: refused as every command refuses it, and nothing is written or moved.
+    let o = w.run(&[
+        "withdraw", &v2ref, "--reason", "bad", "--local", "--host", "host-b", "--json",
+    ]);
+    expect_code(&o, 2);
+    let e = json_of(&o);
+    let m = e["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        m.contains("this store is host host-a") && m.contains("--host host-b"),
+        "{e}"
+    );
+    assert!(!pending.exists());
+    assert!(tree_exists(&w, &v2));
+    assert!(w.guide("alpha").contains("version 2"));
+    // An unusable --host is refused too, not replaced by another name.
+    let o = w.run(&["withdraw", &v2ref, "--reason", "bad", "--local", "--host", "a b"]);
+    expect_code(&o, 2);
+    assert!(!pending.exists());
+
+    // Without --host (or with the bound one): the bound host, whatever the system hostname is.
+    let o = w.run(&["withdraw", &v2ref, "--reason", "bad", "--local", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["pending"]["host"], "host-a", "{j}");
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("on host-a: bad"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+}
+
 /// A withdrawal is of the bytes: `withdraw --local` naming the wrong skill (typed in a hurry)
 /// still withdraws the digest under the name the records know, rather than leaving it approved
 /// in the records with its tree quarantined and every agent on a dangling link.
