@@ -999,11 +999,16 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     }
                     for v in &g.versions {
                         println!(
-                            "  {:<16} {}@{}{}",
+                            "  {:<16} {}@{}{}{}",
                             g.agent,
                             v.skill,
                             short(&v.digest),
-                            if v.withdrawn { "  WITHDRAWN" } else { "" }
+                            if v.withdrawn { "  WITHDRAWN" } else { "" },
+                            if v.unfinished_switch {
+                                "  (a switch off it was recorded, not made: its link may still run it)"
+                            } else {
+                                ""
+                            }
                         );
                     }
                 }

@@ -2090,6 +2090,9 @@ pub struct ForgottenInstall {
     pub skill: String,
     pub digest: String,
     pub withdrawn: bool,
+    /// The host recorded a switch of this agent off this version and had not made it (killed
+    /// half-way): its link may still run it, as `status` counted it until now.
+    pub unfinished_switch: bool,
 }
 
 /// `forget-host`: remove host `name` (gone: decommissioned, reimaged, lost) from the records,
@@ -2108,10 +2111,17 @@ pub fn forget_host(
 ) -> Result<ForgetReport, Error> {
     let here = store.records.host().to_owned();
     if name == here {
+        // A store's own records.db has no other host to run it from: say so, rather than
+        // send the operator to a fleet there is not.
+        let instead = if store.records.is_shared() {
+            "run forget-host on another host of the fleet"
+        } else {
+            "these are the store's own records (records.db), which serve this host alone: forget-host is for records a fleet shares (--records postgres://...)"
+        };
         return Err(Error::new(
             Kind::Usage,
             format!(
-                "{name} is this store's host: a host cannot forget itself (its store is bound to that name in the records); run forget-host on another host of the fleet"
+                "{name} is this store's host: a host cannot forget itself (its store is bound to that name in the records); {instead}"
             ),
         ));
     }
@@ -2153,19 +2163,51 @@ pub fn forget_host(
         let mut agents: Vec<ForgottenAgent> = Vec::new();
         let mut by_digest: std::collections::BTreeMap<(String, String), Vec<String>> =
             std::collections::BTreeMap::new();
+        // The switches its unfinished steps still had to make: until now every host counted
+        // those agents on the version each leaves (its link may still run it), so the report
+        // and that version's history say they were there too.
+        let unfinished: Vec<(String, String, String)> = snap
+            .intents
+            .iter()
+            .filter_map(|(seq, payload, created_at)| {
+                Some(super::records::Intent {
+                    seq: *seq,
+                    payload: serde_json::from_str(payload).ok()?,
+                    created_at: created_at.clone(),
+                })
+            })
+            .flat_map(|i| outstanding_links(std::slice::from_ref(&i)))
+            .collect();
         for (agent, dir) in &snap.agents {
-            let mut versions = Vec::new();
-            for i in snap.installs.iter().filter(|i| i.agent == *agent) {
+            let mut versions: Vec<ForgottenInstall> = Vec::new();
+            let recorded = snap
+                .installs
+                .iter()
+                .filter(|i| i.agent == *agent)
+                .map(|i| (&i.skill, &i.digest, false));
+            let leaving = unfinished
+                .iter()
+                .filter(|(_, a, _)| a == agent)
+                .map(|(skill, _, from)| (skill, from, true));
+            for (skill, digest, switch) in recorded.chain(leaving) {
+                if let Some(v) = versions
+                    .iter_mut()
+                    .find(|v| v.skill == *skill && v.digest == *digest)
+                {
+                    v.unfinished_switch |= switch;
+                    continue;
+                }
                 let withdrawn = tx
-                    .version(&i.digest)?
+                    .version(digest)?
                     .is_some_and(|v| v.state == State::Withdrawn);
                 versions.push(ForgottenInstall {
-                    skill: i.skill.clone(),
-                    digest: i.digest.clone(),
+                    skill: skill.clone(),
+                    digest: digest.clone(),
                     withdrawn,
+                    unfinished_switch: switch,
                 });
                 by_digest
-                    .entry((i.skill.clone(), i.digest.clone()))
+                    .entry((skill.clone(), digest.clone()))
                     .or_default()
                     .push(agent.clone());
             }
@@ -2184,7 +2226,7 @@ pub fn forget_host(
                 "host_forgotten",
                 &actor,
                 &format!(
-                    "host {name} forgotten (its agents {} were recorded on this version): {reason}",
+                    "host {name} forgotten (its agents {} were recorded on this version, or had a switch off it not yet made): {reason}",
                     names.join(", ")
                 ),
             )?;

@@ -748,6 +748,11 @@ impl Records {
         &self.host
     }
 
+    /// The records are a database a fleet shares (PostgreSQL), not a store's own records.db.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.conn, Backend::Postgres(_))
+    }
+
     /// Where the records are, printable (never a password).
     pub fn location(&self) -> &str {
         &self.location

@@ -2440,6 +2440,118 @@ fn still_on(h: &Host<'_>) -> Vec<(String, String)> {
     on
 }
 
+/// A host forgotten with an unfinished switch recorded: killed after recording its agent's move
+/// off a withdrawn version and before switching the link, so its installation says v1 while
+/// its link (and `status` on every host) says v2. `forget-host` reports the agent on v2 as well,
+/// marked WITHDRAWN (its link may still run it) with the unfinished step, and v2's history gets
+/// the `host_forgotten` event; the version then reads contained. The same store coming back
+/// gets the intent back: it is STILL ON again on every host until its next command finishes the
+/// switch.
+#[test]
+fn a_host_forgotten_with_an_unfinished_switch_comes_back_and_finishes_it() {
+    let pg = server();
+    let db = "fleet_forget_intent";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2 = f.publish(&package(2));
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2ref = format!("demo@{v2}");
+    expect_code(&a.run(&["withdraw", &v2ref, "--reason", "bad"]), 0);
+    assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]));
+
+    // B's sync is killed between recording alpha's move and switching its link.
+    let mut c = b.command(&["sync"]);
+    c.env("SKILLBOX_TEST_CRASH_AT", "sync:recorded");
+    let o = b.keep(c.output().unwrap_or_else(|e| panic!("spawn: {e}")));
+    assert_eq!(o.status.signal(), Some(9), "{}", explain(&o));
+    assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM intents WHERE host = 'host-b'"),
+        1
+    );
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!(
+                "SELECT COUNT(*) FROM installs WHERE host = 'host-b' AND digest = '{v1}'"
+            )
+        ),
+        1,
+        "the move is recorded"
+    );
+    assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]), "not made yet");
+
+    // B is gone (its last sign of life made old, in the records), and forgotten.
+    {
+        let mut c = pg.admin(db).unwrap_or_else(|e| panic!("{e}"));
+        c.batch_execute(
+            "UPDATE hosts SET first_seen = '2026-01-01T00:00:00Z', last_sync = NULL WHERE name = 'host-b';
+             UPDATE events SET time = '2026-01-01T00:00:00Z' WHERE host = 'host-b';",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let o = a.run(&["forget-host", "host-b", "--reason", "lost", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["unfinished_steps"], 1, "{j}");
+    assert_eq!(j["agents"][0]["agent"], "alpha", "{j}");
+    let versions = j["agents"][0]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let on = |d: &str| versions.iter().find(|v| v["digest"] == d).cloned();
+    assert_eq!(
+        on(&v1).map(|v| v["withdrawn"].clone()),
+        Some(Value::from(false)),
+        "{j}"
+    );
+    let left = on(&v2).unwrap_or_else(|| panic!("alpha's unfinished switch off v2 not reported: {j}"));
+    assert_eq!(left["withdrawn"], true, "{j}");
+    assert_eq!(left["unfinished_switch"], true, "{j}");
+    let o = a.run(&["provenance", &v2ref, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    assert!(
+        p["events"].as_array().is_some_and(|e| e
+            .iter()
+            .any(|e| e["kind"] == "host_forgotten" && e["detail"].as_str().is_some_and(|d| d.contains("lost")))),
+        "{p}"
+    );
+    assert_eq!(still_on(&a), Vec::<(String, String)>::new());
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM intents WHERE host = 'host-b'"),
+        0
+    );
+
+    // B comes back: its intent with it, so it is STILL ON again everywhere; its next command
+    // finishes the switch.
+    let o = b.run(&["status", "--json"]);
+    expect_code(&o, 9);
+    assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]));
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM intents WHERE host = 'host-b'"),
+        1
+    );
+    let o = b.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(still_on(&a), Vec::<(String, String)>::new());
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM intents WHERE host = 'host-b'"),
+        0
+    );
+    b.verify_ok();
+    a.verify_ok();
+}
+
 /// A host that is gone keeps its agents listed as STILL ON a withdrawn version: `forget-host`
 /// on another host removes its rows (events stay, with `host_forgotten`), refused for a host
 /// seen recently (unless `--even-if-recent`), for this store's own host (exit 2) and for an

@@ -3793,6 +3793,54 @@ fn a_local_withdrawal_records_the_stores_bound_host() {
     assert_eq!(state_of(&w, &v2), "withdrawn");
 }
 
+/// `forget-host` on a store's own records (SQLite, one host: this one). Forgetting this host is
+/// refused (exit 2, with or without `--even-if-recent`) saying these are the store's own records
+/// (not "another host of the fleet": there is none), an unknown name is exit 8, and nothing
+/// changes: the agents, their installations, the stored versions, the events.
+#[test]
+fn forget_host_on_a_stores_own_records_changes_nothing() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let status = |w: &World| {
+        let o = w.run(&["status", "--json"]);
+        expect_code(&o, 0);
+        let mut s = json_of(&o);
+        s.as_object_mut().map(|m| m.remove("hosts"));
+        s
+    };
+    let before = status(&w);
+    let host = before["host"].as_str().unwrap_or("").to_owned();
+    assert!(!host.is_empty(), "{before}");
+    let events = |w: &World| {
+        let o = w.run(&["provenance", &format!("demo@{v1}"), "--json"]);
+        expect_code(&o, 0);
+        json_of(&o)["events"].clone()
+    };
+    let events_before = events(&w);
+    for extra in [&[][..], &["--even-if-recent"]] {
+        let mut args = vec!["forget-host", host.as_str(), "--reason", "gone", "--json"];
+        args.extend_from_slice(extra);
+        let o = w.run(&args);
+        expect_code(&o, 2);
+        let m = json_of(&o)["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        assert!(
+            m.contains("cannot forget itself") && m.contains("the store's own records"),
+            "{m}"
+        );
+        assert!(!m.contains("another host of the fleet"), "{m}");
+    }
+    let o = w.run(&["forget-host", "host-zz", "--reason", "gone"]);
+    expect_code(&o, 8);
+    assert_eq!(status(&w), before);
+    assert_eq!(events(&w), events_before);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
+
 /// A withdrawal is of the bytes: `withdraw --local` naming the wrong skill (typed in a hurry)
 /// still withdraws the digest under the name the records know, rather than leaving it approved
 /// in the records with its tree quarantined and every agent on a dangling link.
