@@ -893,11 +893,13 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             }
             // Printed in full first: a script asking "is it contained?" reads the status code,
             // and the output says where it is not.
-            Ok(if s.withdrawn_in_use.iter().any(|w| !w.still_on.is_empty()) {
-                EXIT_WITHDRAWN
-            } else {
-                EXIT_OK
-            })
+            Ok(
+                if s.withdrawn_in_use.iter().any(|w| !w.still_on.is_empty()) {
+                    EXIT_WITHDRAWN
+                } else {
+                    EXIT_OK
+                },
+            )
         }
         LifecycleCommand::Provenance(a) => {
             let (skill, r) = match a.what.split_once('@') {

@@ -2475,9 +2475,7 @@ fn a_host_forgotten_with_an_unfinished_switch_comes_back_and_finishes_it() {
     assert_eq!(
         pg.query_i64(
             db,
-            &format!(
-                "SELECT COUNT(*) FROM installs WHERE host = 'host-b' AND digest = '{v1}'"
-            )
+            &format!("SELECT COUNT(*) FROM installs WHERE host = 'host-b' AND digest = '{v1}'")
         ),
         1,
         "the move is recorded"
@@ -2508,16 +2506,18 @@ fn a_host_forgotten_with_an_unfinished_switch_comes_back_and_finishes_it() {
         Some(Value::from(false)),
         "{j}"
     );
-    let left = on(&v2).unwrap_or_else(|| panic!("alpha's unfinished switch off v2 not reported: {j}"));
+    let left =
+        on(&v2).unwrap_or_else(|| panic!("alpha's unfinished switch off v2 not reported: {j}"));
     assert_eq!(left["withdrawn"], true, "{j}");
     assert_eq!(left["unfinished_switch"], true, "{j}");
     let o = a.run(&["provenance", &v2ref, "--json"]);
     expect_code(&o, 0);
     let p = json_of(&o);
     assert!(
-        p["events"].as_array().is_some_and(|e| e
-            .iter()
-            .any(|e| e["kind"] == "host_forgotten" && e["detail"].as_str().is_some_and(|d| d.contains("lost")))),
+        p["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["kind"] == "host_forgotten"
+                && e["detail"].as_str().is_some_and(|d| d.contains("lost")))),
         "{p}"
     );
     assert_eq!(still_on(&a), Vec::<(String, String)>::new());

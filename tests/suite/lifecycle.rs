@@ -3749,10 +3749,6 @@ fn a_local_withdrawal_records_the_stores_bound_host() {
     let o = w.run(&["status", "--json"]);
     expect_code(&o, 0);
     assert_eq!(json_of(&o)["host"], "host-a", "the binding stands");
-    assert_eq!(
-        std::fs::read_to_string(w.store().join("host")).unwrap_or_default(),
-        "host-a\n"
-    );
     let v2ref = format!("demo@{v2}");
     let pending = w
         .store()
@@ -3774,7 +3770,9 @@ fn a_local_withdrawal_records_the_stores_bound_host() {
     assert!(tree_exists(&w, &v2));
     assert!(w.guide("alpha").contains("version 2"));
     // An unusable --host is refused too, not replaced by another name.
-    let o = w.run(&["withdraw", &v2ref, "--reason", "bad", "--local", "--host", "a b"]);
+    let o = w.run(&[
+        "withdraw", &v2ref, "--reason", "bad", "--local", "--host", "a b",
+    ]);
     expect_code(&o, 2);
     assert!(!pending.exists());
 
@@ -3791,6 +3789,11 @@ fn a_local_withdrawal_records_the_stores_bound_host() {
         explain(&o)
     );
     assert_eq!(state_of(&w, &v2), "withdrawn");
+    // Where the store keeps the name for that.
+    assert_eq!(
+        std::fs::read_to_string(w.store().join("host")).unwrap_or_default(),
+        "host-a\n"
+    );
 }
 
 /// `forget-host` on a store's own records (SQLite, one host: this one). Forgetting this host is
