@@ -16,7 +16,7 @@
 //! | 6 | reserved, install lifecycle: needs_approval (pending a person's decision) |
 //! | 7 | reserved, install lifecycle: denied, by policy or by a person |
 //! | 8 | reserved, install lifecycle: not found (unknown skill, agent or digest; not in the store) |
-//! | 9 | reserved, install lifecycle: the version was withdrawn |
+//! | 9 | reserved, install lifecycle: the version was withdrawn (`status`: one is still on an agent, not contained) |
 
 use std::process::ExitCode;
 

@@ -47,10 +47,28 @@ pub const EXIT_NEEDS_APPROVAL: u8 = 6;
 pub const EXIT_DENIED: u8 = 7;
 /// Unknown skill, agent or digest, or a version not in the store.
 pub const EXIT_NOT_FOUND: u8 = 8;
-/// The version was withdrawn.
+/// The version was withdrawn; for `status`, a withdrawn version is still on an agent (not
+/// contained).
 pub const EXIT_WITHDRAWN: u8 = 9;
 
-const EXIT_CODES_HELP: &str = "Exit status: 0 ok, 1 operational (corrupt store, read-only filesystem, I/O, an entry skillbox did not create), 2 usage (bad flag, bad policy file, a store or an agent directory refused as given), 3 rejected by the engine, 4 refused by the fetch policy, 5 unknown index $schema, 6 needs approval, 7 denied, 8 not found, 9 withdrawn.";
+/// The exit table every lifecycle command's `--help` ends with, its last entry (what 9 means)
+/// given per command.
+macro_rules! exit_codes_help {
+    ($nine:literal) => {
+        concat!(
+            "Exit status: 0 ok, 1 operational (corrupt store, read-only filesystem, I/O, an entry skillbox did not create), 2 usage (bad flag, bad policy file, a store or an agent directory refused as given), 3 rejected by the engine, 4 refused by the fetch policy, 5 unknown index $schema, 6 needs approval, 7 denied, 8 not found, 9 ",
+            $nine,
+            "."
+        )
+    };
+}
+
+const EXIT_CODES_HELP: &str = exit_codes_help!("withdrawn");
+
+/// `status`: 9 says a withdrawal is not contained yet, for a script asking just that.
+const STATUS_EXIT_CODES_HELP: &str = exit_codes_help!(
+    "a withdrawn version is still on an agent of some host (STILL ON; withdrawn_in_use with a non-empty still_on in --json): not contained yet; everything is printed first, --json in full"
+);
 
 fn exit_of(kind: Kind) -> u8 {
     match kind {
@@ -139,7 +157,8 @@ pub enum LifecycleCommand {
     /// compared with the installed version (content-only changes may be approved by policy).
     #[command(after_help = EXIT_CODES_HELP)]
     Update(UpdateArgs),
-    /// Move agents back to the previous approved, non-withdrawn version (or --to).
+    /// Move agents back to the previous approved, non-withdrawn version (or --to); a version
+    /// withdrawn on this host with --local is skipped as a withdrawn one.
     #[command(after_help = EXIT_CODES_HELP)]
     Rollback(RollbackArgs),
     /// Withdraw a version: never activated again; every agent using it moves back to its
@@ -149,8 +168,10 @@ pub enum LifecycleCommand {
     /// Skills, their versions and decisions, and the version active for each agent.
     #[command(after_help = EXIT_CODES_HELP)]
     List(CommonOnly),
-    /// The store at a glance: pending and withdrawn versions, agents, interrupted steps.
-    #[command(after_help = EXIT_CODES_HELP)]
+    /// The store at a glance: pending and withdrawn versions, agents, interrupted steps. Exits
+    /// 9 when a withdrawn version is still on an agent of any host (not contained), 0 when
+    /// every withdrawn version is contained.
+    #[command(after_help = STATUS_EXIT_CODES_HELP)]
     Status(CommonOnly),
     /// Where a version came from and everything that happened to it.
     #[command(after_help = EXIT_CODES_HELP)]
@@ -306,7 +327,8 @@ pub struct RollbackArgs {
     /// Only these agents [default: all that have the skill].
     #[arg(long = "agent", value_name = "NAME")]
     agents: Vec<AgentArg>,
-    /// The approved version to go to [default: the previous approved one].
+    /// The approved version to go to [default: the previous approved one]; a withdrawn one, or
+    /// one withdrawn here with --local, is refused (exit 9).
     #[arg(long, value_name = "sha256:HEX")]
     to: Option<String>,
     /// Who decides [default: $USER].
@@ -332,7 +354,8 @@ pub struct WithdrawArgs {
     /// reaches the records (sync, status, install, ...) records it fleet-wide with this reason,
     /// who and when, and moves this host's agents to the previous approved version. A digest
     /// not in this store is recorded as pending only (give it in full). Meanwhile install,
-    /// update, approve and rollback refuse it here (exit 9).
+    /// update, approve and rollback refuse it here (exit 9). It is recorded for the host the
+    /// records bind this store to (STORE/host); a --host naming another is refused (exit 2).
     #[arg(long)]
     local: bool,
     #[command(flatten)]
@@ -699,16 +722,20 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             })
         }
         LifecycleCommand::Withdraw(a) if a.local => {
-            // No records: the host's name as given (or the system's), for the record only.
-            let host = HostChoice::new(a.common.host_name.as_deref())
-                .unwrap_or_else(|_| HostChoice::local());
+            // No records: the host the records bind this store to (noted in the store), checked
+            // against --host as every command checks it; a bad --host is refused, as anywhere.
+            let host = match HostChoice::new(a.common.host_name.as_deref()) {
+                Ok(h) => h,
+                Err(_) if a.common.host_name.is_none() => HostChoice::local(),
+                Err(e) => return Err(e),
+            };
             let r = quarantine::withdraw_local(
                 &store_root(&a.common)?,
                 &a.version.skill,
                 &a.version.digest,
                 &a.reason,
                 &who(&a.by),
-                &host.name,
+                &host,
             )?;
             if json_out {
                 print_json(&r);
@@ -783,7 +810,13 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                             .as_deref()
                             .map(|r| format!(" ({})", display_name(r.as_bytes())))
                             .unwrap_or_default();
-                        let gone = if v.stored { "" } else { " [not stored]" };
+                        let gone = if v.quarantined {
+                            " [quarantined]"
+                        } else if v.stored {
+                            ""
+                        } else {
+                            " [not stored]"
+                        };
                         let _ = writeln!(
                             out,
                             "    {}  {:<9} {:<12} {}{w}{gone}",
@@ -836,6 +869,21 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         println!("    STILL ON {}", host_agents(&w.still_on));
                     }
                 }
+                if !s.quarantined.is_empty() {
+                    println!("quarantined  {}", s.quarantined.len());
+                    for q in &s.quarantined {
+                        println!("  {}", shown(q));
+                    }
+                }
+                if !s.pending_local_withdrawals.is_empty() {
+                    println!(
+                        "local withdrawals not in the records yet  {}",
+                        s.pending_local_withdrawals.len()
+                    );
+                    for p in &s.pending_local_withdrawals {
+                        println!("  {}", shown(p));
+                    }
+                }
                 if s.interrupted > 0 {
                     println!(
                         "interrupted  {} step(s); the next command that changes state (or verify) finishes them",
@@ -843,7 +891,15 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     );
                 }
             }
-            Ok(EXIT_OK)
+            // Printed in full first: a script asking "is it contained?" reads the status code,
+            // and the output says where it is not.
+            Ok(
+                if s.withdrawn_in_use.iter().any(|w| !w.still_on.is_empty()) {
+                    EXIT_WITHDRAWN
+                } else {
+                    EXIT_OK
+                },
+            )
         }
         LifecycleCommand::Provenance(a) => {
             let (skill, r) = match a.what.split_once('@') {
@@ -945,11 +1001,16 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     }
                     for v in &g.versions {
                         println!(
-                            "  {:<16} {}@{}{}",
+                            "  {:<16} {}@{}{}{}",
                             g.agent,
                             v.skill,
                             short(&v.digest),
-                            if v.withdrawn { "  WITHDRAWN" } else { "" }
+                            if v.withdrawn { "  WITHDRAWN" } else { "" },
+                            if v.unfinished_switch {
+                                "  (a switch off it was recorded, not made: its link may still run it)"
+                            } else {
+                                ""
+                            }
                         );
                     }
                 }
@@ -1235,7 +1296,9 @@ fn print_provenance(p: &ops::ProvenanceReport) {
     println!(
         "  state:          {}{}",
         v.state.as_str(),
-        if v.stored {
+        if v.quarantined {
+            " (tree quarantined on this host: no agent can load it; gc removes it)"
+        } else if v.stored {
             ""
         } else {
             " (tree not in the store)"

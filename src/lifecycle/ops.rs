@@ -724,6 +724,7 @@ pub fn install(
         skill: skill.clone(),
         state,
         stored: state != State::Denied,
+        quarantined: false,
         decided_by: String::new(),
         rule: None,
         findings: Vec::new(),
@@ -1037,6 +1038,7 @@ fn base_version(
     skill: &str,
     agents: &[(String, String)],
 ) -> Result<Option<Version>, Error> {
+    let root = store.root().to_owned();
     store.records.read(|tx| {
         for (a, _) in agents {
             // Security: only an approved version is a base. An agent can stay recorded on a
@@ -1051,7 +1053,7 @@ fn base_version(
                 return Ok(Some(v));
             }
         }
-        tx.previous_approved(skill, i64::MAX)
+        previous_to_go_to(tx, &root, skill, i64::MAX)
     })
 }
 
@@ -1472,20 +1474,13 @@ pub fn rollback(
         let to_digest = match &target {
             Some(t) => t.digest.clone(),
             None => {
-                let (cur, prev) = store.records.read(|tx| {
-                    let cur = tx.version(&i.digest)?;
-                    let prev = match &cur {
-                        Some(c) => tx.previous_approved(skill, c.seq)?,
-                        None => None,
-                    };
-                    Ok((cur, prev))
+                let root = store.root().to_owned();
+                let prev = store.records.read(|tx| match tx.version(&i.digest)? {
+                    Some(c) => previous_to_go_to(tx, &root, skill, c.seq),
+                    None => Ok(None),
                 })?;
-                let _ = cur;
                 match prev {
-                    Some(p) => {
-                        quarantine::refuse(store.root(), &p.digest)?;
-                        p.digest
-                    }
+                    Some(p) => p.digest,
                     None => {
                         return Err(Error::new(
                             Kind::NotFound,
@@ -1543,6 +1538,25 @@ pub fn rollback(
         still_on: Vec::new(),
         already_withdrawn: None,
     })
+}
+
+/// The newest approved version of `skill` in this host's store older than `before` (store
+/// order) that an agent may go to: a withdrawn one is never approved in the records, and one
+/// withdrawn on this host with `withdraw --local` (its tree quarantined, or its withdrawal
+/// waiting for the records) is skipped the same way, to the one before it.
+fn previous_to_go_to(
+    tx: &Tx<'_>,
+    root: &Path,
+    skill: &str,
+    before: i64,
+) -> Result<Option<Version>, Error> {
+    let mut before = before;
+    loop {
+        match tx.previous_approved(skill, before)? {
+            Some(p) if quarantine::withdrawn_here(root, &p.digest)? => before = p.seq,
+            found => return Ok(found),
+        }
+    }
 }
 
 /// The agents a journaled move did move, and one line per switch that failed (the records keep
@@ -1671,10 +1685,11 @@ pub fn withdraw(
 /// keeps the tree and `sync` tries again; each one is a problem naming the agent and what to
 /// do. An agent whose link is missing runs nothing of it: it moves like the others.
 fn move_off(store: &mut Store, v: &Version, actor: &str, op: &str) -> Result<MoveReport, Error> {
+    let root = store.root().to_owned();
     let (users, prev) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?,
-            tx.previous_approved(&v.skill, v.seq)?,
+            previous_to_go_to(tx, &root, &v.skill, v.seq)?,
         ))
     })?;
     let dirs: std::collections::HashMap<String, String> =
@@ -2075,6 +2090,9 @@ pub struct ForgottenInstall {
     pub skill: String,
     pub digest: String,
     pub withdrawn: bool,
+    /// The host recorded a switch of this agent off this version and had not made it (killed
+    /// half-way): its link may still run it, as `status` counted it until now.
+    pub unfinished_switch: bool,
 }
 
 /// `forget-host`: remove host `name` (gone: decommissioned, reimaged, lost) from the records,
@@ -2093,10 +2111,17 @@ pub fn forget_host(
 ) -> Result<ForgetReport, Error> {
     let here = store.records.host().to_owned();
     if name == here {
+        // A store's own records.db has no other host to run it from: say so, rather than
+        // send the operator to a fleet there is not.
+        let instead = if store.records.is_shared() {
+            "run forget-host on another host of the fleet"
+        } else {
+            "these are the store's own records (records.db), which serve this host alone: forget-host is for records a fleet shares (--records postgres://...)"
+        };
         return Err(Error::new(
             Kind::Usage,
             format!(
-                "{name} is this store's host: a host cannot forget itself (its store is bound to that name in the records); run forget-host on another host of the fleet"
+                "{name} is this store's host: a host cannot forget itself (its store is bound to that name in the records); {instead}"
             ),
         ));
     }
@@ -2138,19 +2163,51 @@ pub fn forget_host(
         let mut agents: Vec<ForgottenAgent> = Vec::new();
         let mut by_digest: std::collections::BTreeMap<(String, String), Vec<String>> =
             std::collections::BTreeMap::new();
+        // The switches its unfinished steps still had to make: until now every host counted
+        // those agents on the version each leaves (its link may still run it), so the report
+        // and that version's history say they were there too.
+        let unfinished: Vec<(String, String, String)> = snap
+            .intents
+            .iter()
+            .filter_map(|(seq, payload, created_at)| {
+                Some(super::records::Intent {
+                    seq: *seq,
+                    payload: serde_json::from_str(payload).ok()?,
+                    created_at: created_at.clone(),
+                })
+            })
+            .flat_map(|i| outstanding_links(std::slice::from_ref(&i)))
+            .collect();
         for (agent, dir) in &snap.agents {
-            let mut versions = Vec::new();
-            for i in snap.installs.iter().filter(|i| i.agent == *agent) {
+            let mut versions: Vec<ForgottenInstall> = Vec::new();
+            let recorded = snap
+                .installs
+                .iter()
+                .filter(|i| i.agent == *agent)
+                .map(|i| (&i.skill, &i.digest, false));
+            let leaving = unfinished
+                .iter()
+                .filter(|(_, a, _)| a == agent)
+                .map(|(skill, _, from)| (skill, from, true));
+            for (skill, digest, switch) in recorded.chain(leaving) {
+                if let Some(v) = versions
+                    .iter_mut()
+                    .find(|v| v.skill == *skill && v.digest == *digest)
+                {
+                    v.unfinished_switch |= switch;
+                    continue;
+                }
                 let withdrawn = tx
-                    .version(&i.digest)?
+                    .version(digest)?
                     .is_some_and(|v| v.state == State::Withdrawn);
                 versions.push(ForgottenInstall {
-                    skill: i.skill.clone(),
-                    digest: i.digest.clone(),
+                    skill: skill.clone(),
+                    digest: digest.clone(),
                     withdrawn,
+                    unfinished_switch: switch,
                 });
                 by_digest
-                    .entry((i.skill.clone(), i.digest.clone()))
+                    .entry((skill.clone(), digest.clone()))
                     .or_default()
                     .push(agent.clone());
             }
@@ -2169,7 +2226,7 @@ pub fn forget_host(
                 "host_forgotten",
                 &actor,
                 &format!(
-                    "host {name} forgotten (its agents {} were recorded on this version): {reason}",
+                    "host {name} forgotten (its agents {} were recorded on this version, or had a switch off it not yet made): {reason}",
                     names.join(", ")
                 ),
             )?;
@@ -2230,6 +2287,17 @@ pub fn list(store: &mut Store) -> Result<Listing, Error> {
             s.active.insert(agent, digest);
         }
     }
+    // A tree `withdraw --local` moved into quarantine is no longer a stored version here (no
+    // agent can load it) whatever the records' row says until `gc` removes it.
+    let quarantined = quarantine::quarantined(store.root());
+    if !quarantined.is_empty() {
+        for v in skills.iter_mut().flat_map(|s| s.versions.iter_mut()) {
+            if quarantined.contains(&v.digest) {
+                v.stored = false;
+                v.quarantined = true;
+            }
+        }
+    }
     Ok(Listing { skills })
 }
 
@@ -2254,6 +2322,12 @@ pub struct Status {
     pub hosts: Vec<HostRow>,
     /// Steps an interrupted command left; the next command that changes state finishes them.
     pub interrupted: usize,
+    /// Versions whose tree `withdraw --local` moved into this host's `quarantine/` (until `gc`
+    /// removes it): not stored versions any more, no agent can load them.
+    pub quarantined: Vec<String>,
+    /// Withdrawals made here with `withdraw --local` that the records do not hold yet (they do
+    /// not know the version); this host refuses the digest meanwhile.
+    pub pending_local_withdrawals: Vec<String>,
 }
 
 /// A withdrawn version and who still runs it.
@@ -2268,8 +2342,28 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
     let records = store.records.location().to_owned();
     let host = store.records.host().to_owned();
     let versions_root = store.versions_root();
+    let in_quarantine = quarantine::quarantined(store.root());
+    let pending_local = quarantine::pending(store.root())?;
     let (mut status, withdrawn, outstanding) = store.records.read(|tx| {
         let versions = tx.version_list()?;
+        // Named as the records name it, else as the pending entry typed it.
+        let quarantined = in_quarantine
+            .iter()
+            .map(|d| {
+                let skill = versions
+                    .iter()
+                    .find(|v| v.digest == *d)
+                    .map(|v| v.skill.as_str())
+                    .or_else(|| {
+                        pending_local
+                            .iter()
+                            .find(|p| p.digest == *d)
+                            .map(|p| p.skill.as_str())
+                    })
+                    .unwrap_or("?");
+                format!("{skill}@{d}")
+            })
+            .collect();
         let mut skills: Vec<&str> = versions.iter().map(|v| v.skill.as_str()).collect();
         skills.dedup();
         let at = |v: &Listed| format!("{}@{}", v.skill, v.digest);
@@ -2321,6 +2415,11 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                 installs: tx.installs()?,
                 hosts: tx.hosts()?,
                 interrupted: intents.len(),
+                quarantined,
+                pending_local_withdrawals: pending_local
+                    .iter()
+                    .map(|p| format!("{}@{}", p.skill, p.digest))
+                    .collect(),
             },
             withdrawn_versions,
             outstanding,
@@ -2458,6 +2557,11 @@ pub fn provenance(
             }
         })?,
     };
+    let mut v = v;
+    if quarantine::is_quarantined(store.root(), &v.digest) {
+        v.stored = false;
+        v.quarantined = true;
+    }
     let (agents, hosts, events) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?
@@ -2490,7 +2594,15 @@ pub fn review(store: &mut Store, r: &VersionRef) -> Result<(Version, Review), Er
             ),
         ));
     }
-    let answer: Outcome = store.answer(&v.digest)?;
+    // A tree `withdraw --local` quarantined keeps its answer beside it: its review is what an
+    // incident wants to read, and reading our own answer file loads nothing of the package.
+    let answer: Outcome = if quarantine::is_quarantined(store.root(), &v.digest) {
+        store::read_answer(
+            &quarantine::quarantine_dir(store.root(), &v.digest).join("answer.json"),
+        )?
+    } else {
+        store.answer(&v.digest)?
+    };
     let review = answer.review.ok_or_else(|| {
         Error::new(
             Kind::Operational,

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::fleet::HostChoice;
 use super::store::{self, hex_of};
 use super::{Error, Kind};
 
@@ -73,6 +74,14 @@ fn pending_path(root: &Path, digest: &str) -> PathBuf {
 /// Whether `digest`'s directory is in quarantine on this host.
 pub fn is_quarantined(root: &Path, digest: &str) -> bool {
     fs::symlink_metadata(quarantine_dir(root, digest)).is_ok()
+}
+
+/// Every digest whose directory is in quarantine on this host (one directory read).
+pub fn quarantined(root: &Path) -> std::collections::BTreeSet<String> {
+    names_with(&quarantine_root(root), "", "")
+        .into_iter()
+        .map(|h| format!("sha256:{h}"))
+        .collect()
 }
 
 /// The pending withdrawal of `digest`, if any.
@@ -152,6 +161,12 @@ pub fn remove_pending(root: &Path, digest: &str) -> Result<(), Error> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io(format!("cannot remove {}", path.display()), &e)),
     }
+}
+
+/// Whether `digest` is withdrawn on this host without the records: its tree is in quarantine,
+/// or its withdrawal waits for the records. Such a version is never a version to go to.
+pub fn withdrawn_here(root: &Path, digest: &str) -> Result<bool, Error> {
+    Ok(is_quarantined(root, digest) || pending_of(root, digest)?.is_some())
 }
 
 /// Refuse to activate a version withdrawn on this host without the records (exit 9, as a
@@ -303,6 +318,24 @@ fn resolve(root: &Path, digest: &str) -> Result<String, Error> {
     }
 }
 
+/// The host a local withdrawal is recorded for: the one the records bind this store to
+/// (`STORE/host`, noted by every command that opened them), whatever the system hostname is
+/// now. A `--host` naming another is refused (exit 2) as every other command refuses it; a
+/// store no command has opened the records of yet takes `host` as given.
+fn host_of_store(root: &Path, host: &HostChoice) -> Result<String, Error> {
+    match store::bound_host(root)? {
+        Some(bound) if host.explicit && host.name != bound => Err(Error::new(
+            Kind::Usage,
+            format!(
+                "this store is host {bound} in the records; --host {} names another host (give --host {bound}, or another store)",
+                host.name
+            ),
+        )),
+        Some(bound) => Ok(bound),
+        None => Ok(host.name.clone()),
+    }
+}
+
 /// `withdraw SKILL@DIGEST --local`: contain the version on this host without the records. The
 /// store must exist and be ours; runs under its lock. See the module's documentation.
 pub fn withdraw_local(
@@ -311,7 +344,7 @@ pub fn withdraw_local(
     digest: &str,
     reason: &str,
     by: &str,
-    host: &str,
+    host: &HostChoice,
 ) -> Result<LocalReport, Error> {
     if fs::symlink_metadata(root).is_err() {
         return Err(Error::new(
@@ -330,6 +363,7 @@ pub fn withdraw_local(
         .open(root.join("lock"))
         .map_err(|e| Error::io("cannot open the store lock", &e))?;
     let _held = store::lock_store(lock, root)?;
+    let host = host_of_store(root, host)?;
     let digest = resolve(root, digest)?;
     // An earlier pending withdrawal stands (its reason, who and when): as `withdraw` of a
     // version already withdrawn, this one is not recorded over it.
@@ -342,7 +376,7 @@ pub fn withdraw_local(
                 reason: reason.to_owned(),
                 by: by.to_owned(),
                 time: super::now(),
-                host: host.to_owned(),
+                host,
             };
             write_pending(root, &p)?;
             (p, false)
@@ -372,6 +406,13 @@ mod tests {
 
     const HEX: &str = "0c33d4704359c7305e11409d5fdab9ccc1ce4eacab37d95ea909c6049b6f5d7c";
 
+    fn h1() -> HostChoice {
+        HostChoice {
+            name: "h1".into(),
+            explicit: true,
+        }
+    }
+
     fn store() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         fs::set_permissions(
@@ -392,13 +433,13 @@ mod tests {
         let root = s.path();
         let digest = format!("sha256:{HEX}");
         assert!(refuse(root, &digest).is_ok());
-        let r = withdraw_local(root, "demo", "sha256:0c33d470", "bad", "alice", "h1")
+        let r = withdraw_local(root, "demo", "sha256:0c33d470", "bad", "alice", &h1())
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((r.containment, r.already_pending), ("quarantined", false));
         assert_eq!(r.digest, digest);
         assert!(!root.join("versions").join(HEX).exists());
         assert!(quarantine_dir(root, &digest).join("tree").is_dir());
-        let r = withdraw_local(root, "demo", &digest, "other", "bob", "h1")
+        let r = withdraw_local(root, "demo", &digest, "other", "bob", &h1())
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             (r.containment, r.already_pending),

@@ -191,6 +191,10 @@ pub struct Version {
     /// Its tree is in this host's store (false once garbage-collected, for a policy denial, or
     /// when only other hosts have it).
     pub stored: bool,
+    /// Its tree is in this host's `quarantine/` (`withdraw --local`): what `list` and
+    /// `provenance` show, from the store itself (the records never say; they show such a
+    /// version as not `stored`, since no agent can load it).
+    pub quarantined: bool,
     /// `policy` or `person:NAME`.
     pub decided_by: String,
     /// The policy rule that approved or denied it.
@@ -216,6 +220,8 @@ pub struct Listed {
     pub skill: String,
     pub state: State,
     pub stored: bool,
+    /// As [`Version::quarantined`].
+    pub quarantined: bool,
     pub decided_by: String,
     pub change: String,
     pub seq: i64,
@@ -742,6 +748,11 @@ impl Records {
         &self.host
     }
 
+    /// The records are a database a fleet shares (PostgreSQL), not a store's own records.db.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.conn, Backend::Postgres(_))
+    }
+
     /// Where the records are, printable (never a password).
     pub fn location(&self) -> &str {
         &self.location
@@ -1249,6 +1260,7 @@ fn decode_version(r: &Row) -> Result<Version, Error> {
         skill: r.text(1)?,
         state: State::parse(&r.text(2)?)?,
         stored: r.int(3)? != 0,
+        quarantined: false,
         decided_by: r.text(4)?,
         rule: r.opt_text(5)?,
         findings: serde_json::from_str(&r.text(6)?).map_err(json_err)?,
@@ -1369,6 +1381,7 @@ impl Tx<'_> {
                 skill: r.text(1)?,
                 state: State::parse(&r.text(2)?)?,
                 stored: r.int(3)? != 0,
+                quarantined: false,
                 decided_by: r.text(4)?,
                 change: r.text(5)?,
                 seq: r.int(6)?,
@@ -2125,6 +2138,7 @@ pub(crate) mod tests {
             skill: "demo".into(),
             state,
             stored: true,
+            quarantined: false,
             decided_by: decided_by.into(),
             rule: None,
             findings: Vec::new(),

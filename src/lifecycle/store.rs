@@ -3,7 +3,8 @@
 //!
 //! Layout of `STORE/`: `records.db` (the records, unless they are shared elsewhere), `store-id`
 //! (the random id the records bind this store's host name to), `records-id` (the id of the
-//! records this store is bound to), `lock` (held with `flock` by every command
+//! records this store is bound to), `host` (the host name the records bind it to, for
+//! `withdraw --local`), `lock` (held with `flock` by every command
 //! that changes state, so commands on one store serialise; released only around downloads,
 //! [`Store::without_lock`]), `cache/` (verified downloads),
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
@@ -166,6 +167,12 @@ impl Store {
         }
         let id = store_id(&root)?;
         let records = open_records(&root, access, location, host, &id)?;
+        // A store that may not be written (a read-only filesystem) still reads: the note is
+        // only needed by `withdraw --local`, which writes the store anyway.
+        match note_host(&root, records.host()) {
+            Err(e) if access == Access::Exclusive => return Err(e),
+            _ => {}
+        }
         Ok(Store {
             root,
             _lock: lock,
@@ -454,6 +461,43 @@ fn write_once(root: &Path, name: &str, text: &str) -> Result<String, Error> {
             .map_err(|e| Error::io(format!("cannot read {}", path.display()), &e)),
         Err(e) => Err(Error::io(format!("cannot create {}", path.display()), &e)),
     }
+}
+
+/// `STORE/host`: the name the records bind this store's host to, as the last command that
+/// opened them found it. `withdraw --local` opens no records: it records this name, and refuses
+/// a `--host` naming another, as every other command does against the records' binding.
+pub fn bound_host(root: &Path) -> Result<Option<String>, Error> {
+    let path = root.join("host");
+    match fs::read_to_string(&path) {
+        Ok(s) => {
+            let name = s.trim_end_matches('\n');
+            super::fleet::check_host_name(name).map_err(|e| {
+                Error::new(
+                    Kind::Operational,
+                    format!("corrupt store: {}: {e}", path.display()),
+                )
+            })?;
+            Ok(Some(name.to_owned()))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(format!("cannot read {}", path.display()), &e)),
+    }
+}
+
+/// Keep `STORE/host` saying `name` (written only when it says something else: a temporary
+/// file renamed over it, so a reader sees the old name or the new one).
+fn note_host(root: &Path, name: &str) -> Result<(), Error> {
+    if matches!(bound_host(root), Ok(Some(n)) if n == name) {
+        return Ok(());
+    }
+    let path = root.join("host");
+    let tmp = root.join(format!("host.{}", std::process::id()));
+    fs::write(&tmp, format!("{name}\n"))
+        .and_then(|()| fs::rename(&tmp, &path))
+        .map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            Error::io(format!("cannot write {}", path.display()), &e)
+        })
 }
 
 /// 32 random hex digits.

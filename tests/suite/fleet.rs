@@ -686,8 +686,9 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
         "B untouched"
     );
 
+    // Not contained: status says where (JSON in full) and exits 9, on any host.
     let o = a.run(&["status", "--json"]);
-    expect_code(&o, 0);
+    expect_code(&o, 9);
     let s = json_of(&o);
     assert_eq!(s["withdrawn_in_use"][0]["version"], v3ref.as_str(), "{s}");
     assert_eq!(
@@ -699,7 +700,9 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
         .map(|h| h.iter().filter_map(|x| x["name"].as_str()).collect())
         .unwrap_or_default();
     assert_eq!(hosts, ["host-a", "host-b"], "{s}");
-    let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();
+    let o = a.run(&["status"]);
+    expect_code(&o, 9);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(text.contains("STILL ON host-b: alpha, beta"), "{text}");
 
     // sync on B, killed after its first link: the next command finishes the move.
@@ -725,8 +728,9 @@ fn two_hosts_share_one_registry_and_contain_a_withdrawal() {
     // B does not take it again: the fleet withdrew it.
     expect_code(&b.install(&["alpha"]), 9);
 
-    // Contained: status shows nobody on it, and B's last sync.
+    // Contained: status shows nobody on it, and B's last sync, and exits 0.
     let o = a.run(&["status", "--json"]);
+    expect_code(&o, 0);
     let s = json_of(&o);
     assert_eq!(s["withdrawn_in_use"][0]["still_on"], serde_json::json!([]));
     assert!(s["hosts"][1]["last_sync"].is_string(), "host-b synced: {s}");
@@ -2429,9 +2433,123 @@ fn two_simultaneous_withdrawals_keep_the_first_reason() {
 /// `status` on `h`: the hosts and agents still on the first withdrawn version in use.
 fn still_on(h: &Host<'_>) -> Vec<(String, String)> {
     let o = h.run(&["status", "--json"]);
-    expect_code(&o, 0);
     let s = json_of(&o);
-    host_agents(&s["withdrawn_in_use"][0]["still_on"])
+    let on = host_agents(&s["withdrawn_in_use"][0]["still_on"]);
+    // 9 while it (the one withdrawn version these tests use) is not contained, 0 once it is.
+    expect_code(&o, if on.is_empty() { 0 } else { 9 });
+    on
+}
+
+/// A host forgotten with an unfinished switch recorded: killed after recording its agent's move
+/// off a withdrawn version and before switching the link, so its installation says v1 while
+/// its link (and `status` on every host) says v2. `forget-host` reports the agent on v2 as well,
+/// marked WITHDRAWN (its link may still run it) with the unfinished step, and v2's history gets
+/// the `host_forgotten` event; the version then reads contained. The same store coming back
+/// gets the intent back: it is STILL ON again on every host until its next command finishes the
+/// switch.
+#[test]
+fn a_host_forgotten_with_an_unfinished_switch_comes_back_and_finishes_it() {
+    let pg = server();
+    let db = "fleet_forget_intent";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2 = f.publish(&package(2));
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2ref = format!("demo@{v2}");
+    expect_code(&a.run(&["withdraw", &v2ref, "--reason", "bad"]), 0);
+    assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]));
+
+    // B's sync is killed between recording alpha's move and switching its link.
+    let mut c = b.command(&["sync"]);
+    c.env("SKILLBOX_TEST_CRASH_AT", "sync:recorded");
+    let o = b.keep(c.output().unwrap_or_else(|e| panic!("spawn: {e}")));
+    assert_eq!(o.status.signal(), Some(9), "{}", explain(&o));
+    assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM intents WHERE host = 'host-b'"),
+        1
+    );
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!("SELECT COUNT(*) FROM installs WHERE host = 'host-b' AND digest = '{v1}'")
+        ),
+        1,
+        "the move is recorded"
+    );
+    assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]), "not made yet");
+
+    // B is gone (its last sign of life made old, in the records), and forgotten.
+    {
+        let mut c = pg.admin(db).unwrap_or_else(|e| panic!("{e}"));
+        c.batch_execute(
+            "UPDATE hosts SET first_seen = '2026-01-01T00:00:00Z', last_sync = NULL WHERE name = 'host-b';
+             UPDATE events SET time = '2026-01-01T00:00:00Z' WHERE host = 'host-b';",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let o = a.run(&["forget-host", "host-b", "--reason", "lost", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["unfinished_steps"], 1, "{j}");
+    assert_eq!(j["agents"][0]["agent"], "alpha", "{j}");
+    let versions = j["agents"][0]["versions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let on = |d: &str| versions.iter().find(|v| v["digest"] == d).cloned();
+    assert_eq!(
+        on(&v1).map(|v| v["withdrawn"].clone()),
+        Some(Value::from(false)),
+        "{j}"
+    );
+    let left =
+        on(&v2).unwrap_or_else(|| panic!("alpha's unfinished switch off v2 not reported: {j}"));
+    assert_eq!(left["withdrawn"], true, "{j}");
+    assert_eq!(left["unfinished_switch"], true, "{j}");
+    let o = a.run(&["provenance", &v2ref, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    assert!(
+        p["events"]
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["kind"] == "host_forgotten"
+                && e["detail"].as_str().is_some_and(|d| d.contains("lost")))),
+        "{p}"
+    );
+    assert_eq!(still_on(&a), Vec::<(String, String)>::new());
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM intents WHERE host = 'host-b'"),
+        0
+    );
+
+    // B comes back: its intent with it, so it is STILL ON again everywhere; its next command
+    // finishes the switch.
+    let o = b.run(&["status", "--json"]);
+    expect_code(&o, 9);
+    assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]));
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM intents WHERE host = 'host-b'"),
+        1
+    );
+    let o = b.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(still_on(&a), Vec::<(String, String)>::new());
+    assert_eq!(
+        pg.query_i64(db, "SELECT COUNT(*) FROM intents WHERE host = 'host-b'"),
+        0
+    );
+    b.verify_ok();
+    a.verify_ok();
 }
 
 /// A host that is gone keeps its agents listed as STILL ON a withdrawn version: `forget-host`
@@ -2558,7 +2676,7 @@ fn a_host_that_is_gone_can_be_forgotten_and_come_back() {
     // B comes back: its first command (a read) registers it again, with its agent on v2 in the
     // same transaction, so no host reads the version contained while B's link points at it.
     let o = b.run(&["status", "--json"]);
-    expect_code(&o, 0);
+    expect_code(&o, 9);
     assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
     assert_eq!(still_on(&a), pairs(&[("host-b", "alpha")]));
     let text = String::from_utf8_lossy(&a.run(&["status"]).stdout).into_owned();

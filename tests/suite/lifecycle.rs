@@ -1219,11 +1219,15 @@ fn update_waits_for_review(
 }
 
 /// The agents `status --json` says still run withdrawn `digest` (host/agent), or panics when the
-/// version is not listed as withdrawn.
+/// version is not listed as withdrawn. `status` exits 9 exactly when some withdrawn version is
+/// still on an agent (here: the one asked about, the only one these tests withdraw at a time).
 fn still_on(w: &World, digest: &str) -> Vec<String> {
     let o = w.run(&["status", "--json"]);
-    expect_code(&o, 0);
     let s = json_of(&o);
+    let in_use = s["withdrawn_in_use"]
+        .as_array()
+        .is_some_and(|a| a.iter().any(|x| x["still_on"] != serde_json::json!([])));
+    expect_code(&o, if in_use { 9 } else { 0 });
     let version = format!("demo@{digest}");
     let w_use = s["withdrawn_in_use"]
         .as_array()
@@ -1341,6 +1345,63 @@ fn a_withdrawal_commits_whatever_one_agent_entry_is() {
     assert_eq!(w.active("c3").as_deref(), Some(v1.as_str()));
     assert!(still_on(&w, &v2).is_empty());
     w.verify_ok();
+}
+
+/// `status` answers "is it contained?" in its exit status, for a script: 9 while a withdrawn
+/// version is still on an agent (after printing everything, the JSON in full), 0 once every
+/// withdrawn version is contained; `status --help` says so. (Before: 0 either way.)
+#[test]
+fn status_exits_9_while_a_withdrawn_version_is_still_on_an_agent() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    // Nothing withdrawn: 0.
+    expect_code(&w.run(&["status"]), 0);
+    // beta's entry is a directory of the operator's own: the withdrawal cannot move it.
+    let entry = w.agent_dir("beta").join("demo");
+    std::fs::remove_file(&entry).unwrap_or_else(|e| panic!("rm: {e}"));
+    std::fs::create_dir(&entry).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    expect_code(
+        &w.run(&["withdraw", &format!("demo@{v1}"), "--reason", "bad"]),
+        1,
+    );
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 9);
+    let s = json_of(&o);
+    for key in ["store", "records", "host", "withdrawn", "agents", "hosts"] {
+        assert!(!s[key].is_null(), "{key} missing: {s}");
+    }
+    assert_eq!(
+        s["withdrawn_in_use"][0]["still_on"][0]["agent"], "beta",
+        "{s}"
+    );
+    assert!(s.get("error").is_none(), "{s}");
+    let o = w.run(&["status"]);
+    expect_code(&o, 9);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("STILL ON") && text.contains("beta"),
+        "{}",
+        explain(&o)
+    );
+    assert!(o.stderr.is_empty(), "not an error: {}", explain(&o));
+    // Contained: 0.
+    std::fs::remove_dir(&entry).unwrap_or_else(|e| panic!("rmdir: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("contained: no agent"),
+        "{}",
+        explain(&o)
+    );
+    let o = w.run(&["status", "--help"]);
+    expect_code(&o, 0);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("9 a withdrawn version is still on an agent"),
+        "{help}"
+    );
 }
 
 /// A rollback is not containment: it refuses up front, but says what is actually there.
@@ -3482,6 +3543,304 @@ fn a_local_withdrawal_contains_without_the_records_and_reaches_them_later() {
     // gc removes the quarantined tree once the records say withdrawn.
     expect_code(&w.run(&["gc"]), 0);
     assert!(!w.store().join("quarantine").join(&v2[7..]).exists());
+    w.verify_ok();
+}
+
+/// A version `withdraw --local` quarantined is not listed as an ordinary stored version once
+/// the withdrawal is applied: `list` says `quarantined` (not `stored`), as do `provenance` and
+/// `status`; `review` still reads its review; after `gc` it is "not stored". A local withdrawal
+/// the records do not know yet is listed by `status`. (Before: `stored` until `gc`, nothing in
+/// `status`, and `review` failed on the missing answer.)
+#[test]
+fn a_quarantined_version_is_listed_as_quarantined_not_stored() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2ref = format!("demo@{v2}");
+    expect_code(
+        &w.run(&["withdraw", &v2ref, "--reason", "bad", "--local"]),
+        0,
+    );
+    let v3 = sha(&package(3));
+    let v3ref = format!("demo@{v3}");
+    expect_code(
+        &w.run(&["withdraw", &v3ref, "--reason", "known bad", "--local"]),
+        0,
+    );
+    // `list` applies the pending withdrawal first (the records are reachable), then lists.
+    let listed = |w: &World| {
+        let o = w.run(&["list", "--json"]);
+        expect_code(&o, 0);
+        let l = json_of(&o);
+        l["skills"][0]["versions"]
+            .as_array()
+            .and_then(|a| a.iter().find(|v| v["digest"] == v2.as_str()).cloned())
+            .unwrap_or_else(|| panic!("{v2} not listed: {l}"))
+    };
+    let v = listed(&w);
+    assert_eq!(
+        (&v["state"], &v["stored"], &v["quarantined"]),
+        (
+            &Value::from("withdrawn"),
+            &Value::from(false),
+            &Value::from(true)
+        ),
+        "{v}"
+    );
+    let o = w.run(&["list"]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains(&v2[..19]))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(line.contains("[quarantined]"), "{text}");
+
+    let o = w.run(&["provenance", &v2ref, "--json"]);
+    expect_code(&o, 0);
+    let p = json_of(&o);
+    assert_eq!(p["version"]["quarantined"], true, "{p}");
+    assert_eq!(p["version"]["stored"], false, "{p}");
+    let o = w.run(&["provenance", &v2ref]);
+    expect_code(&o, 0);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("tree quarantined on this host"),
+        "{}",
+        explain(&o)
+    );
+
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    let s = json_of(&o);
+    assert_eq!(s["quarantined"], serde_json::json!([v2ref]), "{s}");
+    assert_eq!(
+        s["pending_local_withdrawals"],
+        serde_json::json!([v3ref]),
+        "{s}"
+    );
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("quarantined  1") && text.contains(&v2ref),
+        "{text}"
+    );
+
+    // Its review is still there to read, from the quarantine.
+    let o = w.run(&["review", &v2ref, "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["state"], "withdrawn", "{}", explain(&o));
+
+    // gc removes the tree: not stored, not quarantined.
+    expect_code(&w.run(&["gc"]), 0);
+    let v = listed(&w);
+    assert_eq!(
+        (&v["stored"], &v["quarantined"]),
+        (&Value::from(false), &Value::from(false)),
+        "{v}"
+    );
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["quarantined"], serde_json::json!([]));
+    w.verify_ok();
+}
+
+/// A version withdrawn on this host with `withdraw --local` is never a version to go to, even
+/// while the records still call it approved (here: records.db restored from a backup taken
+/// before the withdrawal reached it): a computed rollback skips it to the version before, as it
+/// skips a withdrawn one, and so does a withdrawal moving agents off a newer version; `--to` it
+/// stays refused (exit 9). (Before: the computed rollback was refused, exit 9, and the
+/// withdrawal moved its agent onto the quarantined tree, a dangling link.)
+#[test]
+fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
+    let w = World::new();
+    let md = "---\nname: demo\ndescription: A demo skill\n---\nRead references/guide.md.\n";
+    let pkg = |n: u32| {
+        let guide = format!("# Guide\n\nThis is version {n} of the guide.\n");
+        tar_gz_of(&[
+            ("SKILL.md", md.as_bytes()),
+            ("references/guide.md", guide.as_bytes()),
+        ])
+    };
+    let v0 = w.publish("demo", &pkg(0));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v1 = w.publish("demo", &pkg(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v2 = w.publish("demo", &pkg(2));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+
+    // A backup of the records, then v1 withdrawn locally and applied, then the backup restored.
+    let db = w.store().join("records.db");
+    let backup = w.tmp.path().join("records.backup.db");
+    rusqlite::Connection::open(&db)
+        .and_then(|c| c.execute("VACUUM INTO ?1", [backup.display().to_string()]))
+        .unwrap_or_else(|e| panic!("backup: {e}"));
+    let v1ref = format!("demo@{v1}");
+    expect_code(
+        &w.run(&["withdraw", &v1ref, "--reason", "bad", "--local"]),
+        0,
+    );
+    expect_code(&w.run(&["status"]), 0);
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    for f in ["records.db-wal", "records.db-shm"] {
+        let _ = std::fs::remove_file(w.store().join(f));
+    }
+    std::fs::copy(&backup, &db).unwrap_or_else(|e| panic!("restore: {e}"));
+    assert_eq!(state_of(&w, &v1), "approved");
+    assert!(w.store().join("quarantine").join(&v1[7..]).is_dir());
+
+    // The computed rollback goes past the quarantined v1 to v0.
+    let o = w.run(&["rollback", "demo", "--agent", "alpha", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v0.as_str()));
+    assert!(w.guide("alpha").contains("version 0"), "{}", explain(&o));
+    // Explicitly to it: refused, nothing changed.
+    let o = w.run(&["rollback", "demo", "--agent", "alpha", "--to", &v1]);
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("quarantine"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v0.as_str()));
+    // With nothing left to go to, the message is the one a withdrawn version gives.
+    let o = w.run(&["rollback", "demo", "--agent", "alpha"]);
+    expect_code(&o, 8);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no approved version of demo older than"),
+        "{}",
+        explain(&o)
+    );
+
+    // A withdrawal of v2 moves beta to v0 too, never onto the quarantined tree.
+    let o = w.run(&["withdraw", &format!("demo@{v2}"), "--reason", "bad too"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("beta").as_deref(),
+        Some(v0.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert!(w.guide("beta").contains("version 0"));
+}
+
+/// `withdraw --local` opens no records, but records the host the records bind this store to
+/// (noted in the store by every command that opened them), not the system hostname or a
+/// `--host` typed in a hurry: a `--host` naming another host is refused (exit 2) and nothing is
+/// written, as every other command refuses it. (Before: whatever `--host` said, or the system
+/// hostname, went into the pending entry.)
+#[test]
+fn a_local_withdrawal_records_the_stores_bound_host() {
+    let w = World::new();
+    w.publish("demo", &package(1));
+    let url = w.index_url();
+    let alpha = w.agent_arg("alpha");
+    expect_code(
+        &w.run(&[
+            "install", &url, "demo", "--host", "host-a", "--agent", &alpha,
+        ]),
+        0,
+    );
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["host"], "host-a", "the binding stands");
+    let v2ref = format!("demo@{v2}");
+    let pending = w
+        .store()
+        .join("pending-withdrawals")
+        .join(format!("{}.json", &v2[7..]));
+
+    // Another --host: refused as every command refuses it, and nothing is written or moved.
+    let o = w.run(&[
+        "withdraw", &v2ref, "--reason", "bad", "--local", "--host", "host-b", "--json",
+    ]);
+    expect_code(&o, 2);
+    let e = json_of(&o);
+    let m = e["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        m.contains("this store is host host-a") && m.contains("--host host-b"),
+        "{e}"
+    );
+    assert!(!pending.exists());
+    assert!(tree_exists(&w, &v2));
+    assert!(w.guide("alpha").contains("version 2"));
+    // An unusable --host is refused too, not replaced by another name.
+    let o = w.run(&[
+        "withdraw", &v2ref, "--reason", "bad", "--local", "--host", "a b",
+    ]);
+    expect_code(&o, 2);
+    assert!(!pending.exists());
+
+    // Without --host (or with the bound one): the bound host, whatever the system hostname is.
+    let o = w.run(&["withdraw", &v2ref, "--reason", "bad", "--local", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["pending"]["host"], "host-a", "{j}");
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("on host-a: bad"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    // Where the store keeps the name for that.
+    assert_eq!(
+        std::fs::read_to_string(w.store().join("host")).unwrap_or_default(),
+        "host-a\n"
+    );
+}
+
+/// `forget-host` on a store's own records (SQLite, one host: this one). Forgetting this host is
+/// refused (exit 2, with or without `--even-if-recent`) saying these are the store's own records
+/// (not "another host of the fleet": there is none), an unknown name is exit 8, and nothing
+/// changes: the agents, their installations, the stored versions, the events.
+#[test]
+fn forget_host_on_a_stores_own_records_changes_nothing() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let status = |w: &World| {
+        let o = w.run(&["status", "--json"]);
+        expect_code(&o, 0);
+        let mut s = json_of(&o);
+        s.as_object_mut().map(|m| m.remove("hosts"));
+        s
+    };
+    let before = status(&w);
+    let host = before["host"].as_str().unwrap_or("").to_owned();
+    assert!(!host.is_empty(), "{before}");
+    let events = |w: &World| {
+        let o = w.run(&["provenance", &format!("demo@{v1}"), "--json"]);
+        expect_code(&o, 0);
+        json_of(&o)["events"].clone()
+    };
+    let events_before = events(&w);
+    for extra in [&[][..], &["--even-if-recent"]] {
+        let mut args = vec!["forget-host", host.as_str(), "--reason", "gone", "--json"];
+        args.extend_from_slice(extra);
+        let o = w.run(&args);
+        expect_code(&o, 2);
+        let m = json_of(&o)["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned();
+        assert!(
+            m.contains("cannot forget itself") && m.contains("the store's own records"),
+            "{m}"
+        );
+        assert!(!m.contains("another host of the fleet"), "{m}");
+    }
+    let o = w.run(&["forget-host", "host-zz", "--reason", "gone"]);
+    expect_code(&o, 8);
+    assert_eq!(status(&w), before);
+    assert_eq!(events(&w), events_before);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
     w.verify_ok();
 }
 
