@@ -230,7 +230,7 @@ impl SkillboxService {
         };
         let staging = Arc::clone(&self.state.staging);
         tokio::task::spawn_blocking(move || {
-            tree::send(dir, entries, tx, || staging.is_kept(&id));
+            tree::send(dir, entries, tx, &id, || staging.is_kept(&id));
             if release
                 && staging.take_kept(&id)
                 && let Err(e) = staging.remove(&id)

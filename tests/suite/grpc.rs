@@ -1871,15 +1871,39 @@ async fn accepted_trees_are_read_back_remotely_and_checked() {
     server.wait_clean(Duration::from_secs(5));
 }
 
-/// A burst of 64 slow uploads with `--max-children 2`: every request is answered, and at no
-/// moment do more than two request children (plus the one spare) exist; the queued requests
-/// hold no process.
 /// A tree released while a client reads it (its own `Release`, or the TTL) ends the stream
-/// with NOT_FOUND, as a `GetTree` after the release does: its nodes went because it was
-/// released, not because the staged tree was changed, which DATA_LOSS would say (it did).
+/// with NOT_FOUND, in the words of a `GetTree` after the release: the same message, naming the
+/// staging id, and the same details. Its nodes went because it was released, not because the
+/// staged tree was changed, which DATA_LOSS would say (it did); and the error names the id as
+/// every other `GetTree` and `Release` error does (it said only "the staging directory was
+/// released or expired while its tree was read").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_released_while_it_is_read_ends_not_found() {
+    // Its client's own Release.
     let server = Server::start(&[]);
+    let mut c = server.client().await;
+    cut_while_read(&server, |id| async move {
+        ok(c.release(&id).await, "release");
+    })
+    .await;
+    // The TTL: the reaper runs every second, and removes it between 3 and 4 s after it was kept.
+    let server = Server::start(&["--staging-ttl", "3"]);
+    cut_while_read(&server, |_| async {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !server.staging_dirs().is_empty() {
+            assert!(Instant::now() < until, "not expired: {}", server.log());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+}
+
+/// Extract a tree far larger than a tree stream queues, read the first parts of its `GetTree`,
+/// let `cut` make it go, and check how the stream ends.
+async fn cut_while_read<F: std::future::Future<Output = ()>>(
+    server: &Server,
+    cut: impl FnOnce(String) -> F,
+) {
     let mut c = server.client().await;
     // Far more than the stream queues ahead of its reader (eight 256 KiB chunks and the
     // HTTP/2 windows), so the reading thread is still opening files after the release.
@@ -1912,7 +1936,7 @@ async fn a_tree_released_while_it_is_read_ends_not_found() {
     for _ in 0..3 {
         ok(parts.message().await, "a first part").unwrap_or_else(|| panic!("ended early"));
     }
-    ok(c.release(&staged.id).await, "release");
+    cut(staged.id.clone()).await;
     let end = loop {
         match parts.message().await {
             Ok(Some(_)) => {}
@@ -1920,10 +1944,17 @@ async fn a_tree_released_while_it_is_read_ends_not_found() {
             Err(s) => break s,
         }
     };
+    let (after, _) = tree_and_release_refuse(server, &staged.id).await;
     assert_eq!(end.code(), Code::NotFound, "{end:?}");
+    assert!(end.message().contains(&staged.id), "names the id: {end:?}");
+    assert_eq!(end.message(), after.message(), "worded as an unknown id");
+    assert_eq!(end.details(), after.details(), "{end:?}");
     server.wait_clean(Duration::from_secs(10));
 }
 
+/// A burst of 64 slow uploads with `--max-children 2`: every request is answered, and at no
+/// moment do more than two request children (plus the one spare) exist; the queued requests
+/// hold no process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_follow_the_admission_bound_under_a_burst() {
     let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);
