@@ -39,6 +39,9 @@ pub struct State {
     pub staging: Arc<StagingRoot>,
     pub runner: Arc<Runner>,
     pub metrics: Arc<Metrics>,
+    /// Set when the broker stops (the grace period is over, or a second signal): every
+    /// `Extract` still in flight ends at once ([`RequestError::ShuttingDown`]).
+    pub stop: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Clone)]
@@ -138,13 +141,25 @@ impl SkillboxService {
         let stream = request.into_inner();
         let state = Arc::clone(&self.state);
         let work = async move {
-            let result = match deadline {
-                Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream, carrier))
-                    .await
-                    .unwrap_or(Err(RequestError::DeadlineExceeded {
-                        during: "before the answer",
-                    })),
-                None => state.extract(stream, carrier).await,
+            let extract = async {
+                match deadline {
+                    Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream, carrier))
+                        .await
+                        .unwrap_or(Err(RequestError::DeadlineExceeded {
+                            during: "before the answer",
+                        })),
+                    None => state.extract(stream, carrier).await,
+                }
+            };
+            // When the broker stops, the request is dropped where it is: its upload feed goes
+            // and its kill switch trips, so its child is killed and reaped and its staging
+            // directory removed by the job, which shutdown waits for (`StagingRoot::close`).
+            // Biased: a request polled after the stop never makes or keeps anything.
+            let mut stop = state.stop.subscribe();
+            let result = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => Err(RequestError::ShuttingDown),
+                r = extract => r,
             };
             let elapsed = start.elapsed();
             state.metrics.duration(elapsed);
@@ -466,10 +481,13 @@ impl State {
         };
         // The job counts itself from here (`Sandbox::run_in`).
         drop(announced);
-        let staging = self
-            .staging
-            .create()
-            .map_err(|e| RequestError::Internal(format!("cannot make a staging directory: {e}")))?;
+        let staging = self.staging.create().map_err(|e| {
+            if *self.stop.borrow() {
+                RequestError::ShuttingDown
+            } else {
+                RequestError::Internal(format!("cannot make a staging directory: {e}"))
+            }
+        })?;
         let job = job::start(
             Arc::clone(&self.runner),
             Arc::clone(&self.metrics),

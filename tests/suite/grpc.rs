@@ -1060,6 +1060,82 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
     );
 }
 
+/// A second SIGTERM during the drain stops the broker at once, and still leaves nothing in its
+/// staging root: the tree an Extract kept (never released) and the directory of an upload in
+/// flight (its child started, its bytes still arriving) are removed, and its children killed,
+/// before it exits; it does not wait for the in-flight call or the grace period. (It exited
+/// leaving the kept tree for the next start.) The end of the grace period stops it the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_stops_at_once_and_removes_every_tree() {
+    stopped_with_trees(&["--grace", "600"], 2, "again: stopping now").await;
+    stopped_with_trees(&["--grace", "1"], 1, "grace period over").await;
+}
+
+/// Start the server with `args`, keep a tree and start an upload that never ends, send
+/// `sigterms` SIGTERMs (the second once the drain has begun), and check that the server exits,
+/// having logged `said`, with nothing left in its staging root and no child running.
+async fn stopped_with_trees(args: &[&str], sigterms: usize, said: &str) {
+    let mut server = Server::start(args);
+    let mut c = server.client().await;
+    let kept = extract_plain(&mut c, None, "extract")
+        .await
+        .staged
+        .unwrap_or_else(|| panic!("accepted"));
+    // An upload in flight: the header and a few bytes, then nothing more.
+    let (mut writer, reader) = tokio::io::duplex(64);
+    let inflight = {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            c.extract(archive_header(), reader, Some(Duration::from_secs(600)))
+                .await
+        })
+    };
+    ok(
+        tokio::io::AsyncWriteExt::write_all(&mut writer, &skill_tar(&[])[..512]).await,
+        "write",
+    );
+    // Its staging directory is made, and its child is under way.
+    let until = Instant::now() + Duration::from_secs(30);
+    while server.staging_dirs().len() < 2 || server.request_children().is_empty() {
+        assert!(
+            Instant::now() < until,
+            "no upload in flight: {}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = server.pid();
+    server.sigterm();
+    if sigterms == 2 {
+        // Draining: the socket goes first.
+        while server.socket().exists() {
+            assert!(Instant::now() < until, "not draining: {}", server.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!inflight.is_finished(), "the upload is still in flight");
+        server.sigterm();
+    }
+    let status = server.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{}", server.log());
+    assert!(server.log().contains(said), "{}", server.log());
+    assert!(!kept.path.exists(), "a kept tree outlived the server");
+    assert!(
+        server.staging_dirs().is_empty(),
+        "left in the staging root: {:?}\n{}",
+        server.staging_dirs(),
+        server.log()
+    );
+    for comm in ["skillbox-child", "skillbox-spare"] {
+        assert!(
+            !harness::live_named(comm, pid),
+            "a {comm} of the server is still running"
+        );
+    }
+    let ended = ok(inflight.await, "task");
+    assert!(ended.is_err(), "the upload in flight was answered");
+    drop(writer);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_served_when_asked() {
     let server = Server::start(&["--metrics", harness::ANY_PORT]);
