@@ -376,21 +376,32 @@ fn job_fault(fault: JobFault) -> RequestError {
     }
 }
 
-/// A request stream that failed: a reset or a lost connection is a hang-up, but a message
-/// past the size tonic's decoder takes (`OUT_OF_RANGE` from tonic) is the client's request to
-/// fix, as a chunk past `max_chunk_bytes` is, so it is `INVALID_ARGUMENT` naming `field` (the
-/// header for the first message, otherwise the chunk), not `CANCELLED` "by the client".
+/// A request stream that failed: a reset or a lost connection is a hang-up, but what tonic's
+/// decoder refuses is the client's request to fix, as a chunk past `max_chunk_bytes` is, so it
+/// is `INVALID_ARGUMENT` naming `field` (the header for the first message, otherwise the chunk),
+/// not `CANCELLED` "by the client": a message past the size it takes (`OUT_OF_RANGE` from
+/// tonic), and one it could not decode (`INTERNAL` from tonic: bytes that are no
+/// `ExtractRequest`, a bad frame prefix, a stream that ends inside a message). Every error of
+/// the body itself reaches here as `ABORTED` ([`super::body`]), so an `INTERNAL` is the
+/// decoder's, never a client's `RST_STREAM` (h2 reads some of its codes as `INTERNAL` too).
 fn stream_error(status: Status, field: &str, max_chunk_bytes: u64) -> RequestError {
-    if status.code() == tonic::Code::OutOfRange {
-        return RequestError::invalid(
+    match status.code() {
+        tonic::Code::OutOfRange => RequestError::invalid(
             field,
             format!(
                 "a message larger than the server decodes ({}); send the header first, then chunks of at most {max_chunk_bytes} bytes",
                 status.message()
             ),
-        );
+        ),
+        tonic::Code::Internal => RequestError::invalid(
+            field,
+            format!(
+                "the request could not be decoded ({}); send ExtractRequest messages, the header first, then chunks",
+                crate::reason::display_name(status.message().as_bytes())
+            ),
+        ),
+        _ => RequestError::Cancelled(status.message().to_owned()),
     }
-    RequestError::Cancelled(status.message().to_owned())
 }
 
 impl State {

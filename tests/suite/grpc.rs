@@ -1660,6 +1660,43 @@ fn gzip_compressed_requests_are_unimplemented_and_uncompressed_ones_served() {
     server.assert_clean();
 }
 
+/// A message in the Extract stream that is no ExtractRequest (bytes that do not decode, framed
+/// by stock grpcio's generic `stream_unary` with identity serializers, as a user can send them)
+/// is the client's malformed request: INVALID_ARGUMENT saying the request could not be decoded,
+/// with a BadRequest naming the header when it is the first message and the chunk after it, not
+/// CANCELLED "by the client" (what tonic's INTERNAL decode error became). The one sent after a
+/// header and a chunk, when a child and a staging directory exist, leaves neither.
+#[test]
+fn a_message_that_does_not_decode_is_an_invalid_argument_and_keeps_nothing() {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, skill_tar(&[])), "write");
+    let server = Server::start(&[]);
+    let socket = server.socket().to_str().unwrap_or("");
+    let v = python(&[
+        "--socket",
+        socket,
+        "--artifact",
+        art.to_str().unwrap_or(""),
+        "--bad-frame",
+    ]);
+    for (case, field) in [("first", "header"), ("after_a_chunk", "chunk")] {
+        let got = &v[case];
+        assert_eq!(got["code"], "INVALID_ARGUMENT", "{case}: {v}");
+        let message = got["details"].as_str().unwrap_or("");
+        assert!(message.contains("could not be decoded"), "{case}: {v}");
+        let details = ok(
+            hex::decode(got["status_details_hex"].as_str().unwrap_or("")),
+            "hex",
+        );
+        let s = tonic::Status::with_details(Code::InvalidArgument, message, details.into());
+        assert_eq!(bad_field(&s), field, "{case}: {v}");
+    }
+    // The second case was refused in the upload, after its child started and its staging
+    // directory was made (the BadRequest names the chunk): both are gone.
+    server.assert_clean();
+}
+
 /// Files of `harness::long_paths_tar` whose answer passes 4 MiB (about 4.7 MB).
 const PAST_4_MIB: usize = 4400;
 
