@@ -559,6 +559,78 @@ async fn a_hangup_mid_upload_leaves_nothing() {
     server.wait_clean(Duration::from_secs(5));
 }
 
+/// A client that resets its upload with an HTTP/2 error code tonic reads as INTERNAL
+/// (`INTERNAL_ERROR` here; `PROTOCOL_ERROR` and `NO_ERROR` too) hung up: its request ends as a
+/// hang-up (CANCELLED), with its child killed and its staging directory removed, never as the
+/// malformed request (INVALID_ARGUMENT) that an INTERNAL from tonic's decoder, a message that
+/// does not decode, is. Sent as raw frames over the socket: stock clients reset with `CANCEL`.
+#[test]
+fn a_reset_that_h2_reads_as_internal_is_a_hangup_not_a_malformed_request() {
+    use prost::Message as _;
+    let server = Server::start(&[]);
+    let hpack = |fields: &[(&str, &str)]| {
+        // Literals without indexing, new names (RFC 7541 6.2.2), every length under 127.
+        let mut block = Vec::new();
+        for (name, value) in fields {
+            block.push(0);
+            block.push(name.len() as u8);
+            block.extend_from_slice(name.as_bytes());
+            block.push(value.len() as u8);
+            block.extend_from_slice(value.as_bytes());
+        }
+        block
+    };
+    let grpc_message = |m: &pb::ExtractRequest| {
+        let body = m.encode_to_vec();
+        let mut out = vec![0];
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    };
+    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bounds::frame(&mut wire, 0x4, 0, 0, &[]); // SETTINGS
+    let headers = hpack(&[
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/skillbox.v1.Skillbox/Extract"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]);
+    bounds::frame(&mut wire, 0x1, 0x4, 1, &headers); // HEADERS, END_HEADERS
+    let header = pb::ExtractRequest {
+        msg: Some(pb::extract_request::Msg::Header(archive_header())),
+    };
+    bounds::frame(&mut wire, 0x0, 0, 1, &grpc_message(&header)); // DATA
+    let mut conn = ok(
+        std::os::unix::net::UnixStream::connect(server.socket()),
+        "connect",
+    );
+    ok(conn.write_all(&wire), "send");
+    // The header was read: the request has its child and its staging directory.
+    let until = Instant::now() + Duration::from_secs(30);
+    while server.staging_dirs().is_empty() {
+        assert!(Instant::now() < until, "no upload: {}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Part of a chunk, then the reset.
+    let mut rest = Vec::new();
+    let mut partial = vec![0, 0, 0, 1, 0];
+    partial.extend_from_slice(&[0x12, 0xfd, 0x01, 1, 2, 3]);
+    bounds::frame(&mut rest, 0x0, 0, 1, &partial); // DATA
+    bounds::frame(&mut rest, 0x3, 0, 1, &2u32.to_be_bytes()); // RST_STREAM, INTERNAL_ERROR
+    ok(conn.write_all(&rest), "send");
+    while !server.log().contains("failed code=") {
+        assert!(Instant::now() < until, "not ended: {}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = server.log();
+    assert!(log.contains("failed code=Cancelled"), "{log}");
+    assert!(!log.contains("InvalidArgument"), "{log}");
+    server.wait_clean(Duration::from_secs(10));
+    drop(conn);
+}
+
 /// Reads `data`, then fails instead of ending: a local file that cannot be read to its end.
 struct FailsAfter(std::io::Cursor<Vec<u8>>);
 
