@@ -10,7 +10,11 @@
 //!   client that is gone, and count no child killed. Seen in about one run of five of the
 //!   hang-up test under load (whether the handler read that "end" before hyper dropped it was
 //!   a race). So the reset reaches the handler as an error of its own: the upload is a
-//!   hang-up, its child is killed and counted, nothing is extracted.
+//!   hang-up, its child is killed and counted, nothing is extracted. Every other error of the
+//!   body (a reset with another code, a connection lost) reaches it as the same code,
+//!   `ABORTED`: h2 reads some reset codes as `INTERNAL`, which is also what tonic's decoder
+//!   says of a message it cannot decode, and only that is the client's malformed request
+//!   (`service::stream_error`).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -96,7 +100,7 @@ where
 
 /// A request body with its unfinished message counted (when `unfinished` is there) and, when
 /// `resets_fail`, a stream reset by the client (`Cancelled`) turned into `Aborted`, which the
-/// decoder passes on as the error it is.
+/// decoder passes on as the error it is, and every other error of the body `Aborted` too.
 struct GuardedBody {
     body: Body,
     unfinished: Option<Unfinished>,
@@ -128,6 +132,9 @@ impl http_body::Body for GuardedBody {
                     s.message()
                 )))))
             }
+            Poll::Ready(Some(Err(s))) if this.resets_fail => Poll::Ready(Some(Err(
+                Status::aborted(format!("the request stream failed: {}", s.message())),
+            ))),
             other => other,
         }
     }

@@ -48,8 +48,10 @@ pub enum RequestError {
     /// The caller went away (hang-up or cancellation) before the answer.
     #[error("cancelled by the client: {0}")]
     Cancelled(String),
-    /// `GetTree` or `Release` of a well-formed id the server does not hold (only one checked
-    /// well formed reaches here, so it is shown as it is: 32 hex digits), in the same words.
+    /// `GetTree` or `Release` of a well-formed id the server does not hold, in the same words;
+    /// also how a tree stream ends whose tree was released or expired while it was read. Only
+    /// an id checked well formed, or one the server made, reaches here, so it is shown as it
+    /// is: 32 hex digits.
     #[error("no staging directory {0} (never accepted, already released or expired)")]
     NotFound(String),
     /// The server is draining after SIGTERM.

@@ -96,38 +96,75 @@ fn flow_control_windows(bounds: &config::Bounds) -> (u32, u32) {
     )
 }
 
-/// Run the broker on a runtime of its own until SIGTERM or SIGINT, then drain (`skillbox serve`).
+/// Run the broker on a runtime of its own until SIGTERM or SIGINT, then drain; a second signal
+/// stops it at once ([`serve`], [`signals`]).
 pub fn run_until_signal(config: Config) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
     let result = runtime.block_on(async {
-        let shutdown = shutdown_signal().map_err(ServeError::Signal)?;
-        serve(config, shutdown).await
+        let (first, again) = signals().map_err(ServeError::Signal)?;
+        serve(config, first, again).await
     });
-    // Requests cancelled at the end of the grace period kill their children on drop; give
-    // the workers a moment to reap them and remove their staging directories.
-    runtime.shutdown_timeout(Duration::from_secs(5));
+    // What is left are connections and the reading threads of tree streams (whose trees are
+    // gone): nothing to wait for.
+    runtime.shutdown_timeout(Duration::from_millis(500));
     result
 }
 
-fn shutdown_signal() -> std::io::Result<impl Future<Output = ()>> {
+/// The first SIGTERM or SIGINT (to [`serve`] as `shutdown`), and the second (`stop_now`), each
+/// logged. Installs the handlers now: call it inside the runtime, before serving. After these
+/// two, the signals are ignored (the stop is bounded; SIGKILL stops anything).
+pub fn signals() -> std::io::Result<(
+    impl Future<Output = ()> + Send + 'static,
+    impl Future<Output = ()> + Send + 'static,
+)> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    Ok(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM: draining"),
-            _ = int.recv() => tracing::info!("SIGINT: draining"),
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    let (again_tx, again_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let name = |t: bool| if t { "SIGTERM" } else { "SIGINT" };
+        let first = tokio::select! {
+            _ = term.recv() => name(true),
+            _ = int.recv() => name(false),
+        };
+        tracing::info!(
+            "{first}: draining (in-flight requests get the grace period; send it again to stop now)"
+        );
+        let _ = first_tx.send(());
+        let again = tokio::select! {
+            _ = term.recv() => name(true),
+            _ = int.recv() => name(false),
+        };
+        tracing::warn!(
+            "{again} again: stopping now, cancelling the requests in flight and removing every staged tree"
+        );
+        let _ = again_tx.send(());
+    });
+    // A sender dropped without sending (the runtime is going) is no signal.
+    let arrived = |rx: tokio::sync::oneshot::Receiver<()>| async move {
+        if rx.await.is_err() {
+            std::future::pending::<()>().await;
         }
-    })
+    };
+    Ok((arrived(first_rx), arrived(again_rx)))
 }
 
-/// Run the broker until `shutdown` resolves, then drain for the grace period.
+/// How long stopping waits for the children of cancelled requests to be killed and reaped and
+/// their staging directories removed (what is left then goes at the next start).
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// Run the broker until `shutdown` resolves, then drain for the grace period; then, or as soon
+/// as `stop_now` resolves (during the drain or before it), stop: every `Extract` still in
+/// flight ends with UNAVAILABLE, its child killed and reaped and its staging directory removed,
+/// and every accepted tree nobody released is removed, before this returns.
 pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    stop_now: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
     let metrics = Arc::new(metrics::Metrics::default());
     let runner = Arc::new(job::Runner::new(config.sandbox.clone())?);
@@ -154,6 +191,7 @@ pub async fn serve(
         runner,
         metrics: Arc::clone(&metrics),
         config: config.clone(),
+        stop: tokio::sync::watch::Sender::new(false),
     });
 
     let reaper = tokio::spawn(reap(Arc::clone(&staging_root), Arc::clone(&metrics)));
@@ -308,14 +346,33 @@ pub async fn serve(
             tracing::warn!(grace_secs = grace.as_secs(), "grace period over: cancelling the requests still in flight");
             Ok(())
         }
+        // Logged by whoever resolved it (`signals`).
+        () = stop_now => Ok(()),
     };
     unlink();
     reaper.abort();
     if let Some(t) = metrics_task {
         t.abort();
     }
-    // The grace period is over: trees nobody released go now, not at the next start (a
-    // sidecar's staging volume may outlive this process, or be handed to another).
+    stop(&state, &staging_root).await;
+    result
+}
+
+/// The last thing every way out of [`serve`] does. Trees go now, not at the next start (a
+/// sidecar's staging volume may outlive this process, or be handed to another), and only once
+/// no child can write into them any more.
+async fn stop(state: &State, staging_root: &staging::StagingRoot) {
+    // Every Extract still in flight ends now: its child is killed, and the job reaps it and
+    // removes its staging directory. None is made or kept after this.
+    state.stop.send_replace(true);
+    let left = staging_root.close(STOP_WAIT).await;
+    if left > 0 {
+        tracing::error!(
+            left,
+            wait_secs = STOP_WAIT.as_secs(),
+            "staging directories of cancelled requests not yet removed; the next start removes what remains"
+        );
+    }
     let unreleased = staging_root.take_all();
     for id in &unreleased {
         if let Err(e) = staging_root.remove(id) {
@@ -326,7 +383,6 @@ pub async fn serve(
         removed = unreleased.len(),
         "stopped; removed the accepted staging directories not released"
     );
-    result
 }
 
 fn tls_config(files: &config::TlsFiles) -> Result<ServerTlsConfig, ServeError> {

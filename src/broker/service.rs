@@ -39,6 +39,9 @@ pub struct State {
     pub staging: Arc<StagingRoot>,
     pub runner: Arc<Runner>,
     pub metrics: Arc<Metrics>,
+    /// Set when the broker stops (the grace period is over, or a second signal): every
+    /// `Extract` still in flight ends at once ([`RequestError::ShuttingDown`]).
+    pub stop: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Clone)]
@@ -138,13 +141,25 @@ impl SkillboxService {
         let stream = request.into_inner();
         let state = Arc::clone(&self.state);
         let work = async move {
-            let result = match deadline {
-                Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream, carrier))
-                    .await
-                    .unwrap_or(Err(RequestError::DeadlineExceeded {
-                        during: "before the answer",
-                    })),
-                None => state.extract(stream, carrier).await,
+            let extract = async {
+                match deadline {
+                    Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream, carrier))
+                        .await
+                        .unwrap_or(Err(RequestError::DeadlineExceeded {
+                            during: "before the answer",
+                        })),
+                    None => state.extract(stream, carrier).await,
+                }
+            };
+            // When the broker stops, the request is dropped where it is: its upload feed goes
+            // and its kill switch trips, so its child is killed and reaped and its staging
+            // directory removed by the job, which shutdown waits for (`StagingRoot::close`).
+            // Biased: a request polled after the stop never makes or keeps anything.
+            let mut stop = state.stop.subscribe();
+            let result = tokio::select! {
+                biased;
+                _ = stop.wait_for(|s| *s) => Err(RequestError::ShuttingDown),
+                r = extract => r,
             };
             let elapsed = start.elapsed();
             state.metrics.duration(elapsed);
@@ -230,7 +245,7 @@ impl SkillboxService {
         };
         let staging = Arc::clone(&self.state.staging);
         tokio::task::spawn_blocking(move || {
-            tree::send(dir, entries, tx, || staging.is_kept(&id));
+            tree::send(dir, entries, tx, &id, || staging.is_kept(&id));
             if release
                 && let Some(listed) = staging.take_kept(&id)
                 && let Err(e) = staging.remove_listed(&id, &listed)
@@ -361,21 +376,32 @@ fn job_fault(fault: JobFault) -> RequestError {
     }
 }
 
-/// A request stream that failed: a reset or a lost connection is a hang-up, but a message
-/// past the size tonic's decoder takes (`OUT_OF_RANGE` from tonic) is the client's request to
-/// fix, as a chunk past `max_chunk_bytes` is, so it is `INVALID_ARGUMENT` naming `field` (the
-/// header for the first message, otherwise the chunk), not `CANCELLED` "by the client".
+/// A request stream that failed: a reset or a lost connection is a hang-up, but what tonic's
+/// decoder refuses is the client's request to fix, as a chunk past `max_chunk_bytes` is, so it
+/// is `INVALID_ARGUMENT` naming `field` (the header for the first message, otherwise the chunk),
+/// not `CANCELLED` "by the client": a message past the size it takes (`OUT_OF_RANGE` from
+/// tonic), and one it could not decode (`INTERNAL` from tonic: bytes that are no
+/// `ExtractRequest`, a bad frame prefix, a stream that ends inside a message). Every error of
+/// the body itself reaches here as `ABORTED` ([`super::body`]), so an `INTERNAL` is the
+/// decoder's, never a client's `RST_STREAM` (h2 reads some of its codes as `INTERNAL` too).
 fn stream_error(status: Status, field: &str, max_chunk_bytes: u64) -> RequestError {
-    if status.code() == tonic::Code::OutOfRange {
-        return RequestError::invalid(
+    match status.code() {
+        tonic::Code::OutOfRange => RequestError::invalid(
             field,
             format!(
                 "a message larger than the server decodes ({}); send the header first, then chunks of at most {max_chunk_bytes} bytes",
                 status.message()
             ),
-        );
+        ),
+        tonic::Code::Internal => RequestError::invalid(
+            field,
+            format!(
+                "the request could not be decoded ({}); send ExtractRequest messages, the header first, then chunks",
+                crate::reason::display_name(status.message().as_bytes())
+            ),
+        ),
+        _ => RequestError::Cancelled(status.message().to_owned()),
     }
-    RequestError::Cancelled(status.message().to_owned())
 }
 
 impl State {
@@ -466,10 +492,13 @@ impl State {
         };
         // The job counts itself from here (`Sandbox::run_in`).
         drop(announced);
-        let staging = self
-            .staging
-            .create()
-            .map_err(|e| RequestError::Internal(format!("cannot make a staging directory: {e}")))?;
+        let staging = self.staging.create().map_err(|e| {
+            if *self.stop.borrow() {
+                RequestError::ShuttingDown
+            } else {
+                RequestError::Internal(format!("cannot make a staging directory: {e}"))
+            }
+        })?;
         let job = job::start(
             Arc::clone(&self.runner),
             Arc::clone(&self.metrics),

@@ -53,6 +53,14 @@ pub struct KeptBounds {
     pub bytes: u64,
 }
 
+/// The directories of requests (their [`StagingGuard`]s, not yet removed or kept), and whether
+/// new ones may still be made: see [`StagingRoot::close`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Live {
+    dirs: usize,
+    closed: bool,
+}
+
 /// The directory the per-request staging directories are made in.
 pub struct StagingRoot {
     path: PathBuf,
@@ -64,6 +72,9 @@ pub struct StagingRoot {
     /// The kept trees' count and bytes, changed under `kept`'s lock, read without it.
     kept_trees: AtomicU64,
     kept_bytes: AtomicU64,
+    /// Changed under the channel's lock, so a directory is either counted before the root is
+    /// closed or never made.
+    live: tokio::sync::watch::Sender<Live>,
 }
 
 /// An accepted tree held for its client: since when, the inventory it must match, and its
@@ -129,6 +140,7 @@ impl StagingRoot {
             bounds,
             kept_trees: AtomicU64::new(0),
             kept_bytes: AtomicU64::new(0),
+            live: tokio::sync::watch::Sender::new(Live::default()),
         });
         let stale = root.clean_stale().map_err(io_err)?;
         Ok((root, stale))
@@ -156,8 +168,33 @@ impl StagingRoot {
         Ok(names.len())
     }
 
-    /// Make a new, empty staging directory (0700). Removed when the guard drops.
+    /// Make a new, empty staging directory (0700). Removed when the guard drops. Refused once
+    /// the root is [closed](Self::close).
     pub fn create(self: &Arc<Self>) -> io::Result<StagingGuard> {
+        let mut refused = false;
+        self.live.send_modify(|l| {
+            refused = l.closed;
+            if !refused {
+                l.dirs += 1;
+            }
+        });
+        if refused {
+            return Err(io::Error::other(
+                "the server is stopping: no new staging directory",
+            ));
+        }
+        let made = self.make_dir();
+        if made.is_err() {
+            self.live.send_modify(|l| l.dirs -= 1);
+        }
+        Ok(StagingGuard {
+            root: Arc::clone(self),
+            id: made?,
+            armed: true,
+        })
+    }
+
+    fn make_dir(&self) -> io::Result<String> {
         loop {
             let id = new_id()?;
             match mkdirat(
@@ -165,17 +202,30 @@ impl StagingRoot {
                 id.as_str(),
                 Mode::from_bits_truncate(0o700),
             ) {
-                Ok(()) => {
-                    return Ok(StagingGuard {
-                        root: Arc::clone(self),
-                        id,
-                        armed: true,
-                    });
-                }
+                Ok(()) => return Ok(id),
                 // 128 random bits do not collide; if they do, never reuse: draw again.
                 Err(Errno::EEXIST) => continue,
                 Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// Make no new staging directory from now on, and wait, at most `within`, until every
+    /// request's directory is gone: removed by its guard (a job drops its guard only once its
+    /// child was reaped, so nothing writes there any more) or kept (then [`Self::take_all`]
+    /// has it). Returns how many were still there. What shutdown does before it removes the
+    /// kept trees, so none is kept after.
+    pub async fn close(&self, within: Duration) -> usize {
+        self.live.send_modify(|l| l.closed = true);
+        let mut live = self.live.subscribe();
+        let gone = tokio::time::timeout(within, async {
+            // The sender is `self`: the channel cannot close while this waits.
+            let _ = live.wait_for(|l| l.dirs == 0).await;
+        })
+        .await;
+        match gone {
+            Ok(()) => 0,
+            Err(_) => self.live.borrow().dirs,
         }
     }
 
@@ -404,15 +454,16 @@ impl StagingGuard {
 
 impl Drop for StagingGuard {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
         // Inline, not deferred to a task: a task may never run once the runtime shuts down, and
         // the directory must not outlive the request. The job drops its guard on a worker
         // thread, after the child is gone; here it is almost always empty.
-        if let Err(e) = self.root.remove(&self.id) {
+        if self.armed
+            && let Err(e) = self.root.remove(&self.id)
+        {
             tracing::error!(staging_id = %self.id, error = %e, "cannot remove a staging directory");
         }
+        // Removed, or kept (disarmed): either way no longer a request's directory.
+        self.root.live.send_modify(|l| l.dirs -= 1);
     }
 }
 
@@ -524,6 +575,31 @@ mod tests {
         // A tree already gone is fine, as for `remove`.
         root.remove_listed(&id, &plan).expect("absent");
         assert!(root.remove_listed("../s", &plan).is_err());
+    }
+
+    #[test]
+    fn a_closed_root_makes_no_directory_and_waits_for_those_of_requests() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let (root, _) =
+            StagingRoot::open(&tmp.path().join("s"), Duration::from_secs(60), UNBOUNDED)
+                .expect("open");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("runtime");
+        let inflight = root.create().expect("create");
+        let kept = root.create().expect("create");
+        let Ok((kept, _)) = root.keep(kept, &[]) else {
+            panic!("not kept")
+        };
+        // One request's directory is still there: counted, not waited for past the bound.
+        assert_eq!(rt.block_on(root.close(Duration::from_millis(1))), 1);
+        assert!(root.create().is_err(), "made after the root was closed");
+        let path = inflight.path();
+        drop(inflight);
+        assert!(!path.exists());
+        assert_eq!(rt.block_on(root.close(Duration::from_secs(60))), 0);
+        assert_eq!(root.take_all(), vec![kept]);
     }
 
     fn file(size: u64) -> Entry {

@@ -33,6 +33,7 @@ use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tonic::Status;
 
 use super::conn::TreeSlot;
+use super::error::RequestError;
 use crate::convert;
 use crate::digest::Hasher;
 use crate::extract::inventory::{Entry, Kind};
@@ -193,17 +194,24 @@ fn differs(path: &str, what: impl std::fmt::Display) -> Status {
 /// every part, when the receiver is gone, or when the client read nothing for the idle
 /// timeout; the stream's place is freed then.
 ///
-/// `kept` tells whether the tree is still held: a tree released (or expired) while it is read
-/// loses its nodes beneath the stream, and that ends it with NOT_FOUND, as a `GetTree` of it
-/// would, rather than with the DATA_LOSS that says the staged tree was changed.
-pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: Sender, kept: impl Fn() -> bool) {
-    if send_all(&dir, &entries, &tx, &kept) {
+/// `kept` tells whether the tree `id` is still held: a tree released (or expired) while it is
+/// read loses its nodes beneath the stream, and that ends it as a `GetTree` of it would now
+/// (NOT_FOUND naming `id`, in the same words: [`RequestError::NotFound`]), rather than with
+/// the DATA_LOSS that says the staged tree was changed.
+pub fn send(dir: OwnedFd, entries: Arc<[Entry]>, tx: Sender, id: &str, kept: impl Fn() -> bool) {
+    if send_all(&dir, &entries, &tx, id, &kept) {
         tx.drain();
     }
 }
 
 /// Queue every part; false when the stream was ended or abandoned on the way.
-fn send_all(dir: &OwnedFd, entries: &[Entry], tx: &Sender, kept: &dyn Fn() -> bool) -> bool {
+fn send_all(
+    dir: &OwnedFd,
+    entries: &[Entry],
+    tx: &Sender,
+    id: &str,
+    kept: &dyn Fn() -> bool,
+) -> bool {
     for e in entries {
         if !tx.put(Ok(part_entry(e))) {
             return false;
@@ -212,9 +220,7 @@ fn send_all(dir: &OwnedFd, entries: &[Entry], tx: &Sender, kept: &dyn Fn() -> bo
             let status = if kept() {
                 status
             } else {
-                Status::not_found(
-                    "the staging directory was released or expired while its tree was read",
-                )
+                RequestError::NotFound(id.to_owned()).into()
             };
             return tx.put(Err(status));
         }

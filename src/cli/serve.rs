@@ -366,8 +366,8 @@ pub fn health(args: &HealthArgs) -> Exit {
 }
 
 /// Run `skillbox serve` until SIGTERM or SIGINT, then drain for the grace period; a second
-/// signal during the drain stops at once (in-flight requests are cancelled, their children
-/// killed; staging directories left behind are removed at the next start).
+/// signal during the drain stops at once: in-flight requests are cancelled, their children
+/// killed and reaped, and every staged tree (kept or in flight) removed before it exits.
 pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     init_logging(args);
     let sandbox = leading.merge_serve(&args.sandbox);
@@ -410,9 +410,8 @@ fn failed(args: &ServeArgs, message: &str, exit: Exit) -> Exit {
 }
 
 /// The broker on a runtime of its own: the first SIGTERM or SIGINT starts the drain, a second
-/// one ends it.
+/// one ends it ([`broker::signals`]).
 fn serve_until_signals(config: Config, format: LogFormat) -> Result<(), ServeError> {
-    use tokio::signal::unix::{SignalKind, signal};
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -430,50 +429,16 @@ fn serve_until_signals(config: Config, format: LogFormat) -> Result<(), ServeErr
         broker::config::Listen::Tcp { addr, .. } => Some(*addr),
         broker::config::Listen::Unix { .. } => None,
     };
-    let mut stopped_at_once = false;
     let result = runtime.block_on(async {
-        let mut term = signal(SignalKind::terminate()).map_err(ServeError::Signal)?;
-        let mut int = signal(SignalKind::interrupt()).map_err(ServeError::Signal)?;
-        let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
-        let (again_tx, mut again_rx) = tokio::sync::mpsc::channel::<&'static str>(1);
-        tokio::spawn(async move {
-            let name = |t: bool| if t { "SIGTERM" } else { "SIGINT" };
-            let first = tokio::select! {
-                _ = term.recv() => name(true),
-                _ = int.recv() => name(false),
-            };
-            tracing::info!(
-                "{first}: draining (in-flight requests get the grace period; send it again to stop now)"
-            );
-            let _ = first_tx.send(());
-            let again = tokio::select! {
-                _ = term.recv() => name(true),
-                _ = int.recv() => name(false),
-            };
-            let _ = again_tx.send(again).await;
-        });
-        let shutdown = async move {
-            let _ = first_rx.await;
-        };
+        let (first, again) = broker::signals().map_err(ServeError::Signal)?;
         tokio::spawn(announce_when_ready(uri, listen_path, tcp_addr, format));
-        tokio::select! {
-            r = broker::serve(config, shutdown) => r,
-            Some(again) = again_rx.recv() => {
-                tracing::warn!("{again} again: stopping now, cancelling the requests in flight");
-                stopped_at_once = true;
-                Ok(())
-            }
-        }
+        // Not raced here: `serve` stops on the second signal itself, and returns once the
+        // children of the requests it cancelled are reaped and every staged tree is removed.
+        broker::serve(config, first, again).await
     });
-    // Requests cancelled at the end of the grace period kill their children on drop; give
-    // the workers a moment to reap them and remove their staging directories (a moment only
-    // when told twice to stop).
-    let wait = if stopped_at_once {
-        Duration::from_millis(500)
-    } else {
-        Duration::from_secs(5)
-    };
-    runtime.shutdown_timeout(wait);
+    // What is left are connections and the reading threads of tree streams (whose trees are
+    // gone): nothing to wait for.
+    runtime.shutdown_timeout(Duration::from_millis(500));
     result
 }
 

@@ -11,6 +11,10 @@ directory, then over a stock channel with no options (the broker's Unix socket, 
     kept-tree bounds.
 With --expect-refusal it only sends the artifact (header and chunks, as above) and reports the
 error status the call ends with (an answer is a surprise).
+With --bad-frame instead: sends, through grpcio's generic stream_unary with identity
+serializers (raw message bytes, each framed by grpcio), an Extract whose first message is bytes
+that are no ExtractRequest, and one whose header and first chunk are good and whose next message
+is such bytes; reports each status with its grpc-status-details-bin in hex.
 With --gzip instead: sends ServerInfo and the valid package compressed
 (`compression=grpc.Compression.Gzip`, per call and per channel) and reports each status, then
 the same package uncompressed on the same channel (docs/broker.md: compressed requests are
@@ -99,6 +103,28 @@ def gzip_calls(pb, rpc, socket, header, data):
     return seen
 
 
+# Not a protobuf message: a varint tag whose continuation bits never end.
+NOT_PROTOBUF = b"\xff\xff\xff\xff"
+
+
+def bad_frames(pb, channel, header, data):
+    """Each case's status: code, details and the google.rpc.Status detail bytes (hex)."""
+    extract = channel.stream_unary("/skillbox.v1.Skillbox/Extract",
+                                   request_serializer=None, response_deserializer=None)
+    good = [pb.ExtractRequest(header=header).SerializeToString(),
+            pb.ExtractRequest(chunk=data[:CHUNK]).SerializeToString()]
+    seen = {}
+    for name, frames in (("first", [NOT_PROTOBUF]), ("after_a_chunk", good + [NOT_PROTOBUF])):
+        try:
+            extract(iter(frames), timeout=60)
+            raise SystemExit(f"{name}: answered")
+        except grpc.RpcError as e:
+            detail = dict(e.trailing_metadata() or ()).get("grpc-status-details-bin", b"")
+            seen[name] = {"code": e.code().name, "details": e.details(),
+                          "status_details_hex": detail.hex()}
+    return seen
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", help="the broker's Unix socket")
@@ -110,6 +136,8 @@ def main():
     ap.add_argument("--expect-denied", action="store_true", help="expect PERMISSION_DENIED (a refused peer uid)")
     ap.add_argument("--expect-refusal", action="store_true",
                     help="expect the Extract of --artifact to end with an error status, and report it")
+    ap.add_argument("--bad-frame", action="store_true",
+                    help="send messages that are no ExtractRequest (over --socket) and report each status")
     ap.add_argument("--gzip", action="store_true", help="send gzip-compressed requests (over --socket) and report each status")
     args = ap.parse_args()
 
@@ -137,6 +165,9 @@ def main():
                 return
         if args.gzip:
             print(json.dumps(gzip_calls(pb, rpc, args.socket, header, data)))
+            return
+        if args.bad_frame:
+            print(json.dumps(bad_frames(pb, channel, header, data)))
             return
         if args.expect_denied:
             try:

@@ -559,6 +559,78 @@ async fn a_hangup_mid_upload_leaves_nothing() {
     server.wait_clean(Duration::from_secs(5));
 }
 
+/// A client that resets its upload with an HTTP/2 error code tonic reads as INTERNAL
+/// (`INTERNAL_ERROR` here; `PROTOCOL_ERROR` and `NO_ERROR` too) hung up: its request ends as a
+/// hang-up (CANCELLED), with its child killed and its staging directory removed, never as the
+/// malformed request (INVALID_ARGUMENT) that an INTERNAL from tonic's decoder, a message that
+/// does not decode, is. Sent as raw frames over the socket: stock clients reset with `CANCEL`.
+#[test]
+fn a_reset_that_h2_reads_as_internal_is_a_hangup_not_a_malformed_request() {
+    use prost::Message as _;
+    let server = Server::start(&[]);
+    let hpack = |fields: &[(&str, &str)]| {
+        // Literals without indexing, new names (RFC 7541 6.2.2), every length under 127.
+        let mut block = Vec::new();
+        for (name, value) in fields {
+            block.push(0);
+            block.push(name.len() as u8);
+            block.extend_from_slice(name.as_bytes());
+            block.push(value.len() as u8);
+            block.extend_from_slice(value.as_bytes());
+        }
+        block
+    };
+    let grpc_message = |m: &pb::ExtractRequest| {
+        let body = m.encode_to_vec();
+        let mut out = vec![0];
+        out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        out.extend_from_slice(&body);
+        out
+    };
+    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bounds::frame(&mut wire, 0x4, 0, 0, &[]); // SETTINGS
+    let headers = hpack(&[
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", "/skillbox.v1.Skillbox/Extract"),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]);
+    bounds::frame(&mut wire, 0x1, 0x4, 1, &headers); // HEADERS, END_HEADERS
+    let header = pb::ExtractRequest {
+        msg: Some(pb::extract_request::Msg::Header(archive_header())),
+    };
+    bounds::frame(&mut wire, 0x0, 0, 1, &grpc_message(&header)); // DATA
+    let mut conn = ok(
+        std::os::unix::net::UnixStream::connect(server.socket()),
+        "connect",
+    );
+    ok(conn.write_all(&wire), "send");
+    // The header was read: the request has its child and its staging directory.
+    let until = Instant::now() + Duration::from_secs(30);
+    while server.staging_dirs().is_empty() {
+        assert!(Instant::now() < until, "no upload: {}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Part of a chunk, then the reset.
+    let mut rest = Vec::new();
+    let mut partial = vec![0, 0, 0, 1, 0];
+    partial.extend_from_slice(&[0x12, 0xfd, 0x01, 1, 2, 3]);
+    bounds::frame(&mut rest, 0x0, 0, 1, &partial); // DATA
+    bounds::frame(&mut rest, 0x3, 0, 1, &2u32.to_be_bytes()); // RST_STREAM, INTERNAL_ERROR
+    ok(conn.write_all(&rest), "send");
+    while !server.log().contains("failed code=") {
+        assert!(Instant::now() < until, "not ended: {}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = server.log();
+    assert!(log.contains("failed code=Cancelled"), "{log}");
+    assert!(!log.contains("InvalidArgument"), "{log}");
+    server.wait_clean(Duration::from_secs(10));
+    drop(conn);
+}
+
 /// Reads `data`, then fails instead of ending: a local file that cannot be read to its end.
 struct FailsAfter(std::io::Cursor<Vec<u8>>);
 
@@ -1058,6 +1130,82 @@ async fn sigterm_drains_in_flight_requests_then_exits() {
         !harness::live_named("skillbox-spare", server.pid()),
         "a spare of the server is still running"
     );
+}
+
+/// A second SIGTERM during the drain stops the broker at once, and still leaves nothing in its
+/// staging root: the tree an Extract kept (never released) and the directory of an upload in
+/// flight (its child started, its bytes still arriving) are removed, and its children killed,
+/// before it exits; it does not wait for the in-flight call or the grace period. (It exited
+/// leaving the kept tree for the next start.) The end of the grace period stops it the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_stops_at_once_and_removes_every_tree() {
+    stopped_with_trees(&["--grace", "600"], 2, "again: stopping now").await;
+    stopped_with_trees(&["--grace", "1"], 1, "grace period over").await;
+}
+
+/// Start the server with `args`, keep a tree and start an upload that never ends, send
+/// `sigterms` SIGTERMs (the second once the drain has begun), and check that the server exits,
+/// having logged `said`, with nothing left in its staging root and no child running.
+async fn stopped_with_trees(args: &[&str], sigterms: usize, said: &str) {
+    let mut server = Server::start(args);
+    let mut c = server.client().await;
+    let kept = extract_plain(&mut c, None, "extract")
+        .await
+        .staged
+        .unwrap_or_else(|| panic!("accepted"));
+    // An upload in flight: the header and a few bytes, then nothing more.
+    let (mut writer, reader) = tokio::io::duplex(64);
+    let inflight = {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            c.extract(archive_header(), reader, Some(Duration::from_secs(600)))
+                .await
+        })
+    };
+    ok(
+        tokio::io::AsyncWriteExt::write_all(&mut writer, &skill_tar(&[])[..512]).await,
+        "write",
+    );
+    // Its staging directory is made, and its child is under way.
+    let until = Instant::now() + Duration::from_secs(30);
+    while server.staging_dirs().len() < 2 || server.request_children().is_empty() {
+        assert!(
+            Instant::now() < until,
+            "no upload in flight: {}",
+            server.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = server.pid();
+    server.sigterm();
+    if sigterms == 2 {
+        // Draining: the socket goes first.
+        while server.socket().exists() {
+            assert!(Instant::now() < until, "not draining: {}", server.log());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!inflight.is_finished(), "the upload is still in flight");
+        server.sigterm();
+    }
+    let status = server.wait_exit(Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{}", server.log());
+    assert!(server.log().contains(said), "{}", server.log());
+    assert!(!kept.path.exists(), "a kept tree outlived the server");
+    assert!(
+        server.staging_dirs().is_empty(),
+        "left in the staging root: {:?}\n{}",
+        server.staging_dirs(),
+        server.log()
+    );
+    for comm in ["skillbox-child", "skillbox-spare"] {
+        assert!(
+            !harness::live_named(comm, pid),
+            "a {comm} of the server is still running"
+        );
+    }
+    let ended = ok(inflight.await, "task");
+    assert!(ended.is_err(), "the upload in flight was answered");
+    drop(writer);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1584,6 +1732,43 @@ fn gzip_compressed_requests_are_unimplemented_and_uncompressed_ones_served() {
     server.assert_clean();
 }
 
+/// A message in the Extract stream that is no ExtractRequest (bytes that do not decode, framed
+/// by stock grpcio's generic `stream_unary` with identity serializers, as a user can send them)
+/// is the client's malformed request: INVALID_ARGUMENT saying the request could not be decoded,
+/// with a BadRequest naming the header when it is the first message and the chunk after it, not
+/// CANCELLED "by the client" (what tonic's INTERNAL decode error became). The one sent after a
+/// header and a chunk, when a child and a staging directory exist, leaves neither.
+#[test]
+fn a_message_that_does_not_decode_is_an_invalid_argument_and_keeps_nothing() {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, skill_tar(&[])), "write");
+    let server = Server::start(&[]);
+    let socket = server.socket().to_str().unwrap_or("");
+    let v = python(&[
+        "--socket",
+        socket,
+        "--artifact",
+        art.to_str().unwrap_or(""),
+        "--bad-frame",
+    ]);
+    for (case, field) in [("first", "header"), ("after_a_chunk", "chunk")] {
+        let got = &v[case];
+        assert_eq!(got["code"], "INVALID_ARGUMENT", "{case}: {v}");
+        let message = got["details"].as_str().unwrap_or("");
+        assert!(message.contains("could not be decoded"), "{case}: {v}");
+        let details = ok(
+            hex::decode(got["status_details_hex"].as_str().unwrap_or("")),
+            "hex",
+        );
+        let s = tonic::Status::with_details(Code::InvalidArgument, message, details.into());
+        assert_eq!(bad_field(&s), field, "{case}: {v}");
+    }
+    // The second case was refused in the upload, after its child started and its staging
+    // directory was made (the BadRequest names the chunk): both are gone.
+    server.assert_clean();
+}
+
 /// Files of `harness::long_paths_tar` whose answer passes 4 MiB (about 4.7 MB).
 const PAST_4_MIB: usize = 4400;
 
@@ -1871,15 +2056,39 @@ async fn accepted_trees_are_read_back_remotely_and_checked() {
     server.wait_clean(Duration::from_secs(5));
 }
 
-/// A burst of 64 slow uploads with `--max-children 2`: every request is answered, and at no
-/// moment do more than two request children (plus the one spare) exist; the queued requests
-/// hold no process.
 /// A tree released while a client reads it (its own `Release`, or the TTL) ends the stream
-/// with NOT_FOUND, as a `GetTree` after the release does: its nodes went because it was
-/// released, not because the staged tree was changed, which DATA_LOSS would say (it did).
+/// with NOT_FOUND, in the words of a `GetTree` after the release: the same message, naming the
+/// staging id, and the same details. Its nodes went because it was released, not because the
+/// staged tree was changed, which DATA_LOSS would say (it did); and the error names the id as
+/// every other `GetTree` and `Release` error does (it said only "the staging directory was
+/// released or expired while its tree was read").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tree_released_while_it_is_read_ends_not_found() {
+    // Its client's own Release.
     let server = Server::start(&[]);
+    let mut c = server.client().await;
+    cut_while_read(&server, |id| async move {
+        ok(c.release(&id).await, "release");
+    })
+    .await;
+    // The TTL: the reaper runs every second, and removes it between 3 and 4 s after it was kept.
+    let server = Server::start(&["--staging-ttl", "3"]);
+    cut_while_read(&server, |_| async {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !server.staging_dirs().is_empty() {
+            assert!(Instant::now() < until, "not expired: {}", server.log());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await;
+}
+
+/// Extract a tree far larger than a tree stream queues, read the first parts of its `GetTree`,
+/// let `cut` make it go, and check how the stream ends.
+async fn cut_while_read<F: std::future::Future<Output = ()>>(
+    server: &Server,
+    cut: impl FnOnce(String) -> F,
+) {
     let mut c = server.client().await;
     // Far more than the stream queues ahead of its reader (eight 256 KiB chunks and the
     // HTTP/2 windows), so the reading thread is still opening files after the release.
@@ -1912,7 +2121,7 @@ async fn a_tree_released_while_it_is_read_ends_not_found() {
     for _ in 0..3 {
         ok(parts.message().await, "a first part").unwrap_or_else(|| panic!("ended early"));
     }
-    ok(c.release(&staged.id).await, "release");
+    cut(staged.id.clone()).await;
     let end = loop {
         match parts.message().await {
             Ok(Some(_)) => {}
@@ -1920,10 +2129,17 @@ async fn a_tree_released_while_it_is_read_ends_not_found() {
             Err(s) => break s,
         }
     };
+    let (after, _) = tree_and_release_refuse(server, &staged.id).await;
     assert_eq!(end.code(), Code::NotFound, "{end:?}");
+    assert!(end.message().contains(&staged.id), "names the id: {end:?}");
+    assert_eq!(end.message(), after.message(), "worded as an unknown id");
+    assert_eq!(end.details(), after.details(), "{end:?}");
     server.wait_clean(Duration::from_secs(10));
 }
 
+/// A burst of 64 slow uploads with `--max-children 2`: every request is answered, and at no
+/// moment do more than two request children (plus the one spare) exist; the queued requests
+/// hold no process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn children_follow_the_admission_bound_under_a_burst() {
     let server = Server::start(&["--max-children", "2", "--max-queued", "64"]);

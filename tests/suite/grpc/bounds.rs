@@ -19,7 +19,7 @@ fn peak_within(peak: u64, at_start: u64, room: u64, what: &str) {
     );
 }
 
-fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+pub(super) fn frame(out: &mut Vec<u8>, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
     let len = payload.len();
     out.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags]);
     out.extend_from_slice(&stream.to_be_bytes());
