@@ -11,6 +11,9 @@
 //!   written in the staging directory), before anything is written to OUT_DIR;
 //! - `publish:verify`: a check extraction is done and its tree is still in its directory
 //!   (`skillbox-publish-verify-run-*`), before it is removed;
+//! - `publish:made:<prefix>`: publish made a directory named `<prefix>` and six characters (its
+//!   staging directory, `.skillbox-publish-run-`, or a check extraction's,
+//!   `skillbox-publish-verify-run-`) and has not opened and locked it yet (`publish::stage`);
 //! - `publish:reopen:<path>`: publish looked at the file `path` (OUT_DIR or the staging
 //!   directory joined with the file's place) and has not opened it yet (`publish::tree`);
 //! - `cache:index-copy`, `cache:record`: the index copy (the artifact's record) is written to

@@ -68,10 +68,22 @@ pub fn create(
             .prefix(run_prefix)
             .tempdir_in(parent)
             .map_err(io_err(parent))?;
-        let fd = open(dir.path(), dir_flags(), Mode::empty()).map_err(|e| PublishError::Io {
-            path: dir.path().to_owned(),
-            source: e.into(),
-        })?;
+        crate::stop_point::stop_point(&format!("publish:made:{run_prefix}"));
+        let fd = match open(dir.path(), dir_flags(), Mode::empty()) {
+            Ok(fd) => fd,
+            // Another run's [`remove_abandoned`] found it unlocked (not yet opened here) and
+            // removed it: make another. Not removed by name on the way: the name is not ours.
+            Err(Errno::ENOENT) => {
+                let _ = dir.keep();
+                continue;
+            }
+            Err(e) => {
+                return Err(PublishError::Io {
+                    path: dir.path().to_owned(),
+                    source: e.into(),
+                });
+            }
+        };
         // Waiting, not trying: another run's [`remove_abandoned`] may have taken the lock in
         // the moment between the mkdir and here, and holds it only while it removes the
         // directory.
@@ -91,6 +103,7 @@ pub fn create(
         if locked.st_nlink > 0 && named.is_some_and(|n| same_inode(&n, &locked)) {
             return Ok((dir, StageLock { _held: held }));
         }
+        let _ = dir.keep();
     }
 }
 

@@ -1652,3 +1652,52 @@ fn a_killed_runs_check_extraction_directory_is_removed_by_the_next_run_never_a_l
     );
     no_stage_left(tmp.path());
 }
+
+/// A run whose check-extraction directory is made but not yet locked (stopped between the two)
+/// looks abandoned to another run's clean, which removes it; the first run then makes another
+/// and publishes. (It failed: the directory it had made was gone when it opened it.)
+#[test]
+fn a_directory_removed_before_its_run_locked_it_is_made_again() {
+    let (tmp, src, out) = a_published_site();
+    std::fs::write(
+        src.join("notes/SKILL.md"),
+        "---\nname: notes\ndescription: Notes, made again.\n---\nBody.\n",
+    )
+    .expect("write");
+    let tmpdir = tmp.path().join("tmp");
+    std::fs::create_dir(&tmpdir).expect("mkdir");
+    std::fs::set_permissions(&tmpdir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let early = publish_stopped_at(
+        &src,
+        &out,
+        "publish:made:skillbox-publish-verify-run-",
+        &[("TMPDIR", &tmpdir)],
+    );
+    let made = verify_dirs(&tmpdir);
+    assert_eq!(made.len(), 1, "{made:?}");
+    // Another run (into another OUT_DIR) cleans the same TMPDIR first.
+    let other_out = tmp.path().join("other-site");
+    let o = run(
+        &[
+            OsStr::new("publish"),
+            src.as_os_str(),
+            OsStr::new("--out"),
+            other_out.as_os_str(),
+        ],
+        &[("TMPDIR", tmpdir.to_str().expect("utf-8 path"))],
+    );
+    expect_code(&o, 0);
+    assert!(
+        !tmpdir.join(&made[0]).exists(),
+        "the unlocked directory was removed"
+    );
+    super::resume(early.id());
+    let o = early.wait_with_output().expect("wait");
+    expect_code(&o, 0);
+    assert!(
+        verify_dirs(&tmpdir).is_empty(),
+        "{:?}",
+        verify_dirs(&tmpdir)
+    );
+    no_stage_left(tmp.path());
+}
