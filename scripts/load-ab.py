@@ -10,7 +10,11 @@ builds (pass the older one's: a change to the client must not look like a change
 Extra loadgen arguments go after `--` (they replace `--concurrency 1,8 --seconds 5`).
 
 Prints every run's c=8 req/s, c=1 p50 and server CPU a request, then per build and directory the
-range and mean of each. A report, not a test: nothing here passes or fails on a figure. Stops at
+range and mean of each. Right before every run, a fixed reference job is timed on the idle machine
+(SHA-256 of 64 MiB in this Python, OpenSSL's, with the CPU's SHA instructions; median of five):
+these shared guests slow by 15-25 % within minutes, and a run whose reference is slow ran on a slow
+host. The summary also gives c=8 req/s scaled by that run's reference against the sitting's median
+one, a view of the builds with the host's drift taken out (a reading aid, not the target's figure). A report, not a test: nothing here passes or fails on a figure. Stops at
 the first run that reports errors or does not print its table. The builds run from copies made
 side by side at the start (scripts/fresh_copies.py), each with its `skillbox-child`.
 
@@ -21,8 +25,10 @@ of the tables is a loop image:
   truncate -s 3G /var/tmp/ext4.img && mkfs.ext4 -q -F /var/tmp/ext4.img
   mount -o loop /var/tmp/ext4.img /mnt/ab && mkdir /mnt/ab/tmp && chmod 1777 /mnt/ab/tmp
 """
+import hashlib
 import os
 import re
+import time
 import statistics
 import subprocess
 import sys
@@ -53,6 +59,21 @@ def run(loadgen, build, staging, extra):
     return rows
 
 
+REFERENCE = bytes(64 * 1024 * 1024)
+
+
+def reference_ms():
+    """The host's speed now: the median of five SHA-256s of 64 MiB, in ms (about 40 ms each).
+    A host slowed by its other guests (a busy sibling hyperthread, no steal time shown in this
+    guest) slows this as it slows the broker."""
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        hashlib.sha256(REFERENCE).digest()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
 def main():
     argv = sys.argv[1:]
     extra = []
@@ -67,29 +88,39 @@ def main():
             sys.exit(f"no staging directory {d}")
     builds = dict(zip(("old", "new"), fresh_copies([old, new])))
     results = {(b, d): [] for b in builds for d in dirs}
-    print("| round | build | staging | c=1 p50 ms | c=8 req/s | server CPU ms/req c=8 | peak RSS MiB c=8 |")
-    print("|--:|---|---|--:|--:|--:|--:|")
+    print("| round | build | staging | reference ms | c=1 p50 ms | c=8 req/s | server CPU ms/req c=8 | peak RSS MiB c=8 |")
+    print("|--:|---|---|--:|--:|--:|--:|--:|")
+    refs = {(b, d): [] for b in builds for d in dirs}
     for r in range(1, rounds + 1):
         order = ["old", "new"] if r % 2 else ["new", "old"]
         for d in dirs:
             for b in order:
+                ref = reference_ms()
                 rows = run(loadgen, builds[b], d, extra)
                 results[(b, d)].append(rows)
+                refs[(b, d)].append(ref)
                 c1, c8 = rows.get(1), rows.get(max(rows))
                 p50 = f"{c1[1]:.2f}" if c1 else "-"
-                print(f"| {r} | {b} | {d} | {p50} | {c8[0]} | {c8[2]:.2f} | {c8[3]:.1f} |", flush=True)
+                print(f"| {r} | {b} | {d} | {ref:.1f} | {p50} | {c8[0]} | {c8[2]:.2f} | {c8[3]:.1f} |", flush=True)
+    median_ref = statistics.median(x for v in refs.values() for x in v)
     print()
-    print("| staging | build | c=8 req/s range | mean | c=1 p50 ms range | server CPU ms/req c=8 mean |")
-    print("|---|---|---|--:|---|--:|")
+    print(f"Reference: median {median_ref:.1f} ms over the sitting.")
+    print()
+    print("| staging | build | c=8 req/s range | mean | scaled to the median reference | c=1 p50 ms range | server CPU ms/req c=8 mean |")
+    print("|---|---|---|--:|--:|---|--:|")
     for d in dirs:
         for b in builds:
             runs = results[(b, d)]
             top = [x[max(x)] for x in runs]
             rate = [t[0] for t in top]
+            scaled = [t[0] * ref / median_ref for t, ref in zip(top, refs[(b, d)])]
             cpu = [t[2] for t in top]
             p50 = [x[1][1] for x in runs if 1 in x]
             p50s = f"{min(p50):.2f}-{max(p50):.2f}" if p50 else "-"
-            print(f"| {d} | {b} | {min(rate)}-{max(rate)} | {statistics.mean(rate):.1f} | {p50s} | {statistics.mean(cpu):.2f} |")
+            print(
+                f"| {d} | {b} | {min(rate)}-{max(rate)} | {statistics.mean(rate):.1f} "
+                f"| {statistics.mean(scaled):.1f} | {p50s} | {statistics.mean(cpu):.2f} |"
+            )
 
 
 if __name__ == "__main__":

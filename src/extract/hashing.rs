@@ -1604,14 +1604,15 @@ mod tests {
         }
     }
 
-    /// All of `data` through `fh` in buffers (its header claiming its length), then its end.
+    /// All of `data` through `fh` in buffers (each call told what the file still holds, as the
+    /// sink tells it), then its end.
     fn buffered<'h>(mut fh: FileHash<'h>, data: &[u8]) -> Pending<'h> {
         let mut inline = InlineBuf::default();
         let mut src = data;
         while fh
             .fill(
                 &mut inline,
-                Some(data.len() as u64),
+                Some(src.len() as u64),
                 &mut src,
                 |_: &[u8]| Ok::<(), io::Error>(()),
                 fail,
@@ -1746,36 +1747,17 @@ mod tests {
         assert_eq!(best_fit([0, 0].into_iter(), 4096), Some(0));
     }
 
-    /// [`buffered`], with what the file still holds as each call's `expect` (as the sink
-    /// passes it).
-    fn buffered_counting<'h>(mut fh: FileHash<'h>, data: &[u8]) -> Pending<'h> {
-        let mut inline = InlineBuf::default();
-        let mut src = data;
-        while fh
-            .fill(
-                &mut inline,
-                Some(src.len() as u64),
-                &mut src,
-                |_: &[u8]| Ok::<(), io::Error>(()),
-                fail,
-            )
-            .expect("fill")
-            > 0
-        {}
-        fh.finish().map_err(fail).expect("finish").0
-    }
-
     #[test]
     fn buffers_grow_only_as_far_as_the_files_in_flight_need() {
         let t = HashThread::spawn().expect("spawn");
         let grown = || -> usize { t.shared.slots.iter().map(|s| lock(s).len()).sum() };
         let (large, small, middle) = (vec![1u8; 100_000], vec![2u8; 8_000], vec![3u8; 50_000]);
         // Two files in flight at once: two buffers, given back large first.
-        let a = buffered_counting(
+        let a = buffered(
             FileHash::using(Some(&t), tempfile::tempfile().expect("tempfile"), true),
             &large,
         );
-        let b = buffered_counting(
+        let b = buffered(
             FileHash::using(Some(&t), tempfile::tempfile().expect("tempfile"), true),
             &small,
         );
@@ -1791,7 +1773,7 @@ mod tests {
         );
         // The next file fits in the large buffer: nothing grows (the buffer given back last,
         // the small one, would have grown by 42 KB).
-        let c = buffered_counting(
+        let c = buffered(
             FileHash::using(Some(&t), tempfile::tempfile().expect("tempfile"), true),
             &middle,
         );
