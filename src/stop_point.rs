@@ -21,7 +21,10 @@
 //! - `cache:lock:<stem>`: the cache's lock file `locks/<stem>.lock` (`<stem>` a digest's hex,
 //!   or `index-` and the hex of an index URL) is open and not yet locked;
 //! - `withdraw:decided`: `withdraw` read the version as not withdrawn and has not written the
-//!   withdrawal yet.
+//!   withdrawal yet;
+//! - `install:extracted`, `update:extracted`: the confined extraction is done (its tree and
+//!   answer in the command's own staging directory, held by its `flock`), without the store
+//!   lock, and the command has not taken that lock again to decide.
 
 /// Stop here when `SKILLBOX_TEST_STOP_AT` names `at` (debug builds, the first time only).
 pub(crate) fn stop_point(at: &str) {

@@ -16,9 +16,11 @@
 //! Intents belong to the host that wrote them (in records a fleet shares, each host reads and
 //! finishes only its own: the steps are on its filesystem).
 //!
-//! Recovery also reaps what no record backs: staging directories (only a command holding the
-//! store lock creates them, and recovery runs under that lock) and version trees whose version
-//! is not recorded as stored. It never touches an entry in a skills directory it did not make.
+//! Recovery also reaps what no record backs: staging directories no running command holds
+//! (an intake holds a `flock` on its own from its creation, made under the store lock as
+//! recovery runs, while it extracts without that lock: `store::Staging`) and version trees
+//! whose version is not recorded as stored. It never touches an entry in a skills directory it
+//! did not make.
 
 use std::path::{Path, PathBuf};
 
@@ -321,14 +323,17 @@ pub fn recover(store: &mut Store) -> Result<Vec<String>, Error> {
             }
         }
     }
-    // Staging directories: under the lock, none belongs to a running command.
+    // Staging directories: a running install extracts into its own without the store lock,
+    // holding a `flock` on it (`store::Staging`); one whose lock is free belongs to no running
+    // command (a killed one's), and goes.
     if let Ok(rd) = std::fs::read_dir(store.staging_root()) {
         for e in rd.flatten() {
-            store::remove_tree(&e.path())?;
-            done.push(format!(
-                "removed abandoned staging {}",
-                e.file_name().to_string_lossy()
-            ));
+            if store::remove_abandoned_staging(&e.path())? {
+                done.push(format!(
+                    "removed abandoned staging {}",
+                    e.file_name().to_string_lossy()
+                ));
+            }
         }
     }
     // Trees whose version is not recorded as stored (a collected, denied or undone version).

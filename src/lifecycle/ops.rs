@@ -431,11 +431,6 @@ fn state_error(v: &Version) -> Option<Error> {
     }
 }
 
-/// Remove an abandoned staging directory; the error already in hand is what matters.
-fn drop_staging(staging: &Path) {
-    let _ = store::remove_tree(staging);
-}
-
 /// Install (or update) one skill: intake, review, policy, promotion, activation.
 pub fn install(
     store: &mut Store,
@@ -611,25 +606,31 @@ pub fn install(
         }
     };
     let _ = artifact_type;
-    // Stage 2: confined extraction and review, into staging inside the store.
+    // Stage 2: confined extraction and review, into a staging directory of this command's own
+    // inside the store (so promotion is one rename), made under the store lock and held by its
+    // `flock` (`store::Staging`: recovery leaves it alone while this command lives, and removes
+    // it once it is killed; dropped, it is removed). The extraction runs without the store
+    // lock, as the download does: bounded, but seconds for a large package, and a `withdraw`
+    // typed meanwhile must not wait for it. It changes nothing but that directory; everything
+    // it yields is decided on once the lock is back, on the records as they are then.
     let staging = store.new_staging()?;
-    let tree = staging.join("tree");
-    let confined = File::open(&tree)
-        .map_err(|e| format!("cannot open {}: {e}", tree.display()))
-        .and_then(|dir| {
-            (intake.engine)(&artifact, dir.as_fd(), &req_base).map_err(|e| e.to_string())
-        });
+    let confined = store.without_lock(|_| {
+        let tree = staging.tree();
+        let confined = File::open(&tree)
+            .map_err(|e| format!("cannot open {}: {e}", tree.display()))
+            .and_then(|dir| {
+                (intake.engine)(&artifact, dir.as_fd(), &req_base).map_err(|e| e.to_string())
+            });
+        stop_point(&format!("{op}:extracted"));
+        confined
+    })?;
     let outcome = match confined {
         Ok(c) => c.outcome,
-        Err(m) => {
-            drop_staging(&staging);
-            return Err(Error::new(Kind::Operational, m));
-        }
+        Err(m) => return Err(Error::new(Kind::Operational, m)),
     };
     let digest = match (outcome.verdict, outcome.artifact.digest) {
         (Verdict::Accepted, Some(d)) => d.to_string(),
         (Verdict::Accepted, None) | (Verdict::Rejected, _) => {
-            drop_staging(&staging);
             let why = outcome
                 .reason
                 .as_ref()
@@ -641,14 +642,14 @@ pub fn install(
             ));
         }
     };
+    // The lock is held again, and anything may have happened meanwhile (as after the
+    // download): finish what a command killed meanwhile left, and move this host's agents off
+    // what was withdrawn meanwhile.
+    recovered.extend(prepare(store)?);
     // A version withdrawn on this host with --local is never promoted again (exit 9), even
     // when the records do not know it yet: its bytes would be a fresh tree agents could load.
-    if let Err(e) = quarantine::refuse(store.root(), &digest) {
-        drop_staging(&staging);
-        return Err(e);
-    }
+    quarantine::refuse(store.root(), &digest)?;
     let Some(review) = outcome.review.clone() else {
-        drop_staging(&staging);
         return Err(Error::new(Kind::Rejected, "the engine returned no review"));
     };
     let skill = match listed_name {
@@ -660,7 +661,6 @@ pub fn install(
                 .map(|f| f.name.clone())
                 .unwrap_or_default();
             if let Err(e) = index::check_name(&name) {
-                drop_staging(&staging);
                 return Err(Error::new(
                     Kind::Rejected,
                     format!("SKILL.md name {name:?}: {e}"),
@@ -669,18 +669,20 @@ pub fn install(
             name
         }
     };
-    if let Source::File { .. } = source
-        && let Some(report) = known(store, intake, &skill, &digest, None, &recovered)?
-    {
-        drop_staging(&staging);
+    // Decided on the digest as the records say now: a version withdrawn, denied by a person or
+    // waiting for one meanwhile is refused (exit 9, 7, 6), one installed meanwhile is activated
+    // as recorded, exactly as after the download; the staged tree is then removed.
+    let recorded_from = match source {
+        Source::Index { .. } => Some(prov.index_url.as_str()),
+        Source::File { .. } => None,
+    };
+    if let Some(report) = known(store, intake, &skill, &digest, recorded_from, &recovered)? {
         return Ok(report);
     }
     let answer =
         serde_json::to_vec(&outcome).map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
-    if let Err(e) = std::fs::write(staging.join("answer.json"), &answer) {
-        drop_staging(&staging);
-        return Err(Error::io("cannot write the staged answer", &e));
-    }
+    std::fs::write(staging.path().join("answer.json"), &answer)
+        .map_err(|e| Error::io("cannot write the staged answer", &e))?;
     crash_point(op, "staged");
 
     // Stage 3: the decision, against the approved version this one updates.
@@ -703,13 +705,7 @@ pub fn install(
     // The fleet's record of this digest, if another host (or an earlier intake) made one: a
     // person's decision holds here too, a policy's is this host's own.
     let recorded = store.records.read(|tx| tx.version(&digest))?;
-    let merged = match merge(recorded.as_ref(), &policy_decision, &review_sha256) {
-        Ok(m) => m,
-        Err(e) => {
-            drop_staging(&staging);
-            return Err(e);
-        }
-    };
+    let merged = merge(recorded.as_ref(), &policy_decision, &review_sha256)?;
     let change = diff
         .as_ref()
         .map_or("first", |d| d.change.as_str())
@@ -799,7 +795,7 @@ pub fn install(
         Ok(m)
     };
     if state == State::Denied {
-        drop_staging(&staging);
+        drop(staging);
         report.decision = store.records.write(|tx| record(tx))?.decision;
         return Ok(report);
     }
@@ -809,8 +805,8 @@ pub fn install(
     } else {
         Vec::new()
     };
-    precheck(store, &skill, &changes).inspect_err(|_| drop_staging(&staging))?;
-    let promote = journal::begin_promote(store, &staging, &digest)?;
+    precheck(store, &skill, &changes)?;
+    let promote = journal::begin_promote(store, staging.path(), &digest)?;
     crash_point(op, "promote-intent");
     store.promote(&staging, &digest)?;
     crash_point(op, "promoted");

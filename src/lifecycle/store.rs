@@ -5,9 +5,10 @@
 //! (the random id the records bind this store's host name to), `records-id` (the id of the
 //! records this store is bound to), `host` (the host name the records bind it to, for
 //! `withdraw --local`), `lock` (held with `flock` by every command
-//! that changes state, so commands on one store serialise; released only around downloads,
-//! [`Store::without_lock`]), `cache/` (verified downloads),
-//! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700), and
+//! that changes state, so commands on one store serialise; released only around downloads and
+//! the confined extraction, [`Store::without_lock`]), `cache/` (verified downloads),
+//! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700, held by its command
+//! with `flock` while it extracts without the store lock: [`Staging`]), and
 //! `versions/<sha256 hex>/` (a promoted intake, write bits removed), and, after a
 //! `withdraw --local`, `quarantine/<sha256 hex>/` and `pending-withdrawals/`
 //! ([`super::quarantine`]).
@@ -185,11 +186,14 @@ impl Store {
     }
 
     /// Run `f` without the store lock, then take the lock again (waiting as `open` waits).
-    /// For network I/O only (an index or an artifact download, which may stall for the whole
-    /// fetch timeout): a `withdraw` typed on this host during an incident must not queue
-    /// behind a download. Security: `f` must not change the store or the records, and
-    /// whatever the caller read before is stale afterwards: every decision is taken again
-    /// once the lock is back. A store opened without the lock just runs `f`.
+    /// For network I/O (an index or an artifact download, which may stall for the whole
+    /// fetch timeout) and the confined extraction (bounded, but seconds for a large package):
+    /// a `withdraw` typed on this host during an incident must not queue behind either.
+    /// Security: `f` must not change the store or the records, beyond writing into a
+    /// [`Staging`] directory of its own (which no other command touches while it is held, and
+    /// which is not a stored version), and whatever the caller read before is stale
+    /// afterwards: every decision is taken again once the lock is back. A store opened
+    /// without the lock just runs `f`.
     pub fn without_lock<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> Result<T, Error> {
         let Some(held) = self._lock.take() else {
             return Ok(f(self));
@@ -224,20 +228,51 @@ impl Store {
         self.version_dir(digest).join("tree")
     }
 
-    /// A fresh staging directory for one intake: `staging/<random>/` with an empty `tree/`.
-    pub fn new_staging(&self) -> Result<PathBuf, Error> {
+    /// A fresh staging directory for one intake: `staging/<random>/` with an empty `tree/`,
+    /// held by this command ([`Staging`]). Made only with the store lock held: recovery, which
+    /// removes every staging directory whose `flock` it can take, runs under that lock too, so
+    /// it never sees this one between its mkdir and its lock.
+    pub fn new_staging(&self) -> Result<Staging, Error> {
+        if self._lock.is_none() {
+            return Err(Error::new(
+                Kind::Operational,
+                "a staging directory is made only with the store lock held",
+            ));
+        }
         let dir = tempfile::Builder::new()
             .prefix("in-")
             .tempdir_in(self.staging_root())
             .map_err(|e| Error::io("cannot create a staging directory in the store", &e))?
             .keep();
-        mkdir_private(&dir.join("tree"))?;
-        Ok(dir)
+        let held = open_dir(&dir)
+            .map_err(|e| Error::io(format!("cannot open {}", dir.display()), &e))
+            .and_then(|f| {
+                Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+                    Error::new(
+                        Kind::Operational,
+                        format!("cannot lock the staging directory {}: {e}", dir.display()),
+                    )
+                })
+            });
+        let held = match held {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = remove_tree(&dir);
+                return Err(e);
+            }
+        };
+        let staging = Staging {
+            path: dir,
+            _held: held,
+        };
+        mkdir_private(&staging.tree())?;
+        Ok(staging)
     }
 
     /// Move a staged intake to `versions/<hex>` with one rename; `false` when that version is
     /// already there (the staging directory is then removed: same digest, same bytes).
-    pub fn promote(&self, staging: &Path, digest: &str) -> Result<bool, Error> {
+    pub fn promote(&self, staging: &Staging, digest: &str) -> Result<bool, Error> {
+        let staging = staging.path();
         freeze(staging)?;
         let target = self.version_dir(digest);
         match nix::fcntl::renameat2(
@@ -263,6 +298,86 @@ impl Store {
     pub fn answer(&self, digest: &str) -> Result<Outcome, Error> {
         read_answer(&self.version_dir(digest).join("answer.json"))
     }
+}
+
+/// One intake's staging directory, `staging/<random>/`, and the `flock(2)` this command holds
+/// on it from its creation (under the store lock) until it is renamed into `versions/` or
+/// removed; the kernel releases it when the process ends, however it ends. The extraction
+/// writes into it without the store lock ([`Store::without_lock`]), so the lock is what tells
+/// recovery a running command's staging (left alone) from a killed one's (removed:
+/// [`remove_abandoned_staging`]), as publish's staging directories and the fetch cache's
+/// partial downloads are told apart. Dropped, the directory is removed (nothing when it was
+/// promoted), then the lock released.
+pub struct Staging {
+    path: PathBuf,
+    _held: Flock<File>,
+}
+
+impl Staging {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where the engine extracts.
+    pub fn tree(&self) -> PathBuf {
+        self.path.join("tree")
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // Ours alone while the lock is held: no other command removes or uses it.
+        let _ = remove_tree(&self.path);
+    }
+}
+
+/// A directory opened without following a link at its name.
+fn open_dir(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+}
+
+/// Remove the staging directory at `path` unless a running command holds it ([`Staging`]).
+/// Must run with the store lock held (no directory is made, locked or promoted meanwhile).
+/// `Ok(false)`: left alone (held by a running intake, or gone).
+pub fn remove_abandoned_staging(path: &Path) -> Result<bool, Error> {
+    let file = match open_dir(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        // Not a directory (or a link at the name): nothing an intake holds; removed as before.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+            remove_tree(path)?;
+            return Ok(true);
+        }
+        Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), &e)),
+    };
+    let held = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(h) => h,
+        // A running command's intake, extracting without the store lock.
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => return Ok(false),
+        Err((_, e)) => {
+            return Err(Error::new(
+                Kind::Operational,
+                format!("cannot lock {}: {e}", path.display()),
+            ));
+        }
+    };
+    let locked = held
+        .metadata()
+        .map_err(|e| Error::io(format!("cannot inspect {}", path.display()), &e))?;
+    // Removed (or renamed) by its command before this lock was had: not ours to remove.
+    let named = fs::symlink_metadata(path).ok();
+    if locked.nlink() == 0
+        || named.is_none_or(|n| (n.dev(), n.ino()) != (locked.dev(), locked.ino()))
+    {
+        return Ok(false);
+    }
+    remove_tree(path)?;
+    drop(held);
+    Ok(true)
 }
 
 /// Take the store lock on `f` (the open `STORE/lock`), saying so first when another command

@@ -3877,3 +3877,194 @@ fn a_local_withdrawal_under_a_mistyped_skill_withdraws_the_digest() {
     );
     w.verify_ok();
 }
+
+/// `install INDEX demo --agent AGENT --json` (plus `extra`), stopped once its confined
+/// extraction is done and before it takes the store lock again to decide
+/// (`install:extracted`).
+fn install_stopped_after_extraction(w: &World, agent: &str, extra: &[&str]) -> std::process::Child {
+    let url = w.index_url();
+    let spec = w.agent_arg(agent);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    c.args(["install", url.as_str(), "demo", "--json", "--agent", &spec])
+        .args(extra)
+        .arg("--store")
+        .arg(w.store())
+        .args(w.fetch_flags())
+        .env("HOME", w.tmp.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("SKILLBOX_STORE")
+        .env_remove("SKILLBOX_TEST_CRASH_AT");
+    super::stopped_at(&mut c, "install:extracted")
+}
+
+/// The staging directories in the store that hold an extracted tree.
+fn staged_trees(w: &World) -> Vec<PathBuf> {
+    std::fs::read_dir(w.store().join("staging"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+/// Run `args` while `stopped` (an install stopped after its extraction) stays stopped, and
+/// return its output. It must finish while the install is still stopped: a deadline for a
+/// command that never ends (it waits for the store lock the install holds), not a measure of
+/// speed. Before, the install held the store lock through its extraction.
+fn finishes_while_stopped(w: &World, stopped: &mut std::process::Child, args: &[&str]) -> Output {
+    let mut other = spawn(w, args);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        match other.try_wait() {
+            Ok(Some(_)) => break,
+            Ok(None) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => {
+                for c in [&mut other, stopped] {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                panic!(
+                    "`{}` waited for an install stopped after its extraction",
+                    args.join(" ")
+                );
+            }
+        }
+    }
+    assert!(
+        matches!(stopped.try_wait(), Ok(None)),
+        "the stopped install ended"
+    );
+    other
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"))
+}
+
+/// Containment does not queue behind an extraction: a `withdraw` of another version typed
+/// while an install has extracted its package (and not yet decided) completes, and the
+/// withdrawal's recovery leaves the running install's staging directory alone; the install
+/// then goes on and lands.
+#[test]
+fn a_withdrawal_does_not_wait_for_an_install_extracting() {
+    use super::resume;
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    let mut install = install_stopped_after_extraction(&w, "beta", &[]);
+    assert_eq!(staged_trees(&w).len(), 1, "the extraction's staging");
+    let o = finishes_while_stopped(
+        &w,
+        &mut install,
+        &[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha"), None, "moved off at once");
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    let staged = staged_trees(&w);
+    assert_eq!(staged.len(), 1, "a running intake's staging is kept");
+    assert!(staged[0].join("tree/SKILL.md").is_file(), "{staged:?}");
+    resume(install.id());
+    let o = install
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 0);
+    assert_eq!(w.active("beta").as_deref(), Some(v2.as_str()));
+    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
+    w.verify_ok();
+}
+
+/// An install that extracted a version withdrawn before it took the store lock again decides
+/// on the records as they are then: refused as withdrawn (exit 9), and nothing of it stays in
+/// the store (no version tree, no staging, no link).
+#[test]
+fn a_version_withdrawn_while_an_install_extracts_is_refused_and_not_kept() {
+    use super::resume;
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    // A policy's denial: recorded, nothing stored, and re-evaluated by the next install, whose
+    // intake then runs again.
+    let deny = w.tmp.path().join("deny.toml");
+    std::fs::write(&deny, "[origins]\nother = \"deny\"\n").unwrap_or_else(|e| panic!("write: {e}"));
+    let url = w.index_url();
+    let o = w.run(&[
+        "install",
+        &url,
+        "demo",
+        "--policy",
+        &deny.display().to_string(),
+    ]);
+    expect_code(&o, 7);
+    assert!(!tree_exists(&w, &v1));
+    let mut install = install_stopped_after_extraction(&w, "beta", &[]);
+    let o = finishes_while_stopped(
+        &w,
+        &mut install,
+        &[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    resume(install.id());
+    let o = install
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("steals tokens"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    assert!(!tree_exists(&w, &v1), "a withdrawn version's tree was kept");
+    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
+    assert!(std::fs::symlink_metadata(w.agent_dir("beta").join("demo")).is_err());
+    w.verify_ok();
+}
+
+/// An install killed after its extraction leaves its staging directory behind: no command
+/// removes it while the install lives (a `verify` run meanwhile keeps it), the next command
+/// once it is dead does, and the store verifies clean; the install then works.
+#[test]
+fn an_install_killed_after_its_extraction_leaves_staging_the_next_command_removes() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let mut install = install_stopped_after_extraction(&w, "alpha", &[]);
+    let o = finishes_while_stopped(&w, &mut install, &["verify", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        staged_trees(&w).len(),
+        1,
+        "a live intake's staging was removed"
+    );
+    install.kill().unwrap_or_else(|e| panic!("SIGKILL: {e}"));
+    let status = install.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    let left = staged_trees(&w);
+    assert_eq!(left.len(), 1, "the killed install's staging: {left:?}");
+    assert!(left[0].join("tree/SKILL.md").is_file(), "{left:?}");
+    let v = w.verify_ok();
+    let name = left[0]
+        .file_name()
+        .unwrap_or_else(|| panic!("no name"))
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        v["repaired"].as_array().is_some_and(|r| r.iter().any(|l| l
+            .as_str()
+            .is_some_and(|l| l.contains("abandoned staging") && l.contains(&name)))),
+        "{v}"
+    );
+    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
+    assert!(!tree_exists(&w, &v1));
+    w.verify_ok();
+    expect_code(&w.install(&["alpha"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
