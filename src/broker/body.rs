@@ -15,10 +15,19 @@
 //!   `ABORTED`: h2 reads some reset codes as `INTERNAL`, which is also what tonic's decoder
 //!   says of a message it cannot decode, and only that is the client's malformed request
 //!   (`service::stream_error`).
+//! - On the Skillbox service's unary calls (`Release`, `GetTree`, `ServerInfo`), a request
+//!   message that does not decode is the client's malformed request, as it is in an upload:
+//!   `INVALID_ARGUMENT` in the same words, a BadRequest naming the request message
+//!   ([`RequestError::undecodable`]), not tonic's `INTERNAL`. tonic decodes a unary request
+//!   before its handler runs and answers a failure itself, so the answer is rewritten here:
+//!   an `INTERNAL` answered before the handler marked the request decoded ([`Decoded`]) is
+//!   the decoder's (every error of the body is `ABORTED`, above); one answered after it is
+//!   the handler's own and stays `INTERNAL`.
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, ready};
 
 use http_body::{Frame, SizeHint};
 use tonic::body::Body;
@@ -26,6 +35,7 @@ use tonic::codegen::{Bytes, Service, http};
 use tonic::server::NamedService;
 use tonic::{Code, Status};
 
+use super::error::RequestError;
 use super::partial::{Budget, Unfinished};
 
 /// A gRPC service whose request bodies are guarded as the module says.
@@ -69,33 +79,124 @@ fn is_upload(path: &str) -> bool {
     )
 }
 
+/// The Skillbox service's unary methods, with the name of their request message. Each one's
+/// handler marks its request [`Decoded`] first thing: an `INTERNAL` answered before that is
+/// taken for the decoder's.
+fn unary_request(path: &str) -> Option<&'static str> {
+    match path {
+        "/skillbox.v1.Skillbox/Release" => Some("ReleaseRequest"),
+        "/skillbox.v1.Skillbox/GetTree" => Some("GetTreeRequest"),
+        "/skillbox.v1.Skillbox/ServerInfo" => Some("ServerInfoRequest"),
+        _ => None,
+    }
+}
+
+/// In the request extensions of a unary Skillbox call: marked by its handler, which tonic
+/// calls only once the request message decoded ([`mark_decoded`]).
+#[derive(Clone, Default)]
+pub struct Decoded(Arc<AtomicBool>);
+
+/// Marks a unary request's message decoded: its handler runs. Every handler of a method
+/// [`unary_request`] lists calls it before anything that can fail, so that its own `INTERNAL`
+/// stays one.
+pub fn mark_decoded(extensions: &http::Extensions) {
+    if let Some(decoded) = extensions.get::<Decoded>() {
+        decoded.0.store(true, Ordering::Release);
+    }
+}
+
 impl<S> Service<http::Request<Body>> for Guarded<S>
 where
-    S: Service<http::Request<Body>>,
+    S: Service<http::Request<Body>, Response = http::Response<Body>>,
+    S::Future: Unpin,
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = Answer<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: http::Request<Body>) -> Self::Future {
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
         let unfinished =
             (!is_upload(req.uri().path())).then(|| Unfinished::new(Arc::clone(&self.budget)));
+        let unary = self
+            .resets_fail
+            .then(|| unary_request(req.uri().path()))
+            .flatten()
+            .map(|message| {
+                let decoded = Decoded::default();
+                req.extensions_mut().insert(decoded.clone());
+                (message, decoded)
+            });
         if unfinished.is_none() && !self.resets_fail {
-            return self.inner.call(req);
+            return Answer {
+                inner: self.inner.call(req),
+                unary,
+            };
         }
         let resets_fail = self.resets_fail;
-        self.inner.call(req.map(|body| {
-            Body::new(GuardedBody {
-                body,
-                unfinished,
-                resets_fail,
-            })
+        Answer {
+            inner: self.inner.call(req.map(|body| {
+                Body::new(GuardedBody {
+                    body,
+                    unfinished,
+                    resets_fail,
+                })
+            })),
+            unary,
+        }
+    }
+}
+
+/// The answer of a call, rewritten as the module says when it is a unary call's decoder's.
+pub struct Answer<F> {
+    inner: F,
+    /// A unary Skillbox call: its request message's name, and whether its handler ran.
+    unary: Option<(&'static str, Decoded)>,
+}
+
+impl<F, E> Future for Answer<F>
+where
+    F: Future<Output = Result<http::Response<Body>, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let response = ready!(Pin::new(&mut this.inner).poll(cx))?;
+        Poll::Ready(Ok(match this.unary.take() {
+            Some((message, decoded)) => undecoded(response, message, &decoded),
+            None => response,
         }))
     }
+}
+
+/// `response` unless it is tonic's `INTERNAL` for a request message of `message` that did not
+/// decode (answered before the handler ran), which becomes the client's malformed request.
+fn undecoded(
+    response: http::Response<Body>,
+    message: &'static str,
+    decoded: &Decoded,
+) -> http::Response<Body> {
+    let internal = response
+        .headers()
+        .get(Status::GRPC_STATUS)
+        .is_some_and(|code| code.as_bytes() == b"13");
+    if !internal || decoded.0.load(Ordering::Acquire) {
+        return response;
+    }
+    let Some(status) = Status::from_header_map(response.headers()) else {
+        return response;
+    };
+    let refused = RequestError::undecodable(
+        message,
+        status.message(),
+        &format!("send one {message} message"),
+    );
+    tracing::warn!(code = ?refused.code(), error = %refused, "failed");
+    Status::from(refused).into_http()
 }
 
 /// A request body with its unfinished message counted (when `unfinished` is there) and, when

@@ -73,6 +73,22 @@ impl RequestError {
         }
     }
 
+    /// A request message that tonic's decoder refused (`INTERNAL` from tonic, whose message is
+    /// `reason`: bytes that are no such message, a bad message prefix, a stream that ends
+    /// inside a message): the client's malformed request, not a fault of the server, named by
+    /// `field` (`header` or `chunk` of an upload, the request message of a unary call), in
+    /// the same words for every call. `send` says what to send instead. The reason is tonic's
+    /// or prost's own text, never the client's bytes; escaped and bounded all the same.
+    pub fn undecodable(field: impl Into<String>, reason: &str, send: &str) -> Self {
+        Self::invalid(
+            field,
+            format!(
+                "the request could not be decoded ({}); {send}",
+                crate::reason::display_name(reason.as_bytes())
+            ),
+        )
+    }
+
     /// The gRPC code, also used as the metrics label.
     pub fn code(&self) -> Code {
         match self {

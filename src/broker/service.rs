@@ -275,6 +275,7 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
         &self,
         request: Request<pb::GetTreeRequest>,
     ) -> Result<Response<Self::GetTreeStream>, Status> {
+        super::body::mark_decoded(request.extensions());
         let (_, ext, request) = request.into_parts();
         let id = request.staging_id;
         well_formed_id(&id)?;
@@ -305,6 +306,7 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
         &self,
         request: Request<pb::ReleaseRequest>,
     ) -> Result<Response<pb::ReleaseResponse>, Status> {
+        super::body::mark_decoded(request.extensions());
         let id = request.into_inner().staging_id;
         self.state
             .release(id)
@@ -316,8 +318,9 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
     #[tracing::instrument(skip_all)]
     async fn server_info(
         &self,
-        _request: Request<pb::ServerInfoRequest>,
+        request: Request<pb::ServerInfoRequest>,
     ) -> Result<Response<pb::ServerInfoResponse>, Status> {
+        super::body::mark_decoded(request.extensions());
         Ok(Response::new(self.state.server_info()))
     }
 }
@@ -393,12 +396,10 @@ fn stream_error(status: Status, field: &str, max_chunk_bytes: u64) -> RequestErr
                 status.message()
             ),
         ),
-        tonic::Code::Internal => RequestError::invalid(
+        tonic::Code::Internal => RequestError::undecodable(
             field,
-            format!(
-                "the request could not be decoded ({}); send ExtractRequest messages, the header first, then chunks",
-                crate::reason::display_name(status.message().as_bytes())
-            ),
+            status.message(),
+            "send ExtractRequest messages, the header first, then chunks",
         ),
         _ => RequestError::Cancelled(status.message().to_owned()),
     }

@@ -526,8 +526,8 @@ impl Cache {
     }
 
     /// Remove artifacts last used longer than `age` ago, and index copies not refreshed in
-    /// that time; then the lock files of whatever is no longer cached
-    /// ([`remove_stale_locks`](Self::remove_stale_locks)).
+    /// that time (each under its lock, skipped while a fetch holds it); then the lock files
+    /// of whatever is no longer cached ([`remove_stale_locks`](Self::remove_stale_locks)).
     pub fn prune(&self, age: Duration) -> io::Result<Pruned> {
         let cutoff = SystemTime::now()
             .checked_sub(age)
@@ -540,12 +540,33 @@ impl Cache {
                 removed.push(item);
             }
         }
+        let old = |meta: io::Result<fs::Metadata>| {
+            meta.and_then(|m| m.modified()).is_ok_and(|t| t < cutoff)
+        };
         for e in fs::read_dir(self.root.join("index"))? {
             let e = e?;
-            if e.metadata()
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t < cutoff)
-            {
+            if !old(e.metadata()) {
+                continue;
+            }
+            // A copy's lock is held while a fetch stores a fresh copy of that index (renamed
+            // over this one): removed without it, the age read here could be the old copy's
+            // and the file unlinked the fresh one. So it is taken, without waiting (a copy
+            // being refreshed is not old), and the age read again under it.
+            let stem = e
+                .file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|hex| format!("sha256:{hex}").parse::<Sha256Digest>().ok())
+                .map(|d| format!("index-{}", d.hex()));
+            let _lock = match &stem {
+                Some(stem) => match self.try_lock_named(stem)? {
+                    Some(lock) => Some(lock),
+                    None => continue,
+                },
+                // A name no fetch writes: no lock guards it.
+                None => None,
+            };
+            if old(fs::symlink_metadata(e.path())) {
                 let _ = fs::remove_file(e.path());
             }
         }

@@ -15,6 +15,10 @@ With --bad-frame instead: sends, through grpcio's generic stream_unary with iden
 serializers (raw message bytes, each framed by grpcio), an Extract whose first message is bytes
 that are no ExtractRequest, and one whose header and first chunk are good and whose next message
 is such bytes; reports each status with its grpc-status-details-bin in hex.
+With --bad-unary instead: sends, through grpcio's generic unary_unary and unary_stream with
+identity serializers, bytes that are no request message to Release, GetTree and ServerInfo, and
+then an empty ServerInfoRequest (no bytes) the same way; reports each status as --bad-frame does,
+and the empty request's answer size.
 With --gzip instead: sends ServerInfo and the valid package compressed
 (`compression=grpc.Compression.Gzip`, per call and per channel) and reports each status, then
 the same package uncompressed on the same channel (docs/broker.md: compressed requests are
@@ -125,6 +129,30 @@ def bad_frames(pb, channel, header, data):
     return seen
 
 
+def bad_unary(channel):
+    """Each unary call's status for bytes that are no request message, as bad_frames reports."""
+    seen = {}
+    for method, streamed in (("Release", False), ("GetTree", True), ("ServerInfo", False)):
+        path = f"/skillbox.v1.Skillbox/{method}"
+        try:
+            if streamed:
+                call = channel.unary_stream(path, request_serializer=None, response_deserializer=None)
+                list(call(NOT_PROTOBUF, timeout=60))
+            else:
+                call = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+                call(NOT_PROTOBUF, timeout=60)
+            raise SystemExit(f"{method}: answered")
+        except grpc.RpcError as e:
+            detail = dict(e.trailing_metadata() or ()).get("grpc-status-details-bin", b"")
+            seen[method] = {"code": e.code().name, "details": e.details(),
+                            "status_details_hex": detail.hex()}
+    # The same generic call with a request that decodes (an empty ServerInfoRequest) is served.
+    info = channel.unary_unary("/skillbox.v1.Skillbox/ServerInfo",
+                               request_serializer=None, response_deserializer=None)
+    seen["ServerInfo_empty"] = {"answer_bytes": len(info(b"", timeout=60))}
+    return seen
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", help="the broker's Unix socket")
@@ -138,6 +166,8 @@ def main():
                     help="expect the Extract of --artifact to end with an error status, and report it")
     ap.add_argument("--bad-frame", action="store_true",
                     help="send messages that are no ExtractRequest (over --socket) and report each status")
+    ap.add_argument("--bad-unary", action="store_true",
+                    help="send bytes that are no request message to each unary call (over --socket) and report each status")
     ap.add_argument("--gzip", action="store_true", help="send gzip-compressed requests (over --socket) and report each status")
     args = ap.parse_args()
 
@@ -168,6 +198,9 @@ def main():
             return
         if args.bad_frame:
             print(json.dumps(bad_frames(pb, channel, header, data)))
+            return
+        if args.bad_unary:
+            print(json.dumps(bad_unary(channel)))
             return
         if args.expect_denied:
             try:

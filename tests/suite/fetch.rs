@@ -3454,6 +3454,82 @@ fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
     }
 }
 
+/// `cache prune --older-than` takes an index copy's lock (`locks/index-<hex>.lock`) before it
+/// removes the copy, without waiting, and reads its age again under it: while a fetch holds
+/// that lock to store a fresh copy (stopped at `cache:index-copy`, its copy written in `tmp/`
+/// and not yet renamed over the old one), the old copy is left, and once the fetch completes
+/// its fresh copy is the one a later `--offline` fetch reads. (Before, prune removed the copy
+/// by its age alone, read before the fetch's rename could land, so a fresh copy could be the
+/// file it unlinked.)
+#[test]
+fn cache_prune_leaves_an_index_copy_a_fetch_is_refreshing() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
+    let first = index_json(&[entry("demo", "skill-md", "/a/SKILL.md", &sha(&md))]);
+    w.index(&first);
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let url_hex = skillbox::digest::Sha256Digest::of_bytes(index.as_bytes()).hex();
+    let copy = w.cache().join("index").join(format!("{url_hex}.json"));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(std::fs::read(&copy).expect("copy"), first.as_bytes());
+    // The copy is 60 days old: a prune with --older-than 30d removes it when no fetch holds it.
+    age_file(&copy, Duration::from_secs(60 * 86_400));
+
+    // The index changed; a fetch stores its fresh copy and stops before the rename.
+    let fresh = index_json(&[
+        entry("demo", "skill-md", "/a/SKILL.md", &sha(&md)),
+        entry("later", "skill-md", "/b/SKILL.md", &sha(b"later")),
+    ]);
+    w.index(&fresh);
+    let live = super::stopped_at(
+        &mut skillbox(&w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache])),
+        "cache:index-copy",
+    );
+    let o = run(&[
+        "cache".into(),
+        "prune".into(),
+        "--older-than".into(),
+        "30d".into(),
+        "--cache-dir".into(),
+        cache.clone(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(
+        std::fs::read(&copy).ok().as_deref(),
+        Some(first.as_bytes()),
+        "prune removed an index copy whose lock a fetch held: {}",
+        explain(&o)
+    );
+    super::resume(live.id());
+    let o = live.wait_with_output().expect("wait");
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(std::fs::read(&copy).expect("copy"), fresh.as_bytes());
+    let o = w.fetch("demo", &["--offline"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["index_source"], "cache");
+
+    // With no fetch holding it, the same prune removes a copy that old (and then its lock).
+    age_file(&copy, Duration::from_secs(60 * 86_400));
+    let o = run(&[
+        "cache".into(),
+        "prune".into(),
+        "--older-than".into(),
+        "30d".into(),
+        "--cache-dir".into(),
+        cache.clone(),
+    ]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(!copy.exists(), "{}", explain(&o));
+    assert!(
+        !lock_names(&w.cache()).contains(&format!("index-{url_hex}.lock")),
+        "{:?}",
+        lock_names(&w.cache())
+    );
+}
+
 /// Make a file's modification time `age` ago (an artifact's `.used`, an index copy).
 fn age_file(path: &std::path::Path, age: Duration) {
     std::fs::File::options()

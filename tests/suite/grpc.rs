@@ -559,15 +559,12 @@ async fn a_hangup_mid_upload_leaves_nothing() {
     server.wait_clean(Duration::from_secs(5));
 }
 
-/// A client that resets its upload with an HTTP/2 error code tonic reads as INTERNAL
-/// (`INTERNAL_ERROR` here; `PROTOCOL_ERROR` and `NO_ERROR` too) hung up: its request ends as a
-/// hang-up (CANCELLED), with its child killed and its staging directory removed, never as the
-/// malformed request (INVALID_ARGUMENT) that an INTERNAL from tonic's decoder, a message that
-/// does not decode, is. Sent as raw frames over the socket: stock clients reset with `CANCEL`.
-#[test]
-fn a_reset_that_h2_reads_as_internal_is_a_hangup_not_a_malformed_request() {
+/// Over a raw connection to `server`'s socket: the connection preface, an Extract's HEADERS on
+/// stream 1 and a DATA frame with its header message, sent; returns once the header was read
+/// (the request has its child and its staging directory). Raw frames, for what stock clients
+/// never send.
+fn raw_extract_with_header(server: &Server) -> std::os::unix::net::UnixStream {
     use prost::Message as _;
-    let server = Server::start(&[]);
     let hpack = |fields: &[(&str, &str)]| {
         // Literals without indexing, new names (RFC 7541 6.2.2), every length under 127.
         let mut block = Vec::new();
@@ -607,12 +604,24 @@ fn a_reset_that_h2_reads_as_internal_is_a_hangup_not_a_malformed_request() {
         "connect",
     );
     ok(conn.write_all(&wire), "send");
-    // The header was read: the request has its child and its staging directory.
     let until = Instant::now() + Duration::from_secs(30);
     while server.staging_dirs().is_empty() {
         assert!(Instant::now() < until, "no upload: {}", server.log());
         std::thread::sleep(Duration::from_millis(20));
     }
+    conn
+}
+
+/// A client that resets its upload with an HTTP/2 error code tonic reads as INTERNAL
+/// (`INTERNAL_ERROR` here; `PROTOCOL_ERROR` and `NO_ERROR` too) hung up: its request ends as a
+/// hang-up (CANCELLED), with its child killed and its staging directory removed, never as the
+/// malformed request (INVALID_ARGUMENT) that an INTERNAL from tonic's decoder, a message that
+/// does not decode, is. Sent as raw frames over the socket: stock clients reset with `CANCEL`.
+#[test]
+fn a_reset_that_h2_reads_as_internal_is_a_hangup_not_a_malformed_request() {
+    let server = Server::start(&[]);
+    let mut conn = raw_extract_with_header(&server);
+    let until = Instant::now() + Duration::from_secs(30);
     // Part of a chunk, then the reset.
     let mut rest = Vec::new();
     let mut partial = vec![0, 0, 0, 1, 0];
@@ -627,6 +636,37 @@ fn a_reset_that_h2_reads_as_internal_is_a_hangup_not_a_malformed_request() {
     let log = server.log();
     assert!(log.contains("failed code=Cancelled"), "{log}");
     assert!(!log.contains("InvalidArgument"), "{log}");
+    server.wait_clean(Duration::from_secs(10));
+    drop(conn);
+}
+
+/// An upload whose stream ends inside a message (a chunk's length prefix promises more bytes
+/// than the client sends before it half-closes) is the client's malformed request: tonic's
+/// decoder reports it as INTERNAL "Unexpected EOF decoding stream." (`Streaming::poll_frame`
+/// on a body that ends with bytes buffered), so the broker answers INVALID_ARGUMENT naming the
+/// chunk, "the request could not be decoded", not a hang-up; its child is killed and its
+/// staging directory removed. Raw frames: stock clients never send a partial message.
+#[test]
+fn a_stream_that_ends_inside_a_message_is_an_invalid_argument_and_keeps_nothing() {
+    let server = Server::start(&[]);
+    let mut conn = raw_extract_with_header(&server);
+    // A chunk message whose prefix promises 1000 bytes, 9 of them sent, then END_STREAM.
+    let mut partial = vec![0, 0, 0, 0x03, 0xe8];
+    partial.extend_from_slice(&[0x12, 0xe5, 0x07, 1, 2, 3, 4, 5, 6]);
+    let mut rest = Vec::new();
+    bounds::frame(&mut rest, 0x0, 0x1, 1, &partial); // DATA, END_STREAM
+    ok(conn.write_all(&rest), "send");
+    let until = Instant::now() + Duration::from_secs(30);
+    while !server.log().contains("failed code=") {
+        assert!(Instant::now() < until, "not ended: {}", server.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = server.log();
+    assert!(log.contains("failed code=InvalidArgument"), "{log}");
+    assert!(
+        log.contains("chunk: the request could not be decoded (Unexpected EOF"),
+        "{log}"
+    );
     server.wait_clean(Duration::from_secs(10));
     drop(conn);
 }
@@ -1766,6 +1806,49 @@ fn a_message_that_does_not_decode_is_an_invalid_argument_and_keeps_nothing() {
     }
     // The second case was refused in the upload, after its child started and its staging
     // directory was made (the BadRequest names the chunk): both are gone.
+    server.assert_clean();
+}
+
+/// Bytes that are no request message sent to a unary call (Release, GetTree, ServerInfo), by
+/// stock grpcio's generic calls with identity serializers, are the client's malformed request
+/// as they are in an upload: INVALID_ARGUMENT saying the request could not be decoded, with a
+/// BadRequest naming the request message, not tonic's INTERNAL (which the client cannot tell
+/// from a fault of the server). The same generic call with bytes that decode is served.
+#[test]
+fn a_unary_request_that_does_not_decode_is_an_invalid_argument() {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, skill_tar(&[])), "write");
+    let server = Server::start(&[]);
+    let socket = server.socket().to_str().unwrap_or("");
+    let v = python(&[
+        "--socket",
+        socket,
+        "--artifact",
+        art.to_str().unwrap_or(""),
+        "--bad-unary",
+    ]);
+    for (call, message) in [
+        ("Release", "ReleaseRequest"),
+        ("GetTree", "GetTreeRequest"),
+        ("ServerInfo", "ServerInfoRequest"),
+    ] {
+        let got = &v[call];
+        assert_eq!(got["code"], "INVALID_ARGUMENT", "{call}: {v}");
+        let details = got["details"].as_str().unwrap_or("");
+        assert!(details.contains("could not be decoded"), "{call}: {v}");
+        assert!(details.contains(message), "{call}: {v}");
+        let bytes = ok(
+            hex::decode(got["status_details_hex"].as_str().unwrap_or("")),
+            "hex",
+        );
+        let s = tonic::Status::with_details(Code::InvalidArgument, details, bytes.into());
+        assert_eq!(bad_field(&s), message, "{call}: {v}");
+    }
+    assert!(
+        v["ServerInfo_empty"]["answer_bytes"].as_u64().unwrap_or(0) > 0,
+        "{v}"
+    );
     server.assert_clean();
 }
 
