@@ -1629,6 +1629,21 @@ fn python(args: &[&str]) -> serde_json::Value {
     stock_client("python3", "tests/python/grpc_client.py", args)
 }
 
+/// The stock Python client in `mode` (one of its flags) against `server`, with a plain skill
+/// tarball as its artifact.
+fn python_on_a_skill(server: &Server, mode: &str) -> serde_json::Value {
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let art = dir.path().join("skill.tar");
+    ok(std::fs::write(&art, skill_tar(&[])), "write");
+    python(&[
+        "--socket",
+        server.socket().to_str().unwrap_or(""),
+        "--artifact",
+        art.to_str().unwrap_or(""),
+        mode,
+    ])
+}
+
 fn node(args: &[&str]) -> serde_json::Value {
     let root = env!("CARGO_MANIFEST_DIR");
     assert!(
@@ -1746,18 +1761,8 @@ fn stock_grpcio_and_grpc_js_clients_get_verdicts_over_unix_and_tls() {
 /// channel is served, and the refused calls leave no staging directory and no child.
 #[test]
 fn gzip_compressed_requests_are_unimplemented_and_uncompressed_ones_served() {
-    let dir = ok(tempfile::tempdir(), "tempdir");
-    let art = dir.path().join("skill.tar");
-    ok(std::fs::write(&art, skill_tar(&[])), "write");
     let server = Server::start(&[]);
-    let socket = server.socket().to_str().unwrap_or("");
-    let v = python(&[
-        "--socket",
-        socket,
-        "--artifact",
-        art.to_str().unwrap_or(""),
-        "--gzip",
-    ]);
+    let v = python_on_a_skill(&server, "--gzip");
     for how in ["per_call", "per_channel"] {
         for call in ["server_info", "extract"] {
             let got = &v[how][call];
@@ -1780,18 +1785,8 @@ fn gzip_compressed_requests_are_unimplemented_and_uncompressed_ones_served() {
 /// header and a chunk, when a child and a staging directory exist, leaves neither.
 #[test]
 fn a_message_that_does_not_decode_is_an_invalid_argument_and_keeps_nothing() {
-    let dir = ok(tempfile::tempdir(), "tempdir");
-    let art = dir.path().join("skill.tar");
-    ok(std::fs::write(&art, skill_tar(&[])), "write");
     let server = Server::start(&[]);
-    let socket = server.socket().to_str().unwrap_or("");
-    let v = python(&[
-        "--socket",
-        socket,
-        "--artifact",
-        art.to_str().unwrap_or(""),
-        "--bad-frame",
-    ]);
+    let v = python_on_a_skill(&server, "--bad-frame");
     for (case, field) in [("first", "header"), ("after_a_chunk", "chunk")] {
         let got = &v[case];
         assert_eq!(got["code"], "INVALID_ARGUMENT", "{case}: {v}");
@@ -1816,18 +1811,8 @@ fn a_message_that_does_not_decode_is_an_invalid_argument_and_keeps_nothing() {
 /// from a fault of the server). The same generic call with bytes that decode is served.
 #[test]
 fn a_unary_request_that_does_not_decode_is_an_invalid_argument() {
-    let dir = ok(tempfile::tempdir(), "tempdir");
-    let art = dir.path().join("skill.tar");
-    ok(std::fs::write(&art, skill_tar(&[])), "write");
     let server = Server::start(&[]);
-    let socket = server.socket().to_str().unwrap_or("");
-    let v = python(&[
-        "--socket",
-        socket,
-        "--artifact",
-        art.to_str().unwrap_or(""),
-        "--bad-unary",
-    ]);
+    let v = python_on_a_skill(&server, "--bad-unary");
     for (call, message) in [
         ("Release", "ReleaseRequest"),
         ("GetTree", "GetTreeRequest"),

@@ -2999,6 +2999,19 @@ fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 /// for the store lock the fetching command held through its whole download.
 fn while_stalled(w: &World, fetching: &mut std::process::Child, args: &[&str]) -> Output {
     wait_for("the stalled index request", || w.server.hits(INDEX) >= 2);
+    finishes_beside(w, fetching, args, "another command's stalled download")
+}
+
+/// Run `args` and return its output, which must come while `running` (spawned, stalled or
+/// stopped) still runs: a deadline of 120 s for a command that would never end (it waits for
+/// the store lock `running` holds), not a measure of speed. On the deadline both are killed
+/// and the panic says `args` waited for `what`.
+fn finishes_beside(
+    w: &World,
+    running: &mut std::process::Child,
+    args: &[&str],
+    what: &str,
+) -> Output {
     let mut other = spawn(w, args);
     let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
@@ -3008,20 +3021,17 @@ fn while_stalled(w: &World, fetching: &mut std::process::Child, args: &[&str]) -
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
             _ => {
-                for c in [&mut other, fetching] {
+                for c in [&mut other, running] {
                     let _ = c.kill();
                     let _ = c.wait();
                 }
-                panic!(
-                    "`{}` waited for another command's stalled download",
-                    args.join(" ")
-                );
+                panic!("`{}` waited for {what}", args.join(" "));
             }
         }
     }
     assert!(
-        matches!(fetching.try_wait(), Ok(None)),
-        "the stalled fetch ended first"
+        matches!(running.try_wait(), Ok(None)),
+        "{what}: it ended first"
     );
     other
         .wait_with_output()
@@ -3905,37 +3915,10 @@ fn staged_trees(w: &World) -> Vec<PathBuf> {
 }
 
 /// Run `args` while `stopped` (an install stopped after its extraction) stays stopped, and
-/// return its output. It must finish while the install is still stopped: a deadline for a
-/// command that never ends (it waits for the store lock the install holds), not a measure of
-/// speed. Before, the install held the store lock through its extraction.
+/// return its output ([`finishes_beside`]). Before, the install held the store lock through its
+/// extraction.
 fn finishes_while_stopped(w: &World, stopped: &mut std::process::Child, args: &[&str]) -> Output {
-    let mut other = spawn(w, args);
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        match other.try_wait() {
-            Ok(Some(_)) => break,
-            Ok(None) if std::time::Instant::now() < until => {
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            }
-            _ => {
-                for c in [&mut other, stopped] {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-                panic!(
-                    "`{}` waited for an install stopped after its extraction",
-                    args.join(" ")
-                );
-            }
-        }
-    }
-    assert!(
-        matches!(stopped.try_wait(), Ok(None)),
-        "the stopped install ended"
-    );
-    other
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("wait: {e}"))
+    finishes_beside(w, stopped, args, "an install stopped after its extraction")
 }
 
 /// Containment does not queue behind an extraction: a `withdraw` of another version typed
