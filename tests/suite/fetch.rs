@@ -484,6 +484,13 @@ impl World {
         );
     }
 
+    /// Serve `reply` at `path`, and make the index list it alone: the SKILL.md `name`, its URL
+    /// `path` (path-absolute), its digest `digest`.
+    fn serve_one(&self, name: &str, path: &str, reply: Reply, digest: &str) {
+        self.server.route(path, reply);
+        self.index(&index_json(&[entry(name, "skill-md", path, digest)]));
+    }
+
     fn cache_tmp_is_empty(&self) -> bool {
         std::fs::read_dir(self.cache().join("tmp"))
             .map(|d| d.count() == 0)
@@ -499,6 +506,14 @@ impl World {
             })
             .unwrap_or(0)
     }
+}
+
+/// A World whose index lists one skill, `demo`: the SKILL.md `md`, served at `/a/SKILL.md` and
+/// listed with its digest.
+fn demo_world(md: &[u8]) -> World {
+    let w = World::new();
+    w.serve_one("demo", "/a/SKILL.md", ok(md, "text/markdown"), &sha(md));
+    w
 }
 
 /// Variables that change the fetch policy; cleared so the host's proxy or settings cannot
@@ -729,13 +744,12 @@ fn fetch_answers_as_extract_does_sandbox_included() {
 fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
+    w.serve_one(
         "demo",
-        "skill-md",
         "/a/SKILL.md",
+        ok(&md, "text/markdown"),
         &sha(b"other bytes"),
-    )]));
+    );
     let out = w.out();
     let o = w.fetch("demo", &["--out", out.to_str().unwrap_or("")]);
     assert_eq!(code(&o), 3, "{}", explain(&o));
@@ -1302,16 +1316,9 @@ fn content_encoded_response_is_refused_not_decoded() {
 /// alike, which `--max-bytes` never bounds. (The help gave each the same one line.)
 #[test]
 fn max_bytes_bounds_the_download_and_max_artifact_bytes_the_file_extracted() {
-    let w = World::new();
     let mut md = skill_md("demo", "A demo skill");
     md.resize(4096, b'x');
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
 
     // Under the download bound, over the extraction limit: cut at the latter, rejected as the
     // engine rejects it, nothing cached (see
@@ -1563,19 +1570,15 @@ fn a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept() {
 #[test]
 fn slow_server_runs_out_of_total_time() {
     let w = World::new();
-    w.server.route(
+    w.serve_one(
+        "demo",
         "/slow",
         Reply::Slow {
             len: 100,
             delay: Duration::from_millis(100),
         },
-    );
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/slow",
         &sha(b"x"),
-    )]));
+    );
     let started = Instant::now();
     let o = w.fetch("demo", &["--total-timeout", "1"]);
     assert_eq!(refused_rule(&o), "total_timeout");
@@ -1684,20 +1687,16 @@ fn a_trickled_handshake_runs_out_of_total_time() {
 fn a_response_record_trickled_after_the_handshake_runs_out_of_total_time() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route(
+    w.serve_one(
+        "demo",
         "/trickle",
         Reply::TrickleRecord {
             body: md.clone(),
             delay: TRICKLE_DELAY,
             limit: TRICKLE_BYTES,
         },
-    );
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/trickle",
         &sha(&md),
-    )]));
+    );
     let started = Instant::now();
     let o = w.fetch("demo", &["--total-timeout", "1"]);
     assert_eq!(refused_rule(&o), "total_timeout", "{}", explain(&o));
@@ -1782,15 +1781,8 @@ fn a_proxy_trickling_its_connect_answer_runs_out_of_time() {
 
 #[test]
 fn second_fetch_is_a_cache_hit_and_offline_works() {
-    let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
     let o = w.fetch("demo", &[]);
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let o = w.fetch("demo", &[]);
@@ -2668,13 +2660,12 @@ fn a_typed_url_whose_password_holds_a_slash_is_refused_not_sent() {
 fn install_records_a_url_with_an_at_in_its_path_as_fetched() {
     let w = World::new();
     let md = skill_md("scoped", "A demo skill");
-    w.server.route("/@scope/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
+    w.serve_one(
         "scoped",
-        "skill-md",
         "/@scope/SKILL.md",
+        ok(&md, "text/markdown"),
         &sha(&md),
-    )]));
+    );
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let store = w.tmp.path().join("store").display().to_string();
     let home = w.tmp.path().display().to_string();
@@ -2816,16 +2807,9 @@ fn a_body_cut_off_without_close_notify_is_named_as_such() {
 /// `--print-policy` shows the result.
 #[test]
 fn policy_file_environment_and_flags_layer_in_order() {
-    let w = World::new();
     let mut md = skill_md("demo", "A demo skill");
     md.resize(2048, b'x');
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
     let policy = w.tmp.path().join("policy.toml");
     std::fs::write(
         &policy,
@@ -3011,16 +2995,9 @@ impl Drop for Tinyproxy {
 /// password, a refusing proxy and a dead one are each a clear error; NO_PROXY goes direct.
 #[test]
 fn a_proxy_tunnels_to_the_checked_address_and_the_rules_still_hold() {
-    let w = World::new();
-    let proxy = Tinyproxy::start(&format!("BasicAuth alice {MARKER}"));
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
+    let proxy = Tinyproxy::start(&format!("BasicAuth alice {MARKER}"));
     let port = w.server.addr.port();
     // By name: the certificate names localhost, so TLS verification proves the original name
     // was used inside the tunnel while the proxy was given the address.
@@ -3148,19 +3125,15 @@ fn a_proxy_tunnels_to_the_checked_address_and_the_rules_still_hold() {
 fn concurrent_fetches_of_one_digest_download_once() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route(
+    w.serve_one(
+        "demo",
         "/a/SKILL.md",
         Reply::Trickle {
             body: md.clone(),
             delay: Duration::from_millis(25),
         },
-    );
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
         &sha(&md),
-    )]));
+    );
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let args = w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache]);
@@ -3201,19 +3174,15 @@ fn concurrent_fetches_of_one_digest_download_once() {
 fn cache_prune_removes_what_a_killed_fetch_left_and_never_a_live_download() {
     let w = World::new();
     // 200 bytes, one per 100 ms: the fetch is still downloading when it is looked at.
-    w.server.route(
+    w.serve_one(
+        "demo",
         "/slow",
         Reply::Slow {
             len: 200,
             delay: Duration::from_millis(100),
         },
-    );
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/slow",
         &sha(b"x"),
-    )]));
+    );
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let mut child = skillbox(&w.args(&["fetch", &index, "demo", "--cache-dir", &cache]))
@@ -3361,15 +3330,8 @@ fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() 
 #[test]
 fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
     use nix::sys::signal::{Signal, kill};
-    let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let tmp = w.cache().join("tmp");
@@ -3675,15 +3637,8 @@ fn cache_prune_removes_the_lock_files_of_what_is_no_longer_cached() {
 /// downloaded once.
 #[test]
 fn a_fetch_that_opened_a_lock_file_prune_removed_takes_the_new_one() {
-    let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
