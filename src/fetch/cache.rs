@@ -317,10 +317,7 @@ impl Cache {
                 .ok()
                 .flatten()
                 .and_then(|b| serde_json::from_slice::<Origin>(&b).ok());
-            let last_used = fs::metadata(path.with_extension("used"))
-                .and_then(|m| m.modified())
-                .or_else(|_| meta.modified())
-                .ok();
+            let last_used = last_used(&path, &meta);
             out.push(Listed {
                 digest,
                 size: meta.len(),
@@ -526,7 +523,8 @@ impl Cache {
     }
 
     /// Remove artifacts last used longer than `age` ago, and index copies not refreshed in
-    /// that time (each under its lock, skipped while a fetch holds it); then the lock files
+    /// that time (each under its lock, skipped while a fetch holds it, its age read again
+    /// under it); then the lock files
     /// of whatever is no longer cached ([`remove_stale_locks`](Self::remove_stale_locks)).
     pub fn prune(&self, age: Duration) -> io::Result<Pruned> {
         let cutoff = SystemTime::now()
@@ -534,8 +532,23 @@ impl Cache {
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut removed = Vec::new();
         for item in self.list()? {
-            if item.last_used_at.is_some_and(|t| t < cutoff) {
-                let _lock = self.lock(&item.digest)?;
+            if !item.last_used_at.is_some_and(|t| t < cutoff) {
+                continue;
+            }
+            // A fetch holds the digest's lock while it looks the artifact up, which records
+            // the use (`.used`): the age listed above may be from before a fetch used it, and
+            // removing on it would throw away what that fetch just used. So the lock is taken,
+            // without waiting (an artifact a fetch holds is in use, not old), and the age read
+            // again under it, as for an index copy below.
+            let Some(_lock) = self.try_lock_named(&item.digest.hex())? else {
+                continue;
+            };
+            let path = self.artifact_path(&item.digest);
+            let still_old = fs::symlink_metadata(&path)
+                .ok()
+                .and_then(|meta| last_used(&path, &meta))
+                .is_some_and(|t| t < cutoff);
+            if still_old {
                 self.remove_entry(&item.digest)?;
                 removed.push(item);
             }
@@ -751,6 +764,15 @@ fn lock_opened(stem: &str) {
     stop_point(&format!("cache:lock:{stem}"));
     #[cfg(not(debug_assertions))]
     let _ = stem;
+}
+
+/// When the artifact at `path` (its metadata `meta`) was last used: its `.used` file's
+/// modification time, else (no use recorded) the artifact's own.
+fn last_used(path: &Path, meta: &fs::Metadata) -> Option<SystemTime> {
+    fs::metadata(path.with_extension("used"))
+        .and_then(|m| m.modified())
+        .or_else(|_| meta.modified())
+        .ok()
 }
 
 /// Whether anything (a symbolic link included) is at `path`.

@@ -3712,6 +3712,68 @@ fn a_fetch_that_opened_a_lock_file_prune_removed_takes_the_new_one() {
     assert!(w.cache_tmp_is_empty());
 }
 
+/// `skillbox cache ARGS --cache-dir CACHE`'s arguments.
+fn cache_args(cache: &std::path::Path, args: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = vec!["cache".into()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    v.extend(["--cache-dir".to_owned(), cache.display().to_string()]);
+    v
+}
+
+/// `cache prune --older-than` reads an artifact's last use (`sha256/<hex>.used`) again once it
+/// holds the digest's lock: a fetch that used the artifact after prune listed it as old and
+/// before prune took its lock (prune stopped at `cache:lock:<hex>`, the lock file open and not
+/// yet locked, while the fetch takes the lock, finds the artifact and records the use) keeps
+/// it, and the next fetch finds it instead of downloading it again. Unused since, it goes at
+/// the next prune. (Before, prune removed it on the age it had listed.)
+#[test]
+fn cache_prune_keeps_an_artifact_a_fetch_used_after_prune_listed_it() {
+    let md = skill_md("demo", "A demo skill");
+    let w = demo_world(&md);
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    let used = w.cache().join("sha256").join(format!("{md_hex}.used"));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    age_file(&used, Duration::from_secs(2 * 86_400));
+
+    // Prune has listed the artifact as unused for two days.
+    let prune = super::stopped_at(
+        &mut skillbox(&cache_args(
+            &w.cache(),
+            &["prune", "--older-than", "1d", "--json"],
+        )),
+        &format!("cache:lock:{md_hex}"),
+    );
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "cache");
+    super::resume(prune.id());
+    let o = prune.wait_with_output().expect("wait");
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(
+        json_of(&o).as_array().map(Vec::len),
+        Some(0),
+        "prune removed an artifact a fetch used after it was listed: {}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 1);
+    let o = w.fetch("demo", &["--offline"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "cache");
+    assert_eq!(w.server.hits("/a/SKILL.md"), 1, "downloaded again");
+
+    // Unused for two days again: the same prune removes it.
+    age_file(&used, Duration::from_secs(2 * 86_400));
+    let o = run(&cache_args(&w.cache(), &["prune", "--older-than", "1d"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 0);
+}
+
 #[test]
 fn cache_commands_list_verify_prune_and_no_cache() {
     let w = World::new();
