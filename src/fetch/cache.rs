@@ -343,17 +343,23 @@ impl Cache {
         for digest in digests {
             let _lock = self.lock(&digest)?;
             let path = self.artifact_path(&digest);
-            let actual = OpenOptions::new()
+            let opened = OpenOptions::new()
                 .read(true)
                 .custom_flags(nix::libc::O_NOFOLLOW)
-                .open(&path)
-                .and_then(|f| {
+                .open(&path);
+            let actual = match opened {
+                // Listed before the lock was taken, and removed since (by `cache prune`, or a
+                // fetch that found it corrupt) by a holder of that lock: no longer cached, so
+                // neither verified nor removed here.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                opened => opened.and_then(|f| {
                     if f.metadata()?.is_file() {
                         Sha256Digest::of_reader(&f).map(|(d, _)| Some(d))
                     } else {
                         Ok(None)
                     }
-                });
+                }),
+            };
             match actual {
                 Ok(Some(d)) if d == digest => report.ok.push(digest),
                 Ok(Some(d)) => {
@@ -409,7 +415,13 @@ impl Cache {
                 },
                 Owner::Old => None,
             };
-            let meta = fs::symlink_metadata(e.path())?;
+            let meta = match fs::symlink_metadata(e.path()) {
+                Ok(meta) => meta,
+                // Listed before the lock was taken, and renamed into place or removed since by
+                // the fetch that held it (or by another prune): nothing is left to remove.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             if !meta.is_file() {
                 continue;
             }

@@ -3774,6 +3774,107 @@ fn cache_prune_keeps_an_artifact_a_fetch_used_after_prune_listed_it() {
     assert_eq!(w.cached_artifacts(), 0);
 }
 
+/// `cache verify` lists the artifacts, then re-hashes each under its digest's lock: one that
+/// `cache prune` removed in between (verify stopped at `cache:lock:<hex>`, the lock file open
+/// and not yet locked) is no longer cached, not corrupt, and verify passes over it (exit 0,
+/// nothing reported removed). (Before, verify reported it removed as "cannot be read" and
+/// exited 3.)
+#[test]
+fn cache_verify_passes_over_an_artifact_prune_removed_after_verify_listed_it() {
+    let md = skill_md("demo", "A demo skill");
+    let w = demo_world(&md);
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    age_file(
+        &w.cache().join("sha256").join(format!("{md_hex}.used")),
+        Duration::from_secs(2 * 86_400),
+    );
+
+    let verify = super::stopped_at(
+        &mut skillbox(&cache_args(&w.cache(), &["verify", "--json"])),
+        &format!("cache:lock:{md_hex}"),
+    );
+    let o = run(&cache_args(&w.cache(), &["prune", "--older-than", "1d"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 0);
+    super::resume(verify.id());
+    let o = verify.wait_with_output().expect("wait");
+    assert_eq!(
+        code(&o),
+        0,
+        "verify reported an artifact prune removed: {}",
+        explain(&o)
+    );
+    let v = json_of(&o);
+    assert_eq!(v["ok"], serde_json::json!([]), "{v:#}");
+    assert_eq!(v["removed"], serde_json::json!([]), "{v:#}");
+}
+
+/// `cache prune` lists `tmp/`, then takes the lock each file's name ties it to: a fetch that
+/// held that lock while prune listed its download and record (the fetch stopped at
+/// `cache:record`, prune at `cache:lock:<hex>`), then renamed them into place and let the lock
+/// go, leaves prune nothing to remove, and prune goes on (exit 0) and keeps the artifact.
+/// (Before, prune failed, exit 1, on the file gone.)
+#[test]
+fn cache_prune_goes_on_past_a_download_renamed_into_place_after_prune_listed_it() {
+    let md = skill_md("demo", "A demo skill");
+    let w = demo_world(&md);
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let fetch = super::stopped_at(
+        &mut skillbox(&w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache])),
+        "cache:record",
+    );
+    let in_tmp = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(w.cache().join("tmp"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let listed = in_tmp();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed[0].starts_with(&format!("dl-{md_hex}-"))
+            && listed[1].starts_with(&format!("w-{md_hex}-")),
+        "{listed:?}"
+    );
+
+    // Prune has listed tmp/ and opened the digest's lock file (the fetch holds the lock).
+    let prune = super::stopped_at(
+        &mut skillbox(&cache_args(&w.cache(), &["prune", "--older-than", "30d"])),
+        &format!("cache:lock:{md_hex}"),
+    );
+    super::resume(fetch.id());
+    let o = fetch.wait_with_output().expect("wait");
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
+    assert!(w.cache_tmp_is_empty(), "{:?}", in_tmp());
+    super::resume(prune.id());
+    let o = prune.wait_with_output().expect("wait");
+    assert_eq!(
+        code(&o),
+        0,
+        "prune failed on a file renamed into place after it listed tmp/: {}",
+        explain(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("0 removed"), "{}", explain(&o));
+    assert!(!out.contains("killed fetch"), "{}", explain(&o));
+    assert_eq!(w.cached_artifacts(), 1);
+}
+
 #[test]
 fn cache_commands_list_verify_prune_and_no_cache() {
     let w = World::new();
