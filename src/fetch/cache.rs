@@ -187,7 +187,8 @@ impl Cache {
         })
     }
 
-    /// The artifact with this digest, re-hashed now; a mismatching file is removed.
+    /// The artifact with this digest, re-hashed now; a mismatching file is removed, with its
+    /// records.
     pub fn lookup(&self, digest: &Sha256Digest) -> io::Result<Option<Hit>> {
         let path = self.artifact_path(digest);
         let file = match OpenOptions::new()
@@ -205,8 +206,8 @@ impl Cache {
         }
         let (actual, size) = Sha256Digest::of_reader(&file)?;
         if actual != *digest {
-            let _ = fs::remove_file(&path);
-            let _ = fs::remove_file(path.with_extension("json"));
+            // With its records: a `.used` left alone would never be listed or pruned.
+            let _ = self.remove_entry(digest);
             return Ok(None);
         }
         let origin = read_bounded(&path.with_extension("json"), MAX_META)

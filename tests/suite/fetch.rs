@@ -1841,6 +1841,12 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     let o = w.fetch("demo", &["--offline"]);
     assert_eq!(code(&o), 1, "{}", explain(&o));
     assert_eq!(json_of(&o)["error"]["kind"], "offline");
+    // Dropped with its records: its origin (`.json`) and its last use (`.used`) go too.
+    let left: Vec<String> = std::fs::read_dir(w.cache().join("sha256"))
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left in sha256/: {left:?}");
 }
 
 /// A cache hit's provenance says where this fetch's index pointed (`resolved_url`), that the
