@@ -18,6 +18,9 @@
 //! `cache prune` unlinks the lock files of what is no longer cached, each while holding it;
 //! every taker checks, once it has a lock, that the file it locked is still the one at the
 //! path, and opens the path again if not ([`Cache::take_lock`]).
+//! `cache prune` and `cache verify` list what is there, then take each entry's lock: what they
+//! decide on (an artifact's last use, an index copy's age, that a file is still there) is read
+//! again under the lock, never acted on as the listing found it.
 //! `sha256/<hex>.used` is an empty file whose modification time is the last use (`cache
 //! list`, `cache prune --older-than`); access times are not used, `relatime` and `noatime`
 //! make them unreliable.
