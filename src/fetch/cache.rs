@@ -540,15 +540,16 @@ impl Cache {
 
     /// Remove artifacts last used longer than `age` ago, and index copies not refreshed in
     /// that time (each under its lock, skipped while a fetch holds it, its age read again
-    /// under it); then the lock files
-    /// of whatever is no longer cached ([`remove_stale_locks`](Self::remove_stale_locks)).
+    /// under it); then the lock files of whatever is no longer cached
+    /// ([`remove_stale_locks`](Self::remove_stale_locks)).
     pub fn prune(&self, age: Duration) -> io::Result<Pruned> {
         let cutoff = SystemTime::now()
             .checked_sub(age)
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut removed = Vec::new();
+        let unused = |last_used: Option<SystemTime>| last_used.is_some_and(|t| t < cutoff);
         for item in self.list()? {
-            if !item.last_used_at.is_some_and(|t| t < cutoff) {
+            if !unused(item.last_used_at) {
                 continue;
             }
             // A fetch holds the digest's lock while it looks the artifact up, which records
@@ -560,11 +561,10 @@ impl Cache {
                 continue;
             };
             let path = self.artifact_path(&item.digest);
-            let still_old = fs::symlink_metadata(&path)
+            let used_at = fs::symlink_metadata(&path)
                 .ok()
-                .and_then(|meta| last_used(&path, &meta))
-                .is_some_and(|t| t < cutoff);
-            if still_old {
+                .and_then(|meta| last_used(&path, &meta));
+            if unused(used_at) {
                 self.remove_entry(&item.digest)?;
                 removed.push(item);
             }
