@@ -18,6 +18,9 @@
 //! `cache prune` unlinks the lock files of what is no longer cached, each while holding it;
 //! every taker checks, once it has a lock, that the file it locked is still the one at the
 //! path, and opens the path again if not ([`Cache::take_lock`]).
+//! `cache prune` and `cache verify` list what is there, then take each entry's lock: what they
+//! decide on (an artifact's last use, an index copy's age, that a file is still there) is read
+//! again under the lock, never acted on as the listing found it.
 //! `sha256/<hex>.used` is an empty file whose modification time is the last use (`cache
 //! list`, `cache prune --older-than`); access times are not used, `relatime` and `noatime`
 //! make them unreliable.
@@ -187,7 +190,8 @@ impl Cache {
         })
     }
 
-    /// The artifact with this digest, re-hashed now; a mismatching file is removed.
+    /// The artifact with this digest, re-hashed now; a mismatching file is removed, with its
+    /// records.
     pub fn lookup(&self, digest: &Sha256Digest) -> io::Result<Option<Hit>> {
         let path = self.artifact_path(digest);
         let file = match OpenOptions::new()
@@ -205,8 +209,8 @@ impl Cache {
         }
         let (actual, size) = Sha256Digest::of_reader(&file)?;
         if actual != *digest {
-            let _ = fs::remove_file(&path);
-            let _ = fs::remove_file(path.with_extension("json"));
+            // With its records: a `.used` left alone would never be listed or pruned.
+            let _ = self.remove_entry(digest);
             return Ok(None);
         }
         let origin = read_bounded(&path.with_extension("json"), MAX_META)
@@ -317,10 +321,7 @@ impl Cache {
                 .ok()
                 .flatten()
                 .and_then(|b| serde_json::from_slice::<Origin>(&b).ok());
-            let last_used = fs::metadata(path.with_extension("used"))
-                .and_then(|m| m.modified())
-                .or_else(|_| meta.modified())
-                .ok();
+            let last_used = last_used(&path, &meta);
             out.push(Listed {
                 digest,
                 size: meta.len(),
@@ -346,17 +347,23 @@ impl Cache {
         for digest in digests {
             let _lock = self.lock(&digest)?;
             let path = self.artifact_path(&digest);
-            let actual = OpenOptions::new()
+            let opened = OpenOptions::new()
                 .read(true)
                 .custom_flags(nix::libc::O_NOFOLLOW)
-                .open(&path)
-                .and_then(|f| {
+                .open(&path);
+            let actual = match opened {
+                // Listed before the lock was taken, and removed since (by `cache prune`, or a
+                // fetch that found it corrupt) by a holder of that lock: no longer cached, so
+                // neither verified nor removed here.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                opened => opened.and_then(|f| {
                     if f.metadata()?.is_file() {
                         Sha256Digest::of_reader(&f).map(|(d, _)| Some(d))
                     } else {
                         Ok(None)
                     }
-                });
+                }),
+            };
             match actual {
                 Ok(Some(d)) if d == digest => report.ok.push(digest),
                 Ok(Some(d)) => {
@@ -412,7 +419,13 @@ impl Cache {
                 },
                 Owner::Old => None,
             };
-            let meta = fs::symlink_metadata(e.path())?;
+            let meta = match fs::symlink_metadata(e.path()) {
+                Ok(meta) => meta,
+                // Listed before the lock was taken, and renamed into place or removed since by
+                // the fetch that held it (or by another prune): nothing is left to remove.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
             if !meta.is_file() {
                 continue;
             }
@@ -526,16 +539,32 @@ impl Cache {
     }
 
     /// Remove artifacts last used longer than `age` ago, and index copies not refreshed in
-    /// that time (each under its lock, skipped while a fetch holds it); then the lock files
-    /// of whatever is no longer cached ([`remove_stale_locks`](Self::remove_stale_locks)).
+    /// that time (each under its lock, skipped while a fetch holds it, its age read again
+    /// under it); then the lock files of whatever is no longer cached
+    /// ([`remove_stale_locks`](Self::remove_stale_locks)).
     pub fn prune(&self, age: Duration) -> io::Result<Pruned> {
         let cutoff = SystemTime::now()
             .checked_sub(age)
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut removed = Vec::new();
+        let unused = |last_used: Option<SystemTime>| last_used.is_some_and(|t| t < cutoff);
         for item in self.list()? {
-            if item.last_used_at.is_some_and(|t| t < cutoff) {
-                let _lock = self.lock(&item.digest)?;
+            if !unused(item.last_used_at) {
+                continue;
+            }
+            // A fetch holds the digest's lock while it looks the artifact up, which records
+            // the use (`.used`): the age listed above may be from before a fetch used it, and
+            // removing on it would throw away what that fetch just used. So the lock is taken,
+            // without waiting (an artifact a fetch holds is in use, not old), and the age read
+            // again under it, as for an index copy below.
+            let Some(_lock) = self.try_lock_named(&item.digest.hex())? else {
+                continue;
+            };
+            let path = self.artifact_path(&item.digest);
+            let used_at = fs::symlink_metadata(&path)
+                .ok()
+                .and_then(|meta| last_used(&path, &meta));
+            if unused(used_at) {
                 self.remove_entry(&item.digest)?;
                 removed.push(item);
             }
@@ -751,6 +780,15 @@ fn lock_opened(stem: &str) {
     stop_point(&format!("cache:lock:{stem}"));
     #[cfg(not(debug_assertions))]
     let _ = stem;
+}
+
+/// When the artifact at `path` (its metadata `meta`) was last used: its `.used` file's
+/// modification time, else (no use recorded) the artifact's own.
+fn last_used(path: &Path, meta: &fs::Metadata) -> Option<SystemTime> {
+    fs::metadata(path.with_extension("used"))
+        .and_then(|m| m.modified())
+        .or_else(|_| meta.modified())
+        .ok()
 }
 
 /// Whether anything (a symbolic link included) is at `path`.

@@ -484,6 +484,13 @@ impl World {
         );
     }
 
+    /// Serve `reply` at `path`, and make the index list it alone: the SKILL.md `name`, its URL
+    /// `path` (path-absolute), its digest `digest`.
+    fn serve_one(&self, name: &str, path: &str, reply: Reply, digest: &str) {
+        self.server.route(path, reply);
+        self.index(&index_json(&[entry(name, "skill-md", path, digest)]));
+    }
+
     fn cache_tmp_is_empty(&self) -> bool {
         std::fs::read_dir(self.cache().join("tmp"))
             .map(|d| d.count() == 0)
@@ -499,6 +506,14 @@ impl World {
             })
             .unwrap_or(0)
     }
+}
+
+/// A World whose index lists one skill, `demo`: the SKILL.md `md`, served at `/a/SKILL.md` and
+/// listed with its digest.
+fn demo_world(md: &[u8]) -> World {
+    let w = World::new();
+    w.serve_one("demo", "/a/SKILL.md", ok(md, "text/markdown"), &sha(md));
+    w
 }
 
 /// Variables that change the fetch policy; cleared so the host's proxy or settings cannot
@@ -729,13 +744,12 @@ fn fetch_answers_as_extract_does_sandbox_included() {
 fn digest_mismatch_discards_the_bytes_and_extracts_nothing() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
+    w.serve_one(
         "demo",
-        "skill-md",
         "/a/SKILL.md",
+        ok(&md, "text/markdown"),
         &sha(b"other bytes"),
-    )]));
+    );
     let out = w.out();
     let o = w.fetch("demo", &["--out", out.to_str().unwrap_or("")]);
     assert_eq!(code(&o), 3, "{}", explain(&o));
@@ -1302,16 +1316,9 @@ fn content_encoded_response_is_refused_not_decoded() {
 /// alike, which `--max-bytes` never bounds. (The help gave each the same one line.)
 #[test]
 fn max_bytes_bounds_the_download_and_max_artifact_bytes_the_file_extracted() {
-    let w = World::new();
     let mut md = skill_md("demo", "A demo skill");
     md.resize(4096, b'x');
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
 
     // Under the download bound, over the extraction limit: cut at the latter, rejected as the
     // engine rejects it, nothing cached (see
@@ -1563,19 +1570,15 @@ fn a_download_past_max_artifact_bytes_is_cut_there_and_nothing_is_kept() {
 #[test]
 fn slow_server_runs_out_of_total_time() {
     let w = World::new();
-    w.server.route(
+    w.serve_one(
+        "demo",
         "/slow",
         Reply::Slow {
             len: 100,
             delay: Duration::from_millis(100),
         },
-    );
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/slow",
         &sha(b"x"),
-    )]));
+    );
     let started = Instant::now();
     let o = w.fetch("demo", &["--total-timeout", "1"]);
     assert_eq!(refused_rule(&o), "total_timeout");
@@ -1684,20 +1687,16 @@ fn a_trickled_handshake_runs_out_of_total_time() {
 fn a_response_record_trickled_after_the_handshake_runs_out_of_total_time() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route(
+    w.serve_one(
+        "demo",
         "/trickle",
         Reply::TrickleRecord {
             body: md.clone(),
             delay: TRICKLE_DELAY,
             limit: TRICKLE_BYTES,
         },
-    );
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/trickle",
         &sha(&md),
-    )]));
+    );
     let started = Instant::now();
     let o = w.fetch("demo", &["--total-timeout", "1"]);
     assert_eq!(refused_rule(&o), "total_timeout", "{}", explain(&o));
@@ -1782,15 +1781,8 @@ fn a_proxy_trickling_its_connect_answer_runs_out_of_time() {
 
 #[test]
 fn second_fetch_is_a_cache_hit_and_offline_works() {
-    let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
     let o = w.fetch("demo", &[]);
     assert_eq!(code(&o), 0, "{}", explain(&o));
     let o = w.fetch("demo", &[]);
@@ -1849,6 +1841,12 @@ fn second_fetch_is_a_cache_hit_and_offline_works() {
     let o = w.fetch("demo", &["--offline"]);
     assert_eq!(code(&o), 1, "{}", explain(&o));
     assert_eq!(json_of(&o)["error"]["kind"], "offline");
+    // Dropped with its records: its origin (`.json`) and its last use (`.used`) go too.
+    let left: Vec<String> = std::fs::read_dir(w.cache().join("sha256"))
+        .expect("read_dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(left.is_empty(), "left in sha256/: {left:?}");
 }
 
 /// A cache hit's provenance says where this fetch's index pointed (`resolved_url`), that the
@@ -2668,13 +2666,12 @@ fn a_typed_url_whose_password_holds_a_slash_is_refused_not_sent() {
 fn install_records_a_url_with_an_at_in_its_path_as_fetched() {
     let w = World::new();
     let md = skill_md("scoped", "A demo skill");
-    w.server.route("/@scope/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
+    w.serve_one(
         "scoped",
-        "skill-md",
         "/@scope/SKILL.md",
+        ok(&md, "text/markdown"),
         &sha(&md),
-    )]));
+    );
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let store = w.tmp.path().join("store").display().to_string();
     let home = w.tmp.path().display().to_string();
@@ -2816,16 +2813,9 @@ fn a_body_cut_off_without_close_notify_is_named_as_such() {
 /// `--print-policy` shows the result.
 #[test]
 fn policy_file_environment_and_flags_layer_in_order() {
-    let w = World::new();
     let mut md = skill_md("demo", "A demo skill");
     md.resize(2048, b'x');
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
     let policy = w.tmp.path().join("policy.toml");
     std::fs::write(
         &policy,
@@ -3011,16 +3001,9 @@ impl Drop for Tinyproxy {
 /// password, a refusing proxy and a dead one are each a clear error; NO_PROXY goes direct.
 #[test]
 fn a_proxy_tunnels_to_the_checked_address_and_the_rules_still_hold() {
-    let w = World::new();
-    let proxy = Tinyproxy::start(&format!("BasicAuth alice {MARKER}"));
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
+    let proxy = Tinyproxy::start(&format!("BasicAuth alice {MARKER}"));
     let port = w.server.addr.port();
     // By name: the certificate names localhost, so TLS verification proves the original name
     // was used inside the tunnel while the proxy was given the address.
@@ -3148,19 +3131,15 @@ fn a_proxy_tunnels_to_the_checked_address_and_the_rules_still_hold() {
 fn concurrent_fetches_of_one_digest_download_once() {
     let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route(
+    w.serve_one(
+        "demo",
         "/a/SKILL.md",
         Reply::Trickle {
             body: md.clone(),
             delay: Duration::from_millis(25),
         },
-    );
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
         &sha(&md),
-    )]));
+    );
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let args = w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache]);
@@ -3201,19 +3180,15 @@ fn concurrent_fetches_of_one_digest_download_once() {
 fn cache_prune_removes_what_a_killed_fetch_left_and_never_a_live_download() {
     let w = World::new();
     // 200 bytes, one per 100 ms: the fetch is still downloading when it is looked at.
-    w.server.route(
+    w.serve_one(
+        "demo",
         "/slow",
         Reply::Slow {
             len: 200,
             delay: Duration::from_millis(100),
         },
-    );
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/slow",
         &sha(b"x"),
-    )]));
+    );
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let mut child = skillbox(&w.args(&["fetch", &index, "demo", "--cache-dir", &cache]))
@@ -3361,15 +3336,8 @@ fn cache_prune_removes_an_older_versions_partial_download_only_once_it_is_old() 
 #[test]
 fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
     use nix::sys::signal::{Signal, kill};
-    let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let tmp = w.cache().join("tmp");
@@ -3675,15 +3643,8 @@ fn cache_prune_removes_the_lock_files_of_what_is_no_longer_cached() {
 /// downloaded once.
 #[test]
 fn a_fetch_that_opened_a_lock_file_prune_removed_takes_the_new_one() {
-    let w = World::new();
     let md = skill_md("demo", "A demo skill");
-    w.server.route("/a/SKILL.md", ok(&md, "text/markdown"));
-    w.index(&index_json(&[entry(
-        "demo",
-        "skill-md",
-        "/a/SKILL.md",
-        &sha(&md),
-    )]));
+    let w = demo_world(&md);
     let index = w.server.url("/.well-known/agent-skills/index.json");
     let cache = w.cache().display().to_string();
     let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
@@ -3755,6 +3716,169 @@ fn a_fetch_that_opened_a_lock_file_prune_removed_takes_the_new_one() {
     assert_eq!(w.server.hits("/a/SKILL.md"), 2, "first fetch, then C only");
     assert_eq!(w.cached_artifacts(), 1);
     assert!(w.cache_tmp_is_empty());
+}
+
+/// `skillbox cache ARGS --cache-dir CACHE`'s arguments.
+fn cache_args(cache: &std::path::Path, args: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = vec!["cache".into()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    v.extend(["--cache-dir".to_owned(), cache.display().to_string()]);
+    v
+}
+
+/// `cache prune --older-than` reads an artifact's last use (`sha256/<hex>.used`) again once it
+/// holds the digest's lock: a fetch that used the artifact after prune listed it as old and
+/// before prune took its lock (prune stopped at `cache:lock:<hex>`, the lock file open and not
+/// yet locked, while the fetch takes the lock, finds the artifact and records the use) keeps
+/// it, and the next fetch finds it instead of downloading it again. Unused since, it goes at
+/// the next prune. (Before, prune removed it on the age it had listed.)
+#[test]
+fn cache_prune_keeps_an_artifact_a_fetch_used_after_prune_listed_it() {
+    let md = skill_md("demo", "A demo skill");
+    let w = demo_world(&md);
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    let used = w.cache().join("sha256").join(format!("{md_hex}.used"));
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    age_file(&used, Duration::from_secs(2 * 86_400));
+
+    // Prune has listed the artifact as unused for two days.
+    let prune = super::stopped_at(
+        &mut skillbox(&cache_args(
+            &w.cache(),
+            &["prune", "--older-than", "1d", "--json"],
+        )),
+        &format!("cache:lock:{md_hex}"),
+    );
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "cache");
+    super::resume(prune.id());
+    let o = prune.wait_with_output().expect("wait");
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(
+        json_of(&o).as_array().map(Vec::len),
+        Some(0),
+        "prune removed an artifact a fetch used after it was listed: {}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 1);
+    let o = w.fetch("demo", &["--offline"]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "cache");
+    assert_eq!(w.server.hits("/a/SKILL.md"), 1, "downloaded again");
+
+    // Unused for two days again: the same prune removes it.
+    age_file(&used, Duration::from_secs(2 * 86_400));
+    let o = run(&cache_args(&w.cache(), &["prune", "--older-than", "1d"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 0);
+}
+
+/// `cache verify` lists the artifacts, then re-hashes each under its digest's lock: one that
+/// `cache prune` removed in between (verify stopped at `cache:lock:<hex>`, the lock file open
+/// and not yet locked) is no longer cached, not corrupt, and verify passes over it (exit 0,
+/// nothing reported removed). (Before, verify reported it removed as "cannot be read" and
+/// exited 3.)
+#[test]
+fn cache_verify_passes_over_an_artifact_prune_removed_after_verify_listed_it() {
+    let md = skill_md("demo", "A demo skill");
+    let w = demo_world(&md);
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    let o = w.fetch("demo", &[]);
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    age_file(
+        &w.cache().join("sha256").join(format!("{md_hex}.used")),
+        Duration::from_secs(2 * 86_400),
+    );
+
+    let verify = super::stopped_at(
+        &mut skillbox(&cache_args(&w.cache(), &["verify", "--json"])),
+        &format!("cache:lock:{md_hex}"),
+    );
+    let o = run(&cache_args(&w.cache(), &["prune", "--older-than", "1d"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 0);
+    super::resume(verify.id());
+    let o = verify.wait_with_output().expect("wait");
+    assert_eq!(
+        code(&o),
+        0,
+        "verify reported an artifact prune removed: {}",
+        explain(&o)
+    );
+    let v = json_of(&o);
+    assert_eq!(v["ok"], serde_json::json!([]), "{v:#}");
+    assert_eq!(v["removed"], serde_json::json!([]), "{v:#}");
+}
+
+/// `cache prune` lists `tmp/`, then takes the lock each file's name ties it to: a fetch that
+/// held that lock while prune listed its download and record (the fetch stopped at
+/// `cache:record`, prune at `cache:lock:<hex>`), then renamed them into place and let the lock
+/// go, leaves prune nothing to remove, and prune goes on (exit 0) and keeps the artifact.
+/// (Before, prune failed, exit 1, on the file gone.)
+#[test]
+fn cache_prune_goes_on_past_a_download_renamed_into_place_after_prune_listed_it() {
+    let md = skill_md("demo", "A demo skill");
+    let w = demo_world(&md);
+    let md_hex = skillbox::digest::Sha256Digest::of_bytes(&md).hex();
+    let index = w.server.url("/.well-known/agent-skills/index.json");
+    let cache = w.cache().display().to_string();
+    let fetch = super::stopped_at(
+        &mut skillbox(&w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache])),
+        "cache:record",
+    );
+    let in_tmp = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(w.cache().join("tmp"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    let listed = in_tmp();
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed[0].starts_with(&format!("dl-{md_hex}-"))
+            && listed[1].starts_with(&format!("w-{md_hex}-")),
+        "{listed:?}"
+    );
+
+    // Prune has listed tmp/ and opened the digest's lock file (the fetch holds the lock).
+    let prune = super::stopped_at(
+        &mut skillbox(&cache_args(&w.cache(), &["prune", "--older-than", "30d"])),
+        &format!("cache:lock:{md_hex}"),
+    );
+    super::resume(fetch.id());
+    let o = fetch.wait_with_output().expect("wait");
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert_eq!(json_of(&o)["provenance"]["artifact_source"], "network");
+    assert!(w.cache_tmp_is_empty(), "{:?}", in_tmp());
+    super::resume(prune.id());
+    let o = prune.wait_with_output().expect("wait");
+    assert_eq!(
+        code(&o),
+        0,
+        "prune failed on a file renamed into place after it listed tmp/: {}",
+        explain(&o)
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("0 removed"), "{}", explain(&o));
+    assert!(!out.contains("killed fetch"), "{}", explain(&o));
+    assert_eq!(w.cached_artifacts(), 1);
 }
 
 #[test]
