@@ -23,6 +23,13 @@
 //!   an `INTERNAL` answered before the handler marked the request decoded ([`Decoded`]) is
 //!   the decoder's (every error of the body is `ABORTED`, above); one answered after it is
 //!   the handler's own and stays `INTERNAL`.
+//! - Every unary call's refusal is counted, by method and code, in
+//!   `skillbox_unary_request_errors_total` ([`Metrics::unary_error`]): a request that did not
+//!   decode, rewritten above, as well as one its handler refused (a malformed or unknown
+//!   `staging_id`, no room for a tree stream), as `Extract`'s errors are counted in
+//!   `skillbox_request_errors_total`. tonic answers a unary call's decoder and handler alike
+//!   with a trailers-only response, so the code is read here, from the response's head, the one
+//!   place both pass through.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -36,6 +43,7 @@ use tonic::server::NamedService;
 use tonic::{Code, Status};
 
 use super::error::RequestError;
+use super::metrics::Metrics;
 use super::partial::{Budget, Unfinished};
 
 /// A gRPC service whose request bodies are guarded as the module says.
@@ -45,15 +53,19 @@ pub struct Guarded<S> {
     budget: Arc<Budget>,
     /// A client's reset is an error (the Skillbox service); elsewhere it stays tonic's end.
     resets_fail: bool,
+    /// Where the Skillbox service's unary refusals are counted; `None` on the other services.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> Guarded<S> {
-    /// The Skillbox service: resets fail the call, and every call but an upload is budgeted.
-    pub fn skillbox(inner: S, budget: &Arc<Budget>) -> Self {
+    /// The Skillbox service: resets fail the call, every call but an upload is budgeted, and
+    /// the unary calls' refusals are counted in `metrics`.
+    pub fn skillbox(inner: S, budget: &Arc<Budget>, metrics: &Arc<Metrics>) -> Self {
         Self {
             inner,
             budget: Arc::clone(budget),
             resets_fail: true,
+            metrics: Some(Arc::clone(metrics)),
         }
     }
 
@@ -63,6 +75,7 @@ impl<S> Guarded<S> {
             inner,
             budget: Arc::clone(budget),
             resets_fail: false,
+            metrics: None,
         }
     }
 }
@@ -79,17 +92,25 @@ fn is_upload(path: &str) -> bool {
     )
 }
 
-/// The Skillbox service's unary methods, with the name of their request message. Each one's
-/// handler marks its request [`Decoded`] first thing: an `INTERNAL` answered before that is
-/// taken for the decoder's.
-fn unary_request(path: &str) -> Option<&'static str> {
-    match path {
-        "/skillbox.v1.Skillbox/Release" => Some("ReleaseRequest"),
-        "/skillbox.v1.Skillbox/GetTree" => Some("GetTreeRequest"),
-        "/skillbox.v1.Skillbox/ServerInfo" => Some("ServerInfoRequest"),
-        _ => None,
-    }
+/// The Skillbox service's unary methods (one request message, whatever they answer): the
+/// method's name (a metrics label) and that of its request message. Each one's handler marks its
+/// request [`Decoded`] first thing: an `INTERNAL` answered before that is taken for the
+/// decoder's. Every method of the contract that takes one request message must be in [`UNARY`],
+/// and none that takes a stream (a test reads the contract's descriptor to hold this).
+fn unary_request(path: &str) -> Option<(&'static str, &'static str)> {
+    let method = path
+        .strip_prefix('/')?
+        .strip_prefix(crate::proto::skillbox_server::SERVICE_NAME)?
+        .strip_prefix('/')?;
+    UNARY.iter().copied().find(|(name, _)| *name == method)
 }
+
+/// The Skillbox service's unary methods and their request messages ([`unary_request`]).
+const UNARY: [(&str, &str); 3] = [
+    ("Release", "ReleaseRequest"),
+    ("GetTree", "GetTreeRequest"),
+    ("ServerInfo", "ServerInfoRequest"),
+];
 
 /// In the request extensions of a unary Skillbox call: marked by its handler, which tonic
 /// calls only once the request message decoded ([`mark_decoded`]).
@@ -122,13 +143,18 @@ where
         let unfinished =
             (!is_upload(req.uri().path())).then(|| Unfinished::new(Arc::clone(&self.budget)));
         let unary = self
-            .resets_fail
-            .then(|| unary_request(req.uri().path()))
-            .flatten()
-            .map(|message| {
+            .metrics
+            .as_ref()
+            .zip(unary_request(req.uri().path()))
+            .map(|(metrics, (method, message))| {
                 let decoded = Decoded::default();
                 req.extensions_mut().insert(decoded.clone());
-                (message, decoded)
+                Unary {
+                    method,
+                    message,
+                    decoded,
+                    metrics: Arc::clone(metrics),
+                }
             });
         if unfinished.is_none() && !self.resets_fail {
             return Answer {
@@ -150,11 +176,20 @@ where
     }
 }
 
-/// The answer of a call, rewritten as the module says when it is a unary call's decoder's.
+/// The answer of a call, rewritten as the module says when it is a unary call's decoder's, and
+/// counted when it is a unary call's refusal.
 pub struct Answer<F> {
     inner: F,
-    /// A unary Skillbox call: its request message's name, and whether its handler ran.
-    unary: Option<(&'static str, Decoded)>,
+    unary: Option<Unary>,
+}
+
+/// A unary Skillbox call, as [`unary_request`] names it.
+struct Unary {
+    method: &'static str,
+    message: &'static str,
+    /// Whether its handler ran.
+    decoded: Decoded,
+    metrics: Arc<Metrics>,
 }
 
 impl<F, E> Future for Answer<F>
@@ -166,10 +201,21 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let response = ready!(Pin::new(&mut this.inner).poll(cx))?;
-        Poll::Ready(Ok(match this.unary.take() {
-            Some((message, decoded)) => undecoded(response, message, &decoded),
-            None => response,
-        }))
+        let Some(unary) = this.unary.take() else {
+            return Poll::Ready(Ok(response));
+        };
+        let response = undecoded(response, unary.message, &unary.decoded);
+        // A refusal is a trailers-only response: its status is in the head. An answer's status
+        // comes in its trailers (OK for a unary answer; a GetTree stream that fails after it
+        // began is not counted here).
+        if let Some(code) = response.headers().get(Status::GRPC_STATUS)
+            && code.as_bytes() != b"0"
+        {
+            unary
+                .metrics
+                .unary_error(unary.method, Code::from_bytes(code.as_bytes()));
+        }
+        Poll::Ready(Ok(response))
     }
 }
 
@@ -246,5 +292,66 @@ impl http_body::Body for GuardedBody {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message as _;
+
+    use super::*;
+    use crate::proto::{FILE_DESCRIPTOR_SET, skillbox_server::SERVICE_NAME};
+
+    /// A method added to the contract cannot be forgotten here: the descriptor set the build
+    /// compiles from proto/ (the one reflection serves, generated with the service's code) is
+    /// read, and every method of the Skillbox service that takes one request message is in
+    /// [`unary_request`] with that message's name, and no client-streaming one is. (A new
+    /// unary method also needs its handler to call [`mark_decoded`] first thing.)
+    #[test]
+    fn every_unary_method_of_the_contract_and_no_streaming_one_is_listed() {
+        let set = prost_types::FileDescriptorSet::decode(FILE_DESCRIPTOR_SET)
+            .unwrap_or_else(|e| panic!("the built descriptor set does not decode: {e}"));
+        let (package, service) = SERVICE_NAME
+            .rsplit_once('.')
+            .unwrap_or_else(|| panic!("{SERVICE_NAME} has no package"));
+        let methods: Vec<_> = set
+            .file
+            .iter()
+            .filter(|f| f.package() == package)
+            .flat_map(|f| &f.service)
+            .filter(|s| s.name() == service)
+            .flat_map(|s| &s.method)
+            .collect();
+        let mut unary = Vec::new();
+        let mut streamed = 0;
+        for m in &methods {
+            let path = format!("/{SERVICE_NAME}/{}", m.name());
+            if m.client_streaming() {
+                streamed += 1;
+                assert_eq!(unary_request(&path), None, "{path} takes a stream");
+                continue;
+            }
+            let message = m
+                .input_type()
+                .strip_prefix(&format!(".{package}."))
+                .unwrap_or_else(|| panic!("{path}: {} is not of {package}", m.input_type()));
+            assert_eq!(
+                unary_request(&path),
+                Some((m.name(), message)),
+                "{path} takes one {message}: list it in UNARY and mark it decoded in its handler"
+            );
+            unary.push((m.name(), message));
+        }
+        assert!(streamed > 0, "no streaming method found in {methods:?}");
+        unary.sort_unstable();
+        let mut listed = UNARY.to_vec();
+        listed.sort_unstable();
+        assert_eq!(
+            listed, unary,
+            "UNARY lists a method the contract does not have"
+        );
+        // Another service's path is not taken for the Skillbox service's.
+        assert_eq!(unary_request("/grpc.health.v1.Health/Check"), None);
+        assert_eq!(unary_request(&format!("/{SERVICE_NAME}x/Release")), None);
     }
 }

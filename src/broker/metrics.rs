@@ -38,6 +38,8 @@ pub struct Metrics {
     outcomes: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     /// gRPC code name -> count of requests that ended without a verdict
     errors: Mutex<BTreeMap<String, u64>>,
+    /// (unary method, gRPC code name) -> count of its calls refused
+    unary_errors: Mutex<BTreeMap<(&'static str, String), u64>>,
     buckets: [AtomicU64; BUCKETS.len()],
     duration_count: AtomicU64,
     duration_sum_us: AtomicU64,
@@ -64,6 +66,18 @@ impl Metrics {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(name)
+            .or_insert(0) += 1;
+    }
+
+    /// A unary Skillbox call (`method` is the broker's own name for it, never the request's
+    /// path) answered `code` instead of an answer: its request did not decode, or its handler
+    /// refused it.
+    pub fn unary_error(&self, method: &'static str, code: tonic::Code) {
+        *self
+            .unary_errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry((method, format!("{code:?}")))
             .or_insert(0) += 1;
     }
 
@@ -128,6 +142,22 @@ impl Metrics {
             .iter()
         {
             let _ = writeln!(out, "skillbox_request_errors_total{{code=\"{code}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP skillbox_unary_request_errors_total Release, GetTree and ServerInfo requests refused with a gRPC error status (a request that did not decode, or one the call refused); a GetTree stream that fails after it began is not counted."
+        );
+        let _ = writeln!(out, "# TYPE skillbox_unary_request_errors_total counter");
+        for ((method, code), n) in self
+            .unary_errors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            let _ = writeln!(
+                out,
+                "skillbox_unary_request_errors_total{{method=\"{method}\",code=\"{code}\"}} {n}"
+            );
         }
         let _ = writeln!(
             out,
@@ -289,6 +319,8 @@ mod tests {
         m.outcome("rejected", "path_traversal");
         m.outcome("accepted", "none");
         m.error(tonic::Code::ResourceExhausted);
+        m.unary_error("Release", tonic::Code::InvalidArgument);
+        m.unary_error("Release", tonic::Code::InvalidArgument);
         m.duration(Duration::from_millis(3));
         let text = m.render(&Gauges {
             in_progress: 1,
@@ -306,6 +338,9 @@ mod tests {
             )
         );
         assert!(text.contains("skillbox_request_errors_total{code=\"ResourceExhausted\"} 1"));
+        assert!(text.contains(
+            "skillbox_unary_request_errors_total{method=\"Release\",code=\"InvalidArgument\"} 2"
+        ));
         assert!(text.contains("skillbox_request_duration_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("skillbox_request_duration_seconds_bucket{le=\"0.002\"} 0"));
         assert!(text.contains("skillbox_staging_kept 2"));

@@ -277,7 +277,7 @@ pub async fn serve(
         .add_service(body::Guarded::budgeted(health_service, budget))
         .add_service(body::Guarded::budgeted(reflection_v1, budget))
         .add_service(body::Guarded::budgeted(reflection_v1alpha, budget))
-        .add_service(body::Guarded::skillbox(skillbox, budget));
+        .add_service(body::Guarded::skillbox(skillbox, budget, &metrics));
 
     // Draining starts when `shutdown` resolves; the grace timer starts then too.
     let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);

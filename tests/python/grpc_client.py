@@ -16,9 +16,10 @@ serializers (raw message bytes, each framed by grpcio), an Extract whose first m
 that are no ExtractRequest, and one whose header and first chunk are good and whose next message
 is such bytes; reports each status with its grpc-status-details-bin in hex.
 With --bad-unary instead: sends, through grpcio's generic unary_unary and unary_stream with
-identity serializers, bytes that are no request message to Release, GetTree and ServerInfo, and
-then an empty ServerInfoRequest (no bytes) the same way; reports each status as --bad-frame does,
-and the empty request's answer size.
+identity serializers, bytes that are no request message to Release, GetTree and ServerInfo, then
+a ReleaseRequest that decodes but whose staging_id is no staging id, and an empty
+ServerInfoRequest (no bytes) the same way; reports each status as --bad-frame does, and the
+empty request's answer size.
 With --gzip instead: sends ServerInfo and the valid package compressed
 (`compression=grpc.Compression.Gzip`, per call and per channel) and reports each status, then
 the same package uncompressed on the same channel (docs/broker.md: compressed requests are
@@ -146,6 +147,14 @@ def bad_unary(channel):
             detail = dict(e.trailing_metadata() or ()).get("grpc-status-details-bin", b"")
             seen[method] = {"code": e.code().name, "details": e.details(),
                             "status_details_hex": detail.hex()}
+    # A ReleaseRequest that decodes (field 1, staging_id, "nope") and that Release refuses.
+    release = channel.unary_unary("/skillbox.v1.Skillbox/Release",
+                                  request_serializer=None, response_deserializer=None)
+    try:
+        release(b"\x0a\x04nope", timeout=60)
+        raise SystemExit("Release_bad_id: answered")
+    except grpc.RpcError as e:
+        seen["Release_bad_id"] = {"code": e.code().name, "details": e.details()}
     # The same generic call with a request that decodes (an empty ServerInfoRequest) is served.
     info = channel.unary_unary("/skillbox.v1.Skillbox/ServerInfo",
                                request_serializer=None, response_deserializer=None)

@@ -1808,10 +1808,20 @@ fn a_message_that_does_not_decode_is_an_invalid_argument_and_keeps_nothing() {
 /// stock grpcio's generic calls with identity serializers, are the client's malformed request
 /// as they are in an upload: INVALID_ARGUMENT saying the request could not be decoded, with a
 /// BadRequest naming the request message, not tonic's INTERNAL (which the client cannot tell
-/// from a fault of the server). The same generic call with bytes that decode is served.
+/// from a fault of the server). The same generic call with bytes that decode is served. Each
+/// refusal is counted as one the call's handler makes is (a Release of a staging id that is
+/// none): in skillbox_unary_request_errors_total by method and code, scraped before and after.
 #[test]
 fn a_unary_request_that_does_not_decode_is_an_invalid_argument() {
-    let server = Server::start(&[]);
+    let server = Server::start(&["--metrics", harness::ANY_PORT]);
+    let addr = server.metrics_addr();
+    let series = "skillbox_unary_request_errors_total{";
+    let before = harness::http_get(&addr, "/metrics");
+    assert!(
+        before.contains("# TYPE skillbox_unary_request_errors_total counter"),
+        "{before}"
+    );
+    assert!(!before.contains(series), "{before}");
     let v = python_on_a_skill(&server, "--bad-unary");
     for (call, message) in [
         ("Release", "ReleaseRequest"),
@@ -1834,6 +1844,21 @@ fn a_unary_request_that_does_not_decode_is_an_invalid_argument() {
         v["ServerInfo_empty"]["answer_bytes"].as_u64().unwrap_or(0) > 0,
         "{v}"
     );
+    assert_eq!(v["Release_bad_id"]["code"], "INVALID_ARGUMENT", "{v}");
+    let after = harness::http_get(&addr, "/metrics");
+    let mut counted: Vec<_> = after.lines().filter(|l| l.starts_with(series)).collect();
+    counted.sort_unstable();
+    assert_eq!(
+        counted,
+        [
+            "skillbox_unary_request_errors_total{method=\"GetTree\",code=\"InvalidArgument\"} 1",
+            "skillbox_unary_request_errors_total{method=\"Release\",code=\"InvalidArgument\"} 2",
+            "skillbox_unary_request_errors_total{method=\"ServerInfo\",code=\"InvalidArgument\"} 1",
+        ],
+        "the undecodable three, and the staging id that is none; not the ServerInfo served:\n{after}"
+    );
+    // Not an Extract's error.
+    assert!(!after.contains("skillbox_request_errors_total{"), "{after}");
     server.assert_clean();
 }
 
