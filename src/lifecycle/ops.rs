@@ -621,7 +621,7 @@ pub fn install(
             .and_then(|dir| {
                 (intake.engine)(&artifact, dir.as_fd(), &req_base).map_err(|e| e.to_string())
             });
-        stop_point(&format!("{op}:extracted"));
+        extracted(op);
         confined
     })?;
     let outcome = match confined {
@@ -1663,6 +1663,16 @@ pub fn withdraw(
     report.recovered = recovered;
     report.problems.extend(unrecovered);
     Ok(report)
+}
+
+/// The pause `install:extracted` / `update:extracted` ([`crate::stop_point`]): the confined
+/// extraction is done, the store lock not yet taken again. The point's name is only made in a
+/// debug build.
+fn extracted(op: &str) {
+    #[cfg(debug_assertions)]
+    stop_point(&format!("{op}:extracted"));
+    #[cfg(not(debug_assertions))]
+    let _ = op;
 }
 
 /// Move this host's agents off `v` (to the previous approved version in this host's store, or
