@@ -865,16 +865,8 @@ fn bad_inputs_get_clear_errors_and_their_codes() {
         5,
     );
     // A policy that denies: exit 7, nothing stored.
-    let deny = w.tmp.path().join("deny.toml");
-    std::fs::write(&deny, "[origins]\nother = \"deny\"\n").unwrap_or_else(|e| panic!("write: {e}"));
     expect_code(
-        &w.run(&[
-            "install",
-            &url,
-            "demo",
-            "--policy",
-            &deny.display().to_string(),
-        ]),
+        &w.run(&["install", &url, "demo", "--policy", &deny_policy(&w)]),
         7,
     );
     assert!(!tree_exists(&w, &v1));
@@ -2968,6 +2960,15 @@ fn hold_index(w: &World, pkg: &[u8]) -> Gate {
 /// `skillbox ARGS` in the background, as `World::cmd` runs it; `--total-timeout 300` on a
 /// fetching command, so its stalled download outlasts every bound below.
 fn spawn(w: &World, args: &[&str]) -> std::process::Child {
+    background(w, args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+}
+
+/// The command [`spawn`] starts, not started yet.
+fn background(w: &World, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
     c.args(args)
         .arg("--store")
@@ -2975,13 +2976,11 @@ fn spawn(w: &World, args: &[&str]) -> std::process::Child {
         .env("HOME", w.tmp.path())
         .env_remove("XDG_DATA_HOME")
         .env_remove("SKILLBOX_STORE")
-        .env_remove("SKILLBOX_TEST_CRASH_AT")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+        .env_remove("SKILLBOX_TEST_CRASH_AT");
     if matches!(args.first(), Some(&"install") | Some(&"update")) {
         c.args(w.fetch_flags()).args(["--total-timeout", "300"]);
     }
-    c.spawn().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+    c
 }
 
 /// Wait until `cond` holds; a deadline for something that never comes, not a measure of speed.
@@ -3894,17 +3893,17 @@ fn a_local_withdrawal_under_a_mistyped_skill_withdraws_the_digest() {
 fn install_stopped_after_extraction(w: &World, agent: &str, extra: &[&str]) -> std::process::Child {
     let url = w.index_url();
     let spec = w.agent_arg(agent);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
-    c.args(["install", url.as_str(), "demo", "--json", "--agent", &spec])
-        .args(extra)
-        .arg("--store")
-        .arg(w.store())
-        .args(w.fetch_flags())
-        .env("HOME", w.tmp.path())
-        .env_remove("XDG_DATA_HOME")
-        .env_remove("SKILLBOX_STORE")
-        .env_remove("SKILLBOX_TEST_CRASH_AT");
-    super::stopped_at(&mut c, "install:extracted")
+    let mut args = vec!["install", url.as_str(), "demo", "--json", "--agent", &spec];
+    args.extend(extra);
+    super::stopped_at(&mut background(w, &args), "install:extracted")
+}
+
+/// `update --json` (plus `extra`), stopped once its confined extraction of the version the
+/// index lists is done and before it takes the store lock again to decide (`update:extracted`).
+fn update_stopped_after_extraction(w: &World, extra: &[&str]) -> std::process::Child {
+    let mut args = vec!["update", "--json"];
+    args.extend(extra);
+    super::stopped_at(&mut background(w, &args), "update:extracted")
 }
 
 /// The staging directories in the store that hold an extracted tree.
@@ -3914,11 +3913,11 @@ fn staged_trees(w: &World) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Run `args` while `stopped` (an install stopped after its extraction) stays stopped, and
-/// return its output ([`finishes_beside`]). Before, the install held the store lock through its
-/// extraction.
+/// Run `args` while `stopped` (an install or an update stopped after its extraction) stays
+/// stopped, and return its output ([`finishes_beside`]). Before, install and update held the
+/// store lock through their extraction.
 fn finishes_while_stopped(w: &World, stopped: &mut std::process::Child, args: &[&str]) -> Output {
-    finishes_beside(w, stopped, args, "an install stopped after its extraction")
+    finishes_beside(w, stopped, args, "a command stopped after its extraction")
 }
 
 /// Containment does not queue behind an extraction: a `withdraw` of another version typed
@@ -3970,16 +3969,8 @@ fn a_version_withdrawn_while_an_install_extracts_is_refused_and_not_kept() {
     let v1 = w.publish("demo", &package(1));
     // A policy's denial: recorded, nothing stored, and re-evaluated by the next install, whose
     // intake then runs again.
-    let deny = w.tmp.path().join("deny.toml");
-    std::fs::write(&deny, "[origins]\nother = \"deny\"\n").unwrap_or_else(|e| panic!("write: {e}"));
     let url = w.index_url();
-    let o = w.run(&[
-        "install",
-        &url,
-        "demo",
-        "--policy",
-        &deny.display().to_string(),
-    ]);
+    let o = w.run(&["install", &url, "demo", "--policy", &deny_policy(&w)]);
     expect_code(&o, 7);
     assert!(!tree_exists(&w, &v1));
     let mut install = install_stopped_after_extraction(&w, "beta", &[]);
@@ -4049,5 +4040,116 @@ fn an_install_killed_after_its_extraction_leaves_staging_the_next_command_remove
     w.verify_ok();
     expect_code(&w.install(&["alpha"]), 0);
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
+
+/// A policy file denying every origin: a version it meets is recorded denied by the policy and
+/// nothing of it is stored; the next intake without it re-evaluates the version and extracts it
+/// again.
+fn deny_policy(w: &World) -> String {
+    let deny = w.tmp.path().join("deny.toml");
+    std::fs::write(&deny, "[origins]\nother = \"deny\"\n").unwrap_or_else(|e| panic!("write: {e}"));
+    deny.display().to_string()
+}
+
+/// An update that extracted a new version withdrawn before it took the store lock again decides
+/// on the records as they are then: refused as withdrawn (exit 9, the withdrawal's reason
+/// said), nothing of it stays in the store (no version tree, no staging), and the agent stays
+/// on the version it ran.
+#[test]
+fn a_version_withdrawn_while_an_update_extracts_is_refused_and_not_kept() {
+    use super::resume;
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    // Recorded (denied by the policy), so the records know the version to withdraw.
+    expect_code(&w.run(&["update", "--policy", &deny_policy(&w)]), 7);
+    assert_eq!(state_of(&w, &v2), "denied");
+    assert!(!tree_exists(&w, &v2));
+    let mut update = update_stopped_after_extraction(&w, &[]);
+    let staged = staged_trees(&w);
+    assert_eq!(staged.len(), 1, "the extraction's staging");
+    assert!(staged[0].join("tree/SKILL.md").is_file(), "{staged:?}");
+    let o = finishes_while_stopped(
+        &w,
+        &mut update,
+        &[
+            "withdraw",
+            &format!("demo@{v2}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    assert_eq!(
+        staged_trees(&w),
+        staged,
+        "a running intake's staging is kept"
+    );
+    resume(update.id());
+    let o = update
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("steals tokens"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "left on v1"
+    );
+    assert_eq!(state_of(&w, &v1), "approved");
+    assert!(!tree_exists(&w, &v2), "a withdrawn version's tree was kept");
+    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
+    w.verify_ok();
+}
+
+/// Containment does not queue behind an update's extraction either: the version the agent runs
+/// withdrawn while an update has extracted the next one (and not yet decided) is withdrawn and
+/// the agent moved off at once; the update then goes on, on the records as they are after it,
+/// and lands the new version.
+#[test]
+fn a_withdrawal_does_not_wait_for_an_update_extracting() {
+    use super::resume;
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    let mut update = update_stopped_after_extraction(&w, &[]);
+    let o = finishes_while_stopped(
+        &w,
+        &mut update,
+        &[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha"), None, "moved off at once");
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    assert_eq!(
+        staged_trees(&w).len(),
+        1,
+        "a running intake's staging is kept"
+    );
+    resume(update.id());
+    let o = update
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(v2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
     w.verify_ok();
 }
