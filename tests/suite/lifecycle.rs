@@ -3658,10 +3658,14 @@ fn a_quarantined_version_is_listed_as_quarantined_not_stored() {
 
 /// A version withdrawn on this host with `withdraw --local` is never a version to go to, even
 /// while the records still call it approved (here: records.db restored from a backup taken
-/// before the withdrawal reached it): a computed rollback skips it to the version before, as it
-/// skips a withdrawn one, and so does a withdrawal moving agents off a newer version; `--to` it
-/// stays refused (exit 9). (Before: the computed rollback was refused, exit 9, and the
-/// withdrawal moved its agent onto the quarantined tree, a dangling link.)
+/// before the withdrawal reached it, in a store whose applied entry is gone, as an older
+/// skillbox removed it: nothing left to record the withdrawal again from): a computed rollback
+/// skips it to the version before, as it skips a withdrawn one, and so does a withdrawal moving
+/// agents off a newer version; `--to` it stays refused (exit 9). The lost withdrawal is said
+/// loudly meanwhile: `status` lists it (`withdrawals_lost`) and exits 9, `verify` reports it,
+/// until it is withdrawn again. (Before: the computed rollback was refused, exit 9, and the
+/// withdrawal moved its agent onto the quarantined tree, a dangling link; and nothing said the
+/// records had lost the withdrawal.)
 #[test]
 fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
     let w = World::new();
@@ -3694,12 +3698,42 @@ fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
     );
     expect_code(&w.run(&["status"]), 0);
     assert_eq!(state_of(&w, &v1), "withdrawn");
+    std::fs::remove_file(
+        w.store()
+            .join("applied-withdrawals")
+            .join(format!("{}.json", &v1[7..])),
+    )
+    .unwrap_or_else(|e| panic!("rm the applied entry: {e}"));
     for f in ["records.db-wal", "records.db-shm"] {
         let _ = std::fs::remove_file(w.store().join(f));
     }
     std::fs::copy(&backup, &db).unwrap_or_else(|e| panic!("restore: {e}"));
     assert_eq!(state_of(&w, &v1), "approved");
     assert!(w.store().join("quarantine").join(&v1[7..]).is_dir());
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 9);
+    let lost = json_of(&o)["withdrawals_lost"].to_string();
+    assert!(
+        lost.contains(&v1) && lost.contains("the records call it approved"),
+        "{}",
+        explain(&o)
+    );
+    let o = w.run(&["status"]);
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("WITHDRAWAL LOST  1"),
+        "{}",
+        explain(&o)
+    );
+    let o = w.run(&["verify", "--json"]);
+    expect_code(&o, 1);
+    assert!(
+        json_of(&o)["problems"]
+            .to_string()
+            .contains("they lost its withdrawal"),
+        "{}",
+        explain(&o)
+    );
 
     // The computed rollback goes past the quarantined v1 to v0.
     let o = w.run(&["rollback", "demo", "--agent", "alpha", "--json"]);
@@ -3734,6 +3768,13 @@ fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
         explain(&o)
     );
     assert!(w.guide("beta").contains("version 0"));
+
+    // Withdrawn again: nothing lost any more.
+    expect_code(&w.run(&["withdraw", &v1ref, "--reason", "bad"]), 0);
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["withdrawals_lost"], serde_json::json!([]));
+    w.verify_ok();
 }
 
 /// `withdraw --local` opens no records, but records the host the records bind this store to
@@ -4152,4 +4193,139 @@ fn a_withdrawal_does_not_wait_for_an_update_extracting() {
     );
     assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
     w.verify_ok();
+}
+
+/// Copy the store's SQLite records (`records.db` and its WAL) to `to`, as an operator backs
+/// them up while no command runs; or, with `restore`, copy such a copy back over them (the
+/// shared-memory index goes: SQLite rebuilds it from the files).
+fn copy_records(w: &World, to: &Path, restore: bool) {
+    let store = w.store();
+    let (from, into) = if restore {
+        (to.to_owned(), store.clone())
+    } else {
+        (store.clone(), to.to_owned())
+    };
+    std::fs::create_dir_all(&into).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(into.join(format!("records.db{ext}")));
+    }
+    for ext in ["", "-wal"] {
+        let name = format!("records.db{ext}");
+        if from.join(&name).exists() {
+            std::fs::copy(from.join(&name), into.join(&name))
+                .unwrap_or_else(|e| panic!("cp {name}: {e}"));
+        }
+    }
+}
+
+/// The `withdrawn` events of `demo@digest` in `provenance --json`.
+fn withdrawn_events(w: &World, digest: &str) -> Vec<Value> {
+    let o = w.run(&["provenance", &format!("demo@{digest}"), "--json"]);
+    expect_code(&o, 0);
+    json_of(&o)["events"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .filter(|e| e["kind"] == "withdrawn")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A withdrawal made with `withdraw --local` survives records restored from a backup taken
+/// before it. Once the records held it, the host keeps its entry
+/// (`applied-withdrawals/<hex>.json`); records that call the version approved again (the
+/// store's records.db really copied back from the backup) are caught by the next command, a
+/// reading one included: it says so on stderr and records the withdrawal again with its
+/// original reason, who and when, so `status` lists the version withdrawn and contained, the
+/// agent the restored records put back on it is recorded where its link is, and install is
+/// refused (exit 9). The same after `gc` removed the quarantined tree and the backup is
+/// restored once more. (Before: the pending entry was removed once applied, and the restored
+/// records called the version approved, installable and run by the agent, with its tree
+/// sitting in quarantine.)
+#[test]
+fn a_local_withdrawal_outlives_records_restored_from_before_it() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    let backup = w.tmp.path().join("backup");
+    copy_records(&w, &backup, false);
+
+    // The records out of reach; contained here with --local; the records back.
+    let db = w.store().join("records.db");
+    let aside = w.tmp.path().join("records.db.aside");
+    std::fs::rename(&db, &aside).unwrap_or_else(|e| panic!("mv: {e}"));
+    let v2ref = format!("demo@{v2}");
+    let o = w.run(&[
+        "withdraw",
+        &v2ref,
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+        "--local",
+    ]);
+    expect_code(&o, 0);
+    std::fs::rename(&aside, &db).unwrap_or_else(|e| panic!("mv: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    let first = withdrawn_events(&w, &v2);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let applied = w
+        .store()
+        .join("applied-withdrawals")
+        .join(format!("{}.json", &v2[7..]));
+    assert!(applied.is_file(), "the applied entry is kept");
+    assert!(
+        !w.store()
+            .join("pending-withdrawals")
+            .join(format!("{}.json", &v2[7..]))
+            .exists()
+    );
+
+    for round in ["quarantined tree", "tree collected by gc"] {
+        copy_records(&w, &backup, true);
+        // The restored records: v2 approved, alpha recorded on it.
+        let o = w.run(&["status", "--json"]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            err.contains("the records call it approved")
+                && err.contains("restored from before it; recording it again")
+                && err.contains("alice"),
+            "{round}: {}",
+            explain(&o)
+        );
+        assert!(
+            still_on(&w, &v2).is_empty(),
+            "{round}: not contained: {}",
+            explain(&o)
+        );
+        assert_eq!(state_of(&w, &v2), "withdrawn", "{round}");
+        let again = withdrawn_events(&w, &v2);
+        assert_eq!(again.len(), 1, "{round}: {again:?}");
+        for key in ["actor", "detail", "time"] {
+            assert_eq!(again[0][key], first[0][key], "{round}: {key}");
+        }
+        assert_eq!(again[0]["actor"], "person:alice", "{round}");
+        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{round}");
+        assert!(applied.is_file(), "{round}: the applied entry is kept");
+        // A second command finds nothing to record again.
+        let o = w.run(&["list"]);
+        expect_code(&o, 0);
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("recording it again"),
+            "{round}: {}",
+            explain(&o)
+        );
+        expect_code(&w.install(&["beta"]), 9);
+        assert!(!tree_exists(&w, &v2), "{round}");
+        w.verify_ok();
+        expect_code(&w.run(&["gc"]), 0);
+        assert!(!w.store().join("quarantine").join(&v2[7..]).exists());
+    }
 }
