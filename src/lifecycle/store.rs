@@ -10,8 +10,8 @@
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700, held by its command
 //! with `flock` while it extracts without the store lock: [`Staging`]), and
 //! `versions/<sha256 hex>/` (a promoted intake, write bits removed), and, after a
-//! `withdraw --local`, `quarantine/<sha256 hex>/` and `pending-withdrawals/`
-//! ([`super::quarantine`]).
+//! `withdraw --local`, `quarantine/<sha256 hex>/`, `pending-withdrawals/` and, once the
+//! records held it, `applied-withdrawals/` ([`super::quarantine`]).
 //!
 //! The store must be ours: a directory (not a symlink) owned by us and writable by nobody else.
 //! Nothing here writes into an existing version: promotion uses `RENAME_NOREPLACE`.
