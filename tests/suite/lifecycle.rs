@@ -4289,6 +4289,9 @@ fn a_local_withdrawal_outlives_records_restored_from_before_it() {
     );
 
     for round in ["quarantined tree", "tree collected by gc"] {
+        // Times are recorded to the second: past this one, a withdrawal recorded again with
+        // the time of now, not the original one, would show.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
         copy_records(&w, &backup, true);
         // The restored records: v2 approved, alpha recorded on it.
         let o = w.run(&["status", "--json"]);
