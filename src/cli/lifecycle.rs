@@ -422,16 +422,29 @@ fn store_root(c: &Common) -> Result<PathBuf, Error> {
 const LOCAL_HINT: &str = "; to contain a version on this host now, without the records: skillbox withdraw SKILL@DIGEST --reason TEXT --local";
 
 /// Open the store and its records; first of all, record the withdrawals `withdraw --local`
-/// left pending here while the records could not be reached (under the store lock: a command
-/// that only reads takes it then).
+/// left pending here while the records could not be reached, and again those it recorded that
+/// the records lost since (restored from an older backup), saying so (under the store lock: a
+/// command that only reads takes it then).
 fn open(c: &Common, access: Access) -> Result<Store, Error> {
     let root = store_root(c)?;
-    let access = if quarantine::has_pending(&root) {
+    let mut access = if quarantine::has_pending(&root) {
         Access::Exclusive
     } else {
         access
     };
     let mut store = open_at(&root, c, access)?;
+    // A local withdrawal the records once held and hold no more: found by a read, then
+    // recorded again under the lock (looked for again there).
+    if quarantine::has_applied(&root) && !ops::undone_withdrawals(&mut store)?.is_empty() {
+        if access != Access::Exclusive {
+            drop(store);
+            access = Access::Exclusive;
+            store = open_at(&root, c, access)?;
+        }
+        for line in ops::reinstate_withdrawals(&mut store)? {
+            eprintln!("skillbox: {}", shown(&redact_message(&line)));
+        }
+    }
     if access == Access::Exclusive {
         for line in ops::apply_pending(&mut store)? {
             eprintln!("skillbox: {}", shown(&redact_message(&line)));
@@ -884,6 +897,12 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         println!("  {}", shown(p));
                     }
                 }
+                if !s.withdrawals_lost.is_empty() {
+                    println!("WITHDRAWAL LOST  {}", s.withdrawals_lost.len());
+                    for l in &s.withdrawals_lost {
+                        println!("  {}", shown(l));
+                    }
+                }
                 if s.interrupted > 0 {
                     println!(
                         "interrupted  {} step(s); the next command that changes state (or verify) finishes them",
@@ -893,8 +912,11 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             }
             // Printed in full first: a script asking "is it contained?" reads the status code,
             // and the output says where it is not.
+            // A withdrawal the records lost is not contained either: other hosts may run it.
             Ok(
-                if s.withdrawn_in_use.iter().any(|w| !w.still_on.is_empty()) {
+                if s.withdrawn_in_use.iter().any(|w| !w.still_on.is_empty())
+                    || !s.withdrawals_lost.is_empty()
+                {
                     EXIT_WITHDRAWN
                 } else {
                     EXIT_OK

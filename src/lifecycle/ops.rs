@@ -621,7 +621,7 @@ pub fn install(
             .and_then(|dir| {
                 (intake.engine)(&artifact, dir.as_fd(), &req_base).map_err(|e| e.to_string())
             });
-        stop_point(&format!("{op}:extracted"));
+        extracted(op);
         confined
     })?;
     let outcome = match confined {
@@ -1665,6 +1665,16 @@ pub fn withdraw(
     Ok(report)
 }
 
+/// The pause `install:extracted` / `update:extracted` ([`crate::stop_point`]): the confined
+/// extraction is done, the store lock not yet taken again. The point's name is only made in a
+/// debug build.
+fn extracted(op: &str) {
+    #[cfg(debug_assertions)]
+    stop_point(&format!("{op}:extracted"));
+    #[cfg(not(debug_assertions))]
+    let _ = op;
+}
+
 /// Move this host's agents off `v` (to the previous approved version in this host's store, or
 /// to nothing), then switch the links (journaled, as every move).
 ///
@@ -1919,7 +1929,8 @@ fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Res
 /// Apply the withdrawals made on this host with `withdraw --local` while the records could not
 /// be reached, now that they can: each is recorded exactly as `withdraw` records it (fleet-wide,
 /// with its own reason, who and when; a version withdrawn there already keeps the standing
-/// withdrawal), then its pending entry is removed, then this host's agents are moved off it as
+/// withdrawal), then its pending entry is moved to `applied-withdrawals/` (kept for good:
+/// [`reinstate_withdrawals`]), then this host's agents are moved off it as
 /// `withdraw` moves them (their links, to the quarantined tree, dangle: they are still
 /// skillbox's links to the withdrawn version, and move). A digest the records know under
 /// another skill than the one typed is withdrawn all the same (a withdrawal is of the bytes).
@@ -1977,7 +1988,7 @@ pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
             Ok(true)
         })?;
         crash_point("apply-local", "withdrawn");
-        quarantine::remove_pending(store.root(), &p.digest)?;
+        quarantine::mark_applied(store.root(), &p.digest)?;
         lines.push(if wrote {
             format!(
                 "local withdrawal of {name} (by {}, {} on {}: {}) recorded in the records{renamed}",
@@ -2010,6 +2021,52 @@ pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
             }
             Err(e) => lines.push(format!("{}@{}: {e}", v.skill, v.digest)),
         }
+    }
+    Ok(lines)
+}
+
+/// The local withdrawals this host had recorded in the records (`applied-withdrawals/`) that the
+/// records no longer hold, each with what they say of the version now (`None`: they do not know
+/// it). A withdrawal is final (no command takes one back), so this means the records were
+/// restored from a backup taken before it (or lost it otherwise). Only reads.
+pub fn undone_withdrawals(
+    store: &mut Store,
+) -> Result<Vec<(quarantine::Pending, Option<State>)>, Error> {
+    let applied = quarantine::applied(store.root())?;
+    if applied.is_empty() {
+        return Ok(Vec::new());
+    }
+    store.records.read(|tx| {
+        let mut out = Vec::new();
+        for p in applied {
+            let state = tx.version(&p.digest)?.map(|v| v.state);
+            if state != Some(State::Withdrawn) {
+                out.push((p, state));
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Record again, fleet-wide, each local withdrawal the records lost ([`undone_withdrawals`]):
+/// its entry goes back among the pending ones, and [`apply_pending`] (run next) records it
+/// with its original reason, who and when, and moves this host's agents off the version, as
+/// the first time. Security: containment is never undone by a restore; the tree stays in
+/// quarantine throughout, and the digest stays refused here. Run by every command that opens
+/// the records, under the store lock, before [`apply_pending`]. Returns one line per
+/// disagreement found, to be said loudly.
+pub fn reinstate_withdrawals(store: &mut Store) -> Result<Vec<String>, Error> {
+    let mut lines = Vec::new();
+    for (p, state) in undone_withdrawals(store)? {
+        let says = match state {
+            Some(s) => format!("call it {}", s.as_str()),
+            None => "do not know it".to_owned(),
+        };
+        lines.push(format!(
+            "the records {says}, but this host withdrew {}@{} with --local (by {}, {} on {}: {}) and the records held that withdrawal: they were restored from before it; recording it again",
+            p.skill, p.digest, p.by, p.time, p.host, p.reason
+        ));
+        quarantine::reopen(store.root(), &p.digest)?;
     }
     Ok(lines)
 }
@@ -2324,6 +2381,39 @@ pub struct Status {
     /// Withdrawals made here with `withdraw --local` that the records do not hold yet (they do
     /// not know the version); this host refuses the digest meanwhile.
     pub pending_local_withdrawals: Vec<String>,
+    /// Versions quarantined here whose withdrawal the records lost (they call them approved or
+    /// pending again) with no entry left on this host to record it again from (a store whose
+    /// entries an older skillbox removed once applied): [`lost_withdrawals`]. Not contained
+    /// fleet-wide: `status` exits 9.
+    pub withdrawals_lost: Vec<String>,
+}
+
+/// Each version quarantined on this host that the records call anything but withdrawn and
+/// that no local entry (pending, or applied: [`reinstate_withdrawals`] records those again)
+/// withdraws: the records lost its withdrawal, and this host cannot record it again by itself
+/// (it has no reason, who or when). Said as a line naming the fix.
+fn lost_withdrawals(root: &Path, versions: &[Listed]) -> Result<Vec<String>, Error> {
+    let mut lost = Vec::new();
+    for d in quarantine::quarantined(root) {
+        let Some(v) = versions.iter().find(|v| v.digest == d) else {
+            continue;
+        };
+        if v.state == State::Withdrawn
+            || quarantine::pending_of(root, &d)?.is_some()
+            || quarantine::applied_of(root, &d)?.is_some()
+        {
+            continue;
+        }
+        lost.push(format!(
+            "{}@{}: quarantined on this host (withdraw --local) but the records call it {}: they lost its withdrawal (restored from a backup taken before it?), so other hosts may run it; withdraw it again: skillbox withdraw {}@{} --reason TEXT",
+            v.skill,
+            v.digest,
+            v.state.as_str(),
+            v.skill,
+            v.digest
+        ));
+    }
+    Ok(lost)
 }
 
 /// A withdrawn version and who still runs it.
@@ -2340,6 +2430,7 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
     let versions_root = store.versions_root();
     let in_quarantine = quarantine::quarantined(store.root());
     let pending_local = quarantine::pending(store.root())?;
+    let root_path = store.root().to_owned();
     let (mut status, withdrawn, outstanding) = store.records.read(|tx| {
         let versions = tx.version_list()?;
         // Named as the records name it, else as the pending entry typed it.
@@ -2416,6 +2507,7 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                     .iter()
                     .map(|p| format!("{}@{}", p.skill, p.digest))
                     .collect(),
+                withdrawals_lost: lost_withdrawals(&root_path, &versions)?,
             },
             withdrawn_versions,
             outstanding,
@@ -2789,6 +2881,7 @@ pub fn verify(store: &mut Store) -> Result<VerifyReport, Error> {
         &mut problems,
         &mut repaired,
     )?;
+    problems.extend(lost_withdrawals(store.root(), &versions)?);
     Ok(VerifyReport {
         ok: problems.is_empty(),
         versions_checked: checked,

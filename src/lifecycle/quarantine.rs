@@ -6,7 +6,17 @@
 //! link skillbox made, to `versions/<hex>/tree`, dangles at once, whatever the agents' entries
 //! are), and a pending withdrawal (skill, digest, reason, who, when, host) is written to
 //! `pending-withdrawals/<hex>.json`. The next command that opens the records applies it as a
-//! `withdraw` would ([`super::ops::apply_pending`]), then removes the entry.
+//! `withdraw` would ([`super::ops::apply_pending`]), then moves the entry to
+//! `applied-withdrawals/<hex>.json`, where it stays.
+//!
+//! The applied entry is this host's own memory of the withdrawal. A withdrawal is final in the
+//! records (no command takes it back), so records that call that version anything but withdrawn
+//! (a records.db, or a fleet's database, restored from a backup taken before it) have lost it:
+//! every command that opens them finds the disagreement ([`super::ops::undone_withdrawals`]),
+//! says so, and records the withdrawal again with its original reason, who and when, by putting
+//! the entry back among the pending ones ([`reopen`]). Containment is never undone by a
+//! restore: the tree stays quarantined, and this host refuses the digest by the entry alone
+//! (even once `gc` removed the tree).
 //!
 //! Order and crash safety: the pending entry is written first (a temporary file, fsync, rename,
 //! fsync of the directory), then the tree is renamed. A crash before the entry's rename leaves
@@ -47,7 +57,8 @@ pub struct LocalReport {
     pub containment: &'static str,
     /// The pending withdrawal as recorded (an earlier one stands: its reason, who and when).
     pub pending: Pending,
-    /// A pending withdrawal of this digest was recorded before (this run recorded nothing).
+    /// A local withdrawal of this digest was recorded here before, pending or applied to the
+    /// records (this run recorded nothing).
     pub already_pending: bool,
     /// Where the tree is now.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -62,6 +73,11 @@ pub fn pending_root(root: &Path) -> PathBuf {
     root.join("pending-withdrawals")
 }
 
+/// `applied-withdrawals/`: the local withdrawals the records have held (kept for good).
+pub fn applied_root(root: &Path) -> PathBuf {
+    root.join("applied-withdrawals")
+}
+
 /// `quarantine/<hex>`: where a locally withdrawn version's directory is moved.
 pub fn quarantine_dir(root: &Path, digest: &str) -> PathBuf {
     quarantine_root(root).join(hex_of(digest))
@@ -69,6 +85,10 @@ pub fn quarantine_dir(root: &Path, digest: &str) -> PathBuf {
 
 fn pending_path(root: &Path, digest: &str) -> PathBuf {
     pending_root(root).join(format!("{}.json", hex_of(digest)))
+}
+
+fn applied_path(root: &Path, digest: &str) -> PathBuf {
+    applied_root(root).join(format!("{}.json", hex_of(digest)))
 }
 
 /// Whether `digest`'s directory is in quarantine on this host.
@@ -119,9 +139,23 @@ fn read_pending(path: &Path) -> Result<Option<Pending>, Error> {
     Ok(Some(p))
 }
 
+/// The local withdrawal of `digest` the records held once, if any.
+pub fn applied_of(root: &Path, digest: &str) -> Result<Option<Pending>, Error> {
+    read_pending(&applied_path(root, digest))
+}
+
 /// Whether any withdrawal waits for the records (cheap: one directory read).
 pub fn has_pending(root: &Path) -> bool {
-    fs::read_dir(pending_root(root))
+    has_entries(&pending_root(root))
+}
+
+/// Whether this host ever had a local withdrawal applied to the records (one directory read).
+pub fn has_applied(root: &Path) -> bool {
+    has_entries(&applied_root(root))
+}
+
+fn has_entries(dir: &Path) -> bool {
+    fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -136,11 +170,20 @@ fn is_entry_name(name: &str) -> bool {
 
 /// Every pending withdrawal, oldest first.
 pub fn pending(root: &Path) -> Result<Vec<Pending>, Error> {
+    entries(&pending_root(root))
+}
+
+/// Every local withdrawal the records held once, oldest first.
+pub fn applied(root: &Path) -> Result<Vec<Pending>, Error> {
+    entries(&applied_root(root))
+}
+
+fn entries(dir: &Path) -> Result<Vec<Pending>, Error> {
     let mut out = Vec::new();
-    let rd = match fs::read_dir(pending_root(root)) {
+    let rd = match fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
-        Err(e) => return Err(Error::io("cannot read the pending withdrawals", &e)),
+        Err(e) => return Err(Error::io(format!("cannot read {}", dir.display()), &e)),
     };
     for e in rd.flatten() {
         if is_entry_name(&e.file_name().to_string_lossy())
@@ -153,36 +196,84 @@ pub fn pending(root: &Path) -> Result<Vec<Pending>, Error> {
     Ok(out)
 }
 
-/// Remove `digest`'s pending entry (once the records hold the withdrawal).
-pub fn remove_pending(root: &Path, digest: &str) -> Result<(), Error> {
-    let path = pending_path(root, digest);
-    match fs::remove_file(&path) {
-        Ok(()) => sync_dir(&pending_root(root)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io(format!("cannot remove {}", path.display()), &e)),
+/// Move `digest`'s pending entry to `applied-withdrawals/` (once the records hold the
+/// withdrawal): one rename, then both directories synced. The entry is kept there for good
+/// (module documentation).
+pub fn mark_applied(root: &Path, digest: &str) -> Result<(), Error> {
+    let from = pending_path(root, digest);
+    if fs::symlink_metadata(&from).is_err() {
+        return Ok(());
     }
+    store::mkdir_private(&applied_root(root))?;
+    let to = applied_path(root, digest);
+    fs::rename(&from, &to).map_err(|e| {
+        Error::io(
+            format!("cannot move {} to {}", from.display(), to.display()),
+            &e,
+        )
+    })?;
+    sync_dir(&applied_root(root))?;
+    sync_dir(&pending_root(root))
+}
+
+/// Put `digest`'s applied entry back among the pending ones, to be recorded again: the records
+/// no longer hold that withdrawal. One rename that never replaces a pending entry (one there
+/// already is applied first, and stands).
+pub fn reopen(root: &Path, digest: &str) -> Result<(), Error> {
+    store::mkdir_private(&pending_root(root))?;
+    let from = applied_path(root, digest);
+    let to = pending_path(root, digest);
+    match nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        &from,
+        nix::fcntl::AT_FDCWD,
+        &to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) | Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => {
+            return Err(Error::new(
+                Kind::Operational,
+                format!("cannot move {} to {}: {e}", from.display(), to.display()),
+            ));
+        }
+    }
+    sync_dir(&pending_root(root))?;
+    sync_dir(&applied_root(root))
 }
 
 /// Whether `digest` is withdrawn on this host without the records: its tree is in quarantine,
-/// or its withdrawal waits for the records. Such a version is never a version to go to.
+/// its withdrawal waits for the records, or this host withdrew it so and the records held it
+/// once. Such a version is never a version to go to.
 pub fn withdrawn_here(root: &Path, digest: &str) -> Result<bool, Error> {
-    Ok(is_quarantined(root, digest) || pending_of(root, digest)?.is_some())
+    Ok(is_quarantined(root, digest)
+        || pending_of(root, digest)?.is_some()
+        || applied_of(root, digest)?.is_some())
 }
 
 /// Refuse to activate a version withdrawn on this host without the records (exit 9, as a
-/// withdrawn version), before the records know of it: its tree is in quarantine, or its
-/// withdrawal waits for the records.
+/// withdrawn version), whatever the records say of it: its tree is in quarantine, its
+/// withdrawal waits for the records, or this host withdrew it so (records restored from
+/// before that say otherwise).
 pub fn refuse(root: &Path, digest: &str) -> Result<(), Error> {
     let pending = pending_of(root, digest)?;
-    if pending.is_none() && !is_quarantined(root, digest) {
+    let applied = match pending {
+        Some(_) => None,
+        None => applied_of(root, digest)?,
+    };
+    if pending.is_none() && applied.is_none() && !is_quarantined(root, digest) {
         return Ok(());
     }
-    let how = match &pending {
-        Some(p) => format!(
+    let how = match (&pending, &applied) {
+        (Some(p), _) => format!(
             "withdrawn on this host by {} at {} with --local ({}), not yet in the records",
             p.by, p.time, p.reason
         ),
-        None => "withdrawn on this host (its tree is in quarantine)".to_owned(),
+        (None, Some(p)) => format!(
+            "withdrawn on this host by {} at {} with --local ({})",
+            p.by, p.time, p.reason
+        ),
+        (None, None) => "withdrawn on this host (its tree is in quarantine)".to_owned(),
     };
     Err(Error::new(
         Kind::Withdrawn,
@@ -300,6 +391,7 @@ fn resolve(root: &Path, digest: &str) -> Result<String, Error> {
     let mut found: Vec<String> = names_with(&root.join("versions"), prefix, "");
     found.extend(names_with(&quarantine_root(root), prefix, ""));
     found.extend(names_with(&pending_root(root), prefix, ".json"));
+    found.extend(names_with(&applied_root(root), prefix, ".json"));
     found.sort();
     found.dedup();
     match found.len() {
@@ -365,9 +457,14 @@ pub fn withdraw_local(
     let _held = store::lock_store(lock, root)?;
     let host = host_of_store(root, host)?;
     let digest = resolve(root, digest)?;
-    // An earlier pending withdrawal stands (its reason, who and when): as `withdraw` of a
-    // version already withdrawn, this one is not recorded over it.
-    let (pending, already_pending) = match pending_of(root, &digest)? {
+    // An earlier local withdrawal stands (its reason, who and when), pending or applied: as
+    // `withdraw` of a version already withdrawn, this one is not recorded over it. An applied
+    // one the records lost is recorded again by the next command that opens them.
+    let earlier = match pending_of(root, &digest)? {
+        Some(p) => Some(p),
+        None => applied_of(root, &digest)?,
+    };
+    let (pending, already_pending) = match earlier {
         Some(p) => (p, true),
         None => {
             let p = Pending {
@@ -454,10 +551,28 @@ mod tests {
             Some(Kind::Withdrawn)
         );
         assert!(has_pending(root));
-        remove_pending(root, &digest).unwrap_or_else(|e| panic!("{e}"));
+        mark_applied(root, &digest).unwrap_or_else(|e| panic!("{e}"));
         assert!(!has_pending(root));
+        assert!(has_applied(root));
         // Quarantined still: refused by the tree's place alone.
         assert!(refuse(root, &digest).is_err());
+        // Applied, and the tree gone (`gc`): refused by the applied entry alone, and a new
+        // `--local` finds it standing.
+        store::remove_tree(&quarantine_dir(root, &digest)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            refuse(root, &digest).map_err(|e| e.kind).err(),
+            Some(Kind::Withdrawn)
+        );
+        let r = withdraw_local(root, "demo", "sha256:0c33d470", "again", "carol", &h1())
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((r.containment, r.already_pending), ("not_in_store", true));
+        assert_eq!(r.pending.by, "alice");
+        assert!(!has_pending(root));
+        // Reopened (the records lost it): pending again, the same entry.
+        reopen(root, &digest).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!has_applied(root));
+        let p = pending_of(root, &digest).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.map(|p| p.by), Some("alice".to_owned()));
     }
 
     /// A pending entry names paths in the store: one whose digest is not its file's name is

@@ -10,8 +10,8 @@
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700, held by its command
 //! with `flock` while it extracts without the store lock: [`Staging`]), and
 //! `versions/<sha256 hex>/` (a promoted intake, write bits removed), and, after a
-//! `withdraw --local`, `quarantine/<sha256 hex>/` and `pending-withdrawals/`
-//! ([`super::quarantine`]).
+//! `withdraw --local`, `quarantine/<sha256 hex>/`, `pending-withdrawals/` and, once the
+//! records held it, `applied-withdrawals/` ([`super::quarantine`]).
 //!
 //! The store must be ours: a directory (not a symlink) owned by us and writable by nobody else.
 //! Nothing here writes into an existing version: promotion uses `RENAME_NOREPLACE`.
@@ -704,12 +704,15 @@ fn walk_chmod(root: &Path, f: impl Fn(u32) -> u32 + Copy) -> Result<(), Error> {
     set(root, f(md.mode() & 0o7777))
 }
 
-/// Remove a tree of ours (a staging directory or a version), write bits restored first.
+/// Remove a tree of ours (a staging directory or a version), write bits restored first; a
+/// non-directory at its name is removed itself.
 pub fn remove_tree(root: &Path) -> Result<(), Error> {
     match fs::symlink_metadata(root) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io(format!("cannot inspect {}", root.display()), &e)),
-        Ok(md) if md.file_type().is_symlink() => {
+        // A link or a file (something left at a staging name) is removed itself: a link's
+        // target is never entered.
+        Ok(md) if !md.is_dir() => {
             return fs::remove_file(root)
                 .map_err(|e| Error::io(format!("cannot remove {}", root.display()), &e));
         }
@@ -785,4 +788,84 @@ pub fn check_tree(tree: &Path, answer: &Outcome) -> Vec<String> {
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staging_root() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn staged(root: &Path, name: &str) -> PathBuf {
+        let dir = root.join(name);
+        fs::create_dir_all(dir.join("tree/sub")).unwrap_or_else(|e| panic!("{e}"));
+        fs::write(dir.join("tree/sub/SKILL.md"), "x").unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    /// The contract recovery relies on: a staging directory whose `flock` a live handle holds
+    /// (a running intake's, extracting without the store lock) is left alone, whole; one whose
+    /// lock is free (its command was killed) is removed, frozen (write bits gone, as `promote`
+    /// leaves it when killed before its rename) or not; a name already gone is nothing to do;
+    /// a non-directory at a staging name (a file, a symbolic link) is removed itself, and what
+    /// a link points at is never touched.
+    #[test]
+    fn remove_abandoned_staging_keeps_held_and_removes_abandoned() {
+        let s = staging_root();
+        let root = s.path();
+
+        let held_dir = staged(root, "in-held");
+        let held = Flock::lock(
+            open_dir(&held_dir).unwrap_or_else(|e| panic!("{e}")),
+            FlockArg::LockExclusiveNonblock,
+        )
+        .unwrap_or_else(|(_, e)| panic!("{e}"));
+        assert!(!remove_abandoned_staging(&held_dir).unwrap_or_else(|e| panic!("{e}")));
+        assert!(
+            held_dir.join("tree/sub/SKILL.md").is_file(),
+            "a held staging was touched"
+        );
+
+        let abandoned = staged(root, "in-abandoned");
+        assert!(remove_abandoned_staging(&abandoned).unwrap_or_else(|e| panic!("{e}")));
+        assert!(
+            fs::symlink_metadata(&abandoned).is_err(),
+            "abandoned staging kept"
+        );
+
+        let frozen = staged(root, "in-frozen");
+        freeze(&frozen).unwrap_or_else(|e| panic!("{e}"));
+        assert!(remove_abandoned_staging(&frozen).unwrap_or_else(|e| panic!("{e}")));
+        assert!(
+            fs::symlink_metadata(&frozen).is_err(),
+            "frozen staging kept"
+        );
+
+        // Gone already (its command removed or promoted it): nothing removed.
+        assert!(!remove_abandoned_staging(&root.join("in-gone")).unwrap_or_else(|e| panic!("{e}")));
+
+        // Not a directory: nothing an intake holds.
+        let file = root.join("in-file");
+        fs::write(&file, "x").unwrap_or_else(|e| panic!("{e}"));
+        assert!(remove_abandoned_staging(&file).unwrap_or_else(|e| panic!("{e}")));
+        assert!(fs::symlink_metadata(&file).is_err());
+        let elsewhere = staging_root();
+        let target = staged(elsewhere.path(), "kept");
+        let link = root.join("in-link");
+        std::os::unix::fs::symlink(&target, &link).unwrap_or_else(|e| panic!("{e}"));
+        assert!(remove_abandoned_staging(&link).unwrap_or_else(|e| panic!("{e}")));
+        assert!(fs::symlink_metadata(&link).is_err(), "the link was kept");
+        assert!(
+            target.join("tree/sub/SKILL.md").is_file(),
+            "the link's target was touched"
+        );
+
+        // Released (its command ended): the next recovery removes it.
+        drop(held);
+        assert!(held_dir.is_dir());
+        assert!(remove_abandoned_staging(&held_dir).unwrap_or_else(|e| panic!("{e}")));
+        assert!(fs::symlink_metadata(&held_dir).is_err());
+    }
 }

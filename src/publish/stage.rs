@@ -57,6 +57,15 @@ fn same_inode(a: &FileStat, b: &FileStat) -> bool {
     (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 }
 
+/// The pause `publish:made:<prefix>` ([`crate::stop_point`]): the directory is made, not yet
+/// opened and locked. The point's name is only made in a debug build.
+fn made(run_prefix: &str) {
+    #[cfg(debug_assertions)]
+    crate::stop_point::stop_point(&format!("publish:made:{run_prefix}"));
+    #[cfg(not(debug_assertions))]
+    let _ = run_prefix;
+}
+
 /// Make a new directory named `run_prefix` and six characters in `parent` (mode 0700) and
 /// lock it.
 pub fn create(
@@ -68,7 +77,7 @@ pub fn create(
             .prefix(run_prefix)
             .tempdir_in(parent)
             .map_err(io_err(parent))?;
-        crate::stop_point::stop_point(&format!("publish:made:{run_prefix}"));
+        made(run_prefix);
         let fd = match open(dir.path(), dir_flags(), Mode::empty()) {
             Ok(fd) => fd,
             // Another run's [`remove_abandoned`] found it unlocked (not yet opened here) and

@@ -865,16 +865,8 @@ fn bad_inputs_get_clear_errors_and_their_codes() {
         5,
     );
     // A policy that denies: exit 7, nothing stored.
-    let deny = w.tmp.path().join("deny.toml");
-    std::fs::write(&deny, "[origins]\nother = \"deny\"\n").unwrap_or_else(|e| panic!("write: {e}"));
     expect_code(
-        &w.run(&[
-            "install",
-            &url,
-            "demo",
-            "--policy",
-            &deny.display().to_string(),
-        ]),
+        &w.run(&["install", &url, "demo", "--policy", &deny_policy(&w)]),
         7,
     );
     assert!(!tree_exists(&w, &v1));
@@ -2968,6 +2960,15 @@ fn hold_index(w: &World, pkg: &[u8]) -> Gate {
 /// `skillbox ARGS` in the background, as `World::cmd` runs it; `--total-timeout 300` on a
 /// fetching command, so its stalled download outlasts every bound below.
 fn spawn(w: &World, args: &[&str]) -> std::process::Child {
+    background(w, args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+}
+
+/// The command [`spawn`] starts, not started yet.
+fn background(w: &World, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
     c.args(args)
         .arg("--store")
@@ -2975,13 +2976,11 @@ fn spawn(w: &World, args: &[&str]) -> std::process::Child {
         .env("HOME", w.tmp.path())
         .env_remove("XDG_DATA_HOME")
         .env_remove("SKILLBOX_STORE")
-        .env_remove("SKILLBOX_TEST_CRASH_AT")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+        .env_remove("SKILLBOX_TEST_CRASH_AT");
     if matches!(args.first(), Some(&"install") | Some(&"update")) {
         c.args(w.fetch_flags()).args(["--total-timeout", "300"]);
     }
-    c.spawn().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+    c
 }
 
 /// Wait until `cond` holds; a deadline for something that never comes, not a measure of speed.
@@ -3659,10 +3658,14 @@ fn a_quarantined_version_is_listed_as_quarantined_not_stored() {
 
 /// A version withdrawn on this host with `withdraw --local` is never a version to go to, even
 /// while the records still call it approved (here: records.db restored from a backup taken
-/// before the withdrawal reached it): a computed rollback skips it to the version before, as it
-/// skips a withdrawn one, and so does a withdrawal moving agents off a newer version; `--to` it
-/// stays refused (exit 9). (Before: the computed rollback was refused, exit 9, and the
-/// withdrawal moved its agent onto the quarantined tree, a dangling link.)
+/// before the withdrawal reached it, in a store whose applied entry is gone, as an older
+/// skillbox removed it: nothing left to record the withdrawal again from): a computed rollback
+/// skips it to the version before, as it skips a withdrawn one, and so does a withdrawal moving
+/// agents off a newer version; `--to` it stays refused (exit 9). The lost withdrawal is said
+/// loudly meanwhile: `status` lists it (`withdrawals_lost`) and exits 9, `verify` reports it,
+/// until it is withdrawn again. (Before: the computed rollback was refused, exit 9, and the
+/// withdrawal moved its agent onto the quarantined tree, a dangling link; and nothing said the
+/// records had lost the withdrawal.)
 #[test]
 fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
     let w = World::new();
@@ -3695,12 +3698,42 @@ fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
     );
     expect_code(&w.run(&["status"]), 0);
     assert_eq!(state_of(&w, &v1), "withdrawn");
+    std::fs::remove_file(
+        w.store()
+            .join("applied-withdrawals")
+            .join(format!("{}.json", &v1[7..])),
+    )
+    .unwrap_or_else(|e| panic!("rm the applied entry: {e}"));
     for f in ["records.db-wal", "records.db-shm"] {
         let _ = std::fs::remove_file(w.store().join(f));
     }
     std::fs::copy(&backup, &db).unwrap_or_else(|e| panic!("restore: {e}"));
     assert_eq!(state_of(&w, &v1), "approved");
     assert!(w.store().join("quarantine").join(&v1[7..]).is_dir());
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 9);
+    let lost = json_of(&o)["withdrawals_lost"].to_string();
+    assert!(
+        lost.contains(&v1) && lost.contains("the records call it approved"),
+        "{}",
+        explain(&o)
+    );
+    let o = w.run(&["status"]);
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("WITHDRAWAL LOST  1"),
+        "{}",
+        explain(&o)
+    );
+    let o = w.run(&["verify", "--json"]);
+    expect_code(&o, 1);
+    assert!(
+        json_of(&o)["problems"]
+            .to_string()
+            .contains("they lost its withdrawal"),
+        "{}",
+        explain(&o)
+    );
 
     // The computed rollback goes past the quarantined v1 to v0.
     let o = w.run(&["rollback", "demo", "--agent", "alpha", "--json"]);
@@ -3735,6 +3768,13 @@ fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
         explain(&o)
     );
     assert!(w.guide("beta").contains("version 0"));
+
+    // Withdrawn again: nothing lost any more.
+    expect_code(&w.run(&["withdraw", &v1ref, "--reason", "bad"]), 0);
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["withdrawals_lost"], serde_json::json!([]));
+    w.verify_ok();
 }
 
 /// `withdraw --local` opens no records, but records the host the records bind this store to
@@ -3894,17 +3934,17 @@ fn a_local_withdrawal_under_a_mistyped_skill_withdraws_the_digest() {
 fn install_stopped_after_extraction(w: &World, agent: &str, extra: &[&str]) -> std::process::Child {
     let url = w.index_url();
     let spec = w.agent_arg(agent);
-    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
-    c.args(["install", url.as_str(), "demo", "--json", "--agent", &spec])
-        .args(extra)
-        .arg("--store")
-        .arg(w.store())
-        .args(w.fetch_flags())
-        .env("HOME", w.tmp.path())
-        .env_remove("XDG_DATA_HOME")
-        .env_remove("SKILLBOX_STORE")
-        .env_remove("SKILLBOX_TEST_CRASH_AT");
-    super::stopped_at(&mut c, "install:extracted")
+    let mut args = vec!["install", url.as_str(), "demo", "--json", "--agent", &spec];
+    args.extend(extra);
+    super::stopped_at(&mut background(w, &args), "install:extracted")
+}
+
+/// `update --json` (plus `extra`), stopped once its confined extraction of the version the
+/// index lists is done and before it takes the store lock again to decide (`update:extracted`).
+fn update_stopped_after_extraction(w: &World, extra: &[&str]) -> std::process::Child {
+    let mut args = vec!["update", "--json"];
+    args.extend(extra);
+    super::stopped_at(&mut background(w, &args), "update:extracted")
 }
 
 /// The staging directories in the store that hold an extracted tree.
@@ -3914,11 +3954,11 @@ fn staged_trees(w: &World) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Run `args` while `stopped` (an install stopped after its extraction) stays stopped, and
-/// return its output ([`finishes_beside`]). Before, the install held the store lock through its
-/// extraction.
+/// Run `args` while `stopped` (an install or an update stopped after its extraction) stays
+/// stopped, and return its output ([`finishes_beside`]). Before, install and update held the
+/// store lock through their extraction.
 fn finishes_while_stopped(w: &World, stopped: &mut std::process::Child, args: &[&str]) -> Output {
-    finishes_beside(w, stopped, args, "an install stopped after its extraction")
+    finishes_beside(w, stopped, args, "a command stopped after its extraction")
 }
 
 /// Containment does not queue behind an extraction: a `withdraw` of another version typed
@@ -3970,16 +4010,8 @@ fn a_version_withdrawn_while_an_install_extracts_is_refused_and_not_kept() {
     let v1 = w.publish("demo", &package(1));
     // A policy's denial: recorded, nothing stored, and re-evaluated by the next install, whose
     // intake then runs again.
-    let deny = w.tmp.path().join("deny.toml");
-    std::fs::write(&deny, "[origins]\nother = \"deny\"\n").unwrap_or_else(|e| panic!("write: {e}"));
     let url = w.index_url();
-    let o = w.run(&[
-        "install",
-        &url,
-        "demo",
-        "--policy",
-        &deny.display().to_string(),
-    ]);
+    let o = w.run(&["install", &url, "demo", "--policy", &deny_policy(&w)]);
     expect_code(&o, 7);
     assert!(!tree_exists(&w, &v1));
     let mut install = install_stopped_after_extraction(&w, "beta", &[]);
@@ -4050,4 +4082,253 @@ fn an_install_killed_after_its_extraction_leaves_staging_the_next_command_remove
     expect_code(&w.install(&["alpha"]), 0);
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
     w.verify_ok();
+}
+
+/// A policy file denying every origin: a version it meets is recorded denied by the policy and
+/// nothing of it is stored; the next intake without it re-evaluates the version and extracts it
+/// again.
+fn deny_policy(w: &World) -> String {
+    let deny = w.tmp.path().join("deny.toml");
+    std::fs::write(&deny, "[origins]\nother = \"deny\"\n").unwrap_or_else(|e| panic!("write: {e}"));
+    deny.display().to_string()
+}
+
+/// An update that extracted a new version withdrawn before it took the store lock again decides
+/// on the records as they are then: refused as withdrawn (exit 9, the withdrawal's reason
+/// said), nothing of it stays in the store (no version tree, no staging), and the agent stays
+/// on the version it ran.
+#[test]
+fn a_version_withdrawn_while_an_update_extracts_is_refused_and_not_kept() {
+    use super::resume;
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    // Recorded (denied by the policy), so the records know the version to withdraw.
+    expect_code(&w.run(&["update", "--policy", &deny_policy(&w)]), 7);
+    assert_eq!(state_of(&w, &v2), "denied");
+    assert!(!tree_exists(&w, &v2));
+    let mut update = update_stopped_after_extraction(&w, &[]);
+    let staged = staged_trees(&w);
+    assert_eq!(staged.len(), 1, "the extraction's staging");
+    assert!(staged[0].join("tree/SKILL.md").is_file(), "{staged:?}");
+    let o = finishes_while_stopped(
+        &w,
+        &mut update,
+        &[
+            "withdraw",
+            &format!("demo@{v2}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    assert_eq!(
+        staged_trees(&w),
+        staged,
+        "a running intake's staging is kept"
+    );
+    resume(update.id());
+    let o = update
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("steals tokens"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "left on v1"
+    );
+    assert_eq!(state_of(&w, &v1), "approved");
+    assert!(!tree_exists(&w, &v2), "a withdrawn version's tree was kept");
+    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
+    w.verify_ok();
+}
+
+/// Containment does not queue behind an update's extraction either: the version the agent runs
+/// withdrawn while an update has extracted the next one (and not yet decided) is withdrawn and
+/// the agent moved off at once; the update then goes on, on the records as they are after it,
+/// and lands the new version.
+#[test]
+fn a_withdrawal_does_not_wait_for_an_update_extracting() {
+    use super::resume;
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    let mut update = update_stopped_after_extraction(&w, &[]);
+    let o = finishes_while_stopped(
+        &w,
+        &mut update,
+        &[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "steals tokens",
+        ],
+    );
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha"), None, "moved off at once");
+    assert_eq!(state_of(&w, &v1), "withdrawn");
+    assert_eq!(
+        staged_trees(&w).len(),
+        1,
+        "a running intake's staging is kept"
+    );
+    resume(update.id());
+    let o = update
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(v2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
+    w.verify_ok();
+}
+
+/// Copy the store's SQLite records (`records.db` and its WAL) to `to`, as an operator backs
+/// them up while no command runs; or, with `restore`, copy such a copy back over them (the
+/// shared-memory index goes: SQLite rebuilds it from the files).
+fn copy_records(w: &World, to: &Path, restore: bool) {
+    let store = w.store();
+    let (from, into) = if restore {
+        (to.to_owned(), store.clone())
+    } else {
+        (store.clone(), to.to_owned())
+    };
+    std::fs::create_dir_all(&into).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(into.join(format!("records.db{ext}")));
+    }
+    for ext in ["", "-wal"] {
+        let name = format!("records.db{ext}");
+        if from.join(&name).exists() {
+            std::fs::copy(from.join(&name), into.join(&name))
+                .unwrap_or_else(|e| panic!("cp {name}: {e}"));
+        }
+    }
+}
+
+/// The `withdrawn` events of `demo@digest` in `provenance --json`.
+fn withdrawn_events(w: &World, digest: &str) -> Vec<Value> {
+    let o = w.run(&["provenance", &format!("demo@{digest}"), "--json"]);
+    expect_code(&o, 0);
+    json_of(&o)["events"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .filter(|e| e["kind"] == "withdrawn")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A withdrawal made with `withdraw --local` survives records restored from a backup taken
+/// before it. Once the records held it, the host keeps its entry
+/// (`applied-withdrawals/<hex>.json`); records that call the version approved again (the
+/// store's records.db really copied back from the backup) are caught by the next command, a
+/// reading one included: it says so on stderr and records the withdrawal again with its
+/// original reason, who and when, so `status` lists the version withdrawn and contained, the
+/// agent the restored records put back on it is recorded where its link is, and install is
+/// refused (exit 9). The same after `gc` removed the quarantined tree and the backup is
+/// restored once more. (Before: the pending entry was removed once applied, and the restored
+/// records called the version approved, installable and run by the agent, with its tree
+/// sitting in quarantine.)
+#[test]
+fn a_local_withdrawal_outlives_records_restored_from_before_it() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    let backup = w.tmp.path().join("backup");
+    copy_records(&w, &backup, false);
+
+    // The records out of reach; contained here with --local; the records back.
+    let db = w.store().join("records.db");
+    let aside = w.tmp.path().join("records.db.aside");
+    std::fs::rename(&db, &aside).unwrap_or_else(|e| panic!("mv: {e}"));
+    let v2ref = format!("demo@{v2}");
+    let o = w.run(&[
+        "withdraw",
+        &v2ref,
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+        "--local",
+    ]);
+    expect_code(&o, 0);
+    std::fs::rename(&aside, &db).unwrap_or_else(|e| panic!("mv: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    let first = withdrawn_events(&w, &v2);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let applied = w
+        .store()
+        .join("applied-withdrawals")
+        .join(format!("{}.json", &v2[7..]));
+    assert!(applied.is_file(), "the applied entry is kept");
+    assert!(
+        !w.store()
+            .join("pending-withdrawals")
+            .join(format!("{}.json", &v2[7..]))
+            .exists()
+    );
+
+    for round in ["quarantined tree", "tree collected by gc"] {
+        // Times are recorded to the second: past this one, a withdrawal recorded again with
+        // the time of now, not the original one, would show.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        copy_records(&w, &backup, true);
+        // The restored records: v2 approved, alpha recorded on it.
+        let o = w.run(&["status", "--json"]);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            err.contains("the records call it approved")
+                && err.contains("restored from before it; recording it again")
+                && err.contains("alice"),
+            "{round}: {}",
+            explain(&o)
+        );
+        assert!(
+            still_on(&w, &v2).is_empty(),
+            "{round}: not contained: {}",
+            explain(&o)
+        );
+        assert_eq!(state_of(&w, &v2), "withdrawn", "{round}");
+        let again = withdrawn_events(&w, &v2);
+        assert_eq!(again.len(), 1, "{round}: {again:?}");
+        for key in ["actor", "detail", "time"] {
+            assert_eq!(again[0][key], first[0][key], "{round}: {key}");
+        }
+        assert_eq!(again[0]["actor"], "person:alice", "{round}");
+        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{round}");
+        assert!(applied.is_file(), "{round}: the applied entry is kept");
+        // A second command finds nothing to record again.
+        let o = w.run(&["list"]);
+        expect_code(&o, 0);
+        assert!(
+            !String::from_utf8_lossy(&o.stderr).contains("recording it again"),
+            "{round}: {}",
+            explain(&o)
+        );
+        expect_code(&w.install(&["beta"]), 9);
+        assert!(!tree_exists(&w, &v2), "{round}");
+        w.verify_ok();
+        expect_code(&w.run(&["gc"]), 0);
+        assert!(!w.store().join("quarantine").join(&v2[7..]).exists());
+    }
 }
