@@ -3726,6 +3726,19 @@ fn cache_args(cache: &std::path::Path, args: &[&str]) -> Vec<String> {
     v
 }
 
+/// `cache prune --older-than 1d`, which must remove the cache's one artifact (last used two
+/// days ago) and leave none.
+fn prune_the_one_artifact(w: &World) {
+    let o = run(&cache_args(&w.cache(), &["prune", "--older-than", "1d"]));
+    assert_eq!(code(&o), 0, "{}", explain(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.cached_artifacts(), 0);
+}
+
 /// `cache prune --older-than` reads an artifact's last use (`sha256/<hex>.used`) again once it
 /// holds the digest's lock: a fetch that used the artifact after prune listed it as old and
 /// before prune took its lock (prune stopped at `cache:lock:<hex>`, the lock file open and not
@@ -3770,14 +3783,7 @@ fn cache_prune_keeps_an_artifact_a_fetch_used_after_prune_listed_it() {
 
     // Unused for two days again: the same prune removes it.
     age_file(&used, Duration::from_secs(2 * 86_400));
-    let o = run(&cache_args(&w.cache(), &["prune", "--older-than", "1d"]));
-    assert_eq!(code(&o), 0, "{}", explain(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
-        "{}",
-        explain(&o)
-    );
-    assert_eq!(w.cached_artifacts(), 0);
+    prune_the_one_artifact(&w);
 }
 
 /// `cache verify` lists the artifacts, then re-hashes each under its digest's lock: one that
@@ -3801,14 +3807,7 @@ fn cache_verify_passes_over_an_artifact_prune_removed_after_verify_listed_it() {
         &mut skillbox(&cache_args(&w.cache(), &["verify", "--json"])),
         &format!("cache:lock:{md_hex}"),
     );
-    let o = run(&cache_args(&w.cache(), &["prune", "--older-than", "1d"]));
-    assert_eq!(code(&o), 0, "{}", explain(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
-        "{}",
-        explain(&o)
-    );
-    assert_eq!(w.cached_artifacts(), 0);
+    prune_the_one_artifact(&w);
     super::resume(verify.id());
     let o = verify.wait_with_output().expect("wait");
     assert_eq!(
@@ -3960,20 +3959,8 @@ fn cache_commands_list_verify_prune_and_no_cache() {
         .cache()
         .join("sha256")
         .join(format!("{}.used", &sha(&md)["sha256:".len()..]));
-    let two_days_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
-    std::fs::File::options()
-        .write(true)
-        .open(&used)
-        .and_then(|f| f.set_modified(two_days_ago))
-        .unwrap_or_else(|e| panic!("{}: {e}", used.display()));
-    let o = cache_cmd(&["prune", "--older-than", "1d"]);
-    assert_eq!(code(&o), 0, "{}", explain(&o));
-    assert!(
-        String::from_utf8_lossy(&o.stdout).contains("1 removed"),
-        "{}",
-        explain(&o)
-    );
-    assert_eq!(w.cached_artifacts(), 0);
+    age_file(&used, Duration::from_secs(2 * 86_400));
+    prune_the_one_artifact(&w);
     let o = cache_cmd(&["prune", "--older-than", "1y"]);
     assert_eq!(code(&o), 2, "{}", explain(&o));
 }
