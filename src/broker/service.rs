@@ -290,8 +290,11 @@ impl pb::skillbox_server::Skillbox for SkillboxService {
         request: Request<Streaming<pb::ExtractRequest>>,
     ) -> Result<Response<Self::ExtractWithTreeStream>, Status> {
         // Its place among the tree streams first: refused now, before any work, rather than
-        // after a tree was accepted that it could not send.
-        let places = self.tree_places(request.extensions())?;
+        // after a tree was accepted that it could not send. Counted as every Extract that ends
+        // with an error status is (`answer` counts those refused later).
+        let places = self
+            .tree_places(request.extensions())
+            .inspect_err(|s| self.state.metrics.error(s.code()))?;
         let answer = self.answer(request, Carrier::TreePart).await?;
         let id = answer.staging_id.clone();
         let first = pb::TreePart {

@@ -593,6 +593,8 @@ async fn a_connection_holds_no_more_open_tree_streams_than_the_bound() {
         &STREAMS.to_string(),
         "--tree-idle-timeout-ms",
         "300",
+        "--metrics",
+        harness::ANY_PORT,
     ]);
     let mut c = server.client().await;
     // 250 KB: the connection takes the whole tree at once (the place is freed at once); 1 MiB:
@@ -671,6 +673,14 @@ async fn a_connection_holds_no_more_open_tree_streams_than_the_bound() {
     assert!(
         with_tree.message().contains("per connection"),
         "{with_tree:?}"
+    );
+    // Counted as an Extract that ended with an error, as a refusal after the upload is (the
+    // GetTree refusals above are counted among the unary calls').
+    let exhausted = "skillbox_request_errors_total{code=\"ResourceExhausted\"}";
+    assert_eq!(
+        metric_once(&server.metrics_addr(), exhausted, 1, Duration::from_secs(5)),
+        1,
+        "{exhausted}"
     );
 
     // Another connection gets its tree once a place frees.
