@@ -114,11 +114,12 @@ impl Metrics {
     /// The text exposition format, version 0.0.4.
     pub fn render(&self, g: &Gauges) -> String {
         let mut out = String::with_capacity(4096);
-        let _ = writeln!(
-            out,
-            "# HELP skillbox_requests_total Extract requests answered with a verdict."
+        family(
+            &mut out,
+            "skillbox_requests_total",
+            "counter",
+            "Extract requests answered with a verdict.",
         );
-        let _ = writeln!(out, "# TYPE skillbox_requests_total counter");
         for ((verdict, reason), n) in self
             .outcomes
             .lock()
@@ -130,11 +131,12 @@ impl Metrics {
                 "skillbox_requests_total{{verdict=\"{verdict}\",reason=\"{reason}\"}} {n}"
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP skillbox_request_errors_total Extract requests that ended with a gRPC error status."
+        family(
+            &mut out,
+            "skillbox_request_errors_total",
+            "counter",
+            "Extract requests that ended with a gRPC error status.",
         );
-        let _ = writeln!(out, "# TYPE skillbox_request_errors_total counter");
         for (code, n) in self
             .errors
             .lock()
@@ -143,11 +145,12 @@ impl Metrics {
         {
             let _ = writeln!(out, "skillbox_request_errors_total{{code=\"{code}\"}} {n}");
         }
-        let _ = writeln!(
-            out,
-            "# HELP skillbox_unary_request_errors_total Release, GetTree and ServerInfo requests refused with a gRPC error status (a request that did not decode, or one the call refused); a GetTree stream that fails after it began is not counted."
+        family(
+            &mut out,
+            "skillbox_unary_request_errors_total",
+            "counter",
+            "Release, GetTree and ServerInfo requests refused with a gRPC error status (a request that did not decode, or one the call refused); a GetTree stream that fails after it began is not counted.",
         );
-        let _ = writeln!(out, "# TYPE skillbox_unary_request_errors_total counter");
         for ((method, code), n) in self
             .unary_errors
             .lock()
@@ -159,11 +162,12 @@ impl Metrics {
                 "skillbox_unary_request_errors_total{{method=\"{method}\",code=\"{code}\"}} {n}"
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP skillbox_request_duration_seconds Extract request duration, upload included."
+        family(
+            &mut out,
+            "skillbox_request_duration_seconds",
+            "histogram",
+            "Extract request duration, upload included.",
         );
-        let _ = writeln!(out, "# TYPE skillbox_request_duration_seconds histogram");
         for (i, le) in BUCKETS.iter().enumerate() {
             let n = self.buckets[i].load(Ordering::Relaxed);
             let _ = writeln!(
@@ -210,10 +214,8 @@ impl Metrics {
                 g.connections_refused,
             )]);
         for (name, help, v) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
-            );
+            family(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {v}");
         }
         let gauges = [
             (
@@ -253,10 +255,16 @@ impl Metrics {
             ),
         ];
         for (name, help, v) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+            family(&mut out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {v}");
         }
         out
     }
+}
+
+/// A metric family's `# HELP` and `# TYPE` lines.
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
 /// Serve `GET /metrics` on `listener` until the task is dropped.
