@@ -623,6 +623,15 @@ fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonC
     if comps.iter().any(|c| windows_aliases(c)) {
         broken.insert(ReasonCode::InvalidName);
     }
+    // What compatibility normalisation makes a separator or a dot component.
+    for c in &comps {
+        let nfkc = nfkc_key(c);
+        if nfkc.contains(['/', '\\']) || nfkc == "." {
+            broken.insert(ReasonCode::InvalidName);
+        } else if nfkc == ".." && *c != ".." {
+            broken.insert(ReasonCode::PathTraversal);
+        }
+    }
     if !broken.is_empty() {
         return Err(broken);
     }
@@ -680,6 +689,7 @@ pub fn path(data: &[u8]) {
     match (&got, path_model(a, &limits)) {
         (Ok(Parsed::Path(p)), Ok(Some(m))) if p.as_str() == m => {
             check_normal_form(p.as_str());
+            check_components(p.as_str());
             if p.as_str().len() > a.len() {
                 fail(format!("normalising {a:?} made it longer"));
             }
@@ -742,8 +752,25 @@ fn check_keys(s: &str) {
     if fold_key(&s.to_ascii_uppercase()) != fold_key(&s.to_ascii_lowercase()) {
         fail(format!("ASCII case variants of {s:?} fold differently"));
     }
-    if n.contains('/') != s.contains('/') || f.split('/').count() != s.split('/').count() {
-        fail(format!("a collision key of {s:?} changes its components"));
+}
+
+/// The collision keys of a name the parser accepted (the only names the extraction keys) keep
+/// its components: compatibility characters that would make a separator (`／`, `℆`) are
+/// refused by the parser ([`SafeRelPath::parse`]), so no key of an accepted path holds more or
+/// fewer components than the path, and a key of one entry never reads as a key of a path
+/// beneath another.
+fn check_components(p: &str) {
+    let parts = p.split('/').count();
+    for (kind, key) in [
+        ("NFC", nfc_key(p)),
+        ("NFKC", nfkc_key(p)),
+        ("fold", fold_key(p)),
+    ] {
+        if key.split('/').count() != parts {
+            fail(format!(
+                "the {kind} collision key {key:?} of the accepted {p:?} changes its components"
+            ));
+        }
     }
 }
 

@@ -126,6 +126,9 @@ impl SafeRelPath {
         if let Some(why) = out.split('/').find_map(windows_problem) {
             return Err(reject(ReasonCode::InvalidName, &why));
         }
+        if let Some((code, why)) = out.split('/').find_map(compatibility_problem) {
+            return Err(reject(code, &why));
+        }
         if out.is_empty() {
             return Ok(Parsed::Root);
         }
@@ -233,6 +236,42 @@ fn windows_problem(comp: &str) -> Option<String> {
     None
 }
 
+/// Why one component becomes a separator or a dot component under compatibility normalisation
+/// (NFKC), if it does. The twin checks key names by NFKC because tools that normalise names
+/// make such twins one file; the same tools would make `a／b` (FULLWIDTH SOLIDUS) the path
+/// `a/b`, `℆` (CADA UNA) `c/u`, and `‥` (TWO DOT LEADER) the component `..`: a name that is one
+/// component here and climbs or branches there, and whose collision keys would not be keys of
+/// one component.
+fn compatibility_problem(comp: &str) -> Option<(ReasonCode, String)> {
+    // ASCII is its own NFKC form, and the parser has taken its separators and dots already.
+    if comp.is_ascii() {
+        return None;
+    }
+    let nfkc: String = comp.nfkc().collect();
+    let shown = display_name(comp.as_bytes());
+    if nfkc.contains(['/', '\\']) {
+        return Some((
+            ReasonCode::InvalidName,
+            format!(
+                "{shown:?} holds a character that compatibility normalisation (NFKC) makes a path \
+                 separator: {:?}",
+                display_name(nfkc.as_bytes())
+            ),
+        ));
+    }
+    match nfkc.as_str() {
+        ".." => Some((
+            ReasonCode::PathTraversal,
+            format!("{shown:?} is `..` after compatibility normalisation (NFKC)"),
+        )),
+        "." => Some((
+            ReasonCode::InvalidName,
+            format!("{shown:?} is `.` after compatibility normalisation (NFKC)"),
+        )),
+        _ => None,
+    }
+}
+
 impl std::fmt::Display for SafeRelPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
@@ -296,6 +335,33 @@ mod tests {
         match SafeRelPath::parse(raw, &Limits::default()) {
             Ok(p) => panic!("{raw:?} accepted as {p:?}"),
             Err(r) => r.code,
+        }
+    }
+
+    /// Names that compatibility normalisation (NFKC) turns into separators or dot components
+    /// are refused; compatibility characters that stay one plain component are not.
+    #[test]
+    fn refuses_what_nfkc_makes_a_separator_or_a_dot_component() {
+        for raw in [
+            "a\u{FF0F}b",         // FULLWIDTH SOLIDUS
+            "docs/c\u{2106}u.md", // CADA UNA: c/u
+            "\u{2100}",           // ACCOUNT OF: a/c
+            "x\u{FF3C}y",         // FULLWIDTH REVERSE SOLIDUS
+            "x\u{FE68}y",         // SMALL REVERSE SOLIDUS
+            "\u{FF0E}",           // FULLWIDTH FULL STOP alone: `.`
+        ] {
+            assert_eq!(code(raw.as_bytes()), ReasonCode::InvalidName, "{raw:?}");
+        }
+        for raw in ["\u{2025}/x", "a/\u{FF0E}\u{FF0E}/b", "a/.\u{FF0E}"] {
+            assert_eq!(code(raw.as_bytes()), ReasonCode::PathTraversal, "{raw:?}");
+        }
+        for raw in [
+            "\u{FB01}le.md",
+            "\u{FF33}\u{FF2B}\u{FF29}\u{FF2C}\u{FF2C}.md",
+            "a\u{2026}b",
+            "\u{00BD}",
+        ] {
+            assert_eq!(ok(raw), raw, "{raw:?}");
         }
     }
 
