@@ -3221,14 +3221,10 @@ fn cache_prune_removes_what_a_killed_fetch_left_and_never_a_live_download() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let prune = || {
-        let o = run(&[
-            "cache".into(),
-            "prune".into(),
-            "--older-than".into(),
-            "30d".into(),
-            "--cache-dir".into(),
-            cache.clone(),
-        ]);
+        let o = run(&cache_args(
+            std::path::Path::new(&cache),
+            &["prune", "--older-than", "30d"],
+        ));
         assert_eq!(code(&o), 0, "{}", explain(&o));
         o
     };
@@ -3360,14 +3356,10 @@ fn cache_prune_removes_the_index_copy_or_record_a_killed_fetch_was_writing() {
         )
     };
     let prune = || {
-        let o = run(&[
-            "cache".into(),
-            "prune".into(),
-            "--older-than".into(),
-            "30d".into(),
-            "--cache-dir".into(),
-            cache.clone(),
-        ]);
+        let o = run(&cache_args(
+            std::path::Path::new(&cache),
+            &["prune", "--older-than", "30d"],
+        ));
         assert_eq!(code(&o), 0, "{}", explain(&o));
         String::from_utf8_lossy(&o.stdout).into_owned()
     };
@@ -3456,14 +3448,10 @@ fn cache_prune_leaves_an_index_copy_a_fetch_is_refreshing() {
         &mut skillbox(&w.args(&["fetch", &index, "demo", "--json", "--cache-dir", &cache])),
         "cache:index-copy",
     );
-    let o = run(&[
-        "cache".into(),
-        "prune".into(),
-        "--older-than".into(),
-        "30d".into(),
-        "--cache-dir".into(),
-        cache.clone(),
-    ]);
+    let o = run(&cache_args(
+        std::path::Path::new(&cache),
+        &["prune", "--older-than", "30d"],
+    ));
     assert_eq!(code(&o), 0, "{}", explain(&o));
     assert_eq!(
         std::fs::read(&copy).ok().as_deref(),
@@ -3481,14 +3469,10 @@ fn cache_prune_leaves_an_index_copy_a_fetch_is_refreshing() {
 
     // With no fetch holding it, the same prune removes a copy that old (and then its lock).
     age_file(&copy, Duration::from_secs(60 * 86_400));
-    let o = run(&[
-        "cache".into(),
-        "prune".into(),
-        "--older-than".into(),
-        "30d".into(),
-        "--cache-dir".into(),
-        cache.clone(),
-    ]);
+    let o = run(&cache_args(
+        std::path::Path::new(&cache),
+        &["prune", "--older-than", "30d"],
+    ));
     assert_eq!(code(&o), 0, "{}", explain(&o));
     assert!(!copy.exists(), "{}", explain(&o));
     assert!(
@@ -3664,14 +3648,10 @@ fn a_fetch_that_opened_a_lock_file_prune_removed_takes_the_new_one() {
 
     // B has the old lock file open, not yet locked.
     let mut b = super::stopped_at(&mut fetch(), &format!("cache:lock:{md_hex}"));
-    let o = run(&[
-        "cache".into(),
-        "prune".into(),
-        "--older-than".into(),
-        "1d".into(),
-        "--cache-dir".into(),
-        cache.clone(),
-    ]);
+    let o = run(&cache_args(
+        std::path::Path::new(&cache),
+        &["prune", "--older-than", "1d"],
+    ));
     assert_eq!(code(&o), 0, "{}", explain(&o));
     assert_eq!(w.cached_artifacts(), 0, "{}", explain(&o));
     assert_eq!(ino(&digest_lock), None, "the lock file was not removed");
