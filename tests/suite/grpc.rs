@@ -2182,10 +2182,27 @@ async fn cut_while_read<F: std::future::Future<Output = ()>>(
     server: &Server,
     cut: impl FnOnce(String) -> F,
 ) {
+    let staged = staged_blobs(server).await;
+    let mut parts = tree_begun(server, &staged.id).await;
+    cut(staged.id.clone()).await;
+    let end = tree_end(&mut parts).await;
+    let (after, _) = tree_and_release_refuse(server, &staged.id).await;
+    assert_eq!(end.code(), Code::NotFound, "{end:?}");
+    assert!(end.message().contains(&staged.id), "names the id: {end:?}");
+    assert_eq!(end.message(), after.message(), "worded as an unknown id");
+    assert_eq!(end.details(), after.details(), "{end:?}");
+    server.wait_clean(Duration::from_secs(10));
+}
+
+/// Files of [`staged_blobs`]: sixteen of 2 MiB, `assets/blob00.bin` to `assets/blob15.bin`.
+const BLOBS: u8 = 16;
+
+/// An accepted tree staged on `server`, far larger than a tree stream queues ahead of its
+/// reader (eight 256 KiB chunks and the HTTP/2 windows): [`BLOBS`] files of 2 MiB, file `i`
+/// all bytes `i`. A stream begun on it and left unread still has files to open.
+async fn staged_blobs(server: &Server) -> skillbox::client::Staged {
     let mut c = server.client().await;
-    // Far more than the stream queues ahead of its reader (eight 256 KiB chunks and the
-    // HTTP/2 windows), so the reading thread is still opening files after the release.
-    let blobs: Vec<(String, Vec<u8>)> = (0..16u8)
+    let blobs: Vec<(String, Vec<u8>)> = (0..BLOBS)
         .map(|i| (format!("assets/blob{i:02}.bin"), vec![i; 2 << 20]))
         .collect();
     let extra: Vec<(&str, &[u8], u32)> = blobs
@@ -2201,11 +2218,16 @@ async fn cut_while_read<F: std::future::Future<Output = ()>>(
         .await,
         "extract",
     );
-    let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
+    done.staged.unwrap_or_else(|| panic!("accepted"))
+}
+
+/// A `GetTree` of `id` on a connection of its own, its first three parts read: the stream has
+/// begun (its head, with no status, and parts were sent).
+async fn tree_begun(server: &Server, id: &str) -> tonic::Streaming<pb::TreePart> {
     let mut raw = server.raw_client().await;
     let mut parts = ok(
         raw.get_tree(pb::GetTreeRequest {
-            staging_id: staged.id.clone(),
+            staging_id: id.to_owned(),
         })
         .await,
         "get_tree",
@@ -2214,19 +2236,135 @@ async fn cut_while_read<F: std::future::Future<Output = ()>>(
     for _ in 0..3 {
         ok(parts.message().await, "a first part").unwrap_or_else(|| panic!("ended early"));
     }
-    cut(staged.id.clone()).await;
-    let end = loop {
+    parts
+}
+
+/// The status a begun tree stream ends with, its remaining parts read; panics if it ends OK.
+async fn tree_end(parts: &mut tonic::Streaming<pb::TreePart>) -> tonic::Status {
+    loop {
         match parts.message().await {
             Ok(Some(_)) => {}
-            Ok(None) => panic!("a released tree was sent whole"),
+            Ok(None) => panic!("the tree stream ended OK"),
             Err(s) => break s,
         }
-    };
-    let (after, _) = tree_and_release_refuse(server, &staged.id).await;
+    }
+}
+
+/// The `skillbox_unary_request_errors_total` series `server` serves, sorted.
+fn unary_errors(addr: &str) -> Vec<String> {
+    let text = harness::http_get(addr, "/metrics");
+    let mut lines: Vec<_> = text
+        .lines()
+        .filter(|l| l.starts_with("skillbox_unary_request_errors_total{"))
+        .map(str::to_owned)
+        .collect();
+    lines.sort_unstable();
+    lines
+}
+
+/// A `GetTree` series line of `skillbox_unary_request_errors_total`.
+fn tree_errors(code: &str, n: u64) -> String {
+    format!("skillbox_unary_request_errors_total{{method=\"GetTree\",code=\"{code}\"}} {n}")
+}
+
+/// Wait until `addr` serves the unary error series `want` (a hang-up is counted when the broker
+/// sees the client's reset, after the client went), or panic.
+fn wait_unary_errors(addr: &str, want: &[String]) {
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut got = unary_errors(addr);
+    while got != want && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(25));
+        got = unary_errors(addr);
+    }
+    assert_eq!(got, want);
+}
+
+/// Every `GetTree` that ends with an error status is counted once, by its code, in
+/// skillbox_unary_request_errors_total, whether the status is a trailers-only refusal or comes
+/// in the trailers after parts (it counted only refusals): a tree changed under the stream
+/// (DATA_LOSS), one released while read (NOT_FOUND, and a GetTree of it afterwards, refused:
+/// two), a client that read nothing for --tree-idle-timeout-ms and then read the end
+/// (DEADLINE_EXCEEDED). A client that goes away mid-stream is counted CANCELLED, as an
+/// Extract's hang-up mid-upload is, and so is one that stopped reading and went away without
+/// reading the status the idle timeout left it. A stream read to its end counts nothing, nor
+/// does a Release served. Scraped after each call: the broker counts a status when it hands it
+/// to the connection, before the client can read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tree_stream_that_fails_is_counted_once_by_code() {
+    let server = Server::start(&["--metrics", harness::ANY_PORT]);
+    let addr = server.metrics_addr();
+    let staged = staged_blobs(&server).await;
+
+    // Read to its end: nothing counted.
+    let mut whole = tree_begun(&server, &staged.id).await;
+    while ok(whole.message().await, "a part").is_some() {}
+    drop(whole);
+    assert_eq!(unary_errors(&addr), Vec::<String>::new());
+
+    // The client goes away mid-stream (tonic resets the stream when it is dropped).
+    drop(tree_begun(&server, &staged.id).await);
+    let mut counted = vec![tree_errors("Cancelled", 1)];
+    wait_unary_errors(&addr, &counted);
+
+    // The last file changed after acceptance (same size, other bytes): parts were sent, then
+    // DATA_LOSS naming it.
+    let last = format!("assets/blob{:02}.bin", BLOBS - 1);
+    ok(
+        std::fs::write(staged.path.join(&last), vec![0xa5; 2 << 20]),
+        "tamper",
+    );
+    let mut parts = tree_begun(&server, &staged.id).await;
+    let end = tree_end(&mut parts).await;
+    assert_eq!(end.code(), Code::DataLoss, "{end:?}");
+    assert!(end.message().contains(&last), "{end:?}");
+    drop(parts);
+    counted.push(tree_errors("DataLoss", 1));
+    counted.sort_unstable();
+    assert_eq!(unary_errors(&addr), counted);
+
+    // Released while read: NOT_FOUND at the end of the stream, then a GetTree of it is refused
+    // NOT_FOUND at once (a trailers-only answer): each counted once.
+    let mut parts = tree_begun(&server, &staged.id).await;
+    let mut c = server.client().await;
+    ok(c.release(&staged.id).await, "release");
+    let end = tree_end(&mut parts).await;
     assert_eq!(end.code(), Code::NotFound, "{end:?}");
-    assert!(end.message().contains(&staged.id), "names the id: {end:?}");
-    assert_eq!(end.message(), after.message(), "worded as an unknown id");
-    assert_eq!(end.details(), after.details(), "{end:?}");
+    drop(parts);
+    let (refused, _) = tree_and_release_refuse(&server, &staged.id).await;
+    assert_eq!(refused.code(), Code::NotFound, "{refused:?}");
+    counted.push(tree_errors("NotFound", 2));
+    counted.push(
+        "skillbox_unary_request_errors_total{method=\"Release\",code=\"NotFound\"} 1".to_owned(),
+    );
+    counted.sort_unstable();
+    assert_eq!(unary_errors(&addr), counted);
+    server.wait_clean(Duration::from_secs(10));
+
+    // A client that reads nothing for the idle timeout: DEADLINE_EXCEEDED when it reads on.
+    let server = Server::start(&[
+        "--metrics",
+        harness::ANY_PORT,
+        "--tree-idle-timeout-ms",
+        "500",
+    ]);
+    let addr = server.metrics_addr();
+    let staged = staged_blobs(&server).await;
+    const IDLE: &str = "its client stopped reading";
+    let mut parts = tree_begun(&server, &staged.id).await;
+    bounds::wait_log(&server, IDLE, 1, Duration::from_secs(10));
+    let end = tree_end(&mut parts).await;
+    assert_eq!(end.code(), Code::DeadlineExceeded, "{end:?}");
+    drop(parts);
+    let mut counted = vec![tree_errors("DeadlineExceeded", 1)];
+    assert_eq!(unary_errors(&addr), counted);
+    // One that goes away instead never got that status: it hung up.
+    let parts = tree_begun(&server, &staged.id).await;
+    bounds::wait_log(&server, IDLE, 2, Duration::from_secs(10));
+    drop(parts);
+    counted.insert(0, tree_errors("Cancelled", 1));
+    wait_unary_errors(&addr, &counted);
+    let mut c = server.client().await;
+    ok(c.release(&staged.id).await, "release");
     server.wait_clean(Duration::from_secs(10));
 }
 
