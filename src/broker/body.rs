@@ -36,7 +36,9 @@
 //!   that streams ([`Method::streams`], only `GetTree`'s) is wrapped and its code read from
 //!   its trailers frame ([`Trailed`]). A stream dropped before its status was sent (the
 //!   client reset it, or its connection went) is a hang-up, counted `CANCELLED`, as an
-//!   upload's hang-up is counted in `Extract`'s errors. Either way once: a trailers-only
+//!   upload's hang-up is counted in `Extract`'s errors, and so is a unary call whose client
+//!   went before its request message was whole (its body's `ABORTED`, above, answered before
+//!   the handler ran). Either way once: a trailers-only
 //!   refusal is counted from its head and its body is not wrapped, and a wrapped body counts
 //!   the first of its trailers, an error frame or its drop. A unary answer (`Release`,
 //!   `ServerInfo`) is one small message whose trailers are always OK; its body is not
@@ -244,7 +246,15 @@ where
         match response.headers().get(Status::GRPC_STATUS) {
             Some(code) => {
                 if code.as_bytes() != b"0" {
-                    let code = Code::from_bytes(code.as_bytes());
+                    let code = match Code::from_bytes(code.as_bytes()) {
+                        // Every error of the request body is ABORTED (above): before the
+                        // handler ran, that is the client's hang-up (a reset, a connection
+                        // lost), counted as an upload's hang-up is in Extract's errors.
+                        Code::Aborted if !unary.decoded.0.load(Ordering::Acquire) => {
+                            Code::Cancelled
+                        }
+                        code => code,
+                    };
                     unary.metrics.unary_error(unary.method.name, code);
                 }
                 Poll::Ready(Ok(response))

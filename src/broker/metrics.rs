@@ -72,7 +72,7 @@ impl Metrics {
     /// A unary Skillbox call (`method` is the broker's own name for it, never the request's
     /// path) ended with the error status `code`: its request did not decode, its handler refused
     /// it, or the stream it answered failed after it began (`CANCELLED`: its client went away
-    /// before its status was sent).
+    /// before its request was whole, or before its stream's status was sent).
     pub fn unary_error(&self, method: &'static str, code: tonic::Code) {
         *self
             .unary_errors
@@ -150,7 +150,7 @@ impl Metrics {
             &mut out,
             "skillbox_unary_request_errors_total",
             "counter",
-            "Release, GetTree and ServerInfo calls that ended with a gRPC error status, each once: a request that did not decode, one the call refused, and a GetTree stream that failed after it began (its status in the trailers: DataLoss, NotFound, DeadlineExceeded); one whose client went away before its status was sent is Cancelled.",
+            "Release, GetTree and ServerInfo calls that ended with a gRPC error status, each once: a request that did not decode, one the call refused, and a GetTree stream that failed after it began (its status in the trailers: DataLoss, NotFound, DeadlineExceeded); a call whose client went away (before its request was whole, or before its stream's status was sent) is Cancelled.",
         );
         for ((method, code), n) in self
             .unary_errors

@@ -565,18 +565,6 @@ async fn a_hangup_mid_upload_leaves_nothing() {
 /// never send.
 fn raw_extract_with_header(server: &Server) -> std::os::unix::net::UnixStream {
     use prost::Message as _;
-    let hpack = |fields: &[(&str, &str)]| {
-        // Literals without indexing, new names (RFC 7541 6.2.2), every length under 127.
-        let mut block = Vec::new();
-        for (name, value) in fields {
-            block.push(0);
-            block.push(name.len() as u8);
-            block.extend_from_slice(name.as_bytes());
-            block.push(value.len() as u8);
-            block.extend_from_slice(value.as_bytes());
-        }
-        block
-    };
     let grpc_message = |m: &pb::ExtractRequest| {
         let body = m.encode_to_vec();
         let mut out = vec![0];
@@ -584,17 +572,7 @@ fn raw_extract_with_header(server: &Server) -> std::os::unix::net::UnixStream {
         out.extend_from_slice(&body);
         out
     };
-    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    bounds::frame(&mut wire, 0x4, 0, 0, &[]); // SETTINGS
-    let headers = hpack(&[
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", "/skillbox.v1.Skillbox/Extract"),
-        (":authority", "localhost"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]);
-    bounds::frame(&mut wire, 0x1, 0x4, 1, &headers); // HEADERS, END_HEADERS
+    let mut wire = raw_call("Extract");
     let header = pb::ExtractRequest {
         msg: Some(pb::extract_request::Msg::Header(archive_header())),
     };
@@ -610,6 +588,69 @@ fn raw_extract_with_header(server: &Server) -> std::os::unix::net::UnixStream {
         std::thread::sleep(Duration::from_millis(20));
     }
     conn
+}
+
+/// The connection preface and the HEADERS of a call of `method` on stream 1, as raw frames.
+fn raw_call(method: &str) -> Vec<u8> {
+    // Literals without indexing, new names (RFC 7541 6.2.2), every length under 127.
+    let hpack = |fields: &[(&str, &str)]| {
+        let mut block = Vec::new();
+        for (name, value) in fields {
+            block.push(0);
+            block.push(name.len() as u8);
+            block.extend_from_slice(name.as_bytes());
+            block.push(value.len() as u8);
+            block.extend_from_slice(value.as_bytes());
+        }
+        block
+    };
+    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bounds::frame(&mut wire, 0x4, 0, 0, &[]); // SETTINGS
+    let headers = hpack(&[
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", &format!("/skillbox.v1.Skillbox/{method}")),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]);
+    bounds::frame(&mut wire, 0x1, 0x4, 1, &headers); // HEADERS, END_HEADERS
+    wire
+}
+
+/// A client that goes before its unary request message has arrived whole (part of a
+/// ReleaseRequest, then RST_STREAM with CANCEL, as raw frames) hung up: counted CANCELLED in
+/// skillbox_unary_request_errors_total, as an Extract's hang-up mid-upload is counted in
+/// skillbox_request_errors_total, not ABORTED (the code every error of a request body reaches
+/// tonic's decoder as). The reset is sent once the broker holds the partial message.
+#[test]
+fn a_unary_call_whose_client_goes_before_its_request_is_counted_cancelled() {
+    let server = Server::start(&["--metrics", harness::ANY_PORT]);
+    let addr = server.metrics_addr();
+    let mut wire = raw_call("Release");
+    // A message prefix promising 100 bytes, and 10 of them.
+    let mut partial = vec![0, 0, 0, 0, 100];
+    partial.extend_from_slice(&[0x0a; 10]);
+    bounds::frame(&mut wire, 0x0, 0, 1, &partial); // DATA
+    let mut conn = ok(
+        std::os::unix::net::UnixStream::connect(server.socket()),
+        "connect",
+    );
+    ok(conn.write_all(&wire), "send");
+    wait_counter(&addr, "skillbox_partial_request_bytes", 15);
+    let mut reset = Vec::new();
+    bounds::frame(&mut reset, 0x3, 0, 1, &8u32.to_be_bytes()); // RST_STREAM, CANCEL
+    ok(conn.write_all(&reset), "send");
+    wait_unary_errors(
+        &addr,
+        &[
+            "skillbox_unary_request_errors_total{method=\"Release\",code=\"Cancelled\"} 1"
+                .to_owned(),
+        ],
+    );
+    wait_counter(&addr, "skillbox_partial_request_bytes", 0);
+    drop(conn);
+    server.assert_clean();
 }
 
 /// A client that resets its upload with an HTTP/2 error code tonic reads as INTERNAL
