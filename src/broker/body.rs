@@ -23,13 +23,26 @@
 //!   an `INTERNAL` answered before the handler marked the request decoded ([`Decoded`]) is
 //!   the decoder's (every error of the body is `ABORTED`, above); one answered after it is
 //!   the handler's own and stays `INTERNAL`.
-//! - Every unary call's refusal is counted, by method and code, in
-//!   `skillbox_unary_request_errors_total` ([`Metrics::unary_error`]): a request that did not
-//!   decode, rewritten above, as well as one its handler refused (a malformed or unknown
-//!   `staging_id`, no room for a tree stream), as `Extract`'s errors are counted in
-//!   `skillbox_request_errors_total`. tonic answers a unary call's decoder and handler alike
-//!   with a trailers-only response, so the code is read here, from the response's head, the one
-//!   place both pass through.
+//! - Every unary call that ends with an error status is counted once, by method and code, in
+//!   `skillbox_unary_request_errors_total` ([`Metrics::unary_error`]), as `Extract`'s errors
+//!   are counted in `skillbox_request_errors_total`: a request that did not decode, rewritten
+//!   above, as well as one its handler refused (a malformed or unknown `staging_id`, no room
+//!   for a tree stream), and a `GetTree` stream that fails after it began. tonic answers a
+//!   unary call's decoder and handler alike with a trailers-only response, so a refusal's code
+//!   is read here, from the response's head, the one place both pass through. A stream that
+//!   began has no status in its head: its status comes in the trailers after its parts
+//!   (`DATA_LOSS` for a tree changed under it, `NOT_FOUND` for one released or expired while
+//!   read, `DEADLINE_EXCEEDED` for a client that stopped reading), so the body of an answer
+//!   that streams ([`Method::streams`], only `GetTree`'s) is wrapped and its code read from
+//!   its trailers frame ([`Trailed`]). A stream dropped before its status was sent (the
+//!   client reset it, or its connection went) is a hang-up, counted `CANCELLED`, as an
+//!   upload's hang-up is counted in `Extract`'s errors, and so is a unary call whose client
+//!   went before its request message was whole (its body's `ABORTED`, above, answered before
+//!   the handler ran). Either way once: a trailers-only
+//!   refusal is counted from its head and its body is not wrapped, and a wrapped body counts
+//!   the first of its trailers, an error frame or its drop. A unary answer (`Release`,
+//!   `ServerInfo`) is one small message whose trailers are always OK; its body is not
+//!   wrapped, nor is any upload's.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -92,24 +105,48 @@ fn is_upload(path: &str) -> bool {
     )
 }
 
-/// The Skillbox service's unary methods (one request message, whatever they answer): the
-/// method's name (a metrics label) and that of its request message. Each one's handler marks its
-/// request [`Decoded`] first thing: an `INTERNAL` answered before that is taken for the
-/// decoder's. Every method of the contract that takes one request message must be in [`UNARY`],
-/// and none that takes a stream (a test reads the contract's descriptor to hold this).
-fn unary_request(path: &str) -> Option<(&'static str, &'static str)> {
+/// The Skillbox service's unary methods (one request message, whatever they answer). Each
+/// one's handler marks its request [`Decoded`] first thing: an `INTERNAL` answered before that
+/// is taken for the decoder's. Every method of the contract that takes one request message must
+/// be in [`UNARY`], as the contract says it answers, and none that takes a stream (a test reads
+/// the contract's descriptor to hold this).
+fn unary_request(path: &str) -> Option<Method> {
     let method = path
         .strip_prefix('/')?
         .strip_prefix(crate::proto::skillbox_server::SERVICE_NAME)?
         .strip_prefix('/')?;
-    UNARY.iter().copied().find(|(name, _)| *name == method)
+    UNARY.iter().copied().find(|m| m.name == method)
 }
 
-/// The Skillbox service's unary methods and their request messages ([`unary_request`]).
-const UNARY: [(&str, &str); 3] = [
-    ("Release", "ReleaseRequest"),
-    ("GetTree", "GetTreeRequest"),
-    ("ServerInfo", "ServerInfoRequest"),
+/// A unary method of the Skillbox service ([`unary_request`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Method {
+    /// Its name, a metrics label.
+    name: &'static str,
+    /// Its request message's name.
+    message: &'static str,
+    /// It answers a stream, which can fail after it began: its status is read from the
+    /// trailers ([`Trailed`]).
+    streams: bool,
+}
+
+/// The Skillbox service's unary methods ([`unary_request`]).
+const UNARY: [Method; 3] = [
+    Method {
+        name: "Release",
+        message: "ReleaseRequest",
+        streams: false,
+    },
+    Method {
+        name: "GetTree",
+        message: "GetTreeRequest",
+        streams: true,
+    },
+    Method {
+        name: "ServerInfo",
+        message: "ServerInfoRequest",
+        streams: false,
+    },
 ];
 
 /// In the request extensions of a unary Skillbox call: marked by its handler, which tonic
@@ -146,12 +183,11 @@ where
             .metrics
             .as_ref()
             .zip(unary_request(req.uri().path()))
-            .map(|(metrics, (method, message))| {
+            .map(|(metrics, method)| {
                 let decoded = Decoded::default();
                 req.extensions_mut().insert(decoded.clone());
                 Unary {
                     method,
-                    message,
                     decoded,
                     metrics: Arc::clone(metrics),
                 }
@@ -177,7 +213,7 @@ where
 }
 
 /// The answer of a call, rewritten as the module says when it is a unary call's decoder's, and
-/// counted when it is a unary call's refusal.
+/// counted when it is a unary call's refusal (or, for a stream, when its trailers say so).
 pub struct Answer<F> {
     inner: F,
     unary: Option<Unary>,
@@ -185,8 +221,7 @@ pub struct Answer<F> {
 
 /// A unary Skillbox call, as [`unary_request`] names it.
 struct Unary {
-    method: &'static str,
-    message: &'static str,
+    method: Method,
     /// Whether its handler ran.
     decoded: Decoded,
     metrics: Arc<Metrics>,
@@ -204,18 +239,101 @@ where
         let Some(unary) = this.unary.take() else {
             return Poll::Ready(Ok(response));
         };
-        let response = undecoded(response, unary.message, &unary.decoded);
-        // A refusal is a trailers-only response: its status is in the head. An answer's status
-        // comes in its trailers (OK for a unary answer; a GetTree stream that fails after it
-        // began is not counted here).
-        if let Some(code) = response.headers().get(Status::GRPC_STATUS)
-            && code.as_bytes() != b"0"
-        {
-            unary
-                .metrics
-                .unary_error(unary.method, Code::from_bytes(code.as_bytes()));
+        let response = undecoded(response, unary.method.message, &unary.decoded);
+        // A refusal is a trailers-only response: its status is in the head, and it is counted
+        // here. An answer's status comes in its trailers: OK for a unary answer, read there for
+        // a stream (never both: a trailers-only response's body is not wrapped).
+        match response.headers().get(Status::GRPC_STATUS) {
+            Some(code) => {
+                if code.as_bytes() != b"0" {
+                    let code = match Code::from_bytes(code.as_bytes()) {
+                        // Every error of the request body is ABORTED (above): before the
+                        // handler ran, that is the client's hang-up (a reset, a connection
+                        // lost), counted as an upload's hang-up is in Extract's errors.
+                        Code::Aborted if !unary.decoded.0.load(Ordering::Acquire) => {
+                            Code::Cancelled
+                        }
+                        code => code,
+                    };
+                    unary.metrics.unary_error(unary.method.name, code);
+                }
+                Poll::Ready(Ok(response))
+            }
+            None if unary.method.streams => Poll::Ready(Ok(response.map(|body| {
+                Body::new(Trailed {
+                    body,
+                    uncounted: Some((unary.method.name, unary.metrics)),
+                })
+            }))),
+            None => Poll::Ready(Ok(response)),
         }
-        Poll::Ready(Ok(response))
+    }
+}
+
+/// The body of a unary call's answer that streams, whose status is counted once: from its
+/// trailers frame (the stream's end, or an error after parts), from an error the body itself
+/// yields (hyper resets the stream; tonic does so only for a status it cannot encode), or,
+/// when it is dropped before either, as the client's hang-up (`CANCELLED`): hyper drops a
+/// stream's body unfinished only when its client reset it or its connection went, as an
+/// upload's hang-up is counted in `Extract`'s errors. The cost per frame is one test of its
+/// kind; per call, this wrapper's allocation.
+struct Trailed {
+    body: Body,
+    /// The method and where to count, until the status is counted.
+    uncounted: Option<(&'static str, Arc<Metrics>)>,
+}
+
+impl Trailed {
+    fn count(&mut self, code: Code) {
+        if let Some((method, metrics)) = self.uncounted.take()
+            && code != Code::Ok
+        {
+            metrics.unary_error(method, code);
+        }
+    }
+}
+
+impl http_body::Body for Trailed {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        let this = self.get_mut();
+        let polled = ready!(Pin::new(&mut this.body).poll_frame(cx));
+        match &polled {
+            Some(Ok(frame)) => {
+                if let Some(trailers) = frame.trailers_ref() {
+                    // tonic's trailers always carry a status; one without is no OK.
+                    let code = trailers
+                        .get(Status::GRPC_STATUS)
+                        .map_or(Code::Unknown, |c| Code::from_bytes(c.as_bytes()));
+                    this.count(code);
+                }
+            }
+            Some(Err(status)) => this.count(status.code()),
+            // The end after the trailers (or, never from tonic, without any: no status was
+            // sent, and the stream did not end as a hang-up either).
+            None => this.uncounted = None,
+        }
+        Poll::Ready(polled)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Trailed {
+    fn drop(&mut self) {
+        // Dropped before its status was sent: the client went away.
+        self.count(Code::Cancelled);
     }
 }
 
@@ -307,6 +425,10 @@ mod tests {
     /// read, and every method of the Skillbox service that takes one request message is in
     /// [`unary_request`] with that message's name, and no client-streaming one is. (A new
     /// unary method also needs its handler to call [`mark_decoded`] first thing.)
+    fn fields(m: Method) -> (&'static str, &'static str, bool) {
+        (m.name, m.message, m.streams)
+    }
+
     #[test]
     fn every_unary_method_of_the_contract_and_no_streaming_one_is_listed() {
         let set = prost_types::FileDescriptorSet::decode(FILE_DESCRIPTOR_SET)
@@ -335,16 +457,22 @@ mod tests {
                 .input_type()
                 .strip_prefix(&format!(".{package}."))
                 .unwrap_or_else(|| panic!("{path}: {} is not of {package}", m.input_type()));
+            let method = (m.name(), message, m.server_streaming());
             assert_eq!(
-                unary_request(&path),
-                Some((m.name(), message)),
-                "{path} takes one {message}: list it in UNARY and mark it decoded in its handler"
+                unary_request(&path).map(fields),
+                Some(method),
+                "{path} takes one {message}: list it in UNARY as it answers, and mark it decoded \
+                 in its handler"
             );
-            unary.push((m.name(), message));
+            unary.push(method);
         }
         assert!(streamed > 0, "no streaming method found in {methods:?}");
+        assert!(
+            unary.iter().any(|(_, _, streams)| *streams),
+            "no unary method answering a stream found in {methods:?}"
+        );
         unary.sort_unstable();
-        let mut listed = UNARY.to_vec();
+        let mut listed: Vec<_> = UNARY.into_iter().map(fields).collect();
         listed.sort_unstable();
         assert_eq!(
             listed, unary,

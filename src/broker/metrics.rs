@@ -38,7 +38,7 @@ pub struct Metrics {
     outcomes: Mutex<BTreeMap<(&'static str, &'static str), u64>>,
     /// gRPC code name -> count of requests that ended without a verdict
     errors: Mutex<BTreeMap<String, u64>>,
-    /// (unary method, gRPC code name) -> count of its calls refused
+    /// (unary method, gRPC code name) -> count of its calls that ended with that error status
     unary_errors: Mutex<BTreeMap<(&'static str, String), u64>>,
     buckets: [AtomicU64; BUCKETS.len()],
     duration_count: AtomicU64,
@@ -70,8 +70,9 @@ impl Metrics {
     }
 
     /// A unary Skillbox call (`method` is the broker's own name for it, never the request's
-    /// path) answered `code` instead of an answer: its request did not decode, or its handler
-    /// refused it.
+    /// path) ended with the error status `code`: its request did not decode, its handler refused
+    /// it, or the stream it answered failed after it began (`CANCELLED`: its client went away
+    /// before its request was whole, or before its stream's status was sent).
     pub fn unary_error(&self, method: &'static str, code: tonic::Code) {
         *self
             .unary_errors
@@ -149,7 +150,7 @@ impl Metrics {
             &mut out,
             "skillbox_unary_request_errors_total",
             "counter",
-            "Release, GetTree and ServerInfo requests refused with a gRPC error status (a request that did not decode, or one the call refused); a GetTree stream that fails after it began is not counted.",
+            "Release, GetTree and ServerInfo calls that ended with a gRPC error status, each once: a request that did not decode, one the call refused, and a GetTree stream that failed after it began (its status in the trailers: DataLoss, NotFound, DeadlineExceeded); a call whose client went away (before its request was whole, or before its stream's status was sent) is Cancelled.",
         );
         for ((method, code), n) in self
             .unary_errors

@@ -565,18 +565,6 @@ async fn a_hangup_mid_upload_leaves_nothing() {
 /// never send.
 fn raw_extract_with_header(server: &Server) -> std::os::unix::net::UnixStream {
     use prost::Message as _;
-    let hpack = |fields: &[(&str, &str)]| {
-        // Literals without indexing, new names (RFC 7541 6.2.2), every length under 127.
-        let mut block = Vec::new();
-        for (name, value) in fields {
-            block.push(0);
-            block.push(name.len() as u8);
-            block.extend_from_slice(name.as_bytes());
-            block.push(value.len() as u8);
-            block.extend_from_slice(value.as_bytes());
-        }
-        block
-    };
     let grpc_message = |m: &pb::ExtractRequest| {
         let body = m.encode_to_vec();
         let mut out = vec![0];
@@ -584,17 +572,7 @@ fn raw_extract_with_header(server: &Server) -> std::os::unix::net::UnixStream {
         out.extend_from_slice(&body);
         out
     };
-    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    bounds::frame(&mut wire, 0x4, 0, 0, &[]); // SETTINGS
-    let headers = hpack(&[
-        (":method", "POST"),
-        (":scheme", "http"),
-        (":path", "/skillbox.v1.Skillbox/Extract"),
-        (":authority", "localhost"),
-        ("content-type", "application/grpc"),
-        ("te", "trailers"),
-    ]);
-    bounds::frame(&mut wire, 0x1, 0x4, 1, &headers); // HEADERS, END_HEADERS
+    let mut wire = raw_call("Extract");
     let header = pb::ExtractRequest {
         msg: Some(pb::extract_request::Msg::Header(archive_header())),
     };
@@ -610,6 +588,69 @@ fn raw_extract_with_header(server: &Server) -> std::os::unix::net::UnixStream {
         std::thread::sleep(Duration::from_millis(20));
     }
     conn
+}
+
+/// The connection preface and the HEADERS of a call of `method` on stream 1, as raw frames.
+fn raw_call(method: &str) -> Vec<u8> {
+    // Literals without indexing, new names (RFC 7541 6.2.2), every length under 127.
+    let hpack = |fields: &[(&str, &str)]| {
+        let mut block = Vec::new();
+        for (name, value) in fields {
+            block.push(0);
+            block.push(name.len() as u8);
+            block.extend_from_slice(name.as_bytes());
+            block.push(value.len() as u8);
+            block.extend_from_slice(value.as_bytes());
+        }
+        block
+    };
+    let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    bounds::frame(&mut wire, 0x4, 0, 0, &[]); // SETTINGS
+    let headers = hpack(&[
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", &format!("/skillbox.v1.Skillbox/{method}")),
+        (":authority", "localhost"),
+        ("content-type", "application/grpc"),
+        ("te", "trailers"),
+    ]);
+    bounds::frame(&mut wire, 0x1, 0x4, 1, &headers); // HEADERS, END_HEADERS
+    wire
+}
+
+/// A client that goes before its unary request message has arrived whole (part of a
+/// ReleaseRequest, then RST_STREAM with CANCEL, as raw frames) hung up: counted CANCELLED in
+/// skillbox_unary_request_errors_total, as an Extract's hang-up mid-upload is counted in
+/// skillbox_request_errors_total, not ABORTED (the code every error of a request body reaches
+/// tonic's decoder as). The reset is sent once the broker holds the partial message.
+#[test]
+fn a_unary_call_whose_client_goes_before_its_request_is_counted_cancelled() {
+    let server = Server::start(&["--metrics", harness::ANY_PORT]);
+    let addr = server.metrics_addr();
+    let mut wire = raw_call("Release");
+    // A message prefix promising 100 bytes, and 10 of them.
+    let mut partial = vec![0, 0, 0, 0, 100];
+    partial.extend_from_slice(&[0x0a; 10]);
+    bounds::frame(&mut wire, 0x0, 0, 1, &partial); // DATA
+    let mut conn = ok(
+        std::os::unix::net::UnixStream::connect(server.socket()),
+        "connect",
+    );
+    ok(conn.write_all(&wire), "send");
+    wait_counter(&addr, "skillbox_partial_request_bytes", 15);
+    let mut reset = Vec::new();
+    bounds::frame(&mut reset, 0x3, 0, 1, &8u32.to_be_bytes()); // RST_STREAM, CANCEL
+    ok(conn.write_all(&reset), "send");
+    wait_unary_errors(
+        &addr,
+        &[
+            "skillbox_unary_request_errors_total{method=\"Release\",code=\"Cancelled\"} 1"
+                .to_owned(),
+        ],
+    );
+    wait_counter(&addr, "skillbox_partial_request_bytes", 0);
+    drop(conn);
+    server.assert_clean();
 }
 
 /// A client that resets its upload with an HTTP/2 error code tonic reads as INTERNAL
@@ -2182,10 +2223,27 @@ async fn cut_while_read<F: std::future::Future<Output = ()>>(
     server: &Server,
     cut: impl FnOnce(String) -> F,
 ) {
+    let staged = staged_blobs(server).await;
+    let mut parts = tree_begun(server, &staged.id).await;
+    cut(staged.id.clone()).await;
+    let end = tree_end(&mut parts).await;
+    let (after, _) = tree_and_release_refuse(server, &staged.id).await;
+    assert_eq!(end.code(), Code::NotFound, "{end:?}");
+    assert!(end.message().contains(&staged.id), "names the id: {end:?}");
+    assert_eq!(end.message(), after.message(), "worded as an unknown id");
+    assert_eq!(end.details(), after.details(), "{end:?}");
+    server.wait_clean(Duration::from_secs(10));
+}
+
+/// Files of [`staged_blobs`]: sixteen of 2 MiB, `assets/blob00.bin` to `assets/blob15.bin`.
+const BLOBS: u8 = 16;
+
+/// An accepted tree staged on `server`, far larger than a tree stream queues ahead of its
+/// reader (eight 256 KiB chunks and the HTTP/2 windows): [`BLOBS`] files of 2 MiB, file `i`
+/// all bytes `i`. A stream begun on it and left unread still has files to open.
+async fn staged_blobs(server: &Server) -> skillbox::client::Staged {
     let mut c = server.client().await;
-    // Far more than the stream queues ahead of its reader (eight 256 KiB chunks and the
-    // HTTP/2 windows), so the reading thread is still opening files after the release.
-    let blobs: Vec<(String, Vec<u8>)> = (0..16u8)
+    let blobs: Vec<(String, Vec<u8>)> = (0..BLOBS)
         .map(|i| (format!("assets/blob{i:02}.bin"), vec![i; 2 << 20]))
         .collect();
     let extra: Vec<(&str, &[u8], u32)> = blobs
@@ -2201,11 +2259,16 @@ async fn cut_while_read<F: std::future::Future<Output = ()>>(
         .await,
         "extract",
     );
-    let staged = done.staged.unwrap_or_else(|| panic!("accepted"));
+    done.staged.unwrap_or_else(|| panic!("accepted"))
+}
+
+/// A `GetTree` of `id` on a connection of its own, its first three parts read: the stream has
+/// begun (its head, with no status, and parts were sent).
+async fn tree_begun(server: &Server, id: &str) -> tonic::Streaming<pb::TreePart> {
     let mut raw = server.raw_client().await;
     let mut parts = ok(
         raw.get_tree(pb::GetTreeRequest {
-            staging_id: staged.id.clone(),
+            staging_id: id.to_owned(),
         })
         .await,
         "get_tree",
@@ -2214,19 +2277,135 @@ async fn cut_while_read<F: std::future::Future<Output = ()>>(
     for _ in 0..3 {
         ok(parts.message().await, "a first part").unwrap_or_else(|| panic!("ended early"));
     }
-    cut(staged.id.clone()).await;
-    let end = loop {
+    parts
+}
+
+/// The status a begun tree stream ends with, its remaining parts read; panics if it ends OK.
+async fn tree_end(parts: &mut tonic::Streaming<pb::TreePart>) -> tonic::Status {
+    loop {
         match parts.message().await {
             Ok(Some(_)) => {}
-            Ok(None) => panic!("a released tree was sent whole"),
+            Ok(None) => panic!("the tree stream ended OK"),
             Err(s) => break s,
         }
-    };
-    let (after, _) = tree_and_release_refuse(server, &staged.id).await;
+    }
+}
+
+/// The `skillbox_unary_request_errors_total` series `server` serves, sorted.
+fn unary_errors(addr: &str) -> Vec<String> {
+    let text = harness::http_get(addr, "/metrics");
+    let mut lines: Vec<_> = text
+        .lines()
+        .filter(|l| l.starts_with("skillbox_unary_request_errors_total{"))
+        .map(str::to_owned)
+        .collect();
+    lines.sort_unstable();
+    lines
+}
+
+/// A `GetTree` series line of `skillbox_unary_request_errors_total`.
+fn tree_errors(code: &str, n: u64) -> String {
+    format!("skillbox_unary_request_errors_total{{method=\"GetTree\",code=\"{code}\"}} {n}")
+}
+
+/// Wait until `addr` serves the unary error series `want` (a hang-up is counted when the broker
+/// sees the client's reset, after the client went), or panic.
+fn wait_unary_errors(addr: &str, want: &[String]) {
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut got = unary_errors(addr);
+    while got != want && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(25));
+        got = unary_errors(addr);
+    }
+    assert_eq!(got, want);
+}
+
+/// Every `GetTree` that ends with an error status is counted once, by its code, in
+/// skillbox_unary_request_errors_total, whether the status is a trailers-only refusal or comes
+/// in the trailers after parts (it counted only refusals): a tree changed under the stream
+/// (DATA_LOSS), one released while read (NOT_FOUND, and a GetTree of it afterwards, refused:
+/// two), a client that read nothing for --tree-idle-timeout-ms and then read the end
+/// (DEADLINE_EXCEEDED). A client that goes away mid-stream is counted CANCELLED, as an
+/// Extract's hang-up mid-upload is, and so is one that stopped reading and went away without
+/// reading the status the idle timeout left it. A stream read to its end counts nothing, nor
+/// does a Release served. Scraped after each call: the broker counts a status when it hands it
+/// to the connection, before the client can read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tree_stream_that_fails_is_counted_once_by_code() {
+    let server = Server::start(&["--metrics", harness::ANY_PORT]);
+    let addr = server.metrics_addr();
+    let staged = staged_blobs(&server).await;
+
+    // Read to its end: nothing counted.
+    let mut whole = tree_begun(&server, &staged.id).await;
+    while ok(whole.message().await, "a part").is_some() {}
+    drop(whole);
+    assert_eq!(unary_errors(&addr), Vec::<String>::new());
+
+    // The client goes away mid-stream (tonic resets the stream when it is dropped).
+    drop(tree_begun(&server, &staged.id).await);
+    let mut counted = vec![tree_errors("Cancelled", 1)];
+    wait_unary_errors(&addr, &counted);
+
+    // The last file changed after acceptance (same size, other bytes): parts were sent, then
+    // DATA_LOSS naming it.
+    let last = format!("assets/blob{:02}.bin", BLOBS - 1);
+    ok(
+        std::fs::write(staged.path.join(&last), vec![0xa5; 2 << 20]),
+        "tamper",
+    );
+    let mut parts = tree_begun(&server, &staged.id).await;
+    let end = tree_end(&mut parts).await;
+    assert_eq!(end.code(), Code::DataLoss, "{end:?}");
+    assert!(end.message().contains(&last), "{end:?}");
+    drop(parts);
+    counted.push(tree_errors("DataLoss", 1));
+    counted.sort_unstable();
+    assert_eq!(unary_errors(&addr), counted);
+
+    // Released while read: NOT_FOUND at the end of the stream, then a GetTree of it is refused
+    // NOT_FOUND at once (a trailers-only answer): each counted once.
+    let mut parts = tree_begun(&server, &staged.id).await;
+    let mut c = server.client().await;
+    ok(c.release(&staged.id).await, "release");
+    let end = tree_end(&mut parts).await;
     assert_eq!(end.code(), Code::NotFound, "{end:?}");
-    assert!(end.message().contains(&staged.id), "names the id: {end:?}");
-    assert_eq!(end.message(), after.message(), "worded as an unknown id");
-    assert_eq!(end.details(), after.details(), "{end:?}");
+    drop(parts);
+    let (refused, _) = tree_and_release_refuse(&server, &staged.id).await;
+    assert_eq!(refused.code(), Code::NotFound, "{refused:?}");
+    counted.push(tree_errors("NotFound", 2));
+    counted.push(
+        "skillbox_unary_request_errors_total{method=\"Release\",code=\"NotFound\"} 1".to_owned(),
+    );
+    counted.sort_unstable();
+    assert_eq!(unary_errors(&addr), counted);
+    server.wait_clean(Duration::from_secs(10));
+
+    // A client that reads nothing for the idle timeout: DEADLINE_EXCEEDED when it reads on.
+    let server = Server::start(&[
+        "--metrics",
+        harness::ANY_PORT,
+        "--tree-idle-timeout-ms",
+        "500",
+    ]);
+    let addr = server.metrics_addr();
+    let staged = staged_blobs(&server).await;
+    const IDLE: &str = "its client stopped reading";
+    let mut parts = tree_begun(&server, &staged.id).await;
+    bounds::wait_log(&server, IDLE, 1, Duration::from_secs(10));
+    let end = tree_end(&mut parts).await;
+    assert_eq!(end.code(), Code::DeadlineExceeded, "{end:?}");
+    drop(parts);
+    let mut counted = vec![tree_errors("DeadlineExceeded", 1)];
+    assert_eq!(unary_errors(&addr), counted);
+    // One that goes away instead never got that status: it hung up.
+    let parts = tree_begun(&server, &staged.id).await;
+    bounds::wait_log(&server, IDLE, 2, Duration::from_secs(10));
+    drop(parts);
+    counted.insert(0, tree_errors("Cancelled", 1));
+    wait_unary_errors(&addr, &counted);
+    let mut c = server.client().await;
+    ok(c.release(&staged.id).await, "release");
     server.wait_clean(Duration::from_secs(10));
 }
 

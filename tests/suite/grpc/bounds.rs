@@ -317,7 +317,7 @@ async fn tree_once_a_place_frees(
 }
 
 /// The server's log once it holds `needle` `times` times, or panic after `within`.
-fn wait_log(server: &Server, needle: &str, times: usize, within: Duration) {
+pub(super) fn wait_log(server: &Server, needle: &str, times: usize, within: Duration) {
     let until = std::time::Instant::now() + within;
     while server.log().matches(needle).count() < times {
         assert!(
