@@ -4527,3 +4527,112 @@ fn a_local_withdrawal_whose_version_the_restored_records_lost_waits_without_the_
     let v = w.verify_ok();
     assert_eq!(v["waiting"], serde_json::json!([]), "{v}");
 }
+
+/// Recovery removes a staging directory only if the one it locked is still the one at its
+/// name. A killed install leaves its staging directory (`staging/in-*`, its `flock` free);
+/// `sync`'s recovery is stopped once it opened it and before it locks it
+/// (`staging:opened:<name>`), and meanwhile the directory is renamed out of `staging/` and a
+/// new one, held by a live `flock` as a running intake holds its own, put at the name. The
+/// recovery leaves both whole and says it removed nothing; the next one, the new directory's
+/// lock released, removes it. Again with the opened directory removed meanwhile: nothing is
+/// said to be removed. (`remove_abandoned_staging`'s branch for a directory renamed or removed
+/// between its open and its lock; without it the directory at the name, a running command's,
+/// is removed.)
+#[test]
+fn recovery_leaves_a_staging_directory_renamed_between_its_open_and_its_lock() {
+    use nix::fcntl::{Flock, FlockArg};
+    let w = World::new();
+    w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    w.publish("demo", &package(2));
+    let abandoned = |w: &World| -> PathBuf {
+        let mut install = install_stopped_after_extraction(w, "beta", &[]);
+        let _ = install.kill();
+        let _ = install.wait();
+        let staged = staged_trees(w);
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        staged[0].clone()
+    };
+    let recovered = |o: &Output| -> Vec<String> {
+        expect_code(o, 0);
+        json_of(o)["recovered"]
+            .as_array()
+            .unwrap_or_else(|| panic!("recovered: {}", explain(o)))
+            .iter()
+            .filter_map(|r| r.as_str().map(str::to_owned))
+            .collect()
+    };
+
+    // Renamed away, another directory (held) put at its name.
+    let dir = abandoned(&w);
+    let name = dir
+        .file_name()
+        .unwrap_or_else(|| panic!("{dir:?}"))
+        .to_string_lossy()
+        .into_owned();
+    let sync = super::stopped_at(
+        &mut background(&w, &["sync", "--json"]),
+        &format!("staging:opened:{name}"),
+    );
+    let moved = w.tmp.path().join("moved-away");
+    std::fs::rename(&dir, &moved).unwrap_or_else(|e| panic!("mv: {e}"));
+    std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::write(dir.join("mark"), "a running intake's").unwrap_or_else(|e| panic!("{e}"));
+    let held = Flock::lock(
+        std::fs::File::open(&dir).unwrap_or_else(|e| panic!("open: {e}")),
+        FlockArg::LockExclusiveNonblock,
+    )
+    .unwrap_or_else(|(_, e)| panic!("flock: {e}"));
+    super::resume(sync.id());
+    let o = sync
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    let said = recovered(&o);
+    assert!(
+        !said.iter().any(|r| r.contains(&name)),
+        "{said:?}: {}",
+        explain(&o)
+    );
+    assert!(
+        dir.join("mark").is_file(),
+        "the directory now at the name was removed: {}",
+        explain(&o)
+    );
+    assert!(
+        moved.join("tree").is_dir(),
+        "the renamed directory was touched"
+    );
+    // Released: the next recovery takes it as abandoned.
+    drop(held);
+    let said = recovered(&w.run(&["sync", "--json"]));
+    assert!(
+        said.contains(&format!("removed abandoned staging {name}")),
+        "{said:?}"
+    );
+    assert!(std::fs::symlink_metadata(&dir).is_err());
+    assert!(moved.join("tree").is_dir());
+
+    // Removed meanwhile (by its command): nothing is said to be removed.
+    let dir = abandoned(&w);
+    let name = dir
+        .file_name()
+        .unwrap_or_else(|| panic!("{dir:?}"))
+        .to_string_lossy()
+        .into_owned();
+    let sync = super::stopped_at(
+        &mut background(&w, &["sync", "--json"]),
+        &format!("staging:opened:{name}"),
+    );
+    std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("rm: {e}"));
+    super::resume(sync.id());
+    let o = sync
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    let said = recovered(&o);
+    assert!(
+        !said.iter().any(|r| r.contains(&name)),
+        "{said:?}: {}",
+        explain(&o)
+    );
+    w.verify_ok();
+}
