@@ -1936,7 +1936,8 @@ fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Res
 /// another skill than the one typed is withdrawn all the same (a withdrawal is of the bytes).
 /// A pending entry whose digest the records do not know (no host recorded the version) stays
 /// pending (this host keeps refusing it) and is reported. Run by every command that opens the
-/// records, before anything else, under the store lock. Returns one line per thing done.
+/// records under the store lock, before anything else (a reading command takes the lock for it
+/// only when [`withdrawals_due`]). Returns one line per thing done.
 pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
     let pending = quarantine::pending(store.root())?;
     if pending.is_empty() {
