@@ -24,7 +24,10 @@
 //!   withdrawal yet;
 //! - `install:extracted`, `update:extracted`: the confined extraction is done (its tree and
 //!   answer in the command's own staging directory, held by its `flock`), without the store
-//!   lock, and the command has not taken that lock again to decide.
+//!   lock, and the command has not taken that lock again to decide;
+//! - `staging:opened:<name>`: recovery (under the store lock) opened the staging directory
+//!   `STORE/staging/<name>` and has not taken its `flock` yet
+//!   (`lifecycle::store::remove_abandoned_staging`).
 
 /// Stop here when `SKILLBOX_TEST_STOP_AT` names `at` (debug builds, the first time only).
 pub(crate) fn stop_point(at: &str) {

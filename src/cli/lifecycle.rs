@@ -424,31 +424,28 @@ const LOCAL_HINT: &str = "; to contain a version on this host now, without the r
 /// Open the store and its records; first of all, record the withdrawals `withdraw --local`
 /// left pending here while the records could not be reached, and again those it recorded that
 /// the records lost since (restored from an older backup), saying so (under the store lock: a
-/// command that only reads takes it then).
+/// command that only reads takes it then). A withdrawal the records cannot take yet (they do
+/// not know its version) is no reason to take the lock: this host refuses the digest by its
+/// entry alone, and the first command after some host recorded the version records it
+/// (`status` and `verify` list it meanwhile).
 fn open(c: &Common, access: Access) -> Result<Store, Error> {
     let root = store_root(c)?;
-    let mut access = if quarantine::has_pending(&root) {
-        Access::Exclusive
-    } else {
-        access
-    };
     let mut store = open_at(&root, c, access)?;
-    // A local withdrawal the records once held and hold no more: found by a read, then
-    // recorded again under the lock (looked for again there).
-    if quarantine::has_applied(&root) && !ops::undone_withdrawals(&mut store)?.is_empty() {
-        if access != Access::Exclusive {
-            drop(store);
-            access = Access::Exclusive;
-            store = open_at(&root, c, access)?;
-        }
-        for line in ops::reinstate_withdrawals(&mut store)? {
-            eprintln!("skillbox: {}", shown(&redact_message(&line)));
-        }
+    // Found by a read; then done under the lock, where each is looked for again.
+    if access != Access::Exclusive
+        && (quarantine::has_pending(&root) || quarantine::has_applied(&root))
+        && ops::withdrawals_due(&mut store)?
+    {
+        drop(store);
+        store = open_at(&root, c, Access::Exclusive)?;
+    } else if access != Access::Exclusive {
+        return Ok(store);
     }
-    if access == Access::Exclusive {
-        for line in ops::apply_pending(&mut store)? {
-            eprintln!("skillbox: {}", shown(&redact_message(&line)));
-        }
+    for line in ops::reinstate_withdrawals(&mut store)? {
+        eprintln!("skillbox: {}", shown(&redact_message(&line)));
+    }
+    for line in ops::apply_pending(&mut store)? {
+        eprintln!("skillbox: {}", shown(&redact_message(&line)));
     }
     Ok(store)
 }
@@ -897,6 +894,15 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         println!("  {}", shown(p));
                     }
                 }
+                if !s.withdrawals_waiting_for_version.is_empty() {
+                    println!(
+                        "local withdrawals waiting for their version in the records  {} (restored from before it was recorded; refused here; recorded again once any host records it)",
+                        s.withdrawals_waiting_for_version.len()
+                    );
+                    for p in &s.withdrawals_waiting_for_version {
+                        println!("  {}", shown(p));
+                    }
+                }
                 if !s.withdrawals_lost.is_empty() {
                     println!("WITHDRAWAL LOST  {}", s.withdrawals_lost.len());
                     for l in &s.withdrawals_lost {
@@ -1053,6 +1059,9 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 }
                 for p in &v.problems {
                     println!("PROBLEM: {}", shown(p));
+                }
+                for w in &v.waiting {
+                    println!("waiting: {}", shown(w));
                 }
                 println!(
                     "{}: {} version(s), {} link(s) checked",

@@ -1936,7 +1936,8 @@ fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Res
 /// another skill than the one typed is withdrawn all the same (a withdrawal is of the bytes).
 /// A pending entry whose digest the records do not know (no host recorded the version) stays
 /// pending (this host keeps refusing it) and is reported. Run by every command that opens the
-/// records, before anything else, under the store lock. Returns one line per thing done.
+/// records under the store lock, before anything else (a reading command takes the lock for it
+/// only when [`withdrawals_due`]). Returns one line per thing done.
 pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
     let pending = quarantine::pending(store.root())?;
     if pending.is_empty() {
@@ -2026,12 +2027,12 @@ pub fn apply_pending(store: &mut Store) -> Result<Vec<String>, Error> {
 }
 
 /// The local withdrawals this host had recorded in the records (`applied-withdrawals/`) that the
-/// records no longer hold, each with what they say of the version now (`None`: they do not know
-/// it). A withdrawal is final (no command takes one back), so this means the records were
-/// restored from a backup taken before it (or lost it otherwise). Only reads.
-pub fn undone_withdrawals(
-    store: &mut Store,
-) -> Result<Vec<(quarantine::Pending, Option<State>)>, Error> {
+/// records no longer hold although they know the version, each with what they call it now. A
+/// withdrawal is final (no command takes one back), so this means the records were restored
+/// from a backup taken before it (or lost it otherwise). An entry whose version the records do
+/// not know at all (the backup predates the version's recording) is not here: nothing can be
+/// recorded of it yet ([`waiting_withdrawals`]). Only reads.
+pub fn undone_withdrawals(store: &mut Store) -> Result<Vec<(quarantine::Pending, State)>, Error> {
     let applied = quarantine::applied(store.root())?;
     if applied.is_empty() {
         return Ok(Vec::new());
@@ -2039,32 +2040,111 @@ pub fn undone_withdrawals(
     store.records.read(|tx| {
         let mut out = Vec::new();
         for p in applied {
-            let state = tx.version(&p.digest)?.map(|v| v.state);
-            if state != Some(State::Withdrawn) {
-                out.push((p, state));
+            match tx.version(&p.digest)?.map(|v| v.state) {
+                Some(State::Withdrawn) | None => {}
+                Some(state) => out.push((p, state)),
             }
         }
         Ok(out)
     })
 }
 
+/// The local withdrawals the records cannot hold yet because they do not know the version:
+/// pending ones (`false`: never recorded) and applied ones (`true`: recorded once, lost with
+/// the version by records restored from a backup taken before the version was recorded). This
+/// host refuses each digest by its entry alone meanwhile ([`quarantine::refuse`]); the first
+/// command that opens the records once any host recorded the version records the withdrawal
+/// ([`withdrawals_due`]). Oldest first. Only reads.
+pub fn waiting_withdrawals(store: &mut Store) -> Result<Vec<(quarantine::Pending, bool)>, Error> {
+    let mut entries: Vec<(quarantine::Pending, bool)> = quarantine::pending(store.root())?
+        .into_iter()
+        .map(|p| (p, false))
+        .collect();
+    entries.extend(
+        quarantine::applied(store.root())?
+            .into_iter()
+            .map(|p| (p, true)),
+    );
+    if entries.is_empty() {
+        return Ok(entries);
+    }
+    let mut waiting = store.records.read(|tx| {
+        let mut out = Vec::new();
+        for e in entries {
+            if tx.version(&e.0.digest)?.is_none() {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    })?;
+    waiting.sort_by(|a, b| (&a.0.time, &a.0.digest).cmp(&(&b.0.time, &b.0.digest)));
+    Ok(waiting)
+}
+
+/// What `verify` says of a withdrawal waiting for its version ([`waiting_withdrawals`]).
+fn waiting_line(p: &quarantine::Pending, applied: bool) -> String {
+    let why = if applied {
+        "the records held it once and were restored from before the version was recorded"
+    } else {
+        "not in the records yet"
+    };
+    format!(
+        "local withdrawal of {}@{} (by {}, {}: {}) waits for the records to know the version ({why}); this host refuses it meanwhile, and it is recorded once any host records the version",
+        p.skill, p.digest, p.by, p.time, p.reason
+    )
+}
+
+/// Whether a local withdrawal has something to be done under the store lock now: a pending
+/// entry whose tree a crash left in `versions/` (its rename to finish), or whose version the
+/// records know (to record, or to mark applied), or an applied one the records lost while
+/// knowing the version ([`undone_withdrawals`]). Entries only waiting for the records to know
+/// their version ([`waiting_withdrawals`]) are not: a command that only reads does not take
+/// the store lock (nor write) for them, each time, until some host records the version. Only
+/// reads.
+pub fn withdrawals_due(store: &mut Store) -> Result<bool, Error> {
+    let pending = quarantine::pending(store.root())?;
+    if pending
+        .iter()
+        .any(|p| std::fs::symlink_metadata(store.version_dir(&p.digest)).is_ok())
+    {
+        return Ok(true);
+    }
+    if !pending.is_empty() {
+        let known = store.records.read(|tx| {
+            for p in &pending {
+                if tx.version(&p.digest)?.is_some() {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        })?;
+        if known {
+            return Ok(true);
+        }
+    }
+    Ok(!undone_withdrawals(store)?.is_empty())
+}
+
 /// Record again, fleet-wide, each local withdrawal the records lost ([`undone_withdrawals`]):
 /// its entry goes back among the pending ones, and [`apply_pending`] (run next) records it
 /// with its original reason, who and when, and moves this host's agents off the version, as
-/// the first time. Security: containment is never undone by a restore; the tree stays in
-/// quarantine throughout, and the digest stays refused here. Run by every command that opens
-/// the records, under the store lock, before [`apply_pending`]. Returns one line per
-/// disagreement found, to be said loudly.
+/// the first time. An entry whose version the records do not know stays where it is, applied
+/// ([`waiting_withdrawals`]: said by `status` and `verify`), until they know it. Security:
+/// containment is never undone by a restore; the tree stays in quarantine throughout, and the
+/// digest stays refused here. Run by every command that opens the records under the store
+/// lock, before [`apply_pending`]. Returns one line per disagreement found, to be said loudly.
 pub fn reinstate_withdrawals(store: &mut Store) -> Result<Vec<String>, Error> {
     let mut lines = Vec::new();
     for (p, state) in undone_withdrawals(store)? {
-        let says = match state {
-            Some(s) => format!("call it {}", s.as_str()),
-            None => "do not know it".to_owned(),
-        };
         lines.push(format!(
-            "the records {says}, but this host withdrew {}@{} with --local (by {}, {} on {}: {}) and the records held that withdrawal: they were restored from before it; recording it again",
-            p.skill, p.digest, p.by, p.time, p.host, p.reason
+            "the records call it {}, but this host withdrew {}@{} with --local (by {}, {} on {}: {}) and the records held that withdrawal: they were restored from before it; recording it again",
+            state.as_str(),
+            p.skill,
+            p.digest,
+            p.by,
+            p.time,
+            p.host,
+            p.reason
         ));
         quarantine::reopen(store.root(), &p.digest)?;
     }
@@ -2381,6 +2461,13 @@ pub struct Status {
     /// Withdrawals made here with `withdraw --local` that the records do not hold yet (they do
     /// not know the version); this host refuses the digest meanwhile.
     pub pending_local_withdrawals: Vec<String>,
+    /// Withdrawals made here with `withdraw --local` that the records held once and lost with
+    /// the version itself (restored from a backup taken before the version was recorded): each
+    /// `SKILL@DIGEST`. Nothing can be recorded of them yet; this host refuses the digest by its
+    /// entry alone, and the first command that opens the records once any host recorded the
+    /// version records the withdrawal again ([`waiting_withdrawals`]). Not a failure: `status`
+    /// exits 0 for them.
+    pub withdrawals_waiting_for_version: Vec<String>,
     /// Versions quarantined here whose withdrawal the records lost (they call them approved or
     /// pending again) with no entry left on this host to record it again from (a store whose
     /// entries an older skillbox removed once applied): [`lost_withdrawals`]. Not contained
@@ -2430,10 +2517,11 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
     let versions_root = store.versions_root();
     let in_quarantine = quarantine::quarantined(store.root());
     let pending_local = quarantine::pending(store.root())?;
+    let applied_local = quarantine::applied(store.root())?;
     let root_path = store.root().to_owned();
     let (mut status, withdrawn, outstanding) = store.records.read(|tx| {
         let versions = tx.version_list()?;
-        // Named as the records name it, else as the pending entry typed it.
+        // Named as the records name it, else as the local entry typed it.
         let quarantined = in_quarantine
             .iter()
             .map(|d| {
@@ -2444,6 +2532,7 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                     .or_else(|| {
                         pending_local
                             .iter()
+                            .chain(&applied_local)
                             .find(|p| p.digest == *d)
                             .map(|p| p.skill.as_str())
                     })
@@ -2505,6 +2594,11 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                 quarantined,
                 pending_local_withdrawals: pending_local
                     .iter()
+                    .map(|p| format!("{}@{}", p.skill, p.digest))
+                    .collect(),
+                withdrawals_waiting_for_version: applied_local
+                    .iter()
+                    .filter(|p| !versions.iter().any(|v| v.digest == p.digest))
                     .map(|p| format!("{}@{}", p.skill, p.digest))
                     .collect(),
                 withdrawals_lost: lost_withdrawals(&root_path, &versions)?,
@@ -2817,6 +2911,10 @@ pub struct VerifyReport {
     pub links_checked: usize,
     pub problems: Vec<String>,
     pub repaired: Vec<String>,
+    /// Local withdrawals (`withdraw --local`) the records cannot hold yet, as they do not know
+    /// the version: one line each ([`waiting_withdrawals`]). Not a problem: this host refuses
+    /// the digest meanwhile, and the withdrawal is recorded once any host records the version.
+    pub waiting: Vec<String>,
 }
 
 /// `verify`: re-hash every stored tree against its inventory and check every agent link;
@@ -2882,12 +2980,17 @@ pub fn verify(store: &mut Store) -> Result<VerifyReport, Error> {
         &mut repaired,
     )?;
     problems.extend(lost_withdrawals(store.root(), &versions)?);
+    let waiting = waiting_withdrawals(store)?
+        .into_iter()
+        .map(|(p, applied)| waiting_line(&p, applied))
+        .collect();
     Ok(VerifyReport {
         ok: problems.is_empty(),
         versions_checked: checked,
         links_checked,
         problems,
         repaired,
+        waiting,
     })
 }
 

@@ -14,9 +14,12 @@
 //! (a records.db, or a fleet's database, restored from a backup taken before it) have lost it:
 //! every command that opens them finds the disagreement ([`super::ops::undone_withdrawals`]),
 //! says so, and records the withdrawal again with its original reason, who and when, by putting
-//! the entry back among the pending ones ([`reopen`]). Containment is never undone by a
-//! restore: the tree stays quarantined, and this host refuses the digest by the entry alone
-//! (even once `gc` removed the tree).
+//! the entry back among the pending ones ([`reopen`]). Records that do not know the version at
+//! all (restored from before it was recorded) cannot take it yet: the entry stays applied and
+//! waits ([`super::ops::waiting_withdrawals`]), with no lock taken and nothing written for it,
+//! until some host records the version. Containment is never undone by a restore: the tree
+//! stays quarantined, and this host refuses the digest by the entry alone (even once `gc`
+//! removed the tree).
 //!
 //! Order and crash safety: the pending entry is written first (a temporary file, fsync, rename,
 //! fsync of the directory), then the tree is renamed. A crash before the entry's rename leaves

@@ -354,6 +354,7 @@ pub fn remove_abandoned_staging(path: &Path) -> Result<bool, Error> {
         }
         Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), &e)),
     };
+    staging_opened(path);
     let held = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(h) => h,
         // A running command's intake, extracting without the store lock.
@@ -378,6 +379,19 @@ pub fn remove_abandoned_staging(path: &Path) -> Result<bool, Error> {
     remove_tree(path)?;
     drop(held);
     Ok(true)
+}
+
+/// The pause `staging:opened:<name>` ([`crate::stop_point`]): recovery opened the staging
+/// directory `staging/<name>` and has not locked it yet. The point's name is only made in a
+/// debug build.
+fn staging_opened(path: &Path) {
+    #[cfg(debug_assertions)]
+    crate::stop_point::stop_point(&format!(
+        "staging:opened:{}",
+        path.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    #[cfg(not(debug_assertions))]
+    let _ = path;
 }
 
 /// Take the store lock on `f` (the open `STORE/lock`), saying so first when another command

@@ -361,6 +361,22 @@ impl Pg {
         out
     }
 
+    /// `to` made anew as a copy of `from` (`CREATE DATABASE ... TEMPLATE`): a backup of the
+    /// fleet's database, or a backup restored over it. No command may be connected to `from`.
+    fn copy_database(&self, from: &str, to: &str) {
+        let mut c = self
+            .admin("postgres")
+            .unwrap_or_else(|e| panic!("admin connection: {e}"));
+        // One statement each: neither runs inside a transaction block.
+        for sql in [
+            format!("DROP DATABASE IF EXISTS {to} WITH (FORCE)"),
+            format!("CREATE DATABASE {to} TEMPLATE {from}"),
+        ] {
+            c.batch_execute(&sql)
+                .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        }
+    }
+
     fn query_i64(&self, db: &str, sql: &str) -> i64 {
         let mut c = self
             .admin(db)
@@ -2709,4 +2725,119 @@ fn a_host_that_is_gone_can_be_forgotten_and_come_back() {
     assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
     b.verify_ok();
     a.verify_ok();
+}
+
+/// The fleet's database restored from a backup taken before a version was recorded, after host
+/// A withdrew that version with `--local` and the registry held the withdrawal: the registry no
+/// longer knows the version, so A's entry waits (`status` lists it under
+/// `withdrawals_waiting_for_version` and exits 0, nothing is recorded). Host B, which has no
+/// entry, installs the version, so the registry knows it again: A's next command, a reading
+/// one, records the withdrawal fleet-wide with its original reason, who and host, and B's
+/// `sync` moves B's agent off it. (Before: A put the entry back among the pending ones and
+/// every command of A took the store lock for it.)
+#[test]
+fn a_local_withdrawal_waits_for_a_restored_registry_to_know_its_version() {
+    let pg = server();
+    let db = "fleet_waiting_version";
+    let backup = "fleet_waiting_version_backup";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    pg.copy_database(db, backup);
+    let v2 = f.publish(&package(2));
+    expect_code(&a.install(&["alpha"]), 0);
+    assert_eq!(a.active("alpha").as_deref(), Some(v2.as_str()));
+    let v2ref = format!("demo@{v2}");
+    let o = a.run(&[
+        "withdraw",
+        &v2ref,
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+        "--local",
+    ]);
+    expect_code(&o, 0);
+    expect_code(&a.run(&["sync"]), 0);
+    let withdrawn = format!(
+        "SELECT COUNT(*) FROM versions WHERE digest = '{v2}' AND state = 'withdrawn' AND withdrawn_reason = 'exfiltrates'"
+    );
+    assert_eq!(pg.query_i64(db, &withdrawn), 1);
+    let applied = a
+        .store()
+        .join("applied-withdrawals")
+        .join(format!("{}.json", &v2[7..]));
+    assert!(applied.is_file());
+
+    // The registry restored from before v2 was recorded.
+    pg.copy_database(backup, db);
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!("SELECT COUNT(*) FROM versions WHERE digest = '{v2}'")
+        ),
+        0
+    );
+    let o = a.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    // Nothing recorded or moved for it: the entry stays applied.
+    assert!(
+        !String::from_utf8_lossy(&o.stderr).contains("recording it again"),
+        "{}",
+        explain(&o)
+    );
+    let pending = a
+        .store()
+        .join("pending-withdrawals")
+        .join(format!("{}.json", &v2[7..]));
+    assert!(applied.is_file() && !pending.exists());
+    assert_eq!(
+        json_of(&o)["withdrawals_waiting_for_version"],
+        serde_json::json!([v2ref.as_str()]),
+        "{}",
+        explain(&o)
+    );
+    expect_code(&a.install(&["beta"]), 9);
+
+    // Host B records v2 (it has no entry): A's next reading command records the withdrawal.
+    expect_code(&b.install(&["alpha"]), 0);
+    assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+    let o = a.run(&["status", "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        err.contains("the records call it approved")
+            && err.contains("recording it again")
+            && err.contains("alice"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(pg.query_i64(db, &withdrawn), 1);
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!(
+                "SELECT COUNT(*) FROM events WHERE digest = '{v2}' AND kind = 'withdrawn' AND actor = 'person:alice' AND detail = 'exfiltrates' AND host = 'host-a'"
+            ),
+        ),
+        1
+    );
+    let o = b.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        b.active("alpha").as_deref(),
+        Some(v1.as_str()),
+        "{}",
+        explain(&o)
+    );
+    expect_code(&b.install(&["beta"]), 9);
+    let o = a.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        json_of(&o)["withdrawals_waiting_for_version"],
+        serde_json::json!([])
+    );
+    a.verify_ok();
+    b.verify_ok();
 }

@@ -4332,3 +4332,307 @@ fn a_local_withdrawal_outlives_records_restored_from_before_it() {
         assert!(!w.store().join("quarantine").join(&v2[7..]).exists());
     }
 }
+
+/// Run `args` while another command holds the store lock, and return its output; panics,
+/// killing it, as soon as it says it waits for that lock (`waiting for the store lock`, said
+/// before it blocks), so a command that takes the lock fails here at once, with no deadline.
+fn runs_beside_the_lock(w: &World, args: &[&str]) -> Output {
+    use std::io::{BufRead, Read};
+    let mut child = spawn(w, args);
+    let mut stdout = child.stdout.take().unwrap_or_else(|| panic!("stdout"));
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = stdout.read_to_end(&mut b);
+        b
+    });
+    let mut lines =
+        std::io::BufReader::new(child.stderr.take().unwrap_or_else(|| panic!("stderr")));
+    let mut stderr = Vec::new();
+    loop {
+        let mut line = String::new();
+        match lines.read_line(&mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        stderr.extend_from_slice(line.as_bytes());
+        if line.contains("waiting for the store lock") {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`{}` took the store lock: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+    }
+    let status = child.wait().unwrap_or_else(|e| panic!("wait: {e}"));
+    Output {
+        status,
+        stdout: out.join().unwrap_or_else(|_| panic!("stdout reader")),
+        stderr,
+    }
+}
+
+/// A local withdrawal whose records were restored from a backup taken before its version was
+/// even recorded (the store's records.db really copied back from that backup): nothing can be
+/// recorded of it until the records know the version, so no command takes the store lock or
+/// writes for it. `status`, `list` and `provenance` run while another command holds the lock
+/// (a `withdraw` stopped after its decision), the entry stays applied, `status` lists it under
+/// `withdrawals_waiting_for_version` (exit 0) and `verify` on a `waiting` line (still ok);
+/// the digest is refused here by the entry alone (install: exit 9, nothing recorded). Once the
+/// records know the version again (a backup taken after its install restored), the next
+/// reading command records the withdrawal with its original reason, who and when. (Before:
+/// the entry went back to pending and every command, reading ones included, took the store
+/// lock each time, waiting behind any command holding it, until some host recorded the
+/// version.)
+#[test]
+fn a_local_withdrawal_whose_version_the_restored_records_lost_waits_without_the_lock() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let before_v2 = w.tmp.path().join("backup-before-v2");
+    copy_records(&w, &before_v2, false);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    let with_v2 = w.tmp.path().join("backup-with-v2");
+    copy_records(&w, &with_v2, false);
+
+    // Contained with --local while the records were out of reach, then recorded.
+    let db = w.store().join("records.db");
+    let aside = w.tmp.path().join("records.db.aside");
+    std::fs::rename(&db, &aside).unwrap_or_else(|e| panic!("mv: {e}"));
+    let v2ref = format!("demo@{v2}");
+    let o = w.run(&[
+        "withdraw",
+        &v2ref,
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+        "--local",
+    ]);
+    expect_code(&o, 0);
+    std::fs::rename(&aside, &db).unwrap_or_else(|e| panic!("mv: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    let first = withdrawn_events(&w, &v2);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let entry = format!("{}.json", &v2[7..]);
+    let applied = w.store().join("applied-withdrawals").join(&entry);
+    let pending = w.store().join("pending-withdrawals").join(&entry);
+    assert!(applied.is_file() && !pending.exists());
+
+    // The records from before v2 was recorded.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    copy_records(&w, &before_v2, true);
+    let holder = super::stopped_at(
+        &mut background(
+            &w,
+            &[
+                "withdraw",
+                &format!("demo@{v1}"),
+                "--reason",
+                "holds the lock",
+            ],
+        ),
+        "withdraw:decided",
+    );
+    let o = runs_beside_the_lock(&w, &["status", "--json"]);
+    expect_code(&o, 0);
+    let s = json_of(&o);
+    assert_eq!(
+        s["withdrawals_waiting_for_version"],
+        serde_json::json!([v2ref.as_str()]),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(s["pending_local_withdrawals"], serde_json::json!([]), "{s}");
+    assert_eq!(s["quarantined"], serde_json::json!([v2ref.as_str()]), "{s}");
+    assert_eq!(s["withdrawals_lost"], serde_json::json!([]), "{s}");
+    let o = runs_beside_the_lock(&w, &["status"]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("local withdrawals waiting for their version in the records  1")
+            && text.contains(&v2ref),
+        "{}",
+        explain(&o)
+    );
+    for args in [&["list", "--json"][..], &["provenance", "demo", "--json"]] {
+        let o = runs_beside_the_lock(&w, args);
+        expect_code(&o, 0);
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains(&v2),
+            "the records know v2 again: {}",
+            explain(&o)
+        );
+    }
+    // Nothing was rewritten for it.
+    assert!(applied.is_file() && !pending.exists());
+    let mut holder = holder;
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    // Refused here by the entry alone; the refused install records nothing.
+    let o = w.install(&["beta"]);
+    expect_code(&o, 9);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("withdrawn on this host by alice"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("beta"), None);
+    assert!(applied.is_file() && !pending.exists());
+    let o = w.run(&["list", "--json"]);
+    expect_code(&o, 0);
+    assert!(
+        !String::from_utf8_lossy(&o.stdout).contains(&v2),
+        "{}",
+        explain(&o)
+    );
+    let v = w.verify_ok();
+    let waiting = v["waiting"].as_array().cloned().unwrap_or_default();
+    assert_eq!(waiting.len(), 1, "{v}");
+    let line = waiting[0].as_str().unwrap_or_default();
+    assert!(
+        line.contains(&v2ref) && line.contains("alice") && line.contains("refuses"),
+        "{line}"
+    );
+
+    // The records know v2 again (a backup taken after its install): the next reading command
+    // records the withdrawal, as the first time.
+    copy_records(&w, &with_v2, true);
+    let o = w.run(&["status", "--json"]);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        err.contains("the records call it approved")
+            && err.contains("recording it again")
+            && err.contains("alice"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(
+        json_of(&o)["withdrawals_waiting_for_version"],
+        serde_json::json!([])
+    );
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    let again = withdrawn_events(&w, &v2);
+    assert_eq!(again.len(), 1, "{again:?}");
+    for key in ["actor", "detail", "time"] {
+        assert_eq!(again[0][key], first[0][key], "{key}");
+    }
+    assert!(still_on(&w, &v2).is_empty());
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    let v = w.verify_ok();
+    assert_eq!(v["waiting"], serde_json::json!([]), "{v}");
+}
+
+/// Recovery removes a staging directory only if the one it locked is still the one at its
+/// name. A killed install leaves its staging directory (`staging/in-*`, its `flock` free);
+/// `sync`'s recovery is stopped once it opened it and before it locks it
+/// (`staging:opened:<name>`), and meanwhile the directory is renamed out of `staging/` and a
+/// new one, held by a live `flock` as a running intake holds its own, put at the name. The
+/// recovery leaves both whole and says it removed nothing; the next one, the new directory's
+/// lock released, removes it. Again with the opened directory removed meanwhile: nothing is
+/// said to be removed. (`remove_abandoned_staging`'s branch for a directory renamed or removed
+/// between its open and its lock; without it the directory at the name, a running command's,
+/// is removed.)
+#[test]
+fn recovery_leaves_a_staging_directory_renamed_between_its_open_and_its_lock() {
+    use nix::fcntl::{Flock, FlockArg};
+    let w = World::new();
+    w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    w.publish("demo", &package(2));
+    let abandoned = |w: &World| -> PathBuf {
+        let mut install = install_stopped_after_extraction(w, "beta", &[]);
+        let _ = install.kill();
+        let _ = install.wait();
+        let staged = staged_trees(w);
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        staged[0].clone()
+    };
+    let recovered = |o: &Output| -> Vec<String> {
+        expect_code(o, 0);
+        json_of(o)["recovered"]
+            .as_array()
+            .unwrap_or_else(|| panic!("recovered: {}", explain(o)))
+            .iter()
+            .filter_map(|r| r.as_str().map(str::to_owned))
+            .collect()
+    };
+
+    // Renamed away, another directory (held) put at its name.
+    let dir = abandoned(&w);
+    let name = dir
+        .file_name()
+        .unwrap_or_else(|| panic!("{dir:?}"))
+        .to_string_lossy()
+        .into_owned();
+    let sync = super::stopped_at(
+        &mut background(&w, &["sync", "--json"]),
+        &format!("staging:opened:{name}"),
+    );
+    let moved = w.tmp.path().join("moved-away");
+    std::fs::rename(&dir, &moved).unwrap_or_else(|e| panic!("mv: {e}"));
+    std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    std::fs::write(dir.join("mark"), "a running intake's").unwrap_or_else(|e| panic!("{e}"));
+    let held = Flock::lock(
+        std::fs::File::open(&dir).unwrap_or_else(|e| panic!("open: {e}")),
+        FlockArg::LockExclusiveNonblock,
+    )
+    .unwrap_or_else(|(_, e)| panic!("flock: {e}"));
+    super::resume(sync.id());
+    let o = sync
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    let said = recovered(&o);
+    assert!(
+        !said.iter().any(|r| r.contains(&name)),
+        "{said:?}: {}",
+        explain(&o)
+    );
+    assert!(
+        dir.join("mark").is_file(),
+        "the directory now at the name was removed: {}",
+        explain(&o)
+    );
+    assert!(
+        moved.join("tree").is_dir(),
+        "the renamed directory was touched"
+    );
+    // Released: the next recovery takes it as abandoned.
+    drop(held);
+    let said = recovered(&w.run(&["sync", "--json"]));
+    assert!(
+        said.contains(&format!("removed abandoned staging {name}")),
+        "{said:?}"
+    );
+    assert!(std::fs::symlink_metadata(&dir).is_err());
+    assert!(moved.join("tree").is_dir());
+
+    // Removed meanwhile (by its command): nothing is said to be removed.
+    let dir = abandoned(&w);
+    let name = dir
+        .file_name()
+        .unwrap_or_else(|| panic!("{dir:?}"))
+        .to_string_lossy()
+        .into_owned();
+    let sync = super::stopped_at(
+        &mut background(&w, &["sync", "--json"]),
+        &format!("staging:opened:{name}"),
+    );
+    std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("rm: {e}"));
+    super::resume(sync.id());
+    let o = sync
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait: {e}"));
+    let said = recovered(&o);
+    assert!(
+        !said.iter().any(|r| r.contains(&name)),
+        "{said:?}: {}",
+        explain(&o)
+    );
+    w.verify_ok();
+}
