@@ -55,6 +55,32 @@ impl SkillboxService {
     }
 }
 
+/// An `Extract` under way: dropped before it ended, its call was dropped by hyper (the client
+/// reset it, or its connection went), and it is counted and logged as a hang-up, `CANCELLED`
+/// (its child is killed by its [`KillOnDrop`]). Dropped inside the request's span.
+struct Unended<'m> {
+    metrics: &'m Metrics,
+    start: Instant,
+    ended: bool,
+}
+
+impl Drop for Unended<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let elapsed = self.start.elapsed();
+        self.metrics.duration(elapsed);
+        self.metrics.error(tonic::Code::Cancelled);
+        let ms = (elapsed.as_secs_f64() * 1e4).round() / 10.0;
+        tracing::warn!(
+            code = ?tonic::Code::Cancelled,
+            ms,
+            "failed: the client went away before the answer"
+        );
+    }
+}
+
 /// Trips the kill switch unless the job ended normally: a dropped request kills its child (the
 /// job counts it).
 struct KillOnDrop {
@@ -141,6 +167,14 @@ impl SkillboxService {
         let stream = request.into_inner();
         let state = Arc::clone(&self.state);
         let work = async move {
+            // hyper drops a call whose client reset it or whose connection went, wherever it is
+            // (while its child runs, too): counted and logged then as the hang-up it is, as one
+            // mid-upload is, so that every Extract is counted once.
+            let mut unended = Unended {
+                metrics: &state.metrics,
+                start,
+                ended: false,
+            };
             let extract = async {
                 match deadline {
                     Some(at) => tokio::time::timeout_at(at.into(), state.extract(stream, carrier))
@@ -161,6 +195,7 @@ impl SkillboxService {
                 _ = stop.wait_for(|s| *s) => Err(RequestError::ShuttingDown),
                 r = extract => r,
             };
+            unended.ended = true;
             let elapsed = start.elapsed();
             state.metrics.duration(elapsed);
             // Rounded to a tenth of a millisecond: a log line is read by people.

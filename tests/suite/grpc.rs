@@ -1389,6 +1389,76 @@ async fn children_killed_counts_hangups_and_deadlines_during_upload() {
     server.wait_clean(Duration::from_secs(5));
 }
 
+/// A client that goes after its whole upload, while its child runs, ends its call: hyper drops
+/// it. It is counted once, as a hang-up (`Cancelled` in skillbox_request_errors_total, as one
+/// mid-upload is), its child killed and counted; before, such a call was counted nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gone_while_its_child_runs_is_counted_as_a_hang_up() {
+    const KILLED: &str = "skillbox_children_killed_total";
+    const CANCELLED: &str = "skillbox_request_errors_total{code=\"Cancelled\"}";
+    let server = Server::start(&["--metrics", harness::ANY_PORT]);
+    let addr = server.metrics_addr();
+    let c = server.client().await;
+    let artifact = skill_tar(&[("data.txt", &[b'x'; 200_000], 0o644)]);
+    let len = artifact.len() as u64;
+    // Slowly, so that the request's child exists before the upload is whole.
+    let task = {
+        let mut c = c.clone();
+        tokio::spawn(async move {
+            let body = slow_stream(artifact, 16 << 10, Duration::from_millis(40));
+            c.extract(archive_header(), body, None).await
+        })
+    };
+    let until = Instant::now() + Duration::from_secs(5);
+    while server.request_children().is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let children = server.request_children();
+    assert!(
+        !children.is_empty() && !task.is_finished(),
+        "the request's child was not seen during the upload"
+    );
+    // Held where it is: it cannot answer, so the call is still waiting for it when the client
+    // goes (SIGKILL, the broker's kill, ends a stopped process as any other).
+    for pid in &children {
+        ok(
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(*pid as i32),
+                nix::sys::signal::Signal::SIGSTOP,
+            ),
+            "SIGSTOP the request's child",
+        );
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while counter(&addr, "skillbox_artifact_bytes_received_total") < len && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        counter(&addr, "skillbox_artifact_bytes_received_total"),
+        len,
+        "the whole upload reached the broker"
+    );
+    assert!(!task.is_finished(), "answered by a stopped child");
+    let text = harness::http_get(&addr, "/metrics");
+    assert!(!text.contains("skillbox_request_errors_total{"), "{text}");
+    task.abort();
+    let _ = task.await;
+    wait_counter(&addr, KILLED, 1);
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut text = harness::http_get(&addr, "/metrics");
+    while !text.contains(&format!("{CANCELLED} 1")) && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        text = harness::http_get(&addr, "/metrics");
+    }
+    assert!(text.contains(&format!("{CANCELLED} 1")), "{text}");
+    assert!(
+        text.contains("skillbox_request_duration_seconds_count 1"),
+        "{text}"
+    );
+    assert!(!text.contains("skillbox_requests_total{"), "{text}");
+    server.wait_clean(Duration::from_secs(5));
+}
+
 /// `skillbox extract --json --server` of `path` through `server`: exit 0, its JSON answer.
 fn extracted_over(server: &Server, path: &str) -> serde_json::Value {
     let out = harness::cli(
