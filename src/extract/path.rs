@@ -450,9 +450,6 @@ mod tests {
             "\"\u{FF23}\u{FF1A}x\" is \"C:x\" after compatibility normalisation (NFKC): it \
              starts with a drive letter"
         );
-        let r = SafeRelPath::parse("a\u{FF1A}\u{202E}b".as_bytes(), &Limits::default())
-            .expect_err("a bidi control");
-        assert!(r.detail.contains("U+202E"), "{r:?}");
         // Plain after NFKC, and a form longer than the raw name's byte limits: accepted.
         let wide = "\u{FDFA}".repeat(80);
         let deep = vec!["\u{FDFA}\u{FDFA}"; 32].join("/");
