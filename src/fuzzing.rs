@@ -623,13 +623,29 @@ fn path_model(raw: &[u8], l: &Limits) -> Result<Option<String>, BTreeSet<ReasonC
     if comps.iter().any(|c| windows_aliases(c)) {
         broken.insert(ReasonCode::InvalidName);
     }
-    // What compatibility normalisation makes a separator or a dot component.
-    for c in &comps {
+    // What compatibility normalisation (NFKC) makes a separator or a dot component, or a
+    // component the rules above refuse in ASCII (`Ｃ：x` is `C:x`, `ＣＯＮ` is `CON`), with the
+    // reason the ASCII spelling gets; the byte limits hold for the raw name only.
+    for (i, c) in comps.iter().enumerate() {
         let nfkc = nfkc_key(c);
+        if nfkc == *c {
+            continue;
+        }
         if nfkc.contains(['/', '\\']) || nfkc == "." {
             broken.insert(ReasonCode::InvalidName);
-        } else if nfkc == ".." && *c != ".." {
+        } else if nfkc == ".." {
             broken.insert(ReasonCode::PathTraversal);
+        } else {
+            if nfkc
+                .chars()
+                .any(|ch| ch.is_control() || hidden_char(ch).is_some())
+                || windows_aliases(&nfkc)
+            {
+                broken.insert(ReasonCode::InvalidName);
+            }
+            if i == 0 && drive_like(&nfkc) {
+                broken.insert(ReasonCode::AbsolutePath);
+            }
         }
     }
     if !broken.is_empty() {
@@ -690,6 +706,7 @@ pub fn path(data: &[u8]) {
         (Ok(Parsed::Path(p)), Ok(Some(m))) if p.as_str() == m => {
             check_normal_form(p.as_str());
             check_components(p.as_str());
+            check_nfkc_form(p.as_str(), &limits);
             if p.as_str().len() > a.len() {
                 fail(format!("normalising {a:?} made it longer"));
             }
@@ -771,6 +788,24 @@ fn check_components(p: &str) {
                 "the {kind} collision key {key:?} of the accepted {p:?} changes its components"
             ));
         }
+    }
+}
+
+/// The NFKC form of a name the parser accepted is a name it accepts as it is, the limits on
+/// the raw name's bytes aside: a tool that normalises names (the reason the twin checks key by
+/// NFKC) writes only names the parser would have taken, never `C:x` for `Ｃ：x`.
+fn check_nfkc_form(p: &str, limits: &Limits) {
+    let nfkc = nfkc_key(p);
+    let relaxed = Limits {
+        max_path_bytes: u64::MAX,
+        max_component_bytes: u64::MAX,
+        ..limits.clone()
+    };
+    match SafeRelPath::parse(nfkc.as_bytes(), &relaxed) {
+        Ok(Parsed::Path(q)) if q.as_str() == nfkc => {}
+        other => fail(format!(
+            "the NFKC form {nfkc:?} of the accepted {p:?} parses as {other:?}"
+        )),
     }
 }
 

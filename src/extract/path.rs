@@ -126,7 +126,11 @@ impl SafeRelPath {
         if let Some(why) = out.split('/').find_map(windows_problem) {
             return Err(reject(ReasonCode::InvalidName, &why));
         }
-        if let Some((code, why)) = out.split('/').find_map(compatibility_problem) {
+        if let Some((code, why)) = out
+            .split('/')
+            .enumerate()
+            .find_map(|(i, comp)| compatibility_problem(comp, i == 0))
+        {
             return Err(reject(code, &why));
         }
         if out.is_empty() {
@@ -236,40 +240,83 @@ fn windows_problem(comp: &str) -> Option<String> {
     None
 }
 
-/// Why one component becomes a separator or a dot component under compatibility normalisation
-/// (NFKC), if it does. The twin checks key names by NFKC because tools that normalise names
-/// make such twins one file; the same tools would make `a／b` (FULLWIDTH SOLIDUS) the path
-/// `a/b`, `℆` (CADA UNA) `c/u`, and `‥` (TWO DOT LEADER) the component `..`: a name that is one
-/// component here and climbs or branches there, and whose collision keys would not be keys of
-/// one component.
-fn compatibility_problem(comp: &str) -> Option<(ReasonCode, String)> {
-    // ASCII is its own NFKC form, and the parser has taken its separators and dots already.
+/// Why one component is refused under compatibility normalisation (NFKC), if it is. The twin
+/// checks key names by NFKC because tools that normalise names make such twins one file; the
+/// same tools would make `a／b` (FULLWIDTH SOLIDUS) the path `a/b`, `℆` (CADA UNA) `c/u`, `‥`
+/// (TWO DOT LEADER) the component `..`, `Ｃ：x` the drive path `C:x`, `ＣＯＮ` the device `CON`
+/// and `notes…` the name `notes...` that Windows makes `notes`: a name that is harmless here
+/// and is, there, one the parser refuses when an archive spells it in ASCII. `first`: the
+/// component starts the (normalised) path, where a drive prefix is absolute.
+///
+/// The NFKC form is held to the parser's rules for one component, with the reason the ASCII
+/// spelling gets, except for the limits on bytes (`max_component_bytes`, `max_path_bytes`):
+/// those bound what this parser and the writer handle, the raw name, and NFKC lengthens some
+/// accepted names (U+FDFA is 18 characters) without making them mean anything else. Depth
+/// cannot change: a form with a separator is refused first.
+fn compatibility_problem(comp: &str, first: bool) -> Option<(ReasonCode, String)> {
+    // ASCII is its own NFKC form, and the parser has held it to every rule already.
     if comp.is_ascii() {
         return None;
     }
     let nfkc: String = comp.nfkc().collect();
+    if nfkc == comp {
+        return None;
+    }
     let shown = display_name(comp.as_bytes());
+    let normal = display_name(nfkc.as_bytes());
+    // A separator or a dot component first, with the codes they have had since the rule began
+    // (a form that also climbs, `‥／x`, or starts with a drive, `Ｃ：／x`, stays `invalid_name`).
     if nfkc.contains(['/', '\\']) {
         return Some((
             ReasonCode::InvalidName,
             format!(
                 "{shown:?} holds a character that compatibility normalisation (NFKC) makes a path \
-                 separator: {:?}",
-                display_name(nfkc.as_bytes())
+                 separator: {normal:?}"
             ),
         ));
     }
     match nfkc.as_str() {
-        ".." => Some((
-            ReasonCode::PathTraversal,
-            format!("{shown:?} is `..` after compatibility normalisation (NFKC)"),
-        )),
-        "." => Some((
-            ReasonCode::InvalidName,
-            format!("{shown:?} is `.` after compatibility normalisation (NFKC)"),
-        )),
-        _ => None,
+        ".." => {
+            return Some((
+                ReasonCode::PathTraversal,
+                format!("{shown:?} is `..` after compatibility normalisation (NFKC)"),
+            ));
+        }
+        "." => {
+            return Some((
+                ReasonCode::InvalidName,
+                format!("{shown:?} is `.` after compatibility normalisation (NFKC)"),
+            ));
+        }
+        _ => {}
     }
+    // Then the raw name's rules, in the parser's order. No compatibility mapping makes a control
+    // or invisible character in today's tables; the check keeps the rule whole if one ever does.
+    let (code, why) = if let Some(c) = nfkc
+        .chars()
+        .find(|c| c.is_control() || hidden_char(*c).is_some())
+    {
+        (
+            ReasonCode::InvalidName,
+            format!(
+                "it holds U+{:04X}, a control or invisible character",
+                u32::from(c)
+            ),
+        )
+    } else if first && drive_like(&nfkc) {
+        (
+            ReasonCode::AbsolutePath,
+            String::from("it starts with a drive letter"),
+        )
+    } else if let Some(why) = windows_problem(&nfkc) {
+        (ReasonCode::InvalidName, why)
+    } else {
+        return None;
+    };
+    Some((
+        code,
+        format!("{shown:?} is {normal:?} after compatibility normalisation (NFKC): {why}"),
+    ))
 }
 
 impl std::fmt::Display for SafeRelPath {
@@ -362,6 +409,95 @@ mod tests {
             "\u{00BD}",
         ] {
             assert_eq!(ok(raw), raw, "{raw:?}");
+        }
+    }
+
+    /// A name whose NFKC form breaks one of the parser's rules for a component is refused with
+    /// the reason the ASCII spelling gets; the limits on bytes are the raw name's alone.
+    #[test]
+    fn refuses_what_the_parser_refuses_once_nfkc_normalised() {
+        for raw in [
+            "\u{FF23}\u{FF1A}x",    // FULLWIDTH C, FULLWIDTH COLON: `C:x`
+            "C\u{FF1A}/x",          // `C:`
+            "./\u{FF43}\u{FE55}/x", // SMALL COLON, first once `./` is dropped
+            "\u{2102}\u{FE13}x",    // DOUBLE-STRUCK C, vertical COLON
+        ] {
+            assert_eq!(code(raw.as_bytes()), ReasonCode::AbsolutePath, "{raw:?}");
+        }
+        for raw in [
+            "a/\u{FF23}\u{FF1A}x",               // `C:x` further down: a colon
+            "SKILL.md\u{FF1A}evil",              // an alternate data stream
+            "a/x\u{2A74}y",                      // `::=`
+            "\u{FF23}\u{FF2F}\u{FF2E}",          // `CON`
+            "docs/\u{FF4E}\u{FF55}\u{FF4C}.txt", // `nul.txt`
+            "\u{FF23}\u{FF2F}\u{FF2D}\u{FF11}",  // `COM1`
+            "COM\u{2460}",                       // CIRCLED DIGIT ONE: `COM1`
+            "lpt\u{2468}.log",                   // `lpt9.log`
+            "guide.md\u{FF0E}",                  // a trailing dot
+            "notes\u{2026}",                     // `notes...`
+            "step\u{2488}",                      // DIGIT ONE FULL STOP: `step1.`
+            "\u{2026}",                          // `...`
+            "x\u{3000}",                         // IDEOGRAPHIC SPACE: a trailing space
+            "dir\u{A0}/x",                       // NO-BREAK SPACE
+            "\u{FB01}\u{200D}\u{FB01}",          // `fi` ZWJ `fi`: the joiner between ASCII
+        ] {
+            assert_eq!(code(raw.as_bytes()), ReasonCode::InvalidName, "{raw:?}");
+        }
+        let r = SafeRelPath::parse("\u{FF23}\u{FF1A}x".as_bytes(), &Limits::default())
+            .expect_err("a drive after NFKC");
+        assert_eq!(
+            r.detail,
+            "\"\u{FF23}\u{FF1A}x\" is \"C:x\" after compatibility normalisation (NFKC): it \
+             starts with a drive letter"
+        );
+        // Plain after NFKC, and a form longer than the raw name's byte limits: accepted.
+        let wide = "\u{FDFA}".repeat(80);
+        let deep = vec!["\u{FDFA}\u{FDFA}"; 32].join("/");
+        for raw in [
+            "\u{FF23}\u{FF2F}\u{FF2E}\u{FF33}\u{FF2F}\u{FF2C}\u{FF25}.md", // `CONSOLE.md`
+            "\u{FF23}\u{FF2F}\u{FF2D}\u{FF10}",                            // `COM0`
+            "\u{2460}.md",
+            "\u{2488} intro.md",
+            "\u{A0}x",
+            "\u{2026}md",
+            "a/\u{FF43}",
+            wide.as_str(),
+            deep.as_str(),
+        ] {
+            assert_eq!(ok(raw), raw, "{raw:?}");
+        }
+        assert!(nfkc_key(&wide).len() as u64 > Limits::default().max_component_bytes);
+        assert!(nfkc_key(&deep).len() as u64 > Limits::default().max_path_bytes);
+    }
+
+    /// Every accepted name of one non-ASCII character, alone or beside a letter, has an NFKC
+    /// form the parser accepts as it is (byte limits aside): a tool that normalises names
+    /// writes only names the parser would have taken.
+    #[test]
+    fn the_nfkc_form_of_every_accepted_name_is_accepted() {
+        let relaxed = Limits {
+            max_path_bytes: u64::MAX,
+            max_component_bytes: u64::MAX,
+            ..Limits::default()
+        };
+        // Compatibility decompositions end below U+32400 (see fold_key's test).
+        for c in (0x80..0x32400_u32).filter_map(char::from_u32) {
+            for raw in [
+                c.to_string(),
+                format!("a{c}"),
+                format!("{c}a"),
+                format!("a/{c}"),
+            ] {
+                let Ok(Parsed::Path(p)) = SafeRelPath::parse(raw.as_bytes(), &Limits::default())
+                else {
+                    continue;
+                };
+                let nfkc = nfkc_key(p.as_str());
+                match SafeRelPath::parse(nfkc.as_bytes(), &relaxed) {
+                    Ok(Parsed::Path(q)) if q.as_str() == nfkc => {}
+                    other => panic!("{raw:?} accepted, its NFKC form {nfkc:?}: {other:?}"),
+                }
+            }
         }
     }
 
