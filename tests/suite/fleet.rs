@@ -2306,15 +2306,7 @@ fn a_local_withdrawal_while_the_registry_is_down_reaches_every_host() {
         assert!(!err.contains(&pg.password) && !message.contains(&pg.password));
     }
 
-    let o = a.run(&[
-        "withdraw",
-        &v2ref,
-        "--reason",
-        "exfiltrates",
-        "--by",
-        "alice",
-        "--local",
-    ]);
+    let o = a.run(&super::alice_withdraws_locally(&v2ref));
     expect_code(&o, 0);
     let entry = a.root().join("agents/alpha/demo");
     assert!(
@@ -2750,15 +2742,7 @@ fn a_local_withdrawal_waits_for_a_restored_registry_to_know_its_version() {
     expect_code(&a.install(&["alpha"]), 0);
     assert_eq!(a.active("alpha").as_deref(), Some(v2.as_str()));
     let v2ref = format!("demo@{v2}");
-    let o = a.run(&[
-        "withdraw",
-        &v2ref,
-        "--reason",
-        "exfiltrates",
-        "--by",
-        "alice",
-        "--local",
-    ]);
+    let o = a.run(&super::alice_withdraws_locally(&v2ref));
     expect_code(&o, 0);
     expect_code(&a.run(&["sync"]), 0);
     let withdrawn = format!(

@@ -4244,6 +4244,29 @@ fn withdrawn_events(w: &World, digest: &str) -> Vec<Value> {
 /// restored once more. (Before: the pending entry was removed once applied, and the restored
 /// records called the version approved, installable and run by the agent, with its tree
 /// sitting in quarantine.)
+/// `withdraw --local` of demo@`v2` by alice while records.db is out of reach, then the records
+/// back and `sync`: the withdrawal is recorded once and its entry kept among the applied ones,
+/// none left pending. Returns the recorded `withdrawn` events and the applied entry's path.
+fn withdrawn_locally_while_records_away(w: &World, v2: &str) -> (Vec<Value>, std::path::PathBuf) {
+    let db = w.store().join("records.db");
+    let aside = w.tmp.path().join("records.db.aside");
+    std::fs::rename(&db, &aside).unwrap_or_else(|e| panic!("mv: {e}"));
+    expect_code(
+        &w.run(&super::alice_withdraws_locally(&format!("demo@{v2}"))),
+        0,
+    );
+    std::fs::rename(&aside, &db).unwrap_or_else(|e| panic!("mv: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    assert_eq!(state_of(w, v2), "withdrawn");
+    let first = withdrawn_events(w, v2);
+    assert_eq!(first.len(), 1, "{first:?}");
+    let entry = format!("{}.json", &v2[7..]);
+    let applied = w.store().join("applied-withdrawals").join(&entry);
+    assert!(applied.is_file(), "the applied entry is kept");
+    assert!(!w.store().join("pending-withdrawals").join(&entry).exists());
+    (first, applied)
+}
+
 #[test]
 fn a_local_withdrawal_outlives_records_restored_from_before_it() {
     let w = World::new();
@@ -4256,37 +4279,8 @@ fn a_local_withdrawal_outlives_records_restored_from_before_it() {
     copy_records(&w, &backup, false);
 
     // The records out of reach; contained here with --local; the records back.
-    let db = w.store().join("records.db");
-    let aside = w.tmp.path().join("records.db.aside");
-    std::fs::rename(&db, &aside).unwrap_or_else(|e| panic!("mv: {e}"));
-    let v2ref = format!("demo@{v2}");
-    let o = w.run(&[
-        "withdraw",
-        &v2ref,
-        "--reason",
-        "exfiltrates",
-        "--by",
-        "alice",
-        "--local",
-    ]);
-    expect_code(&o, 0);
-    std::fs::rename(&aside, &db).unwrap_or_else(|e| panic!("mv: {e}"));
-    expect_code(&w.run(&["sync"]), 0);
+    let (first, applied) = withdrawn_locally_while_records_away(&w, &v2);
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
-    assert_eq!(state_of(&w, &v2), "withdrawn");
-    let first = withdrawn_events(&w, &v2);
-    assert_eq!(first.len(), 1, "{first:?}");
-    let applied = w
-        .store()
-        .join("applied-withdrawals")
-        .join(format!("{}.json", &v2[7..]));
-    assert!(applied.is_file(), "the applied entry is kept");
-    assert!(
-        !w.store()
-            .join("pending-withdrawals")
-            .join(format!("{}.json", &v2[7..]))
-            .exists()
-    );
 
     for round in ["quarantined tree", "tree collected by gc"] {
         // Times are recorded to the second: past this one, a withdrawal recorded again with
@@ -4399,29 +4393,12 @@ fn a_local_withdrawal_whose_version_the_restored_records_lost_waits_without_the_
     copy_records(&w, &with_v2, false);
 
     // Contained with --local while the records were out of reach, then recorded.
-    let db = w.store().join("records.db");
-    let aside = w.tmp.path().join("records.db.aside");
-    std::fs::rename(&db, &aside).unwrap_or_else(|e| panic!("mv: {e}"));
+    let (first, applied) = withdrawn_locally_while_records_away(&w, &v2);
     let v2ref = format!("demo@{v2}");
-    let o = w.run(&[
-        "withdraw",
-        &v2ref,
-        "--reason",
-        "exfiltrates",
-        "--by",
-        "alice",
-        "--local",
-    ]);
-    expect_code(&o, 0);
-    std::fs::rename(&aside, &db).unwrap_or_else(|e| panic!("mv: {e}"));
-    expect_code(&w.run(&["sync"]), 0);
-    assert_eq!(state_of(&w, &v2), "withdrawn");
-    let first = withdrawn_events(&w, &v2);
-    assert_eq!(first.len(), 1, "{first:?}");
-    let entry = format!("{}.json", &v2[7..]);
-    let applied = w.store().join("applied-withdrawals").join(&entry);
-    let pending = w.store().join("pending-withdrawals").join(&entry);
-    assert!(applied.is_file() && !pending.exists());
+    let pending = w
+        .store()
+        .join("pending-withdrawals")
+        .join(format!("{}.json", &v2[7..]));
 
     // The records from before v2 was recorded.
     std::thread::sleep(std::time::Duration::from_millis(1100));

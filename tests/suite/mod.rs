@@ -127,3 +127,17 @@ pub(crate) fn stopped_before_discard(
     );
     (child, staging)
 }
+
+/// `withdraw SKILL_REF --reason exfiltrates --by alice --local`: the local withdrawal of the
+/// lifecycle and fleet tests of records out of reach or restored.
+pub(crate) fn alice_withdraws_locally(skill_ref: &str) -> [&str; 7] {
+    [
+        "withdraw",
+        skill_ref,
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+        "--local",
+    ]
+}
