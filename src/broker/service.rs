@@ -55,13 +55,25 @@ impl SkillboxService {
     }
 }
 
-/// An `Extract` under way: dropped before it ended, its call was dropped by hyper (the client
-/// reset it, or its connection went), and it is counted and logged as a hang-up, `CANCELLED`
-/// (its child is killed by its [`KillOnDrop`]). Dropped inside the request's span.
+/// An `Extract` under way, timed from `start`: ended once ([`Unended::end`], which records its
+/// duration). Dropped before that, its call was dropped by hyper (the client reset it, or its
+/// connection went), and it is counted and logged as a hang-up, `CANCELLED` (its child is
+/// killed by its [`KillOnDrop`]). Dropped inside the request's span.
 struct Unended<'m> {
     metrics: &'m Metrics,
     start: Instant,
     ended: bool,
+}
+
+impl Unended<'_> {
+    /// Ends the request: its duration recorded, and returned in milliseconds rounded to a
+    /// tenth (a log line is read by people).
+    fn end(&mut self) -> f64 {
+        self.ended = true;
+        let elapsed = self.start.elapsed();
+        self.metrics.duration(elapsed);
+        (elapsed.as_secs_f64() * 1e4).round() / 10.0
+    }
 }
 
 impl Drop for Unended<'_> {
@@ -69,10 +81,8 @@ impl Drop for Unended<'_> {
         if self.ended {
             return;
         }
-        let elapsed = self.start.elapsed();
-        self.metrics.duration(elapsed);
+        let ms = self.end();
         self.metrics.error(tonic::Code::Cancelled);
-        let ms = (elapsed.as_secs_f64() * 1e4).round() / 10.0;
         tracing::warn!(
             code = ?tonic::Code::Cancelled,
             ms,
@@ -195,11 +205,7 @@ impl SkillboxService {
                 _ = stop.wait_for(|s| *s) => Err(RequestError::ShuttingDown),
                 r = extract => r,
             };
-            unended.ended = true;
-            let elapsed = start.elapsed();
-            state.metrics.duration(elapsed);
-            // Rounded to a tenth of a millisecond: a log line is read by people.
-            let ms = (elapsed.as_secs_f64() * 1e4).round() / 10.0;
+            let ms = unended.end();
             match &result {
                 Ok(r) => {
                     let verdict = if r.verdict == pb::Verdict::Accepted as i32 {

@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 use super::fetch::{Reply, Server, ok, pki, sha, tar_gz_of};
-use super::output::{code, expect_code, explain, json_of};
+use super::output::{code, expect_code, explain, json_of, says_recorded_again};
 
 const SCHEMA: &str = "https://schemas.agentskills.io/discovery/0.2.0/schema.json";
 const INDEX: &str = "/.well-known/agent-skills/index.json";
@@ -4267,6 +4267,19 @@ fn withdrawn_locally_while_records_away(w: &World, v2: &str) -> (Vec<Value>, std
     (first, applied)
 }
 
+/// The records hold alice's withdrawal of `v2` again as they did the first time: the version
+/// withdrawn, one `withdrawn` event, with the `first` one's actor, reason and time (recorded
+/// again with its original who and when, not now's); `at` names the step in a failure.
+fn withdrawn_again_as_first(w: &World, v2: &str, first: &[Value], at: &str) {
+    assert_eq!(state_of(w, v2), "withdrawn", "{at}");
+    let again = withdrawn_events(w, v2);
+    assert_eq!(again.len(), 1, "{at}: {again:?}");
+    for key in ["actor", "detail", "time"] {
+        assert_eq!(again[0][key], first[0][key], "{at}: {key}");
+    }
+    assert_eq!(again[0]["actor"], "person:alice", "{at}");
+}
+
 #[test]
 fn a_local_withdrawal_outlives_records_restored_from_before_it() {
     let w = World::new();
@@ -4289,26 +4302,13 @@ fn a_local_withdrawal_outlives_records_restored_from_before_it() {
         copy_records(&w, &backup, true);
         // The restored records: v2 approved, alpha recorded on it.
         let o = w.run(&["status", "--json"]);
-        let err = String::from_utf8_lossy(&o.stderr).into_owned();
-        assert!(
-            err.contains("the records call it approved")
-                && err.contains("restored from before it; recording it again")
-                && err.contains("alice"),
-            "{round}: {}",
-            explain(&o)
-        );
+        says_recorded_again(&o, round);
         assert!(
             still_on(&w, &v2).is_empty(),
             "{round}: not contained: {}",
             explain(&o)
         );
-        assert_eq!(state_of(&w, &v2), "withdrawn", "{round}");
-        let again = withdrawn_events(&w, &v2);
-        assert_eq!(again.len(), 1, "{round}: {again:?}");
-        for key in ["actor", "detail", "time"] {
-            assert_eq!(again[0][key], first[0][key], "{round}: {key}");
-        }
-        assert_eq!(again[0]["actor"], "person:alice", "{round}");
+        withdrawn_again_as_first(&w, &v2, &first, round);
         assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{round}");
         assert!(applied.is_file(), "{round}: the applied entry is kept");
         // A second command finds nothing to record again.
@@ -4481,24 +4481,12 @@ fn a_local_withdrawal_whose_version_the_restored_records_lost_waits_without_the_
     // records the withdrawal, as the first time.
     copy_records(&w, &with_v2, true);
     let o = w.run(&["status", "--json"]);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert!(
-        err.contains("the records call it approved")
-            && err.contains("recording it again")
-            && err.contains("alice"),
-        "{}",
-        explain(&o)
-    );
+    says_recorded_again(&o, "the records know v2 again");
     assert_eq!(
         json_of(&o)["withdrawals_waiting_for_version"],
         serde_json::json!([])
     );
-    assert_eq!(state_of(&w, &v2), "withdrawn");
-    let again = withdrawn_events(&w, &v2);
-    assert_eq!(again.len(), 1, "{again:?}");
-    for key in ["actor", "detail", "time"] {
-        assert_eq!(again[0][key], first[0][key], "{key}");
-    }
+    withdrawn_again_as_first(&w, &v2, &first, "the records know v2 again");
     assert!(still_on(&w, &v2).is_empty());
     assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
     let v = w.verify_ok();
@@ -4522,15 +4510,7 @@ fn recovery_leaves_a_staging_directory_renamed_between_its_open_and_its_lock() {
     w.publish("demo", &package(1));
     expect_code(&w.install(&["alpha"]), 0);
     w.publish("demo", &package(2));
-    let abandoned = |w: &World| -> PathBuf {
-        let mut install = install_stopped_after_extraction(w, "beta", &[]);
-        let _ = install.kill();
-        let _ = install.wait();
-        let staged = staged_trees(w);
-        assert_eq!(staged.len(), 1, "{staged:?}");
-        staged[0].clone()
-    };
-    let recovered = |o: &Output| -> Vec<String> {
+    fn recovered(o: &Output) -> Vec<String> {
         expect_code(o, 0);
         json_of(o)["recovered"]
             .as_array()
@@ -4538,38 +4518,53 @@ fn recovery_leaves_a_staging_directory_renamed_between_its_open_and_its_lock() {
             .iter()
             .filter_map(|r| r.as_str().map(str::to_owned))
             .collect()
-    };
+    }
+    // A killed install's staging directory; `sync` stopped once its recovery opened it,
+    // `meddle` done to it meanwhile (what it returns is held until the caller drops it), then
+    // `sync` let go: it says nothing of removing that name. Returns the directory, its name,
+    // `sync`'s output and what `meddle` returned.
+    fn meddled<T>(w: &World, meddle: impl FnOnce(&Path) -> T) -> (PathBuf, String, Output, T) {
+        let mut install = install_stopped_after_extraction(w, "beta", &[]);
+        let _ = install.kill();
+        let _ = install.wait();
+        let staged = staged_trees(w);
+        assert_eq!(staged.len(), 1, "{staged:?}");
+        let dir = staged[0].clone();
+        let name = dir
+            .file_name()
+            .unwrap_or_else(|| panic!("{dir:?}"))
+            .to_string_lossy()
+            .into_owned();
+        let sync = super::stopped_at(
+            &mut background(w, &["sync", "--json"]),
+            &format!("staging:opened:{name}"),
+        );
+        let kept = meddle(&dir);
+        super::resume(sync.id());
+        let o = sync
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("wait: {e}"));
+        let said = recovered(&o);
+        assert!(
+            !said.iter().any(|r| r.contains(&name)),
+            "{said:?}: {}",
+            explain(&o)
+        );
+        (dir, name, o, kept)
+    }
 
     // Renamed away, another directory (held) put at its name.
-    let dir = abandoned(&w);
-    let name = dir
-        .file_name()
-        .unwrap_or_else(|| panic!("{dir:?}"))
-        .to_string_lossy()
-        .into_owned();
-    let sync = super::stopped_at(
-        &mut background(&w, &["sync", "--json"]),
-        &format!("staging:opened:{name}"),
-    );
     let moved = w.tmp.path().join("moved-away");
-    std::fs::rename(&dir, &moved).unwrap_or_else(|e| panic!("mv: {e}"));
-    std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
-    std::fs::write(dir.join("mark"), "a running intake's").unwrap_or_else(|e| panic!("{e}"));
-    let held = Flock::lock(
-        std::fs::File::open(&dir).unwrap_or_else(|e| panic!("open: {e}")),
-        FlockArg::LockExclusiveNonblock,
-    )
-    .unwrap_or_else(|(_, e)| panic!("flock: {e}"));
-    super::resume(sync.id());
-    let o = sync
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("wait: {e}"));
-    let said = recovered(&o);
-    assert!(
-        !said.iter().any(|r| r.contains(&name)),
-        "{said:?}: {}",
-        explain(&o)
-    );
+    let (dir, name, o, held) = meddled(&w, |dir| {
+        std::fs::rename(dir, &moved).unwrap_or_else(|e| panic!("mv: {e}"));
+        std::fs::create_dir(dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
+        std::fs::write(dir.join("mark"), "a running intake's").unwrap_or_else(|e| panic!("{e}"));
+        Flock::lock(
+            std::fs::File::open(dir).unwrap_or_else(|e| panic!("open: {e}")),
+            FlockArg::LockExclusiveNonblock,
+        )
+        .unwrap_or_else(|(_, e)| panic!("flock: {e}"))
+    });
     assert!(
         dir.join("mark").is_file(),
         "the directory now at the name was removed: {}",
@@ -4590,26 +4585,8 @@ fn recovery_leaves_a_staging_directory_renamed_between_its_open_and_its_lock() {
     assert!(moved.join("tree").is_dir());
 
     // Removed meanwhile (by its command): nothing is said to be removed.
-    let dir = abandoned(&w);
-    let name = dir
-        .file_name()
-        .unwrap_or_else(|| panic!("{dir:?}"))
-        .to_string_lossy()
-        .into_owned();
-    let sync = super::stopped_at(
-        &mut background(&w, &["sync", "--json"]),
-        &format!("staging:opened:{name}"),
-    );
-    std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("rm: {e}"));
-    super::resume(sync.id());
-    let o = sync
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("wait: {e}"));
-    let said = recovered(&o);
-    assert!(
-        !said.iter().any(|r| r.contains(&name)),
-        "{said:?}: {}",
-        explain(&o)
-    );
+    meddled(&w, |dir| {
+        std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("rm: {e}"));
+    });
     w.verify_ok();
 }

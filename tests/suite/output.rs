@@ -26,3 +26,17 @@ pub(super) fn json_of(o: &Output) -> Value {
 pub(super) fn expect_code(o: &Output, want: i32) {
     assert_eq!(code(o), want, "{}", explain(o));
 }
+
+/// `o`, a command run over records restored from before alice's `withdraw --local` (they call
+/// the version approved again), said so on stderr and that it records the withdrawal again; `at`
+/// names the step in a failure.
+pub(super) fn says_recorded_again(o: &Output, at: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the records call it approved")
+            && err.contains("restored from before it; recording it again")
+            && err.contains("alice"),
+        "{at}: {}",
+        explain(o)
+    );
+}
