@@ -28,6 +28,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 use serde::{Deserialize, Serialize};
+use unicode_normalization::UnicodeNormalization;
 
 use super::frontmatter::{self, Frontmatter, FrontmatterLimits};
 use super::scan::{self, Hit, HitKind, Scanner};
@@ -1209,20 +1210,19 @@ impl<'a> Reviewer<'a> {
                     .then_some((FindingKind::LinkOutside, subject));
             }
         }
-        let decoded = percent_decode(target);
-        if decoded.starts_with('/') || decoded.starts_with('~') || decoded.starts_with('\\') {
+        // A viewer resolves a relative link by the URL standard, where `\` separates path
+        // segments as `/` does (WHATWG URL, for http, https and file): `..\..\x` leaves the
+        // package as `../../x` does.
+        let decoded = percent_decode(target).replace('\\', "/");
+        let Some(parts) = link_path(&decoded) else {
             return Some((FindingKind::LinkOutside, subject));
-        }
-        let mut parts: Vec<&str> = Vec::new();
-        for comp in decoded.split('/') {
-            match comp {
-                "" | "." => {}
-                ".." => {
-                    if parts.pop().is_none() {
-                        return Some((FindingKind::LinkOutside, subject));
-                    }
-                }
-                c => parts.push(c),
+        };
+        // A tool that normalises names by compatibility (NFKC, as the archive path rules assume;
+        // docs/limits.md) reads `‥/x` or `．．／x` as `../x`: outside under that reading is outside.
+        if !decoded.is_ascii() {
+            let nfkc: String = decoded.nfkc().collect::<String>().replace('\\', "/");
+            if link_path(&nfkc).is_none() {
+                return Some((FindingKind::LinkOutside, subject));
             }
         }
         if parts.is_empty() {
@@ -2076,6 +2076,25 @@ fn is_list_item(body: &[u8]) -> bool {
                 && matches!(body.get(digits + 1), Some(b' ' | b'\t'))
         }
     }
+}
+
+/// The package path a link's decoded target names, from the package's root: `None` when it is
+/// absolute, starts at a home directory (`~`) or climbs past the root with `..`.
+fn link_path(decoded: &str) -> Option<Vec<&str>> {
+    if decoded.starts_with('/') || decoded.starts_with('~') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for comp in decoded.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            c => parts.push(c),
+        }
+    }
+    Some(parts)
 }
 
 fn percent_decode(s: &str) -> String {
@@ -2954,6 +2973,52 @@ mod tests {
         assert_eq!(d.len(), 1, "{d:?}");
         let (s, e, _) = d[0];
         assert!(py[s..e].contains("LD_PRELOAD") && !py[s..e].contains("curl"));
+    }
+
+    /// Links that leave the package however a reader resolves them are `link_outside`: `\\`
+    /// separates path segments as `/` does for a browser (the URL standard) and on Windows, and a
+    /// tool that normalises by compatibility reads `‥` as `..`; percent-encoded or not. The same
+    /// spellings that stay inside are not, and one to a missing file is `broken_link`.
+    #[test]
+    fn links_leaving_by_a_backslash_or_a_compatibility_form_are_outside() {
+        use std::os::fd::AsFd;
+        let md = concat!(
+            "---\nname: links\ndescription: Links.\n---\n# Links\n\n",
+            "[a](..\\..\\etc\\passwd) [b](%2e%2e%5c%2e%2e%5cx) [c](‥/‥/x) [d](．．／x)\n",
+            "[e](\\\\host\\share) [f](references\\..\\..\\x)\n",
+            "[h](references\\guide.md) [i](references\\..\\references\\guide.md) [j](references/‥/SKILL.md)\n",
+            "[k](references\\missing.md) [l](ｒｅｆｅｒｅｎｃｅｓ/guide.md)\n",
+        );
+        let files: [(&str, &[u8], u32); 2] = [
+            ("SKILL.md", md.as_bytes(), 0o644),
+            ("references/guide.md", b"# Guide\n", 0o644),
+        ];
+        let (_dir, staging, x, _) = staged_tar(files);
+        let r = review(staging.as_fd(), &x.entries, &IndexFacts::default())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let links: Vec<(&str, &str)> = r
+            .findings
+            .iter()
+            .filter(|f| matches!(f.kind, FindingKind::LinkOutside | FindingKind::BrokenLink))
+            .map(|f| (f.kind.as_str(), f.subject.as_deref().unwrap_or("")))
+            .collect();
+        let outside = |t| ("link_outside", t);
+        assert_eq!(
+            links,
+            [
+                outside("..\\..\\etc\\passwd"),
+                outside("%2e%2e%5c%2e%2e%5cx"),
+                outside("‥/‥/x"),
+                outside("．．／x"),
+                outside("\\\\host\\share"),
+                outside("references\\..\\..\\x"),
+                ("broken_link", "references/‥/SKILL.md"),
+                ("broken_link", "references\\missing.md"),
+                ("broken_link", "ｒｅｆｅｒｅｎｃｅｓ/guide.md"),
+            ],
+            "{:#?}",
+            r.findings
+        );
     }
 
     #[test]
