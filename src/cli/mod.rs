@@ -98,7 +98,8 @@ pub enum Command {
     /// Ask a running broker whether it is serving (grpc.health.v1), for probes that exec a
     /// command.
     ///
-    /// Exit status: 0 SERVING, 1 anything else (not serving, shutting down, unreachable).
+    /// Exit status: 0 SERVING, 1 anything else (not serving, shutting down, unreachable),
+    /// 2 usage error (a bad flag, a --server URI that names no broker).
     Health(serve::HealthArgs),
     #[command(flatten)]
     Lifecycle(lifecycle::LifecycleCommand),

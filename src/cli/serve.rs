@@ -333,9 +333,9 @@ pub struct HealthArgs {
     /// The service to ask about; empty for the server as a whole.
     #[arg(long, default_value = "")]
     pub service: String,
-    /// Seconds to wait for the answer.
-    #[arg(long, value_name = "SECS", default_value_t = 3)]
-    pub timeout: u64,
+    /// Seconds to wait for the answer, at least 1.
+    #[arg(long, value_name = "SECS", default_value = "3")]
+    pub timeout: std::num::NonZeroU64,
 }
 
 /// `skillbox health`: exit 0 when the broker answers SERVING, 1 otherwise (not serving, no
@@ -343,11 +343,17 @@ pub struct HealthArgs {
 /// container runtime cannot dial a Unix socket).
 pub fn health(args: &HealthArgs) -> Exit {
     let uri = match (&args.server, &args.socket) {
-        (Some(uri), _) => uri.clone(),
+        (Some(uri), _) => match super::extract::server_uri(uri) {
+            Ok(uri) => uri,
+            Err(f) => {
+                eprintln!("skillbox: {}", f.message);
+                return f.exit;
+            }
+        },
         (None, Some(path)) => format!("unix://{}", path.display()),
         (None, None) => format!("unix://{}", skillbox::convert::default_socket().display()),
     };
-    let timeout = std::time::Duration::from_secs(args.timeout.max(1));
+    let timeout = std::time::Duration::from_secs(args.timeout.get());
     match skillbox::client::health_blocking(&uri, &args.service, timeout) {
         Ok(status) => {
             let name = status.as_str_name();
@@ -357,6 +363,10 @@ pub fn health(args: &HealthArgs) -> Exit {
             } else {
                 Exit::Operational
             }
+        }
+        Err(e @ skillbox::client::ClientError::Connect { .. }) => {
+            eprintln!("skillbox: {}", super::extract::no_broker(&uri, &e));
+            Exit::Operational
         }
         Err(e) => {
             eprintln!("skillbox: {uri}: {e}");
@@ -429,9 +439,16 @@ fn serve_until_signals(config: Config, format: LogFormat) -> Result<(), ServeErr
         broker::config::Listen::Tcp { addr, .. } => Some(*addr),
         broker::config::Listen::Unix { .. } => None,
     };
+    // A TCP address someone answers on before this server has bound it is another's (this
+    // one fails to bind): not announced, for the reason `announce_when_ready` gives.
+    let taken = tcp_addr.is_some_and(|addr| {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+    });
     let result = runtime.block_on(async {
         let (first, again) = broker::signals().map_err(ServeError::Signal)?;
-        tokio::spawn(announce_when_ready(uri, listen_path, tcp_addr, format));
+        if !taken {
+            tokio::spawn(announce_when_ready(uri, listen_path, tcp_addr, format));
+        }
         // Not raced here: `serve` stops on the second signal itself, and returns once the
         // children of the requests it cancelled are reaped and every staged tree is removed.
         broker::serve(config, first, again).await
@@ -450,9 +467,16 @@ async fn announce_when_ready(
     tcp: Option<SocketAddr>,
     format: LogFormat,
 ) {
+    // Another server may hold the socket: this one then fails (in use by a running server),
+    // and a line saying it serves there would send clients to the other one. A listener is
+    // known by its pid (SO_PEERCRED), so only our own counts.
+    let ours = i32::try_from(std::process::id()).ok();
     for _ in 0..1000 {
         let up = match (&unix, tcp) {
-            (Some(path), _) => tokio::net::UnixStream::connect(path).await.is_ok(),
+            (Some(path), _) => tokio::net::UnixStream::connect(path)
+                .await
+                .and_then(|s| s.peer_cred())
+                .is_ok_and(|cred| cred.pid().is_some() && cred.pid() == ours),
             (None, Some(addr)) => tokio::net::TcpStream::connect(addr).await.is_ok(),
             (None, None) => false,
         };

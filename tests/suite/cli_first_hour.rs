@@ -415,6 +415,87 @@ fn extract_through_a_server_explains_what_went_wrong() {
     assert!(!err.contains("INVALID_ARGUMENT"), "{err}");
 }
 
+/// A `--server` URI no client takes is a usage error (2), for `extract` and `health` alike; one
+/// with a password in it too, and the password is never shown (it was echoed in every message
+/// naming the server, with exit 1).
+#[test]
+fn a_bad_server_uri_is_a_usage_error_and_its_password_is_never_shown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let secret = "S3cretPw";
+    for uri in [
+        format!("http://alice:{secret}@127.0.0.1:9"),
+        format!("https://alice:{secret}@127.0.0.1:9"),
+        format!("https://alice:{secret}/x@127.0.0.1:9"),
+        "ftp://127.0.0.1:9".to_owned(),
+    ] {
+        for args in [
+            vec!["extract", "--server", &uri, art],
+            vec!["extract", "--json", "--server", &uri, art],
+            vec!["health", "--server", &uri],
+        ] {
+            let o = run(&args);
+            let (out, err) = (text(&o.stdout), text(&o.stderr));
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(!out.contains(secret) && !err.contains(secret), "{args:?}:
+{out}
+{err}");
+            assert!(err.contains("--server"), "{args:?}: {err}");
+        }
+    }
+}
+
+/// `health` says what `extract --server` says when no broker is there: the path tried and how
+/// to start one (it said `cannot connect to URI: transport error`); and a `--timeout 0` that
+/// it quietly read as one second is refused.
+#[test]
+fn health_explains_what_went_wrong() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nobody = dir.path().join("nobody.sock");
+    let o = run(&["health", "--socket", nobody.to_str().expect("utf-8")]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("skillbox serve --socket {}", nobody.display())),
+        "{err}"
+    );
+    let s = Serve::start(dir.path(), &[]);
+    let socket = s.socket.to_str().expect("utf-8");
+    let o = run(&["health", "--socket", socket]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = run(&["health", "--socket", socket, "--timeout", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+}
+
+/// A second `serve` on a socket a running broker holds fails (exit 1, the socket in use), and
+/// never first says it serves there: it announced `serving on ...` as soon as the other broker
+/// answered on the socket, then failed.
+#[test]
+fn a_server_that_cannot_have_the_socket_never_says_it_serves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = Serve::start(dir.path(), &[]);
+    let other = dir.path().join("other-staging");
+    let o = Command::new(bin())
+        .arg("serve")
+        .arg("--socket")
+        .arg(&first.socket)
+        .arg("--staging-root")
+        .arg(&other)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_STAGING_ROOT")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run serve");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("in use by a running server"), "{err}");
+    assert!(!err.contains("serving on"), "{err}");
+    // The first one still serves.
+    let o = run(&["health", "--socket", first.socket.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
 /// The first SIGINT drains (the grace period is long here), a second one stops at once.
 #[test]
 fn a_second_ctrl_c_ends_the_drain_at_once() {
