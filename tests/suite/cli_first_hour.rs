@@ -592,6 +592,61 @@ fn replay_finds_the_corpus_of_a_subdirectory() {
     );
 }
 
+/// What `replay` is given is checked before any case runs: an `--extract-arg` that `extract`
+/// refuses (an unknown flag, a bad value; each case failed with it, exit 1), a `--junit` file
+/// that cannot be made (said after the whole run), a `--timeout 0` (read as 1 s) are usage
+/// errors (2); and a relative file in an `--extract-arg` names the file where replay runs, not
+/// in each case's scratch directory (every case failed, `cannot read limits file`).
+#[test]
+fn replay_checks_its_arguments_before_running() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("corpus");
+    std::fs::create_dir(&root).expect("mkdir");
+    skill_tar(&root, "ok.tar");
+    let manifest = serde_json::json!({"version": 1, "cases": [
+        {"name": "ok", "file": "ok.tar", "type": "archive", "expect": {"verdict": "accepted"}},
+    ]});
+    std::fs::write(root.join("manifest.json"), manifest.to_string()).expect("write");
+    let dir = root.to_str().expect("utf-8");
+    let missing = tmp.path().join("no-such-dir").join("r.xml");
+    for (args, names) in [
+        (vec!["--extract-arg", "--no-such-flag"], "--no-such-flag"),
+        (vec!["--extract-arg", "--max-entries=many"], "many"),
+        (
+            vec!["--extract-arg", "--skill-name=x", "--extract-arg", "--bogus"],
+            "--bogus",
+        ),
+        (vec!["--junit", missing.to_str().expect("utf-8")], "no such directory"),
+        (vec!["--junit", tmp.path().to_str().expect("utf-8")], "is a directory"),
+        (vec!["--timeout", "0"], "--timeout"),
+    ] {
+        let o = run(&[&["replay", dir, "--json"][..], &args].concat());
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?}: {err}");
+        assert!(!err.contains("cases:"), "{args:?} ran the cases: {err}");
+    }
+    std::fs::write(tmp.path().join("mine.toml"), "max_entries = 5000\n").expect("write");
+    let junit = tmp.path().join("r.xml");
+    let o = Command::new(bin())
+        .args(["replay", dir, "--json", "--extract-arg=--limits=mine.toml"])
+        .arg("--junit")
+        .arg(&junit)
+        .current_dir(tmp.path())
+        .output()
+        .expect("replay");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["isolate"], "process", "{v}");
+    assert!(junit.is_file());
+}
+
 /// On a terminal `replay` shows its progress; with stderr a pipe, or with --json, nothing.
 #[test]
 fn replay_progress_only_on_a_terminal() {
