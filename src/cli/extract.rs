@@ -299,7 +299,11 @@ pub fn no_broker(server: &str, e: &skillbox::client::ClientError) -> String {
     while let Some(cause) = chain {
         let text = cause.to_string();
         if !why.contains(&text) {
-            why = if why.is_empty() { text } else { format!("{why}: {text}") };
+            why = if why.is_empty() {
+                text
+            } else {
+                format!("{why}: {text}")
+            };
         }
         chain = cause.source();
     }

@@ -191,7 +191,9 @@ fn junit_path_ok(path: &std::path::Path) -> Result<(), String> {
 /// (an unknown flag, a bad value) is the caller's mistake, said once before anything runs,
 /// not an error of every case.
 fn check_extract_args(extra: &[String]) -> Result<(), String> {
-    let mut argv = vec!["skillbox", "extract", "ARTIFACT", "--json", "--out", "STAGING"];
+    let mut argv = vec![
+        "skillbox", "extract", "ARTIFACT", "--json", "--out", "STAGING",
+    ];
     argv.extend(extra.iter().map(String::as_str));
     match super::Cli::try_parse_from(argv) {
         Ok(_) => Ok(()),
@@ -212,9 +214,8 @@ fn check_extract_args(extra: &[String]) -> Result<(), String> {
 /// failed, `cannot read limits file`).
 fn absolute_paths(extra: &[String]) -> Vec<String> {
     const PATH_FLAGS: [&str; 2] = ["--limits", "--seccomp-profile"];
-    let absolute = |p: &str| {
-        std::path::absolute(p).map_or_else(|_| p.to_owned(), |a| a.display().to_string())
-    };
+    let absolute =
+        |p: &str| std::path::absolute(p).map_or_else(|_| p.to_owned(), |a| a.display().to_string());
     let mut out = Vec::with_capacity(extra.len());
     let mut next_is_path = false;
     for arg in extra {

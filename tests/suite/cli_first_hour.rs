@@ -438,9 +438,12 @@ fn a_bad_server_uri_is_a_usage_error_and_its_password_is_never_shown() {
             let o = run(&args);
             let (out, err) = (text(&o.stdout), text(&o.stderr));
             assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
-            assert!(!out.contains(secret) && !err.contains(secret), "{args:?}:
+            assert!(
+                !out.contains(secret) && !err.contains(secret),
+                "{args:?}:
 {out}
-{err}");
+{err}"
+            );
             assert!(err.contains("--server"), "{args:?}: {err}");
         }
     }
@@ -613,11 +616,22 @@ fn replay_checks_its_arguments_before_running() {
         (vec!["--extract-arg", "--no-such-flag"], "--no-such-flag"),
         (vec!["--extract-arg", "--max-entries=many"], "many"),
         (
-            vec!["--extract-arg", "--skill-name=x", "--extract-arg", "--bogus"],
+            vec![
+                "--extract-arg",
+                "--skill-name=x",
+                "--extract-arg",
+                "--bogus",
+            ],
             "--bogus",
         ),
-        (vec!["--junit", missing.to_str().expect("utf-8")], "no such directory"),
-        (vec!["--junit", tmp.path().to_str().expect("utf-8")], "is a directory"),
+        (
+            vec!["--junit", missing.to_str().expect("utf-8")],
+            "no such directory",
+        ),
+        (
+            vec!["--junit", tmp.path().to_str().expect("utf-8")],
+            "is a directory",
+        ),
         (vec!["--timeout", "0"], "--timeout"),
     ] {
         let o = run(&[&["replay", dir, "--json"][..], &args].concat());

@@ -362,12 +362,7 @@ fn review_sample_has_the_keys_of_a_real_review() {
 
 /// Where the objects in `shown` and `real` have other keys, recursively (an array's elements
 /// pairwise, as far as both go).
-fn same_keys(
-    at: &str,
-    shown: &serde_json::Value,
-    real: &serde_json::Value,
-    out: &mut Vec<String>,
-) {
+fn same_keys(at: &str, shown: &serde_json::Value, real: &serde_json::Value, out: &mut Vec<String>) {
     use serde_json::Value;
     match (shown, real) {
         (Value::Object(a), Value::Object(b)) => {
