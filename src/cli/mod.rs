@@ -63,10 +63,10 @@ pub enum Command {
     /// Exit status: 0 accepted, 3 rejected, 1 operational error, 2 usage error, 4 refused by
     /// the fetch policy (the rule is named), 5 unrecognised index $schema.
     Fetch(fetch::FetchArgs),
-    /// Compare two saved `extract --json` (or `fetch --json`) answers of a skill: what changed, and whether its
-    /// capabilities grew (new or changed scripts or executables, new tools, or new hosts,
-    /// credential touches, downloads, uploads or risky commands in code; what prose only
-    /// mentions never counts). Grown capabilities are listed first.
+    /// Compare two saved `extract --json` (or `fetch --json`) answers of a skill: what changed,
+    /// and whether its capabilities grew (new or changed scripts or executables, new tools, or
+    /// new hosts, credential touches, downloads, uploads or risky commands in code; what prose
+    /// only mentions never counts). Grown capabilities are listed first.
     ///
     /// Exit status: 0 unchanged (same digest), 4 content_only, 5 needs_review, 1 operational
     /// error (a file cannot be read), 2 usage error (a path that names no file, or not an
