@@ -36,21 +36,21 @@ pub struct ExtractArgs {
     /// The artifact file. Its extension is a format hint when no media type is given.
     artifact: PathBuf,
     /// Expected digest, `sha256:<64 lowercase hex>`; a mismatch rejects (`digest_mismatch`).
-    #[arg(long)]
+    #[arg(long, value_name = "sha256:HEX")]
     digest: Option<String>,
     /// Declared artifact type [default: skill-md for a `.md` file, else archive].
     #[arg(long = "type", value_enum)]
     artifact_type: Option<TypeArg>,
     /// Media type hint (e.g. the HTTP Content-Type); must agree with the bytes.
-    #[arg(long)]
+    #[arg(long, value_name = "MIME")]
     media_type: Option<String>,
     /// Directory to stage into; must not exist yet (it is created). Without it a temporary
     /// directory is used and removed afterwards. With --server, the accepted tree is fetched
     /// from the broker into it (every SHA-256 checked), which works over TCP too.
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Limits file (.toml or .json; keys as in docs/limits.md). Flags below override it.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     limits: Option<PathBuf>,
     /// Print one JSON object (verdict, reason, artifact, entries, totals, review, sandbox); a
     /// failure prints `{"error": {"kind", "exit", "message"}}` instead.
