@@ -661,6 +661,36 @@ fn replay_checks_its_arguments_before_running() {
     assert!(junit.is_file());
 }
 
+/// `cache list|verify|prune` of a cache that is not there say so and make nothing (a mistyped
+/// `--cache-dir` was created, as a new empty cache, and listed as "0 artifacts").
+#[test]
+fn cache_commands_make_no_cache() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let typo = tmp.path().join("cahce");
+    let dir = typo.to_str().expect("utf-8");
+    for cmd in [
+        &["list"][..],
+        &["verify"][..],
+        &["prune", "--older-than", "1d"][..],
+    ] {
+        for json in [false, true] {
+            let mut args = vec!["cache"];
+            args.extend_from_slice(cmd);
+            args.extend(["--cache-dir", dir]);
+            if json {
+                args.push("--json");
+                let o = run(&args);
+                serde_json::from_slice::<Value>(&o.stdout).expect("one JSON answer");
+            }
+            let o = run(&args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+            assert!(err.contains(&format!("no cache at {dir}")), "{args:?}: {err}");
+            assert!(!typo.exists(), "{args:?} made {dir}");
+        }
+    }
+}
+
 /// On a terminal `replay` shows its progress; with stderr a pipe, or with --json, nothing.
 #[test]
 fn replay_progress_only_on_a_terminal() {
