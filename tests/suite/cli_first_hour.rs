@@ -685,9 +685,40 @@ fn cache_commands_make_no_cache() {
             let o = run(&args);
             let err = text(&o.stderr);
             assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
-            assert!(err.contains(&format!("no cache at {dir}")), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("no cache at {dir}")),
+                "{args:?}: {err}"
+            );
             assert!(!typo.exists(), "{args:?} made {dir}");
         }
+    }
+}
+
+/// A `--seccomp-profile` that names no file is a usage error (2) for every command that takes
+/// it: `extract` said exit 1, and `serve` said confinement did not work on this host and
+/// offered `--allow-unconfined` for what was a typo.
+#[test]
+fn a_missing_seccomp_profile_is_a_usage_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(tmp.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let missing = tmp.path().join("no-such-profile.json");
+    let missing = missing.to_str().expect("utf-8");
+    let socket = tmp.path().join("s.sock");
+    let socket = socket.to_str().expect("utf-8");
+    let dir = tmp.path().to_str().expect("utf-8");
+    for args in [
+        vec!["extract", "--seccomp-profile", missing, art],
+        vec!["--seccomp-profile", missing, "extract", art],
+        vec!["extract", "--seccomp-profile", dir, art],
+        vec!["doctor", "--seccomp-profile", missing],
+        vec!["serve", "--socket", socket, "--seccomp-profile", missing],
+    ] {
+        let o = run(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("--seccomp-profile"), "{args:?}: {err}");
+        assert!(!err.contains("--allow-unconfined"), "{args:?}: {err}");
     }
 }
 
