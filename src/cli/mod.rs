@@ -110,3 +110,13 @@ pub enum Command {
     /// from these definitions, as roff on stdout (`skillbox man extract | man -l -`).
     Man(completions::ManArgs),
 }
+
+/// A flag's value that must name a file: a path that names none (missing, a directory) is a
+/// usage error (2), as for every command, said when the flags are parsed.
+pub fn existing_file(s: &str) -> Result<std::path::PathBuf, String> {
+    match std::fs::metadata(s) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no such file".into()),
+        Ok(m) if m.is_dir() => Err("is a directory, not a file".into()),
+        _ => Ok(std::path::PathBuf::from(s)),
+    }
+}

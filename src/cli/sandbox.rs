@@ -118,15 +118,11 @@ impl LeadingSandboxArgs {
     }
 }
 
-/// `--seccomp-profile FILE` names a file: a path that names none (missing, a directory) is a
-/// usage error, as for every command. It was found only when the child was configured, and
-/// `serve` then said confinement did not work on this host and offered `--allow-unconfined`.
+/// `--seccomp-profile FILE` names a file ([`super::existing_file`]). It was found missing only
+/// when the child was configured, and `serve` then said confinement did not work on this host
+/// and offered `--allow-unconfined`.
 fn profile_file(s: &str) -> Result<PathBuf, String> {
-    match std::fs::metadata(s) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no such file".into()),
-        Ok(m) if m.is_dir() => Err("is a directory, not a file".into()),
-        _ => Ok(PathBuf::from(s)),
-    }
+    super::existing_file(s)
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {

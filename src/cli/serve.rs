@@ -45,6 +45,7 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_TLS_CERT",
         value_name = "PEM",
+        value_parser = super::existing_file,
         requires = "tls_key"
     )]
     pub tls_cert: Option<PathBuf>,
@@ -53,6 +54,7 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_TLS_KEY",
         value_name = "PEM",
+        value_parser = super::existing_file,
         requires = "tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
@@ -61,6 +63,7 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_TLS_CLIENT_CA",
         value_name = "PEM",
+        value_parser = super::existing_file,
         requires = "tls_cert"
     )]
     pub tls_client_ca: Option<PathBuf>,

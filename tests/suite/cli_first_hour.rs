@@ -696,9 +696,10 @@ fn cache_commands_make_no_cache() {
 
 /// A `--seccomp-profile` that names no file is a usage error (2) for every command that takes
 /// it: `extract` said exit 1, and `serve` said confinement did not work on this host and
-/// offered `--allow-unconfined` for what was a typo.
+/// offered `--allow-unconfined` for what was a typo. So are `serve`'s TLS files (exit 1,
+/// `TLS: PATH: ...`, naming no flag).
 #[test]
-fn a_missing_seccomp_profile_is_a_usage_error() {
+fn a_missing_seccomp_profile_or_tls_file_is_a_usage_error() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let art = skill_tar(tmp.path(), "ok.tar");
     let art = art.to_str().expect("utf-8");
@@ -719,6 +720,25 @@ fn a_missing_seccomp_profile_is_a_usage_error() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains("--seccomp-profile"), "{args:?}: {err}");
         assert!(!err.contains("--allow-unconfined"), "{args:?}: {err}");
+    }
+    let pem = tmp.path().join("real.pem");
+    std::fs::write(&pem, "not used").expect("write");
+    let pem = pem.to_str().expect("utf-8");
+    for (flag, args) in [
+        ("--tls-cert", vec!["--tls-cert", missing, "--tls-key", pem]),
+        ("--tls-key", vec!["--tls-cert", pem, "--tls-key", missing]),
+        (
+            "--tls-client-ca",
+            vec!["--tls-cert", pem, "--tls-key", pem, "--tls-client-ca", dir],
+        ),
+    ] {
+        let staging = tmp.path().join("staging");
+        let staging = staging.to_str().expect("utf-8");
+        let serve = ["serve", "--tcp", "127.0.0.1:0", "--staging-root", staging];
+        let o = run(&[&serve[..], &args].concat());
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
     }
 }
 
