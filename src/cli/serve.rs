@@ -203,7 +203,8 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_LOG",
         value_name = "FILTER",
-        default_value = "info"
+        default_value = "info",
+        value_parser = log_filter
     )]
     pub log: String,
     /// Run extractions even where confinement cannot be fully applied (degraded; reported by
@@ -417,7 +418,7 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
 fn failed(args: &ServeArgs, message: &str, exit: Exit) -> Exit {
     match args.log_format {
         LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
-        LogFormat::Text => eprintln!("skillbox: {message}"),
+        LogFormat::Text => say(&format!("skillbox: {message}")),
     }
     exit
 }
@@ -487,7 +488,9 @@ async fn announce_when_ready(
             let hint = format!("skillbox extract --server {uri} ARTIFACT");
             match format {
                 LogFormat::Json => tracing::info!(listen = %uri, try_it = %hint, "ready"),
-                LogFormat::Text => eprintln!("skillbox: serving on {uri}; talk to it with: {hint}"),
+                LogFormat::Text => say(&format!(
+                    "skillbox: serving on {uri}; talk to it with: {hint}"
+                )),
             }
             return;
         }
@@ -511,12 +514,45 @@ fn exit_for(e: &ServeError) -> Exit {
     }
 }
 
+/// The broker's stderr, for its logs and its own lines: a write that fails is dropped. A
+/// broker outlives whoever reads its stderr (`skillbox serve 2>&1 | head`, a log pipe or
+/// journal stream that goes away): `eprintln!` and tracing-subscriber's report of a failed
+/// write panic on EPIPE, which ended the broker with 101 and its socket left behind, or, in a
+/// worker thread mid-drain, left it hung with its children unreaped.
+struct Stderr;
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// One line on the broker's stderr, as [`Stderr`] writes it.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(Stderr, "{line}");
+}
+
+/// `--log FILTER` parses as an `EnvFilter`, or is a usage error: a filter that did not parse
+/// was replaced by `info` without a word.
+fn log_filter(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("not a log filter ({e}); e.g. `info` or `skillbox=debug`"))
+}
+
 fn init_logging(args: &ServeArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| Stderr)
         // Colour codes only for a person at a terminal, never in a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match args.log_format {

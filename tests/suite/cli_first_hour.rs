@@ -742,6 +742,101 @@ fn a_missing_seccomp_profile_or_tls_file_is_a_usage_error() {
     }
 }
 
+/// `serve --log FILTER` (or `SKILLBOX_LOG`) that does not parse is a usage error; it was
+/// replaced by `info` without a word, and the broker started (here it is then killed).
+#[test]
+fn serve_refuses_a_log_filter_that_does_not_parse() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let socket = tmp.path().join("s.sock");
+    let socket = socket.to_str().expect("utf-8");
+    let log = tmp.path().join("err");
+    for (args, env) in [
+        (vec!["--log", "skillbox=[[x"], None),
+        (vec![], Some("skillbox=[[x")),
+    ] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", "--socket", socket])
+            .args(&args)
+            .env_remove("SKILLBOX_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"));
+        if let Some(v) = env {
+            cmd.env("SKILLBOX_LOG", v);
+        }
+        let mut child = cmd.spawn().expect("spawn serve");
+        let until = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break Some(status);
+            }
+            if Instant::now() >= until {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        };
+        let err = std::fs::read_to_string(&log).unwrap_or_default();
+        let status = status.unwrap_or_else(|| panic!("{args:?} {env:?}: serve started:\n{err}"));
+        assert_eq!(status.code(), Some(2), "{args:?} {env:?}: {err}");
+        assert!(err.contains("--log"), "{err}");
+    }
+}
+
+/// A broker whose stderr reader goes away (`skillbox serve 2>&1 | head -1`, a log pipe that
+/// closes) keeps serving and still stops cleanly on SIGTERM: its first log line on the closed
+/// pipe panicked (exit 101, the socket left behind), or mid-drain left it hung.
+#[test]
+fn serve_outlives_a_closed_stderr() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let socket = tmp.path().join("s.sock");
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg("--socket")
+        .arg(&socket)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_STAGING_ROOT")
+        .env_remove("SKILLBOX_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    drop(child.stderr.take());
+    let until = Instant::now() + Duration::from_secs(20);
+    let served = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Err(status);
+        }
+        let o = run(&["health", "--socket", socket.to_str().expect("utf-8")]);
+        if o.status.code() == Some(0) {
+            break Ok(());
+        }
+        assert!(Instant::now() < until, "serve did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if let Err(status) = served {
+        panic!("serve ended with {status} once its stderr was closed");
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    assert!(status.success(), "{status}");
+    assert!(!socket.exists(), "the socket was left behind");
+}
+
 /// On a terminal `replay` shows its progress; with stderr a pipe, or with --json, nothing.
 #[test]
 fn replay_progress_only_on_a_terminal() {
