@@ -387,6 +387,118 @@ fn same_keys(at: &str, shown: &serde_json::Value, real: &serde_json::Value, out:
     }
 }
 
+/// The `--long` flags in `text`.
+fn long_flags(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("--") {
+        let tail = &rest[i + 2..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+            .unwrap_or(tail.len());
+        if end > 0 && !rest[..i].ends_with(|c: char| c.is_ascii_alphanumeric()) {
+            out.insert(format!("--{}", &tail[..end]));
+        }
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// The flags `skillbox CMD --help` lists.
+fn help_flags(cmd: &[&str]) -> std::collections::BTreeSet<String> {
+    let out = std::process::Command::new(bin())
+        .args(cmd)
+        .arg("--help")
+        .output()
+        .expect("run --help");
+    assert_eq!(out.status.code(), Some(0), "{cmd:?}");
+    long_flags(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Every flag a synopsis in the documents shows is one the command takes; and the synopses of
+/// `publish` (publish.md's and cli.md's "in brief") list each of its own flags (cli.md's
+/// lacked `--include-hidden`). The confinement and limit flags are shown as a group.
+#[test]
+fn synopses_show_the_flags_the_commands_take() {
+    // (document, where the synopsis starts, where it ends, the command)
+    let synopses: [(&str, &str, &str, &[&str]); 7] = [
+        (
+            "README.md",
+            "skillbox extract ARTIFACT [",
+            "```",
+            &["extract"],
+        ),
+        (
+            "docs/publish.md",
+            "skillbox publish SKILLS_DIR",
+            "```",
+            &["publish"],
+        ),
+        (
+            "docs/cli.md",
+            "`skillbox publish SKILLS_DIR",
+            "` plus",
+            &["publish"],
+        ),
+        (
+            "docs/fetch.md",
+            "skillbox index check FILE|URL",
+            "\n",
+            &["index", "check"],
+        ),
+        (
+            "docs/fetch.md",
+            "skillbox fetch INDEX_URL SKILL_NAME",
+            "\nskillbox ",
+            &["fetch"],
+        ),
+        (
+            "docs/fetch.md",
+            "skillbox fetch --print-policy",
+            "\n",
+            &["fetch"],
+        ),
+        (
+            "docs/fetch.md",
+            "skillbox cache list|verify|prune",
+            "\n",
+            &["cache", "prune"],
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (doc, start, stop, cmd) in synopses {
+        let text = read(doc);
+        let at = text
+            .find(start)
+            .unwrap_or_else(|| panic!("{doc}: no synopsis starting {start:?}"));
+        let body = &text[at + start.len()..];
+        let end = body
+            .find(stop)
+            .unwrap_or_else(|| panic!("{doc}: {start:?} does not end with {stop:?}"));
+        let shown = long_flags(&body[..end]);
+        let takes = help_flags(cmd);
+        for f in shown.difference(&takes) {
+            wrong.push(format!("{doc}: {cmd:?} shows {f}, which it does not take"));
+        }
+        if cmd == ["publish"] {
+            let confinement = [
+                "--allow-unconfined",
+                "--sandbox-timeout",
+                "--verify-staged",
+                "--seccomp-profile",
+                "--sandbox-user",
+                "--help",
+            ];
+            for f in takes.difference(&shown) {
+                if !confinement.contains(&f.as_str()) {
+                    wrong.push(format!("{doc}: the publish synopsis lacks {f}"));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
 /// The shipped sync unit must see every agent's skills directory as the lifecycle commands do:
 /// with `PrivateTmp=yes` a project's `.agents/skills` under /tmp or /var/tmp was an empty
 /// private directory to the timer's `sync`, so the agent counted as moved off a withdrawn
