@@ -51,16 +51,28 @@ pub fn run(a: CacheArgs) -> Exit {
             a.json,
         );
     };
-    let cache = match Cache::open(&root) {
-        Ok(c) => c,
-        Err(e) => {
-            let m = format!("cannot open the cache {}: {e}", root.display());
-            return fail(Exit::Operational, &m, a.json);
+    // A cache that is not there holds nothing: listed, verified and pruned as empty, and not
+    // made (a mistyped --cache-dir made a new empty cache and listed it, "0 artifacts").
+    let missing =
+        std::fs::symlink_metadata(&root).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+    let cache = if missing {
+        eprintln!(
+            "skillbox: no cache at {} (nothing was fetched into it)",
+            root.display()
+        );
+        None
+    } else {
+        match Cache::open(&root) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let m = format!("cannot open the cache {}: {e}", root.display());
+                return fail(Exit::Operational, &m, a.json);
+            }
         }
     };
     let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
     let result = match a.command {
-        CacheCommand::List => cache.list().map(|items| {
+        CacheCommand::List => cache.as_ref().map_or(Ok(Vec::new()), Cache::list).map(|items| {
             if a.json {
                 println!(
                     "{}",
@@ -85,7 +97,10 @@ pub fn run(a: CacheArgs) -> Exit {
             }
             Exit::Ok
         }),
-        CacheCommand::Verify => cache.verify().map(|r| {
+        CacheCommand::Verify => cache.as_ref().map_or_else(
+            || Ok(skillbox::fetch::cache::VerifyReport::default()),
+            Cache::verify,
+        ).map(|r| {
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
             } else {
@@ -107,8 +122,15 @@ pub fn run(a: CacheArgs) -> Exit {
             }
         }),
         CacheCommand::Prune { older_than } => cache
-            .remove_abandoned()
-            .and_then(|abandoned| Ok((abandoned, cache.prune(older_than)?)))
+            .as_ref()
+            .map_or_else(
+                || Ok(Default::default()),
+                |cache| {
+                    cache
+                        .remove_abandoned()
+                        .and_then(|abandoned| Ok((abandoned, cache.prune(older_than)?)))
+                },
+            )
             .map(|(abandoned, pruned)| {
             let removed = &pruned.artifacts;
             if a.json {

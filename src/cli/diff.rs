@@ -18,7 +18,7 @@ use super::exit::{Exit, Failure};
 /// Arguments of `skillbox diff`.
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// The older version's saved answer (`skillbox extract --json` output).
+    /// The older version's saved answer (`skillbox extract --json` output, or `fetch --json`'s).
     old: PathBuf,
     /// The newer version's saved answer.
     new: PathBuf,
@@ -44,8 +44,24 @@ fn load(p: &Path) -> Result<Outcome, Failure> {
             p.display()
         )));
     }
-    serde_json::from_slice(&text)
-        .map_err(|e| Failure::usage(format!("{} is not a skillbox answer: {e}", p.display())))
+    let not_an_answer = |why: String| {
+        Failure::usage(format!(
+            "{} is not a saved `skillbox extract --json` or `fetch --json` answer: {why}",
+            p.display()
+        ))
+    };
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&text).map_err(|e| not_an_answer(e.to_string()))?;
+    // `fetch --json` wraps the extraction's answer with its provenance: the same answer.
+    if value.get("verdict").is_none()
+        && let Some(inner) = value.get_mut("extraction").map(serde_json::Value::take)
+    {
+        value = inner;
+    }
+    if let Some(message) = value.pointer("/error/message").and_then(|m| m.as_str()) {
+        return Err(not_an_answer(format!("it holds the error {message:?}")));
+    }
+    serde_json::from_value(value).map_err(|e| not_an_answer(e.to_string()))
 }
 
 /// Run `skillbox diff`.

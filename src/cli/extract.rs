@@ -36,21 +36,21 @@ pub struct ExtractArgs {
     /// The artifact file. Its extension is a format hint when no media type is given.
     artifact: PathBuf,
     /// Expected digest, `sha256:<64 lowercase hex>`; a mismatch rejects (`digest_mismatch`).
-    #[arg(long)]
+    #[arg(long, value_name = "sha256:HEX")]
     digest: Option<String>,
     /// Declared artifact type [default: skill-md for a `.md` file, else archive].
     #[arg(long = "type", value_enum)]
     artifact_type: Option<TypeArg>,
     /// Media type hint (e.g. the HTTP Content-Type); must agree with the bytes.
-    #[arg(long)]
+    #[arg(long, value_name = "MIME")]
     media_type: Option<String>,
     /// Directory to stage into; must not exist yet (it is created). Without it a temporary
     /// directory is used and removed afterwards. With --server, the accepted tree is fetched
     /// from the broker into it (every SHA-256 checked), which works over TCP too.
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Limits file (.toml or .json; keys as in docs/limits.md). Flags below override it.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     limits: Option<PathBuf>,
     /// Print one JSON object (verdict, reason, artifact, entries, totals, review, sandbox); a
     /// failure prints `{"error": {"kind", "exit", "message"}}` instead.
@@ -232,7 +232,7 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
             dir.display()
         )));
     }
-    let server = resolve_server(server);
+    let server = server_uri(server)?;
     let done = skillbox::client::extract_blocking_into(&server, &args.artifact, req, out)
         .map_err(|e| remote_failure(&server, e))?;
     let summary = remote_summary(done.sandbox.as_ref());
@@ -258,6 +258,64 @@ fn resolve_server(server: &str) -> String {
     }
 }
 
+/// `--server URI` as the client takes it (`unix:` spelled out). A URI no client takes is the
+/// caller's mistake, a usage error (2), not an operational one. So is user information in an
+/// `http`/`https` URI: gRPC sends none of it, and every message naming the server would show
+/// the password, so it is refused and shown masked (a broker URI has no path or query in
+/// which an `@` could mean anything else).
+pub fn server_uri(server: &str) -> Result<String, Failure> {
+    let uri = resolve_server(server);
+    let masked = skillbox::urls::redact_refused(&uri);
+    let web = uri.starts_with("http://") || uri.starts_with("https://");
+    if web && uri.contains('@') {
+        return Err(Failure::usage(format!(
+            "--server {masked}: a broker URI takes no user information (USER:PASSWORD@), which gRPC never sends; give http://HOST:PORT or https://HOST:PORT (a client certificate comes from SKILLBOX_TLS_CERT and SKILLBOX_TLS_KEY)"
+        )));
+    }
+    let tls = skillbox::client::TlsMaterial::default();
+    if skillbox::client::endpoint_with(&uri, &tls).is_err() {
+        return Err(Failure::usage(format!(
+            "--server {masked}: not a broker URI; give unix:///PATH (unix: for the default socket), http://127.0.0.1:PORT or https://HOST:PORT"
+        )));
+    }
+    Ok(uri)
+}
+
+/// What to say when nothing took the connection to `server`: for a socket, which path and how
+/// to start a broker there; for TCP, the cause (a TLS handshake the CA does not verify says
+/// which variable names the CA, not that nobody is there).
+pub fn no_broker(server: &str, e: &skillbox::client::ClientError) -> String {
+    if let Some(path) = server.strip_prefix("unix://") {
+        let why = match std::fs::symlink_metadata(path) {
+            Err(_) => "no such socket",
+            Ok(_) => "nothing is listening on it",
+        };
+        return format!(
+            "no broker at {path} ({why}); start one with `skillbox serve` (or `skillbox serve --socket {path}`)"
+        );
+    }
+    let mut why = String::new();
+    let mut chain = std::error::Error::source(e);
+    while let Some(cause) = chain {
+        let text = cause.to_string();
+        if !why.contains(&text) {
+            why = if why.is_empty() {
+                text
+            } else {
+                format!("{why}: {text}")
+            };
+        }
+        chain = cause.source();
+    }
+    let lower = why.to_ascii_lowercase();
+    if server.starts_with("https://") && (lower.contains("certificate") || lower.contains("tls")) {
+        return format!(
+            "the TLS handshake with the broker at {server} failed ({why}); set SKILLBOX_TLS_CA to the PEM file of the CA that signed its certificate (and SKILLBOX_TLS_CERT, SKILLBOX_TLS_KEY when it asks for a client certificate)"
+        );
+    }
+    format!("no broker answers at {server} ({why}); is `skillbox serve --tcp ...` running there?")
+}
+
 /// What the broker's refusal means for the person at the command line: no broker at a socket
 /// says which socket and how to start one; a limit looser than the server's names the field
 /// and the server's value (asked through ServerInfo), not the transport's text.
@@ -266,18 +324,11 @@ fn remote_failure(server: &str, e: skillbox::client::ClientError) -> Failure {
     use tonic_types::StatusExt as _;
     match &e {
         ClientError::Connect { .. } => {
-            if let Some(path) = server.strip_prefix("unix://") {
-                let why = match std::fs::symlink_metadata(path) {
-                    Err(_) => "no such socket".to_owned(),
-                    Ok(_) => "nothing is listening on it".to_owned(),
-                };
-                return Failure::operational(format!(
-                    "no broker at {path} ({why}); start one with `skillbox serve` (or `skillbox serve --socket {path}`), or drop --server to extract locally"
-                ));
+            let mut message = no_broker(server, &e);
+            if server.starts_with("unix://") {
+                message.push_str(", or drop --server to extract locally");
             }
-            Failure::operational(format!(
-                "no broker answers at {server}; is `skillbox serve --tcp ...` running there?"
-            ))
+            Failure::operational(message)
         }
         // Accepted and closed unread: the broker's --max-connections are open (or it is
         // restarting). Said as such, not as an answer the server never gave.

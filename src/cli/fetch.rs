@@ -129,7 +129,7 @@ pub struct FetchArgs {
     print_policy: bool,
     /// Directory to stage into; must not exist yet. Without it a temporary directory is used
     /// and removed afterwards.
-    #[arg(long)]
+    #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Print one JSON object (`extraction` as `extract --json` prints it, plus `provenance`);
     /// a failure prints `{"error": {"kind", "exit", "message", ...}, "provenance"}`.

@@ -63,10 +63,10 @@ pub enum Command {
     /// Exit status: 0 accepted, 3 rejected, 1 operational error, 2 usage error, 4 refused by
     /// the fetch policy (the rule is named), 5 unrecognised index $schema.
     Fetch(fetch::FetchArgs),
-    /// Compare two saved `extract --json` answers of a skill: what changed, and whether its
-    /// capabilities grew (new or changed scripts or executables, new tools, or new hosts,
-    /// credential touches, downloads, uploads or risky commands in code; what prose only
-    /// mentions never counts). Grown capabilities are listed first.
+    /// Compare two saved `extract --json` (or `fetch --json`) answers of a skill: what changed,
+    /// and whether its capabilities grew (new or changed scripts or executables, new tools, or
+    /// new hosts, credential touches, downloads, uploads or risky commands in code; what prose
+    /// only mentions never counts). Grown capabilities are listed first.
     ///
     /// Exit status: 0 unchanged (same digest), 4 content_only, 5 needs_review, 1 operational
     /// error (a file cannot be read), 2 usage error (a path that names no file, or not an
@@ -98,7 +98,8 @@ pub enum Command {
     /// Ask a running broker whether it is serving (grpc.health.v1), for probes that exec a
     /// command.
     ///
-    /// Exit status: 0 SERVING, 1 anything else (not serving, shutting down, unreachable).
+    /// Exit status: 0 SERVING, 1 anything else (not serving, shutting down, unreachable),
+    /// 2 usage error (a bad flag, a --server URI that names no broker).
     Health(serve::HealthArgs),
     #[command(flatten)]
     Lifecycle(lifecycle::LifecycleCommand),
@@ -108,4 +109,14 @@ pub enum Command {
     /// Print the man page skillbox(1), or skillbox-COMMAND(1) with `man COMMAND`, generated
     /// from these definitions, as roff on stdout (`skillbox man extract | man -l -`).
     Man(completions::ManArgs),
+}
+
+/// A flag's value that must name a file: a path that names none (missing, a directory) is a
+/// usage error (2), as for every command, said when the flags are parsed.
+pub fn existing_file(s: &str) -> Result<std::path::PathBuf, String> {
+    match std::fs::metadata(s) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err("no such file".into()),
+        Ok(m) if m.is_dir() => Err("is a directory, not a file".into()),
+        _ => Ok(std::path::PathBuf::from(s)),
+    }
 }

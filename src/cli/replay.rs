@@ -54,9 +54,9 @@ pub struct ReplayArgs {
     /// to run prints `{"error": {"kind", "exit", "message"}}`.
     #[arg(long)]
     pub json: bool,
-    /// Seconds one case may run before it is killed and reported as an error.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
-    pub timeout: u64,
+    /// Seconds one case may run before it is killed and reported as an error, at least 1.
+    #[arg(long, value_name = "SECS", default_value = "120")]
+    pub timeout: std::num::NonZeroU64,
     /// Extra argument for every case's `extract` (repeatable), e.g. `--extract-arg
     /// --max-entries=50000`. `extract`'s limit flags and its confinement flags (see `skillbox
     /// extract --help`) apply to the spares; any other argument (e.g. --server) runs every case
@@ -91,9 +91,16 @@ pub fn run(args: ReplayArgs) -> Exit {
         Ok(i) => i,
         Err(message) => return fail(Exit::Usage, &message),
     };
+    // Where the report goes is checked before the cases run, not after (a typo in it cost the
+    // whole run and then failed with exit 1).
+    if let Some(path) = &args.junit
+        && let Err(message) = junit_path_ok(path)
+    {
+        return fail(Exit::Usage, &message);
+    }
     let opts = Options {
         jobs,
-        timeout: Duration::from_secs(args.timeout.max(1)),
+        timeout: Duration::from_secs(args.timeout.get()),
         isolate,
     };
     let bar = Progress::new(!args.json);
@@ -161,12 +168,80 @@ fn scratch_message(tmp: &std::path::Path, warning: &str) -> String {
     )
 }
 
+/// `--junit FILE` names a file that can be made: not a directory, in a directory that exists.
+fn junit_path_ok(path: &std::path::Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err(format!("--junit {}: is a directory", path.display()));
+    }
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !parent.is_dir() {
+        return Err(format!(
+            "--junit {}: no such directory {}",
+            path.display(),
+            parent.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The `--extract-arg`s as `extract` would read them in every case's process: one it refuses
+/// (an unknown flag, a bad value) is the caller's mistake, said once before anything runs,
+/// not an error of every case.
+fn check_extract_args(extra: &[String]) -> Result<(), String> {
+    let mut argv = vec![
+        "skillbox", "extract", "ARTIFACT", "--json", "--out", "STAGING",
+    ];
+    argv.extend(extra.iter().map(String::as_str));
+    match super::Cli::try_parse_from(argv) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            let why = first.strip_prefix("error: ").unwrap_or(first);
+            Err(format!(
+                "--extract-arg {}: extract refuses it: {why}",
+                extra.join(" ")
+            ))
+        }
+    }
+}
+
+/// The `--extract-arg`s with the files they name made absolute: each case's process runs in
+/// its own scratch directory, where a relative `--limits my.toml` names nothing (every case
+/// failed, `cannot read limits file`).
+fn absolute_paths(extra: &[String]) -> Vec<String> {
+    const PATH_FLAGS: [&str; 2] = ["--limits", "--seccomp-profile"];
+    let absolute =
+        |p: &str| std::path::absolute(p).map_or_else(|_| p.to_owned(), |a| a.display().to_string());
+    let mut out = Vec::with_capacity(extra.len());
+    let mut next_is_path = false;
+    for arg in extra {
+        if next_is_path {
+            out.push(absolute(arg));
+            next_is_path = false;
+            continue;
+        }
+        next_is_path = PATH_FLAGS.contains(&arg.as_str());
+        match arg.split_once('=') {
+            Some((flag, value)) if PATH_FLAGS.contains(&flag) => {
+                out.push(format!("{flag}={}", absolute(value)));
+            }
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
+}
+
 /// The run's isolation: spares, unless asked for processes or given an `--extract-arg` the
 /// spares cannot apply (then every case is an `extract` process, which takes any of them).
 fn isolate(args: &ReplayArgs, exe: std::path::PathBuf) -> Result<Isolate, String> {
+    check_extract_args(&args.extract_args)?;
     let process = || Isolate::Process {
         exe: exe.clone(),
-        extract_args: args.extract_args.clone(),
+        extract_args: absolute_paths(&args.extract_args),
     };
     if args.isolate == IsolateArg::Process {
         return Ok(process());

@@ -42,7 +42,7 @@ pub struct SandboxArgs {
     #[arg(long, value_enum, value_name = "HOW")]
     pub verify_staged: Option<VerifyArg>,
     /// Seccomp profile (seccompiler JSON) replacing the embedded one; it may only tighten.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", value_parser = profile_file)]
     pub seccomp_profile: Option<PathBuf>,
     /// Identity the child switches to when skillbox runs as root [default: 65534:65534].
     #[arg(long, value_name = "UID:GID", value_parser = parse_ids)]
@@ -58,7 +58,12 @@ pub struct ServeSandboxArgs {
     #[arg(long, env = "SKILLBOX_VERIFY_STAGED", value_enum, value_name = "HOW")]
     pub verify_staged: Option<VerifyArg>,
     /// Seccomp profile (seccompiler JSON) replacing the embedded one; it may only tighten.
-    #[arg(long, env = "SKILLBOX_SECCOMP_PROFILE", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "SKILLBOX_SECCOMP_PROFILE",
+        value_name = "FILE",
+        value_parser = profile_file
+    )]
     pub seccomp_profile: Option<PathBuf>,
     /// Identity the child switches to when skillbox runs as root [default: 65534:65534].
     #[arg(long, env = "SKILLBOX_SANDBOX_USER", value_name = "UID:GID", value_parser = parse_ids)]
@@ -76,7 +81,7 @@ pub struct LeadingSandboxArgs {
     pub sandbox_timeout: Option<Duration>,
     #[arg(long, hide = true, value_enum)]
     pub verify_staged: Option<VerifyArg>,
-    #[arg(long, hide = true)]
+    #[arg(long, hide = true, value_parser = profile_file)]
     pub seccomp_profile: Option<PathBuf>,
     #[arg(long, hide = true, value_parser = parse_ids)]
     pub sandbox_user: Option<Ids>,
@@ -111,6 +116,13 @@ impl LeadingSandboxArgs {
             sandbox_user: own.sandbox_user.or(self.sandbox_user),
         }
     }
+}
+
+/// `--seccomp-profile FILE` names a file ([`super::existing_file`]). It was found missing only
+/// when the child was configured, and `serve` then said confinement did not work on this host
+/// and offered `--allow-unconfined`.
+fn profile_file(s: &str) -> Result<PathBuf, String> {
+    super::existing_file(s)
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {

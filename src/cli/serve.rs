@@ -45,6 +45,7 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_TLS_CERT",
         value_name = "PEM",
+        value_parser = super::existing_file,
         requires = "tls_key"
     )]
     pub tls_cert: Option<PathBuf>,
@@ -53,6 +54,7 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_TLS_KEY",
         value_name = "PEM",
+        value_parser = super::existing_file,
         requires = "tls_cert"
     )]
     pub tls_key: Option<PathBuf>,
@@ -61,6 +63,7 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_TLS_CLIENT_CA",
         value_name = "PEM",
+        value_parser = super::existing_file,
         requires = "tls_cert"
     )]
     pub tls_client_ca: Option<PathBuf>,
@@ -200,7 +203,8 @@ pub struct ServeArgs {
         long,
         env = "SKILLBOX_LOG",
         value_name = "FILTER",
-        default_value = "info"
+        default_value = "info",
+        value_parser = log_filter
     )]
     pub log: String,
     /// Run extractions even where confinement cannot be fully applied (degraded; reported by
@@ -333,9 +337,9 @@ pub struct HealthArgs {
     /// The service to ask about; empty for the server as a whole.
     #[arg(long, default_value = "")]
     pub service: String,
-    /// Seconds to wait for the answer.
-    #[arg(long, value_name = "SECS", default_value_t = 3)]
-    pub timeout: u64,
+    /// Seconds to wait for the answer, at least 1.
+    #[arg(long, value_name = "SECS", default_value = "3")]
+    pub timeout: std::num::NonZeroU64,
 }
 
 /// `skillbox health`: exit 0 when the broker answers SERVING, 1 otherwise (not serving, no
@@ -343,11 +347,17 @@ pub struct HealthArgs {
 /// container runtime cannot dial a Unix socket).
 pub fn health(args: &HealthArgs) -> Exit {
     let uri = match (&args.server, &args.socket) {
-        (Some(uri), _) => uri.clone(),
+        (Some(uri), _) => match super::extract::server_uri(uri) {
+            Ok(uri) => uri,
+            Err(f) => {
+                eprintln!("skillbox: {}", f.message);
+                return f.exit;
+            }
+        },
         (None, Some(path)) => format!("unix://{}", path.display()),
         (None, None) => format!("unix://{}", skillbox::convert::default_socket().display()),
     };
-    let timeout = std::time::Duration::from_secs(args.timeout.max(1));
+    let timeout = std::time::Duration::from_secs(args.timeout.get());
     match skillbox::client::health_blocking(&uri, &args.service, timeout) {
         Ok(status) => {
             let name = status.as_str_name();
@@ -357,6 +367,10 @@ pub fn health(args: &HealthArgs) -> Exit {
             } else {
                 Exit::Operational
             }
+        }
+        Err(e @ skillbox::client::ClientError::Connect { .. }) => {
+            eprintln!("skillbox: {}", super::extract::no_broker(&uri, &e));
+            Exit::Operational
         }
         Err(e) => {
             eprintln!("skillbox: {uri}: {e}");
@@ -404,7 +418,7 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
 fn failed(args: &ServeArgs, message: &str, exit: Exit) -> Exit {
     match args.log_format {
         LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
-        LogFormat::Text => eprintln!("skillbox: {message}"),
+        LogFormat::Text => say(&format!("skillbox: {message}")),
     }
     exit
 }
@@ -429,9 +443,16 @@ fn serve_until_signals(config: Config, format: LogFormat) -> Result<(), ServeErr
         broker::config::Listen::Tcp { addr, .. } => Some(*addr),
         broker::config::Listen::Unix { .. } => None,
     };
+    // A TCP address someone answers on before this server has bound it is another's (this
+    // one fails to bind): not announced, for the reason `announce_when_ready` gives.
+    let taken = tcp_addr.is_some_and(|addr| {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
+    });
     let result = runtime.block_on(async {
         let (first, again) = broker::signals().map_err(ServeError::Signal)?;
-        tokio::spawn(announce_when_ready(uri, listen_path, tcp_addr, format));
+        if !taken {
+            tokio::spawn(announce_when_ready(uri, listen_path, tcp_addr, format));
+        }
         // Not raced here: `serve` stops on the second signal itself, and returns once the
         // children of the requests it cancelled are reaped and every staged tree is removed.
         broker::serve(config, first, again).await
@@ -450,9 +471,16 @@ async fn announce_when_ready(
     tcp: Option<SocketAddr>,
     format: LogFormat,
 ) {
+    // Another server may hold the socket: this one then fails (in use by a running server),
+    // and a line saying it serves there would send clients to the other one. A listener is
+    // known by its pid (SO_PEERCRED), so only our own counts.
+    let ours = i32::try_from(std::process::id()).ok();
     for _ in 0..1000 {
         let up = match (&unix, tcp) {
-            (Some(path), _) => tokio::net::UnixStream::connect(path).await.is_ok(),
+            (Some(path), _) => tokio::net::UnixStream::connect(path)
+                .await
+                .and_then(|s| s.peer_cred())
+                .is_ok_and(|cred| cred.pid().is_some() && cred.pid() == ours),
             (None, Some(addr)) => tokio::net::TcpStream::connect(addr).await.is_ok(),
             (None, None) => false,
         };
@@ -460,7 +488,9 @@ async fn announce_when_ready(
             let hint = format!("skillbox extract --server {uri} ARTIFACT");
             match format {
                 LogFormat::Json => tracing::info!(listen = %uri, try_it = %hint, "ready"),
-                LogFormat::Text => eprintln!("skillbox: serving on {uri}; talk to it with: {hint}"),
+                LogFormat::Text => say(&format!(
+                    "skillbox: serving on {uri}; talk to it with: {hint}"
+                )),
             }
             return;
         }
@@ -484,12 +514,45 @@ fn exit_for(e: &ServeError) -> Exit {
     }
 }
 
+/// The broker's stderr, for its logs and its own lines: a write that fails is dropped. A
+/// broker outlives whoever reads its stderr (`skillbox serve 2>&1 | head`, a log pipe or
+/// journal stream that goes away): `eprintln!` and tracing-subscriber's report of a failed
+/// write panic on EPIPE, which ended the broker with 101 and its socket left behind, or, in a
+/// worker thread mid-drain, left it hung with its children unreaped.
+struct Stderr;
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// One line on the broker's stderr, as [`Stderr`] writes it.
+fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(Stderr, "{line}");
+}
+
+/// `--log FILTER` parses as an `EnvFilter`, or is a usage error: a filter that did not parse
+/// was replaced by `info` without a word.
+fn log_filter(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::try_new(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("not a log filter ({e}); e.g. `info` or `skillbox=debug`"))
+}
+
 fn init_logging(args: &ServeArgs) {
     let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| Stderr)
         // Colour codes only for a person at a terminal, never in a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match args.log_format {

@@ -415,6 +415,90 @@ fn extract_through_a_server_explains_what_went_wrong() {
     assert!(!err.contains("INVALID_ARGUMENT"), "{err}");
 }
 
+/// A `--server` URI no client takes is a usage error (2), for `extract` and `health` alike; one
+/// with a password in it too, and the password is never shown (it was echoed in every message
+/// naming the server, with exit 1).
+#[test]
+fn a_bad_server_uri_is_a_usage_error_and_its_password_is_never_shown() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let secret = "S3cretPw";
+    for uri in [
+        format!("http://alice:{secret}@127.0.0.1:9"),
+        format!("https://alice:{secret}@127.0.0.1:9"),
+        format!("https://alice:{secret}/x@127.0.0.1:9"),
+        "ftp://127.0.0.1:9".to_owned(),
+    ] {
+        for args in [
+            vec!["extract", "--server", &uri, art],
+            vec!["extract", "--json", "--server", &uri, art],
+            vec!["health", "--server", &uri],
+        ] {
+            let o = run(&args);
+            let (out, err) = (text(&o.stdout), text(&o.stderr));
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                !out.contains(secret) && !err.contains(secret),
+                "{args:?}:
+{out}
+{err}"
+            );
+            assert!(err.contains("--server"), "{args:?}: {err}");
+        }
+    }
+}
+
+/// `health` says what `extract --server` says when no broker is there: the path tried and how
+/// to start one (it said `cannot connect to URI: transport error`); and a `--timeout 0` that
+/// it quietly read as one second is refused.
+#[test]
+fn health_explains_what_went_wrong() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nobody = dir.path().join("nobody.sock");
+    let o = run(&["health", "--socket", nobody.to_str().expect("utf-8")]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("skillbox serve --socket {}", nobody.display())),
+        "{err}"
+    );
+    let s = Serve::start(dir.path(), &[]);
+    let socket = s.socket.to_str().expect("utf-8");
+    let o = run(&["health", "--socket", socket]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let o = run(&["health", "--socket", socket, "--timeout", "0"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stdout));
+}
+
+/// A second `serve` on a socket a running broker holds fails (exit 1, the socket in use), and
+/// never first says it serves there: it announced `serving on ...` as soon as the other broker
+/// answered on the socket, then failed.
+#[test]
+fn a_server_that_cannot_have_the_socket_never_says_it_serves() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = Serve::start(dir.path(), &[]);
+    let other = dir.path().join("other-staging");
+    let o = Command::new(bin())
+        .arg("serve")
+        .arg("--socket")
+        .arg(&first.socket)
+        .arg("--staging-root")
+        .arg(&other)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_STAGING_ROOT")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run serve");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("in use by a running server"), "{err}");
+    assert!(!err.contains("serving on"), "{err}");
+    // The first one still serves.
+    let o = run(&["health", "--socket", first.socket.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
 /// The first SIGINT drains (the grace period is long here), a second one stops at once.
 #[test]
 fn a_second_ctrl_c_ends_the_drain_at_once() {
@@ -509,6 +593,248 @@ fn replay_finds_the_corpus_of_a_subdirectory() {
         err.contains("/nonexistent/corpus: the directory does not exist"),
         "{err}"
     );
+}
+
+/// What `replay` is given is checked before any case runs: an `--extract-arg` that `extract`
+/// refuses (an unknown flag, a bad value; each case failed with it, exit 1), a `--junit` file
+/// that cannot be made (said after the whole run), a `--timeout 0` (read as 1 s) are usage
+/// errors (2); and a relative file in an `--extract-arg` names the file where replay runs, not
+/// in each case's scratch directory (every case failed, `cannot read limits file`).
+#[test]
+fn replay_checks_its_arguments_before_running() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path().join("corpus");
+    std::fs::create_dir(&root).expect("mkdir");
+    skill_tar(&root, "ok.tar");
+    let manifest = serde_json::json!({"version": 1, "cases": [
+        {"name": "ok", "file": "ok.tar", "type": "archive", "expect": {"verdict": "accepted"}},
+    ]});
+    std::fs::write(root.join("manifest.json"), manifest.to_string()).expect("write");
+    let dir = root.to_str().expect("utf-8");
+    let missing = tmp.path().join("no-such-dir").join("r.xml");
+    for (args, names) in [
+        (vec!["--extract-arg", "--no-such-flag"], "--no-such-flag"),
+        (vec!["--extract-arg", "--max-entries=many"], "many"),
+        (
+            vec![
+                "--extract-arg",
+                "--skill-name=x",
+                "--extract-arg",
+                "--bogus",
+            ],
+            "--bogus",
+        ),
+        (
+            vec!["--junit", missing.to_str().expect("utf-8")],
+            "no such directory",
+        ),
+        (
+            vec!["--junit", tmp.path().to_str().expect("utf-8")],
+            "is a directory",
+        ),
+        (vec!["--timeout", "0"], "--timeout"),
+    ] {
+        let o = run(&[&["replay", dir, "--json"][..], &args].concat());
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?}: {err}");
+        assert!(!err.contains("cases:"), "{args:?} ran the cases: {err}");
+    }
+    std::fs::write(tmp.path().join("mine.toml"), "max_entries = 5000\n").expect("write");
+    let junit = tmp.path().join("r.xml");
+    let o = Command::new(bin())
+        .args(["replay", dir, "--json", "--extract-arg=--limits=mine.toml"])
+        .arg("--junit")
+        .arg(&junit)
+        .current_dir(tmp.path())
+        .output()
+        .expect("replay");
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["isolate"], "process", "{v}");
+    assert!(junit.is_file());
+}
+
+/// `cache list|verify|prune` of a cache that is not there say so and make nothing (a mistyped
+/// `--cache-dir` was created, as a new empty cache, and listed as "0 artifacts").
+#[test]
+fn cache_commands_make_no_cache() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let typo = tmp.path().join("cahce");
+    let dir = typo.to_str().expect("utf-8");
+    for cmd in [
+        &["list"][..],
+        &["verify"][..],
+        &["prune", "--older-than", "1d"][..],
+    ] {
+        for json in [false, true] {
+            let mut args = vec!["cache"];
+            args.extend_from_slice(cmd);
+            args.extend(["--cache-dir", dir]);
+            if json {
+                args.push("--json");
+                let o = run(&args);
+                serde_json::from_slice::<Value>(&o.stdout).expect("one JSON answer");
+            }
+            let o = run(&args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("no cache at {dir}")),
+                "{args:?}: {err}"
+            );
+            assert!(!typo.exists(), "{args:?} made {dir}");
+        }
+    }
+}
+
+/// A `--seccomp-profile` that names no file is a usage error (2) for every command that takes
+/// it: `extract` said exit 1, and `serve` said confinement did not work on this host and
+/// offered `--allow-unconfined` for what was a typo. So are `serve`'s TLS files (exit 1,
+/// `TLS: PATH: ...`, naming no flag).
+#[test]
+fn a_missing_seccomp_profile_or_tls_file_is_a_usage_error() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(tmp.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let missing = tmp.path().join("no-such-profile.json");
+    let missing = missing.to_str().expect("utf-8");
+    let socket = tmp.path().join("s.sock");
+    let socket = socket.to_str().expect("utf-8");
+    let dir = tmp.path().to_str().expect("utf-8");
+    for args in [
+        vec!["extract", "--seccomp-profile", missing, art],
+        vec!["--seccomp-profile", missing, "extract", art],
+        vec!["extract", "--seccomp-profile", dir, art],
+        vec!["doctor", "--seccomp-profile", missing],
+        vec!["serve", "--socket", socket, "--seccomp-profile", missing],
+    ] {
+        let o = run(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("--seccomp-profile"), "{args:?}: {err}");
+        assert!(!err.contains("--allow-unconfined"), "{args:?}: {err}");
+    }
+    let pem = tmp.path().join("real.pem");
+    std::fs::write(&pem, "not used").expect("write");
+    let pem = pem.to_str().expect("utf-8");
+    for (flag, args) in [
+        ("--tls-cert", vec!["--tls-cert", missing, "--tls-key", pem]),
+        ("--tls-key", vec!["--tls-cert", pem, "--tls-key", missing]),
+        (
+            "--tls-client-ca",
+            vec!["--tls-cert", pem, "--tls-key", pem, "--tls-client-ca", dir],
+        ),
+    ] {
+        let staging = tmp.path().join("staging");
+        let staging = staging.to_str().expect("utf-8");
+        let serve = ["serve", "--tcp", "127.0.0.1:0", "--staging-root", staging];
+        let o = run(&[&serve[..], &args].concat());
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?}: {err}");
+    }
+}
+
+/// `serve --log FILTER` (or `SKILLBOX_LOG`) that does not parse is a usage error; it was
+/// replaced by `info` without a word, and the broker started (here it is then killed).
+#[test]
+fn serve_refuses_a_log_filter_that_does_not_parse() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let socket = tmp.path().join("s.sock");
+    let socket = socket.to_str().expect("utf-8");
+    let log = tmp.path().join("err");
+    for (args, env) in [
+        (vec!["--log", "skillbox=[[x"], None),
+        (vec![], Some("skillbox=[[x")),
+    ] {
+        let mut cmd = Command::new(bin());
+        cmd.args(["serve", "--socket", socket])
+            .args(&args)
+            .env_remove("SKILLBOX_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"));
+        if let Some(v) = env {
+            cmd.env("SKILLBOX_LOG", v);
+        }
+        let mut child = cmd.spawn().expect("spawn serve");
+        let until = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break Some(status);
+            }
+            if Instant::now() >= until {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        };
+        let err = std::fs::read_to_string(&log).unwrap_or_default();
+        let status = status.unwrap_or_else(|| panic!("{args:?} {env:?}: serve started:\n{err}"));
+        assert_eq!(status.code(), Some(2), "{args:?} {env:?}: {err}");
+        assert!(err.contains("--log"), "{err}");
+    }
+}
+
+/// A broker whose stderr reader goes away (`skillbox serve 2>&1 | head -1`, a log pipe that
+/// closes) keeps serving and still stops cleanly on SIGTERM: its first log line on the closed
+/// pipe panicked (exit 101, the socket left behind), or mid-drain left it hung.
+#[test]
+fn serve_outlives_a_closed_stderr() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let socket = tmp.path().join("s.sock");
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .arg("--socket")
+        .arg(&socket)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_STAGING_ROOT")
+        .env_remove("SKILLBOX_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    drop(child.stderr.take());
+    let until = Instant::now() + Duration::from_secs(20);
+    let served = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break Err(status);
+        }
+        let o = run(&["health", "--socket", socket.to_str().expect("utf-8")]);
+        if o.status.code() == Some(0) {
+            break Ok(());
+        }
+        assert!(Instant::now() < until, "serve did not answer");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if let Err(status) = served {
+        panic!("serve ended with {status} once its stderr was closed");
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("kill");
+    let until = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status;
+        }
+        if Instant::now() >= until {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    assert!(status.success(), "{status}");
+    assert!(!socket.exists(), "the socket was left behind");
 }
 
 /// On a terminal `replay` shows its progress; with stderr a pipe, or with --json, nothing.

@@ -2136,6 +2136,55 @@ async fn max_answer_bytes_is_checked_and_bounds_every_answer_with_an_inventory()
     server.assert_clean();
 }
 
+/// `extract --server https://...` and `health` against a broker whose CA the client was not
+/// given say the TLS handshake failed and which variable names the CA (they said nobody
+/// answered there and asked whether `skillbox serve --tcp` was running); given it, served.
+#[test]
+fn a_tls_broker_without_its_ca_is_said_so() {
+    let pki = harness::Pki::new();
+    let server = Server::start_tcp(&[
+        "--tls-cert",
+        &pki.path("server.pem"),
+        "--tls-key",
+        &pki.path("server.key"),
+    ]);
+    let uri = format!("https://127.0.0.1:{}", server.tcp_port());
+    let dir = ok(tempfile::tempdir(), "tempdir");
+    let art = dir.path().join("ok.tar");
+    ok(std::fs::write(&art, skill_tar(&[])), "write");
+    let art = art.to_str().unwrap_or_else(|| panic!("utf-8"));
+    let run = |args: &[&str], ca: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_skillbox"));
+        cmd.args(args)
+            .env_remove("SKILLBOX_TLS_CA")
+            .env_remove("SKILLBOX_TLS_CERT")
+            .env_remove("SKILLBOX_TLS_KEY");
+        if let Some(ca) = ca {
+            cmd.env("SKILLBOX_TLS_CA", ca);
+        }
+        ok(cmd.output(), "run skillbox")
+    };
+    for args in [
+        &["extract", "--server", &uri, art][..],
+        &["health", "--server", &uri][..],
+    ] {
+        let o = run(args, None);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("TLS handshake"), "{args:?}: {err}");
+        assert!(err.contains("SKILLBOX_TLS_CA"), "{args:?}: {err}");
+        assert!(!err.contains("no broker answers"), "{args:?}: {err}");
+        let o = run(args, Some(&pki.path("ca.pem")));
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    server.assert_clean();
+}
+
 /// GetTree over TCP+TLS: the accepted tree comes back byte for byte (the Rust client writes it
 /// with the engine's writer and checks every hash; the CLI's `--out` over `--server`), and a
 /// staged file changed after acceptance ends the stream with DATA_LOSS and leaves nothing at

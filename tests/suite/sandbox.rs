@@ -2899,10 +2899,17 @@ fn an_extract_that_fails_before_its_request_leaves_no_child_and_no_staging() {
     fs::write(&art_path, tar_of(&[("SKILL.md", SKILL, 0o644)])).expect("write");
     let scratch = tmp.path().join("tmp");
     let missing = tmp.path().join("missing.json");
+    let unloadable = tmp.path().join("unloadable.json");
+    fs::write(&unloadable, "{}").expect("write");
     let art = art_path.display().to_string();
     let profile = missing.display().to_string();
+    let bad_profile = unloadable.display().to_string();
     for (args, code) in [
-        (vec![art.as_str(), "--seccomp-profile", profile.as_str()], 1),
+        (
+            vec![art.as_str(), "--seccomp-profile", bad_profile.as_str()],
+            1,
+        ),
+        (vec![art.as_str(), "--seccomp-profile", profile.as_str()], 2),
         (vec![art.as_str(), "--no-such-flag"], 2),
         (vec![profile.as_str()], 2),
         (vec![art.as_str(), "--digest", "sha256:00"], 2),
