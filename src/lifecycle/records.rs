@@ -547,14 +547,30 @@ fn db_err(e: rusqlite::Error) -> Error {
         {
             return Error::new(
                 Kind::Operational,
-                format!(
-                    "records: {e}: the store's records.db is corrupt; restore it from a backup or move the store away"
-                ),
+                format!("records: {e}: {CORRUPT}; restore it from a backup or move the store away"),
+            );
+        }
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
+            return Error::new(
+                Kind::Operational,
+                format!("records: {e}: {FULL}; free space there"),
             );
         }
         _ => Kind::Operational,
     };
     Error::new(kind, format!("records: {e}"))
+}
+
+/// Said of records.db when its filesystem has no room for a write (`SQLITE_FULL`).
+const FULL: &str = "the filesystem holding the store's records.db is full";
+/// Said of a records.db SQLite cannot read as a database.
+const CORRUPT: &str = "the store's records.db is corrupt";
+
+/// Whether `e` says the records could not be used at all (out of reach, corrupt, or on a full
+/// filesystem): `withdraw` then names `withdraw --local`, which contains a version on this
+/// host without them.
+pub fn records_unusable(e: &Error) -> bool {
+    e.message.starts_with(UNREACHABLE) || e.message.contains(FULL) || e.message.contains(CORRUPT)
 }
 
 fn json_err(e: serde_json::Error) -> Error {

@@ -1157,6 +1157,117 @@ fn a_store_on_a_read_only_filesystem_is_an_operational_error() {
     w.verify_ok();
 }
 
+/// Fill the filesystem holding `dir` (a small tmpfs) until a write fails; returns the filler.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write as _;
+    let path = dir.join("filler");
+    let mut f = std::fs::File::create(&path).unwrap_or_else(|e| panic!("create filler: {e}"));
+    let chunk = vec![0u8; 64 * 1024];
+    loop {
+        match f.write(&chunk) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(e) => panic!("fill: {e}"),
+        }
+    }
+    // What a page-sized write left: byte by byte to the end.
+    while f.write(&[0]).is_ok_and(|n| n == 1) {}
+    path
+}
+
+/// A store on a full filesystem (a hostile package's script filling the disk, or an incident
+/// coinciding with one): the records take no write, so `withdraw` fails, and says `--local`;
+/// `withdraw --local` contains the version anyway (its rename needs no room), says its entry is
+/// not written, and `status` does not call the version contained. Once there is room again, the
+/// same `--local` writes the entry, and the next command records it fleet-wide. (Before: the
+/// failed `withdraw` named no way out, and `--local` stopped at its entry: the version stayed
+/// live for every agent of the host.)
+#[test]
+fn a_version_is_contained_on_a_full_filesystem() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("NOTE: not root, so no tmpfs to fill; CI runs this as root");
+        return;
+    }
+    let w = World::new();
+    let store = w.store();
+    std::fs::create_dir(&store).expect("mkdir store");
+    let target = store.to_str().expect("utf-8").to_owned();
+    mount(&["-t", "tmpfs", "-o", "mode=0700,size=16m", "tmpfs", &target]);
+    let _guard = Mounted(store.clone());
+
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    let filler = fill(&store);
+
+    let v2ref = format!("demo@{v2}");
+    let o = w.run(&["withdraw", &v2ref, "--reason", "exfiltrates"]);
+    assert_eq!(code(&o), 1, "{}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("is full") && err.contains("--local"),
+        "{}",
+        explain(&o)
+    );
+    assert!(w.guide("alpha").contains("version 2"), "nothing moved yet");
+
+    let local = [
+        "withdraw",
+        &v2ref,
+        "--reason",
+        "exfiltrates",
+        "--by",
+        "alice",
+        "--local",
+    ];
+    let o = w.run(&local);
+    assert_eq!(code(&o), 1, "the entry is not written: {}", explain(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("No space left") && err.contains("contained on this host all the same"),
+        "{}",
+        explain(&o)
+    );
+    for agent in ["alpha", "beta"] {
+        let entry = w.agent_dir(agent).join("demo");
+        assert!(std::fs::metadata(&entry).is_err(), "{agent}: link resolves");
+        assert!(w.guide(agent).is_empty(), "{agent} still reads v2");
+    }
+    assert!(
+        store
+            .join("quarantine")
+            .join(&v2[7..])
+            .join("tree")
+            .is_dir()
+    );
+    // Not written, so not called contained: the records still call it approved.
+    let o = w.run(&["status"]);
+    assert_eq!(code(&o), 9, "{}", explain(&o));
+    // Refused here all the same.
+    let o = w.run(&["rollback", "demo", "--to", &v2]);
+    assert_eq!(code(&o), 9, "{}", explain(&o));
+
+    std::fs::remove_file(&filler).expect("rm filler");
+    let o = w.run(&local);
+    expect_code(&o, 0);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("already contained locally"),
+        "{}",
+        explain(&o)
+    );
+    let o = w.run(&["sync"]);
+    expect_code(&o, 0);
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    assert_eq!(still_on(&w, &v2), Vec::<String>::new());
+    for agent in ["alpha", "beta"] {
+        assert_eq!(w.active(agent).as_deref(), Some(v1.as_str()), "{agent}");
+    }
+    w.verify_ok();
+}
+
 /// A version's state in `list --json`.
 fn state_of(w: &World, digest: &str) -> String {
     let o = w.run(&["list", "--json"]);
