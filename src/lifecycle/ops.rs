@@ -700,12 +700,18 @@ pub fn install(
         }
         None => None,
     };
-    let policy_decision = intake.policy.decide(&review, &facts, diff.as_ref());
+    let root = store.root().to_owned();
+    let past = store.records.read(|tx| withdrawn_last(tx, &root, &skill))?;
+    let policy_decision = past_withdrawal(
+        intake.policy.decide(&review, &facts, diff.as_ref()),
+        past.as_ref(),
+    );
     let review_sha256 = review_sha(&review);
     // The fleet's record of this digest, if another host (or an earlier intake) made one: a
     // person's decision holds here too, a policy's is this host's own.
     let recorded = store.records.read(|tx| tx.version(&digest))?;
     let merged = merge(recorded.as_ref(), &policy_decision, &review_sha256)?;
+    crate::stop_point::stop_point(&format!("{op}:decided"));
     let change = diff
         .as_ref()
         .map_or("first", |d| d.change.as_str())
@@ -760,6 +766,20 @@ pub fn install(
     // (see `redecide`), and recorded from that fresh decision, never from the copy read above.
     let record = |tx: &Tx<'_>| -> Result<Merged, Error> {
         let (seen, m) = redecide(tx, &digest, &merged, &policy_decision, &review_sha256, op)?;
+        // Security: taken again where it is written, as the decision is. A version of this
+        // skill withdrawn on another host while this intake ran is not approved past.
+        if past.is_none()
+            && matches!(policy_decision, Decision::Approved { .. })
+            && let Some(w) = withdrawn_last(tx, &root, &skill)?
+        {
+            return Err(Error::new(
+                Kind::Operational,
+                format!(
+                    "{}@{} was withdrawn while this {op} ran, so {digest} needs a person's decision now; nothing was recorded (run the {op} again)",
+                    w.skill, w.digest
+                ),
+            ));
+        }
         let (rule, findings) = decision_fields(&m);
         let v = Version {
             decided_by: m.decided_by.clone(),
@@ -836,6 +856,55 @@ pub fn install(
     let failed = journal::switch_links(store, links, &skill, &changes, op)?;
     (report.agents, report.problems) = moved_and_failed(changes, failed);
     Ok(report)
+}
+
+/// The newest version of `skill` withdrawn (in the records, or on this host with `withdraw
+/// --local`) when no version of it recorded after it is approved: the release after a
+/// withdrawal. `None` when every withdrawal of it was followed by an approved version, or there
+/// is none.
+fn withdrawn_last(tx: &Tx<'_>, root: &Path, skill: &str) -> Result<Option<Version>, Error> {
+    let mut last = None;
+    for v in tx.versions_of(skill)? {
+        if v.state == State::Withdrawn || quarantine::withdrawn_here(root, &v.digest)? {
+            last = Some(v);
+        } else if v.state == State::Approved {
+            last = None;
+        }
+    }
+    Ok(last)
+}
+
+/// A policy's decision on a new version of a skill whose last version was withdrawn (`past`,
+/// see [`withdrawn_last`]): an approval becomes a question for a person, and a question names
+/// the withdrawal too. Security: a withdrawal is of the bytes, and the index that served them
+/// can serve the same files again under a new digest (re-compressed, one byte changed). With
+/// nothing grown since the approved version the agents went back to (instructions in SKILL.md
+/// grow no capability), `updates.content_only` would approve it, and every agent would be back
+/// on what a person withdrew. So no policy approves past a withdrawal: a person decides the
+/// release that follows it, and once a person approves one, the policy decides again.
+fn past_withdrawal(policy: Decision, past: Option<&Version>) -> Decision {
+    let Some(w) = past else {
+        return policy;
+    };
+    let finding = format!(
+        "{}@{} was withdrawn ({}) and no version of {} was approved since: a person decides the version after a withdrawal, whatever the policy approves",
+        w.skill,
+        w.digest,
+        w.withdrawn_reason
+            .as_deref()
+            .unwrap_or("on this host, with --local"),
+        w.skill
+    );
+    match policy {
+        Decision::Approved { .. } => Decision::NeedsApproval {
+            findings: vec![finding],
+        },
+        Decision::NeedsApproval { mut findings } => {
+            findings.push(finding);
+            Decision::NeedsApproval { findings }
+        }
+        d @ Decision::Denied { .. } => d,
+    }
 }
 
 /// The event kind of a decision.

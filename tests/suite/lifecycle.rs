@@ -2819,6 +2819,96 @@ fn a_withdrawn_version_is_never_the_base_an_update_is_approved_against() {
     drop(frozen);
 }
 
+/// The same files in other bytes: the tar.gz `pkg` re-compressed (another gzip header), as the
+/// index that served a withdrawn version can serve it again under a new digest.
+fn repacked(pkg: &[u8]) -> Vec<u8> {
+    use std::io::{Read as _, Write as _};
+    let mut tar = Vec::new();
+    flate2::read::GzDecoder::new(pkg)
+        .read_to_end(&mut tar)
+        .unwrap_or_else(|e| panic!("gunzip: {e}"));
+    let mut enc = flate2::GzBuilder::new()
+        .mtime(1)
+        .write(Vec::new(), flate2::Compression::best());
+    enc.write_all(&tar).unwrap_or_else(|e| panic!("gzip: {e}"));
+    let out = enc.finish().unwrap_or_else(|e| panic!("gzip: {e}"));
+    assert_ne!(sha(&out), sha(pkg), "the same bytes");
+    out
+}
+
+/// v2 (only its guide changed: instructions, no capability) is approved by the default policy
+/// as a content-only update, and withdrawn: the agents go back to v1. The index then serves
+/// v2's very files again, re-compressed (a new digest), and next a version with one more word:
+/// neither may come back without a person, though neither grew anything since v1 (before: both
+/// were `content_only` against v1, approved by `updates.content_only`, and every agent ran the
+/// withdrawn text again at the next `update`). Once a person approves one, the policy decides
+/// the next one again.
+#[test]
+fn the_version_after_a_withdrawal_waits_for_a_person() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(json_of(&o)["updates"][0]["change"], "content_only");
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    let o = w.run(&[
+        "withdraw",
+        &format!("demo@{v2}"),
+        "--reason",
+        "prompt injection",
+    ]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+
+    // v2's files under a new digest, by update and by install.
+    let again = w.publish("demo", &repacked(&package(2)));
+    let o = w.install(&["gamma"]);
+    assert_eq!(after_withdrawal_waits(&w, &o, &v2), again);
+    // Recorded pending now: the update waits for the same person.
+    expect_code(&w.run(&["update", "--json"]), 6);
+    let o = w.run(&["deny", &format!("demo@{again}"), "--by", "alice"]);
+    expect_code(&o, 0);
+    // One word more: still the version after the withdrawal (a person's denial approves none).
+    let guided = |guide: &str| {
+        let md = "---\nname: demo\ndescription: A demo skill\n---\nRead references/guide.md.\n";
+        tar_gz_of(&[
+            ("SKILL.md", md.as_bytes()),
+            ("references/guide.md", guide.as_bytes()),
+        ])
+    };
+    let v3 = w.publish(
+        "demo",
+        &guided("# Guide\n\nThis is version 2 of the guide, again.\n"),
+    );
+    let o = w.run(&["update", "--json"]);
+    assert_eq!(after_withdrawal_waits(&w, &o, &v2), v3);
+    assert_eq!(json_of(&o)["updates"][0]["change"], "content_only");
+    for agent in ["alpha", "beta"] {
+        assert_eq!(w.active(agent).as_deref(), Some(v1.as_str()), "{agent}");
+    }
+    assert_eq!(w.active("gamma"), None);
+
+    // A person approves v3: the withdrawal is behind it, and the policy decides v4 again.
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v3}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v3.as_str()));
+    let v4 = w.publish("demo", &guided("# Guide\n\nThis is version 4.\n"));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        json_of(&o)["updates"][0]["change"],
+        "content_only",
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v4.as_str()));
+    w.verify_ok();
+}
+
 /// `provenance` says who withdrew a version, not who approved it: v1 was approved by the
 /// policy and withdrawn by bob, and the text said "withdrawn by policy".
 #[test]
@@ -3151,7 +3241,8 @@ fn finishes_beside(
 /// Containment does not queue behind a download: a `withdraw` typed while an `update` of the
 /// same store stalls in its index download withdraws and moves the agent at once. (Before,
 /// `update` held the store lock through the whole fetch: 60 s per skill against an index that
-/// hangs.) The update then goes on, its decision taken on the records as they are after it.
+/// hangs.) The update then goes on, its decision taken on the records as they are after it:
+/// the version after a withdrawal, it waits for a person, and lands once approved.
 #[test]
 fn a_withdrawal_does_not_wait_for_a_stalled_update() {
     let w = World::new();
@@ -3176,9 +3267,36 @@ fn a_withdrawal_does_not_wait_for_a_stalled_update() {
     let o = update
         .wait_with_output()
         .unwrap_or_else(|e| panic!("wait: {e}"));
-    expect_code(&o, 0);
-    assert_ne!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    // Decided on the records as they are after the withdrawal: the version after it waits for
+    // a person, then lands.
+    let v2 = after_withdrawal_waits(&w, &o, &v1);
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v2}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
     w.verify_ok();
+}
+
+/// `o`, an install or update of the version after withdrawn `withdrawn`, waits for a person
+/// (exit 6, the withdrawal named in its findings) and nothing moved; returns its digest.
+fn after_withdrawal_waits(w: &World, o: &Output, withdrawn: &str) -> String {
+    expect_code(o, 6);
+    let j = json_of(o);
+    let r = if j["updates"].is_array() {
+        j["updates"][0].clone()
+    } else {
+        j
+    };
+    let findings = r["decision"]["findings"].to_string();
+    assert!(
+        findings.contains(withdrawn)
+            && findings.contains("a person decides the version after a withdrawal"),
+        "{r}"
+    );
+    let digest = r["digest"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(state_of(w, &digest), "pending", "{r}");
+    digest
 }
 
 /// An install whose index download stalled while its version was withdrawn decides on the
@@ -4075,7 +4193,7 @@ fn finishes_while_stopped(w: &World, stopped: &mut std::process::Child, args: &[
 /// Containment does not queue behind an extraction: a `withdraw` of another version typed
 /// while an install has extracted its package (and not yet decided) completes, and the
 /// withdrawal's recovery leaves the running install's staging directory alone; the install
-/// then goes on and lands.
+/// then goes on, and its version, the one after a withdrawal, waits for a person, then lands.
 #[test]
 fn a_withdrawal_does_not_wait_for_an_install_extracting() {
     use super::resume;
@@ -4105,9 +4223,13 @@ fn a_withdrawal_does_not_wait_for_an_install_extracting() {
     let o = install
         .wait_with_output()
         .unwrap_or_else(|e| panic!("wait: {e}"));
-    expect_code(&o, 0);
-    assert_eq!(w.active("beta").as_deref(), Some(v2.as_str()));
+    assert_eq!(after_withdrawal_waits(&w, &o, &v1), v2);
     assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v2}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("beta").as_deref(), Some(v2.as_str()));
     w.verify_ok();
 }
 
@@ -4263,8 +4385,8 @@ fn a_version_withdrawn_while_an_update_extracts_is_refused_and_not_kept() {
 
 /// Containment does not queue behind an update's extraction either: the version the agent runs
 /// withdrawn while an update has extracted the next one (and not yet decided) is withdrawn and
-/// the agent moved off at once; the update then goes on, on the records as they are after it,
-/// and lands the new version.
+/// the agent moved off at once; the update then goes on, on the records as they are after it
+/// (the new version, the one after a withdrawal, waits for a person), and lands once approved.
 #[test]
 fn a_withdrawal_does_not_wait_for_an_update_extracting() {
     use super::resume;
@@ -4295,14 +4417,18 @@ fn a_withdrawal_does_not_wait_for_an_update_extracting() {
     let o = update
         .wait_with_output()
         .unwrap_or_else(|e| panic!("wait: {e}"));
-    expect_code(&o, 0);
+    assert_eq!(after_withdrawal_waits(&w, &o, &v1), v2);
+    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v2}"), "--by", "alice"]),
+        0,
+    );
     assert_eq!(
         w.active("alpha").as_deref(),
         Some(v2.as_str()),
         "{}",
         explain(&o)
     );
-    assert!(staged_trees(&w).is_empty(), "{:?}", staged_trees(&w));
     w.verify_ok();
 }
 
