@@ -863,15 +863,16 @@ pub fn install(
 /// withdrawal. `None` when every withdrawal of it was followed by an approved version, or there
 /// is none.
 fn withdrawn_last(tx: &Tx<'_>, root: &Path, skill: &str) -> Result<Option<Version>, Error> {
-    let mut last = None;
-    for v in tx.versions_of(skill)? {
+    // Newest first: the first withdrawn one found before an approved one.
+    for v in tx.versions_of(skill)?.into_iter().rev() {
         if v.state == State::Withdrawn || quarantine::withdrawn_here(root, &v.digest)? {
-            last = Some(v);
-        } else if v.state == State::Approved {
-            last = None;
+            return Ok(Some(v));
+        }
+        if v.state == State::Approved {
+            return Ok(None);
         }
     }
-    Ok(last)
+    Ok(None)
 }
 
 /// A policy's decision on a new version of a skill whose last version was withdrawn (`past`,
