@@ -1268,6 +1268,74 @@ fn a_version_is_contained_on_a_full_filesystem() {
     w.verify_ok();
 }
 
+/// A records.db that is corrupt, or takes no write (made immutable): `withdraw` fails (exit 1)
+/// and names `--local`, as for records out of reach; `--local` contains the version, and once
+/// the records are whole again (restored, writable) the next command records the withdrawal.
+/// (Before: only records out of reach named `--local`; a corrupt one said to restore a backup,
+/// an immutable one asked about a read-only filesystem, and neither said how to contain now.)
+#[test]
+fn a_corrupt_or_unwritable_records_db_names_local_containment() {
+    let can_chattr = nix::unistd::geteuid().is_root();
+    for case in ["corrupt", "immutable"] {
+        if case == "immutable" && !can_chattr {
+            eprintln!("NOTE: not root, so no immutable records.db; CI runs this as root");
+            continue;
+        }
+        let w = World::new();
+        let v1 = w.publish("demo", &package(1));
+        expect_code(&w.install(&["alpha"]), 0);
+        let v2 = w.publish("demo", &package(2));
+        expect_code(&w.install(&["alpha"]), 0);
+        // Checkpointed, so records.db alone holds the records.
+        w.verify_ok();
+        let aside = w.tmp.path().join("records-backup");
+        copy_records(&w, &aside, false);
+        let db = w.store().join("records.db");
+        let chattr = |flag: &str| {
+            let o = Command::new("chattr")
+                .args([flag, db.to_str().expect("utf-8")])
+                .output()
+                .expect("run chattr");
+            o.status.success()
+        };
+        if case == "corrupt" {
+            for ext in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(w.store().join(format!("records.db{ext}")));
+            }
+            std::fs::write(&db, vec![0x5a; 8192]).expect("corrupt records.db");
+        } else if !chattr("+i") {
+            eprintln!("NOTE: this filesystem takes no chattr +i; skipped the immutable case");
+            continue;
+        }
+        let v2ref = format!("demo@{v2}");
+        let o = w.run(&["withdraw", &v2ref, "--reason", "exfiltrates"]);
+        let undo = || {
+            if case == "immutable" {
+                chattr("-i");
+            }
+        };
+        if code(&o) != 1 || !String::from_utf8_lossy(&o.stderr).contains("--local") {
+            undo();
+            panic!("{case}: {}", explain(&o));
+        }
+        let o = w.run(&["withdraw", &v2ref, "--reason", "exfiltrates", "--local"]);
+        if code(&o) != 0 {
+            undo();
+            panic!("{case}: {}", explain(&o));
+        }
+        assert!(w.guide("alpha").is_empty(), "{case}: alpha still reads v2");
+        if case == "corrupt" {
+            copy_records(&w, &aside, true);
+        } else {
+            undo();
+        }
+        expect_code(&w.run(&["sync"]), 0);
+        assert_eq!(state_of(&w, &v2), "withdrawn", "{case}");
+        assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()), "{case}");
+        w.verify_ok();
+    }
+}
+
 /// A version's state in `list --json`.
 fn state_of(w: &World, digest: &str) -> String {
     let o = w.run(&["list", "--json"]);
