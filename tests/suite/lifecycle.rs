@@ -1641,6 +1641,64 @@ impl Drop for Frozen {
     }
 }
 
+/// A package running as the agent's user keeps itself loaded by making the name skillbox
+/// switches a link under (`.skillbox-new-demo`, a directory of its own): the move to v1 cannot
+/// be made, and skillbox never touches that entry. The agent's link to withdrawn v2 is its own
+/// all the same: it is removed instead, the agent runs nothing, the records say so, and the
+/// version is contained (`status` 0). (Before: the move failed, the link stayed on v2, and every
+/// `withdraw` and `sync` after it failed the same way: only `--local` contained it.)
+#[test]
+fn a_package_cannot_keep_itself_loaded_by_blocking_the_switch() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let planted = w.agent_dir("alpha").join(".skillbox-new-demo");
+    std::fs::create_dir(&planted).expect("plant");
+    std::fs::write(planted.join("keep"), b"mine").expect("plant");
+
+    let o = w.run(&[
+        "withdraw",
+        &format!("demo@{v2}"),
+        "--reason",
+        "exfiltrates",
+        "--json",
+    ]);
+    expect_code(&o, 1);
+    let j = json_of(&o);
+    let problems = j["problems"].to_string();
+    assert!(
+        problems.contains("agent alpha") && problems.contains("was removed instead"),
+        "{j}"
+    );
+    assert!(
+        std::fs::symlink_metadata(w.agent_dir("alpha").join("demo")).is_err(),
+        "alpha's link to v2 is gone"
+    );
+    assert!(w.guide("alpha").is_empty(), "alpha still reads v2");
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()));
+    assert_eq!(
+        std::fs::read(planted.join("keep")).expect("the planted entry is untouched"),
+        b"mine"
+    );
+    assert_eq!(still_on(&w, &v2), Vec::<String>::new());
+    let o = w.run(&["list", "--json"]);
+    expect_code(&o, 0);
+    assert!(
+        !o.stdout.windows(5).any(|x| x == b"alpha"),
+        "alpha has no installation: {}",
+        explain(&o)
+    );
+    w.verify_ok();
+
+    // Once the entry is out of the way, the agent gets the approved version again.
+    std::fs::remove_dir_all(&planted).expect("rm");
+    w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+}
+
 /// A link switch that fails (the agent's directory refuses writes) is not forgotten: the
 /// records keep that agent on the withdrawn version, so status does not call it contained, gc
 /// keeps the tree its link points at, verify looks at the link, and sync moves it once it can.
