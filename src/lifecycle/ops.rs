@@ -1253,6 +1253,9 @@ fn known(
         .read(|tx| resolve_agents(tx, &intake.agents))?;
     let changes = plan(store, skill, &agent_list, digest)?;
     precheck(store, skill, &changes)?;
+    if changes.iter().any(|c| c.to.is_some()) {
+        check_intact(store, skill, digest)?;
+    }
     let time = now();
     let links = store.records.write(|tx| {
         if index_url.is_some() {
@@ -1286,6 +1289,32 @@ fn known(
         recovered: recovered.to_vec(),
         problems,
     }))
+}
+
+/// Refuse to point an agent at a stored tree that is no longer what was reviewed: re-hashed
+/// against its inventory (`verify`'s check). Security: the store is immutable by convention
+/// only (write bits removed); the user it belongs to, or an agent running as that user, can
+/// change a tree after its review (a version waiting for a person, an older one a rollback or
+/// a withdrawal goes back to), and the agent would load bytes nobody reviewed.
+fn check_intact(store: &Store, skill: &str, digest: &str) -> Result<(), Error> {
+    let answer = store.answer(digest)?;
+    let problems = store::check_tree(&store.tree(digest), &answer);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+    Err(Error::new(
+        Kind::Operational,
+        format!(
+            "{skill}@{digest}: its stored tree is not what was reviewed ({}{}); no agent was pointed at it (`skillbox verify` lists every difference)",
+            shown.join("; "),
+            if problems.len() > shown.len() {
+                "; ..."
+            } else {
+                ""
+            }
+        ),
+    ))
 }
 
 /// Why `v` cannot be approved: it is not pending.
@@ -1359,6 +1388,8 @@ pub fn approve(
     let agent_list = store.records.read(|tx| resolve_agents(tx, &args))?;
     let changes = plan(store, &v.skill, &agent_list, &v.digest)?;
     precheck(store, &v.skill, &changes)?;
+    // The person approves the review; the bytes activated must be the ones it was made of.
+    check_intact(store, &v.skill, &v.digest)?;
     // The person decides on the review this host made (`skillbox review` shows it here); in a
     // fleet another host's review of the same digest may differ, so the approval records this one.
     let answer = store.answer(&v.digest)?;
@@ -1581,6 +1612,12 @@ pub fn rollback(
         }
     }
     precheck(store, skill, &changes)?;
+    let mut targets: Vec<&str> = changes.iter().filter_map(|c| c.to.as_deref()).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    for d in targets {
+        check_intact(store, skill, d)?;
+    }
     let time = now();
     let links = store.records.write(|tx| {
         record_changes(
@@ -1770,9 +1807,24 @@ fn move_off(store: &mut Store, v: &Version, actor: &str, op: &str) -> Result<Mov
     })?;
     let dirs: std::collections::HashMap<String, String> =
         store.records.read(|tx| tx.agents())?.into_iter().collect();
-    let to = prev.as_ref().map(|p| p.digest.clone());
-    let mut changes: Vec<LinkChange> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
+    // Containment first: agents whose previous version's tree is not what was reviewed lose
+    // the skill rather than go to it.
+    let to = match prev.as_ref() {
+        Some(p) if !users.is_empty() => match check_intact(store, &p.skill, &p.digest) {
+            Ok(()) => Some(p.digest.clone()),
+            Err(e) => {
+                problems.push(format!(
+                    "{}; the agents leaving withdrawn {}@{} lose the skill instead",
+                    e.message, v.skill, v.digest
+                ));
+                None
+            }
+        },
+        Some(p) => Some(p.digest.clone()),
+        None => None,
+    };
+    let mut changes: Vec<LinkChange> = Vec::new();
     for i in &users {
         let dir = dirs
             .get(&i.agent)
