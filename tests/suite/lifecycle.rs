@@ -4385,6 +4385,39 @@ fn a_local_withdrawal_under_a_mistyped_skill_withdraws_the_digest() {
     w.verify_ok();
 }
 
+/// The same for `withdraw` with the records: the full digest under a mistyped skill is the
+/// version the records know, withdrawn under their name (the report says which); a prefix
+/// still has to name the skill, so it cannot pick a version of another. (Before: exit 8, "no
+/// version dmeo@... in the records", and the version stayed approved.)
+#[test]
+fn a_withdrawal_under_a_mistyped_skill_withdraws_the_digest() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let o = w.run(&[
+        "withdraw",
+        &format!("dmeo@{}", &v2[..20]),
+        "--reason",
+        "bad",
+    ]);
+    expect_code(&o, 8);
+    let o = w.run(&[
+        "withdraw",
+        &format!("dmeo@{v2}"),
+        "--reason",
+        "bad",
+        "--json",
+    ]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["skill"], "demo", "{j}");
+    assert_eq!(state_of(&w, &v2), "withdrawn");
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    w.verify_ok();
+}
+
 /// `install INDEX demo --agent AGENT --json` (plus `extra`), stopped once its confined
 /// extraction is done and before it takes the store lock again to decide
 /// (`install:extracted`).
