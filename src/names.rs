@@ -46,13 +46,35 @@ pub(crate) fn interpreter_for_extension(ext: String) -> Option<&'static str> {
         "r" => "Rscript",
         "tcl" => "tclsh",
         "awk" => "awk",
+        // Makefiles included by another (`include rules.mk`), and rake's task files.
+        "mk" | "mak" => "make",
+        "rake" => "rake",
         _ => return None,
     })
 }
 
-/// The interpreter a file's name says runs it (`a.py` -> `python`), if any.
+/// The task runner that reads its commands from a file of this name (any case), run by typing
+/// the runner alone in the file's directory: `make`, `just setup`, `rake`, `task`, and `npm
+/// install` (which runs `package.json`'s `preinstall`, `install` and `postinstall` scripts).
+/// No path names the file, so no runner's argument makes it a script: its name must. Security:
+/// read as data or prose, `curl ... | sh` in a recipe was no capability, and a package whose
+/// SKILL.md says "run `make` first" grew nothing a reviewer was shown.
+fn runner_for_file_name(path: &str) -> Option<&'static str> {
+    let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
+    Some(match name.as_str() {
+        "makefile" | "gnumakefile" => "make",
+        "justfile" | ".justfile" => "just",
+        "rakefile" | "rakefile.rb" => "rake",
+        "taskfile.yml" | "taskfile.yaml" | "taskfile.dist.yml" | "taskfile.dist.yaml" => "task",
+        "package.json" => "npm",
+        _ => return None,
+    })
+}
+
+/// The interpreter a file's name says runs it (`a.py` -> `python`, `Makefile` -> `make`), if
+/// any.
 pub fn interpreter_by_name(path: &str) -> Option<&'static str> {
-    extension(path).and_then(interpreter_for_extension)
+    runner_for_file_name(path).or_else(|| extension(path).and_then(interpreter_for_extension))
 }
 
 /// How a text file is read.
@@ -113,6 +135,9 @@ pub(crate) fn is_doc_name(name: &str) -> bool {
 /// `scripts/` with none (see the review's `classify`).
 pub(crate) fn script_by_name(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
+    if runner_for_file_name(path).is_some() {
+        return true;
+    }
     match extension(path) {
         Some(ext) => interpreter_for_extension(ext).is_some(),
         None => path.starts_with("scripts/") && !is_doc_name(name),

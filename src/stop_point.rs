@@ -25,6 +25,9 @@
 //! - `install:extracted`, `update:extracted`: the confined extraction is done (its tree and
 //!   answer in the command's own staging directory, held by its `flock`), without the store
 //!   lock, and the command has not taken that lock again to decide;
+//! - `install:decided`, `update:decided`: the intake read the records and decided (the policy,
+//!   the fleet's record of the digest, a withdrawal of the skill before it) and has not written
+//!   that decision yet;
 //! - `staging:opened:<name>`: recovery (under the store lock) opened the staging directory
 //!   `STORE/staging/<name>` and has not taken its `flock` yet
 //!   (`lifecycle::store::remove_abandoned_staging`).

@@ -781,16 +781,17 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             Ok(EXIT_OK)
         }
         LifecycleCommand::Withdraw(a) => {
-            let mut store = open(&a.common, Access::Exclusive).map_err(|e| {
-                if e.message
-                    .starts_with(skillbox::lifecycle::records::UNREACHABLE)
-                {
+            // Records out of reach, corrupt, or on a full filesystem: `--local` still contains.
+            let hinted = |e: Error| {
+                if skillbox::lifecycle::records::records_unusable(&e) {
                     e.with_hint(LOCAL_HINT)
                 } else {
                     e
                 }
-            })?;
-            let r = ops::withdraw(&mut store, &a.version, &a.reason, &who(&a.by))?;
+            };
+            let mut store = open(&a.common, Access::Exclusive).map_err(hinted)?;
+            let r =
+                ops::withdraw(&mut store, &a.version, &a.reason, &who(&a.by)).map_err(hinted)?;
             show_moves("withdrawn", &r, json_out);
             Ok(if r.problems.is_empty() {
                 EXIT_OK

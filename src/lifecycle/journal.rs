@@ -100,6 +100,9 @@ pub fn link_path(dir: &str, skill: &str) -> PathBuf {
 pub struct Failed {
     pub index: usize,
     pub message: String,
+    /// The move was off a withdrawn version and could not be made, so the agent's link to the
+    /// withdrawn tree was removed instead: the agent runs nothing of the skill now.
+    pub removed: bool,
 }
 
 /// Switch every link of a committed `links` intent, then drop the intent. `op` names the
@@ -143,27 +146,61 @@ pub fn switch_links(
     // failed, so the records put the agent back where its link still is, and `sync` moves it
     // on from there. Without this, the recovery `verify` runs would point an agent that still
     // ran the old version at the withdrawn one, and leave it there.
-    let withdrawn: Vec<String> = store.records.read(|tx| {
-        let mut out: Vec<String> = Vec::new();
-        for to in changes.iter().filter_map(|c| c.to.as_deref()) {
-            if !out.iter().any(|d| d == to)
-                && tx
-                    .version(to)?
-                    .is_some_and(|v| v.state == super::records::State::Withdrawn)
-            {
-                out.push(to.to_owned());
+    let root = store.root().to_owned();
+    let withdrawn_now = |tx: &Tx<'_>, d: &str| -> Result<bool, Error> {
+        Ok(tx
+            .version(d)?
+            .is_some_and(|v| v.state == super::records::State::Withdrawn)
+            || super::quarantine::withdrawn_here(&root, d)?)
+    };
+    let (withdrawn, leaving): (Vec<String>, Vec<String>) = store.records.read(|tx| {
+        let (mut onto, mut off): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+        for c in changes {
+            for (d, out) in [(c.to.as_deref(), &mut onto), (c.from.as_deref(), &mut off)] {
+                if let Some(d) = d
+                    && !out.iter().any(|x| x == d)
+                    && withdrawn_now(tx, d)?
+                {
+                    out.push(d.to_owned());
+                }
             }
         }
-        Ok(out)
+        Ok((onto, off))
     })?;
     let switch = |(index, c): (usize, &LinkChange)| -> Option<Failed> {
         if let Some(to) = c.to.as_deref().filter(|t| withdrawn.iter().any(|d| d == t)) {
-            return onto_withdrawn(c, skill, to, &tree(to))
-                .map(|message| Failed { index, message });
+            return onto_withdrawn(c, skill, to, &tree(to)).map(|message| Failed {
+                index,
+                message,
+                removed: false,
+            });
         }
-        switch_one(c, skill, &tree).err().map(|e| Failed {
+        let e = switch_one(c, skill, &tree).err()?;
+        // Security: a move off a withdrawn version is containment. When the move cannot be
+        // made (no room for the new link, a quota, an entry another process put at the
+        // temporary link's name: a package running as the agent's user can do that to keep
+        // itself loaded), the agent's own link to the withdrawn tree is removed instead, which
+        // takes no room and no new name: the agent loses the skill rather than keep running
+        // what was withdrawn.
+        if let Some(from) = c.from.as_deref().filter(|f| leaving.iter().any(|d| d == f))
+            && c.to.is_some()
+        {
+            let off = LinkChange {
+                to: None,
+                ..c.clone()
+            };
+            if switch_one(&off, skill, &tree).is_ok() {
+                return Some(Failed {
+                    index,
+                    message: removed_line(c, skill, from, &e.to_string()),
+                    removed: true,
+                });
+            }
+        }
+        Some(Failed {
             index,
             message: failed_line(c, skill, &e.to_string()),
+            removed: false,
         })
     };
     let indexed: Vec<(usize, &LinkChange)> = changes.iter().enumerate().collect();
@@ -191,6 +228,7 @@ pub fn switch_links(
                             .map(|(i, c)| Failed {
                                 index: *i,
                                 message: failed_line(c, skill, "a link switch panicked"),
+                                removed: false,
                             })
                             .collect()
                     })
@@ -211,7 +249,9 @@ pub fn switch_links(
             if tx.install(&c.agent, skill)?.as_deref() != c.to.as_deref() {
                 continue;
             }
-            tx.set_install(&c.agent, skill, c.from.as_deref())?;
+            // Where its link is now: where it was, or nowhere once removed off a withdrawn one.
+            let now_on = if f.removed { None } else { c.from.as_deref() };
+            tx.set_install(&c.agent, skill, now_on)?;
             if let Some(d) = c.from.as_deref().or(c.to.as_deref()) {
                 tx.event(
                     &time,
@@ -277,6 +317,16 @@ fn failed_line(c: &LinkChange, skill: &str, why: &str) -> String {
     format!(
         "agent {}: {why}; {stays}: fix the cause, then run the command again (`skillbox sync` retries a move off a withdrawn version)",
         c.agent
+    )
+}
+
+/// The operator's line for a move off withdrawn `from` that could not be made, whose link was
+/// removed instead ([`switch_links`]).
+fn removed_line(c: &LinkChange, skill: &str, from: &str, why: &str) -> String {
+    format!(
+        "agent {}: not moved to {skill}@{} ({why}); its link to withdrawn {skill}@{from} was removed instead, so it runs no version of {skill} now, and the records say so: fix the cause, then install {skill} for it again",
+        c.agent,
+        c.to.as_deref().unwrap_or("none")
     )
 }
 

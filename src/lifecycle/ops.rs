@@ -700,12 +700,18 @@ pub fn install(
         }
         None => None,
     };
-    let policy_decision = intake.policy.decide(&review, &facts, diff.as_ref());
+    let root = store.root().to_owned();
+    let past = store.records.read(|tx| withdrawn_last(tx, &root, &skill))?;
+    let policy_decision = past_withdrawal(
+        intake.policy.decide(&review, &facts, diff.as_ref()),
+        past.as_ref(),
+    );
     let review_sha256 = review_sha(&review);
     // The fleet's record of this digest, if another host (or an earlier intake) made one: a
     // person's decision holds here too, a policy's is this host's own.
     let recorded = store.records.read(|tx| tx.version(&digest))?;
     let merged = merge(recorded.as_ref(), &policy_decision, &review_sha256)?;
+    crate::stop_point::stop_point(&format!("{op}:decided"));
     let change = diff
         .as_ref()
         .map_or("first", |d| d.change.as_str())
@@ -760,6 +766,20 @@ pub fn install(
     // (see `redecide`), and recorded from that fresh decision, never from the copy read above.
     let record = |tx: &Tx<'_>| -> Result<Merged, Error> {
         let (seen, m) = redecide(tx, &digest, &merged, &policy_decision, &review_sha256, op)?;
+        // Security: taken again where it is written, as the decision is. A version of this
+        // skill withdrawn on another host while this intake ran is not approved past.
+        if past.is_none()
+            && matches!(policy_decision, Decision::Approved { .. })
+            && let Some(w) = withdrawn_last(tx, &root, &skill)?
+        {
+            return Err(Error::new(
+                Kind::Operational,
+                format!(
+                    "{}@{} was withdrawn while this {op} ran, so {digest} needs a person's decision now; nothing was recorded (run the {op} again)",
+                    w.skill, w.digest
+                ),
+            ));
+        }
         let (rule, findings) = decision_fields(&m);
         let v = Version {
             decided_by: m.decided_by.clone(),
@@ -836,6 +856,56 @@ pub fn install(
     let failed = journal::switch_links(store, links, &skill, &changes, op)?;
     (report.agents, report.problems) = moved_and_failed(changes, failed);
     Ok(report)
+}
+
+/// The newest version of `skill` withdrawn (in the records, or on this host with `withdraw
+/// --local`) when no version of it recorded after it is approved: the release after a
+/// withdrawal. `None` when every withdrawal of it was followed by an approved version, or there
+/// is none.
+fn withdrawn_last(tx: &Tx<'_>, root: &Path, skill: &str) -> Result<Option<Version>, Error> {
+    // Newest first: the first withdrawn one found before an approved one.
+    for v in tx.versions_of(skill)?.into_iter().rev() {
+        if v.state == State::Withdrawn || quarantine::withdrawn_here(root, &v.digest)? {
+            return Ok(Some(v));
+        }
+        if v.state == State::Approved {
+            return Ok(None);
+        }
+    }
+    Ok(None)
+}
+
+/// A policy's decision on a new version of a skill whose last version was withdrawn (`past`,
+/// see [`withdrawn_last`]): an approval becomes a question for a person, and a question names
+/// the withdrawal too. Security: a withdrawal is of the bytes, and the index that served them
+/// can serve the same files again under a new digest (re-compressed, one byte changed). With
+/// nothing grown since the approved version the agents went back to (instructions in SKILL.md
+/// grow no capability), `updates.content_only` would approve it, and every agent would be back
+/// on what a person withdrew. So no policy approves past a withdrawal: a person decides the
+/// release that follows it, and once a person approves one, the policy decides again.
+fn past_withdrawal(policy: Decision, past: Option<&Version>) -> Decision {
+    let Some(w) = past else {
+        return policy;
+    };
+    let finding = format!(
+        "{}@{} was withdrawn ({}) and no version of {} was approved since: a person decides the version after a withdrawal, whatever the policy approves",
+        w.skill,
+        w.digest,
+        w.withdrawn_reason
+            .as_deref()
+            .unwrap_or("on this host, with --local"),
+        w.skill
+    );
+    match policy {
+        Decision::Approved { .. } => Decision::NeedsApproval {
+            findings: vec![finding],
+        },
+        Decision::NeedsApproval { mut findings } => {
+            findings.push(finding);
+            Decision::NeedsApproval { findings }
+        }
+        d @ Decision::Denied { .. } => d,
+    }
 }
 
 /// The event kind of a decision.
@@ -1183,6 +1253,9 @@ fn known(
         .read(|tx| resolve_agents(tx, &intake.agents))?;
     let changes = plan(store, skill, &agent_list, digest)?;
     precheck(store, skill, &changes)?;
+    if changes.iter().any(|c| c.to.is_some()) {
+        check_intact(store, skill, digest)?;
+    }
     let time = now();
     let links = store.records.write(|tx| {
         if index_url.is_some() {
@@ -1216,6 +1289,32 @@ fn known(
         recovered: recovered.to_vec(),
         problems,
     }))
+}
+
+/// Refuse to point an agent at a stored tree that is no longer what was reviewed: re-hashed
+/// against its inventory (`verify`'s check). Security: the store is immutable by convention
+/// only (write bits removed); the user it belongs to, or an agent running as that user, can
+/// change a tree after its review (a version waiting for a person, an older one a rollback or
+/// a withdrawal goes back to), and the agent would load bytes nobody reviewed.
+fn check_intact(store: &Store, skill: &str, digest: &str) -> Result<(), Error> {
+    let answer = store.answer(digest)?;
+    let problems = store::check_tree(&store.tree(digest), &answer);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+    Err(Error::new(
+        Kind::Operational,
+        format!(
+            "{skill}@{digest}: its stored tree is not what was reviewed ({}{}); no agent was pointed at it (`skillbox verify` lists every difference)",
+            shown.join("; "),
+            if problems.len() > shown.len() {
+                "; ..."
+            } else {
+                ""
+            }
+        ),
+    ))
 }
 
 /// Why `v` cannot be approved: it is not pending.
@@ -1289,6 +1388,8 @@ pub fn approve(
     let agent_list = store.records.read(|tx| resolve_agents(tx, &args))?;
     let changes = plan(store, &v.skill, &agent_list, &v.digest)?;
     precheck(store, &v.skill, &changes)?;
+    // The person approves the review; the bytes activated must be the ones it was made of.
+    check_intact(store, &v.skill, &v.digest)?;
     // The person decides on the review this host made (`skillbox review` shows it here); in a
     // fleet another host's review of the same digest may differ, so the approval records this one.
     let answer = store.answer(&v.digest)?;
@@ -1511,6 +1612,12 @@ pub fn rollback(
         }
     }
     precheck(store, skill, &changes)?;
+    let mut targets: Vec<&str> = changes.iter().filter_map(|c| c.to.as_deref()).collect();
+    targets.sort_unstable();
+    targets.dedup();
+    for d in targets {
+        check_intact(store, skill, d)?;
+    }
     let time = now();
     let links = store.records.write(|tx| {
         record_changes(
@@ -1593,7 +1700,16 @@ pub fn withdraw(
             )),
         ),
     };
-    let mut v = find_version(store, r)?;
+    let mut v = match find_version(store, r) {
+        Ok(v) => v,
+        // A withdrawal is of the bytes: a full digest the records know under another skill
+        // than the one typed (in a hurry, from an advisory naming it otherwise) is withdrawn
+        // under the records' name, which the report shows, as `withdraw --local` does.
+        Err(e) if e.kind == Kind::NotFound && r.digest.len() == "sha256:".len() + 64 => {
+            store.records.read(|tx| tx.version(&r.digest))?.ok_or(e)?
+        }
+        Err(e) => return Err(e),
+    };
     let actor = format!("person:{who}");
     // The withdrawal is committed first, in a transaction of its own, unless one stands. The
     // write is conditional on the record (not on the copy read above): a withdrawal another
@@ -1700,9 +1816,24 @@ fn move_off(store: &mut Store, v: &Version, actor: &str, op: &str) -> Result<Mov
     })?;
     let dirs: std::collections::HashMap<String, String> =
         store.records.read(|tx| tx.agents())?.into_iter().collect();
-    let to = prev.as_ref().map(|p| p.digest.clone());
-    let mut changes: Vec<LinkChange> = Vec::new();
     let mut problems: Vec<String> = Vec::new();
+    // Containment first: agents whose previous version's tree is not what was reviewed lose
+    // the skill rather than go to it.
+    let to = match prev.as_ref() {
+        Some(p) if !users.is_empty() => match check_intact(store, &p.skill, &p.digest) {
+            Ok(()) => Some(p.digest.clone()),
+            Err(e) => {
+                problems.push(format!(
+                    "{}; the agents leaving withdrawn {}@{} lose the skill instead",
+                    e.message, v.skill, v.digest
+                ));
+                None
+            }
+        },
+        Some(p) => Some(p.digest.clone()),
+        None => None,
+    };
+    let mut changes: Vec<LinkChange> = Vec::new();
     for i in &users {
         let dir = dirs
             .get(&i.agent)

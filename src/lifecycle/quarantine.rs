@@ -29,6 +29,7 @@
 //! the next command that opens the records) finishes the rename. The tree is never copied, so
 //! it is whole in one place or the other.
 
+use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -320,6 +321,39 @@ fn write_pending(root: &Path, p: &Pending) -> Result<(), Error> {
     sync_dir(&dir)
 }
 
+/// The error of a `withdraw --local` whose entry could not be written (`e`): the version is
+/// contained all the same when it can be, and the message says what holds and what to do.
+fn unwritten(root: &Path, digest: &str, e: Error) -> Error {
+    let mut message = e.message;
+    match contain(root, digest) {
+        Ok(Contained::Now | Contained::Already) => {
+            let _ = write!(
+                message,
+                "; {digest} is contained on this host all the same (its tree is in {}: no agent \
+                 of this host can load it), but its withdrawal (reason, who, when) is not \
+                 written, so it cannot reach the records: free space in the store's filesystem \
+                 and run this command again",
+                quarantine_dir(root, digest).display()
+            );
+        }
+        Ok(Contained::NotInStore) => {
+            let _ = write!(
+                message,
+                "; {digest} is not in this store (nothing to contain here) and its withdrawal \
+                 is not written: free space in the store's filesystem and run this command again"
+            );
+        }
+        Err(c) => {
+            let _ = write!(
+                message,
+                "; {digest} could not be contained either ({}): nothing changed",
+                c.message
+            );
+        }
+    }
+    Error::new(e.kind, message)
+}
+
 /// Where `digest` is on this host after [`contain`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contained {
@@ -478,7 +512,13 @@ pub fn withdraw_local(
                 time: super::now(),
                 host,
             };
-            write_pending(root, &p)?;
+            if let Err(e) = write_pending(root, &p) {
+                // Security: containment does not wait for the entry. A full filesystem (or a
+                // quota) refuses the few bytes of the entry, but the rename below needs no
+                // room: every agent of this host stops loading the version now, and the
+                // operator is told the withdrawal itself is not written yet.
+                return Err(unwritten(root, &digest, e));
+            }
             (p, false)
         }
     };

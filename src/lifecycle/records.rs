@@ -534,10 +534,7 @@ fn db_err(e: rusqlite::Error) -> Error {
                 rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen
             ) =>
         {
-            return Error::new(
-                Kind::Operational,
-                format!("records: {e} (is the store on a read-only filesystem?)"),
-            );
+            return Error::new(Kind::Operational, format!("records: {e} ({READ_ONLY})"));
         }
         rusqlite::Error::SqliteFailure(f, _)
             if matches!(
@@ -547,14 +544,35 @@ fn db_err(e: rusqlite::Error) -> Error {
         {
             return Error::new(
                 Kind::Operational,
-                format!(
-                    "records: {e}: the store's records.db is corrupt; restore it from a backup or move the store away"
-                ),
+                format!("records: {e}: {CORRUPT}; restore it from a backup or move the store away"),
+            );
+        }
+        rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::DiskFull => {
+            return Error::new(
+                Kind::Operational,
+                format!("records: {e}: {FULL}; free space there"),
             );
         }
         _ => Kind::Operational,
     };
     Error::new(kind, format!("records: {e}"))
+}
+
+/// Said of records.db when its filesystem has no room for a write (`SQLITE_FULL`).
+const FULL: &str = "the filesystem holding the store's records.db is full";
+/// Said of a records.db that takes no write (a read-only filesystem, an immutable file).
+const READ_ONLY: &str = "is the store on a read-only filesystem?";
+/// Said of a records.db SQLite cannot read as a database.
+const CORRUPT: &str = "the store's records.db is corrupt";
+
+/// Whether `e` says the records could not be used at all (out of reach, corrupt, read-only, or
+/// on a full filesystem): `withdraw` then names `withdraw --local`, which contains a version
+/// on this host without them (it needs only a rename in the store).
+pub fn records_unusable(e: &Error) -> bool {
+    e.message.starts_with(UNREACHABLE)
+        || [FULL, CORRUPT, READ_ONLY]
+            .iter()
+            .any(|m| e.message.contains(m))
 }
 
 fn json_err(e: serde_json::Error) -> Error {

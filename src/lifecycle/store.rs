@@ -165,6 +165,15 @@ impl Store {
             for d in ["staging", "versions", "cache"] {
                 mkdir_private(&root.join(d))?;
             }
+            // Made ahead, while there is room: `withdraw --local` must contain a version on a
+            // full filesystem, where a new directory may get no block (its rename needs none).
+            // Best effort: a store that cannot take them now is no worse off than before.
+            for d in [
+                super::quarantine::quarantine_root(&root),
+                super::quarantine::pending_root(&root),
+            ] {
+                let _ = mkdir_private(&d);
+            }
         }
         let id = store_id(&root)?;
         let records = open_records(&root, access, location, host, &id)?;

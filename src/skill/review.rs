@@ -20,10 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
 pub use crate::names::interpreter_by_name;
-use crate::names::{
-    TextKind, extension, interpreter_for_extension, is_doc_name, is_licence_name, script_by_name,
-    text_kind,
-};
+use crate::names::{TextKind, extension, is_doc_name, is_licence_name, script_by_name, text_kind};
 use std::io;
 use std::os::fd::BorrowedFd;
 
@@ -876,7 +873,7 @@ impl<'a> Reviewer<'a> {
         let executable = e.flags.contains(&Flag::Executable);
         let nested = e.flags.contains(&Flag::NestedArchive);
         let ext = extension(&e.path);
-        let ext_interp = ext.clone().and_then(interpreter_for_extension);
+        let ext_interp = interpreter_by_name(&e.path);
         let shebang = head
             .and_then(|h| h.strip_prefix(b"#!"))
             .map(shebang_interpreter);

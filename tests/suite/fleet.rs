@@ -2367,6 +2367,70 @@ fn a_local_withdrawal_while_the_registry_is_down_reaches_every_host() {
     assert!(!printed.contains(&pg.password), "the password was printed");
 }
 
+/// The version after a withdrawal waits for a person (lifecycle.md, "A recorded decision
+/// stands"), and that is decided where it is written: A's update read no withdrawal of demo,
+/// its policy approved v2 (content-only since v1), and it is stopped before it writes while B
+/// withdraws v1. A's write finds the withdrawal and records nothing (exit 1); run again, v2
+/// waits for a person. (Without the check inside the write, A recorded v2 approved by its
+/// policy and moved its agent onto it: the release after a withdrawal, approved by no one.)
+#[test]
+fn a_withdrawal_on_another_host_during_an_update_holds_the_next_version_for_a_person() {
+    let pg = server();
+    let db = "fleet_after_withdrawal_race";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let v2 = f.publish(&package(2));
+    let mut c = a.command(&["update", "--json"]);
+    c.env("SKILLBOX_RECORDS_LOCK_TIMEOUT", "600");
+    let stopped = super::stopped_at(&mut c, "update:decided");
+    let o = b.run(&[
+        "withdraw",
+        &format!("demo@{v1}"),
+        "--reason",
+        "prompt injection",
+        "--json",
+    ]);
+    expect_code(&o, 0);
+    super::resume(stopped.id());
+    let o = finish(&a, stopped);
+    expect_code(&o, 1);
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        all.contains(&format!("demo@{v1} was withdrawn while this update ran")),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!("SELECT COUNT(*) FROM versions WHERE digest = '{v2}'")
+        ),
+        0,
+        "nothing recorded"
+    );
+    assert!(!a.store().join("versions").join(&v2[7..]).exists());
+
+    let o = a.run(&["update", "--json"]);
+    expect_code(&o, 6);
+    let u = &json_of(&o)["updates"][0];
+    assert_eq!(u["digest"], v2.as_str(), "{u}");
+    assert!(
+        u["decision"]["findings"]
+            .to_string()
+            .contains("a person decides the version after a withdrawal"),
+        "{u}"
+    );
+    assert_eq!(a.active("alpha"), None, "moved off v1, onto nothing");
+    a.verify_ok();
+}
+
 /// Two hosts withdraw one version at once: both read it approved, then both write. The first
 /// withdrawal stands (its reason, who, host); the second command succeeds (exit 0) and reports
 /// it as standing (`already_withdrawn`), exactly as a withdraw run after it, and moves its own
