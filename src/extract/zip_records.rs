@@ -21,6 +21,7 @@ const EOCD_SIG: u32 = 0x0605_4b50;
 const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
 const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
 const DESCRIPTOR_SIG: u32 = 0x0807_4b50;
+const UNICODE_PATH_ID: u16 = 0x7075;
 const EOCD_LEN: u64 = 22;
 const ZIP64_LOCATOR_LEN: u64 = 20;
 /// General-purpose flag bits both headers must agree on: encrypted (0), data descriptor (3),
@@ -117,6 +118,37 @@ fn has_zip64_extra(extra: &[u8]) -> bool {
         i += 4 + usize::from(u16_at(extra, i + 2));
     }
     false
+}
+
+/// The Info-ZIP Unicode Path extra field (id 0x7075: version, CRC-32 of the header's name, a
+/// UTF-8 name). A reader that honours it extracts the member under that name, and readers
+/// differ on whether they do: unzip, bsdtar, Python 3.12's zipfile and the zip crate take it
+/// when its CRC matches the header's name (each with its own further conditions: the version,
+/// UTF-8, the crate's "plausible transliteration" rules), Python 3.11's zipfile never does. So
+/// a field naming anything but the header's own name makes one member two names (`notes.txt`
+/// to one tool, `run.sh` to another; `S~1.MD` and `SKILL.md`), whatever its CRC says: the one
+/// such a field may carry is the header's name itself (a UTF-8 name given twice).
+fn unicode_path_agrees(name: &[u8], extra: &[u8]) -> Result<(), Reason> {
+    let mut i = 0;
+    while i + 4 <= extra.len() {
+        let len = usize::from(u16_at(extra, i + 2));
+        if u16_at(extra, i) == UNICODE_PATH_ID {
+            let named = extra.get(i + 4..i + 4 + len).and_then(|b| b.get(5..));
+            if named != Some(name) {
+                return Err(mismatch(
+                    name,
+                    format!(
+                        "its Unicode Path extra field (0x7075) names {:?}, not the header's \
+                         name: unzip and bsdtar extract the member under that name when the \
+                         field's CRC matches, Python 3.11's zipfile never",
+                        display_name(named.unwrap_or_default())
+                    ),
+                ));
+            }
+        }
+        i += 4 + len;
+    }
+    Ok(())
 }
 
 /// Find the end record: the one whose comment reaches exactly the end of the file.
@@ -313,6 +345,7 @@ fn central_directory<R: Read + Seek>(
         let comment_len = u64::from(u16_at(&fixed, 32));
         let var = read_at(r, at + 46, name_len + extra_len, end)?;
         let (name, extra) = var.split_at(name_len as usize);
+        unicode_path_agrees(name, extra)?;
         let c32 = u32_at(&fixed, 20);
         let u32_ = u32_at(&fixed, 24);
         let off32 = u32_at(&fixed, 42);
@@ -439,6 +472,8 @@ fn local_record<R: Read + Seek>(r: &mut R, c: &Central, cd_offset: u64) -> Resul
             ),
         ));
     }
+    // The local header's copy too: a streaming reader sees only this one.
+    unicode_path_agrees(local_name, extra)?;
     let zip64 = has_zip64_extra(extra);
     let wanted = [u32_ == u32::MAX, c32 == u32::MAX, false];
     let z = if zip64 {
@@ -569,6 +604,35 @@ mod tests {
         let mut empty = vec![0u8; 22];
         empty[..4].copy_from_slice(b"PK\x05\x06");
         assert_eq!(check_bytes(&empty), Ok(()));
+    }
+
+    #[test]
+    fn a_unicode_path_field_may_only_repeat_the_header_name() {
+        let field = |named: &[u8], crc: u32| -> Vec<u8> {
+            let mut body = vec![1u8];
+            body.extend_from_slice(&crc.to_le_bytes());
+            body.extend_from_slice(named);
+            let mut out = UNICODE_PATH_ID.to_le_bytes().to_vec();
+            out.extend_from_slice(&(body.len() as u16).to_le_bytes());
+            out.extend_from_slice(&body);
+            out
+        };
+        let name = "caf\u{e9}.md".as_bytes();
+        let mut crc = flate2::Crc::new();
+        crc.update(name);
+        let crc = crc.sum();
+        let code = |extra: &[u8]| unicode_path_agrees(name, extra).map_err(|r| r.code);
+        assert_eq!(code(&field(name, crc)), Ok(()));
+        assert_eq!(code(b""), Ok(()));
+        for (what, extra) in [
+            ("an ASCII spelling", field(b"cafe.md", crc)),
+            ("another case", field("CAF\u{c9}.md".as_bytes(), crc)),
+            ("a stale CRC", field(b"run.sh", crc ^ 1)),
+            ("no name at all", field(b"", crc)),
+            ("a field cut short", field(name, crc)[..7].to_vec()),
+        ] {
+            assert_eq!(code(&extra), Err(ReasonCode::HeaderMismatch), "{what}");
+        }
     }
 
     #[test]

@@ -892,7 +892,45 @@ fn round_two(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         gzip(&t.finish()),
         "exactly 10,000 members in 100 implicit directories, tar.gz",
     );
+    layers_that_agree(c);
     Ok(())
+}
+
+/// Fields of one format's second layer that every tool reads alike, staged as they say.
+fn layers_that_agree(c: &mut Corpus) {
+    // A mode in GNU's base-256 (the top bit of the field's first byte): GNU tar, bsdtar and
+    // Python's tarfile read 0755, so the script is executable there and must be here.
+    let mut t = Tar::new();
+    t.file("SKILL.md", skill_md("pdf-tools"));
+    let script = b"#!/bin/sh\necho run\n";
+    let mut h = super::tarraw::header(
+        b"scripts/run.sh",
+        0o644,
+        script.len() as u64,
+        super::tarraw::REG,
+        b"",
+        super::tarraw::Magic::Gnu,
+    );
+    h[100..108].copy_from_slice(&[0x80, 0, 0, 0, 0, 0, 0x01, 0xed]);
+    super::tarraw::fix_checksum(&mut h);
+    t.block(&h).data(script);
+    c.accept(
+        "tar_mode_base256_exec",
+        "tar",
+        t.finish(),
+        "scripts/run.sh with its mode 0755 in GNU base-256: staged executable, as GNU tar, bsdtar and tarfile extract it",
+    );
+    // A Unicode Path extra field naming the header's own name (a UTF-8 name given twice): one
+    // name to every tool.
+    let name = "references/caf\u{e9}.md";
+    let mut e = Entry::file(name, "caf\u{e9}\n");
+    e.extra = super::hostile::unicode_path_extra(name.as_bytes(), name.as_bytes(), None);
+    c.accept(
+        "zip_unicode_path_same_name",
+        "zip",
+        zip_of(&[Entry::file("SKILL.md", skill_md("pdf-tools")), e]),
+        "a Unicode Path extra field naming exactly the header's UTF-8 name",
+    );
 }
 
 /// 2,000 symlinks, each through the same chain of 39 symlinks to a file, every target 199
