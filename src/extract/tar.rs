@@ -133,6 +133,30 @@ fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
                     "GNU sparse files are not accepted",
                 ));
             }
+            // bsdtar's (libarchive's) own sparse records, the same thing: `SCHILY.realsize`
+            // sets the extracted size (a 35-byte `rm -rf /home/...` staged here is the 8-byte
+            // `rm -rf /` there), `SUN.holesdata` places the data around holes.
+            b"SCHILY.realsize" | b"SUN.holesdata" => {
+                return Err(Reason::new(
+                    ReasonCode::UnsupportedMethod,
+                    format!(
+                        "sparse files are not accepted (PAX record {:?}, which bsdtar honours)",
+                        display_name(ext.key_bytes())
+                    ),
+                ));
+            }
+            // An ACL is a second copy of the permissions, which bsdtar restores (as root, by
+            // default) and this engine does not: `user::rwx` on a 0644 header is an
+            // executable there, an execute bit the review never saw.
+            key if key.starts_with(b"SCHILY.acl.") => {
+                return Err(Reason::new(
+                    ReasonCode::HeaderMismatch,
+                    format!(
+                        "PAX record {:?} is an ACL, which bsdtar restores over the header's mode",
+                        display_name(key)
+                    ),
+                ));
+            }
             b"size" => {
                 let v = std::str::from_utf8(ext.value_bytes())
                     .ok()
@@ -632,6 +656,37 @@ mod tests {
             let r = code(magic, b"docs").expect_err("a prefix tar-rs ignores");
             assert_eq!(r.code, ReasonCode::HeaderMismatch, "{magic:?}");
         }
+    }
+
+    #[test]
+    fn pax_records_only_bsdtar_acts_on_are_refused() {
+        let code = |key: &str, value: &str| {
+            let record = format!(" {key}={value}\n");
+            let mut len = record.len() + 1;
+            if format!("{len}{record}").len() != len {
+                len += 1;
+            }
+            parse_pax(format!("{len}{record}").as_bytes()).map(|_| ())
+        };
+        for (key, value, expected) in [
+            ("SCHILY.realsize", "8", ReasonCode::UnsupportedMethod),
+            (
+                "SUN.holesdata",
+                " 0 10 20 12",
+                ReasonCode::UnsupportedMethod,
+            ),
+            ("SCHILY.acl.access", "user::rwx", ReasonCode::HeaderMismatch),
+            (
+                "SCHILY.acl.ace",
+                "owner@:rwx::allow",
+                ReasonCode::HeaderMismatch,
+            ),
+        ] {
+            let r = code(key, value).expect_err(key);
+            assert_eq!(r.code, expected, "{key}");
+        }
+        assert!(code("SCHILY.xattr.user.note", "hi").is_ok());
+        assert!(code("mtime", "1.5").is_ok());
     }
 
     #[test]

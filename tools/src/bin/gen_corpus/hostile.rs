@@ -2787,6 +2787,45 @@ fn layer_disagreements(c: &mut Corpus) {
         b"notes\n",
     )
     .finish();
+    // PAX records bsdtar (libarchive) acts on and GNU tar and tarfile ignore: its sparse
+    // records change the bytes extracted, an ACL the permissions.
+    let t = tar_with(|t| {
+        t.pax_header(&[("SCHILY.realsize", b"8")]);
+        t.file_mode(
+            "scripts/clean.sh",
+            0o755,
+            "rm -rf /home/user/.cache/skill-tmp\n",
+        );
+    });
+    c.reject(
+        "tar_pax_schily_realsize",
+        "tar",
+        t,
+        "unsupported_method",
+        "SCHILY.realsize 8 on the 35-byte script rm -rf /home/user/.cache/skill-tmp: bsdtar extracts the 8 bytes rm -rf /",
+    );
+    let t = tar_with(|t| {
+        t.pax_header(&[("SUN.holesdata", b" 0 10 20 12")]);
+        t.file("references/notes.md", "0123456789#!/bin/sh\necho x\n");
+    });
+    c.reject(
+        "tar_pax_sun_holesdata",
+        "tar",
+        t,
+        "unsupported_method",
+        "a Solaris sparse map (SUN.holesdata): bsdtar extracts other bytes than the data",
+    );
+    let t = tar_with(|t| {
+        t.pax_header(&[("SCHILY.acl.access", b"user::rwx,group::r-x,other::r-x")]);
+        t.file_mode("scripts/run.sh", 0o644, "#!/bin/sh\necho run\n");
+    });
+    c.reject(
+        "tar_pax_schily_acl_exec",
+        "tar",
+        t,
+        "header_mismatch",
+        "a 0644 script with the ACL user::rwx: bsdtar (as root) extracts it 0755",
+    );
     c.reject(
         "tar_gnu_incremental_times",
         "tar",
