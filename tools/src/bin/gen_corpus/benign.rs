@@ -925,6 +925,31 @@ fn layers_that_agree(c: &mut Corpus) {
     let name = "references/caf\u{e9}.md";
     let mut e = Entry::file(name, "caf\u{e9}\n");
     e.extra = super::hostile::unicode_path_extra(name.as_bytes(), name.as_bytes(), None);
+    // What bsdtar's zip writer (libarchive 3.6.2) writes: each member streamed with a data
+    // descriptor, the local header holding the sizes but a zero CRC, and with `zip:experimental`
+    // an xl field (0x6c78) repeating the central record's system and attributes.
+    let members: Vec<Entry> = [
+        ("SKILL.md", skill_md("pdf-tools").into_bytes(), 0o100_644u32),
+        (
+            "scripts/run.sh",
+            b"#!/bin/sh\necho run\n".to_vec(),
+            0o100_755,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, data, mode)| {
+        let mut e = Entry::file(name, data).mode(mode).flags(FLAG_DESCRIPTOR);
+        e.descriptor_local_sizes = true;
+        e.local_extra = Some(super::hostile::xl_extra(3, mode << 16));
+        e
+    })
+    .collect();
+    c.accept(
+        "zip_bsdtar_writer",
+        "zip",
+        zip_of(&members),
+        "as bsdtar --format zip writes: data descriptors, sizes but no CRC in the local headers, xl fields agreeing with the central directory",
+    );
     c.accept(
         "zip_unicode_path_same_name",
         "zip",

@@ -2692,6 +2692,17 @@ pub fn unicode_path_extra(header_name: &[u8], named: &[u8], crc: Option<u32>) ->
     out
 }
 
+/// libarchive's `xl` extra field (0x6c78) carrying a "version made by" of `system` and the
+/// external attributes `external`, as its writer puts in local headers (`zip:experimental`).
+pub fn xl_extra(system: u8, external: u32) -> Vec<u8> {
+    let mut body = vec![0b101, 10, system];
+    body.extend_from_slice(&external.to_le_bytes());
+    let mut out = 0x6c78u16.to_le_bytes().to_vec();
+    out.extend_from_slice(&u16::try_from(body.len()).unwrap_or(u16::MAX).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
 /// A member with `extra` in both its local and central headers.
 fn with_extra(mut e: Entry, extra: Vec<u8>) -> Entry {
     e.extra = extra;
@@ -2754,6 +2765,30 @@ fn layer_disagreements(c: &mut Corpus) {
         )]),
         "header_mismatch",
         "a Unicode Path field naming run.sh for notes.md, its CRC not the header name's: no tool checked extracts run.sh, but whether one does depends on which checks it makes, so the field may name only the header's name",
+    );
+    // Zip: libarchive's `xl` extra field (0x6c78) in a local header gives bsdtar the member's
+    // type and mode, over the central directory's.
+    let link = Entry::file("references/latest", ESCAPE_REL.trim_end_matches('-')).stored();
+    c.reject(
+        "zip_xl_field_symlink",
+        "zip",
+        zip_with(vec![Entry {
+            local_extra: Some(xl_extra(3, 0o120_777 << 16)),
+            ..link
+        }]),
+        "header_mismatch",
+        "a regular file whose local xl field says S_IFLNK: bsdtar extracts a symlink climbing out of the package",
+    );
+    let script = Entry::file("scripts/run.sh", "#!/bin/sh\necho run\n");
+    c.reject(
+        "zip_xl_field_exec",
+        "zip",
+        zip_with(vec![Entry {
+            local_extra: Some(xl_extra(3, 0o100_755 << 16)),
+            ..script
+        }]),
+        "header_mismatch",
+        "a 0644 script whose local xl field says 0755: bsdtar extracts it executable",
     );
     // Tar: tar-rs joins the ustar prefix to the name only under magic `ustar\0` version `00`;
     // GNU tar and bsdtar under `ustar\0` with any version, Python's tarfile under any magic.
