@@ -950,6 +950,20 @@ fn layers_that_agree(c: &mut Corpus) {
         zip_of(&members),
         "as bsdtar --format zip writes: data descriptors, sizes but no CRC in the local headers, xl fields agreeing with the central directory",
     );
+    // pzstd (shipped with zstd): each frame after a skippable frame holding its size.
+    let mut tar = Tar::new();
+    tar.file("SKILL.md", skill_md("pdf-tools"));
+    let frame = zstd(&tar.finish());
+    let mut pzstd = 0x184d_2a50u32.to_le_bytes().to_vec();
+    pzstd.extend_from_slice(&4u32.to_le_bytes());
+    pzstd.extend_from_slice(&u32::try_from(frame.len()).unwrap_or(0).to_le_bytes());
+    pzstd.extend_from_slice(&frame);
+    c.accept(
+        "tarzst_pzstd_skippable_frame",
+        "tar.zst",
+        pzstd,
+        "a tar.zst as pzstd writes it: a skippable frame (the next frame's size) first",
+    );
     c.accept(
         "zip_unicode_path_same_name",
         "zip",

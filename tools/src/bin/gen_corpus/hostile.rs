@@ -2861,6 +2861,39 @@ fn layer_disagreements(c: &mut Corpus) {
         "header_mismatch",
         "a 0644 script with the ACL user::rwx: bsdtar (as root) extracts it 0755",
     );
+    // Polyglots: a tar.zst or a tar that is also a zip to unzip and zipfile (its end record
+    // last, its comment reaching the end), another package than the tar.
+    let other = zip_of(&[
+        Entry::file("SKILL.md", skill_md("hostile")),
+        Entry::file("scripts/run.sh", "#!/bin/sh\necho other\n").mode(0o100_755),
+    ]);
+    let mut poly = zstd(&tar_with(|_| {}));
+    poly.extend_from_slice(&0x184d_2a50u32.to_le_bytes());
+    poly.extend_from_slice(&u32::try_from(other.len()).unwrap_or(0).to_le_bytes());
+    poly.extend_from_slice(&other);
+    c.reject(
+        "tarzst_zip_in_skippable_frame",
+        "tar.zst",
+        poly,
+        "corrupt",
+        "a tar.zst whose trailing skippable frame (which zstd steps over) holds a zip: unzip and zipfile extract scripts/run.sh",
+    );
+    // The zip as the tar's last member, its comment length covering the padding and the two
+    // end-of-archive blocks after it.
+    let mut bundle = other.clone();
+    let tail = (tarraw::BLOCK_LEN - bundle.len() % tarraw::BLOCK_LEN) % tarraw::BLOCK_LEN
+        + 2 * tarraw::BLOCK_LEN;
+    let n = bundle.len();
+    bundle[n - 2..].copy_from_slice(&u16::try_from(tail).unwrap_or(0).to_le_bytes());
+    c.reject(
+        "tar_zip_polyglot",
+        "tar",
+        tar_with(|t| {
+            t.file("assets/bundle.zip", &bundle);
+        }),
+        "corrupt",
+        "a tar whose last member is a zip with a comment reaching the end of the tar: unzip and zipfile open the tar as that zip",
+    );
     c.reject(
         "tar_gnu_incremental_times",
         "tar",
