@@ -418,7 +418,8 @@ fn members<R: Read>(
                 )
                 .into());
             }
-            if pax_path.is_none() && long_name.is_none() {
+            let named_by_header = pax_path.is_none() && long_name.is_none();
+            if named_by_header {
                 check_prefix(entry.header())
                     .map_err(|r| r.entry(display_name(&entry.path_bytes())))?;
             }
@@ -445,6 +446,19 @@ fn members<R: Read>(
                 .unwrap_or(0o644);
             let link_or_empty = || link.clone().unwrap_or_default();
             let kind = match ty {
+                // A v7 header (type NUL) whose own name ends in `/` is a directory to GNU tar,
+                // bsdtar and tarfile alike (`bsdtar --format v7` writes directories so), and
+                // its data, if any, their next headers: a directory, held to no data below.
+                // Named by a PAX or GNU long-name record, or typed `0`, the tools disagree
+                // (tarfile decides by the header's own name and type NUL only): the sink
+                // refuses the trailing slash on a file.
+                tar::EntryType::Regular
+                    if named_by_header
+                        && entry.header().as_bytes()[156] == 0
+                        && name.ends_with(b"/") =>
+                {
+                    RawKind::Dir
+                }
                 tar::EntryType::Regular | tar::EntryType::Continuous => RawKind::File,
                 tar::EntryType::Directory => RawKind::Dir,
                 tar::EntryType::Symlink => RawKind::Symlink(link_or_empty()),

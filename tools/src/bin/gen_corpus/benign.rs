@@ -950,6 +950,23 @@ fn layers_that_agree(c: &mut Corpus) {
         zip_of(&members),
         "as bsdtar --format zip writes: data descriptors, sizes but no CRC in the local headers, xl fields agreeing with the central directory",
     );
+    // bsdtar --format v7: directories are type-NUL headers named with a trailing slash.
+    let mut t = Tar::new();
+    for (name, mode, data) in [
+        (&b"./"[..], 0o755, &b""[..]),
+        (b"./SKILL.md", 0o644, skill_md("pdf-tools").as_bytes()),
+        (b"./references/", 0o755, b""),
+        (b"./references/guide.md", 0o644, b"guide\n"),
+    ] {
+        let (h, data) = super::hostile::v7_entry(name, mode, data);
+        t.block(&h).data(&data);
+    }
+    c.accept(
+        "tar_v7_directories",
+        "tar",
+        t.finish(),
+        "a v7 tar as bsdtar --format v7 writes it: directories as type-NUL headers named with a trailing slash",
+    );
     // pzstd (shipped with zstd): each frame after a skippable frame holding its size.
     let mut tar = Tar::new();
     tar.file("SKILL.md", skill_md("pdf-tools"));

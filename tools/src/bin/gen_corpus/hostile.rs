@@ -2721,6 +2721,15 @@ fn prefixed(name: &[u8], prefix: &[u8], magic: &[u8; 8], data: &[u8]) -> Tar {
     t
 }
 
+/// A v7 header (no magic) of type NUL named `name`, declaring `data`: how `bsdtar --format v7`
+/// writes a directory (`name` ending in `/`, no data).
+pub fn v7_entry(name: &[u8], mode: u32, data: &[u8]) -> ([u8; tarraw::BLOCK_LEN], Vec<u8>) {
+    let mut h = header(name, mode, data.len() as u64, 0, b"", Magic::Ustar);
+    h[257..tarraw::BLOCK_LEN].fill(0);
+    tarraw::fix_checksum(&mut h);
+    (h, data.to_vec())
+}
+
 /// Two layers of one format naming one member differently: a field the engine's parser does
 /// not act on that GNU tar, bsdtar, unzip or Python's tarfile and zipfile do (each checked
 /// with those tools on these bytes: GNU tar 1.34, bsdtar 3.6.2, UnZip 6.0, Python 3.11).
@@ -2893,6 +2902,18 @@ fn layer_disagreements(c: &mut Corpus) {
         }),
         "corrupt",
         "a tar whose last member is a zip with a comment reaching the end of the tar: unzip and zipfile open the tar as that zip",
+    );
+    // A v7 directory (type NUL, trailing slash) declaring data: GNU tar, bsdtar and tarfile
+    // read the data as their next headers.
+    let (h, data) = v7_entry(b"references/", 0o755, &hidden_member());
+    c.reject(
+        "tar_v7_dir_with_data",
+        "tar",
+        tar_with(|t| {
+            t.block(&h).data(&data);
+        }),
+        "corrupt",
+        "a v7 directory header (type NUL, name references/) declaring data that holds another member (GNU tar, bsdtar and tarfile extract it)",
     );
     c.reject(
         "tar_gnu_incremental_times",
