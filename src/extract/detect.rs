@@ -93,12 +93,18 @@ pub fn is_tar_header(block: &[u8]) -> bool {
     stored == sum && block[0] != 0
 }
 
+/// A zstd skippable frame (magic 0x184D2A50 to 0x184D2A5F, little-endian): every zstd decoder
+/// steps over it. `pzstd` starts its output with one (the size of the frame after it).
+fn zstd_skippable(head: &[u8]) -> bool {
+    head.len() >= 8 && head[0] & 0xf0 == 0x50 && head[1..4] == [0x2a, 0x4d, 0x18]
+}
+
 fn magic(head: &[u8]) -> Magic {
     if head.starts_with(ZIP_LOCAL) || head.starts_with(ZIP_EMPTY) {
         Magic::Zip
     } else if head.starts_with(GZIP) {
         Magic::Gzip
-    } else if head.starts_with(ZSTD) {
+    } else if head.starts_with(ZSTD) || zstd_skippable(head) {
         Magic::Zstd
     } else if is_tar_header(head) {
         Magic::Tar
@@ -210,6 +216,20 @@ pub fn decide(
                 format!(
                     "declared type skill-md, but the bytes are {}",
                     describe(other)
+                ),
+            ));
+        }
+        // Bytes that are a tar, tar.gz or tar.zst and also end with a zip end record whose
+        // comment reaches the end: unzip and Python's zipfile open them as that zip (its prefix
+        // taken for a self-extracting stub), another package than the one read here. A zstd
+        // skippable frame holds one without a decoder noticing, a tar member's data too.
+        (ArtifactType::Archive, Magic::Tar | Magic::Gzip | Magic::Zstd) if ends_with_zip(tail) => {
+            return Err(Reason::new(
+                ReasonCode::Corrupt,
+                format!(
+                    "the bytes are {} and also end with a zip end record: unzip and zipfile \
+                     open them as that zip, another package",
+                    describe(found)
                 ),
             ));
         }
@@ -345,6 +365,29 @@ mod tests {
         assert_eq!(
             d(SkillMd, b"---\n", None, Some("x.tgz")),
             Err(ReasonCode::FormatMismatch)
+        );
+    }
+
+    #[test]
+    fn a_skippable_frame_starts_a_zstd_stream_and_a_trailing_zip_is_refused() {
+        use ArtifactType::*;
+        // pzstd: a skippable frame holding the next frame's size, then the frame.
+        let pzstd = b"\x50\x2a\x4d\x18\x04\x00\x00\x00\x8f\x01\x00\x00\x28\xb5\x2f\xfd";
+        assert_eq!(
+            d(Archive, pzstd, None, Some("x.tar.zst")),
+            Ok(Format::TarZst)
+        );
+        assert_eq!(
+            d(Archive, &pzstd[..6], None, None),
+            Err(ReasonCode::UnsupportedFormat)
+        );
+        // A zstd frame, then a zip (its end record last): a zip to unzip, a tar.zst here.
+        let mut poly = b"\x28\xb5\x2f\xfd....PK\x03\x04....".to_vec();
+        poly.extend_from_slice(b"PK\x05\x06");
+        poly.extend_from_slice(&[0; 18]);
+        assert_eq!(
+            decide(Archive, &poly, &poly, None, None).map_err(|r| r.code),
+            Err(ReasonCode::Corrupt)
         );
     }
 

@@ -133,6 +133,30 @@ fn parse_pax(data: &[u8]) -> Result<Pax, Reason> {
                     "GNU sparse files are not accepted",
                 ));
             }
+            // bsdtar's (libarchive's) own sparse records, the same thing: `SCHILY.realsize`
+            // sets the extracted size (a 35-byte `rm -rf /home/...` staged here is the 8-byte
+            // `rm -rf /` there), `SUN.holesdata` places the data around holes.
+            b"SCHILY.realsize" | b"SUN.holesdata" => {
+                return Err(Reason::new(
+                    ReasonCode::UnsupportedMethod,
+                    format!(
+                        "sparse files are not accepted (PAX record {:?}, which bsdtar honours)",
+                        display_name(ext.key_bytes())
+                    ),
+                ));
+            }
+            // An ACL is a second copy of the permissions, which bsdtar restores (as root, by
+            // default) and this engine does not: `user::rwx` on a 0644 header is an
+            // executable there, an execute bit the review never saw.
+            key if key.starts_with(b"SCHILY.acl.") => {
+                return Err(Reason::new(
+                    ReasonCode::HeaderMismatch,
+                    format!(
+                        "PAX record {:?} is an ACL, which bsdtar restores over the header's mode",
+                        display_name(key)
+                    ),
+                ));
+            }
             b"size" => {
                 let v = std::str::from_utf8(ext.value_bytes())
                     .ok()
@@ -174,6 +198,49 @@ fn plain_number(field: &[u8]) -> bool {
         .position(|b| !(b'0'..=b'7').contains(b))
         .map_or(field.len(), |i| start + i);
     field[digits..].iter().all(|b| matches!(b, 0 | b' '))
+}
+
+/// The permission bits of a header's mode field: octal as tar-rs reads it, or GNU's positive
+/// base-256 (which [`check_numbers`] admits and tar-rs does not decode: GNU tar, bsdtar and
+/// Python's tarfile do, so a base-256 `0755` is an executable there). `None` for a field with
+/// no digits (all NULs or spaces), which those tools read as 0.
+fn header_mode(header: &tar::Header) -> Result<Option<u32>, Reason> {
+    let field = &header.as_bytes()[100..108];
+    if field[0] == 0x80 {
+        let value = field[1..]
+            .iter()
+            .fold(0u64, |v, b| (v << 8) | u64::from(*b));
+        return u32::try_from(value).map(Some).map_err(|_| {
+            Reason::new(
+                ReasonCode::Corrupt,
+                "the header's base-256 mode is out of range",
+            )
+        });
+    }
+    Ok(header.mode().ok())
+}
+
+/// Refuse a member whose header holds a ustar `prefix` (bytes 345..500) that tar-rs does not
+/// apply: it joins prefix and name only under the POSIX magic `ustar\0` and version `00`.
+/// GNU tar and bsdtar join them under `ustar\0` with any version, and Python's tarfile joins
+/// them under any magic (GNU's, v7's none), so such a member is `docs/notes.txt` there and
+/// `notes.txt` here (`../x` or `/x` there too). GNU tar writes times into that field of its own
+/// headers with `--incremental`: tarfile reads those as a directory. A PAX `path` or GNU long
+/// name replaces both fields in every tool, so only a member named by its header is checked.
+fn check_prefix(header: &tar::Header) -> Result<(), Reason> {
+    let b = header.as_bytes();
+    let posix = &b[257..263] == b"ustar\0" && &b[263..265] == b"00";
+    if posix || b[345] == 0 {
+        return Ok(());
+    }
+    Err(Reason::new(
+        ReasonCode::HeaderMismatch,
+        format!(
+            "the header's prefix field holds {:?}, which GNU tar, bsdtar or Python's tarfile put \
+             before its name and this reader (the header is not POSIX ustar) does not",
+            display_name(b[345..500].split(|c| *c == 0).next().unwrap_or_default())
+        ),
+    ))
 }
 
 /// Refuse a global PAX header carrying a record that changes what a member is: its name,
@@ -351,6 +418,11 @@ fn members<R: Read>(
                 )
                 .into());
             }
+            let named_by_header = pax_path.is_none() && long_name.is_none();
+            if named_by_header {
+                check_prefix(entry.header())
+                    .map_err(|r| r.entry(display_name(&entry.path_bytes())))?;
+            }
             let name = pax_path
                 .or_else(|| long_name.take())
                 .unwrap_or_else(|| entry.path_bytes().into_owned());
@@ -369,9 +441,24 @@ fn members<R: Read>(
                 .entry(display_name(&name))
                 .into());
             }
-            let mode = entry.header().mode().unwrap_or(0o644);
+            let mode = header_mode(entry.header())
+                .map_err(|r| r.entry(display_name(&name)))?
+                .unwrap_or(0o644);
             let link_or_empty = || link.clone().unwrap_or_default();
             let kind = match ty {
+                // A v7 header (type NUL) whose own name ends in `/` is a directory to GNU tar,
+                // bsdtar and tarfile alike (`bsdtar --format v7` writes directories so), and
+                // its data, if any, their next headers: a directory, held to no data below.
+                // Named by a PAX or GNU long-name record, or typed `0`, the tools disagree
+                // (tarfile decides by the header's own name and type NUL only): the sink
+                // refuses the trailing slash on a file.
+                tar::EntryType::Regular
+                    if named_by_header
+                        && entry.header().as_bytes()[156] == 0
+                        && name.ends_with(b"/") =>
+                {
+                    RawKind::Dir
+                }
                 tar::EntryType::Regular | tar::EntryType::Continuous => RawKind::File,
                 tar::EntryType::Directory => RawKind::Dir,
                 tar::EntryType::Symlink => RawKind::Symlink(link_or_empty()),
@@ -559,6 +646,75 @@ mod tests {
             .read_to_end(&mut out)
             .map_err(|e| classify(&e, None))?;
         Ok(out)
+    }
+
+    /// A regular-file header named `notes.md` with `magic` (bytes 257..265) and `prefix`.
+    fn header_with(magic: &[u8; 8], prefix: &[u8]) -> tar::Header {
+        let mut h = tar::Header::new_old();
+        h.set_path("notes.md").expect("name");
+        h.set_size(0);
+        h.set_mode(0o644);
+        let b = h.as_mut_bytes();
+        b[257..265].copy_from_slice(magic);
+        b[345..345 + prefix.len()].copy_from_slice(prefix);
+        h
+    }
+
+    #[test]
+    fn a_prefix_this_parser_ignores_is_refused() {
+        let code = |magic: &[u8; 8], prefix: &[u8]| check_prefix(&header_with(magic, prefix));
+        // POSIX ustar: tar-rs joins prefix and name as every tool does.
+        assert!(code(b"ustar\x0000", b"docs").is_ok());
+        for magic in [b"ustar\0\0\0", b"ustar\0  ", b"ustar  \0", &[0u8; 8]] {
+            assert!(code(magic, b"").is_ok(), "{magic:?} without a prefix");
+            let r = code(magic, b"docs").expect_err("a prefix tar-rs ignores");
+            assert_eq!(r.code, ReasonCode::HeaderMismatch, "{magic:?}");
+        }
+    }
+
+    #[test]
+    fn pax_records_only_bsdtar_acts_on_are_refused() {
+        let code = |key: &str, value: &str| {
+            let record = format!(" {key}={value}\n");
+            let mut len = record.len() + 1;
+            if format!("{len}{record}").len() != len {
+                len += 1;
+            }
+            parse_pax(format!("{len}{record}").as_bytes()).map(|_| ())
+        };
+        for (key, value, expected) in [
+            ("SCHILY.realsize", "8", ReasonCode::UnsupportedMethod),
+            (
+                "SUN.holesdata",
+                " 0 10 20 12",
+                ReasonCode::UnsupportedMethod,
+            ),
+            ("SCHILY.acl.access", "user::rwx", ReasonCode::HeaderMismatch),
+            (
+                "SCHILY.acl.ace",
+                "owner@:rwx::allow",
+                ReasonCode::HeaderMismatch,
+            ),
+        ] {
+            let r = code(key, value).expect_err(key);
+            assert_eq!(r.code, expected, "{key}");
+        }
+        assert!(code("SCHILY.xattr.user.note", "hi").is_ok());
+        assert!(code("mtime", "1.5").is_ok());
+    }
+
+    #[test]
+    fn a_base_256_mode_is_read_as_other_tools_read_it() {
+        let mut h = header_with(b"ustar  \0", b"");
+        h.as_mut_bytes()[100..108].copy_from_slice(&[0x80, 0, 0, 0, 0, 0, 0x01, 0xed]);
+        assert_eq!(header_mode(&h).expect("in range"), Some(0o755));
+        h.as_mut_bytes()[100..108].copy_from_slice(&[0x80, 0, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            header_mode(&h).map_err(|r| r.code),
+            Err(ReasonCode::Corrupt)
+        );
+        h.as_mut_bytes()[100..108].copy_from_slice(b"0000755\0");
+        assert_eq!(header_mode(&h).expect("octal"), Some(0o755));
     }
 
     #[test]

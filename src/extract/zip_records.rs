@@ -21,6 +21,8 @@ const EOCD_SIG: u32 = 0x0605_4b50;
 const ZIP64_EOCD_SIG: u32 = 0x0606_4b50;
 const ZIP64_LOCATOR_SIG: u32 = 0x0706_4b50;
 const DESCRIPTOR_SIG: u32 = 0x0807_4b50;
+const UNICODE_PATH_ID: u16 = 0x7075;
+const XL_ID: u16 = 0x6c78;
 const EOCD_LEN: u64 = 22;
 const ZIP64_LOCATOR_LEN: u64 = 20;
 /// General-purpose flag bits both headers must agree on: encrypted (0), data descriptor (3),
@@ -37,6 +39,10 @@ struct Central {
     compressed: u64,
     uncompressed: u64,
     offset: u64,
+    /// The system that made it (the high byte of "version made by"): how `external` is read.
+    system: u8,
+    /// External file attributes (a Unix made-by puts `st_mode` in the high half).
+    external: u32,
 }
 
 fn corrupt(detail: impl Into<String>) -> Reason {
@@ -117,6 +123,106 @@ fn has_zip64_extra(extra: &[u8]) -> bool {
         i += 4 + usize::from(u16_at(extra, i + 2));
     }
     false
+}
+
+/// The Info-ZIP Unicode Path extra field (id 0x7075: version, CRC-32 of the header's name, a
+/// UTF-8 name). A reader that honours it extracts the member under that name, and readers
+/// differ on whether they do: unzip, bsdtar, Python 3.12's zipfile and the zip crate take it
+/// when its CRC matches the header's name (each with its own further conditions: the version,
+/// UTF-8, the crate's "plausible transliteration" rules), Python 3.11's zipfile never does. So
+/// a field naming anything but the header's own name makes one member two names (`notes.txt`
+/// to one tool, `run.sh` to another; `S~1.MD` and `SKILL.md`), whatever its CRC says: the one
+/// such a field may carry is the header's name itself (a UTF-8 name given twice).
+fn unicode_path_agrees(name: &[u8], extra: &[u8]) -> Result<(), Reason> {
+    let mut i = 0;
+    while i + 4 <= extra.len() {
+        let len = usize::from(u16_at(extra, i + 2));
+        if u16_at(extra, i) == UNICODE_PATH_ID {
+            let named = extra.get(i + 4..i + 4 + len).and_then(|b| b.get(5..));
+            if named != Some(name) {
+                return Err(mismatch(
+                    name,
+                    format!(
+                        "its Unicode Path extra field (0x7075) names {:?}, not the header's \
+                         name: unzip and bsdtar extract the member under that name when the \
+                         field's CRC matches, Python 3.11's zipfile never",
+                        display_name(named.unwrap_or_default())
+                    ),
+                ));
+            }
+        }
+        i += 4 + len;
+    }
+    Ok(())
+}
+
+/// libarchive's experimental `xl` extra field (0x6c78): a bitmap, then the "version made by"
+/// (bit 0), internal (bit 1) and external (bit 2) attributes, so that a local header can carry
+/// the type and mode a streaming reader otherwise lacks. bsdtar takes the local header's copy
+/// over the central directory's even when it reads the directory: a regular file here with an
+/// `xl` mode of S_IFLNK is a symlink there (`lnk -> ../../../etc/passwd`), a 0644 one with 0755
+/// an executable. So what the field says must be what the central record says: the same
+/// system (`system`, the one libarchive reads the attributes by when the field names none) and
+/// the same attributes as the central record's (`central_system`, `external`).
+fn attributes_agree(
+    name: &[u8],
+    extra: &[u8],
+    system: u8,
+    central_system: u8,
+    external: u32,
+) -> Result<(), Reason> {
+    let disagree = |what: &str| {
+        mismatch(
+            name,
+            format!(
+                "its xl extra field (0x6c78) {what}: bsdtar takes the member's type and mode from \
+                 it"
+            ),
+        )
+    };
+    let mut i = 0;
+    while i + 4 <= extra.len() {
+        let len = usize::from(u16_at(extra, i + 2));
+        if u16_at(extra, i) == XL_ID {
+            let Some(body) = extra.get(i + 4..i + 4 + len) else {
+                return Err(disagree("is cut short"));
+            };
+            if let Some((&bitmap, mut rest)) = body.split_first() {
+                let mut system = system;
+                if bitmap & 1 != 0 {
+                    let Some(([_, made_by], tail)) = rest.split_first_chunk::<2>() else {
+                        return Err(disagree("is cut short"));
+                    };
+                    system = *made_by;
+                    rest = tail;
+                }
+                if bitmap & 2 != 0 {
+                    let Some((_, tail)) = rest.split_first_chunk::<2>() else {
+                        return Err(disagree("is cut short"));
+                    };
+                    rest = tail;
+                }
+                if bitmap & 4 != 0 {
+                    let Some((attrs, _)) = rest.split_first_chunk::<4>() else {
+                        return Err(disagree("is cut short"));
+                    };
+                    if u32::from_le_bytes(*attrs) != external || system != central_system {
+                        return Err(disagree(&format!(
+                            "gives attributes {:#010x} made by system {system}, the central \
+                             directory {external:#010x} made by system {central_system}",
+                            u32::from_le_bytes(*attrs)
+                        )));
+                    }
+                } else if bitmap & 1 != 0 && system != central_system {
+                    return Err(disagree(&format!(
+                        "names system {system}, the central directory {central_system}"
+                    )));
+                }
+            }
+        }
+        i += 4 + len;
+    }
+    Ok(())
 }
 
 /// Find the end record: the one whose comment reaches exactly the end of the file.
@@ -313,6 +419,8 @@ fn central_directory<R: Read + Seek>(
         let comment_len = u64::from(u16_at(&fixed, 32));
         let var = read_at(r, at + 46, name_len + extra_len, end)?;
         let (name, extra) = var.split_at(name_len as usize);
+        unicode_path_agrees(name, extra)?;
+        attributes_agree(name, extra, fixed[5], fixed[5], u32_at(&fixed, 38))?;
         let c32 = u32_at(&fixed, 20);
         let u32_ = u32_at(&fixed, 24);
         let off32 = u32_at(&fixed, 42);
@@ -339,6 +447,8 @@ fn central_directory<R: Read + Seek>(
             uncompressed: z[0].unwrap_or(u64::from(u32_)),
             compressed: z[1].unwrap_or(u64::from(c32)),
             offset: z[2].unwrap_or(u64::from(off32)),
+            system: fixed[5],
+            external: u32_at(&fixed, 38),
         });
         at += 46 + name_len + extra_len + comment_len;
     }
@@ -439,6 +549,11 @@ fn local_record<R: Read + Seek>(r: &mut R, c: &Central, cd_offset: u64) -> Resul
             ),
         ));
     }
+    // The local header's copy too: a streaming reader sees only this one.
+    unicode_path_agrees(local_name, extra)?;
+    // libarchive reads a local `xl` field's attributes by the system in the local header's
+    // "version needed" (its high byte) unless the field names one.
+    attributes_agree(name, extra, fixed[5], c.system, c.external)?;
     let zip64 = has_zip64_extra(extra);
     let wanted = [u32_ == u32::MAX, c32 == u32::MAX, false];
     let z = if zip64 {
@@ -449,10 +564,14 @@ fn local_record<R: Read + Seek>(r: &mut R, c: &Central, cd_offset: u64) -> Resul
     let local_u = z[0].unwrap_or(u64::from(u32_));
     let local_c = z[1].unwrap_or(u64::from(c32));
     let descriptor = flags & FLAG_DESCRIPTOR != 0;
-    let zeroes = crc == 0 && local_c == 0 && local_u == 0;
-    let agrees = crc == c.crc && local_c == c.compressed && local_u == c.uncompressed;
-    // With a data descriptor the local copies may be zero (APPNOTE 4.4.4); if set, they count.
-    if !(agrees || descriptor && zeroes) {
+    // With a data descriptor the local copies may be zero (APPNOTE 4.4.4: the descriptor after
+    // the data holds them, and must agree too); each one that is set counts. libarchive's
+    // writer (bsdtar) sets the sizes it knows before the data and leaves the CRC zero.
+    let agrees = |local: u64, central: u64| local == central || descriptor && local == 0;
+    if !(agrees(u64::from(crc), u64::from(c.crc))
+        && agrees(local_c, c.compressed)
+        && agrees(local_u, c.uncompressed))
+    {
         return Err(mismatch(
             name,
             format!(
@@ -569,6 +688,94 @@ mod tests {
         let mut empty = vec![0u8; 22];
         empty[..4].copy_from_slice(b"PK\x05\x06");
         assert_eq!(check_bytes(&empty), Ok(()));
+    }
+
+    #[test]
+    fn a_unicode_path_field_may_only_repeat_the_header_name() {
+        let field = |named: &[u8], crc: u32| -> Vec<u8> {
+            let mut body = vec![1u8];
+            body.extend_from_slice(&crc.to_le_bytes());
+            body.extend_from_slice(named);
+            let mut out = UNICODE_PATH_ID.to_le_bytes().to_vec();
+            out.extend_from_slice(&(body.len() as u16).to_le_bytes());
+            out.extend_from_slice(&body);
+            out
+        };
+        let name = "caf\u{e9}.md".as_bytes();
+        let mut crc = flate2::Crc::new();
+        crc.update(name);
+        let crc = crc.sum();
+        let code = |extra: &[u8]| unicode_path_agrees(name, extra).map_err(|r| r.code);
+        assert_eq!(code(&field(name, crc)), Ok(()));
+        assert_eq!(code(b""), Ok(()));
+        for (what, extra) in [
+            ("an ASCII spelling", field(b"cafe.md", crc)),
+            ("another case", field("CAF\u{c9}.md".as_bytes(), crc)),
+            ("a stale CRC", field(b"run.sh", crc ^ 1)),
+            ("no name at all", field(b"", crc)),
+            ("a field cut short", field(name, crc)[..7].to_vec()),
+        ] {
+            assert_eq!(code(&extra), Err(ReasonCode::HeaderMismatch), "{what}");
+        }
+    }
+
+    #[test]
+    fn an_xl_field_must_repeat_the_central_type_and_mode() {
+        let xl = |bitmap: u8, system: u8, external: u32| -> Vec<u8> {
+            let mut body = vec![bitmap];
+            if bitmap & 1 != 0 {
+                body.extend_from_slice(&[10, system]);
+            }
+            if bitmap & 2 != 0 {
+                body.extend_from_slice(&[0, 0]);
+            }
+            if bitmap & 4 != 0 {
+                body.extend_from_slice(&external.to_le_bytes());
+            }
+            let mut out = XL_ID.to_le_bytes().to_vec();
+            out.extend_from_slice(&(body.len() as u16).to_le_bytes());
+            out.extend_from_slice(&body);
+            out
+        };
+        let file = 0o100_644 << 16;
+        // Local header made by DOS (0), central record by Unix (3), as a real writer may.
+        let code = |extra: &[u8], local_system: u8| {
+            attributes_agree(b"f", extra, local_system, 3, file).map_err(|r| r.code)
+        };
+        assert_eq!(code(&xl(0b111, 3, file), 0), Ok(()), "libarchive's own");
+        assert_eq!(code(&xl(0b100, 3, file), 3), Ok(()));
+        assert_eq!(code(&xl(0b001, 3, 0), 0), Ok(()));
+        for (what, extra, local_system) in [
+            ("a symlink", xl(0b101, 3, 0o120_777 << 16), 0),
+            ("an executable", xl(0b100, 3, 0o100_755 << 16), 3),
+            ("read by another system", xl(0b100, 0, file), 0),
+            ("another system named", xl(0b001, 0, 0), 3),
+            ("cut short", xl(0b101, 3, file)[..7].to_vec(), 3),
+        ] {
+            let r = code(&extra, local_system);
+            assert_eq!(r, Err(ReasonCode::HeaderMismatch), "{what}");
+        }
+    }
+
+    #[test]
+    fn local_copies_left_zero_under_a_descriptor_may_be_some_of_them() {
+        // The zip crate's streaming writer: a signed descriptor after each member, zeros before.
+        let z = library_zip(true, false, "");
+        assert_eq!(check_bytes(&z), Ok(()));
+        // libarchive's writer sets the local sizes and leaves only the CRC zero.
+        let at = 0;
+        assert_eq!(u16_at(&z, at + 6) & FLAG_DESCRIPTOR, FLAG_DESCRIPTOR);
+        let end = z
+            .windows(4)
+            .position(|w| w == DESCRIPTOR_SIG.to_le_bytes())
+            .unwrap_or_else(|| panic!("no data descriptor written"));
+        let sizes = z[end + 8..end + 16].to_vec();
+        let mut sized = z.clone();
+        sized[at + 18..at + 26].copy_from_slice(&sizes);
+        assert_eq!(check_bytes(&sized), Ok(()));
+        // A set copy still counts: one byte off is a mismatch.
+        sized[at + 22] ^= 1;
+        assert_eq!(check_bytes(&sized), Err(ReasonCode::HeaderMismatch));
     }
 
     #[test]

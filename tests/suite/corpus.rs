@@ -542,6 +542,11 @@ fn case_specific(case: &Case, artifact: &[u8], entries: &[Value]) -> Vec<String>
             ),
         }
     }
+    // GNU tar, bsdtar and tarfile read a base-256 mode: the script is executable there.
+    if name.contains("mode_base256") && !find("scripts/run.sh").is_some_and(|e| e["mode"] == "0755")
+    {
+        bad.push("scripts/run.sh (mode 0755 in base-256) not staged 0755".to_owned());
+    }
     if find("scripts/extract.sh").is_some_and(|e| !has_flag(e, "script")) {
         bad.push("scripts/extract.sh not flagged script".to_owned());
     }

@@ -892,7 +892,101 @@ fn round_two(c: &mut Corpus) -> Result<(), Box<dyn Error>> {
         gzip(&t.finish()),
         "exactly 10,000 members in 100 implicit directories, tar.gz",
     );
+    layers_that_agree(c);
     Ok(())
+}
+
+/// Fields of one format's second layer that every tool reads alike, staged as they say.
+fn layers_that_agree(c: &mut Corpus) {
+    // A mode in GNU's base-256 (the top bit of the field's first byte): GNU tar, bsdtar and
+    // Python's tarfile read 0755, so the script is executable there and must be here.
+    let mut t = Tar::new();
+    t.file("SKILL.md", skill_md("pdf-tools"));
+    let script = b"#!/bin/sh\necho run\n";
+    let mut h = super::tarraw::header(
+        b"scripts/run.sh",
+        0o644,
+        script.len() as u64,
+        super::tarraw::REG,
+        b"",
+        super::tarraw::Magic::Gnu,
+    );
+    h[100..108].copy_from_slice(&[0x80, 0, 0, 0, 0, 0, 0x01, 0xed]);
+    super::tarraw::fix_checksum(&mut h);
+    t.block(&h).data(script);
+    c.accept(
+        "tar_mode_base256_exec",
+        "tar",
+        t.finish(),
+        "scripts/run.sh with its mode 0755 in GNU base-256: staged executable, as GNU tar, bsdtar and tarfile extract it",
+    );
+    // A Unicode Path extra field naming the header's own name (a UTF-8 name given twice): one
+    // name to every tool.
+    let name = "references/caf\u{e9}.md";
+    let mut e = Entry::file(name, "caf\u{e9}\n");
+    e.extra = super::hostile::unicode_path_extra(name.as_bytes(), name.as_bytes(), None);
+    // What bsdtar's zip writer (libarchive 3.6.2) writes: each member streamed with a data
+    // descriptor, the local header holding the sizes but a zero CRC, and with `zip:experimental`
+    // an xl field (0x6c78) repeating the central record's system and attributes.
+    let members: Vec<Entry> = [
+        ("SKILL.md", skill_md("pdf-tools").into_bytes(), 0o100_644u32),
+        (
+            "scripts/run.sh",
+            b"#!/bin/sh\necho run\n".to_vec(),
+            0o100_755,
+        ),
+    ]
+    .into_iter()
+    .map(|(name, data, mode)| {
+        let mut e = Entry::file(name, data).mode(mode).flags(FLAG_DESCRIPTOR);
+        e.descriptor_local_sizes = true;
+        e.local_extra = Some(super::hostile::xl_extra(3, mode << 16));
+        e
+    })
+    .collect();
+    c.accept(
+        "zip_bsdtar_writer",
+        "zip",
+        zip_of(&members),
+        "as bsdtar --format zip writes: data descriptors, sizes but no CRC in the local headers, xl fields agreeing with the central directory",
+    );
+    // bsdtar --format v7: directories are type-NUL headers named with a trailing slash.
+    let mut t = Tar::new();
+    for (name, mode, data) in [
+        (&b"./"[..], 0o755, &b""[..]),
+        (b"./SKILL.md", 0o644, skill_md("pdf-tools").as_bytes()),
+        (b"./references/", 0o755, b""),
+        (b"./references/guide.md", 0o644, b"guide\n"),
+    ] {
+        let (h, data) = super::hostile::v7_entry(name, mode, data);
+        t.block(&h).data(&data);
+    }
+    c.accept(
+        "tar_v7_directories",
+        "tar",
+        t.finish(),
+        "a v7 tar as bsdtar --format v7 writes it: directories as type-NUL headers named with a trailing slash",
+    );
+    // pzstd (shipped with zstd): each frame after a skippable frame holding its size.
+    let mut tar = Tar::new();
+    tar.file("SKILL.md", skill_md("pdf-tools"));
+    let frame = zstd(&tar.finish());
+    let mut pzstd = 0x184d_2a50u32.to_le_bytes().to_vec();
+    pzstd.extend_from_slice(&4u32.to_le_bytes());
+    pzstd.extend_from_slice(&u32::try_from(frame.len()).unwrap_or(0).to_le_bytes());
+    pzstd.extend_from_slice(&frame);
+    c.accept(
+        "tarzst_pzstd_skippable_frame",
+        "tar.zst",
+        pzstd,
+        "a tar.zst as pzstd writes it: a skippable frame (the next frame's size) first",
+    );
+    c.accept(
+        "zip_unicode_path_same_name",
+        "zip",
+        zip_of(&[Entry::file("SKILL.md", skill_md("pdf-tools")), e]),
+        "a Unicode Path extra field naming exactly the header's UTF-8 name",
+    );
 }
 
 /// 2,000 symlinks, each through the same chain of 39 symlinks to a file, every target 199

@@ -74,6 +74,11 @@ pub struct Entry {
     pub descriptor: Option<[u32; 3]>,
     /// Write the data descriptor without its optional signature (APPNOTE 4.3.9.3).
     pub descriptor_unsigned: bool,
+    /// Extra fields of the local header only (the central record keeps `extra`).
+    pub local_extra: Option<Vec<u8>>,
+    /// With a data descriptor, write the sizes in the local header too and only the CRC as zero
+    /// (as libarchive's writer does).
+    pub descriptor_local_sizes: bool,
 }
 
 impl Entry {
@@ -93,6 +98,8 @@ impl Entry {
             local_compressed_size: None,
             descriptor: None,
             descriptor_unsigned: false,
+            local_extra: None,
+            descriptor_local_sizes: false,
         }
     }
 
@@ -163,7 +170,7 @@ impl Entry {
     /// Length of the local file header alone (fixed part, name, extra).
     pub fn local_header_len(&self) -> u32 {
         let name = self.local_name.as_ref().unwrap_or(&self.name);
-        30 + len32(name) + len32(&self.extra)
+        30 + len32(name) + len32(self.local_extra.as_ref().unwrap_or(&self.extra))
     }
 
     /// Local file header + payload (+ data descriptor when flagged).
@@ -172,6 +179,7 @@ impl Entry {
         let flags = self.effective_flags();
         let descriptor = flags & FLAG_DESCRIPTOR != 0;
         let name = self.local_name.as_ref().unwrap_or(&self.name);
+        let extra = self.local_extra.as_ref().unwrap_or(&self.extra);
         let mut out = Vec::new();
         put32(&mut out, LOCAL_SIG);
         put16(&mut out, VERSION_NEEDED);
@@ -179,7 +187,11 @@ impl Entry {
         put16(&mut out, self.local_method.unwrap_or(self.method));
         put16(&mut out, 0);
         put16(&mut out, DOS_DATE_1980_01_01);
-        if descriptor {
+        if descriptor && self.descriptor_local_sizes {
+            put32(&mut out, 0);
+            put32(&mut out, f.compressed_size);
+            put32(&mut out, f.uncompressed_size);
+        } else if descriptor {
             // APPNOTE 4.4.4 bit 3: CRC and sizes are zero here and follow the data.
             put32(&mut out, 0);
             put32(&mut out, 0);
@@ -193,9 +205,9 @@ impl Entry {
             put32(&mut out, f.uncompressed_size);
         }
         put16(&mut out, len16(name));
-        put16(&mut out, len16(&self.extra));
+        put16(&mut out, len16(extra));
         out.extend_from_slice(name);
-        out.extend_from_slice(&self.extra);
+        out.extend_from_slice(extra);
         out.extend_from_slice(&f.payload);
         if descriptor {
             let [crc, cs, us] =
