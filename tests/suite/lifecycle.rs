@@ -1100,6 +1100,28 @@ impl Drop for Mounted {
     }
 }
 
+/// `w`'s store on a tmpfs of its own of `size` (`16m`), so a test can make its filesystem
+/// read-only or full; unmounted when the guard goes. `None`, said loudly, when not root (`what`
+/// names what the test then lacks); CI runs as root.
+fn store_on_tmpfs(w: &World, size: &str, what: &str) -> Option<Mounted> {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("NOTE: not root, so no {what}; CI runs this as root");
+        return None;
+    }
+    let store = w.store();
+    std::fs::create_dir(&store).expect("mkdir store");
+    let options = format!("mode=0700,size={size}");
+    mount(&[
+        "-t",
+        "tmpfs",
+        "-o",
+        &options,
+        "tmpfs",
+        store.to_str().expect("utf-8"),
+    ]);
+    Some(Mounted(store))
+}
+
 fn mount(args: &[&str]) {
     let o = Command::new("mount")
         .args(args)
@@ -1113,16 +1135,11 @@ fn mount(args: &[&str]) {
 /// and the same command works.
 #[test]
 fn a_store_on_a_read_only_filesystem_is_an_operational_error() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("NOTE: not root, so no filesystem to remount read-only; CI runs this as root");
-        return;
-    }
     let w = World::new();
-    let store = w.store();
-    std::fs::create_dir(&store).expect("mkdir store");
-    let target = store.to_str().expect("utf-8").to_owned();
-    mount(&["-t", "tmpfs", "-o", "mode=0700,size=64m", "tmpfs", &target]);
-    let _guard = Mounted(store.clone());
+    let Some(store) = store_on_tmpfs(&w, "64m", "filesystem to remount read-only") else {
+        return;
+    };
+    let target = store.0.to_str().expect("utf-8").to_owned();
 
     let v1 = w.publish("demo", &package(1));
     expect_code(&w.install(&["alpha"]), 0);
@@ -1185,16 +1202,11 @@ fn fill(dir: &Path) -> PathBuf {
 /// live for every agent of the host.)
 #[test]
 fn a_version_is_contained_on_a_full_filesystem() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("NOTE: not root, so no tmpfs to fill; CI runs this as root");
-        return;
-    }
     let w = World::new();
-    let store = w.store();
-    std::fs::create_dir(&store).expect("mkdir store");
-    let target = store.to_str().expect("utf-8").to_owned();
-    mount(&["-t", "tmpfs", "-o", "mode=0700,size=16m", "tmpfs", &target]);
-    let _guard = Mounted(store.clone());
+    let Some(mounted) = store_on_tmpfs(&w, "16m", "tmpfs to fill") else {
+        return;
+    };
+    let store = mounted.0.clone();
 
     let v1 = w.publish("demo", &package(1));
     expect_code(&w.install(&["alpha", "beta"]), 0);
