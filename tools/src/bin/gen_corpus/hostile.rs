@@ -2826,7 +2826,7 @@ fn layer_disagreements(c: &mut Corpus) {
     // What GNU tar itself writes with --incremental: atime and ctime in the prefix field.
     let bytes = prefixed(
         b"notes.md",
-        b"15305323010\015305323010\0",
+        b"15305323010\x0015305323010\0",
         b"ustar  \0",
         b"notes\n",
     )
