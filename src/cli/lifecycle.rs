@@ -67,7 +67,7 @@ const EXIT_CODES_HELP: &str = exit_codes_help!("withdrawn");
 
 /// `status`: 9 says a withdrawal is not contained yet, for a script asking just that.
 const STATUS_EXIT_CODES_HELP: &str = exit_codes_help!(
-    "a withdrawn version is still on an agent of some host (STILL ON; withdrawn_in_use with a non-empty still_on in --json): not contained yet; everything is printed first, --json in full"
+    "a withdrawn version is still on an agent of some host (STILL ON; withdrawn_in_use with a non-empty still_on in --json): not contained yet; or a withdrawal made here with --local that the records lost, or that was never written (WITHDRAWAL LOST, WITHDRAWAL NOT WRITTEN); everything is printed first, --json in full"
 );
 
 fn exit_of(kind: Kind) -> u8 {
@@ -880,6 +880,9 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         println!("    STILL ON {}", host_agents(&w.still_on));
                     }
                 }
+                for m in &s.agent_dirs_missing {
+                    println!("  {}", shown(m));
+                }
                 if !s.quarantined.is_empty() {
                     println!("quarantined  {}", s.quarantined.len());
                     for q in &s.quarantined {
@@ -904,6 +907,12 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                         println!("  {}", shown(p));
                     }
                 }
+                if !s.withdrawals_unwritten.is_empty() {
+                    println!("WITHDRAWAL NOT WRITTEN  {}", s.withdrawals_unwritten.len());
+                    for l in &s.withdrawals_unwritten {
+                        println!("  {}", shown(l));
+                    }
+                }
                 if !s.withdrawals_lost.is_empty() {
                     println!("WITHDRAWAL LOST  {}", s.withdrawals_lost.len());
                     for l in &s.withdrawals_lost {
@@ -919,10 +928,12 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             }
             // Printed in full first: a script asking "is it contained?" reads the status code,
             // and the output says where it is not.
-            // A withdrawal the records lost is not contained either: other hosts may run it.
+            // A withdrawal the records lost, or one never written (a `withdraw --local` on a
+            // full filesystem), is not contained either: other hosts may run it.
             Ok(
                 if s.withdrawn_in_use.iter().any(|w| !w.still_on.is_empty())
                     || !s.withdrawals_lost.is_empty()
+                    || !s.withdrawals_unwritten.is_empty()
                 {
                     EXIT_WITHDRAWN
                 } else {

@@ -147,6 +147,12 @@ pub fn inspect(link: &Path) -> Result<Entry, Error> {
     }
 }
 
+/// Whether agent directory `dir` is missing (a component of it does not exist), walked as
+/// [`AgentDir::open`] walks it, creating nothing.
+pub fn dir_missing(dir: &Path) -> Result<bool, Error> {
+    Ok(AgentDir::open(dir, false)?.is_none())
+}
+
 /// The error for an entry skillbox did not create.
 pub fn not_ours(path: &Path) -> Error {
     Error::new(

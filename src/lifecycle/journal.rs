@@ -168,6 +168,22 @@ pub fn switch_links(
         Ok((onto, off))
     })?;
     let switch = |(index, c): (usize, &LinkChange)| -> Option<Failed> {
+        // Security: a move off a withdrawn version never recreates a missing agent directory
+        // (a directory that went between the move's check and now, or a recovery finishing
+        // it): the switch is not made, and the records keep the agent on the withdrawn
+        // version, so `status` and `sync` still see it. Never the removal fallback below
+        // either: with the directory missing there is nothing it could remove, and its link
+        // may come back with the directory.
+        if let Some(from) = c.from.as_deref().filter(|f| leaving.iter().any(|d| d == f))
+            && Path::new(&c.dir).is_absolute()
+            && matches!(agents::dir_missing(Path::new(&c.dir)), Ok(true))
+        {
+            return Some(Failed {
+                index,
+                message: missing_dir_line(&c.agent, &c.dir, skill, from),
+                removed: false,
+            });
+        }
         if let Some(to) = c.to.as_deref().filter(|t| withdrawn.iter().any(|d| d == t)) {
             return onto_withdrawn(c, skill, to, &tree(to)).map(|message| Failed {
                 index,
@@ -305,6 +321,15 @@ fn onto_withdrawn(c: &LinkChange, skill: &str, to: &str, to_tree: &Path) -> Opti
         "agent {}: not switched onto {skill}@{to}: it was withdrawn after this move was recorded; {stays}",
         c.agent
     ))
+}
+
+/// The operator's line for an agent on withdrawn `skill@digest` whose directory `dir` is
+/// missing: skillbox does not recreate it (see `ops::unmovable`), so the agent stays recorded
+/// on the withdrawn version until its directory is back.
+pub fn missing_dir_line(agent: &str, dir: &str, skill: &str, digest: &str) -> String {
+    format!(
+        "agent {agent}: its directory {dir} is missing (removed, or on a filesystem not mounted); skillbox did not recreate it, and {agent} stays recorded on withdrawn {skill}@{digest}, since its link there comes back with the directory: mount it (or recreate it yourself, as the agent's owner), then run `skillbox sync` to move it"
+    )
 }
 
 /// The operator's line for a switch that failed: who, why, what the records now say, and what

@@ -1898,6 +1898,18 @@ fn move_off(store: &mut Store, v: &Version, actor: &str, op: &str) -> Result<Mov
 fn unmovable(store: &Store, v: &Version, c: &LinkChange) -> Result<Option<String>, Error> {
     let link = journal::link_path(&c.dir, &v.skill);
     let withdrawn = store.tree(&v.digest);
+    // Security: a missing agent directory is never recreated by a move off a withdrawn
+    // version. It was most likely removed on purpose, or is on a filesystem not mounted now:
+    // a directory made there (as root, owned by root) may be one the agent never reads, or be
+    // hidden under the mount when it comes back, with skillbox's link to the withdrawn tree on
+    // it. So the agent stays recorded on the withdrawn version (`status`: STILL ON; `gc` keeps
+    // its tree, so the link works as before if it comes back) until its directory is back and
+    // `sync` moves it.
+    if let Ok(true) = agents::dir_missing(Path::new(&c.dir)) {
+        return Ok(Some(journal::missing_dir_line(
+            &c.agent, &c.dir, &v.skill, &v.digest,
+        )));
+    }
     let (what, todo) = match agents::inspect(&link) {
         Ok(agents::Entry::Absent) => return Ok(None),
         Ok(agents::Entry::Link(t))
@@ -2604,14 +2616,26 @@ pub struct Status {
     /// entries an older skillbox removed once applied): [`lost_withdrawals`]. Not contained
     /// fleet-wide: `status` exits 9.
     pub withdrawals_lost: Vec<String>,
+    /// Versions a `withdraw --local` quarantined here whose withdrawal it could not write (the
+    /// store's filesystem was full: it failed, exit 1), while the records call them anything but
+    /// withdrawn: no records ever held the withdrawal, and the same `withdraw --local` run again
+    /// once there is room writes it. Not contained fleet-wide: `status` exits 9.
+    pub withdrawals_unwritten: Vec<String>,
+    /// This host's agents still on a withdrawn version because their directory is missing
+    /// (a withdrawal does not recreate it): one line each, naming what to do.
+    pub agent_dirs_missing: Vec<String>,
 }
 
 /// Each version quarantined on this host that the records call anything but withdrawn and
 /// that no local entry (pending, or applied: [`reinstate_withdrawals`] records those again)
 /// withdraws: the records lost its withdrawal, and this host cannot record it again by itself
 /// (it has no reason, who or when). Said as a line naming the fix.
-fn lost_withdrawals(root: &Path, versions: &[Listed]) -> Result<Vec<String>, Error> {
-    let mut lost = Vec::new();
+///
+/// The first list is those; the second, the versions a `withdraw --local` quarantined but could
+/// not write the withdrawal of (a full filesystem: [`quarantine::is_unwritten`]): no records
+/// ever held it, and the fix is that same command again once there is room.
+fn lost_withdrawals(root: &Path, versions: &[Listed]) -> Result<(Vec<String>, Vec<String>), Error> {
+    let (mut lost, mut unwritten) = (Vec::new(), Vec::new());
     for d in quarantine::quarantined(root) {
         let Some(v) = versions.iter().find(|v| v.digest == d) else {
             continue;
@@ -2620,6 +2644,17 @@ fn lost_withdrawals(root: &Path, versions: &[Listed]) -> Result<Vec<String>, Err
             || quarantine::pending_of(root, &d)?.is_some()
             || quarantine::applied_of(root, &d)?.is_some()
         {
+            continue;
+        }
+        if quarantine::is_unwritten(root, &d) {
+            unwritten.push(format!(
+                "{}@{}: quarantined on this host by a `withdraw --local` that could not write its withdrawal (reason, who, when: the store's filesystem was full), so the records still call it {} and other hosts may run it; once the store's filesystem has room, run the same command again: skillbox withdraw {}@{} --reason TEXT --local",
+                v.skill,
+                v.digest,
+                v.state.as_str(),
+                v.skill,
+                v.digest
+            ));
             continue;
         }
         lost.push(format!(
@@ -2631,7 +2666,7 @@ fn lost_withdrawals(root: &Path, versions: &[Listed]) -> Result<Vec<String>, Err
             v.digest
         ));
     }
-    Ok(lost)
+    Ok((lost, unwritten))
 }
 
 /// A withdrawn version and who still runs it.
@@ -2700,6 +2735,7 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
             })
             .collect();
         let intents = tx.intents()?;
+        let (withdrawals_lost, withdrawals_unwritten) = lost_withdrawals(&root_path, &versions)?;
         // Every host's: a switch off a withdrawn version that another host recorded and has
         // not made yet (killed, or its directory refused) leaves that host's link on the
         // withdrawn tree while the installs already say it moved.
@@ -2732,7 +2768,9 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                     .filter(|p| !versions.iter().any(|v| v.digest == p.digest))
                     .map(|p| format!("{}@{}", p.skill, p.digest))
                     .collect(),
-                withdrawals_lost: lost_withdrawals(&root_path, &versions)?,
+                withdrawals_lost,
+                withdrawals_unwritten,
+                agent_dirs_missing: Vec::new(),
             },
             withdrawn_versions,
             outstanding,
@@ -2778,6 +2816,23 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                 .sort_by(|a, b| (&a.host, &a.agent).cmp(&(&b.host, &b.agent)));
         }
     }
+    // Why an agent of this host is still on a withdrawn version when it is its directory that
+    // is gone (a withdrawal does not recreate it: [`unmovable`]).
+    let mut missing = Vec::new();
+    for w in &status.withdrawn_in_use {
+        let Some((skill, digest)) = w.version.split_once('@') else {
+            continue;
+        };
+        for h in w.still_on.iter().filter(|h| h.host == host) {
+            if let Some((_, dir)) = status.agents.iter().find(|(a, _)| *a == h.agent)
+                && Path::new(dir).is_absolute()
+                && matches!(agents::dir_missing(Path::new(dir)), Ok(true))
+            {
+                missing.push(journal::missing_dir_line(&h.agent, dir, skill, digest));
+            }
+        }
+    }
+    status.agent_dirs_missing = missing;
     Ok(status)
 }
 
@@ -3024,6 +3079,7 @@ pub fn gc(store: &mut Store, keep: usize) -> Result<GcReport, Error> {
                 .any(|v| v.digest == digest && v.state == State::Withdrawn);
             if withdrawn && quarantine::pending_of(store.root(), digest)?.is_none() {
                 store::remove_tree(&quarantine::quarantine_dir(store.root(), digest))?;
+                quarantine::clear_unwritten(store.root(), digest)?;
             }
         }
     }
@@ -3110,7 +3166,9 @@ pub fn verify(store: &mut Store) -> Result<VerifyReport, Error> {
         &mut problems,
         &mut repaired,
     )?;
-    problems.extend(lost_withdrawals(store.root(), &versions)?);
+    let (lost, unwritten) = lost_withdrawals(store.root(), &versions)?;
+    problems.extend(lost);
+    problems.extend(unwritten);
     let waiting = waiting_withdrawals(store)?
         .into_iter()
         .map(|(p, applied)| waiting_line(&p, applied))
@@ -3213,6 +3271,12 @@ fn check_links(
                     link.display()
                 )),
                 agents::Entry::Link(t) if t == want => {}
+                // A directory that is gone is said to be gone: `sync` does not recreate it.
+                agents::Entry::Absent
+                    if withdrawn && matches!(agents::dir_missing(Path::new(dir)), Ok(true)) =>
+                {
+                    problems.push(journal::missing_dir_line(agent, dir, skill, digest))
+                }
                 // Never re-point or recreate a link onto a withdrawn version: moving the agent
                 // off it is `sync`'s step, and reported here.
                 _ if withdrawn => problems.push(format!(

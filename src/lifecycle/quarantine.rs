@@ -321,12 +321,47 @@ fn write_pending(root: &Path, p: &Pending) -> Result<(), Error> {
     sync_dir(&dir)
 }
 
+/// The mark a `withdraw --local` whose entry could not be written leaves beside the
+/// quarantined directory (`quarantine/<hex>.unwritten`; the directory itself is frozen): an
+/// empty file, which needs no data block (a full filesystem still takes it), so `status` can
+/// tell this version from one whose withdrawal the records lost (restored from a backup), and
+/// name the fix: the same command again once there is room.
+fn unwritten_mark(root: &Path, digest: &str) -> PathBuf {
+    quarantine_root(root).join(format!("{}.unwritten", hex_of(digest)))
+}
+
+/// Remove `digest`'s mark of an unwritten withdrawal ([`unwritten_mark`]), if any: its entry is
+/// written now, or its quarantined tree is gone.
+pub fn clear_unwritten(root: &Path, digest: &str) -> Result<(), Error> {
+    let mark = unwritten_mark(root, digest);
+    match fs::remove_file(&mark) {
+        Ok(()) => sync_dir(&quarantine_root(root)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(format!("cannot remove {}", mark.display()), &e)),
+    }
+}
+
+/// Whether `digest`'s quarantined directory carries the mark of a `withdraw --local` that
+/// could not write its entry ([`unwritten_mark`]).
+pub fn is_unwritten(root: &Path, digest: &str) -> bool {
+    fs::symlink_metadata(unwritten_mark(root, digest)).is_ok_and(|m| m.is_file())
+}
+
 /// The error of a `withdraw --local` whose entry could not be written (`e`): the version is
 /// contained all the same when it can be, and the message says what holds and what to do.
 fn unwritten(root: &Path, digest: &str, e: Error) -> Error {
     let mut message = e.message;
     match contain(root, digest) {
         Ok(Contained::Now | Contained::Already) => {
+            // Best effort: without the mark, `status` says the withdrawal is lost, which is
+            // still not contained, only with a less fitting hint.
+            let _ = File::options()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(unwritten_mark(root, digest))
+                .and_then(|f| f.sync_all());
+            let _ = sync_dir(&quarantine_root(root));
             let _ = write!(
                 message,
                 "; {digest} is contained on this host all the same (its tree is in {}: no agent \
@@ -519,6 +554,9 @@ pub fn withdraw_local(
                 // operator is told the withdrawal itself is not written yet.
                 return Err(unwritten(root, &digest, e));
             }
+            // Written now: an earlier run's mark says nothing any more (the entry stands, and
+            // `status` looks at the entry first, so a mark left behind changes nothing).
+            let _ = clear_unwritten(root, &digest);
             (p, false)
         }
     };

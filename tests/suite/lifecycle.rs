@@ -1255,9 +1255,27 @@ fn a_version_is_contained_on_a_full_filesystem() {
             .join("tree")
             .is_dir()
     );
-    // Not written, so not called contained: the records still call it approved.
+    // Not written, so not called contained: the records still call it approved. Said as what
+    // it is (a withdrawal never written, the same command to run again once there is room),
+    // not as records restored from a backup.
+    let o = w.run(&["status", "--json"]);
+    assert_eq!(code(&o), 9, "{}", explain(&o));
+    let s = json_of(&o);
+    assert_eq!(s["withdrawals_lost"], serde_json::json!([]), "{s}");
+    let unwritten = s["withdrawals_unwritten"].to_string();
+    assert!(
+        unwritten.contains(&v2) && unwritten.contains("--local") && unwritten.contains("room"),
+        "{s}"
+    );
     let o = w.run(&["status"]);
     assert_eq!(code(&o), 9, "{}", explain(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("WITHDRAWAL NOT WRITTEN  1") && !out.contains("WITHDRAWAL LOST"),
+        "{}",
+        explain(&o)
+    );
+    assert!(!out.contains("backup"), "{}", explain(&o));
     // Refused here all the same.
     let o = w.run(&["rollback", "demo", "--to", &v2]);
     assert_eq!(code(&o), 9, "{}", explain(&o));
@@ -1274,6 +1292,8 @@ fn a_version_is_contained_on_a_full_filesystem() {
     expect_code(&o, 0);
     assert_eq!(state_of(&w, &v2), "withdrawn");
     assert_eq!(still_on(&w, &v2), Vec::<String>::new());
+    let o = w.run(&["status", "--json"]);
+    assert_eq!(json_of(&o)["withdrawals_unwritten"], serde_json::json!([]));
     for agent in ["alpha", "beta"] {
         assert_eq!(w.active(agent).as_deref(), Some(v1.as_str()), "{agent}");
     }
@@ -1528,6 +1548,122 @@ fn a_withdrawal_commits_whatever_one_agent_entry_is() {
     assert_eq!(w.active("c3").as_deref(), Some(v1.as_str()));
     assert!(still_on(&w, &v2).is_empty());
     w.verify_ok();
+}
+
+/// A withdrawal never recreates an agent directory that is gone. One on a filesystem not
+/// mounted now (here: moved aside, its link to the withdrawn version going and coming back with
+/// it) would get a directory of root's under its mount point, hidden once it is mounted again
+/// with the link to the withdrawn tree on it; one removed on purpose would get a skill where
+/// the agent may never look, owned by root. So the agent stays recorded on the withdrawn
+/// version: the withdrawal names it (exit 1), `status` lists it under STILL ON saying its
+/// directory is missing (exit 9), `verify` says so too and creates nothing, and `sync` moves it
+/// once its directory is back (mounted again, or made by its owner). (Before: the directory
+/// was made, mode 0755, with the previous version's link, the agent recorded as moved, and
+/// `status` called the version contained; the mounted filesystem then ran it again.)
+#[test]
+fn a_withdrawal_never_recreates_a_missing_agent_directory() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta", "gamma"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.run(&["update"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    let alpha = w.agent_dir("alpha");
+    let unmounted = w.tmp.path().join("alpha-unmounted");
+    std::fs::rename(&alpha, &unmounted).unwrap_or_else(|e| panic!("move aside: {e}"));
+    std::fs::remove_dir_all(w.agent_dir("beta")).unwrap_or_else(|e| panic!("rm: {e}"));
+    let gone = |agent: &str| std::fs::symlink_metadata(w.agent_dir(agent)).is_err();
+
+    let r2 = format!("demo@{v2}");
+    let o = w.run(&["withdraw", &r2, "--reason", "compromised", "--json"]);
+    expect_code(&o, 1);
+    assert_eq!(state_of(&w, &v2), "withdrawn", "{}", explain(&o));
+    assert_eq!(w.active("gamma").as_deref(), Some(v1.as_str()));
+    assert!(gone("alpha") && gone("beta"), "recreated: {}", explain(&o));
+    let problems = json_of(&o)["problems"].to_string();
+    for agent in ["alpha", "beta"] {
+        assert!(
+            problems.contains(&format!("agent {agent}: its directory"))
+                && problems.contains("is missing")
+                && problems.contains("did not recreate"),
+            "{agent}: {problems}"
+        );
+    }
+    assert_eq!(still_on(&w, &v2), ["alpha", "beta"]);
+    let o = w.run(&["status"]);
+    expect_code(&o, 9);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("STILL ON") && out.contains(&format!("{} is missing", alpha.display())),
+        "{}",
+        explain(&o)
+    );
+    let o = w.run(&["verify", "--json"]);
+    expect_code(&o, 1);
+    assert!(
+        json_of(&o)["problems"].to_string().contains(&format!(
+            "agent beta: its directory {}",
+            w.agent_dir("beta").display()
+        )),
+        "{}",
+        explain(&o)
+    );
+    expect_code(&w.run(&["sync"]), 1);
+    assert!(
+        gone("alpha") && gone("beta"),
+        "verify or sync recreated one"
+    );
+
+    // alpha's filesystem is back, with its link to the withdrawn tree: sync moves it off.
+    std::fs::rename(&unmounted, &alpha).unwrap_or_else(|e| panic!("move back: {e}"));
+    assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
+    expect_code(&w.run(&["sync"]), 1);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+    assert!(w.guide("alpha").contains("version 1"));
+    assert_eq!(still_on(&w, &v2), ["beta"]);
+    // beta's owner makes its directory again: sync puts the previous version there.
+    std::fs::create_dir(w.agent_dir("beta")).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    expect_code(&w.run(&["sync"]), 0);
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()));
+    assert!(still_on(&w, &v2).is_empty());
+    w.verify_ok();
+}
+
+/// The same when the directory goes while a withdrawal is interrupted (killed once its moves
+/// are recorded, before any link is switched): the recovery that finishes the switch does not
+/// make the directory either, and the records put the agent back on the withdrawn version, so
+/// `status` still lists it. (Before: the recovery made the directory, and the agent counted as
+/// moved.)
+#[test]
+fn a_recovered_withdrawal_never_recreates_a_missing_agent_directory() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha", "beta"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.run(&["update"]), 0);
+    let r2 = format!("demo@{v2}");
+    let o = w.cmd(
+        &["withdraw", &r2, "--reason", "compromised"],
+        Some("withdraw:recorded"),
+    );
+    assert_eq!(o.status.signal(), Some(9), "not reached: {}", explain(&o));
+    let alpha = w.agent_dir("alpha");
+    std::fs::remove_dir_all(&alpha).unwrap_or_else(|e| panic!("rm: {e}"));
+
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 1);
+    assert!(
+        std::fs::symlink_metadata(&alpha).is_err(),
+        "recreated: {}",
+        explain(&o)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("did not recreate"),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()));
+    assert_eq!(still_on(&w, &v2), ["alpha"]);
 }
 
 /// `status` answers "is it contained?" in its exit status, for a script: 9 while a withdrawn
