@@ -149,6 +149,10 @@ pub enum Context {
     Data,
     /// The frontmatter, or a fact about a whole file (a script, a binary).
     Metadata,
+    /// A package manager's configuration pointing it at another index (`--index-url` in a
+    /// requirements file, `registry=` in `.npmrc`, `index-url` in `pip.conf`): data, but what
+    /// an install then fetches comes from that host.
+    Config,
 }
 
 impl Context {
@@ -160,13 +164,15 @@ impl Context {
             Self::Prose => "prose",
             Self::Data => "data",
             Self::Metadata => "metadata",
+            Self::Config => "config",
         }
     }
 
-    /// Code an agent or interpreter would run: only these grow capabilities.
+    /// Code an agent or interpreter would run, or an index an install reads: only these grow
+    /// capabilities.
     pub fn is_code(self) -> bool {
         match self {
-            Self::Script | Self::CodeBlock => true,
+            Self::Script | Self::CodeBlock | Self::Config => true,
             Self::Prose | Self::Data | Self::Metadata => false,
         }
     }
@@ -1014,6 +1020,9 @@ impl<'a> Reviewer<'a> {
         mut triggers: &mut dyn Iterator<Item = usize>,
     ) {
         let ignore_list = is_ignore_list(&e.path);
+        // A package manager's configuration (by name) or any `.txt` (`pip install -r` reads
+        // one whatever its name): a line pointing it at another index is a download from there.
+        let index_config = crate::names::index_config(&e.path);
         let blocks = match kind {
             TextKind::Markdown | TextKind::Licence => markdown_blocks(content),
             TextKind::Script if is_python(&e.path, content) => python_docstrings(content),
@@ -1125,8 +1134,21 @@ impl<'a> Reviewer<'a> {
             } else {
                 (context, mode)
             };
+            // Read as data (it runs nothing), counted as what the install does.
+            let index = index_config.and_then(|keys| scan::index_setting(line, keys));
+            let (context, mode) = match index {
+                Some(_) => (Context::Config, scan::Mode::Data),
+                None => (context, mode),
+            };
             let before = &content[start.saturating_sub(512)..start];
             scanner.scan(line, mode, before, &mut hits);
+            if let Some(col) = index {
+                hits.push(Hit {
+                    kind: HitKind::Download,
+                    col,
+                    subject: scan::PACKAGE_INDEX.into(),
+                });
+            }
             let mut found: Vec<(FindingKind, usize, String)> = Vec::new();
             for h in hits.drain(..) {
                 if (ignore_list && h.kind == HitKind::CredentialTouch)
@@ -1602,6 +1624,24 @@ impl<'e> RunFinder<'e> {
             let Some(first) = words.next() else { continue };
             if by_path && let Some(f) = self.file_of(first, dir) {
                 out.push((f.path.as_str(), None));
+                continue;
+            }
+            // A file decoded and run (`bash -c "$(base64 -d notes.txt)"`, `xxd -r -p f | sh`)
+            // is code however it reads: a change to it changes what runs. Run by the line's
+            // first program that runs text (`bash`, `sh`), else by the shell (`eval`).
+            if scan::is_decoder_command(first) && scan::runs_decoded(text.as_bytes()) {
+                if let Some(f) = words.find_map(|w| {
+                    (!w.starts_with('-'))
+                        .then(|| self.file_of(w, dir))
+                        .flatten()
+                }) {
+                    let prog = text
+                        .split(|c: char| c.is_whitespace() || "|;&`()\"'$<".contains(c))
+                        .filter(|w| is_runner(w) && !is_wrapper(&runner_name(w)))
+                        .map(runner_name)
+                        .find(|n| n != "exec");
+                    out.push((f.path.as_str(), prog));
+                }
                 continue;
             }
             if !is_runner(first) {
