@@ -278,6 +278,13 @@ pub fn server_uri(server: &str) -> Result<String, Failure> {
             "--server {masked}: not a broker URI; give unix:///PATH (unix: for the default socket), http://127.0.0.1:PORT or https://HOST:PORT"
         )));
     }
+    // Half a client certificate pair is the caller's mistake, said before anything is sent
+    // (the client would otherwise go on without a certificate).
+    if uri.starts_with("https://")
+        && let Err(e) = skillbox::client::half_pair()
+    {
+        return Err(Failure::usage(e.to_string()));
+    }
     Ok(uri)
 }
 

@@ -449,6 +449,42 @@ fn a_bad_server_uri_is_a_usage_error_and_its_password_is_never_shown() {
     }
 }
 
+/// Half a client certificate pair (`SKILLBOX_TLS_CERT` without `SKILLBOX_TLS_KEY`, or the
+/// reverse) is a usage error naming both variables, said before anything is sent: the client
+/// went on without a certificate, and the user learned of it, if at all, from a failed
+/// handshake (exit 1).
+#[test]
+fn half_a_client_certificate_pair_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let pem = dir.path().join("half.pem");
+    std::fs::write(&pem, b"not read").expect("write");
+    for (set, missing) in [
+        ("SKILLBOX_TLS_CERT", "SKILLBOX_TLS_KEY"),
+        ("SKILLBOX_TLS_KEY", "SKILLBOX_TLS_CERT"),
+    ] {
+        for args in [
+            vec!["extract", "--server", "https://127.0.0.1:9", art],
+            vec!["health", "--server", "https://127.0.0.1:9"],
+        ] {
+            let o = Command::new(bin())
+                .args(&args)
+                .env_remove("XDG_RUNTIME_DIR")
+                .env_remove(missing)
+                .env(set, &pem)
+                .output()
+                .expect("spawn skillbox");
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{set} {args:?}: {err}");
+            assert!(
+                err.contains(set) && err.contains(missing),
+                "{set} {args:?}: {err}"
+            );
+        }
+    }
+}
+
 /// `health` says what `extract --server` says when no broker is there: the path tried and how
 /// to start one (it said `cannot connect to URI: transport error`); and a `--timeout 0` that
 /// it quietly read as one second is refused.
