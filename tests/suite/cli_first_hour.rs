@@ -509,7 +509,7 @@ fn health_explains_what_went_wrong() {
 
 /// A second `serve` on a socket a running broker holds fails (exit 1, the socket in use), and
 /// never first says it serves there: it announced `serving on ...` as soon as the other broker
-/// answered on the socket, then failed.
+/// answered on the socket, then failed. Nor does it make its `--staging-root` first.
 #[test]
 fn a_server_that_cannot_have_the_socket_never_says_it_serves() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -530,9 +530,74 @@ fn a_server_that_cannot_have_the_socket_never_says_it_serves() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("in use by a running server"), "{err}");
     assert!(!err.contains("serving on"), "{err}");
+    // Refused before anything was made: it made its staging root, then found the socket taken.
+    assert!(!other.exists(), "a refused serve made {}", other.display());
     // The first one still serves.
     let o = run(&["health", "--socket", first.socket.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
+/// A `--socket` or `--staging-root` whose directory does not exist is a usage error naming
+/// that directory, and nothing is made: `serve --socket /typo/dir/s.sock` made the whole chain
+/// (as root, `/typo`). The default locations are still made (docs/broker.md).
+#[test]
+fn serve_makes_no_directory_the_user_did_not_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let typo = dir.path().join("typo");
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir(&run_dir).expect("mkdir");
+    let socket_in_typo = typo.join("dir/s.sock");
+    let good_socket = run_dir.join("s.sock");
+    let staging_in_typo = typo.join("staging");
+    for (args, missing) in [
+        (
+            vec!["--socket", socket_in_typo.to_str().expect("utf-8")],
+            typo.join("dir"),
+        ),
+        (
+            vec![
+                "--socket",
+                good_socket.to_str().expect("utf-8"),
+                "--staging-root",
+                staging_in_typo.to_str().expect("utf-8"),
+            ],
+            typo.clone(),
+        ),
+        (
+            vec![
+                "--tcp",
+                "127.0.0.1:0",
+                "--staging-root",
+                staging_in_typo.to_str().expect("utf-8"),
+            ],
+            typo.clone(),
+        ),
+    ] {
+        let o = Command::new(bin())
+            .arg("serve")
+            .args(&args)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("SKILLBOX_STAGING_ROOT")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run serve");
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{} does not exist", missing.display())),
+            "{args:?}: {err}"
+        );
+        assert!(!typo.exists(), "{args:?} made {}", typo.display());
+        assert!(!good_socket.exists(), "{args:?} made the socket");
+    }
+    assert!(
+        std::fs::read_dir(&run_dir)
+            .expect("read_dir")
+            .next()
+            .is_none(),
+        "a refused serve made something in {}",
+        run_dir.display()
+    );
 }
 
 /// The first SIGINT drains (the grace period is long here), a second one stops at once.
