@@ -600,6 +600,69 @@ fn serve_makes_no_directory_the_user_did_not_name() {
     );
 }
 
+/// Every command keeps its own exit status when its stderr's reader is gone: `eprintln!`
+/// panicked on the broken pipe, and a one-shot command with something to say ended with 101
+/// (`skillbox extract x 2>&1 | true`). A stdout whose reader is gone ends a command as it
+/// ends a Unix tool (SIGPIPE) or with its own status, never with a panic.
+#[test]
+fn commands_outlive_a_closed_stderr_or_stdout() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let store = dir.path().join("store");
+    let nobody = dir.path().join("nobody.sock");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["extract", "no-such-artifact"],
+        vec!["extract", "--json", "no-such-artifact"],
+        vec!["extract", art],
+        vec!["extract", "--bogus-flag"],
+        vec!["index", "check", "no-such-index.json"],
+        vec!["fetch", "https://127.0.0.1:9/index.json", "demo"],
+        vec!["health", "--socket", nobody.to_str().expect("utf-8")],
+        vec!["extract", "--server", "ftp://127.0.0.1:9", art],
+        vec!["review", "demo"],
+    ];
+    // A pipe whose read end is closed: every write fails with EPIPE.
+    let dead_pipe = || {
+        let (r, w) = std::io::pipe().expect("pipe");
+        drop(r);
+        w
+    };
+    for args in &commands {
+        let base = || {
+            let mut c = Command::new(bin());
+            c.args(args)
+                .env_remove("XDG_RUNTIME_DIR")
+                .env("SKILLBOX_STORE", &store)
+                .stdin(Stdio::null());
+            c
+        };
+        let normal = base().output().expect("spawn skillbox");
+        let code = normal.status.code();
+        assert_ne!(code, Some(101), "{args:?}: {}", text(&normal.stderr));
+        let closed_err = base()
+            .stdout(Stdio::null())
+            .stderr(dead_pipe())
+            .status()
+            .expect("spawn skillbox");
+        assert_eq!(closed_err.code(), code, "{args:?} with a closed stderr");
+        let closed_out = base()
+            .stdout(dead_pipe())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("spawn skillbox");
+        let err = text(&closed_out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        let sigpipe = closed_out.status.signal() == Some(libc::SIGPIPE);
+        assert!(
+            sigpipe || closed_out.status.code() == code,
+            "{args:?} with a closed stdout: {:?}: {err}",
+            closed_out.status
+        );
+    }
+}
+
 /// The first SIGINT drains (the grace period is long here), a second one stops at once.
 #[test]
 fn a_second_ctrl_c_ends_the_drain_at_once() {
