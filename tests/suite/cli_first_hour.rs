@@ -449,6 +449,48 @@ fn a_bad_server_uri_is_a_usage_error_and_its_password_is_never_shown() {
     }
 }
 
+/// `extract --server URI --out DIR` whose DIR cannot be made (its parent missing, or a file)
+/// fails before the upload, as a local `extract --out` says it: it failed only after the
+/// broker had extracted the artifact for nothing.
+#[test]
+fn extract_through_a_server_checks_out_before_the_upload() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").expect("write");
+    let s = Serve::start(dir.path(), &[]);
+    let uri = s.uri();
+    for out in [dir.path().join("no/such/out"), file.join("out")] {
+        let out = out.to_str().expect("utf-8");
+        let local = run(&["extract", "--out", out, art]);
+        let o = run(&["extract", "--server", &uri, "--out", out, art]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), local.status.code(), "{out}: {err}");
+        assert_eq!(err, text(&local.stderr), "{out}");
+        assert!(err.contains(&format!("cannot create {out}")), "{err}");
+        assert!(
+            !s.log().contains("answered"),
+            "the broker extracted:\n{}",
+            s.log()
+        );
+    }
+    // The same destination made possible is served (the check refuses no good one).
+    let out = dir.path().join("out");
+    let o = run(&[
+        "extract",
+        "--server",
+        &uri,
+        "--out",
+        out.to_str().expect("utf-8"),
+        art,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(out.join("SKILL.md").is_file());
+    // And the broker's log says so: the marker the refusals above were checked with.
+    assert!(s.log().contains("answered"), "{}", s.log());
+}
+
 /// Half a client certificate pair (`SKILLBOX_TLS_CERT` without `SKILLBOX_TLS_KEY`, or the
 /// reverse) is a usage error naming both variables, said before anything is sent: the client
 /// went on without a certificate, and the user learned of it, if at all, from a failed
