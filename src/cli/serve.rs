@@ -239,6 +239,13 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     if mode & !0o777 != 0 {
         return Err(format!("{s:?}: only permission bits (0777) may be set"));
     }
+    // Connecting to a Unix socket takes write permission, and the broker's own uid (allowed by
+    // default) is its owner: without owner read and write nobody but root could use it.
+    if mode & 0o600 != 0o600 {
+        return Err(format!(
+            "{s:?}: the socket's owner needs read and write (0600); e.g. 0600, or 0660 for its group too"
+        ));
+    }
     Ok(mode)
 }
 
@@ -391,10 +398,21 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     let config = Config::from_settings(&args.settings())
         .and_then(|c| c.with_sandbox(sandbox.config(), sandbox.sandbox_timeout.is_some()))
         .map_err(ServeError::from);
-    let config = match config {
+    let mut config = match config {
         Ok(c) => c,
         Err(e) => return failed(args, &e.to_string(), exit_for(&e)),
     };
+    // `--tcp HOST:0`: the kernel's port is picked here, so that the "serving on" line (and so
+    // a client) can name it; the broker then binds that port. One taken in between fails the
+    // bind (exit 1, said): it never serves where nobody was told.
+    if let broker::config::Listen::Tcp { addr, .. } = &mut config.listen
+        && addr.port() == 0
+    {
+        match std::net::TcpListener::bind(*addr).and_then(|l| l.local_addr()) {
+            Ok(bound) => addr.set_port(bound.port()),
+            Err(e) => return failed(args, &format!("{addr}: {e}"), Exit::Operational),
+        }
+    }
     // A directory the user named is used, never invented: `--socket /typo/dir/s.sock` made
     // the whole chain (as root, `/typo`). Only the default locations are created.
     for (flag, path) in [
@@ -691,5 +709,9 @@ mod tests {
     fn modes() {
         assert_eq!(parse_mode("0660"), Ok(0o660));
         assert!(parse_mode("4755").is_err());
+        assert_eq!(parse_mode("0600"), Ok(0o600));
+        for nobody_can_use in ["0000", "0060", "0400", "0200", "0066"] {
+            assert!(parse_mode(nobody_can_use).is_err(), "{nobody_can_use}");
+        }
     }
 }

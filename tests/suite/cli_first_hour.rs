@@ -705,6 +705,89 @@ fn commands_outlive_a_closed_stderr_or_stdout() {
     }
 }
 
+/// `serve --tcp 127.0.0.1:0` says the port it serves on, and serves there: it never said it
+/// served (the line waited for an answer on port 0).
+#[test]
+fn serve_on_tcp_port_zero_names_its_port() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bin())
+        .args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
+        .arg(dir.path().join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = String::new();
+    let uri = loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if let Some(rest) = line.split("serving on ").nth(1) {
+                    break rest.split(';').next().expect("uri").to_owned();
+                }
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no serving-on line:\n{seen}");
+            }
+        }
+    };
+    let health = run(&["health", "--server", &uri]);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = child.wait().expect("wait");
+    assert!(uri.starts_with("http://127.0.0.1:"), "{uri}");
+    assert!(!uri.ends_with(":0"), "{uri}");
+    assert_eq!(
+        health.status.code(),
+        Some(0),
+        "{uri}: {}",
+        text(&health.stderr)
+    );
+    assert_eq!(status.code(), Some(0), "{seen}");
+}
+
+/// A `--socket-mode` without owner read and write (0000, 0060, ...) made a socket nobody but
+/// root could connect to; it is a usage error, and no socket is made.
+#[test]
+fn serve_refuses_a_socket_mode_nobody_can_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("s.sock");
+    for mode in ["0000", "0060", "0400"] {
+        let o = run(&[
+            "serve",
+            "--socket",
+            socket.to_str().expect("utf-8"),
+            "--socket-mode",
+            mode,
+        ]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{mode}: {err}");
+        assert!(err.contains("read and write"), "{mode}: {err}");
+        assert!(!socket.exists(), "{mode}: a socket was made");
+    }
+}
+
 /// The first SIGINT drains (the grace period is long here), a second one stops at once.
 #[test]
 fn a_second_ctrl_c_ends_the_drain_at_once() {
