@@ -788,6 +788,71 @@ fn serve_refuses_a_socket_mode_nobody_can_use() {
     }
 }
 
+/// `fetch --print-policy URL` and `index check FILE --base URL` say what `fetch` would do
+/// with a URL it refuses (user information, http): refused, exit 4, the rule named and the
+/// password never shown. `--print-policy` showed the origin as allowed, and `index check`
+/// resolved the entries to http:// URLs without a word.
+#[test]
+fn print_policy_and_index_check_refuse_what_fetch_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = dir.path().join("index.json");
+    std::fs::write(
+        &index,
+        br#"{"$schema":"https://schemas.agentskills.io/discovery/0.2.0/schema.json","skills":[{"name":"demo","type":"archive","description":"d","url":"demo.tar.gz","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}]}"#,
+    )
+    .expect("write");
+    let index = index.to_str().expect("utf-8");
+    let secret = "S3cretPw";
+    let with_password =
+        format!("https://alice:{secret}@example.com/.well-known/agent-skills/index.json");
+    let plain_http = "http://example.com/.well-known/agent-skills/index.json";
+    for (url, rule) in [
+        (with_password.as_str(), "no_userinfo"),
+        (plain_http, "https_only"),
+    ] {
+        for args in [
+            vec!["fetch", "--print-policy", url],
+            vec!["fetch", "--json", "--print-policy", url],
+            vec!["index", "check", index, "--base", url],
+            vec!["index", "check", "--json", index, "--base", url],
+        ] {
+            let o = run(&args);
+            let (out, err) = (text(&o.stdout), text(&o.stderr));
+            assert_eq!(o.status.code(), Some(4), "{args:?}: {out}{err}");
+            assert!(err.contains(&format!("rule {rule}")), "{args:?}: {err}");
+            assert!(
+                !out.contains(secret) && !err.contains(secret),
+                "{args:?}: {out}{err}"
+            );
+            assert!(!out.contains("allowed"), "{args:?}: {out}");
+            assert!(
+                !out.contains("http://example.com/.well-known/agent-skills/demo"),
+                "{out}"
+            );
+            if args.contains(&"--json") {
+                let v: Value = serde_json::from_str(&out).expect("one JSON object");
+                assert_eq!(v["error"]["rule"], rule, "{out}");
+            }
+        }
+    }
+    // What fetch takes is taken as before.
+    let good = "https://example.com/.well-known/agent-skills/index.json";
+    let o = run(&["fetch", "--print-policy", good]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("allowed): https://example.com"),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = run(&["index", "check", index, "--base", good]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("https://example.com/.well-known/agent-skills/demo.tar.gz"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
 /// The first SIGINT drains (the grace period is long here), a second one stops at once.
 #[test]
 fn a_second_ctrl_c_ends_the_drain_at_once() {
