@@ -579,6 +579,30 @@ fn a_server_that_cannot_have_the_socket_never_says_it_serves() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
 }
 
+/// Run a `serve` that must refuse to start. One that starts instead (the bug) is stopped
+/// after a while so that the test fails instead of waiting for ever: it then has no exit code.
+fn serve_refusing(args: &[&str]) -> Output {
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_STAGING_ROOT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let until = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("wait serve")
+}
+
 /// A `--socket` or `--staging-root` whose directory does not exist is a usage error naming
 /// that directory, and nothing is made: `serve --socket /typo/dir/s.sock` made the whole chain
 /// (as root, `/typo`). The default locations are still made (docs/broker.md).
@@ -615,14 +639,7 @@ fn serve_makes_no_directory_the_user_did_not_name() {
             typo.clone(),
         ),
     ] {
-        let o = Command::new(bin())
-            .arg("serve")
-            .args(&args)
-            .env_remove("XDG_RUNTIME_DIR")
-            .env_remove("SKILLBOX_STAGING_ROOT")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run serve");
+        let o = serve_refusing(&args);
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(
@@ -774,8 +791,7 @@ fn serve_refuses_a_socket_mode_nobody_can_use() {
     let dir = tempfile::tempdir().expect("tempdir");
     let socket = dir.path().join("s.sock");
     for mode in ["0000", "0060", "0400"] {
-        let o = run(&[
-            "serve",
+        let o = serve_refusing(&[
             "--socket",
             socket.to_str().expect("utf-8"),
             "--socket-mode",
