@@ -93,10 +93,11 @@ fn index_check(a: CheckArgs) -> Exit {
             Ok(b) => b,
             Err(e) => return fail(Exit::Usage, &format!("--base: {e}"), a.json),
         };
-        // The base stands for the URL the index is fetched from: one `fetch` would refuse
-        // (http, user information) is refused as `fetch` refuses it, not used to resolve the
-        // entries to URLs that would never be fetched.
-        if let Some(base) = &base {
+        // The base stands for the URL the index is fetched from: one over a scheme `fetch`
+        // refuses (http) is refused as `fetch` refuses it, not used to resolve the entries to
+        // URLs that would never be fetched. (User information in it is shown masked in the
+        // resolved URLs, as before.)
+        if let Some(base) = base.as_ref().filter(|b| b.scheme() != "https") {
             let mut policy = setup.client.policy().clone();
             policy.allow_index_origin(base);
             if let Err(r) = policy.check_url(base) {
