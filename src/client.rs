@@ -46,6 +46,17 @@ pub enum ClientError {
     },
     #[error("TLS settings: {0}")]
     Tls(String),
+    /// One half of the client certificate pair was set without the other: mutual TLS needs
+    /// both, and going on without a certificate would hide the mistake until the server
+    /// refused the handshake (or, worse, a server that does not ask would never say).
+    #[error(
+        "{set} is set but {missing} is not: a client certificate needs both \
+         SKILLBOX_TLS_CERT and SKILLBOX_TLS_KEY (set both, or neither)"
+    )]
+    TlsHalfPair {
+        set: &'static str,
+        missing: &'static str,
+    },
     #[error("cannot read the artifact: {0}")]
     Io(#[from] std::io::Error),
     #[error("server answered {}: {}", code_name(.0.code()), .0.message())]
@@ -90,6 +101,7 @@ impl ClientError {
             Self::Uri(_)
             | Self::Connect { .. }
             | Self::Tls(_)
+            | Self::TlsHalfPair { .. }
             | Self::Io(_)
             | Self::Malformed(_)
             | Self::Tree(_) => None,
@@ -193,7 +205,10 @@ pub struct TlsMaterial {
 
 impl TlsMaterial {
     /// From `SKILLBOX_TLS_CA`, `SKILLBOX_TLS_CERT` and `SKILLBOX_TLS_KEY` (file paths).
+    /// Only one of `SKILLBOX_TLS_CERT` and `SKILLBOX_TLS_KEY` set is an error
+    /// ([`ClientError::TlsHalfPair`]), said before either file is read.
     pub fn from_env() -> Result<Self, ClientError> {
+        half_pair()?;
         let read = |var: &str| -> Result<Option<Vec<u8>>, ClientError> {
             match std::env::var_os(var) {
                 None => Ok(None),
@@ -208,6 +223,24 @@ impl TlsMaterial {
             _ => None,
         };
         Ok(Self { ca, identity })
+    }
+}
+
+/// Whether only one of `SKILLBOX_TLS_CERT` and `SKILLBOX_TLS_KEY` is set (an error naming
+/// both): a caller can check it before doing anything else.
+pub fn half_pair() -> Result<(), ClientError> {
+    const CERT: &str = "SKILLBOX_TLS_CERT";
+    const KEY: &str = "SKILLBOX_TLS_KEY";
+    match (std::env::var_os(CERT), std::env::var_os(KEY)) {
+        (Some(_), None) => Err(ClientError::TlsHalfPair {
+            set: CERT,
+            missing: KEY,
+        }),
+        (None, Some(_)) => Err(ClientError::TlsHalfPair {
+            set: KEY,
+            missing: CERT,
+        }),
+        _ => Ok(()),
     }
 }
 

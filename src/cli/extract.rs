@@ -233,6 +233,22 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
         )));
     }
     let server = server_uri(server)?;
+    // The tree is written only after the broker has extracted: a destination that cannot be
+    // made is said before the upload, as a local extraction says it (nothing sent for nothing).
+    if let Some(dir) = out
+        && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty())
+    {
+        let cannot = |e: std::io::Error| {
+            Failure::operational(format!("cannot create {}: {e}", dir.display()))
+        };
+        match std::fs::metadata(parent) {
+            Err(e) => return Err(cannot(e)),
+            Ok(m) if !m.is_dir() => {
+                return Err(cannot(std::io::Error::from_raw_os_error(libc::ENOTDIR)));
+            }
+            Ok(_) => {}
+        }
+    }
     let done = skillbox::client::extract_blocking_into(&server, &args.artifact, req, out)
         .map_err(|e| remote_failure(&server, e))?;
     let summary = remote_summary(done.sandbox.as_ref());
@@ -277,6 +293,13 @@ pub fn server_uri(server: &str) -> Result<String, Failure> {
         return Err(Failure::usage(format!(
             "--server {masked}: not a broker URI; give unix:///PATH (unix: for the default socket), http://127.0.0.1:PORT or https://HOST:PORT"
         )));
+    }
+    // Half a client certificate pair is the caller's mistake, said before anything is sent
+    // (the client would otherwise go on without a certificate).
+    if uri.starts_with("https://")
+        && let Err(e) = skillbox::client::half_pair()
+    {
+        return Err(Failure::usage(e.to_string()));
     }
     Ok(uri)
 }

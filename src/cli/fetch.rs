@@ -335,7 +335,22 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
                     // Refused as `fetch` refuses it: shown, its origin could repeat part of a
                     // password (`https://u:123/pw@h` has the origin `https://u:123`).
                     match urls::parse_typed(text) {
-                        Ok(u) => s.policy.allow_index_origin(&u),
+                        // Its origin is allowed only if `fetch` would fetch the URL at all: one
+                        // with user information, or over http, is refused, said here as
+                        // `fetch` says it (it was shown as an allowed origin).
+                        Ok(u) => {
+                            let mut policy = s.policy.clone();
+                            policy.allow_index_origin(&u);
+                            if let Err(r) = policy.check_url(&u) {
+                                let e = AcquireError::Fetch(FetchError::Refused(r));
+                                if a.json {
+                                    print_json(&json!({ "error": error_json(&e) }));
+                                }
+                                report(&e);
+                                return acquire_exit(&e);
+                            }
+                            s.policy = policy;
+                        }
                         Err(e) => {
                             let m = format!("{}: {e}", urls::redact_refused(text));
                             return fail(Exit::Usage, &m, a.json);

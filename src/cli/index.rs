@@ -93,6 +93,23 @@ fn index_check(a: CheckArgs) -> Exit {
             Ok(b) => b,
             Err(e) => return fail(Exit::Usage, &format!("--base: {e}"), a.json),
         };
+        // The base stands for the URL the index is fetched from: one over a scheme `fetch`
+        // refuses (http) is refused as `fetch` refuses it, not used to resolve the entries to
+        // URLs that would never be fetched. (User information in it is shown masked in the
+        // resolved URLs, as before.)
+        if let Some(base) = base.as_ref().filter(|b| b.scheme() != "https") {
+            let mut policy = setup.client.policy().clone();
+            policy.allow_index_origin(base);
+            if let Err(r) = policy.check_url(base) {
+                let e = AcquireError::Fetch(skillbox::fetch::FetchError::Refused(r));
+                if a.json {
+                    let v = json!({ "error": error_json(&e), "source": shown_file(&a.source) });
+                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                }
+                report(&e);
+                return acquire_exit(&e);
+            }
+        }
         let shown = shown_file(&a.source);
         // The messages below name the path as given; the masked form replaces it.
         let masked = |m: &str| m.replace(a.source.as_str(), &shown);

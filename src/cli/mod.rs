@@ -7,6 +7,37 @@
 //! ([`exit`]), and the completion scripts and man page generated from these types
 //! ([`completions`]). Nothing here decides a verdict or touches artifact bytes.
 
+/// `eprint!` and `eprintln!` for every command, shadowing std's (defined before the command
+/// modules, so all of them use these): a line on stderr that cannot be written is dropped.
+/// std's macros panic on a failed write, and a stderr whose reader went away (`skillbox
+/// extract x 2>&1 | true`, a log pipe that closed) ended a one-shot command with 101 instead
+/// of its own exit status. What the command says on stdout and its exit status still tell.
+// Unused today; here so that an `eprint!` written later is the safe one too.
+#[allow(unused_macros)]
+macro_rules! eprint {
+    ($($arg:tt)*) => {
+        $crate::cli::stderr_write(format_args!($($arg)*), false)
+    };
+}
+macro_rules! eprintln {
+    () => {
+        $crate::cli::stderr_write(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::stderr_write(format_args!($($arg)*), true)
+    };
+}
+
+/// Write `args` (and a newline) to stderr, dropping a failed write ([`eprintln!`] above).
+pub fn stderr_write(args: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write as _;
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_fmt(args);
+    if newline {
+        let _ = err.write_all(b"\n");
+    }
+}
+
 pub mod cache;
 pub mod completions;
 pub mod diff;

@@ -239,6 +239,13 @@ fn parse_mode(s: &str) -> Result<u32, String> {
     if mode & !0o777 != 0 {
         return Err(format!("{s:?}: only permission bits (0777) may be set"));
     }
+    // Connecting to a Unix socket takes write permission, and the broker's own uid (allowed by
+    // default) is its owner: without owner read and write nobody but root could use it.
+    if mode & 0o600 != 0o600 {
+        return Err(format!(
+            "{s:?}: the socket's owner needs read and write (0600); e.g. 0600, or 0660 for its group too"
+        ));
+    }
     Ok(mode)
 }
 
@@ -391,10 +398,38 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     let config = Config::from_settings(&args.settings())
         .and_then(|c| c.with_sandbox(sandbox.config(), sandbox.sandbox_timeout.is_some()))
         .map_err(ServeError::from);
-    let config = match config {
+    let mut config = match config {
         Ok(c) => c,
         Err(e) => return failed(args, &e.to_string(), exit_for(&e)),
     };
+    // `--tcp HOST:0`: the kernel's port is picked here, so that the "serving on" line (and so
+    // a client) can name it; the broker then binds that port. One taken in between fails the
+    // bind (exit 1, said): it never serves where nobody was told.
+    if let broker::config::Listen::Tcp { addr, .. } = &mut config.listen
+        && addr.port() == 0
+    {
+        match std::net::TcpListener::bind(*addr).and_then(|l| l.local_addr()) {
+            Ok(bound) => addr.set_port(bound.port()),
+            Err(e) => return failed(args, &format!("{addr}: {e}"), Exit::Operational),
+        }
+    }
+    // A directory the user named is used, never invented: `--socket /typo/dir/s.sock` made
+    // the whole chain (as root, `/typo`). Only the default locations are created.
+    for (flag, path) in [
+        ("--socket", args.socket.as_deref()),
+        ("--staging-root", args.staging_root.as_deref()),
+    ] {
+        if let Some(path) = path
+            && let Err(message) = parent_exists(flag, path)
+        {
+            return failed(args, &message, Exit::Usage);
+        }
+    }
+    // The broker opens (and makes) its staging root before it binds: a socket or address a
+    // running server holds is refused here first, so that a second `serve` makes nothing.
+    if let Err(message) = not_in_use(&config.listen) {
+        return failed(args, &message, Exit::Operational);
+    }
     // The default staging root is made inside the socket's directory, and the broker opens it
     // before it binds: so that directory is checked first, as the socket's own check would
     // (a squatted or symlinked directory gets nothing of ours).
@@ -412,6 +447,45 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
         Ok(()) => Exit::Ok,
         Err(e) => failed(args, &e.to_string(), exit_for(&e)),
     }
+}
+
+/// The directory `path` goes in must exist (a relative name's is the working directory).
+fn parent_exists(flag: &str, path: &std::path::Path) -> Result<(), String> {
+    let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    match std::fs::metadata(parent) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "{flag} {}: the directory {} does not exist; create it first, or choose another \
+             (serve creates only its default locations)",
+            path.display(),
+            parent.display()
+        )),
+        // Anything else (not a directory, not reachable) the broker's own checks say.
+        _ => Ok(()),
+    }
+}
+
+/// A running server answering on the socket or address is this one's refusal, said before
+/// anything is made. The broker checks again when it binds (another may start in between).
+fn not_in_use(listen: &broker::config::Listen) -> Result<(), String> {
+    match listen {
+        broker::config::Listen::Unix { path, .. } => {
+            let socket = std::fs::symlink_metadata(path)
+                .is_ok_and(|m| std::os::unix::fs::FileTypeExt::is_socket(&m.file_type()));
+            if socket && std::os::unix::net::UnixStream::connect(path).is_ok() {
+                return Err(format!("{} is in use by a running server", path.display()));
+            }
+        }
+        broker::config::Listen::Tcp { addr, .. } => {
+            if addr.port() != 0
+                && std::net::TcpStream::connect_timeout(addr, Duration::from_millis(500)).is_ok()
+            {
+                return Err(format!("{addr} is in use: something answers there"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Say once why serve stopped (a plain line for a person, a log line where logs are JSON).
@@ -635,5 +709,9 @@ mod tests {
     fn modes() {
         assert_eq!(parse_mode("0660"), Ok(0o660));
         assert!(parse_mode("4755").is_err());
+        assert_eq!(parse_mode("0600"), Ok(0o600));
+        for nobody_can_use in ["0000", "0060", "0400", "0200", "0066"] {
+            assert!(parse_mode(nobody_can_use).is_err(), "{nobody_can_use}");
+        }
     }
 }

@@ -449,6 +449,84 @@ fn a_bad_server_uri_is_a_usage_error_and_its_password_is_never_shown() {
     }
 }
 
+/// `extract --server URI --out DIR` whose DIR cannot be made (its parent missing, or a file)
+/// fails before the upload, as a local `extract --out` says it: it failed only after the
+/// broker had extracted the artifact for nothing.
+#[test]
+fn extract_through_a_server_checks_out_before_the_upload() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").expect("write");
+    let s = Serve::start(dir.path(), &[]);
+    let uri = s.uri();
+    for out in [dir.path().join("no/such/out"), file.join("out")] {
+        let out = out.to_str().expect("utf-8");
+        let local = run(&["extract", "--out", out, art]);
+        let o = run(&["extract", "--server", &uri, "--out", out, art]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), local.status.code(), "{out}: {err}");
+        assert_eq!(err, text(&local.stderr), "{out}");
+        assert!(err.contains(&format!("cannot create {out}")), "{err}");
+        assert!(
+            !s.log().contains("answered"),
+            "the broker extracted:\n{}",
+            s.log()
+        );
+    }
+    // The same destination made possible is served (the check refuses no good one).
+    let out = dir.path().join("out");
+    let o = run(&[
+        "extract",
+        "--server",
+        &uri,
+        "--out",
+        out.to_str().expect("utf-8"),
+        art,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(out.join("SKILL.md").is_file());
+    // And the broker's log says so: the marker the refusals above were checked with.
+    assert!(s.log().contains("answered"), "{}", s.log());
+}
+
+/// Half a client certificate pair (`SKILLBOX_TLS_CERT` without `SKILLBOX_TLS_KEY`, or the
+/// reverse) is a usage error naming both variables, said before anything is sent: the client
+/// went on without a certificate, and the user learned of it, if at all, from a failed
+/// handshake (exit 1).
+#[test]
+fn half_a_client_certificate_pair_is_a_usage_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let pem = dir.path().join("half.pem");
+    std::fs::write(&pem, b"not read").expect("write");
+    for (set, missing) in [
+        ("SKILLBOX_TLS_CERT", "SKILLBOX_TLS_KEY"),
+        ("SKILLBOX_TLS_KEY", "SKILLBOX_TLS_CERT"),
+    ] {
+        for args in [
+            vec!["extract", "--server", "https://127.0.0.1:9", art],
+            vec!["health", "--server", "https://127.0.0.1:9"],
+        ] {
+            let o = Command::new(bin())
+                .args(&args)
+                .env_remove("XDG_RUNTIME_DIR")
+                .env_remove(missing)
+                .env(set, &pem)
+                .output()
+                .expect("spawn skillbox");
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{set} {args:?}: {err}");
+            assert!(
+                err.contains(set) && err.contains(missing),
+                "{set} {args:?}: {err}"
+            );
+        }
+    }
+}
+
 /// `health` says what `extract --server` says when no broker is there: the path tried and how
 /// to start one (it said `cannot connect to URI: transport error`); and a `--timeout 0` that
 /// it quietly read as one second is refused.
@@ -473,7 +551,7 @@ fn health_explains_what_went_wrong() {
 
 /// A second `serve` on a socket a running broker holds fails (exit 1, the socket in use), and
 /// never first says it serves there: it announced `serving on ...` as soon as the other broker
-/// answered on the socket, then failed.
+/// answered on the socket, then failed. Nor does it make its `--staging-root` first.
 #[test]
 fn a_server_that_cannot_have_the_socket_never_says_it_serves() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -494,9 +572,306 @@ fn a_server_that_cannot_have_the_socket_never_says_it_serves() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("in use by a running server"), "{err}");
     assert!(!err.contains("serving on"), "{err}");
+    // Refused before anything was made: it made its staging root, then found the socket taken.
+    assert!(!other.exists(), "a refused serve made {}", other.display());
     // The first one still serves.
     let o = run(&["health", "--socket", first.socket.to_str().expect("utf-8")]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+}
+
+/// Run a `serve` that must refuse to start. One that starts instead (the bug) is stopped
+/// after a while so that the test fails instead of waiting for ever: it then has no exit code.
+fn serve_refusing(args: &[&str]) -> Output {
+    let mut child = Command::new(bin())
+        .arg("serve")
+        .args(args)
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_STAGING_ROOT")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let until = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > until {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("wait serve")
+}
+
+/// A `--socket` or `--staging-root` whose directory does not exist is a usage error naming
+/// that directory, and nothing is made: `serve --socket /typo/dir/s.sock` made the whole chain
+/// (as root, `/typo`). The default locations are still made (docs/broker.md).
+#[test]
+fn serve_makes_no_directory_the_user_did_not_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let typo = dir.path().join("typo");
+    let run_dir = dir.path().join("run");
+    std::fs::create_dir(&run_dir).expect("mkdir");
+    let socket_in_typo = typo.join("dir/s.sock");
+    let good_socket = run_dir.join("s.sock");
+    let staging_in_typo = typo.join("staging");
+    for (args, missing) in [
+        (
+            vec!["--socket", socket_in_typo.to_str().expect("utf-8")],
+            typo.join("dir"),
+        ),
+        (
+            vec![
+                "--socket",
+                good_socket.to_str().expect("utf-8"),
+                "--staging-root",
+                staging_in_typo.to_str().expect("utf-8"),
+            ],
+            typo.clone(),
+        ),
+        (
+            vec![
+                "--tcp",
+                "127.0.0.1:0",
+                "--staging-root",
+                staging_in_typo.to_str().expect("utf-8"),
+            ],
+            typo.clone(),
+        ),
+    ] {
+        let o = serve_refusing(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("{} does not exist", missing.display())),
+            "{args:?}: {err}"
+        );
+        assert!(!typo.exists(), "{args:?} made {}", typo.display());
+        assert!(!good_socket.exists(), "{args:?} made the socket");
+    }
+    assert!(
+        std::fs::read_dir(&run_dir)
+            .expect("read_dir")
+            .next()
+            .is_none(),
+        "a refused serve made something in {}",
+        run_dir.display()
+    );
+}
+
+/// Every command keeps its own exit status when its stderr's reader is gone: `eprintln!`
+/// panicked on the broken pipe, and a one-shot command with something to say ended with 101
+/// (`skillbox extract x 2>&1 | true`). A stdout whose reader is gone ends a command as it
+/// ends a Unix tool (SIGPIPE) or with its own status, never with a panic.
+#[test]
+fn commands_outlive_a_closed_stderr_or_stdout() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let art = skill_tar(dir.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let store = dir.path().join("store");
+    let nobody = dir.path().join("nobody.sock");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["extract", "no-such-artifact"],
+        vec!["extract", "--json", "no-such-artifact"],
+        vec!["extract", art],
+        vec!["extract", "--bogus-flag"],
+        vec!["index", "check", "no-such-index.json"],
+        vec!["fetch", "https://127.0.0.1:9/index.json", "demo"],
+        vec!["health", "--socket", nobody.to_str().expect("utf-8")],
+        vec!["extract", "--server", "ftp://127.0.0.1:9", art],
+        vec!["review", "demo"],
+    ];
+    // A pipe whose read end is closed: every write fails with EPIPE.
+    let dead_pipe = || {
+        let (r, w) = std::io::pipe().expect("pipe");
+        drop(r);
+        w
+    };
+    for args in &commands {
+        let base = || {
+            let mut c = Command::new(bin());
+            c.args(args)
+                .env_remove("XDG_RUNTIME_DIR")
+                .env("SKILLBOX_STORE", &store)
+                .stdin(Stdio::null());
+            c
+        };
+        let normal = base().output().expect("spawn skillbox");
+        let code = normal.status.code();
+        assert_ne!(code, Some(101), "{args:?}: {}", text(&normal.stderr));
+        let closed_err = base()
+            .stdout(Stdio::null())
+            .stderr(dead_pipe())
+            .status()
+            .expect("spawn skillbox");
+        assert_eq!(closed_err.code(), code, "{args:?} with a closed stderr");
+        let closed_out = base()
+            .stdout(dead_pipe())
+            .stderr(Stdio::piped())
+            .output()
+            .expect("spawn skillbox");
+        let err = text(&closed_out.stderr);
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        let sigpipe = closed_out.status.signal() == Some(libc::SIGPIPE);
+        assert!(
+            sigpipe || closed_out.status.code() == code,
+            "{args:?} with a closed stdout: {:?}: {err}",
+            closed_out.status
+        );
+    }
+}
+
+/// `serve --tcp 127.0.0.1:0` says the port it serves on, and serves there: it never said it
+/// served (the line waited for an answer on port 0).
+#[test]
+fn serve_on_tcp_port_zero_names_its_port() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bin())
+        .args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
+        .arg(dir.path().join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = String::new();
+    let uri = loop {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(line) => {
+                seen.push_str(&line);
+                seen.push('\n');
+                if let Some(rest) = line.split("serving on ").nth(1) {
+                    break rest.split(';').next().expect("uri").to_owned();
+                }
+            }
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no serving-on line:\n{seen}");
+            }
+        }
+    };
+    let health = run(&["health", "--server", &uri]);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = child.wait().expect("wait");
+    assert!(uri.starts_with("http://127.0.0.1:"), "{uri}");
+    assert!(!uri.ends_with(":0"), "{uri}");
+    assert_eq!(
+        health.status.code(),
+        Some(0),
+        "{uri}: {}",
+        text(&health.stderr)
+    );
+    assert_eq!(status.code(), Some(0), "{seen}");
+}
+
+/// A `--socket-mode` without owner read and write (0000, 0060, ...) made a socket nobody but
+/// root could connect to; it is a usage error, and no socket is made.
+#[test]
+fn serve_refuses_a_socket_mode_nobody_can_use() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let socket = dir.path().join("s.sock");
+    for mode in ["0000", "0060", "0400"] {
+        let o = serve_refusing(&[
+            "--socket",
+            socket.to_str().expect("utf-8"),
+            "--socket-mode",
+            mode,
+        ]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{mode}: {err}");
+        assert!(err.contains("read and write"), "{mode}: {err}");
+        assert!(!socket.exists(), "{mode}: a socket was made");
+    }
+}
+
+/// `fetch --print-policy URL` says what `fetch` would do with a URL it refuses (user
+/// information, http), and `index check FILE --base URL` with an http base: refused, exit 4,
+/// the rule named and the password never shown. `--print-policy` showed the origin as allowed, and `index check`
+/// resolved the entries to http:// URLs without a word.
+#[test]
+fn print_policy_and_index_check_refuse_what_fetch_refuses() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let index = dir.path().join("index.json");
+    std::fs::write(
+        &index,
+        br#"{"$schema":"https://schemas.agentskills.io/discovery/0.2.0/schema.json","skills":[{"name":"demo","type":"archive","description":"d","url":"demo.tar.gz","digest":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}]}"#,
+    )
+    .expect("write");
+    let index = index.to_str().expect("utf-8");
+    let secret = "S3cretPw";
+    let with_password =
+        format!("https://alice:{secret}@example.com/.well-known/agent-skills/index.json");
+    let plain_http = "http://example.com/.well-known/agent-skills/index.json";
+    for (url, rule) in [
+        (with_password.as_str(), "no_userinfo"),
+        (plain_http, "https_only"),
+    ] {
+        let mut all = vec![
+            vec!["fetch", "--print-policy", url],
+            vec!["fetch", "--json", "--print-policy", url],
+        ];
+        // A --base with user information stays taken, its resolved URLs masked (as
+        // tests/suite/fetch.rs pins); an http one is refused.
+        if rule == "https_only" {
+            all.push(vec!["index", "check", index, "--base", url]);
+            all.push(vec!["index", "check", "--json", index, "--base", url]);
+        }
+        for args in all {
+            let o = run(&args);
+            let (out, err) = (text(&o.stdout), text(&o.stderr));
+            assert_eq!(o.status.code(), Some(4), "{args:?}: {out}{err}");
+            assert!(err.contains(&format!("rule {rule}")), "{args:?}: {err}");
+            assert!(
+                !out.contains(secret) && !err.contains(secret),
+                "{args:?}: {out}{err}"
+            );
+            assert!(!out.contains("allowed"), "{args:?}: {out}");
+            assert!(
+                !out.contains("http://example.com/.well-known/agent-skills/demo"),
+                "{out}"
+            );
+            if args.contains(&"--json") {
+                let v: Value = serde_json::from_str(&out).expect("one JSON object");
+                assert_eq!(v["error"]["rule"], rule, "{out}");
+            }
+        }
+    }
+    // What fetch takes is taken as before.
+    let good = "https://example.com/.well-known/agent-skills/index.json";
+    let o = run(&["fetch", "--print-policy", good]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("allowed): https://example.com"),
+        "{}",
+        text(&o.stdout)
+    );
+    let o = run(&["index", "check", index, "--base", good]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stdout).contains("https://example.com/.well-known/agent-skills/demo.tar.gz"),
+        "{}",
+        text(&o.stdout)
+    );
 }
 
 /// The first SIGINT drains (the grace period is long here), a second one stops at once.
