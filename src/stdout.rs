@@ -21,7 +21,11 @@ pub fn write(args: std::fmt::Arguments<'_>, newline: bool) {
             skillbox::sandbox::die_of_sigpipe();
         }
         Err(e) => {
-            eprintln!("skillbox: cannot write to standard output: {e}");
+            // Said on stderr if it can be: std's `eprintln!` would panic were it gone too.
+            crate::cli::stderr_write(
+                format_args!("skillbox: cannot write to standard output: {e}"),
+                true,
+            );
             std::process::exit(1);
         }
     }

@@ -57,7 +57,8 @@ fn diff_json(old: &str, new: &str) -> (Option<i32>, Value) {
     (o.status.code(), v)
 }
 
-fn grown(v: &Value) -> Vec<String> {
+/// The `grown` list of a diff answer as "KIND SUBJECT" lines.
+pub(super) fn grown(v: &Value) -> Vec<String> {
     v["grown"]
         .as_array()
         .map(|a| {

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
+use super::diff::grown;
 use skillbox::extract::policy::Limits;
 use skillbox::extract::{ArtifactType, Request};
 use skillbox::intake::run as extract;
@@ -957,21 +958,6 @@ fn diff_packages(
     (out.status.code(), d, nv)
 }
 
-fn grown_kinds(d: &Value) -> Vec<String> {
-    d["grown"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|g| {
-            format!(
-                "{} {}",
-                g["kind"].as_str().unwrap_or(""),
-                g["subject"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
-
 const MD_HEAD: &str = "---\nname: notes\ndescription: Keeps notes.\n---\n# Notes\n\n";
 
 /// An update that hides a command behind a decoder (in a SKILL.md code block, in a script) is a
@@ -997,9 +983,9 @@ fn a_decoded_command_is_a_capability_change() {
     let (code, d, v) = diff_packages(tmp.path(), &base, &in_md);
     assert_eq!(code, Some(5), "{d:#}");
     assert!(
-        grown_kinds(&d).contains(&"new_risky_command eval of decoded text".to_owned()),
+        grown(&d).contains(&"new_risky_command eval of decoded text".to_owned()),
         "{:?}",
-        grown_kinds(&d)
+        grown(&d)
     );
     let scripts = scripts_of(&v);
     let (_, with, by) = scripts
@@ -1018,9 +1004,9 @@ fn a_decoded_command_is_a_capability_change() {
     let (code, d, _) = diff_packages(tmp.path(), &in_md, &payload);
     assert_eq!(code, Some(5), "{d:#}");
     assert!(
-        grown_kinds(&d).contains(&"changed_script references/notes.txt".to_owned()),
+        grown(&d).contains(&"changed_script references/notes.txt".to_owned()),
         "{:?}",
-        grown_kinds(&d)
+        grown(&d)
     );
 
     // In a script, each spelling.
@@ -1125,7 +1111,7 @@ fn another_package_index_is_a_download() {
         }
         let (code, d, v) = diff_packages(tmp.path(), &base, &new);
         assert_eq!(code, Some(5), "{file}: {d:#}");
-        let g = grown_kinds(&d);
+        let g = grown(&d);
         assert!(
             g.contains(&"new_download package index".to_owned()),
             "{file}: {g:?}"
@@ -1153,9 +1139,9 @@ fn another_package_index_is_a_download() {
     let (code, d, _) = diff_packages(tmp.path(), &base, &flag);
     assert_eq!(code, Some(5), "{d:#}");
     assert!(
-        grown_kinds(&d).contains(&"new_download package index".to_owned()),
+        grown(&d).contains(&"new_download package index".to_owned()),
         "{:?}",
-        grown_kinds(&d)
+        grown(&d)
     );
     // A registry's own index, a comment naming a host, a local wheel directory: content.
     let mut same = base.clone();
