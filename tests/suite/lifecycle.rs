@@ -1226,15 +1226,7 @@ fn a_version_is_contained_on_a_full_filesystem() {
     );
     assert!(w.guide("alpha").contains("version 2"), "nothing moved yet");
 
-    let local = [
-        "withdraw",
-        &v2ref,
-        "--reason",
-        "exfiltrates",
-        "--by",
-        "alice",
-        "--local",
-    ];
+    let local = super::alice_withdraws_locally(&v2ref);
     let o = w.run(&local);
     assert_eq!(code(&o), 1, "the entry is not written: {}", explain(&o));
     let err = String::from_utf8_lossy(&o.stderr);
@@ -1421,6 +1413,15 @@ fn update_waits_for_review(
     u
 }
 
+/// demo v1 installed on `agents`, then v2 published and `update` run: every agent on v2.
+fn updated_to_v2(w: &World, agents: &[&str]) -> (String, String) {
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(agents), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.run(&["update"]), 0);
+    (v1, v2)
+}
+
 /// The agents `status --json` says still run withdrawn `digest` (host/agent), or panics when the
 /// version is not listed as withdrawn. `status` exits 9 exactly when some withdrawn version is
 /// still on an agent (here: the one asked about, the only one these tests withdraw at a time).
@@ -1494,10 +1495,7 @@ fn a_withdrawal_goes_ahead_when_recovery_fails() {
 #[test]
 fn a_withdrawal_commits_whatever_one_agent_entry_is() {
     let w = World::new();
-    let v1 = w.publish("demo", &package(1));
-    expect_code(&w.install(&["c1", "c2", "c3"]), 0);
-    let v2 = w.publish("demo", &package(2));
-    expect_code(&w.run(&["update"]), 0);
+    let (v1, v2) = updated_to_v2(&w, &["c1", "c2", "c3"]);
     assert_eq!(w.active("c1").as_deref(), Some(v2.as_str()));
     // c2's link was removed by hand; c3's was replaced by a directory of the operator's own.
     std::fs::remove_file(w.agent_dir("c2").join("demo")).unwrap_or_else(|e| panic!("rm: {e}"));
@@ -1563,10 +1561,7 @@ fn a_withdrawal_commits_whatever_one_agent_entry_is() {
 #[test]
 fn a_withdrawal_never_recreates_a_missing_agent_directory() {
     let w = World::new();
-    let v1 = w.publish("demo", &package(1));
-    expect_code(&w.install(&["alpha", "beta", "gamma"]), 0);
-    let v2 = w.publish("demo", &package(2));
-    expect_code(&w.run(&["update"]), 0);
+    let (v1, v2) = updated_to_v2(&w, &["alpha", "beta", "gamma"]);
     assert_eq!(w.active("alpha").as_deref(), Some(v2.as_str()));
     let alpha = w.agent_dir("alpha");
     let unmounted = w.tmp.path().join("alpha-unmounted");
@@ -1637,10 +1632,7 @@ fn a_withdrawal_never_recreates_a_missing_agent_directory() {
 #[test]
 fn a_recovered_withdrawal_never_recreates_a_missing_agent_directory() {
     let w = World::new();
-    let v1 = w.publish("demo", &package(1));
-    expect_code(&w.install(&["alpha", "beta"]), 0);
-    let v2 = w.publish("demo", &package(2));
-    expect_code(&w.run(&["update"]), 0);
+    let (v1, v2) = updated_to_v2(&w, &["alpha", "beta"]);
     let r2 = format!("demo@{v2}");
     let o = w.cmd(
         &["withdraw", &r2, "--reason", "compromised"],
@@ -3371,10 +3363,7 @@ fn a_withdrawal_problem_names_a_fix_that_clears_it() {
 #[test]
 fn sync_moves_an_agent_whose_link_runs_a_withdrawn_version_the_records_lost() {
     let w = World::new();
-    let v1 = w.publish("demo", &package(1));
-    expect_code(&w.install(&["alpha", "gamma"]), 0);
-    let v2 = w.publish("demo", &package(2));
-    expect_code(&w.run(&["update"]), 0);
+    let (v1, v2) = updated_to_v2(&w, &["alpha", "gamma"]);
     let link = w.agent_dir("gamma").join("demo");
     let backup = std::fs::read_link(&link).unwrap_or_else(|e| panic!("readlink: {e}"));
     expect_code(
