@@ -5,6 +5,7 @@
 //! cargo build --release --bin skillbox --example loadgen
 //! target/release/examples/loadgen --bin target/release/skillbox \
 //!     [--artifact PATH] [--concurrency 1,8,64] [--seconds 10]
+//! target/release/examples/loadgen --save-package typical.tar.gz   # write the package, exit
 //! ```
 //!
 //! It starts `skillbox serve` itself (its own socket and staging root in a temporary
@@ -29,6 +30,7 @@ struct Args {
     seconds: u64,
     local_runs: usize,
     server_args: Vec<String>,
+    save_package: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -39,6 +41,7 @@ fn parse_args() -> Result<Args, String> {
         seconds: 10,
         local_runs: 200,
         server_args: Vec::new(),
+        save_package: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -55,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
             "--seconds" => a.seconds = val()?.parse().map_err(|_| "bad --seconds")?,
             "--local-runs" => a.local_runs = val()?.parse().map_err(|_| "bad --local-runs")?,
             "--server-arg" => a.server_args.push(val()?),
+            "--save-package" => a.save_package = Some(PathBuf::from(val()?)),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -363,6 +367,14 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // The package alone, for other tools to run the same bytes (scripts/engine-ir.py).
+    if let Some(path) = &args.save_package {
+        if let Err(e) = std::fs::write(path, typical_package()) {
+            eprintln!("loadgen: {}: {e}", path.display());
+            std::process::exit(1);
+        }
+        return;
+    }
     let tmp = match tempfile::tempdir() {
         Ok(t) => t,
         Err(e) => {

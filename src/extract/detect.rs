@@ -186,10 +186,17 @@ pub const TAIL_BYTES: usize = 22 + 65_535;
 /// reaches exactly the end. Self-extracting stubs put a program in front of a zip: the bytes
 /// are a zip then, and the zip reader names what is wrong with them (the prefix), rather than
 /// detection calling them unrecognised.
+///
+/// Every archive is asked this (a tar that also ends in a zip is refused), so the signature is
+/// found with `memmem`'s vectorised forward search (any record ending exactly at the end will do,
+/// so order does not matter): comparing at every one of 64 Ki offsets was 0.52 M
+/// instructions a request, 1 % of the engine and review on the typical package; this is 31 K
+/// (scripts/engine-ir.py).
 fn ends_with_zip(tail: &[u8]) -> bool {
-    (0..tail.len().saturating_sub(21)).rev().any(|i| {
-        tail[i..].starts_with(ZIP_EMPTY)
-            && i + 22 + usize::from(u16::from_le_bytes([tail[i + 20], tail[i + 21]])) == tail.len()
+    memchr::memmem::find_iter(tail, ZIP_EMPTY).any(|i| {
+        tail.get(i + 20..i + 22).is_some_and(|len| {
+            i + 22 + usize::from(u16::from_le_bytes([len[0], len[1]])) == tail.len()
+        })
     })
 }
 
@@ -389,6 +396,31 @@ mod tests {
             decide(Archive, &poly, &poly, None, None).map_err(|r| r.code),
             Err(ReasonCode::Corrupt)
         );
+    }
+
+    #[test]
+    fn a_zip_end_record_counts_only_when_its_comment_reaches_the_end() {
+        let end = |comment: &[u8]| {
+            let mut e = b"PK\x05\x06".to_vec();
+            e.extend_from_slice(&[0; 16]);
+            e.extend_from_slice(&u16::try_from(comment.len()).unwrap_or(0).to_le_bytes());
+            e.extend_from_slice(comment);
+            e
+        };
+        assert!(ends_with_zip(&end(b"")));
+        assert!(ends_with_zip(
+            &[b"tar bytes".as_slice(), &end(b"hi")].concat()
+        ));
+        // A record quoted inside the comment of the real one: the outer one is found.
+        assert!(ends_with_zip(&end(&end(b"x")[..20])));
+        // One whose comment stops short of the end, or runs past it.
+        assert!(!ends_with_zip(&[end(b"hi").as_slice(), b"!"].concat()));
+        assert!(!ends_with_zip(&end(b"hi")[..23]));
+        // The signature in the last 21 bytes: too short for a record, and no panic.
+        for cut in 4..22 {
+            assert!(!ends_with_zip(&end(b"")[..cut]));
+        }
+        assert!(!ends_with_zip(b""));
     }
 
     #[test]
