@@ -4149,6 +4149,94 @@ fn a_local_withdrawal_contains_without_the_records_and_reaches_them_later() {
     w.verify_ok();
 }
 
+/// A run killed inside a quarantine step (here `withdraw --local` putting aside a second copy
+/// of a quarantined version, as an older skillbox could promote one) leaves
+/// `quarantine/.<hex>.<pid>`. While that run is alive (stopped there, holding the copy's
+/// `flock` and the store lock), `status` reads the store as usual and nothing removes the
+/// copy; once it is killed, `status` still says every withdrawn version is contained (exit 0)
+/// and lists no such name, and the next command that changes state removes the leftover and
+/// says so. Before, nothing ever removed it.
+#[test]
+fn a_quarantine_step_killed_half_way_leaves_nothing_for_good() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2ref = format!("demo@{v2}");
+    let local = ["withdraw", v2ref.as_str(), "--reason", "bad", "--local"];
+    expect_code(&w.run(&local), 0);
+    // Recorded, and alpha moved back to v1.
+    expect_code(&w.run(&["sync"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+
+    // The same bytes back in `versions/` beside their quarantined copy.
+    let quarantine = w.store().join("quarantine");
+    let stored = w.store().join("versions").join(&v2[7..]);
+    let o = Command::new("cp")
+        .arg("-a")
+        .arg(quarantine.join(&v2[7..]))
+        .arg(&stored)
+        .output()
+        .unwrap_or_else(|e| panic!("cp: {e}"));
+    assert!(o.status.success(), "{}", explain(&o));
+
+    let leftovers = || -> Vec<String> {
+        std::fs::read_dir(&quarantine)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect()
+    };
+    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    c.args(local)
+        .arg("--store")
+        .arg(w.store())
+        .env("HOME", w.tmp.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("SKILLBOX_STORE")
+        .env_remove("SKILLBOX_TEST_CRASH_AT");
+    let mut child = super::stopped_at(&mut c, "quarantine:aside");
+    assert!(!stored.exists(), "the copy is still in versions/");
+    let aside = leftovers();
+    assert_eq!(aside, vec![format!(".{}.{}", &v2[7..], child.id())]);
+
+    // Alive: `status` reads, and leaves the copy alone.
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(leftovers(), aside, "a live run's copy was touched");
+
+    child.kill().unwrap_or_else(|e| panic!("kill: {e}"));
+    let _ = child.wait();
+    assert_eq!(leftovers(), aside);
+
+    // Killed: `status` is not misled by it (still contained, no version named after it).
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["quarantined"].as_array().map(Vec::len), Some(1), "{j}");
+    assert!(!j.to_string().contains(&aside[0]), "{j}");
+
+    // The next command that changes state removes it, and says so.
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert!(leftovers().is_empty(), "{:?} left", leftovers());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(&aside[0]), "{out}");
+    assert!(quarantine.join(&v2[7..]).join("tree").is_dir());
+
+    // A temporary pending entry a killed `withdraw --local` left goes as well, by the next
+    // `withdraw --local` (which needs no records).
+    let tmp = w
+        .store()
+        .join("pending-withdrawals")
+        .join(format!(".{}.4242.tmp", &v1[7..]));
+    std::fs::write(&tmp, "{").unwrap_or_else(|e| panic!("{e}"));
+    expect_code(&w.run(&local), 0);
+    assert!(!tmp.exists(), "a killed run's temporary entry is kept");
+}
+
 /// A version `withdraw --local` quarantined is not listed as an ordinary stored version once
 /// the withdrawal is applied: `list` says `quarantined` (not `stored`), as do `provenance` and
 /// `status`; `review` still reads its review; after `gc` it is "not stored". A local withdrawal
