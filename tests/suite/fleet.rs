@@ -846,7 +846,7 @@ fn concurrent_writes_from_two_hosts_keep_sequence_numbers_unique() {
     assert_eq!(pg.query_i64(db, "SELECT MAX(seq) FROM events"), events);
     assert_eq!(
         pg.query_i64(db, "SELECT COUNT(*) FROM schema_version"),
-        5,
+        6,
         "each migration applied once"
     );
     assert_eq!(pg.query_i64(db, "SELECT COUNT(*) FROM intents"), 0);
@@ -1985,6 +1985,9 @@ fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
             .unwrap_or_else(|e| panic!("admin connection: {e}"));
         c.execute("DELETE FROM schema_version WHERE version > 4", &[])
             .unwrap_or_else(|e| panic!("{e}"));
+        // Schema 4 had no index per installation (migration 6).
+        c.execute("ALTER TABLE installs DROP COLUMN index_url", &[])
+            .unwrap_or_else(|e| panic!("{e}"));
         for d in [&v1, &v3] {
             let prov: String = c
                 .query_one("SELECT provenance FROM versions WHERE digest = $1", &[d])
@@ -2018,7 +2021,7 @@ fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
     assert!(!rows.contains("MARKERPASS"), "{rows}");
     assert_eq!(
         pg.query_i64(db, "SELECT MAX(version) FROM schema_version"),
-        5
+        6
     );
     let o = a.run(&["provenance", &format!("demo@{v1}"), "--json"]);
     expect_code(&o, 0);
