@@ -773,6 +773,32 @@ mod tests {
         assert!(!held.exists());
     }
 
+    /// A killed run's copy whose name this process's pid gives again (a pid is reused) does not
+    /// stop the next containment of the same digest: it is removed first. (Before: the rename
+    /// onto it failed, ENOTEMPTY, and `withdraw --local` with it.)
+    #[test]
+    fn a_leftover_under_a_reused_pid_does_not_stop_containment() {
+        let s = store();
+        let root = s.path();
+        let digest = format!("sha256:{HEX}");
+        assert_eq!(
+            contain(root, &digest).map_err(|e| e.message).ok(),
+            Some(Contained::Now)
+        );
+        // The same bytes promoted again, and a killed run's copy under this pid.
+        fs::create_dir_all(root.join("versions").join(HEX).join("tree"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let leftover = quarantine_root(root).join(format!(".{HEX}.{}", std::process::id()));
+        fs::create_dir_all(leftover.join("tree/sub")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            contain(root, &digest).map_err(|e| e.message),
+            Ok(Contained::Now)
+        );
+        assert!(!root.join("versions").join(HEX).exists());
+        assert!(!leftover.exists());
+        assert!(quarantine_dir(root, &digest).join("tree").is_dir());
+    }
+
     /// A pending entry names paths in the store: one whose digest is not its file's name is
     /// corrupt, never followed.
     #[test]
