@@ -1955,6 +1955,26 @@ fn update_reads_this_hosts_index() {
     assert_eq!(j["updates"][0]["intake"], "unchanged", "{j}");
     assert_eq!(other.hits(INDEX), seen, "A read B's index");
     assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+
+    // Any host tells, per host and agent, which index each took a version from: `provenance`
+    // from the shared registry, `status` for its own agents.
+    let fleet_index = f.server.url(INDEX);
+    for (version, host, index) in [(&v1, "host-a", &fleet_index), (&v2, "host-b", &other_index)] {
+        for on in [&a, &b] {
+            let o = on.run(&["provenance", &format!("demo@{version}"), "--json"]);
+            expect_code(&o, 0);
+            let j = json_of(&o);
+            assert_eq!(
+                j["taken_from"],
+                serde_json::json!([{"host": host, "agent": "alpha", "index_url": index}]),
+                "{j}"
+            );
+        }
+    }
+    let o = b.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["installs"][0]["index_url"], other_index.as_str(), "{j}");
 }
 
 /// Shared records an older version wrote (schema 4) holding a URL's password (a password cut
