@@ -28,6 +28,9 @@
 //! - `install:decided`, `update:decided`: the intake read the records and decided (the policy,
 //!   the fleet's record of the digest, a withdrawal of the skill before it) and has not written
 //!   that decision yet;
+//! - `quarantine:aside`: `contain` moved a second copy of a quarantined version out of
+//!   `versions/` to `quarantine/.<hex>.<pid>` (held by its `flock`) and has not removed it yet
+//!   (`lifecycle::quarantine`);
 //! - `staging:opened:<name>`: recovery (under the store lock) opened the staging directory
 //!   `STORE/staging/<name>` and has not taken its `flock` yet
 //!   (`lifecycle::store::remove_abandoned_staging`).

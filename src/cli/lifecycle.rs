@@ -240,6 +240,11 @@ pub struct InstallArgs {
     /// Repeatable; without one the version is only stored.
     #[arg(long = "agent", value_name = "NAME[=DIR]")]
     agents: Vec<AgentArg>,
+    /// Move agents whose version of the skill was taken from another index to this index's
+    /// (refused without it: another index's skill of the same name never replaces one
+    /// silently).
+    #[arg(long)]
+    switch_index: bool,
     /// Install policy (TOML) [default: the built-in conservative policy].
     #[arg(long, value_name = "FILE")]
     policy: Option<PathBuf>,
@@ -607,6 +612,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 limits,
                 agents: a.agents.clone(),
                 op: "install",
+                switch_index: a.switch_index,
             };
             let report = ops::install(&mut store, &intake, &source)?;
             Ok(show_install(&report, json_out))
@@ -623,15 +629,22 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                 .policy_mut()
                 .bound_by_extraction_limit(limits.max_artifact_bytes);
             let mut store = open(&a.common, Access::Exclusive)?;
-            let targets = ops::update_targets(&mut store, a.skill.as_deref())?;
+            let named: Vec<String> = a.agents.iter().map(|g| g.name.clone()).collect();
+            let targets = ops::update_targets(&mut store, a.skill.as_deref(), &named)?;
             let mut reports = Vec::new();
             let mut code = EXIT_OK;
             for (skill, url, agents) in targets {
-                let agents: Vec<AgentArg> = if a.agents.is_empty() {
-                    agents.into_iter().map(AgentArg::recorded).collect()
-                } else {
-                    a.agents.clone()
-                };
+                // Each agent as typed when named (its directory as typed), else as recorded.
+                let agents: Vec<AgentArg> = agents
+                    .into_iter()
+                    .map(|n| {
+                        a.agents
+                            .iter()
+                            .find(|g| g.name == n)
+                            .cloned()
+                            .unwrap_or_else(|| AgentArg::recorded(n))
+                    })
+                    .collect();
                 let intake = Intake {
                     policy: &policy,
                     fetcher: Some(Fetcher {
@@ -642,6 +655,8 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     limits: limits.clone(),
                     agents,
                     op: "update",
+                    // Each agent is updated from its own index (`update_targets`).
+                    switch_index: false,
                 };
                 match ops::install(
                     &mut store,
@@ -867,6 +882,18 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     println!("  {n:<16} {}", shown(d));
                 }
                 println!("active       {}", s.installs.len());
+                for i in &s.installs {
+                    let from = match i.index_url.as_deref() {
+                        Some("") | None => "a local file".to_owned(),
+                        Some(u) => shown(u),
+                    };
+                    println!(
+                        "  {:<16} {}@{} from {from}",
+                        shown(&i.agent),
+                        i.skill,
+                        short(&i.digest)
+                    );
+                }
                 println!("pending      {}", s.pending.len());
                 for p in &s.pending {
                     println!("  {p}");
@@ -1445,6 +1472,17 @@ fn print_provenance(p: &ops::ProvenanceReport) {
             shown(&p.agents.join(", "))
         }
     );
+    for t in &p.taken_from {
+        let from = if t.index_url.is_empty() {
+            "a local file (or not known)".to_owned()
+        } else {
+            t.index_url.clone()
+        };
+        println!(
+            "  taken from:     {}",
+            shown(&format!("{}: {} from {from}", t.host, t.agent))
+        );
+    }
     if !p.hosts.is_empty() {
         println!("  hosts:          {}", shown(&host_agents(&p.hosts)));
     }

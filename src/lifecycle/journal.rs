@@ -411,6 +411,13 @@ pub fn recover(store: &mut Store) -> Result<Vec<String>, Error> {
             }
         }
     }
+    // What a killed quarantine step left (a copy put aside, a pending entry's temporary
+    // file): only what no running command holds goes.
+    for name in super::quarantine::remove_abandoned(store.root())? {
+        done.push(format!(
+            "removed {name}, left by an interrupted quarantine step"
+        ));
+    }
     // Trees whose version is not recorded as stored (a collected, denied or undone version).
     // Security: never by records this very command created: they cannot know any tree (the
     // store refuses records it is not bound to; this is the last guard).

@@ -135,6 +135,9 @@ pub struct Intake<'a> {
     pub agents: Vec<AgentArg>,
     /// `install` or `update` (events and the crash hook).
     pub op: &'static str,
+    /// `install --switch-index`: an agent whose version of the skill was taken from another
+    /// index may be moved to this index's ([`refuse_index_switch`]).
+    pub switch_index: bool,
 }
 
 fn acquire_error(e: AcquireError) -> Error {
@@ -689,7 +692,8 @@ pub fn install(
     let agent_list = store
         .records
         .read(|tx| resolve_agents(tx, &intake.agents))?;
-    let base = base_version(store, &skill, &agent_list)?;
+    refuse_index_switch(store, intake, &skill, &agent_list, recorded_from)?;
+    let base = base_version(store, &skill, &agent_list, recorded_from)?;
     let diff = match &base {
         Some(b) => {
             let old = store.answer(&b.digest)?;
@@ -837,6 +841,9 @@ pub fn install(
             tx.add_agent(name, dir)?;
         }
         let seq = record_changes(tx, &skill, &changes, &time, "activated", &m.actor)?;
+        if m.state == State::Approved {
+            record_sources(tx, &skill, &agent_list, recorded_from)?;
+        }
         tx.remove_intent(promote)?;
         Ok((seq, m))
     });
@@ -1098,29 +1105,111 @@ fn agent_change(c: LinkChange) -> AgentChange {
 }
 
 /// The version an update is compared with: what the first named agent runs, else the newest
-/// approved stored version.
+/// approved stored version; for an intake from an index (`index_url`), only one taken from
+/// that same index.
 fn base_version(
     store: &mut Store,
     skill: &str,
     agents: &[(String, String)],
+    index_url: Option<&str>,
 ) -> Result<Option<Version>, Error> {
     let root = store.root().to_owned();
     store.records.read(|tx| {
+        // Security: a version of the same name from another index is another publisher's
+        // skill, not an earlier version of this one. Compared with it, a package asking for
+        // what a person approved of the other's would be a `content_only` update, approved by
+        // `updates.content_only` without anyone asked about the capabilities of this one.
+        let same_index = |i: &Install| -> Result<bool, Error> {
+            Ok(match (index_url, tx.source_of(i)?) {
+                (Some(u), Some(from)) => u == from,
+                _ => true,
+            })
+        };
         for (a, _) in agents {
             // Security: only an approved version is a base. An agent can stay recorded on a
             // withdrawn one (an entry its withdrawal could not move); a diff against it would
             // call a new version carrying the withdrawn capabilities `content_only`, and the
             // policy's `updates.content_only` would approve what a person withdrew.
-            if let Some(d) = tx.install(a, skill)?
-                && let Some(v) = tx.version(&d)?
+            if let Some(i) = tx.installs_of(skill)?.into_iter().find(|i| i.agent == *a)
+                && same_index(&i)?
+                && let Some(v) = tx.version(&i.digest)?
                 && v.stored
                 && v.state == State::Approved
             {
                 return Ok(Some(v));
             }
         }
-        previous_to_go_to(tx, &root, skill, i64::MAX)
+        let Some(v) = previous_to_go_to(tx, &root, skill, i64::MAX)? else {
+            return Ok(None);
+        };
+        let as_installed = Install {
+            agent: String::new(),
+            skill: skill.to_owned(),
+            digest: v.digest.clone(),
+            index_url: None,
+        };
+        Ok(same_index(&as_installed)?.then_some(v))
     })
+}
+
+/// Refuse (exit 2, nothing changed) to move an agent whose version of `skill` was taken from
+/// another index than `index_url` onto this one's, unless `--switch-index`: two publishers may
+/// list skills of one name, and one must never silently replace the other in an agent's
+/// directory. `None` (a local file) is not checked: the operator names its bytes.
+fn refuse_index_switch(
+    store: &mut Store,
+    intake: &Intake<'_>,
+    skill: &str,
+    agents: &[(String, String)],
+    index_url: Option<&str>,
+) -> Result<(), Error> {
+    let Some(url) = index_url.filter(|u| !u.is_empty()) else {
+        return Ok(());
+    };
+    if intake.switch_index {
+        return Ok(());
+    }
+    let mut lines = Vec::new();
+    store.records.read(|tx| {
+        for i in tx.installs_of(skill)? {
+            if !agents.iter().any(|(a, _)| *a == i.agent) {
+                continue;
+            }
+            if let Some(from) = tx.source_of(&i)?
+                && from != url
+            {
+                lines.push(format!(
+                    "agent {} runs {skill}@{} taken from {from}",
+                    i.agent, i.digest
+                ));
+            }
+        }
+        Ok(())
+    })?;
+    if lines.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        Kind::Usage,
+        format!(
+            "{}; {url} lists a {skill} of its own, and another index's skill of the same name (another publisher's, or a mirror's) never replaces one silently: nothing was changed. To move these agents to this index, add --switch-index; to keep both, install it for an agent of its own",
+            lines.join("; ")
+        ),
+    ))
+}
+
+/// After an intake from `index_url` (`None`: a local file) put `agents` on `skill`: each
+/// installation records that index as the one `update` re-reads for it.
+fn record_sources(
+    tx: &Tx<'_>,
+    skill: &str,
+    agents: &[(String, String)],
+    index_url: Option<&str>,
+) -> Result<(), Error> {
+    for (a, _) in agents {
+        tx.set_install_source(a, skill, index_url.unwrap_or(""))?;
+    }
+    Ok(())
 }
 
 /// The link changes that put every agent in `agents` on `digest`.
@@ -1251,6 +1340,7 @@ fn known(
     let agent_list = store
         .records
         .read(|tx| resolve_agents(tx, &intake.agents))?;
+    refuse_index_switch(store, intake, skill, &agent_list, index_url)?;
     let changes = plan(store, skill, &agent_list, digest)?;
     precheck(store, skill, &changes)?;
     if changes.iter().any(|c| c.to.is_some()) {
@@ -1261,7 +1351,9 @@ fn known(
         if index_url.is_some() {
             tx.set_index_url(digest, index_url)?;
         }
-        record_changes(tx, skill, &changes, &time, "activated", "skillbox")
+        let seq = record_changes(tx, skill, &changes, &time, "activated", "skillbox")?;
+        record_sources(tx, skill, &agent_list, index_url)?;
+        Ok(seq)
     })?;
     crash_point(intake.op, "recorded");
     let intake_kind = if changes.is_empty() {
@@ -1430,7 +1522,21 @@ pub fn approve(
             &actor,
             &covered,
         )?;
-        record_changes(tx, &v.skill, &changes, &time, "activated", &actor)
+        let seq = record_changes(tx, &v.skill, &changes, &time, "activated", &actor)?;
+        // The agents activated now take the skill from the index this host took the version
+        // from (an `install --switch-index` that waited for this approval moves them to it).
+        let from = tx.source_of(&Install {
+            agent: String::new(),
+            skill: v.skill.clone(),
+            digest: v.digest.clone(),
+            index_url: None,
+        })?;
+        let moved: Vec<(String, String)> = changes
+            .iter()
+            .map(|c| (c.agent.clone(), c.dir.clone()))
+            .collect();
+        record_sources(tx, &v.skill, &moved, from.as_deref())?;
+        Ok(seq)
     })?;
     crash_point("approve", "recorded");
     let failed = journal::switch_links(store, links, &v.skill, &changes, "approve")?;
@@ -1573,7 +1679,7 @@ pub fn rollback(
             None => {
                 let root = store.root().to_owned();
                 let prev = store.records.read(|tx| match tx.version(&i.digest)? {
-                    Some(c) => previous_to_go_to(tx, &root, skill, c.seq),
+                    Some(c) => previous_from(tx, &root, skill, c.seq, tx.source_of(i)?.as_deref()),
                     None => Ok(None),
                 })?;
                 match prev {
@@ -1658,6 +1764,35 @@ fn previous_to_go_to(
         match tx.previous_approved(skill, before)? {
             Some(p) if quarantine::withdrawn_here(root, &p.digest)? => before = p.seq,
             found => return Ok(found),
+        }
+    }
+}
+
+/// [`previous_to_go_to`] for an agent whose version was taken from `source` (an index URL;
+/// `None`: a local file, or not known): a version this host took from another index is another
+/// publisher's skill of the same name (or a mirror's), skipped. One whose index is not known
+/// here (a local file) is taken, as before.
+fn previous_from(
+    tx: &Tx<'_>,
+    root: &Path,
+    skill: &str,
+    before: i64,
+    source: Option<&str>,
+) -> Result<Option<Version>, Error> {
+    let mut before = before;
+    loop {
+        let Some(p) = previous_to_go_to(tx, root, skill, before)? else {
+            return Ok(None);
+        };
+        let theirs = tx.source_of(&Install {
+            agent: String::new(),
+            skill: skill.to_owned(),
+            digest: p.digest.clone(),
+            index_url: None,
+        })?;
+        match (source, theirs) {
+            (Some(mine), Some(theirs)) if mine != theirs => before = p.seq,
+            _ => return Ok(Some(p)),
         }
     }
 }
@@ -1808,33 +1943,50 @@ fn extracted(op: &str) {
 /// do. An agent whose link is missing runs nothing of it: it moves like the others.
 fn move_off(store: &mut Store, v: &Version, actor: &str, op: &str) -> Result<MoveReport, Error> {
     let root = store.root().to_owned();
-    let (users, prev) = store.records.read(|tx| {
-        Ok((
-            tx.installs_using(&v.digest)?,
-            previous_to_go_to(tx, &root, &v.skill, v.seq)?,
-        ))
+    // Per agent, the previous version from the index its own version was taken from: the
+    // same bytes may have reached two agents from two indexes (a mirror), and a withdrawal
+    // never hands an agent to another publisher's skill of the same name.
+    let users = store.records.read(|tx| {
+        tx.installs_using(&v.digest)?
+            .into_iter()
+            .map(|i| {
+                let source = tx.source_of(&i)?;
+                let prev = previous_from(tx, &root, &v.skill, v.seq, source.as_deref())?;
+                Ok((i, prev))
+            })
+            .collect::<Result<Vec<_>, Error>>()
     })?;
     let dirs: std::collections::HashMap<String, String> =
         store.records.read(|tx| tx.agents())?.into_iter().collect();
     let mut problems: Vec<String> = Vec::new();
     // Containment first: agents whose previous version's tree is not what was reviewed lose
     // the skill rather than go to it.
-    let to = match prev.as_ref() {
-        Some(p) if !users.is_empty() => match check_intact(store, &p.skill, &p.digest) {
-            Ok(()) => Some(p.digest.clone()),
-            Err(e) => {
-                problems.push(format!(
-                    "{}; the agents leaving withdrawn {}@{} lose the skill instead",
-                    e.message, v.skill, v.digest
-                ));
-                None
-            }
-        },
-        Some(p) => Some(p.digest.clone()),
-        None => None,
-    };
+    let mut intact: Vec<(String, bool)> = Vec::new();
     let mut changes: Vec<LinkChange> = Vec::new();
-    for i in &users {
+    for (i, prev) in &users {
+        let to = match prev {
+            Some(p) => {
+                let ok = match intact.iter().find(|(d, _)| *d == p.digest) {
+                    Some((_, ok)) => *ok,
+                    None => {
+                        let ok = match check_intact(store, &p.skill, &p.digest) {
+                            Ok(()) => true,
+                            Err(e) => {
+                                problems.push(format!(
+                                    "{}; the agents leaving withdrawn {}@{} for it lose the skill instead",
+                                    e.message, v.skill, v.digest
+                                ));
+                                false
+                            }
+                        };
+                        intact.push((p.digest.clone(), ok));
+                        ok
+                    }
+                };
+                ok.then(|| p.digest.clone())
+            }
+            None => None,
+        };
         let dir = dirs
             .get(&i.agent)
             .filter(|d| Path::new(d.as_str()).is_absolute());
@@ -2557,6 +2709,7 @@ pub fn list(store: &mut Store) -> Result<Listing, Error> {
         agent,
         skill,
         digest,
+        ..
     } in installs
     {
         if let Some(s) = skills.iter_mut().find(|s| s.skill == skill) {
@@ -2755,7 +2908,15 @@ pub fn status(store: &mut Store) -> Result<Status, Error> {
                 withdrawn,
                 withdrawn_in_use,
                 agents: tx.agents()?,
-                installs: tx.installs()?,
+                // Each with the index it is taken from, as `update` reads it.
+                installs: tx
+                    .installs()?
+                    .into_iter()
+                    .map(|mut i| {
+                        i.index_url = Some(tx.source_of(&i)?.unwrap_or_default());
+                        Ok(i)
+                    })
+                    .collect::<Result<_, Error>>()?,
                 hosts: tx.hosts()?,
                 interrupted: intents.len(),
                 quarantined,
@@ -2897,7 +3058,18 @@ pub struct ProvenanceReport {
     pub agents: Vec<String>,
     /// Every host's agents using it.
     pub hosts: Vec<HostAgent>,
+    /// Every host's agents on it, each with the index it took it from (the same bytes may come
+    /// from two indexes: a mirror); `index_url` empty: a local file, or not known.
+    pub taken_from: Vec<TakenFrom>,
     pub events: Vec<Event>,
+}
+
+/// One agent on a version, and the index it took the version from.
+#[derive(Debug, Clone, Serialize)]
+pub struct TakenFrom {
+    pub host: String,
+    pub agent: String,
+    pub index_url: String,
 }
 
 /// `provenance SKILL[@DIGEST]`: without a digest, the version most agents run, else the newest.
@@ -2930,13 +3102,21 @@ pub fn provenance(
         v.stored = false;
         v.quarantined = true;
     }
-    let (agents, hosts, events) = store.records.read(|tx| {
+    let (agents, hosts, taken_from, events) = store.records.read(|tx| {
         Ok((
             tx.installs_using(&v.digest)?
                 .into_iter()
                 .map(|i| i.agent)
                 .collect(),
             fleet_users(tx, &v.skill, &v.digest)?,
+            tx.fleet_sources_of(&v.digest)?
+                .into_iter()
+                .map(|(host, agent, index_url)| TakenFrom {
+                    host,
+                    agent,
+                    index_url,
+                })
+                .collect(),
             tx.events_of(&v.skill, &v.digest)?,
         ))
     })?;
@@ -2944,6 +3124,7 @@ pub fn provenance(
         version: v,
         agents,
         hosts,
+        taken_from,
         events,
     })
 }
@@ -3384,12 +3565,15 @@ fn lost_link(
     Ok(())
 }
 
-/// The index URL a skill was installed from on this host (for `update`), and its agents.
+/// What `update` re-reads: per skill, one index URL per index its agents' versions were taken
+/// from on this host, each with those agents (`only`: just these agents; one of them that runs
+/// no version of the skill is added with the index this host last installed the skill from).
 /// Security: this host's own choice of index, never the one another host of the fleet
-/// installed the newest version from.
+/// installed the newest version from, and each agent's own, never another agent's.
 pub fn update_targets(
     store: &mut Store,
     skill: Option<&str>,
+    only: &[String],
 ) -> Result<Vec<(String, String, Vec<String>)>, Error> {
     store.records.read(|tx| {
         let installs = tx.installs()?;
@@ -3398,8 +3582,37 @@ pub fn update_targets(
             None => installs.iter().map(|i| i.skill.clone()).collect(),
         };
         skills.dedup();
-        let mut out = Vec::new();
+        let mut out: Vec<(String, String, Vec<String>)> = Vec::new();
         for s in skills {
+            // Security: per agent, the index its own version was taken from. Two publishers'
+            // skills of one name on this host (one agent's from one index, another's from
+            // another) are two updates, each from its own index: never the newest index of the
+            // name for every agent, which would hand one publisher's agents to the other.
+            let mut any = false;
+            for i in installs
+                .iter()
+                .filter(|i| i.skill == s && (only.is_empty() || only.contains(&i.agent)))
+            {
+                any = true;
+                let Some(url) = tx.source_of(i)? else {
+                    continue; // a local file: nothing to re-read
+                };
+                match out.iter_mut().find(|(k, u, _)| *k == s && *u == url) {
+                    Some((_, _, agents)) => agents.push(i.agent.clone()),
+                    None => out.push((s.clone(), url, vec![i.agent.clone()])),
+                }
+            }
+            // Agents named that run no version of it here are added from the index this host
+            // last installed a version of it from, as when no agent here runs it (stored only,
+            // or waiting for a person).
+            let added: Vec<String> = only
+                .iter()
+                .filter(|a| !installs.iter().any(|i| i.skill == s && i.agent == **a))
+                .cloned()
+                .collect();
+            if any && added.is_empty() {
+                continue;
+            }
             let Some(url) = tx.host_index_url(&s)? else {
                 if tx.versions_of(&s)?.is_empty() {
                     return Err(Error::new(
@@ -3409,12 +3622,10 @@ pub fn update_targets(
                 }
                 continue; // installed here from a local file: nothing to re-read
             };
-            let agents = installs
-                .iter()
-                .filter(|i| i.skill == s)
-                .map(|i| i.agent.clone())
-                .collect();
-            out.push((s, url, agents));
+            match out.iter_mut().find(|(k, u, _)| *k == s && *u == url) {
+                Some((_, _, agents)) => agents.extend(added),
+                None => out.push((s, url, added)),
+            }
         }
         Ok(out)
     })

@@ -421,13 +421,7 @@ pub fn contain(root: &Path, digest: &str) -> Result<Contained, Error> {
         Ok(()) => {}
         // Quarantined before, and the same bytes promoted again since (an older skillbox
         // without the refusal): this copy leaves `versions/` by a rename too, then goes.
-        Err(nix::errno::Errno::EEXIST) => {
-            let aside =
-                quarantine_root(root).join(format!(".{}.{}", hex_of(digest), std::process::id()));
-            fs::rename(&from, &aside)
-                .map_err(|e| Error::io(format!("cannot move {}", from.display()), &e))?;
-            store::remove_tree(&aside)?;
-        }
+        Err(nix::errno::Errno::EEXIST) => put_aside(root, &from, digest)?,
         Err(e) => {
             return Err(Error::new(
                 Kind::Operational,
@@ -438,6 +432,99 @@ pub fn contain(root: &Path, digest: &str) -> Result<Contained, Error> {
     sync_dir(&root.join("versions"))?;
     sync_dir(&quarantine_root(root))?;
     Ok(Contained::Now)
+}
+
+/// Move the directory `from` (a second copy of a quarantined version) out of `versions/` to
+/// `quarantine/.<hex>.<pid>`, then remove it there. Must run under the store lock.
+///
+/// Security: the copy is held by a `flock(2)` on its directory, taken before the rename (the
+/// lock follows the inode), until it is removed; the kernel releases it however this process
+/// ends. A run killed half-way leaves the directory, and the next command that holds the store
+/// lock removes it ([`remove_abandoned`]) only when it can take that `flock` itself: never a
+/// live run's, whatever its pid (a pid is reused), as staging directories are told apart.
+fn put_aside(root: &Path, from: &Path, digest: &str) -> Result<(), Error> {
+    // A leftover of a killed run may have this process's pid (reused): gone first, so the
+    // name below is free unless a live run holds it.
+    remove_abandoned(root)?;
+    let aside = quarantine_root(root).join(format!(".{}.{}", hex_of(digest), std::process::id()));
+    let held = store::lock_dir(from)?;
+    match nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        from,
+        nix::fcntl::AT_FDCWD,
+        &aside,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) => {}
+        Err(e) => {
+            return Err(Error::new(
+                Kind::Operational,
+                format!("cannot move {} to {}: {e}", from.display(), aside.display()),
+            ));
+        }
+    }
+    crate::stop_point::stop_point("quarantine:aside");
+    store::remove_tree(&aside)?;
+    drop(held);
+    Ok(())
+}
+
+/// Remove what a killed quarantine step left in the store: a copy put aside by [`contain`]
+/// (`quarantine/.<hex>.<pid>`) that no running command holds, and a pending entry's temporary
+/// file (`pending-withdrawals/.<hex>.<pid>.tmp`, written only under the store lock, so none is
+/// a live run's while this holds it). Must run under the store lock. Returns the names removed.
+pub fn remove_abandoned(root: &Path) -> Result<Vec<String>, Error> {
+    let mut removed = Vec::new();
+    for (dir, suffix) in [(quarantine_root(root), ""), (pending_root(root), ".tmp")] {
+        let Ok(rd) = fs::read_dir(&dir) else {
+            continue;
+        };
+        let before = removed.len();
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !is_aside_name(&name, suffix) {
+                continue;
+            }
+            let gone = if suffix.is_empty() {
+                store::remove_abandoned_dir(&e.path())?
+            } else {
+                match fs::remove_file(e.path()) {
+                    Ok(()) => true,
+                    Err(err) if err.kind() == io::ErrorKind::NotFound => false,
+                    Err(err) => {
+                        return Err(Error::io(
+                            format!("cannot remove {}", e.path().display()),
+                            &err,
+                        ));
+                    }
+                }
+            };
+            if gone {
+                removed.push(format!(
+                    "{}/{name}",
+                    dir.file_name().unwrap_or_default().to_string_lossy()
+                ));
+            }
+        }
+        if removed.len() > before {
+            sync_dir(&dir)?;
+        }
+    }
+    Ok(removed)
+}
+
+/// `.<64 hex>.<pid><suffix>`: a name a quarantine step gives what it holds only while it runs.
+fn is_aside_name(name: &str, suffix: &str) -> bool {
+    let Some(rest) = name.strip_prefix('.').and_then(|n| n.strip_suffix(suffix)) else {
+        return false;
+    };
+    let Some((hex, pid)) = rest.split_once('.') else {
+        return false;
+    };
+    hex.len() == 64
+        && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        && !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The hex names under `dir` (versions, quarantine, pending entries) starting with `prefix`.
@@ -527,6 +614,8 @@ pub fn withdraw_local(
         .open(root.join("lock"))
         .map_err(|e| Error::io("cannot open the store lock", &e))?;
     let _held = store::lock_store(lock, root)?;
+    // A killed run's leftovers go first (this run needs none of them).
+    remove_abandoned(root)?;
     let host = host_of_store(root, host)?;
     let digest = resolve(root, digest)?;
     // An earlier local withdrawal stands (its reason, who and when), pending or applied: as
@@ -654,6 +743,60 @@ mod tests {
         assert!(!has_applied(root));
         let p = pending_of(root, &digest).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(p.map(|p| p.by), Some("alice".to_owned()));
+    }
+
+    /// What a killed quarantine step left goes; a copy a live run holds (its `flock`), and
+    /// anything not named as a step names what it holds, stay.
+    #[test]
+    fn remove_abandoned_keeps_what_a_live_run_holds() {
+        let s = store();
+        let root = s.path();
+        let q = quarantine_root(root);
+        let held = q.join(format!(".{HEX}.1"));
+        let abandoned = q.join(format!(".{HEX}.2"));
+        let other = q.join(".not-a-step");
+        for d in [&held, &abandoned, &other] {
+            fs::create_dir_all(d.join("tree/sub")).unwrap_or_else(|e| panic!("{e}"));
+        }
+        store::freeze(&abandoned).unwrap_or_else(|e| panic!("{e}"));
+        fs::create_dir_all(pending_root(root)).unwrap_or_else(|e| panic!("{e}"));
+        let tmp = pending_root(root).join(format!(".{HEX}.3.tmp"));
+        fs::write(&tmp, "{").unwrap_or_else(|e| panic!("{e}"));
+        let lock = store::lock_dir(&held).unwrap_or_else(|e| panic!("{e}"));
+        let gone = remove_abandoned(root).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(gone.len(), 2, "{gone:?}");
+        assert!(held.join("tree/sub").is_dir(), "a held copy was removed");
+        assert!(other.is_dir());
+        assert!(!abandoned.exists() && !tmp.exists());
+        drop(lock);
+        assert_eq!(remove_abandoned(root).map(|g| g.len()).ok(), Some(1));
+        assert!(!held.exists());
+    }
+
+    /// A killed run's copy whose name this process's pid gives again (a pid is reused) does not
+    /// stop the next containment of the same digest: it is removed first. (Before: the rename
+    /// onto it failed, ENOTEMPTY, and `withdraw --local` with it.)
+    #[test]
+    fn a_leftover_under_a_reused_pid_does_not_stop_containment() {
+        let s = store();
+        let root = s.path();
+        let digest = format!("sha256:{HEX}");
+        assert_eq!(
+            contain(root, &digest).map_err(|e| e.message).ok(),
+            Some(Contained::Now)
+        );
+        // The same bytes promoted again, and a killed run's copy under this pid.
+        fs::create_dir_all(root.join("versions").join(HEX).join("tree"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let leftover = quarantine_root(root).join(format!(".{HEX}.{}", std::process::id()));
+        fs::create_dir_all(leftover.join("tree/sub")).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            contain(root, &digest).map_err(|e| e.message),
+            Ok(Contained::Now)
+        );
+        assert!(!root.join("versions").join(HEX).exists());
+        assert!(!leftover.exists());
+        assert!(quarantine_dir(root, &digest).join("tree").is_dir());
     }
 
     /// A pending entry names paths in the store: one whose digest is not its file's name is

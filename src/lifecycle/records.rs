@@ -138,6 +138,12 @@ const MIGRATIONS: &[Step] = &[
     // `#` in a typed URL, a reason typed with a URL's password) is removed, as it is removed
     // on input today ([`super::scrub`]).
     Step::Scrub,
+    // 6: per installation, the index its agent's skill is taken from (`update` re-reads that
+    // one, per agent: two publishers' skills of one name on one host never feed each other's
+    // agents). Empty: a local file. NULL (rows from before, approvals): the index this host
+    // installed the digest from.
+    Step::Sql("ALTER TABLE installs ADD COLUMN index_url TEXT;
+    UPDATE installs SET index_url = (SELECT hv.index_url FROM host_versions hv WHERE hv.host = installs.host AND hv.digest = installs.digest);"),
 ];
 
 /// The PostgreSQL advisory lock every write transaction (and migration) takes first: writes
@@ -234,6 +240,11 @@ pub struct Install {
     pub agent: String,
     pub skill: String,
     pub digest: String,
+    /// The index this agent's skill is taken from (`update` re-reads it): the one the install
+    /// or update that put it on this skill read; empty for a local file; `None` when not known
+    /// per agent (recorded before, or activated by an approval): see [`Tx::source_of`].
+    #[serde(default)]
+    pub index_url: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1298,6 +1309,7 @@ fn decode_install(r: &Row) -> Result<Install, Error> {
         agent: r.text(0)?,
         skill: r.text(1)?,
         digest: r.text(2)?,
+        index_url: r.opt_text(3)?,
     })
 }
 
@@ -1682,7 +1694,7 @@ impl Tx<'_> {
             .collect::<Result<Vec<_>, Error>>()?;
         let installs = self
             .rows(
-                "SELECT agent, skill, digest FROM installs WHERE host = ? ORDER BY agent, skill",
+                "SELECT agent, skill, digest, index_url FROM installs WHERE host = ? ORDER BY agent, skill",
                 args![name],
             )?
             .iter()
@@ -1760,8 +1772,8 @@ impl Tx<'_> {
         }
         for i in &snap.installs {
             self.exec(
-                "INSERT INTO installs (host, agent, skill, digest) VALUES (?, ?, ?, ?) ON CONFLICT (host, agent, skill) DO NOTHING",
-                args![name, &i.agent, &i.skill, &i.digest],
+                "INSERT INTO installs (host, agent, skill, digest, index_url) VALUES (?, ?, ?, ?, ?) ON CONFLICT (host, agent, skill) DO NOTHING",
+                args![name, &i.agent, &i.skill, &i.digest, i.index_url.as_ref()],
             )?;
         }
         for (seq, payload, created) in &snap.intents {
@@ -1824,7 +1836,8 @@ impl Tx<'_> {
     // ------------------------------------------------------------ installs
 
     fn installs_where(&self, clause: &str, more: &[Cell]) -> Result<Vec<Install>, Error> {
-        let sql = format!("SELECT agent, skill, digest FROM installs WHERE host = ? {clause}");
+        let sql =
+            format!("SELECT agent, skill, digest, index_url FROM installs WHERE host = ? {clause}");
         let mut a = vec![Cell::from(self.host)];
         a.extend_from_slice(more);
         self.rows(&sql, &a)?.iter().map(decode_install).collect()
@@ -1851,6 +1864,19 @@ impl Tx<'_> {
         )?
         .iter()
         .map(decode_fleet_install)
+        .collect()
+    }
+
+    /// Every host's installations of `digest` with the index each is taken from (its own
+    /// record, else the index that host installed the digest from; empty: a local file or not
+    /// known), by host then agent.
+    pub fn fleet_sources_of(&self, digest: &str) -> Result<Vec<(String, String, String)>, Error> {
+        self.rows(
+            "SELECT i.host, i.agent, COALESCE(i.index_url, hv.index_url, '') FROM installs i LEFT JOIN host_versions hv ON hv.host = i.host AND hv.digest = i.digest WHERE i.digest = ? ORDER BY i.host, i.agent",
+            args![digest],
+        )?
+        .iter()
+        .map(|r| Ok((r.text(0)?, r.text(1)?, r.text(2)?)))
         .collect()
     }
 
@@ -1886,6 +1912,41 @@ impl Tx<'_> {
             ),
         }?;
         Ok(())
+    }
+
+    /// Record the index `agent`'s `skill` is taken from on this host (`""`: a local file).
+    /// Kept by every later move that is not an intake (rollback, a withdrawal's move).
+    pub fn set_install_source(&self, agent: &str, skill: &str, url: &str) -> Result<(), Error> {
+        self.exec(
+            "UPDATE installs SET index_url = ? WHERE host = ? AND agent = ? AND skill = ?",
+            args![url, self.host, agent, skill],
+        )?;
+        Ok(())
+    }
+
+    /// The index `install` is taken from (`None`: a local file, or nothing known): its own
+    /// record, else the index this host installed its digest from, else its version's
+    /// provenance (a version recorded before hosts kept their own).
+    pub fn source_of(&self, install: &Install) -> Result<Option<String>, Error> {
+        if let Some(u) = &install.index_url {
+            return Ok(Some(u.clone()).filter(|u| !u.is_empty()));
+        }
+        let rows = self.rows(
+            "SELECT hv.index_url, v.provenance FROM host_versions hv JOIN versions v ON v.digest = hv.digest WHERE hv.host = ? AND hv.digest = ?",
+            args![self.host, &install.digest],
+        )?;
+        let Some(r) = rows.first() else {
+            return Ok(None);
+        };
+        let url = match r.opt_text(0)? {
+            Some(u) => Some(u),
+            None => serde_json::from_str::<Value>(&r.text(1)?)
+                .map_err(json_err)?
+                .get("index_url")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        };
+        Ok(url.filter(|u| !u.is_empty()))
     }
 
     // ------------------------------------------------------------ events
@@ -2039,7 +2100,7 @@ pub(crate) mod tests {
             .prepare("SELECT version FROM schema_version ORDER BY version")
             .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(versions, [1, 2, 3, 4, 5]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
         r.write(|tx| tx.add_agent("a", "/x"))
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);

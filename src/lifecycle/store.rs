@@ -353,6 +353,31 @@ fn open_dir(path: &Path) -> io::Result<File> {
 /// Must run with the store lock held (no directory is made, locked or promoted meanwhile).
 /// `Ok(false)`: left alone (held by a running intake, or gone).
 pub fn remove_abandoned_staging(path: &Path) -> Result<bool, Error> {
+    remove_abandoned_at(path, staging_opened)
+}
+
+/// Remove the directory at `path` unless a running command holds its `flock` ([`lock_dir`]),
+/// as [`remove_abandoned_staging`] does (a quarantine step's copy put aside). Must run with the
+/// store lock held. `Ok(false)`: left alone (held, or gone).
+pub fn remove_abandoned_dir(path: &Path) -> Result<bool, Error> {
+    remove_abandoned_at(path, |_| {})
+}
+
+/// Open the directory at `path` (never through a link) and hold its `flock(2)` exclusively
+/// until the returned guard is dropped or the process ends: [`remove_abandoned_dir`] leaves
+/// it alone meanwhile. The lock is on the inode, so it follows the directory through a rename.
+pub fn lock_dir(path: &Path) -> Result<Flock<File>, Error> {
+    let file =
+        open_dir(path).map_err(|e| Error::io(format!("cannot open {}", path.display()), &e))?;
+    Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| {
+        Error::new(
+            Kind::Operational,
+            format!("cannot lock {}: {e}", path.display()),
+        )
+    })
+}
+
+fn remove_abandoned_at(path: &Path, opened: impl FnOnce(&Path)) -> Result<bool, Error> {
     let file = match open_dir(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -363,7 +388,7 @@ pub fn remove_abandoned_staging(path: &Path) -> Result<bool, Error> {
         }
         Err(e) => return Err(Error::io(format!("cannot open {}", path.display()), &e)),
     };
-    staging_opened(path);
+    opened(path);
     let held = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(h) => h,
         // A running command's intake, extracting without the store lock.

@@ -846,7 +846,7 @@ fn concurrent_writes_from_two_hosts_keep_sequence_numbers_unique() {
     assert_eq!(pg.query_i64(db, "SELECT MAX(seq) FROM events"), events);
     assert_eq!(
         pg.query_i64(db, "SELECT COUNT(*) FROM schema_version"),
-        5,
+        6,
         "each migration applied once"
     );
     assert_eq!(pg.query_i64(db, "SELECT COUNT(*) FROM intents"), 0);
@@ -1955,6 +1955,26 @@ fn update_reads_this_hosts_index() {
     assert_eq!(j["updates"][0]["intake"], "unchanged", "{j}");
     assert_eq!(other.hits(INDEX), seen, "A read B's index");
     assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+
+    // Any host tells, per host and agent, which index each took a version from: `provenance`
+    // from the shared registry, `status` for its own agents.
+    let fleet_index = f.server.url(INDEX);
+    for (version, host, index) in [(&v1, "host-a", &fleet_index), (&v2, "host-b", &other_index)] {
+        for on in [&a, &b] {
+            let o = on.run(&["provenance", &format!("demo@{version}"), "--json"]);
+            expect_code(&o, 0);
+            let j = json_of(&o);
+            assert_eq!(
+                j["taken_from"],
+                serde_json::json!([{"host": host, "agent": "alpha", "index_url": index}]),
+                "{j}"
+            );
+        }
+    }
+    let o = b.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["installs"][0]["index_url"], other_index.as_str(), "{j}");
 }
 
 /// Shared records an older version wrote (schema 4) holding a URL's password (a password cut
@@ -1984,6 +2004,9 @@ fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
             .admin(db)
             .unwrap_or_else(|e| panic!("admin connection: {e}"));
         c.execute("DELETE FROM schema_version WHERE version > 4", &[])
+            .unwrap_or_else(|e| panic!("{e}"));
+        // Schema 4 had no index per installation (migration 6).
+        c.execute("ALTER TABLE installs DROP COLUMN index_url", &[])
             .unwrap_or_else(|e| panic!("{e}"));
         for d in [&v1, &v3] {
             let prov: String = c
@@ -2018,7 +2041,7 @@ fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
     assert!(!rows.contains("MARKERPASS"), "{rows}");
     assert_eq!(
         pg.query_i64(db, "SELECT MAX(version) FROM schema_version"),
-        5
+        6
     );
     let o = a.run(&["provenance", &format!("demo@{v1}"), "--json"]);
     expect_code(&o, 0);

@@ -736,6 +736,11 @@ fn update_refuses_a_recorded_index_url_that_would_send_its_password_elsewhere() 
         .execute("UPDATE host_versions SET index_url = ?1", [&recorded])
         .unwrap_or_else(|e| panic!("update index_url: {e}"));
     assert_eq!(changed, 1);
+    // Where `update` reads it now: the index per installation (migration 6 copied it there).
+    let changed = db
+        .execute("UPDATE installs SET index_url = ?1", [&recorded])
+        .unwrap_or_else(|e| panic!("update index_url: {e}"));
+    assert_eq!(changed, 1);
     drop(db);
     let text = w.run(&["update"]);
     let json = w.run(&["update", "--json"]);
@@ -3034,6 +3039,8 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
         };
         // Schema 4 (the version before this one knew only 4).
         sql("DELETE FROM schema_version WHERE version > 4", &[]);
+        // Schema 4 had no index per installation (migration 6).
+        sql("ALTER TABLE installs DROP COLUMN index_url", &[]);
         // Written twice, as an update of a row does: the first copy is left in freed space.
         for long in [true, false] {
             for d in [&v1, &v3] {
@@ -3123,7 +3130,7 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((schema, marks), (5, 0));
+    assert_eq!((schema, marks), (6, 0));
     drop(db);
 
     let o = w.run(&["provenance", &format!("demo@{v1}"), "--json"]);
@@ -4147,6 +4154,94 @@ fn a_local_withdrawal_contains_without_the_records_and_reaches_them_later() {
     expect_code(&w.run(&["gc"]), 0);
     assert!(!w.store().join("quarantine").join(&v2[7..]).exists());
     w.verify_ok();
+}
+
+/// A run killed inside a quarantine step (here `withdraw --local` putting aside a second copy
+/// of a quarantined version, as an older skillbox could promote one) leaves
+/// `quarantine/.<hex>.<pid>`. While that run is alive (stopped there, holding the copy's
+/// `flock` and the store lock), `status` reads the store as usual and nothing removes the
+/// copy; once it is killed, `status` still says every withdrawn version is contained (exit 0)
+/// and lists no such name, and the next command that changes state removes the leftover and
+/// says so. Before, nothing ever removed it.
+#[test]
+fn a_quarantine_step_killed_half_way_leaves_nothing_for_good() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2 = w.publish("demo", &package(2));
+    expect_code(&w.install(&["alpha"]), 0);
+    let v2ref = format!("demo@{v2}");
+    let local = ["withdraw", v2ref.as_str(), "--reason", "bad", "--local"];
+    expect_code(&w.run(&local), 0);
+    // Recorded, and alpha moved back to v1.
+    expect_code(&w.run(&["sync"]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(v1.as_str()));
+
+    // The same bytes back in `versions/` beside their quarantined copy.
+    let quarantine = w.store().join("quarantine");
+    let stored = w.store().join("versions").join(&v2[7..]);
+    let o = Command::new("cp")
+        .arg("-a")
+        .arg(quarantine.join(&v2[7..]))
+        .arg(&stored)
+        .output()
+        .unwrap_or_else(|e| panic!("cp: {e}"));
+    assert!(o.status.success(), "{}", explain(&o));
+
+    let leftovers = || -> Vec<String> {
+        std::fs::read_dir(&quarantine)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect()
+    };
+    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
+    c.args(local)
+        .arg("--store")
+        .arg(w.store())
+        .env("HOME", w.tmp.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("SKILLBOX_STORE")
+        .env_remove("SKILLBOX_TEST_CRASH_AT");
+    let mut child = super::stopped_at(&mut c, "quarantine:aside");
+    assert!(!stored.exists(), "the copy is still in versions/");
+    let aside = leftovers();
+    assert_eq!(aside, vec![format!(".{}.{}", &v2[7..], child.id())]);
+
+    // Alive: `status` reads, and leaves the copy alone.
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(leftovers(), aside, "a live run's copy was touched");
+
+    child.kill().unwrap_or_else(|e| panic!("kill: {e}"));
+    let _ = child.wait();
+    assert_eq!(leftovers(), aside);
+
+    // Killed: `status` is not misled by it (still contained, no version named after it).
+    let o = w.run(&["status", "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    assert_eq!(j["quarantined"].as_array().map(Vec::len), Some(1), "{j}");
+    assert!(!j.to_string().contains(&aside[0]), "{j}");
+
+    // The next command that changes state removes it, and says so.
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert!(leftovers().is_empty(), "{:?} left", leftovers());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains(&aside[0]), "{out}");
+    assert!(quarantine.join(&v2[7..]).join("tree").is_dir());
+
+    // A temporary pending entry a killed `withdraw --local` left goes as well, by the next
+    // `withdraw --local` (which needs no records).
+    let tmp = w
+        .store()
+        .join("pending-withdrawals")
+        .join(format!(".{}.4242.tmp", &v1[7..]));
+    std::fs::write(&tmp, "{").unwrap_or_else(|e| panic!("{e}"));
+    expect_code(&w.run(&local), 0);
+    assert!(!tmp.exists(), "a killed run's temporary entry is kept");
 }
 
 /// A version `withdraw --local` quarantined is not listed as an ordinary stored version once
@@ -5224,4 +5319,321 @@ fn recovery_leaves_a_staging_directory_renamed_between_its_open_and_its_lock() {
         std::fs::remove_dir_all(dir).unwrap_or_else(|e| panic!("rm: {e}"));
     });
     w.verify_ok();
+}
+
+/// The demo skill as another publisher writes it: the same name, its own guide (and, with
+/// `script`, the same script and host as `package(3)`, so the same capabilities).
+fn publisher_package(publisher: &str, version: u32, script: bool) -> Vec<u8> {
+    let md =
+        "---\nname: demo\ndescription: A demo skill\n---\nRead references/guide.md.\n".to_owned();
+    let guide = format!("# Guide\n\nThis is {publisher}'s version {version} of the guide.\n");
+    let mut files: Vec<(&str, Vec<u8>)> = vec![
+        ("SKILL.md", md.into_bytes()),
+        ("references/guide.md", guide.into_bytes()),
+    ];
+    if script {
+        files.push((
+            "scripts/run.sh",
+            b"#!/bin/sh\ncurl -fsS https://api.reportsink.net/v1/report\necho ok\n".to_vec(),
+        ));
+    }
+    let refs: Vec<(&str, &[u8])> = files.iter().map(|(n, d)| (*n, d.as_slice())).collect();
+    tar_gz_of(&refs)
+}
+
+/// A second index on the world's server (another publisher's, or a mirror), at `path`,
+/// listing `pkg` as `demo`; returns the package's digest.
+fn publish_at(w: &World, path: &str, pkg: &[u8]) -> String {
+    let digest = sha(pkg);
+    let at = format!(
+        "{}/pkgs/demo-{}.tar.gz",
+        path.trim_end_matches("/index.json"),
+        &digest[7..19]
+    );
+    w.server.route(&at, ok(pkg, "application/gzip"));
+    let body = serde_json::json!({ "$schema": SCHEMA, "skills": [{
+        "name": "demo", "type": "archive", "description": "A demo skill",
+        "url": at, "digest": digest,
+    }]})
+    .to_string();
+    w.server
+        .route(path, ok(body.as_bytes(), "application/json"));
+    digest
+}
+
+/// `install INDEX demo --agent A... [extra...] --json`.
+fn install_from(w: &World, index: &str, agents: &[&str], extra: &[&str]) -> Output {
+    let specs: Vec<String> = agents.iter().map(|a| w.agent_arg(a)).collect();
+    let mut args = vec!["install", index, "demo", "--json"];
+    for s in &specs {
+        args.push("--agent");
+        args.push(s);
+    }
+    args.extend_from_slice(extra);
+    w.run(&args)
+}
+
+/// The index `status --json` says each agent's demo is taken from.
+fn sources(w: &World) -> std::collections::BTreeMap<String, String> {
+    let o = w.run(&["status", "--json"]);
+    let j = json_of(&o);
+    j["installs"]
+        .as_array()
+        .unwrap_or_else(|| panic!("installs: {j}"))
+        .iter()
+        .map(|i| {
+            (
+                i["agent"].as_str().unwrap_or_default().to_owned(),
+                i["index_url"].as_str().unwrap_or("?").to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Two publishers list a skill of one name on two index URLs; alpha runs the first's, beta the
+/// second's. Installing the second's for alpha is refused (exit 2, nothing changed) unless
+/// `--switch-index`; `update` re-reads each agent's own index (before, every agent of the name
+/// was updated from the index of the newest version: alpha got the second publisher's); a
+/// withdrawal of alpha's version moves it back to its own publisher's previous version (before:
+/// to the newest older version of the name, the other publisher's); `status` says per agent
+/// which index its skill is taken from; a mirror listing the same bytes is another index too,
+/// and a withdrawal of those bytes reaches the agent that took them from the mirror.
+#[test]
+fn two_publishers_of_one_name_never_feed_each_others_agents() {
+    let w = World::new();
+    let index_a = w.index_url();
+    let path_b = "/b/.well-known/agent-skills/index.json";
+    let index_b = w.server.url(path_b);
+    let a1 = w.publish("demo", &package(1));
+    expect_code(&install_from(&w, &index_a, &["alpha"], &[]), 0);
+    let b1 = publish_at(&w, path_b, &publisher_package("B", 1, false));
+    let o = install_from(&w, &index_b, &["beta"], &[]);
+    expect_code(&o, 0);
+    // Another publisher's first version, not an update of the first one's.
+    assert_eq!(json_of(&o)["change"], "first", "{}", explain(&o));
+    assert_eq!(w.active("alpha").as_deref(), Some(a1.as_str()));
+    assert_eq!(w.active("beta").as_deref(), Some(b1.as_str()));
+
+    // B's demo for alpha: refused, alpha untouched.
+    let o = install_from(&w, &index_b, &["alpha"], &[]);
+    expect_code(&o, 2);
+    let err = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("--switch-index") && err.contains(&index_a),
+        "{err}"
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(a1.as_str()));
+
+    // Both publish a second version: each agent is updated from its own index.
+    let a2 = w.publish("demo", &package(2));
+    let b2 = publish_at(&w, path_b, &publisher_package("B", 2, false));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(a2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(
+        w.active("beta").as_deref(),
+        Some(b2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert!(w.guide("alpha").contains("version 2") && !w.guide("alpha").contains("B's"));
+    let s = sources(&w);
+    assert_eq!(s.get("alpha"), Some(&index_a), "{s:?}");
+    assert_eq!(s.get("beta"), Some(&index_b), "{s:?}");
+    // `update --agent`: that agent's own index too.
+    let a3 = w.publish("demo", &publisher_package("A", 3, false));
+    let o = w.run(&["update", "demo", "--agent", "beta", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("beta").as_deref(),
+        Some(b2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(a2.as_str()));
+    let o = w.run(&["update", "demo", "--agent", "alpha", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(a3.as_str()),
+        "{}",
+        explain(&o)
+    );
+
+    // A withdrawal of alpha's version: back to its own publisher's previous one, never to
+    // B's (recorded after A2's, before A3's).
+    let o = w.run(&[
+        "withdraw",
+        &format!("demo@{a3}"),
+        "--reason",
+        "bad",
+        "--json",
+    ]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(a2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.active("beta").as_deref(), Some(b2.as_str()));
+    // A rollback too.
+    let o = w.run(&["rollback", "demo", "--agent", "alpha", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha").as_deref(),
+        Some(a1.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(sources(&w).get("alpha"), Some(&index_a));
+
+    // A mirror listing A1's very bytes: another index all the same for alpha (refused), its
+    // own agent gamma takes them from it, and `status` says so.
+    let path_m = "/mirror/.well-known/agent-skills/index.json";
+    let index_m = w.server.url(path_m);
+    assert_eq!(publish_at(&w, path_m, &package(1)), a1);
+    expect_code(&install_from(&w, &index_m, &["alpha"], &[]), 2);
+    expect_code(&install_from(&w, &index_m, &["gamma"], &[]), 0);
+    assert_eq!(w.active("gamma").as_deref(), Some(a1.as_str()));
+    let s = sources(&w);
+    assert_eq!(
+        (s.get("alpha"), s.get("gamma")),
+        (Some(&index_a), Some(&index_m)),
+        "{s:?}"
+    );
+    // And the version's provenance, per host and agent.
+    let o = w.run(&["provenance", &format!("demo@{a1}"), "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    let taken: Vec<(String, String)> = j["taken_from"]
+        .as_array()
+        .unwrap_or_else(|| panic!("taken_from: {j}"))
+        .iter()
+        .map(|t| {
+            (
+                t["agent"].as_str().unwrap_or_default().to_owned(),
+                t["index_url"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        taken,
+        [
+            ("alpha".to_owned(), index_a.clone()),
+            ("gamma".to_owned(), index_m.clone())
+        ],
+        "{j}"
+    );
+    // Withdrawing those bytes reaches both, whichever index each took them from.
+    let o = w.run(&[
+        "withdraw",
+        &format!("demo@{a1}"),
+        "--reason",
+        "bad",
+        "--json",
+    ]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha"), None, "{}", explain(&o));
+    assert_eq!(w.active("gamma"), None, "{}", explain(&o));
+    assert_eq!(w.active("beta").as_deref(), Some(b2.as_str()));
+
+    // Switched on purpose: alpha (taken off the withdrawn bytes) is not refused, and beta
+    // moves to A's with --switch-index, and is updated from A from then on.
+    let a4 = w.publish("demo", &publisher_package("A", 4, false));
+    let o = install_from(&w, &index_a, &["beta"], &[]);
+    expect_code(&o, 2);
+    // (A person decides a version after a withdrawal of its skill, and this one waits.)
+    let o = install_from(&w, &index_a, &["beta"], &["--switch-index"]);
+    expect_code(&o, 6);
+    assert_eq!(
+        w.active("beta").as_deref(),
+        Some(b2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    expect_code(
+        &w.run(&["approve", &format!("demo@{a4}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("beta").as_deref(), Some(a4.as_str()));
+    assert_eq!(sources(&w).get("beta"), Some(&index_a));
+    expect_code(&install_from(&w, &index_b, &["alpha"], &[]), 0);
+    assert_eq!(w.active("alpha").as_deref(), Some(b2.as_str()));
+}
+
+/// A person approved publisher A's demo, which runs a script and names a host. Publisher B
+/// lists a demo asking for exactly that on another index: for an agent of its own it is a first
+/// install, decided on its own (a person is asked, exit 6), never a `content_only` update of
+/// A's approved by `updates.content_only` (before, it was approved without asking anyone).
+#[test]
+fn another_publishers_skill_of_the_same_name_is_no_update_of_the_first() {
+    let w = World::new();
+    let a3 = w.publish("demo", &package(3));
+    let index_a = w.index_url();
+    expect_code(&install_from(&w, &index_a, &["alpha"], &[]), 6);
+    expect_code(
+        &w.run(&["approve", &format!("demo@{a3}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("alpha").as_deref(), Some(a3.as_str()));
+
+    let path_b = "/b/.well-known/agent-skills/index.json";
+    let b = publish_at(&w, path_b, &publisher_package("B", 1, true));
+    let o = install_from(&w, &w.server.url(path_b), &["beta"], &[]);
+    expect_code(&o, 6);
+    let j = json_of(&o);
+    assert_eq!(j["change"], "first", "{j}");
+    let findings = j["decision"]["findings"].to_string();
+    assert!(findings.contains("script scripts/run.sh"), "{findings}");
+    assert_eq!(w.active("beta"), None);
+    let o = w.run(&["list", "--json"]);
+    assert!(json_of(&o).to_string().contains(&b));
+}
+
+/// An index that redirects (here to another index on its origin): the index recorded for the
+/// agent, shown by `status` and re-read by `update`, is the one typed; the version's provenance
+/// keeps the index download's redirect hop and its final URL. The index it redirects to is
+/// another index for that agent (refused without `--switch-index`).
+#[test]
+fn an_index_that_redirects_is_recorded_as_typed_with_its_hop() {
+    let w = World::new();
+    let path_b = "/b/.well-known/agent-skills/index.json";
+    let index_b = w.server.url(path_b);
+    let path_r = "/r/.well-known/agent-skills/index.json";
+    let index_r = w.server.url(path_r);
+    w.server
+        .route(path_r, Reply::Redirect(302, index_b.clone()));
+    publish_at(&w, path_b, &publisher_package("B", 1, false));
+    let o = install_from(&w, &index_r, &["delta"], &[]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    let prov = &j["provenance"];
+    assert_eq!(prov["index_url"], index_r.as_str(), "{j}");
+    assert_eq!(prov["index_download"]["final_url"], index_b.as_str(), "{j}");
+    assert!(
+        prov["index_download"]["hops"][0]["location"]
+            .as_str()
+            .is_some_and(|l| l.contains(path_b)),
+        "{j}"
+    );
+    assert_eq!(sources(&w).get("delta"), Some(&index_r));
+    expect_code(&install_from(&w, &index_b, &["delta"], &[]), 2);
+    let b2 = publish_at(&w, path_b, &publisher_package("B", 2, false));
+    let seen = w.server.hits(path_r);
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("delta").as_deref(),
+        Some(b2.as_str()),
+        "{}",
+        explain(&o)
+    );
+    assert_eq!(w.server.hits(path_r), seen + 1);
+    assert_eq!(sources(&w).get("delta"), Some(&index_r));
 }
