@@ -479,6 +479,7 @@ fn print_skills(skills: &[Published]) {
                 "left out, hidden (--include-hidden packs them)",
             ),
             (LeftOutReason::Vcs, "left out, version-control metadata"),
+            (LeftOutReason::Backup, "left out, editor backups"),
         ] {
             let paths: Vec<&str> = s
                 .left_out

@@ -104,6 +104,9 @@ pub enum RefusalCode {
     DanglingSymlink,
     /// A FIFO, socket or device, or a skill folder that is itself a symlink.
     SpecialFile,
+    /// A file holding private key material (a PEM `PRIVATE KEY` block, an OpenSSH or PuTTY
+    /// private key): published, it is public for good, so it is never packed.
+    PrivateKey,
     /// Over one of the consumers' default limits (named in `detail`).
     Limit,
     /// The confined extraction rejected the built artifact (`reason` says why).
@@ -123,6 +126,7 @@ impl RefusalCode {
             Self::SymlinkEscape => "symlink_escape",
             Self::DanglingSymlink => "dangling_symlink",
             Self::SpecialFile => "special_file",
+            Self::PrivateKey => "private_key",
             Self::Limit => "limit",
             Self::Rejected => "rejected",
             Self::NotApproved => "not_approved",

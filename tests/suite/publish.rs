@@ -1167,7 +1167,7 @@ fn left_out_entries_past_the_first_thousand_are_counted_not_listed() {
     let unlisted_hidden = HIDDEN - (LISTED - 1);
     assert_eq!(
         s["left_out_unlisted"],
-        serde_json::json!({"hidden": unlisted_hidden, "vcs": 1}),
+        serde_json::json!({"hidden": unlisted_hidden, "vcs": 1, "backup": 0}),
         "{s}"
     );
     assert!(o.stdout.len() < 100_000, "{} bytes", o.stdout.len());
@@ -1875,4 +1875,69 @@ fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
         site.server.hits(&format!("/{INDEX}")) >= 1,
         "the index was read from the test server"
     );
+}
+
+/// What a publisher keeps beside a skill but would not ship: editor backups are left out and
+/// listed (also with --include-hidden); a private key, wherever it sits, refuses the run (exit
+/// 3, nothing written), naming the file and its line.
+#[test]
+fn editor_backups_are_left_out_and_a_private_key_refuses_the_run() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = plain_skills(tmp.path());
+    let pdf = src.join("pdf-tools");
+    std::fs::write(pdf.join("SKILL.md~"), "---\nname: old\n---\n").expect("write");
+    std::fs::write(pdf.join("references/#guide.md#"), "autosave\n").expect("write");
+    let out = tmp.path().join("site");
+    for extra in [&[][..], &["--include-hidden"][..]] {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        let o = publish(&src, &out, &args);
+        expect_code(&o, 0);
+        let v = json_of(&o);
+        let s = &v["skills"][1];
+        assert_eq!(s["name"], "pdf-tools");
+        assert_eq!(
+            s["left_out"],
+            serde_json::json!([
+                {"path": "SKILL.md~", "reason": "backup"},
+                {"path": "references/#guide.md#", "reason": "backup"},
+            ]),
+            "{v}"
+        );
+        let artifact = out.join(s["path"].as_str().expect("path"));
+        let paths = tar_paths(&artifact);
+        assert!(!paths.iter().any(|p| p.contains('#') || p.ends_with('~')), "{paths:?}");
+    }
+    let o = publish(&src, &out, &[]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("    left out, editor backups: SKILL.md~, references/#guide.md#\n"),
+        "{text}"
+    );
+
+    // A deploy key pasted into a reference: refused, and the published site is untouched.
+    let before = snapshot(&out);
+    std::fs::write(
+        pdf.join("references/guide.md"),
+        "# Guide\n\nDeploy with this key:\n\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n",
+    )
+    .expect("write");
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 3);
+    let v = json_of(&o);
+    let r = &v["error"]["refusals"];
+    assert_eq!(r.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(r[0]["skill"], "pdf-tools", "{v}");
+    assert_eq!(r[0]["code"], "private_key", "{v}");
+    assert_eq!(r[0]["path"], "references/guide.md", "{v}");
+    assert!(
+        r[0]["detail"].as_str().unwrap_or("").contains("line 5"),
+        "{v}"
+    );
+    assert_eq!(snapshot(&out), before);
+    // --include-hidden and --check alike: a key is never packed.
+    expect_code(&publish(&src, &out, &["--include-hidden"]), 3);
+    expect_code(&publish(&src, &out, &["--check"]), 3);
+    assert_eq!(snapshot(&out), before);
 }
