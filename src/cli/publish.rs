@@ -495,6 +495,13 @@ fn print_skills(skills: &[Published]) {
                 );
             }
         }
+        if !s.not_shared.is_empty() {
+            let paths: Vec<&str> = s.not_shared.iter().map(String::as_str).collect();
+            println!(
+                "    private in the sources (SKILL.md is not), published readable by anyone: {}",
+                shortened(&paths, 0, false)
+            );
+        }
         if !s.sandbox.starts_with("confined") {
             println!("    check extraction: {}", s.sandbox);
         }

@@ -372,6 +372,9 @@ pub struct Published {
     /// How many more were left out than are listed, by reason (zero unless over
     /// [`LEFT_OUT_LISTED`]).
     pub left_out_unlisted: LeftOutCounts,
+    /// Entries others could not read in the sources while SKILL.md was: published, anyone
+    /// reads them ([`walk::SourceTree::not_shared`]).
+    pub not_shared: Vec<String>,
     pub findings: Findings,
     /// What the install policy decides for it on a first install.
     pub decision: Decision,
@@ -628,6 +631,7 @@ fn build_one(
         entries: tree.entries.len(),
         left_out: tree.left_out.clone(),
         left_out_unlisted: tree.left_out_unlisted,
+        not_shared: tree.not_shared.clone(),
         findings: Findings::of(&review),
         decision,
         sandbox: confinement,

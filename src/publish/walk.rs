@@ -206,6 +206,11 @@ pub struct SourceTree {
     pub left_out: Vec<LeftOut>,
     /// The left-out entries past those listed, counted.
     pub left_out_unlisted: LeftOutCounts,
+    /// Entries packed that others could not read in the sources (a file without the
+    /// others-read bit, a directory without others-search), while SKILL.md was readable by
+    /// them: the publisher kept these private, and once published anyone reads them. Empty
+    /// when SKILL.md is private too (a umask of 077 makes every file so, and says nothing).
+    pub not_shared: Vec<String>,
 }
 
 impl SourceTree {
@@ -243,6 +248,8 @@ pub fn walk(
         folded: HashMap::new(),
         total_bytes: 0,
         full: false,
+        private: Vec::new(),
+        skill_md_shared: false,
     };
     w.dir(root, "")?;
     w.links();
@@ -266,6 +273,11 @@ pub fn walk(
             .collect(),
         left_out: w.left_out,
         left_out_unlisted: w.left_out_unlisted,
+        not_shared: if w.skill_md_shared {
+            w.private
+        } else {
+            Vec::new()
+        },
     })
 }
 
@@ -297,6 +309,10 @@ struct Walker<'a> {
     total_bytes: u64,
     /// `max_entries` was reached and refused: the walk is over.
     full: bool,
+    /// Entries others cannot read (or, a directory, search) in the sources, in walk order.
+    private: Vec<String>,
+    /// SKILL.md is readable by others in the sources.
+    skill_md_shared: bool,
 }
 
 impl Walker<'_> {
@@ -390,6 +406,14 @@ impl Walker<'_> {
             // lstat: a symlink is looked at, never through.
             let meta = std::fs::symlink_metadata(&full).map_err(self.io(&full))?;
             let ft = meta.file_type();
+            // The publisher's own view of who may read it; the package's modes are fixed
+            // (0644/0755) whatever it is, so it is only reported.
+            let others = if ft.is_dir() { 0o005 } else { 0o004 };
+            if (ft.is_dir() || ft.is_file()) && meta.mode() & others != others {
+                self.private.push(path.clone());
+            } else if path == "SKILL.md" && ft.is_file() {
+                self.skill_md_shared = true;
+            }
             if ft.is_dir() {
                 self.entries.insert(path.clone(), SourceKind::Dir);
                 self.dir(&full, &format!("{path}/"))?;

@@ -1941,3 +1941,45 @@ fn editor_backups_are_left_out_and_a_private_key_refuses_the_run() {
     expect_code(&publish(&src, &out, &["--check"]), 3);
     assert_eq!(snapshot(&out), before);
 }
+
+/// A file or directory the publisher kept from others (no others-read, or no others-search
+/// on a directory) beside a SKILL.md others can read is packed readable by anyone, as every
+/// file is, and said so; under a umask of 077 (SKILL.md private too) nothing is said. The
+/// artifact is the same either way.
+#[test]
+fn files_kept_private_in_the_sources_are_named_when_published_readable_by_anyone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = plain_skills(tmp.path());
+    let pdf = src.join("pdf-tools");
+    let chmod = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+    };
+    chmod(&pdf.join("references/guide.md"), 0o600);
+    chmod(&pdf.join("references/deep"), 0o750);
+    let out = tmp.path().join("site");
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let s = &v["skills"][1];
+    assert_eq!(s["name"], "pdf-tools");
+    assert_eq!(
+        s["not_shared"],
+        serde_json::json!(["references/deep", "references/guide.md"]),
+        "{v}"
+    );
+    assert_eq!(v["skills"][0]["not_shared"], serde_json::json!([]), "{v}");
+    let digest = s["digest"].clone();
+    let o = publish(&src, &out, &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("    private in the sources (SKILL.md is not), published readable by anyone: references/deep, references/guide.md\n"),
+        "{text}"
+    );
+    // SKILL.md private too (a umask of 077): nothing to tell apart, nothing said.
+    chmod(&pdf.join("SKILL.md"), 0o600);
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["skills"][1]["not_shared"], serde_json::json!([]), "{v}");
+    assert_eq!(v["skills"][1]["digest"], digest, "{v}");
+}
