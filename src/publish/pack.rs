@@ -185,7 +185,7 @@ mod tests {
             }],
             left_out: Vec::new(),
             left_out_unlisted: Default::default(),
-                not_shared: Vec::new(),
+            not_shared: Vec::new(),
         };
         let a = pack(&tree, Format::TarGz, 1_700_000_000).expect("pack");
         // ID1 ID2 CM FLG MTIME(4) XFL OS

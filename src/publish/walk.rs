@@ -910,14 +910,28 @@ mod tests {
         let r = d.path();
         std::fs::write(r.join("SKILL.md"), "x").expect("write");
         std::fs::create_dir_all(r.join("docs")).expect("mkdir");
-        for f in ["SKILL.md~", "docs/#guide.md#", "docs/guide.md", "~", "#", "##", "a#b~c"] {
+        for f in [
+            "SKILL.md~",
+            "docs/#guide.md#",
+            "docs/guide.md",
+            "~",
+            "#",
+            "##",
+            "a#b~c",
+        ] {
             std::fs::write(r.join(f), "x").expect("write");
         }
         let t = walk(r, "s", &Limits::default(), Hidden::LeaveOut).expect("walk");
         let paths: Vec<&str> = t.entries.iter().map(|e| e.path.as_str()).collect();
-        assert_eq!(paths, ["#", "##", "SKILL.md", "a#b~c", "docs", "docs/guide.md", "~"]);
-        let left: Vec<(&str, LeftOutReason)> =
-            t.left_out.iter().map(|l| (l.path.as_str(), l.reason)).collect();
+        assert_eq!(
+            paths,
+            ["#", "##", "SKILL.md", "a#b~c", "docs", "docs/guide.md", "~"]
+        );
+        let left: Vec<(&str, LeftOutReason)> = t
+            .left_out
+            .iter()
+            .map(|l| (l.path.as_str(), l.reason))
+            .collect();
         assert_eq!(
             left,
             [
@@ -956,5 +970,4 @@ mod tests {
             walk(r, "s", &Limits::default(), Hidden::LeaveOut).expect("walk");
         }
     }
-
 }

@@ -1868,7 +1868,11 @@ fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
         got.sort();
         assert_eq!(got, want, "{skill}: {}", explain(&o));
         for (p, bytes, _) in files.iter() {
-            assert_eq!(&std::fs::read(dir.join(p)).expect("installed"), bytes, "{p}");
+            assert_eq!(
+                &std::fs::read(dir.join(p)).expect("installed"),
+                bytes,
+                "{p}"
+            );
         }
     }
     assert!(
@@ -1906,7 +1910,10 @@ fn editor_backups_are_left_out_and_a_private_key_refuses_the_run() {
         );
         let artifact = out.join(s["path"].as_str().expect("path"));
         let paths = tar_paths(&artifact);
-        assert!(!paths.iter().any(|p| p.contains('#') || p.ends_with('~')), "{paths:?}");
+        assert!(
+            !paths.iter().any(|p| p.contains('#') || p.ends_with('~')),
+            "{paths:?}"
+        );
     }
     let o = publish(&src, &out, &[]);
     expect_code(&o, 0);
