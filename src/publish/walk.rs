@@ -145,29 +145,48 @@ fn is_backup(name: &[u8]) -> bool {
 /// (`OPENSSH PRIVATE KEY`), PGP's (`-----BEGIN PGP PRIVATE KEY BLOCK-----`) and PuTTY's.
 /// Where in the file it is, if anywhere: a key pasted into a Markdown file is found too.
 fn private_key_at(bytes: &[u8]) -> Option<usize> {
-    const BEGIN: &[u8] = b"-----BEGIN ";
-    let mut from = 0;
-    while let Some(i) = find(&bytes[from..], BEGIN) {
-        let at = from + i;
-        from = at + BEGIN.len();
-        let rest = &bytes[from..];
-        let Some(end) = rest.iter().take(80).position(|&b| b == b'-') else {
-            continue;
-        };
-        let label = &rest[..end];
-        // The whole block, its END line naming the same label: a text that only names the
-        // header (a page on how to spot keys) is not a key.
-        if (label.ends_with(b"PRIVATE KEY") || label.ends_with(b"PRIVATE KEY BLOCK"))
-            && rest[end..].starts_with(b"-----")
-            && find(rest, &[b"-----END ", label, b"-----"].concat()).is_some()
-        {
-            return Some(at);
-        }
+    // Two passes, each linear in the file (a file of a million headers with no END line takes
+    // no longer than any other): where each label's last END line starts, then the first
+    // BEGIN line with a private key's label and that label's END after it. The whole block,
+    // END naming the same label: a text that only names the header (a page on how to spot
+    // keys) is not a key.
+    let mut last_end: HashMap<&[u8], usize> = HashMap::new();
+    for (at, label) in armor_lines(bytes, b"-----END ") {
+        last_end.insert(label, at);
+    }
+    let key = armor_lines(bytes, b"-----BEGIN ").find(|&(at, label)| {
+        (label.ends_with(b"PRIVATE KEY") || label.ends_with(b"PRIVATE KEY BLOCK"))
+            && last_end.get(label).is_some_and(|&end| end > at)
+    });
+    if let Some((at, _)) = key {
+        return Some(at);
     }
     // PuTTY's format: its first line, and the key's private half further on.
     let at = find(bytes, b"PuTTY-User-Key-File-")?;
     ((at == 0 || bytes[at - 1] == b'\n') && find(&bytes[at..], b"\nPrivate-Lines: ").is_some())
         .then_some(at)
+}
+
+/// Each `-----BEGIN LABEL-----` (or END, as `marker` says) in `bytes`: where it starts and its
+/// label (at most 80 bytes, no `-` in it).
+fn armor_lines<'b>(
+    bytes: &'b [u8],
+    marker: &'static [u8],
+) -> impl Iterator<Item = (usize, &'b [u8])> + 'b {
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        loop {
+            let at = from + find(bytes.get(from..)?, marker)?;
+            from = at + marker.len();
+            let rest = &bytes[from..];
+            let Some(end) = rest.iter().take(80).position(|&b| b == b'-') else {
+                continue;
+            };
+            if rest[end..].starts_with(b"-----") {
+                return Some((at, &rest[..end]));
+            }
+        }
+    })
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -959,7 +978,10 @@ mod tests {
             assert_eq!(v[0].path.as_deref(), Some("docs/guide.md"), "{v:?}");
         }
         // Naming a key's header, a public key, a certificate: not keys.
-        let not_keys: [&[u8]; 4] = [
+        let many_headers = b"-----BEGIN RSA PRIVATE KEY-----\n".repeat(100_000);
+        let not_keys: [&[u8]; 6] = [
+            &many_headers,
+            b"-----END EC PRIVATE KEY-----\nthen -----BEGIN EC PRIVATE KEY-----\n",
             b"A key file starts with -----BEGIN RSA PRIVATE KEY----- and is never shared.\n",
             b"-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----\n",
             b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
