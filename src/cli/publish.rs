@@ -479,6 +479,7 @@ fn print_skills(skills: &[Published]) {
                 "left out, hidden (--include-hidden packs them)",
             ),
             (LeftOutReason::Vcs, "left out, version-control metadata"),
+            (LeftOutReason::Backup, "left out, editor backups"),
         ] {
             let paths: Vec<&str> = s
                 .left_out
@@ -493,6 +494,13 @@ fn print_skills(skills: &[Published]) {
                     shortened(&paths, unlisted, s.left_out_unlisted.total() > 0)
                 );
             }
+        }
+        if !s.not_shared.is_empty() {
+            let paths: Vec<&str> = s.not_shared.iter().map(String::as_str).collect();
+            println!(
+                "    private in the sources (SKILL.md is not), published readable by anyone: {}",
+                shortened(&paths, 0, false)
+            );
         }
         if !s.sandbox.starts_with("confined") {
             println!("    check extraction: {}", s.sandbox);

@@ -104,6 +104,9 @@ pub enum RefusalCode {
     DanglingSymlink,
     /// A FIFO, socket or device, or a skill folder that is itself a symlink.
     SpecialFile,
+    /// A file holding private key material (a PEM `PRIVATE KEY` block, an OpenSSH or PuTTY
+    /// private key): published, it is public for good, so it is never packed.
+    PrivateKey,
     /// Over one of the consumers' default limits (named in `detail`).
     Limit,
     /// The confined extraction rejected the built artifact (`reason` says why).
@@ -123,6 +126,7 @@ impl RefusalCode {
             Self::SymlinkEscape => "symlink_escape",
             Self::DanglingSymlink => "dangling_symlink",
             Self::SpecialFile => "special_file",
+            Self::PrivateKey => "private_key",
             Self::Limit => "limit",
             Self::Rejected => "rejected",
             Self::NotApproved => "not_approved",
@@ -368,6 +372,9 @@ pub struct Published {
     /// How many more were left out than are listed, by reason (zero unless over
     /// [`LEFT_OUT_LISTED`]).
     pub left_out_unlisted: LeftOutCounts,
+    /// Entries others could not read in the sources while SKILL.md was: published, anyone
+    /// reads them ([`walk::SourceTree::not_shared`]).
+    pub not_shared: Vec<String>,
     pub findings: Findings,
     /// What the install policy decides for it on a first install.
     pub decision: Decision,
@@ -624,6 +631,7 @@ fn build_one(
         entries: tree.entries.len(),
         left_out: tree.left_out.clone(),
         left_out_unlisted: tree.left_out_unlisted,
+        not_shared: tree.not_shared.clone(),
         findings: Findings::of(&review),
         decision,
         sandbox: confinement,

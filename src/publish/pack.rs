@@ -4,7 +4,8 @@
 //! Every varying field is fixed here, never taken from the file system: entries in path-byte
 //! order (the walk sorts them), directories listed, one mtime for all (0, or
 //! `SOURCE_DATE_EPOCH`), uid/gid 0 with empty owner names, modes 0644 / 0755 (only the
-//! executable bit survives), no PAX records or extended attributes, a gzip header with no
+//! executable bit survives), ustar headers (GNU long-name records only for what ustar
+//! cannot hold), no PAX records or extended attributes, a gzip header with no
 //! name and mtime 0, and one compression level. This module only encodes; it never reads the
 //! file system.
 
@@ -58,8 +59,13 @@ fn tar_gz(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
     let mut b = tar::Builder::new(gz);
     b.mode(tar::HeaderMode::Deterministic);
     for e in &tree.entries {
-        // GNU headers: long names go in GNU long-name records (deterministic), never PAX.
-        let mut h = tar::Header::new_gnu();
+        // POSIX ustar headers: a path of up to 255 bytes is split into the header's own
+        // prefix and name fields, which every tar reader reads, so a consumer that skips
+        // extension records it does not know (the `skills` npm CLI does) still installs each
+        // file at its path, never at a path cut at 100 bytes. Only a path that cannot be
+        // split so (over 255 bytes, or a last component over 100) takes a GNU long-name
+        // record (deterministic), never PAX.
+        let mut h = tar::Header::new_ustar();
         h.set_uid(0);
         h.set_gid(0);
         h.set_username("")?;
@@ -179,6 +185,7 @@ mod tests {
             }],
             left_out: Vec::new(),
             left_out_unlisted: Default::default(),
+            not_shared: Vec::new(),
         };
         let a = pack(&tree, Format::TarGz, 1_700_000_000).expect("pack");
         // ID1 ID2 CM FLG MTIME(4) XFL OS

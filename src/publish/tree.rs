@@ -874,6 +874,7 @@ mod tests {
                 entries: 1,
                 left_out: Vec::new(),
                 left_out_unlisted: Default::default(),
+                not_shared: Vec::new(),
                 findings: Findings {
                     tools: Vec::new(),
                     scripts: Vec::new(),

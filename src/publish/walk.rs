@@ -77,6 +77,8 @@ pub enum LeftOutReason {
     Vcs,
     /// A hidden name: published only when asked ([`Hidden::Include`]).
     Hidden,
+    /// An editor's backup or autosave file (`notes.md~`, `#notes.md#`): never published.
+    Backup,
 }
 
 /// One entry not packed (with everything beneath it, for a directory).
@@ -92,6 +94,7 @@ pub struct LeftOut {
 pub struct LeftOutCounts {
     pub hidden: u64,
     pub vcs: u64,
+    pub backup: u64,
 }
 
 impl LeftOutCounts {
@@ -99,17 +102,19 @@ impl LeftOutCounts {
         match reason {
             LeftOutReason::Hidden => self.hidden,
             LeftOutReason::Vcs => self.vcs,
+            LeftOutReason::Backup => self.backup,
         }
     }
 
     pub fn total(&self) -> u64 {
-        self.hidden + self.vcs
+        self.hidden + self.vcs + self.backup
     }
 
     fn add(&mut self, reason: LeftOutReason) {
         match reason {
             LeftOutReason::Hidden => self.hidden += 1,
             LeftOutReason::Vcs => self.vcs += 1,
+            LeftOutReason::Backup => self.backup += 1,
         }
     }
 }
@@ -120,9 +125,72 @@ fn left_out(name: &[u8], hidden: Hidden) -> Option<LeftOutReason> {
         Some(LeftOutReason::Vcs)
     } else if name.starts_with(b".") && hidden == Hidden::LeaveOut {
         Some(LeftOutReason::Hidden)
+    } else if is_backup(name) {
+        Some(LeftOutReason::Backup)
     } else {
         None
     }
+}
+
+/// An editor's backup (`notes.md~`: Emacs, Vim with `backup` set, gedit, nano) or autosave
+/// (`#notes.md#`: Emacs) file: a stale copy of a file beside it, never meant to ship. The
+/// hidden ones (Vim's `.notes.md.swp`, Emacs's lock `.#notes.md`) are hidden entries.
+fn is_backup(name: &[u8]) -> bool {
+    (name.len() > 1 && name.ends_with(b"~"))
+        || (name.len() > 2 && name.starts_with(b"#") && name.ends_with(b"#"))
+}
+
+/// The first line of a private key in any of the text forms keys are kept in: PEM (`-----BEGIN
+/// RSA PRIVATE KEY-----`, `EC`, `DSA`, `ENCRYPTED`, PKCS#8's plain `PRIVATE KEY`), OpenSSH's
+/// (`OPENSSH PRIVATE KEY`), PGP's (`-----BEGIN PGP PRIVATE KEY BLOCK-----`) and PuTTY's.
+/// Where in the file it is, if anywhere: a key pasted into a Markdown file is found too.
+fn private_key_at(bytes: &[u8]) -> Option<usize> {
+    // Two passes, each linear in the file (a file of a million headers with no END line takes
+    // no longer than any other): where each label's last END line starts, then the first
+    // BEGIN line with a private key's label and that label's END after it. The whole block,
+    // END naming the same label: a text that only names the header (a page on how to spot
+    // keys) is not a key.
+    let mut last_end: HashMap<&[u8], usize> = HashMap::new();
+    for (at, label) in armor_lines(bytes, b"-----END ") {
+        last_end.insert(label, at);
+    }
+    let key = armor_lines(bytes, b"-----BEGIN ").find(|&(at, label)| {
+        (label.ends_with(b"PRIVATE KEY") || label.ends_with(b"PRIVATE KEY BLOCK"))
+            && last_end.get(label).is_some_and(|&end| end > at)
+    });
+    if let Some((at, _)) = key {
+        return Some(at);
+    }
+    // PuTTY's format: its first line, and the key's private half further on.
+    let at = find(bytes, b"PuTTY-User-Key-File-")?;
+    ((at == 0 || bytes[at - 1] == b'\n') && find(&bytes[at..], b"\nPrivate-Lines: ").is_some())
+        .then_some(at)
+}
+
+/// Each `-----BEGIN LABEL-----` (or END, as `marker` says) in `bytes`: where it starts and its
+/// label (at most 80 bytes, no `-` in it).
+fn armor_lines<'b>(
+    bytes: &'b [u8],
+    marker: &'static [u8],
+) -> impl Iterator<Item = (usize, &'b [u8])> + 'b {
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        loop {
+            let at = from + find(bytes.get(from..)?, marker)?;
+            from = at + marker.len();
+            let rest = &bytes[from..];
+            let Some(end) = rest.iter().take(80).position(|&b| b == b'-') else {
+                continue;
+            };
+            if rest[end..].starts_with(b"-----") {
+                return Some((at, &rest[..end]));
+            }
+        }
+    })
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// What one source entry is.
@@ -157,6 +225,11 @@ pub struct SourceTree {
     pub left_out: Vec<LeftOut>,
     /// The left-out entries past those listed, counted.
     pub left_out_unlisted: LeftOutCounts,
+    /// Entries packed that others could not read in the sources (a file without the
+    /// others-read bit, a directory without others-search), while SKILL.md was readable by
+    /// them: the publisher kept these private, and once published anyone reads them. Empty
+    /// when SKILL.md is private too (a umask of 077 makes every file so, and says nothing).
+    pub not_shared: Vec<String>,
 }
 
 impl SourceTree {
@@ -194,6 +267,8 @@ pub fn walk(
         folded: HashMap::new(),
         total_bytes: 0,
         full: false,
+        private: Vec::new(),
+        skill_md_shared: false,
     };
     w.dir(root, "")?;
     w.links();
@@ -217,6 +292,11 @@ pub fn walk(
             .collect(),
         left_out: w.left_out,
         left_out_unlisted: w.left_out_unlisted,
+        not_shared: if w.skill_md_shared {
+            w.private
+        } else {
+            Vec::new()
+        },
     })
 }
 
@@ -248,6 +328,10 @@ struct Walker<'a> {
     total_bytes: u64,
     /// `max_entries` was reached and refused: the walk is over.
     full: bool,
+    /// Entries others cannot read (or, a directory, search) in the sources, in walk order.
+    private: Vec<String>,
+    /// SKILL.md is readable by others in the sources.
+    skill_md_shared: bool,
 }
 
 impl Walker<'_> {
@@ -341,6 +425,14 @@ impl Walker<'_> {
             // lstat: a symlink is looked at, never through.
             let meta = std::fs::symlink_metadata(&full).map_err(self.io(&full))?;
             let ft = meta.file_type();
+            // The publisher's own view of who may read it; the package's modes are fixed
+            // (0644/0755) whatever it is, so it is only reported.
+            let others = if ft.is_dir() { 0o005 } else { 0o004 };
+            if (ft.is_dir() || ft.is_file()) && meta.mode() & others != others {
+                self.private.push(path.clone());
+            } else if path == "SKILL.md" && ft.is_file() {
+                self.skill_md_shared = true;
+            }
             if ft.is_dir() {
                 self.entries.insert(path.clone(), SourceKind::Dir);
                 self.dir(&full, &format!("{path}/"))?;
@@ -506,6 +598,18 @@ impl Walker<'_> {
             self.refuse_limit(Some(path), "max_expanded_bytes", max, seen);
             return Ok(());
         }
+        // A private key is refused, never warned about: once published under a
+        // content-addressed URL it is public for good, and no consumer needs one.
+        if let Some(at) = private_key_at(&bytes) {
+            let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            let r = self.refuse(
+                RefusalCode::PrivateKey,
+                Some(path),
+                format!("holds a private key (line {line}); a published file is public for good"),
+            );
+            self.refusals.push(r);
+            return Ok(());
+        }
         let executable = meta.mode() & 0o111 != 0;
         self.entries
             .insert(path.to_owned(), SourceKind::File { bytes, executable });
@@ -587,6 +691,7 @@ impl Walker<'_> {
             Some(LeftOutReason::Hidden) => {
                 "is left out of the package (hidden; --include-hidden packs it)"
             }
+            Some(LeftOutReason::Backup) => "is left out of the package (an editor backup)",
             None => "is not in the folder",
         }
     }
@@ -816,5 +921,75 @@ mod tests {
         assert_eq!(v.len(), 1, "one refusal, then the walk stops: {v:?}");
         assert!(v[0].detail.contains("max_entries"), "{v:?}");
         assert_eq!((v[0].limit, v[0].observed), (Some(4), Some(5)));
+    }
+
+    #[test]
+    fn editor_backups_are_left_out_and_private_keys_refused() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = d.path();
+        std::fs::write(r.join("SKILL.md"), "x").expect("write");
+        std::fs::create_dir_all(r.join("docs")).expect("mkdir");
+        for f in [
+            "SKILL.md~",
+            "docs/#guide.md#",
+            "docs/guide.md",
+            "~",
+            "#",
+            "##",
+            "a#b~c",
+        ] {
+            std::fs::write(r.join(f), "x").expect("write");
+        }
+        let t = walk(r, "s", &Limits::default(), Hidden::LeaveOut).expect("walk");
+        let paths: Vec<&str> = t.entries.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["#", "##", "SKILL.md", "a#b~c", "docs", "docs/guide.md", "~"]
+        );
+        let left: Vec<(&str, LeftOutReason)> = t
+            .left_out
+            .iter()
+            .map(|l| (l.path.as_str(), l.reason))
+            .collect();
+        assert_eq!(
+            left,
+            [
+                ("SKILL.md~", LeftOutReason::Backup),
+                ("docs/#guide.md#", LeftOutReason::Backup)
+            ]
+        );
+        // --include-hidden does not pack them: they are not hidden, just stale copies.
+        let t = walk(r, "s", &Limits::default(), Hidden::Include).expect("walk");
+        assert_eq!(t.left_out.len(), 2, "{:?}", t.left_out);
+
+        // Private keys, in every text form, wherever they sit in a file.
+        let keys: [&[u8]; 5] = [
+            b"-----BEGIN RSA PRIVATE KEY-----\nMIIE\n-----END RSA PRIVATE KEY-----\n",
+            b"-----BEGIN PRIVATE KEY-----\r\nMIIE\r\n-----END PRIVATE KEY-----\r\n",
+            b"# Setup\n\n```\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n-----END OPENSSH PRIVATE KEY-----\n```\n",
+            b"-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQ\n-----END PGP PRIVATE KEY BLOCK-----\n",
+            b"PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPublic-Lines: 1\nAAAA\nPrivate-Lines: 1\nAAAA\n",
+        ];
+        for key in keys {
+            std::fs::write(r.join("docs/guide.md"), key).expect("write");
+            let v = refusals(walk(r, "s", &Limits::default(), Hidden::LeaveOut));
+            assert_eq!(v.len(), 1, "{v:?}");
+            assert_eq!(v[0].code, RefusalCode::PrivateKey, "{v:?}");
+            assert_eq!(v[0].path.as_deref(), Some("docs/guide.md"), "{v:?}");
+        }
+        // Naming a key's header, a public key, a certificate: not keys.
+        let many_headers = b"-----BEGIN RSA PRIVATE KEY-----\n".repeat(100_000);
+        let not_keys: [&[u8]; 6] = [
+            &many_headers,
+            b"-----END EC PRIVATE KEY-----\nthen -----BEGIN EC PRIVATE KEY-----\n",
+            b"A key file starts with -----BEGIN RSA PRIVATE KEY----- and is never shared.\n",
+            b"-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----\n",
+            b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            b"Convert a PuTTY-User-Key-File-3 file with puttygen.\n",
+        ];
+        for text in not_keys {
+            std::fs::write(r.join("docs/guide.md"), text).expect("write");
+            walk(r, "s", &Limits::default(), Hidden::LeaveOut).expect("walk");
+        }
     }
 }

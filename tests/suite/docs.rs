@@ -86,6 +86,11 @@ fn walk(dir: &Path, cited: &mut Vec<String>) {
     for e in entries {
         let path = e.expect("entry").path();
         if path.is_dir() {
+            // Packages npm installed for the tests (tests/node, tests/skills-cli) cite their
+            // own docs/, not this repository's.
+            if path.file_name().is_some_and(|n| n == "node_modules") {
+                continue;
+            }
             walk(&path, cited);
             continue;
         }

