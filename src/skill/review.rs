@@ -666,9 +666,11 @@ impl<'a> Reviewer<'a> {
 
     /// Find every file the package runs ([`RunFinder`]) before any is classified: SKILL.md
     /// (`skill_md`, already read), every other Markdown file, and every script, including the
-    /// files found run, until no new one is found. Each file is read at most twice (as
-    /// Markdown, then as a script), each read bounded like the scan's (`max_file_bytes`), and
-    /// in all at most twice `max_total_bytes`: never less than the scan reads, so a file this
+    /// files found run, until no new one is found; then the requirements files (by name, or
+    /// named so by those commands) for the ones their `-r` / `-c` lines name. Each file is read
+    /// at most twice (as Markdown, then as a script) and a requirements file once more, each
+    /// read bounded like the scan's (`max_file_bytes`), and in all at most twice
+    /// `max_total_bytes`: never less than the scan reads, so a file this
     /// leaves unread is one the scan leaves unread too, and the review is incomplete either way.
     fn find_runs(
         &mut self,
