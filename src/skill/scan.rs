@@ -916,9 +916,10 @@ fn runs_stdin(
 /// Whether inline code (`python3 -c CODE`, `node -e CODE`, `sh -c CODE`, `pwsh -Command
 /// CODE`) starting at byte `at` of `line` runs what it reads on standard input: it evaluates
 /// (`exec`, `eval`, `iex`, `Function`, `compile`) and reads standard input (`sys.stdin`,
-/// `input()`, `<STDIN>`, `<>`, `readFileSync(0`, `$input`, `[Console]::In`). In a shell's
-/// `-c` code, also `$(cat)`, `source`, `.` of `/dev/stdin` or any shell or interpreter word,
-/// which reads the same standard input: a shell's code is commands, and any of them can.
+/// `input()`, `<STDIN>`, `<>`, `readFileSync(0`, `$input`, `[Console]::In`), or is what the
+/// pipe brings (`"$(cat)"`, which the shell expands into it). In a shell's `-c` code, also
+/// `source`, `eval` or any shell or interpreter word, which reads the same standard input: a
+/// shell's code is commands, and any of them can.
 /// The code is the quoted string starting there (up to its closing quote, 4 KiB at most),
 /// else one word. `budget`: the bytes of inline code a line may still have read (so a line of
 /// many pipes stays linear); once spent, the answer is yes.
@@ -956,6 +957,10 @@ fn inline_runs_stdin(line: &[u8], at: usize, shell: bool, budget: &std::cell::Ce
     budget.set(budget.get().saturating_sub(end.max(1)));
     let code = window[..end].to_ascii_lowercase();
     let has = |n: &[u8]| memchr::memmem::find(&code, n).is_some();
+    // `python3 -c "$(cat)"`: the shell puts what the pipe brings into the code itself.
+    if has(b"$(cat") {
+        return true;
+    }
     let reads_stdin = has(b"stdin")
         || has(b"input(")
         || has(b"$input")
@@ -1943,6 +1948,7 @@ mod tests {
             "node -e \"eval(require('fs').readFileSync(0, 'utf8'))\"",
             "perl -e 'eval join q(), <STDIN>'",
             "sh -c \"$(cat)\"",
+            "python3 -c \"$(cat)\"",
             "bash -c 'eval \"$(cat)\"'",
             "sh -c 'cd /tmp && bash'",
             "pwsh -Command '$input | iex'",
