@@ -346,11 +346,20 @@ impl Scanner {
                 // Skip a few wrappers and flags (`| sudo -E bash`); bounded, so a line of
                 // pipes and flags stays linear.
                 let mut j = i;
-                while j < i + 8
-                    && (one_of(base(tok(j)), &[b"sudo", b"doas", b"env"])
-                        || tok(j).starts_with(b"-"))
-                {
-                    j += 1;
+                while j < i + 8 {
+                    let w = toks.get(j).map_or(&[][..], |t| &line[t.s..t.e]);
+                    let assign = toks.get(j).is_some_and(|t| line.get(t.e) == Some(&b'='));
+                    if one_of(base(tok(j)), &[b"sudo", b"doas", b"env"]) {
+                        j += 1;
+                    } else if assign || wrapper_option_value(w) {
+                        // `env PATH=$PATH bash`, `sudo -u deploy bash`: the option's value
+                        // (or the variable's) is not the program.
+                        j += 2;
+                    } else if w.starts_with(b"-") {
+                        j += 1;
+                    } else {
+                        break;
+                    }
                 }
                 if fetch_at.is_some() && runs_stdin(toks, lower, line, j, &inline_budget) {
                     push(
@@ -634,6 +643,28 @@ impl Scanner {
             push(out, HitKind::Upload, col, "HTTP request with files=".into());
         }
     }
+}
+
+/// An option of `sudo`, `doas` or `env` that takes the next word as its value (`-u deploy`,
+/// `-g staff`, `-C /srv`): that word is not the program run.
+fn wrapper_option_value(w: &[u8]) -> bool {
+    matches!(
+        w,
+        b"-u"
+            | b"-g"
+            | b"-p"
+            | b"-r"
+            | b"-t"
+            | b"-C"
+            | b"-D"
+            | b"-h"
+            | b"-U"
+            | b"-T"
+            | b"--user"
+            | b"--group"
+            | b"--chdir"
+            | b"--unset"
+    )
 }
 
 /// The quoted strings of a line that a command only prints: the arguments of `echo` /
@@ -1932,6 +1963,9 @@ mod tests {
             "bash -o pipefail",
             "sudo -E bash",
             "sudo -E bash -s -- -y",
+            "sudo -u deploy bash",
+            "sudo -E env PATH=/opt/bin:/usr/bin bash -s",
+            "env -u PYTHONPATH python3 -",
             "node",
             "node -",
             "node -r ts-node/register",
@@ -1977,6 +2011,7 @@ mod tests {
             "python3 -c \"import sys, json; print(json.load(sys.stdin)['tag_name'])\"",
             "python3 -c 'print(1)'",
             "sudo python3 save.py",
+            "sudo -u deploy python3 save.py",
             "bash scripts/check.sh",
             "bash -o pipefail check.sh",
             "bash -x -- check.sh",
