@@ -156,22 +156,49 @@ pub(crate) fn read_for_runs(path: &str, head: &[u8]) -> bool {
         || head.starts_with(b"#!")
 }
 
-/// How a package manager reads the file at `path` for where it installs from: `Some(true)`, a
-/// configuration file whose keys name an index (`.npmrc`, `.yarnrc`, `.yarnrc.yml`,
-/// `pip.conf`, `pip.ini`, `uv.toml`, `pyproject.toml`, `requirements*.txt`, `*.in`);
-/// `Some(false)`, any other `.txt`, which `pip install -r` reads whatever its name, so only its
-/// requirement-file options (`--index-url`, `-i`, `--find-links`, ...) count; `None`, neither.
-pub(crate) fn index_config(path: &str) -> Option<bool> {
+/// How a package manager reads a file for where it installs from ([`index_config`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IndexConfig {
+    /// A configuration file whose keys name an index: `.npmrc`, `.yarnrc`, `.yarnrc.yml`,
+    /// `pip.conf`, `pip.ini` (`registry=`, `index-url =`, ...).
+    Keys,
+    /// `pyproject.toml`: those keys, and `url` only where it names an index: in uv's
+    /// `[[tool.uv.index]]`, Poetry's `[[tool.poetry.source]]`, PDM's `[[tool.pdm.source]]`
+    /// (or written inline in the tables above them); `url` elsewhere (`[tool.x]`) is no index.
+    Pyproject,
+    /// `uv.toml`: those keys, and `url` only in an `[[index]]` table (or inline at its top).
+    UvToml,
+    /// A requirements file by its name (`requirements*.txt`, `constraints*.txt`, `*.in`), or
+    /// one the package names as such: only requirement-file options count (`--index-url`,
+    /// `-i`, `--extra-index-url`, `--find-links`, `-f`).
+    Requirements,
+    /// Any other `.txt`: a requirements file only if the package names it as one (`-r` / `-c`
+    /// in another requirements file, `pip install -r FILE` in its commands).
+    Text,
+}
+
+/// How a package manager reads the file at `path` for where it installs from, by its name;
+/// `None`, no package manager reads it so.
+pub(crate) fn index_config(path: &str) -> Option<IndexConfig> {
     let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
     if is_licence_name(&name) {
         return None;
     }
     match name.as_str() {
-        ".npmrc" | "npmrc" | ".yarnrc" | ".yarnrc.yml" | "pip.conf" | "pip.ini" | "uv.toml"
-        | "pyproject.toml" => Some(true),
-        _ if name.ends_with(".txt") || name.ends_with(".in") => {
-            Some(name.contains("requirements") || name.contains("constraints"))
+        ".npmrc" | "npmrc" | ".yarnrc" | ".yarnrc.yml" | "pip.conf" | "pip.ini" => {
+            Some(IndexConfig::Keys)
         }
+        "pyproject.toml" => Some(IndexConfig::Pyproject),
+        "uv.toml" => Some(IndexConfig::UvToml),
+        _ if requirements_name(&name) => Some(IndexConfig::Requirements),
+        _ if name.ends_with(".txt") => Some(IndexConfig::Text),
         _ => None,
     }
+}
+
+/// Whether a (lower-case) file name is a requirements file's by itself: `requirements*.txt`,
+/// `constraints*.txt` (`requirements-dev.txt`, `dev-requirements.txt`), or pip-tools' `*.in`.
+pub(crate) fn requirements_name(name: &str) -> bool {
+    (name.ends_with(".txt") && (name.contains("requirements") || name.contains("constraints")))
+        || name.ends_with(".in")
 }

