@@ -31,10 +31,27 @@ macro_rules! eprintln {
 /// Write `args` (and a newline) to stderr, dropping a failed write ([`eprintln!`] above).
 pub fn stderr_write(args: std::fmt::Arguments<'_>, newline: bool) {
     use std::io::Write as _;
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_fmt(args);
+    // Held across both writes so that the line and its newline stay together.
+    let _whole_line = std::io::stderr().lock();
+    let _ = Stderr.write_fmt(args);
     if newline {
-        let _ = err.write_all(b"\n");
+        let _ = Stderr.write_all(b"\n");
+    }
+}
+
+/// Stderr as an [`std::io::Write`] (for `serve`'s log subscriber) that drops a failed write
+/// the way [`stderr_write`] does: it reports every write done.
+pub struct Stderr;
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().lock().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
     }
 }
 

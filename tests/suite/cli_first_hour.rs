@@ -722,23 +722,11 @@ fn commands_outlive_a_closed_stderr_or_stdout() {
     }
 }
 
-/// `serve --tcp 127.0.0.1:0` says the port it serves on, and serves there: it never said it
-/// served (the line waited for an answer on port 0).
-#[test]
-fn serve_on_tcp_port_zero_names_its_port() {
+/// The URI of a spawned `serve`'s "serving on" line (its stderr piped), with what it said
+/// before; kills it if no such line comes.
+fn serving_on(child: &mut Child) -> (String, String) {
     use std::io::BufRead as _;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(bin())
-        .args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
-        .arg(dir.path().join("staging"))
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("SKILLBOX_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
-    let stderr = child.stderr.take().expect("stderr");
+    let stderr = child.stderr.take().expect("stderr piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
@@ -751,13 +739,13 @@ fn serve_on_tcp_port_zero_names_its_port() {
         }
     });
     let mut seen = String::new();
-    let uri = loop {
+    loop {
         match rx.recv_timeout(Duration::from_secs(20)) {
             Ok(line) => {
                 seen.push_str(&line);
                 seen.push('\n');
                 if let Some(rest) = line.split("serving on ").nth(1) {
-                    break rest.split(';').next().expect("uri").to_owned();
+                    return (rest.split(';').next().expect("uri").to_owned(), seen);
                 }
             }
             Err(_) => {
@@ -766,15 +754,106 @@ fn serve_on_tcp_port_zero_names_its_port() {
                 panic!("no serving-on line:\n{seen}");
             }
         }
-    };
-    let health = run(&["health", "--server", &uri]);
+    }
+}
+
+fn sigterm(child: &Child) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
         nix::sys::signal::Signal::SIGTERM,
     );
+}
+
+/// `serve --tcp 127.0.0.1:0` says the port it serves on, and serves there: it never said it
+/// served (the line waited for an answer on port 0).
+#[test]
+fn serve_on_tcp_port_zero_names_its_port() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bin())
+        .args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
+        .arg(dir.path().join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let (uri, seen) = serving_on(&mut child);
+    let health = run(&["health", "--server", &uri]);
+    sigterm(&child);
     let status = child.wait().expect("wait");
     assert!(uri.starts_with("http://127.0.0.1:"), "{uri}");
     assert!(!uri.ends_with(":0"), "{uri}");
+    assert_eq!(
+        health.status.code(),
+        Some(0),
+        "{uri}: {}",
+        text(&health.stderr)
+    );
+    assert_eq!(status.code(), Some(0), "{seen}");
+}
+
+/// The local ports process `pid` listens on over TCP (IPv4): its sockets (`/proc/PID/fd`)
+/// found in the kernel's table (`/proc/PID/net/tcp`) in the LISTEN state.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("read its fds")
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).expect("tcp table");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st ... uid timeout inode; 0A is LISTEN.
+            let (local, state, inode) = (f.get(1)?, f.get(3)?, f.get(9)?);
+            (*state == "0A" && inodes.iter().any(|i| i == inode))
+                .then(|| u16::from_str_radix(local.rsplit(':').next()?, 16).ok())?
+        })
+        .collect()
+}
+
+/// `serve --tcp 127.0.0.1:0` binds once, and holds its port from the moment it knows it: it
+/// bound a probe to learn a free port, dropped it, and the broker bound that port again after
+/// opening its staging root and starting its sandbox. Any process could take the port in
+/// between, and serve then failed to start (exit 1, address in use). Here, stopped once its
+/// listener is bound (`broker:tcp-bound`), it holds that port, nobody else can bind it, and
+/// the "serving on" line then names it and it answers there.
+#[test]
+fn serve_on_tcp_port_zero_holds_its_port_from_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
+        .arg(dir.path().join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null());
+    let mut child = super::stopped_at(&mut cmd, "broker:tcp-bound");
+    let ports = listening_ports(child.id());
+    let port = match ports.as_slice() {
+        [port] => *port,
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve, its port learned, listens on {other:?}: one port, held, was wanted");
+        }
+    };
+    // Another process trying for that port now gets nothing.
+    let taken = std::net::TcpListener::bind(("127.0.0.1", port));
+    assert!(taken.is_err(), "another process could bind port {port}");
+    super::resume(child.id());
+    let (uri, seen) = serving_on(&mut child);
+    let health = run(&["health", "--server", &uri]);
+    sigterm(&child);
+    let status = child.wait().expect("wait");
+    assert_eq!(uri, format!("http://127.0.0.1:{port}"), "{seen}");
     assert_eq!(
         health.status.code(),
         Some(0),
