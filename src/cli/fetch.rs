@@ -401,6 +401,14 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         let m = format!("--out {} already exists; give a new path", out.display());
         return fail(Exit::Usage, &m, a.json);
     }
+    // The default cache is made whole (`~/.cache/skillbox`); a --cache-dir only in a
+    // directory that exists ([`super::parent_exists`]).
+    if !a.no_cache
+        && let Some(dir) = &a.cache_dir
+        && let Err(m) = super::parent_exists("--cache-dir", dir)
+    {
+        return fail(Exit::Usage, &m, a.json);
+    }
     // --no-cache: a throwaway cache, so the download path (temporary file, digest check,
     // rename) is the same one; it is removed when this function returns.
     let throwaway = match a.no_cache.then(tempfile::TempDir::new).transpose() {

@@ -55,6 +55,27 @@ impl std::io::Write for Stderr {
     }
 }
 
+/// A directory the user named (by a flag or its environment variable) is used, never invented:
+/// the directory `path` goes in must exist (a relative name's is the working directory), or
+/// this is the usage error to say (exit 2) before anything is made. Only a command's default
+/// locations are created whole: `serve --socket /typo/dir/s.sock`, `fetch --cache-dir
+/// /typo/x` and `install --store /typo/x` each made `/typo` (as root, at the root).
+pub fn parent_exists(flag: &str, path: &std::path::Path) -> Result<(), String> {
+    let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    match std::fs::metadata(parent) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "{flag} {}: the directory {} does not exist; create it first, or choose another \
+             (skillbox creates only its default locations)",
+            path.display(),
+            parent.display()
+        )),
+        // Anything else (not a directory, not reachable) the command's own checks say.
+        _ => Ok(()),
+    }
+}
+
 pub mod cache;
 pub mod completions;
 pub mod diff;

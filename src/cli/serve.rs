@@ -402,14 +402,13 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
         Ok(c) => c,
         Err(e) => return failed(args, &e.to_string(), exit_for(&e)),
     };
-    // A directory the user named is used, never invented: `--socket /typo/dir/s.sock` made
-    // the whole chain (as root, `/typo`). Only the default locations are created.
+    // A directory the user named is used, never invented ([`super::parent_exists`]).
     for (flag, path) in [
         ("--socket", args.socket.as_deref()),
         ("--staging-root", args.staging_root.as_deref()),
     ] {
         if let Some(path) = path
-            && let Err(message) = parent_exists(flag, path)
+            && let Err(message) = super::parent_exists(flag, path)
         {
             return failed(args, &message, Exit::Usage);
         }
@@ -448,23 +447,6 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     match serve_until_signals(config, bound, args.log_format) {
         Ok(()) => Exit::Ok,
         Err(e) => failed(args, &e.to_string(), exit_for(&e)),
-    }
-}
-
-/// The directory `path` goes in must exist (a relative name's is the working directory).
-fn parent_exists(flag: &str, path: &std::path::Path) -> Result<(), String> {
-    let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
-        return Ok(());
-    };
-    match std::fs::metadata(parent) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
-            "{flag} {}: the directory {} does not exist; create it first, or choose another \
-             (serve creates only its default locations)",
-            path.display(),
-            parent.display()
-        )),
-        // Anything else (not a directory, not reachable) the broker's own checks say.
-        _ => Ok(()),
     }
 }
 

@@ -659,6 +659,58 @@ fn serve_makes_no_directory_the_user_did_not_name() {
     );
 }
 
+/// A directory the user named is used, never invented: `fetch --cache-dir /typo/x` made the
+/// whole chain (`/typo` too, at the root as root), and so did `approve --store /typo/x` and
+/// every command that writes the store. Each is a usage error (2, a JSON error object under
+/// `--json`) that names the missing directory and makes nothing; `cache list|verify|prune`
+/// say it too (they said "no cache", exit 0). The default locations are still made whole.
+#[test]
+fn a_directory_the_user_named_is_never_invented() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let typo = tmp.path().join("typo");
+    let named = typo.join("x");
+    let named = named.to_str().expect("utf-8");
+    let index = "https://skills.example.invalid/.well-known/agent-skills/index.json";
+    let digest = format!("sha256:{}", "0".repeat(64));
+    let version = format!("demo@{digest}");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["fetch", index, "demo", "--offline", "--cache-dir", named],
+        vec!["cache", "list", "--cache-dir", named],
+        vec!["cache", "verify", "--cache-dir", named],
+        vec!["cache", "prune", "--older-than", "1d", "--cache-dir", named],
+        vec!["approve", &version, "--store", named],
+    ];
+    for args in commands {
+        for json in [false, true] {
+            let mut args = args.clone();
+            if json {
+                args.push("--json");
+            }
+            let o = run(&args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("{} does not exist", typo.display())),
+                "{args:?}: {err}"
+            );
+            if json {
+                let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON answer");
+                assert_eq!(v["error"]["exit"], 2, "{args:?}: {v}");
+            }
+            assert!(!typo.exists(), "{args:?} made {}", typo.display());
+        }
+    }
+    // The default cache is made, its whole chain: `XDG_CACHE_HOME/skillbox`.
+    let xdg = tmp.path().join("xdg/cache");
+    let o = Command::new(bin())
+        .args(["fetch", index, "demo", "--offline"])
+        .env("XDG_CACHE_HOME", &xdg)
+        .output()
+        .expect("run fetch");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(xdg.join("skillbox").is_dir(), "{}", text(&o.stderr));
+}
+
 /// Every command keeps its own exit status when its stderr's reader is gone: `eprintln!`
 /// panicked on the broken pipe, and a one-shot command with something to say ended with 101
 /// (`skillbox extract x 2>&1 | true`). A stdout whose reader is gone ends a command as it
