@@ -179,9 +179,31 @@ pub fn run(
         Some(&report),
         Some(&report.summary()),
         staging.shown(),
+        wrapper_hint(&outcome, false).as_deref(),
         args.json,
     )?;
     Ok(verdict_exit(outcome.verdict))
+}
+
+/// What would take a `missing_skill_md` refusal of the `.skill` packager's layout (one
+/// directory holding SKILL.md and everything else; the engine names that SKILL.md as the
+/// entry), for a person reading the text answer. `remote`: the broker decides by its own
+/// limits, and `--accept-wrapper` is not sent to it.
+fn wrapper_hint(outcome: &skillbox::intake::Outcome, remote: bool) -> Option<String> {
+    let r = outcome.reason.as_ref()?;
+    let dir = r.entry.as_deref()?.strip_suffix("/SKILL.md")?;
+    if r.code != skillbox::reason::ReasonCode::MissingSkillMd || dir.is_empty() || dir.contains('/')
+    {
+        return None;
+    }
+    Some(if remote {
+        "a broker takes this layout when its limits file sets `accept_wrapper = true` \
+         (serve --limits); the directory's name must be the skill's name"
+            .to_owned()
+    } else {
+        "--accept-wrapper takes this layout (the directory's name must be the skill's name)"
+            .to_owned()
+    })
 }
 
 /// Open the artifact a command line names. A path that names no regular file (nothing there,
@@ -260,6 +282,7 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
             Some(dir) if done.outcome.verdict == Verdict::Accepted => Staged::At(dir),
             _ => Staged::Released,
         },
+        wrapper_hint(&done.outcome, true).as_deref(),
         args.json,
     )?;
     Ok(verdict_exit(done.outcome.verdict))

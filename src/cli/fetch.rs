@@ -610,10 +610,13 @@ fn print_fetch(
     let shown = staged.map_or(Staged::Removed, Staged::At);
     print!(
         "{}",
+        // No hint: an index artifact's root is the skill directory, and no flag takes the
+        // `.skill` wrapper here (`acquire::engine_request`).
         answer::text(
             outcome,
             shown,
-            sandbox.map(SandboxReport::summary).as_deref()
+            sandbox.map(SandboxReport::summary).as_deref(),
+            None,
         )
     );
     print_provenance(prov);

@@ -711,6 +711,82 @@ fn a_directory_the_user_named_is_never_invented() {
     assert!(xdg.join("skillbox").is_dir(), "{}", text(&o.stderr));
 }
 
+/// A zip written as `<dir>/`, `<dir>/...` holding `entries` (paths inside `dir`).
+fn wrapped_zip(path: &Path, dir: &str, entries: &[(&str, &[u8])]) {
+    let f = std::fs::File::create(path).expect("create");
+    let mut z = zip::ZipWriter::new(f);
+    let opts = zip::write::SimpleFileOptions::default();
+    z.add_directory(format!("{dir}/"), opts)
+        .expect("add_directory");
+    for (name, data) in entries {
+        z.start_file(format!("{dir}/{name}"), opts)
+            .expect("start_file");
+        std::io::Write::write_all(&mut z, data).expect("write_all");
+    }
+    z.finish().expect("finish");
+}
+
+/// A zip whose files all sit in one directory holding SKILL.md (the `.skill` packager's
+/// layout) is refused `missing_skill_md`, and the person reading the text answer is told what
+/// takes it: `--accept-wrapper` locally; through a broker, its limits file (the flag is not
+/// sent). The machine-readable answer keeps its reason code and carries no hint; another
+/// missing SKILL.md gets none.
+#[test]
+fn a_wrapped_zip_is_refused_with_a_hint_at_what_takes_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let zip = tmp.path().join("demo.zip");
+    wrapped_zip(
+        &zip,
+        "demo",
+        &[("SKILL.md", SKILL), ("notes.md", b"# Notes\n")],
+    );
+    let zip_s = zip.to_str().expect("utf-8");
+    let o = run(&["extract", zip_s]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}{}", text(&o.stderr));
+    assert!(out.contains("reason: missing_skill_md"), "{out}");
+    assert!(out.contains("entry:  demo/SKILL.md"), "{out}");
+    assert!(
+        out.contains("hint:   --accept-wrapper takes this layout"),
+        "{out}"
+    );
+    let o = run(&["extract", zip_s, "--json"]);
+    assert_eq!(o.status.code(), Some(3));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["reason"]["code"], "missing_skill_md", "{v}");
+    assert!(!text(&o.stdout).contains("hint"), "{v}");
+    // The hint is true.
+    let o = run(&["extract", zip_s, "--accept-wrapper"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+
+    // SKILL.md one directory down beside another top-level entry: no wrapper, no hint.
+    let other = tmp.path().join("other.tar");
+    tar_at(&other, &[("demo/SKILL.md", SKILL), ("README", b"x")]);
+    let o = run(&["extract", other.to_str().expect("utf-8")]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(out.contains("missing_skill_md"), "{out}");
+    assert!(!out.contains("hint"), "{out}");
+
+    // Through a broker: its own limits decide.
+    let strict = tmp.path().join("strict");
+    std::fs::create_dir(&strict).expect("mkdir");
+    let s = Serve::start(&strict, &[]);
+    let o = run(&["extract", "--server", &s.uri(), zip_s]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}{}", text(&o.stderr));
+    assert!(out.contains("accept_wrapper = true"), "{out}");
+    assert!(!out.contains("--accept-wrapper"), "{out}");
+    drop(s);
+    let lenient = tmp.path().join("lenient");
+    std::fs::create_dir(&lenient).expect("mkdir");
+    let limits = lenient.join("limits.toml");
+    std::fs::write(&limits, "accept_wrapper = true\n").expect("write");
+    let s = Serve::start(&lenient, &["--limits", limits.to_str().expect("utf-8")]);
+    let o = run(&["extract", "--server", &s.uri(), zip_s]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), s.log());
+}
+
 /// Every command keeps its own exit status when its stderr's reader is gone: `eprintln!`
 /// panicked on the broken pipe, and a one-shot command with something to say ended with 101
 /// (`skillbox extract x 2>&1 | true`). A stdout whose reader is gone ends a command as it
