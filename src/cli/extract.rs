@@ -354,6 +354,15 @@ pub fn no_broker(server: &str, e: &skillbox::client::ClientError) -> String {
         chain = cause.source();
     }
     let lower = why.to_ascii_lowercase();
+    // A certificate its CA did verify, for other names: no variable helps (it said to set
+    // SKILLBOX_TLS_CA, which was set and right), the name in the URI must change.
+    if server.starts_with("https://")
+        && (lower.contains("not valid for name") || lower.contains("notvalidforname"))
+    {
+        return format!(
+            "the TLS handshake with the broker at {server} failed ({why}): its certificate does not name the host in that URI; give --server https://NAME:PORT with a name (or address) its certificate holds"
+        );
+    }
     if server.starts_with("https://") && (lower.contains("certificate") || lower.contains("tls")) {
         return format!(
             "the TLS handshake with the broker at {server} failed ({why}); set SKILLBOX_TLS_CA to the PEM file of the CA that signed its certificate (and SKILLBOX_TLS_CERT, SKILLBOX_TLS_KEY when it asks for a client certificate)"

@@ -492,17 +492,12 @@ fn serve_until_signals(
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
-    let uri = match &config.listen {
-        broker::config::Listen::Unix { path, .. } => format!("unix://{}", path.display()),
-        broker::config::Listen::Tcp { addr, tls } => {
-            format!("{}://{addr}", if tls.is_some() { "https" } else { "http" })
-        }
-    };
+    let (uri, dial) = listen_uris(&config.listen);
     // Said once the broker has its listener (its own socket, or `bound`) and is about to
     // accept: never before, and never when it fails instead (another server holds the socket,
     // the staging root cannot be opened), so the line never sends clients elsewhere.
     let ready = move || {
-        let hint = format!("skillbox extract --server {uri} ARTIFACT");
+        let hint = format!("skillbox extract --server {dial} ARTIFACT");
         match format {
             LogFormat::Json => tracing::info!(listen = %uri, try_it = %hint, "ready"),
             LogFormat::Text => eprintln!("skillbox: serving on {uri}; talk to it with: {hint}"),
@@ -518,6 +513,30 @@ fn serve_until_signals(
     // gone): nothing to wait for.
     runtime.shutdown_timeout(Duration::from_millis(500));
     result
+}
+
+/// Where the broker listens, and the URI a client dials to reach it. `0.0.0.0` or `[::]` is
+/// every address of this host, not one to dial, nor one a certificate names (a client told
+/// `https://0.0.0.0:PORT` failed its TLS handshake): the client's URI says `HOST` there.
+fn listen_uris(listen: &broker::config::Listen) -> (String, String) {
+    match listen {
+        broker::config::Listen::Unix { path, .. } => {
+            let uri = format!("unix://{}", path.display());
+            (uri.clone(), uri)
+        }
+        broker::config::Listen::Tcp { addr, tls } => {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let uri = format!("{scheme}://{addr}");
+            if addr.ip().is_unspecified() {
+                (
+                    format!("{uri} (every address of this host)"),
+                    format!("{scheme}://HOST:{}", addr.port()),
+                )
+            } else {
+                (uri.clone(), uri)
+            }
+        }
+    }
 }
 
 /// 2 for a setting the operator must change, 1 for anything else.
@@ -628,6 +647,40 @@ mod tests {
                 d.max_connections,
                 d.max_partial_request_bytes
             )
+        );
+    }
+
+    /// `0.0.0.0` and `[::]` are said as every address; the command to try names HOST there.
+    #[test]
+    fn a_client_is_never_told_to_dial_every_address() {
+        use broker::config::{Listen, TlsFiles};
+        let tls = || {
+            Some(TlsFiles {
+                cert: "c.pem".into(),
+                key: "k.pem".into(),
+                client_ca: None,
+            })
+        };
+        for (addr, dial) in [
+            ("0.0.0.0:8443", "https://HOST:8443"),
+            ("[::]:8443", "https://HOST:8443"),
+            ("192.0.2.1:8443", "https://192.0.2.1:8443"),
+        ] {
+            let listen = Listen::Tcp {
+                addr: addr.parse().expect("addr"),
+                tls: tls(),
+            };
+            let (uri, to) = listen_uris(&listen);
+            assert_eq!(to, dial, "{addr}");
+            assert!(uri.starts_with(&format!("https://{addr}")), "{uri}");
+        }
+        let (uri, to) = listen_uris(&Listen::Tcp {
+            addr: "127.0.0.1:80".parse().expect("addr"),
+            tls: None,
+        });
+        assert_eq!(
+            (uri.as_str(), to.as_str()),
+            ("http://127.0.0.1:80", "http://127.0.0.1:80")
         );
     }
 

@@ -991,6 +991,77 @@ fn serve_on_tcp_port_zero_holds_its_port_from_the_start() {
     assert_eq!(status.code(), Some(0), "{seen}");
 }
 
+/// A CA, and a server certificate it signed for `names` and its key, as PEM files in `dir`:
+/// (ca, cert, key).
+fn tls_files(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("generate");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("new");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "skillbox test CA");
+    let ca_cert = ca.self_signed(&ca_key).expect("self_signed");
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().expect("generate");
+    let leaf = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
+        .expect("new");
+    let cert = leaf.signed_by(&key, &issuer).expect("signed_by");
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(&paths.0, ca_cert.pem()).expect("write");
+    std::fs::write(&paths.1, cert.pem()).expect("write");
+    std::fs::write(&paths.2, key.serialize_pem()).expect("write");
+    paths
+}
+
+/// A broker over TLS whose certificate names `localhost` only, reached by its address with
+/// the right CA: the client was told to set SKILLBOX_TLS_CA, which was set and right. It is
+/// told that the certificate does not name that host, and to dial a name it holds (which
+/// then answers).
+#[test]
+fn a_certificate_for_another_name_is_said_as_such() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ca, cert, key) = tls_files(dir.path(), &["localhost"]);
+    let mut child = Command::new(bin())
+        .args(["serve", "--tcp", "127.0.0.1:0", "--tls-cert"])
+        .arg(&cert)
+        .arg("--tls-key")
+        .arg(&key)
+        .arg("--staging-root")
+        .arg(dir.path().join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let (uri, seen) = serving_on(&mut child);
+    let health = |uri: &str| {
+        Command::new(bin())
+            .args(["health", "--server", uri])
+            .env("SKILLBOX_TLS_CA", &ca)
+            .output()
+            .expect("run health")
+    };
+    let by_address = health(&uri);
+    let by_name = health(&uri.replace("127.0.0.1", "localhost"));
+    sigterm(&child);
+    let status = child.wait().expect("wait");
+    let err = text(&by_address.stderr);
+    assert_eq!(by_address.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("its certificate does not name the host in that URI"),
+        "{err}"
+    );
+    assert!(!err.contains("set SKILLBOX_TLS_CA"), "{err}");
+    assert_eq!(by_name.status.code(), Some(0), "{}", text(&by_name.stderr));
+    assert_eq!(status.code(), Some(0), "{seen}");
+}
+
 /// A `--socket-mode` without owner read and write (0000, 0060, ...) made a socket nobody but
 /// root could connect to; it is a usage error, and no socket is made.
 #[test]
