@@ -129,6 +129,14 @@ pub fn run(
         None => None,
     };
     let limits = limits::build(args.limits.as_deref(), &args.overrides)?;
+    // Not a request field (a request may only tighten the broker's limits): dropped without a
+    // word, it left the person sure the broker took the wrapper, then refused it.
+    if args.server.is_some() && limits.accept_wrapper {
+        return Err(Failure::usage(
+            "--accept-wrapper (or accept_wrapper in --limits) is not sent to a broker: its own \
+             limits decide (serve --limits FILE with accept_wrapper = true)",
+        ));
+    }
     let given = args.artifact_type.map(|t| match t {
         TypeArg::SkillMd => ArtifactType::SkillMd,
         TypeArg::Archive => ArtifactType::Archive,

@@ -772,6 +772,11 @@ fn a_wrapped_zip_is_refused_with_a_hint_at_what_takes_it() {
     let strict = tmp.path().join("strict");
     std::fs::create_dir(&strict).expect("mkdir");
     let s = Serve::start(&strict, &[]);
+    // The flag is not sent: said before anything is (it was dropped without a word).
+    let o = run(&["extract", "--server", &s.uri(), zip_s, "--accept-wrapper"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}{}", text(&o.stdout));
+    assert!(err.contains("is not sent to a broker"), "{err}");
     let o = run(&["extract", "--server", &s.uri(), zip_s]);
     let out = text(&o.stdout);
     assert_eq!(o.status.code(), Some(3), "{out}{}", text(&o.stderr));
