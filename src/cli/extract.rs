@@ -379,6 +379,26 @@ pub fn no_broker(server: &str, e: &skillbox::client::ClientError) -> String {
     format!("no broker answers at {server} ({why}); is `skillbox serve --tcp ...` running there?")
 }
 
+/// A broker that accepted the connection and closed it before answering: at its
+/// --max-connections, or restarting; over TLS without a client certificate, also a broker that
+/// asks for one (mutual TLS): with TLS 1.3 the client's side of the handshake is done before
+/// the broker checks the certificate, so its refusal comes as a closed connection, and the
+/// person was told only to try again later.
+pub fn closed_unread(server: &str, why: &str) -> String {
+    let no_identity = server.starts_with("https://")
+        && std::env::var_os("SKILLBOX_TLS_CERT").is_none()
+        && std::env::var_os("SKILLBOX_TLS_KEY").is_none();
+    let mtls = if no_identity {
+        ", or it asks for a client certificate (mutual TLS, its --tls-client-ca) and none was \
+         given: set SKILLBOX_TLS_CERT and SKILLBOX_TLS_KEY"
+    } else {
+        ""
+    };
+    format!(
+        "UNAVAILABLE: the broker at {server} closed the connection before answering: it may have --max-connections open, or be restarting; try again later{mtls} ({why})"
+    )
+}
+
 /// What the broker's refusal means for the person at the command line: no broker at a socket
 /// says which socket and how to start one; a limit looser than the server's names the field
 /// and the server's value (asked through ServerInfo), not the transport's text.
@@ -395,9 +415,7 @@ fn remote_failure(server: &str, e: skillbox::client::ClientError) -> Failure {
         }
         // Accepted and closed unread: the broker's --max-connections are open (or it is
         // restarting). Said as such, not as an answer the server never gave.
-        ClientError::Unavailable(why) => Failure::operational(format!(
-            "UNAVAILABLE: the broker at {server} closed the connection before answering: it may have --max-connections open, or be restarting; try again later ({why})"
-        )),
+        ClientError::Unavailable(why) => Failure::operational(closed_unread(server, why)),
         ClientError::Status(status) if e.is_invalid_argument() => {
             let field = status
                 .get_details_bad_request()

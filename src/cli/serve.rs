@@ -379,6 +379,10 @@ pub fn health(args: &HealthArgs) -> Exit {
             eprintln!("skillbox: {}", super::extract::no_broker(&uri, &e));
             Exit::Operational
         }
+        Err(skillbox::client::ClientError::Unavailable(why)) => {
+            eprintln!("skillbox: {}", super::extract::closed_unread(&uri, &why));
+            Exit::Operational
+        }
         Err(e) => {
             eprintln!("skillbox: {uri}: {e}");
             Exit::Operational

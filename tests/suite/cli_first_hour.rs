@@ -996,9 +996,18 @@ fn serve_on_tcp_port_zero_holds_its_port_from_the_start() {
     assert_eq!(status.code(), Some(0), "{seen}");
 }
 
-/// A CA, and a server certificate it signed for `names` and its key, as PEM files in `dir`:
-/// (ca, cert, key).
-fn tls_files(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
+/// PEM files in a directory: a CA, a server certificate it signed and its key, and a client
+/// certificate it signed and its key.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+/// [`Pki`] in `dir`, the server's certificate for `names`.
+fn tls_files(dir: &Path, names: &[&str]) -> Pki {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().expect("generate");
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("new");
@@ -1007,19 +1016,50 @@ fn tls_files(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
         .push(DnType::CommonName, "skillbox test CA");
     let ca_cert = ca.self_signed(&ca_key).expect("self_signed");
     let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().expect("generate");
-    let leaf = CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>())
-        .expect("new");
-    let cert = leaf.signed_by(&key, &issuer).expect("signed_by");
-    let paths = (
-        dir.join("ca.pem"),
-        dir.join("cert.pem"),
-        dir.join("key.pem"),
+    let leaf = |names: Vec<String>, cert: &str, key: &str| {
+        let pair = KeyPair::generate().expect("generate");
+        let signed = CertificateParams::new(names)
+            .expect("new")
+            .signed_by(&pair, &issuer)
+            .expect("signed_by");
+        std::fs::write(dir.join(cert), signed.pem()).expect("write");
+        std::fs::write(dir.join(key), pair.serialize_pem()).expect("write");
+    };
+    leaf(
+        names.iter().map(|n| (*n).to_owned()).collect(),
+        "cert.pem",
+        "key.pem",
     );
-    std::fs::write(&paths.0, ca_cert.pem()).expect("write");
-    std::fs::write(&paths.1, cert.pem()).expect("write");
-    std::fs::write(&paths.2, key.serialize_pem()).expect("write");
-    paths
+    leaf(vec!["client".to_owned()], "client.pem", "client.key");
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).expect("write");
+    Pki {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
+    }
+}
+
+/// `serve --tcp 127.0.0.1:0` with TLS, and `extra` flags; its "serving on" URI.
+fn serve_tls(dir: &Path, pki: &Pki, extra: &[&std::ffi::OsStr]) -> (Child, String, String) {
+    let mut child = Command::new(bin())
+        .args(["serve", "--tcp", "127.0.0.1:0", "--tls-cert"])
+        .arg(&pki.cert)
+        .arg("--tls-key")
+        .arg(&pki.key)
+        .args(extra)
+        .arg("--staging-root")
+        .arg(dir.join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let (uri, seen) = serving_on(&mut child);
+    (child, uri, seen)
 }
 
 /// A broker over TLS whose certificate names `localhost` only, reached by its address with
@@ -1029,22 +1069,9 @@ fn tls_files(dir: &Path, names: &[&str]) -> (PathBuf, PathBuf, PathBuf) {
 #[test]
 fn a_certificate_for_another_name_is_said_as_such() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (ca, cert, key) = tls_files(dir.path(), &["localhost"]);
-    let mut child = Command::new(bin())
-        .args(["serve", "--tcp", "127.0.0.1:0", "--tls-cert"])
-        .arg(&cert)
-        .arg("--tls-key")
-        .arg(&key)
-        .arg("--staging-root")
-        .arg(dir.path().join("staging"))
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("SKILLBOX_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
-    let (uri, seen) = serving_on(&mut child);
+    let pki = tls_files(dir.path(), &["localhost"]);
+    let ca = pki.ca.clone();
+    let (mut child, uri, seen) = serve_tls(dir.path(), &pki, &[]);
     let health = |uri: &str| {
         Command::new(bin())
             .args(["health", "--server", uri])
@@ -1064,6 +1091,64 @@ fn a_certificate_for_another_name_is_said_as_such() {
     );
     assert!(!err.contains("set SKILLBOX_TLS_CA"), "{err}");
     assert_eq!(by_name.status.code(), Some(0), "{}", text(&by_name.stderr));
+    assert_eq!(status.code(), Some(0), "{seen}");
+}
+
+/// A broker that asks for a client certificate (`--tls-client-ca`), reached without one:
+/// the client's TLS 1.3 handshake is done before the broker refuses, so the refusal comes as
+/// a closed connection, which was said as a broker at its --max-connections or restarting,
+/// "try again later". It says that a client certificate may be wanted and which variables
+/// give one (which then works).
+#[test]
+fn a_broker_that_wants_a_client_certificate_says_so_through_the_client() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = tls_files(dir.path(), &["localhost", "127.0.0.1"]);
+    let (mut child, uri, seen) = serve_tls(
+        dir.path(),
+        &pki,
+        &["--tls-client-ca".as_ref(), pki.ca.as_os_str()],
+    );
+    let tar = skill_tar(dir.path(), "demo.tar");
+    let with = |args: &[&str], identity: bool| {
+        let mut c = Command::new(bin());
+        c.args(args)
+            .env("SKILLBOX_TLS_CA", &pki.ca)
+            .env_remove("SKILLBOX_TLS_CERT")
+            .env_remove("SKILLBOX_TLS_KEY");
+        if identity {
+            c.env("SKILLBOX_TLS_CERT", &pki.client_cert)
+                .env("SKILLBOX_TLS_KEY", &pki.client_key);
+        }
+        c.output().expect("run skillbox")
+    };
+    let tar_s = tar.to_str().expect("utf-8");
+    let extract = with(&["extract", "--server", &uri, tar_s], false);
+    let health = with(&["health", "--server", &uri], false);
+    let extract_ok = with(&["extract", "--server", &uri, tar_s], true);
+    let health_ok = with(&["health", "--server", &uri], true);
+    sigterm(&child);
+    let status = child.wait().expect("wait");
+    for o in [&extract, &health] {
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        // (A handshake that fails outright names them too.)
+        assert!(
+            err.contains("SKILLBOX_TLS_CERT") && err.contains("SKILLBOX_TLS_KEY"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        extract_ok.status.code(),
+        Some(0),
+        "{}",
+        text(&extract_ok.stderr)
+    );
+    assert_eq!(
+        health_ok.status.code(),
+        Some(0),
+        "{}",
+        text(&health_ok.stderr)
+    );
     assert_eq!(status.code(), Some(0), "{seen}");
 }
 
