@@ -379,6 +379,17 @@ pub fn no_broker(server: &str, e: &skillbox::client::ClientError) -> String {
     format!("no broker answers at {server} ({why}); is `skillbox serve --tcp ...` running there?")
 }
 
+/// TLS material the client could not use (a key that does not match its certificate, a file
+/// that holds none), said with the variables it came from.
+pub fn tls_settings(e: &skillbox::client::ClientError) -> String {
+    let text = e.to_string();
+    if text.contains("SKILLBOX_TLS_") {
+        text
+    } else {
+        format!("{text} (the files of SKILLBOX_TLS_CA, SKILLBOX_TLS_CERT and SKILLBOX_TLS_KEY)")
+    }
+}
+
 /// A broker that accepted the connection and closed it before answering: at its
 /// --max-connections, or restarting; over TLS without a client certificate, also a broker that
 /// asks for one (mutual TLS): with TLS 1.3 the client's side of the handshake is done before
@@ -416,6 +427,7 @@ fn remote_failure(server: &str, e: skillbox::client::ClientError) -> Failure {
         // Accepted and closed unread: the broker's --max-connections are open (or it is
         // restarting). Said as such, not as an answer the server never gave.
         ClientError::Unavailable(why) => Failure::operational(closed_unread(server, why)),
+        ClientError::Tls(_) => Failure::operational(tls_settings(&e)),
         ClientError::Status(status) if e.is_invalid_argument() => {
             let field = status
                 .get_details_bad_request()

@@ -379,6 +379,10 @@ pub fn health(args: &HealthArgs) -> Exit {
             eprintln!("skillbox: {}", super::extract::no_broker(&uri, &e));
             Exit::Operational
         }
+        Err(e @ skillbox::client::ClientError::Tls(_)) => {
+            eprintln!("skillbox: {uri}: {}", super::extract::tls_settings(&e));
+            Exit::Operational
+        }
         Err(skillbox::client::ClientError::Unavailable(why)) => {
             eprintln!("skillbox: {}", super::extract::closed_unread(&uri, &why));
             Exit::Operational

@@ -1122,12 +1122,27 @@ fn a_broker_that_wants_a_client_certificate_says_so_through_the_client() {
         c.output().expect("run skillbox")
     };
     let tar_s = tar.to_str().expect("utf-8");
+    // A key that is not the certificate's: said with its cause and the variables, not as
+    // "TLS settings: transport error".
+    let mismatched = Command::new(bin())
+        .args(["health", "--server", &uri])
+        .env("SKILLBOX_TLS_CA", &pki.ca)
+        .env("SKILLBOX_TLS_CERT", &pki.client_cert)
+        .env("SKILLBOX_TLS_KEY", &pki.key)
+        .output()
+        .expect("run health");
     let extract = with(&["extract", "--server", &uri, tar_s], false);
     let health = with(&["health", "--server", &uri], false);
     let extract_ok = with(&["extract", "--server", &uri, tar_s], true);
     let health_ok = with(&["health", "--server", &uri], true);
     sigterm(&child);
     let status = child.wait().expect("wait");
+    let err = text(&mismatched.stderr);
+    assert_eq!(mismatched.status.code(), Some(1), "{err}");
+    assert!(
+        !err.trim_end().ends_with("transport error") && err.contains("SKILLBOX_TLS_KEY"),
+        "{err}"
+    );
     for o in [&extract, &health] {
         let err = text(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{err}");
