@@ -508,7 +508,14 @@ fn serve_until_signals(
         let hint = format!("skillbox extract --server {dial} ARTIFACT");
         match format {
             LogFormat::Json => tracing::info!(listen = %uri, try_it = %hint, "ready"),
-            LogFormat::Text => eprintln!("skillbox: serving on {uri}; talk to it with: {hint}"),
+            LogFormat::Text => {
+                let every = if dial == uri {
+                    ""
+                } else {
+                    " (every address of this host)"
+                };
+                eprintln!("skillbox: serving on {uri}{every}; talk to it with: {hint}");
+            }
         }
     };
     let result = runtime.block_on(async {
@@ -536,10 +543,8 @@ fn listen_uris(listen: &broker::config::Listen) -> (String, String) {
             let scheme = if tls.is_some() { "https" } else { "http" };
             let uri = format!("{scheme}://{addr}");
             if addr.ip().is_unspecified() {
-                (
-                    format!("{uri} (every address of this host)"),
-                    format!("{scheme}://HOST:{}", addr.port()),
-                )
+                let dial = format!("{scheme}://HOST:{}", addr.port());
+                (uri, dial)
             } else {
                 (uri.clone(), uri)
             }
@@ -680,7 +685,7 @@ mod tests {
             };
             let (uri, to) = listen_uris(&listen);
             assert_eq!(to, dial, "{addr}");
-            assert!(uri.starts_with(&format!("https://{addr}")), "{uri}");
+            assert_eq!(uri, format!("https://{addr}"));
         }
         let (uri, to) = listen_uris(&Listen::Tcp {
             addr: "127.0.0.1:80".parse().expect("addr"),
