@@ -278,8 +278,14 @@ pub fn endpoint_with(uri: &str, tls: &TlsMaterial) -> Result<Endpoint, ClientErr
     if let Some((cert, key)) = &tls.identity {
         config = config.identity(Identity::from_pem(cert, key));
     }
-    ep.tls_config(config)
-        .map_err(|e| ClientError::Tls(e.to_string()))
+    // tonic's error says only "transport error": the cause (a key that does not match its
+    // certificate, a file that holds no certificate) is its source.
+    ep.tls_config(config).map_err(|e| {
+        ClientError::Tls(match std::error::Error::source(&e) {
+            Some(cause) => format!("{e}: {cause}"),
+            None => e.to_string(),
+        })
+    })
 }
 
 /// The request limits that differ from the defaults (what a caller deliberately set).

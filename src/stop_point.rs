@@ -33,7 +33,9 @@
 //!   (`lifecycle::quarantine`);
 //! - `staging:opened:<name>`: recovery (under the store lock) opened the staging directory
 //!   `STORE/staging/<name>` and has not taken its `flock` yet
-//!   (`lifecycle::store::remove_abandoned_staging`).
+//!   (`lifecycle::store::remove_abandoned_staging`);
+//! - `broker:tcp-bound`: the broker's TCP listener is bound and listening (`broker::bind_tcp`;
+//!   `serve` binds it before it makes anything), and nothing serves on it yet.
 
 /// Stop here when `SKILLBOX_TEST_STOP_AT` names `at` (debug builds, the first time only).
 pub(crate) fn stop_point(at: &str) {

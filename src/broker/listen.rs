@@ -90,6 +90,47 @@ pub fn bind_unix(path: &Path, mode: u32) -> Result<UnixSocket, ListenError> {
     })
 }
 
+/// A TCP listener bound before the broker starts ([`bind_tcp`]), handed to [`super::serve`].
+/// `skillbox serve --tcp HOST:0` learns its port from it: with a probe bound, dropped and bound
+/// again by the broker, another process could take the port in between, and the broker then
+/// failed where it had been told to serve. Bound once, the port named is the one served.
+#[derive(Debug)]
+pub struct TcpBound {
+    listener: std::net::TcpListener,
+    addr: std::net::SocketAddr,
+}
+
+impl TcpBound {
+    /// The address it is bound to (the kernel's port for a port 0).
+    pub fn local_addr(&self) -> std::net::SocketAddr {
+        self.addr
+    }
+
+    /// The listener on the current runtime.
+    pub(super) fn into_tokio(self) -> Result<TcpListener, ListenError> {
+        let shown = self.addr.to_string();
+        self.listener
+            .set_nonblocking(true)
+            .and_then(|()| TcpListener::from_std(self.listener))
+            .map_err(|source| ListenError::Io {
+                path: shown,
+                source,
+            })
+    }
+}
+
+/// Bind `addr` (listening at once; connections wait in its backlog until the broker serves).
+pub fn bind_tcp(addr: std::net::SocketAddr) -> Result<TcpBound, ListenError> {
+    let io_err = |source| ListenError::Io {
+        path: addr.to_string(),
+        source,
+    };
+    let listener = std::net::TcpListener::bind(addr).map_err(io_err)?;
+    let addr = listener.local_addr().map_err(io_err)?;
+    crate::stop_point::stop_point("broker:tcp-bound");
+    Ok(TcpBound { listener, addr })
+}
+
 /// Accepted Unix connections with their peer credentials; a peer without credentials is
 /// closed unread. A peer whose uid is not allowed is still accepted so that it can be told
 /// why ([`PeerPolicy`]): a bare reset reads as an outage, not as policy. Past

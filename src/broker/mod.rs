@@ -30,6 +30,7 @@ use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 pub use config::{Config, ConfigError, Settings};
 pub use error::RequestError;
+pub use listen::{TcpBound, bind_tcp};
 pub use staging::is_staging_id;
 
 use crate::proto as pb;
@@ -105,7 +106,7 @@ pub fn run_until_signal(config: Config) -> Result<(), ServeError> {
         .map_err(ServeError::Runtime)?;
     let result = runtime.block_on(async {
         let (first, again) = signals().map_err(ServeError::Signal)?;
-        serve(config, first, again).await
+        serve(config, None, || {}, first, again).await
     });
     // What is left are connections and the reading threads of tree streams (whose trees are
     // gone): nothing to wait for.
@@ -161,8 +162,16 @@ const STOP_WAIT: Duration = Duration::from_secs(10);
 /// as `stop_now` resolves (during the drain or before it), stop: every `Extract` still in
 /// flight ends with UNAVAILABLE, its child killed and reaped and its staging directory removed,
 /// and every accepted tree nobody released is removed, before this returns.
+///
+/// On TCP it serves on `bound` when given (bound by the caller before it made anything, so the
+/// port it names is the one served; its address is the config's), else it binds the config's
+/// address itself; `bound` is dropped unused on a Unix socket. `ready` is called once, when the
+/// listener is bound and the server about to accept on it: a line saying "serving" said then
+/// never precedes the listener, nor names one another process holds.
 pub async fn serve(
     config: Config,
+    bound: Option<TcpBound>,
+    ready: impl FnOnce() + Send,
     shutdown: impl Future<Output = ()> + Send + 'static,
     stop_now: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
@@ -314,18 +323,21 @@ pub async fn serve(
             Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }
         config::Listen::Tcp { addr, tls } => {
-            let listener =
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|e| listen::ListenError::Io {
+            let listener = match bound {
+                Some(bound) => bound.into_tokio()?,
+                None => tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                    listen::ListenError::Io {
                         path: addr.to_string(),
                         source: e,
-                    })?;
+                    }
+                })?,
+            };
             tracing::info!(addr = %listener.local_addr().map_or(*addr, |a| a), tls = tls.is_some(), mtls = tls.as_ref().is_some_and(|t| t.client_ca.is_some()), "listening");
             let incoming = listen::tcp_incoming(listener, Arc::clone(&state.admission.connections));
             Box::pin(router.serve_with_incoming_shutdown(incoming, signal))
         }
     };
+    ready();
     let unlink = move || {
         if let Some((path, ino)) = &unix_path {
             listen::unlink_if_ours(path, *ino);

@@ -51,6 +51,13 @@ pub fn run(a: CacheArgs) -> Exit {
             a.json,
         );
     };
+    // A --cache-dir in a directory that does not exist is a mistyped path, said as `fetch`
+    // says it ([`super::parent_exists`]), not a cache that is empty.
+    if let Some(dir) = &a.cache_dir
+        && let Err(m) = super::parent_exists("--cache-dir", dir)
+    {
+        return fail(Exit::Usage, &m, a.json);
+    }
     // A cache that is not there holds nothing: listed, verified and pruned as empty, and not
     // made (a mistyped --cache-dir made a new empty cache and listed it, "0 artifacts").
     let missing =

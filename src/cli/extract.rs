@@ -129,6 +129,14 @@ pub fn run(
         None => None,
     };
     let limits = limits::build(args.limits.as_deref(), &args.overrides)?;
+    // Not a request field (a request may only tighten the broker's limits): dropped without a
+    // word, it left the person sure the broker took the wrapper, then refused it.
+    if args.server.is_some() && limits.accept_wrapper {
+        return Err(Failure::usage(
+            "--accept-wrapper (or accept_wrapper in --limits) is not sent to a broker: its own \
+             limits decide (serve --limits FILE with accept_wrapper = true)",
+        ));
+    }
     let given = args.artifact_type.map(|t| match t {
         TypeArg::SkillMd => ArtifactType::SkillMd,
         TypeArg::Archive => ArtifactType::Archive,
@@ -179,9 +187,31 @@ pub fn run(
         Some(&report),
         Some(&report.summary()),
         staging.shown(),
+        wrapper_hint(&outcome, false).as_deref(),
         args.json,
     )?;
     Ok(verdict_exit(outcome.verdict))
+}
+
+/// What would take a `missing_skill_md` refusal of the `.skill` packager's layout (one
+/// directory holding SKILL.md and everything else; the engine names that SKILL.md as the
+/// entry), for a person reading the text answer. `remote`: the broker decides by its own
+/// limits, and `--accept-wrapper` is not sent to it.
+fn wrapper_hint(outcome: &skillbox::intake::Outcome, remote: bool) -> Option<String> {
+    let r = outcome.reason.as_ref()?;
+    let dir = r.entry.as_deref()?.strip_suffix("/SKILL.md")?;
+    if r.code != skillbox::reason::ReasonCode::MissingSkillMd || dir.is_empty() || dir.contains('/')
+    {
+        return None;
+    }
+    Some(if remote {
+        "a broker takes this layout when its limits file sets `accept_wrapper = true` \
+         (serve --limits); the directory's name must be the skill's name"
+            .to_owned()
+    } else {
+        "--accept-wrapper takes this layout (the directory's name must be the skill's name)"
+            .to_owned()
+    })
 }
 
 /// Open the artifact a command line names. A path that names no regular file (nothing there,
@@ -260,6 +290,7 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
             Some(dir) if done.outcome.verdict == Verdict::Accepted => Staged::At(dir),
             _ => Staged::Released,
         },
+        wrapper_hint(&done.outcome, true).as_deref(),
         args.json,
     )?;
     Ok(verdict_exit(done.outcome.verdict))
@@ -331,12 +362,52 @@ pub fn no_broker(server: &str, e: &skillbox::client::ClientError) -> String {
         chain = cause.source();
     }
     let lower = why.to_ascii_lowercase();
+    // A certificate its CA did verify, for other names: no variable helps (it said to set
+    // SKILLBOX_TLS_CA, which was set and right), the name in the URI must change.
+    if server.starts_with("https://")
+        && (lower.contains("not valid for name") || lower.contains("notvalidforname"))
+    {
+        return format!(
+            "the TLS handshake with the broker at {server} failed ({why}): its certificate does not name the host in that URI; give --server https://NAME:PORT with a name (or address) its certificate holds"
+        );
+    }
     if server.starts_with("https://") && (lower.contains("certificate") || lower.contains("tls")) {
         return format!(
             "the TLS handshake with the broker at {server} failed ({why}); set SKILLBOX_TLS_CA to the PEM file of the CA that signed its certificate (and SKILLBOX_TLS_CERT, SKILLBOX_TLS_KEY when it asks for a client certificate)"
         );
     }
     format!("no broker answers at {server} ({why}); is `skillbox serve --tcp ...` running there?")
+}
+
+/// TLS material the client could not use (a key that does not match its certificate, a file
+/// that holds none), said with the variables it came from.
+pub fn tls_settings(e: &skillbox::client::ClientError) -> String {
+    let text = e.to_string();
+    if text.contains("SKILLBOX_TLS_") {
+        text
+    } else {
+        format!("{text} (the files of SKILLBOX_TLS_CA, SKILLBOX_TLS_CERT and SKILLBOX_TLS_KEY)")
+    }
+}
+
+/// A broker that accepted the connection and closed it before answering: at its
+/// --max-connections, or restarting; over TLS without a client certificate, also a broker that
+/// asks for one (mutual TLS): with TLS 1.3 the client's side of the handshake is done before
+/// the broker checks the certificate, so its refusal comes as a closed connection, and the
+/// person was told only to try again later.
+pub fn closed_unread(server: &str, why: &str) -> String {
+    let no_identity = server.starts_with("https://")
+        && std::env::var_os("SKILLBOX_TLS_CERT").is_none()
+        && std::env::var_os("SKILLBOX_TLS_KEY").is_none();
+    let mtls = if no_identity {
+        ", or it asks for a client certificate (mutual TLS, its --tls-client-ca) and none was \
+         given: set SKILLBOX_TLS_CERT and SKILLBOX_TLS_KEY"
+    } else {
+        ""
+    };
+    format!(
+        "UNAVAILABLE: the broker at {server} closed the connection before answering: it may have --max-connections open, or be restarting; try again later{mtls} ({why})"
+    )
 }
 
 /// What the broker's refusal means for the person at the command line: no broker at a socket
@@ -355,9 +426,8 @@ fn remote_failure(server: &str, e: skillbox::client::ClientError) -> Failure {
         }
         // Accepted and closed unread: the broker's --max-connections are open (or it is
         // restarting). Said as such, not as an answer the server never gave.
-        ClientError::Unavailable(why) => Failure::operational(format!(
-            "UNAVAILABLE: the broker at {server} closed the connection before answering: it may have --max-connections open, or be restarting; try again later ({why})"
-        )),
+        ClientError::Unavailable(why) => Failure::operational(closed_unread(server, why)),
+        ClientError::Tls(_) => Failure::operational(tls_settings(&e)),
         ClientError::Status(status) if e.is_invalid_argument() => {
             let field = status
                 .get_details_bad_request()

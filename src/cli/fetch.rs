@@ -401,6 +401,14 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         let m = format!("--out {} already exists; give a new path", out.display());
         return fail(Exit::Usage, &m, a.json);
     }
+    // The default cache is made whole (`~/.cache/skillbox`); a --cache-dir only in a
+    // directory that exists ([`super::parent_exists`]).
+    if !a.no_cache
+        && let Some(dir) = &a.cache_dir
+        && let Err(m) = super::parent_exists("--cache-dir", dir)
+    {
+        return fail(Exit::Usage, &m, a.json);
+    }
     // --no-cache: a throwaway cache, so the download path (temporary file, digest check,
     // rename) is the same one; it is removed when this function returns.
     let throwaway = match a.no_cache.then(tempfile::TempDir::new).transpose() {
@@ -602,10 +610,13 @@ fn print_fetch(
     let shown = staged.map_or(Staged::Removed, Staged::At);
     print!(
         "{}",
+        // No hint: an index artifact's root is the skill directory, and no flag takes the
+        // `.skill` wrapper here (`acquire::engine_request`).
         answer::text(
             outcome,
             shown,
-            sandbox.map(SandboxReport::summary).as_deref()
+            sandbox.map(SandboxReport::summary).as_deref(),
+            None,
         )
     );
     print_provenance(prov);

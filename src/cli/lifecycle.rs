@@ -412,7 +412,11 @@ fn who(by: &Option<String>) -> String {
 
 fn store_root(c: &Common) -> Result<PathBuf, Error> {
     match &c.store {
-        Some(p) => Ok(p.clone()),
+        // The default store is made whole; one the user named only in a directory that exists
+        // (`--store /typo/x` made `/typo`; [`super::parent_exists`]).
+        Some(p) => super::parent_exists("--store", p)
+            .map(|()| p.clone())
+            .map_err(|m| Error::new(Kind::Usage, m)),
         None => store::default_root().ok_or_else(|| {
             Error::new(
                 Kind::Usage,

@@ -31,10 +31,48 @@ macro_rules! eprintln {
 /// Write `args` (and a newline) to stderr, dropping a failed write ([`eprintln!`] above).
 pub fn stderr_write(args: std::fmt::Arguments<'_>, newline: bool) {
     use std::io::Write as _;
-    let mut err = std::io::stderr().lock();
-    let _ = err.write_fmt(args);
+    // Held across both writes so that the line and its newline stay together.
+    let _whole_line = std::io::stderr().lock();
+    let _ = Stderr.write_fmt(args);
     if newline {
-        let _ = err.write_all(b"\n");
+        let _ = Stderr.write_all(b"\n");
+    }
+}
+
+/// Stderr as an [`std::io::Write`] (for `serve`'s log subscriber) that drops a failed write
+/// the way [`stderr_write`] does: it reports every write done.
+pub struct Stderr;
+
+impl std::io::Write for Stderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().lock().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// A directory the user named (by a flag or its environment variable) is used, never invented:
+/// the directory `path` goes in must exist (a relative name's is the working directory), or
+/// this is the usage error to say (exit 2) before anything is made. Only a command's default
+/// locations are created whole: `serve --socket /typo/dir/s.sock`, `fetch --cache-dir
+/// /typo/x` and `install --store /typo/x` each made `/typo` (as root, at the root).
+pub fn parent_exists(flag: &str, path: &std::path::Path) -> Result<(), String> {
+    let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    match std::fs::metadata(parent) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "{flag} {}: the directory {} does not exist; create it first, or choose another \
+             (skillbox creates only its default locations)",
+            path.display(),
+            parent.display()
+        )),
+        // Anything else (not a directory, not reachable) the command's own checks say.
+        _ => Ok(()),
     }
 }
 

@@ -122,8 +122,14 @@ impl Serialize for SortedEntry<'_> {
 }
 
 /// The text form, one line per fact; `sandbox` is the one-line confinement summary
-/// ([`skillbox::sandbox::SandboxReport::summary`]) when a child ran.
-pub fn text(outcome: &Outcome, staged: Staged<'_>, sandbox: Option<&str>) -> String {
+/// ([`skillbox::sandbox::SandboxReport::summary`]) when a child ran; `hint`, what a person
+/// could do about a rejection (the text form only: JSON carries the reason as it is).
+pub fn text(
+    outcome: &Outcome,
+    staged: Staged<'_>,
+    sandbox: Option<&str>,
+    hint: Option<&str>,
+) -> String {
     let mut s = String::new();
     let mut line = |l: String| {
         s.push_str(&l);
@@ -187,6 +193,9 @@ pub fn text(outcome: &Outcome, staged: Staged<'_>, sandbox: Option<&str>) -> Str
                     line(format!("  limit:  {limit} (observed {observed})"));
                 }
             }
+            if let Some(hint) = hint {
+                line(format!("  hint:   {hint}"));
+            }
         }
     }
     if let Some(summary) = sandbox {
@@ -196,12 +205,13 @@ pub fn text(outcome: &Outcome, staged: Staged<'_>, sandbox: Option<&str>) -> Str
 }
 
 /// Print an answer on stdout: the outcome, plus how it was confined (`"sandbox"`) when a child
-/// ran.
+/// ran; `hint` in the text form only ([`text`]).
 pub fn print_answer<S: Serialize>(
     outcome: &Outcome,
     sandbox: Option<&S>,
     summary: Option<&str>,
     staged: Staged<'_>,
+    hint: Option<&str>,
     as_json: bool,
 ) -> Result<(), Failure> {
     if as_json {
@@ -209,7 +219,7 @@ pub fn print_answer<S: Serialize>(
             json_text(outcome, sandbox).map_err(|e| Failure::operational(e.to_string()))?;
         println!("{answer}");
     } else {
-        print!("{}", text(outcome, staged, summary));
+        print!("{}", text(outcome, staged, summary, hint));
     }
     Ok(())
 }
@@ -308,7 +318,7 @@ mod tests {
 
     #[test]
     fn text_names_the_reason_the_limit_and_the_sandbox() {
-        let t = text(&rejected(), Staged::Removed, Some("confined (x)"));
+        let t = text(&rejected(), Staged::Removed, Some("confined (x)"), None);
         assert_eq!(
             t,
             "rejected  tar  -\n  reason: file_size: too big\n  limit:  5 (observed 6)\n  sandbox: confined (x)\n"

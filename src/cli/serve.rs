@@ -379,6 +379,14 @@ pub fn health(args: &HealthArgs) -> Exit {
             eprintln!("skillbox: {}", super::extract::no_broker(&uri, &e));
             Exit::Operational
         }
+        Err(e @ skillbox::client::ClientError::Tls(_)) => {
+            eprintln!("skillbox: {uri}: {}", super::extract::tls_settings(&e));
+            Exit::Operational
+        }
+        Err(skillbox::client::ClientError::Unavailable(why)) => {
+            eprintln!("skillbox: {}", super::extract::closed_unread(&uri, &why));
+            Exit::Operational
+        }
         Err(e) => {
             eprintln!("skillbox: {uri}: {e}");
             Exit::Operational
@@ -402,25 +410,13 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
         Ok(c) => c,
         Err(e) => return failed(args, &e.to_string(), exit_for(&e)),
     };
-    // `--tcp HOST:0`: the kernel's port is picked here, so that the "serving on" line (and so
-    // a client) can name it; the broker then binds that port. One taken in between fails the
-    // bind (exit 1, said): it never serves where nobody was told.
-    if let broker::config::Listen::Tcp { addr, .. } = &mut config.listen
-        && addr.port() == 0
-    {
-        match std::net::TcpListener::bind(*addr).and_then(|l| l.local_addr()) {
-            Ok(bound) => addr.set_port(bound.port()),
-            Err(e) => return failed(args, &format!("{addr}: {e}"), Exit::Operational),
-        }
-    }
-    // A directory the user named is used, never invented: `--socket /typo/dir/s.sock` made
-    // the whole chain (as root, `/typo`). Only the default locations are created.
+    // A directory the user named is used, never invented ([`super::parent_exists`]).
     for (flag, path) in [
         ("--socket", args.socket.as_deref()),
         ("--staging-root", args.staging_root.as_deref()),
     ] {
         if let Some(path) = path
-            && let Err(message) = parent_exists(flag, path)
+            && let Err(message) = super::parent_exists(flag, path)
         {
             return failed(args, &message, Exit::Usage);
         }
@@ -430,6 +426,19 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     if let Err(message) = not_in_use(&config.listen) {
         return failed(args, &message, Exit::Operational);
     }
+    // TCP is bound here, once, before anything is made (a port taken makes nothing), and the
+    // broker serves on this very listener: with `--tcp HOST:0` the port the "serving on" line
+    // names is the kernel's pick, which nobody can take between learning it and serving it.
+    let bound = match &mut config.listen {
+        broker::config::Listen::Tcp { addr, .. } => match broker::bind_tcp(*addr) {
+            Ok(bound) => {
+                *addr = bound.local_addr();
+                Some(bound)
+            }
+            Err(e) => return failed(args, &e.to_string(), Exit::Operational),
+        },
+        broker::config::Listen::Unix { .. } => None,
+    };
     // The default staging root is made inside the socket's directory, and the broker opens it
     // before it binds: so that directory is checked first, as the socket's own check would
     // (a squatted or symlinked directory gets nothing of ours).
@@ -443,26 +452,9 @@ pub fn run(args: &ServeArgs, leading: &LeadingSandboxArgs) -> Exit {
     {
         return failed(args, &format!("socket directory: {e}"), Exit::Operational);
     }
-    match serve_until_signals(config, args.log_format) {
+    match serve_until_signals(config, bound, args.log_format) {
         Ok(()) => Exit::Ok,
         Err(e) => failed(args, &e.to_string(), exit_for(&e)),
-    }
-}
-
-/// The directory `path` goes in must exist (a relative name's is the working directory).
-fn parent_exists(flag: &str, path: &std::path::Path) -> Result<(), String> {
-    let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) else {
-        return Ok(());
-    };
-    match std::fs::metadata(parent) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
-            "{flag} {}: the directory {} does not exist; create it first, or choose another \
-             (serve creates only its default locations)",
-            path.display(),
-            parent.display()
-        )),
-        // Anything else (not a directory, not reachable) the broker's own checks say.
-        _ => Ok(()),
     }
 }
 
@@ -492,44 +484,45 @@ fn not_in_use(listen: &broker::config::Listen) -> Result<(), String> {
 fn failed(args: &ServeArgs, message: &str, exit: Exit) -> Exit {
     match args.log_format {
         LogFormat::Json => tracing::error!(error = %message, "skillbox serve failed"),
-        LogFormat::Text => say(&format!("skillbox: {message}")),
+        LogFormat::Text => eprintln!("skillbox: {message}"),
     }
     exit
 }
 
 /// The broker on a runtime of its own: the first SIGTERM or SIGINT starts the drain, a second
 /// one ends it ([`broker::signals`]).
-fn serve_until_signals(config: Config, format: LogFormat) -> Result<(), ServeError> {
+fn serve_until_signals(
+    config: Config,
+    bound: Option<broker::TcpBound>,
+    format: LogFormat,
+) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(ServeError::Runtime)?;
-    let (uri, listen_path) = match &config.listen {
-        broker::config::Listen::Unix { path, .. } => {
-            (format!("unix://{}", path.display()), Some(path.clone()))
+    let (uri, dial) = listen_uris(&config.listen);
+    // Said once the broker has its listener (its own socket, or `bound`) and is about to
+    // accept: never before, and never when it fails instead (another server holds the socket,
+    // the staging root cannot be opened), so the line never sends clients elsewhere.
+    let ready = move || {
+        let hint = format!("skillbox extract --server {dial} ARTIFACT");
+        match format {
+            LogFormat::Json => tracing::info!(listen = %uri, try_it = %hint, "ready"),
+            LogFormat::Text => {
+                let every = if dial == uri {
+                    ""
+                } else {
+                    " (every address of this host)"
+                };
+                eprintln!("skillbox: serving on {uri}{every}; talk to it with: {hint}");
+            }
         }
-        broker::config::Listen::Tcp { addr, tls } => (
-            format!("{}://{addr}", if tls.is_some() { "https" } else { "http" }),
-            None,
-        ),
     };
-    let tcp_addr = match &config.listen {
-        broker::config::Listen::Tcp { addr, .. } => Some(*addr),
-        broker::config::Listen::Unix { .. } => None,
-    };
-    // A TCP address someone answers on before this server has bound it is another's (this
-    // one fails to bind): not announced, for the reason `announce_when_ready` gives.
-    let taken = tcp_addr.is_some_and(|addr| {
-        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_ok()
-    });
     let result = runtime.block_on(async {
         let (first, again) = broker::signals().map_err(ServeError::Signal)?;
-        if !taken {
-            tokio::spawn(announce_when_ready(uri, listen_path, tcp_addr, format));
-        }
         // Not raced here: `serve` stops on the second signal itself, and returns once the
         // children of the requests it cancelled are reaped and every staged tree is removed.
-        broker::serve(config, first, again).await
+        broker::serve(config, bound, ready, first, again).await
     });
     // What is left are connections and the reading threads of tree streams (whose trees are
     // gone): nothing to wait for.
@@ -537,38 +530,25 @@ fn serve_until_signals(config: Config, format: LogFormat) -> Result<(), ServeErr
     result
 }
 
-/// Once the broker answers on its address, say once where it listens and the command that
-/// talks to it. Asked of the socket itself, so the line never precedes a listener.
-async fn announce_when_ready(
-    uri: String,
-    unix: Option<PathBuf>,
-    tcp: Option<SocketAddr>,
-    format: LogFormat,
-) {
-    // Another server may hold the socket: this one then fails (in use by a running server),
-    // and a line saying it serves there would send clients to the other one. A listener is
-    // known by its pid (SO_PEERCRED), so only our own counts.
-    let ours = i32::try_from(std::process::id()).ok();
-    for _ in 0..1000 {
-        let up = match (&unix, tcp) {
-            (Some(path), _) => tokio::net::UnixStream::connect(path)
-                .await
-                .and_then(|s| s.peer_cred())
-                .is_ok_and(|cred| cred.pid().is_some() && cred.pid() == ours),
-            (None, Some(addr)) => tokio::net::TcpStream::connect(addr).await.is_ok(),
-            (None, None) => false,
-        };
-        if up {
-            let hint = format!("skillbox extract --server {uri} ARTIFACT");
-            match format {
-                LogFormat::Json => tracing::info!(listen = %uri, try_it = %hint, "ready"),
-                LogFormat::Text => say(&format!(
-                    "skillbox: serving on {uri}; talk to it with: {hint}"
-                )),
-            }
-            return;
+/// Where the broker listens, and the URI a client dials to reach it. `0.0.0.0` or `[::]` is
+/// every address of this host, not one to dial, nor one a certificate names (a client told
+/// `https://0.0.0.0:PORT` failed its TLS handshake): the client's URI says `HOST` there.
+fn listen_uris(listen: &broker::config::Listen) -> (String, String) {
+    match listen {
+        broker::config::Listen::Unix { path, .. } => {
+            let uri = format!("unix://{}", path.display());
+            (uri.clone(), uri)
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        broker::config::Listen::Tcp { addr, tls } => {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let uri = format!("{scheme}://{addr}");
+            if addr.ip().is_unspecified() {
+                let dial = format!("{scheme}://HOST:{}", addr.port());
+                (uri, dial)
+            } else {
+                (uri.clone(), uri)
+            }
+        }
     }
 }
 
@@ -588,31 +568,6 @@ fn exit_for(e: &ServeError) -> Exit {
     }
 }
 
-/// The broker's stderr, for its logs and its own lines: a write that fails is dropped. A
-/// broker outlives whoever reads its stderr (`skillbox serve 2>&1 | head`, a log pipe or
-/// journal stream that goes away): `eprintln!` and tracing-subscriber's report of a failed
-/// write panic on EPIPE, which ended the broker with 101 and its socket left behind, or, in a
-/// worker thread mid-drain, left it hung with its children unreaped.
-struct Stderr;
-
-impl std::io::Write for Stderr {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let _ = std::io::stderr().write_all(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let _ = std::io::stderr().flush();
-        Ok(())
-    }
-}
-
-/// One line on the broker's stderr, as [`Stderr`] writes it.
-fn say(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(Stderr, "{line}");
-}
-
 /// `--log FILTER` parses as an `EnvFilter`, or is a usage error: a filter that did not parse
 /// was replaced by `info` without a word.
 fn log_filter(s: &str) -> Result<String, String> {
@@ -626,7 +581,10 @@ fn init_logging(args: &ServeArgs) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(|| Stderr)
+        // A broker outlives whoever reads its stderr (`skillbox serve 2>&1 | head`, a log pipe
+        // or journal stream that goes away): a failed write is dropped, never a panic (which
+        // ended it with 101, its socket left behind, or hung it mid-drain).
+        .with_writer(|| super::Stderr)
         // Colour codes only for a person at a terminal, never in a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match args.log_format {
@@ -702,6 +660,40 @@ mod tests {
                 d.max_connections,
                 d.max_partial_request_bytes
             )
+        );
+    }
+
+    /// `0.0.0.0` and `[::]` are said as every address; the command to try names HOST there.
+    #[test]
+    fn a_client_is_never_told_to_dial_every_address() {
+        use broker::config::{Listen, TlsFiles};
+        let tls = || {
+            Some(TlsFiles {
+                cert: "c.pem".into(),
+                key: "k.pem".into(),
+                client_ca: None,
+            })
+        };
+        for (addr, dial) in [
+            ("0.0.0.0:8443", "https://HOST:8443"),
+            ("[::]:8443", "https://HOST:8443"),
+            ("192.0.2.1:8443", "https://192.0.2.1:8443"),
+        ] {
+            let listen = Listen::Tcp {
+                addr: addr.parse().expect("addr"),
+                tls: tls(),
+            };
+            let (uri, to) = listen_uris(&listen);
+            assert_eq!(to, dial, "{addr}");
+            assert_eq!(uri, format!("https://{addr}"));
+        }
+        let (uri, to) = listen_uris(&Listen::Tcp {
+            addr: "127.0.0.1:80".parse().expect("addr"),
+            tls: None,
+        });
+        assert_eq!(
+            (uri.as_str(), to.as_str()),
+            ("http://127.0.0.1:80", "http://127.0.0.1:80")
         );
     }
 

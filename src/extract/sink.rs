@@ -1151,6 +1151,23 @@ impl<'a> Sink<'a> {
                     self.wrapped = Some(self.wrapping_dir()?);
                 }
                 None => {
+                    // The `.skill` packager's layout, not accepted here: its SKILL.md is the
+                    // entry, so that the command line can tell a person what would take it
+                    // (the reason code stays the same).
+                    if !self.limits.accept_wrapper
+                        && let Ok(w) = self.wrapping_dir()
+                    {
+                        return Err(Reason::new(
+                            ReasonCode::MissingSkillMd,
+                            format!(
+                                "no SKILL.md at the archive root: everything is inside one \
+                                 directory, {}, which holds it (the `.skill` packager's layout)",
+                                display_name(w.as_bytes())
+                            ),
+                        )
+                        .entry(format!("{w}/SKILL.md"))
+                        .into());
+                    }
                     let hint = if self.nodes.keys().any(|k| k.ends_with("/SKILL.md")) {
                         " (one exists in a subdirectory; the package root must hold it)"
                     } else {

@@ -659,6 +659,139 @@ fn serve_makes_no_directory_the_user_did_not_name() {
     );
 }
 
+/// A directory the user named is used, never invented: `fetch --cache-dir /typo/x` made the
+/// whole chain (`/typo` too, at the root as root), and so did `approve --store /typo/x` and
+/// every command that writes the store. Each is a usage error (2, a JSON error object under
+/// `--json`) that names the missing directory and makes nothing; `cache list|verify|prune`
+/// say it too (they said "no cache", exit 0). The default locations are still made whole.
+#[test]
+fn a_directory_the_user_named_is_never_invented() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let typo = tmp.path().join("typo");
+    let named = typo.join("x");
+    let named = named.to_str().expect("utf-8");
+    let index = "https://skills.example.invalid/.well-known/agent-skills/index.json";
+    let digest = format!("sha256:{}", "0".repeat(64));
+    let version = format!("demo@{digest}");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["fetch", index, "demo", "--offline", "--cache-dir", named],
+        vec!["cache", "list", "--cache-dir", named],
+        vec!["cache", "verify", "--cache-dir", named],
+        vec!["cache", "prune", "--older-than", "1d", "--cache-dir", named],
+        vec!["approve", &version, "--store", named],
+    ];
+    for args in commands {
+        for json in [false, true] {
+            let mut args = args.clone();
+            if json {
+                args.push("--json");
+            }
+            let o = run(&args);
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("{} does not exist", typo.display())),
+                "{args:?}: {err}"
+            );
+            if json {
+                let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON answer");
+                assert_eq!(v["error"]["exit"], 2, "{args:?}: {v}");
+            }
+            assert!(!typo.exists(), "{args:?} made {}", typo.display());
+        }
+    }
+    // The default cache is made, its whole chain: `XDG_CACHE_HOME/skillbox`.
+    let xdg = tmp.path().join("xdg/cache");
+    let o = Command::new(bin())
+        .args(["fetch", index, "demo", "--offline"])
+        .env("XDG_CACHE_HOME", &xdg)
+        .output()
+        .expect("run fetch");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o.stderr));
+    assert!(xdg.join("skillbox").is_dir(), "{}", text(&o.stderr));
+}
+
+/// A zip written as `<dir>/`, `<dir>/...` holding `entries` (paths inside `dir`).
+fn wrapped_zip(path: &Path, dir: &str, entries: &[(&str, &[u8])]) {
+    let f = std::fs::File::create(path).expect("create");
+    let mut z = zip::ZipWriter::new(f);
+    let opts = zip::write::SimpleFileOptions::default();
+    z.add_directory(format!("{dir}/"), opts)
+        .expect("add_directory");
+    for (name, data) in entries {
+        z.start_file(format!("{dir}/{name}"), opts)
+            .expect("start_file");
+        std::io::Write::write_all(&mut z, data).expect("write_all");
+    }
+    z.finish().expect("finish");
+}
+
+/// A zip whose files all sit in one directory holding SKILL.md (the `.skill` packager's
+/// layout) is refused `missing_skill_md`, and the person reading the text answer is told what
+/// takes it: `--accept-wrapper` locally; through a broker, its limits file (the flag is not
+/// sent). The machine-readable answer keeps its reason code and carries no hint; another
+/// missing SKILL.md gets none.
+#[test]
+fn a_wrapped_zip_is_refused_with_a_hint_at_what_takes_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let zip = tmp.path().join("demo.zip");
+    wrapped_zip(
+        &zip,
+        "demo",
+        &[("SKILL.md", SKILL), ("notes.md", b"# Notes\n")],
+    );
+    let zip_s = zip.to_str().expect("utf-8");
+    let o = run(&["extract", zip_s]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}{}", text(&o.stderr));
+    assert!(out.contains("reason: missing_skill_md"), "{out}");
+    assert!(out.contains("entry:  demo/SKILL.md"), "{out}");
+    assert!(
+        out.contains("hint:   --accept-wrapper takes this layout"),
+        "{out}"
+    );
+    let o = run(&["extract", zip_s, "--json"]);
+    assert_eq!(o.status.code(), Some(3));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["reason"]["code"], "missing_skill_md", "{v}");
+    assert!(!text(&o.stdout).contains("hint"), "{v}");
+    // The hint is true.
+    let o = run(&["extract", zip_s, "--accept-wrapper"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+
+    // SKILL.md one directory down beside another top-level entry: no wrapper, no hint.
+    let other = tmp.path().join("other.tar");
+    tar_at(&other, &[("demo/SKILL.md", SKILL), ("README", b"x")]);
+    let o = run(&["extract", other.to_str().expect("utf-8")]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}");
+    assert!(out.contains("missing_skill_md"), "{out}");
+    assert!(!out.contains("hint"), "{out}");
+
+    // Through a broker: its own limits decide.
+    let strict = tmp.path().join("strict");
+    std::fs::create_dir(&strict).expect("mkdir");
+    let s = Serve::start(&strict, &[]);
+    // The flag is not sent: said before anything is (it was dropped without a word).
+    let o = run(&["extract", "--server", &s.uri(), zip_s, "--accept-wrapper"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}{}", text(&o.stdout));
+    assert!(err.contains("is not sent to a broker"), "{err}");
+    let o = run(&["extract", "--server", &s.uri(), zip_s]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}{}", text(&o.stderr));
+    assert!(out.contains("accept_wrapper = true"), "{out}");
+    assert!(!out.contains("--accept-wrapper"), "{out}");
+    drop(s);
+    let lenient = tmp.path().join("lenient");
+    std::fs::create_dir(&lenient).expect("mkdir");
+    let limits = lenient.join("limits.toml");
+    std::fs::write(&limits, "accept_wrapper = true\n").expect("write");
+    let s = Serve::start(&lenient, &["--limits", limits.to_str().expect("utf-8")]);
+    let o = run(&["extract", "--server", &s.uri(), zip_s]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), s.log());
+}
+
 /// Every command keeps its own exit status when its stderr's reader is gone: `eprintln!`
 /// panicked on the broken pipe, and a one-shot command with something to say ended with 101
 /// (`skillbox extract x 2>&1 | true`). A stdout whose reader is gone ends a command as it
@@ -722,23 +855,11 @@ fn commands_outlive_a_closed_stderr_or_stdout() {
     }
 }
 
-/// `serve --tcp 127.0.0.1:0` says the port it serves on, and serves there: it never said it
-/// served (the line waited for an answer on port 0).
-#[test]
-fn serve_on_tcp_port_zero_names_its_port() {
+/// The URI of a spawned `serve`'s "serving on" line (its stderr piped), with what it said
+/// before; kills it if no such line comes.
+fn serving_on(child: &mut Child) -> (String, String) {
     use std::io::BufRead as _;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(bin())
-        .args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
-        .arg(dir.path().join("staging"))
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("SKILLBOX_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
-    let stderr = child.stderr.take().expect("stderr");
+    let stderr = child.stderr.take().expect("stderr piped");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stderr)
@@ -751,13 +872,13 @@ fn serve_on_tcp_port_zero_names_its_port() {
         }
     });
     let mut seen = String::new();
-    let uri = loop {
+    loop {
         match rx.recv_timeout(Duration::from_secs(20)) {
             Ok(line) => {
                 seen.push_str(&line);
                 seen.push('\n');
                 if let Some(rest) = line.split("serving on ").nth(1) {
-                    break rest.split(';').next().expect("uri").to_owned();
+                    return (rest.split(';').next().expect("uri").to_owned(), seen);
                 }
             }
             Err(_) => {
@@ -766,12 +887,34 @@ fn serve_on_tcp_port_zero_names_its_port() {
                 panic!("no serving-on line:\n{seen}");
             }
         }
-    };
-    let health = run(&["health", "--server", &uri]);
+    }
+}
+
+fn sigterm(child: &Child) {
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
         nix::sys::signal::Signal::SIGTERM,
     );
+}
+
+/// `serve --tcp 127.0.0.1:0` says the port it serves on, and serves there: it never said it
+/// served (the line waited for an answer on port 0).
+#[test]
+fn serve_on_tcp_port_zero_names_its_port() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = Command::new(bin())
+        .args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
+        .arg(dir.path().join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let (uri, seen) = serving_on(&mut child);
+    let health = run(&["health", "--server", &uri]);
+    sigterm(&child);
     let status = child.wait().expect("wait");
     assert!(uri.starts_with("http://127.0.0.1:"), "{uri}");
     assert!(!uri.ends_with(":0"), "{uri}");
@@ -780,6 +923,246 @@ fn serve_on_tcp_port_zero_names_its_port() {
         Some(0),
         "{uri}: {}",
         text(&health.stderr)
+    );
+    assert_eq!(status.code(), Some(0), "{seen}");
+}
+
+/// The local ports process `pid` listens on over TCP (IPv4): its sockets (`/proc/PID/fd`)
+/// found in the kernel's table (`/proc/PID/net/tcp`) in the LISTEN state.
+fn listening_ports(pid: u32) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("read its fds")
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+        })
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).expect("tcp table");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st ... uid timeout inode; 0A is LISTEN.
+            let (local, state, inode) = (f.get(1)?, f.get(3)?, f.get(9)?);
+            (*state == "0A" && inodes.iter().any(|i| i == inode))
+                .then(|| u16::from_str_radix(local.rsplit(':').next()?, 16).ok())?
+        })
+        .collect()
+}
+
+/// `serve --tcp 127.0.0.1:0` binds once, and holds its port from the moment it knows it: it
+/// bound a probe to learn a free port, dropped it, and the broker bound that port again after
+/// opening its staging root and starting its sandbox. Any process could take the port in
+/// between, and serve then failed to start (exit 1, address in use). Here, stopped once its
+/// listener is bound (`broker:tcp-bound`), it holds that port, nobody else can bind it, and
+/// the "serving on" line then names it and it answers there.
+#[test]
+fn serve_on_tcp_port_zero_holds_its_port_from_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
+        .arg(dir.path().join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null());
+    let mut child = super::stopped_at(&mut cmd, "broker:tcp-bound");
+    let ports = listening_ports(child.id());
+    let port = match ports.as_slice() {
+        [port] => *port,
+        other => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("serve, its port learned, listens on {other:?}: one port, held, was wanted");
+        }
+    };
+    // Another process trying for that port now gets nothing.
+    let taken = std::net::TcpListener::bind(("127.0.0.1", port));
+    assert!(taken.is_err(), "another process could bind port {port}");
+    super::resume(child.id());
+    let (uri, seen) = serving_on(&mut child);
+    let health = run(&["health", "--server", &uri]);
+    sigterm(&child);
+    let status = child.wait().expect("wait");
+    assert_eq!(uri, format!("http://127.0.0.1:{port}"), "{seen}");
+    assert_eq!(
+        health.status.code(),
+        Some(0),
+        "{uri}: {}",
+        text(&health.stderr)
+    );
+    assert_eq!(status.code(), Some(0), "{seen}");
+}
+
+/// PEM files in a directory: a CA, a server certificate it signed and its key, and a client
+/// certificate it signed and its key.
+struct Pki {
+    ca: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+    client_cert: PathBuf,
+    client_key: PathBuf,
+}
+
+/// [`Pki`] in `dir`, the server's certificate for `names`.
+fn tls_files(dir: &Path, names: &[&str]) -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("generate");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("new");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "skillbox test CA");
+    let ca_cert = ca.self_signed(&ca_key).expect("self_signed");
+    let issuer = Issuer::new(ca, ca_key);
+    let leaf = |names: Vec<String>, cert: &str, key: &str| {
+        let pair = KeyPair::generate().expect("generate");
+        let signed = CertificateParams::new(names)
+            .expect("new")
+            .signed_by(&pair, &issuer)
+            .expect("signed_by");
+        std::fs::write(dir.join(cert), signed.pem()).expect("write");
+        std::fs::write(dir.join(key), pair.serialize_pem()).expect("write");
+    };
+    leaf(
+        names.iter().map(|n| (*n).to_owned()).collect(),
+        "cert.pem",
+        "key.pem",
+    );
+    leaf(vec!["client".to_owned()], "client.pem", "client.key");
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem()).expect("write");
+    Pki {
+        ca: dir.join("ca.pem"),
+        cert: dir.join("cert.pem"),
+        key: dir.join("key.pem"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
+    }
+}
+
+/// `serve --tcp 127.0.0.1:0` with TLS, and `extra` flags; its "serving on" URI.
+fn serve_tls(dir: &Path, pki: &Pki, extra: &[&std::ffi::OsStr]) -> (Child, String, String) {
+    let mut child = Command::new(bin())
+        .args(["serve", "--tcp", "127.0.0.1:0", "--tls-cert"])
+        .arg(&pki.cert)
+        .arg("--tls-key")
+        .arg(&pki.key)
+        .args(extra)
+        .arg("--staging-root")
+        .arg(dir.join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let (uri, seen) = serving_on(&mut child);
+    (child, uri, seen)
+}
+
+/// A broker over TLS whose certificate names `localhost` only, reached by its address with
+/// the right CA: the client was told to set SKILLBOX_TLS_CA, which was set and right. It is
+/// told that the certificate does not name that host, and to dial a name it holds (which
+/// then answers).
+#[test]
+fn a_certificate_for_another_name_is_said_as_such() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = tls_files(dir.path(), &["localhost"]);
+    let ca = pki.ca.clone();
+    let (mut child, uri, seen) = serve_tls(dir.path(), &pki, &[]);
+    let health = |uri: &str| {
+        Command::new(bin())
+            .args(["health", "--server", uri])
+            .env("SKILLBOX_TLS_CA", &ca)
+            .output()
+            .expect("run health")
+    };
+    let by_address = health(&uri);
+    let by_name = health(&uri.replace("127.0.0.1", "localhost"));
+    sigterm(&child);
+    let status = child.wait().expect("wait");
+    let err = text(&by_address.stderr);
+    assert_eq!(by_address.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("its certificate does not name the host in that URI"),
+        "{err}"
+    );
+    assert!(!err.contains("set SKILLBOX_TLS_CA"), "{err}");
+    assert_eq!(by_name.status.code(), Some(0), "{}", text(&by_name.stderr));
+    assert_eq!(status.code(), Some(0), "{seen}");
+}
+
+/// A broker that asks for a client certificate (`--tls-client-ca`), reached without one:
+/// the client's TLS 1.3 handshake is done before the broker refuses, so the refusal comes as
+/// a closed connection, which was said as a broker at its --max-connections or restarting,
+/// "try again later". It says that a client certificate may be wanted and which variables
+/// give one (which then works).
+#[test]
+fn a_broker_that_wants_a_client_certificate_says_so_through_the_client() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pki = tls_files(dir.path(), &["localhost", "127.0.0.1"]);
+    let (mut child, uri, seen) = serve_tls(
+        dir.path(),
+        &pki,
+        &["--tls-client-ca".as_ref(), pki.ca.as_os_str()],
+    );
+    let tar = skill_tar(dir.path(), "demo.tar");
+    let with = |args: &[&str], identity: bool| {
+        let mut c = Command::new(bin());
+        c.args(args)
+            .env("SKILLBOX_TLS_CA", &pki.ca)
+            .env_remove("SKILLBOX_TLS_CERT")
+            .env_remove("SKILLBOX_TLS_KEY");
+        if identity {
+            c.env("SKILLBOX_TLS_CERT", &pki.client_cert)
+                .env("SKILLBOX_TLS_KEY", &pki.client_key);
+        }
+        c.output().expect("run skillbox")
+    };
+    let tar_s = tar.to_str().expect("utf-8");
+    // A key that is not the certificate's: said with its cause and the variables, not as
+    // "TLS settings: transport error".
+    let mismatched = Command::new(bin())
+        .args(["health", "--server", &uri])
+        .env("SKILLBOX_TLS_CA", &pki.ca)
+        .env("SKILLBOX_TLS_CERT", &pki.client_cert)
+        .env("SKILLBOX_TLS_KEY", &pki.key)
+        .output()
+        .expect("run health");
+    let extract = with(&["extract", "--server", &uri, tar_s], false);
+    let health = with(&["health", "--server", &uri], false);
+    let extract_ok = with(&["extract", "--server", &uri, tar_s], true);
+    let health_ok = with(&["health", "--server", &uri], true);
+    sigterm(&child);
+    let status = child.wait().expect("wait");
+    let err = text(&mismatched.stderr);
+    assert_eq!(mismatched.status.code(), Some(1), "{err}");
+    assert!(
+        !err.trim_end().ends_with("transport error") && err.contains("SKILLBOX_TLS_KEY"),
+        "{err}"
+    );
+    for o in [&extract, &health] {
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        // (A handshake that fails outright names them too.)
+        assert!(
+            err.contains("SKILLBOX_TLS_CERT") && err.contains("SKILLBOX_TLS_KEY"),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        extract_ok.status.code(),
+        Some(0),
+        "{}",
+        text(&extract_ok.stderr)
+    );
+    assert_eq!(
+        health_ok.status.code(),
+        Some(0),
+        "{}",
+        text(&health_ok.stderr)
     );
     assert_eq!(status.code(), Some(0), "{seen}");
 }
