@@ -370,6 +370,21 @@ macro_rules! args {
 /// One result row.
 struct Row(Vec<Cell>);
 
+/// The index of a row `(host_versions.index_url, versions.provenance)`: the host's own record,
+/// else the one in the version's provenance (recorded before hosts kept their own); an empty
+/// one is none.
+fn index_of_row(r: Row) -> Result<Option<String>, Error> {
+    let url = match r.opt_text(0)? {
+        Some(u) => Some(u),
+        None => serde_json::from_str::<Value>(&r.text(1)?)
+            .map_err(json_err)?
+            .get("index_url")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
+    Ok(url.filter(|u| !u.is_empty()))
+}
+
 impl Row {
     fn cell(&self, i: usize) -> Result<&Cell, Error> {
         self.0
@@ -1611,15 +1626,7 @@ impl Tx<'_> {
             "SELECT hv.index_url, v.provenance FROM host_versions hv JOIN versions v ON v.digest = hv.digest WHERE hv.host = ? AND v.skill = ? ORDER BY v.seq DESC",
             args![self.host, skill],
         )? {
-            let url = match r.opt_text(0)? {
-                Some(u) => Some(u),
-                None => serde_json::from_str::<Value>(&r.text(1)?)
-                    .map_err(json_err)?
-                    .get("index_url")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
-            };
-            if let Some(u) = url.filter(|u| !u.is_empty()) {
+            if let Some(u) = index_of_row(r)? {
                 return Ok(Some(u));
             }
         }
@@ -1935,18 +1942,7 @@ impl Tx<'_> {
             "SELECT hv.index_url, v.provenance FROM host_versions hv JOIN versions v ON v.digest = hv.digest WHERE hv.host = ? AND hv.digest = ?",
             args![self.host, &install.digest],
         )?;
-        let Some(r) = rows.first() else {
-            return Ok(None);
-        };
-        let url = match r.opt_text(0)? {
-            Some(u) => Some(u),
-            None => serde_json::from_str::<Value>(&r.text(1)?)
-                .map_err(json_err)?
-                .get("index_url")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-        };
-        Ok(url.filter(|u| !u.is_empty()))
+        rows.into_iter().next().map_or(Ok(None), index_of_row)
     }
 
     // ------------------------------------------------------------ events

@@ -897,21 +897,34 @@ fn sigterm(child: &Child) {
     );
 }
 
+/// `skillbox serve --tcp 127.0.0.1:0` with `extra` flags, staging in `dir/staging`, no socket
+/// from the environment, stdin closed.
+fn port_zero(dir: &Path, extra: &[&std::ffi::OsStr]) -> Command {
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--tcp", "127.0.0.1:0"])
+        .args(extra)
+        .arg("--staging-root")
+        .arg(dir.join("staging"))
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("SKILLBOX_SOCKET")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// `cmd` started with its stderr piped (for [`serving_on`]) and its stdout dropped.
+fn spawn_serve(cmd: &mut Command) -> Child {
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve")
+}
+
 /// `serve --tcp 127.0.0.1:0` says the port it serves on, and serves there: it never said it
 /// served (the line waited for an answer on port 0).
 #[test]
 fn serve_on_tcp_port_zero_names_its_port() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = Command::new(bin())
-        .args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
-        .arg(dir.path().join("staging"))
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("SKILLBOX_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
+    let mut child = spawn_serve(&mut port_zero(dir.path(), &[]));
     let (uri, seen) = serving_on(&mut child);
     let health = run(&["health", "--server", &uri]);
     sigterm(&child);
@@ -962,13 +975,7 @@ fn listening_ports(pid: u32) -> Vec<u16> {
 #[test]
 fn serve_on_tcp_port_zero_holds_its_port_from_the_start() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut cmd = Command::new(bin());
-    cmd.args(["serve", "--tcp", "127.0.0.1:0", "--staging-root"])
-        .arg(dir.path().join("staging"))
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("SKILLBOX_SOCKET")
-        .stdin(Stdio::null());
-    let mut child = super::stopped_at(&mut cmd, "broker:tcp-bound");
+    let mut child = super::stopped_at(&mut port_zero(dir.path(), &[]), "broker:tcp-bound");
     let ports = listening_ports(child.id());
     let port = match ports.as_slice() {
         [port] => *port,
@@ -1043,21 +1050,13 @@ fn tls_files(dir: &Path, names: &[&str]) -> Pki {
 
 /// `serve --tcp 127.0.0.1:0` with TLS, and `extra` flags; its "serving on" URI.
 fn serve_tls(dir: &Path, pki: &Pki, extra: &[&std::ffi::OsStr]) -> (Child, String, String) {
-    let mut child = Command::new(bin())
-        .args(["serve", "--tcp", "127.0.0.1:0", "--tls-cert"])
-        .arg(&pki.cert)
-        .arg("--tls-key")
-        .arg(&pki.key)
-        .args(extra)
-        .arg("--staging-root")
-        .arg(dir.join("staging"))
-        .env_remove("XDG_RUNTIME_DIR")
-        .env_remove("SKILLBOX_SOCKET")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn serve");
+    let tls = [
+        "--tls-cert".as_ref(),
+        pki.cert.as_os_str(),
+        "--tls-key".as_ref(),
+        pki.key.as_os_str(),
+    ];
+    let mut child = spawn_serve(&mut port_zero(dir, &[&tls[..], extra].concat()));
     let (uri, seen) = serving_on(&mut child);
     (child, uri, seen)
 }

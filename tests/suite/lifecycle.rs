@@ -98,7 +98,9 @@ impl World {
         ]
     }
 
-    fn cmd(&self, args: &[&str], crash: Option<&str>) -> Output {
+    /// `skillbox ARGS` on this world's store, its home for HOME, no store or crash point from
+    /// the environment, and the fetch flags when it fetches (install, update); not started.
+    fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
         c.args(args)
             .arg("--store")
@@ -107,10 +109,14 @@ impl World {
             .env_remove("XDG_DATA_HOME")
             .env_remove("SKILLBOX_STORE")
             .env_remove("SKILLBOX_TEST_CRASH_AT");
-        let fetching = matches!(args.first(), Some(&"install") | Some(&"update"));
-        if fetching {
+        if matches!(args.first(), Some(&"install") | Some(&"update")) {
             c.args(self.fetch_flags());
         }
+        c
+    }
+
+    fn cmd(&self, args: &[&str], crash: Option<&str>) -> Output {
+        let mut c = self.command(args);
         if let Some(at) = crash {
             c.env("SKILLBOX_TEST_CRASH_AT", at);
         }
@@ -134,6 +140,16 @@ impl World {
             args.push(s);
         }
         self.run(&args)
+    }
+
+    /// The agent's link points at stored version `digest`; what the command `o` said otherwise.
+    fn expect_active(&self, agent: &str, digest: &str, o: &Output) {
+        assert_eq!(
+            self.active(agent).as_deref(),
+            Some(digest),
+            "{}",
+            explain(o)
+        );
     }
 
     /// Which stored version an agent's link points at (the digest), or None when absent.
@@ -3142,12 +3158,7 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
     let v2 = w.publish("demo", &package(2));
     let o = w.run(&["update", "--json"]);
     expect_code(&o, 0);
-    assert_eq!(
-        w.active("alpha").as_deref(),
-        Some(v2.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("alpha", &v2, &o);
     // Exactly once: later commands find nothing to do, and the password never comes back.
     expect_code(&w.run(&["status"]), 0);
     assert_eq!(holders(&w), Vec::<String>::new());
@@ -3542,16 +3553,9 @@ fn spawn(w: &World, args: &[&str]) -> std::process::Child {
 
 /// The command [`spawn`] starts, not started yet.
 fn background(w: &World, args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
-    c.args(args)
-        .arg("--store")
-        .arg(w.store())
-        .env("HOME", w.tmp.path())
-        .env_remove("XDG_DATA_HOME")
-        .env_remove("SKILLBOX_STORE")
-        .env_remove("SKILLBOX_TEST_CRASH_AT");
+    let mut c = w.command(args);
     if matches!(args.first(), Some(&"install") | Some(&"update")) {
-        c.args(w.fetch_flags()).args(["--total-timeout", "300"]);
+        c.args(["--total-timeout", "300"]);
     }
     c
 }
@@ -3755,19 +3759,10 @@ fn the_project_preset_from_a_second_directory_is_refused_with_what_to_type() {
     }
     let url = w.index_url();
     let in_dir = |dir: &Path, args: &[&str]| {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
-        c.args(args)
-            .arg("--store")
-            .arg(w.store())
+        w.command(args)
             .current_dir(dir)
-            .env("HOME", w.tmp.path())
-            .env_remove("XDG_DATA_HOME")
-            .env_remove("SKILLBOX_STORE")
-            .env_remove("SKILLBOX_TEST_CRASH_AT");
-        if matches!(args.first(), Some(&"install") | Some(&"update")) {
-            c.args(w.fetch_flags());
-        }
-        c.output().unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
+            .output()
+            .unwrap_or_else(|e| panic!("spawn skillbox: {e}"))
     };
     let install = ["install", url.as_str(), "demo", "--agent", "project"];
     expect_code(&in_dir(&one, &install), 0);
@@ -4196,15 +4191,7 @@ fn a_quarantine_step_killed_half_way_leaves_nothing_for_good() {
             .filter(|n| n.starts_with('.'))
             .collect()
     };
-    let mut c = Command::new(env!("CARGO_BIN_EXE_skillbox"));
-    c.args(local)
-        .arg("--store")
-        .arg(w.store())
-        .env("HOME", w.tmp.path())
-        .env_remove("XDG_DATA_HOME")
-        .env_remove("SKILLBOX_STORE")
-        .env_remove("SKILLBOX_TEST_CRASH_AT");
-    let mut child = super::stopped_at(&mut c, "quarantine:aside");
+    let mut child = super::stopped_at(&mut w.command(&local), "quarantine:aside");
     assert!(!stored.exists(), "the copy is still in versions/");
     let aside = leftovers();
     assert_eq!(aside, vec![format!(".{}.{}", &v2[7..], child.id())]);
@@ -4450,12 +4437,7 @@ fn a_quarantined_previous_version_is_skipped_as_a_withdrawn_one() {
     // A withdrawal of v2 moves beta to v0 too, never onto the quarantined tree.
     let o = w.run(&["withdraw", &format!("demo@{v2}"), "--reason", "bad too"]);
     expect_code(&o, 0);
-    assert_eq!(
-        w.active("beta").as_deref(),
-        Some(v0.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("beta", &v0, &o);
     assert!(w.guide("beta").contains("version 0"));
 
     // Withdrawn again: nothing lost any more.
@@ -4916,12 +4898,7 @@ fn a_withdrawal_does_not_wait_for_an_update_extracting() {
         &w.run(&["approve", &format!("demo@{v2}"), "--by", "alice"]),
         0,
     );
-    assert_eq!(
-        w.active("alpha").as_deref(),
-        Some(v2.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("alpha", &v2, &o);
     w.verify_ok();
 }
 
@@ -5429,18 +5406,8 @@ fn two_publishers_of_one_name_never_feed_each_others_agents() {
     let b2 = publish_at(&w, path_b, &publisher_package("B", 2, false));
     let o = w.run(&["update", "--json"]);
     expect_code(&o, 0);
-    assert_eq!(
-        w.active("alpha").as_deref(),
-        Some(a2.as_str()),
-        "{}",
-        explain(&o)
-    );
-    assert_eq!(
-        w.active("beta").as_deref(),
-        Some(b2.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("alpha", &a2, &o);
+    w.expect_active("beta", &b2, &o);
     assert!(w.guide("alpha").contains("version 2") && !w.guide("alpha").contains("B's"));
     let s = sources(&w);
     assert_eq!(s.get("alpha"), Some(&index_a), "{s:?}");
@@ -5449,21 +5416,11 @@ fn two_publishers_of_one_name_never_feed_each_others_agents() {
     let a3 = w.publish("demo", &publisher_package("A", 3, false));
     let o = w.run(&["update", "demo", "--agent", "beta", "--json"]);
     expect_code(&o, 0);
-    assert_eq!(
-        w.active("beta").as_deref(),
-        Some(b2.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("beta", &b2, &o);
     assert_eq!(w.active("alpha").as_deref(), Some(a2.as_str()));
     let o = w.run(&["update", "demo", "--agent", "alpha", "--json"]);
     expect_code(&o, 0);
-    assert_eq!(
-        w.active("alpha").as_deref(),
-        Some(a3.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("alpha", &a3, &o);
 
     // A withdrawal of alpha's version: back to its own publisher's previous one, never to
     // B's (recorded after A2's, before A3's).
@@ -5475,22 +5432,12 @@ fn two_publishers_of_one_name_never_feed_each_others_agents() {
         "--json",
     ]);
     expect_code(&o, 0);
-    assert_eq!(
-        w.active("alpha").as_deref(),
-        Some(a2.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("alpha", &a2, &o);
     assert_eq!(w.active("beta").as_deref(), Some(b2.as_str()));
     // A rollback too.
     let o = w.run(&["rollback", "demo", "--agent", "alpha", "--json"]);
     expect_code(&o, 0);
-    assert_eq!(
-        w.active("alpha").as_deref(),
-        Some(a1.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("alpha", &a1, &o);
     assert_eq!(sources(&w).get("alpha"), Some(&index_a));
 
     // A mirror listing A1's very bytes: another index all the same for alpha (refused), its
@@ -5551,12 +5498,7 @@ fn two_publishers_of_one_name_never_feed_each_others_agents() {
     // (A person decides a version after a withdrawal of its skill, and this one waits.)
     let o = install_from(&w, &index_a, &["beta"], &["--switch-index"]);
     expect_code(&o, 6);
-    assert_eq!(
-        w.active("beta").as_deref(),
-        Some(b2.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("beta", &b2, &o);
     expect_code(
         &w.run(&["approve", &format!("demo@{a4}"), "--by", "alice"]),
         0,
@@ -5628,12 +5570,7 @@ fn an_index_that_redirects_is_recorded_as_typed_with_its_hop() {
     let seen = w.server.hits(path_r);
     let o = w.run(&["update", "--json"]);
     expect_code(&o, 0);
-    assert_eq!(
-        w.active("delta").as_deref(),
-        Some(b2.as_str()),
-        "{}",
-        explain(&o)
-    );
+    w.expect_active("delta", &b2, &o);
     assert_eq!(w.server.hits(path_r), seen + 1);
     assert_eq!(sources(&w).get("delta"), Some(&index_r));
 }
