@@ -139,3 +139,114 @@ pub fn will_not_install(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::publish::walk::SourceEntry;
+
+    fn file(path: &str, len: usize) -> SourceEntry {
+        SourceEntry {
+            path: path.into(),
+            kind: SourceKind::File {
+                bytes: vec![b'x'; len],
+                executable: false,
+            },
+        }
+    }
+
+    fn dir(path: &str) -> SourceEntry {
+        SourceEntry {
+            path: path.into(),
+            kind: SourceKind::Dir,
+        }
+    }
+
+    fn tree(entries: Vec<SourceEntry>) -> SourceTree {
+        SourceTree {
+            entries,
+            left_out: Vec::new(),
+            left_out_unlisted: Default::default(),
+            not_shared: Vec::new(),
+        }
+    }
+
+    fn codes(t: &SourceTree, f: Format, description: &str) -> Vec<StockCode> {
+        will_not_install(t, EntryType::Archive, f, description)
+            .into_iter()
+            .map(|w| w.code)
+            .collect()
+    }
+
+    /// Its tar reader refuses the 1,001st file, not the 1,000th, and counts no directory; its
+    /// zip reader counts every central-directory entry, directories included.
+    #[test]
+    fn file_count_is_its_tar_files_and_its_zip_entries() {
+        let at_limit = |extra: Vec<SourceEntry>| {
+            let mut e: Vec<SourceEntry> = (0..STOCK_MAX_FILES)
+                .map(|i| file(&format!("f{i}"), 1))
+                .collect();
+            e.extend(extra);
+            tree(e)
+        };
+        assert_eq!(codes(&at_limit(vec![]), Format::TarGz, "d"), vec![]);
+        assert_eq!(codes(&at_limit(vec![]), Format::Zip, "d"), vec![]);
+        assert_eq!(
+            codes(&at_limit(vec![dir("refs")]), Format::TarGz, "d"),
+            vec![]
+        );
+        assert_eq!(
+            codes(&at_limit(vec![dir("refs")]), Format::Zip, "d"),
+            vec![StockCode::TooManyFiles]
+        );
+        assert_eq!(
+            codes(&at_limit(vec![file("one-more", 1)]), Format::TarGz, "d"),
+            vec![StockCode::TooManyFiles]
+        );
+    }
+
+    /// Exactly 50 MiB of file content installs there; one byte more does not.
+    #[test]
+    fn unpacked_bytes_over_fifty_mib() {
+        let half = (STOCK_MAX_UNPACKED_BYTES / 2) as usize;
+        let exact = tree(vec![file("a", half), file("b", half)]);
+        assert_eq!(codes(&exact, Format::TarGz, "d"), vec![]);
+        let over = tree(vec![file("a", half), file("b", half + 1)]);
+        let w = will_not_install(&over, EntryType::Archive, Format::Zip, "d");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].code, StockCode::TooLarge);
+        assert_eq!(w[0].observed, Some(STOCK_MAX_UNPACKED_BYTES + 1));
+    }
+
+    /// UTF-16 code units, as JavaScript counts: 1,024 BMP characters pass, 512 emoji (1,024
+    /// units) pass, 513 do not, though skillbox's 1,024-character limit takes them all. A lone
+    /// SKILL.md (served as itself) meets the description rule, never the archive ones.
+    #[test]
+    fn description_counts_utf16_code_units_for_every_type() {
+        let t = tree(vec![file("SKILL.md", 1)]);
+        assert_eq!(codes(&t, Format::TarGz, &"é".repeat(1024)), vec![]);
+        assert_eq!(codes(&t, Format::TarGz, &"\u{1F4DD}".repeat(512)), vec![]);
+        assert_eq!(
+            codes(&t, Format::TarGz, &"\u{1F4DD}".repeat(513)),
+            vec![StockCode::DescriptionLength]
+        );
+        let linked = tree(vec![
+            file("SKILL.md", 1),
+            SourceEntry {
+                path: "l".into(),
+                kind: SourceKind::Symlink {
+                    target: "SKILL.md".into(),
+                },
+            },
+        ]);
+        assert_eq!(codes(&linked, Format::Zip, "d"), vec![StockCode::Symlink]);
+        let md = will_not_install(
+            &t,
+            EntryType::SkillMd,
+            Format::TarGz,
+            &"\u{1F4DD}".repeat(513),
+        );
+        assert_eq!(md.len(), 1, "{md:?}");
+        assert_eq!(md[0].code, StockCode::DescriptionLength);
+    }
+}

@@ -1893,8 +1893,16 @@ fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
 /// installs exactly the skills publish did not warn about: a symlink in the archive, more than
 /// 1,000 files, a description of 1,024 characters or fewer that is over 1,024 UTF-16 code units
 /// (emoji count twice) each leave a skill out there; a plain archive and a lone SKILL.md go in.
+/// Its zip reader counts directories too: 1,000 files in a folder install from a tar.gz, not
+/// from a zip.
 #[test]
 fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
+    for (format, edge_warned) in [("tar.gz", false), ("zip", true)] {
+        stock_cli_leaves_out_what_publish_warned_about(format, edge_warned);
+    }
+}
+
+fn stock_cli_leaves_out_what_publish_warned_about(format: &str, edge_warned: bool) {
     let site = Site::new();
     let src = site.tmp.path().join("skills");
     let skill_md = |name: &str, description: &str| {
@@ -1904,8 +1912,11 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
         ("SKILL.md".to_string(), skill_md("plain", "Plain notes.")),
         ("a.md".to_string(), b"# A\n".to_vec()),
     ];
+    // 1,001 files; and 1,000 files with one directory (1,001 zip entries).
     let mut many = vec![("SKILL.md".to_string(), skill_md("many", "Many notes."))];
     many.extend((0..1000).map(|i| (format!("refs/{i:04}.md"), b"x\n".to_vec())));
+    let mut edge = vec![("SKILL.md".to_string(), skill_md("edge", "Edge notes."))];
+    edge.extend((0..999).map(|i| (format!("refs/{i:04}.md"), b"x\n".to_vec())));
     let emoji = "\u{1F4DD}".repeat(600);
     let wide = vec![
         ("SKILL.md".to_string(), skill_md("wide", &emoji)),
@@ -1918,6 +1929,7 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
     for (name, files) in [
         ("plain", &plain),
         ("many", &many),
+        ("edge", &edge),
         ("wide", &wide),
         ("linked", &linked),
     ] {
@@ -1935,7 +1947,7 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
     write_files(&src.join("notes"), &notes);
     let out = site.tmp.path().join("site");
 
-    let o = publish(&src, &out, &["--json"]);
+    let o = publish(&src, &out, &["--json", "--format", format]);
     expect_code(&o, 0);
     let v = json_of(&o);
     let warned: std::collections::BTreeMap<String, Vec<String>> = v["skills"]
@@ -1952,7 +1964,13 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
             (s["name"].as_str().expect("name").to_owned(), codes)
         })
         .collect();
+    let edge_codes: &[&str] = if edge_warned {
+        &["too_many_files"]
+    } else {
+        &[]
+    };
     let want: std::collections::BTreeMap<String, Vec<String>> = [
+        ("edge", edge_codes),
         ("linked", &["symlink"][..]),
         ("many", &["too_many_files"][..]),
         ("notes", &[][..]),
@@ -1962,7 +1980,7 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
     .into_iter()
     .map(|(n, c)| (n.to_owned(), c.iter().map(|c| c.to_string()).collect()))
     .collect();
-    assert_eq!(warned, want, "{v}");
+    assert_eq!(warned, want, "{format}: {v}");
     let skill = |name: &str| {
         v["skills"]
             .as_array()
@@ -1972,10 +1990,12 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
             .expect("listed")
             .clone()
     };
+    // Zip entries: the files and the refs/ directory.
+    let observed = if edge_warned { 1002 } else { 1001 };
     let w = &skill("many")["skills_cli_leaves_out"][0];
     assert_eq!(
         (w["limit"].as_u64(), w["observed"].as_u64()),
-        (Some(1000), Some(1001)),
+        (Some(1000), Some(observed)),
         "{v}"
     );
     let w = &skill("wide")["skills_cli_leaves_out"][0];
@@ -1991,7 +2011,7 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
     );
 
     // The text output says it too, on the skill's own block.
-    let o = publish(&src, &out, &[]);
+    let o = publish(&src, &out, &["--format", format]);
     expect_code(&o, 0);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(
@@ -2000,9 +2020,10 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
         ),
         "{text}"
     );
+    let lines = want.values().filter(|c| !c.is_empty()).count();
     assert_eq!(
         text.matches("    warning: the skills npm CLI").count(),
-        3,
+        lines,
         "{text}"
     );
 
@@ -2019,7 +2040,7 @@ fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
         .filter(|(_, c)| c.is_empty())
         .map(|(n, _)| n.clone())
         .collect();
-    assert_eq!(got, not_warned, "{}", explain(&o));
+    assert_eq!(got, not_warned, "{format}: {}", explain(&o));
     assert_eq!(
         std::fs::read(installed.join("plain/a.md")).expect("installed"),
         b"# A\n"
