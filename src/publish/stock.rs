@@ -2,7 +2,8 @@
 //! skill publish accepts: its reader is narrower than the draft, and it leaves such a skill out
 //! of what it installs without a word. Publish does not refuse these (they are valid under the
 //! draft, and a publisher's consumers may not use that CLI); it names them, per skill, so the
-//! publisher learns before a user does. Every rule and threshold of that reader lives here.
+//! publisher learns before a user does. Each rule publish warns about, and its threshold, lives
+//! here, and only here (docs/publish.md, *Stock consumers*, lists the rest of its differences).
 
 use serde::Serialize;
 
