@@ -502,6 +502,13 @@ fn print_skills(skills: &[Published]) {
                 shortened(&paths, 0, false)
             );
         }
+        for w in &s.skills_cli_leaves_out {
+            println!(
+                "    warning: {} will not install it (and says nothing): {}",
+                publish::stock::STOCK_CLI,
+                w.detail
+            );
+        }
         if !s.sandbox.starts_with("confined") {
             println!("    check extraction: {}", s.sandbox);
         }

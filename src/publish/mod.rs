@@ -16,6 +16,7 @@
 
 pub mod pack;
 pub mod stage;
+pub mod stock;
 pub mod tree;
 pub mod walk;
 
@@ -375,6 +376,9 @@ pub struct Published {
     /// Entries others could not read in the sources while SKILL.md was: published, anyone
     /// reads them ([`walk::SourceTree::not_shared`]).
     pub not_shared: Vec<String>,
+    /// Why the stock `skills` npm CLI will not install it, though the draft allows it
+    /// ([`stock::will_not_install`]); empty when it installs it. A warning, never a refusal.
+    pub skills_cli_leaves_out: Vec<stock::StockWarning>,
     pub findings: Findings,
     /// What the install policy decides for it on a first install.
     pub decision: Decision,
@@ -620,6 +624,7 @@ fn build_one(
             .map_err(|e| PublishError::Usage(format!("--base-url: {e}")))?
             .to_string(),
     };
+    let skills_cli_leaves_out = stock::will_not_install(&tree, ty, opts.format, &fm.description);
     Ok(Ok(Published {
         name: skill.name.clone(),
         artifact_type: ty,
@@ -632,6 +637,7 @@ fn build_one(
         left_out: tree.left_out.clone(),
         left_out_unlisted: tree.left_out_unlisted,
         not_shared: tree.not_shared.clone(),
+        skills_cli_leaves_out,
         findings: Findings::of(&review),
         decision,
         sandbox: confinement,

@@ -1812,25 +1812,11 @@ fn skills_cli() -> (PathBuf, PathBuf) {
     (node, cli)
 }
 
-/// A stock consumer installs what publish wrote: the `skills` npm CLI, with no network but
-/// loopback, reads the v0.2.0 index over HTTPS, checks each artifact's digest itself and
-/// installs every skill, each file at its path with its bytes.
-#[test]
-fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
+/// `skills add https://ORIGIN` by the stock CLI ([`skills_cli`]) against what `site` serves,
+/// with no network but loopback, into a new project: its output (a success asserted) and the
+/// directory it installs skills into.
+fn skills_add(site: &Site) -> (Output, PathBuf) {
     let (node, cli) = skills_cli();
-    let site = Site::new();
-    let src = site.tmp.path().join("skills");
-    let deep = deep_files();
-    write_files(&src.join("deep"), &deep);
-    let notes: Vec<(String, &[u8], bool)> = notes_files()
-        .into_iter()
-        .map(|(p, b, x)| (p.to_string(), b, x))
-        .collect();
-    write_files(&src.join("notes"), &notes);
-    let out = site.tmp.path().join("site");
-    expect_code(&publish(&src, &out, &[]), 0);
-    site.serve(&out);
-
     let project = site.tmp.path().join("project");
     let home = site.tmp.path().join("home");
     std::fs::create_dir_all(&project).expect("mkdir");
@@ -1850,7 +1836,28 @@ fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
         .output()
         .expect("spawn node");
     assert!(o.status.success(), "skills add failed: {}", explain(&o));
-    let installed = project.join(".claude/skills");
+    (o, project.join(".claude/skills"))
+}
+
+/// A stock consumer installs what publish wrote: the `skills` npm CLI, with no network but
+/// loopback, reads the v0.2.0 index over HTTPS, checks each artifact's digest itself and
+/// installs every skill, each file at its path with its bytes.
+#[test]
+fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
+    let site = Site::new();
+    let src = site.tmp.path().join("skills");
+    let deep = deep_files();
+    write_files(&src.join("deep"), &deep);
+    let notes: Vec<(String, &[u8], bool)> = notes_files()
+        .into_iter()
+        .map(|(p, b, x)| (p.to_string(), b, x))
+        .collect();
+    write_files(&src.join("notes"), &notes);
+    let out = site.tmp.path().join("site");
+    expect_code(&publish(&src, &out, &[]), 0);
+    site.serve(&out);
+
+    let (o, installed) = skills_add(&site);
     for (skill, files) in [("deep", &deep), ("notes", &notes)] {
         let dir = installed.join(skill);
         let mut want: Vec<String> = files.iter().map(|(p, _, _)| p.clone()).collect();
@@ -1878,6 +1885,165 @@ fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
     assert!(
         site.server.hits(&format!("/{INDEX}")) >= 1,
         "the index was read from the test server"
+    );
+}
+
+/// What the stock `skills` CLI would leave out, publish names per skill (a warning: the run
+/// succeeds and writes it), and that CLI, run against the published site over loopback HTTPS,
+/// installs exactly the skills publish did not warn about: a symlink in the archive, more than
+/// 1,000 files, a description of 1,024 characters or fewer that is over 1,024 UTF-16 code units
+/// (emoji count twice) each leave a skill out there; a plain archive and a lone SKILL.md go in.
+/// Its zip reader counts directories too: 1,000 files in a folder install from a tar.gz, not
+/// from a zip.
+#[test]
+fn publish_warns_about_each_skill_the_skills_npm_cli_leaves_out() {
+    for (format, edge_warned) in [("tar.gz", false), ("zip", true)] {
+        stock_cli_leaves_out_what_publish_warned_about(format, edge_warned);
+    }
+}
+
+fn stock_cli_leaves_out_what_publish_warned_about(format: &str, edge_warned: bool) {
+    let site = Site::new();
+    let src = site.tmp.path().join("skills");
+    let skill_md = |name: &str, description: &str| {
+        format!("---\nname: {name}\ndescription: {description}\n---\nRead a.md.\n").into_bytes()
+    };
+    let plain = vec![
+        ("SKILL.md".to_string(), skill_md("plain", "Plain notes.")),
+        ("a.md".to_string(), b"# A\n".to_vec()),
+    ];
+    // 1,001 files; and 1,000 files with one directory (1,001 zip entries).
+    let mut many = vec![("SKILL.md".to_string(), skill_md("many", "Many notes."))];
+    many.extend((0..1000).map(|i| (format!("refs/{i:04}.md"), b"x\n".to_vec())));
+    let mut edge = vec![("SKILL.md".to_string(), skill_md("edge", "Edge notes."))];
+    edge.extend((0..999).map(|i| (format!("refs/{i:04}.md"), b"x\n".to_vec())));
+    let emoji = "\u{1F4DD}".repeat(600);
+    let wide = vec![
+        ("SKILL.md".to_string(), skill_md("wide", &emoji)),
+        ("a.md".to_string(), b"# A\n".to_vec()),
+    ];
+    let linked = vec![
+        ("SKILL.md".to_string(), skill_md("linked", "Linked notes.")),
+        ("a.md".to_string(), b"# A\n".to_vec()),
+    ];
+    for (name, files) in [
+        ("plain", &plain),
+        ("many", &many),
+        ("edge", &edge),
+        ("wide", &wide),
+        ("linked", &linked),
+    ] {
+        let files: Vec<(String, &[u8], bool)> = files
+            .iter()
+            .map(|(p, b)| (p.clone(), b.as_slice(), false))
+            .collect();
+        write_files(&src.join(name), &files);
+    }
+    std::os::unix::fs::symlink("a.md", src.join("linked/b.md")).expect("symlink");
+    let notes: Vec<(String, &[u8], bool)> = notes_files()
+        .into_iter()
+        .map(|(p, b, x)| (p.to_string(), b, x))
+        .collect();
+    write_files(&src.join("notes"), &notes);
+    let out = site.tmp.path().join("site");
+
+    let o = publish(&src, &out, &["--json", "--format", format]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let warned: std::collections::BTreeMap<String, Vec<String>> = v["skills"]
+        .as_array()
+        .expect("skills")
+        .iter()
+        .map(|s| {
+            let codes = s["skills_cli_leaves_out"]
+                .as_array()
+                .unwrap_or_else(|| panic!("no skills_cli_leaves_out: {v}"))
+                .iter()
+                .map(|w| w["code"].as_str().expect("code").to_owned())
+                .collect();
+            (s["name"].as_str().expect("name").to_owned(), codes)
+        })
+        .collect();
+    let edge_codes: &[&str] = if edge_warned {
+        &["too_many_files"]
+    } else {
+        &[]
+    };
+    let want: std::collections::BTreeMap<String, Vec<String>> = [
+        ("edge", edge_codes),
+        ("linked", &["symlink"][..]),
+        ("many", &["too_many_files"][..]),
+        ("notes", &[][..]),
+        ("plain", &[][..]),
+        ("wide", &["description_length"][..]),
+    ]
+    .into_iter()
+    .map(|(n, c)| (n.to_owned(), c.iter().map(|c| c.to_string()).collect()))
+    .collect();
+    assert_eq!(warned, want, "{format}: {v}");
+    let skill = |name: &str| {
+        v["skills"]
+            .as_array()
+            .expect("skills")
+            .iter()
+            .find(|s| s["name"] == name)
+            .expect("listed")
+            .clone()
+    };
+    // Zip entries: the files and the refs/ directory.
+    let observed = if edge_warned { 1002 } else { 1001 };
+    let w = &skill("many")["skills_cli_leaves_out"][0];
+    assert_eq!(
+        (w["limit"].as_u64(), w["observed"].as_u64()),
+        (Some(1000), Some(observed)),
+        "{v}"
+    );
+    let w = &skill("wide")["skills_cli_leaves_out"][0];
+    assert_eq!(
+        (w["limit"].as_u64(), w["observed"].as_u64()),
+        (Some(1024), Some(1200)),
+        "{v}"
+    );
+    assert_eq!(
+        skill("linked")["skills_cli_leaves_out"][0]["path"],
+        "b.md",
+        "{v}"
+    );
+
+    // The text output says it too, on the skill's own block.
+    let o = publish(&src, &out, &["--format", format]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(
+            "    warning: the skills npm CLI 1.7.4 will not install it (and says nothing): the archive holds a symlink (b.md); it refuses an archive holding any link\n"
+        ),
+        "{text}"
+    );
+    let lines = want.values().filter(|c| !c.is_empty()).count();
+    assert_eq!(
+        text.matches("    warning: the skills npm CLI").count(),
+        lines,
+        "{text}"
+    );
+
+    // What that CLI installs from the site: exactly the skills not warned about.
+    site.serve(&out);
+    let (o, installed) = skills_add(&site);
+    let mut got: Vec<String> = std::fs::read_dir(&installed)
+        .expect("installed")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    got.sort();
+    let not_warned: Vec<String> = want
+        .iter()
+        .filter(|(_, c)| c.is_empty())
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert_eq!(got, not_warned, "{format}: {}", explain(&o));
+    assert_eq!(
+        std::fs::read(installed.join("plain/a.md")).expect("installed"),
+        b"# A\n"
     );
 }
 
