@@ -1722,6 +1722,16 @@ fn deep_files() -> Vec<(String, &'static [u8], bool)> {
     ]
 }
 
+/// The `notes` skill (a lone SKILL.md) written under `src/notes`; its files.
+fn write_notes(src: &Path) -> Vec<(String, &'static [u8], bool)> {
+    let notes: Vec<(String, &[u8], bool)> = notes_files()
+        .into_iter()
+        .map(|(p, b, x)| (p.to_string(), b, x))
+        .collect();
+    write_files(&src.join("notes"), &notes);
+    notes
+}
+
 fn write_files(dir: &Path, files: &[(String, &[u8], bool)]) {
     for (p, bytes, exec) in files {
         let at = dir.join(p);
@@ -1848,11 +1858,7 @@ fn the_skills_npm_cli_installs_every_published_skill_over_loopback_https() {
     let src = site.tmp.path().join("skills");
     let deep = deep_files();
     write_files(&src.join("deep"), &deep);
-    let notes: Vec<(String, &[u8], bool)> = notes_files()
-        .into_iter()
-        .map(|(p, b, x)| (p.to_string(), b, x))
-        .collect();
-    write_files(&src.join("notes"), &notes);
+    let notes = write_notes(&src);
     let out = site.tmp.path().join("site");
     expect_code(&publish(&src, &out, &[]), 0);
     site.serve(&out);
@@ -1940,11 +1946,7 @@ fn stock_cli_leaves_out_what_publish_warned_about(format: &str, edge_warned: boo
         write_files(&src.join(name), &files);
     }
     std::os::unix::fs::symlink("a.md", src.join("linked/b.md")).expect("symlink");
-    let notes: Vec<(String, &[u8], bool)> = notes_files()
-        .into_iter()
-        .map(|(p, b, x)| (p.to_string(), b, x))
-        .collect();
-    write_files(&src.join("notes"), &notes);
+    write_notes(&src);
     let out = site.tmp.path().join("site");
 
     let o = publish(&src, &out, &["--json", "--format", format]);
