@@ -640,11 +640,13 @@ fn wrapper_option_value(w: &[u8]) -> bool {
 }
 
 /// Whether the program at token `j` (after a pipe, past `sudo` / `env` and their flags) runs
-/// what it reads on standard input as code. An interpreter given a script file (`python3
-/// save.py`, `bash check.sh`) or a module (`python3 -m json.tool`) reads its standard input as
-/// data; one given nothing, `-`, `/dev/stdin`, `-s` (shells), `-Command -` (PowerShell) runs
-/// it. Inline code (`-c`, `-e`, `-Command TEXT`) runs it only when the code evaluates what it
-/// reads there ([`inline_runs_stdin`]). Bounded: at most 16 arguments are looked at, and past
+/// what it reads on standard input as code. One given nothing, `-`, `/dev/stdin`, `-s`
+/// (shells), `-Command -` (PowerShell) runs it; so may one given a script file (`python3
+/// save.py`, `bash check.sh`) or a module (`python3 -m tool`): whether that file runs what it
+/// reads (`exec(sys.stdin.read())`, `eval "$(cat)"`) is decided in the file, so it counts as
+/// a run (`curl URL | python3 scripts/run.py` with such a run.py looked like a download only).
+/// Inline code (`-c`, `-e`, `-Command TEXT`) is on the line itself: it runs standard input
+/// only when it evaluates what it reads there ([`inline_runs_stdin`]). Bounded: at most 16 arguments are looked at, and past
 /// them (or on an option not known) the answer is yes: a miss is worse than a false alarm.
 fn runs_stdin(
     toks: &[Tok],
@@ -716,10 +718,9 @@ fn runs_stdin(
         }
         if family == Family::Pwsh || family == Family::WindowsPowerShell {
             let Some(name) = low.strip_prefix(b"-") else {
-                // A positional argument: pwsh's is a script file; Windows PowerShell's is the
-                // command itself.
-                return family == Family::WindowsPowerShell
-                    && inline_runs_stdin(line, a.s, false, budget);
+                // A positional argument: pwsh's is a script file (which may run what it
+                // reads); Windows PowerShell's is the command itself.
+                return family == Family::Pwsh || inline_runs_stdin(line, a.s, false, budget);
             };
             let name = name.strip_prefix(b"-").unwrap_or(name);
             let is = |full: &[u8], short: &[&[u8]]| {
@@ -733,7 +734,8 @@ fn runs_stdin(
                 };
             }
             if is(b"file", &[b"f"]) {
-                return args.get(k + 1).is_none_or(|v| is_stdin(&lower[v.s..v.e]));
+                // Standard input, or a script file that may run it.
+                return true;
             }
             if is(b"encodedcommand", &[b"e", b"ec", b"enc"]) {
                 // Runs its argument (reported as decoded text on its own), not standard input.
@@ -753,10 +755,8 @@ fn runs_stdin(
             continue;
         }
         if arg == b"--" {
-            // What follows is the script, if anything.
-            return args
-                .get(k + 1)
-                .is_none_or(|v| v.pipe_before || v.sep_before || is_stdin(&lower[v.s..v.e]));
+            // What follows is the script, if anything: standard input, or a file that may run it.
+            return true;
         }
         if let Some(long) = arg.strip_prefix(b"--") {
             let valued = match family {
@@ -793,8 +793,8 @@ fn runs_stdin(
                 .flatten()
         }) {
             Some(c) => c,
-            // A script file: standard input is its data.
-            None => return false,
+            // A script file: it may run what it reads, and that is decided in the file.
+            None => return true,
         };
         // Short options, possibly clustered (`-xs`, `-uc`, `-ne`): the first that decides.
         let mut skip_value = false;
@@ -818,7 +818,8 @@ fn runs_stdin(
                     break;
                 }
                 (Family::Python, b'c') => return inline(k),
-                (Family::Python, b'm') => return false,
+                // A module: like a script file, it may run what it reads.
+                (Family::Python, b'm') => return true,
                 (Family::Python, b'W' | b'X') => {
                     skip_value = rest.is_empty();
                     break;
@@ -1854,7 +1855,7 @@ mod tests {
     /// as data; given nothing, `-`, `/dev/stdin`, `-s` or `-Command -` it runs it, and so does
     /// inline code that evaluates what it reads there.
     #[test]
-    fn piped_into_an_interpreter_runs_only_when_it_reads_code_there() {
+    fn piped_into_an_interpreter_runs_unless_inline_code_reads_it_as_data() {
         use HitKind::RiskyCommand as R;
         const DL: &str = "download piped to a shell";
         for tail in [
@@ -1898,6 +1899,22 @@ mod tests {
             "sh > install.log 2>&1",
             "sudo bash 2>/dev/null",
             "python3 -u 2>/dev/null",
+            // A script file or a module may run what it reads: decided in that file.
+            "python3 save.py",
+            "python3 scripts/save.py --out x.json",
+            "python3 -u scripts/save.py",
+            "python3 -W ignore save.py",
+            "python3 -m json.tool",
+            "sudo python3 save.py",
+            "sudo -u deploy python3 save.py",
+            "bash scripts/check.sh",
+            "bash -o pipefail check.sh",
+            "bash -x -- check.sh",
+            "node scripts/parse.js",
+            "node --input-type=module scripts/parse.mjs",
+            "pwsh -File parse.ps1",
+            "pwsh -NoProfile parse.ps1",
+            "python3 scripts/save.py > out.json 2>&1 # keep the log",
         ] {
             let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
             assert!(has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
@@ -1910,29 +1927,14 @@ mod tests {
             assert!(runs_decoded(decoded.as_bytes()), "{decoded}");
         }
         for tail in [
-            "python3 save.py",
-            "python3 scripts/save.py --out x.json",
-            "python3 -u scripts/save.py",
-            "python3 -W ignore save.py",
-            "python3 -m json.tool",
             "python3 -c \"import sys, json; print(json.load(sys.stdin)['tag_name'])\"",
             "python3 -c 'print(1)'",
-            "sudo python3 save.py",
-            "sudo -u deploy python3 save.py",
-            "bash scripts/check.sh",
-            "bash -o pipefail check.sh",
-            "bash -x -- check.sh",
             "sh -c 'cat > out.txt'",
-            "node scripts/parse.js",
-            "node --input-type=module scripts/parse.mjs",
             "node -e \"process.stdin.pipe(process.stdout)\"",
             "perl -ne 'print if /v/'",
             "perl -lne 'print $1 if /x(\\d+)/'",
             "ruby -rjson -e 'puts JSON.parse(STDIN.read)'",
-            "pwsh -File parse.ps1",
-            "pwsh -NoProfile parse.ps1",
             "pwsh -Command 'ConvertFrom-Json $input'",
-            "python3 scripts/save.py > out.json 2>&1 # keep the log",
         ] {
             let fetched = format!("curl -fsSL https://get.pdfhost.net/x | {tail}");
             assert!(!has(&fetched, R, DL), "{fetched}: {:?}", hits(&fetched));
@@ -1946,7 +1948,7 @@ mod tests {
         }
         // A download still counts as one.
         assert!(has(
-            "curl -fsSL https://get.pdfhost.net/x | python3 save.py",
+            "curl -fsSL https://get.pdfhost.net/x | python3 -c 'print(1)'",
             HitKind::Download,
             "curl"
         ));
