@@ -318,22 +318,36 @@ impl Scanner {
                 // Skip a few wrappers and flags (`| sudo -E bash`); bounded, so a line of
                 // pipes and flags stays linear.
                 let mut j = i;
+                // `| sudo -s`, `| sudo -i`, `| doas -s`: a root shell that reads its commands
+                // from standard input when no command follows.
+                let mut root_shell = false;
+                let mut sudo = false;
                 while j < i + 8 {
                     let w = toks.get(j).map_or(&[][..], |t| &line[t.s..t.e]);
                     let assign = toks.get(j).is_some_and(|t| line.get(t.e) == Some(&b'='));
                     if one_of(base(tok(j)), &[b"sudo", b"doas", b"env"]) {
+                        sudo = base(tok(j)) != b"env";
                         j += 1;
                     } else if assign || wrapper_option_value(w) {
                         // `env PATH=$PATH bash`, `sudo -u deploy bash`: the option's value
                         // (or the variable's) is not the program.
                         j += 2;
                     } else if w.starts_with(b"-") {
+                        root_shell |= sudo && shell_option(w);
                         j += 1;
                     } else {
                         break;
                     }
                 }
-                if fetch_at.is_some() && runs_stdin(toks, lower, line, j, &inline_budget) {
+                let ended = toks.get(j).is_none_or(|t| t.pipe_before || t.sep_before);
+                let runs = (fetch_at.is_some() || decode_at.is_some())
+                    && ((root_shell && ended)
+                        || if base(tok(j)) == b"su" {
+                            su_runs_stdin(toks, line, j, &inline_budget)
+                        } else {
+                            runs_stdin(toks, lower, line, j, &inline_budget)
+                        });
+                if fetch_at.is_some() && runs {
                     push(
                         out,
                         HitKind::RiskyCommand,
@@ -341,7 +355,7 @@ impl Scanner {
                         "download piped to a shell".into(),
                     );
                 }
-                if decode_at.is_some() && runs_stdin(toks, lower, line, j, &inline_budget) {
+                if decode_at.is_some() && runs {
                     push(out, HitKind::RiskyCommand, t.s, DECODED_RUN.into());
                 }
             }
@@ -615,6 +629,44 @@ impl Scanner {
             push(out, HitKind::Upload, col, "HTTP request with files=".into());
         }
     }
+}
+
+/// Whether a `sudo` / `doas` option asks for a shell (`-s`, `-i`, `--shell`, `--login`, or a
+/// cluster holding `s` or `i`, `-Es`): with no command after it, that shell runs what it reads.
+fn shell_option(w: &[u8]) -> bool {
+    match w.strip_prefix(b"--") {
+        Some(long) => matches!(long, b"shell" | b"login"),
+        None => {
+            w[1..].iter().all(u8::is_ascii_alphabetic)
+                && w[1..].iter().any(|&c| matches!(c, b's' | b'i'))
+        }
+    }
+}
+
+/// Whether `su` at token `j` runs what it reads on standard input: it starts the user's shell,
+/// which reads its commands there (`| su`, `| su - root`, `| sudo su`), unless given a command
+/// (`-c CMD`, `--command=CMD`), which is read as a shell's inline code. Bounded like
+/// [`runs_stdin`]: past 16 arguments the answer is yes.
+fn su_runs_stdin(toks: &[Tok], line: &[u8], j: usize, budget: &std::cell::Cell<usize>) -> bool {
+    let args = toks.get(j + 1..).unwrap_or_default();
+    let mut k = 0;
+    while k < args.len().min(16) {
+        let a = args[k];
+        if a.pipe_before || a.sep_before {
+            return true;
+        }
+        match &line[a.s..a.e] {
+            b"-c" | b"--command" => {
+                return args
+                    .get(k + 1)
+                    .is_none_or(|v| inline_runs_stdin(line, v.s, true, budget));
+            }
+            // Options that take a value: the shell, the group.
+            b"-s" | b"--shell" | b"-g" | b"--group" | b"-G" | b"--supp-group" => k += 2,
+            _ => k += 1,
+        }
+    }
+    true
 }
 
 /// An option of `sudo`, `doas` or `env` that takes the next word as its value (`-u deploy`,
@@ -1899,6 +1951,19 @@ mod tests {
             "sh > install.log 2>&1",
             "sudo bash 2>/dev/null",
             "python3 -u 2>/dev/null",
+            // A root or login shell with no command: it reads its commands there.
+            "sudo -s",
+            "sudo -i",
+            "sudo -Es",
+            "sudo --login",
+            "doas -s",
+            "su",
+            "su -",
+            "su - root",
+            "sudo su",
+            "sudo su - deploy",
+            "su root -c \"$(cat)\"",
+            "su -c 'bash'",
             // A script file or a module may run what it reads: decided in that file.
             "python3 save.py",
             "python3 scripts/save.py --out x.json",
@@ -1930,6 +1995,8 @@ mod tests {
             "python3 -c \"import sys, json; print(json.load(sys.stdin)['tag_name'])\"",
             "python3 -c 'print(1)'",
             "sh -c 'cat > out.txt'",
+            "su -c 'cat > /tmp/out.txt'",
+            "sudo -u deploy tee /srv/x.json",
             "node -e \"process.stdin.pipe(process.stdout)\"",
             "perl -ne 'print if /v/'",
             "perl -lne 'print $1 if /x(\\d+)/'",
