@@ -227,13 +227,7 @@ pub fn reopen(root: &Path, digest: &str) -> Result<(), Error> {
     store::mkdir_private(&pending_root(root))?;
     let from = applied_path(root, digest);
     let to = pending_path(root, digest);
-    match nix::fcntl::renameat2(
-        nix::fcntl::AT_FDCWD,
-        &from,
-        nix::fcntl::AT_FDCWD,
-        &to,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    ) {
+    match store::rename_new(&from, &to) {
         Ok(()) | Err(nix::errno::Errno::EEXIST) | Err(nix::errno::Errno::ENOENT) => {}
         Err(e) => {
             return Err(Error::new(
@@ -410,14 +404,7 @@ pub fn contain(root: &Path, digest: &str) -> Result<Contained, Error> {
         });
     }
     store::mkdir_private(&quarantine_root(root))?;
-    let moved = nix::fcntl::renameat2(
-        nix::fcntl::AT_FDCWD,
-        &from,
-        nix::fcntl::AT_FDCWD,
-        &to,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    );
-    match moved {
+    match store::rename_new(&from, &to) {
         Ok(()) => {}
         // Quarantined before, and the same bytes promoted again since (an older skillbox
         // without the refusal): this copy leaves `versions/` by a rename too, then goes.
@@ -448,21 +435,12 @@ fn put_aside(root: &Path, from: &Path, digest: &str) -> Result<(), Error> {
     remove_abandoned(root)?;
     let aside = quarantine_root(root).join(format!(".{}.{}", hex_of(digest), std::process::id()));
     let held = store::lock_dir(from)?;
-    match nix::fcntl::renameat2(
-        nix::fcntl::AT_FDCWD,
-        from,
-        nix::fcntl::AT_FDCWD,
-        &aside,
-        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-    ) {
-        Ok(()) => {}
-        Err(e) => {
-            return Err(Error::new(
-                Kind::Operational,
-                format!("cannot move {} to {}: {e}", from.display(), aside.display()),
-            ));
-        }
-    }
+    store::rename_new(from, &aside).map_err(|e| {
+        Error::new(
+            Kind::Operational,
+            format!("cannot move {} to {}: {e}", from.display(), aside.display()),
+        )
+    })?;
     crate::stop_point::stop_point("quarantine:aside");
     store::remove_tree(&aside)?;
     drop(held);

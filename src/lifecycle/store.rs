@@ -110,6 +110,18 @@ pub(super) fn check_ours(root: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+/// Rename `from` to `to`, which must not exist (`RENAME_NOREPLACE`): one atomic step that never
+/// replaces what another run put there; EEXIST says it did.
+pub fn rename_new(from: &Path, to: &Path) -> nix::Result<()> {
+    nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        from,
+        nix::fcntl::AT_FDCWD,
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )
+}
+
 impl Store {
     /// Open the store at `root` with its own SQLite records, as the system's host.
     pub fn open(root: &Path, access: Access) -> Result<Self, Error> {
@@ -284,13 +296,7 @@ impl Store {
         let staging = staging.path();
         freeze(staging)?;
         let target = self.version_dir(digest);
-        match nix::fcntl::renameat2(
-            nix::fcntl::AT_FDCWD,
-            staging,
-            nix::fcntl::AT_FDCWD,
-            &target,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
-        ) {
+        match rename_new(staging, &target) {
             Ok(()) => Ok(true),
             Err(nix::errno::Errno::EEXIST) => {
                 remove_tree(staging)?;
