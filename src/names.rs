@@ -4,14 +4,73 @@
 //! whole for what they run ([`read_for_runs`]), and the review may not be a dependency of the
 //! engine (the engine's answer is what the review reads).
 
-pub(crate) fn extension(path: &str) -> Option<String> {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    let (stem, ext) = name.rsplit_once('.')?;
-    (!stem.is_empty()).then(|| ext.to_ascii_lowercase())
+/// The last component of `path`.
+pub(crate) fn file_name(path: &str) -> &str {
+    memchr::memrchr(b'/', path.as_bytes()).map_or(path, |i| &path[i + 1..])
 }
 
-pub(crate) fn interpreter_for_extension(ext: String) -> Option<&'static str> {
-    Some(match ext.as_str() {
+/// Whether `hay` holds `needle`, ASCII letters compared in either case (what `to_ascii_uppercase`
+/// and `contains` gave, without the allocation: these are asked for every file of a package).
+fn contains_ci(hay: &str, needle: &str) -> bool {
+    let n = needle.as_bytes();
+    hay.as_bytes()
+        .windows(n.len())
+        .any(|w| w.eq_ignore_ascii_case(n))
+}
+
+fn starts_ci(hay: &str, prefix: &str) -> bool {
+    hay.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|h| h.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
+fn ends_ci(hay: &str, suffix: &str) -> bool {
+    hay.len() >= suffix.len()
+        && hay.as_bytes()[hay.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+}
+
+/// A file name's extension with its ASCII letters lowered. Asked several times for every file
+/// of a package, so held inline rather than allocated, unless longer than any named here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ext {
+    Inline { len: u8, bytes: [u8; 23] },
+    Long(String),
+}
+
+impl std::ops::Deref for Ext {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            // Copied from a `str` with only ASCII letters changed: still UTF-8, so the
+            // fallback is never taken.
+            Ext::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).unwrap_or_default()
+            }
+            Ext::Long(s) => s,
+        }
+    }
+}
+
+/// What follows the last `.` of the file name, lowered; `None` without one, or for a name
+/// that only starts with one (`.bashrc`).
+pub(crate) fn extension(path: &str) -> Option<Ext> {
+    let name = file_name(path);
+    let dot = memchr::memrchr(b'.', name.as_bytes()).filter(|&d| d > 0)?;
+    let ext = &name[dot + 1..];
+    Some(match u8::try_from(ext.len()) {
+        Ok(len) if usize::from(len) <= 23 => {
+            let mut bytes = [0u8; 23];
+            bytes[..ext.len()].copy_from_slice(ext.as_bytes());
+            bytes[..ext.len()].make_ascii_lowercase();
+            Ext::Inline { len, bytes }
+        }
+        _ => Ext::Long(ext.to_ascii_lowercase()),
+    })
+}
+
+pub(crate) fn interpreter_for_extension(ext: &str) -> Option<&'static str> {
+    Some(match ext {
         "sh" => "sh",
         "bash" => "bash",
         "zsh" => "zsh",
@@ -60,21 +119,36 @@ pub(crate) fn interpreter_for_extension(ext: String) -> Option<&'static str> {
 /// read as data or prose, `curl ... | sh` in a recipe was no capability, and a package whose
 /// SKILL.md says "run `make` first" grew nothing a reviewer was shown.
 fn runner_for_file_name(path: &str) -> Option<&'static str> {
-    let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
-    Some(match name.as_str() {
-        "makefile" | "gnumakefile" => "make",
-        "justfile" | ".justfile" => "just",
-        "rakefile" | "rakefile.rb" => "rake",
-        "taskfile.yml" | "taskfile.yaml" | "taskfile.dist.yml" | "taskfile.dist.yaml" => "task",
-        "package.json" => "npm",
-        _ => return None,
-    })
+    const RUNNERS: [(&str, &str); 10] = [
+        ("makefile", "make"),
+        ("gnumakefile", "make"),
+        ("justfile", "just"),
+        (".justfile", "just"),
+        ("rakefile", "rake"),
+        ("rakefile.rb", "rake"),
+        ("taskfile.yml", "task"),
+        ("taskfile.yaml", "task"),
+        ("taskfile.dist.yml", "task"),
+        ("taskfile.dist.yaml", "task"),
+    ];
+    let name = file_name(path);
+    if name.eq_ignore_ascii_case("package.json") {
+        return Some("npm");
+    }
+    RUNNERS
+        .iter()
+        .find(|(file, _)| name.eq_ignore_ascii_case(file))
+        .map(|&(_, runner)| runner)
 }
 
 /// The interpreter a file's name says runs it (`a.py` -> `python`, `Makefile` -> `make`), if
 /// any.
 pub fn interpreter_by_name(path: &str) -> Option<&'static str> {
-    runner_for_file_name(path).or_else(|| extension(path).and_then(interpreter_for_extension))
+    runner_for_file_name(path).or_else(|| {
+        extension(path)
+            .as_deref()
+            .and_then(interpreter_for_extension)
+    })
 }
 
 /// How a text file is read.
@@ -91,11 +165,10 @@ pub(crate) enum TextKind {
 }
 
 pub(crate) fn text_kind(path: &str, script: bool) -> TextKind {
-    let name = path.rsplit('/').next().unwrap_or(path);
     if script {
         return TextKind::Script;
     }
-    if is_licence_name(name) {
+    if is_licence_name(file_name(path)) {
         return TextKind::Licence;
     }
     match extension(path).as_deref() {
@@ -108,17 +181,16 @@ pub(crate) fn text_kind(path: &str, script: bool) -> TextKind {
 
 /// `LICENSE`, `COPYING.txt`, `NOTICE`, `font-license.txt`, `Lora-OFL.txt`.
 pub(crate) fn is_licence_name(name: &str) -> bool {
-    let up = name.to_ascii_uppercase();
-    ["LICENSE", "LICENCE", "COPYING", "UNLICENSE"]
+    // UNLICENSE holds LICENSE.
+    ["LICENSE", "LICENCE", "COPYING"]
         .iter()
-        .any(|p| up.contains(p))
-        || up.starts_with("NOTICE")
-        || up.ends_with("OFL.TXT")
+        .any(|p| contains_ci(name, p))
+        || starts_ci(name, "NOTICE")
+        || ends_ci(name, "OFL.TXT")
 }
 
 /// Documentation files that carry no extension (`README`, `LICENSE`, ...).
 pub(crate) fn is_doc_name(name: &str) -> bool {
-    let up = name.to_ascii_uppercase();
     is_licence_name(name)
         || [
             "README",
@@ -128,19 +200,18 @@ pub(crate) fn is_doc_name(name: &str) -> bool {
             "CODEOWNERS",
         ]
         .iter()
-        .any(|p| up.starts_with(p))
+        .any(|p| starts_ci(name, p))
 }
 
 /// Whether a file at `path` is a script by its name alone: a script extension, or under
 /// `scripts/` with none (see the review's `classify`).
 pub(crate) fn script_by_name(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
     if runner_for_file_name(path).is_some() {
         return true;
     }
     match extension(path) {
-        Some(ext) => interpreter_for_extension(ext).is_some(),
-        None => path.starts_with("scripts/") && !is_doc_name(name),
+        Some(ext) => interpreter_for_extension(&ext).is_some(),
+        None => path.starts_with("scripts/") && !is_doc_name(file_name(path)),
     }
 }
 
@@ -180,25 +251,41 @@ pub(crate) enum IndexConfig {
 /// How a package manager reads the file at `path` for where it installs from, by its name;
 /// `None`, no package manager reads it so.
 pub(crate) fn index_config(path: &str) -> Option<IndexConfig> {
-    let name = path.rsplit('/').next().unwrap_or(path).to_ascii_lowercase();
-    if is_licence_name(&name) {
+    let name = file_name(path);
+    if is_licence_name(name) {
         return None;
     }
-    match name.as_str() {
-        ".npmrc" | "npmrc" | ".yarnrc" | ".yarnrc.yml" | "pip.conf" | "pip.ini" => {
-            Some(IndexConfig::Keys)
-        }
-        "pyproject.toml" => Some(IndexConfig::Pyproject),
-        "uv.toml" => Some(IndexConfig::UvToml),
-        _ if requirements_name(&name) => Some(IndexConfig::Requirements),
-        _ if name.ends_with(".txt") => Some(IndexConfig::Text),
-        _ => None,
+    // Compared without lowering a copy of every name: most are none of these.
+    let is = |s: &str| name.eq_ignore_ascii_case(s);
+    if [
+        ".npmrc",
+        "npmrc",
+        ".yarnrc",
+        ".yarnrc.yml",
+        "pip.conf",
+        "pip.ini",
+    ]
+    .iter()
+    .any(|s| is(s))
+    {
+        Some(IndexConfig::Keys)
+    } else if is("pyproject.toml") {
+        Some(IndexConfig::Pyproject)
+    } else if is("uv.toml") {
+        Some(IndexConfig::UvToml)
+    } else if requirements_name(name) {
+        Some(IndexConfig::Requirements)
+    } else if ends_ci(name, ".txt") {
+        Some(IndexConfig::Text)
+    } else {
+        None
     }
 }
 
-/// Whether a (lower-case) file name is a requirements file's by itself: `requirements*.txt`,
+/// Whether a file name (any case) is a requirements file's by itself: `requirements*.txt`,
 /// `constraints*.txt` (`requirements-dev.txt`, `dev-requirements.txt`), or pip-tools' `*.in`.
 pub(crate) fn requirements_name(name: &str) -> bool {
-    (name.ends_with(".txt") && (name.contains("requirements") || name.contains("constraints")))
-        || name.ends_with(".in")
+    (ends_ci(name, ".txt")
+        && (contains_ci(name, "requirements") || contains_ci(name, "constraints")))
+        || ends_ci(name, ".in")
 }

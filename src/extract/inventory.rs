@@ -135,18 +135,9 @@ const ARCHIVE_EXTENSIONS: &[&str] = &[
     "rpm",
 ];
 
-fn extension(path: &str) -> Option<String> {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    let (stem, ext) = name.rsplit_once('.')?;
-    if stem.is_empty() {
-        return None;
-    }
-    Some(ext.to_ascii_lowercase())
-}
-
 /// Classify a file from its path and first bytes (up to 512 are enough).
 pub fn file_flags(path: &str, head: &[u8], executable: bool, mode_sanitised: bool) -> Vec<Flag> {
-    let ext = extension(path);
+    let ext = crate::names::extension(path);
     let mut flags = Vec::new();
     if executable {
         flags.push(Flag::Executable);

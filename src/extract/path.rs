@@ -188,6 +188,10 @@ pub(crate) fn hidden_char(c: char) -> Option<&'static str> {
 
 /// ZERO WIDTH (NON-)JOINER outside a run of non-ASCII text (see [`hidden_char`]).
 fn stray_joiner(comp: &str) -> bool {
+    // Most names hold neither joiner: asked of every component, so nothing is collected then.
+    if !comp.contains(['\u{200C}', '\u{200D}']) {
+        return false;
+    }
     let chars: Vec<char> = comp.chars().collect();
     chars.iter().enumerate().any(|(i, c)| {
         let between_non_ascii =
@@ -220,18 +224,22 @@ fn windows_problem(comp: &str) -> Option<String> {
         ));
     }
     // The device is named by what precedes the first dot, trailing spaces ignored, any case.
+    // Compared in place, not on an upper-cased copy: every component of every path is asked.
     let stem = comp.split('.').next().unwrap_or(comp).trim_end_matches(' ');
-    let upper = stem.to_ascii_uppercase();
     let numbered = |p: &str| {
-        upper.strip_prefix(p).is_some_and(|n| {
-            let mut it = n.chars();
-            matches!(
-                (it.next(), it.next()),
-                (Some('1'..='9' | '\u{B9}' | '\u{B2}' | '\u{B3}'), None)
-            )
-        })
+        // `p` is ASCII: a stem that starts with it (any case) has a char boundary after it.
+        stem.as_bytes()
+            .get(..p.len())
+            .is_some_and(|h| h.eq_ignore_ascii_case(p.as_bytes()))
+            && {
+                let mut it = stem[p.len()..].chars();
+                matches!(
+                    (it.next(), it.next()),
+                    (Some('1'..='9' | '\u{B9}' | '\u{B2}' | '\u{B3}'), None)
+                )
+            }
     };
-    if DEVICES.contains(&upper.as_str()) || numbered("COM") || numbered("LPT") {
+    if DEVICES.iter().any(|d| stem.eq_ignore_ascii_case(d)) || numbered("COM") || numbered("LPT") {
         return Some(format!(
             "{:?} is a Windows device name: opening it there reaches the device, not a file",
             display_name(comp.as_bytes())
@@ -546,6 +554,9 @@ mod tests {
             "COM\u{b9}",
             "CON .txt",
             "conin$",
+            "cOnOuT$.log",
+            "lPt\u{b3}.txt",
+            "PrN",
             "SKILL.md:evil",
             "ab:c/d",
             "scripts/run\u{202e}hs.txt",
@@ -562,6 +573,7 @@ mod tests {
             "console.md",
             "nullable.txt",
             "com10.txt",
+            "com\u{b9}0",
             "lpt.md",
             "comx",
             "a.b.c",

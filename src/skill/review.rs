@@ -787,13 +787,7 @@ impl<'a> Reviewer<'a> {
             .filter(|e| {
                 e.kind == Kind::File
                     && (named.contains(e.path.as_str())
-                        || crate::names::requirements_name(
-                            &e.path
-                                .rsplit('/')
-                                .next()
-                                .unwrap_or(&e.path)
-                                .to_ascii_lowercase(),
-                        ))
+                        || crate::names::requirements_name(crate::names::file_name(&e.path)))
             })
             .collect();
         let mut seen: HashSet<&'a str> = todo.iter().map(|e| e.path.as_str()).collect();
@@ -1612,7 +1606,16 @@ struct RunFinder<'e> {
     /// none of these names runs no package file, and is not split into commands (most lines of
     /// most files). `None` (no filter, every line read): a name holding a line break or U+FFFD,
     /// which could match only across lines or in the lossy text of invalid UTF-8.
-    names: Option<AhoCorasick>,
+    names: Option<Vec<&'e str>>,
+    /// The filter over `names`, built once the text read without it outgrows `build_after`
+    /// bytes (`None` inside: it could not be built, every line read). Building it costs about
+    /// what searching 16 times the names' bytes saves, and a package of many small files may
+    /// hold less text than that in all: 10,000 names cost the tiny-file package more than its
+    /// every line did. Either way the same lines are split into commands or skipped unread.
+    filter: std::cell::OnceCell<Option<AhoCorasick>>,
+    /// Text bytes read before the filter was built.
+    unfiltered: std::cell::Cell<usize>,
+    build_after: usize,
     /// Files the commands read name as requirements files (`pip install -r FILE`).
     requirements: std::cell::RefCell<BTreeSet<&'e str>>,
 }
@@ -1635,14 +1638,19 @@ fn is_requirement_flag(w: &str) -> bool {
 
 impl<'e> RunFinder<'e> {
     fn new(entries: &'e [Entry]) -> Self {
-        let names: BTreeSet<&str> = entries
+        let names: Vec<&str> = entries
             .iter()
             .filter(|e| matches!(e.kind, Kind::File | Kind::Symlink))
-            .map(|e| e.path.rsplit('/').next().unwrap_or(&e.path))
+            .map(|e| crate::names::file_name(&e.path))
             .collect();
         let exact = names
             .iter()
             .all(|n| !n.is_empty() && !n.contains(['\n', '\r', char::REPLACEMENT_CHARACTER]));
+        let build_after = names
+            .iter()
+            .map(|n| n.len())
+            .sum::<usize>()
+            .saturating_mul(16);
         Self {
             nodes: entries.iter().map(|e| (e.path.as_str(), e)).collect(),
             depth: entries
@@ -1650,17 +1658,10 @@ impl<'e> RunFinder<'e> {
                 .map(|e| e.path.split('/').count())
                 .max()
                 .unwrap_or(0),
-            // A contiguous NFA, not the DFA the builder picks for few names: built once per
-            // review for a few files' text, where the DFA's build cost more than its searches
-            // (measured); the prefilter does most of the search either way.
-            names: exact
-                .then(|| {
-                    AhoCorasick::builder()
-                        .kind(Some(AhoCorasickKind::ContiguousNFA))
-                        .build(&names)
-                        .ok()
-                })
-                .flatten(),
+            names: exact.then_some(names),
+            filter: Default::default(),
+            unfiltered: Default::default(),
+            build_after,
             requirements: Default::default(),
         }
     }
@@ -1708,7 +1709,29 @@ impl<'e> RunFinder<'e> {
     /// every line that holds one (non-overlapping matches: a name holds no line break, so a
     /// match never hides one in a later line). `None`: read every line.
     fn name_hits(&self, content: &[u8]) -> Option<Vec<usize>> {
-        let ac = self.names.as_ref()?;
+        let names = self.names.as_ref()?;
+        if self.filter.get().is_none() {
+            let read = self.unfiltered.get().saturating_add(content.len());
+            if read <= self.build_after {
+                self.unfiltered.set(read);
+                return None;
+            }
+        }
+        // A contiguous NFA, not the DFA the builder picks for few names: built once per
+        // review for a few files' text, where the DFA's build cost more than its searches
+        // (measured); the prefilter does most of the search either way.
+        let ac = self
+            .filter
+            .get_or_init(|| {
+                let mut names = names.clone();
+                names.sort_unstable();
+                names.dedup();
+                AhoCorasick::builder()
+                    .kind(Some(AhoCorasickKind::ContiguousNFA))
+                    .build(names)
+                    .ok()
+            })
+            .as_ref()?;
         Some(ac.find_iter(content).map(|m| m.start()).collect())
     }
 
@@ -2537,8 +2560,11 @@ mod tests {
         };
         let mut found_any = 0;
         for round in 0..2 {
-            let filtered = RunFinder::new(&entries);
+            let mut filtered = RunFinder::new(&entries);
             assert_eq!(filtered.names.is_some(), round == 0);
+            // The filter from the first text on (a review builds it once the text read
+            // outgrows the names).
+            filtered.build_after = 0;
             let mut every_line = RunFinder::new(&entries);
             every_line.names = None;
             for text in texts {
@@ -2546,6 +2572,12 @@ mod tests {
                 assert_eq!(a, b, "{}", String::from_utf8_lossy(text));
                 found_any += a.iter().filter(|v| !v.is_empty()).count();
             }
+            assert_eq!(
+                filtered.filter.get().is_some_and(Option::is_some),
+                round == 0,
+                "the filter was used"
+            );
+            assert!(every_line.filter.get().is_none());
             // A name holding U+FFFD could match only in lossy text: no filter then.
             entries.push(node("tools/con\u{fffd}vert.txt", Kind::File, None));
         }
