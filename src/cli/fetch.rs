@@ -395,10 +395,10 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         .client
         .policy_mut()
         .bound_by_extraction_limit(limits.max_artifact_bytes);
+    // Before anything is downloaded: a tree that cannot be kept is not fetched for nothing.
     if let Some(out) = &a.out
-        && out.symlink_metadata().is_ok()
+        && let Err(m) = super::staging::check_out(out)
     {
-        let m = format!("--out {} already exists; give a new path", out.display());
         return fail(Exit::Usage, &m, a.json);
     }
     // The default cache is made whole (`~/.cache/skillbox`); a --cache-dir only in a

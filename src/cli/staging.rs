@@ -17,6 +17,21 @@ pub enum Staging {
     Temporary(tempfile::TempDir),
 }
 
+/// `--out DIR` of `extract` and `fetch`, checked before any work is done (nothing read,
+/// uploaded or downloaded for a tree that cannot be kept): DIR must not exist yet, and the
+/// directory it goes in must ([`super::parent_exists`], the check every flag naming a directory
+/// uses). Either is a usage error (2), said as this message; nothing is made.
+pub fn check_out(out: &Path) -> Result<(), String> {
+    // symlink_metadata: a dangling link is there too, and is never extracted through.
+    if out.symlink_metadata().is_ok() {
+        return Err(format!(
+            "--out {} already exists; give a new path",
+            out.display()
+        ));
+    }
+    super::parent_exists("--out", out)
+}
+
 impl Staging {
     /// Create `out`; it must not exist yet (never extract into an earlier install or a link).
     pub fn kept(out: &Path) -> io::Result<Self> {
