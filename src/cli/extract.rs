@@ -185,6 +185,12 @@ pub fn run(
         super::sandbox::extract(sandbox, &artifact, dir.as_fd(), &req, ahead)
             .map_err(|e| Failure::operational(e.to_string()))
     });
+    // A Ctrl-C while the child ran ended it too: whatever it answered (a crash, or even an
+    // acceptance after a SIGTERM sent to skillbox alone), nothing is kept.
+    if let Some(sig) = super::interrupt::take() {
+        staging.discard();
+        super::interrupt::end(sig, args.json);
+    }
     let (outcome, report) = match confined {
         Ok(c) => (c.outcome, c.sandbox),
         Err(f) => {

@@ -573,6 +573,11 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     let confined = File::open(staging.path())
         .map_err(|e| format!("cannot open {}: {e}", staging.path().display()))
         .and_then(|dir| engine(&acquired.hit.file, dir.as_fd(), &req).map_err(|e| e.to_string()));
+    // A Ctrl-C while the child ran ended it too: whatever it answered, nothing is kept.
+    if let Some(sig) = super::interrupt::take() {
+        staging.discard();
+        super::interrupt::end(sig, a.json);
+    }
     let Confined { outcome, sandbox } = match confined {
         Ok(c) => c,
         Err(m) => {

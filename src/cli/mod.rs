@@ -3,7 +3,8 @@
 //!
 //! One file per command ([`extract`], [`fetch`], [`index`], [`diff`], [`replay`], [`serve`],
 //! [`doctor`], [`publish`]), plus the flags several share ([`sandbox`], [`limits`]), the printed answer
-//! ([`output`]), where one-shot commands stage ([`staging`]), the one exit-code type
+//! ([`output`]), where one-shot commands stage ([`staging`]) and what a Ctrl-C does meanwhile
+//! ([`interrupt`]), the one exit-code type
 //! ([`exit`]), and the completion scripts and man page generated from these types
 //! ([`completions`]). Nothing here decides a verdict or touches artifact bytes.
 
@@ -84,6 +85,7 @@ pub mod exit;
 pub mod extract;
 pub mod fetch;
 pub mod index;
+pub mod interrupt;
 pub mod lifecycle;
 pub mod limits;
 pub mod output;

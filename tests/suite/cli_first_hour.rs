@@ -1865,3 +1865,93 @@ fn a_url_instead_of_a_file_says_so_and_hides_its_password() {
         }
     }
 }
+
+/// Ctrl-C while `extract` writes the tree (into `--out DIR` or its temporary directory): the
+/// confined child ends with it (one process group, as a terminal signals it), and the command
+/// removes what was written and ends 130 (128 + SIGINT), with one JSON error object under
+/// `--json`. Killed by the signal's default action, it left DIR half-written (a package never
+/// checked whole) and a `skillbox-XXXX` directory in TMPDIR.
+#[test]
+fn ctrl_c_during_an_extraction_leaves_nothing_behind() {
+    use std::os::unix::process::CommandExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Incompressible files, enough that writing them takes a while: the signal comes mid-way.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let files: Vec<(String, Vec<u8>)> = (0..4000)
+        .map(|i| {
+            let mut data = vec![0u8; 32 * 1024];
+            for chunk in data.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                chunk.copy_from_slice(&x.to_le_bytes());
+            }
+            (format!("data/f{i:05}.bin"), data)
+        })
+        .collect();
+    let mut entries: Vec<(&str, &[u8])> = vec![("SKILL.md", SKILL)];
+    entries.extend(files.iter().map(|(p, d)| (p.as_str(), d.as_slice())));
+    let art = dir.path().join("big.tar");
+    tar_at(&art, &entries);
+    drop(files);
+    for (json, with_out) in [(false, true), (true, true), (false, false)] {
+        let tmp = dir.path().join(format!("tmp-{json}-{with_out}"));
+        std::fs::create_dir(&tmp).expect("mkdir");
+        let out = dir.path().join(format!("out-{json}-{with_out}"));
+        let mut cmd = Command::new(bin());
+        cmd.arg("extract").arg(&art);
+        if with_out {
+            cmd.arg("--out").arg(&out);
+        }
+        if json {
+            cmd.arg("--json");
+        }
+        let child = cmd
+            .env("TMPDIR", &tmp)
+            .env_remove("XDG_RUNTIME_DIR")
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn extract");
+        // Wait for the first data file on disk, wherever the tree is staged.
+        let writing = || {
+            let root = if with_out {
+                Some(out.clone())
+            } else {
+                std::fs::read_dir(&tmp)
+                    .ok()
+                    .and_then(|mut d| d.next())
+                    .and_then(Result::ok)
+                    .map(|e| e.path())
+            };
+            root.and_then(|r| std::fs::read_dir(r.join("data")).ok())
+                .is_some_and(|mut d| d.next().is_some())
+        };
+        let until = Instant::now() + Duration::from_secs(60);
+        while !writing() {
+            assert!(Instant::now() < until, "the tree was never written");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGINT).expect("killpg");
+        let o = child.wait_with_output().expect("wait");
+        let (stdout, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(130),
+            "{json} {with_out}: {err}{stdout}"
+        );
+        assert!(err.contains("interrupted (SIGINT)"), "{err}");
+        assert!(!out.exists(), "{} was left behind", out.display());
+        let left: Vec<_> = std::fs::read_dir(&tmp).expect("read_dir").collect();
+        assert!(left.is_empty(), "TMPDIR holds {left:?}");
+        if json {
+            let v: Value = serde_json::from_str(&stdout).expect("one JSON answer");
+            assert_eq!(v["error"]["exit"], 130, "{v}");
+            assert_eq!(v["error"]["kind"], "interrupted", "{v}");
+        } else {
+            assert!(stdout.is_empty(), "{stdout}");
+        }
+    }
+}
