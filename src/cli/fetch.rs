@@ -376,11 +376,16 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     let index_url = match urls::parse_typed(index_text) {
         Ok(u) => u,
         Err(e) => {
-            return fail(
-                Exit::Usage,
-                &format!("{}: {e}", urls::redact_refused(index_text)),
-                a.json,
-            );
+            let mut m = format!("{}: {e}", urls::redact_refused(index_text));
+            // A file where the URL goes: say what reads one.
+            if !urls::names_a_url(index_text) && Path::new(index_text).is_file() {
+                m.push_str(
+                    "; fetch takes the index's https:// URL (a local index file is read by \
+                     `skillbox index check FILE`, and an artifact on disk by `skillbox extract \
+                     FILE`)",
+                );
+            }
+            return fail(Exit::Usage, &m, a.json);
         }
     };
     let mut setup = setup;

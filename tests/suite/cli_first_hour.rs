@@ -692,6 +692,10 @@ fn a_directory_the_user_named_is_never_invented() {
     let version = format!("demo@{digest}");
     let art = skill_tar(tmp.path(), "ok.tar");
     let art = art.to_str().expect("utf-8");
+    let skills = tmp.path().join("skills");
+    std::fs::create_dir_all(skills.join("demo")).expect("mkdir");
+    std::fs::write(skills.join("demo/SKILL.md"), SKILL).expect("write");
+    let skills_s = skills.to_str().expect("utf-8");
     // Where a default cache would be made: nothing is, for a refused --out.
     let xdg_cache = tmp.path().join("xdg-cache");
     let commands: Vec<Vec<&str>> = vec![
@@ -703,6 +707,7 @@ fn a_directory_the_user_named_is_never_invented() {
         vec!["extract", art, "--out", named],
         vec!["fetch", index, "demo", "--offline", "--out", named],
         vec!["fetch", index, "demo", "--no-cache", "--out", named],
+        vec!["publish", skills_s, "--out", named],
     ];
     for args in commands {
         for json in [false, true] {
@@ -1864,6 +1869,11 @@ fn a_url_instead_of_a_file_says_so_and_hides_its_password() {
             assert!(out.is_empty(), "{args:?}: {out}");
         }
     }
+    // The reverse: a file where `fetch` takes the index's URL says what reads a file.
+    let o = run(&["fetch", answer, "demo"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("skillbox index check FILE"), "{err}");
 }
 
 /// Ctrl-C while `extract` writes the tree (into `--out DIR` or its temporary directory): the
