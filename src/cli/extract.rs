@@ -44,8 +44,9 @@ pub struct ExtractArgs {
     /// Media type hint (e.g. the HTTP Content-Type); must agree with the bytes.
     #[arg(long, value_name = "MIME")]
     media_type: Option<String>,
-    /// Directory to stage into; must not exist yet (it is created). Without it a temporary
-    /// directory is used and removed afterwards. With --server, the accepted tree is fetched
+    /// Directory to stage into; must not exist yet (it is created), in a directory that does.
+    /// Without it a temporary directory is used and removed afterwards. A Ctrl-C removes
+    /// either (exit 130). With --server, the accepted tree is fetched
     /// from the broker into it (every SHA-256 checked), which works over TCP too.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,

@@ -127,8 +127,8 @@ pub struct FetchArgs {
     /// and flags combined; proxy credentials redacted) in the policy file's format, and exit.
     #[arg(long)]
     print_policy: bool,
-    /// Directory to stage into; must not exist yet. Without it a temporary directory is used
-    /// and removed afterwards.
+    /// Directory to stage into; must not exist yet, in a directory that does. Without it a
+    /// temporary directory is used and removed afterwards. A Ctrl-C removes either (exit 130).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Print one JSON object (`extraction` as `extract --json` prints it, plus `provenance`);

@@ -113,7 +113,8 @@ pub enum Command {
     /// Verify and extract one artifact (a zip, tar, tar.gz or tar.zst archive, or a SKILL.md).
     ///
     /// Exit status: 0 accepted, 3 rejected (the reason is printed), 1 operational error,
-    /// 2 usage error. On rejection nothing is left on disk.
+    /// 2 usage error, 130 interrupted (Ctrl-C). On rejection or interruption nothing is left on
+    /// disk.
     Extract(extract::ExtractArgs),
     /// Check that confinement works on this host: Landlock, seccomp, the uid switch and the
     /// limits, by running real confined children. Exit status 0 if it works, 1 if it would fail.
