@@ -122,6 +122,9 @@ pub fn run(
     sandbox: &SandboxArgs,
     ahead: Option<ChildAhead>,
 ) -> Result<Exit, Failure> {
+    if args.server.is_none() {
+        super::interrupt::start();
+    }
     let expected_digest = match &args.digest {
         Some(d) => Some(
             d.parse::<Sha256Digest>()

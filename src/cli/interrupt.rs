@@ -26,10 +26,13 @@ static STAGING: Mutex<Option<PathBuf>> = Mutex::new(None);
 static ARRIVED: AtomicI32 = AtomicI32::new(0);
 const HANDLED: i32 = -1;
 
-/// Start watching the signals, once per process, and return when the handlers are installed
-/// (so none of the signals can take its default action on a directory made after this).
-fn watch() {
-    static WATCHING: OnceLock<()> = OnceLock::new();
+/// The watcher thread, once started: a message when its handlers are installed.
+static WATCHING: OnceLock<Mutex<Option<std::sync::mpsc::Receiver<()>>>> = OnceLock::new();
+
+/// Start watching the signals, once per process, without waiting: called as a command starts,
+/// so the thread and its handlers are ready by the time a tree is staged (one-shot start-up is
+/// measured; nothing waits for this unless it is not done by then, [`staging`]).
+pub fn start() {
     WATCHING.get_or_init(|| {
         let (ready, installed) = std::sync::mpsc::channel();
         let spawned = std::thread::Builder::new()
@@ -67,10 +70,20 @@ fn watch() {
                     }
                 });
             });
-        if spawned.is_ok() {
-            let _ = installed.recv();
-        }
+        Mutex::new(spawned.is_ok().then_some(installed))
     });
+}
+
+/// Wait until the handlers are installed (so none of the signals can take its default action
+/// on a directory made after this).
+fn watch() {
+    start();
+    if let Some(watching) = WATCHING.get() {
+        let mut installed = watching.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(rx) = installed.take() {
+            let _ = rx.recv();
+        }
+    }
 }
 
 /// What a signal does: held once while a tree is staged, else the end of the command.
