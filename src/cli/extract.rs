@@ -44,8 +44,9 @@ pub struct ExtractArgs {
     /// Media type hint (e.g. the HTTP Content-Type); must agree with the bytes.
     #[arg(long, value_name = "MIME")]
     media_type: Option<String>,
-    /// Directory to stage into; must not exist yet (it is created). Without it a temporary
-    /// directory is used and removed afterwards. With --server, the accepted tree is fetched
+    /// Directory to stage into; must not exist yet (it is created), in a directory that does.
+    /// Without it a temporary directory is used and removed afterwards. A Ctrl-C removes
+    /// either (exit 130). With --server, the accepted tree is fetched
     /// from the broker into it (every SHA-256 checked), which works over TCP too.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -121,6 +122,9 @@ pub fn run(
     sandbox: &SandboxArgs,
     ahead: Option<ChildAhead>,
 ) -> Result<Exit, Failure> {
+    if args.server.is_none() {
+        super::interrupt::start();
+    }
     let expected_digest = match &args.digest {
         Some(d) => Some(
             d.parse::<Sha256Digest>()
@@ -133,15 +137,28 @@ pub fn run(
     // word, it left the person sure the broker took the wrapper, then refused it.
     if args.server.is_some() && limits.accept_wrapper {
         return Err(Failure::usage(
-            "--accept-wrapper (or accept_wrapper in --limits) is not sent to a broker: its own \
-             limits decide (serve --limits FILE with accept_wrapper = true)",
+            "--accept-wrapper (or accept_wrapper in --limits) is not sent to a broker: a request \
+             may only tighten its limits, and whether it takes the `.skill` layout is its own \
+             setting (serve --limits FILE with accept_wrapper = true). Drop the flag (a broker \
+             that takes the layout takes it without), or drop --server to extract it here",
         ));
     }
     let given = args.artifact_type.map(|t| match t {
         TypeArg::SkillMd => ArtifactType::SkillMd,
         TypeArg::Archive => ArtifactType::Archive,
     });
-    let artifact = open_artifact(&args.artifact)?;
+    let artifact = open_artifact(&args.artifact).map_err(|mut f| {
+        if f.message.ends_with("not a URL") {
+            f.message.push_str(
+                " (`skillbox fetch INDEX_URL SKILL_NAME` downloads a skill its discovery index \
+                 lists and extracts it; `skillbox extract FILE` one already on disk)",
+            );
+        }
+        f
+    })?;
+    if let Some(out) = &args.out {
+        super::staging::check_out(out).map_err(Failure::usage)?;
+    }
     let req = Request {
         media_type: args.media_type.clone(),
         expected_digest,
@@ -172,6 +189,12 @@ pub fn run(
         super::sandbox::extract(sandbox, &artifact, dir.as_fd(), &req, ahead)
             .map_err(|e| Failure::operational(e.to_string()))
     });
+    // A Ctrl-C while the child ran ended it too: whatever it answered (a crash, or even an
+    // acceptance after a SIGTERM sent to skillbox alone), nothing is kept.
+    if let Some(sig) = super::interrupt::take() {
+        staging.discard();
+        super::interrupt::end(sig, args.json);
+    }
     let (outcome, report) = match confined {
         Ok(c) => (c.outcome, c.sandbox),
         Err(f) => {
@@ -198,12 +221,7 @@ pub fn run(
 /// entry), for a person reading the text answer. `remote`: the broker decides by its own
 /// limits, and `--accept-wrapper` is not sent to it.
 fn wrapper_hint(outcome: &skillbox::intake::Outcome, remote: bool) -> Option<String> {
-    let r = outcome.reason.as_ref()?;
-    let dir = r.entry.as_deref()?.strip_suffix("/SKILL.md")?;
-    if r.code != skillbox::reason::ReasonCode::MissingSkillMd || dir.is_empty() || dir.contains('/')
-    {
-        return None;
-    }
+    wrapped_entry(outcome)?;
     Some(if remote {
         "a broker takes this layout when its limits file sets `accept_wrapper = true` \
          (serve --limits); the directory's name must be the skill's name"
@@ -212,6 +230,19 @@ fn wrapper_hint(outcome: &skillbox::intake::Outcome, remote: bool) -> Option<Str
         "--accept-wrapper takes this layout (the directory's name must be the skill's name)"
             .to_owned()
     })
+}
+
+/// The `<dir>/SKILL.md` entry of a `missing_skill_md` refusal of the `.skill` packager's layout
+/// (the engine names the wrapped SKILL.md as the entry), or `None` for any other answer.
+fn wrapped_entry(outcome: &skillbox::intake::Outcome) -> Option<&str> {
+    let r = outcome.reason.as_ref()?;
+    let entry = r.entry.as_deref()?;
+    let dir = entry.strip_suffix("/SKILL.md")?;
+    if r.code != skillbox::reason::ReasonCode::MissingSkillMd || dir.is_empty() || dir.contains('/')
+    {
+        return None;
+    }
+    Some(entry)
 }
 
 /// Open the artifact a command line names. A path that names no regular file (nothing there,
@@ -237,6 +268,18 @@ pub fn open_artifact(path: &Path) -> Result<File, Failure> {
 pub fn names_a_file(path: &Path) -> Result<(), Failure> {
     let not_a_file = |what: &str| Failure::usage(format!("{}: {what}", path.display()));
     match std::fs::metadata(path) {
+        // A URL typed where a file goes: said as one, and shown as refused URLs are (masked
+        // from its first possible user information on), never with the password it may hold.
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                && path.to_str().is_some_and(skillbox::urls::names_a_url) =>
+        {
+            let text = path.to_str().unwrap_or_default();
+            Err(Failure::usage(format!(
+                "{}: no such file; this command reads a local file, not a URL",
+                skillbox::urls::redact_refused(text)
+            )))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(not_a_file("no such file")),
         Ok(m) if m.is_dir() => Err(not_a_file("is a directory, not a file")),
         _ => Ok(()),
@@ -254,17 +297,11 @@ fn verdict_exit(v: Verdict) -> Exit {
 /// directory; the broker keeps nothing (the staged tree is released).
 fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exit, Failure> {
     let out = args.out.as_deref();
-    if let Some(dir) = out
-        && std::fs::symlink_metadata(dir).is_ok()
-    {
-        return Err(Failure::usage(format!(
-            "--out {} already exists; give a new path",
-            dir.display()
-        )));
-    }
     let server = server_uri(server)?;
     // The tree is written only after the broker has extracted: a destination that cannot be
     // made is said before the upload, as a local extraction says it (nothing sent for nothing).
+    // One that exists, or whose directory does not, was said in [`run`] (a usage error); what
+    // is left is a parent that is no directory or cannot be reached, as `create_dir` says it.
     if let Some(dir) = out
         && let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty())
     {
@@ -281,6 +318,25 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
     }
     let done = skillbox::client::extract_blocking_into(&server, &args.artifact, req, out)
         .map_err(|e| remote_failure(&server, e))?;
+    // A `*.skill` file asks for its wrapper to be taken, as `--accept-wrapper` does, and no
+    // request can carry that (it would loosen the broker's limits): when the broker refused the
+    // layout, what was asked was not what this broker takes, the same usage error (2) as the
+    // flag, said with the setting that decides. A broker that takes the layout takes it, and
+    // any other refusal is the broker's verdict (3). Nothing was kept: a rejected tree is not
+    // staged, nor fetched into --out.
+    if req.limits.accept_wrapper
+        && done.outcome.verdict == Verdict::Rejected
+        && let Some(entry) = wrapped_entry(&done.outcome)
+    {
+        return Err(Failure::usage(format!(
+            "{}: the broker at {server} refused the `.skill` packager's layout ({entry} is not at \
+             the root: missing_skill_md); a `*.skill` file's wrapper is taken by default only \
+             by a local extract, and a request cannot ask a broker for it: the broker takes it \
+             when its limits file sets `accept_wrapper = true` (serve --limits FILE). Drop \
+             --server to extract it here",
+            args.artifact.display()
+        )));
+    }
     let summary = remote_summary(done.sandbox.as_ref());
     print_answer(
         &done.outcome,

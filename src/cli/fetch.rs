@@ -127,8 +127,8 @@ pub struct FetchArgs {
     /// and flags combined; proxy credentials redacted) in the policy file's format, and exit.
     #[arg(long)]
     print_policy: bool,
-    /// Directory to stage into; must not exist yet. Without it a temporary directory is used
-    /// and removed afterwards.
+    /// Directory to stage into; must not exist yet, in a directory that does. Without it a
+    /// temporary directory is used and removed afterwards. A Ctrl-C removes either (exit 130).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// Print one JSON object (`extraction` as `extract --json` prints it, plus `provenance`);
@@ -376,11 +376,16 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     let index_url = match urls::parse_typed(index_text) {
         Ok(u) => u,
         Err(e) => {
-            return fail(
-                Exit::Usage,
-                &format!("{}: {e}", urls::redact_refused(index_text)),
-                a.json,
-            );
+            let mut m = format!("{}: {e}", urls::redact_refused(index_text));
+            // A file where the URL goes: say what reads one.
+            if !urls::names_a_url(index_text) && Path::new(index_text).is_file() {
+                m.push_str(
+                    "; fetch takes the index's https:// URL (a local index file is read by \
+                     `skillbox index check FILE`, and an artifact on disk by `skillbox extract \
+                     FILE`)",
+                );
+            }
+            return fail(Exit::Usage, &m, a.json);
         }
     };
     let mut setup = setup;
@@ -395,10 +400,10 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
         .client
         .policy_mut()
         .bound_by_extraction_limit(limits.max_artifact_bytes);
+    // Before anything is downloaded: a tree that cannot be kept is not fetched for nothing.
     if let Some(out) = &a.out
-        && out.symlink_metadata().is_ok()
+        && let Err(m) = super::staging::check_out(out)
     {
-        let m = format!("--out {} already exists; give a new path", out.display());
         return fail(Exit::Usage, &m, a.json);
     }
     // The default cache is made whole (`~/.cache/skillbox`); a --cache-dir only in a
@@ -573,6 +578,11 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     let confined = File::open(staging.path())
         .map_err(|e| format!("cannot open {}: {e}", staging.path().display()))
         .and_then(|dir| engine(&acquired.hit.file, dir.as_fd(), &req).map_err(|e| e.to_string()));
+    // A Ctrl-C while the child ran ended it too: whatever it answered, nothing is kept.
+    if let Some(sig) = super::interrupt::take() {
+        staging.discard();
+        super::interrupt::end(sig, a.json);
+    }
     let Confined { outcome, sandbox } = match confined {
         Ok(c) => c,
         Err(m) => {

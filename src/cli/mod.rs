@@ -3,7 +3,8 @@
 //!
 //! One file per command ([`extract`], [`fetch`], [`index`], [`diff`], [`replay`], [`serve`],
 //! [`doctor`], [`publish`]), plus the flags several share ([`sandbox`], [`limits`]), the printed answer
-//! ([`output`]), where one-shot commands stage ([`staging`]), the one exit-code type
+//! ([`output`]), where one-shot commands stage ([`staging`]) and what a Ctrl-C does meanwhile
+//! ([`interrupt`]), the one exit-code type
 //! ([`exit`]), and the completion scripts and man page generated from these types
 //! ([`completions`]). Nothing here decides a verdict or touches artifact bytes.
 
@@ -84,6 +85,7 @@ pub mod exit;
 pub mod extract;
 pub mod fetch;
 pub mod index;
+pub mod interrupt;
 pub mod lifecycle;
 pub mod limits;
 pub mod output;
@@ -111,7 +113,8 @@ pub enum Command {
     /// Verify and extract one artifact (a zip, tar, tar.gz or tar.zst archive, or a SKILL.md).
     ///
     /// Exit status: 0 accepted, 3 rejected (the reason is printed), 1 operational error,
-    /// 2 usage error. On rejection nothing is left on disk.
+    /// 2 usage error, 130 interrupted (Ctrl-C). On rejection or interruption nothing is left on
+    /// disk.
     Extract(extract::ExtractArgs),
     /// Check that confinement works on this host: Landlock, seccomp, the uid switch and the
     /// limits, by running real confined children. Exit status 0 if it works, 1 if it would fail.

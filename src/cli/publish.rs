@@ -184,6 +184,9 @@ fn source_date_epoch() -> Result<u64, Failure> {
 fn publish(args: &PublishArgs, sandbox_args: &SandboxArgs) -> Result<Exit, Fail> {
     let opts = options(args)?;
     let (mut skills, prior) = publish::discover(&args.skills_dir).map_err(fail)?;
+    // Said as for every directory a flag names ([`super::parent_exists`]); [`stage_dir`] checks
+    // OUT_DIR's real parent again, once every link on the way is resolved.
+    super::parent_exists("--out", &args.out).map_err(|m| Fail::from(Failure::usage(m)))?;
     let real_out = real_out(&args.out)?;
     out_outside_skills(&args.out, &real_out, &mut skills)?;
     if skills.is_empty() && prior.is_empty() {

@@ -451,7 +451,8 @@ fn a_bad_server_uri_is_a_usage_error_and_its_password_is_never_shown() {
 
 /// `extract --server URI --out DIR` whose DIR cannot be made (its parent missing, or a file)
 /// fails before the upload, as a local `extract --out` says it: it failed only after the
-/// broker had extracted the artifact for nothing.
+/// broker had extracted the artifact for nothing. A missing parent is a usage error (2), as for
+/// every directory the user names; a parent that is a file cannot be created into (1).
 #[test]
 fn extract_through_a_server_checks_out_before_the_upload() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -461,14 +462,27 @@ fn extract_through_a_server_checks_out_before_the_upload() {
     std::fs::write(&file, b"x").expect("write");
     let s = Serve::start(dir.path(), &[]);
     let uri = s.uri();
-    for out in [dir.path().join("no/such/out"), file.join("out")] {
+    let missing = dir.path().join("no/such");
+    for (out, code, says) in [
+        (
+            missing.join("out"),
+            2,
+            format!("{} does not exist", missing.display()),
+        ),
+        (
+            file.join("out"),
+            1,
+            format!("cannot create {}", file.join("out").display()),
+        ),
+    ] {
         let out = out.to_str().expect("utf-8");
         let local = run(&["extract", "--out", out, art]);
         let o = run(&["extract", "--server", &uri, "--out", out, art]);
         let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{out}: {err}");
         assert_eq!(o.status.code(), local.status.code(), "{out}: {err}");
         assert_eq!(err, text(&local.stderr), "{out}");
-        assert!(err.contains(&format!("cannot create {out}")), "{err}");
+        assert!(err.contains(&says), "{err}");
         assert!(
             !s.log().contains("answered"),
             "the broker extracted:\n{}",
@@ -663,7 +677,10 @@ fn serve_makes_no_directory_the_user_did_not_name() {
 /// whole chain (`/typo` too, at the root as root), and so did `approve --store /typo/x` and
 /// every command that writes the store. Each is a usage error (2, a JSON error object under
 /// `--json`) that names the missing directory and makes nothing; `cache list|verify|prune`
-/// say it too (they said "no cache", exit 0). The default locations are still made whole.
+/// say it too (they said "no cache", exit 0). So is `extract --out /typo/x` and `fetch --out
+/// /typo/x` (both exit 1, `fetch` only after the download, and `extract` after extracting for
+/// nothing through a broker): said before anything is read, fetched or cached. The default
+/// locations are still made whole.
 #[test]
 fn a_directory_the_user_named_is_never_invented() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -673,12 +690,24 @@ fn a_directory_the_user_named_is_never_invented() {
     let index = "https://skills.example.invalid/.well-known/agent-skills/index.json";
     let digest = format!("sha256:{}", "0".repeat(64));
     let version = format!("demo@{digest}");
+    let art = skill_tar(tmp.path(), "ok.tar");
+    let art = art.to_str().expect("utf-8");
+    let skills = tmp.path().join("skills");
+    std::fs::create_dir_all(skills.join("demo")).expect("mkdir");
+    std::fs::write(skills.join("demo/SKILL.md"), SKILL).expect("write");
+    let skills_s = skills.to_str().expect("utf-8");
+    // Where a default cache would be made: nothing is, for a refused --out.
+    let xdg_cache = tmp.path().join("xdg-cache");
     let commands: Vec<Vec<&str>> = vec![
         vec!["fetch", index, "demo", "--offline", "--cache-dir", named],
         vec!["cache", "list", "--cache-dir", named],
         vec!["cache", "verify", "--cache-dir", named],
         vec!["cache", "prune", "--older-than", "1d", "--cache-dir", named],
         vec!["approve", &version, "--store", named],
+        vec!["extract", art, "--out", named],
+        vec!["fetch", index, "demo", "--offline", "--out", named],
+        vec!["fetch", index, "demo", "--no-cache", "--out", named],
+        vec!["publish", skills_s, "--out", named],
     ];
     for args in commands {
         for json in [false, true] {
@@ -686,7 +715,13 @@ fn a_directory_the_user_named_is_never_invented() {
             if json {
                 args.push("--json");
             }
-            let o = run(&args);
+            let o = Command::new(bin())
+                .args(&args)
+                .env_remove("XDG_RUNTIME_DIR")
+                .env("XDG_CACHE_HOME", &xdg_cache)
+                .output()
+                .expect("spawn skillbox");
+            assert!(!xdg_cache.exists(), "{args:?} made the default cache");
             let err = text(&o.stderr);
             assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
             assert!(
@@ -730,7 +765,10 @@ fn wrapped_zip(path: &Path, dir: &str, entries: &[(&str, &[u8])]) {
 /// layout) is refused `missing_skill_md`, and the person reading the text answer is told what
 /// takes it: `--accept-wrapper` locally; through a broker, its limits file (the flag is not
 /// sent). The machine-readable answer keeps its reason code and carries no hint; another
-/// missing SKILL.md gets none.
+/// missing SKILL.md gets none. A `*.skill` file asks for its wrapper to be taken, as the flag
+/// does: a broker whose limits refuse the layout makes that the flag's usage error (2, naming
+/// the setting that decides; it was a rejection, 3, the file's request dropped unsaid), and a
+/// broker whose limits take it takes it.
 #[test]
 fn a_wrapped_zip_is_refused_with_a_hint_at_what_takes_it() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -782,6 +820,50 @@ fn a_wrapped_zip_is_refused_with_a_hint_at_what_takes_it() {
     assert_eq!(o.status.code(), Some(3), "{out}{}", text(&o.stderr));
     assert!(out.contains("accept_wrapper = true"), "{out}");
     assert!(!out.contains("--accept-wrapper"), "{out}");
+    // The same bytes as a `.skill` file: taken locally (its wrapper is accepted by default),
+    // and through this broker the usage error the flag gets, with or without --json.
+    let skill_file = tmp.path().join("demo.skill");
+    std::fs::copy(&zip, &skill_file).expect("copy");
+    let skill_s = skill_file.to_str().expect("utf-8");
+    let o = run(&["extract", skill_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stdout));
+    let uri = s.uri();
+    for json in [false, true] {
+        let mut args = vec!["extract", "--server", &uri, skill_s];
+        if json {
+            args.push("--json");
+        }
+        let o = run(&args);
+        let err = text(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{args:?}: {err}{}",
+            text(&o.stdout)
+        );
+        assert!(err.contains("accept_wrapper = true"), "{err}");
+        assert!(err.contains("demo/SKILL.md"), "{err}");
+        assert!(err.contains("Drop --server"), "{err}");
+        if json {
+            let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON answer");
+            assert_eq!(v["error"]["exit"], 2, "{v}");
+            assert_eq!(v["error"]["kind"], "usage", "{v}");
+        } else {
+            assert!(o.stdout.is_empty(), "{}", text(&o.stdout));
+        }
+    }
+    // A `.skill` file the broker refuses for another reason keeps the broker's verdict.
+    let flat = tmp.path().join("flat.skill");
+    tar_at(&flat, &[("README", b"no skill here")]);
+    let o = run(&[
+        "extract",
+        "--server",
+        &s.uri(),
+        flat.to_str().expect("utf-8"),
+    ]);
+    let out = text(&o.stdout);
+    assert_eq!(o.status.code(), Some(3), "{out}{}", text(&o.stderr));
+    assert!(out.contains("missing_skill_md"), "{out}");
     drop(s);
     let lenient = tmp.path().join("lenient");
     std::fs::create_dir(&lenient).expect("mkdir");
@@ -789,6 +871,8 @@ fn a_wrapped_zip_is_refused_with_a_hint_at_what_takes_it() {
     std::fs::write(&limits, "accept_wrapper = true\n").expect("write");
     let s = Serve::start(&lenient, &["--limits", limits.to_str().expect("utf-8")]);
     let o = run(&["extract", "--server", &s.uri(), zip_s]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), s.log());
+    let o = run(&["extract", "--server", &s.uri(), skill_s]);
     assert_eq!(o.status.code(), Some(0), "{}{}", text(&o.stdout), s.log());
 }
 
@@ -1748,4 +1832,136 @@ fn fetch_progress_only_on_a_terminal() {
         "{}",
         text(&piped.stderr)
     );
+}
+
+/// A URL typed where a file goes (`extract https://...`, `diff`) is a usage error (2) that says
+/// it is a URL and, for `extract`, what downloads one; the password a URL may carry is never
+/// shown (the message was "URL: no such file", the URL echoed whole).
+#[test]
+fn a_url_instead_of_a_file_says_so_and_hides_its_password() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = "S3cretPw";
+    let url = format!("https://alice:{secret}@skills.example.invalid/demo.zip");
+    let answer = dir.path().join("answer.json");
+    std::fs::write(&answer, b"{}").expect("write");
+    let answer = answer.to_str().expect("utf-8");
+    for args in [
+        vec!["extract", url.as_str()],
+        vec!["extract", "--json", url.as_str()],
+        vec!["diff", url.as_str(), answer],
+        vec!["diff", "--json", url.as_str(), answer],
+    ] {
+        let o = run(&args);
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{args:?}:\n{out}\n{err}"
+        );
+        assert!(err.contains("not a URL"), "{args:?}: {err}");
+        if args[0] == "extract" {
+            assert!(err.contains("skillbox fetch"), "{args:?}: {err}");
+        }
+        if args.contains(&"--json") {
+            let v: Value = serde_json::from_str(&out).expect("one JSON answer");
+            assert_eq!(v["error"]["exit"], 2, "{v}");
+        } else {
+            assert!(out.is_empty(), "{args:?}: {out}");
+        }
+    }
+    // The reverse: a file where `fetch` takes the index's URL says what reads a file.
+    let o = run(&["fetch", answer, "demo"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("skillbox index check FILE"), "{err}");
+}
+
+/// Ctrl-C while `extract` writes the tree (into `--out DIR` or its temporary directory): the
+/// confined child ends with it (one process group, as a terminal signals it), and the command
+/// removes what was written and ends 130 (128 + SIGINT), with one JSON error object under
+/// `--json`. Killed by the signal's default action, it left DIR half-written (a package never
+/// checked whole) and a `skillbox-XXXX` directory in TMPDIR.
+#[test]
+fn ctrl_c_during_an_extraction_leaves_nothing_behind() {
+    use std::os::unix::process::CommandExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Incompressible files, enough that writing them takes a while: the signal comes mid-way.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let files: Vec<(String, Vec<u8>)> = (0..4000)
+        .map(|i| {
+            let mut data = vec![0u8; 32 * 1024];
+            for chunk in data.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                chunk.copy_from_slice(&x.to_le_bytes());
+            }
+            (format!("data/f{i:05}.bin"), data)
+        })
+        .collect();
+    let mut entries: Vec<(&str, &[u8])> = vec![("SKILL.md", SKILL)];
+    entries.extend(files.iter().map(|(p, d)| (p.as_str(), d.as_slice())));
+    let art = dir.path().join("big.tar");
+    tar_at(&art, &entries);
+    drop(files);
+    for (json, with_out) in [(false, true), (true, true), (false, false)] {
+        let tmp = dir.path().join(format!("tmp-{json}-{with_out}"));
+        std::fs::create_dir(&tmp).expect("mkdir");
+        let out = dir.path().join(format!("out-{json}-{with_out}"));
+        let mut cmd = Command::new(bin());
+        cmd.arg("extract").arg(&art);
+        if with_out {
+            cmd.arg("--out").arg(&out);
+        }
+        if json {
+            cmd.arg("--json");
+        }
+        let child = cmd
+            .env("TMPDIR", &tmp)
+            .env_remove("XDG_RUNTIME_DIR")
+            .process_group(0)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn extract");
+        // Wait for the first data file on disk, wherever the tree is staged.
+        let writing = || {
+            let root = if with_out {
+                Some(out.clone())
+            } else {
+                std::fs::read_dir(&tmp)
+                    .ok()
+                    .and_then(|mut d| d.next())
+                    .and_then(Result::ok)
+                    .map(|e| e.path())
+            };
+            root.and_then(|r| std::fs::read_dir(r.join("data")).ok())
+                .is_some_and(|mut d| d.next().is_some())
+        };
+        let until = Instant::now() + Duration::from_secs(60);
+        while !writing() {
+            assert!(Instant::now() < until, "the tree was never written");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGINT).expect("killpg");
+        let o = child.wait_with_output().expect("wait");
+        let (stdout, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(130),
+            "{json} {with_out}: {err}{stdout}"
+        );
+        assert!(err.contains("interrupted (SIGINT)"), "{err}");
+        assert!(!out.exists(), "{} was left behind", out.display());
+        let left: Vec<_> = std::fs::read_dir(&tmp).expect("read_dir").collect();
+        assert!(left.is_empty(), "TMPDIR holds {left:?}");
+        if json {
+            let v: Value = serde_json::from_str(&stdout).expect("one JSON answer");
+            assert_eq!(v["error"]["exit"], 130, "{v}");
+            assert_eq!(v["error"]["kind"], "interrupted", "{v}");
+        } else {
+            assert!(stdout.is_empty(), "{stdout}");
+        }
+    }
 }
