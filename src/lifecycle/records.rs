@@ -1155,9 +1155,7 @@ impl Records {
                 // A session that went away (the server stopped or restarted mid-command) is
                 // said as such, with what to do, on whichever statement found it.
                 let location = self.location.as_str();
-                let mut tx = c
-                    .transaction()
-                    .map_err(|e| lost_at(pg_err(e), location))?;
+                let mut tx = c.transaction().map_err(|e| lost_at(pg_err(e), location))?;
                 // The sequence numbers (MAX(seq) + 1) and the migrations rely on one writer at
                 // a time, as SQLite's BEGIN IMMEDIATE gives: taken first, held to commit. The
                 // wait ends after the session's lock_timeout, naming who holds the lock.

@@ -2940,7 +2940,10 @@ fn the_registry_going_away_mid_command_is_said_and_a_rerun_completes() {
             String::from_utf8_lossy(&o.stdout),
             String::from_utf8_lossy(&o.stderr)
         );
-        assert!(!all.contains(&pg.password), "the password was printed: {all}");
+        assert!(
+            !all.contains(&pg.password),
+            "the password was printed: {all}"
+        );
         all
     };
 
@@ -3001,7 +3004,10 @@ fn the_registry_going_away_mid_command_is_said_and_a_rerun_completes() {
     let o = finish(&a, held);
     expect_code(&o, 1);
     let all = no_secret(&o);
-    assert!(all.contains("lost the connection to the records at"), "{all}");
+    assert!(
+        all.contains("lost the connection to the records at"),
+        "{all}"
+    );
     assert!(
         all.contains("run the command again once the server answers"),
         "{all}"
@@ -3125,7 +3131,9 @@ fn records_not_skillboxs_or_too_new_or_refusing_the_login_are_left_untouched() {
         stderr_has(&o, "password authentication failed");
         stderr_has(
             &o,
-            &format!("the server refused this user or its password (the password came from {from})"),
+            &format!(
+                "the server refused this user or its password (the password came from {from})"
+            ),
         );
     }
     let nosuch = url.replace(&format!("/{db}"), "/fleet_no_such_db");
