@@ -65,6 +65,9 @@ pub enum PgHost {
 pub struct PgLocation {
     pub user: String,
     pub password: Option<Secret>,
+    /// Where the password came from (`--records-password-file`, the URL, `PGPASSWORD`), for a
+    /// refusal of the credentials to say which one to check; never the password itself.
+    pub password_from: Option<&'static str>,
     pub host: PgHost,
     pub dbname: String,
     /// TLS (verify-full), and the CA file its trust anchors come from (none: Mozilla's).
@@ -320,9 +323,11 @@ pub fn parse_location(text: &str) -> Result<Location, Error> {
             }
         }
     };
+    let password_from = password.as_ref().map(|_| PASSWORD_IN_URL);
     Ok(Location::Postgres(PgLocation {
         user,
         password,
+        password_from,
         host,
         dbname,
         tls,
@@ -393,15 +398,20 @@ pub fn resolve_password(loc: &mut Location, file: Option<&Path>) -> Result<(), E
             ));
         }
         p.password = Some(read_password_file(path)?);
+        p.password_from = Some("--records-password-file");
         return Ok(());
     }
     if p.password.is_none()
         && let Some(pw) = std::env::var_os("PGPASSWORD").filter(|v| !v.is_empty())
     {
         p.password = Some(Secret(pw.to_string_lossy().into_owned()));
+        p.password_from = Some("PGPASSWORD");
     }
     Ok(())
 }
+
+/// [`PgLocation::password_from`] for a password written in the records URL.
+const PASSWORD_IN_URL: &str = "the records URL";
 
 fn read_password_file(path: &Path) -> Result<Secret, Error> {
     let shown = path.display();

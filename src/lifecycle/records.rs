@@ -510,13 +510,46 @@ fn pg_args(args: &[Cell]) -> Vec<Box<dyn postgres::types::ToSql + Sync>> {
 }
 
 fn pg_err(e: postgres::Error) -> Error {
-    // The server's own message (e.g. "password authentication failed for user ...") and the
-    // I/O cause; neither holds the password, and callers scrub connection errors of it too.
+    let lost = pg_lost(&e);
+    let msg = pg_text(&e);
+    if lost {
+        // Rewritten by [`Records::read`] and [`Records::write`] with where the records are
+        // and what to do ([`lost_at`]).
+        return Error::new(Kind::Operational, format!("{LOST_MARK}{msg}"));
+    }
+    Error::new(Kind::Operational, format!("records (postgres): {msg}"))
+}
+
+/// Whether `e` says the session is gone: the connection closed, an I/O error on its socket,
+/// the server shutting down or ending the session (SQLSTATE class 08, 57P01 to 57P03, 25P03).
+/// A command then cannot go on with the records, whatever step it was at.
+fn pg_lost(e: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    if e.is_closed() {
+        return true;
+    }
+    if let Some(code) = e.code() {
+        return code.code().starts_with("08")
+            || [
+                SqlState::ADMIN_SHUTDOWN,
+                SqlState::CRASH_SHUTDOWN,
+                SqlState::CANNOT_CONNECT_NOW,
+                SqlState::IDLE_IN_TRANSACTION_SESSION_TIMEOUT,
+            ]
+            .contains(code);
+    }
+    std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
+}
+
+/// The text of a PostgreSQL error: the server's own message (e.g. "password authentication
+/// failed for user ...") or the client's with its I/O cause; neither holds the password, and
+/// callers scrub connection errors of it too.
+fn pg_text(e: &postgres::Error) -> String {
     let mut msg = match e.as_db_error() {
         Some(db) => format!("{}: {}", db.severity(), db.message()),
         None => e.to_string(),
     };
-    if let Some(src) = std::error::Error::source(&e)
+    if let Some(src) = std::error::Error::source(e)
         && e.as_db_error().is_none()
     {
         let s = src.to_string();
@@ -524,7 +557,49 @@ fn pg_err(e: postgres::Error) -> Error {
             msg = format!("{msg}: {s}");
         }
     }
-    Error::new(Kind::Operational, format!("records (postgres): {msg}"))
+    msg
+}
+
+/// How [`pg_err`] starts the message of a session that is gone.
+const LOST_MARK: &str = "records (postgres): connection lost: ";
+
+/// How the message of records whose connection was lost while a command ran starts (the CLI's
+/// `withdraw` then names `--local`, as for records it cannot reach at all).
+pub const LOST: &str = "lost the connection to the records at ";
+
+/// What to do once the connection was lost mid-command. Every step of a command is journaled
+/// (an intent committed before its filesystem step), so what the lost session had not
+/// committed is not recorded, and the next command finishes or undoes what this one left.
+const LOST_TODO: &str = "the server stopped, restarted or cannot be reached; what this command had not committed is not recorded: run the command again once the server answers (it first finishes or undoes what this one left on this host)";
+
+/// `e` as said of the records at `location` when [`pg_err`] marked it as a session that is
+/// gone; any other error unchanged.
+fn lost_at(mut e: Error, location: &str) -> Error {
+    if let Some(rest) = e.message.strip_prefix(LOST_MARK) {
+        e.message = format!("{LOST}{location}: {rest}; {LOST_TODO}");
+    }
+    e
+}
+
+/// The refusal of records a newer skillbox migrated to schema `have`.
+fn newer_schema(location: &str, have: usize) -> Error {
+    Error::new(
+        Kind::Operational,
+        format!(
+            "the records at {location} use schema version {have}, {NEWER} (up to {}): a newer skillbox upgraded them; use a newer skillbox on this host (this one wrote nothing)",
+            MIGRATIONS.len()
+        ),
+    )
+}
+
+/// The refusal of a database that is not skillbox's records.
+fn not_ours(location: &str, what: &str) -> Error {
+    Error::new(
+        Kind::Usage,
+        format!(
+            "the database at {location} is not skillbox's records: {what}; nothing was written. Give --records a database of skillbox's own (an empty one: CREATE DATABASE), or the fleet's registry"
+        ),
+    )
 }
 
 /// How long a PostgreSQL write waits for the fleet's write lock before it fails, unless
@@ -590,13 +665,16 @@ const FULL: &str = "the filesystem holding the store's records.db is full";
 const READ_ONLY: &str = "is the store on a read-only filesystem?";
 /// Said of a records.db SQLite cannot read as a database.
 const CORRUPT: &str = "the store's records.db is corrupt";
+/// Said of records a newer skillbox migrated past what this one knows.
+const NEWER: &str = "newer than this skillbox knows";
 
 /// Whether `e` says the records could not be used at all (out of reach, corrupt, read-only, or
 /// on a full filesystem): `withdraw` then names `withdraw --local`, which contains a version
 /// on this host without them (it needs only a rename in the store).
 pub fn records_unusable(e: &Error) -> bool {
     e.message.starts_with(UNREACHABLE)
-        || [FULL, CORRUPT, READ_ONLY]
+        || e.message.starts_with(LOST)
+        || [FULL, CORRUPT, READ_ONLY, NEWER]
             .iter()
             .any(|m| e.message.contains(m))
 }
@@ -651,14 +729,20 @@ fn pg_connect(
             )?))
         }
     };
-    let mut client = connected.map_err(|e| {
-        let mut err = pg_err(e);
+    let unreachable = |e: postgres::Error| {
+        let mut text = format!("records (postgres): {}", pg_text(&e));
+        // Security: the server's and the client's messages never quote a password, but one
+        // found there all the same is scrubbed (as every message is masked of URL userinfo).
         if let Some(pw) = p.password.as_ref().filter(|pw| !pw.is_empty()) {
-            err.message = err.message.replace(pw.expose(), "[password]");
+            text = text.replace(pw.expose(), "[password]");
         }
-        err.message = format!("{UNREACHABLE}{shown}: {}", err.message);
-        err
-    })?;
+        let todo = connect_advice(&e, p);
+        Error::new(
+            Kind::Operational,
+            format!("{UNREACHABLE}{shown}: {text}; {todo}"),
+        )
+    };
+    let mut client = connected.map_err(unreachable)?;
     // Set once connected rather than as startup options, which a connection pooler may refuse.
     client
         .batch_execute(&format!(
@@ -666,8 +750,44 @@ fn pg_connect(
             lock_timeout.as_millis(),
             PG_IDLE_IN_TRANSACTION.as_millis()
         ))
-        .map_err(pg_err)?;
+        .map_err(unreachable)?;
     Ok(client)
+}
+
+/// What to do about a connection the server did not give: check the credentials (and where
+/// the password came from, never the password), create the database, wait for the server, or
+/// make it reachable.
+fn connect_advice(e: &postgres::Error, p: &PgLocation) -> String {
+    use postgres::error::SqlState;
+    let code = e.code();
+    if code == Some(&SqlState::INVALID_PASSWORD)
+        || code == Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
+    {
+        let from = match p.password_from {
+            Some(from) => format!("the password came from {from}"),
+            None => "no password was given".to_owned(),
+        };
+        return format!(
+            "the server refused this user or its password ({from}): check the user in the records URL and the password (--records-password-file FILE, else the URL's, else PGPASSWORD), and that the server's pg_hba.conf lets this user in from this host; nothing was recorded"
+        );
+    }
+    if code == Some(&SqlState::INVALID_CATALOG_NAME) {
+        return "the server has no such database: check the database in the records URL, or create it for skillbox (CREATE DATABASE); nothing was recorded".to_owned();
+    }
+    if code == Some(&SqlState::CANNOT_CONNECT_NOW) || code == Some(&SqlState::TOO_MANY_CONNECTIONS)
+    {
+        return "the server is starting, stopping or full: run the command again in a moment; nothing was recorded".to_owned();
+    }
+    if code.is_none() && pg_text(e).contains("password missing") {
+        return "the server asks for a password and none was given: --records-password-file FILE (mode 0600), or PGPASSWORD; nothing was recorded".to_owned();
+    }
+    if code.is_none() && pg_text(e).starts_with("error performing TLS handshake") {
+        return "the TLS handshake failed: check the server's certificate (its chain against --records-ca-file, else Mozilla's roots, and its name against the host in the records URL); nothing was recorded".to_owned();
+    }
+    if code.is_none() && pg_lost(e) {
+        return "is the PostgreSQL server running and listening there? check the host and port in the records URL and the network to it, then run the command again; nothing was recorded".to_owned();
+    }
+    "nothing was recorded; run the command again once the cause is fixed".to_owned()
 }
 
 /// The rustls client settings for the server: the fetcher's (ring, TLS 1.2 and 1.3, Mozilla's
@@ -803,15 +923,24 @@ impl Records {
     }
 
     fn migrate(&mut self, store_id: &str) -> Result<(), Error> {
-        // The common case, an up-to-date schema, takes no write lock.
+        // The common case, an up-to-date schema, takes no write lock. The records' own id is
+        // read with it: a `schema_version` table of another program's, without skillbox's
+        // `meta`, goes on to the write below, which looks closer and refuses it.
         let fresh = self.read(|tx| {
             let rows = tx.rows("SELECT MAX(version) FROM schema_version", &[])?;
-            Ok(rows.first().map(|r| r.opt_int(0)).transpose()?.flatten())
+            let v = rows.first().map(|r| r.opt_int(0)).transpose()?.flatten();
+            tx.rows("SELECT value FROM meta WHERE name = 'records_id'", &[])?;
+            Ok(v)
         });
-        if let Ok(Some(v)) = fresh
-            && usize::try_from(v).is_ok_and(|v| v == MIGRATIONS.len())
-        {
-            return self.compact_after_scrub();
+        if let Ok(Some(v)) = fresh {
+            match usize::try_from(v) {
+                Ok(v) if v == MIGRATIONS.len() => return self.compact_after_scrub(),
+                // Refused before anything is written or locked: an older skillbox (this one)
+                // must not write records a newer one migrated (its rows may mean more than it
+                // knows).
+                Ok(v) if v > MIGRATIONS.len() => return Err(newer_schema(&self.location, v)),
+                _ => {}
+            }
         }
         // Security: these are substituted into SQL text, so each is checked to be of a charset
         // that cannot end a string literal (a host name, a hex id, an RFC 3339 time).
@@ -835,7 +964,13 @@ impl Records {
             c.pragma_update(None, "secure_delete", "ON")
                 .map_err(db_err)?;
         }
+        let location = self.location.clone();
         let migrated = self.write(|tx| {
+            // Security: skillbox's schema goes only into a database that holds nothing else,
+            // and migrations only into skillbox's own records: a database of another program
+            // given by mistake (or a typo naming one) is refused before anything is written,
+            // never filled with skillbox's tables or altered by its migrations.
+            tx.check_ours(&location)?;
             tx.exec(
                 "CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)",
                 &[],
@@ -844,13 +979,7 @@ impl Records {
             let have = have.first().map(|r| r.opt_int(0)).transpose()?.flatten();
             let have = usize::try_from(have.unwrap_or(0)).unwrap_or(0);
             if have > MIGRATIONS.len() {
-                return Err(Error::new(
-                    Kind::Operational,
-                    format!(
-                        "the records use schema version {have}; this skillbox knows up to {}: use a newer skillbox",
-                        MIGRATIONS.len()
-                    ),
-                ));
+                return Err(newer_schema(&location, have));
             }
             for (i, m) in MIGRATIONS.iter().enumerate().skip(have) {
                 match m {
@@ -1001,7 +1130,7 @@ impl Records {
                 "SELECT set_config('application_name', $1, false)",
                 &[&format!("skillbox@{}", self.host)],
             )
-            .map_err(pg_err)?;
+            .map_err(|e| lost_at(pg_err(e), &self.location))?;
         }
         Ok(())
     }
@@ -1023,7 +1152,10 @@ impl Records {
                 Ok(out)
             }
             Backend::Postgres(c) => {
-                let mut tx = c.transaction().map_err(pg_err)?;
+                // A session that went away (the server stopped or restarted mid-command) is
+                // said as such, with what to do, on whichever statement found it.
+                let location = self.location.as_str();
+                let mut tx = c.transaction().map_err(|e| lost_at(pg_err(e), location))?;
                 // The sequence numbers (MAX(seq) + 1) and the migrations rely on one writer at
                 // a time, as SQLite's BEGIN IMMEDIATE gives: taken first, held to commit. The
                 // wait ends after the session's lock_timeout, naming who holds the lock.
@@ -1034,9 +1166,9 @@ impl Records {
                     if timed_out {
                         return Err(lock_held(c, self.lock_timeout));
                     }
-                    return Err(pg_err(e));
+                    return Err(lost_at(pg_err(e), location));
                 }
-                in_pg(tx, host, f)
+                in_pg(tx, host, f).map_err(|e| lost_at(e, location))
             }
         }
     }
@@ -1057,13 +1189,14 @@ impl Records {
                 Ok(out)
             }
             Backend::Postgres(c) => {
+                let location = self.location.as_str();
                 let tx = c
                     .build_transaction()
                     .isolation_level(postgres::IsolationLevel::RepeatableRead)
                     .read_only(true)
                     .start()
-                    .map_err(pg_err)?;
-                in_pg(tx, host, f)
+                    .map_err(|e| lost_at(pg_err(e), location))?;
+                in_pg(tx, host, f).map_err(|e| lost_at(e, location))
             }
         }
     }
@@ -1227,6 +1360,71 @@ impl Tx<'_> {
     /// This transaction's host.
     pub fn host(&self) -> &str {
         self.host
+    }
+
+    /// The tables and views where this connection's unqualified names resolve (PostgreSQL:
+    /// the current schema; SQLite: the file, without its own `sqlite_` tables), by name.
+    fn table_names(&self) -> Result<Vec<String>, Error> {
+        let sql = match self.conn {
+            TxConn::Sqlite(_) => {
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name"
+            }
+            TxConn::Postgres(_) => {
+                "SELECT c.relname::text FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p', 'v', 'm', 'f') ORDER BY 1"
+            }
+        };
+        self.rows(sql, &[])?.iter().map(|r| r.text(0)).collect()
+    }
+
+    /// Refuse a database that is not skillbox's records (before a migration writes to it):
+    /// one holding tables without skillbox's `schema_version`, or whose `schema_version` is
+    /// not skillbox's (not whole numbers; from schema 4 on, no records id in `meta`).
+    fn check_ours(&self, location: &str) -> Result<(), Error> {
+        let tables = self.table_names()?;
+        let has = |t: &str| tables.iter().any(|n| n == t);
+        if !has("schema_version") {
+            if tables.is_empty() {
+                return Ok(());
+            }
+            let shown: Vec<String> = tables
+                .iter()
+                .take(3)
+                .map(|t| t.escape_default().to_string())
+                .collect();
+            return Err(not_ours(
+                location,
+                &format!(
+                    "it holds {} table(s) of another program ({}{}) and no skillbox schema",
+                    tables.len(),
+                    shown.join(", "),
+                    if tables.len() > 3 { ", ..." } else { "" }
+                ),
+            ));
+        }
+        let other = || not_ours(location, "its schema_version table is not skillbox's");
+        let rows = self
+            .rows("SELECT MAX(version) FROM schema_version", &[])
+            .map_err(|_| other())?;
+        let have = match rows.first().map(|r| r.cell(0)).transpose()? {
+            Some(Cell::Int(n)) => *n,
+            None | Some(Cell::Null) => 0,
+            Some(Cell::Text(_)) => return Err(other()),
+        };
+        // Schema 1 made `versions`; schema 4 the records' id, which every store is bound to.
+        let ours = match have {
+            0 => tables.len() == 1,
+            1..=3 => has("versions"),
+            _ => {
+                has("versions")
+                    && has("meta")
+                    && self
+                        .one_text("SELECT value FROM meta WHERE name = 'records_id'", &[])
+                        .ok()
+                        .flatten()
+                        .is_some()
+            }
+        };
+        if ours { Ok(()) } else { Err(other()) }
     }
 }
 impl Tx<'_> {

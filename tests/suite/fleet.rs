@@ -2908,3 +2908,348 @@ fn a_local_withdrawal_waits_for_a_restored_registry_to_know_its_version() {
     a.verify_ok();
     b.verify_ok();
 }
+
+// ------------------------------------------------------------------ the registry under failure
+
+/// The registry's server going away: nothing listening when a command starts, stopped while a
+/// command is held after its read (`withdraw:decided`), stopped and started again while one is
+/// held after its decision (`install:decided`). Each command fails (exit 1) saying what
+/// happened and what to do (a `withdraw` names `--local`, which contains without the records),
+/// never the password (in the URL or from PGPASSWORD); nothing is half-written: the registry
+/// records nothing of it, no tree of it is in the store, the links are as they were, and the
+/// command run again once the server answers completes, with store, links and registry in
+/// agreement (`verify`). (Before: a session lost mid-command said only `records (postgres):
+/// connection closed` (or the server's FATAL line), and `withdraw` did not name `--local`; a
+/// refused connection said nothing of what to do.)
+#[test]
+fn the_registry_going_away_mid_command_is_said_and_a_rerun_completes() {
+    let pg = Pg::start();
+    let db = "fleet_outage";
+    let f = Fleet::new(pg.database(db), &pg.password);
+    let (a, b) = (f.host("host-a"), f.host("host-b"));
+    let v1 = f.publish(&package(1));
+    expect_code(&a.install(&["alpha"]), 0);
+    expect_code(&b.install(&["alpha"]), 0);
+    let with_password = format!(
+        "postgres://{ADMIN}:{}@127.0.0.1:{}/{db}",
+        pg.password, pg.port
+    );
+    let no_secret = |o: &Output| {
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            !all.contains(&pg.password),
+            "the password was printed: {all}"
+        );
+        all
+    };
+
+    // Nothing listening: said, with what to check.
+    pg.stop();
+    for records in [f.records.as_str(), with_password.as_str()] {
+        let o = a.run_as(&["sync"], records, "host-a");
+        expect_code(&o, 1);
+        let all = no_secret(&o);
+        assert!(all.contains("cannot open the records at"), "{all}");
+        assert!(all.contains("is the PostgreSQL server running"), "{all}");
+    }
+    pg.restart();
+
+    // Stopped while a withdraw is held between its read and its write.
+    let vref = format!("demo@{v1}");
+    for records in [f.records.as_str(), with_password.as_str()] {
+        let mut c = a.command_as(
+            &["withdraw", &vref, "--reason", "exfiltrates", "--json"],
+            records,
+            "host-a",
+        );
+        let held = super::stopped_at(&mut c, "withdraw:decided");
+        pg.stop();
+        super::resume(held.id());
+        let o = finish(&a, held);
+        expect_code(&o, 1);
+        let all = no_secret(&o);
+        let message = json_of(&o)["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.contains("lost the connection to the records at"),
+            "{all}"
+        );
+        assert!(message.contains("withdraw SKILL@DIGEST"), "{all}");
+        assert!(message.contains("--local"), "{all}");
+        assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+        pg.restart();
+        assert_eq!(
+            pg.query_i64(
+                db,
+                "SELECT COUNT(*) FROM versions WHERE state = 'withdrawn'"
+            ),
+            0,
+            "nothing recorded"
+        );
+    }
+
+    // Stopped and started again while an install of v2 is held after its decision.
+    let v2 = f.publish(&package(2));
+    let mut c = a.install_command(&["alpha"], &[]);
+    let held = super::stopped_at(&mut c, "install:decided");
+    pg.stop();
+    pg.restart();
+    super::resume(held.id());
+    let o = finish(&a, held);
+    expect_code(&o, 1);
+    let all = no_secret(&o);
+    assert!(
+        all.contains("lost the connection to the records at"),
+        "{all}"
+    );
+    assert!(
+        all.contains("run the command again once the server answers"),
+        "{all}"
+    );
+    assert!(
+        !a.store().join("versions").join(&v2[7..]).exists(),
+        "v2's tree is in the store"
+    );
+    assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!("SELECT COUNT(*) FROM versions WHERE digest = '{v2}'")
+        ),
+        0,
+        "v2 recorded"
+    );
+
+    // Run again, each completes; nothing left over anywhere.
+    expect_code(&a.install(&["alpha"]), 0);
+    assert_eq!(a.active("alpha").as_deref(), Some(v2.as_str()));
+    let o = a.run(&["withdraw", &format!("demo@{v2}"), "--reason", "exfiltrates"]);
+    expect_code(&o, 0);
+    assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+    assert_eq!(
+        std::fs::read_dir(a.store().join("staging"))
+            .map(|d| d.count())
+            .unwrap_or(0),
+        0,
+        "a staging directory was left"
+    );
+    expect_code(&b.run(&["sync"]), 0);
+    assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
+    a.verify_ok();
+    b.verify_ok();
+    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
+    assert!(!printed.contains(&pg.password), "the password was printed");
+}
+
+/// Records skillbox must not use are refused before anything is written: another program's
+/// database (its tables and no skillbox schema; a `schema_version` table that is not
+/// skillbox's), records a newer skillbox migrated (this binary is older: a host not upgraded
+/// yet), a login the server refuses and a database it does not have. Each says what to do and
+/// never the password; `withdraw` names `--local`; the database is as it was. (Before:
+/// skillbox created its tables in another program's database beside that program's, took a
+/// text `schema_version` for corrupt records and an integer one for its own; a newer schema
+/// made `withdraw` say nothing of `--local`, and a refused login said nothing of where the
+/// password came from.)
+#[test]
+fn records_not_skillboxs_or_too_new_or_refusing_the_login_are_left_untouched() {
+    let pg = server();
+    let admin = |db: &str| pg.admin(db).unwrap_or_else(|e| panic!("admin: {e}"));
+    let tables = |db: &str| {
+        pg.query_i64(
+            db,
+            "SELECT COUNT(*) FROM pg_tables WHERE schemaname = 'public'",
+        )
+    };
+
+    // Another program's database, then with a schema_version of its own (text, then integer).
+    let foreign = pg.database("fleet_foreign");
+    admin("fleet_foreign")
+        .batch_execute(
+            "CREATE TABLE customers (id BIGINT PRIMARY KEY, name TEXT); INSERT INTO customers VALUES (1, 'ada')",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let f = Fleet::new(foreign, &pg.password);
+    let h = f.host("host-a");
+    let o = h.run(&["sync"]);
+    expect_code(&o, 2);
+    stderr_has(
+        &o,
+        "is not skillbox's records: it holds 1 table(s) of another program (customers)",
+    );
+    assert_eq!(tables("fleet_foreign"), 1, "skillbox's tables were made");
+    for (ddl, n) in [
+        (
+            "CREATE TABLE schema_version (version TEXT NOT NULL); INSERT INTO schema_version VALUES ('2024.1')",
+            2,
+        ),
+        (
+            "DROP TABLE schema_version; CREATE TABLE schema_version (version INTEGER NOT NULL); INSERT INTO schema_version VALUES (6)",
+            2,
+        ),
+    ] {
+        admin("fleet_foreign")
+            .batch_execute(ddl)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let o = h.run(&["sync", "--json"]);
+        expect_code(&o, 2);
+        stderr_has(&o, "its schema_version table is not skillbox's");
+        assert_eq!(tables("fleet_foreign"), n, "{ddl}");
+    }
+
+    // A login the server refuses: the password from PGPASSWORD, the URL, a file.
+    let db = "fleet_refusals";
+    let url = pg.database(db);
+    let f = Fleet::new(url.clone(), &pg.password);
+    let h = f.host("host-a");
+    let v1 = f.publish(&package(1));
+    expect_code(&h.install(&["alpha"]), 0);
+    let before = pg.dump(db);
+    let pwfile = f.tmp.path().join("pgpass");
+    std::fs::write(&pwfile, "WrongSecret9\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&pwfile, std::fs::Permissions::from_mode(0o600))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let in_url = url.replace(&format!("{ADMIN}@"), &format!("{ADMIN}:WrongSecret8@"));
+    for (records, from) in [
+        (url.as_str(), "PGPASSWORD"),
+        (in_url.as_str(), "the records URL"),
+        (url.as_str(), "--records-password-file"),
+    ] {
+        let mut c = h.command_as(&["sync"], records, "host-a");
+        c.env("PGPASSWORD", "WrongSecret7");
+        if from == "--records-password-file" {
+            c.arg("--records-password-file").arg(&pwfile);
+            c.env_remove("PGPASSWORD");
+        }
+        let o = h.keep(c.output().unwrap_or_else(|e| panic!("{e}")));
+        expect_code(&o, 1);
+        stderr_has(&o, "password authentication failed");
+        stderr_has(
+            &o,
+            &format!(
+                "the server refused this user or its password (the password came from {from})"
+            ),
+        );
+    }
+    let nosuch = url.replace(&format!("/{db}"), "/fleet_no_such_db");
+    let o = h.run_as(&["sync"], &nosuch, "host-a");
+    expect_code(&o, 1);
+    stderr_has(&o, "the server has no such database");
+    assert_eq!(pg.dump(db), before, "a refused login wrote");
+
+    // A newer skillbox migrated the registry (schema 7, a column this one does not know).
+    admin(db)
+        .batch_execute(
+            "ALTER TABLE versions ADD COLUMN signed_by TEXT; INSERT INTO schema_version (version) VALUES (7)",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    let before = pg.dump(db);
+    let vref = format!("demo@{v1}");
+    for args in [
+        &["sync"][..],
+        &["list"],
+        &["withdraw", &vref, "--reason", "exfiltrates"],
+    ] {
+        let o = h.run(args);
+        expect_code(&o, 1);
+        stderr_has(&o, "use schema version 7, newer than this skillbox knows");
+        stderr_has(&o, "use a newer skillbox on this host");
+        if args[0] == "withdraw" {
+            stderr_has(&o, "--local");
+        }
+        assert_eq!(pg.dump(db), before, "{args:?} wrote");
+        assert_eq!(h.active("alpha").as_deref(), Some(v1.as_str()));
+    }
+    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
+    for secret in ["WrongSecret7", "WrongSecret8", "WrongSecret9"] {
+        assert!(!printed.contains(secret), "{secret} printed: {printed}");
+    }
+}
+
+/// A rollback on A and a withdrawal on B of the version A rolls back to, in both orders
+/// (deterministic: both queue on the fleet's write lock, held by the test, in the order
+/// started). B's withdrawal first: A's rollback, decided on what it read, finds the
+/// withdrawal inside its write, records nothing (exit 9), and A's agent stays where it was.
+/// A's rollback first: B's withdrawal lists A's agent as still on it, and A's next command
+/// (`sync`) moves it off. No agent of either host ends on the withdrawn version.
+#[test]
+fn a_rollback_racing_a_withdrawal_of_its_target_never_leaves_an_agent_on_it() {
+    let pg = server();
+    for (round, withdraw_first) in [(1, true), (2, false)] {
+        let db = format!("fleet_race_rollback{round}");
+        let f = Fleet::new(pg.database(&db), &pg.password);
+        let (a, b) = (f.host("host-a"), f.host("host-b"));
+        let v1 = f.publish(&package(1));
+        expect_code(&a.install(&["alpha"]), 0);
+        expect_code(&b.install(&["alpha"]), 0);
+        let v2 = f.publish(&package(2));
+        expect_code(&a.install(&["alpha"]), 0);
+        expect_code(&b.install(&["alpha"]), 0);
+        let lock = LockHolder::take(&pg, &db);
+        let withdraw = b.command(&[
+            "withdraw",
+            &format!("demo@{v1}"),
+            "--reason",
+            "exfiltrates",
+            "--json",
+        ]);
+        let rollback = a.command(&["rollback", "demo", "--json"]);
+        let (first, second) = if withdraw_first {
+            (withdraw, rollback)
+        } else {
+            (rollback, withdraw)
+        };
+        let mut kids = vec![spawn(first)];
+        lock.wait_for(1, &mut kids);
+        kids.push(spawn(second));
+        lock.wait_for(2, &mut kids);
+        lock.release();
+        let mut outs: Vec<Output> = kids.into_iter().map(|k| finish(&a, k)).collect();
+        if !withdraw_first {
+            outs.reverse();
+        }
+        let (withdrawn, rolled) = (&outs[0], &outs[1]);
+        expect_code(withdrawn, 0);
+        if withdraw_first {
+            expect_code(rolled, 9);
+            stderr_has(rolled, "withdrawn");
+            assert_eq!(a.active("alpha").as_deref(), Some(v2.as_str()));
+        } else {
+            // Committed first, the rollback switches A's link, unless the withdrawal was
+            // committed before the switch: then the switch is not made (exit 1, a problem
+            // line) and the records keep A's agent on v2, where its link is.
+            let out = explain(rolled);
+            match code(rolled) {
+                0 => assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()), "{out}"),
+                1 => {
+                    assert!(
+                        out.contains("it was withdrawn after this move was recorded"),
+                        "{out}"
+                    );
+                    assert_eq!(a.active("alpha").as_deref(), Some(v2.as_str()), "{out}");
+                }
+                other => panic!("rollback exit {other}: {out}"),
+            }
+            let listed = host_agents(&json_of(withdrawn)["still_on"]);
+            assert!(
+                listed.is_empty() || listed == pairs(&[("host-a", "alpha")]),
+                "{}",
+                explain(withdrawn)
+            );
+            // A's next command moves its agent off v1 (there is no older version: it loses
+            // the skill); one the switch left on v2 stays there.
+            expect_code(&a.run(&["sync"]), 0);
+            assert_ne!(a.active("alpha").as_deref(), Some(v1.as_str()));
+        }
+        assert_eq!(b.active("alpha").as_deref(), Some(v2.as_str()));
+        assert_eq!(users(&pg, &db, &v1), 0, "round {round}");
+        assert_eq!(still_on(&a), Vec::<(String, String)>::new());
+        a.verify_ok();
+        b.verify_ok();
+    }
+}
