@@ -490,9 +490,9 @@ impl Fleet {
     }
 
     /// A host: its directory (holding its store and agents) is made, as a host's home would
-    /// be there; a `--store` is made only in a directory that exists.
+    /// be there; a `--store` and an `--agent NAME=DIR` are made only in a directory that exists.
     fn host(&self, name: &'static str) -> Host<'_> {
-        std::fs::create_dir_all(self.tmp.path().join(name)).expect("host directory");
+        std::fs::create_dir_all(self.tmp.path().join(name).join("agents")).expect("host directory");
         Host { fleet: self, name }
     }
 

@@ -50,6 +50,9 @@ impl World {
         let ca_file = tmp.path().join("ca.pem");
         std::fs::write(&ca_file, &pki.ca_pem).unwrap_or_else(|e| panic!("write ca: {e}"));
         let server = Server::start(pki.server.clone());
+        // The directory the agents' directories go in: a directory named by `--agent NAME=DIR`
+        // is used, never invented, so its parent must exist (as a named --store's).
+        std::fs::create_dir(tmp.path().join("agents")).unwrap_or_else(|e| panic!("mkdir: {e}"));
         World {
             tmp,
             ca_file,
@@ -5573,4 +5576,41 @@ fn an_index_that_redirects_is_recorded_as_typed_with_its_hop() {
     w.expect_active("delta", &b2, &o);
     assert_eq!(w.server.hits(path_r), seen + 1);
     assert_eq!(sources(&w).get("delta"), Some(&index_r));
+}
+
+/// `--agent NAME=DIR` names a directory to use, never one to invent, as `--store` does: when
+/// the directory DIR goes in does not exist, every command taking agents refuses it (exit 2)
+/// before anything is made, store included. (Before: `install` made the whole missing chain,
+/// `/typo/x/skills` made `/typo`, and linked the skill where no agent reads.)
+#[test]
+fn an_agent_directory_whose_parent_is_missing_is_refused_and_nothing_is_made() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let typo = w.tmp.path().join("typo");
+    let spec = format!("alpha={}", typo.join("x/skills").display());
+    let url = w.index_url();
+    // `~` is this world's HOME.
+    let home = "beta=~/typo/skills";
+    let version = format!("demo@{v1}");
+    for args in [
+        vec!["install", url.as_str(), "demo", "--agent", &spec],
+        vec!["install", url.as_str(), "demo", "--agent", home],
+        vec!["update", "--agent", &spec],
+        vec!["approve", &version, "--agent", &spec],
+        vec!["rollback", "demo", "--agent", &spec],
+    ] {
+        let o = w.run(&args);
+        expect_code(&o, 2);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("does not exist") && err.contains("--agent"),
+            "{args:?}: {err}"
+        );
+        assert!(!typo.exists(), "{args:?} made {}", typo.display());
+        assert!(!w.store().exists(), "{args:?} made the store");
+    }
+    // In a directory that exists, the agent's directory is made.
+    let o = w.install(&["alpha"]);
+    expect_code(&o, 0);
+    w.expect_active("alpha", &v1, &o);
 }
