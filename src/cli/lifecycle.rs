@@ -1515,8 +1515,14 @@ fn print_provenance(p: &ops::ProvenanceReport) {
     }
     println!("  events:");
     for e in &p.events {
+        // The index the agent (or the intake) took the version from: index -> version -> agent.
+        let from = match e.index_url.as_deref() {
+            Some("") => " (from a local file)".to_owned(),
+            Some(u) => format!(" (from {})", shown(u)),
+            None => String::new(),
+        };
         println!(
-            "    {}  {:<20} {:<20} {}{}",
+            "    {}  {:<20} {:<20} {}{}{from}",
             shown(&e.time),
             shown(&e.kind),
             shown(&e.actor),

@@ -3058,8 +3058,11 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
         };
         // Schema 4 (the version before this one knew only 4).
         sql("DELETE FROM schema_version WHERE version > 4", &[]);
-        // Schema 4 had no index per installation (migration 6).
+        // Schema 4 had no index per installation (migration 6), nor an agent and index per
+        // event (migration 7).
         sql("ALTER TABLE installs DROP COLUMN index_url", &[]);
+        sql("ALTER TABLE events DROP COLUMN agent", &[]);
+        sql("ALTER TABLE events DROP COLUMN index_url", &[]);
         // Written twice, as an update of a row does: the first copy is left in freed space.
         for long in [true, false] {
             for d in [&v1, &v3] {
@@ -3149,7 +3152,7 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((schema, marks), (6, 0));
+    assert_eq!((schema, marks), (7, 0));
     drop(db);
 
     let o = w.run(&["provenance", &format!("demo@{v1}"), "--json"]);
@@ -5576,6 +5579,156 @@ fn an_index_that_redirects_is_recorded_as_typed_with_its_hop() {
     w.expect_active("delta", &b2, &o);
     assert_eq!(w.server.hits(path_r), seen + 1);
     assert_eq!(sources(&w).get("delta"), Some(&index_r));
+}
+
+/// The events of `demo@digest` about an agent, as `provenance --json` lists them: kind, agent,
+/// and the index that agent took the version from (`-`: none named).
+fn agent_events(w: &World, digest: &str) -> Vec<(String, String, String)> {
+    let o = w.run(&["provenance", &format!("demo@{digest}"), "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    j["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("events: {j}"))
+        .iter()
+        .filter(|e| e["agent"].is_string())
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap_or_default().to_owned(),
+                e["agent"].as_str().unwrap_or_default().to_owned(),
+                e["index_url"].as_str().unwrap_or("-").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn triple(kind: &str, agent: &str, index: &str) -> (String, String, String) {
+    (kind.to_owned(), agent.to_owned(), index.to_owned())
+}
+
+/// Provenance runs from the index URL to the agent for every event: the same bytes taken by
+/// alpha from its publisher's index and by gamma from a mirror are two `activated` events, each
+/// naming its agent and the index it took them from, and so is each agent's move off them when
+/// they are withdrawn. Records an older version wrote (schema 6, events without either) name
+/// the agent of each such event, with the index its installation records. (Before: an event
+/// named neither, and `provenance` could not tell which index an agent's version came from
+/// once the agent had moved.)
+#[test]
+fn every_event_about_an_agent_names_the_index_it_took_the_version_from() {
+    let w = World::new();
+    let index_a = w.index_url();
+    let a1 = w.publish("demo", &package(1));
+    expect_code(&install_from(&w, &index_a, &["alpha"], &[]), 0);
+    let path_m = "/mirror/.well-known/agent-skills/index.json";
+    let index_m = w.server.url(path_m);
+    assert_eq!(publish_at(&w, path_m, &package(1)), a1);
+    expect_code(&install_from(&w, &index_m, &["gamma"], &[]), 0);
+    let arrived = [
+        triple("activated", "alpha", &index_a),
+        triple("activated", "gamma", &index_m),
+    ];
+    assert_eq!(agent_events(&w, &a1), arrived);
+    let o = w.run(&["provenance", &format!("demo@{a1}")]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("agent gamma") && l.ends_with(&format!("(from {index_m})"))),
+        "{text}"
+    );
+
+    // The same records as an older version wrote them: schema 6, no agent or index per event.
+    {
+        let db = rusqlite::Connection::open(w.store().join("records.db"))
+            .unwrap_or_else(|e| panic!("open records.db: {e}"));
+        db.execute_batch(
+            "DELETE FROM schema_version WHERE version > 6;
+             ALTER TABLE events DROP COLUMN agent;
+             ALTER TABLE events DROP COLUMN index_url;",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(agent_events(&w, &a1), arrived, "after migration 7");
+
+    // Withdrawn: each agent leaves the bytes it took from its own index.
+    let o = w.run(&["withdraw", &format!("demo@{a1}"), "--reason", "bad"]);
+    expect_code(&o, 0);
+    let events = agent_events(&w, &a1);
+    for e in [
+        triple("moved_by_withdrawal", "alpha", &index_a),
+        triple("moved_by_withdrawal", "gamma", &index_m),
+    ] {
+        assert!(events.contains(&e), "{e:?} in {events:?}");
+    }
+}
+
+/// alpha took A2 from its publisher's index A, gamma the same bytes from a mirror M (where it
+/// ran M's own m0 before), so this host last installed A2 from M. A1 and A2 are withdrawn:
+/// alpha has no version of its publisher left and loses the skill, gamma goes back to m0. Then
+/// alpha's skills directory comes back from a backup, its link on A2 again, the records having
+/// no installation for it. `sync` (and `verify`) record it again on A2 taken from A, as the
+/// event of its arrival there says, and the move off A2 takes it nowhere. (Before: recorded
+/// without an index, it took the host's, M, and `sync` moved alpha onto m0, another publisher's
+/// skill of the same name.)
+#[test]
+fn a_link_found_again_takes_the_index_its_agent_took_the_version_from() {
+    let w = World::new();
+    let index_a = w.index_url();
+    let path_m = "/m/.well-known/agent-skills/index.json";
+    let index_m = w.server.url(path_m);
+    let a1 = w.publish("demo", &package(1));
+    expect_code(&install_from(&w, &index_a, &["alpha"], &[]), 0);
+    let m0 = publish_at(&w, path_m, &publisher_package("M", 0, false));
+    expect_code(&install_from(&w, &index_m, &["gamma"], &[]), 0);
+    let a2 = w.publish("demo", &package(2));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    w.expect_active("alpha", &a2, &o);
+    w.expect_active("gamma", &m0, &o);
+    assert_eq!(publish_at(&w, path_m, &package(2)), a2);
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    w.expect_active("gamma", &a2, &o);
+    let s = sources(&w);
+    assert_eq!(
+        (s.get("alpha"), s.get("gamma")),
+        (Some(&index_a), Some(&index_m)),
+        "{s:?}"
+    );
+    let link = w.agent_dir("alpha").join("demo");
+    let backup = std::fs::read_link(&link).unwrap_or_else(|e| panic!("readlink: {e}"));
+    for d in [&a1, &a2] {
+        let o = w.run(&["withdraw", &format!("demo@{d}"), "--reason", "bad"]);
+        expect_code(&o, 0);
+    }
+    assert_eq!(w.active("alpha"), None);
+    assert_eq!(w.active("gamma").as_deref(), Some(m0.as_str()));
+
+    // sync finds the link, records it from A, and moves it off to nothing.
+    std::os::unix::fs::symlink(&backup, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha"),
+        None,
+        "sync moved alpha onto another publisher's skill: {}",
+        explain(&o)
+    );
+    assert!(
+        agent_events(&w, &a2).contains(&triple("link_found", "alpha", &index_a)),
+        "{:?}",
+        agent_events(&w, &a2)
+    );
+
+    // verify records it the same way.
+    std::os::unix::fs::symlink(&backup, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    expect_code(&w.run(&["verify", "--json"]), 1);
+    assert_eq!(sources(&w).get("alpha"), Some(&index_a));
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha"), None, "{}", explain(&o));
+    assert_eq!(w.active("gamma").as_deref(), Some(m0.as_str()));
+    assert!(still_on(&w, &a2).is_empty());
 }
 
 /// `--agent NAME=DIR` names a directory to use, never one to invent, as `--store` does: when
