@@ -5767,3 +5767,104 @@ fn an_agent_directory_whose_parent_is_missing_is_refused_and_nothing_is_made() {
     expect_code(&o, 0);
     w.expect_active("alpha", &v1, &o);
 }
+
+/// An index that redirects to another origin (a second HTTPS server on loopback, the index
+/// moved to a new host): the redirect is refused until that origin is allowed; then the index
+/// recorded for the agent (shown by `status` and `provenance`, named by its events, re-read by
+/// `update`) is the one the operator typed, and the version's provenance keeps the hop and the
+/// final URL of the index download, and the artifact's final URL on the new host. `update`
+/// re-reads the typed URL and follows the redirect again under the fetch policy: refused
+/// without `--allow-origin`, nothing changed.
+#[test]
+fn an_index_redirected_to_another_origin_is_recorded_as_typed() {
+    let w = World::new();
+    let other = pki();
+    let mut bundle = std::fs::read_to_string(&w.ca_file).unwrap_or_else(|e| panic!("read ca: {e}"));
+    bundle.push_str(&other.ca_pem);
+    std::fs::write(&w.ca_file, bundle).unwrap_or_else(|e| panic!("write ca: {e}"));
+    let moved = Server::start(other.server.clone());
+    let publish_moved = |version: u32| -> String {
+        let pkg = package(version);
+        let digest = sha(&pkg);
+        let path = format!("/pkgs/demo-{}.tar.gz", &digest[7..19]);
+        moved.route(&path, ok(&pkg, "application/gzip"));
+        let body = serde_json::json!({ "$schema": SCHEMA, "skills": [{
+            "name": "demo", "type": "archive", "description": "A demo skill",
+            "url": moved.url(&path), "digest": digest,
+        }]})
+        .to_string();
+        moved.route(INDEX, ok(body.as_bytes(), "application/json"));
+        digest
+    };
+    let path_r = "/old/.well-known/agent-skills/index.json";
+    let typed = w.server.url(path_r);
+    w.server
+        .route(path_r, Reply::Redirect(301, moved.url(INDEX)));
+    let v1 = publish_moved(1);
+    let addr = moved.addr.to_string();
+    let origin = moved.origin();
+    let allowed = [
+        "--allow-origin",
+        origin.as_str(),
+        "--allow-destination",
+        addr.as_str(),
+    ];
+
+    // Not allowed: the redirect is refused, nothing recorded.
+    let o = install_from(&w, &typed, &["delta"], &["--allow-destination", &addr]);
+    expect_code(&o, 4);
+    assert_eq!(w.active("delta"), None);
+    // Allowed: the artifact is on the new origin, not the typed index's: a person decides.
+    let o = install_from(&w, &typed, &["delta"], &allowed);
+    expect_code(&o, 6);
+    let j = json_of(&o);
+    let prov = &j["provenance"];
+    assert_eq!(prov["index_url"], typed.as_str(), "{j}");
+    assert_eq!(
+        prov["index_download"]["final_url"],
+        moved.url(INDEX).as_str(),
+        "{j}"
+    );
+    assert!(
+        prov["index_download"]["hops"][0]["location"]
+            .as_str()
+            .is_some_and(|l| l.starts_with(&origin)),
+        "{j}"
+    );
+    assert_eq!(prov["cross_origin"], true, "{j}");
+    assert!(
+        prov["final_url"]
+            .as_str()
+            .is_some_and(|u| u.starts_with(&origin)),
+        "{j}"
+    );
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v1}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("delta").as_deref(), Some(v1.as_str()));
+    assert_eq!(sources(&w).get("delta"), Some(&typed));
+    assert_eq!(
+        agent_events(&w, &v1),
+        [triple("activated", "delta", &typed)]
+    );
+
+    // update: the typed URL again, the redirect followed again under the fetch policy.
+    let v2 = publish_moved(2);
+    let seen = w.server.hits(path_r);
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 4);
+    assert_eq!(w.active("delta").as_deref(), Some(v1.as_str()));
+    assert_eq!(w.server.hits(path_r), seen + 1);
+    let mut args = vec!["update", "--json"];
+    args.extend_from_slice(&allowed);
+    let o = w.run(&args);
+    expect_code(&o, 6);
+    assert_eq!(w.server.hits(path_r), seen + 2);
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v2}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("delta").as_deref(), Some(v2.as_str()));
+    assert_eq!(sources(&w).get("delta"), Some(&typed));
+}
