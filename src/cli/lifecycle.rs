@@ -432,14 +432,32 @@ fn store_root(c: &Common) -> Result<PathBuf, Error> {
 /// said before the store is opened and before anything is made ([`super::parent_exists`], the
 /// same check). A link would otherwise create the whole missing chain (`--agent
 /// a=/typo/x/skills` made `/typo`, as root at the root), a place no agent reads. A preset typed
-/// alone is a default location, made whole as the default store is.
+/// alone is a default location, made whole as the default store is, and so is a preset's
+/// layout typed under a directory of one's own (`/src/app/.agents/skills`, what the `project`
+/// preset's refusal says to type; `/home/u/.claude/skills`): there the directory that layout
+/// goes in must exist.
 fn check_agent_dirs(agents: &[AgentArg]) -> Result<(), Error> {
+    use skillbox::lifecycle::agents::{PRESETS, absolute};
     for a in agents.iter().filter(|a| a.typed) {
         let Some(dir) = a.dir.as_deref() else {
             continue;
         };
-        let dir = skillbox::lifecycle::agents::absolute(dir)?;
-        super::parent_exists(&format!("--agent {}", a.name), &dir)
+        let dir = absolute(dir)?;
+        let layout = PRESETS
+            .iter()
+            .map(|(_, d)| std::path::Path::new(d.strip_prefix("~/").unwrap_or(d)))
+            .find(|tail| dir.ends_with(tail));
+        let named = match layout.and_then(|tail| {
+            let mut base = dir.as_path();
+            for _ in tail.components().skip(1) {
+                base = base.parent()?;
+            }
+            Some(base)
+        }) {
+            Some(base) => base.to_owned(),
+            None => dir,
+        };
+        super::parent_exists(&format!("--agent {}", a.name), &named)
             .map_err(|m| Error::new(Kind::Usage, m))?;
     }
     Ok(())

@@ -5744,10 +5744,13 @@ fn an_agent_directory_whose_parent_is_missing_is_refused_and_nothing_is_made() {
     let url = w.index_url();
     // `~` is this world's HOME.
     let home = "beta=~/typo/skills";
+    // A preset's layout is made whole, in a directory that exists.
+    let layout = format!("zeta={}", typo.join(".agents/skills").display());
     let version = format!("demo@{v1}");
     for args in [
         vec!["install", url.as_str(), "demo", "--agent", &spec],
         vec!["install", url.as_str(), "demo", "--agent", home],
+        vec!["install", url.as_str(), "demo", "--agent", &layout],
         vec!["update", "--agent", &spec],
         vec!["approve", &version, "--agent", &spec],
         vec!["rollback", "demo", "--agent", &spec],
