@@ -2102,15 +2102,14 @@ impl Tx<'_> {
         agent: &str,
         digest: &str,
     ) -> Result<Option<String>, Error> {
-        Ok(self
-            .rows(
-                "SELECT index_url FROM events WHERE host = ? AND agent = ? AND digest = ? AND kind IN ('activated', 'link_found') AND index_url IS NOT NULL ORDER BY seq DESC",
-                args![host, agent, digest],
-            )?
-            .into_iter()
-            .next()
-            .map(|r| r.text(0))
-            .transpose()?)
+        self.rows(
+            "SELECT index_url FROM events WHERE host = ? AND agent = ? AND digest = ? AND kind IN ('activated', 'link_found') AND index_url IS NOT NULL ORDER BY seq DESC",
+            args![host, agent, digest],
+        )?
+        .into_iter()
+        .next()
+        .map(|r| r.text(0))
+        .transpose()
     }
 
     /// Migration 7, for the events recorded before it: each event about one agent names that
