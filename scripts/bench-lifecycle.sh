@@ -121,7 +121,7 @@ print(f"lifecycle adds {mi - mf:+.2f} ms (target <= 5 ms); ratio {mi / mf:.2f}")
 # 2. withdraw with 1,000 agents on the version.
 times = []
 for rep in range(3):
-    store = fresh("store-w"); agents = fresh("agents-w")
+    store = fresh("store-w"); agents = fresh("agents-w"); os.makedirs(agents)
     publish(1)
     args = ["install", index, "demo", "--store", store, *net]
     for n in range(1000):

@@ -236,8 +236,9 @@ pub struct InstallArgs {
     /// The artifact's digest (required with a local artifact).
     #[arg(long, value_name = "sha256:HEX")]
     digest: Option<Sha256Digest>,
-    /// An agent to install for: a preset (claude-code, codex, project) or NAME=DIR.
-    /// Repeatable; without one the version is only stored.
+    /// An agent to install for: a preset (claude-code, codex, project) or NAME=DIR (DIR is
+    /// made if missing, only in a directory that exists, else exit 2). Repeatable; without one
+    /// the version is only stored.
     #[arg(long = "agent", value_name = "NAME[=DIR]")]
     agents: Vec<AgentArg>,
     /// Move agents whose version of the skill was taken from another index to this index's
@@ -426,6 +427,42 @@ fn store_root(c: &Common) -> Result<PathBuf, Error> {
     }
 }
 
+/// An agent's directory typed as `--agent NAME=DIR` is used, never invented, as a named
+/// `--store` is: the directory DIR goes in must exist, or this is the usage error (exit 2),
+/// said before the store is opened and before anything is made ([`super::parent_exists`], the
+/// same check). A link would otherwise create the whole missing chain (`--agent
+/// a=/typo/x/skills` made `/typo`, as root at the root), a place no agent reads. A preset typed
+/// alone is a default location, made whole as the default store is, and so is a preset's
+/// layout typed under a directory of one's own (`/src/app/.agents/skills`, what the `project`
+/// preset's refusal says to type; `/home/u/.claude/skills`): there the directory that layout
+/// goes in must exist.
+fn check_agent_dirs(agents: &[AgentArg]) -> Result<(), Error> {
+    use skillbox::lifecycle::agents::{PRESETS, absolute};
+    for a in agents.iter().filter(|a| a.typed) {
+        let Some(dir) = a.dir.as_deref() else {
+            continue;
+        };
+        let dir = absolute(dir)?;
+        let layout = PRESETS
+            .iter()
+            .map(|(_, d)| std::path::Path::new(d.strip_prefix("~/").unwrap_or(d)))
+            .find(|tail| dir.ends_with(tail));
+        let named = match layout.and_then(|tail| {
+            let mut base = dir.as_path();
+            for _ in tail.components().skip(1) {
+                base = base.parent()?;
+            }
+            Some(base)
+        }) {
+            Some(base) => base.to_owned(),
+            None => dir,
+        };
+        super::parent_exists(&format!("--agent {}", a.name), &named)
+            .map_err(|m| Error::new(Kind::Usage, m))?;
+    }
+    Ok(())
+}
+
 /// Ends the message of a command that could not reach the records: containment on this host
 /// does not need them.
 const LOCAL_HINT: &str = "; to contain a version on this host now, without the records: skillbox withdraw SKILL@DIGEST --reason TEXT --local";
@@ -551,6 +588,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
     };
     match cmd {
         LifecycleCommand::Install(a) => {
+            check_agent_dirs(&a.agents)?;
             let policy = load_policy(&a.policy)?;
             let limits = load_limits(&a.limits, &a.overrides)?;
             // The same reading as `index check`: `https:...` is a URL (refused masked if it
@@ -622,6 +660,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             Ok(show_install(&report, json_out))
         }
         LifecycleCommand::Update(a) => {
+            check_agent_dirs(&a.agents)?;
             let policy = load_policy(&a.policy)?;
             let limits = load_limits(&a.limits, &a.overrides)?;
             let mut setup = super::fetch::setup(&a.fetch, a.artifact_policy.max_bytes())
@@ -716,6 +755,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
             Ok(EXIT_OK)
         }
         LifecycleCommand::Approve(a) => {
+            check_agent_dirs(&a.agents)?;
             let mut store = open(&a.common, Access::Exclusive)?;
             let r = ops::approve(&mut store, &a.version, &who(&a.by), &a.agents)?;
             Ok(show_install(&r, json_out))
@@ -741,6 +781,7 @@ fn dispatch(cmd: LifecycleCommand, sandbox: &SandboxArgs, json_out: bool) -> Res
                     .map(|d| format!("{}@{d}", a.skill).parse::<VersionRef>())
                     .transpose()
                     .map_err(|e| Error::new(Kind::Usage, format!("--to: {e}")))?;
+            check_agent_dirs(&a.agents)?;
             let mut store = open(&a.common, Access::Exclusive)?;
             let r = ops::rollback(&mut store, &a.skill, &a.agents, to.as_ref(), &who(&a.by))?;
             show_moves("rolled back", &r, json_out);
@@ -1492,8 +1533,14 @@ fn print_provenance(p: &ops::ProvenanceReport) {
     }
     println!("  events:");
     for e in &p.events {
+        // The index the agent (or the intake) took the version from: index -> version -> agent.
+        let from = match e.index_url.as_deref() {
+            Some("") => " (from a local file)".to_owned(),
+            Some(u) => format!(" (from {})", shown(u)),
+            None => String::new(),
+        };
         println!(
-            "    {}  {:<20} {:<20} {}{}",
+            "    {}  {:<20} {:<20} {}{}{from}",
             shown(&e.time),
             shown(&e.kind),
             shown(&e.actor),

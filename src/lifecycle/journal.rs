@@ -267,15 +267,33 @@ pub fn switch_links(
             }
             // Where its link is now: where it was, or nowhere once removed off a withdrawn one.
             let now_on = if f.removed { None } else { c.from.as_deref() };
+            // The index it took that version from, as the event of its arrival there says: an
+            // intake from another index (`--switch-index`) recorded the new one with the move.
+            let host = tx.host().to_owned();
+            let back_from = match now_on {
+                Some(d) => tx.index_in_events(&host, &c.agent, d)?,
+                None => None,
+            };
             tx.set_install(&c.agent, skill, now_on)?;
+            if back_from.is_some() {
+                tx.set_install_index(&c.agent, skill, back_from.as_deref())?;
+            }
             if let Some(d) = c.from.as_deref().or(c.to.as_deref()) {
-                tx.event(
+                let index = match back_from {
+                    Some(u) => Some(u),
+                    None => tx.index_in_events(&host, &c.agent, d)?,
+                };
+                tx.event_about(
                     &time,
                     skill,
                     Some(d),
                     "switch_failed",
                     "skillbox",
                     &f.message,
+                    super::records::About {
+                        agent: Some(&c.agent),
+                        index_url: index.as_deref(),
+                    },
                 )?;
             }
         }

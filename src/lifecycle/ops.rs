@@ -18,7 +18,7 @@ use super::agents::{self, AgentArg};
 use super::journal::{self, LinkChange};
 use super::policy::{Decision, Facts, Policy};
 use super::quarantine;
-use super::records::{Event, HostRow, Install, Listed, State, Tx, Version};
+use super::records::{About, Event, HostRow, Install, Listed, State, Tx, Version};
 use super::store::{self, Store};
 use super::{Error, Kind, crash_point, now, redact_json, redact_message, redact_url};
 use crate::digest::Sha256Digest;
@@ -799,13 +799,17 @@ pub fn install(
         }
         if m.state != State::Denied {
             tx.set_index_url(&digest, index_url)?;
-            tx.event(
+            tx.event_about(
                 &time,
                 &skill,
                 Some(&digest),
                 event_kind,
                 "skillbox",
                 &format!("change: {}", v.change),
+                About {
+                    agent: None,
+                    index_url,
+                },
             )?;
         }
         tx.event(
@@ -840,7 +844,15 @@ pub fn install(
         for (name, dir) in &agent_list {
             tx.add_agent(name, dir)?;
         }
-        let seq = record_changes(tx, &skill, &changes, &time, "activated", &m.actor)?;
+        let seq = record_changes(
+            tx,
+            &skill,
+            &changes,
+            &time,
+            "activated",
+            &m.actor,
+            Some(recorded_from.unwrap_or("")),
+        )?;
         if m.state == State::Approved {
             record_sources(tx, &skill, &agent_list, recorded_from)?;
         }
@@ -1237,6 +1249,11 @@ fn plan(
 }
 
 /// Inside a transaction: record each agent's new installation, its event, and the links intent.
+/// `source`: the index the agents moved onto their version take it from (an intake's, `""` for
+/// a local file; an approval's: the one its install read); `None`: each keeps its own (a
+/// rollback, a withdrawal's move). Each event names its agent and the index that agent took
+/// the version from (the one it leaves, the one it arrives on), so `provenance` shows index ->
+/// version -> agent for every move.
 fn record_changes(
     tx: &Tx<'_>,
     skill: &str,
@@ -1244,6 +1261,7 @@ fn record_changes(
     time: &str,
     kind: &str,
     actor: &str,
+    source: Option<&str>,
 ) -> Result<Option<i64>, Error> {
     // Security: checked inside the writing transaction (write transactions serialise
     // fleet-wide): once a withdrawal or a person's denial is committed on any host, no host
@@ -1269,8 +1287,19 @@ fn record_changes(
         }
     }
     for c in changes {
+        let left_from = match c.from {
+            Some(_) => tx.index_of_agent(&c.agent, skill)?,
+            None => None,
+        };
         tx.add_agent(&c.agent, &c.dir)?;
         tx.set_install(&c.agent, skill, c.to.as_deref())?;
+        if let (Some(s), Some(_)) = (source, c.to.as_deref()) {
+            tx.set_install_source(&c.agent, skill, s)?;
+        }
+        let arrived_from = match c.to {
+            Some(_) => tx.index_of_agent(&c.agent, skill)?,
+            None => None,
+        };
         let detail = format!(
             "agent {}: {} -> {}",
             c.agent,
@@ -1279,16 +1308,31 @@ fn record_changes(
         );
         // Each version's history says both who left it and who arrived.
         if let (Some(from), false) = (c.from.as_deref(), kind == "activated") {
-            tx.event(time, skill, Some(from), kind, actor, &detail)?;
+            tx.event_about(
+                time,
+                skill,
+                Some(from),
+                kind,
+                actor,
+                &detail,
+                About {
+                    agent: Some(&c.agent),
+                    index_url: left_from.as_deref(),
+                },
+            )?;
         }
         if let Some(to) = c.to.as_deref() {
-            tx.event(
+            tx.event_about(
                 time,
                 skill,
                 Some(to),
                 "activated",
                 actor,
                 &format!("{kind}: {detail}"),
+                About {
+                    agent: Some(&c.agent),
+                    index_url: arrived_from.as_deref(),
+                },
             )?;
         }
     }
@@ -1351,7 +1395,15 @@ fn known(
         if index_url.is_some() {
             tx.set_index_url(digest, index_url)?;
         }
-        let seq = record_changes(tx, skill, &changes, &time, "activated", "skillbox")?;
+        let seq = record_changes(
+            tx,
+            skill,
+            &changes,
+            &time,
+            "activated",
+            "skillbox",
+            Some(index_url.unwrap_or("")),
+        )?;
         record_sources(tx, skill, &agent_list, index_url)?;
         Ok(seq)
     })?;
@@ -1522,7 +1574,6 @@ pub fn approve(
             &actor,
             &covered,
         )?;
-        let seq = record_changes(tx, &v.skill, &changes, &time, "activated", &actor)?;
         // The agents activated now take the skill from the index this host took the version
         // from (an `install --switch-index` that waited for this approval moves them to it).
         let from = tx.source_of(&Install {
@@ -1531,12 +1582,15 @@ pub fn approve(
             digest: v.digest.clone(),
             index_url: None,
         })?;
-        let moved: Vec<(String, String)> = changes
-            .iter()
-            .map(|c| (c.agent.clone(), c.dir.clone()))
-            .collect();
-        record_sources(tx, &v.skill, &moved, from.as_deref())?;
-        Ok(seq)
+        record_changes(
+            tx,
+            &v.skill,
+            &changes,
+            &time,
+            "activated",
+            &actor,
+            Some(from.as_deref().unwrap_or("")),
+        )
     })?;
     crash_point("approve", "recorded");
     let failed = journal::switch_links(store, links, &v.skill, &changes, "approve")?;
@@ -1733,6 +1787,7 @@ pub fn rollback(
             &time,
             "rolled_back",
             &format!("person:{who}"),
+            None,
         )
     })?;
     crash_point("rollback", "recorded");
@@ -2010,9 +2065,17 @@ fn move_off(store: &mut Store, v: &Version, actor: &str, op: &str) -> Result<Mov
         }
     }
     let time = now();
-    let recorded = store
-        .records
-        .write(|tx| record_changes(tx, &v.skill, &changes, &time, "moved_by_withdrawal", actor));
+    let recorded = store.records.write(|tx| {
+        record_changes(
+            tx,
+            &v.skill,
+            &changes,
+            &time,
+            "moved_by_withdrawal",
+            actor,
+            None,
+        )
+    });
     let agents = match recorded {
         Ok(links) => {
             crash_point(op, "recorded");
@@ -2212,13 +2275,48 @@ fn found_on_withdrawn(store: &mut Store, actor: &str, only: Option<&str>) -> Res
             let detail = format!(
                 "agent {agent}: its link points at this withdrawn version but the records had it elsewhere; recorded by sync"
             );
-            store.records.write(|tx| {
-                tx.set_install(agent, skill, Some(digest))?;
-                tx.event(&time, skill, Some(digest), "link_found", actor, &detail)
-            })?;
+            store
+                .records
+                .write(|tx| record_found(tx, &time, agent, skill, digest, actor, &detail))?;
         }
     }
     Ok(())
+}
+
+/// Inside a transaction: record `agent` on `digest` again, its link having been found there
+/// (`link_found`), with the index it took that version from as the event of its arrival there
+/// says (a move made while its directory was out of sight, or a records' copy that lost the
+/// installation but not the events). Not known (no such event: recorded before schema 7, or
+/// lost with the installation): none of its own, so its host's index for the version applies
+/// ([`Tx::source_of`]), and the event names none. Security: a guess recorded as the agent's own
+/// would send a withdrawal's move, a rollback and `update` to another publisher's skill of the
+/// same name (the host's index is the last one this host installed those bytes from, a mirror
+/// or another publisher's index for another agent).
+fn record_found(
+    tx: &Tx<'_>,
+    time: &str,
+    agent: &str,
+    skill: &str,
+    digest: &str,
+    actor: &str,
+    detail: &str,
+) -> Result<(), Error> {
+    let host = tx.host().to_owned();
+    let index = tx.index_in_events(&host, agent, digest)?;
+    tx.set_install(agent, skill, Some(digest))?;
+    tx.set_install_index(agent, skill, index.as_deref())?;
+    tx.event_about(
+        time,
+        skill,
+        Some(digest),
+        "link_found",
+        actor,
+        detail,
+        About {
+            agent: Some(agent),
+            index_url: index.as_deref(),
+        },
+    )
 }
 
 /// Apply the withdrawals made on this host with `withdraw --local` while the records could not
@@ -3538,8 +3636,7 @@ fn lost_link(
                 "agent {agent}: its link pointed here but the records had no installation; recorded by verify"
             );
             store.records.write(|tx| {
-                tx.set_install(agent, skill, Some(&v.digest))?;
-                tx.event(time, skill, Some(&v.digest), "link_found", "skillbox", &detail)
+                record_found(tx, time, agent, skill, &v.digest, "skillbox", &detail)
             })?;
             repaired.push(format!(
                 "{}: points at {skill}@{} with no installation recorded; recorded",
@@ -3745,15 +3842,25 @@ mod tests {
             ("sha256:bb", Kind::NeedsApproval),
         ] {
             let e = r
-                .write(|tx| record_changes(tx, "demo", &[change(d)], "t", "activated", "x"))
+                .write(|tx| record_changes(tx, "demo", &[change(d)], "t", "activated", "x", None))
                 .err()
                 .unwrap_or_else(|| panic!("{d} activated"));
             assert_eq!(e.kind, kind, "{e}");
         }
         let installs = r.read(|tx| tx.installs()).unwrap_or_else(|e| panic!("{e}"));
         assert!(installs.is_empty(), "{installs:?}");
-        r.write(|tx| record_changes(tx, "demo", &[change("sha256:cc")], "t", "activated", "x"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        r.write(|tx| {
+            record_changes(
+                tx,
+                "demo",
+                &[change("sha256:cc")],
+                "t",
+                "activated",
+                "x",
+                None,
+            )
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
         let installs = r.read(|tx| tx.installs()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(installs.len(), 1);
     }

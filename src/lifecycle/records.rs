@@ -34,6 +34,9 @@ enum Step {
     Sql(&'static str),
     /// URL user information an older version recorded is removed ([`super::scrub`]).
     Scrub,
+    /// Per event, the agent it is about and the index that agent took the version from
+    /// ([`Tx::fill_event_sources`] for the rows recorded before).
+    EventSources,
 }
 
 /// The schema versions, in order; `migrate` applies the ones a database has not seen. Migration
@@ -144,7 +147,37 @@ const MIGRATIONS: &[Step] = &[
     // installed the digest from.
     Step::Sql("ALTER TABLE installs ADD COLUMN index_url TEXT;
     UPDATE installs SET index_url = (SELECT hv.index_url FROM host_versions hv WHERE hv.host = installs.host AND hv.digest = installs.digest);"),
+    // 7: per event, the agent it is about and the index that agent took the version from (an
+    // intake's `installed`/`updated`: the index it read), so `provenance` shows index URL ->
+    // version -> agent for every event, and a link found again (`verify`, `sync`) or a host
+    // coming back takes the index its agent took the version from, not its host's.
+    Step::EventSources,
 ];
+
+/// Migration 7's columns.
+const EVENT_SOURCE_COLUMNS: &str =
+    "ALTER TABLE events ADD COLUMN agent TEXT; ALTER TABLE events ADD COLUMN index_url TEXT;";
+
+/// The events about one agent (their detail starts `agent NAME:`, after `KIND: ` for an
+/// `activated` one): what migration 7 fills for rows recorded before it.
+const AGENT_EVENT_KINDS: &[&str] = &[
+    "activated",
+    "rolled_back",
+    "moved_by_withdrawal",
+    "switch_failed",
+    "link_found",
+];
+
+/// The agent an event recorded before migration 7 is about, read from its detail (`agent
+/// NAME: ...` or `KIND: agent NAME: ...`); `None` when it names none.
+fn agent_of_detail(detail: &str) -> Option<&str> {
+    let rest = detail
+        .strip_prefix("agent ")
+        .or_else(|| detail.split_once(": agent ").map(|(_, r)| r))?;
+    let name = rest.split_once(':')?.0;
+    super::agents::check_agent_name(name).ok()?;
+    Some(name)
+}
 
 /// The PostgreSQL advisory lock every write transaction (and migration) takes first: writes
 /// from every host serialise as SQLite's `BEGIN IMMEDIATE` makes them on one.
@@ -258,6 +291,20 @@ pub struct Event {
     pub detail: String,
     /// The host it happened on (none for events recorded before hosts were).
     pub host: Option<String>,
+    /// The agent it is about (activated, rolled_back, moved_by_withdrawal, switch_failed,
+    /// link_found); none for an event about the version itself.
+    pub agent: Option<String>,
+    /// The index the agent took the version from (for an intake's `installed`/`updated`: the
+    /// index it read); `""`: a local file; none: not known.
+    pub index_url: Option<String>,
+}
+
+/// What one event is about besides its version: an agent and the index it took the version
+/// from ([`Event::agent`], [`Event::index_url`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct About<'a> {
+    pub agent: Option<&'a str>,
+    pub index_url: Option<&'a str>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -994,6 +1041,12 @@ impl Records {
                     // A database made now holds nothing to scrub.
                     Step::Scrub if have == 0 => {}
                     Step::Scrub => tx.scrub_urls()?,
+                    Step::EventSources => {
+                        tx.batch(EVENT_SOURCE_COLUMNS)?;
+                        if have > 0 {
+                            tx.fill_event_sources()?;
+                        }
+                    }
                 }
                 tx.exec(
                     "INSERT INTO schema_version (version) VALUES (?)",
@@ -1976,9 +2029,16 @@ impl Tx<'_> {
             )?;
         }
         for i in &snap.installs {
+            // An installation without an index of its own (recorded before schema 6, or taken
+            // by an older skillbox's snapshot) takes the one its agent's events name (they
+            // stay, under the name it was forgotten as), else its host's, as before.
+            let index = match &i.index_url {
+                Some(u) => Some(u.clone()),
+                None => self.index_in_events(&snap.host, &i.agent, &i.digest)?,
+            };
             self.exec(
                 "INSERT INTO installs (host, agent, skill, digest, index_url) VALUES (?, ?, ?, ?, ?) ON CONFLICT (host, agent, skill) DO NOTHING",
-                args![name, &i.agent, &i.skill, &i.digest, i.index_url.as_ref()],
+                args![name, &i.agent, &i.skill, &i.digest, index],
             )?;
         }
         for (seq, payload, created) in &snap.intents {
@@ -2122,6 +2182,60 @@ impl Tx<'_> {
     /// Record the index `agent`'s `skill` is taken from on this host (`""`: a local file).
     /// Kept by every later move that is not an intake (rollback, a withdrawal's move).
     pub fn set_install_source(&self, agent: &str, skill: &str, url: &str) -> Result<(), Error> {
+        self.set_install_index(agent, skill, Some(url))
+    }
+
+    /// The index `install` is taken from (`None`: a local file, or nothing known): its own
+    /// record, else the index this host installed its digest from, else its version's
+    /// provenance (a version recorded before hosts kept their own).
+    pub fn source_of(&self, install: &Install) -> Result<Option<String>, Error> {
+        Ok(self.index_of(install)?.filter(|u| !u.is_empty()))
+    }
+
+    /// [`Tx::source_of`], a local file told apart: `Some("")` is a local file, `None` not
+    /// known. What an event about the agent records.
+    pub fn index_of(&self, install: &Install) -> Result<Option<String>, Error> {
+        if let Some(u) = &install.index_url {
+            return Ok(Some(u.clone()));
+        }
+        let rows = self.rows(
+            "SELECT hv.index_url, v.provenance FROM host_versions hv JOIN versions v ON v.digest = hv.digest WHERE hv.host = ? AND hv.digest = ?",
+            args![self.host, &install.digest],
+        )?;
+        let Some(r) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        match r.opt_text(0)? {
+            Some(u) => Ok(Some(u)),
+            None => index_of_row(r),
+        }
+    }
+
+    /// This host's installation of `skill` for `agent`, with the index it is taken from.
+    pub fn install_row(&self, agent: &str, skill: &str) -> Result<Option<Install>, Error> {
+        Ok(self
+            .installs_where("AND agent = ? AND skill = ?", args![agent, skill])?
+            .into_iter()
+            .next())
+    }
+
+    /// The index `agent`'s installation of `skill` is taken from now ([`Tx::index_of`]); none
+    /// without an installation.
+    pub fn index_of_agent(&self, agent: &str, skill: &str) -> Result<Option<String>, Error> {
+        match self.install_row(agent, skill)? {
+            Some(i) => self.index_of(&i),
+            None => Ok(None),
+        }
+    }
+
+    /// Set (`Some`, `""` for a local file) or clear (`None`: its host's index applies, as
+    /// [`Tx::source_of`] reads it) the index of `agent`'s installation of `skill`.
+    pub fn set_install_index(
+        &self,
+        agent: &str,
+        skill: &str,
+        url: Option<&str>,
+    ) -> Result<(), Error> {
         self.exec(
             "UPDATE installs SET index_url = ? WHERE host = ? AND agent = ? AND skill = ?",
             args![url, self.host, agent, skill],
@@ -2129,23 +2243,9 @@ impl Tx<'_> {
         Ok(())
     }
 
-    /// The index `install` is taken from (`None`: a local file, or nothing known): its own
-    /// record, else the index this host installed its digest from, else its version's
-    /// provenance (a version recorded before hosts kept their own).
-    pub fn source_of(&self, install: &Install) -> Result<Option<String>, Error> {
-        if let Some(u) = &install.index_url {
-            return Ok(Some(u.clone()).filter(|u| !u.is_empty()));
-        }
-        let rows = self.rows(
-            "SELECT hv.index_url, v.provenance FROM host_versions hv JOIN versions v ON v.digest = hv.digest WHERE hv.host = ? AND hv.digest = ?",
-            args![self.host, &install.digest],
-        )?;
-        rows.into_iter().next().map_or(Ok(None), index_of_row)
-    }
-
     // ------------------------------------------------------------ events
 
-    /// Record an event of this host.
+    /// Record an event of this host about a version (or none).
     pub fn event(
         &self,
         time: &str,
@@ -2155,18 +2255,110 @@ impl Tx<'_> {
         actor: &str,
         detail: &str,
     ) -> Result<(), Error> {
+        self.event_about(time, skill, digest, kind, actor, detail, About::default())
+    }
+
+    /// Record an event of this host about an agent (and the index it took the version from),
+    /// or about an intake's index.
+    #[allow(clippy::too_many_arguments)]
+    pub fn event_about(
+        &self,
+        time: &str,
+        skill: &str,
+        digest: Option<&str>,
+        kind: &str,
+        actor: &str,
+        detail: &str,
+        about: About<'_>,
+    ) -> Result<(), Error> {
         let seq = self.next_seq("events")?;
         self.exec(
-            "INSERT INTO events (seq, time, skill, digest, kind, actor, detail, host) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            args![seq, time, skill, digest, kind, actor, detail, self.host],
+            "INSERT INTO events (seq, time, skill, digest, kind, actor, detail, host, agent, index_url) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            args![
+                seq,
+                time,
+                skill,
+                digest,
+                kind,
+                actor,
+                detail,
+                self.host,
+                about.agent,
+                about.index_url
+            ],
         )?;
+        Ok(())
+    }
+
+    /// The index `agent` of host `host` took `digest` from, as the newest event recording its
+    /// arrival on it says (`activated`, `link_found`: recorded with the index since schema 7);
+    /// `None` when no such event names one. What a link found again, or a host coming back,
+    /// takes before its host's index ([`Tx::source_of`]).
+    pub fn index_in_events(
+        &self,
+        host: &str,
+        agent: &str,
+        digest: &str,
+    ) -> Result<Option<String>, Error> {
+        self.rows(
+            "SELECT index_url FROM events WHERE host = ? AND agent = ? AND digest = ? AND kind IN ('activated', 'link_found') AND index_url IS NOT NULL ORDER BY seq DESC",
+            args![host, agent, digest],
+        )?
+        .into_iter()
+        .next()
+        .map(|r| r.text(0))
+        .transpose()
+    }
+
+    /// Migration 7, for the events recorded before it: each event about one agent names that
+    /// agent (read from its detail) and, while that agent's installation is still on the
+    /// version, the index the installation records (schema 6 kept one per agent). Otherwise
+    /// none: not known. The index its host last installed the version from is not taken: it
+    /// may be another agent's (a mirror), and a link found again trusts what an event names
+    /// ([`Tx::index_in_events`]). An intake's `installed`/`updated` names none either (the
+    /// version's provenance keeps the index of the first).
+    fn fill_event_sources(&self) -> Result<(), Error> {
+        let kinds = AGENT_EVENT_KINDS
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rows = self.rows(
+            &format!(
+                "SELECT seq, detail, host, digest FROM events WHERE kind IN ({kinds}) AND digest IS NOT NULL"
+            ),
+            &[],
+        )?;
+        for r in rows {
+            let (seq, detail) = (r.int(0)?, r.text(1)?);
+            let Some(agent) = agent_of_detail(&detail) else {
+                continue;
+            };
+            let index = match (r.opt_text(2)?, r.opt_text(3)?) {
+                (Some(host), Some(digest)) => self
+                    .rows(
+                        "SELECT index_url FROM installs WHERE host = ? AND agent = ? AND digest = ?",
+                        args![&host, agent, &digest],
+                    )?
+                    .into_iter()
+                    .next()
+                    .map(|r| r.opt_text(0))
+                    .transpose()?
+                    .flatten(),
+                _ => None,
+            };
+            self.exec(
+                "UPDATE events SET agent = ?, index_url = ? WHERE seq = ?",
+                args![agent, index, seq],
+            )?;
+        }
         Ok(())
     }
 
     /// The events of one version of `skill`, oldest first, from every host.
     pub fn events_of(&self, skill: &str, digest: &str) -> Result<Vec<Event>, Error> {
         self.rows(
-            "SELECT seq, time, skill, digest, kind, actor, detail, host FROM events WHERE digest = ? AND skill = ? ORDER BY seq",
+            "SELECT seq, time, skill, digest, kind, actor, detail, host, agent, index_url FROM events WHERE digest = ? AND skill = ? ORDER BY seq",
             args![digest, skill],
         )?
         .iter()
@@ -2180,6 +2372,8 @@ impl Tx<'_> {
                 actor: r.text(5)?,
                 detail: r.text(6)?,
                 host: r.opt_text(7)?,
+                agent: r.opt_text(8)?,
+                index_url: r.opt_text(9)?,
             })
         })
         .collect()
@@ -2294,7 +2488,7 @@ pub(crate) mod tests {
             .prepare("SELECT version FROM schema_version ORDER BY version")
             .and_then(|mut s| s.query_map([], |row| row.get(0))?.collect())
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(versions, [1, 2, 3, 4, 5, 6]);
+        assert_eq!(versions, [1, 2, 3, 4, 5, 6, 7]);
         r.write(|tx| tx.add_agent("a", "/x"))
             .unwrap_or_else(|e| panic!("{e}"));
         drop(r);

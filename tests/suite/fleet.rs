@@ -490,9 +490,9 @@ impl Fleet {
     }
 
     /// A host: its directory (holding its store and agents) is made, as a host's home would
-    /// be there; a `--store` is made only in a directory that exists.
+    /// be there; a `--store` and an `--agent NAME=DIR` are made only in a directory that exists.
     fn host(&self, name: &'static str) -> Host<'_> {
-        std::fs::create_dir_all(self.tmp.path().join(name)).expect("host directory");
+        std::fs::create_dir_all(self.tmp.path().join(name).join("agents")).expect("host directory");
         Host { fleet: self, name }
     }
 
@@ -849,7 +849,7 @@ fn concurrent_writes_from_two_hosts_keep_sequence_numbers_unique() {
     assert_eq!(pg.query_i64(db, "SELECT MAX(seq) FROM events"), events);
     assert_eq!(
         pg.query_i64(db, "SELECT COUNT(*) FROM schema_version"),
-        6,
+        7,
         "each migration applied once"
     );
     assert_eq!(pg.query_i64(db, "SELECT COUNT(*) FROM intents"), 0);
@@ -2011,6 +2011,11 @@ fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
         // Schema 4 had no index per installation (migration 6).
         c.execute("ALTER TABLE installs DROP COLUMN index_url", &[])
             .unwrap_or_else(|e| panic!("{e}"));
+        // Nor an agent and index per event (migration 7).
+        c.batch_execute(
+            "ALTER TABLE events DROP COLUMN agent; ALTER TABLE events DROP COLUMN index_url",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         for d in [&v1, &v3] {
             let prov: String = c
                 .query_one("SELECT provenance FROM versions WHERE digest = $1", &[d])
@@ -2044,7 +2049,7 @@ fn shared_records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
     assert!(!rows.contains("MARKERPASS"), "{rows}");
     assert_eq!(
         pg.query_i64(db, "SELECT MAX(version) FROM schema_version"),
-        6
+        7
     );
     let o = a.run(&["provenance", &format!("demo@{v1}"), "--json"]);
     expect_code(&o, 0);

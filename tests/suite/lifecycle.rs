@@ -50,6 +50,9 @@ impl World {
         let ca_file = tmp.path().join("ca.pem");
         std::fs::write(&ca_file, &pki.ca_pem).unwrap_or_else(|e| panic!("write ca: {e}"));
         let server = Server::start(pki.server.clone());
+        // The directory the agents' directories go in: a directory named by `--agent NAME=DIR`
+        // is used, never invented, so its parent must exist (as a named --store's).
+        std::fs::create_dir(tmp.path().join("agents")).unwrap_or_else(|e| panic!("mkdir: {e}"));
         World {
             tmp,
             ca_file,
@@ -3055,8 +3058,11 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
         };
         // Schema 4 (the version before this one knew only 4).
         sql("DELETE FROM schema_version WHERE version > 4", &[]);
-        // Schema 4 had no index per installation (migration 6).
+        // Schema 4 had no index per installation (migration 6), nor an agent and index per
+        // event (migration 7).
         sql("ALTER TABLE installs DROP COLUMN index_url", &[]);
+        sql("ALTER TABLE events DROP COLUMN agent", &[]);
+        sql("ALTER TABLE events DROP COLUMN index_url", &[]);
         // Written twice, as an update of a row does: the first copy is left in freed space.
         for long in [true, false] {
             for d in [&v1, &v3] {
@@ -3146,7 +3152,7 @@ fn records_an_older_version_wrote_with_a_password_are_scrubbed_once() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap_or_else(|e| panic!("{e}"));
-    assert_eq!((schema, marks), (6, 0));
+    assert_eq!((schema, marks), (7, 0));
     drop(db);
 
     let o = w.run(&["provenance", &format!("demo@{v1}"), "--json"]);
@@ -5573,4 +5579,295 @@ fn an_index_that_redirects_is_recorded_as_typed_with_its_hop() {
     w.expect_active("delta", &b2, &o);
     assert_eq!(w.server.hits(path_r), seen + 1);
     assert_eq!(sources(&w).get("delta"), Some(&index_r));
+}
+
+/// The events of `demo@digest` about an agent, as `provenance --json` lists them: kind, agent,
+/// and the index that agent took the version from (`-`: none named).
+fn agent_events(w: &World, digest: &str) -> Vec<(String, String, String)> {
+    let o = w.run(&["provenance", &format!("demo@{digest}"), "--json"]);
+    expect_code(&o, 0);
+    let j = json_of(&o);
+    j["events"]
+        .as_array()
+        .unwrap_or_else(|| panic!("events: {j}"))
+        .iter()
+        .filter(|e| e["agent"].is_string())
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap_or_default().to_owned(),
+                e["agent"].as_str().unwrap_or_default().to_owned(),
+                e["index_url"].as_str().unwrap_or("-").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn triple(kind: &str, agent: &str, index: &str) -> (String, String, String) {
+    (kind.to_owned(), agent.to_owned(), index.to_owned())
+}
+
+/// Provenance runs from the index URL to the agent for every event: the same bytes taken by
+/// alpha from its publisher's index and by gamma from a mirror are two `activated` events, each
+/// naming its agent and the index it took them from, and so is each agent's move off them when
+/// they are withdrawn. Records an older version wrote (schema 6, events without either) name
+/// the agent of each such event, with the index its installation records. (Before: an event
+/// named neither, and `provenance` could not tell which index an agent's version came from
+/// once the agent had moved.)
+#[test]
+fn every_event_about_an_agent_names_the_index_it_took_the_version_from() {
+    let w = World::new();
+    let index_a = w.index_url();
+    let a1 = w.publish("demo", &package(1));
+    expect_code(&install_from(&w, &index_a, &["alpha"], &[]), 0);
+    let path_m = "/mirror/.well-known/agent-skills/index.json";
+    let index_m = w.server.url(path_m);
+    assert_eq!(publish_at(&w, path_m, &package(1)), a1);
+    expect_code(&install_from(&w, &index_m, &["gamma"], &[]), 0);
+    let arrived = [
+        triple("activated", "alpha", &index_a),
+        triple("activated", "gamma", &index_m),
+    ];
+    assert_eq!(agent_events(&w, &a1), arrived);
+    let o = w.run(&["provenance", &format!("demo@{a1}")]);
+    expect_code(&o, 0);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.contains("agent gamma") && l.ends_with(&format!("(from {index_m})"))),
+        "{text}"
+    );
+
+    // The same records as an older version wrote them: schema 6, no agent or index per event.
+    {
+        let db = rusqlite::Connection::open(w.store().join("records.db"))
+            .unwrap_or_else(|e| panic!("open records.db: {e}"));
+        db.execute_batch(
+            "DELETE FROM schema_version WHERE version > 6;
+             ALTER TABLE events DROP COLUMN agent;
+             ALTER TABLE events DROP COLUMN index_url;",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(agent_events(&w, &a1), arrived, "after migration 7");
+
+    // Withdrawn: each agent leaves the bytes it took from its own index.
+    let o = w.run(&["withdraw", &format!("demo@{a1}"), "--reason", "bad"]);
+    expect_code(&o, 0);
+    let events = agent_events(&w, &a1);
+    for e in [
+        triple("moved_by_withdrawal", "alpha", &index_a),
+        triple("moved_by_withdrawal", "gamma", &index_m),
+    ] {
+        assert!(events.contains(&e), "{e:?} in {events:?}");
+    }
+}
+
+/// alpha took A2 from its publisher's index A, gamma the same bytes from a mirror M (where it
+/// ran M's own m0 before), so this host last installed A2 from M. A1 and A2 are withdrawn:
+/// alpha has no version of its publisher left and loses the skill, gamma goes back to m0. Then
+/// alpha's skills directory comes back from a backup, its link on A2 again, the records having
+/// no installation for it. `sync` (and `verify`) record it again on A2 taken from A, as the
+/// event of its arrival there says, and the move off A2 takes it nowhere. (Before: recorded
+/// without an index, it took the host's, M, and `sync` moved alpha onto m0, another publisher's
+/// skill of the same name.)
+#[test]
+fn a_link_found_again_takes_the_index_its_agent_took_the_version_from() {
+    let w = World::new();
+    let index_a = w.index_url();
+    let path_m = "/m/.well-known/agent-skills/index.json";
+    let index_m = w.server.url(path_m);
+    let a1 = w.publish("demo", &package(1));
+    expect_code(&install_from(&w, &index_a, &["alpha"], &[]), 0);
+    let m0 = publish_at(&w, path_m, &publisher_package("M", 0, false));
+    expect_code(&install_from(&w, &index_m, &["gamma"], &[]), 0);
+    let a2 = w.publish("demo", &package(2));
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    w.expect_active("alpha", &a2, &o);
+    w.expect_active("gamma", &m0, &o);
+    assert_eq!(publish_at(&w, path_m, &package(2)), a2);
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 0);
+    w.expect_active("gamma", &a2, &o);
+    let s = sources(&w);
+    assert_eq!(
+        (s.get("alpha"), s.get("gamma")),
+        (Some(&index_a), Some(&index_m)),
+        "{s:?}"
+    );
+    let link = w.agent_dir("alpha").join("demo");
+    let backup = std::fs::read_link(&link).unwrap_or_else(|e| panic!("readlink: {e}"));
+    for d in [&a1, &a2] {
+        let o = w.run(&["withdraw", &format!("demo@{d}"), "--reason", "bad"]);
+        expect_code(&o, 0);
+    }
+    assert_eq!(w.active("alpha"), None);
+    assert_eq!(w.active("gamma").as_deref(), Some(m0.as_str()));
+
+    // sync finds the link, records it from A, and moves it off to nothing.
+    std::os::unix::fs::symlink(&backup, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(
+        w.active("alpha"),
+        None,
+        "sync moved alpha onto another publisher's skill: {}",
+        explain(&o)
+    );
+    assert!(
+        agent_events(&w, &a2).contains(&triple("link_found", "alpha", &index_a)),
+        "{:?}",
+        agent_events(&w, &a2)
+    );
+
+    // verify records it the same way.
+    std::os::unix::fs::symlink(&backup, &link).unwrap_or_else(|e| panic!("symlink: {e}"));
+    expect_code(&w.run(&["verify", "--json"]), 1);
+    assert_eq!(sources(&w).get("alpha"), Some(&index_a));
+    let o = w.run(&["sync", "--json"]);
+    expect_code(&o, 0);
+    assert_eq!(w.active("alpha"), None, "{}", explain(&o));
+    assert_eq!(w.active("gamma").as_deref(), Some(m0.as_str()));
+    assert!(still_on(&w, &a2).is_empty());
+}
+
+/// `--agent NAME=DIR` names a directory to use, never one to invent, as `--store` does: when
+/// the directory DIR goes in does not exist, every command taking agents refuses it (exit 2)
+/// before anything is made, store included. (Before: `install` made the whole missing chain,
+/// `/typo/x/skills` made `/typo`, and linked the skill where no agent reads.)
+#[test]
+fn an_agent_directory_whose_parent_is_missing_is_refused_and_nothing_is_made() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    let typo = w.tmp.path().join("typo");
+    let spec = format!("alpha={}", typo.join("x/skills").display());
+    let url = w.index_url();
+    // `~` is this world's HOME.
+    let home = "beta=~/typo/skills";
+    // A preset's layout is made whole, in a directory that exists.
+    let layout = format!("zeta={}", typo.join(".agents/skills").display());
+    let version = format!("demo@{v1}");
+    for args in [
+        vec!["install", url.as_str(), "demo", "--agent", &spec],
+        vec!["install", url.as_str(), "demo", "--agent", home],
+        vec!["install", url.as_str(), "demo", "--agent", &layout],
+        vec!["update", "--agent", &spec],
+        vec!["approve", &version, "--agent", &spec],
+        vec!["rollback", "demo", "--agent", &spec],
+    ] {
+        let o = w.run(&args);
+        expect_code(&o, 2);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("does not exist") && err.contains("--agent"),
+            "{args:?}: {err}"
+        );
+        assert!(!typo.exists(), "{args:?} made {}", typo.display());
+        assert!(!w.store().exists(), "{args:?} made the store");
+    }
+    // In a directory that exists, the agent's directory is made.
+    let o = w.install(&["alpha"]);
+    expect_code(&o, 0);
+    w.expect_active("alpha", &v1, &o);
+}
+
+/// An index that redirects to another origin (a second HTTPS server on loopback, the index
+/// moved to a new host): the redirect is refused until that origin is allowed; then the index
+/// recorded for the agent (shown by `status` and `provenance`, named by its events, re-read by
+/// `update`) is the one the operator typed, and the version's provenance keeps the hop and the
+/// final URL of the index download, and the artifact's final URL on the new host. `update`
+/// re-reads the typed URL and follows the redirect again under the fetch policy: refused
+/// without `--allow-origin`, nothing changed.
+#[test]
+fn an_index_redirected_to_another_origin_is_recorded_as_typed() {
+    let w = World::new();
+    let other = pki();
+    let mut bundle = std::fs::read_to_string(&w.ca_file).unwrap_or_else(|e| panic!("read ca: {e}"));
+    bundle.push_str(&other.ca_pem);
+    std::fs::write(&w.ca_file, bundle).unwrap_or_else(|e| panic!("write ca: {e}"));
+    let moved = Server::start(other.server.clone());
+    let publish_moved = |version: u32| -> String {
+        let pkg = package(version);
+        let digest = sha(&pkg);
+        let path = format!("/pkgs/demo-{}.tar.gz", &digest[7..19]);
+        moved.route(&path, ok(&pkg, "application/gzip"));
+        let body = serde_json::json!({ "$schema": SCHEMA, "skills": [{
+            "name": "demo", "type": "archive", "description": "A demo skill",
+            "url": moved.url(&path), "digest": digest,
+        }]})
+        .to_string();
+        moved.route(INDEX, ok(body.as_bytes(), "application/json"));
+        digest
+    };
+    let path_r = "/old/.well-known/agent-skills/index.json";
+    let typed = w.server.url(path_r);
+    w.server
+        .route(path_r, Reply::Redirect(301, moved.url(INDEX)));
+    let v1 = publish_moved(1);
+    let addr = moved.addr.to_string();
+    let origin = moved.origin();
+    let allowed = [
+        "--allow-origin",
+        origin.as_str(),
+        "--allow-destination",
+        addr.as_str(),
+    ];
+
+    // Not allowed: the redirect is refused, nothing recorded.
+    let o = install_from(&w, &typed, &["delta"], &["--allow-destination", &addr]);
+    expect_code(&o, 4);
+    assert_eq!(w.active("delta"), None);
+    // Allowed: the artifact is on the new origin, not the typed index's: a person decides.
+    let o = install_from(&w, &typed, &["delta"], &allowed);
+    expect_code(&o, 6);
+    let j = json_of(&o);
+    let prov = &j["provenance"];
+    assert_eq!(prov["index_url"], typed.as_str(), "{j}");
+    assert_eq!(
+        prov["index_download"]["final_url"],
+        moved.url(INDEX).as_str(),
+        "{j}"
+    );
+    assert!(
+        prov["index_download"]["hops"][0]["location"]
+            .as_str()
+            .is_some_and(|l| l.starts_with(&origin)),
+        "{j}"
+    );
+    assert_eq!(prov["cross_origin"], true, "{j}");
+    assert!(
+        prov["final_url"]
+            .as_str()
+            .is_some_and(|u| u.starts_with(&origin)),
+        "{j}"
+    );
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v1}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("delta").as_deref(), Some(v1.as_str()));
+    assert_eq!(sources(&w).get("delta"), Some(&typed));
+    assert_eq!(
+        agent_events(&w, &v1),
+        [triple("activated", "delta", &typed)]
+    );
+
+    // update: the typed URL again, the redirect followed again under the fetch policy.
+    let v2 = publish_moved(2);
+    let seen = w.server.hits(path_r);
+    let o = w.run(&["update", "--json"]);
+    expect_code(&o, 4);
+    assert_eq!(w.active("delta").as_deref(), Some(v1.as_str()));
+    assert_eq!(w.server.hits(path_r), seen + 1);
+    let mut args = vec!["update", "--json"];
+    args.extend_from_slice(&allowed);
+    let o = w.run(&args);
+    expect_code(&o, 6);
+    assert_eq!(w.server.hits(path_r), seen + 2);
+    expect_code(
+        &w.run(&["approve", &format!("demo@{v2}"), "--by", "alice"]),
+        0,
+    );
+    assert_eq!(w.active("delta").as_deref(), Some(v2.as_str()));
+    assert_eq!(sources(&w).get("delta"), Some(&typed));
 }

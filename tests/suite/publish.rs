@@ -724,6 +724,8 @@ fn published_skills_install_and_fetch_over_https_with_their_digests() {
     // `install` of the skill-md skill: approved by the default policy (it asks for nothing).
     let store = site.tmp.path().join("store");
     let agent = site.tmp.path().join("agents/alpha");
+    // An agent's directory is made only in a directory that exists (as a --store).
+    std::fs::create_dir(site.tmp.path().join("agents")).unwrap_or_else(|e| panic!("mkdir: {e}"));
     let agent_arg = format!("alpha={}", agent.display());
     let store_s = store.display().to_string();
     let o = site.cmd(&[
