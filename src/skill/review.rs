@@ -755,9 +755,17 @@ impl<'a> Reviewer<'a> {
             }
         }
         // Files found run after the pass went by them: read them as scripts, and what they run
-        // in turn (each once: a chain of files is followed in linear time).
+        // in turn (each once: a chain of files is followed in linear time); then files whose
+        // variable another file runs, and what those run.
         // The finder's index of the package, not one more map: only files are read.
-        while let Some(path) = self.fresh.pop() {
+        loop {
+            if self.fresh.is_empty() {
+                finder.late_runs(&mut found);
+                self.note_runs(&mut found, ScriptSignal::RunByScript);
+            }
+            let Some(path) = self.fresh.pop() else {
+                break;
+            };
             let Some(&e) = finder
                 .nodes
                 .get(path.as_str())
@@ -1618,6 +1626,13 @@ struct RunFinder<'e> {
     build_after: usize,
     /// Files the commands read name as requirements files (`pip install -r FILE`).
     requirements: std::cell::RefCell<BTreeSet<&'e str>>,
+    /// Variables a file uses (`bash "$TOOL"`, `"$TOOL" --x`, anywhere in its text) with no
+    /// value in it: set elsewhere (a file it sources), so an assignment of that name another
+    /// file uses only inertly is read as a run after all ([`RunFinder::late_runs`]). Bounded.
+    loose: std::cell::RefCell<HashSet<String>>,
+    /// Assignments of package paths whose uses in their own file were all inert, by name:
+    /// a run of the name elsewhere ([`RunFinder::loose`]) runs them.
+    inert: std::cell::RefCell<Vec<(String, Vec<String>)>>,
 }
 
 /// A word that is pip (`pip`, `pip3`, `pip3.12`, `/usr/bin/pip`; `python -m pip`, `uv pip`).
@@ -1628,11 +1643,36 @@ fn is_pip(word: &str) -> bool {
         .is_some_and(|v| v.chars().all(|c| c.is_ascii_digit() || c == '.'))
 }
 
-/// pip's options whose value is a requirements (or constraints) file.
+/// pip's (and uv's) options whose value is a requirements (or constraints) file: uv's
+/// `--with-requirements FILE` (`uv run`, `uvx`, `uv tool install`) reads one as pip's `-r` does.
 fn is_requirement_flag(w: &str) -> bool {
     matches!(
         w,
-        "-r" | "--requirement" | "--requirements" | "-c" | "--constraint" | "--constraints"
+        "-r" | "--requirement"
+            | "--requirements"
+            | "-c"
+            | "--constraint"
+            | "--constraints"
+            | "--with-requirements"
+    )
+}
+
+/// uv's options whose value is a file it reads, never one it runs (`uv run --with-requirements
+/// deps.txt x.py`, `uv add -r reqs.txt`, `uv run --env-file .env x.py`): the file a `uv run`
+/// command runs comes after them. Only options that always take a value: taking a flag for one
+/// would pass over the script.
+fn uv_file_option(w: &str) -> bool {
+    matches!(
+        w,
+        "-r" | "--requirement"
+            | "--requirements"
+            | "-c"
+            | "--constraint"
+            | "--constraints"
+            | "--with-requirements"
+            | "--overrides"
+            | "--env-file"
+            | "--config-file"
     )
 }
 
@@ -1663,6 +1703,8 @@ impl<'e> RunFinder<'e> {
             unfiltered: Default::default(),
             build_after,
             requirements: Default::default(),
+            loose: Default::default(),
+            inert: Default::default(),
         }
     }
 
@@ -1677,7 +1719,7 @@ impl<'e> RunFinder<'e> {
             let w = w.trim_matches(|c: char| matches!(c, '"' | '\'' | '[' | ']' | ','));
             if !pip {
                 let base = w.rsplit('/').next().unwrap_or(w);
-                pip = is_pip(w) || base == "uv";
+                pip = is_pip(w) || base == "uv" || base == "uvx";
                 positional = matches!(base, "pip-sync" | "pip-compile");
                 pip |= positional;
                 continue;
@@ -1767,84 +1809,290 @@ impl<'e> RunFinder<'e> {
     }
 
     /// The files one command line runs, with the program that runs each (`None`: by its path).
-    /// `by_path`: whether a first word naming a file runs it (Markdown, shell text).
+    /// `by_path`: whether a first word naming a file runs it (Markdown, shell text). `vars`: the
+    /// shell variables the file assigns a package path to ([`ShellVars`]); a command that uses
+    /// one is read with the variable written out (`bash "$HELPER"` as `bash
+    /// "$DIR/helper.txt"`), and the use is noted.
     fn command(
         &self,
         text: &str,
         dir: &str,
         by_path: bool,
+        vars: &mut ShellVars,
+        out: &mut Vec<(&'e str, Option<String>)>,
+    ) {
+        if !by_path || vars.is_empty() {
+            self.segments(text, text, dir, by_path, vars, out);
+            return;
+        }
+        for (cmd, piped) in shell_commands(text) {
+            let refs = vars.refs(cmd);
+            if refs.is_empty() {
+                self.segments(cmd, text, dir, by_path, vars, out);
+            } else {
+                self.substituted(cmd, text, &refs, dir, piped, vars, out);
+            }
+        }
+    }
+
+    /// The files the commands of `text` run, split as a shell would not quite (at `|`, `;`,
+    /// `&`, backticks and parentheses, quoted or not: a quoted separator only makes more
+    /// commands to read). `line`: the whole line, for what a pipe does with decoded text.
+    fn segments(
+        &self,
+        text: &str,
+        line: &str,
+        dir: &str,
+        by_path: bool,
+        vars: &mut ShellVars,
         out: &mut Vec<(&'e str, Option<String>)>,
     ) {
         for segment in text.split(['|', ';', '&', '`', '(', ')', '\r']) {
-            self.requirement_args(segment, dir);
-            let mut words = segment
-                .split_whitespace()
-                .map(|w| w.trim_matches(|c: char| matches!(c, '"' | '\'' | '[' | ']' | ',')))
-                .skip_while(|w| w.contains('=') && !w.starts_with('-') && !w.contains('/'));
-            let Some(first) = words.next() else { continue };
-            if by_path && let Some(f) = self.file_of(first, dir) {
-                out.push((f.path.as_str(), None));
+            self.segment(segment, line, dir, by_path, vars, out);
+        }
+    }
+
+    /// A command that uses variables holding package paths: read once for each value they
+    /// were given (at most [`MAX_VAR_VALUES`]), with the values written in, and each use noted
+    /// as a run of the variable's files (found so), inert (a test, a print, an archive read,
+    /// whose output no pipe takes: [`inert_command`]), or neither ([`ShellVar::opaque`]).
+    /// Past the file's budget of written-out text, every use is neither.
+    #[allow(clippy::too_many_arguments)]
+    fn substituted(
+        &self,
+        cmd: &str,
+        line: &str,
+        refs: &[String],
+        dir: &str,
+        piped: bool,
+        vars: &mut ShellVars,
+        out: &mut Vec<(&'e str, Option<String>)>,
+    ) {
+        let start = out.len();
+        let rounds = refs
+            .iter()
+            .filter_map(|r| vars.vars.get(r))
+            .map(|v| v.values.len())
+            .max()
+            .unwrap_or(0);
+        let mut plain = ShellVars::default();
+        let mut written = rounds > 0;
+        for k in 0..rounds {
+            let Some(text) = vars.substitute(cmd, k) else {
+                written = false;
+                break;
+            };
+            // One level: the written-out text is read with no variables (a value that uses
+            // another variable is not followed; its assignment is a use of that one).
+            self.segments(&text, line, dir, true, &mut plain, out);
+        }
+        let inert = written && !piped && inert_command(cmd);
+        for r in refs {
+            let Some(v) = vars.vars.get_mut(r) else {
                 continue;
+            };
+            v.used = true;
+            let ran = out[start..]
+                .iter()
+                .any(|(p, _)| v.files.iter().any(|f| f == p));
+            if !ran && !inert {
+                v.opaque = true;
             }
-            // A file decoded and run (`bash -c "$(base64 -d notes.txt)"`, `xxd -r -p f | sh`)
-            // is code however it reads: a change to it changes what runs. Run by the line's
-            // first program that runs text (`bash`, `sh`), else by the shell (`eval`).
-            if scan::is_decoder_command(first) && scan::runs_decoded(text.as_bytes()) {
-                if let Some(f) = words.find_map(|w| {
-                    (!w.starts_with('-'))
-                        .then(|| self.file_of(w, dir))
-                        .flatten()
-                }) {
-                    let prog = text
-                        .split(|c: char| c.is_whitespace() || "|;&`()\"'$<".contains(c))
-                        .filter(|w| is_runner(w) && !is_wrapper(&runner_name(w)))
-                        .map(runner_name)
-                        .find(|n| n != "exec");
-                    out.push((f.path.as_str(), prog));
+        }
+        if !written {
+            // Unread with the values written in: read as it is.
+            self.segments(cmd, line, dir, true, &mut plain, out);
+        }
+    }
+
+    /// The files one command (no `|`, `;`, `&`) of `line` runs.
+    fn segment(
+        &self,
+        segment: &str,
+        line: &str,
+        dir: &str,
+        by_path: bool,
+        vars: &mut ShellVars,
+        out: &mut Vec<(&'e str, Option<String>)>,
+    ) {
+        self.requirement_args(segment, dir);
+        let mut words = segment
+            .split_whitespace()
+            .map(|w| w.trim_matches(|c: char| matches!(c, '"' | '\'' | '[' | ']' | ',')))
+            .peekable();
+        // Leading assignments (`FOO=1 ./run.sh`), shell keywords (`if ./check.sh; then`,
+        // `! ./x`) and declarations (`export X=..`, `local X=..`). An assignment of a
+        // package path whose variable the file's commands are followed for is decided by
+        // its uses; any other is read as before, as a command naming that path (`X=tools/a.sh`
+        // runs nothing by itself, but a use the review cannot follow might).
+        let mut declared = false;
+        let mut exported = false;
+        while let Some(&w) = words.peek() {
+            if let Some((name, value)) = w.split_once('=')
+                && is_identifier(name)
+            {
+                if by_path && let Some(f) = self.assigned_file(w, value, dir) {
+                    match vars.vars.get_mut(name) {
+                        Some(v) if v.files.iter().any(|x| x == f.path.as_str()) => {
+                            v.opaque |= exported;
+                        }
+                        _ => out.push((f.path.as_str(), None)),
+                    }
                 }
+                words.next();
                 continue;
             }
-            if !is_runner(first) {
+            if declared && (w.starts_with('-') || w.starts_with('+')) {
+                exported |= w.starts_with('-') && w.contains('x');
+                words.next();
                 continue;
             }
-            // The program that runs the file: the last runner before it that is not a
-            // wrapper (`sudo`, `timeout 10`), with its subcommand (`go run`).
-            let name = runner_name(first);
-            let wrapper = |n: &str| is_wrapper(interpreter_family(n).as_str());
-            let mut prog = (!wrapper(&name)).then_some(name);
-            let mut sub = prog.as_deref().is_some_and(takes_subcommand);
-            for w in words {
-                if w.starts_with('-') {
+            if declared && is_identifier(w) {
+                // `export HELPER`: another process may run it.
+                if let Some(v) = vars.vars.get_mut(w) {
+                    v.opaque |= exported;
+                }
+                words.next();
+                continue;
+            }
+            if !declared && matches!(w, "export" | "local" | "readonly" | "declare" | "typeset") {
+                declared = true;
+                exported = w == "export";
+                words.next();
+                continue;
+            }
+            if !declared
+                && matches!(
+                    w,
+                    "if" | "then" | "elif" | "else" | "while" | "until" | "do" | "!" | "{"
+                )
+            {
+                words.next();
+                continue;
+            }
+            break;
+        }
+        let Some(first) = words.next() else {
+            return;
+        };
+        // Assignments given to a command are its environment: it may run what they name.
+        if !declared {
+            for w in segment.split_whitespace() {
+                let w = w.trim_matches(|c: char| matches!(c, '"' | '\'' | '[' | ']' | ','));
+                let Some((name, _)) = w.split_once('=').filter(|(n, _)| is_identifier(n)) else {
+                    break;
+                };
+                if let Some(v) = vars.vars.get_mut(name) {
+                    v.opaque = true;
+                }
+            }
+        }
+        if by_path && let Some(f) = self.file_of(first, dir) {
+            out.push((f.path.as_str(), None));
+            return;
+        }
+        // A file decoded and run (`bash -c "$(base64 -d notes.txt)"`, `xxd -r -p f | sh`)
+        // is code however it reads: a change to it changes what runs. Run by the line's
+        // first program that runs text (`bash`, `sh`), else by the shell (`eval`).
+        if scan::is_decoder_command(first) && scan::runs_decoded(line.as_bytes()) {
+            if let Some(f) = words.find_map(|w| {
+                (!w.starts_with('-'))
+                    .then(|| self.file_of(w, dir))
+                    .flatten()
+            }) {
+                let prog = line
+                    .split(|c: char| c.is_whitespace() || "|;&`()\"'$<".contains(c))
+                    .filter(|w| is_runner(w) && !is_wrapper(&runner_name(w)))
+                    .map(runner_name)
+                    .find(|n| n != "exec");
+                out.push((f.path.as_str(), prog));
+            }
+            return;
+        }
+        if !is_runner(first) {
+            return;
+        }
+        // The program that runs the file: the last runner before it that is not a
+        // wrapper (`sudo`, `timeout 10`), with its subcommand (`go run`).
+        let name = runner_name(first);
+        let wrapper = |n: &str| is_wrapper(interpreter_family(n).as_str());
+        let mut prog = (!wrapper(&name)).then_some(name);
+        let mut sub = prog.as_deref().is_some_and(takes_subcommand);
+        let mut skip = false;
+        for w in words {
+            if std::mem::take(&mut skip) {
+                continue;
+            }
+            if w.starts_with('-') {
+                // `uv run --with-requirements deps.txt x.py`: the option's file is read,
+                // the script comes after it.
+                skip = prog
+                    .as_deref()
+                    .is_some_and(|p| matches!(interpreter_family(p).as_str(), "uv" | "uvx"))
+                    && uv_file_option(w);
+                continue;
+            }
+            // `python3 -m pip install -r requirements.txt`, `uv pip install -r ...`: pip's
+            // arguments are packages and requirements files, not files it runs.
+            if is_pip(w) {
+                break;
+            }
+            if let Some(f) = self.file_of(w, dir) {
+                out.push((f.path.as_str(), prog));
+                break;
+            }
+            if is_runner(w) {
+                let n = runner_name(w);
+                if !wrapper(&n) {
+                    sub = takes_subcommand(&n);
+                    prog = Some(n);
+                }
+            } else if sub && matches!(w, "run" | "exec" | "script" | "fsi") {
+                if let Some(p) = &mut prog {
+                    p.push(' ');
+                    p.push_str(w);
+                }
+                sub = false;
+            }
+        }
+    }
+
+    /// The package file an assignment `word` (`NAME=VALUE`) names: its value's
+    /// (`HELPER=assets/helper.dat`), else the word's (`X=$DIR/helper.dat`, as read before).
+    fn assigned_file(&self, word: &str, value: &str, dir: &str) -> Option<&'e Entry> {
+        self.file_of(value, dir).or_else(|| self.file_of(word, dir))
+    }
+
+    /// The shell variables a file assigns a package path to (`NAME=VALUE` where VALUE names a
+    /// package file, at the start of a command: `HELPER="$DIR/helper.txt"`,
+    /// `export TOOL=tools/x.sh`, `local f=./a.sh`), from its command text.
+    fn assignments(&self, text: &str, dir: &str, vars: &mut ShellVars) {
+        for segment in text.split(['|', ';', '&', '`', '(', ')', '\r']) {
+            let mut declared = false;
+            for w in segment.split_whitespace() {
+                let w = w.trim_matches(|c: char| matches!(c, '"' | '\'' | '[' | ']' | ','));
+                if !declared && matches!(w, "export" | "local" | "readonly" | "declare" | "typeset")
+                {
+                    declared = true;
                     continue;
                 }
-                // `python3 -m pip install -r requirements.txt`, `uv pip install -r ...`: pip's
-                // arguments are packages and requirements files, not files it runs.
-                if is_pip(w) {
-                    break;
+                if declared && w.starts_with(['-', '+']) {
+                    continue;
                 }
-                if let Some(f) = self.file_of(w, dir) {
-                    out.push((f.path.as_str(), prog));
+                let Some((name, value)) = w.split_once('=').filter(|(n, _)| is_identifier(n))
+                else {
                     break;
-                }
-                if is_runner(w) {
-                    let n = runner_name(w);
-                    if !wrapper(&n) {
-                        sub = takes_subcommand(&n);
-                        prog = Some(n);
-                    }
-                } else if sub && matches!(w, "run" | "exec" | "script" | "fsi") {
-                    if let Some(p) = &mut prog {
-                        p.push(' ');
-                        p.push_str(w);
-                    }
-                    sub = false;
+                };
+                if let Some(f) = self.assigned_file(w, value, dir) {
+                    vars.assign(name, value, f.path.as_str());
                 }
             }
         }
     }
 
     /// What a Markdown file runs (SKILL.md's `dir` is empty). A licence's text is read as the
-    /// review reads it: only its fenced code blocks.
+    /// review reads it: only its fenced code blocks. Read twice when it names a file: once for
+    /// the variables its commands assign package paths to, then for its commands.
     fn markdown(
         &self,
         content: &[u8],
@@ -1854,8 +2102,33 @@ impl<'e> RunFinder<'e> {
     ) {
         let hits = self.name_hits(content);
         if hits.as_ref().is_some_and(Vec::is_empty) {
+            self.note_refs(content, &ShellVars::default());
             return;
         }
+        let mut vars = ShellVars::new(content.len());
+        self.markdown_commands(content, licence, hits.clone(), None, &mut |text| {
+            self.assignments(text, dir, &mut vars);
+        });
+        self.note_refs(content, &vars);
+        let names = vars.names();
+        self.markdown_commands(content, licence, hits, Some(&names), &mut |text| {
+            self.command(text, dir, true, &mut vars, out);
+        });
+        self.unfollowed(vars, out);
+    }
+
+    /// The command text of a Markdown file's lines that name a package file (or, with
+    /// `names`, hold one of those variable names): its code blocks' lines, and the inline
+    /// code spans of more than one word in its prose (a lone path in backticks names a file,
+    /// it does not run it).
+    fn markdown_commands(
+        &self,
+        content: &[u8],
+        licence: bool,
+        hits: Option<Vec<usize>>,
+        names: Option<&HashSet<String>>,
+        f: &mut dyn FnMut(&str),
+    ) {
         let mut lines = Lines::new(hits);
         let blocks = markdown_blocks(content);
         let mut next_block = 0usize;
@@ -1865,7 +2138,8 @@ impl<'e> RunFinder<'e> {
             while next_block < blocks.len() && blocks[next_block].1 <= pos {
                 next_block += 1;
             }
-            if !lines.names_a_file(pos, end) {
+            let named = lines.names_a_file(pos, end);
+            if !named && !names.is_some_and(|n| holds_name(&content[pos..end], n)) {
                 pos = end + 1;
                 continue;
             }
@@ -1874,19 +2148,15 @@ impl<'e> RunFinder<'e> {
                     // Data blocks run nothing; a licence's only code is in fences.
                     let code = ctx == Context::CodeBlock && (!licence || is_fence(&content[s..]));
                     // A blockquote's `>` and a list's marker are not part of the command.
-                    let line =
-                        code.then(|| String::from_utf8_lossy(fence_text(&content[pos..end])));
-                    if let Some(line) = line {
-                        self.command(&line, dir, true, out);
+                    if code {
+                        f(&String::from_utf8_lossy(fence_text(&content[pos..end])));
                     }
                 }
-                // Prose: what inline code spans of more than one word say to run (a lone path
-                // in backticks names a file, it does not run it).
                 _ if !licence && memchr::memchr(b'`', &content[pos..end]).is_some() => {
                     let line = String::from_utf8_lossy(&content[pos..end]);
                     for span in line.split('`').skip(1).step_by(2) {
                         if span.split_whitespace().nth(1).is_some() {
-                            self.command(span, dir, true, out);
+                            f(span);
                         }
                     }
                 }
@@ -1896,7 +2166,9 @@ impl<'e> RunFinder<'e> {
         }
     }
 
-    /// What a script runs: each line outside its comments is a command.
+    /// What a script runs: each line outside its comments is a command. Shell text is read
+    /// twice when it names a file: once for the variables it assigns package paths to, then
+    /// for its commands.
     fn script(
         &self,
         content: &[u8],
@@ -1906,22 +2178,324 @@ impl<'e> RunFinder<'e> {
     ) {
         let hits = self.name_hits(content);
         if hits.as_ref().is_some_and(Vec::is_empty) {
+            self.note_refs(content, &ShellVars::default());
             return;
         }
-        let mut lines = Lines::new(hits);
         let comments = Comments::of(interpreter.unwrap_or(""));
         let shell = is_shell(interpreter);
-        let mut pos = 0usize;
-        for line in content.split(|&b| b == b'\n') {
-            let start = pos;
-            pos += line.len() + 1;
-            if !lines.names_a_file(start, start + line.len()) {
-                continue;
+        let mut vars = ShellVars::new(content.len());
+        if shell {
+            script_commands(content, comments, hits.clone(), None, &mut |line| {
+                self.assignments(line, dir, &mut vars);
+            });
+        }
+        self.note_refs(content, &vars);
+        let names = vars.names();
+        script_commands(content, comments, hits, Some(&names), &mut |line| {
+            self.command(line, dir, shell, &mut vars, out);
+        });
+        self.unfollowed(vars, out);
+    }
+
+    /// The files of variables whose uses the review could not follow to the end (exported,
+    /// given to a command's environment, used by a command that is neither a run of it nor
+    /// known inert, or never used in the file, so perhaps by a file that sources this one):
+    /// run by their path, as an assignment was read before variables were followed.
+    /// Note the variables `content` uses (`$NAME`, `${NAME`) that it gives no package path
+    /// ([`RunFinder::loose`]). One pass for `$`.
+    fn note_refs(&self, content: &[u8], own: &ShellVars) {
+        let mut loose = self.loose.borrow_mut();
+        for p in memchr::memchr_iter(b'$', content) {
+            if loose.len() >= 64 * MAX_VARS {
+                return;
             }
-            if !comments.is_comment(line) && !line.starts_with(b"#!") {
-                self.command(&String::from_utf8_lossy(line), dir, shell, out);
+            let s = p + 1 + usize::from(content.get(p + 1) == Some(&b'{'));
+            let n = content[s.min(content.len())..]
+                .iter()
+                .take(128)
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+            if let Ok(name) = std::str::from_utf8(&content[s..s + n])
+                && is_identifier(name)
+                && !own.vars.contains_key(name)
+                && !loose.contains(name)
+            {
+                loose.insert(name.to_owned());
             }
         }
+    }
+
+    /// Files whose variables were used only inertly in their own file but used elsewhere with
+    /// no value there (`source env.sh; bash "$HELPER"`): run by their path. Each once.
+    fn late_runs(&self, out: &mut Vec<(&'e str, Option<String>)>) {
+        let loose = self.loose.borrow();
+        self.inert.borrow_mut().retain(|(name, files)| {
+            if !loose.contains(name) {
+                return true;
+            }
+            for f in files {
+                if let Some(&e) = self.nodes.get(f.as_str()) {
+                    out.push((e.path.as_str(), None));
+                }
+            }
+            false
+        });
+    }
+
+    fn unfollowed(&self, vars: ShellVars, out: &mut Vec<(&'e str, Option<String>)>) {
+        for (name, v) in vars.vars {
+            if v.used && !v.opaque {
+                self.inert.borrow_mut().push((name, v.files));
+            } else {
+                for f in v.files {
+                    if let Some(&e) = self.nodes.get(f.as_str()) {
+                        out.push((e.path.as_str(), None));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The lines of a script outside its comments that name a package file (or, with `names`,
+/// hold one of those variable names), in order.
+fn script_commands(
+    content: &[u8],
+    comments: Comments,
+    hits: Option<Vec<usize>>,
+    names: Option<&HashSet<String>>,
+    f: &mut dyn FnMut(&str),
+) {
+    let mut lines = Lines::new(hits);
+    let mut pos = 0usize;
+    for line in content.split(|&b| b == b'\n') {
+        let start = pos;
+        pos += line.len() + 1;
+        let named = lines.names_a_file(start, start + line.len());
+        if !named && !names.is_some_and(|n| holds_name(line, n)) {
+            continue;
+        }
+        if !comments.is_comment(line) && !line.starts_with(b"#!") {
+            f(&String::from_utf8_lossy(line));
+        }
+    }
+}
+
+/// The commands of a line of shell text, split where a shell splits them (at `;`, `|`, `&`
+/// outside quotes), each with whether its output goes to a pipe (`cmd | next`).
+fn shell_commands(text: &str) -> Vec<(&str, bool)> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let (mut single, mut double, mut escaped) = (false, false, false);
+    let mut start = 0;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if escaped {
+            escaped = false;
+        } else if c == b'\\' && !single {
+            escaped = true;
+        } else if c == b'\'' && !double {
+            single = !single;
+        } else if c == b'"' && !single {
+            double = !double;
+        } else if !single
+            && !double
+            && matches!(c, b';' | b'|' | b'&' | b'\r')
+            // `2>&1`, `&>log`, `<&3`: redirections, not separators.
+            && !(c == b'&'
+                && (i > 0 && matches!(b[i - 1], b'>' | b'<') || b.get(i + 1) == Some(&b'>')))
+        {
+            let piped = c == b'|' && b.get(i + 1) != Some(&b'|') && (i == 0 || b[i - 1] != b'|');
+            out.push((&text[start..i], piped));
+            start = i + 1;
+        }
+        i += 1;
+    }
+    out.push((&text[start..], false));
+    out
+}
+
+/// A shell variable's name: `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_identifier(w: &str) -> bool {
+    w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && w.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Whether `line` holds one of `names` as a whole identifier (`$HELPER`, `${HELPER}`,
+/// `export HELPER`). Linear in the line.
+fn holds_name(line: &[u8], names: &HashSet<String>) -> bool {
+    !names.is_empty()
+        && line
+            .split(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
+            .any(|w| !w.is_empty() && std::str::from_utf8(w).is_ok_and(|w| names.contains(w)))
+}
+
+/// A command that reads or names a file without running it or handing it to anything that
+/// could: a test (`[ -f "$X" ]`), a print, a listing, an archive read (`tar -xzf "$X" -C
+/// src/`, unless an option names a program tar runs). Its segment's output must reach no
+/// pipe (the caller checks): `echo "$X" | xargs sh` runs it.
+fn inert_command(segment: &str) -> bool {
+    // A command substitution runs a command of its own.
+    if segment.contains("$(") || segment.contains('`') {
+        return false;
+    }
+    let mut words = segment
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| matches!(c, '"' | '\'')))
+        .skip_while(|w| {
+            matches!(
+                *w,
+                "if" | "then" | "elif" | "else" | "while" | "until" | "do" | "!" | "{"
+            ) || w.split_once('=').is_some_and(|(n, _)| is_identifier(n))
+        });
+    let Some(first) = words.next() else {
+        // Only assignments: the value moves to another variable, not followed.
+        return false;
+    };
+    match first.rsplit('/').next().unwrap_or(first) {
+        "[" | "[[" | "test" | "echo" | "printf" | "ls" | "stat" | "du" | "wc" | "file"
+        | "basename" | "dirname" | "realpath" | "readlink" | "sha256sum" | "shasum" | "md5sum"
+        | "rm" | "mkdir" | "unzip" => true,
+        // GNU tar runs programs named by these options.
+        "tar" | "gtar" | "bsdtar" => !words.any(|w| {
+            w.starts_with("--use-compress-program")
+                || w.starts_with("--to-command")
+                || w.starts_with("--checkpoint-action")
+                || w.starts_with("--info-script")
+                || w.starts_with("--new-volume-script")
+                || w.starts_with("--rsh-command")
+                || w.starts_with("--rmt-command")
+                || w.starts_with("-I")
+                || w.starts_with("-F")
+                || (w.starts_with('-') && !w.starts_with("--") && w.contains(['I', 'F']))
+        }),
+        _ => false,
+    }
+}
+
+/// Values kept per variable, and variables kept per file ([`ShellVars`]).
+const MAX_VAR_VALUES: usize = 4;
+const MAX_VARS: usize = 256;
+
+/// Shell variables a file (a script, or a Markdown file's commands) assigns a package path to
+/// (`TARBALL="$SCRIPT_DIR/shadcn-components.tar.gz"`), so that what runs them is read from what
+/// its commands do with them: `tar -xzf "$TARBALL"` runs nothing, `bash "$HELPER"` runs
+/// helper.txt with bash. Bounded: [`MAX_VARS`] variables, [`MAX_VAR_VALUES`] values of at most
+/// 1 KiB each, and written-out text of at most the file's size plus 1 MiB; an assignment past
+/// them is read as before, as a run of the path by itself.
+#[derive(Default)]
+struct ShellVars {
+    vars: BTreeMap<String, ShellVar>,
+    /// Bytes of written-out command text the file may still produce.
+    budget: usize,
+}
+
+#[derive(Default)]
+struct ShellVar {
+    /// The values assigned, as written (`$SCRIPT_DIR/x.tar.gz`).
+    values: Vec<String>,
+    /// The package files they name.
+    files: Vec<String>,
+    /// A use the review cannot follow to the end: exported, given to a command's
+    /// environment, or used by a command that neither runs it (as read) nor is inert.
+    opaque: bool,
+    /// Used at all in the file.
+    used: bool,
+}
+
+impl ShellVars {
+    fn new(content_len: usize) -> Self {
+        Self {
+            vars: BTreeMap::new(),
+            budget: content_len.saturating_add(1 << 20),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.vars.is_empty()
+    }
+
+    fn names(&self) -> HashSet<String> {
+        self.vars.keys().cloned().collect()
+    }
+
+    fn assign(&mut self, name: &str, value: &str, file: &str) {
+        if self.vars.len() >= MAX_VARS && !self.vars.contains_key(name) {
+            return;
+        }
+        let value = value.trim_matches(|c: char| matches!(c, '"' | '\''));
+        let v = self.vars.entry(name.to_owned()).or_default();
+        if value.len() <= 1024 && v.values.len() < MAX_VAR_VALUES {
+            if !v.values.iter().any(|x| x == value) {
+                v.values.push(value.to_owned());
+            }
+            if !v.files.iter().any(|f| f == file) {
+                v.files.push(file.to_owned());
+            }
+        } else if !v.files.iter().any(|f| f == file) {
+            // A value not kept cannot be written in: its file is run by its path (below).
+            v.files.push(file.to_owned());
+            v.opaque = true;
+        }
+    }
+
+    /// The followed variables a segment uses (`$NAME`, `${NAME}`, `${NAME:-..}`), each once.
+    fn refs(&self, segment: &str) -> Vec<String> {
+        let mut found: Vec<String> = Vec::new();
+        let b = segment.as_bytes();
+        let mut i = 0;
+        while let Some(p) = memchr::memchr(b'$', &b[i..]) {
+            let s = i + p + 1 + usize::from(b.get(i + p + 1) == Some(&b'{'));
+            let e = s + b[s..]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+            let name = &segment[s..e];
+            if self.vars.contains_key(name) && !found.iter().any(|f| f == name) {
+                found.push(name.to_owned());
+            }
+            i = e.max(i + p + 1);
+        }
+        found
+    }
+
+    /// `segment` with each use of a followed variable replaced by its `k`-th value (its
+    /// last, when it has fewer); `None` once the file's budget is spent.
+    fn substitute(&mut self, segment: &str, k: usize) -> Option<String> {
+        let mut out = String::with_capacity(segment.len());
+        let mut i = 0;
+        let b = segment.as_bytes();
+        while let Some(p) = memchr::memchr(b'$', &b[i..]) {
+            let dollar = i + p;
+            let brace = b.get(dollar + 1) == Some(&b'{');
+            let s = dollar + 1 + usize::from(brace);
+            let e = s + b[s..]
+                .iter()
+                .take_while(|c| c.is_ascii_alphanumeric() || **c == b'_')
+                .count();
+            let value = self
+                .vars
+                .get(&segment[s..e])
+                .and_then(|v| v.values.get(k).or(v.values.last()));
+            let Some(value) = value else {
+                out.push_str(&segment[i..e.max(dollar + 1)]);
+                i = e.max(dollar + 1);
+                continue;
+            };
+            // `${NAME:-default}`, `${NAME%.gz}`: the whole expansion stands for the value.
+            let end = if brace {
+                segment[e..].find('}').map_or(segment.len(), |c| e + c + 1)
+            } else {
+                e
+            };
+            out.push_str(&segment[i..dollar]);
+            out.push_str(value);
+            i = end;
+        }
+        out.push_str(&segment[i..]);
+        self.budget = self.budget.checked_sub(out.len())?;
+        Some(out)
     }
 }
 

@@ -362,7 +362,13 @@ impl Scanner {
 
             // URLs with a scheme and a host.
             if let Some(p) = memchr::memmem::find(lt, b"://") {
-                url_hit(lt, p, at + t.s, out);
+                url_hit(lt, p, at + t.s, false, out);
+                // `https://${GITHUB_TOKEN}@github.com/..`, `https://user:<password>@host`: the
+                // user information holds a delimiter, so the token ends before the host; the
+                // URL is also read on to it.
+                if let Some(end) = templated_authority(lower, t.s + p, t.e) {
+                    url_hit(&lower[t.s..end], p, at + t.s, true, out);
+                }
             } else if let Some(host) = scp_host(lt) {
                 if !is_placeholder(host) {
                     push(out, HitKind::ExternalReference, t.s, subj(host));
@@ -404,7 +410,7 @@ impl Scanner {
             }
             if ot.contains(&b'_') {
                 let n = out.len();
-                secret_vars(ot, t.s, out);
+                secret_vars(line, t.s, t.e, out);
                 for h in &mut out[n..] {
                     h.col += at;
                 }
@@ -1016,7 +1022,7 @@ fn foreign_index(value: &[u8]) -> bool {
         return false;
     };
     let mut h = Vec::new();
-    url_hit(value, p, 0, &mut h);
+    url_hit(value, p, 0, false, &mut h);
     h.iter()
         .any(|h| h.kind == HitKind::ExternalReference && !default_index(&h.subject))
 }
@@ -1396,8 +1402,70 @@ fn is_identifier(host: &[u8], path: &[u8]) -> bool {
         || host == b"choosealicense.com"
 }
 
+/// Where a URL's authority ends when its user information holds a delimiter the tokenizer
+/// splits at (`${TOKEN}`, `<password>`): `p` is the offset of `://` in `lower`, `tok_end` the
+/// end of the token holding it. `None` when the token already holds the whole authority (no
+/// `@` past its end), the common case. Bounded: 1 KiB of authority at most.
+fn templated_authority(lower: &[u8], p: usize, tok_end: usize) -> Option<usize> {
+    let from = p + 3;
+    let mut end = from;
+    while end < lower.len().min(from + 1024)
+        && !lower[end].is_ascii_whitespace()
+        && !matches!(
+            lower[end],
+            b'"' | b'\''
+                | b'`'
+                | b'/'
+                | b'?'
+                | b'#'
+                | b'\\'
+                | b'('
+                | b')'
+                | b','
+                | b';'
+                | b'|'
+                | b'&'
+        )
+    {
+        end += 1;
+    }
+    let at = lower[from..end].iter().rposition(|&b| b == b'@')? + from;
+    (at >= tok_end).then_some(end)
+}
+
+/// User information that names the roles of its parts, or marks the place for a value, rather
+/// than holds a credential: a password `<password>`, `xxx`, `***`, `your_token`, or a pair
+/// of role names, `user:pass`, `username:password` (`http://user:pass@ip:port` in a proxy's
+/// usage text). Narrow on purpose: a word that could be a real password (`admin:admin`,
+/// `root:changeme`, a default that opens a device) still counts, and so does a variable
+/// (`user:$TOKEN`, `user:${PASS}`), which holds a real credential when the command runs.
+fn placeholder_userinfo(user: &[u8], pass: &[u8]) -> bool {
+    let role_pass = |w: &[u8]| {
+        matches!(
+            w,
+            b"pass" | b"password" | b"passwd" | b"pwd" | b"secret" | b"token" | b"apikey"
+        )
+    };
+    let role_user = |w: &[u8]| matches!(w, b"user" | b"username" | b"usr" | b"login");
+    let marked = |w: &[u8]| {
+        (w.len() >= 2 && w.starts_with(b"<") && w.ends_with(b">"))
+            || (w.len() >= 3
+                && matches!(w[0], b'x' | b'*' | b'.' | b'#')
+                && w.iter().all(|&b| b == w[0]))
+            || w.strip_prefix(b"your").is_some_and(|r| {
+                let r = r.strip_prefix(b"_").or(r.strip_prefix(b"-")).unwrap_or(r);
+                !r.is_empty()
+                    && r.iter()
+                        .all(|&b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+            })
+    };
+    marked(pass) || (role_user(user) && role_pass(pass))
+}
+
 /// `scheme://[user[:pass]@]host[:port]/...` inside token `t`, `p` the offset of `://`.
-fn url_hit(t: &[u8], p: usize, col: usize, out: &mut Vec<Hit>) {
+/// `templated`: `t` runs past the token ([`templated_authority`]), so the host ends at the
+/// first byte a host name cannot hold (`@host.com>` in `<https://u:{p}@host.com>`).
+fn url_hit(t: &[u8], p: usize, col: usize, templated: bool, out: &mut Vec<Hit>) {
     let scheme_start = t[..p]
         .iter()
         .rposition(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-')))
@@ -1414,7 +1482,10 @@ fn url_hit(t: &[u8], p: usize, col: usize, out: &mut Vec<Hit>) {
     let authority = &rest[..auth_end];
     let hostport = match authority.iter().rposition(|&b| b == b'@') {
         Some(at) => {
-            if authority[..at].contains(&b':') {
+            let userinfo = &authority[..at];
+            if let Some(c) = userinfo.iter().position(|&b| b == b':')
+                && !placeholder_userinfo(&userinfo[..c], &userinfo[c + 1..])
+            {
                 out.push(Hit {
                     kind: HitKind::CredentialTouch,
                     col,
@@ -1424,6 +1495,17 @@ fn url_hit(t: &[u8], p: usize, col: usize, out: &mut Vec<Hit>) {
             &authority[at + 1..]
         }
         None => authority,
+    };
+    let hostport = if templated {
+        let end = hostport
+            .iter()
+            .position(|&b| {
+                !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_' | b'[' | b']' | b':'))
+            })
+            .unwrap_or(hostport.len());
+        &hostport[..end]
+    } else {
+        hostport
     };
     let host = if hostport.starts_with(b"[") {
         match hostport.iter().position(|&b| b == b']') {
@@ -1562,16 +1644,24 @@ fn credential_paths(t: &[u8], col: usize, out: &mut Vec<Hit>) {
     }
 }
 
-/// Upper-case identifiers named like secrets (`GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`).
-fn secret_vars(t: &[u8], col: usize, out: &mut Vec<Hit>) {
-    for ident in t.split(|b| !(b.is_ascii_alphanumeric() || *b == b'_')) {
+/// Upper-case identifiers named like secrets (`GITHUB_TOKEN`, `AWS_SECRET_ACCESS_KEY`) in the
+/// token `line[s..e]`, reported at `s`; not a placeholder written where the value goes
+/// ([`placeholder_name`]).
+fn secret_vars(line: &[u8], s: usize, e: usize, out: &mut Vec<Hit>) {
+    let col = s;
+    let mut from = s;
+    for ident in line[s..e].split(|b| !(b.is_ascii_alphanumeric() || *b == b'_')) {
+        let start = from;
+        from += ident.len() + 1;
         if ident.len() < 5 || ident.len() > 128 || !ident.iter().any(u8::is_ascii_uppercase) {
             continue;
         }
         if ident.iter().any(u8::is_ascii_lowercase) {
             continue;
         }
-        if SECRET_SUFFIXES.iter().any(|s| ident.ends_with(s)) {
+        if SECRET_SUFFIXES.iter().any(|s| ident.ends_with(s))
+            && !placeholder_name(line, start, start + ident.len())
+        {
             out.push(Hit {
                 kind: HitKind::CredentialTouch,
                 col,
@@ -1579,6 +1669,40 @@ fn secret_vars(t: &[u8], col: usize, out: &mut Vec<Hit>) {
             });
         }
     }
+}
+
+/// A secret's name written where its value goes, marking the place for the reader's own: the
+/// name in angle brackets (`Bearer <GITHUB_TOKEN>`), or `YOUR_...` given as a value, after `=`
+/// or `:` (`api_key="YOUR_API_KEY"`, `x-api-key: YOUR_API_KEY`, `KEY=${KEY:=YOUR_KEY}`), after
+/// `Bearer` / `token` / `Basic`, or as a URL's user (`https://YOUR_TOKEN@host`). Nothing reads
+/// a credential there. Narrow on purpose: any other use of the name is a variable that holds
+/// whatever the environment gives it (`$YOUR_API_KEY`, `os.environ["YOUR_API_KEY"]`,
+/// `process.env.YOUR_API_KEY`, `$env:YOUR_API_KEY`, `export YOUR_API_KEY=..`), and counts.
+fn placeholder_name(line: &[u8], s: usize, e: usize) -> bool {
+    let before = &line[..s];
+    if before.ends_with(b"<") && line[e..].starts_with(b">") {
+        return true;
+    }
+    if !line[s..e].starts_with(b"YOUR_") || line[e..].starts_with(b"=") {
+        return false;
+    }
+    let b = before
+        .strip_suffix(b"\"")
+        .or_else(|| before.strip_suffix(b"'"))
+        .unwrap_or(before)
+        .trim_ascii_end();
+    // The word just before (`Bearer`), when `b` ends with one.
+    let word = b
+        .rsplit(|c| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    // PowerShell's `$env:YOUR_API_KEY` reads the variable.
+    let env = b.len() >= 5 && b[b.len() - 5..].eq_ignore_ascii_case(b"$env:");
+    b.ends_with(b"=")
+        || (b.ends_with(b":") && !env)
+        || b.ends_with(b"//")
+        || matches!(word.as_slice(), b"bearer" | b"token" | b"basic")
 }
 
 /// Package managers and clones: `pip install`, `npm i`, `git clone`, `npx`, ...
@@ -1602,7 +1726,25 @@ fn installer(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
             b"pnpx" => "pnpx",
             _ => "uvx",
         },
+        // Packages a package manager fetches and runs at once: `pnpm create vite` runs the
+        // registry's `create-vite`, `npm init x` its `create-x`, `pnpm dlx`, `npm exec`,
+        // `bun x` as `npx` does.
+        b"npm" | b"pnpm" | b"yarn" | b"bun" if next == b"create" => "npm create",
+        b"npm" if next == b"init" && !next2.is_empty() && !next2.starts_with(b"-") => "npm create",
+        b"npm" if matches!(next, b"exec" | b"x") => "npx",
+        b"pnpm" | b"yarn" if next == b"dlx" => "npx",
+        b"bun" if next == b"x" => "bunx",
+        b"uv" if next == b"tool" && matches!(next2, b"install" | b"run") => "uvx",
         b"pipx" if next == b"run" || next == b"install" => "pipx",
+        b"conda" | b"mamba" | b"micromamba" if next == b"install" => "conda install",
+        b"poetry" | b"pdm" if next == b"add" => "poetry add",
+        b"composer" if matches!(next, b"require" | b"install" | b"create-project") => {
+            "composer require"
+        }
+        b"docker" | b"podman" if matches!(next, b"pull" | b"run") => "docker pull",
+        // `go run pkg@version` fetches the module and runs it.
+        b"go" if next == b"run" && next2.contains(&b'@') && next2.contains(&b'.') => "go install",
+        b"winget" | b"choco" | b"scoop" if next == b"install" => "system package install",
         b"gem" if next == b"install" => "gem install",
         b"cargo" if next == b"install" => "cargo install",
         b"go" if next == b"install" || next == b"get" => "go install",
@@ -2214,6 +2356,97 @@ mod tests {
         assert!(has("env['LD_PRELOAD'] = lib", R, "LD_PRELOAD"));
     }
 
+    /// A placeholder written where a credential goes is no credential: the role names of a
+    /// URL's user information (`user:pass`), a marked password (`<token>`, `xxx`,
+    /// `your_password`), a secret's name in angle brackets or `YOUR_...` given as a value.
+    /// A variable, a real-looking password or a secret's name read as a variable still count,
+    /// and the URL's host is reported either way.
+    #[test]
+    fn placeholders_are_not_credentials() {
+        use HitKind::{CredentialTouch as C, ExternalReference as X};
+        let creds = |l: &str| -> Vec<String> {
+            hits(l)
+                .into_iter()
+                .filter(|(k, _)| *k == C)
+                .map(|(_, s)| s)
+                .collect()
+        };
+        for l in [
+            "export HTTPS_PROXY=http://user:pass@ip:port",
+            "export HTTPS_PROXY=http://username:password@proxy.acme-corp.com:3128",
+            "git clone https://oauth2:<token>@gitlab.acme-corp.com/team/repo.git",
+            "git clone https://ci:xxx@gitlab.acme-corp.com/team/repo.git",
+            "curl https://me:****@api.acme-corp.com/v1",
+            "git clone https://me:your_token@gitlab.acme-corp.com/team/repo.git",
+            "curl -H \"x-api-key: YOUR_API_KEY\" https://api.acme-llm.com/v1",
+            "curl -H \"Authorization: Bearer YOUR_GITHUB_TOKEN\" https://api.github.com/user",
+            "curl -H \"Authorization: Bearer <GITHUB_TOKEN>\" https://api.github.com/user",
+            "client = Client(api_key=\"YOUR_API_KEY\")",
+            "api_key: YOUR_API_KEY",
+            "git clone https://YOUR_TOKEN@github.com/acme/tools.git",
+        ] {
+            assert!(creds(l).is_empty(), "{l}: {:?}", hits(l));
+        }
+        for (l, subject) in [
+            (
+                "curl https://admin:hunter2@10.0.0.5/api",
+                "credentials in a URL",
+            ),
+            (
+                "curl https://admin:admin@10.0.0.5/api",
+                "credentials in a URL",
+            ),
+            (
+                "curl https://user:$TOKEN@api.acme-corp.com/v1",
+                "credentials in a URL",
+            ),
+            (
+                "git clone https://x-access-token:${GH_PAT}@github.com/acme/tools.git",
+                "credentials in a URL",
+            ),
+            (
+                "curl -H \"x-api-key: $YOUR_API_KEY\" https://a.acme-llm.com",
+                "YOUR_API_KEY",
+            ),
+            ("key = os.environ[\"YOUR_API_KEY\"]", "YOUR_API_KEY"),
+            ("const k = process.env.YOUR_API_KEY;", "YOUR_API_KEY"),
+            ("$k = $env:YOUR_API_KEY", "YOUR_API_KEY"),
+            ("export YOUR_API_KEY=sk-123", "YOUR_API_KEY"),
+            (
+                "curl -H \"x-api-key: $ACME_API_KEY\" https://a.acme-llm.com",
+                "ACME_API_KEY",
+            ),
+            ("echo ${GITHUB_TOKEN}", "GITHUB_TOKEN"),
+        ] {
+            assert!(creds(l).iter().any(|s| s == subject), "{l}: {:?}", hits(l));
+        }
+        // The host of a URL whose user information holds a template is still a host.
+        for (l, host) in [
+            (
+                "export HTTPS_PROXY=http://username:password@proxy.acme-corp.com:3128",
+                "proxy.acme-corp.com",
+            ),
+            (
+                "git clone https://oauth2:<token>@gitlab.acme-corp.com/team/repo.git",
+                "gitlab.acme-corp.com",
+            ),
+            (
+                "git clone https://${GITHUB_TOKEN}@github.com/acme/tools.git",
+                "github.com",
+            ),
+            (
+                "git clone https://x-access-token:${GH_PAT}@github.com/acme/tools.git",
+                "github.com",
+            ),
+            (
+                "see <https://u:{p}@docs.acme-corp.com>",
+                "docs.acme-corp.com",
+            ),
+        ] {
+            assert!(has(l, X, host), "{l}: {:?}", hits(l));
+        }
+    }
+
     #[test]
     fn cased_words_and_stdin() {
         assert!(
@@ -2377,6 +2610,26 @@ mod tests {
             "pwsh -e SQBFAFgA",
             "powershell -enc SQBFAFgA",
             "eval(Buffer.from(s, 'hex').toString())",
+            "pnpm create vite app --template react-ts",
+            "npm init vite@latest",
+            "npm exec -- create-thing",
+            "pnpm dlx shadcn@latest init",
+            "yarn dlx create-thing",
+            "bun x cowsay",
+            "uv tool run ruff",
+            "uv tool install ruff",
+            "conda install -c conda-forge gdal",
+            "mamba install gdal",
+            "poetry add httpx",
+            "pdm add httpx",
+            "composer require phpoffice/phpword",
+            "docker run --rm -it alpine sh",
+            "docker pull alpine",
+            "podman run alpine",
+            "podman pull alpine",
+            "go run golang.org/x/tools/cmd/stringer@latest",
+            "winget install Git.Git",
+            "choco install git",
         ];
         let t = Triggers::get();
         for line in lines {

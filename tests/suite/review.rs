@@ -1233,3 +1233,195 @@ fn a_download_piped_into_a_package_script_is_run() {
     );
     assert!(subjects.contains(&"eval of decoded text"), "{findings:#?}");
 }
+
+/// A shell variable holding a package path is read by what the script does with it (as in
+/// anthropics/skills' web-artifacts-builder, where `COMPONENTS_TARBALL="$SCRIPT_DIR/x.tar.gz"`
+/// made the tarball a script run by `sh`, though it is only tested for, printed and
+/// extracted): `bash "$HELPER"` runs helper.dat with bash; a variable exported, piped on,
+/// never used in the file, or run in another file (`source env.sh; "$TOOL"`) is still read as
+/// a run by its path, since what uses it is not all seen.
+#[test]
+fn a_variable_holding_a_package_path_is_read_by_what_uses_it() {
+    let components = super::fetch::tar_gz_of(&[(
+        "components/ui/button.tsx",
+        b"export function Button() { return null }\n",
+    )]);
+    let init = r#"#!/bin/bash
+set -e
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+COMPONENTS_TARBALL="$SCRIPT_DIR/shadcn-components.tar.gz"
+HELPER="$SCRIPT_DIR/../assets/helper.dat"
+export HOOK="$SCRIPT_DIR/../assets/hook.dat"
+PIPED=$SCRIPT_DIR/../assets/piped.dat
+UNUSED="$SCRIPT_DIR/../assets/unused.dat"
+run_setup() {
+  bash "$HELPER" --init
+}
+if [ ! -f "$COMPONENTS_TARBALL" ]; then
+  echo "Error: shadcn-components.tar.gz not found; expected at $COMPONENTS_TARBALL"
+  exit 1
+fi
+tar -xzf "$COMPONENTS_TARBALL" -C src/
+echo "$PIPED" | xargs sh
+if ./scripts/check.sh; then run_setup; fi
+source "$SCRIPT_DIR/env.sh"
+"$TOOL" --version
+"#;
+    let pkg = super::fetch::tar_gz_of(&[
+        (
+            "SKILL.md",
+            b"---\nname: vars\ndescription: Sets a project up.\n---\nRun `bash scripts/init.sh app`.\n",
+        ),
+        ("scripts/init.sh", init.as_bytes()),
+        ("scripts/shadcn-components.tar.gz", components.as_slice()),
+        ("scripts/check.sh", b"test -d src\n"),
+        (
+            "scripts/env.sh",
+            b"TOOL=assets/tool.dat\n[ -f \"$TOOL\" ] || echo \"no $TOOL\"\n",
+        ),
+        ("assets/tool.dat", b"echo tool\n"),
+        ("assets/helper.dat", b"echo helper\n"),
+        ("assets/hook.dat", b"echo hook\n"),
+        ("assets/piped.dat", b"echo piped\n"),
+        ("assets/unused.dat", b"echo unused\n"),
+    ]);
+    let v = extract_tgz(&pkg);
+    let scripts = scripts_of(&v);
+    assert!(
+        !scripts.contains_key("scripts/shadcn-components.tar.gz"),
+        "a tarball only tested for, printed and extracted is run by nothing: {scripts:#?}"
+    );
+    let helper = scripts
+        .get("assets/helper.dat")
+        .unwrap_or_else(|| panic!("helper.dat is run by bash: {scripts:#?}"));
+    assert_eq!(helper.1, serde_json::json!(["bash"]), "{scripts:#?}");
+    // env.sh only tests $TOOL, but init.sh, which sources it, runs it.
+    for path in [
+        "assets/hook.dat",
+        "assets/piped.dat",
+        "assets/unused.dat",
+        "assets/tool.dat",
+    ] {
+        let s = scripts
+            .get(path)
+            .unwrap_or_else(|| panic!("{path}: a use not seen may run it: {scripts:#?}"));
+        assert_eq!(s.1, serde_json::json!(["sh"]), "{path}: {scripts:#?}");
+    }
+    // `if ./scripts/check.sh; then`: a command after a shell keyword runs.
+    assert!(
+        scripts["scripts/check.sh"]
+            .2
+            .as_array()
+            .is_some_and(|b| b.iter().any(|s| s == "run_by_script")),
+        "{scripts:#?}"
+    );
+}
+
+/// `uv run --with-requirements FILE` and `uvx --with-requirements FILE` read FILE as a
+/// requirements file: its `--index-url` points the install at another index, a download
+/// from there; FILE is no script `uv run` runs, the script after it is.
+#[test]
+fn uv_with_requirements_names_a_requirements_file() {
+    let md = "---\nname: uvreq\ndescription: Checks HTML.\n---\n```bash\nuv run --with-requirements tools/checker.lock scripts/check_html.py out.html\nuvx --with-requirements=tools/lint.lock ruff check .\n```\n";
+    let pkg = super::fetch::tar_gz_of(&[
+        ("SKILL.md", md.as_bytes()),
+        (
+            "tools/checker.lock",
+            b"--index-url https://pypi.acme-artifacts.dev/simple\nhtml5lib==1.1\n",
+        ),
+        (
+            "tools/lint.lock",
+            b"-i https://lint.acme-artifacts.dev/simple\nruff==0.6.0\n",
+        ),
+        ("scripts/check_html.py", b"print('ok')\n"),
+    ]);
+    let v = extract_tgz(&pkg);
+    let findings = v["review"]["findings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for (file, host) in [
+        ("tools/checker.lock", "pypi.acme-artifacts.dev"),
+        ("tools/lint.lock", "lint.acme-artifacts.dev"),
+    ] {
+        let at = |kind: &str, subject: &str| {
+            findings.iter().any(|f| {
+                f["kind"] == kind
+                    && f["file"] == file
+                    && f["subject"] == subject
+                    && f["context"] == "config"
+            })
+        };
+        assert!(at("download", "package index"), "{file}: {findings:#?}");
+        assert!(at("external_reference", host), "{file}: {findings:#?}");
+    }
+    assert!(
+        v["review"]["capabilities"]["hosts"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|h| h == "pypi.acme-artifacts.dev")),
+        "{v:#}"
+    );
+    let scripts = scripts_of(&v);
+    assert!(!scripts.contains_key("tools/checker.lock"), "{scripts:#?}");
+    assert_eq!(
+        scripts["scripts/check_html.py"].1,
+        serde_json::json!(["uv run"]),
+        "{scripts:#?}"
+    );
+}
+
+/// A placeholder where a credential goes (`http://user:pass@ip:port`, `YOUR_API_KEY`,
+/// `<GITHUB_TOKEN>`, `oauth2:<token>@`) is no credential; a real-looking password, a
+/// variable (`$ACME_API_KEY`, `user:${PAT}@`) and every URL's host still are reported.
+#[test]
+fn placeholders_are_not_credentials_but_hosts_stay() {
+    let md = r#"---
+name: creds
+description: Calls an API.
+---
+```bash
+export HTTPS_PROXY=http://user:pass@proxy.acme-corp.com:3128
+curl -H "x-api-key: YOUR_API_KEY" https://api.acme-llm.com/v1
+curl -H "Authorization: Bearer <GITHUB_TOKEN>" https://api.github.com/user
+git clone https://oauth2:<token>@gitlab.acme-corp.com/team/repo.git
+git clone https://x-access-token:${PAT}@github.com/acme/tools.git
+curl https://admin:hunter2@10.0.0.5/api
+curl -H "x-api-key: $ACME_API_KEY" https://api.acme-llm.com/v1
+```
+"#;
+    let findings = findings_of(&[("SKILL.md", md)]);
+    let creds: Vec<(u64, &str)> = findings
+        .iter()
+        .filter(|f| f["kind"] == "credential_touch")
+        .map(|f| {
+            (
+                f["line"].as_u64().unwrap_or(0),
+                f["subject"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        creds,
+        [
+            (10, "credentials in a URL"),
+            (11, "credentials in a URL"),
+            (12, "ACME_API_KEY")
+        ],
+        "{findings:#?}"
+    );
+    let hosts: std::collections::BTreeSet<&str> = findings
+        .iter()
+        .filter(|f| f["kind"] == "external_reference")
+        .filter_map(|f| f["subject"].as_str())
+        .collect();
+    for h in [
+        "proxy.acme-corp.com",
+        "api.acme-llm.com",
+        "api.github.com",
+        "gitlab.acme-corp.com",
+        "github.com",
+        "10.0.0.5",
+    ] {
+        assert!(hosts.contains(h), "{h}: {hosts:?}");
+    }
+}
