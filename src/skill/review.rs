@@ -1821,6 +1821,9 @@ impl<'e> RunFinder<'e> {
         vars: &mut ShellVars,
         out: &mut Vec<(&'e str, Option<String>)>,
     ) {
+        if by_path && text.contains('|') {
+            self.piped_files(text, dir, out);
+        }
         if !by_path || vars.is_empty() {
             self.segments(text, text, dir, by_path, vars, out);
             return;
@@ -1831,6 +1834,38 @@ impl<'e> RunFinder<'e> {
                 self.segments(cmd, text, dir, by_path, vars, out);
             } else {
                 self.substituted(cmd, text, &refs, dir, piped, vars, out);
+            }
+        }
+    }
+
+    /// Package files whose text a command writes into an interpreter reading its code from
+    /// standard input: `cat scripts/setup.txt | sh`, `tail -n +2 notes.md | sudo bash -s`,
+    /// `sed 's/@V@/1/' tpl.sh | bash`. Such a file is code however it is named: a change to it
+    /// changes what runs, and counted as data it would pass as a change of content only. Run
+    /// by the interpreter. Only an interpreter given no script counts (`| sh`, `| bash -s --
+    /// x`, `| python3 -`): one given a script file (`| python3 scripts/proc.py`) runs that
+    /// file, itself counted, with the text as its input.
+    fn piped_files(&self, text: &str, dir: &str, out: &mut Vec<(&'e str, Option<String>)>) {
+        let cmds = shell_commands(text);
+        for pair in cmds.windows(2) {
+            let ((reader, piped), (next, _)) = (pair[0], pair[1]);
+            if !piped {
+                continue;
+            }
+            let mut words = reader
+                .split_whitespace()
+                .map(|w| w.trim_matches(|c: char| matches!(c, '"' | '\'')))
+                .skip_while(|w| w.split_once('=').is_some_and(|(n, _)| is_identifier(n)));
+            if !words.next().is_some_and(writes_file_text) {
+                continue;
+            }
+            let Some(prog) = stdin_interpreter(next) else {
+                continue;
+            };
+            for w in words.filter(|w| !w.starts_with('-')) {
+                if let Some(f) = self.file_of(w, dir) {
+                    out.push((f.path.as_str(), Some(prog.clone())));
+                }
             }
         }
     }
@@ -2314,6 +2349,131 @@ fn shell_commands(text: &str) -> Vec<(&str, bool)> {
     }
     out.push((&text[start..], false));
     out
+}
+
+/// Commands that write the text of the files they are given (or of a part, or a transform of
+/// it) to their output ([`RunFinder::piped_files`]).
+fn writes_file_text(word: &str) -> bool {
+    matches!(
+        word.rsplit('/').next().unwrap_or(word),
+        "cat"
+            | "tac"
+            | "head"
+            | "tail"
+            | "sed"
+            | "gsed"
+            | "awk"
+            | "gawk"
+            | "grep"
+            | "egrep"
+            | "fgrep"
+            | "cut"
+            | "tr"
+            | "sort"
+            | "uniq"
+            | "envsubst"
+            | "iconv"
+            | "dos2unix"
+            | "zcat"
+            | "gzcat"
+            | "bzcat"
+            | "xzcat"
+            | "zstdcat"
+            | "lzcat"
+            | "more"
+            | "less"
+            | "dd"
+    )
+}
+
+/// The interpreter a command is when it reads its code from standard input: a shell or a
+/// language interpreter (past `sudo`, `doas`, `env` and the like, their options and values),
+/// given no script: nothing, `-`, `/dev/stdin`, or a shell's `-s` with the script's arguments
+/// after it. `None` for anything else (a script file given, inline code, another program).
+fn stdin_interpreter(cmd: &str) -> Option<String> {
+    let mut words = cmd
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| matches!(c, '"' | '\'')))
+        .peekable();
+    // Wrappers and what they take.
+    let mut prog = None;
+    while let Some(w) = words.next() {
+        let base = w.rsplit('/').next().unwrap_or(w);
+        if w.split_once('=').is_some_and(|(n, _)| is_identifier(n)) {
+            continue;
+        }
+        if matches!(
+            base,
+            "sudo" | "doas" | "env" | "nohup" | "time" | "nice" | "stdbuf"
+        ) {
+            // Options, and the value of those that take one (`sudo -u deploy`).
+            while let Some(&o) = words.peek() {
+                if !o.starts_with('-') && !o.split_once('=').is_some_and(|(n, _)| is_identifier(n))
+                {
+                    break;
+                }
+                words.next();
+                if matches!(
+                    o,
+                    "-u" | "-g" | "-C" | "-D" | "-h" | "-p" | "-r" | "-t" | "-U" | "-T" | "-n"
+                ) {
+                    words.next();
+                }
+            }
+            continue;
+        }
+        if base == "timeout" {
+            while words.peek().is_some_and(|o| o.starts_with('-')) {
+                words.next();
+            }
+            words.next(); // the duration
+            continue;
+        }
+        prog = Some(w);
+        break;
+    }
+    let prog = prog?;
+    let family = interpreter_family(prog);
+    let shell = matches!(
+        family.as_str(),
+        "sh" | "bash" | "zsh" | "dash" | "ksh" | "fish"
+    );
+    let language = matches!(
+        family.as_str(),
+        "python" | "python3" | "python2" | "pypy" | "perl" | "ruby" | "node" | "php" | "lua"
+    );
+    if !shell && !language {
+        return None;
+    }
+    for w in words {
+        if w.starts_with('#') {
+            break;
+        }
+        if matches!(w, "-" | "/dev/stdin" | "/dev/fd/0") || (shell && w == "-s") {
+            break;
+        }
+        // A redirection ends what the interpreter is given (`| sh 2>/dev/null`).
+        if w.starts_with('>') || w.starts_with("2>") || w.starts_with("1>") {
+            break;
+        }
+        if w.starts_with('-') {
+            // Inline code is the program, not standard input: a shell's `-c` (alone or in a
+            // cluster, `-xc`), a language's `-c` / `-e` / `-E` (`python3 -c`, `perl -e`).
+            let short = !w.starts_with("--");
+            let inline = if shell {
+                short && w.contains('c')
+            } else {
+                short && (w.starts_with("-c") || w.starts_with("-e") || w.starts_with("-E"))
+            };
+            if inline {
+                return None;
+            }
+            continue;
+        }
+        // A script file or module: it runs, with the text as its input.
+        return None;
+    }
+    Some(runner_name(prog))
 }
 
 /// A shell variable's name: `[A-Za-z_][A-Za-z0-9_]*`.

@@ -1154,6 +1154,14 @@ fn another_package_index_is_a_download() {
 /// The review's findings for a package of these text files, packed as a tar.gz and extracted
 /// by the CLI (which must accept it).
 fn findings_of(files: &[(&str, &str)]) -> Vec<Value> {
+    review_of(files)["findings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The whole review of such a package ([`findings_of`]).
+fn review_of(files: &[(&str, &str)]) -> Value {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let dir = tmp.path().join("pkg");
     for (rel, text) in files {
@@ -1165,10 +1173,52 @@ fn findings_of(files: &[(&str, &str)]) -> Vec<Value> {
     pack_tgz(&dir, &tgz);
     let (code, v) = extract_json(&tgz, "archive", None);
     assert_eq!(code, Some(0), "{v:#}");
-    v["review"]["findings"]
+    v["review"].clone()
+}
+
+/// A package file whose text is written into an interpreter reading its code from standard
+/// input is a script run by it, whatever its name (`cat scripts/setup.txt | sh`): counted as
+/// data, a change to it would pass as content only. A file piped into a script the package
+/// names is that script's input, not code.
+#[test]
+fn a_file_piped_into_an_interpreter_is_a_script() {
+    let review = review_of(&[
+        (
+            "SKILL.md",
+            "---\nname: notes-runner\ndescription: Runs the notes.\n---\n# Notes\n\n```sh\ncat scripts/setup.txt | sh\ntail -n +2 references/more.md | sudo -u deploy bash -s -- x\nsed 's/@V@/1/' assets/tpl.txt | python3 -\nsed 's/a/b/' assets/data.json | python3 scripts/proc.py\ngrep -v '^#' assets/notes.txt | python3 -c 'import sys; print(sys.stdin.read())'\n```\n",
+        ),
+        ("scripts/setup.txt", "echo set up\n"),
+        ("references/more.md", "# more\necho more\n"),
+        ("assets/tpl.txt", "print('@V@')\n"),
+        ("assets/data.json", "{}\n"),
+        ("assets/notes.txt", "notes\n"),
+        ("scripts/proc.py", "import sys\nprint(sys.stdin.read())\n"),
+    ]);
+    let scripts: std::collections::BTreeMap<&str, &Value> = review["scripts"]
         .as_array()
-        .cloned()
-        .unwrap_or_default()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| Some((s["path"].as_str()?, &s["run_with"])))
+        .collect();
+    for (path, with) in [
+        ("scripts/setup.txt", "sh"),
+        ("references/more.md", "bash"),
+        ("assets/tpl.txt", "python3"),
+        ("scripts/proc.py", "python3"),
+    ] {
+        let Some(run_with) = scripts.get(path) else {
+            panic!("{path} is not a script: {review:#}");
+        };
+        assert!(
+            run_with
+                .as_array()
+                .is_some_and(|a| a.iter().any(|w| w == with)),
+            "{path} run with {with}: {review:#}"
+        );
+    }
+    for data in ["assets/data.json", "assets/notes.txt"] {
+        assert!(!scripts.contains_key(data), "{data} is input: {review:#}");
+    }
 }
 
 /// A script that only prints a command can still run it: SKILL.md pipes the script's output
