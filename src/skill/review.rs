@@ -1662,18 +1662,7 @@ fn is_requirement_flag(w: &str) -> bool {
 /// command runs comes after them. Only options that always take a value: taking a flag for one
 /// would pass over the script.
 fn uv_file_option(w: &str) -> bool {
-    matches!(
-        w,
-        "-r" | "--requirement"
-            | "--requirements"
-            | "-c"
-            | "--constraint"
-            | "--constraints"
-            | "--with-requirements"
-            | "--overrides"
-            | "--env-file"
-            | "--config-file"
-    )
+    is_requirement_flag(w) || matches!(w, "--overrides" | "--env-file" | "--config-file")
 }
 
 impl<'e> RunFinder<'e> {
