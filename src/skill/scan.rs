@@ -463,6 +463,7 @@ impl Scanner {
             if ot.iter().any(u8::is_ascii_uppercase)
                 && !w.starts_with(b"invoke-")
                 && !matches!(w, b"iex" | b"iwr" | b"irm")
+                && !one_of(w, PS_INSTALLERS)
             {
                 if let Some(what) =
                     shell_string(w, tok(i + 1), line.get(t.e).copied(), self.js, line, t.e)
@@ -1705,6 +1706,15 @@ fn placeholder_name(line: &[u8], s: usize, e: usize) -> bool {
         || matches!(word.as_slice(), b"bearer" | b"token" | b"basic")
 }
 
+/// PowerShell's cmdlets that fetch from its gallery (any case, as PowerShell reads them).
+const PS_INSTALLERS: &[&[u8]] = &[
+    b"install-module",
+    b"install-script",
+    b"install-package",
+    b"install-psresource",
+    b"save-module",
+];
+
 /// Package managers and clones: `pip install`, `npm i`, `git clone`, `npx`, ...
 fn installer(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
     let install = |n: &[u8]| matches!(n, b"install" | b"i" | b"add");
@@ -1745,6 +1755,12 @@ fn installer(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
         // `go run pkg@version` fetches the module and runs it.
         b"go" if next == b"run" && next2.contains(&b'@') && next2.contains(&b'.') => "go install",
         b"winget" | b"choco" | b"scoop" if next == b"install" => "system package install",
+        // Deno fetches a remote module, and a local file's remote imports, when it runs it.
+        b"deno" if matches!(next, b"run" | b"install" | b"x" | b"eval") => "deno run",
+        // PowerShell's gallery: `Install-Module Az`, `Install-PSResource`, `Save-Module`.
+        _ if one_of(w, PS_INSTALLERS) => "powershell module install",
+        // A chart from a repository, installed into a cluster.
+        b"helm" if matches!(next, b"install" | b"upgrade" | b"pull") => "helm install",
         b"gem" if next == b"install" => "gem install",
         b"cargo" if next == b"install" => "cargo install",
         b"go" if next == b"install" || next == b"get" => "go install",
@@ -1879,6 +1895,37 @@ mod tests {
 
     fn has(line: &str, kind: HitKind, subject: &str) -> bool {
         hits(line).iter().any(|(k, s)| *k == kind && s == subject)
+    }
+
+    /// Installers that fetch and run code from outside the package, by their subject: Deno's
+    /// remote modules, PowerShell's gallery (any case), Helm's charts.
+    #[test]
+    fn deno_powershell_and_helm_installs_are_downloads() {
+        use HitKind::Download as D;
+        for (line, subject) in [
+            ("deno run -A https://deno.land/x/tool/mod.ts", "deno run"),
+            ("deno install -gA jsr:@std/http/file-server", "deno run"),
+            (
+                "Install-Module -Name Az -Scope CurrentUser",
+                "powershell module install",
+            ),
+            ("install-psresource Az", "powershell module install"),
+            (
+                "Save-Module -Name Pester -Path .",
+                "powershell module install",
+            ),
+            ("helm upgrade --install web bitnami/nginx", "helm install"),
+            ("helm pull bitnami/nginx", "helm install"),
+        ] {
+            assert!(has(line, D, subject), "{line}: {:?}", hits(line));
+        }
+        for line in ["deno fmt", "helm list", "Get-Module Az", "deno --version"] {
+            assert!(
+                !hits(line).iter().any(|(k, _)| *k == D),
+                "{line}: {:?}",
+                hits(line)
+            );
+        }
     }
 
     #[test]
@@ -2630,6 +2677,12 @@ mod tests {
             "go run golang.org/x/tools/cmd/stringer@latest",
             "winget install Git.Git",
             "choco install git",
+            "deno run -A https://deno.land/x/tool/mod.ts",
+            "deno run npm:create-vite",
+            "Install-Module -Name Az -Scope CurrentUser",
+            "Install-PSResource Az",
+            "helm upgrade --install web bitnami/nginx",
+            "helm install web bitnami/nginx",
         ];
         let t = Triggers::get();
         for line in lines {
