@@ -854,7 +854,15 @@ pub fn install(
             Some(recorded_from.unwrap_or("")),
         )?;
         if m.state == State::Approved {
-            record_sources(tx, &skill, &agent_list, recorded_from)?;
+            record_sources(
+                tx,
+                &skill,
+                &agent_list,
+                recorded_from,
+                &changes,
+                &time,
+                &m.actor,
+            )?;
         }
         tx.remove_intent(promote)?;
         Ok((seq, m))
@@ -1211,15 +1219,56 @@ fn refuse_index_switch(
 }
 
 /// After an intake from `index_url` (`None`: a local file) put `agents` on `skill`: each
-/// installation records that index as the one `update` re-reads for it.
+/// installation records that index as the one `update` re-reads for it. An agent that stays on
+/// its bytes (not in `moved`, whose events name the index they arrive from) but now takes them
+/// from another index (`--switch-index` onto a mirror of the same bytes) gets an
+/// `index_switched` event: the index `update` reads for it changed, and provenance shows when
+/// and by whom.
+#[allow(clippy::too_many_arguments)]
 fn record_sources(
     tx: &Tx<'_>,
     skill: &str,
     agents: &[(String, String)],
     index_url: Option<&str>,
+    moved: &[LinkChange],
+    time: &str,
+    actor: &str,
 ) -> Result<(), Error> {
+    let url = index_url.unwrap_or("");
     for (a, _) in agents {
-        tx.set_install_source(a, skill, index_url.unwrap_or(""))?;
+        let before = match moved.iter().any(|c| c.agent == *a) {
+            true => None,
+            false => tx
+                .install(a, skill)?
+                .zip(tx.index_of_agent(a, skill)?)
+                .filter(|(_, was)| was != url),
+        };
+        tx.set_install_source(a, skill, url)?;
+        if let Some((digest, was)) = before {
+            let shown = |u: &str| {
+                if u.is_empty() {
+                    "a local file".to_owned()
+                } else {
+                    u.to_owned()
+                }
+            };
+            tx.event_about(
+                time,
+                skill,
+                Some(&digest),
+                "index_switched",
+                actor,
+                &format!(
+                    "agent {a}: {skill}@{digest} from {} -> {}",
+                    shown(&was),
+                    shown(url)
+                ),
+                About {
+                    agent: Some(a),
+                    index_url: Some(url),
+                },
+            )?;
+        }
     }
     Ok(())
 }
@@ -1404,7 +1453,15 @@ fn known(
             "skillbox",
             Some(index_url.unwrap_or("")),
         )?;
-        record_sources(tx, skill, &agent_list, index_url)?;
+        record_sources(
+            tx,
+            skill,
+            &agent_list,
+            index_url,
+            &changes,
+            &time,
+            "skillbox",
+        )?;
         Ok(seq)
     })?;
     crash_point(intake.op, "recorded");

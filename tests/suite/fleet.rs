@@ -3147,12 +3147,19 @@ fn records_not_skillboxs_or_too_new_or_refusing_the_login_are_left_untouched() {
     stderr_has(&o, "the server has no such database");
     assert_eq!(pg.dump(db), before, "a refused login wrote");
 
-    // A newer skillbox migrated the registry (schema 7, a column this one does not know).
-    admin(db)
-        .batch_execute(
-            "ALTER TABLE versions ADD COLUMN signed_by TEXT; INSERT INTO schema_version (version) VALUES (7)",
-        )
+    // A newer skillbox migrated the registry (one schema step past this one's, a column this
+    // one does not know).
+    let mut c = admin(db);
+    let ours: i64 = c
+        .query_one("SELECT max(version) FROM schema_version", &[])
+        .map(|r| r.get(0))
         .unwrap_or_else(|e| panic!("{e}"));
+    let newer = ours + 1;
+    c.batch_execute(&format!(
+        "ALTER TABLE versions ADD COLUMN signed_by TEXT; INSERT INTO schema_version (version) VALUES ({newer})"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    drop(c);
     let before = pg.dump(db);
     let vref = format!("demo@{v1}");
     for args in [
@@ -3162,7 +3169,10 @@ fn records_not_skillboxs_or_too_new_or_refusing_the_login_are_left_untouched() {
     ] {
         let o = h.run(args);
         expect_code(&o, 1);
-        stderr_has(&o, "use schema version 7, newer than this skillbox knows");
+        stderr_has(
+            &o,
+            &format!("use schema version {newer}, newer than this skillbox knows"),
+        );
         stderr_has(&o, "use a newer skillbox on this host");
         if args[0] == "withdraw" {
             stderr_has(&o, "--local");

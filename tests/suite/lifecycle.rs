@@ -5662,6 +5662,39 @@ fn every_event_about_an_agent_names_the_index_it_took_the_version_from() {
     }
 }
 
+/// An agent switched to another index that lists the very bytes it runs (`--switch-index` onto
+/// a mirror) moves no link, yet the index `update` reads for it changes: an `index_switched`
+/// event names the agent and the index it now takes the version from. Installing again from the
+/// index it already takes them from records nothing. (Before: the index changed with no event,
+/// and provenance could not say when or by whom.)
+#[test]
+fn switching_an_agent_to_a_mirror_of_its_bytes_is_an_event() {
+    let w = World::new();
+    let index_a = w.index_url();
+    let a1 = w.publish("demo", &package(1));
+    expect_code(&install_from(&w, &index_a, &["alpha"], &[]), 0);
+    expect_code(&install_from(&w, &index_a, &["alpha"], &[]), 0);
+    assert_eq!(
+        agent_events(&w, &a1),
+        [triple("activated", "alpha", &index_a)]
+    );
+    let path_m = "/mirror/.well-known/agent-skills/index.json";
+    let index_m = w.server.url(path_m);
+    assert_eq!(publish_at(&w, path_m, &package(1)), a1);
+    expect_code(&install_from(&w, &index_m, &["alpha"], &[]), 2);
+    let o = install_from(&w, &index_m, &["alpha"], &["--switch-index"]);
+    expect_code(&o, 0);
+    w.expect_active("alpha", &a1, &o);
+    assert_eq!(sources(&w).get("alpha"), Some(&index_m));
+    assert_eq!(
+        agent_events(&w, &a1),
+        [
+            triple("activated", "alpha", &index_a),
+            triple("index_switched", "alpha", &index_m),
+        ]
+    );
+}
+
 /// alpha took A2 from its publisher's index A, gamma the same bytes from a mirror M (where it
 /// ran M's own m0 before), so this host last installed A2 from M. A1 and A2 are withdrawn:
 /// alpha has no version of its publisher left and loses the skill, gamma goes back to m0. Then
