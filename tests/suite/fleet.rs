@@ -472,6 +472,12 @@ struct Host<'a> {
 }
 
 impl Fleet {
+    /// Nothing any command of this fleet printed holds `secret`.
+    fn never_printed(&self, secret: &str) {
+        let printed = self.printed.lock().map(|p| p.clone()).unwrap_or_default();
+        assert!(!printed.contains(secret), "the password was printed");
+    }
+
     fn new(records: String, password: &str) -> Fleet {
         let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
         let pki = pki();
@@ -1232,8 +1238,7 @@ fn tls_to_the_records_is_verified() {
     expect_code(&run(&tls_url, None), 1);
     // A CA file without TLS is a usage error.
     expect_code(&run(&plain, Some(&ca)), 2);
-    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
-    assert!(!printed.contains(&pg.password), "the password was printed");
+    f.never_printed(&pg.password);
 }
 
 // ------------------------------------------------------------------ the whole system
@@ -2394,8 +2399,7 @@ fn a_local_withdrawal_while_the_registry_is_down_reaches_every_host() {
     expect_code(&b.install(&["beta"]), 9);
     a.verify_ok();
     b.verify_ok();
-    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
-    assert!(!printed.contains(&pg.password), "the password was printed");
+    f.never_printed(&pg.password);
 }
 
 /// The version after a withdrawal waits for a person (lifecycle.md, "A recorded decision
@@ -3048,8 +3052,7 @@ fn the_registry_going_away_mid_command_is_said_and_a_rerun_completes() {
     assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
     a.verify_ok();
     b.verify_ok();
-    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
-    assert!(!printed.contains(&pg.password), "the password was printed");
+    f.never_printed(&pg.password);
 }
 
 /// Records skillbox must not use are refused before anything is written: another program's
