@@ -327,6 +327,20 @@ pub(super) fn report(e: &AcquireError) {
 }
 
 /// Run `skillbox fetch`; returns the exit code. `engine` is the extraction path `extract` uses.
+/// The answer of a fetch that stopped before an artifact was in hand: the error (with the
+/// provenance gathered so far under `--json`, and on a terminal where anything was fetched from).
+fn stopped(e: &AcquireError, prov: &Provenance, json: bool) -> Exit {
+    if json {
+        let v = json!({ "error": error_json(e), "provenance": prov });
+        print_json(&v);
+    } else if prov.index_source.is_some() {
+        // Something was fetched: show where from, even though it stopped here.
+        print_provenance(prov);
+    }
+    report(e);
+    acquire_exit(e)
+}
+
 pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     if a.print_policy {
         return match settings(&a.policy, a.artifact_policy.max_bytes) {
@@ -390,6 +404,18 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
     };
     let mut setup = setup;
     setup.client.policy_mut().allow_index_origin(&index_url);
+    let mut prov = Provenance {
+        index_url: index_url.to_string(),
+        time: skillbox::fetch::now_rfc3339(),
+        ..Provenance::default()
+    };
+    // A URL the policy refuses by its text (http://, another origin than allowed) is refused
+    // before anything is made, with the answer the download's refusal gives: that came after
+    // the default cache had been created. (A loopback destination needs the name resolved: it
+    // is refused with the download.)
+    if let Err(r) = setup.client.policy().check_url(&index_url) {
+        return stopped(&AcquireError::Fetch(FetchError::Refused(r)), &prov, a.json);
+    }
     let limits = match limits::build(a.limits.as_deref(), &a.overrides) {
         Ok(l) => l,
         Err(f) => return fail(f.exit, &f.message, a.json),
@@ -447,11 +473,6 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
                 a.json,
             );
         }
-    };
-    let mut prov = Provenance {
-        index_url: index_url.to_string(),
-        time: skillbox::fetch::now_rfc3339(),
-        ..Provenance::default()
     };
     // Bytes of the artifact download, counted by the fetcher; on a terminal only (never with
     // --json).
@@ -533,17 +554,7 @@ pub fn run(a: FetchArgs, engine: Engine<'_>) -> Exit {
             let outcome = Outcome::rejected(facts, Totals::default(), reason);
             return print_fetch(&outcome, None, &prov, None, a.json).unwrap_or(Exit::Rejected);
         }
-        Err(e) => {
-            if a.json {
-                let v = json!({ "error": error_json(&e), "provenance": prov });
-                print_json(&v);
-            } else if prov.index_source.is_some() {
-                // Something was fetched: show where from, even though it stopped here.
-                print_provenance(&prov);
-            }
-            report(&e);
-            return acquire_exit(&e);
-        }
+        Err(e) => return stopped(&e, &prov, a.json),
     };
 
     let staging = match &a.out {

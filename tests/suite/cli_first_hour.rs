@@ -735,6 +735,38 @@ fn a_directory_the_user_named_is_never_invented() {
             assert!(!typo.exists(), "{args:?} made {}", typo.display());
         }
     }
+    // An index URL the policy refuses by its text (here plain http) is refused before the
+    // default cache is made, with the answer the download's refusal gives (before: said after
+    // `XDG_CACHE_HOME/skillbox` was created).
+    let http = "http://skills.example.invalid/.well-known/agent-skills/index.json";
+    for json in [false, true] {
+        let mut args = vec!["fetch", http, "demo"];
+        if json {
+            args.push("--json");
+        }
+        let o = Command::new(bin())
+            .args(&args)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env("XDG_CACHE_HOME", &xdg_cache)
+            .output()
+            .expect("spawn skillbox");
+        let err = text(&o.stderr);
+        assert_ne!(o.status.code(), Some(0), "{args:?}: {err}");
+        assert!(err.contains("https_only"), "{args:?}: {err}");
+        assert!(
+            !xdg_cache.exists(),
+            "{args:?} made the default cache: {err}"
+        );
+        if json {
+            let v: Value = serde_json::from_slice(&o.stdout).expect("one JSON answer");
+            assert_eq!(
+                v["error"]["exit"].as_i64(),
+                o.status.code().map(i64::from),
+                "{v}"
+            );
+            assert_eq!(v["provenance"]["index_url"], http, "{v}");
+        }
+    }
     // The default cache is made, its whole chain: `XDG_CACHE_HOME/skillbox`.
     let xdg = tmp.path().join("xdg/cache");
     let o = Command::new(bin())
