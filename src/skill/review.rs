@@ -2402,10 +2402,9 @@ fn stdin_interpreter(cmd: &str) -> Option<String> {
                     break;
                 }
                 words.next();
-                if matches!(
-                    o,
-                    "-u" | "-g" | "-C" | "-D" | "-h" | "-p" | "-r" | "-t" | "-U" | "-T" | "-n"
-                ) {
+                // The scanner's list for `sudo`, `doas`, `env`; `nice -n 10` (never `sudo -n`,
+                // which takes no value: skipping its next word would pass over the shell).
+                if scan::wrapper_option_value(o.as_bytes()) || (base == "nice" && o == "-n") {
                     words.next();
                 }
             }

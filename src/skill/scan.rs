@@ -678,7 +678,7 @@ fn su_runs_stdin(toks: &[Tok], line: &[u8], j: usize, budget: &std::cell::Cell<u
 
 /// An option of `sudo`, `doas` or `env` that takes the next word as its value (`-u deploy`,
 /// `-g staff`, `-C /srv`): that word is not the program run.
-fn wrapper_option_value(w: &[u8]) -> bool {
+pub(crate) fn wrapper_option_value(w: &[u8]) -> bool {
     matches!(
         w,
         b"-u"

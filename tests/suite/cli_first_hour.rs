@@ -709,18 +709,23 @@ fn a_directory_the_user_named_is_never_invented() {
         vec!["fetch", index, "demo", "--no-cache", "--out", named],
         vec!["publish", skills_s, "--out", named],
     ];
+    // `args`, with `--json` when asked, where the default cache would be `xdg_cache`.
+    let run = |args: &[&str], json: bool| {
+        let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        if json {
+            args.push("--json".to_owned());
+        }
+        let o = Command::new(bin())
+            .args(&args)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env("XDG_CACHE_HOME", &xdg_cache)
+            .output()
+            .expect("spawn skillbox");
+        (args, o)
+    };
     for args in commands {
         for json in [false, true] {
-            let mut args = args.clone();
-            if json {
-                args.push("--json");
-            }
-            let o = Command::new(bin())
-                .args(&args)
-                .env_remove("XDG_RUNTIME_DIR")
-                .env("XDG_CACHE_HOME", &xdg_cache)
-                .output()
-                .expect("spawn skillbox");
+            let (args, o) = run(&args, json);
             assert!(!xdg_cache.exists(), "{args:?} made the default cache");
             let err = text(&o.stderr);
             assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
@@ -740,16 +745,7 @@ fn a_directory_the_user_named_is_never_invented() {
     // `XDG_CACHE_HOME/skillbox` was created).
     let http = "http://skills.example.invalid/.well-known/agent-skills/index.json";
     for json in [false, true] {
-        let mut args = vec!["fetch", http, "demo"];
-        if json {
-            args.push("--json");
-        }
-        let o = Command::new(bin())
-            .args(&args)
-            .env_remove("XDG_RUNTIME_DIR")
-            .env("XDG_CACHE_HOME", &xdg_cache)
-            .output()
-            .expect("spawn skillbox");
+        let (args, o) = run(&["fetch", http, "demo"], json);
         let err = text(&o.stderr);
         assert_ne!(o.status.code(), Some(0), "{args:?}: {err}");
         assert!(err.contains("https_only"), "{args:?}: {err}");

@@ -1185,9 +1185,10 @@ fn a_file_piped_into_an_interpreter_is_a_script() {
     let review = review_of(&[
         (
             "SKILL.md",
-            "---\nname: notes-runner\ndescription: Runs the notes.\n---\n# Notes\n\n```sh\ncat scripts/setup.txt | sh\ntail -n +2 references/more.md | sudo -u deploy bash -s -- x\nsed 's/@V@/1/' assets/tpl.txt | python3 -\nsed 's/a/b/' assets/data.json | python3 scripts/proc.py\ngrep -v '^#' assets/notes.txt | python3 -c 'import sys; print(sys.stdin.read())'\n```\n",
+            "---\nname: notes-runner\ndescription: Runs the notes.\n---\n# Notes\n\n```sh\ncat scripts/setup.txt | sh\ntail -n +2 references/more.md | sudo -u deploy bash -s -- x\ncat scripts/again.txt | sudo -n bash\nsed 's/@V@/1/' assets/tpl.txt | python3 -\nsed 's/a/b/' assets/data.json | python3 scripts/proc.py\ngrep -v '^#' assets/notes.txt | python3 -c 'import sys; print(sys.stdin.read())'\n```\n",
         ),
         ("scripts/setup.txt", "echo set up\n"),
+        ("scripts/again.txt", "echo again\n"),
         ("references/more.md", "# more\necho more\n"),
         ("assets/tpl.txt", "print('@V@')\n"),
         ("assets/data.json", "{}\n"),
@@ -1202,6 +1203,7 @@ fn a_file_piped_into_an_interpreter_is_a_script() {
         .collect();
     for (path, with) in [
         ("scripts/setup.txt", "sh"),
+        ("scripts/again.txt", "bash"),
         ("references/more.md", "bash"),
         ("assets/tpl.txt", "python3"),
         ("scripts/proc.py", "python3"),
