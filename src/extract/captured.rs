@@ -7,7 +7,7 @@
 //! it wrote, in the same process) and the review reads a file back from the staged tree only
 //! when its bytes are not here (past the bounds below, or a hard-link copy).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::ops::Range;
 
 use super::hashing::Scanned;

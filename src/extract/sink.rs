@@ -9,7 +9,7 @@
 //! before the first byte is decoded: the verdict never depends on member order, and a bomb is
 //! still stopped the moment its output passes the budget.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::io::{self, Read};
 use std::os::fd::BorrowedFd;
 

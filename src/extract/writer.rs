@@ -9,7 +9,7 @@
 //! a parent position therefore fails with `ELOOP`/`ENOTDIR` instead of being followed.
 //! No chown, no timestamps, no xattrs: only names, bytes and sanitised modes.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::ffi::CString;
 use std::fs::File;
 use std::io;

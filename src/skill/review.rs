@@ -15,7 +15,9 @@
 //! left bytes or files unread (or a capability list overflowed); repeats of a subject already
 //! reported, and findings past the report's cap, are counted, since no capability is lost.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
