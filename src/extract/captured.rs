@@ -7,7 +7,7 @@
 //! it wrote, in the same process) and the review reads a file back from the staged tree only
 //! when its bytes are not here (past the bounds below, or a hard-link copy).
 
-use foldhash::HashMap;
+use crate::names::NameMap;
 use std::ops::Range;
 
 use super::hashing::Scanned;
@@ -41,10 +41,10 @@ pub struct Head {
 #[derive(Debug, Default)]
 pub struct Captured {
     bytes: Vec<u8>,
-    files: HashMap<String, Range<usize>>,
-    scans: HashMap<String, Scanned>,
+    files: NameMap<String, Range<usize>>,
+    scans: NameMap<String, Scanned>,
     marks: usize,
-    heads: HashMap<String, Head>,
+    heads: NameMap<String, Head>,
     head_bytes: usize,
 }
 

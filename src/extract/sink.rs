@@ -9,7 +9,7 @@
 //! before the first byte is decoded: the verdict never depends on member order, and a bomb is
 //! still stopped the moment its output passes the budget.
 
-use foldhash::{HashMap, HashMapExt};
+use crate::names::NameMap;
 use std::io::{self, Read};
 use std::os::fd::BorrowedFd;
 
@@ -84,21 +84,21 @@ const ROOT: u32 = u32::MAX;
 /// each (parent, name)'s child.
 struct Tree<'s> {
     nodes: Vec<(&'s str, &'s Node)>,
-    ids: HashMap<&'s str, u32>,
+    ids: NameMap<&'s str, u32>,
     parents: Vec<u32>,
-    children: HashMap<(u32, &'s str), u32>,
+    children: NameMap<(u32, &'s str), u32>,
 }
 
 impl<'s> Tree<'s> {
-    fn new(map: &'s HashMap<String, Node>) -> Self {
+    fn new(map: &'s NameMap<String, Node>) -> Self {
         let nodes: Vec<(&str, &Node)> = map.iter().map(|(k, n)| (k.as_str(), n)).collect();
-        let ids: HashMap<&str, u32> = nodes
+        let ids: NameMap<&str, u32> = nodes
             .iter()
             .enumerate()
             .map(|(i, (k, _))| (*k, i as u32))
             .collect();
         let mut parents = vec![ROOT; nodes.len()];
-        let mut children = HashMap::with_capacity(nodes.len());
+        let mut children = NameMap::with_capacity_and_hasher(nodes.len(), Default::default());
         for (i, (k, _)) in nodes.iter().enumerate() {
             let (parent, name) = match k.rsplit_once('/') {
                 // Every parent is a node (`ensure_parents`); one that were not would leave its
@@ -219,10 +219,10 @@ pub(crate) fn classify(err: &io::Error, entry: Option<&[u8]>) -> Reason {
 pub(crate) struct Sink<'a> {
     limits: &'a Limits,
     writer: Writer<'a>,
-    nodes: HashMap<String, Node>,
-    nfc: HashMap<String, String>,
-    nfkc: HashMap<String, String>,
-    fold: HashMap<String, String>,
+    nodes: NameMap<String, Node>,
+    nfc: NameMap<String, String>,
+    nfkc: NameMap<String, String>,
+    fold: NameMap<String, String>,
     /// Archive members seen (`max_entries`).
     members: u64,
     /// Parent directories created without a member of their own (also at most `max_entries`).
@@ -370,10 +370,10 @@ impl<'a> Sink<'a> {
         Self {
             limits,
             writer: Writer::new(staging),
-            nodes: HashMap::new(),
-            nfc: HashMap::new(),
-            nfkc: HashMap::new(),
-            fold: HashMap::new(),
+            nodes: NameMap::default(),
+            nfc: NameMap::default(),
+            nfkc: NameMap::default(),
+            fold: NameMap::default(),
             members: 0,
             implicit_dirs: 0,
             bytes_out: 0,
@@ -539,7 +539,7 @@ impl<'a> Sink<'a> {
     /// The staged path whose key in `keys` (the NFC or the NFKC map) is `key`: one of the
     /// non-ASCII paths the map holds, or, for an ASCII key, the ASCII path that is its own key.
     /// (Never the path being checked: it is not staged yet.)
-    fn twin<'s>(&'s self, keys: &'s HashMap<String, String>, key: &str) -> Option<&'s str> {
+    fn twin<'s>(&'s self, keys: &'s NameMap<String, String>, key: &str) -> Option<&'s str> {
         if let Some(other) = keys.get(key) {
             return Some(other);
         }
@@ -1125,7 +1125,7 @@ impl<'a> Sink<'a> {
         // Indexed only when there is a link to resolve: most packages have none.
         if !links.is_empty() {
             let tree = Tree::new(&self.nodes);
-            let mut memo = HashMap::new();
+            let mut memo = NameMap::default();
             for (path, node) in links {
                 let target = node.target.as_deref().unwrap_or("");
                 self.resolve(&tree, &mut memo, path, target)
@@ -1228,7 +1228,7 @@ impl<'a> Sink<'a> {
     fn resolve(
         &self,
         tree: &Tree<'_>,
-        memo: &mut HashMap<u32, Resolved>,
+        memo: &mut NameMap<u32, Resolved>,
         link_path: &str,
         target: &str,
     ) -> Result<(), String> {

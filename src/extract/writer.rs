@@ -9,7 +9,7 @@
 //! a parent position therefore fails with `ELOOP`/`ENOTDIR` instead of being followed.
 //! No chown, no timestamps, no xattrs: only names, bytes and sanitised modes.
 
-use foldhash::{HashMap, HashMapExt};
+use crate::names::NameMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
@@ -60,7 +60,7 @@ const MAX_CACHED_DIRS: usize = 24;
 /// [`MAX_CACHED_DIRS`], every fd is closed first and the walk starts again from the root.
 pub struct DirCache<'a> {
     root: BorrowedFd<'a>,
-    dirs: HashMap<String, Arc<OwnedFd>>,
+    dirs: NameMap<String, Arc<OwnedFd>>,
     /// The root opened once more (`openat(root, ".")`), for files in it that the hashing thread
     /// creates: that thread may hold it past this borrow.
     shared_root: Option<Arc<OwnedFd>>,
@@ -70,7 +70,7 @@ impl<'a> DirCache<'a> {
     pub fn new(root: BorrowedFd<'a>) -> Self {
         Self {
             root,
-            dirs: HashMap::new(),
+            dirs: NameMap::default(),
             shared_root: None,
         }
     }

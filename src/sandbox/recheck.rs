@@ -8,7 +8,7 @@
 //! [`Verify::Full`], the same SHA-256 for every file. It never opens a file for writing. A large
 //! tree is walked on two threads, in batches of one directory's names.
 
-use foldhash::{HashMap, HashMapExt};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io;

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
+use crate::names::{NameMap, NameSet};
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
@@ -690,7 +690,7 @@ impl<'a> Reviewer<'a> {
         let cap = self.limits.max_file_bytes;
         let mut budget = self.limits.max_total_bytes.saturating_mul(2);
         // Files read as scripts (or that cannot be: binary, unread).
-        let mut done: HashSet<&'a str> = HashSet::new();
+        let mut done: NameSet<&'a str> = NameSet::default();
         let files = entries
             .iter()
             .filter(|e| e.kind == Kind::File && e.path != "SKILL.md");
@@ -800,7 +800,7 @@ impl<'a> Reviewer<'a> {
                         || crate::names::requirements_name(crate::names::file_name(&e.path)))
             })
             .collect();
-        let mut seen: HashSet<&'a str> = todo.iter().map(|e| e.path.as_str()).collect();
+        let mut seen: NameSet<&'a str> = todo.iter().map(|e| e.path.as_str()).collect();
         self.requirements
             .extend(named.into_iter().map(str::to_owned));
         let mut line_text = String::new();
@@ -1119,7 +1119,7 @@ impl<'a> Reviewer<'a> {
         let mut next_block = 0usize;
         let mut hits: Vec<Hit> = Vec::new();
         let mut links = Vec::new();
-        let mut per_subject: HashMap<(FindingKind, String), usize> = HashMap::new();
+        let mut per_subject: NameMap<(FindingKind, String), usize> = NameMap::default();
         let mut scanner = std::mem::take(&mut self.scanner);
         // Only lines holding a trigger are scanned; line numbers are counted in between.
         let (mut pos, mut lineno, mut counted) = (0usize, 1u64, 0usize);
@@ -1368,7 +1368,7 @@ impl<'a> Reviewer<'a> {
 /// The package path `path` (relative, `/`-separated) names once the package's own symbolic
 /// links are followed, component by component (a linked directory too); `None` when it leaves
 /// the package, loops or names nothing in it.
-fn resolve_in_package<'e>(path: &str, nodes: &HashMap<&'e str, &'e Entry>) -> Option<&'e Entry> {
+fn resolve_in_package<'e>(path: &str, nodes: &NameMap<&'e str, &'e Entry>) -> Option<&'e Entry> {
     // The path resolved so far, and where each of its components starts; the components
     // still to walk, the path's own and then those of link targets met on the way (read
     // lazily: a walk stops at the first name the package lacks).
@@ -1428,7 +1428,7 @@ fn script_by_itself(e: &Entry) -> bool {
 /// Each is run with what the link's name calls for (`run.sh`: `sh`; `run`: by its path), so a
 /// link renamed `run.py` over the same file changes what runs it.
 fn linked_as_scripts(entries: &[Entry]) -> BTreeMap<String, Run> {
-    let nodes: HashMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
+    let nodes: NameMap<&str, &Entry> = entries.iter().map(|e| (e.path.as_str(), e)).collect();
     let mut out: BTreeMap<String, Run> = BTreeMap::new();
     for link in entries
         .iter()
@@ -1607,7 +1607,7 @@ fn is_shell(interpreter: Option<&str>) -> bool {
 /// Built once per review: the work per word is bounded (below), so the work per package is
 /// linear in the bytes read, however many files name others.
 struct RunFinder<'e> {
-    nodes: HashMap<&'e str, &'e Entry>,
+    nodes: NameMap<&'e str, &'e Entry>,
     /// The most components a package path has.
     depth: usize,
     /// The names (last components) of the package's files and links. Whatever a word resolves
@@ -1631,7 +1631,7 @@ struct RunFinder<'e> {
     /// Variables a file uses (`bash "$TOOL"`, `"$TOOL" --x`, anywhere in its text) with no
     /// value in it: set elsewhere (a file it sources), so an assignment of that name another
     /// file uses only inertly is read as a run after all ([`RunFinder::late_runs`]). Bounded.
-    loose: std::cell::RefCell<HashSet<String>>,
+    loose: std::cell::RefCell<NameSet<String>>,
     /// Assignments of package paths whose uses in their own file were all inert, by name:
     /// a run of the name elsewhere ([`RunFinder::loose`]) runs them.
     inert: std::cell::RefCell<Vec<(String, Vec<String>)>>,
@@ -2152,7 +2152,7 @@ impl<'e> RunFinder<'e> {
         content: &[u8],
         licence: bool,
         hits: Option<Vec<usize>>,
-        names: Option<&HashSet<String>>,
+        names: Option<&NameSet<String>>,
         f: &mut dyn FnMut(&str),
     ) {
         let mut lines = Lines::new(hits);
@@ -2289,7 +2289,7 @@ fn script_commands(
     content: &[u8],
     comments: Comments,
     hits: Option<Vec<usize>>,
-    names: Option<&HashSet<String>>,
+    names: Option<&NameSet<String>>,
     f: &mut dyn FnMut(&str),
 ) {
     let mut lines = Lines::new(hits);
@@ -2474,7 +2474,7 @@ fn is_identifier(w: &str) -> bool {
 
 /// Whether `line` holds one of `names` as a whole identifier (`$HELPER`, `${HELPER}`,
 /// `export HELPER`). Linear in the line.
-fn holds_name(line: &[u8], names: &HashSet<String>) -> bool {
+fn holds_name(line: &[u8], names: &NameSet<String>) -> bool {
     !names.is_empty()
         && line
             .split(|b| !(b.is_ascii_alphanumeric() || *b == b'_'))
@@ -2566,7 +2566,7 @@ impl ShellVars {
         self.vars.is_empty()
     }
 
-    fn names(&self) -> HashSet<String> {
+    fn names(&self) -> NameSet<String> {
         self.vars.keys().cloned().collect()
     }
 
