@@ -245,6 +245,14 @@ impl StagingDir {
     }
 }
 
+/// The permission bits of `st_mode` as the inventory spells them (`"0644"`: four octal digits,
+/// `{:04o}` of the low twelve bits), without a `String` per node.
+fn octal_mode(st_mode: u32) -> [u8; 4] {
+    let bits = st_mode & 0o7777;
+    // Each digit is at most 7, so the cast cannot truncate.
+    [9, 6, 3, 0].map(|shift| b'0' + ((bits >> shift) & 0o7) as u8)
+}
+
 /// Inventories of at least this many nodes are re-checked on two threads.
 const PARALLEL_MIN: usize = 1024;
 /// Names of one directory taken as one piece of work.
@@ -345,6 +353,8 @@ impl Walk<'_> {
 
     /// Take batches until none is left and no thread can add more, or one disagreed.
     fn work(&self) {
+        // One path buffer for every node this thread checks, not an allocation each.
+        let mut path = String::new();
         loop {
             let batch = {
                 let mut q = self.lock();
@@ -365,7 +375,7 @@ impl Walk<'_> {
             let result = batch
                 .names
                 .iter()
-                .try_for_each(|raw| self.node(&batch, raw));
+                .try_for_each(|raw| self.node(&batch, raw, &mut path));
             let mut q = self.lock();
             q.busy -= 1;
             if let Err(e) = result {
@@ -380,28 +390,32 @@ impl Walk<'_> {
     }
 
     /// Check one staged node against its entry; a directory is listed for later batches.
-    fn node(&self, batch: &Batch, raw: &[u8]) -> Result<(), Disagreement> {
+    fn node(&self, batch: &Batch, raw: &[u8], path: &mut String) -> Result<(), Disagreement> {
         let prefix = &*batch.prefix;
         let name =
             std::str::from_utf8(raw).map_err(|_| Disagreement::NotUtf8 { name: raw.to_vec() })?;
-        let path = if prefix.is_empty() {
-            name.to_owned()
-        } else {
-            format!("{prefix}/{name}")
-        };
+        path.clear();
+        if !prefix.is_empty() {
+            path.push_str(prefix);
+            path.push('/');
+        }
+        path.push_str(name);
+        let path = path.as_str();
         let entry = *self
             .listed
-            .get(path.as_str())
-            .ok_or_else(|| Disagreement::NotListed { path: path.clone() })?;
+            .get(path)
+            .ok_or_else(|| Disagreement::NotListed {
+                path: path.to_owned(),
+            })?;
         self.seen.fetch_add(1, Ordering::Relaxed);
         let fail = |problem| {
             Err(Disagreement::Node {
-                path: path.clone(),
+                path: path.to_owned(),
                 problem,
             })
         };
         let call = |source| Disagreement::Call {
-            path: path.clone(),
+            path: path.to_owned(),
             source,
         };
         let dir_fd = batch.dir.as_fd();
@@ -428,10 +442,9 @@ impl Walk<'_> {
                 listed: entry.kind,
             });
         }
-        let mode = format!("{:04o}", st.st_mode & 0o7777);
-        if kind != Kind::Symlink && mode != entry.mode {
+        if kind != Kind::Symlink && octal_mode(st.st_mode) != entry.mode.as_bytes() {
             return fail(NodeProblem::Mode {
-                on_disk: mode,
+                on_disk: format!("{:04o}", st.st_mode & 0o7777),
                 listed: entry.mode.clone(),
             });
         }
@@ -453,7 +466,7 @@ impl Walk<'_> {
                         .map_err(call)?;
                     let (digest, _) =
                         Sha256Digest::of_reader(f).map_err(|source| Disagreement::Read {
-                            path: path.clone(),
+                            path: path.to_owned(),
                             source,
                         })?;
                     if Some(digest) != entry.sha256 {
@@ -472,7 +485,7 @@ impl Walk<'_> {
             }
             Kind::Dir => {
                 let sub = openat(dir_fd, name, dir_flags(), Mode::empty()).map_err(call)?;
-                self.list(Arc::new(sub), path, batch.depth + 1)?;
+                self.list(Arc::new(sub), path.to_owned(), batch.depth + 1)?;
             }
         }
         Ok(())
@@ -548,6 +561,19 @@ mod tests {
     }
 
     #[test]
+    fn modes_are_spelled_as_the_inventory_spells_them() {
+        for bits in [
+            0, 0o644, 0o755, 0o4755, 0o7777, 0o1000, 0o100_644, 0o040_755,
+        ] {
+            assert_eq!(
+                octal_mode(bits),
+                format!("{:04o}", bits & 0o7777).as_bytes(),
+                "{bits:o}"
+            );
+        }
+    }
+
+    #[test]
     fn agreement_and_each_disagreement_on_one_thread_and_on_two() {
         // Below and above PARALLEL_MIN.
         for files in [200, 3 * PARALLEL_MIN] {
@@ -568,6 +594,19 @@ mod tests {
             let e = check(&dir, &outcome).expect_err("a wrong size");
             assert!(e.contains(&middle) && e.contains("4 bytes"), "{files}: {e}");
             std::fs::write(root.join(&middle), b"abc").unwrap_or_else(|e| panic!("{e}"));
+
+            let set_mode = |mode| {
+                let perms = std::os::unix::fs::PermissionsExt::from_mode(mode);
+                std::fs::set_permissions(root.join(&middle), perms)
+                    .unwrap_or_else(|e| panic!("{e}"))
+            };
+            set_mode(0o4640);
+            let e = check(&dir, &outcome).expect_err("another mode");
+            assert!(
+                e.contains(&middle) && e.contains("has mode 4640, the inventory says 0644"),
+                "{files}: {e}"
+            );
+            set_mode(0o644);
 
             std::fs::write(root.join(&last), b"abd").unwrap_or_else(|e| panic!("{e}"));
             let e = check(&dir, &outcome).expect_err("other content");
