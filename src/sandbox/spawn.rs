@@ -240,9 +240,9 @@ pub trait HashedSource {
 }
 
 /// Past this many bytes the rest of an artifact is hashed on a second thread while this one
-/// copies (all of it when a file's size says it will get there): the two passes over a large
-/// artifact then cost about one (a 40 MB artifact spends some 20 ms in each here), for one
-/// thread start.
+/// reads (all of it when a file's size says it will get there), the two sharing the writes: the
+/// passes over a large artifact then cost about half (a 40 MB artifact spends some 20 ms in
+/// each here), for one thread start.
 const HASH_ASIDE_AFTER: u64 = 4 * 1024 * 1024;
 /// The chunk handed between the two threads. Small enough, we think, that the chunks in flight
 /// are still in the copying core's cache when the other hashes them: 128 KiB filled a 40 MB
