@@ -1362,7 +1362,7 @@ impl<'a> Sink<'a> {
     /// The sorted inventory, the totals and the kept file bytes of an accepted extraction.
     pub(crate) fn into_inventory(self, bytes_in: u64) -> (Vec<Entry>, Totals, Captured) {
         let totals = self.totals(bytes_in);
-        let mut entries: Vec<Entry> = self
+        let entries: Vec<Entry> = self
             .nodes
             .into_iter()
             .map(|(path, n)| Entry {
@@ -1375,7 +1375,15 @@ impl<'a> Sink<'a> {
                 flags: n.flags,
             })
             .collect();
-        entries.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        // Sorted through their indices: an entry is some 150 bytes, and a stable sort of the
+        // entries themselves moved each about ten times (on 10,000 tiny files, 4.8 M instructions
+        // a request more, 7.3 M of them in memcpy: bench-results/throughput.md). The paths are
+        // the map's keys, so no two are equal and an unstable sort gives the one order.
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_unstable_by(|&a, &b| entries[a].path.as_bytes().cmp(entries[b].path.as_bytes()));
+        let mut slots: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
+        // Every index is in `order` once, so each slot is taken once and none is skipped.
+        let entries = order.into_iter().filter_map(|i| slots[i].take()).collect();
         (entries, totals, self.captured)
     }
 }
