@@ -7,10 +7,10 @@
 //! it wrote, in the same process) and the review reads a file back from the staged tree only
 //! when its bytes are not here (past the bounds below, or a hard-link copy).
 
-use crate::names::NameMap;
 use std::ops::Range;
 
 use super::hashing::Scanned;
+use crate::names::NameMap;
 
 /// Bytes kept of one file: what the review reads of a file at most (its `max_file_bytes`
 /// default, and more than SKILL.md's frontmatter bound).

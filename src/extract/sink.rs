@@ -9,7 +9,6 @@
 //! before the first byte is decoded: the verdict never depends on member order, and a bomb is
 //! still stopped the moment its output passes the budget.
 
-use crate::names::NameMap;
 use std::io::{self, Read};
 use std::os::fd::BorrowedFd;
 
@@ -24,6 +23,7 @@ use super::policy::{HardlinkPolicy, Limits};
 use super::writer::{self, Writer};
 use super::{EngineError, Format, Stop};
 use crate::digest::Sha256Digest;
+use crate::names::NameMap;
 use crate::reason::{Reason, ReasonCode, display_name};
 
 /// Symlink hops followed when resolving a target, as Linux's `MAXSYMLINKS`.

@@ -9,7 +9,6 @@
 //! a parent position therefore fails with `ELOOP`/`ENOTDIR` instead of being followed.
 //! No chown, no timestamps, no xattrs: only names, bytes and sanitised modes.
 
-use crate::names::NameMap;
 use std::ffi::CString;
 use std::fs::File;
 use std::io;
@@ -21,6 +20,8 @@ use nix::errno::Errno;
 use nix::fcntl::{OFlag, openat};
 use nix::sys::stat::{Mode, fchmod, mkdirat};
 use nix::unistd::{UnlinkatFlags, symlinkat, unlinkat};
+
+use crate::names::NameMap;
 
 /// Set once this process's umask is 0 (see [`clear_umask`]): files are then created with their
 /// final mode, and need no `fchmod` after.

@@ -17,12 +17,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::names::{NameMap, NameSet};
-
 use aho_corasick::{AhoCorasick, AhoCorasickKind};
 
 pub use crate::names::interpreter_by_name;
-use crate::names::{TextKind, extension, is_doc_name, is_licence_name, script_by_name, text_kind};
+use crate::names::{
+    NameMap, NameSet, TextKind, extension, is_doc_name, is_licence_name, script_by_name, text_kind,
+};
 use std::io;
 use std::os::fd::BorrowedFd;
 
