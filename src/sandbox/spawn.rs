@@ -314,9 +314,28 @@ impl Shared<'_> {
         true
     }
 
-    /// The first failure either thread met, taken to be returned.
-    fn failure(&self) -> Option<io::Error> {
-        self.lock().failed.take()
+    /// Write hashed chunks, or wait for the other thread, until `done` holds (the lock is then
+    /// returned held) or either thread has failed (its error, taken).
+    fn write_until(
+        &self,
+        done: impl Fn(&Copying) -> bool,
+    ) -> io::Result<std::sync::MutexGuard<'_, Copying>> {
+        let mut st = self.lock();
+        loop {
+            if let Some(e) = st.failed.take() {
+                return Err(e);
+            }
+            if done(&st) {
+                return Ok(st);
+            }
+            if st.hashed.is_empty() {
+                st = self.wait(st);
+            } else {
+                drop(st);
+                self.write_one();
+                st = self.lock();
+            }
+        }
     }
 }
 
@@ -386,27 +405,12 @@ fn copy_hashing_aside(
         let read = read_chunks(src, at, shared, &to_hash);
         // No more chunks: the hashing thread ends once it has hashed those sent.
         drop(to_hash);
-        if read.is_ok() {
-            // Write what is left, with the hashing thread while it is still at it.
-            let mut st = shared.lock();
-            while st.unwritten > 0 && st.failed.is_none() {
-                if st.hashed.is_empty() {
-                    st = shared.wait(st);
-                } else {
-                    drop(st);
-                    shared.write_one();
-                    st = shared.lock();
-                }
-            }
-        }
+        // Write what is left, with the hashing thread while it is still at it.
+        let written = read.and_then(|()| shared.write_until(|st| st.unwritten == 0).map(drop));
         let hasher = worker
             .join()
             .map_err(|_| io::Error::other("the hashing thread panicked"))?;
-        read?;
-        match shared.failure() {
-            Some(e) => Err(e),
-            None => Ok(hasher),
-        }
+        written.map(|()| hasher)
     })
 }
 
@@ -419,26 +423,16 @@ fn read_chunks(
     to_hash: &std::sync::mpsc::SyncSender<Chunk>,
 ) -> io::Result<()> {
     loop {
-        let mut buf = loop {
-            let mut st = shared.lock();
-            if let Some(e) = st.failed.take() {
-                return Err(e);
-            }
-            if let Some(buf) = st.free.pop() {
-                break buf;
-            }
-            if st.made < IN_FLIGHT {
+        let mut st = shared.write_until(|st| !st.free.is_empty() || st.made < IN_FLIGHT)?;
+        let mut buf = match st.free.pop() {
+            Some(buf) => buf,
+            None => {
                 st.made += 1;
                 // Zeroed once, when made: a chunk carries its filled length.
-                break vec![0u8; ASIDE_CHUNK];
-            }
-            if st.hashed.is_empty() {
-                drop(shared.wait(st));
-            } else {
-                drop(st);
-                shared.write_one();
+                vec![0u8; ASIDE_CHUNK]
             }
         };
+        drop(st);
         // A whole chunk unless the source ends first.
         let mut len = 0;
         while len < buf.len() {
