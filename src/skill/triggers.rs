@@ -300,8 +300,10 @@ const NODES: usize = {
 const TABLE: usize = 1 << 16;
 const MASK: usize = TABLE - 1;
 
-/// The state every completed trigger leads to (never a row offset: rows are below `TABLE`).
-const MATCH: u16 = u16::MAX;
+/// The state every completed trigger leads to: the table's last row, every edge of which leads
+/// back to it, so a scan can step on past a match and look for it once a block (no row of the
+/// automaton proper reaches that far).
+const MATCH: u16 = (TABLE - CLASSES) as u16;
 
 /// The automaton: `next[state + class[byte]]`, states being row offsets (the root at 0).
 struct Dfa {
@@ -377,10 +379,10 @@ const fn build() -> Dfa {
         k += 1;
     }
     assert!(
-        rows * CLASSES <= TABLE,
+        rows * CLASSES <= MATCH as usize,
         "the trigger automaton outgrew its table"
     );
-    let mut next = [0u16; TABLE];
+    let mut next = [MATCH; TABLE];
     let mut s = 0;
     while s < nodes {
         if !matching[s] {
@@ -493,10 +495,11 @@ impl<'h> Lines<'h> {
 /// newlines in the range, plus one.
 fn aligned(hay: &[u8], from: usize, end: usize, out: &mut Vec<usize>) {
     let first = out.len();
-    // Four segments cut after a newline (the automaton is at its start there).
-    let mut cut = [from, 0, 0, 0, end];
-    for k in 1..4 {
-        let aim = (from + (end - from) * k / 4).max(cut[k - 1]);
+    // LANES segments cut after a newline (the automaton is at its start there).
+    let mut cut = [end; LANES + 1];
+    cut[0] = from;
+    for k in 1..LANES {
+        let aim = (from + (end - from) * k / LANES).max(cut[k - 1]);
         cut[k] = memchr::memchr(b'\n', &hay[aim..end]).map_or(end, |i| aim + i + 1);
     }
     lockstep(hay, cut, out);
@@ -864,34 +867,54 @@ fn single(
     }
 }
 
-/// Scan the four segments `cut[k]..cut[k + 1]` in lock-step while all four have bytes left,
-/// then what is left of each alone.
-fn lockstep(hay: &[u8], cut: [usize; 5], out: &mut Vec<usize>) {
-    let mut at = [cut[0], cut[1], cut[2], cut[3]];
-    let end = [cut[1], cut[2], cut[3], cut[4]];
+/// Segments scanned in lock-step: the automaton's step is a load that depends on the last one,
+/// so independent segments keep the core busy while each waits.
+const LANES: usize = 8;
+
+/// Bytes a segment is stepped through between two looks for a match.
+const BLOCK: usize = 16;
+
+/// Scan the segments `cut[k]..cut[k + 1]` in lock-step while all have bytes left, then what is
+/// left of each alone.
+fn lockstep(hay: &[u8], cut: [usize; LANES + 1], out: &mut Vec<usize>) {
+    let mut at: [usize; LANES] = std::array::from_fn(|k| cut[k]);
+    let end: [usize; LANES] = std::array::from_fn(|k| cut[k + 1]);
     let mut line = at;
-    let mut s = [DFA.start; 4];
+    let mut s = [DFA.start; LANES];
     loop {
-        let n = (0..4).map(|k| end[k] - at[k]).min().unwrap_or(0);
+        let n = (0..LANES).map(|k| end[k] - at[k]).min().unwrap_or(0);
         if n == 0 {
             break;
         }
-        let (a, b, c, d) = (
-            &hay[at[0]..at[0] + n],
-            &hay[at[1]..at[1] + n],
-            &hay[at[2]..at[2] + n],
-            &hay[at[3]..at[3] + n],
-        );
+        let seg: [&[u8]; LANES] = std::array::from_fn(|k| &hay[at[k]..at[k] + n]);
+        // A block at a time with no test a step (`MATCH` leads only to itself); a block where
+        // some segment matched is stepped again from its start, a byte at a time, to find where.
+        let mut i = 0;
+        while i + BLOCK <= n {
+            let before = s;
+            for j in i..i + BLOCK {
+                for (state, bytes) in s.iter_mut().zip(&seg) {
+                    *state = step(*state, bytes[j]);
+                }
+            }
+            if s.contains(&MATCH) {
+                s = before;
+                break;
+            }
+            i += BLOCK;
+        }
         let mut done = n;
-        for (i, (((&x0, &x1), &x2), &x3)) in a.iter().zip(b).zip(c).zip(d).enumerate() {
-            s[0] = step(s[0], x0);
-            s[1] = step(s[1], x1);
-            s[2] = step(s[2], x2);
-            s[3] = step(s[3], x3);
-            if (s[0] == MATCH) | (s[1] == MATCH) | (s[2] == MATCH) | (s[3] == MATCH) {
+        while i < n {
+            let mut hit = false;
+            for k in 0..LANES {
+                s[k] = step(s[k], seg[k][i]);
+                hit |= s[k] == MATCH;
+            }
+            if hit {
                 done = i;
                 break;
             }
+            i += 1;
         }
         if done == n {
             for p in &mut at {
@@ -899,7 +922,7 @@ fn lockstep(hay: &[u8], cut: [usize; 5], out: &mut Vec<usize>) {
             }
             continue;
         }
-        for k in 0..4 {
+        for k in 0..LANES {
             if s[k] == MATCH {
                 at[k] = record(hay, line[k], at[k] + done, end[k], out);
                 line[k] = at[k];
@@ -909,7 +932,7 @@ fn lockstep(hay: &[u8], cut: [usize; 5], out: &mut Vec<usize>) {
             }
         }
     }
-    for k in 0..4 {
+    for k in 0..LANES {
         single(hay, line[k], at[k], end[k], s[k], out);
     }
 }
