@@ -210,14 +210,15 @@ fn main(process: ProcessSteps) -> i32 {
         result,
         hashed_inline,
     };
-    let Ok(mut json) = serde_json::to_vec(&frame) else {
+    let Ok(mut framed) = wire::json_frame(&frame) else {
         return EXIT_BAD_SETUP;
     };
+    let json_len = framed.len() - 4;
     // A package inside every limit can still have an inventory the parent will not read
     // (10,000 names and link targets of 1,000 quotes each, which JSON doubles, are 40 MB):
     // answering it would read as a misbehaving child (`sandbox_violation`). Refused here
     // instead, for what it is; its tree, as every rejected one, is the parent's to remove.
-    if json.len() > wire::DEFAULT_MAX_ANSWER_BYTES
+    if json_len > wire::DEFAULT_MAX_ANSWER_BYTES
         && let JobResult::Extracted(outcome) = &frame.result
     {
         let reason = Reason::new(
@@ -232,7 +233,7 @@ fn main(process: ProcessSteps) -> i32 {
         )
         .limit(
             u64::try_from(wire::DEFAULT_MAX_ANSWER_BYTES).unwrap_or(u64::MAX),
-            u64::try_from(json.len()).unwrap_or(u64::MAX),
+            u64::try_from(json_len).unwrap_or(u64::MAX),
         );
         let totals = Totals {
             entries: 0,
@@ -246,12 +247,12 @@ fn main(process: ProcessSteps) -> i32 {
             totals,
             reason,
         )));
-        let Ok(smaller) = serde_json::to_vec(&frame) else {
+        let Ok(smaller) = wire::json_frame(&frame) else {
             return EXIT_BAD_SETUP;
         };
-        json = smaller;
+        framed = smaller;
     }
-    match wire::frame(&json).and_then(|f| answer.write_all(&f)) {
+    match answer.write_all(&framed) {
         Ok(()) => EXIT_ANSWERED,
         Err(_) => EXIT_BAD_SETUP,
     }
@@ -292,8 +293,7 @@ fn check_sealed(artifact: &File) -> Result<(), StepFailed> {
 }
 
 fn send(answer: &mut File, msg: &ChildAnswer) -> io::Result<()> {
-    let json = serde_json::to_vec(msg).map_err(io::Error::other)?;
-    answer.write_all(&wire::frame(&json)?)
+    answer.write_all(&wire::json_frame(msg)?)
 }
 
 /// The steps of confinement that concern the process rather than the request (3 to 6 of
