@@ -6,11 +6,13 @@
 //! instructions than scanning a typical package's text). Its shape is chosen for the scan:
 //! bytes go through a 256-entry class table (ASCII case folded, every byte no trigger holds in
 //! one class), states are `u16` row offsets, and every state that completes a trigger is one
-//! sentinel, since the scan stops at the first trigger of a line and skips to the next line.
+//! sentinel, since the scan stops at the first trigger of a line and skips to the next line. The
+//! sentinel is the table's last row, whose every edge leads back to it, so the scan tests for it
+//! once every few bytes instead of after each.
 //! A [`WORD_TRIGGERS`] word counts only where a token starts: after a newline, a delimiter or
 //! a `/` (the text starts as if after a newline). No trigger holds a newline but as a word's
 //! start, so the automaton is in its start state after every `\n`: a file
-//! can be cut at line boundaries into segments scanned independently, and four of them are
+//! can be cut at line boundaries into segments scanned independently, and eight of them are
 //! stepped in lock-step, which hides the latency of each table load behind the others'.
 //! The answer, the start of every line holding a trigger, is exact: a test holds it to a naive
 //! substring search over generated and real text.
