@@ -206,9 +206,9 @@ fn spin() -> ! {
 }
 
 fn send(answer: &mut File, result: JobResult, report: &ConfinementReport) -> Result<i64, i32> {
-    let json =
-        serde_json::to_vec(&ChildAnswer::new(report.clone(), result)).map_err(|_| libc::EINVAL)?;
-    let framed = wire::frame(&json).map_err(errno)?;
+    // Serializing fails with no errno of its own: EINVAL, as it always was.
+    let framed = wire::json_frame(&ChildAnswer::new(report.clone(), result))
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
     answer.write_all(&framed).map_err(errno)?;
     Ok(0)
 }

@@ -45,12 +45,10 @@ pub enum WireError {
 
 /// One frame: length prefix and payload.
 pub fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
-    let len = u32::try_from(payload.len())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame over 4 GiB"))?;
     let mut out = Vec::with_capacity(4 + payload.len());
-    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
     out.extend_from_slice(payload);
-    Ok(out)
+    with_length(out)
 }
 
 /// One frame of `msg` as JSON, serialized in place after its length prefix: for a 10,000-entry
@@ -58,6 +56,11 @@ pub fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
 pub fn json_frame<T: Serialize + ?Sized>(msg: &T) -> io::Result<Vec<u8>> {
     let mut out = vec![0u8; 4];
     serde_json::to_writer(&mut out, msg).map_err(io::Error::other)?;
+    with_length(out)
+}
+
+/// `out`, four placeholder bytes and a payload, with the payload's length put in their place.
+fn with_length(mut out: Vec<u8>) -> io::Result<Vec<u8>> {
     let len = u32::try_from(out.len() - 4)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame over 4 GiB"))?;
     out[..4].copy_from_slice(&len.to_le_bytes());
