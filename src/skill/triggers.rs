@@ -4,11 +4,12 @@
 //! An Aho-Corasick DFA built by `const` evaluation, so it sits in the binary's read-only data:
 //! nothing to build or validate when a child starts (building it at run time cost more
 //! instructions than scanning a typical package's text). Its shape is chosen for the scan:
-//! bytes go through a 256-entry class table (ASCII case folded, every byte no trigger holds in
-//! one class), states are `u16` row offsets, and every state that completes a trigger is one
-//! sentinel, since the scan stops at the first trigger of a line and skips to the next line. The
-//! sentinel is the table's last row, whose every edge leads back to it, so the scan tests for it
-//! once every few bytes instead of after each.
+//! built over byte classes (ASCII case folded, every byte no trigger holds in one class), it is
+//! laid out with one edge for every byte value, so a step is one load at `state + byte` (states
+//! are `u32` row offsets) with no class lookup between; every state that completes a trigger is
+//! one sentinel, since the scan stops at the first trigger of a line and skips to the next line.
+//! The sentinel is the table's last row, whose every edge leads back to it, so the scan tests
+//! for it once every few bytes instead of after each.
 //! A [`WORD_TRIGGERS`] word counts only where a token starts: after a newline, a delimiter or
 //! a `/` (the text starts as if after a newline). No trigger holds a newline but as a word's
 //! start, so the automaton is in its start state after every `\n`: a file
@@ -299,20 +300,28 @@ const NODES: usize = {
 };
 
 /// The transition table's size: a power of two, so an index masked to it needs no bounds check.
-const TABLE: usize = 1 << 16;
+/// 1 MiB of read-only data, of which a scan touches the few rows ordinary text keeps visiting.
+/// Rows of one edge per byte value, not per class (a 64 KiB table of `u16`), save the class
+/// lookup each step: with the bytes copied out per block (`lockstep`), the trigger pass over 30
+/// MB of the benchmark's text went from 16.5 to 13.2 ms, while either change alone gained about
+/// nothing (bench-results/throughput.md).
+const TABLE: usize = 1 << 18;
 const MASK: usize = TABLE - 1;
+/// A row: one edge for every byte value.
+const ROW: usize = BYTES;
 
 /// The state every completed trigger leads to: the table's last row, every edge of which leads
 /// back to it, so a scan can step on past a match and look for it once a block (no row of the
 /// automaton proper reaches that far).
-const MATCH: u16 = (TABLE - CLASSES) as u16;
+const MATCH: State = (TABLE - ROW) as State;
 
-/// The automaton: `next[state + class[byte]]`, states being row offsets (the root at 0).
+type State = u32;
+
+/// The automaton: `next[state + byte]`, states being row offsets (the root at 0).
 struct Dfa {
-    class: [u8; BYTES],
-    next: [u16; TABLE],
+    next: [State; TABLE],
     /// The state after a newline, where every line (and the text) starts.
-    start: u16,
+    start: State,
 }
 
 /// Aho-Corasick over the folded triggers: a trie, failure links in breadth-first order, every
@@ -375,13 +384,13 @@ const fn build() -> Dfa {
     while k < nodes {
         let s = order[k] as usize;
         if !matching[s] {
-            row[s] = (rows * CLASSES) as u16;
+            row[s] = (rows * ROW) as State;
             rows += 1;
         }
         k += 1;
     }
     assert!(
-        rows * CLASSES <= MATCH as usize,
+        rows * ROW <= MATCH as usize,
         "the trigger automaton outgrew its table"
     );
     let mut next = [MATCH; TABLE];
@@ -389,10 +398,10 @@ const fn build() -> Dfa {
     while s < nodes {
         if !matching[s] {
             let r = row[s] as usize;
-            let mut c = 0;
-            while c < CLASSES {
-                next[r + c] = row[trie[s * CLASSES + c] as usize];
-                c += 1;
+            let mut b = 0;
+            while b < BYTES {
+                next[r + b] = row[trie[s * CLASSES + class[b] as usize] as usize];
+                b += 1;
             }
         }
         s += 1;
@@ -400,14 +409,14 @@ const fn build() -> Dfa {
     // Text starts as if after a newline (a token may start there).
     let start = row[trie[WORD_CLASS] as usize];
     assert!(start != MATCH, "a word-start byte alone is no trigger");
-    Dfa { class, next, start }
+    Dfa { next, start }
 }
 
 static DFA: Dfa = build();
 
 #[inline(always)]
-fn step(s: u16, b: u8) -> u16 {
-    DFA.next[(s as usize + DFA.class[b as usize] as usize) & MASK]
+fn step(s: State, b: u8) -> State {
+    DFA.next[(s as usize + b as usize) & MASK]
 }
 
 /// Text scanned per refill of [`Lines`] (cut at the next line end), so that the line starts it
@@ -529,7 +538,7 @@ pub struct Prescan {
     /// Bytes fed so far in this file.
     pos: usize,
     /// The automaton's state at `pos`, unless `skipping`.
-    s: u16,
+    s: State,
     /// Where the line holding `pos` starts.
     line: usize,
     /// The line holding `pos` is listed already: skip to its end.
@@ -850,7 +859,7 @@ fn single(
     mut line: usize,
     mut at: usize,
     end: usize,
-    mut s: u16,
+    mut s: State,
     out: &mut Vec<usize>,
 ) {
     while at < end {
@@ -891,11 +900,18 @@ fn lockstep(hay: &[u8], cut: [usize; LANES + 1], out: &mut Vec<usize>) {
         let seg: [&[u8]; LANES] = std::array::from_fn(|k| &hay[at[k]..at[k] + n]);
         // A block at a time with no test a step (`MATCH` leads only to itself); a block where
         // some segment matched is stepped again from its start, a byte at a time, to find where.
+        // Each block's bytes are copied out side by side first: read at fixed offsets from one
+        // pointer, the eight states stay in registers (reading from eight segment pointers
+        // spilled them to the stack every step).
         let mut i = 0;
+        let mut buf = [[0u8; BLOCK]; LANES];
         while i + BLOCK <= n {
             let before = s;
-            for j in i..i + BLOCK {
-                for (state, bytes) in s.iter_mut().zip(&seg) {
+            for k in 0..LANES {
+                buf[k].copy_from_slice(&seg[k][i..i + BLOCK]);
+            }
+            for j in 0..BLOCK {
+                for (state, bytes) in s.iter_mut().zip(&buf) {
                     *state = step(*state, bytes[j]);
                 }
             }
