@@ -301,10 +301,10 @@ const NODES: usize = {
 
 /// The transition table's size: a power of two, so an index masked to it needs no bounds check.
 /// 1 MiB of read-only data, of which a scan touches the few rows ordinary text keeps visiting.
-/// Rows of one edge per byte value, not per class (a 64 KiB table of `u16`), save the class
-/// lookup each step: with the bytes copied out per block (`lockstep`), the trigger pass over 30
-/// MB of the benchmark's text went from 16.5 to 13.2 ms, while either change alone gained about
-/// nothing (bench-results/throughput.md).
+/// Rows of one edge per byte value, not per class (a 128 KiB table of `u16` behind a class
+/// table), save the class lookup each step: with the bytes copied out per block (`lockstep`),
+/// the trigger pass over 30 MB of the benchmark's text went from 16.7 to 13.2 ms, while either
+/// change alone gained little (bench-results/throughput.md).
 const TABLE: usize = 1 << 18;
 const MASK: usize = TABLE - 1;
 /// A row: one edge for every byte value.
@@ -1174,6 +1174,45 @@ mod tests {
         fn below(&mut self, n: usize) -> usize {
             (self.next() % n as u64) as usize
         }
+    }
+
+    /// The table's layout: every edge leads to the start of a row (a multiple of [`ROW`]) of the
+    /// automaton or to [`MATCH`], whose every edge leads back to it; an upper-case letter leads
+    /// where its lower-case letter does, and every byte no trigger holds where the others do.
+    #[test]
+    fn every_row_has_an_edge_per_byte_into_a_row() {
+        let rows = DFA
+            .next
+            .iter()
+            .filter(|&&t| t != MATCH)
+            .max()
+            .copied()
+            .unwrap_or(0);
+        assert!(rows < MATCH, "the automaton's rows reach the match row");
+        for r in (0..=rows as usize).step_by(ROW).chain([MATCH as usize]) {
+            let row = &DFA.next[r..r + ROW];
+            assert!(
+                row.iter()
+                    .all(|&t| (t as usize).is_multiple_of(ROW) && t <= MATCH)
+            );
+            if r == MATCH as usize {
+                assert!(row.iter().all(|&t| t == MATCH));
+            }
+            for b in b'A'..=b'Z' {
+                assert_eq!(row[b as usize], row[b.to_ascii_lowercase() as usize]);
+            }
+            let none: Vec<u8> = (0..=255u8)
+                .filter(|&b| ALPHABET.0[b as usize] == 0)
+                .collect();
+            assert!(none.len() > 100);
+            assert!(
+                none.iter()
+                    .all(|&b| row[b as usize] == row[none[0] as usize])
+            );
+        }
+        assert!((DFA.start as usize).is_multiple_of(ROW));
+        // A step never leaves the table: the mask is only there to spare a bounds check.
+        assert!(MATCH as usize + ROW == TABLE);
     }
 
     #[test]
