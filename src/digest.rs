@@ -85,7 +85,7 @@ impl FromStr for Sha256Digest {
         // Byte by byte: every byte before the first bad one is ASCII, so it starts a char.
         if let Some(at) = hex_part
             .bytes()
-            .position(|b| !matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            .position(|b| HEX[usize::from(b)] == NOT_HEX)
         {
             let bad = hex_part[at..].chars().next().unwrap_or('\0');
             return Err(DigestParseError::NotLowercaseHex(bad));

@@ -213,7 +213,7 @@ fn main(process: ProcessSteps) -> i32 {
     let Ok(mut framed) = wire::json_frame(&frame) else {
         return EXIT_BAD_SETUP;
     };
-    let json_len = framed.len() - 4;
+    let json_len = framed.len() - wire::PREFIX;
     // A package inside every limit can still have an inventory the parent will not read
     // (10,000 names and link targets of 1,000 quotes each, which JSON doubles, are 40 MB):
     // answering it would read as a misbehaving child (`sandbox_violation`). Refused here

@@ -43,10 +43,13 @@ pub enum WireError {
     Io(#[from] io::Error),
 }
 
+/// Bytes of a frame's length prefix (the payload's length, a little-endian `u32`).
+pub const PREFIX: usize = 4;
+
 /// One frame: length prefix and payload.
 pub fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(4 + payload.len());
-    out.extend_from_slice(&[0; 4]);
+    let mut out = Vec::with_capacity(PREFIX + payload.len());
+    out.extend_from_slice(&[0; PREFIX]);
     out.extend_from_slice(payload);
     with_length(out)
 }
@@ -54,16 +57,17 @@ pub fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
 /// One frame of `msg` as JSON, serialized in place after its length prefix: for a 10,000-entry
 /// answer (about 2 MB) no second buffer and no copy of the payload into it.
 pub fn json_frame<T: Serialize + ?Sized>(msg: &T) -> io::Result<Vec<u8>> {
-    let mut out = vec![0u8; 4];
+    let mut out = vec![0u8; PREFIX];
     serde_json::to_writer(&mut out, msg).map_err(io::Error::other)?;
     with_length(out)
 }
 
-/// `out`, four placeholder bytes and a payload, with the payload's length put in their place.
+/// `out`, [`PREFIX`] placeholder bytes and a payload, with the payload's length put in their
+/// place.
 fn with_length(mut out: Vec<u8>) -> io::Result<Vec<u8>> {
-    let len = u32::try_from(out.len() - 4)
+    let len = u32::try_from(out.len() - PREFIX)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame over 4 GiB"))?;
-    out[..4].copy_from_slice(&len.to_le_bytes());
+    out[..PREFIX].copy_from_slice(&len.to_le_bytes());
     Ok(out)
 }
 
