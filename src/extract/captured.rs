@@ -6,11 +6,19 @@
 //! every byte in its buffer while it writes it, so it keeps a bounded copy here (the same bytes
 //! it wrote, in the same process) and the review reads a file back from the staged tree only
 //! when its bytes are not here (past the bounds below, or a hard-link copy).
+//!
+//! A plain tarball's member read in place lies in the mapped artifact as it was written; one that
+//! lies whole in one piece of the mapping is kept as that piece ([`Captured::keep_view`]) rather
+//! than copied, its window held mapped (within [`PINNED_WINDOWS`]). The artifact is a sealed
+//! memfd: its bytes cannot change under the mapping, so they are the bytes written.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::hashing::Scanned;
+use super::input::View;
 use crate::names::NameMap;
+use crate::sys::SealedMapping;
 
 /// Bytes kept of one file: what the review reads of a file at most (its `max_file_bytes`
 /// default, and more than SKILL.md's frontmatter bound).
@@ -27,6 +35,14 @@ pub const HEAD_BYTES: usize = 256;
 pub const NUL_WINDOW: usize = 8192;
 /// Bytes of heads kept in all; later files' heads are read back instead.
 pub const TOTAL_HEAD_BYTES: usize = 2 * 1024 * 1024;
+/// Windows of the mapped artifact kept mapped for the files whose bytes are kept there
+/// ([`Captured::keep_view`]) instead of copied: at most this many (16 MiB, at the input's
+/// 4 MiB windows), so a few small files spread over a large artifact cannot keep all of it
+/// mapped; a file in another window is copied, as before.
+pub const PINNED_WINDOWS: usize = 4;
+/// A file is kept as a view from this size on: a smaller copy costs no fresh page of its own,
+/// and 10,000 tiny files kept as views were 3-4 ms slower (bench-results/throughput.md).
+const VIEW_MIN: usize = 4096;
 
 /// The start of a file whose bytes are not kept: its first [`HEAD_BYTES`] (all of it when
 /// shorter), and whether a NUL byte is in its first [`NUL_WINDOW`] bytes.
@@ -36,23 +52,56 @@ pub struct Head {
     pub nul: bool,
 }
 
+/// Where a file's kept bytes are.
+enum Kept {
+    /// In [`Captured`]'s buffer.
+    Copied(Range<usize>),
+    /// In the mapped artifact, as the file lies there (a plain tarball's member read in place:
+    /// the sealed memfd's bytes cannot change), not copied.
+    Viewed(View),
+}
+
 /// The kept bytes of written files, by inventory path, and what the hashing thread's scan
 /// found in the files it hashed ([`super::hashing::FileScan`]).
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Captured {
     bytes: Vec<u8>,
-    files: NameMap<String, Range<usize>>,
+    files: NameMap<String, Kept>,
+    /// Bytes of the files kept as views, counted in the total bound as if copied.
+    viewed_bytes: usize,
+    /// The windows those views hold mapped, with how many views each.
+    pinned: Vec<(Arc<SealedMapping>, usize)>,
     scans: NameMap<String, Scanned>,
     marks: usize,
     heads: NameMap<String, Head>,
     head_bytes: usize,
 }
 
+impl std::fmt::Debug for Captured {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Captured")
+            .field("files", &self.files.len())
+            .field("bytes", &self.used())
+            .field("pinned_windows", &self.pinned.len())
+            .field("scans", &self.scans.len())
+            .field("heads", &self.heads.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Captured {
     /// The first bytes of `path` as written: the whole file when it held at most
     /// [`FILE_BYTES`], else exactly its first [`FILE_BYTES`]. `None` when not kept.
     pub fn get(&self, path: &str) -> Option<&[u8]> {
-        self.files.get(path).and_then(|r| self.bytes.get(r.clone()))
+        match self.files.get(path)? {
+            Kept::Copied(r) => self.bytes.get(r.clone()),
+            Kept::Viewed(v) => Some(v.bytes()),
+        }
+    }
+
+    /// Bytes kept, copied or in views: what the total bound counts.
+    fn used(&self) -> usize {
+        self.bytes.len() + self.viewed_bytes
     }
 
     /// The start of `path` when its bytes are not kept (and its head was, within the bound).
@@ -97,7 +146,7 @@ impl Captured {
     /// Start keeping a file's bytes: returns where they begin, or `None` when the total bound
     /// leaves no room for a file at all.
     pub(crate) fn begin(&self) -> Option<usize> {
-        (self.bytes.len() < TOTAL_BYTES).then_some(self.bytes.len())
+        (self.used() < TOTAL_BYTES).then_some(self.bytes.len())
     }
 
     /// [`Captured::begin`] for a file of `size` bytes, when known: `None` also when its kept
@@ -107,7 +156,7 @@ impl Captured {
         let want = size.map_or(0, |s| {
             usize::try_from(s).unwrap_or(usize::MAX).min(FILE_BYTES)
         });
-        (start.saturating_add(want) <= TOTAL_BYTES).then_some(start)
+        (self.used().saturating_add(want) <= TOTAL_BYTES).then_some(start)
     }
 
     /// Keep the next `chunk` of the file begun at `start`; `false` once it no longer fits (the
@@ -115,7 +164,7 @@ impl Captured {
     pub(crate) fn push(&mut self, start: usize, chunk: &[u8]) -> bool {
         let held = self.bytes.len() - start;
         let take = chunk.len().min(FILE_BYTES - held.min(FILE_BYTES));
-        if self.bytes.len() + take > TOTAL_BYTES {
+        if self.used() + take > TOTAL_BYTES {
             self.bytes.truncate(start);
             return false;
         }
@@ -138,7 +187,74 @@ impl Captured {
 
     /// The file begun at `start` is complete: keep it under `path`.
     pub(crate) fn commit(&mut self, path: &str, start: usize) {
-        self.files.insert(path.to_owned(), start..self.bytes.len());
+        let old = self
+            .files
+            .insert(path.to_owned(), Kept::Copied(start..self.bytes.len()));
+        self.unpin(old);
+    }
+
+    /// Whether a file lying whole in `view` (begun at `start`, nothing pushed) may be kept as
+    /// that view: its window is held already, or one more may be (and the file fits the total
+    /// bound, as a copy would have to).
+    pub(crate) fn may_keep_view(&self, start: usize, view: &View) -> bool {
+        start == self.bytes.len()
+            && (VIEW_MIN..=FILE_BYTES).contains(&view.len)
+            && self.used() + view.len <= TOTAL_BYTES
+            && (self.pinned.len() < PINNED_WINDOWS
+                || self.pinned.iter().any(|(m, _)| Arc::ptr_eq(m, &view.map)))
+    }
+
+    /// Keep the file written at `path`, all of it in `view` (begun at `start`, nothing pushed
+    /// since), as that view when [`Captured::may_keep_view`] allows, else copied; `false` when
+    /// neither fits (then it is not kept).
+    pub(crate) fn keep_view(&mut self, path: &str, start: usize, view: View) -> bool {
+        if !self.may_keep_view(start, &view) {
+            if !self.push(start, view.bytes()) {
+                return false;
+            }
+            self.commit(path, start);
+            return true;
+        }
+        match self
+            .pinned
+            .iter_mut()
+            .find(|(m, _)| Arc::ptr_eq(m, &view.map))
+        {
+            Some((_, n)) => *n += 1,
+            None => self.pinned.push((Arc::clone(&view.map), 1)),
+        }
+        self.viewed_bytes += view.len;
+        let old = self.files.insert(path.to_owned(), Kept::Viewed(view));
+        self.unpin(old);
+        true
+    }
+
+    /// How many files are kept as views (for tests).
+    #[cfg(test)]
+    pub(crate) fn views_kept(&self) -> usize {
+        self.files
+            .values()
+            .filter(|k| matches!(k, Kept::Viewed(_)))
+            .count()
+    }
+
+    /// What was kept of a path is kept no more (the sink never writes a path twice): a view's
+    /// bytes leave the bound, and its window is let go when no other view holds it.
+    fn unpin(&mut self, old: Option<Kept>) {
+        let Some(Kept::Viewed(old)) = old else {
+            return;
+        };
+        self.viewed_bytes -= old.len;
+        if let Some(i) = self
+            .pinned
+            .iter()
+            .position(|(m, _)| Arc::ptr_eq(m, &old.map))
+        {
+            self.pinned[i].1 -= 1;
+            if self.pinned[i].1 == 0 {
+                self.pinned.swap_remove(i);
+            }
+        }
     }
 }
 
@@ -161,6 +277,69 @@ mod tests {
         assert_eq!(c.get("a.txt"), Some(&b"hello world"[..]));
         assert_eq!(c.get("big.bin").map(<[u8]>::len), Some(FILE_BYTES));
         assert_eq!(c.get("missing"), None);
+    }
+
+    #[test]
+    fn keeps_members_as_views_of_at_most_four_windows_and_copies_the_rest() {
+        use super::super::input::{Views, WINDOW, sealed};
+        let window = usize::try_from(WINDOW).unwrap_or(usize::MAX);
+        // Six windows, each byte telling its window and place apart from the others'.
+        let art: Vec<u8> = (0..6 * window)
+            .map(|i| (i % 251) as u8 ^ (i / window) as u8)
+            .collect();
+        let memfd = sealed(&art);
+        let mut views = Views::new(&memfd, art.len() as u64).expect("views");
+        let mut view = |pos: usize, len: usize| {
+            views
+                .view(pos as u64, (pos + len) as u64, FILE_BYTES)
+                .expect("view")
+                .expect("some")
+        };
+        let mut c = Captured::default();
+        // One member a window in the first five: four kept as views, the fifth copied; another
+        // member of the fourth window (still the one mapped) is a view too, the fifth's
+        // window being full or not.
+        let mut names = Vec::new();
+        for (w, off) in [(0, 100), (1, 100), (2, 100), (3, 100), (3, 9000), (4, 100)] {
+            let (at, len) = (w * window + off, VIEW_MIN + w);
+            let v = view(at, len);
+            let s = c.begin_sized(Some(len as u64)).expect("room");
+            assert_eq!(c.may_keep_view(s, &v), w < PINNED_WINDOWS, "window {w}");
+            let name = format!("w{w}-{off}");
+            assert!(c.keep_view(&name, s, v));
+            names.push((name, at, len));
+        }
+        for (name, at, len) in &names {
+            assert_eq!(c.get(name), Some(&art[*at..at + len]), "{name}");
+        }
+        assert_eq!((c.views_kept(), c.pinned.len()), (5, PINNED_WINDOWS));
+        assert_eq!(
+            c.bytes.len(),
+            VIEW_MIN + 4,
+            "the fifth window's member was copied"
+        );
+        let small = view(4 * window + 50, VIEW_MIN - 1);
+        assert!(!c.may_keep_view(c.bytes.len(), &small), "under a page");
+        // Views count in the total bound as copies do.
+        let viewed: usize = (0..PINNED_WINDOWS).map(|w| VIEW_MIN + w).sum::<usize>() + VIEW_MIN + 3;
+        assert_eq!(c.used(), viewed + VIEW_MIN + 4);
+        let big = vec![0u8; TOTAL_BYTES - c.used()];
+        let s = c.begin().expect("room");
+        assert!(c.push(s, &big[..big.len().min(FILE_BYTES)]));
+        c.commit("fill", s);
+        while c.used() < TOTAL_BYTES {
+            let s = c.begin().expect("room");
+            let take = (TOTAL_BYTES - c.used()).min(FILE_BYTES);
+            assert!(c.push(s, &big[..take]));
+            c.commit(&format!("fill{}", c.used()), s);
+        }
+        assert_eq!(c.begin(), None);
+        assert!(!c.may_keep_view(c.bytes.len(), &view(window + 7, VIEW_MIN)));
+        // A window is held as long as a view of it is kept, and let go with the last.
+        let held = Arc::clone(&c.pinned[0].0);
+        assert!(Arc::strong_count(&held) > 1);
+        drop(c);
+        assert_eq!(Arc::strong_count(&held), 1);
     }
 
     #[test]

@@ -139,6 +139,7 @@ impl Mapped<'_> {
 
 /// A piece of the mapped artifact, held by whoever holds the view (the mapping stays until the
 /// last view of it is dropped).
+#[derive(Clone)]
 pub(crate) struct View {
     pub(crate) map: Arc<SealedMapping>,
     pub(crate) offset: usize,

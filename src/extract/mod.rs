@@ -35,6 +35,8 @@ use crate::digest::{Hasher, Sha256Digest};
 use crate::reason::{Reason, ReasonCode, Verdict};
 pub use captured::Captured;
 pub use detect::{ArtifactType, Format};
+#[cfg(test)]
+pub(crate) use input::sealed;
 use inventory::{ArtifactFacts, Extraction, Totals};
 use policy::Limits;
 #[cfg(test)]

@@ -16,7 +16,7 @@ use nix::errno::Errno;
 
 use super::captured::{Captured, HEAD_BYTES, NUL_WINDOW};
 use super::hashing::{self, Failure, FileHash, InlineBuf, Pending, Target, VIEW_CHUNK};
-use super::input::Views;
+use super::input::{View, Views};
 use super::inventory::{self, Entry, Flag, Kind, Totals};
 use super::path::{Parsed, SafeRelPath, drive_like, fold_key, hidden_char, nfc_key, nfkc_key};
 use super::policy::{HardlinkPolicy, Limits};
@@ -802,9 +802,31 @@ impl<'a> Sink<'a> {
         // Scanned for the review where it is hashed, here or on the helper, when not kept for
         // it; when kept, here too if its bytes may be given back at its end (below).
         hash.scan_here(capture.is_none() || declared.is_some_and(|d| may_give_back(p, d)));
+        // A member read in place that lies whole in its first view is kept as that view, not
+        // copied (`Captured::keep_view`): the sealed artifact's bytes are the bytes written.
+        let mut kept_view: Option<View> = None;
         let streamed = loop {
             let expect = declared.map(|d| d.saturating_sub(written));
             let from = written;
+            let view = match &mut data {
+                Data::Stream(_) => None,
+                Data::Mapped(views, at) => {
+                    let end = at.saturating_add(declared.unwrap_or(0));
+                    match views.view(at.saturating_add(from), end, VIEW_CHUNK) {
+                        Ok(Some(view)) => Some(view),
+                        Ok(None) => break Ok(()),
+                        Err(e) => break Err(hash_failed(Failure::Read(e), p)),
+                    }
+                }
+            };
+            if from == 0
+                && let (Some(start), Some(v)) = (capture, &view)
+                && declared == Some(v.len as u64)
+                && captured.may_keep_view(start, v)
+            {
+                kept_view = Some(v.clone());
+            }
+            let copying = kept_view.is_none();
             let check = |chunk: &[u8]| -> Result<(), Stop> {
                 let n = chunk.len();
                 written += n as u64;
@@ -850,25 +872,22 @@ impl<'a> Sink<'a> {
                     let look = n.min(NUL_WINDOW - seen as usize);
                     nul = memchr::memchr(0, &chunk[..look]).is_some();
                 }
-                if let Some(start) = capture
+                if copying
+                    && let Some(start) = capture
                     && !captured.push(start, chunk)
                 {
                     capture = None;
                 }
                 Ok(())
             };
-            let n = match &mut data {
-                Data::Stream(r) => hash.fill(&mut buf, expect, *r, check, |f| hash_failed(f, p)),
-                Data::Mapped(views, at) => {
-                    let end = at.saturating_add(declared.unwrap_or(0));
-                    match views.view(at.saturating_add(from), end, VIEW_CHUNK) {
-                        Ok(Some(view)) => {
-                            hash.fill_view(view, expect.unwrap_or(0), check, |f| hash_failed(f, p))
-                        }
-                        Ok(None) => Ok(0),
-                        Err(e) => Err(hash_failed(Failure::Read(e), p)),
-                    }
+            let n = match (&mut data, view) {
+                (_, Some(view)) => {
+                    hash.fill_view(view, expect.unwrap_or(0), check, |f| hash_failed(f, p))
                 }
+                (Data::Stream(r), None) => {
+                    hash.fill(&mut buf, expect, *r, check, |f| hash_failed(f, p))
+                }
+                (Data::Mapped(..), None) => Ok(0),
             };
             match n {
                 Ok(0) => break Ok(()),
@@ -899,7 +918,14 @@ impl<'a> Sink<'a> {
                 if keeps_bytes(p, &head, written, nul, digest.scanned_here())
                     || !self.captured.keep_head(p, &head, nul) =>
             {
-                self.captured.commit(p, start);
+                match kept_view {
+                    Some(view) => {
+                        if !self.captured.keep_view(p, start, view) {
+                            self.captured.keep_head(p, &head, nul);
+                        }
+                    }
+                    None => self.captured.commit(p, start),
+                }
             }
             Some(start) => self.captured.give_back(start),
             None => {
