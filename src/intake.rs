@@ -92,20 +92,20 @@ pub fn run(
     review_extraction(staging, req, extraction, &captured, RejectedTree::Cleared)
 }
 
-/// [`run`], handing the artifact to `release` once the engine is done with it and before the
-/// review: the confined child closes it on its hashing thread, so freeing a large artifact's
-/// pages overlaps the review instead of the child's exit (docs/sandbox.md). `rejected_tree`
+/// [`run`], closing the artifact once the engine is done with it, before the review (the
+/// confined child's memfd: its parent holds it until the child is gone and frees its pages
+/// then, docs/sandbox.md); a plain tarball's kept members still hold the windows of it the
+/// review reads. `rejected_tree`
 /// says whether a rejected tree (the engine's or the review's) is removed here or left to the
 /// caller ([`RejectedTree`]; the child leaves it to its parent).
 pub fn run_releasing(
     artifact: File,
     staging: BorrowedFd<'_>,
     req: &Request,
-    release: impl FnOnce(File),
     rejected_tree: RejectedTree,
 ) -> Result<Outcome, EngineError> {
     let extracted = extract::extract_capturing_as(&artifact, staging, req, rejected_tree);
-    release(artifact);
+    drop(artifact);
     let (extraction, captured) = extracted?;
     review_extraction(staging, req, extraction, &captured, rejected_tree)
 }
@@ -204,9 +204,7 @@ mod tests {
         let req = Request::new(ArtifactType::Archive, Limits::default());
         let outcome = match rejected_tree {
             RejectedTree::Cleared => run(&artifact, staging.as_fd(), &req),
-            RejectedTree::Left => {
-                run_releasing(artifact, staging.as_fd(), &req, drop, rejected_tree)
-            }
+            RejectedTree::Left => run_releasing(artifact, staging.as_fd(), &req, rejected_tree),
         }
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(outcome.verdict, Verdict::Rejected);

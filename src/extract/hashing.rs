@@ -126,7 +126,6 @@ const OP_FINISH: u8 = 2;
 const OP_RUN: u8 = 3;
 const OP_ABORT: u8 = 4;
 const OP_VIEW: u8 = 5;
-const OP_CLOSE: u8 = 6;
 const OP_SYNC: u8 = 7;
 const OP_FREE: u8 = 11;
 const OP_DIGEST: u8 = 12;
@@ -222,8 +221,6 @@ struct Shared {
     views: Vec<Mutex<Option<Arc<SealedMapping>>>>,
     /// A job for the helper itself (its own Landlock restriction; a probe).
     task: Mutex<Option<Task>>,
-    /// A file for the helper to close ([`close_aside`]).
-    closing: Mutex<Option<File>>,
     /// Files the helper is done with (finished or abandoned, and replied to): against the
     /// files the decoding thread told it to end, how many it still has ([`HashThread::has_room`]).
     ended: AtomicU64,
@@ -522,11 +519,6 @@ fn helper_loop(
                     }
                     (long(msg(OP_ABORTED, 0, m.file, 0, m.seq, &zero)), true)
                 }
-                // Closed here (freeing what only it held, on this thread); no reply.
-                OP_CLOSE => {
-                    drop(lock(&shared.closing).take());
-                    continue;
-                }
                 OP_RUN => {
                     let task = lock(&shared.task).take();
                     if let Some(task) = task {
@@ -593,7 +585,6 @@ impl HashThread {
                 .collect(),
             views: (0..VIEWS).map(|_| Mutex::new(None)).collect(),
             task: Mutex::new(None),
-            closing: Mutex::new(None),
             ended: AtomicU64::new(0),
         });
         let theirs = Arc::clone(&shared);
@@ -633,24 +624,6 @@ impl HashThread {
     pub fn scan_inline(self, scan: Box<dyn FileScan>) -> Self {
         *lock(&self.inline_scan) = Some(scan);
         self
-    }
-
-    /// Have the helper close `file` (see [`close_aside`]), or close it here when a file is still
-    /// waiting there or the helper is gone. Returns at once.
-    fn close_aside(&self, file: File) {
-        let mut slot = lock(&self.shared.closing);
-        if slot.is_some() {
-            drop(slot);
-            return drop(file);
-        }
-        *slot = Some(file);
-        drop(slot);
-        if self
-            .send(&msg(OP_CLOSE, 0, NO_FILE, 0, 0, &[0; 32]))
-            .is_err()
-        {
-            drop(lock(&self.shared.closing).take());
-        }
     }
 
     /// Run `f` on the helper thread and wait for it. For what the helper must do to itself
@@ -960,18 +933,6 @@ pub(crate) fn quiesce() -> io::Result<()> {
     match mine() {
         Some(h) => h.quiesce(),
         None => Ok(()),
-    }
-}
-
-/// Close `file` on the installed helper when this thread installed it (and there is no file
-/// still waiting for it there), else here. For the artifact once the engine is done with it:
-/// when it holds the last reference to a large memfd, its close frees every page, and on the
-/// helper that overlaps the decoding thread's review. Nothing waits for it but the process's
-/// exit.
-pub fn close_aside(file: File) {
-    match mine() {
-        Some(h) => h.close_aside(file),
-        None => drop(file),
     }
 }
 
@@ -1597,26 +1558,6 @@ mod tests {
             complete,
             marks: all.into_iter().take(MARKS).collect(),
             note: 0x8000_0000 | head.iter().filter(|&&b| b == b'!').count() as u32,
-        }
-    }
-
-    #[test]
-    fn a_file_closed_aside_is_closed_on_the_helper() {
-        let t = HashThread::spawn().expect("spawn");
-        for _ in 0..2 {
-            let (r, w) = pipe().expect("pipe");
-            nix::fcntl::fcntl(
-                &r,
-                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-            )
-            .expect("nonblocking");
-            t.close_aside(w);
-            // Messages are handled in order: once the task ran, the close is done.
-            t.run(|| ()).expect("round trip");
-            let mut byte = [0u8; 1];
-            // End of file, not "would block": no write end is left open.
-            assert_eq!((&r).read(&mut byte).expect("read"), 0);
-            assert!(lock(&t.shared.closing).is_none());
         }
     }
 

@@ -173,10 +173,6 @@ fn main(process: ProcessSteps) -> i32 {
                 crate::extract::hashing::hash_here_only();
                 hashed_inline = true;
             }
-            // The artifact is closed on the hashing thread once extracted (its last reference:
-            // the parent let go of its own once it sent the last frame), so freeing its pages
-            // overlaps the review.
-            let release = crate::extract::hashing::close_aside;
             // A rejected tree is left as it stands: the parent removes the staging directory
             // after every answer but an acceptance, once we are gone, outside our deadline.
             // Emptying it here as well spent that deadline on the filesystem's time (16 of 30 s
@@ -185,7 +181,6 @@ fn main(process: ProcessSteps) -> i32 {
                 inherited.artifact,
                 inherited.staging.as_fd(),
                 req,
-                release,
                 RejectedTree::Left,
             ) {
                 Ok(outcome) => JobResult::Extracted(Box::new(outcome)),

@@ -477,13 +477,14 @@ impl Sandbox {
                 if working.others() {
                     self.replenish();
                 }
-                // The child holds the sealed memfd now (inherited, or in flight to a spare) and
-                // needs nothing more of ours: let go of it, so the child's close of its own is
-                // the last and frees the pages while the child reviews (`close_aside`). If the
-                // child has ended already, ours is the last, closed aside (joined at the end).
-                let (sealed, _freeing) = sealed.release();
+                // The child holds the sealed memfd now (inherited, or in flight to a spare). Ours
+                // is let go only once the child is gone, so it is the last reference whatever the
+                // child maps of it to the end (a plain tarball's kept members: `captured.rs`):
+                // freeing the pages, the last close's work, then runs on a thread of its own
+                // while the tree is re-checked, not in the child's exit, which we wait for.
                 on_spawn(running.pid());
                 let ended = running.wait(self.config.timeout, self.config.max_answer_bytes);
+                let (sealed, _freeing) = sealed.release();
                 self.replenish();
                 let ended = ended.map_err(SandboxError::Supervise)?;
                 let (outcome, sandbox) = self.supervise(ended, sealed, &dir)?;

@@ -161,13 +161,14 @@ impl SealedArtifact {
         &self.file
     }
 
-    /// Give the memfd up once the child holds it (inherited, or in flight to a spare, and the
-    /// last frame sent), keeping its size and digest. Freeing a large memfd's pages is the last
-    /// close's work (about 0.85 ms per 4 MiB here: 8.5 ms for the 2,000-file tar): usually the
-    /// child's, on its hashing thread while it reviews (`hashing::close_aside`); when the child
-    /// has ended first it is ours, so past [`FREE_ASIDE_FROM`] bytes the memfd is closed on a
-    /// thread of its own while the caller waits and re-checks the tree; the thread is joined
-    /// when the returned [`Freeing`] is dropped, so no work outlives the call.
+    /// Give the memfd up once the child that held it is gone, keeping its size and digest.
+    /// Freeing a large memfd's pages is the last close's work (about 0.85 ms per 4 MiB here:
+    /// 8.5 ms for the 2,000-file tar), so ours is the last: past [`FREE_ASIDE_FROM`] bytes the
+    /// memfd is closed on a thread of its own while the caller re-checks the tree; the thread
+    /// is joined when the returned [`Freeing`] is dropped, so no work outlives the call. (Let
+    /// go while the child ran, the child's last unmapping of it freed the pages in its own
+    /// exit, which the caller waits for: the 2,000-file tar 1.5 ms slower,
+    /// bench-results/throughput.md.)
     pub(crate) fn release(self) -> (SealedFacts, Freeing) {
         let facts = self.facts;
         if facts.size < FREE_ASIDE_FROM {
