@@ -3421,11 +3421,6 @@ mod tests {
         assert!(quiet > 1000 && found > 100, "{quiet} quiet, {found} found");
     }
 
-    /// A Markdown file the hashing thread noted to hold no code is not read by the search for
-    /// what the package runs (nor by the scan, when it holds no trigger line either), and the
-    /// report is the one a read of every file gives: over indented blocks, `~~~` fences,
-    /// backticks across lines, CRLF, `<pre>`, a file past the kept bytes, signs across the
-    /// pieces the hashing thread is fed, invalid UTF-8, a NUL, UTF-16, a shebang, a licence.
     /// `files` (path, bytes, mode) written into a tar by the `tar` crate and extracted by the
     /// engine, as the confined child does, into a staging directory in a fresh temporary
     /// directory (returned, so it lives as long as the caller needs the tree); the package
@@ -3438,8 +3433,15 @@ mod tests {
         crate::extract::inventory::Extraction,
         Captured,
     ) {
-        use crate::extract::{ArtifactType, Request, extract_capturing, policy::Limits};
-        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let art = dir.path().join("a.tar");
+        std::fs::write(&art, tar_of(files)).unwrap_or_else(|e| panic!("{e}"));
+        let artifact = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
+        staged_from(dir, &artifact)
+    }
+
+    /// `files` (path, bytes, mode) as a tar written by the `tar` crate.
+    fn tar_of<'f>(files: impl IntoIterator<Item = (&'f str, &'f [u8], u32)>) -> Vec<u8> {
         let mut tar = tar::Builder::new(Vec::new());
         for (path, data, mode) in files {
             let mut h = tar::Header::new_ustar();
@@ -3450,17 +3452,28 @@ mod tests {
             tar.append_data(&mut h, path, data)
                 .unwrap_or_else(|e| panic!("{e}"));
         }
-        let bytes = tar.into_inner().unwrap_or_else(|e| panic!("{e}"));
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let art = dir.path().join("a.tar");
-        std::fs::write(&art, &bytes).unwrap_or_else(|e| panic!("{e}"));
+        tar.into_inner().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// `artifact` extracted by the engine into a staging directory `out` in `dir`; the package
+    /// must be accepted.
+    fn staged_from(
+        dir: tempfile::TempDir,
+        artifact: &std::fs::File,
+    ) -> (
+        tempfile::TempDir,
+        std::fs::File,
+        crate::extract::inventory::Extraction,
+        Captured,
+    ) {
+        use crate::extract::{ArtifactType, Request, extract_capturing, policy::Limits};
+        use std::os::fd::AsFd;
         let out = dir.path().join("out");
         std::fs::create_dir(&out).unwrap_or_else(|e| panic!("{e}"));
         let staging = std::fs::File::open(&out).unwrap_or_else(|e| panic!("{e}"));
-        let artifact = std::fs::File::open(&art).unwrap_or_else(|e| panic!("{e}"));
         let req = Request::new(ArtifactType::Archive, Limits::default());
         let (x, kept) =
-            extract_capturing(&artifact, staging.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
+            extract_capturing(artifact, staging.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             x.verdict,
             crate::reason::Verdict::Accepted,
@@ -3475,7 +3488,6 @@ mod tests {
     /// review from them is the review from the staged tree, and it finds what the files hold.
     #[test]
     fn members_kept_as_views_of_the_mapped_artifact_review_as_the_tree_does() {
-        use crate::extract::{ArtifactType, Request, extract_capturing, policy::Limits};
         use std::os::fd::AsFd;
         let pad = |head: &str| {
             let mut t = head.as_bytes().to_vec();
@@ -3507,29 +3519,11 @@ mod tests {
             ("references/guide.md", pad("# Guide\n\n```sh\nrm -rf ~/.ssh\n```\n"), 0o644),
             ("assets/blob.bin", binary, 0o644),
         ];
-        let mut tar = tar::Builder::new(Vec::new());
-        for (path, data, mode) in &files {
-            let mut h = tar::Header::new_ustar();
-            h.set_size(data.len() as u64);
-            h.set_mode(*mode);
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_cksum();
-            tar.append_data(&mut h, path, data.as_slice())
-                .unwrap_or_else(|e| panic!("{e}"));
-        }
-        let bytes = tar.into_inner().unwrap_or_else(|e| panic!("{e}"));
-        let artifact = crate::extract::sealed(&bytes);
+        let artifact = crate::extract::sealed(&tar_of(
+            files.iter().map(|(p, d, m)| (*p, d.as_slice(), *m)),
+        ));
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let staging = std::fs::File::open(dir.path()).unwrap_or_else(|e| panic!("{e}"));
-        let req = Request::new(ArtifactType::Archive, Limits::default());
-        let (x, kept) =
-            extract_capturing(&artifact, staging.as_fd(), &req).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            x.verdict,
-            crate::reason::Verdict::Accepted,
-            "{:?}",
-            x.reason
-        );
+        let (_dir, staging, x, kept) = staged_from(dir, &artifact);
         assert!(kept.views_kept() >= 3, "{kept:?}");
         for (path, data, _) in &files {
             if let Some(k) = kept.get(path) {
@@ -3719,6 +3713,11 @@ mod tests {
         assert!(r.scripts.is_empty(), "{:?}", r.scripts);
     }
 
+    /// A Markdown file the hashing thread noted to hold no code is not read by the search for
+    /// what the package runs (nor by the scan, when it holds no trigger line either), and the
+    /// report is the one a read of every file gives: over indented blocks, `~~~` fences,
+    /// backticks across lines, CRLF, `<pre>`, a file past the kept bytes, signs across the
+    /// pieces the hashing thread is fed, invalid UTF-8, a NUL, UTF-16, a shebang, a licence.
     #[test]
     fn a_markdown_file_noted_to_hold_no_code_is_not_read() {
         use std::os::fd::AsFd;
