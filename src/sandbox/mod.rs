@@ -477,14 +477,20 @@ impl Sandbox {
                 if working.others() {
                     self.replenish();
                 }
-                // The child holds the sealed memfd now (inherited, or in flight to a spare). Ours
-                // is let go only once the child is gone, so it is the last reference whatever the
-                // child maps of it to the end (a plain tarball's kept members: `captured.rs`):
-                // freeing the pages, the last close's work, then runs on a thread of its own
-                // while the tree is re-checked, not in the child's exit, which we wait for.
+                // The child holds the sealed memfd now (inherited, or in flight to a spare). A
+                // large one is let go only once the child is gone, so ours is the last reference
+                // whatever the child maps of it to the end (a plain tarball's kept members:
+                // `captured.rs`): freeing its pages, the last close's work, then runs on a
+                // thread of its own while the tree is re-checked, not in the child's exit, which
+                // we wait for. A small one is let go now: its few pages are freed by the child.
+                let early = if sealed.frees_aside() {
+                    Err(sealed)
+                } else {
+                    Ok(sealed.release())
+                };
                 on_spawn(running.pid());
                 let ended = running.wait(self.config.timeout, self.config.max_answer_bytes);
-                let (sealed, _freeing) = sealed.release();
+                let (sealed, _freeing) = early.unwrap_or_else(SealedArtifact::release);
                 self.replenish();
                 let ended = ended.map_err(SandboxError::Supervise)?;
                 let (outcome, sandbox) = self.supervise(ended, sealed, &dir)?;
