@@ -323,10 +323,7 @@ mod tests {
         // Views count in the total bound as copies do.
         let viewed: usize = (0..PINNED_WINDOWS).map(|w| VIEW_MIN + w).sum::<usize>() + VIEW_MIN + 3;
         assert_eq!(c.used(), viewed + VIEW_MIN + 4);
-        let big = vec![0u8; TOTAL_BYTES - c.used()];
-        let s = c.begin().expect("room");
-        assert!(c.push(s, &big[..big.len().min(FILE_BYTES)]));
-        c.commit("fill", s);
+        let big = vec![0u8; FILE_BYTES];
         while c.used() < TOTAL_BYTES {
             let s = c.begin().expect("room");
             let take = (TOTAL_BYTES - c.used()).min(FILE_BYTES);

@@ -880,14 +880,15 @@ impl<'a> Sink<'a> {
                 }
                 Ok(())
             };
-            let n = match (&mut data, view) {
-                (_, Some(view)) => {
+            let n = match (view, &mut data) {
+                (Some(view), _) => {
                     hash.fill_view(view, expect.unwrap_or(0), check, |f| hash_failed(f, p))
                 }
-                (Data::Stream(r), None) => {
+                (None, Data::Stream(r)) => {
                     hash.fill(&mut buf, expect, *r, check, |f| hash_failed(f, p))
                 }
-                (Data::Mapped(..), None) => Ok(0),
+                // A mapped member without a view has ended (the loop broke above).
+                (None, Data::Mapped(..)) => break Ok(()),
             };
             match n {
                 Ok(0) => break Ok(()),

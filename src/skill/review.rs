@@ -3421,18 +3421,38 @@ mod tests {
         assert!(quiet > 1000 && found > 100, "{quiet} quiet, {found} found");
     }
 
-    /// `files` (path, bytes, mode) written into a tar by the `tar` crate and extracted by the
-    /// engine, as the confined child does, into a staging directory in a fresh temporary
-    /// directory (returned, so it lives as long as the caller needs the tree); the package
-    /// must be accepted.
-    fn staged_tar<'f>(
-        files: impl IntoIterator<Item = (&'f str, &'f [u8], u32)>,
-    ) -> (
+    /// A staged package: its temporary directory (the tree lives as long as it does), the
+    /// staging directory, the extraction and the engine's kept bytes.
+    type Staged = (
         tempfile::TempDir,
         std::fs::File,
         crate::extract::inventory::Extraction,
         Captured,
-    ) {
+    );
+
+    /// The review of a staged package with default limits, from the engine's kept bytes, held
+    /// to the one a read of every file back from the tree gives.
+    fn reviewed_both_ways(
+        staging: &std::fs::File,
+        x: &crate::extract::inventory::Extraction,
+        kept: &Captured,
+    ) -> Review {
+        use std::os::fd::AsFd;
+        let listed = IndexFacts::default();
+        let limits = ReviewLimits::default();
+        let read_back = review_with(staging.as_fd(), &x.entries, &listed, &limits)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let from_kept = review_captured(staging.as_fd(), &x.entries, &listed, &limits, kept)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(read_back, from_kept);
+        from_kept
+    }
+
+    /// `files` (path, bytes, mode) written into a tar by the `tar` crate and extracted by the
+    /// engine, as the confined child does, into a staging directory in a fresh temporary
+    /// directory (returned, so it lives as long as the caller needs the tree); the package
+    /// must be accepted.
+    fn staged_tar<'f>(files: impl IntoIterator<Item = (&'f str, &'f [u8], u32)>) -> Staged {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let art = dir.path().join("a.tar");
         std::fs::write(&art, tar_of(files)).unwrap_or_else(|e| panic!("{e}"));
@@ -3457,15 +3477,7 @@ mod tests {
 
     /// `artifact` extracted by the engine into a staging directory `out` in `dir`; the package
     /// must be accepted.
-    fn staged_from(
-        dir: tempfile::TempDir,
-        artifact: &std::fs::File,
-    ) -> (
-        tempfile::TempDir,
-        std::fs::File,
-        crate::extract::inventory::Extraction,
-        Captured,
-    ) {
+    fn staged_from(dir: tempfile::TempDir, artifact: &std::fs::File) -> Staged {
         use crate::extract::{ArtifactType, Request, extract_capturing, policy::Limits};
         use std::os::fd::AsFd;
         let out = dir.path().join("out");
@@ -3488,7 +3500,6 @@ mod tests {
     /// review from them is the review from the staged tree, and it finds what the files hold.
     #[test]
     fn members_kept_as_views_of_the_mapped_artifact_review_as_the_tree_does() {
-        use std::os::fd::AsFd;
         let pad = |head: &str| {
             let mut t = head.as_bytes().to_vec();
             while t.len() < 9000 {
@@ -3530,13 +3541,7 @@ mod tests {
                 assert_eq!(k, data.as_slice(), "{path}");
             }
         }
-        let listed = IndexFacts::default();
-        let limits = ReviewLimits::default();
-        let read_back = review_with(staging.as_fd(), &x.entries, &listed, &limits)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let from_views = review_captured(staging.as_fd(), &x.entries, &listed, &limits, &kept)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(read_back, from_views);
+        let from_views = reviewed_both_ways(&staging, &x, &kept);
         let hosts: BTreeSet<&str> = from_views
             .findings
             .iter()
@@ -3559,7 +3564,6 @@ mod tests {
     /// data are nothing.
     #[test]
     fn decoded_commands_and_other_indexes_are_capabilities() {
-        use std::os::fd::AsFd;
         let files: Vec<(&str, &[u8], u32)> = vec![
             (
                 "SKILL.md",
@@ -3575,13 +3579,7 @@ mod tests {
             ("requirements.txt", b"--index-url https://pypi.org/simple\nrequests\n", 0o644),
         ];
         let (_dir, staging, x, kept) = staged_tar(files.iter().map(|(p, d, m)| (*p, *d, *m)));
-        let listed = IndexFacts::default();
-        let limits = ReviewLimits::default();
-        let read_back = review_with(staging.as_fd(), &x.entries, &listed, &limits)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let from_kept = review_captured(staging.as_fd(), &x.entries, &listed, &limits, &kept)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(read_back, from_kept);
+        let from_kept = reviewed_both_ways(&staging, &x, &kept);
         let r = from_kept;
         let caps = &r.capabilities;
         assert_eq!(caps.risky_commands, ["eval of decoded text"], "{caps:?}");
@@ -3638,7 +3636,6 @@ mod tests {
     /// key only in an index table of uv (or Poetry, PDM). Notes and other tables are text.
     #[test]
     fn indexes_only_where_a_package_manager_reads_them() {
-        use std::os::fd::AsFd;
         let files: Vec<(&str, &[u8], u32)> = vec![
             (
                 "SKILL.md",
@@ -3663,13 +3660,7 @@ mod tests {
             ),
         ];
         let (_dir, staging, x, kept) = staged_tar(files.iter().map(|(p, d, m)| (*p, *d, *m)));
-        let listed = IndexFacts::default();
-        let limits = ReviewLimits::default();
-        let read_back = review_with(staging.as_fd(), &x.entries, &listed, &limits)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let r = review_captured(staging.as_fd(), &x.entries, &listed, &limits, &kept)
-            .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(read_back, r);
+        let r = reviewed_both_ways(&staging, &x, &kept);
         let index_at: BTreeSet<(&str, u64)> = r
             .findings
             .iter()
