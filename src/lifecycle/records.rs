@@ -659,6 +659,15 @@ const PG_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
 /// fleet's writes for longer.
 const PG_IDLE_IN_TRANSACTION: Duration = Duration::from_secs(60);
 
+/// What [`Records::peek`] saw of the records before anything was written to them.
+#[derive(Debug)]
+pub struct Peeked {
+    /// Skillbox's `schema_version` is there (the records of some skillbox, of any schema).
+    pub schema: bool,
+    /// Their own id (from schema 4 on), which stores are bound to.
+    pub id: Option<String>,
+}
+
 /// The records of one store, for one host.
 pub struct Records {
     conn: Backend,
@@ -894,6 +903,45 @@ impl Records {
         host: &HostChoice,
         store_id: &str,
     ) -> Result<Self, Error> {
+        let mut r = Self::connect(location, sqlite_path, host)?;
+        r.migrate(store_id)?;
+        Ok(r)
+    }
+
+    /// The records as they are, before [`Records::open_unregistered`] would write to them:
+    /// whether they hold skillbox's schema at all, and their id. A store that can tell from
+    /// this that they are not its records refuses them with nothing written: an empty database
+    /// given by mistake is left empty, not given skillbox's schema only to be refused after.
+    pub fn peek(
+        location: &Location,
+        sqlite_path: &Path,
+        host: &HostChoice,
+    ) -> Result<(Self, Peeked), Error> {
+        let mut r = Self::connect(location, sqlite_path, host)?;
+        let peeked = r.read(|tx| {
+            let tables = tx.table_names()?;
+            let has = |t: &str| tables.iter().any(|n| n == t);
+            let id = if has("meta") {
+                tx.one_text("SELECT value FROM meta WHERE name = 'records_id'", &[])?
+            } else {
+                None
+            };
+            Ok(Peeked {
+                schema: has("schema_version"),
+                id,
+            })
+        })?;
+        Ok((r, peeked))
+    }
+
+    /// After [`Records::peek`]: bring the schema up to date, as [`Records::open_unregistered`].
+    pub fn migrated(mut self, store_id: &str) -> Result<Self, Error> {
+        self.migrate(store_id)?;
+        Ok(self)
+    }
+
+    /// A connection to the records, as they are (no schema made or brought up to date).
+    fn connect(location: &Location, sqlite_path: &Path, host: &HostChoice) -> Result<Self, Error> {
         let lock_timeout = match location {
             Location::Sqlite => PG_LOCK_TIMEOUT,
             Location::Postgres(_) => lock_timeout()?,
@@ -904,15 +952,13 @@ impl Records {
                 Backend::Postgres(Box::new(pg_connect(p, &host.name, lock_timeout)?))
             }
         };
-        let mut r = Records {
+        Ok(Records {
             conn,
             host: host.name.clone(),
             location: location.display(),
             created: false,
             lock_timeout,
-        };
-        r.migrate(store_id)?;
-        Ok(r)
+        })
     }
 
     /// Whether this open created the records (a database no command had used).

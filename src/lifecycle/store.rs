@@ -563,7 +563,16 @@ fn open_records(
         }
         _ => {}
     }
-    let mut records = Records::open_unregistered(location, &sqlite_path, host, store_id)?;
+    // Records the store can tell are not its own (a bound store's without its id; for a store
+    // with trees, ones without skillbox's schema, which list none of them) are refused before
+    // anything is written to them: an empty database given by mistake stays empty.
+    let (records, peeked) = Records::peek(location, &sqlite_path, host)?;
+    match &bound {
+        Some(b) if peeked.id.as_deref() != Some(b.id.as_str()) => return Err(other(b)),
+        None if !trees.is_empty() && !peeked.schema => return Err(unknown(trees.len())),
+        _ => {}
+    }
+    let mut records = records.migrated(store_id)?;
     let records_id = records.records_id()?;
     match bound {
         Some(b) if b.id == records_id => {}
