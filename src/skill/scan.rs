@@ -536,6 +536,9 @@ impl Scanner {
                 install_at = true;
                 push(out, HitKind::Download, t.s, what.into());
             }
+            if matches!(w, b"kubectl" | b"oc") && applies_remote(toks, lower, i) {
+                push(out, HitKind::Download, t.s, "kubectl apply URL".into());
+            }
             if let Some(what) = publisher(w, tok(i + 1), tok(i + 2)) {
                 push(out, HitKind::Upload, t.s, what.into());
             }
@@ -1771,6 +1774,39 @@ fn installer(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
     })
 }
 
+/// `kubectl apply -f URL` (and `create`, `replace`, a kustomization `-k URL`; `oc` alike):
+/// manifests fetched from a URL are applied to a cluster, what they hold decided by whoever
+/// serves them. A local file or directory (`-f deploy.yaml`) is the package's own, and not.
+fn applies_remote(toks: &[Tok], lower: &[u8], i: usize) -> bool {
+    let (mut verb, mut remote) = (false, false);
+    let mut takes_file = false;
+    // Global flags may come first (`kubectl --context prod apply`); a few arguments are enough.
+    for t in toks.iter().skip(i + 1).take(10) {
+        if t.pipe_before || t.sep_before {
+            break;
+        }
+        let a = &lower[t.s..t.e];
+        let url = |v: &[u8]| memchr::memmem::find(v, b"://").is_some();
+        if takes_file {
+            remote |= url(a);
+            takes_file = false;
+            continue;
+        }
+        match a {
+            b"apply" | b"create" | b"replace" => verb = true,
+            b"-f" | b"--filename" | b"-k" | b"--kustomize" => takes_file = true,
+            _ => {
+                for flag in [&b"--filename="[..], b"--kustomize=", b"-f=", b"-k="] {
+                    if let Some(v) = a.strip_prefix(flag) {
+                        remote |= url(v);
+                    }
+                }
+            }
+        }
+    }
+    verb && remote
+}
+
 /// Publishing: the package's bytes leave for a registry or a release page.
 fn publisher(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
     Some(match (w, next) {
@@ -1922,6 +1958,39 @@ mod tests {
         for line in ["deno fmt", "helm list", "Get-Module Az", "deno --version"] {
             assert!(
                 !hits(line).iter().any(|(k, _)| *k == D),
+                "{line}: {:?}",
+                hits(line)
+            );
+        }
+    }
+
+    /// Manifests applied to a cluster from a URL are fetched code; the package's own are not.
+    #[test]
+    fn kubectl_applying_a_manifest_from_a_url_is_a_download() {
+        use HitKind::Download as D;
+        for line in [
+            "kubectl apply -f https://raw.githubusercontent.com/x/y/main/deploy.yaml",
+            "kubectl --context prod apply --filename=https://example.com/all.yaml",
+            "kubectl create -f http://10.0.0.5/job.yaml -n tools",
+            "kubectl apply -k github.com/x/y/overlays/prod?ref=main -f https://e.com/a.yaml",
+            "oc replace -f https://example.com/route.yaml",
+            "kubectl apply -f HTTPS://Example.com/x.yaml",
+        ] {
+            assert!(
+                has(line, D, "kubectl apply URL"),
+                "{line}: {:?}",
+                hits(line)
+            );
+        }
+        for line in [
+            "kubectl apply -f deploy.yaml",
+            "kubectl apply -f ./k8s/ # see https://kubernetes.io/docs",
+            "kubectl get pods -o wide",
+            "kubectl logs deploy/web; curl https://example.com/health",
+            "kubectl apply -f deploy.yaml | tee https://out.log",
+        ] {
+            assert!(
+                !has(line, D, "kubectl apply URL"),
                 "{line}: {:?}",
                 hits(line)
             );
@@ -2683,6 +2752,7 @@ mod tests {
             "Install-PSResource Az",
             "helm upgrade --install web bitnami/nginx",
             "helm install web bitnami/nginx",
+            "kubectl apply -f https://example.com/deploy.yaml",
         ];
         let t = Triggers::get();
         for line in lines {
