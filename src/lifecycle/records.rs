@@ -564,7 +564,33 @@ fn pg_err(e: postgres::Error) -> Error {
         // and what to do ([`lost_at`]).
         return Error::new(Kind::Operational, format!("{LOST_MARK}{msg}"));
     }
-    Error::new(Kind::Operational, format!("records (postgres): {msg}"))
+    Error::new(
+        Kind::Operational,
+        format!("records (postgres): {msg}{}", privilege_advice(&e)),
+    )
+}
+
+/// What to do when the server refused the records' role a privilege (SQLSTATE 42501): the
+/// first command on a new database makes skillbox's tables, so the role must be let create
+/// them in the schema (since PostgreSQL 15 only the database's owner may, by default); every
+/// command reads and writes them. The role is not named: messages never show a URL's userinfo.
+fn privilege_advice(e: &postgres::Error) -> String {
+    let Some(db) = e.as_db_error() else {
+        return String::new();
+    };
+    if db.code() != &postgres::error::SqlState::INSUFFICIENT_PRIVILEGE {
+        return String::new();
+    }
+    let schema = db
+        .message()
+        .strip_prefix("permission denied for schema ")
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+    match schema {
+        Some(schema) => format!(
+            "; the role the records URL logs in as may not create tables in schema {schema}, and the first command on a new database makes skillbox's: its owner (or a superuser) grants it with `GRANT CREATE ON SCHEMA {schema} TO <role>`, or runs that first command itself; this command wrote nothing"
+        ),
+        None => "; the role the records URL logs in as lacks a privilege on skillbox's tables: the role that made them (or a superuser) grants it with `GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA <schema> TO <role>`".to_owned(),
+    }
 }
 
 /// Whether `e` says the session is gone: the connection closed, an I/O error on its socket,

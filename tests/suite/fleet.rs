@@ -3189,6 +3189,38 @@ fn records_not_skillboxs_or_too_new_or_refusing_the_login_are_left_untouched() {
     }
 }
 
+/// A role that may log in but not create tables in the database's schema (the default for
+/// anyone but the owner since PostgreSQL 15): the first command says so with the fix, writes
+/// nothing, and never prints the role's password; once the owner grants it, the same command
+/// makes the records.
+#[test]
+fn a_role_that_cannot_create_the_schema_is_told_how_to_grant_it() {
+    let pg = server();
+    let db = "fleet_nocreate";
+    let url = pg.database(db);
+    let mut c = pg.admin(db).unwrap_or_else(|e| panic!("admin: {e}"));
+    c.batch_execute(
+        "CREATE ROLE fleet_limited LOGIN PASSWORD 'LimitedSecret1'; REVOKE CREATE ON SCHEMA public FROM PUBLIC",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let limited = url.replace(&format!("{ADMIN}@"), "fleet_limited:LimitedSecret1@");
+    let f = Fleet::new(limited.clone(), "LimitedSecret1");
+    let h = f.host("host-a");
+    let tables = "SELECT COUNT(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public'";
+    let o = h.run(&["sync"]);
+    expect_code(&o, 1);
+    stderr_has(&o, "permission denied for schema public");
+    stderr_has(&o, "GRANT CREATE ON SCHEMA public TO <role>");
+    stderr_has(&o, "this command wrote nothing");
+    assert_eq!(pg.query_i64(db, tables), 0, "tables were made");
+    c.batch_execute("GRANT CREATE ON SCHEMA public TO fleet_limited")
+        .unwrap_or_else(|e| panic!("{e}"));
+    expect_code(&h.run(&["sync"]), 0);
+    assert!(pg.query_i64(db, tables) > 0, "no records were made");
+    let printed = f.printed.lock().map(|p| p.clone()).unwrap_or_default();
+    assert!(!printed.contains("LimitedSecret1"), "printed: {printed}");
+}
+
 /// A rollback on A and a withdrawal on B of the version A rolls back to, in both orders
 /// (deterministic: both queue on the fleet's write lock, held by the test, in the order
 /// started). B's withdrawal first: A's rollback, decided on what it read, finds the
