@@ -22,6 +22,8 @@
 //!   or `index-` and the hex of an index URL) is open and not yet locked;
 //! - `withdraw:decided`: `withdraw` read the version as not withdrawn and has not written the
 //!   withdrawal yet;
+//! - `withdraw:withdrawn`: `withdraw` committed the withdrawal and has not moved this host's
+//!   agents off the version yet;
 //! - `install:extracted`, `update:extracted`: the confined extraction is done (its tree and
 //!   answer in the command's own staging directory, held by its `flock`), without the store
 //!   lock, and the command has not taken that lock again to decide;

@@ -1980,10 +1980,22 @@ pub fn withdraw(
             Ok(wrote)
         })?;
         crash_point("withdraw", "withdrawn");
+        stop_point("withdraw:withdrawn");
         wrote
     };
     let mut report = if withdrew {
-        move_off(store, &v, &actor, "withdraw")?
+        // The withdrawal stands fleet-wide from its commit: a command stopped after it (the
+        // connection lost while this host's agents are moved) says so, not only that it
+        // stopped, so nobody takes the version for still in use everywhere.
+        move_off(store, &v, &actor, "withdraw").map_err(|mut e| {
+            if e.message.starts_with(super::records::LOST) {
+                e.message = format!(
+                    "{}; the withdrawal itself was recorded before that: {}@{} is withdrawn fleet-wide (every other host moves its agents off it at its next command), and this host's agents were not all moved off it yet",
+                    e.message, v.skill, v.digest
+                );
+            }
+            e
+        })?
     } else {
         // Withdrawn before (a runbook runs the same withdraw on every host), or meanwhile by
         // another host: the state it asks for holds, so this is no failure. It says whose

@@ -3052,6 +3052,53 @@ fn the_registry_going_away_mid_command_is_said_and_a_rerun_completes() {
     assert_eq!(b.active("alpha").as_deref(), Some(v1.as_str()));
     a.verify_ok();
     b.verify_ok();
+
+    // Stopped after the withdrawal of v1 was committed, before this host's agents moved off
+    // it: said as a lost connection, and that the withdrawal itself stands fleet-wide.
+    let mut c = a.command_as(
+        &["withdraw", &vref, "--reason", "exfiltrates", "--json"],
+        &f.records,
+        "host-a",
+    );
+    let held = super::stopped_at(&mut c, "withdraw:withdrawn");
+    pg.stop();
+    super::resume(held.id());
+    let o = finish(&a, held);
+    expect_code(&o, 1);
+    let all = no_secret(&o);
+    let message = json_of(&o)["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("lost the connection to the records at"),
+        "{all}"
+    );
+    assert!(
+        message.contains(&format!(
+            "the withdrawal itself was recorded before that: demo@{v1} is withdrawn fleet-wide"
+        )),
+        "{all}"
+    );
+    assert!(message.contains("--local"), "{all}");
+    assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
+    pg.restart();
+    assert_eq!(
+        pg.query_i64(
+            db,
+            &format!("SELECT COUNT(*) FROM versions WHERE digest = '{v1}' AND state = 'withdrawn'")
+        ),
+        1,
+        "the withdrawal was not recorded"
+    );
+    // Run again: this host's agent moves off it; the other host's at its next command.
+    let o = a.run(&["withdraw", &vref, "--reason", "exfiltrates"]);
+    expect_code(&o, 0);
+    assert_ne!(a.active("alpha").as_deref(), Some(v1.as_str()));
+    expect_code(&b.run(&["sync"]), 0);
+    assert_ne!(b.active("alpha").as_deref(), Some(v1.as_str()));
+    a.verify_ok();
+    b.verify_ok();
     f.never_printed(&pg.password);
 }
 
