@@ -1,4 +1,5 @@
-//! Ctrl-C (SIGINT), SIGTERM and SIGHUP while `extract` or `fetch` stages a tree.
+//! Ctrl-C (SIGINT), SIGTERM and SIGHUP while `extract` or `fetch` stages a tree, or `replay`
+//! stages its cases' trees.
 //!
 //! Killed by the signal's default action, such a command left its staging directory behind
 //! half-written: the caller's `--out DIR` holding part of a package that was never checked
@@ -156,15 +157,27 @@ pub fn take() -> Option<i32> {
     }
 }
 
+/// Whether a signal arrived and is held (not yet taken): a command running many steps stops
+/// starting new ones.
+pub fn pending() -> bool {
+    ARRIVED.load(Ordering::SeqCst) > 0
+}
+
 /// End the command after `sig`, its tree removed: said on stderr (and as the JSON error object
 /// on stdout with `--json`, so a script reading it gets one answer), status 128 + the signal,
 /// as a shell reports a command a signal ended.
 pub fn end(sig: i32, json: bool) -> ! {
+    end_with(
+        sig,
+        json,
+        "the extraction was stopped and its tree removed; nothing was kept",
+    )
+}
+
+/// [`end`], saying what was stopped and removed.
+pub fn end_with(sig: i32, json: bool, what: &str) -> ! {
     let code = 128 + sig;
-    let message = format!(
-        "interrupted ({}): the extraction was stopped and its tree removed; nothing was kept",
-        name(sig)
-    );
+    let message = format!("interrupted ({}): {what}", name(sig));
     if json {
         print_json(&error_object(
             "interrupted",

@@ -111,8 +111,41 @@ pub fn run(args: ReplayArgs) -> Exit {
         }
         bar.start(n)
     };
-    let report = replay::run_observed(&args.dir, &opts, &started, &|c| bar.case(c));
+    // The cases' trees are staged in this directory: a signal is held while it exists (no new
+    // case starts; a Ctrl-C ends the running ones' children too), and it is removed before the
+    // command ends, as `extract` does with its tree (`interrupt`).
+    let scratch = super::interrupt::staging(|| {
+        let t = tempfile::Builder::new()
+            .prefix("skillbox-replay-")
+            .tempdir()?;
+        let path = t.path().to_owned();
+        Ok((t, path))
+    });
+    let scratch = match scratch {
+        Ok(t) => t,
+        Err(e) => return fail(Exit::Operational, &ReplayError::Scratch(e).to_string()),
+    };
+    let report = replay::run_observed(
+        &args.dir,
+        &opts,
+        &replay::Observer {
+            started: &started,
+            finished: &|c| bar.case(c),
+            keep_going: &|| !super::interrupt::pending(),
+            scratch: Some(scratch.path()),
+        },
+    );
     bar.finish();
+    super::staging::discard_path(scratch.path());
+    drop(scratch);
+    if let Some(sig) = super::interrupt::take() {
+        super::interrupt::end_with(
+            sig,
+            args.json,
+            "the replay was stopped and its cases' trees removed; no report was written",
+        );
+    }
+    super::interrupt::staging_done();
     let report = match report {
         Ok(r) => r,
         Err(e) => {

@@ -50,7 +50,7 @@ mod tree;
 
 pub use manifest::{collect, locate};
 pub use report::{human, junit, to_json, xml_escape};
-pub use runner::{run, run_observed};
+pub use runner::{Observer, run, run_observed};
 pub use tree::verify_tree;
 
 /// The manifest's file name inside a corpus directory.

@@ -6,18 +6,45 @@ use super::*;
 
 /// Run every case under `dir` in parallel.
 pub fn run(dir: &Path, opts: &Options) -> Result<Report, ReplayError> {
-    run_observed(dir, opts, &|_| {}, &|_| {})
+    run_observed(
+        dir,
+        opts,
+        &Observer {
+            started: &|_| {},
+            finished: &|_| {},
+            keep_going: &|| true,
+            scratch: None,
+        },
+    )
 }
 
-/// [`run`], telling `started` how many cases there are once they are known and `finished`
-/// each case's result as it ends (from the worker threads, in completion order): what a
-/// progress display needs.
+/// What a caller of [`run_observed`] is told, and what it decides, while the cases run.
+pub struct Observer<'a> {
+    /// How many cases there are, once they are known.
+    pub started: &'a (dyn Fn(usize) + Sync),
+    /// Each case's result as it ends (from the worker threads, in completion order): what a
+    /// progress display needs.
+    pub finished: &'a (dyn Fn(&CaseResult) + Sync),
+    /// Asked before each case starts: once `false` (the command was interrupted), no case
+    /// starts; those running end, and the report holds only the cases that ran.
+    pub keep_going: &'a (dyn Fn() -> bool + Sync),
+    /// An empty directory the caller made, and removes, for the run's scratch (so a signal that
+    /// ends the command can remove it: the CLI's); a temporary one removed here when `None`.
+    pub scratch: Option<&'a Path>,
+}
+
+/// [`run`], with an [`Observer`].
 pub fn run_observed(
     dir: &Path,
     opts: &Options,
-    started: &(dyn Fn(usize) + Sync),
-    finished: &(dyn Fn(&CaseResult) + Sync),
+    observer: &Observer<'_>,
 ) -> Result<Report, ReplayError> {
+    let Observer {
+        started,
+        finished,
+        keep_going,
+        scratch: given_scratch,
+    } = *observer;
     let start = Instant::now();
     let given = dir;
     let (root, sub) = locate(dir)?;
@@ -27,12 +54,19 @@ pub fn run_observed(
     }
     let dir = root.as_path();
     started(cases.len());
-    let scratch = tempfile::Builder::new()
-        .prefix("skillbox-replay-")
-        .tempdir()
-        .map_err(ReplayError::Scratch)?;
-    fs::create_dir(scratch.path().join("io")).map_err(ReplayError::Scratch)?;
-    fs::create_dir(scratch.path().join("cases")).map_err(ReplayError::Scratch)?;
+    let own_scratch: tempfile::TempDir;
+    let scratch = match given_scratch {
+        Some(p) => p,
+        None => {
+            own_scratch = tempfile::Builder::new()
+                .prefix("skillbox-replay-")
+                .tempdir()
+                .map_err(ReplayError::Scratch)?;
+            own_scratch.path()
+        }
+    };
+    fs::create_dir(scratch.join("io")).map_err(ReplayError::Scratch)?;
+    fs::create_dir(scratch.join("cases")).map_err(ReplayError::Scratch)?;
     let dir_abs = dir.canonicalize().map_err(|source| ReplayError::Read {
         path: dir.to_owned(),
         source,
@@ -56,6 +90,9 @@ pub fn run_observed(
         for _ in 0..jobs {
             s.spawn(|| {
                 loop {
+                    if !keep_going() {
+                        break;
+                    }
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(case) = cases.get(i) else { break };
                     // Cases still to come want the next spare as soon as this one takes the
@@ -64,7 +101,7 @@ pub fn run_observed(
                         How::Spare(sandbox, _) if i + 1 < cases.len() => Some(sandbox.expect()),
                         _ => None,
                     };
-                    let r = run_case(i, case, &dir_abs, scratch.path(), opts.timeout, &how);
+                    let r = run_case(i, case, &dir_abs, scratch, opts.timeout, &how);
                     finished(&r);
                     if let Ok(mut m) = results.lock() {
                         m.insert(i, r);

@@ -1055,3 +1055,57 @@ fn replay_warns_when_its_scratch_directory_slows_down_as_trees_are_deleted() {
         "the test needs /dev/shm on tmpfs, where no warning is due"
     );
 }
+
+/// Ctrl-C during a replay: no case starts after it, the running ones end, every case's staged
+/// tree and the run's scratch directory are removed, and the command ends with 130 and the
+/// JSON error object. (Before: the scratch directory, `skillbox-replay-*` with the trees of the
+/// cases running, stayed in TMPDIR.)
+#[test]
+fn an_interrupted_replay_leaves_nothing_in_tmpdir() {
+    use std::time::Instant;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let corpus: PathBuf = [env!("CARGO_MANIFEST_DIR"), "corpus"].iter().collect();
+    let mut child = Command::new(bin())
+        .args(["replay", "--jobs", "1", "--json"])
+        .arg(&corpus)
+        .env("TMPDIR", tmp.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn skillbox");
+    // Wait until a case is being staged in the run's scratch directory.
+    let until = Instant::now() + Duration::from_secs(60);
+    let staging = || {
+        std::fs::read_dir(tmp.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("skillbox-replay-")
+                    && std::fs::read_dir(e.path().join("cases"))
+                        .is_ok_and(|mut d| d.next().is_some())
+            })
+    };
+    while !staging() {
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "replay ended before a case was staged"
+        );
+        assert!(Instant::now() < until, "no case was staged");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("kill");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).expect("one JSON answer");
+    assert_eq!(v["error"]["kind"], "interrupted", "{v}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("read_dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}
