@@ -637,6 +637,9 @@ where
                     )));
                 }
                 done.entries += 1;
+                if done.entries == 2 {
+                    crate::stop_point::stop_point("client:tree-begun");
+                }
                 let io = |e: std::io::Error| tree_err(format!("{}: {e}", want.path));
                 match want.kind {
                     Kind::Dir => writer.mkdir(&want.path).map_err(io)?,
@@ -735,6 +738,20 @@ pub fn extract_blocking_into(
     req: &Request,
     out: Option<&Path>,
 ) -> Result<Extracted, ClientError> {
+    extract_blocking_until(server, artifact, req, out, &|| false)?
+        .ok_or_else(|| ClientError::Tree("stopped".to_owned()))
+}
+
+/// [`extract_blocking_into`], given up as soon as `stop` says so (asked every 20 ms: the
+/// command was interrupted): `None` then, wherever the exchange was. What was written of
+/// `out` by then is left for the caller to remove, and the server's copy to its own expiry.
+pub fn extract_blocking_until(
+    server: &str,
+    artifact: &Path,
+    req: &Request,
+    out: Option<&Path>,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<Option<Extracted>, ClientError> {
     // Writing a tree, two workers: the connection (TLS, HTTP/2, decoding) runs on them while
     // this thread hashes and writes the files; on one thread the two take turns
     // (bench-results/load.md: about 540-630 MB/s for a 200 MB tree against 460-620).
@@ -748,20 +765,31 @@ pub fn extract_blocking_into(
             .build()?,
     };
     runtime.block_on(async {
-        let mut client = Client::connect(server).await?;
-        let done = client.extract_file(artifact, header_for(req), None).await?;
-        if let Some(staged) = &done.staged {
-            let written = match out {
-                Some(dest) => client
-                    .get_tree(&staged.id, &done.outcome.entries, dest)
-                    .await
-                    .map(|_| ()),
-                None => Ok(()),
-            };
-            client.release(&staged.id).await?;
-            written?;
+        let work = async {
+            let mut client = Client::connect(server).await?;
+            let done = client.extract_file(artifact, header_for(req), None).await?;
+            if let Some(staged) = &done.staged {
+                let written = match out {
+                    Some(dest) => client
+                        .get_tree(&staged.id, &done.outcome.entries, dest)
+                        .await
+                        .map(|_| ()),
+                    None => Ok(()),
+                };
+                client.release(&staged.id).await?;
+                written?;
+            }
+            Ok(done)
+        };
+        let stopped = async {
+            while !stop() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::select! {
+            done = work => done.map(Some),
+            () = stopped => Ok(None),
         }
-        Ok(done)
     })
 }
 

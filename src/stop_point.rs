@@ -36,6 +36,8 @@
 //! - `staging:opened:<name>`: recovery (under the store lock) opened the staging directory
 //!   `STORE/staging/<name>` and has not taken its `flock` yet
 //!   (`lifecycle::store::remove_abandoned_staging`);
+//! - `client:tree-begun`: a client writing a broker's accepted tree (`extract --server --out`)
+//!   has written its first entry and not the second (`client::write_tree`);
 //! - `broker:tcp-bound`: the broker's TCP listener is bound and listening (`broker::bind_tcp`;
 //!   `serve` binds it before it makes anything), and nothing serves on it yet.
 

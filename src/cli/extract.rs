@@ -316,8 +316,31 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
             Ok(_) => {}
         }
     }
-    let done = skillbox::client::extract_blocking_into(&server, &args.artifact, req, out)
-        .map_err(|e| remote_failure(&server, e))?;
+    // The tree is written here, into `--out`: a signal is held from now on (it stops the
+    // exchange, wherever it is), and what was written is removed before the command ends, as a
+    // local extraction's tree is (`interrupt`). The directory itself is made by the client.
+    let held = match out {
+        Some(dir) => Some(
+            super::interrupt::staging(|| Ok(((), dir.to_owned())))
+                .map_err(|e| Failure::operational(e.to_string()))?,
+        ),
+        None => None,
+    };
+    let done = skillbox::client::extract_blocking_until(&server, &args.artifact, req, out, &|| {
+        super::interrupt::pending()
+    });
+    if let Some(sig) = super::interrupt::take() {
+        if let Some(dir) = out {
+            super::staging::discard_path(dir);
+        }
+        super::interrupt::end(sig, args.json);
+    }
+    if held.is_some() {
+        super::interrupt::staging_done();
+    }
+    let done = done
+        .map_err(|e| remote_failure(&server, e))?
+        .ok_or_else(|| Failure::operational("the exchange with the broker was stopped"))?;
     // A `*.skill` file asks for its wrapper to be taken, as `--accept-wrapper` does, and no
     // request can carry that (it would loosen the broker's limits): when the broker refused the
     // layout, what was asked was not what this broker takes, the same usage error (2) as the

@@ -1993,3 +1993,40 @@ fn ctrl_c_during_an_extraction_leaves_nothing_behind() {
         }
     }
 }
+
+/// Ctrl-C while `extract --server --out` writes the broker's tree (held at its first entry by a
+/// test stop point, the signal sent, then let go): `--out` is removed and the command ends with
+/// 130 and the JSON error object. (Before: the signal's default action ended it with `--out`
+/// half-written.)
+#[test]
+fn an_interrupted_extract_through_a_server_leaves_no_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let serve = Serve::start(dir.path(), &[]);
+    let art = dir.path().join("pkg.tar");
+    tar_at(
+        &art,
+        &[
+            ("SKILL.md", SKILL),
+            ("references/a.md", b"# A\n"),
+            ("references/b.md", b"# B\n"),
+        ],
+    );
+    let out = dir.path().join("out");
+    let mut cmd = Command::new(bin());
+    cmd.arg("extract")
+        .arg(&art)
+        .args(["--server", &serve.uri(), "--json", "--out"])
+        .arg(&out);
+    let held = super::stopped_at(&mut cmd, "client:tree-begun");
+    assert!(out.is_dir(), "the tree was not begun:\n{}", serve.log());
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(held.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("kill");
+    super::resume(held.id());
+    let o = held.wait_with_output().expect("wait");
+    let (stdout, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(130), "{err}{stdout}");
+    assert!(err.contains("interrupted (SIGINT)"), "{err}");
+    assert!(!out.exists(), "{} was left behind", out.display());
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON answer");
+    assert_eq!(v["error"]["kind"], "interrupted", "{v}");
+}
