@@ -1778,6 +1778,7 @@ fn installer(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
 /// manifests fetched from a URL are applied to a cluster, what they hold decided by whoever
 /// serves them. A local file or directory (`-f deploy.yaml`) is the package's own, and not.
 fn applies_remote(toks: &[Tok], lower: &[u8], i: usize) -> bool {
+    let url = |v: &[u8]| memchr::memmem::find(v, b"://").is_some();
     let (mut verb, mut remote) = (false, false);
     let mut takes_file = false;
     // Global flags may come first (`kubectl --context prod apply`); a few arguments are enough.
@@ -1786,7 +1787,6 @@ fn applies_remote(toks: &[Tok], lower: &[u8], i: usize) -> bool {
             break;
         }
         let a = &lower[t.s..t.e];
-        let url = |v: &[u8]| memchr::memmem::find(v, b"://").is_some();
         if takes_file {
             remote |= url(a);
             takes_file = false;
