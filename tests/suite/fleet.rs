@@ -2967,15 +2967,16 @@ fn the_registry_going_away_mid_command_is_said_and_a_rerun_completes() {
     }
     pg.restart();
 
-    // Stopped while a withdraw is held between its read and its write.
+    // A withdraw of v1 held at `point`, the server stopped under it, then let go: a lost
+    // connection naming `--local`; its JSON error message and all it printed.
     let vref = format!("demo@{v1}");
-    for records in [f.records.as_str(), with_password.as_str()] {
+    let withdraw_losing = |records: &str, point: &str| -> (String, String) {
         let mut c = a.command_as(
             &["withdraw", &vref, "--reason", "exfiltrates", "--json"],
             records,
             "host-a",
         );
-        let held = super::stopped_at(&mut c, "withdraw:decided");
+        let held = super::stopped_at(&mut c, point);
         pg.stop();
         super::resume(held.id());
         let o = finish(&a, held);
@@ -2989,8 +2990,14 @@ fn the_registry_going_away_mid_command_is_said_and_a_rerun_completes() {
             message.contains("lost the connection to the records at"),
             "{all}"
         );
-        assert!(message.contains("withdraw SKILL@DIGEST"), "{all}");
         assert!(message.contains("--local"), "{all}");
+        (message, all)
+    };
+
+    // Stopped while a withdraw is held between its read and its write.
+    for records in [f.records.as_str(), with_password.as_str()] {
+        let (message, all) = withdraw_losing(records, "withdraw:decided");
+        assert!(message.contains("withdraw SKILL@DIGEST"), "{all}");
         assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
         pg.restart();
         assert_eq!(
@@ -3055,32 +3062,13 @@ fn the_registry_going_away_mid_command_is_said_and_a_rerun_completes() {
 
     // Stopped after the withdrawal of v1 was committed, before this host's agents moved off
     // it: said as a lost connection, and that the withdrawal itself stands fleet-wide.
-    let mut c = a.command_as(
-        &["withdraw", &vref, "--reason", "exfiltrates", "--json"],
-        &f.records,
-        "host-a",
-    );
-    let held = super::stopped_at(&mut c, "withdraw:withdrawn");
-    pg.stop();
-    super::resume(held.id());
-    let o = finish(&a, held);
-    expect_code(&o, 1);
-    let all = no_secret(&o);
-    let message = json_of(&o)["error"]["message"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(
-        message.contains("lost the connection to the records at"),
-        "{all}"
-    );
+    let (message, all) = withdraw_losing(&f.records, "withdraw:withdrawn");
     assert!(
         message.contains(&format!(
             "the withdrawal itself was recorded before that: demo@{v1} is withdrawn fleet-wide"
         )),
         "{all}"
     );
-    assert!(message.contains("--local"), "{all}");
     assert_eq!(a.active("alpha").as_deref(), Some(v1.as_str()));
     pg.restart();
     assert_eq!(
