@@ -1873,8 +1873,16 @@ impl<'e> RunFinder<'e> {
         vars: &mut ShellVars,
         out: &mut Vec<(&'e str, Option<String>)>,
     ) {
+        let mut at = 0;
         for segment in text.split(['|', ';', '&', '`', '(', ')', '\r']) {
-            self.segment(segment, line, dir, by_path, vars, out);
+            // A Markdown link's destination (`[guide](references/guide.md)`, `![x](a.png)`,
+            // in a code block too) names a file to read, not a command: no shell runs a word
+            // that `](` opens (`x](y)` is a syntax error).
+            let link = text[..at].ends_with("](");
+            at += segment.len() + 1;
+            if !link {
+                self.segment(segment, line, dir, by_path, vars, out);
+            }
         }
     }
 
@@ -3553,6 +3561,41 @@ mod tests {
                 "{want}: {:#?}",
                 from_views.findings
             );
+        }
+    }
+
+    /// A Markdown link in a code block (a fence with no language, read as code:
+    /// `[guide](references/guide.md)`, an image's `![x](a.png)`) names a file to read, not a
+    /// command: the linked Markdown is no script, nor what it links to in turn. A command in
+    /// parentheses (`(./tools/setup.sh)`, a subshell) still runs its file. (Before: the split
+    /// at `(` made the link's destination a command's first word.)
+    #[test]
+    fn a_markdown_link_in_a_code_block_runs_nothing() {
+        let files: Vec<(&str, &[u8], u32)> = vec![
+            (
+                "SKILL.md",
+                b"---\nname: links\ndescription: Links in code.\n---\n# Links\n\n```\nSee [the guide](references/guide.md) and ![chart](assets/chart.png).\n```\n\n```bash\n(./tools/setup.sh)\n```\n",
+                0o644,
+            ),
+            (
+                "references/guide.md",
+                b"# Guide\n\n```\nNext: [next](references/next.md)\n```\n",
+                0o644,
+            ),
+            ("references/next.md", b"# Next\n", 0o644),
+            ("assets/chart.png", b"\x89PNG\r\n\x1a\n", 0o644),
+            ("tools/setup.sh", b"echo setup\n", 0o755),
+        ];
+        let (_dir, staging, x, kept) = staged_tar(files.iter().map(|(p, d, m)| (*p, *d, *m)));
+        let r = reviewed_both_ways(&staging, &x, &kept);
+        let scripts: Vec<&str> = r.scripts.iter().map(|s| s.path.as_str()).collect();
+        assert!(scripts.contains(&"tools/setup.sh"), "{scripts:?}");
+        for linked in [
+            "references/guide.md",
+            "references/next.md",
+            "assets/chart.png",
+        ] {
+            assert!(!scripts.contains(&linked), "{linked}: {scripts:?}");
         }
     }
 
