@@ -319,13 +319,10 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
     // The tree is written here, into `--out`: a signal is held from now on (it stops the
     // exchange, wherever it is), and what was written is removed before the command ends, as a
     // local extraction's tree is (`interrupt`). The directory itself is made by the client.
-    let held = match out {
-        Some(dir) => Some(
-            super::interrupt::staging(|| Ok(((), dir.to_owned())))
-                .map_err(|e| Failure::operational(e.to_string()))?,
-        ),
-        None => None,
-    };
+    if let Some(dir) = out {
+        super::interrupt::staging(|| Ok(((), dir.to_owned())))
+            .map_err(|e| Failure::operational(e.to_string()))?;
+    }
     let done = skillbox::client::extract_blocking_until(&server, &args.artifact, req, out, &|| {
         super::interrupt::pending()
     });
@@ -335,7 +332,7 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
         }
         super::interrupt::end(sig, args.json);
     }
-    if held.is_some() {
+    if out.is_some() {
         super::interrupt::staging_done();
     }
     let done = done

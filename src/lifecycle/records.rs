@@ -685,6 +685,9 @@ const PG_LOCK_TIMEOUT: Duration = Duration::from_secs(60);
 /// fleet's writes for longer.
 const PG_IDLE_IN_TRANSACTION: Duration = Duration::from_secs(60);
 
+/// The records' own id, which stores are bound to (from schema 4 on).
+const RECORDS_ID: &str = "SELECT value FROM meta WHERE name = 'records_id'";
+
 /// What [`Records::peek`] saw of the records before anything was written to them.
 #[derive(Debug)]
 pub struct Peeked {
@@ -948,7 +951,7 @@ impl Records {
             let tables = tx.table_names()?;
             let has = |t: &str| tables.iter().any(|n| n == t);
             let id = if has("meta") {
-                tx.one_text("SELECT value FROM meta WHERE name = 'records_id'", &[])?
+                tx.one_text(RECORDS_ID, &[])?
             } else {
                 None
             };
@@ -995,7 +998,7 @@ impl Records {
     /// The records' own random id, which stores are bound to.
     pub fn records_id(&mut self) -> Result<String, Error> {
         self.read(|tx| {
-            tx.one_text("SELECT value FROM meta WHERE name = 'records_id'", &[])?
+            tx.one_text(RECORDS_ID, &[])?
                 .ok_or_else(|| Error::new(Kind::Operational, "corrupt records: no records id"))
         })
     }
@@ -1048,7 +1051,7 @@ impl Records {
         let fresh = self.read(|tx| {
             let rows = tx.rows("SELECT MAX(version) FROM schema_version", &[])?;
             let v = rows.first().map(|r| r.opt_int(0)).transpose()?.flatten();
-            tx.rows("SELECT value FROM meta WHERE name = 'records_id'", &[])?;
+            tx.rows(RECORDS_ID, &[])?;
             Ok(v)
         });
         if let Ok(Some(v)) = fresh {
@@ -1542,11 +1545,7 @@ impl Tx<'_> {
             _ => {
                 has("versions")
                     && has("meta")
-                    && self
-                        .one_text("SELECT value FROM meta WHERE name = 'records_id'", &[])
-                        .ok()
-                        .flatten()
-                        .is_some()
+                    && self.one_text(RECORDS_ID, &[]).ok().flatten().is_some()
             }
         };
         if ours { Ok(()) } else { Err(other()) }

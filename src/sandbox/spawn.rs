@@ -179,7 +179,7 @@ impl SealedArtifact {
     /// thread is joined when the returned [`Freeing`] is dropped, so no work outlives the call.
     pub(crate) fn release(self) -> (SealedFacts, Freeing) {
         let facts = self.facts;
-        if facts.size < FREE_ASIDE_FROM {
+        if !self.frees_aside() {
             return (facts, Freeing(None));
         }
         let file = self.file;
