@@ -459,24 +459,37 @@ pub fn review_captured(
             let kind = text_kind(&e.path, script);
             r.scanner.js = script && is_js(&e.path, &buf);
             // The bytes `scanned` / `read_head` counted.
-            reader.fetch(e, cap, &mut buf)?;
-            match pre.and_then(|p| triggers::prescanned(p, &buf)) {
-                Some(mut lines) => r.text(e, &buf, kind, false, &mut lines),
-                None => r.text(e, &buf, kind, false, &mut scan::Triggers::get().lines(&buf)),
+            let bytes = reader.view(e, cap, &mut buf)?;
+            match pre.and_then(|p| triggers::prescanned(p, bytes)) {
+                Some(mut lines) => r.text(e, bytes, kind, false, &mut lines),
+                None => r.text(
+                    e,
+                    bytes,
+                    kind,
+                    false,
+                    &mut scan::Triggers::get().lines(bytes),
+                ),
             }
             continue;
         }
-        r.read(&mut reader, e, cap, &mut buf)?;
-        let (binary, script) = r.classify(e, Some(&buf), None);
+        let bytes = reader.view(e, cap, &mut buf)?;
+        r.scanned(e, bytes.len() as u64);
+        let (binary, script) = r.classify(e, Some(bytes), None);
         if binary {
             r.out.coverage.binary_files += 1;
             if !script && names_text(&e.path) {
-                r.text_despite_nul(e, &buf);
+                r.text_despite_nul(e, bytes);
             }
         } else {
             let kind = text_kind(&e.path, script);
-            r.scanner.js = script && is_js(&e.path, &buf);
-            r.text(e, &buf, kind, false, &mut scan::Triggers::get().lines(&buf));
+            r.scanner.js = script && is_js(&e.path, bytes);
+            r.text(
+                e,
+                bytes,
+                kind,
+                false,
+                &mut scan::Triggers::get().lines(bytes),
+            );
         }
     }
     Ok(r.finish())
@@ -488,26 +501,51 @@ struct Source<'s, 'c> {
     captured: &'c Captured,
 }
 
-impl Source<'_, '_> {
+impl<'c> Source<'_, 'c> {
     /// At most `cap` bytes of `e` into `buf` (cleared first).
     fn fetch(&mut self, e: &Entry, cap: usize, buf: &mut Vec<u8>) -> Result<(), ReviewError> {
-        match self.captured.get(&e.path) {
-            // Kept whole, or at least as far as this read goes: exactly what a read of the
-            // staged file would return.
-            Some(kept) if kept.len() as u64 == e.size || kept.len() >= cap => {
-                buf.clear();
-                buf.extend_from_slice(&kept[..kept.len().min(cap)]);
-                Ok(())
-            }
-            _ => self
-                .staged
-                .read_capped(&e.path, cap, buf)
-                .map(drop)
-                .map_err(|source| ReviewError::Io {
-                    path: crate::reason::display_name(e.path.as_bytes()),
-                    source,
-                }),
+        if let Some(kept) = self.kept(e, cap) {
+            buf.clear();
+            buf.extend_from_slice(kept);
+            return Ok(());
         }
+        self.read_staged(e, cap, buf)
+    }
+
+    /// [`Source::fetch`]'s bytes, as the engine's kept copy itself where there is one (`buf`
+    /// is then left as it was), else read into `buf`. Most text the review reads is kept:
+    /// copying it cost the 2,000-file tar about 0.7 ms of the child's last, one-core stretch.
+    fn view<'b>(
+        &mut self,
+        e: &Entry,
+        cap: usize,
+        buf: &'b mut Vec<u8>,
+    ) -> Result<&'b [u8], ReviewError>
+    where
+        'c: 'b,
+    {
+        if let Some(kept) = self.kept(e, cap) {
+            return Ok(kept);
+        }
+        self.read_staged(e, cap, buf)?;
+        Ok(buf)
+    }
+
+    /// The first `cap` bytes of `e` as the engine kept them, when it kept at least those:
+    /// exactly what a read of the staged file would return.
+    fn kept(&self, e: &Entry, cap: usize) -> Option<&'c [u8]> {
+        let kept = self.captured.get(&e.path)?;
+        (kept.len() as u64 == e.size || kept.len() >= cap).then(|| &kept[..kept.len().min(cap)])
+    }
+
+    fn read_staged(&mut self, e: &Entry, cap: usize, buf: &mut Vec<u8>) -> Result<(), ReviewError> {
+        self.staged
+            .read_capped(&e.path, cap, buf)
+            .map(drop)
+            .map_err(|source| ReviewError::Io {
+                path: crate::reason::display_name(e.path.as_bytes()),
+                source,
+            })
     }
 }
 
