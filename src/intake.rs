@@ -95,19 +95,21 @@ pub fn run(
 /// [`run`], closing the artifact once the engine is done with it, before the review (the
 /// confined child's memfd: its parent holds it until the child is gone and frees its pages
 /// then, docs/sandbox.md); a plain tarball's kept members still hold the windows of it the
-/// review reads. `rejected_tree`
-/// says whether a rejected tree (the engine's or the review's) is removed here or left to the
-/// caller ([`RejectedTree`]; the child leaves it to its parent).
+/// review reads, and are returned with the outcome, for the caller to drop or to leave to
+/// its exit (the child does). `rejected_tree` says whether a rejected tree (the engine's or
+/// the review's) is removed here or left to the caller ([`RejectedTree`]; the child leaves it
+/// to its parent).
 pub fn run_releasing(
     artifact: File,
     staging: BorrowedFd<'_>,
     req: &Request,
     rejected_tree: RejectedTree,
-) -> Result<Outcome, EngineError> {
+) -> Result<(Outcome, extract::Captured), EngineError> {
     let extracted = extract::extract_capturing_as(&artifact, staging, req, rejected_tree);
     drop(artifact);
     let (extraction, captured) = extracted?;
-    review_extraction(staging, req, extraction, &captured, rejected_tree)
+    let outcome = review_extraction(staging, req, extraction, &captured, rejected_tree)?;
+    Ok((outcome, captured))
 }
 
 /// The review of an extraction (an accepted one: any other is returned as it is).
@@ -204,7 +206,8 @@ mod tests {
         let req = Request::new(ArtifactType::Archive, Limits::default());
         let outcome = match rejected_tree {
             RejectedTree::Cleared => run(&artifact, staging.as_fd(), &req),
-            RejectedTree::Left => run_releasing(artifact, staging.as_fd(), &req, rejected_tree),
+            RejectedTree::Left => run_releasing(artifact, staging.as_fd(), &req, rejected_tree)
+                .map(|(outcome, _kept)| outcome),
         }
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(outcome.verdict, Verdict::Rejected);

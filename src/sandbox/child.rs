@@ -183,7 +183,14 @@ fn main(process: ProcessSteps) -> i32 {
                 req,
                 RejectedTree::Left,
             ) {
-                Ok(outcome) => JobResult::Extracted(Box::new(outcome)),
+                Ok((outcome, kept)) => {
+                    // The kept bytes (mapped windows of the memfd, copies of small files) are
+                    // left to the exit, which unmaps everything in one pass; unmapped here, one
+                    // by one, they took about 0.9 ms of this thread's last stretch, which runs
+                    // alone on its core (2,000-file tar, bench-results/throughput.md).
+                    std::mem::forget(kept);
+                    JobResult::Extracted(Box::new(outcome))
+                }
                 Err(e) => JobResult::EngineFault {
                     detail: e.to_string(),
                 },
@@ -247,10 +254,13 @@ fn main(process: ProcessSteps) -> i32 {
         };
         framed = smaller;
     }
-    match answer.write_all(&framed) {
+    let status = match answer.write_all(&framed) {
         Ok(()) => EXIT_ANSWERED,
         Err(_) => EXIT_BAD_SETUP,
-    }
+    };
+    // Ended here, not by returning: the answer and the inventory (10,000 entries and more)
+    // are not freed one allocation at a time by a process about to exit.
+    sys::exit_now(status)
 }
 
 /// The request (JSON) and the seccomp program (raw BPF), both bounded, and fd 0 to read the
