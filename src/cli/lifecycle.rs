@@ -467,10 +467,11 @@ fn check_agent_dirs(agents: &[AgentArg]) -> Result<(), Error> {
 /// does not need them.
 const LOCAL_HINT: &str = "; to contain a version on this host now, without the records: skillbox withdraw SKILL@DIGEST --reason TEXT --local";
 
-/// Open the store and its records; first of all, record the withdrawals `withdraw --local`
-/// left pending here while the records could not be reached, and again those it recorded that
-/// the records lost since (restored from an older backup), saying so (under the store lock: a
-/// command that only reads takes it then). A withdrawal the records cannot take yet (they do
+/// Open the store and its records; first of all, record again the agents this store linked
+/// into that the records lost (restored from an older backup), then the withdrawals
+/// `withdraw --local` left pending here while the records could not be reached, and again
+/// those it recorded that the records lost since, saying so (under the store lock: a command
+/// that only reads takes it then). A withdrawal the records cannot take yet (they do
 /// not know its version) is no reason to take the lock: this host refuses the digest by its
 /// entry alone, and the first command after some host recorded the version records it
 /// (`status` and `verify` list it meanwhile).
@@ -479,13 +480,18 @@ fn open(c: &Common, access: Access) -> Result<Store, Error> {
     let mut store = open_at(&root, c, access)?;
     // Found by a read; then done under the lock, where each is looked for again.
     if access != Access::Exclusive
-        && (quarantine::has_pending(&root) || quarantine::has_applied(&root))
-        && ops::withdrawals_due(&mut store)?
+        && (ops::agents_due(&mut store)?
+            || (quarantine::has_pending(&root) || quarantine::has_applied(&root))
+                && ops::withdrawals_due(&mut store)?)
     {
         drop(store);
         store = open_at(&root, c, Access::Exclusive)?;
     } else if access != Access::Exclusive {
         return Ok(store);
+    }
+    // The agents first: the withdrawals' moves below go over the agents the records know.
+    for line in ops::reinstate_agents(&mut store)? {
+        eprintln!("skillbox: {}", shown(&redact_message(&line)));
     }
     for line in ops::reinstate_withdrawals(&mut store)? {
         eprintln!("skillbox: {}", shown(&redact_message(&line)));

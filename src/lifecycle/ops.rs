@@ -226,6 +226,17 @@ fn resolve_agents(tx: &Tx<'_>, args: &[AgentArg]) -> Result<Vec<(String, String)
     Ok(out)
 }
 
+/// [`resolve_agents`], then remembered in the store ([`Store::remember_agents`]) before any
+/// link is made for them: a command that cannot remember them changes nothing.
+fn resolve_and_remember(
+    store: &mut Store,
+    args: &[AgentArg],
+) -> Result<Vec<(String, String)>, Error> {
+    let list = store.records.read(|tx| resolve_agents(tx, args))?;
+    store.remember_agents(&list)?;
+    Ok(list)
+}
+
 /// A preset typed alone whose directory here is not the one its agent is recorded with.
 fn preset_elsewhere(name: &str, recorded: &str, here: &Path) -> Error {
     // A name for an agent of its own: the preset's, then the directory the preset is taken
@@ -689,9 +700,7 @@ pub fn install(
     crash_point(op, "staged");
 
     // Stage 3: the decision, against the approved version this one updates.
-    let agent_list = store
-        .records
-        .read(|tx| resolve_agents(tx, &intake.agents))?;
+    let agent_list = resolve_and_remember(store, &intake.agents)?;
     refuse_index_switch(store, intake, &skill, &agent_list, recorded_from)?;
     let base = base_version(store, &skill, &agent_list, recorded_from)?;
     let diff = match &base {
@@ -1430,9 +1439,7 @@ fn known(
     if !v.stored {
         return Ok(None);
     }
-    let agent_list = store
-        .records
-        .read(|tx| resolve_agents(tx, &intake.agents))?;
+    let agent_list = resolve_and_remember(store, &intake.agents)?;
     refuse_index_switch(store, intake, skill, &agent_list, index_url)?;
     let changes = plan(store, skill, &agent_list, digest)?;
     precheck(store, skill, &changes)?;
@@ -1586,7 +1593,7 @@ pub fn approve(
     } else {
         agent_args.to_vec()
     };
-    let agent_list = store.records.read(|tx| resolve_agents(tx, &args))?;
+    let agent_list = resolve_and_remember(store, &args)?;
     let changes = plan(store, &v.skill, &agent_list, &v.digest)?;
     precheck(store, &v.skill, &changes)?;
     // The person approves the review; the bytes activated must be the ones it was made of.
@@ -1779,7 +1786,7 @@ pub fn rollback(
             format!("{skill} is not installed for any agent"),
         ));
     }
-    let wanted = store.records.read(|tx| resolve_agents(tx, agent_args))?;
+    let wanted = resolve_and_remember(store, agent_args)?;
     let mut changes = Vec::new();
     for i in &installs {
         if !wanted.is_empty() && !wanted.iter().any(|(n, _)| *n == i.agent) {
@@ -2610,6 +2617,112 @@ pub fn reinstate_withdrawals(store: &mut Store) -> Result<Vec<String>, Error> {
         ));
         quarantine::reopen(store.root(), &p.digest)?;
     }
+    Ok(lines)
+}
+
+/// The agents this store remembers ([`Store::remember_agents`]) that the records do not know
+/// on this host, each with the stored versions its links into this store run: a version of
+/// the link's skill that the records call approved or withdrawn (a quarantined tree's
+/// dangling link included). An agent with no such link (named by a command that has not
+/// linked it yet, or whose links are gone) is left out: nothing of it is out of sight.
+fn forgotten_agents(store: &mut Store) -> Result<Vec<(String, String, Vec<Listed>)>, Error> {
+    let remembered = store.remembered_agents()?;
+    if remembered.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (recorded, versions) = store
+        .records
+        .read(|tx| Ok((tx.agents()?, tx.version_list()?)))?;
+    let versions_root = store.versions_root();
+    let skills: std::collections::BTreeSet<&str> =
+        versions.iter().map(|v| v.skill.as_str()).collect();
+    let mut out = Vec::new();
+    for (agent, dir) in remembered {
+        if recorded.iter().any(|(r, _)| *r == agent) {
+            continue;
+        }
+        let mut found = Vec::new();
+        for skill in &skills {
+            let Ok(agents::Entry::Link(t)) = agents::inspect(&journal::link_path(&dir, skill))
+            else {
+                continue;
+            };
+            let Ok(rest) = t.strip_prefix(&versions_root) else {
+                continue;
+            };
+            let digest = match rest.components().collect::<Vec<_>>().as_slice() {
+                [hex, tree] if tree.as_os_str() == "tree" => {
+                    format!("sha256:{}", hex.as_os_str().to_string_lossy())
+                }
+                _ => continue,
+            };
+            if let Some(v) = versions.iter().find(|v| {
+                v.digest == digest
+                    && v.skill == *skill
+                    && v.stored
+                    && matches!(v.state, State::Approved | State::Withdrawn)
+            }) {
+                found.push(v.clone());
+            }
+        }
+        if !found.is_empty() {
+            out.push((agent, dir, found));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether [`reinstate_agents`] has anything to do: an agent this store linked into, with a
+/// link it runs, is unknown to the records (restored from a backup taken before it was first
+/// used). Only reads.
+pub fn agents_due(store: &mut Store) -> Result<bool, Error> {
+    Ok(!forgotten_agents(store)?.is_empty())
+}
+
+/// Record again each agent this store linked into that the records do not know on this host
+/// (records restored from a backup taken before the agent was first used, or a fleet's
+/// database that lost it), with each link of it into this store that runs a stored version
+/// ([`forgotten_agents`]: a `link_found` event each, as `verify` records a link whose
+/// installation was lost). Security: without this, such an agent is out of sight: a
+/// withdrawal does not move it off the version its link runs, `status` calls that version
+/// contained, and `gc` may take a tree it runs. Run by every command that opens the records
+/// under the store lock, before the local withdrawals are reinstated and applied, so their
+/// moves see the agent. Then the records' agents this store does not remember yet (recorded
+/// before it kept its own list) are remembered. Returns one line per agent recorded again, to
+/// be said loudly.
+pub fn reinstate_agents(store: &mut Store) -> Result<Vec<String>, Error> {
+    let mut lines = Vec::new();
+    let time = now();
+    let actor = format!("skillbox@{}", store.records.host());
+    for (agent, dir, found) in forgotten_agents(store)? {
+        let detail = format!(
+            "agent {agent}: its link pointed here but the records did not know the agent (restored from before it was first used?); recorded again"
+        );
+        store.records.write(|tx| {
+            tx.add_agent(&agent, &dir)?;
+            for v in &found {
+                record_found(tx, &time, &agent, &v.skill, &v.digest, &actor, &detail)?;
+            }
+            Ok(())
+        })?;
+        let on: Vec<String> = found
+            .iter()
+            .map(|v| {
+                let withdrawn = if v.state == State::Withdrawn {
+                    " (withdrawn)"
+                } else {
+                    ""
+                };
+                format!("{}@{}{withdrawn}", v.skill, v.digest)
+            })
+            .collect();
+        lines.push(format!(
+            "the records did not know agent {agent} ({dir}), whose link this store made: they were restored from a backup taken before it was first used, or lost it; recorded it again, on {}",
+            on.join(", ")
+        ));
+    }
+    let recorded = store.records.read(|tx| tx.agents())?;
+    store.remember_agents(&recorded)?;
     Ok(lines)
 }
 

@@ -9,7 +9,8 @@
 //! the confined extraction, [`Store::without_lock`]), `cache/` (verified downloads),
 //! `staging/<random>/` (one intake: `tree/` plus `answer.json`, 0700, held by its command
 //! with `flock` while it extracts without the store lock: [`Staging`]), and
-//! `versions/<sha256 hex>/` (a promoted intake, write bits removed), and, after a
+//! `versions/<sha256 hex>/` (a promoted intake, write bits removed), `agents/<name>.json` (the
+//! agents this store was asked to link into: [`Store::remember_agents`]), and, after a
 //! `withdraw --local`, `quarantine/<sha256 hex>/`, `pending-withdrawals/` and, once the
 //! records held it, `applied-withdrawals/` ([`super::quarantine`]).
 //!
@@ -58,6 +59,22 @@ pub fn default_root() -> Option<PathBuf> {
     std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(|h| PathBuf::from(h).join(".local/share/skillbox"))
+}
+
+/// The skills directory an `agents/<name>.json` entry holds; `None` when it holds none (not
+/// one of ours: anything but `{"name": .., "dir": ..}` with an absolute directory). Bounded:
+/// an entry is a few hundred bytes.
+fn read_remembered(path: &Path) -> io::Result<Option<String>> {
+    let mut text = Vec::new();
+    File::open(path)?.take(64 * 1024).read_to_end(&mut text)?;
+    let value: serde_json::Value = match serde_json::from_slice(&text) {
+        Ok(v) => v,
+        Err(_) => return Ok(None),
+    };
+    Ok(value["dir"]
+        .as_str()
+        .filter(|d| Path::new(d).is_absolute())
+        .map(str::to_owned))
 }
 
 pub(super) fn mkdir_private(p: &Path) -> Result<(), Error> {
@@ -238,6 +255,87 @@ impl Store {
 
     pub fn cache_root(&self) -> PathBuf {
         self.root.join("cache")
+    }
+
+    fn agents_root(&self) -> PathBuf {
+        self.root.join("agents")
+    }
+
+    /// Remember `agents` (name, skills directory) in the store itself, before a link is made
+    /// for any of them: `agents/<name>.json`, each written whole (a temporary file, fsync,
+    /// rename, fsync of the directory) unless it holds that directory already. Security: the
+    /// records are the usual memory of which directories hold this store's links, but records
+    /// restored from a backup taken before an agent was first used (or a fleet's database
+    /// that lost it) do not know it, and a withdrawal would then leave that agent running the
+    /// withdrawn version while `status` called it contained. The store keeps its own list, so
+    /// every command that opens the records records such an agent again
+    /// ([`super::ops::reinstate_agents`]). One file per agent: two commands remembering
+    /// different agents at once never lose one another's.
+    pub fn remember_agents(&self, agents: &[(String, String)]) -> Result<(), Error> {
+        let dir = self.agents_root();
+        let mut made = false;
+        // A relative directory (recorded by an older skillbox) names no place to look in.
+        for (name, skills_dir) in agents.iter().filter(|(_, d)| Path::new(d).is_absolute()) {
+            let path = dir.join(format!("{name}.json"));
+            if read_remembered(&path).is_ok_and(|r| r.as_ref() == Some(skills_dir)) {
+                continue;
+            }
+            if !made {
+                mkdir_private(&dir)?;
+                made = true;
+            }
+            let text = serde_json::to_vec(&serde_json::json!({"name": name, "dir": skills_dir}))
+                .map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
+            let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+            let written = File::options()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&tmp)
+                .and_then(|mut f| {
+                    io::Write::write_all(&mut f, &text)?;
+                    f.sync_all()
+                })
+                .and_then(|()| fs::rename(&tmp, &path));
+            if let Err(e) = written {
+                let _ = fs::remove_file(&tmp);
+                return Err(Error::io(format!("cannot write {}", path.display()), &e));
+            }
+        }
+        if made {
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), &e))?;
+        }
+        Ok(())
+    }
+
+    /// The agents [`Store::remember_agents`] remembered, by name. An entry that cannot be read
+    /// as one (a leftover temporary file, a name that is not an agent's) is passed over.
+    pub fn remembered_agents(&self) -> Result<Vec<(String, String)>, Error> {
+        let dir = self.agents_root();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(format!("cannot read {}", dir.display()), &e)),
+        };
+        let mut out = Vec::new();
+        for entry in entries {
+            let entry =
+                entry.map_err(|e| Error::io(format!("cannot read {}", dir.display()), &e))?;
+            let file = entry.file_name();
+            let Some(name) = file.to_str().and_then(|f| f.strip_suffix(".json")) else {
+                continue;
+            };
+            if super::agents::check_agent_name(name).is_err() {
+                continue;
+            }
+            if let Ok(Some(skills_dir)) = read_remembered(&entry.path()) {
+                out.push((name.to_owned(), skills_dir));
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     pub fn version_dir(&self, digest: &str) -> PathBuf {

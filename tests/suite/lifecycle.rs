@@ -5040,6 +5040,56 @@ fn a_local_withdrawal_outlives_records_restored_from_before_it() {
     }
 }
 
+/// An agent the records lost is found by the store. Records restored from a backup taken
+/// before agent beta was first used (the store's records.db really copied back) do not know
+/// beta, while its link still runs demo@`v1`. The next command, whichever it is, says so on
+/// stderr and records beta again on `v1` from the store's own list of the agents it linked
+/// into; a `withdraw` then moves beta off `v1` with alpha, and `status` calls `v1` contained
+/// truthfully. A reading command (`status`) finds it the same way, and the command after
+/// finds nothing to record again. (Before: the withdrawal moved alpha only, beta kept running
+/// the withdrawn version, and `status` said it was contained, exit 0.)
+#[test]
+fn an_agent_the_restored_records_never_knew_is_moved_off_a_withdrawal() {
+    for first in ["withdraw", "status"] {
+        let w = World::new();
+        let v1 = w.publish("demo", &package(1));
+        expect_code(&w.install(&["alpha"]), 0);
+        let backup = w.tmp.path().join("backup");
+        copy_records(&w, &backup, false);
+        expect_code(&w.install(&["beta"]), 0);
+        assert_eq!(w.active("beta").as_deref(), Some(v1.as_str()), "{first}");
+        copy_records(&w, &backup, true);
+
+        let found = |o: &Output| {
+            String::from_utf8_lossy(&o.stderr).contains(&format!(
+                "the records did not know agent beta ({})",
+                w.agent_dir("beta").display()
+            ))
+        };
+        if first == "status" {
+            let o = w.run(&["status", "--json"]);
+            expect_code(&o, 0);
+            assert!(found(&o), "{first}: {}", explain(&o));
+            let o = w.run(&["list", "--json"]);
+            expect_code(&o, 0);
+            assert!(!found(&o), "{first}: recorded once: {}", explain(&o));
+            let listed = json_of(&o);
+            assert_eq!(
+                listed["skills"][0]["active"]["beta"], v1,
+                "{first}: beta recorded on v1 again: {listed}"
+            );
+        }
+        let o = w.run(&["withdraw", &format!("demo@{v1}"), "--reason", "exfiltrates"]);
+        expect_code(&o, 0);
+        assert_eq!(found(&o), first == "withdraw", "{first}: {}", explain(&o));
+        for agent in ["alpha", "beta"] {
+            assert_eq!(w.active(agent), None, "{first}: {agent}: {}", explain(&o));
+        }
+        assert!(still_on(&w, &v1).is_empty(), "{first}");
+        w.verify_ok();
+    }
+}
+
 /// Run `args` while another command holds the store lock, and return its output; panics,
 /// killing it, as soon as it says it waits for that lock (`waiting for the store lock`, said
 /// before it blocks), so a command that takes the lock fails here at once, with no deadline.
