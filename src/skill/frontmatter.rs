@@ -315,8 +315,15 @@ fn parse_yaml(
 
     while let Some(next) = parser.next_event() {
         let (event, span) = next.map_err(|e| {
+            // The YAML error most real skills make (a description holding `: `, unquoted), said
+            // with its fix for the publisher who reads the reason.
+            let hint = if e.info().starts_with("mapping values are not allowed") {
+                " (a value holding `: ` must be quoted: description: \"Use it: ...\")"
+            } else {
+                ""
+            };
             invalid(format!(
-                "frontmatter line {}: YAML error: {}",
+                "frontmatter line {}: YAML error: {}{hint}",
                 line_of(e.marker().line()),
                 crate::reason::display_name(e.info().as_bytes())
             ))
@@ -852,6 +859,10 @@ mod tests {
                 "duplicate key",
             ),
             ("---\nname: [x\ndescription: y\n---\n", "YAML error"),
+            (
+                "---\nname: x\ndescription: Run it safely: plan first\n---\n",
+                "line 3: YAML error: mapping values are not allowed in this context (a value holding `: ` must be quoted",
+            ),
             (
                 "---\nname: x\ndescription: y\nmetadata:\n\tk: v\n---\n",
                 "YAML error",
