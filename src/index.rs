@@ -249,6 +249,18 @@ pub fn read_file(path: &std::path::Path, max: u64) -> Result<Vec<u8>, ReadError>
 
 /// Parse an index. `base` is the URL it was fetched from (references resolve against it).
 pub fn parse(bytes: &[u8], base: Option<&Url>, limits: &IndexLimits) -> Result<Index, IndexError> {
+    parse_retrieved(bytes, base, base, limits)
+}
+
+/// [`parse`] for an index retrieved from `base` when `typed` was asked for (a redirect moved
+/// it): references resolve against `base`, where the document is (RFC 3986 5.1.3), and an
+/// entry is cross-origin when its target's origin is not `typed`'s.
+pub fn parse_retrieved(
+    bytes: &[u8],
+    base: Option<&Url>,
+    typed: Option<&Url>,
+    limits: &IndexLimits,
+) -> Result<Index, IndexError> {
     if bytes.len() as u64 > limits.max_bytes {
         return Err(IndexError::TooLarge {
             size: Some(bytes.len() as u64),
@@ -300,7 +312,7 @@ pub fn parse(bytes: &[u8], base: Option<&Url>, limits: &IndexLimits) -> Result<I
         );
     }
     for (position, raw) in skills.iter().enumerate() {
-        match entry(position, raw, version, base) {
+        match entry(position, raw, version, base, typed) {
             Ok(e) => index.entries.push(e),
             Err(s) => index.skipped.push(s),
         }
@@ -346,6 +358,7 @@ fn entry(
     raw: &Value,
     version: Version,
     base: Option<&Url>,
+    typed: Option<&Url>,
 ) -> Result<Entry, Skipped> {
     let skip = |name: Option<&str>, code: SkipCode, reason: String| Skipped {
         position,
@@ -429,9 +442,9 @@ fn entry(
     };
     let url = match url_text.as_deref() {
         None => None,
-        Some(text) => {
-            Some(entry_url(text, base).map_err(|r| skip(Some(name), SkipCode::InvalidUrl, r))?)
-        }
+        Some(text) => Some(
+            entry_url(text, base, typed).map_err(|r| skip(Some(name), SkipCode::InvalidUrl, r))?,
+        ),
     };
     let digest = if strict {
         let text = required("digest", Some(name))?;
@@ -481,8 +494,8 @@ fn listed_redacted(raw: &Value) -> Value {
     v
 }
 
-fn entry_url(text: &str, base: Option<&Url>) -> Result<EntryUrl, String> {
-    match urls::resolve(text, base) {
+fn entry_url(text: &str, base: Option<&Url>, typed: Option<&Url>) -> Result<EntryUrl, String> {
+    match urls::resolve_from(text, base, typed) {
         Ok(r) => Ok(EntryUrl {
             as_listed: r.as_listed,
             form: r.form,

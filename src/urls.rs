@@ -592,13 +592,25 @@ pub struct Resolved {
     pub form: UrlForm,
     /// The target URI (RFC 3986 5.2), fragment removed (it is never sent).
     pub url: Url,
-    /// The target's origin differs from the base's: it earns no trust from the base.
+    /// The target's origin differs from the base's (or the typed URL's, [`resolve_from`]): it
+    /// earns no trust from the index.
     pub cross_origin: bool,
 }
 
 /// Resolve `reference` against `base` per RFC 3986 section 5. An absolute reference needs no
 /// base; every other form does.
 pub fn resolve(reference: &str, base: Option<&Url>) -> Result<Resolved, UrlError> {
+    resolve_from(reference, base, base)
+}
+
+/// [`resolve`] against `base`, the URL the document was retrieved from (after redirects, the
+/// last one: RFC 3986 5.1.3), with the target's origin compared to `origin`'s: the URL typed,
+/// which the operator chose to trust, and which a redirect does not move.
+pub fn resolve_from(
+    reference: &str,
+    base: Option<&Url>,
+    origin: Option<&Url>,
+) -> Result<Resolved, UrlError> {
     precheck(reference)?;
     let form = UrlForm::of(reference);
     check_slashes(reference, form)?;
@@ -613,7 +625,7 @@ pub fn resolve(reference: &str, base: Option<&Url>) -> Result<Resolved, UrlError
     }
     url.set_fragment(None);
     redact(&mut url);
-    let cross_origin = base.is_some_and(|b| b.origin() != url.origin());
+    let cross_origin = origin.is_some_and(|b| b.origin() != url.origin());
     Ok(Resolved {
         as_listed: redact_str(reference).into_owned(),
         form,

@@ -130,20 +130,27 @@ pub fn load_index(
         .policy()
         .check_url(url)
         .map_err(FetchError::Refused)?;
-    let bytes = if offline {
+    // Where the document was retrieved from: its references resolve against the last URL of
+    // its redirects (RFC 3986 5.1.3), a publisher that moved its index keeping its relative
+    // URLs; cross-origin is still judged against the URL typed.
+    let (bytes, retrieved_from) = if offline {
         let cache = cache.ok_or_else(|| AcquireError::Offline("no cache directory".into()))?;
-        let bytes = cache
+        let (bytes, from) = cache
             .load_index(url.as_str())
             .map_err(AcquireError::Cache)?
             .ok_or_else(|| AcquireError::Offline(format!("no cached copy of the index {url}")))?;
         prov.index_source = Some(Source::Cache);
-        bytes
+        (bytes, from.as_deref().and_then(|u| Url::parse(u).ok()))
     } else {
         let mut body = Vec::new();
         let mut hops = Vec::new();
         let got = client.get(url, What::Index, &mut body, &mut hops);
-        match got {
-            Ok(d) => prov.index_download = Some(d),
+        let moved = match got {
+            Ok(d) => {
+                let moved = Url::parse(&d.final_url).ok().filter(|f| f != url);
+                prov.index_download = Some(d);
+                moved
+            }
             Err(e) => {
                 prov.index_download = (!hops.is_empty()).then(|| Download {
                     hops,
@@ -162,16 +169,21 @@ pub fn load_index(
                     other => other.into(),
                 });
             }
-        }
+        };
         prov.index_source = Some(Source::Network);
-        body
+        (body, moved)
     };
-    let index = index::parse(&bytes, Some(url), limits)?;
+    let base = retrieved_from.as_ref().unwrap_or(url);
+    let index = index::parse_retrieved(&bytes, Some(base), Some(url), limits)?;
     if !offline && let Some(cache) = cache {
         // Only a processed index is kept; a failure to keep it is not a failure to fetch.
         // A password in an entry URL is kept out of the copy (that entry is refused anyway).
         let kept = index::redacted_document(&bytes);
-        let _ = cache.store_index(url.as_str(), kept.as_deref().unwrap_or(&bytes));
+        let _ = cache.store_index(
+            url.as_str(),
+            kept.as_deref().unwrap_or(&bytes),
+            retrieved_from.as_ref().map(Url::as_str),
+        );
     }
     Ok(index)
 }

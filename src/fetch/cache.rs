@@ -2,7 +2,8 @@
 //!
 //! Layout under the root: `sha256/<hex>` (artifact bytes), `sha256/<hex>.json` (where they came
 //! from: a hint for format detection and provenance, never trusted for anything else),
-//! `index/<hex of the URL>.json` (index bytes, for `--offline`), `tmp/` (downloads in progress,
+//! `index/<hex of the URL>.json` (the index's text and the URL a redirect moved it to, for
+//! `--offline`: [`Cache::store_index`]), `tmp/` (downloads in progress,
 //! `dl-<hex>-*` while the lock of `<hex>` is held; the artifact's record being written,
 //! `w-<hex>-*`, under the same lock; an index copy being written, `w-index-<hex of the URL>-*`,
 //! while `locks/index-<hex of the URL>.lock` is held. `cache prune` removes those whose lock is
@@ -606,8 +607,25 @@ impl Cache {
         })
     }
 
-    /// Keep the bytes of the index fetched from `url` (for `--offline`).
-    pub fn store_index(&self, url: &str, bytes: &[u8]) -> io::Result<()> {
+    /// Keep the document of the index fetched from `url` (for `--offline`), with the URL it
+    /// was retrieved from when a redirect moved it (`retrieved_from`: its references resolve
+    /// against that URL, offline as online). Kept as one file, `{"skillbox_index_copy": 1,
+    /// "retrieved_from": URL or null, "document": the index's text}`, so the two never come
+    /// from different fetches.
+    pub fn store_index(
+        &self,
+        url: &str,
+        bytes: &[u8],
+        retrieved_from: Option<&str>,
+    ) -> io::Result<()> {
+        let document = std::str::from_utf8(bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let bytes = serde_json::to_vec(&serde_json::json!({
+            "skillbox_index_copy": 1,
+            "retrieved_from": retrieved_from,
+            "document": document,
+        }))
+        .map_err(io::Error::other)?;
         let hex = Sha256Digest::of_bytes(url.as_bytes()).hex();
         // Held while its temporary file exists, as a download holds its digest's lock: a
         // copy a killed fetch left in tmp/ is told from a live one by this lock being free.
@@ -615,14 +633,29 @@ impl Cache {
         self.write_atomic(
             &self.index_path(url),
             &format!("w-index-{hex}-"),
-            bytes,
+            &bytes,
             "cache:index-copy",
         )
     }
 
-    /// The last index fetched from `url`, if any.
-    pub fn load_index(&self, url: &str) -> io::Result<Option<Vec<u8>>> {
-        read_bounded(&self.index_path(url), MAX_INDEX_COPY)
+    /// The last index fetched from `url`, if any: its document, and the URL it was retrieved
+    /// from when that was not `url` ([`Cache::store_index`]). A copy an older skillbox kept
+    /// (the document alone) was retrieved from `url` as far as anyone knows.
+    pub fn load_index(&self, url: &str) -> io::Result<Option<(Vec<u8>, Option<String>)>> {
+        let Some(bytes) = read_bounded(&self.index_path(url), MAX_INDEX_COPY)? else {
+            return Ok(None);
+        };
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Copy {
+            skillbox_index_copy: u32,
+            retrieved_from: Option<String>,
+            document: String,
+        }
+        Ok(Some(match serde_json::from_slice::<Copy>(&bytes) {
+            Ok(c) if c.skillbox_index_copy == 1 => (c.document.into_bytes(), c.retrieved_from),
+            _ => (bytes, None),
+        }))
     }
 
     /// Write `bytes` to a temporary file named `prefix` and six random characters in `tmp/`,
@@ -824,6 +857,40 @@ fn read_bounded(path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_index_copy_keeps_where_a_redirect_moved_it_and_an_older_copy_still_loads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = Cache::open(dir.path()).expect("open");
+        let url = "https://example.com/.well-known/agent-skills/index.json";
+        let doc = br#"{"skills": []}"#;
+        assert_eq!(cache.load_index(url).expect("load"), None);
+        let moved = "https://example.com/new/index.json";
+        cache.store_index(url, doc, Some(moved)).expect("store");
+        assert_eq!(
+            cache.load_index(url).expect("load"),
+            Some((doc.to_vec(), Some(moved.to_owned())))
+        );
+        cache.store_index(url, doc, None).expect("store");
+        assert_eq!(
+            cache.load_index(url).expect("load"),
+            Some((doc.to_vec(), None))
+        );
+        // An older skillbox kept the document alone: retrieved from the URL itself.
+        std::fs::write(cache.index_path(url), doc).expect("write");
+        assert_eq!(
+            cache.load_index(url).expect("load"),
+            Some((doc.to_vec(), None))
+        );
+        // A document that only looks like a copy (another key beside them) is a document.
+        let odd =
+            br#"{"skillbox_index_copy": 1, "retrieved_from": null, "document": "x", "skills": []}"#;
+        std::fs::write(cache.index_path(url), odd).expect("write");
+        assert_eq!(
+            cache.load_index(url).expect("load"),
+            Some((odd.to_vec(), None))
+        );
+    }
 
     #[test]
     fn commit_then_lookup_then_corruption_is_a_miss() {

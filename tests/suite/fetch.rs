@@ -1108,6 +1108,69 @@ fn five_redirects_are_followed_and_a_sixth_is_refused() {
     );
 }
 
+/// An index a redirect moved (`/old/index.json` -> 301 -> `/new/index.json`) lists its
+/// artifacts relative to where it now is: `demo/SKILL.md` resolves against the URL the index
+/// was retrieved from, the redirect's last (RFC 3986 5.1.3), to `/new/demo/SKILL.md`, and is
+/// still same-origin with the URL typed. `--offline` resolves it the same way from the cached
+/// copy, which keeps that URL. A path-absolute entry is not moved. (Before: the entry resolved
+/// against the URL typed, `/old/demo/SKILL.md`, which the publisher no longer serves.)
+#[test]
+fn a_moved_index_resolves_its_entries_where_it_was_retrieved_from() {
+    let w = World::new();
+    let md = skill_md("demo", "A demo skill");
+    w.server
+        .route("/new/demo/SKILL.md", ok(&md, "text/markdown"));
+    w.server
+        .route("/new/abs/SKILL.md", ok(&md, "text/markdown"));
+    w.server.route(
+        "/old/index.json",
+        Reply::Redirect(301, "/new/index.json".into()),
+    );
+    let typed = w.server.url("/old/index.json");
+    let cache = w.cache().display().to_string();
+    let fetch = |extra: &[&str]| {
+        let mut args = vec![
+            "fetch",
+            typed.as_str(),
+            "demo",
+            "--json",
+            "--cache-dir",
+            &cache,
+        ];
+        args.extend_from_slice(extra);
+        run(&w.args(&args))
+    };
+    for (reference, resolved) in [
+        ("demo/SKILL.md", "/new/demo/SKILL.md"),
+        ("/new/abs/SKILL.md", "/new/abs/SKILL.md"),
+    ] {
+        w.server.route(
+            "/new/index.json",
+            ok(
+                index_json(&[entry("demo", "skill-md", reference, &sha(&md))]).as_bytes(),
+                "application/json",
+            ),
+        );
+        let _ = std::fs::remove_dir_all(w.cache());
+        for extra in [&[][..], &["--offline"][..]] {
+            let o = fetch(extra);
+            assert_eq!(code(&o), 0, "{reference} {extra:?}: {}", explain(&o));
+            let p = &json_of(&o)["provenance"];
+            assert_eq!(
+                p["resolved_url"],
+                w.server.url(resolved),
+                "{reference} {extra:?}"
+            );
+            assert_eq!(p["cross_origin"], false, "{reference} {extra:?}");
+            assert_eq!(p["index_url"], typed.as_str(), "{reference} {extra:?}");
+        }
+    }
+    // Each downloaded once (the offline run downloads nothing).
+    assert_eq!(w.server.hits("/new/demo/SKILL.md"), 1);
+    assert_eq!(w.server.hits("/new/abs/SKILL.md"), 1);
+    assert_eq!(w.server.hits("/old/demo/SKILL.md"), 0);
+}
+
 #[test]
 fn redirect_to_a_refused_address_is_refused_at_that_hop() {
     let w = World::new();
@@ -3479,7 +3542,7 @@ fn cache_prune_leaves_an_index_copy_a_fetch_is_refreshing() {
     let copy = w.cache().join("index").join(format!("{url_hex}.json"));
     let o = w.fetch("demo", &[]);
     assert_eq!(code(&o), 0, "{}", explain(&o));
-    assert_eq!(std::fs::read(&copy).expect("copy"), first.as_bytes());
+    assert_eq!(index_copy(&copy), Some(first.clone()));
     // The copy is 60 days old: a prune with --older-than 30d removes it when no fetch holds it.
     age_file(&copy, Duration::from_secs(60 * 86_400));
 
@@ -3499,15 +3562,15 @@ fn cache_prune_leaves_an_index_copy_a_fetch_is_refreshing() {
     ));
     assert_eq!(code(&o), 0, "{}", explain(&o));
     assert_eq!(
-        std::fs::read(&copy).ok().as_deref(),
-        Some(first.as_bytes()),
+        index_copy(&copy),
+        Some(first),
         "prune removed an index copy whose lock a fetch held: {}",
         explain(&o)
     );
     super::resume(live.id());
     let o = live.wait_with_output().expect("wait");
     assert_eq!(code(&o), 0, "{}", explain(&o));
-    assert_eq!(std::fs::read(&copy).expect("copy"), fresh.as_bytes());
+    assert_eq!(index_copy(&copy), Some(fresh));
     let o = w.fetch("demo", &["--offline"]);
     assert_eq!(code(&o), 0, "{}", explain(&o));
     assert_eq!(json_of(&o)["provenance"]["index_source"], "cache");
@@ -3525,6 +3588,16 @@ fn cache_prune_leaves_an_index_copy_a_fetch_is_refreshing() {
         "{:?}",
         lock_names(&w.cache())
     );
+}
+
+/// The index text a cached index copy at `path` holds (`{"skillbox_index_copy": 1,
+/// "retrieved_from": null, "document": TEXT}`: an index no redirect moved); `None` when there
+/// is no copy.
+fn index_copy(path: &std::path::Path) -> Option<String> {
+    let copy: Value = serde_json::from_slice(&std::fs::read(path).ok()?).expect("copy json");
+    assert_eq!(copy["skillbox_index_copy"], 1, "{copy}");
+    assert_eq!(copy["retrieved_from"], Value::Null, "{copy}");
+    Some(copy["document"].as_str().expect("document").to_owned())
 }
 
 /// Make a file's modification time `age` ago (an artifact's `.used`, an index copy).
