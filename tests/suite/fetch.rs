@@ -1112,8 +1112,10 @@ fn five_redirects_are_followed_and_a_sixth_is_refused() {
 /// artifacts relative to where it now is: `demo/SKILL.md` resolves against the URL the index
 /// was retrieved from, the redirect's last (RFC 3986 5.1.3), to `/new/demo/SKILL.md`, and is
 /// still same-origin with the URL typed. `--offline` resolves it the same way from the cached
-/// copy, which keeps that URL. A path-absolute entry is not moved. (Before: the entry resolved
-/// against the URL typed, `/old/demo/SKILL.md`, which the publisher no longer serves.)
+/// copy, which keeps that URL. A path-absolute entry is not moved. Moved to another host, the
+/// relative entry resolves on that host and is cross-origin: the redirect and the artifact
+/// need `--allow-origin` for it. (Before: the entry resolved against the URL typed,
+/// `/old/demo/SKILL.md`, which the publisher no longer serves.)
 #[test]
 fn a_moved_index_resolves_its_entries_where_it_was_retrieved_from() {
     let w = World::new();
@@ -1169,6 +1171,46 @@ fn a_moved_index_resolves_its_entries_where_it_was_retrieved_from() {
     assert_eq!(w.server.hits("/new/demo/SKILL.md"), 1);
     assert_eq!(w.server.hits("/new/abs/SKILL.md"), 1);
     assert_eq!(w.server.hits("/old/demo/SKILL.md"), 0);
+
+    // Moved to another host: the relative entry resolves there, and is cross-origin to the
+    // URL typed. The redirect and the artifact need that host allowed; refused without it.
+    let cdn = w.second_server();
+    cdn.route("/skills/demo/SKILL.md", ok(&md, "text/markdown"));
+    cdn.route(
+        "/skills/index.json",
+        ok(
+            index_json(&[entry("demo", "skill-md", "demo/SKILL.md", &sha(&md))]).as_bytes(),
+            "application/json",
+        ),
+    );
+    w.server.route(
+        "/old/index.json",
+        Reply::Redirect(302, cdn.url("/skills/index.json")),
+    );
+    let dest = cdn.addr.to_string();
+    let _ = std::fs::remove_dir_all(w.cache());
+    let o = fetch(&["--allow-destination", &dest]);
+    assert_eq!(refused_rule(&o), "origin_allow_list", "{}", explain(&o));
+    let origin = cdn.origin();
+    for extra in [&[][..], &["--offline"][..]] {
+        let mut args = vec![
+            "--allow-destination",
+            dest.as_str(),
+            "--allow-origin",
+            &origin,
+        ];
+        args.extend_from_slice(extra);
+        let o = fetch(&args);
+        assert_eq!(code(&o), 0, "{extra:?}: {}", explain(&o));
+        let p = &json_of(&o)["provenance"];
+        assert_eq!(
+            p["resolved_url"],
+            cdn.url("/skills/demo/SKILL.md"),
+            "{extra:?}"
+        );
+        assert_eq!(p["cross_origin"], true, "{extra:?}");
+    }
+    assert_eq!(cdn.hits("/skills/demo/SKILL.md"), 1);
 }
 
 #[test]
