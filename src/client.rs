@@ -744,7 +744,9 @@ pub fn extract_blocking_into(
 
 /// [`extract_blocking_into`], given up as soon as `stop` says so (asked every 20 ms: the
 /// command was interrupted): `None` then, wherever the exchange was. What was written of
-/// `out` by then is left for the caller to remove, and the server's copy to its own expiry.
+/// `out` by then is left for the caller to remove; the server's copy of an accepted tree is
+/// released on a connection of its own (waited for [`RELEASE_ON_STOP`] at most), else left to
+/// the server's expiry.
 pub fn extract_blocking_until(
     server: &str,
     artifact: &Path,
@@ -764,11 +766,14 @@ pub fn extract_blocking_until(
             .enable_all()
             .build()?,
     };
+    // The id of the server's copy while this call holds it (between the answer and Release).
+    let held: std::cell::RefCell<Option<String>> = std::cell::RefCell::new(None);
     runtime.block_on(async {
         let work = async {
             let mut client = Client::connect(server).await?;
             let done = client.extract_file(artifact, header_for(req), None).await?;
             if let Some(staged) = &done.staged {
+                held.replace(Some(staged.id.clone()));
                 let written = match out {
                     Some(dest) => client
                         .get_tree(&staged.id, &done.outcome.entries, dest)
@@ -777,6 +782,7 @@ pub fn extract_blocking_until(
                     None => Ok(()),
                 };
                 client.release(&staged.id).await?;
+                held.replace(None);
                 written?;
             }
             Ok(done)
@@ -788,10 +794,22 @@ pub fn extract_blocking_until(
         };
         tokio::select! {
             done = work => done.map(Some),
-            () = stopped => Ok(None),
+            () = stopped => {
+                // The exchange is dropped (a tree being sent stops at the server's next file:
+                // it checks the copy is still kept). Best effort: the server's expiry removes
+                // what a Release that does not arrive in time leaves.
+                if let Some(id) = held.take() {
+                    let release = async { Client::connect(server).await?.release(&id).await };
+                    let _ = tokio::time::timeout(RELEASE_ON_STOP, release).await;
+                }
+                Ok(None)
+            }
         }
     })
 }
+
+/// How long an interrupted [`extract_blocking_until`] waits for the server to release its copy.
+const RELEASE_ON_STOP: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

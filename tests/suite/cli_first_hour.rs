@@ -1995,22 +1995,38 @@ fn ctrl_c_during_an_extraction_leaves_nothing_behind() {
 }
 
 /// Ctrl-C while `extract --server --out` writes the broker's tree (held at its first entry by a
-/// test stop point, the signal sent, then let go): `--out` is removed and the command ends with
-/// 130 and the JSON error object. (Before: the signal's default action ended it with `--out`
-/// half-written.)
+/// test stop point, the signal sent, then let go): `--out` is removed, the broker's copy of the
+/// tree is released, and the command ends with 130 and the JSON error object. (Before: the
+/// signal's default action ended it with `--out` half-written; then, the broker kept its copy
+/// until its expiry.)
 #[test]
 fn an_interrupted_extract_through_a_server_leaves_no_out() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let serve = Serve::start(dir.path(), &[]);
-    let art = dir.path().join("pkg.tar");
-    tar_at(
-        &art,
-        &[
-            ("SKILL.md", SKILL),
-            ("references/a.md", b"# A\n"),
-            ("references/b.md", b"# B\n"),
-        ],
+    let staging = dir.path().join("staging");
+    let serve = Serve::start(
+        dir.path(),
+        &["--staging-root", staging.to_str().expect("utf-8")],
     );
+    // The server's staging directories (its `.lock` aside).
+    let kept = || {
+        std::fs::read_dir(&staging)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name())
+                    .filter(|n| n != ".lock")
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    // Enough files that writing the rest outlasts the command's 20 ms look at the signal: the
+    // exchange is stopped mid-tree, not finished first.
+    let names: Vec<String> = (0..2000)
+        .map(|i| format!("references/r{i:04}.md"))
+        .collect();
+    let mut files: Vec<(&str, &[u8])> = vec![("SKILL.md", SKILL)];
+    files.extend(names.iter().map(|n| (n.as_str(), &b"# R\n"[..])));
+    let art = dir.path().join("pkg.tar");
+    tar_at(&art, &files);
     let out = dir.path().join("out");
     let mut cmd = Command::new(bin());
     cmd.arg("extract")
@@ -2019,6 +2035,13 @@ fn an_interrupted_extract_through_a_server_leaves_no_out() {
         .arg(&out);
     let held = super::stopped_at(&mut cmd, "client:tree-begun");
     assert!(out.is_dir(), "the tree was not begun:\n{}", serve.log());
+    assert_eq!(
+        kept().len(),
+        1,
+        "the server keeps the accepted tree: {:?}\n{}",
+        kept(),
+        serve.log()
+    );
     let pid = nix::unistd::Pid::from_raw(i32::try_from(held.id()).expect("pid"));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("kill");
     super::resume(held.id());
@@ -2029,4 +2052,6 @@ fn an_interrupted_extract_through_a_server_leaves_no_out() {
     assert!(!out.exists(), "{} was left behind", out.display());
     let v: Value = serde_json::from_str(&stdout).expect("one JSON answer");
     assert_eq!(v["error"]["kind"], "interrupted", "{v}");
+    // The server's copy was released before the command ended, not left to its 600 s expiry.
+    assert_eq!(kept(), Vec::<std::ffi::OsString>::new(), "{}", serve.log());
 }
