@@ -2647,14 +2647,8 @@ fn forgotten_agents(store: &mut Store) -> Result<Vec<(String, String, Vec<Listed
             else {
                 continue;
             };
-            let Ok(rest) = t.strip_prefix(&versions_root) else {
+            let Some(digest) = linked_version(&versions_root, &t) else {
                 continue;
-            };
-            let digest = match rest.components().collect::<Vec<_>>().as_slice() {
-                [hex, tree] if tree.as_os_str() == "tree" => {
-                    format!("sha256:{}", hex.as_os_str().to_string_lossy())
-                }
-                _ => continue,
             };
             if let Some(v) = versions.iter().find(|v| {
                 v.digest == digest
@@ -2670,6 +2664,18 @@ fn forgotten_agents(store: &mut Store) -> Result<Vec<(String, String, Vec<Listed
         }
     }
     Ok(out)
+}
+
+/// The digest of the stored version whose tree a link's target `t` is
+/// (`versions/<hex>/tree`); `None` for any other target.
+fn linked_version(versions_root: &Path, t: &Path) -> Option<String> {
+    let rest = t.strip_prefix(versions_root).ok()?;
+    match rest.components().collect::<Vec<_>>().as_slice() {
+        [hex, tree] if tree.as_os_str() == "tree" => {
+            Some(format!("sha256:{}", hex.as_os_str().to_string_lossy()))
+        }
+        _ => None,
+    }
 }
 
 /// Whether [`reinstate_agents`] has anything to do: an agent this store linked into, with a
@@ -3788,16 +3794,10 @@ fn lost_link(
     let agents::Entry::Link(t) = now else {
         return Ok(());
     };
-    let Ok(rest) = t.strip_prefix(versions_root) else {
+    if !t.starts_with(versions_root) {
         return Ok(());
-    };
-    let parts: Vec<_> = rest.components().collect();
-    let digest = match parts.as_slice() {
-        [hex, tree] if tree.as_os_str() == "tree" => {
-            format!("sha256:{}", hex.as_os_str().to_string_lossy())
-        }
-        _ => String::new(),
-    };
+    }
+    let digest = linked_version(versions_root, &t).unwrap_or_default();
     let v = by_digest.get(digest.as_str()).filter(|v| {
         v.skill == skill
             && v.stored

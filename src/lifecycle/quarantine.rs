@@ -31,13 +31,13 @@
 
 use std::fmt::Write as _;
 use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::fleet::HostChoice;
-use super::store::{self, hex_of};
+use super::store::{self, hex_of, sync_dir};
 use super::{Error, Kind};
 
 /// A withdrawal made on this host without the records, waiting to reach them.
@@ -279,39 +279,14 @@ pub fn refuse(root: &Path, digest: &str) -> Result<(), Error> {
     ))
 }
 
-/// fsync a directory, so a rename or an unlink in it survives a power loss.
-fn sync_dir(dir: &Path) -> Result<(), Error> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), &e))
-}
-
 /// Write `p` as `pending-withdrawals/<hex>.json`: a temporary file, fsync, rename, fsync of the
 /// directory. A reader sees the whole entry or none.
 fn write_pending(root: &Path, p: &Pending) -> Result<(), Error> {
     let dir = pending_root(root);
     store::mkdir_private(&dir)?;
-    let path = pending_path(root, &p.digest);
-    let tmp = dir.join(format!(".{}.{}.tmp", hex_of(&p.digest), std::process::id()));
     let text =
         serde_json::to_vec_pretty(p).map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
-    let written = File::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(&text)?;
-            f.sync_all()
-        });
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(Error::io(format!("cannot write {}", tmp.display()), &e));
-    }
-    fs::rename(&tmp, &path).map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        Error::io(format!("cannot write {}", path.display()), &e)
-    })?;
+    store::write_whole(&pending_path(root, &p.digest), hex_of(&p.digest), &text)?;
     sync_dir(&dir)
 }
 

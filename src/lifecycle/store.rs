@@ -77,6 +77,35 @@ fn read_remembered(path: &Path) -> io::Result<Option<String>> {
         .map(str::to_owned))
 }
 
+/// Write `bytes` as `path` whole: a temporary file beside it (`.<stem>.<pid>.tmp`), fsync,
+/// rename. A reader sees the whole file or none; the caller fsyncs the directory
+/// ([`sync_dir`]) for the rename to survive a power loss.
+pub(super) fn write_whole(path: &Path, stem: &str, bytes: &[u8]) -> Result<(), Error> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let tmp = dir.join(format!(".{stem}.{}.tmp", std::process::id()));
+    let written = File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|mut f| {
+            io::Write::write_all(&mut f, bytes)?;
+            f.sync_all()
+        })
+        .and_then(|()| fs::rename(&tmp, path));
+    written.map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io(format!("cannot write {}", path.display()), &e)
+    })
+}
+
+/// fsync a directory, so a rename or an unlink in it survives a power loss.
+pub(super) fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), &e))
+}
+
 pub(super) fn mkdir_private(p: &Path) -> Result<(), Error> {
     match fs::DirBuilder::new().mode(0o700).create(p) {
         Ok(()) => Ok(()),
@@ -286,26 +315,10 @@ impl Store {
             }
             let text = serde_json::to_vec(&serde_json::json!({"name": name, "dir": skills_dir}))
                 .map_err(|e| Error::new(Kind::Operational, e.to_string()))?;
-            let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-            let written = File::options()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&tmp)
-                .and_then(|mut f| {
-                    io::Write::write_all(&mut f, &text)?;
-                    f.sync_all()
-                })
-                .and_then(|()| fs::rename(&tmp, &path));
-            if let Err(e) = written {
-                let _ = fs::remove_file(&tmp);
-                return Err(Error::io(format!("cannot write {}", path.display()), &e));
-            }
+            write_whole(&path, name, &text)?;
         }
         if made {
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| Error::io(format!("cannot sync {}", dir.display()), &e))?;
+            sync_dir(&dir)?;
         }
         Ok(())
     }

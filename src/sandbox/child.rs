@@ -104,7 +104,8 @@ pub(crate) fn run_prepared(process: ProcessSteps) -> ! {
     sys::exit_now(main(process))
 }
 
-/// The child's `main`, returning its exit status: `process` holds the process steps, taken
+/// The child's `main`, returning its exit status (once a job's answer is written, it ends
+/// the process itself, `_exit` with that status): `process` holds the process steps, taken
 /// before the order came (by an exec'd child or a zygote's spare), for the identity and parent
 /// the request must name; fds 0 to 4 are the order's, 5 to 8 the hashing thread's pipes, and
 /// nothing else is open.
