@@ -5090,6 +5090,61 @@ fn an_agent_the_restored_records_never_knew_is_moved_off_a_withdrawal() {
     }
 }
 
+/// An agent the store remembers but whose directory holds no link into it (named by a command
+/// that never linked it) hides nothing: reading commands run beside a command holding the store
+/// lock, and nothing is recorded. Once its directory holds a link into a stored version (a
+/// skills directory restored from a backup), the next reading command records it there and
+/// says so.
+#[test]
+fn a_remembered_agent_is_recorded_again_only_for_a_link_it_runs() {
+    let w = World::new();
+    let v1 = w.publish("demo", &package(1));
+    expect_code(&w.install(&["alpha"]), 0);
+    let ghost = w.agent_dir("ghost");
+    std::fs::create_dir_all(&ghost).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    let entry = serde_json::json!({"name": "ghost", "dir": ghost.display().to_string()});
+    std::fs::write(
+        w.store().join("agents").join("ghost.json"),
+        entry.to_string(),
+    )
+    .unwrap_or_else(|e| panic!("write: {e}"));
+    let found = |o: &Output| String::from_utf8_lossy(&o.stderr).contains("agent ghost");
+
+    let holder = super::stopped_at(
+        &mut background(
+            &w,
+            &[
+                "withdraw",
+                &format!("demo@{v1}"),
+                "--reason",
+                "holds the lock",
+            ],
+        ),
+        "withdraw:decided",
+    );
+    for args in [&["status"][..], &["list", "--json"]] {
+        let o = runs_beside_the_lock(&w, args);
+        expect_code(&o, 0);
+        assert!(!found(&o), "{args:?}: {}", explain(&o));
+    }
+    let mut holder = holder;
+    let _ = holder.kill();
+    let _ = holder.wait();
+
+    std::os::unix::fs::symlink(
+        w.store().join("versions").join(&v1[7..]).join("tree"),
+        ghost.join("demo"),
+    )
+    .unwrap_or_else(|e| panic!("symlink: {e}"));
+    let o = w.run(&["status"]);
+    expect_code(&o, 0);
+    assert!(found(&o), "{}", explain(&o));
+    let o = w.run(&["list", "--json"]);
+    assert!(!found(&o), "recorded once: {}", explain(&o));
+    let listed = json_of(&o);
+    assert_eq!(listed["skills"][0]["active"]["ghost"], v1, "{listed}");
+}
+
 /// Run `args` while another command holds the store lock, and return its output; panics,
 /// killing it, as soon as it says it waits for that lock (`waiting for the store lock`, said
 /// before it blocks), so a command that takes the lock fails here at once, with no deadline.
