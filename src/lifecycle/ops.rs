@@ -2626,21 +2626,21 @@ pub fn reinstate_withdrawals(store: &mut Store) -> Result<Vec<String>, Error> {
 /// dangling link included). An agent with no such link (named by a command that has not
 /// linked it yet, or whose links are gone) is left out: nothing of it is out of sight.
 fn forgotten_agents(store: &mut Store) -> Result<Vec<(String, String, Vec<Listed>)>, Error> {
-    let remembered = store.remembered_agents()?;
+    let mut remembered = store.remembered_agents()?;
     if remembered.is_empty() {
         return Ok(Vec::new());
     }
-    let (recorded, versions) = store
-        .records
-        .read(|tx| Ok((tx.agents()?, tx.version_list()?)))?;
+    let recorded = store.records.read(|tx| tx.agents())?;
+    remembered.retain(|(agent, _)| !recorded.iter().any(|(r, _)| r == agent));
+    if remembered.is_empty() {
+        return Ok(Vec::new());
+    }
+    let versions = store.records.read(|tx| tx.version_list())?;
     let versions_root = store.versions_root();
     let skills: std::collections::BTreeSet<&str> =
         versions.iter().map(|v| v.skill.as_str()).collect();
     let mut out = Vec::new();
     for (agent, dir) in remembered {
-        if recorded.iter().any(|(r, _)| *r == agent) {
-            continue;
-        }
         let mut found = Vec::new();
         for skill in &skills {
             let Ok(agents::Entry::Link(t)) = agents::inspect(&journal::link_path(&dir, skill))
