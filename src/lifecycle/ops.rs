@@ -2625,12 +2625,11 @@ pub fn reinstate_withdrawals(store: &mut Store) -> Result<Vec<String>, Error> {
 /// the link's skill that the records call approved or withdrawn (a quarantined tree's
 /// dangling link included). An agent with no such link (named by a command that has not
 /// linked it yet, or whose links are gone) is left out: nothing of it is out of sight.
-fn forgotten_agents(store: &mut Store) -> Result<Vec<(String, String, Vec<Listed>)>, Error> {
+fn forgotten_agents(
+    store: &mut Store,
+    recorded: &[(String, String)],
+) -> Result<Vec<(String, String, Vec<Listed>)>, Error> {
     let mut remembered = store.remembered_agents()?;
-    if remembered.is_empty() {
-        return Ok(Vec::new());
-    }
-    let recorded = store.records.read(|tx| tx.agents())?;
     remembered.retain(|(agent, _)| !recorded.iter().any(|(r, _)| r == agent));
     if remembered.is_empty() {
         return Ok(Vec::new());
@@ -2682,7 +2681,11 @@ fn linked_version(versions_root: &Path, t: &Path) -> Option<String> {
 /// link it runs, is unknown to the records (restored from a backup taken before it was first
 /// used). Only reads.
 pub fn agents_due(store: &mut Store) -> Result<bool, Error> {
-    Ok(!forgotten_agents(store)?.is_empty())
+    if !store.remembers_agents() {
+        return Ok(false);
+    }
+    let recorded = store.records.read(|tx| tx.agents())?;
+    Ok(!forgotten_agents(store, &recorded)?.is_empty())
 }
 
 /// Record again each agent this store linked into that the records do not know on this host
@@ -2700,7 +2703,8 @@ pub fn reinstate_agents(store: &mut Store) -> Result<Vec<String>, Error> {
     let mut lines = Vec::new();
     let time = now();
     let actor = format!("skillbox@{}", store.records.host());
-    for (agent, dir, found) in forgotten_agents(store)? {
+    let recorded = store.records.read(|tx| tx.agents())?;
+    for (agent, dir, found) in forgotten_agents(store, &recorded)? {
         let detail = format!(
             "agent {agent}: its link pointed here but the records did not know the agent (restored from before it was first used?); recorded again"
         );
@@ -2727,7 +2731,7 @@ pub fn reinstate_agents(store: &mut Store) -> Result<Vec<String>, Error> {
             on.join(", ")
         ));
     }
-    let recorded = store.records.read(|tx| tx.agents())?;
+    // Those recorded again are remembered already.
     store.remember_agents(&recorded)?;
     Ok(lines)
 }

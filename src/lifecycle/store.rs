@@ -323,6 +323,12 @@ impl Store {
         Ok(())
     }
 
+    /// Whether the store remembers any agent ([`Store::remember_agents`]): one look, no read
+    /// of the entries.
+    pub fn remembers_agents(&self) -> bool {
+        fs::read_dir(self.agents_root()).is_ok_and(|mut d| d.next().is_some())
+    }
+
     /// The agents [`Store::remember_agents`] remembered, by name. An entry that cannot be read
     /// as one (a leftover temporary file, a name that is not an agent's) is passed over.
     pub fn remembered_agents(&self) -> Result<Vec<(String, String)>, Error> {

