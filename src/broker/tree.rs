@@ -66,10 +66,13 @@ enum Queue {
 /// The reading side of a [`TreeStream`], holding its place among the tree streams: dropped
 /// when the reading is over, so a client that stalls its stream cannot keep the place.
 pub struct Sender {
+    // Declared first so it is dropped first: the place is free before `tx` goes and the
+    // stream's end reaches the client, so a client that read a whole tree may open the next
+    // at once even at the bound. (Fields drop in declaration order.)
+    _place: OwnedSemaphorePermit,
     tx: mpsc::Sender<Part>,
     queue: Arc<Mutex<Queue>>,
     idle: Duration,
-    _place: OwnedSemaphorePermit,
 }
 
 /// A tree stream whose sending side holds `place` and whose response side holds `open` (its
@@ -84,10 +87,10 @@ pub fn channel(
     let queue = Arc::new(Mutex::new(Queue::Open(rx)));
     (
         Sender {
+            _place: place,
             tx,
             queue: Arc::clone(&queue),
             idle,
-            _place: place,
         },
         TreeStream { queue, _open: open },
     )

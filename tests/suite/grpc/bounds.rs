@@ -336,7 +336,9 @@ pub(super) fn wait_log(server: &Server, needle: &str, times: usize, within: Dura
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
     use tokio_stream::StreamExt as _;
-    let server = Server::start(&["--max-tree-streams", "2", "--tree-idle-timeout-ms", "1000"]);
+    // The idle timeout is the window in which the held places must refuse the next stream: 3 s,
+    // so a loaded machine's pause between the requests does not end them first.
+    let server = Server::start(&["--max-tree-streams", "2", "--tree-idle-timeout-ms", "3000"]);
     let mut c = server.client().await;
     // 16 MiB: far more than a stream queues and HTTP/2 windows hold, so an unread one stalls.
     let big: Vec<u8> = (0..16u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
@@ -382,7 +384,7 @@ async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
         &server,
         "its client stopped reading",
         2,
-        Duration::from_secs(10),
+        Duration::from_secs(15),
     );
     // Ended, they hold no place: a tree is served while they are still open and unread
     // (hyper polls them no more, so a place kept until it drops them would be kept for good).
@@ -430,7 +432,9 @@ async fn unread_tree_streams_are_bounded_and_ended_when_idle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_without_window_hold_a_tree_place_only_until_ended() {
     use skillbox::proto::{ExtractRequest, extract_request::Msg};
-    let server = Server::start(&["--max-tree-streams", "2", "--tree-idle-timeout-ms", "1000"]);
+    // The idle timeout is the window in which the held places must refuse the next stream: 3 s,
+    // so a loaded machine's pause between the requests does not end them first.
+    let server = Server::start(&["--max-tree-streams", "2", "--tree-idle-timeout-ms", "3000"]);
     let mut c = server.client().await;
     // 1 MiB: four chunks, more than the connection takes at once and fewer than the queue holds.
     let mid: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 % 251) as u8).collect();
@@ -498,7 +502,7 @@ async fn streams_without_window_hold_a_tree_place_only_until_ended() {
         &server,
         "its client stopped reading",
         2,
-        Duration::from_secs(10),
+        Duration::from_secs(15),
     );
     let wrote = tree_once_a_place_frees(
         &mut c,
