@@ -512,6 +512,13 @@ fn print_skills(skills: &[Published]) {
                 w.detail
             );
         }
+        for c in &s.skills_cli_changes {
+            println!(
+                "    warning: {} installs it otherwise (and says nothing): {}",
+                publish::stock::STOCK_CLI,
+                c.detail
+            );
+        }
         if !s.sandbox.starts_with("confined") {
             println!("    check extraction: {}", s.sandbox);
         }

@@ -379,6 +379,9 @@ pub struct Published {
     /// Why the stock `skills` npm CLI will not install it, though the draft allows it
     /// ([`stock::will_not_install`]); empty when it installs it. A warning, never a refusal.
     pub skills_cli_leaves_out: Vec<stock::StockWarning>,
+    /// How that CLI installs it otherwise than it was packed ([`stock::installs_otherwise`]):
+    /// a path cut, executable bits dropped. A warning, never a refusal.
+    pub skills_cli_changes: Vec<stock::StockChange>,
     pub findings: Findings,
     /// What the install policy decides for it on a first install.
     pub decision: Decision,
@@ -625,6 +628,7 @@ fn build_one(
             .to_string(),
     };
     let skills_cli_leaves_out = stock::will_not_install(&tree, ty, opts.format, &fm.description);
+    let skills_cli_changes = stock::installs_otherwise(&tree, ty, opts.format);
     Ok(Ok(Published {
         name: skill.name.clone(),
         artifact_type: ty,
@@ -638,6 +642,7 @@ fn build_one(
         left_out_unlisted: tree.left_out_unlisted,
         not_shared: tree.not_shared.clone(),
         skills_cli_leaves_out,
+        skills_cli_changes,
         findings: Findings::of(&review),
         decision,
         sandbox: confinement,

@@ -9,7 +9,7 @@
 //! name and mtime 0, and one compression level. This module only encodes; it never reads the
 //! file system.
 
-use std::io::{self, Write};
+use std::io::{self, Read as _, Write};
 
 use super::walk::{SourceKind, SourceTree};
 
@@ -64,7 +64,7 @@ fn tar_gz(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
         // extension records it does not know (the `skills` npm CLI does) still installs each
         // file at its path, never at a path cut at 100 bytes. Only a path that cannot be
         // split so (over 255 bytes, or a last component over 100) takes a GNU long-name
-        // record (deterministic), never PAX.
+        // record (deterministic), never PAX; see `append_at` for the header beside it.
         let mut h = tar::Header::new_ustar();
         h.set_uid(0);
         h.set_gid(0);
@@ -76,13 +76,13 @@ fn tar_gz(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
                 h.set_entry_type(tar::EntryType::Directory);
                 h.set_mode(DIR_MODE);
                 h.set_size(0);
-                b.append_data(&mut h, format!("{}/", e.path), io::empty())?;
+                append_at(&mut b, &mut h, &format!("{}/", e.path), &[])?;
             }
             SourceKind::File { bytes, executable } => {
                 h.set_entry_type(tar::EntryType::Regular);
                 h.set_mode(mode_of(*executable));
                 h.set_size(bytes.len() as u64);
-                b.append_data(&mut h, &e.path, bytes.as_slice())?;
+                append_at(&mut b, &mut h, &e.path, bytes)?;
             }
             SourceKind::Symlink { target } => {
                 h.set_entry_type(tar::EntryType::Symlink);
@@ -93,6 +93,59 @@ fn tar_gz(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
         }
     }
     b.into_inner()?.finish()
+}
+
+/// Bytes of a path the ustar header's `name` field holds.
+const NAME_BYTES: usize = 100;
+
+/// The path a tar reader that skips GNU long-name records reads for an entry packed at
+/// `path`: `None` when the ustar header holds it whole (its `prefix` and `name` fields), else
+/// the cut [`append_at`] writes in `name`: the first 100 bytes, cut back to a whole UTF-8
+/// character.
+pub(super) fn ustar_cut(path: &str) -> Option<&str> {
+    if path.len() <= NAME_BYTES || tar::Header::new_ustar().set_path(path).is_ok() {
+        return None;
+    }
+    let mut end = NAME_BYTES;
+    while !path.is_char_boundary(end) {
+        end -= 1;
+    }
+    Some(&path[..end])
+}
+
+/// Append `data` at `path` with header `h`: in the header alone when ustar holds the path,
+/// else after a GNU long-name record holding it whole, with the header's `name` the cut
+/// [`ustar_cut`] names and its `prefix` empty. (`tar::Builder::append_data` would leave in
+/// `prefix` what its failed ustar split wrote there, so a reader that skips the record, the
+/// `skills` npm CLI's, read `references/references/...`.) The record is the one that
+/// builder writes: `././@LongLink`, mode 0644, owner 0, mtime 0, the path and a NUL.
+fn append_at<W: Write>(
+    b: &mut tar::Builder<W>,
+    h: &mut tar::Header,
+    path: &str,
+    data: &[u8],
+) -> io::Result<()> {
+    let Some(cut) = ustar_cut(path) else {
+        h.set_path(path)?;
+        h.set_cksum();
+        return b.append(h, data);
+    };
+    let mut long = tar::Header::new_gnu();
+    let name = b"././@LongLink";
+    if let Some(gnu) = long.as_gnu_mut() {
+        gnu.name[..name.len()].copy_from_slice(name);
+    }
+    long.set_mode(FILE_MODE);
+    long.set_uid(0);
+    long.set_gid(0);
+    long.set_mtime(0);
+    long.set_size(path.len() as u64 + 1);
+    long.set_entry_type(tar::EntryType::GNULongName);
+    long.set_cksum();
+    b.append(&long, path.as_bytes().chain(&[0u8][..]))?;
+    h.set_path(cut)?;
+    h.set_cksum();
+    b.append(h, data)
 }
 
 fn zip(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
@@ -194,5 +247,62 @@ mod tests {
         assert_eq!(a[9], 255);
         assert_eq!(pack(&tree, Format::TarGz, 1_700_000_000).expect("pack"), a);
         assert_ne!(pack(&tree, Format::TarGz, 0).expect("pack"), a);
+    }
+
+    /// A path ustar cannot hold: the long-name record is byte for byte the `tar` crate's, and
+    /// the header beside it holds the cut in `name` with an empty `prefix` (the crate's own
+    /// `append_data` leaves `references` there), so a reader that skips the record reads the
+    /// cut; the crate's reader reads the whole path.
+    #[test]
+    fn a_long_path_has_the_crates_record_and_a_header_holding_its_cut() {
+        use std::io::Read as _;
+        let path = format!("references/{}.md", "n".repeat(120));
+        let tree = SourceTree {
+            entries: vec![super::super::walk::SourceEntry {
+                path: path.clone(),
+                kind: SourceKind::File {
+                    bytes: b"x\n".to_vec(),
+                    executable: false,
+                },
+            }],
+            left_out: Vec::new(),
+            left_out_unlisted: Default::default(),
+            not_shared: Vec::new(),
+        };
+        let mut ours = Vec::new();
+        flate2::read::GzDecoder::new(&pack(&tree, Format::TarGz, 0).expect("pack")[..])
+            .read_to_end(&mut ours)
+            .expect("gunzip");
+        let mut crate_way = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_ustar();
+        h.set_mode(FILE_MODE);
+        h.set_size(2);
+        crate_way
+            .append_data(&mut h, &path, &b"x\n"[..])
+            .expect("append");
+        let crate_way = crate_way.into_inner().expect("tar");
+        // The record: its header and one 512-byte block of name.
+        assert_eq!(ours[..1024], crate_way[..1024]);
+        let (header, theirs) = (&ours[1024..1536], &crate_way[1024..1536]);
+        let field = |h: &[u8], at: usize, len: usize| {
+            let f = &h[at..at + len];
+            f[..f.iter().position(|&b| b == 0).unwrap_or(len)].to_vec()
+        };
+        assert_eq!(field(header, 0, 100), path.as_bytes()[..100].to_vec());
+        assert_eq!(field(header, 345, 155), b"".to_vec());
+        assert_eq!(field(theirs, 345, 155), b"references".to_vec());
+        let mut a = tar::Archive::new(&ours[..]);
+        let read: Vec<String> = a
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                e.expect("entry")
+                    .path()
+                    .expect("path")
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        assert_eq!(read, [path]);
     }
 }

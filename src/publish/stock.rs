@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::pack::Format;
+use super::pack::{Format, ustar_cut};
 use super::walk::{SourceKind, SourceTree};
 use crate::index::EntryType;
 
@@ -34,6 +34,9 @@ pub enum StockCode {
     TooLarge,
     /// A description over [`STOCK_MAX_DESCRIPTION_UTF16`] UTF-16 code units.
     DescriptionLength,
+    /// A tar.gz path it reads cut ([`StockChangeCode::PathCut`]) to one it refuses (a `.` or
+    /// `..` component: `Unsafe archive path`), which fails the whole archive.
+    CutPathRefused,
 }
 
 /// One reason the stock CLI will not install a skill.
@@ -94,6 +97,22 @@ pub fn will_not_install(
             ),
         });
     }
+    if let Some((path, cut)) = cut_paths(tree, ty, format)
+        .into_iter()
+        .find(|(_, cut)| stock_normalized(cut).is_none())
+    {
+        out.push(StockWarning {
+            code: StockCode::CutPathRefused,
+            path: Some(path.to_owned()),
+            limit: None,
+            observed: None,
+            detail: format!(
+                "{path} is {} bytes, more than a tar header holds: it skips the long-name \
+                 record and reads the path cut to {cut}, which it refuses as unsafe",
+                path.len()
+            ),
+        });
+    }
     let counted = tree
         .entries
         .iter()
@@ -135,6 +154,141 @@ pub fn will_not_install(
             observed: Some(bytes),
             detail: format!(
                 "the archive unpacks to {bytes} bytes; it unpacks at most {STOCK_MAX_UNPACKED_BYTES} (50 MiB)"
+            ),
+        });
+    }
+    out
+}
+
+/// How the stock CLI installs a skill otherwise than it was packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StockChangeCode {
+    /// A tar.gz path ustar cannot hold (over 255 bytes, or a last component over 100) is
+    /// written with a GNU long-name record, which its reader skips: it installs the file at
+    /// the header's `name`, the path cut to 100 bytes ([`super::pack::ustar_cut`]).
+    PathCut,
+    /// It writes every file it unpacks with the default mode (0644 under the usual umask):
+    /// a file packed executable arrives without its executable bit.
+    ExecutableBits,
+}
+
+/// One way [`STOCK_CLI`] installs a skill otherwise than it was packed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StockChange {
+    pub code: StockChangeCode,
+    /// The file it applies to (the first of them, for `executable_bits`).
+    pub path: String,
+    /// Where it installs `path` (`path_cut`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub installed_as: Option<String>,
+    /// How many files it applies to (`executable_bits`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u64>,
+    pub detail: String,
+}
+
+/// Its archive path check (`normalizeArchivePath`): empty components dropped, a `.` or `..`
+/// component refused (then it installs nothing of the skill).
+fn stock_normalized(path: &str) -> Option<String> {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") {
+        return None;
+    }
+    Some(parts.join("/"))
+}
+
+/// Each file of the skill walked as `tree`, published as `ty` in `format`, whose path
+/// [`STOCK_CLI`] reads cut ([`ustar_cut`]), with the cut path.
+fn cut_paths(tree: &SourceTree, ty: EntryType, format: Format) -> Vec<(&str, &str)> {
+    if ty != EntryType::Archive || format != Format::TarGz {
+        return Vec::new();
+    }
+    tree.entries
+        .iter()
+        .filter(|e| matches!(e.kind, SourceKind::File { .. }))
+        .filter_map(|e| ustar_cut(&e.path).map(|cut| (e.path.as_str(), cut)))
+        .collect()
+}
+
+/// Every way [`STOCK_CLI`] installs the skill walked as `tree`, published as `ty` in
+/// `format`, otherwise than publish packed it. Empty: it installs it as packed (or not at
+/// all: [`will_not_install`]).
+pub fn installs_otherwise(tree: &SourceTree, ty: EntryType, format: Format) -> Vec<StockChange> {
+    let mut out = Vec::new();
+    if ty != EntryType::Archive {
+        return out;
+    }
+    let cuts = cut_paths(tree, ty, format);
+    // Where it installs each file (a path it refuses installs nothing: `will_not_install`).
+    let installed: Vec<(&str, Option<String>)> = tree
+        .entries
+        .iter()
+        .filter(|e| matches!(e.kind, SourceKind::File { .. }))
+        .map(|e| {
+            let read = cuts
+                .iter()
+                .find(|(p, _)| *p == e.path)
+                .map_or(e.path.as_str(), |(_, cut)| cut);
+            (e.path.as_str(), stock_normalized(read))
+        })
+        .collect();
+    for (path, _) in &cuts {
+        let Some(Some(installed_as)) = installed.iter().find(|(p, _)| p == path).map(|(_, i)| i)
+        else {
+            continue;
+        };
+        let mut detail = format!(
+            "{path} is {} bytes, more than a tar header holds: it skips the long-name record \
+             and installs the file as {installed_as}",
+            path.len()
+        );
+        // Two files at one path: its map of the archive keeps the later.
+        if let Some((other, _)) = installed
+            .iter()
+            .find(|(p, i)| p != path && i.as_ref() == Some(installed_as))
+        {
+            detail.push_str(&format!(
+                ", where it installs {other} too: one overwrites the other"
+            ));
+        }
+        out.push(StockChange {
+            code: StockChangeCode::PathCut,
+            path: (*path).to_owned(),
+            installed_as: Some(installed_as.clone()),
+            count: None,
+            detail,
+        });
+    }
+    let executable: Vec<&str> = tree
+        .entries
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind,
+                SourceKind::File {
+                    executable: true,
+                    ..
+                }
+            )
+        })
+        .map(|e| e.path.as_str())
+        .collect();
+    if let Some(first) = executable.first() {
+        let n = executable.len();
+        let listed = match n {
+            1 => (*first).to_owned(),
+            2 => format!("{first} and {}", executable[1]),
+            _ => format!("{first}, {} and {} more", executable[1], n - 2),
+        };
+        out.push(StockChange {
+            code: StockChangeCode::ExecutableBits,
+            path: (*first).to_owned(),
+            installed_as: None,
+            count: Some(n as u64),
+            detail: format!(
+                "it drops every executable bit ({listed} here): ./{first} fails there with \
+                 permission denied, a command that names the interpreter works"
             ),
         });
     }
@@ -249,5 +403,95 @@ mod tests {
         );
         assert_eq!(md.len(), 1, "{md:?}");
         assert_eq!(md[0].code, StockCode::DescriptionLength);
+    }
+
+    fn exe(path: &str) -> SourceEntry {
+        SourceEntry {
+            path: path.into(),
+            kind: SourceKind::File {
+                bytes: b"#!/bin/sh\n".to_vec(),
+                executable: true,
+            },
+        }
+    }
+
+    /// A path ustar holds (255 bytes split at a `/`, a last component of 100) is read whole;
+    /// one it does not is read as its first 100 bytes, cut back to a whole character.
+    #[test]
+    fn its_tar_reader_cuts_what_ustar_cannot_hold_to_100_bytes() {
+        let held = format!("{}/{}", "d".repeat(154), "f".repeat(100));
+        assert_eq!(held.len(), 255);
+        assert_eq!(ustar_cut(&held), None);
+        assert_eq!(ustar_cut(&"f".repeat(100)), None);
+        let long_last = format!("refs/{}", "f".repeat(101));
+        assert_eq!(ustar_cut(&long_last), Some(&long_last[..100]));
+        // 99 ASCII bytes, then a two-byte character across the 100th byte.
+        let wide = format!("refs/{}é{}", "g".repeat(94), "h".repeat(20));
+        assert_eq!(ustar_cut(&wide), Some(&wide[..99]));
+    }
+
+    fn changes(t: &SourceTree, f: Format) -> Vec<StockChange> {
+        installs_otherwise(t, EntryType::Archive, f)
+    }
+
+    /// A cut path is where it installs the file (tar.gz only: its zip reader reads whole
+    /// names); a cut that lands on another file's path says one overwrites the other; a cut
+    /// to a path it refuses is a skill it does not install.
+    #[test]
+    fn a_cut_path_is_named_with_where_it_lands() {
+        let a = format!("refs/{}-one.md", "n".repeat(100));
+        let b = format!("refs/{}-two.md", "n".repeat(100));
+        let t = tree(vec![file("SKILL.md", 1), file(&a, 1), file(&b, 1)]);
+        let c = changes(&t, Format::TarGz);
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert_eq!(c[0].code, StockChangeCode::PathCut);
+        assert_eq!(c[0].path, a);
+        assert_eq!(c[0].installed_as.as_deref(), Some(&a[..100]));
+        assert!(
+            c[0].detail.contains(&format!("where it installs {b} too")),
+            "{c:?}"
+        );
+        assert!(changes(&t, Format::Zip).is_empty());
+        assert!(codes(&t, Format::TarGz, "d").is_empty());
+
+        let alone = tree(vec![file("SKILL.md", 1), file(&a, 1)]);
+        let c = changes(&alone, Format::TarGz);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert!(!c[0].detail.contains("overwrites"), "{c:?}");
+
+        // Cut right after "/.": a `.` component, which fails its whole archive.
+        let dot = format!("{}/.{}", "d".repeat(98), "x".repeat(200));
+        let t = tree(vec![file("SKILL.md", 1), file(&dot, 1)]);
+        assert_eq!(ustar_cut(&dot).map(str::len), Some(100));
+        assert_eq!(
+            codes(&t, Format::TarGz, "d"),
+            vec![StockCode::CutPathRefused]
+        );
+        assert!(changes(&t, Format::TarGz).is_empty());
+    }
+
+    /// Executable files are counted once per skill, whatever the format; a lone SKILL.md
+    /// meets no archive rule.
+    #[test]
+    fn executable_bits_are_one_warning_with_a_count() {
+        let t = tree(vec![
+            file("SKILL.md", 1),
+            exe("scripts/a.sh"),
+            exe("scripts/b.sh"),
+            exe("scripts/c.sh"),
+        ]);
+        for f in [Format::TarGz, Format::Zip] {
+            let c = changes(&t, f);
+            assert_eq!(c.len(), 1, "{c:?}");
+            assert_eq!(c[0].code, StockChangeCode::ExecutableBits);
+            assert_eq!((c[0].path.as_str(), c[0].count), ("scripts/a.sh", Some(3)));
+            assert!(
+                c[0].detail
+                    .contains("scripts/a.sh, scripts/b.sh and 1 more"),
+                "{c:?}"
+            );
+        }
+        assert!(installs_otherwise(&t, EntryType::SkillMd, Format::TarGz).is_empty());
+        assert!(changes(&tree(vec![file("SKILL.md", 1)]), Format::TarGz).is_empty());
     }
 }

@@ -876,6 +876,7 @@ mod tests {
                 left_out_unlisted: Default::default(),
                 not_shared: Vec::new(),
                 skills_cli_leaves_out: Vec::new(),
+                skills_cli_changes: Vec::new(),
                 findings: Findings {
                     tools: Vec::new(),
                     scripts: Vec::new(),

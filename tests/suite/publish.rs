@@ -2051,6 +2051,95 @@ fn stock_cli_leaves_out_what_publish_warned_about(format: &str, edge_warned: boo
     );
 }
 
+/// How the stock `skills` CLI installs a skill otherwise than it was packed, publish names
+/// per skill (a warning): a tar.gz path ustar cannot hold is read cut to 100 bytes (two such
+/// paths that share those bytes become one file there), and every file arrives without its
+/// executable bit, from a tar.gz or a zip. That CLI, run against the published site over
+/// loopback HTTPS, installs the skill exactly so.
+#[test]
+fn publish_warns_how_the_skills_npm_cli_installs_a_skill_otherwise() {
+    for format in ["tar.gz", "zip"] {
+        stock_cli_installs_otherwise_as_publish_warned(format);
+    }
+}
+
+fn stock_cli_installs_otherwise_as_publish_warned(format: &str) {
+    let site = Site::new();
+    let src = site.tmp.path().join("skills");
+    // Last components of 111 bytes: no ustar split holds them. Their first 100 bytes agree.
+    let stem = format!("references/{}", "n".repeat(100));
+    let (one, two) = (format!("{stem}-one.md"), format!("{stem}-two.md"));
+    let files: Vec<(String, &[u8], bool)> = vec![
+        (
+            "SKILL.md".into(),
+            b"---\nname: long\ndescription: Long names.\n---\nRun scripts/run.sh.\n",
+            false,
+        ),
+        (one.clone(), b"one\n", false),
+        (two.clone(), b"two\n", false),
+        ("scripts/run.sh".into(), b"#!/bin/sh\necho run\n", true),
+    ];
+    write_files(&src.join("long"), &files);
+    let out = site.tmp.path().join("site");
+
+    let o = publish(&src, &out, &["--json", "--format", format]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let s = &v["skills"][0];
+    assert_eq!(s["name"], "long", "{v}");
+    assert_eq!(s["skills_cli_leaves_out"], serde_json::json!([]), "{v}");
+    let changes = s["skills_cli_changes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no skills_cli_changes: {v}"));
+    let codes: Vec<&str> = changes
+        .iter()
+        .map(|c| c["code"].as_str().expect("code"))
+        .collect();
+    let cut = &one[..100];
+    if format == "tar.gz" {
+        assert_eq!(codes, ["path_cut", "path_cut", "executable_bits"], "{v}");
+        assert_eq!(changes[0]["path"], one.as_str(), "{v}");
+        assert_eq!(changes[0]["installed_as"], cut, "{v}");
+        assert_eq!(changes[1]["installed_as"], cut, "{v}");
+    } else {
+        assert_eq!(codes, ["executable_bits"], "{v}");
+    }
+    assert_eq!(changes[codes.len() - 1]["path"], "scripts/run.sh", "{v}");
+    assert_eq!(changes[codes.len() - 1]["count"], 1, "{v}");
+    let text = publish(&src, &out, &["--format", format]);
+    expect_code(&text, 0);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains(
+            "    warning: the skills npm CLI 1.7.4 installs it otherwise (and says nothing): it drops every executable bit (scripts/run.sh here): ./scripts/run.sh fails there with permission denied, a command that names the interpreter works\n"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("installs it otherwise").count(),
+        codes.len(),
+        "{text}"
+    );
+
+    // What that CLI installs: the script not executable; from the tar.gz, one file at the cut
+    // path (the later of the two) and neither at its own.
+    site.serve(&out);
+    let (o, installed) = skills_add(&site);
+    let dir = installed.join("long");
+    let mode = std::fs::metadata(dir.join("scripts/run.sh"))
+        .unwrap_or_else(|e| panic!("run.sh: {e}: {}", explain(&o)))
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o111, 0, "{mode:o}");
+    if format == "tar.gz" {
+        assert_eq!(std::fs::read(dir.join(cut)).expect("cut path"), b"two\n");
+        assert!(!dir.join(&one).exists() && !dir.join(&two).exists());
+    } else {
+        assert_eq!(std::fs::read(dir.join(&one)).expect("whole path"), b"one\n");
+        assert_eq!(std::fs::read(dir.join(&two)).expect("whole path"), b"two\n");
+    }
+}
+
 /// What a publisher keeps beside a skill but would not ship: editor backups are left out and
 /// listed (also with --include-hidden); a private key, wherever it sits, refuses the run (exit
 /// 3, nothing written), naming the file and its line.
