@@ -64,7 +64,7 @@ fn tar_gz(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
         // extension records it does not know (the `skills` npm CLI does) still installs each
         // file at its path, never at a path cut at 100 bytes. Only a path that cannot be
         // split so (over 255 bytes, or a last component over 100) takes a GNU long-name
-        // record (deterministic), never PAX; see `append_at` for the header beside it.
+        // record (deterministic), never PAX; see `header_path` for the header beside it.
         let mut h = tar::Header::new_ustar();
         h.set_uid(0);
         h.set_gid(0);
@@ -76,19 +76,23 @@ fn tar_gz(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
                 h.set_entry_type(tar::EntryType::Directory);
                 h.set_mode(DIR_MODE);
                 h.set_size(0);
-                append_at(&mut b, &mut h, &format!("{}/", e.path), &[])?;
+                let dir = format!("{}/", e.path);
+                let at = header_path(&mut b, &dir)?;
+                b.append_data(&mut h, at, io::empty())?;
             }
             SourceKind::File { bytes, executable } => {
                 h.set_entry_type(tar::EntryType::Regular);
                 h.set_mode(mode_of(*executable));
                 h.set_size(bytes.len() as u64);
-                append_at(&mut b, &mut h, &e.path, bytes)?;
+                let at = header_path(&mut b, &e.path)?;
+                b.append_data(&mut h, at, bytes.as_slice())?;
             }
             SourceKind::Symlink { target } => {
                 h.set_entry_type(tar::EntryType::Symlink);
                 h.set_mode(LINK_MODE);
                 h.set_size(0);
-                b.append_link(&mut h, &e.path, target)?;
+                let at = header_path(&mut b, &e.path)?;
+                b.append_link(&mut h, at, target)?;
             }
         }
     }
@@ -100,8 +104,10 @@ const NAME_BYTES: usize = 100;
 
 /// The path a tar reader that skips GNU long-name records reads for an entry packed at
 /// `path`: `None` when the ustar header holds it whole (its `prefix` and `name` fields), else
-/// the cut [`append_at`] writes in `name`: the first 100 bytes, cut back to a whole UTF-8
-/// character.
+/// the cut [`header_path`] gives the header's `name`: the first 100 bytes, cut back to a whole
+/// UTF-8 character, and back to the component before when that leaves a `.`, a `..` or an
+/// empty one last (the `tar` crate drops a `.` and refuses a `..`; readers drop empty ones), so
+/// the cut is a plain relative path that every reader reads as written.
 pub(super) fn ustar_cut(path: &str) -> Option<&str> {
     if path.len() <= NAME_BYTES || tar::Header::new_ustar().set_path(path).is_ok() {
         return None;
@@ -110,25 +116,25 @@ pub(super) fn ustar_cut(path: &str) -> Option<&str> {
     while !path.is_char_boundary(end) {
         end -= 1;
     }
-    Some(&path[..end])
+    let mut cut = &path[..end];
+    while let Some((before, last)) = cut.rsplit_once('/')
+        && matches!(last, "" | "." | "..")
+    {
+        cut = before;
+    }
+    Some(cut)
 }
 
-/// Append `data` at `path` with header `h`: in the header alone when ustar holds the path,
-/// else after a GNU long-name record holding it whole, with the header's `name` the cut
-/// [`ustar_cut`] names and its `prefix` empty. (`tar::Builder::append_data` would leave in
-/// `prefix` what its failed ustar split wrote there, so a reader that skips the record, the
-/// `skills` npm CLI's, read `references/references/...`.) The record is the one that
-/// builder writes: `././@LongLink`, mode 0644, owner 0, mtime 0, the path and a NUL.
-fn append_at<W: Write>(
-    b: &mut tar::Builder<W>,
-    h: &mut tar::Header,
-    path: &str,
-    data: &[u8],
-) -> io::Result<()> {
+/// The path to give an entry's header for `path`, after writing the GNU long-name record
+/// that holds `path` whole when ustar cannot: then the cut [`ustar_cut`] names, which the
+/// header's `name` holds alone, so its `prefix` stays empty. (`tar::Builder` would write the
+/// record itself, but leave in `prefix` what its failed ustar split wrote there, so a reader
+/// that skips the record, the `skills` npm CLI's, read `references/references/...`.) The
+/// record is the one that builder writes: `././@LongLink`, mode 0644, owner 0, mtime 0, the
+/// path and a NUL.
+fn header_path<'a, W: Write>(b: &mut tar::Builder<W>, path: &'a str) -> io::Result<&'a str> {
     let Some(cut) = ustar_cut(path) else {
-        h.set_path(path)?;
-        h.set_cksum();
-        return b.append(h, data);
+        return Ok(path);
     };
     let mut long = tar::Header::new_gnu();
     let name = b"././@LongLink";
@@ -143,9 +149,7 @@ fn append_at<W: Write>(
     long.set_entry_type(tar::EntryType::GNULongName);
     long.set_cksum();
     b.append(&long, path.as_bytes().chain(&[0u8][..]))?;
-    h.set_path(cut)?;
-    h.set_cksum();
-    b.append(h, data)
+    Ok(cut)
 }
 
 fn zip(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
@@ -304,5 +308,22 @@ mod tests {
             })
             .collect();
         assert_eq!(read, [path]);
+
+        // A cut that would end in `..` (which the crate refuses in a header) ends before it.
+        let dots = format!("{}/..{}", "d".repeat(97), "x".repeat(200));
+        let mut tree = tree;
+        tree.entries[0].path = dots.clone();
+        let mut ours = Vec::new();
+        flate2::read::GzDecoder::new(&pack(&tree, Format::TarGz, 0).expect("pack")[..])
+            .read_to_end(&mut ours)
+            .expect("gunzip");
+        assert_eq!(field(&ours[1024..1536], 0, 100), dots.as_bytes()[..97].to_vec());
+        let mut a = tar::Archive::new(&ours[..]);
+        let read: Vec<String> = a
+            .entries()
+            .expect("entries")
+            .map(|e| e.expect("entry").path().expect("path").display().to_string())
+            .collect();
+        assert_eq!(read, [dots]);
     }
 }

@@ -34,9 +34,6 @@ pub enum StockCode {
     TooLarge,
     /// A description over [`STOCK_MAX_DESCRIPTION_UTF16`] UTF-16 code units.
     DescriptionLength,
-    /// A tar.gz path it reads cut ([`StockChangeCode::PathCut`]) to one it refuses (a `.` or
-    /// `..` component: `Unsafe archive path`), which fails the whole archive.
-    CutPathRefused,
 }
 
 /// One reason the stock CLI will not install a skill.
@@ -94,22 +91,6 @@ pub fn will_not_install(
             detail: format!(
                 "the archive holds a symlink ({}); it refuses an archive holding any link",
                 link.path
-            ),
-        });
-    }
-    if let Some((path, cut)) = cut_paths(tree, ty, format)
-        .into_iter()
-        .find(|(_, cut)| stock_normalized(cut).is_none())
-    {
-        out.push(StockWarning {
-            code: StockCode::CutPathRefused,
-            path: Some(path.to_owned()),
-            limit: None,
-            observed: None,
-            detail: format!(
-                "{path} is {} bytes, more than a tar header holds: it skips the long-name \
-                 record and reads the path cut to {cut}, which it refuses as unsafe",
-                path.len()
             ),
         });
     }
@@ -188,16 +169,6 @@ pub struct StockChange {
     pub detail: String,
 }
 
-/// Its archive path check (`normalizeArchivePath`): empty components dropped, a `.` or `..`
-/// component refused (then it installs nothing of the skill).
-fn stock_normalized(path: &str) -> Option<String> {
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    if parts.is_empty() || parts.iter().any(|p| *p == "." || *p == "..") {
-        return None;
-    }
-    Some(parts.join("/"))
-}
-
 /// Each file of the skill walked as `tree`, published as `ty` in `format`, whose path
 /// [`STOCK_CLI`] reads cut ([`ustar_cut`]), with the cut path.
 fn cut_paths(tree: &SourceTree, ty: EntryType, format: Format) -> Vec<(&str, &str)> {
@@ -220,34 +191,27 @@ pub fn installs_otherwise(tree: &SourceTree, ty: EntryType, format: Format) -> V
         return out;
     }
     let cuts = cut_paths(tree, ty, format);
-    // Where it installs each file (a path it refuses installs nothing: `will_not_install`).
-    let installed: Vec<(&str, Option<String>)> = tree
+    // Where it installs each file: a cut is a plain relative path (`ustar_cut`), taken as is.
+    let installed: Vec<(&str, &str)> = tree
         .entries
         .iter()
         .filter(|e| matches!(e.kind, SourceKind::File { .. }))
         .map(|e| {
-            let read = cuts
+            let at = cuts
                 .iter()
                 .find(|(p, _)| *p == e.path)
                 .map_or(e.path.as_str(), |(_, cut)| cut);
-            (e.path.as_str(), stock_normalized(read))
+            (e.path.as_str(), at)
         })
         .collect();
-    for (path, _) in &cuts {
-        let Some(Some(installed_as)) = installed.iter().find(|(p, _)| p == path).map(|(_, i)| i)
-        else {
-            continue;
-        };
+    for (path, cut) in &cuts {
         let mut detail = format!(
             "{path} is {} bytes, more than a tar header holds: it skips the long-name record \
-             and installs the file as {installed_as}",
+             and installs the file as {cut}",
             path.len()
         );
         // Two files at one path: its map of the archive keeps the later.
-        if let Some((other, _)) = installed
-            .iter()
-            .find(|(p, i)| p != path && i.as_ref() == Some(installed_as))
-        {
+        if let Some((other, _)) = installed.iter().find(|(p, at)| p != path && at == cut) {
             detail.push_str(&format!(
                 ", where it installs {other} too: one overwrites the other"
             ));
@@ -255,7 +219,7 @@ pub fn installs_otherwise(tree: &SourceTree, ty: EntryType, format: Format) -> V
         out.push(StockChange {
             code: StockChangeCode::PathCut,
             path: (*path).to_owned(),
-            installed_as: Some(installed_as.clone()),
+            installed_as: Some((*cut).to_owned()),
             count: None,
             detail,
         });
@@ -459,15 +423,16 @@ mod tests {
         assert_eq!(c.len(), 1, "{c:?}");
         assert!(!c[0].detail.contains("overwrites"), "{c:?}");
 
-        // Cut right after "/.": a `.` component, which fails its whole archive.
-        let dot = format!("{}/.{}", "d".repeat(98), "x".repeat(200));
-        let t = tree(vec![file("SKILL.md", 1), file(&dot, 1)]);
-        assert_eq!(ustar_cut(&dot).map(str::len), Some(100));
+        // Cut right after "/." or "/..": the cut ends at the directory before, a path every
+        // reader reads as written.
+        for dots in [".", ".."] {
+            let hidden = format!("{}/{dots}{}", "d".repeat(99 - dots.len()), "x".repeat(200));
+            assert_eq!(ustar_cut(&hidden), Some(&hidden[..99 - dots.len()]));
+        }
         assert_eq!(
-            codes(&t, Format::TarGz, "d"),
-            vec![StockCode::CutPathRefused]
+            ustar_cut(&format!("{}/{}", "d".repeat(99), "x".repeat(200))),
+            Some(&*"d".repeat(99))
         );
-        assert!(changes(&t, Format::TarGz).is_empty());
     }
 
     /// Executable files are counted once per skill, whatever the format; a lone SKILL.md
