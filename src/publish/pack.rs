@@ -273,10 +273,27 @@ mod tests {
             left_out_unlisted: Default::default(),
             not_shared: Vec::new(),
         };
-        let mut ours = Vec::new();
-        flate2::read::GzDecoder::new(&pack(&tree, Format::TarGz, 0).expect("pack")[..])
-            .read_to_end(&mut ours)
-            .expect("gunzip");
+        let packed = |tree: &SourceTree| {
+            let mut tar = Vec::new();
+            flate2::read::GzDecoder::new(&pack(tree, Format::TarGz, 0).expect("pack")[..])
+                .read_to_end(&mut tar)
+                .expect("gunzip");
+            tar
+        };
+        let read = |tar: &[u8]| -> Vec<String> {
+            tar::Archive::new(tar)
+                .entries()
+                .expect("entries")
+                .map(|e| {
+                    e.expect("entry")
+                        .path()
+                        .expect("path")
+                        .display()
+                        .to_string()
+                })
+                .collect()
+        };
+        let ours = packed(&tree);
         let mut crate_way = tar::Builder::new(Vec::new());
         let mut h = tar::Header::new_ustar();
         h.set_mode(FILE_MODE);
@@ -295,35 +312,14 @@ mod tests {
         assert_eq!(field(header, 0, 100), path.as_bytes()[..100].to_vec());
         assert_eq!(field(header, 345, 155), b"".to_vec());
         assert_eq!(field(theirs, 345, 155), b"references".to_vec());
-        let mut a = tar::Archive::new(&ours[..]);
-        let read: Vec<String> = a
-            .entries()
-            .expect("entries")
-            .map(|e| {
-                e.expect("entry")
-                    .path()
-                    .expect("path")
-                    .display()
-                    .to_string()
-            })
-            .collect();
-        assert_eq!(read, [path]);
+        assert_eq!(read(&ours), [path]);
 
         // A cut that would end in `..` (which the crate refuses in a header) ends before it.
         let dots = format!("{}/..{}", "d".repeat(97), "x".repeat(200));
         let mut tree = tree;
         tree.entries[0].path = dots.clone();
-        let mut ours = Vec::new();
-        flate2::read::GzDecoder::new(&pack(&tree, Format::TarGz, 0).expect("pack")[..])
-            .read_to_end(&mut ours)
-            .expect("gunzip");
-        assert_eq!(field(&ours[1024..1536], 0, 100), dots.as_bytes()[..97].to_vec());
-        let mut a = tar::Archive::new(&ours[..]);
-        let read: Vec<String> = a
-            .entries()
-            .expect("entries")
-            .map(|e| e.expect("entry").path().expect("path").display().to_string())
-            .collect();
-        assert_eq!(read, [dots]);
+        let ours = packed(&tree);
+        assert_eq!(field(&ours[1024..1536], 0, 100), dots.as_bytes()[..97]);
+        assert_eq!(read(&ours), [dots]);
     }
 }
