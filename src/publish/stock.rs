@@ -169,19 +169,6 @@ pub struct StockChange {
     pub detail: String,
 }
 
-/// Each file of the skill walked as `tree`, published as `ty` in `format`, whose path
-/// [`STOCK_CLI`] reads cut ([`ustar_cut`]), with the cut path.
-fn cut_paths(tree: &SourceTree, ty: EntryType, format: Format) -> Vec<(&str, &str)> {
-    if ty != EntryType::Archive || format != Format::TarGz {
-        return Vec::new();
-    }
-    tree.entries
-        .iter()
-        .filter(|e| matches!(e.kind, SourceKind::File { .. }))
-        .filter_map(|e| ustar_cut(&e.path).map(|cut| (e.path.as_str(), cut)))
-        .collect()
-}
-
 /// Every way [`STOCK_CLI`] installs the skill walked as `tree`, published as `ty` in
 /// `format`, otherwise than publish packed it. Empty: it installs it as packed (or not at
 /// all: [`will_not_install`]).
@@ -190,36 +177,41 @@ pub fn installs_otherwise(tree: &SourceTree, ty: EntryType, format: Format) -> V
     if ty != EntryType::Archive {
         return out;
     }
-    let cuts = cut_paths(tree, ty, format);
-    // Where it installs each file: a cut is a plain relative path (`ustar_cut`), taken as is.
-    let installed: Vec<(&str, &str)> = tree
+    // Each file with where it installs it: a cut (tar.gz only: its zip reader reads whole
+    // names) is a plain relative path (`ustar_cut`), taken as is.
+    let installed: Vec<(&str, Option<&str>)> = tree
         .entries
         .iter()
         .filter(|e| matches!(e.kind, SourceKind::File { .. }))
         .map(|e| {
-            let at = cuts
-                .iter()
-                .find(|(p, _)| *p == e.path)
-                .map_or(e.path.as_str(), |(_, cut)| cut);
-            (e.path.as_str(), at)
+            let cut = (format == Format::TarGz)
+                .then(|| ustar_cut(&e.path))
+                .flatten();
+            (e.path.as_str(), cut)
         })
         .collect();
-    for (path, cut) in &cuts {
+    for &(path, cut) in &installed {
+        let Some(cut) = cut else {
+            continue;
+        };
         let mut detail = format!(
             "{path} is {} bytes, more than a tar header holds: it skips the long-name record \
              and installs the file as {cut}",
             path.len()
         );
         // Two files at one path: its map of the archive keeps the later.
-        if let Some((other, _)) = installed.iter().find(|(p, at)| p != path && at == cut) {
+        if let Some((other, _)) = installed
+            .iter()
+            .find(|&&(p, c)| p != path && c.unwrap_or(p) == cut)
+        {
             detail.push_str(&format!(
                 ", where it installs {other} too: one overwrites the other"
             ));
         }
         out.push(StockChange {
             code: StockChangeCode::PathCut,
-            path: (*path).to_owned(),
-            installed_as: Some((*cut).to_owned()),
+            path: path.to_owned(),
+            installed_as: Some(cut.to_owned()),
             count: None,
             detail,
         });
