@@ -506,8 +506,13 @@ fn print_skills(skills: &[Published]) {
             );
         }
         for w in &s.skills_cli_leaves_out {
+            let how = if w.code.says_nothing() {
+                "and says nothing"
+            } else {
+                "it says so, yet exits 0"
+            };
             println!(
-                "    warning: {} will not install it (and says nothing): {}",
+                "    warning: {} will not install it ({how}): {}",
                 publish::stock::STOCK_CLI,
                 w.detail
             );

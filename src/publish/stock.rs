@@ -34,6 +34,18 @@ pub enum StockCode {
     TooLarge,
     /// A description over [`STOCK_MAX_DESCRIPTION_UTF16`] UTF-16 code units.
     DescriptionLength,
+    /// A tar.gz path it cuts ([`StockChangeCode::PathCut`]) lands where another file needs a
+    /// directory: it writes files one by one, fails at the second of the two (`EEXIST` or
+    /// `EISDIR`), and leaves the skill's directory as far as it got, SKILL.md included.
+    PathConflict,
+}
+
+impl StockCode {
+    /// Whether it leaves the skill out without a word. Only a path conflict is reported
+    /// (`Failed to install`, yet it exits 0), and it leaves part of the skill installed.
+    pub fn says_nothing(self) -> bool {
+        self != StockCode::PathConflict
+    }
 }
 
 /// One reason the stock CLI will not install a skill.
@@ -119,6 +131,37 @@ pub fn will_not_install(
             ),
         });
     }
+    let installed = installed_paths(tree, format);
+    // A file and a directory at one path: with whole paths only a cut can make one, by
+    // landing on a directory another file needs (a cut's own ancestors are directories of
+    // the tree). Whichever it writes first, writing the other fails.
+    let conflict = installed.iter().enumerate().find_map(|(i, &(path, cut))| {
+        let cut = cut?;
+        let j = installed
+            .iter()
+            .position(|&(p, c)| is_under(c.unwrap_or(p), cut))?;
+        Some((path, cut, installed[j].0, i.max(j)))
+    });
+    if let Some((path, cut, other, fails_at)) = conflict {
+        // It writes in the archive's order, this one's (a path it meets twice keeps its
+        // first place, the one each search above finds first).
+        let kept = if installed[..fails_at].iter().any(|&(p, _)| p == "SKILL.md") {
+            ", SKILL.md included"
+        } else {
+            ""
+        };
+        out.push(StockWarning {
+            code: StockCode::PathConflict,
+            path: Some(path.to_owned()),
+            limit: None,
+            observed: None,
+            detail: format!(
+                "it installs {path} as {cut} (the path cut to a tar header's 100 bytes), a \
+                 directory it needs for {other}: it fails part way and leaves the files it \
+                 wrote before{kept}"
+            ),
+        });
+    }
     let bytes: u64 = tree
         .entries
         .iter()
@@ -139,6 +182,28 @@ pub fn will_not_install(
         });
     }
     out
+}
+
+/// Each file of `tree` with where its tar reader installs it when that is not its path:
+/// a cut (tar.gz only: its zip reader reads whole names) is a plain relative path
+/// ([`ustar_cut`]), taken as is.
+fn installed_paths(tree: &SourceTree, format: Format) -> Vec<(&str, Option<&str>)> {
+    tree.entries
+        .iter()
+        .filter(|e| matches!(e.kind, SourceKind::File { .. }))
+        .map(|e| {
+            let cut = (format == Format::TarGz)
+                .then(|| ustar_cut(&e.path))
+                .flatten();
+            (e.path.as_str(), cut)
+        })
+        .collect()
+}
+
+/// Whether `path` lies inside the directory `dir`.
+fn is_under(path: &str, dir: &str) -> bool {
+    path.strip_prefix(dir)
+        .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// How the stock CLI installs a skill otherwise than it was packed.
@@ -177,19 +242,7 @@ pub fn installs_otherwise(tree: &SourceTree, ty: EntryType, format: Format) -> V
     if ty != EntryType::Archive {
         return out;
     }
-    // Each file with where it installs it: a cut (tar.gz only: its zip reader reads whole
-    // names) is a plain relative path (`ustar_cut`), taken as is.
-    let installed: Vec<(&str, Option<&str>)> = tree
-        .entries
-        .iter()
-        .filter(|e| matches!(e.kind, SourceKind::File { .. }))
-        .map(|e| {
-            let cut = (format == Format::TarGz)
-                .then(|| ustar_cut(&e.path))
-                .flatten();
-            (e.path.as_str(), cut)
-        })
-        .collect();
+    let installed = installed_paths(tree, format);
     for &(path, cut) in &installed {
         let Some(cut) = cut else {
             continue;
@@ -392,7 +445,7 @@ mod tests {
 
     /// A cut path is where it installs the file (tar.gz only: its zip reader reads whole
     /// names); a cut that lands on another file's path says one overwrites the other; a cut
-    /// to a path it refuses is a skill it does not install.
+    /// right after a `.` or `..` component ends at the directory before it.
     #[test]
     fn a_cut_path_is_named_with_where_it_lands() {
         let a = format!("refs/{}-one.md", "n".repeat(100));
@@ -425,6 +478,63 @@ mod tests {
             ustar_cut(&format!("{}/{}", "d".repeat(99), "x".repeat(200))),
             Some(&*"d".repeat(99))
         );
+    }
+
+    /// A cut that lands on a directory another file needs is a skill it fails to install
+    /// (tar.gz only), whichever of the two comes first, with whether SKILL.md was written
+    /// before; a cut beside that directory, or a whole path, is not.
+    #[test]
+    fn a_cut_on_a_directory_another_file_needs_is_a_failed_install() {
+        let dir = format!("refs/{}", "d".repeat(95));
+        assert_eq!(dir.len(), 100);
+        let long = format!("{dir}/{}", "e".repeat(120));
+        let inside = format!("{dir}/x.md");
+        assert_eq!(ustar_cut(&long), Some(dir.as_str()));
+        let both = [file(&long, 1), file(&inside, 1)];
+        for order in [[0, 1], [1, 0]] {
+            let mut e = vec![file("SKILL.md", 1)];
+            e.extend(order.map(|i| both[i].clone()));
+            let t = tree(e);
+            let w = will_not_install(&t, EntryType::Archive, Format::TarGz, "d");
+            assert_eq!(w.len(), 1, "{w:?}");
+            assert_eq!(w[0].code, StockCode::PathConflict);
+            assert!(!w[0].code.says_nothing());
+            assert_eq!(w[0].path.as_deref(), Some(long.as_str()));
+            assert!(w[0].detail.contains(&format!("as {dir} ")), "{w:?}");
+            assert!(
+                w[0].detail.contains(&format!("needs for {inside}:")),
+                "{w:?}"
+            );
+            assert!(w[0].detail.ends_with("SKILL.md included"), "{w:?}");
+            assert!(codes(&t, Format::Zip, "d").is_empty());
+        }
+        // SKILL.md after both: written never.
+        let upper = format!("A/{}", "d".repeat(97));
+        let t = tree(vec![
+            file(&format!("{upper}/{}", "e".repeat(120)), 1),
+            file(&format!("{upper}/x.md"), 1),
+            file("SKILL.md", 1),
+        ]);
+        let w = will_not_install(&t, EntryType::Archive, Format::TarGz, "d");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].detail.ends_with("wrote before"), "{w:?}");
+        // A cut beside the directory (a sibling whose name shares its first bytes) is no
+        // conflict, and neither is a cut alone.
+        let t = tree(vec![
+            file("SKILL.md", 1),
+            file(&long, 1),
+            file(&format!("{dir}x/y.md"), 1),
+        ]);
+        assert!(codes(&t, Format::TarGz, "d").is_empty());
+        assert!(
+            codes(
+                &tree(vec![file("SKILL.md", 1), file(&long, 1)]),
+                Format::TarGz,
+                "d"
+            )
+            .is_empty()
+        );
+        assert!(StockCode::Symlink.says_nothing());
     }
 
     /// Executable files are counted once per skill, whatever the format; a lone SKILL.md

@@ -1828,6 +1828,13 @@ fn skills_cli() -> (PathBuf, PathBuf) {
 /// with no network but loopback, into a new project: its output (a success asserted) and the
 /// directory it installs skills into.
 fn skills_add(site: &Site) -> (Output, PathBuf) {
+    let (o, installed) = skills_add_run(site);
+    assert!(o.status.success(), "skills add failed: {}", explain(&o));
+    (o, installed)
+}
+
+/// [`skills_add`] whatever its end.
+fn skills_add_run(site: &Site) -> (Output, PathBuf) {
     let (node, cli) = skills_cli();
     let project = site.tmp.path().join("project");
     let home = site.tmp.path().join("home");
@@ -1847,7 +1854,6 @@ fn skills_add(site: &Site) -> (Output, PathBuf) {
         .stdin(std::process::Stdio::null())
         .output()
         .expect("spawn node");
-    assert!(o.status.success(), "skills add failed: {}", explain(&o));
     (o, project.join(".claude/skills"))
 }
 
@@ -2138,6 +2144,74 @@ fn stock_cli_installs_otherwise_as_publish_warned(format: &str) {
         assert_eq!(std::fs::read(dir.join(&one)).expect("whole path"), b"one\n");
         assert_eq!(std::fs::read(dir.join(&two)).expect("whole path"), b"two\n");
     }
+}
+
+/// A tar.gz path cut onto a directory another file needs: publish warns that the stock CLI
+/// will not install the skill, and that CLI indeed fails it part way (reporting it, exiting 0)
+/// and leaves SKILL.md and the cut file, not the other; the skill beside it installs.
+#[test]
+fn publish_warns_that_a_cut_path_on_a_directory_fails_the_skills_npm_cli_install() {
+    let site = Site::new();
+    let src = site.tmp.path().join("skills");
+    // The cut of `long` is its first 100 bytes, the directory `inside` lies in.
+    let dir = format!("references/{}", "d".repeat(89));
+    let long = format!("{dir}/{}.md", "e".repeat(120));
+    let inside = format!("{dir}/x.md");
+    let clash: Vec<(String, &[u8], bool)> = vec![
+        (
+            "SKILL.md".into(),
+            b"---\nname: clash\ndescription: Clashing paths.\n---\nRead the references.\n",
+            false,
+        ),
+        (long.clone(), b"long\n", false),
+        (inside.clone(), b"inside\n", false),
+    ];
+    write_files(&src.join("clash"), &clash);
+    let fine: Vec<(String, &[u8], bool)> = vec![(
+        "SKILL.md".into(),
+        b"---\nname: fine\ndescription: Fine.\n---\nNothing to run.\n",
+        false,
+    )];
+    write_files(&src.join("fine"), &fine);
+    let out = site.tmp.path().join("site");
+
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let s = &v["skills"][0];
+    assert_eq!(s["name"], "clash", "{v}");
+    let left = s["skills_cli_leaves_out"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no skills_cli_leaves_out: {v}"));
+    assert_eq!(left.len(), 1, "{v}");
+    assert_eq!(left[0]["code"], "path_conflict", "{v}");
+    assert_eq!(left[0]["path"], long.as_str(), "{v}");
+    assert_eq!(
+        v["skills"][1]["skills_cli_leaves_out"],
+        serde_json::json!([]),
+        "{v}"
+    );
+    let text = publish(&src, &out, &[]);
+    expect_code(&text, 0);
+    let text = String::from_utf8_lossy(&text.stdout);
+    let line = format!(
+        "    warning: the skills npm CLI 1.7.4 will not install it (it says so, yet exits 0): it installs {long} as {dir} (the path cut to a tar header's 100 bytes), a directory it needs for {inside}: it fails part way and leaves the files it wrote before, SKILL.md included\n"
+    );
+    assert!(text.contains(&line), "{text}");
+
+    site.serve(&out);
+    let (o, installed) = skills_add_run(&site);
+    assert!(o.status.success(), "{}", explain(&o));
+    let said = String::from_utf8_lossy(&o.stdout);
+    assert!(said.contains("Failed to install 1"), "{}", explain(&o));
+    let clash_dir = installed.join("clash");
+    assert!(clash_dir.join("SKILL.md").is_file(), "{}", explain(&o));
+    assert_eq!(
+        std::fs::read(clash_dir.join(&dir)).expect("the cut file"),
+        b"long\n"
+    );
+    assert!(!clash_dir.join(&inside).exists() && !clash_dir.join(&long).exists());
+    assert!(installed.join("fine/SKILL.md").is_file(), "{}", explain(&o));
 }
 
 /// What a publisher keeps beside a skill but would not ship: editor backups are left out and
