@@ -92,7 +92,21 @@ fn tar_gz(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
                 h.set_mode(LINK_MODE);
                 h.set_size(0);
                 let at = header_path(&mut b, &e.path)?;
-                b.append_link(&mut h, at, target)?;
+                // A target over the header's 100 bytes goes into a GNU long-link record, as
+                // the crate's `append_link` writes it, but the header's `linkname` is left
+                // empty, not holding whatever the crate's failed write got in: a reader that
+                // skips the record then makes no link (an empty target is refused), rather
+                // than one to a cut target, somewhere else.
+                if let Err(e) = h.set_link_name(target) {
+                    if target.len() < NAME_BYTES {
+                        return Err(e);
+                    }
+                    h.as_old_mut().linkname = [0; NAME_BYTES];
+                    long_record(&mut b, tar::EntryType::GNULongLink, target)?;
+                }
+                h.set_path(at)?;
+                h.set_cksum();
+                b.append(&h, io::empty())?;
             }
         }
     }
@@ -129,13 +143,22 @@ pub(super) fn ustar_cut(path: &str) -> Option<&str> {
 /// that holds `path` whole when ustar cannot: then the cut [`ustar_cut`] names, which the
 /// header's `name` holds alone, so its `prefix` stays empty. (`tar::Builder` would write the
 /// record itself, but leave in `prefix` what its failed ustar split wrote there, so a reader
-/// that skips the record, the `skills` npm CLI's, read `references/references/...`.) The
-/// record is the one that builder writes: `././@LongLink`, mode 0644, owner 0, mtime 0, the
-/// path and a NUL.
+/// that skips the record, the `skills` npm CLI's, read `references/references/...`.)
 fn header_path<'a, W: Write>(b: &mut tar::Builder<W>, path: &'a str) -> io::Result<&'a str> {
     let Some(cut) = ustar_cut(path) else {
         return Ok(path);
     };
+    long_record(b, tar::EntryType::GNULongName, path)?;
+    Ok(cut)
+}
+
+/// A GNU long-name (`kind` `L`) or long-link (`K`) record holding `text`, as `tar::Builder`
+/// writes it: `././@LongLink`, mode 0644, owner 0, mtime 0, the text and a NUL.
+fn long_record<W: Write>(
+    b: &mut tar::Builder<W>,
+    kind: tar::EntryType,
+    text: &str,
+) -> io::Result<()> {
     let mut long = tar::Header::new_gnu();
     let name = b"././@LongLink";
     if let Some(gnu) = long.as_gnu_mut() {
@@ -145,11 +168,10 @@ fn header_path<'a, W: Write>(b: &mut tar::Builder<W>, path: &'a str) -> io::Resu
     long.set_uid(0);
     long.set_gid(0);
     long.set_mtime(0);
-    long.set_size(path.len() as u64 + 1);
-    long.set_entry_type(tar::EntryType::GNULongName);
+    long.set_size(text.len() as u64 + 1);
+    long.set_entry_type(kind);
     long.set_cksum();
-    b.append(&long, path.as_bytes().chain(&[0u8][..]))?;
-    Ok(cut)
+    b.append(&long, text.as_bytes().chain(&[0u8][..]))
 }
 
 fn zip(tree: &SourceTree, mtime: u64) -> io::Result<Vec<u8>> {
@@ -251,6 +273,78 @@ mod tests {
         assert_eq!(a[9], 255);
         assert_eq!(pack(&tree, Format::TarGz, 1_700_000_000).expect("pack"), a);
         assert_ne!(pack(&tree, Format::TarGz, 0).expect("pack"), a);
+    }
+
+    /// A symlink packs as the crate's `append_link` packs it, byte for byte, but for a target
+    /// over 100 bytes: the same long-link record, and a header whose `linkname` is empty where
+    /// the crate's holds a part of the target. The crate's reader reads the whole target.
+    #[test]
+    fn a_long_link_target_has_the_crates_record_and_an_empty_linkname() {
+        use std::io::Read as _;
+        let tar_of = |target: &str| {
+            let tree = SourceTree {
+                entries: vec![super::super::walk::SourceEntry {
+                    path: "refs/l".into(),
+                    kind: SourceKind::Symlink {
+                        target: target.into(),
+                    },
+                }],
+                left_out: Vec::new(),
+                left_out_unlisted: Default::default(),
+                not_shared: Vec::new(),
+            };
+            let mut tar = Vec::new();
+            flate2::read::GzDecoder::new(&pack(&tree, Format::TarGz, 0).expect("pack")[..])
+                .read_to_end(&mut tar)
+                .expect("gunzip");
+            tar
+        };
+        let crate_way = |target: &str| {
+            let mut b = tar::Builder::new(Vec::new());
+            b.mode(tar::HeaderMode::Deterministic);
+            let mut h = tar::Header::new_ustar();
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_username("").expect("user");
+            h.set_groupname("").expect("group");
+            h.set_mtime(0);
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_mode(LINK_MODE);
+            h.set_size(0);
+            b.append_link(&mut h, "refs/l", target).expect("append");
+            b.into_inner().expect("tar")
+        };
+        let linkname = |h: &[u8]| h[157..257].to_vec();
+        let read = |tar: &[u8]| -> Vec<String> {
+            tar::Archive::new(tar)
+                .entries()
+                .expect("entries")
+                .map(|e| {
+                    let e = e.expect("entry");
+                    e.link_name()
+                        .expect("link")
+                        .expect("a link")
+                        .display()
+                        .to_string()
+                })
+                .collect()
+        };
+        // A target of up to 100 bytes fits the header.
+        for fits in ["../SKILL.md".to_owned(), format!("{}.md", "n".repeat(97))] {
+            assert_eq!(tar_of(&fits), crate_way(&fits));
+        }
+        for target in [
+            format!("../references/{}.md", "n".repeat(120)),
+            format!("a/{}.md", "n".repeat(96)),
+        ] {
+            assert!(target.len() > NAME_BYTES);
+            let (ours, theirs) = (tar_of(&target), crate_way(&target));
+            assert_eq!(ours[..1024], theirs[..1024]);
+            assert_eq!(linkname(&ours[1024..1536]), vec![0; NAME_BYTES]);
+            assert_ne!(linkname(&theirs[1024..1536]), vec![0; NAME_BYTES]);
+            assert_eq!(read(&ours), std::slice::from_ref(&target));
+            assert_eq!(read(&theirs), [target]);
+        }
     }
 
     /// A path ustar cannot hold: the long-name record is byte for byte the `tar` crate's, and

@@ -1811,6 +1811,53 @@ fn long_paths_fit_the_ustar_header_so_a_plain_tar_reader_reads_them_whole() {
     assert_eq!(real, want);
 }
 
+/// A symlink whose target is longer than a tar header holds is packed with a long-link
+/// record, and skillbox extracts the link to its whole target (the header beside the record
+/// holds no part of it: src/publish/pack.rs).
+#[test]
+fn a_link_target_longer_than_a_tar_header_extracts_whole() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("skills");
+    let target = format!("references/{}.md", "n".repeat(120));
+    let files: Vec<(String, &[u8], bool)> = vec![
+        (
+            "SKILL.md".into(),
+            b"---\nname: linked\ndescription: A long link.\n---\nRead guide.md.\n",
+            false,
+        ),
+        (target.clone(), b"the guide\n", false),
+    ];
+    write_files(&src.join("linked"), &files);
+    std::os::unix::fs::symlink(&target, src.join("linked/guide.md")).expect("symlink");
+    let out = tmp.path().join("site");
+    let o = publish(&src, &out, &["--json"]);
+    expect_code(&o, 0);
+    let v = json_of(&o);
+    let artifact = out.join(v["skills"][0]["path"].as_str().expect("path"));
+    let staged = tmp.path().join("staged");
+    let digest = v["skills"][0]["digest"].as_str().expect("digest");
+    let o = run(
+        &[
+            OsStr::new("extract"),
+            artifact.as_os_str(),
+            OsStr::new("--digest"),
+            OsStr::new(digest),
+            OsStr::new("--out"),
+            staged.as_os_str(),
+        ],
+        &[],
+    );
+    expect_code(&o, 0);
+    assert_eq!(
+        std::fs::read_link(staged.join("guide.md")).expect("link"),
+        Path::new(&target)
+    );
+    assert_eq!(
+        std::fs::read(staged.join("guide.md")).expect("through the link"),
+        b"the guide\n"
+    );
+}
+
 /// The `skills` npm CLI (tests/skills-cli, pinned by its lock file; .ci/run installs it) and
 /// the Node it requires, or a failure saying how to install them.
 fn skills_cli() -> (PathBuf, PathBuf) {
