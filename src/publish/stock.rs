@@ -36,7 +36,8 @@ pub enum StockCode {
     DescriptionLength,
     /// A tar.gz path it cuts ([`StockChangeCode::PathCut`]) lands where another file needs a
     /// directory: it writes files one by one, fails at the second of the two (`EEXIST` or
-    /// `EISDIR`), and leaves the skill's directory as far as it got, SKILL.md included.
+    /// `EISDIR`), and leaves the skill's directory as far as it got (SKILL.md too, when it
+    /// came first).
     PathConflict,
 }
 
