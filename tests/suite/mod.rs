@@ -18,8 +18,9 @@ mod sandbox;
 mod staging_fs;
 mod twins;
 
-/// Scratch space for the tests that replay the whole corpus (`corpus`, `grpc`, `replay`): a
-/// tmpfs (`/dev/shm`) when there is one. These tests check verdicts, not a disk. On ext4 without
+/// Scratch space for the tests that replay the whole corpus (`corpus`, `grpc`, `replay`), or
+/// stage and remove a tree of thousands of files within a bound (`cli_first_hour`): a tmpfs
+/// (`/dev/shm`) when there is one. These tests check verdicts, not a disk. On ext4 without
 /// a journal, mounted `discard` (this project's CI machines' `/tmp`), the corpus's case of 9,990
 /// long-target links (`targz_inventory_past_answer_bound`) took 8 to 46 s to stage and remove
 /// under a loaded suite, past the child's 30 s deadline, against 1.3 to 1.7 s on tmpfs: the
