@@ -1822,9 +1822,18 @@ fn publisher(w: &[u8], next: &[u8], next2: &[u8]) -> Option<&'static str> {
 
 fn rm_recursive_force(toks: &[Tok], lower: &[u8], i: usize) -> bool {
     let (mut r, mut f) = (false, false);
+    // Whether it is given something to remove. `rm -rf` alone removes nothing (prose that
+    // warns against it: "`git clean -n` over `rm -rf`"), but only where the command starts
+    // with `rm`: after `xargs`, `parallel` or the like its operands come from elsewhere.
+    let starts = toks
+        .get(i)
+        .is_none_or(|t| i == 0 || t.pipe_before || t.sep_before);
+    let mut operand = !starts;
+    let mut ended = false;
     // Flags come first and are few: looking further would make `rm rm rm ...` quadratic.
     for t in toks.iter().skip(i + 1).take(8) {
-        if t.pipe_before {
+        if t.pipe_before || t.sep_before {
+            ended = true;
             break;
         }
         let a = &lower[t.s..t.e];
@@ -1836,10 +1845,12 @@ fn rm_recursive_force(toks: &[Tok], lower: &[u8], i: usize) -> bool {
                 r |= a.contains(&b'r');
                 f |= a.contains(&b'f');
             }
-            _ => {}
+            _ => operand = true,
         }
     }
-    r && f
+    // Past the flags looked at, an operand may still come.
+    let window_full = toks.len() > i + 8;
+    r && f && (operand || (!ended && window_full))
 }
 
 fn chmod_world(toks: &[Tok], lower: &[u8], i: usize) -> bool {
@@ -2094,6 +2105,20 @@ mod tests {
         assert!(has("rm -r -f build", R, "rm -rf"));
         assert!(has("rm --recursive --force build", R, "rm -rf"));
         assert!(!has("rm -r build", R, "rm -rf"));
+        // Given nothing to remove, it removes nothing; given operands by another command, or
+        // on the next line, it is reported.
+        assert!(!has("rm -rf", R, "rm -rf"));
+        assert!(!has("rm -rf; ls", R, "rm -rf"));
+        assert!(has("rm -rf \\", R, "rm -rf"));
+        assert!(has("rm -rf $(pwd)", R, "rm -rf"));
+        assert!(has("rm -rf -- \"$dir\"", R, "rm -rf"));
+        assert!(has("find . -name '*.tmp' | xargs rm -rf", R, "rm -rf"));
+        assert!(has("find . -exec rm -rf {} +", R, "rm -rf"));
+        assert!(has("rm -r -f -v -v -v -v -v -v -v x", R, "rm -rf"));
+        let prose = |l: &str| hits_in(l, Mode::Prose, "");
+        let rm = (R, "rm -rf".to_owned());
+        assert!(!prose("Prefer `git clean -n` over `rm -rf` to see what would go.").contains(&rm));
+        assert!(prose("Then run `rm -rf build` to start over.").contains(&rm));
         assert!(has("chmod -R 777 /srv", R, "chmod 777"));
         assert!(has("chmod a+rwx f", R, "chmod 777"));
         assert!(!has("chmod 755 f", R, "chmod 777"));
