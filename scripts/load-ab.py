@@ -16,7 +16,9 @@ these shared guests slow by 15-25 % within minutes, and a run whose reference is
 host. The summary also gives c=8 req/s scaled by that run's reference against the sitting's median
 one, a view of the builds with the host's drift taken out (a reading aid, not the target's figure). A report, not a test: nothing here passes or fails on a figure. Stops at
 the first run that reports errors or does not print its table. The builds run from copies made
-side by side at the start (scripts/fresh_copies.py), each with its `skillbox-child`.
+side by side at the start (scripts/fresh_copies.py), each with its `skillbox-child`. Run it without
+`chrt -f`: under a real-time policy the broker's threads reaping children spun in the kernel for
+minutes and stopped answering (bench-results/load.md, thirtieth session).
 
 Staging directories: `/dev/shm` (tmpfs) and a directory on the disk under test. These machines'
 own disk is ext4 without a journal (bench-results/load.md, seventh session); the journaled disk
