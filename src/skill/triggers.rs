@@ -551,6 +551,10 @@ pub struct Prescan {
     found: Vec<usize>,
     /// Whether the bytes fed may hold code a Markdown reader reads ([`may_hold_code`]).
     code: CodeSigns,
+    /// Bytes fed in this file, also once scanning stopped.
+    fed: usize,
+    /// A NUL byte is in the file's first [`BINARY_HEAD`] bytes (noted: [`NUL_IN_HEAD`]).
+    nul: bool,
 }
 
 impl Default for Prescan {
@@ -573,6 +577,8 @@ impl Prescan {
             // PRESCAN_PIECE + 1 newlines, so at most PRESCAN_PIECE + 2 lines.
             found: Vec::with_capacity(PRESCAN_PIECE + 2),
             code: CodeSigns::new(),
+            fed: 0,
+            nul: false,
         }
     }
 
@@ -652,22 +658,28 @@ impl crate::extract::hashing::FileScan for Prescan {
         self.n = 0;
         self.full_at = None;
         self.code.begin();
+        self.fed = 0;
+        self.nul = false;
     }
 
     fn feed(&mut self, bytes: &[u8]) {
         // Every byte fed, also of a file the trigger pass stops in (binary, or its list full).
         self.code.feed(bytes);
+        // The head's NUL, looked for in every byte of it fed (also past a full list), is the
+        // review's `is_binary` of the same bytes: noted, it spares the review that search.
+        if self.fed < BINARY_HEAD && !self.nul {
+            let look = &bytes[..bytes.len().min(BINARY_HEAD - self.fed)];
+            self.nul = memchr::memchr(0, look).is_some();
+        }
+        self.fed = self.fed.saturating_add(bytes.len());
         if self.full_at.is_some() {
             return;
         }
         // A binary file is never scanned by the review: stop, listing nothing.
-        if self.pos < BINARY_HEAD {
-            let look = &bytes[..bytes.len().min(BINARY_HEAD - self.pos)];
-            if memchr::memchr(0, look).is_some() {
-                self.n = 0;
-                self.full_at = Some(0);
-                return;
-            }
+        if self.nul {
+            self.n = 0;
+            self.full_at = Some(0);
+            return;
         }
         self.feed_piece(bytes);
     }
@@ -679,13 +691,25 @@ impl crate::extract::hashing::FileScan for Prescan {
     }
 
     fn note(&self) -> u32 {
-        if self.code.found { 0 } else { NO_CODE }
+        let code = if self.code.found { 0 } else { NO_CODE };
+        let nul = if self.nul { NUL_IN_HEAD } else { 0 };
+        code | nul
     }
 }
 
 /// In a [`Prescan`]'s note ([`Scanned::note`]): the bytes it covered hold nothing
 /// [`may_hold_code`] looks for. A note without it says nothing (a file to read).
 pub(crate) const NO_CODE: u32 = 1;
+
+/// In a [`Prescan`]'s note: a NUL byte is in the file's first [`BINARY_HEAD`] bytes (of those
+/// it covered), where the review's binary test looks. Without it, there is none.
+pub(crate) const NUL_IN_HEAD: u32 = 2;
+
+/// Whether the hashing thread's scan found a NUL byte in the first [`BINARY_HEAD`] bytes it
+/// covered: the review's binary test (`is_binary` in `review.rs`) of those bytes.
+pub fn nul_in_head(scanned: &Scanned) -> bool {
+    scanned.note & NUL_IN_HEAD != 0
+}
 
 /// Whether the hashing thread's scan of a file's first `covered` bytes noted that they hold
 /// nothing [`may_hold_code`] looks for: read as Markdown, they run nothing.
@@ -1043,6 +1067,8 @@ mod tests {
             note: p.note(),
         };
         assert_eq!(holds_no_code(&scanned), !may_hold_code(hay), "{cuts:?}");
+        // The review takes the noted NUL for its own binary test of the same bytes.
+        assert_eq!(nul_in_head(&scanned), binary, "{cuts:?}");
         let got: Vec<usize> = prescanned(&scanned, hay)
             .map(Iterator::collect)
             .unwrap_or_default();
@@ -1083,6 +1109,12 @@ mod tests {
         bin[BINARY_HEAD - 1] = b'x';
         bin[BINARY_HEAD] = 0;
         check_prescan(&bin, &[1000]);
+        // A NUL in the window after the list is full: the scan stops listing, yet notes it.
+        let mut dense = b"@\n".repeat(BINARY_HEAD);
+        const { assert!(2 * LISTED < BINARY_HEAD - 1) };
+        dense[BINARY_HEAD - 1] = 0;
+        check_prescan(&dense, &[7, 4096]);
+        check_prescan(&dense, &[BINARY_HEAD]);
     }
 
     /// The hashing thread's note, fed in pieces of any size, is [`may_hold_code`] of the whole:
@@ -1117,6 +1149,12 @@ mod tests {
             assert_eq!(
                 p.note() & NO_CODE == 0,
                 want,
+                "{:?}",
+                String::from_utf8_lossy(&hay)
+            );
+            assert_eq!(
+                p.note() & NUL_IN_HEAD != 0,
+                hay[..hay.len().min(BINARY_HEAD)].contains(&0),
                 "{:?}",
                 String::from_utf8_lossy(&hay)
             );
