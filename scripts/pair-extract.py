@@ -5,7 +5,8 @@
 
 Each round runs every BIN once (order reversed every other round; two warm-up rounds), each
 run as `BIN extract ARTIFACT --digest sha256:<its digest> --out /dev/shm/pair-out --json`
-after removing the output. Prints each build's median and the median of its per-round
+after removing the output (`SKILLBOX_PAIR_OUT=DIR/pair-out` puts it elsewhere: a disk, for
+the disk's side of a comparison). Prints each build's median and the median of its per-round
 differences from the first BIN, the figure for a step on these noisy machines. The builds run
 from copies made side by side at the start (scripts/fresh_copies.py); the report names the
 paths given. Not a test: numbers go to stdout (bench-results/throughput.md keeps runs).
@@ -21,7 +22,7 @@ import time
 from fresh_copies import fresh_copies
 
 WARMUP = 2
-OUT = "/dev/shm/pair-out"
+OUT = os.environ.get("SKILLBOX_PAIR_OUT", "/dev/shm/pair-out")
 
 
 def main() -> None:
