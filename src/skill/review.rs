@@ -664,8 +664,9 @@ impl<'a> Reviewer<'a> {
     /// For a file whose first `full` bytes were scanned on the hashing thread: what
     /// [`Reviewer::classify`] looks at ([`HEAD`] bytes, and the whole first line of a shebang),
     /// as the engine kept it where it kept those bytes, else read into `buf`; the `full` bytes
-    /// are counted as scanned. Kept bytes are not copied: that copy was about 1 ms of the
-    /// child's last, one-core stretch on 2,000 files of 20 KiB (bench-results/throughput.md).
+    /// are counted as scanned. Kept bytes are not copied: on 2,000 files of 20 KiB that copy
+    /// was about 1 ms of samples in the child's last, one-core stretch, and 0.5-0.7 ms of the
+    /// run's wall time, paired (bench-results/throughput.md).
     fn read_head<'b, 'c: 'b>(
         &mut self,
         reader: &mut Source<'_, 'c>,
