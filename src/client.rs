@@ -738,22 +738,41 @@ pub fn extract_blocking_into(
     req: &Request,
     out: Option<&Path>,
 ) -> Result<Extracted, ClientError> {
-    extract_blocking_until(server, artifact, req, out, &|| false)?
-        .ok_or_else(|| ClientError::Tree("stopped".to_owned()))
+    match extract_blocking_until(server, artifact, req, out, &|| false)? {
+        Until::Done(done) => Ok(*done),
+        Until::Stopped(_) => Err(ClientError::Tree("stopped".to_owned())),
+    }
+}
+
+/// How [`extract_blocking_until`] ended.
+#[derive(Debug)]
+pub enum Until {
+    Done(Box<Extracted>),
+    /// Given up when told to, wherever the exchange was.
+    Stopped(Released),
+}
+
+/// What became of the server's copy of the tree when an exchange was given up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// None was held, or the server said it removed it.
+    Yes,
+    /// The server did not say within [`RELEASE_ON_STOP`] that it removed it: it does once it
+    /// takes the release, if that reached it, else when the copy expires.
+    Unconfirmed,
 }
 
 /// [`extract_blocking_into`], given up as soon as `stop` says so (asked every 20 ms: the
-/// command was interrupted): `None` then, wherever the exchange was. What was written of
-/// `out` by then is left for the caller to remove; the server's copy of an accepted tree is
-/// released on a connection of its own (waited for [`RELEASE_ON_STOP`] at most), else left to
-/// the server's expiry.
+/// command was interrupted). What was written of `out` by then is left for the caller to
+/// remove; the server's copy of an accepted tree is released on a connection of its own
+/// (waited for [`RELEASE_ON_STOP`] at most), else left to the server's expiry.
 pub fn extract_blocking_until(
     server: &str,
     artifact: &Path,
     req: &Request,
     out: Option<&Path>,
     stop: &(dyn Fn() -> bool + Sync),
-) -> Result<Option<Extracted>, ClientError> {
+) -> Result<Until, ClientError> {
     // Writing a tree, two workers: the connection (TLS, HTTP/2, decoding) runs on them while
     // this thread hashes and writes the files; on one thread the two take turns
     // (bench-results/load.md: about 540-630 MB/s for a 200 MB tree against 460-620).
@@ -793,16 +812,21 @@ pub fn extract_blocking_until(
             }
         };
         tokio::select! {
-            done = work => done.map(Some),
+            done = work => done.map(|d| Until::Done(Box::new(d))),
             () = stopped => {
                 // The exchange is dropped (a tree being sent stops at the server's next file:
                 // it checks the copy is still kept). Best effort: the server's expiry removes
                 // what a Release that does not arrive in time leaves.
-                if let Some(id) = held.take() {
-                    let release = async { Client::connect(server).await?.release(&id).await };
-                    let _ = tokio::time::timeout(RELEASE_ON_STOP, release).await;
-                }
-                Ok(None)
+                let Some(id) = held.take() else {
+                    return Ok(Until::Stopped(Released::Yes));
+                };
+                let release = async { Client::connect(server).await?.release(&id).await };
+                Ok(Until::Stopped(
+                    match tokio::time::timeout(RELEASE_ON_STOP, release).await {
+                        Ok(Ok(())) => Released::Yes,
+                        Ok(Err(_)) | Err(_) => Released::Unconfirmed,
+                    },
+                ))
             }
         }
     })

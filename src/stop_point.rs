@@ -39,7 +39,9 @@
 //! - `client:tree-begun`: a client writing a broker's accepted tree (`extract --server --out`)
 //!   has written its first entry and not the second (`client::write_tree`);
 //! - `broker:tcp-bound`: the broker's TCP listener is bound and listening (`broker::bind_tcp`;
-//!   `serve` binds it before it makes anything), and nothing serves on it yet.
+//!   `serve` binds it before it makes anything), and nothing serves on it yet;
+//! - `broker:releasing`: the broker took a `Release` and has not removed the copy yet
+//!   (`broker::service`).
 
 /// Stop here when `SKILLBOX_TEST_STOP_AT` names `at` (debug builds, the first time only).
 pub(crate) fn stop_point(at: &str) {

@@ -711,12 +711,13 @@ impl State {
             return Err(RequestError::NotFound(id));
         };
         let staging = Arc::clone(&self.staging);
-        tokio::task::spawn_blocking(move || staging.remove_listed(&id, &listed))
-            .await
-            .map_err(|e| RequestError::Internal(e.to_string()))?
-            .map_err(|e| {
-                RequestError::Internal(format!("cannot remove the staging directory: {e}"))
-            })
+        tokio::task::spawn_blocking(move || {
+            crate::stop_point::stop_point("broker:releasing");
+            staging.remove_listed(&id, &listed)
+        })
+        .await
+        .map_err(|e| RequestError::Internal(e.to_string()))?
+        .map_err(|e| RequestError::Internal(format!("cannot remove the staging directory: {e}")))
     }
 
     fn server_info(&self) -> pb::ServerInfoResponse {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
+use skillbox::client::{Released, Until};
 use skillbox::convert::{MAX_INDEX_DESCRIPTION, MAX_SKILL_NAME};
 use skillbox::digest::Sha256Digest;
 use skillbox::extract::{ArtifactType, Request};
@@ -330,14 +331,28 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
         if let Some(dir) = out {
             super::staging::discard_path(dir);
         }
+        if let Ok(Until::Stopped(Released::Unconfirmed)) = done {
+            super::interrupt::end_with(
+                sig,
+                args.json,
+                "the extraction was stopped and its tree here removed; the broker did not say \
+                 within 2 s that it removed its copy (it does once it takes the release, else \
+                 when the copy expires)",
+            );
+        }
         super::interrupt::end(sig, args.json);
     }
     if out.is_some() {
         super::interrupt::staging_done();
     }
-    let done = done
-        .map_err(|e| remote_failure(&server, e))?
-        .ok_or_else(|| Failure::operational("the exchange with the broker was stopped"))?;
+    let done = match done.map_err(|e| remote_failure(&server, e))? {
+        Until::Done(done) => *done,
+        Until::Stopped(_) => {
+            return Err(Failure::operational(
+                "the exchange with the broker was stopped",
+            ));
+        }
+    };
     // A `*.skill` file asks for its wrapper to be taken, as `--accept-wrapper` does, and no
     // request can carry that (it would loosen the broker's limits): when the broker refused the
     // layout, what was asked was not what this broker takes, the same usage error (2) as the

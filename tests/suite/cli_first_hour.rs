@@ -265,6 +265,11 @@ struct Serve {
 
 impl Serve {
     fn start(dir: &Path, args: &[&str]) -> Self {
+        Self::start_env(dir, args, &[])
+    }
+
+    /// [`Serve::start`] with `env` set for the broker.
+    fn start_env(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let socket = dir.join("skillbox.sock");
         let log = dir.join("serve.log");
         let child = Command::new(bin())
@@ -272,6 +277,7 @@ impl Serve {
             .arg("--socket")
             .arg(&socket)
             .args(args)
+            .envs(env.iter().copied())
             .env_remove("XDG_RUNTIME_DIR")
             .env_remove("SKILLBOX_STAGING_ROOT")
             .stdin(Stdio::null())
@@ -2059,4 +2065,106 @@ fn an_interrupted_extract_through_a_server_leaves_no_out() {
     assert_eq!(v["error"]["kind"], "interrupted", "{v}");
     // The server's copy was released before the command ended, not left to its 600 s expiry.
     assert_eq!(kept(), Vec::<std::ffi::OsString>::new(), "{}", serve.log());
+}
+
+/// The same interruption, with a broker that takes the release and does not get to removing
+/// its copy in the 2 s the command waits (held by a test stop point, as a slow disk would):
+/// the command says so instead of saying the tree was removed, and ends with 130; the broker,
+/// let go, removes its copy. (Before, the command's message said nothing of the broker's
+/// copy, whether or not the broker had removed it.)
+#[test]
+fn an_interrupted_extract_says_when_the_broker_did_not_confirm_removing_its_copy() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scratch = super::corpus_scratch();
+    let staging = scratch.path().join("staging");
+    let mut serve = Serve::start_env(
+        dir.path(),
+        &["--staging-root", staging.to_str().expect("utf-8")],
+        &[("SKILLBOX_TEST_STOP_AT", "broker:releasing")],
+    );
+    let kept = || {
+        std::fs::read_dir(&staging)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name())
+                    .filter(|n| n != ".lock")
+                    .count()
+            })
+            .unwrap_or_default()
+    };
+    let names: Vec<String> = (0..2000)
+        .map(|i| format!("references/r{i:04}.md"))
+        .collect();
+    let mut files: Vec<(&str, &[u8])> = vec![("SKILL.md", SKILL)];
+    files.extend(names.iter().map(|n| (n.as_str(), &b"# R\n"[..])));
+    let art = dir.path().join("pkg.tar");
+    tar_at(&art, &files);
+    let out = dir.path().join("out");
+    let mut cmd = Command::new(bin());
+    cmd.arg("extract")
+        .arg(&art)
+        .args(["--server", &serve.uri(), "--json", "--out"])
+        .arg(&out);
+    let held = super::stopped_at(&mut cmd, "client:tree-begun");
+    assert_eq!(
+        kept(),
+        1,
+        "the server keeps the accepted tree:\n{}",
+        serve.log()
+    );
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(held.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("kill");
+    super::resume(held.id());
+    let o = held.wait_with_output().expect("wait");
+    // The broker took the release and stopped before removing anything (looked at without
+    // blocking, so that a release that never came fails the test instead of hanging it).
+    let broker = serve.child.as_ref().map_or(0, Child::id);
+    let broker_pid = nix::unistd::Pid::from_raw(i32::try_from(broker).expect("pid"));
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+        match waitpid(
+            broker_pid,
+            Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG),
+        ) {
+            Ok(WaitStatus::Stopped(..)) => break,
+            Ok(WaitStatus::StillAlive) if Instant::now() < until => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => panic!(
+                "the broker never stopped at the release: {other:?}\n{}",
+                serve.log()
+            ),
+        }
+    }
+    let (stdout, err) = (text(&o.stdout), text(&o.stderr));
+    assert_eq!(o.status.code(), Some(130), "{err}{stdout}");
+    assert!(
+        err.contains("interrupted (SIGINT)")
+            && err.contains("the broker did not say within 2 s that it removed its copy"),
+        "{err}"
+    );
+    assert!(!out.exists(), "{} was left behind", out.display());
+    let v: Value = serde_json::from_str(&stdout).expect("one JSON answer");
+    assert_eq!(v["error"]["kind"], "interrupted", "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("did not say")),
+        "{v}"
+    );
+    assert_eq!(kept(), 1, "the copy went before the broker was let go");
+    super::resume(broker);
+    let until = Instant::now() + Duration::from_secs(30);
+    while kept() != 0 {
+        assert!(
+            Instant::now() < until,
+            "the broker never removed its copy:\n{}",
+            serve.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    serve.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = serve.wait_exit(Duration::from_secs(20));
+    assert!(status.success(), "{status}:\n{}", serve.log());
 }
