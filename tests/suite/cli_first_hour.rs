@@ -2000,6 +2000,52 @@ fn ctrl_c_during_an_extraction_leaves_nothing_behind() {
     }
 }
 
+/// The broker's staging directories under `staging` (its `.lock` aside).
+fn server_copies(staging: &Path) -> Vec<std::ffi::OsString> {
+    std::fs::read_dir(staging)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name())
+                .filter(|n| n != ".lock")
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
+}
+
+/// `extract --server --json --out DIR/out` of a package of 2,000 files through `serve` (its
+/// staging root `staging`), held by a test stop point once its first entry is written, sent
+/// SIGINT there and let go: the running command, and its `--out`.
+fn interrupted_while_writing(dir: &Path, serve: &Serve, staging: &Path) -> (Child, PathBuf) {
+    // Enough files that writing the rest outlasts the command's 20 ms look at the signal: the
+    // exchange is stopped mid-tree, not finished first.
+    let names: Vec<String> = (0..2000)
+        .map(|i| format!("references/r{i:04}.md"))
+        .collect();
+    let mut files: Vec<(&str, &[u8])> = vec![("SKILL.md", SKILL)];
+    files.extend(names.iter().map(|n| (n.as_str(), &b"# R\n"[..])));
+    let art = dir.join("pkg.tar");
+    tar_at(&art, &files);
+    let out = dir.join("out");
+    let mut cmd = Command::new(bin());
+    cmd.arg("extract")
+        .arg(&art)
+        .args(["--server", &serve.uri(), "--json", "--out"])
+        .arg(&out);
+    let held = super::stopped_at(&mut cmd, "client:tree-begun");
+    assert!(out.is_dir(), "the tree was not begun:\n{}", serve.log());
+    assert_eq!(
+        server_copies(staging).len(),
+        1,
+        "the server keeps the accepted tree: {:?}\n{}",
+        server_copies(staging),
+        serve.log()
+    );
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(held.id()).expect("pid"));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("kill");
+    super::resume(held.id());
+    (held, out)
+}
+
 /// Ctrl-C while `extract --server --out` writes the broker's tree (held at its first entry by a
 /// test stop point, the signal sent, then let go): `--out` is removed, the broker's copy of the
 /// tree is released, and the command ends with 130 and the JSON error object. (Before: the
@@ -2018,44 +2064,7 @@ fn an_interrupted_extract_through_a_server_leaves_no_out() {
         dir.path(),
         &["--staging-root", staging.to_str().expect("utf-8")],
     );
-    // The server's staging directories (its `.lock` aside).
-    let kept = || {
-        std::fs::read_dir(&staging)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name())
-                    .filter(|n| n != ".lock")
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default()
-    };
-    // Enough files that writing the rest outlasts the command's 20 ms look at the signal: the
-    // exchange is stopped mid-tree, not finished first.
-    let names: Vec<String> = (0..2000)
-        .map(|i| format!("references/r{i:04}.md"))
-        .collect();
-    let mut files: Vec<(&str, &[u8])> = vec![("SKILL.md", SKILL)];
-    files.extend(names.iter().map(|n| (n.as_str(), &b"# R\n"[..])));
-    let art = dir.path().join("pkg.tar");
-    tar_at(&art, &files);
-    let out = dir.path().join("out");
-    let mut cmd = Command::new(bin());
-    cmd.arg("extract")
-        .arg(&art)
-        .args(["--server", &serve.uri(), "--json", "--out"])
-        .arg(&out);
-    let held = super::stopped_at(&mut cmd, "client:tree-begun");
-    assert!(out.is_dir(), "the tree was not begun:\n{}", serve.log());
-    assert_eq!(
-        kept().len(),
-        1,
-        "the server keeps the accepted tree: {:?}\n{}",
-        kept(),
-        serve.log()
-    );
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(held.id()).expect("pid"));
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("kill");
-    super::resume(held.id());
+    let (held, out) = interrupted_while_writing(dir.path(), &serve, &staging);
     let o = held.wait_with_output().expect("wait");
     let (stdout, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(130), "{err}{stdout}");
@@ -2064,7 +2073,12 @@ fn an_interrupted_extract_through_a_server_leaves_no_out() {
     let v: Value = serde_json::from_str(&stdout).expect("one JSON answer");
     assert_eq!(v["error"]["kind"], "interrupted", "{v}");
     // The server's copy was released before the command ended, not left to its 600 s expiry.
-    assert_eq!(kept(), Vec::<std::ffi::OsString>::new(), "{}", serve.log());
+    assert_eq!(
+        server_copies(&staging),
+        Vec::<std::ffi::OsString>::new(),
+        "{}",
+        serve.log()
+    );
 }
 
 /// The same interruption, with a broker that takes the release and does not get to removing
@@ -2082,39 +2096,7 @@ fn an_interrupted_extract_says_when_the_broker_did_not_confirm_removing_its_copy
         &["--staging-root", staging.to_str().expect("utf-8")],
         &[("SKILLBOX_TEST_STOP_AT", "broker:releasing")],
     );
-    let kept = || {
-        std::fs::read_dir(&staging)
-            .map(|d| {
-                d.filter_map(Result::ok)
-                    .map(|e| e.file_name())
-                    .filter(|n| n != ".lock")
-                    .count()
-            })
-            .unwrap_or_default()
-    };
-    let names: Vec<String> = (0..2000)
-        .map(|i| format!("references/r{i:04}.md"))
-        .collect();
-    let mut files: Vec<(&str, &[u8])> = vec![("SKILL.md", SKILL)];
-    files.extend(names.iter().map(|n| (n.as_str(), &b"# R\n"[..])));
-    let art = dir.path().join("pkg.tar");
-    tar_at(&art, &files);
-    let out = dir.path().join("out");
-    let mut cmd = Command::new(bin());
-    cmd.arg("extract")
-        .arg(&art)
-        .args(["--server", &serve.uri(), "--json", "--out"])
-        .arg(&out);
-    let held = super::stopped_at(&mut cmd, "client:tree-begun");
-    assert_eq!(
-        kept(),
-        1,
-        "the server keeps the accepted tree:\n{}",
-        serve.log()
-    );
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(held.id()).expect("pid"));
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).expect("kill");
-    super::resume(held.id());
+    let (held, out) = interrupted_while_writing(dir.path(), &serve, &staging);
     let o = held.wait_with_output().expect("wait");
     // The broker took the release and stopped before removing anything (looked at without
     // blocking, so that a release that never came fails the test instead of hanging it).
@@ -2153,10 +2135,14 @@ fn an_interrupted_extract_says_when_the_broker_did_not_confirm_removing_its_copy
             .is_some_and(|m| m.contains("did not say")),
         "{v}"
     );
-    assert_eq!(kept(), 1, "the copy went before the broker was let go");
+    assert_eq!(
+        server_copies(&staging).len(),
+        1,
+        "the copy went before the broker was let go"
+    );
     super::resume(broker);
     let until = Instant::now() + Duration::from_secs(30);
-    while kept() != 0 {
+    while !server_copies(&staging).is_empty() {
         assert!(
             Instant::now() < until,
             "the broker never removed its copy:\n{}",
