@@ -331,16 +331,16 @@ fn extract_remote(server: &str, args: &ExtractArgs, req: &Request) -> Result<Exi
         if let Some(dir) = out {
             super::staging::discard_path(dir);
         }
-        if let Ok(Until::Stopped(Released::Unconfirmed)) = done {
-            super::interrupt::end_with(
+        match done {
+            Ok(Until::Stopped(Released::Unconfirmed)) => super::interrupt::end_with(
                 sig,
                 args.json,
                 "the extraction was stopped and its tree here removed; the broker did not say \
                  within 2 s that it removed its copy (it does once it takes the release, else \
                  when the copy expires)",
-            );
+            ),
+            _ => super::interrupt::end(sig, args.json),
         }
-        super::interrupt::end(sig, args.json);
     }
     if out.is_some() {
         super::interrupt::staging_done();

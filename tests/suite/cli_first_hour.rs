@@ -2098,27 +2098,10 @@ fn an_interrupted_extract_says_when_the_broker_did_not_confirm_removing_its_copy
     );
     let (held, out) = interrupted_while_writing(dir.path(), &serve, &staging);
     let o = held.wait_with_output().expect("wait");
-    // The broker took the release and stopped before removing anything (looked at without
-    // blocking, so that a release that never came fails the test instead of hanging it).
+    // The broker took the release and stopped before removing anything (looked at once the
+    // command has ended, so a release that never came fails the test instead of hanging it).
     let broker = serve.child.as_ref().map_or(0, Child::id);
-    let broker_pid = nix::unistd::Pid::from_raw(i32::try_from(broker).expect("pid"));
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-        match waitpid(
-            broker_pid,
-            Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG),
-        ) {
-            Ok(WaitStatus::Stopped(..)) => break,
-            Ok(WaitStatus::StillAlive) if Instant::now() < until => {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            other => panic!(
-                "the broker never stopped at the release: {other:?}\n{}",
-                serve.log()
-            ),
-        }
-    }
+    super::wait_stopped(broker);
     let (stdout, err) = (text(&o.stdout), text(&o.stderr));
     assert_eq!(o.status.code(), Some(130), "{err}{stdout}");
     assert!(

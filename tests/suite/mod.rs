@@ -49,15 +49,26 @@ pub(crate) fn corpus_scratch() -> tempfile::TempDir {
 pub(crate) const STOP_AT_DISCARD: (&str, &str) = ("SKILLBOX_TEST_STOP_AT", "sandbox:discard");
 
 /// Wait until our child `pid` stops itself (`SIGSTOP`, the debug build's
-/// `SKILLBOX_TEST_STOP_AT`); panics, killing it, if it ends instead.
+/// `SKILLBOX_TEST_STOP_AT`); panics, killing it, if it ends instead, or has not stopped within
+/// two minutes (a point it never reaches fails the test rather than hanging it).
 pub(crate) fn wait_stopped(pid: u32) {
     use nix::sys::signal::{Signal, kill};
     use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
     let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"));
-    let status = waitpid(pid, Some(WaitPidFlag::WUNTRACED)).expect("waitpid");
-    if status != WaitStatus::Stopped(pid, Signal::SIGSTOP) {
-        let _ = kill(pid, Signal::SIGKILL);
-        panic!("never stopped at its SKILLBOX_TEST_STOP_AT point: {status:?}");
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let status =
+            waitpid(pid, Some(WaitPidFlag::WUNTRACED | WaitPidFlag::WNOHANG)).expect("waitpid");
+        match status {
+            WaitStatus::Stopped(_, Signal::SIGSTOP) => return,
+            WaitStatus::StillAlive if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            _ => {
+                let _ = kill(pid, Signal::SIGKILL);
+                panic!("never stopped at its SKILLBOX_TEST_STOP_AT point: {status:?}");
+            }
+        }
     }
 }
 
